@@ -1,0 +1,1051 @@
+/* config.c — the job-file schema, YAML parsing (libyaml), validation,
+ * `config show` and `config keys`.
+ *
+ * The schema table `keys[]` is the single source of truth: each row names a
+ * dotted key, its type, where it lives in sr_config, its default (as YAML
+ * text, parsed by the same code as user input), its range, whether its
+ * feature has landed, and its documentation.  Parsing walks the libyaml
+ * document tree against the table; sections are the dotted prefixes of the
+ * keys.  Messages carry file:line:col from libyaml's marks (converted to
+ * 1-based). */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+typedef enum { T_INT, T_FLOAT, T_BOOL, T_STR, T_ENUM, T_RESHARD, T_STRLIST, T_SIGLIST } key_type;
+
+typedef struct {
+    const char *key;          /* dotted path */
+    key_type type;
+    size_t off;               /* offset in sr_config */
+    const char *def;          /* default as YAML text; NULL: from model.preset */
+    double min, max;          /* inclusive range for T_INT, T_FLOAT, T_RESHARD */
+    const char *const *names; /* T_ENUM values */
+    bool landed;              /* false: a non-default value is "not implemented yet" */
+    const char *doc;
+} sr_key;
+
+struct sr_key_origin {
+    char *file; /* NULL: never set */
+    int line, col;
+    char *setarg; /* the --set argument, when set by --set */
+};
+
+static const char *const preset_names[] = {"tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b", NULL};
+static const char *const schedule_names[] = {"cosine", "linear", "constant", NULL};
+static const char *const backend_names[] = {"auto", "tcp", "nccl", NULL};
+static const char *const dtype_names[] = {"fp32", "bf16", NULL};
+static const char *const gradsync_names[] = {"per_step", "per_micro_batch", NULL};
+static const char *const requeue_names[] = {"exit", "scontrol", NULL};
+
+#define OFF(field) offsetof(sr_config, field)
+#define I64MAX 9.2e18
+
+/* clang-format off */
+static const sr_key keys[] = {
+ {"model.preset", T_ENUM, OFF(model_preset), "tiny", 0, 0, preset_names, true,
+  "architecture preset: tiny (n_layer 4, n_head 4, n_embd 256, seq_len 256, vocab_size 256, byte-level) or GPT-2's gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b (vocab_size 50257, seq_len 1024); explicit keys below override it"},
+ {"model.n_layer", T_INT, OFF(n_layer), NULL, 1, 1024, NULL, true, "transformer blocks (default: from the preset)"},
+ {"model.n_head", T_INT, OFF(n_head), NULL, 1, 1024, NULL, true, "attention heads; must divide n_embd (default: from the preset)"},
+ {"model.n_embd", T_INT, OFF(n_embd), NULL, 1, 65536, NULL, true, "embedding width (default: from the preset)"},
+ {"model.vocab_size", T_INT, OFF(vocab_size), NULL, 2, 16777216, NULL, true, "vocabulary size; every data token must be below it (default: from the preset)"},
+ {"model.seq_len", T_INT, OFF(seq_len), NULL, 1, 1048576, NULL, true, "sequence length in tokens (default: from the preset)"},
+ {"train.steps", T_INT, OFF(steps), "1000", 1, 1e12, NULL, true, "optimizer steps to train"},
+ {"train.batch_size", T_INT, OFF(batch_size), "8", 1, 1048576, NULL, true, "sequences per optimizer step, all ranks together"},
+ {"train.micro_batch", T_INT, OFF(micro_batch), "0", 0, 1048576, NULL, true, "sequences per forward pass per rank; 0 = batch_size / data-parallel ranks; accumulation steps = batch_size / (micro_batch x ranks)"},
+ {"train.lr", T_FLOAT, OFF(lr), "6.0e-4", 0, 10, NULL, true, "peak learning rate"},
+ {"train.warmup_steps", T_INT, OFF(warmup_steps), "100", 0, 1e12, NULL, true, "linear warmup steps from lr/warmup_steps to lr"},
+ {"train.schedule", T_ENUM, OFF(schedule), "cosine", 0, 0, schedule_names, true, "decay after warmup: cosine, linear (both to min_lr at the last step) or constant"},
+ {"train.min_lr", T_FLOAT, OFF(min_lr), "6.0e-5", 0, 10, NULL, true, "learning rate at the last step; at most lr"},
+ {"train.weight_decay", T_FLOAT, OFF(weight_decay), "0.1", 0, 100, NULL, true, "AdamW decoupled weight decay, applied to tensors with two or more dimensions (matrices and embeddings), not to biases or LayerNorm"},
+ {"train.beta1", T_FLOAT, OFF(beta1), "0.9", 0, 0.999999, NULL, true, "AdamW first-moment decay"},
+ {"train.beta2", T_FLOAT, OFF(beta2), "0.95", 0, 0.999999999, NULL, true, "AdamW second-moment decay"},
+ {"train.eps", T_FLOAT, OFF(eps), "1.0e-8", 1e-30, 1, NULL, true, "AdamW epsilon"},
+ {"train.grad_clip", T_FLOAT, OFF(grad_clip), "1.0", 0, 1e9, NULL, true, "clip the global gradient norm to this value; 0 = off"},
+ {"train.seed", T_INT, OFF(seed), "1337", 0, I64MAX, NULL, true, "seed for initialisation and data order"},
+ {"train.eval_every", T_INT, OFF(eval_every), "0", 0, 1e12, NULL, true, "validation loss every N steps and at the end; 0 = off"},
+ {"train.eval_batches", T_INT, OFF(eval_batches), "4", 1, 1e6, NULL, true, "global batches of validation data per evaluation"},
+ {"data.train", T_STRLIST, OFF(data_train), "\"\"", 0, 0, NULL, true, "training token shards: a path, a glob, or a list of them; empty = the embedded corpus"},
+ {"data.val", T_STRLIST, OFF(data_val), "\"\"", 0, 0, NULL, true, "validation token shards; empty = the embedded corpus's held-out tail when data.train is empty, none otherwise"},
+ {"log.every", T_INT, OFF(log_every), "1", 1, 1e12, NULL, true, "progress line and metrics record every N steps"},
+ {"log.metrics", T_STR, OFF(log_metrics), "\"\"", 0, 0, NULL, true, "JSON-lines metrics file written by rank 0; empty = none"},
+ {"threads", T_INT, OFF(threads), "0", 0, 4096, NULL, true, "compute threads per rank; 0 = all cores available to the rank"},
+ {"comm.backend", T_ENUM, OFF(comm_backend), "auto", 0, 0, backend_names, false, "transport: auto (nccl for GPU runs, tcp for CPU runs), tcp or nccl"},
+ {"comm.timeout_s", T_FLOAT, OFF(comm_timeout_s), "300", 0.001, 1e7, NULL, false, "deadline of every blocking wait on a peer, in seconds"},
+ {"comm.interface", T_STR, OFF(comm_interface), "\"\"", 0, 0, NULL, false, "address or interface name the CPU transport binds to; empty = the address of the host name"},
+ {"sharding.blocks_per_unit", T_INT, OFF(blocks_per_unit), "1", 1, 1024, NULL, false, "transformer blocks per sharded unit"},
+ {"sharding.reshard_after_forward.blocks", T_RESHARD, OFF(reshard_blocks), "true", 2, 1048576, NULL, false, "free block units' full parameters after forward: true, false, or N (keep a copy sharded over N ranks)"},
+ {"sharding.reshard_after_forward.root", T_RESHARD, OFF(reshard_root), "false", 2, 1048576, NULL, false, "the same for the root unit (embeddings, final norm, head)"},
+ {"sharding.mixed_precision.param_dtype", T_ENUM, OFF(param_dtype), "fp32", 0, 0, dtype_names, false, "dtype of gathered parameters for compute: fp32 or bf16 (the fp32 master shard is always kept)"},
+ {"sharding.mixed_precision.reduce_dtype", T_ENUM, OFF(reduce_dtype), "fp32", 0, 0, dtype_names, false, "dtype of gradient reduce-scatter: fp32 or bf16"},
+ {"sharding.mesh.shard", T_INT, OFF(mesh_shard), "0", 0, 1048576, NULL, false, "ranks a unit is sharded over; 0 = ranks / replicate"},
+ {"sharding.mesh.replicate", T_INT, OFF(mesh_replicate), "1", 1, 1048576, NULL, false, "replica groups (HSDP); shard x replicate = ranks"},
+ {"sharding.prefetch.forward", T_INT, OFF(prefetch_forward), "1", 0, 16, NULL, false, "units gathered ahead during forward"},
+ {"sharding.prefetch.backward", T_INT, OFF(prefetch_backward), "1", 0, 16, NULL, false, "units gathered ahead during backward"},
+ {"sharding.grad_sync", T_ENUM, OFF(grad_sync), "per_step", 0, 0, gradsync_names, false, "per_step: accumulate full gradients, reduce-scatter once per step; per_micro_batch: reduce-scatter every micro-batch"},
+ {"sharding.offload.params", T_BOOL, OFF(offload_params), "false", 0, 0, NULL, false, "keep parameter shards in host memory (GPU runs)"},
+ {"sharding.offload.grads", T_BOOL, OFF(offload_grads), "false", 0, 0, NULL, false, "keep gradient shards in host memory (GPU runs)"},
+ {"sharding.offload.optimizer", T_BOOL, OFF(offload_optimizer), "false", 0, 0, NULL, false, "keep optimizer state in host memory (GPU runs)"},
+ {"sharding.offload.pin_memory", T_BOOL, OFF(pin_memory), "true", 0, 0, NULL, false, "pin offloaded host memory"},
+ {"checkpoint.dir", T_STR, OFF(ckpt_dir), "\"\"", 0, 0, NULL, false, "directory of sharded checkpoints; empty = no checkpoints"},
+ {"checkpoint.every_steps", T_INT, OFF(ckpt_every_steps), "0", 0, 1e12, NULL, false, "checkpoint every N steps; 0 = off"},
+ {"checkpoint.every_minutes", T_FLOAT, OFF(ckpt_every_minutes), "0", 0, 1e7, NULL, false, "checkpoint every N minutes; 0 = off"},
+ {"checkpoint.keep", T_INT, OFF(ckpt_keep), "3", 1, 1e6, NULL, false, "newest N checkpoints kept (the newest verified one always)"},
+ {"checkpoint.keep_every", T_INT, OFF(ckpt_keep_every), "0", 0, 1e12, NULL, false, "also keep steps that are multiples of N; 0 = off"},
+ {"checkpoint.resume", T_STR, OFF(ckpt_resume), "auto", 0, 0, NULL, false, "auto (newest checkpoint that verifies), never, or a checkpoint path"},
+ {"preemption.signals", T_SIGLIST, OFF(preempt_signals), "[USR1, USR2, TERM, INT]", 0, 0, NULL, false, "signals that request a checkpoint and exit"},
+ {"preemption.requeue", T_ENUM, OFF(preempt_requeue), "exit", 0, 0, requeue_names, false, "exit: exit with exit_status (for RequeueExit); scontrol: rank 0 runs scontrol requeue, all exit 0"},
+ {"preemption.exit_status", T_INT, OFF(preempt_exit_status), "75", 1, 255, NULL, false, "exit status after a preemption checkpoint"},
+};
+/* clang-format on */
+#define NKEYS ((int)(sizeof keys / sizeof keys[0]))
+
+static const struct {
+    int64_t n_layer, n_head, n_embd, vocab_size, seq_len;
+} presets[] = {
+    {4, 4, 256, 256, 256},        /* tiny */
+    {12, 12, 768, 50257, 1024},   /* gpt2-124m */
+    {24, 16, 1024, 50257, 1024},  /* gpt2-350m */
+    {36, 20, 1280, 50257, 1024},  /* gpt2-774m */
+    {48, 25, 1600, 50257, 1024},  /* gpt2-1.5b */
+};
+
+static const char *const signal_names[] = {"HUP", "INT", "QUIT", "USR1", "USR2", "TERM", "ALRM", "XCPU", NULL};
+
+/* ------------------------------------------------------------------------ */
+/* Where a value came from, for messages. */
+
+typedef struct {
+    const char *file;   /* file name, or NULL for --set */
+    const char *setarg; /* the --set argument */
+} parse_ctx;
+
+static void format_where(char *buf, size_t n, const parse_ctx *ctx, yaml_mark_t mark) {
+    if (ctx->file)
+        snprintf(buf, n, "%s:%zu:%zu", ctx->file, mark.line + 1, mark.column + 1);
+    else
+        snprintf(buf, n, "--set %s", ctx->setarg);
+}
+
+static sr_status error_at(const parse_ctx *ctx, yaml_mark_t mark, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static sr_status error_at(const parse_ctx *ctx, yaml_mark_t mark, const char *fmt, ...) {
+    char where[1024], msg[2048];
+    format_where(where, sizeof where, ctx, mark);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return sr_error(SR_ERR_CONFIG, "%s: %s", where, msg);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void *field(sr_config *cfg, const sr_key *k) { return (char *)cfg + k->off; }
+static const void *cfield(const sr_config *cfg, const sr_key *k) { return (const char *)cfg + k->off; }
+
+static int key_index(const char *path) {
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(keys[i].key, path) == 0)
+            return i;
+    return -1;
+}
+
+/* True when `path` is a section: some key starts with "path.". */
+static bool is_section(const char *path) {
+    size_t n = strlen(path);
+    for (int i = 0; i < NKEYS; i++)
+        if (strncmp(keys[i].key, path, n) == 0 && keys[i].key[n] == '.')
+            return true;
+    return false;
+}
+
+static void strlist_free(sr_strlist *l) {
+    for (int i = 0; i < l->count; i++)
+        free(l->items[i]);
+    free(l->items);
+    l->items = NULL;
+    l->count = 0;
+}
+
+static const char *scalar_text(yaml_node_t *node) { return (const char *)node->data.scalar.value; }
+
+static bool scalar_is_plain(yaml_node_t *node) { return node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE; }
+
+static bool scalar_is_null(yaml_node_t *node) {
+    if (node->type != YAML_SCALAR_NODE || !scalar_is_plain(node))
+        return false;
+    const char *s = scalar_text(node);
+    return s[0] == '\0' || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 || strcmp(s, "Null") == 0 ||
+           strcmp(s, "NULL") == 0;
+}
+
+static const char *node_kind(yaml_node_t *node) {
+    switch (node->type) {
+    case YAML_MAPPING_NODE:
+        return "a mapping";
+    case YAML_SEQUENCE_NODE:
+        return "a list";
+    default:
+        return scalar_is_null(node) ? "nothing (null)" : "a scalar";
+    }
+}
+
+/* Parses a YAML boolean; returns -1 when `s` is not one. */
+static int parse_bool(const char *s) {
+    static const char *const t[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON", NULL};
+    static const char *const f[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF", NULL};
+    for (int i = 0; t[i]; i++)
+        if (strcmp(s, t[i]) == 0)
+            return 1;
+    for (int i = 0; f[i]; i++)
+        if (strcmp(s, f[i]) == 0)
+            return 0;
+    return -1;
+}
+
+/* Parses a whole decimal integer.  Returns 0, or ERANGE on overflow, or
+ * EINVAL when `s` is not an integer. */
+static int parse_int(const char *s, int64_t *out) {
+    if (!*s || isspace((unsigned char)*s))
+        return EINVAL;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*end != '\0')
+        return EINVAL;
+    if (errno == ERANGE)
+        return ERANGE;
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *s, double *out) {
+    if (!*s || isspace((unsigned char)*s))
+        return EINVAL;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end != '\0')
+        return EINVAL;
+    if (!isfinite(v))
+        return EINVAL;
+    if (errno == ERANGE && fabs(v) > 1.0)
+        return ERANGE;
+    *out = v;
+    return 0;
+}
+
+static void fmt_range_int(char *buf, size_t n, const sr_key *k) {
+    if (k->max >= I64MAX)
+        snprintf(buf, n, "an integer >= %.0f", k->min);
+    else
+        snprintf(buf, n, "an integer in [%.0f, %.0f]", k->min, k->max);
+}
+
+static void fmt_enum(char *buf, size_t n, const char *const *names) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; names[i]; i++) {
+        int w = snprintf(buf + used, n - used, "%s%s", i ? (names[i + 1] ? ", " : " or ") : "", names[i]);
+        if (w < 0 || (size_t)w >= n - used)
+            break;
+        used += (size_t)w;
+    }
+}
+
+/* Sets one leaf key from a YAML node, validating its type and range. */
+static sr_status set_leaf(sr_config *cfg, int ki, yaml_document_t *doc, yaml_node_t *node, const parse_ctx *ctx) {
+    const sr_key *k = &keys[ki];
+    yaml_mark_t mark = node->start_mark;
+    char expect[512];
+
+    switch (k->type) {
+    case T_INT: {
+        fmt_range_int(expect, sizeof expect, k);
+        if (node->type != YAML_SCALAR_NODE || !scalar_is_plain(node) || scalar_is_null(node))
+            return error_at(ctx, mark, "%s: expected %s, got %s%s", k->key, expect,
+                            node->type == YAML_SCALAR_NODE && !scalar_is_null(node) ? "a quoted string " : node_kind(node),
+                            node->type == YAML_SCALAR_NODE && !scalar_is_null(node) ? scalar_text(node) : "");
+        int64_t v;
+        int rc = parse_int(scalar_text(node), &v);
+        if (rc == ERANGE)
+            return error_at(ctx, mark, "%s: value '%s' overflows a 64-bit integer; expected %s", k->key,
+                            scalar_text(node), expect);
+        if (rc)
+            return error_at(ctx, mark, "%s: expected %s, got '%s'%s", k->key, expect, scalar_text(node),
+                            strpbrk(scalar_text(node), ".eE") ? " (hint: write a whole number)" : "");
+        if ((double)v < k->min || (double)v > k->max)
+            return error_at(ctx, mark, "%s: value %s is out of range; expected %s", k->key, scalar_text(node), expect);
+        *(int64_t *)field(cfg, k) = v;
+        break;
+    }
+    case T_FLOAT: {
+        snprintf(expect, sizeof expect, "a number in [%g, %g]", k->min, k->max);
+        if (node->type != YAML_SCALAR_NODE || !scalar_is_plain(node) || scalar_is_null(node))
+            return error_at(ctx, mark, "%s: expected %s, got %s", k->key, expect, node_kind(node));
+        double v;
+        int rc = parse_float(scalar_text(node), &v);
+        if (rc == ERANGE)
+            return error_at(ctx, mark, "%s: value '%s' overflows a double; expected %s", k->key, scalar_text(node),
+                            expect);
+        if (rc)
+            return error_at(ctx, mark, "%s: expected %s, got '%s'", k->key, expect, scalar_text(node));
+        if (v < k->min || v > k->max)
+            return error_at(ctx, mark, "%s: value %s is out of range; expected %s", k->key, scalar_text(node), expect);
+        *(double *)field(cfg, k) = v;
+        break;
+    }
+    case T_BOOL: {
+        int b = node->type == YAML_SCALAR_NODE && scalar_is_plain(node) ? parse_bool(scalar_text(node)) : -1;
+        if (b < 0)
+            return error_at(ctx, mark, "%s: expected true or false, got %s%s%s", k->key,
+                            node->type == YAML_SCALAR_NODE ? "'" : node_kind(node),
+                            node->type == YAML_SCALAR_NODE ? scalar_text(node) : "",
+                            node->type == YAML_SCALAR_NODE ? "'" : "");
+        *(bool *)field(cfg, k) = b;
+        break;
+    }
+    case T_STR: {
+        if (node->type != YAML_SCALAR_NODE)
+            return error_at(ctx, mark, "%s: expected a string, got %s", k->key, node_kind(node));
+        char *s = strdup(scalar_is_null(node) ? "" : scalar_text(node));
+        if (!s)
+            return sr_error(SR_ERR_INTERNAL, "out of memory");
+        if (strlen(s) > 4095) {
+            free(s);
+            return error_at(ctx, mark, "%s: expected a string of at most 4095 bytes", k->key);
+        }
+        char **dst = (char **)field(cfg, k);
+        free(*dst);
+        *dst = s;
+        break;
+    }
+    case T_ENUM: {
+        fmt_enum(expect, sizeof expect, k->names);
+        if (node->type != YAML_SCALAR_NODE || scalar_is_null(node))
+            return error_at(ctx, mark, "%s: expected one of %s, got %s", k->key, expect, node_kind(node));
+        int found = -1;
+        for (int i = 0; k->names[i]; i++)
+            if (strcmp(k->names[i], scalar_text(node)) == 0)
+                found = i;
+        if (found < 0)
+            return error_at(ctx, mark, "%s: expected one of %s, got '%s'", k->key, expect, scalar_text(node));
+        *(int64_t *)field(cfg, k) = found;
+        break;
+    }
+    case T_RESHARD: {
+        snprintf(expect, sizeof expect, "true, false, or an integer N in [%.0f, %.0f]", k->min, k->max);
+        if (node->type != YAML_SCALAR_NODE || !scalar_is_plain(node) || scalar_is_null(node))
+            return error_at(ctx, mark, "%s: expected %s, got %s", k->key, expect, node_kind(node));
+        int b = parse_bool(scalar_text(node));
+        int64_t v;
+        if (b == 1)
+            v = SR_RESHARD_TRUE;
+        else if (b == 0)
+            v = SR_RESHARD_FALSE;
+        else {
+            int rc = parse_int(scalar_text(node), &v);
+            if (rc)
+                return error_at(ctx, mark, "%s: expected %s, got '%s'", k->key, expect, scalar_text(node));
+            if ((double)v < k->min || (double)v > k->max)
+                return error_at(ctx, mark, "%s: value %s is out of range; expected %s%s", k->key, scalar_text(node),
+                                expect, v == 1 ? " (hint: 1 keeps a full copy on every rank: write false)" : "");
+        }
+        *(int64_t *)field(cfg, k) = v;
+        break;
+    }
+    case T_STRLIST:
+    case T_SIGLIST: {
+        sr_strlist nl = {0};
+        yaml_node_item_t *it = NULL, *end = NULL;
+        yaml_node_t *one = NULL;
+        if (node->type == YAML_SCALAR_NODE && k->type == T_STRLIST) {
+            one = node;
+        } else if (node->type == YAML_SEQUENCE_NODE) {
+            it = node->data.sequence.items.start;
+            end = node->data.sequence.items.top;
+        } else {
+            return error_at(ctx, mark, "%s: expected %s, got %s", k->key,
+                            k->type == T_SIGLIST ? "a list of signal names, e.g. [USR1, TERM]"
+                                                 : "a path, a glob, or a list of them",
+                            node_kind(node));
+        }
+        int n = one ? 1 : (int)(end - it);
+        nl.items = calloc((size_t)n + 1, sizeof *nl.items);
+        if (!nl.items)
+            return sr_error(SR_ERR_INTERNAL, "out of memory");
+        for (int i = 0; i < n; i++) {
+            yaml_node_t *item = one ? one : yaml_document_get_node(doc, it[i]);
+            if (!item || item->type != YAML_SCALAR_NODE) {
+                strlist_free(&nl);
+                return error_at(ctx, item ? item->start_mark : mark, "%s: expected a string as list item %d, got %s",
+                                k->key, i + 1, item ? node_kind(item) : "nothing");
+            }
+            const char *s = scalar_is_null(item) ? "" : scalar_text(item);
+            if (k->type == T_SIGLIST) {
+                const char *name = strncmp(s, "SIG", 3) == 0 ? s + 3 : s;
+                bool ok = false;
+                for (int j = 0; signal_names[j]; j++)
+                    ok = ok || strcmp(signal_names[j], name) == 0;
+                if (!ok) {
+                    strlist_free(&nl);
+                    char e2[256];
+                    fmt_enum(e2, sizeof e2, signal_names);
+                    return error_at(ctx, item->start_mark, "%s: expected signal names among %s, got '%s'%s", k->key,
+                                    e2, s,
+                                    strcmp(name, "KILL") == 0 || strcmp(name, "STOP") == 0
+                                        ? " (hint: SIGKILL and SIGSTOP cannot be caught)"
+                                        : "");
+                }
+                s = name;
+            }
+            if (one && s[0] == '\0') /* "" is the empty list */
+                break;
+            nl.items[nl.count] = strdup(s);
+            if (!nl.items[nl.count]) {
+                strlist_free(&nl);
+                return sr_error(SR_ERR_INTERNAL, "out of memory");
+            }
+            nl.count++;
+        }
+        sr_strlist *dst = (sr_strlist *)field(cfg, k);
+        strlist_free(dst);
+        *dst = nl;
+        break;
+    }
+    }
+    return SR_OK;
+}
+
+/* Levenshtein distance, for "did you mean" (no library here offers one). */
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64)
+        return 99;
+    int d[65][65];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int c = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]) ? 0 : 1;
+            int m = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < m)
+                m = d[i][j - 1] + 1;
+            if (d[i - 1][j - 1] + c < m)
+                m = d[i - 1][j - 1] + c;
+            d[i][j] = m;
+        }
+    return d[la][lb];
+}
+
+/* Suggests the closest key for an unknown `name` under section `prefix`
+ * ("" for the top level): first among siblings, then among all leaf keys
+ * whose last component matches. */
+static void suggest(const char *prefix, const char *name, char *out, size_t n) {
+    out[0] = '\0';
+    size_t pl = strlen(prefix);
+    int best = 99;
+    char cand[256];
+    for (int i = 0; i < NKEYS; i++) {
+        const char *k = keys[i].key;
+        if (pl && (strncmp(k, prefix, pl) != 0 || k[pl] != '.'))
+            continue;
+        const char *rest = pl ? k + pl + 1 : k;
+        size_t cl = strcspn(rest, ".");
+        if (cl >= sizeof cand)
+            continue;
+        memcpy(cand, rest, cl);
+        cand[cl] = '\0';
+        int d = edit_distance(name, cand);
+        if (d < best) {
+            best = d;
+            snprintf(out, n, "%s%s%s", prefix, pl ? "." : "", cand);
+        }
+    }
+    size_t nl = strlen(name);
+    int limit = nl <= 3 ? 1 : nl <= 6 ? 2 : 3;
+    if (best <= limit)
+        return;
+    out[0] = '\0';
+    /* A key placed in the wrong section: match on the last component. */
+    for (int i = 0; i < NKEYS; i++) {
+        const char *last = strrchr(keys[i].key, '.');
+        last = last ? last + 1 : keys[i].key;
+        if (edit_distance(name, last) <= (nl <= 3 ? 0 : 1)) {
+            snprintf(out, n, "%s", keys[i].key);
+            return;
+        }
+    }
+}
+
+static void record_origin(sr_config *cfg, int ki, const parse_ctx *ctx, yaml_mark_t mark) {
+    struct sr_key_origin *o = &cfg->origin[ki];
+    free(o->file);
+    free(o->setarg);
+    o->file = strdup(ctx->file ? ctx->file : "--set");
+    o->setarg = ctx->setarg ? strdup(ctx->setarg) : NULL;
+    o->line = (int)mark.line + 1;
+    o->col = (int)mark.column + 1;
+}
+
+static sr_status walk_mapping(sr_config *cfg, yaml_document_t *doc, yaml_node_t *map, const char *prefix,
+                              const parse_ctx *ctx);
+
+/* Applies `node` at dotted `path` (a leaf or a section). */
+static sr_status apply_at(sr_config *cfg, yaml_document_t *doc, const char *path, yaml_node_t *node,
+                          yaml_mark_t keymark, const char *prefix, const char *name, const parse_ctx *ctx) {
+    int ki = key_index(path);
+    if (ki >= 0) {
+        sr_status st = set_leaf(cfg, ki, doc, node, ctx);
+        if (st == SR_OK)
+            record_origin(cfg, ki, ctx, node->start_mark);
+        return st;
+    }
+    if (is_section(path)) {
+        if (node->type != YAML_MAPPING_NODE)
+            return error_at(ctx, node->start_mark, "%s: expected a mapping of keys (a section), got %s", path,
+                            node_kind(node));
+        return walk_mapping(cfg, doc, node, path, ctx);
+    }
+    char hint[300];
+    suggest(prefix, name, hint, sizeof hint);
+    if (hint[0])
+        return error_at(ctx, keymark, "unknown key '%s'; did you mean '%s'? (see shardrun config keys)", path, hint);
+    return error_at(ctx, keymark, "unknown key '%s' (see shardrun config keys for the valid keys)", path);
+}
+
+static sr_status walk_mapping(sr_config *cfg, yaml_document_t *doc, yaml_node_t *map, const char *prefix,
+                              const parse_ctx *ctx) {
+    yaml_node_pair_t *start = map->data.mapping.pairs.start, *top = map->data.mapping.pairs.top;
+    for (yaml_node_pair_t *p = start; p < top; p++) {
+        yaml_node_t *k = yaml_document_get_node(doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(doc, p->value);
+        if (!k || !v)
+            return sr_error(SR_ERR_INTERNAL, "libyaml returned a broken document");
+        if (k->type != YAML_SCALAR_NODE)
+            return error_at(ctx, k->start_mark, "expected a key name, got %s", node_kind(k));
+        const char *name = scalar_text(k);
+        for (yaml_node_pair_t *q = start; q < p; q++) {
+            yaml_node_t *k2 = yaml_document_get_node(doc, q->key);
+            if (k2 && k2->type == YAML_SCALAR_NODE && strcmp(scalar_text(k2), name) == 0)
+                return error_at(ctx, k->start_mark, "duplicate key '%s%s%s' (first given at line %zu)", prefix,
+                                prefix[0] ? "." : "", name, k2->start_mark.line + 1);
+        }
+        char path[512];
+        if ((size_t)snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", name) >= sizeof path)
+            return error_at(ctx, k->start_mark, "key name too long");
+        sr_status st = apply_at(cfg, doc, path, v, k->start_mark, prefix, name, ctx);
+        if (st != SR_OK)
+            return st;
+    }
+    return SR_OK;
+}
+
+/* Loads one YAML document from `text`.  An empty stream gives *has_root =
+ * false.  Returns SR_ERR_CONFIG with the libyaml problem and its place. */
+static sr_status load_document(yaml_document_t *doc, const char *text, size_t len, const parse_ctx *ctx,
+                               bool *has_root) {
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser))
+        return sr_error(SR_ERR_INTERNAL, "out of memory (yaml_parser_initialize)");
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    if (!yaml_parser_load(&parser, doc)) {
+        yaml_mark_t mark = parser.problem_mark;
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s%s%s", parser.problem ? parser.problem : "syntax error",
+                 parser.context ? " " : "", parser.context ? parser.context : "");
+        yaml_parser_delete(&parser);
+        return error_at(ctx, mark, "YAML syntax error: %s (hint: check indentation and that every 'key: value' has a space after the colon)", msg);
+    }
+    *has_root = yaml_document_get_root_node(doc) != NULL;
+    if (*has_root) {
+        /* A second document in the stream is refused: one job per file. */
+        yaml_document_t extra;
+        if (!yaml_parser_load(&parser, &extra)) {
+            yaml_mark_t mark = parser.problem_mark;
+            const char *problem = parser.problem ? parser.problem : "syntax error";
+            yaml_document_delete(doc);
+            yaml_parser_delete(&parser);
+            return error_at(ctx, mark, "YAML syntax error: %s", problem);
+        }
+        bool second = yaml_document_get_root_node(&extra) != NULL;
+        yaml_mark_t mark = extra.start_mark;
+        yaml_document_delete(&extra);
+        if (second) {
+            yaml_document_delete(doc);
+            yaml_parser_delete(&parser);
+            return error_at(ctx, mark, "expected one YAML document, found a second one (hint: remove the '---' line)");
+        }
+    }
+    yaml_parser_delete(&parser);
+    return SR_OK;
+}
+
+sr_status sr_config_load_string(sr_config *cfg, const char *text, size_t len, const char *name) {
+    parse_ctx ctx = {name, NULL};
+    yaml_document_t doc;
+    bool has_root = false;
+    sr_status st = load_document(&doc, text, len, &ctx, &has_root);
+    if (st != SR_OK)
+        return st;
+    if (has_root) {
+        yaml_node_t *root = yaml_document_get_root_node(&doc);
+        if (root->type != YAML_MAPPING_NODE && !scalar_is_null(root))
+            st = error_at(&ctx, root->start_mark,
+                          "expected a mapping of sections (model:, train:, ...) at the top level, got %s",
+                          node_kind(root));
+        else if (root->type == YAML_MAPPING_NODE)
+            st = walk_mapping(cfg, &doc, root, "", &ctx);
+        yaml_document_delete(&doc);
+    }
+    if (st == SR_OK) {
+        free(cfg->source);
+        cfg->source = strdup(name);
+    }
+    return st;
+}
+
+sr_status sr_config_load_file(sr_config *cfg, const char *path) {
+    if (!path)
+        return sr_config_load_string(cfg, sr_default_job, sr_default_job_len, "<default job>");
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return sr_error(SR_ERR_NOINPUT, "%s: cannot open job file: %s", path, strerror(errno));
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        fclose(f);
+        return sr_error(SR_ERR_INTERNAL, "out of memory");
+    }
+    for (;;) {
+        size_t n = fread(buf + len, 1, cap - len, f);
+        len += n;
+        if (n == 0)
+            break;
+        if (len == cap) {
+            if (cap >= (size_t)16 << 20) {
+                free(buf);
+                fclose(f);
+                return sr_error(SR_ERR_CONFIG, "%s: job file larger than 16 MiB; expected a small YAML file", path);
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return sr_error(SR_ERR_INTERNAL, "out of memory");
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    int rerr = ferror(f) ? errno : 0;
+    fclose(f);
+    if (rerr) {
+        free(buf);
+        return sr_error(SR_ERR_NOINPUT, "%s: cannot read job file: %s", path, strerror(rerr));
+    }
+    if (memchr(buf, '\0', len)) {
+        free(buf);
+        return sr_error(SR_ERR_CONFIG, "%s: contains a NUL byte; expected a YAML text file", path);
+    }
+    sr_status st = sr_config_load_string(cfg, buf, len, path);
+    free(buf);
+    return st;
+}
+
+sr_status sr_config_set(sr_config *cfg, const char *assignment) {
+    const char *eq = strchr(assignment, '=');
+    if (!eq || eq == assignment)
+        return sr_error(SR_ERR_USAGE, "--set %s: expected key=value, e.g. --set train.lr=3e-4", assignment);
+    char path[512];
+    size_t kl = (size_t)(eq - assignment);
+    if (kl >= sizeof path)
+        return sr_error(SR_ERR_CONFIG, "--set %s: key too long", assignment);
+    memcpy(path, assignment, kl);
+    path[kl] = '\0';
+    parse_ctx ctx = {NULL, assignment};
+    const char *value = eq + 1;
+    yaml_document_t doc;
+    bool has_root = false;
+    sr_status st = load_document(&doc, value, strlen(value), &ctx, &has_root);
+    if (st != SR_OK)
+        return st;
+    yaml_mark_t zero = {0, 0, 0};
+    if (!has_root) {
+        /* "key=" : an empty (null) scalar */
+        yaml_document_initialize(&doc, NULL, NULL, NULL, 0, 0);
+        yaml_document_add_scalar(&doc, NULL, (yaml_char_t *)"", 0, YAML_PLAIN_SCALAR_STYLE);
+    }
+    const char *dot = strrchr(path, '.');
+    char prefix[512] = "";
+    if (dot) {
+        memcpy(prefix, path, (size_t)(dot - path));
+        prefix[dot - path] = '\0';
+    }
+    if (dot && prefix[0] && !is_section(prefix)) {
+        /* Unknown section: suggest from the full key list. */
+        char hint[300] = "";
+        int best = 99;
+        for (int i = 0; i < NKEYS; i++) {
+            int d = edit_distance(path, keys[i].key);
+            if (d < best) {
+                best = d;
+                snprintf(hint, sizeof hint, "%s", keys[i].key);
+            }
+        }
+        yaml_document_delete(&doc);
+        if (best <= 3)
+            return error_at(&ctx, zero, "unknown key '%s'; did you mean '%s'?", path, hint);
+        return error_at(&ctx, zero, "unknown key '%s' (see shardrun config keys)", path);
+    }
+    st = apply_at(cfg, &doc, path, yaml_document_get_root_node(&doc), zero, prefix, dot ? dot + 1 : path, &ctx);
+    yaml_document_delete(&doc);
+    return st;
+}
+
+sr_status sr_config_init(sr_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->origin = calloc(NKEYS, sizeof *cfg->origin);
+    if (!cfg->origin)
+        return sr_error(SR_ERR_INTERNAL, "out of memory");
+    parse_ctx ctx = {"<built-in defaults>", NULL};
+    for (int i = 0; i < NKEYS; i++) {
+        if (!keys[i].def)
+            continue;
+        yaml_document_t doc;
+        bool has_root = false;
+        sr_status st = load_document(&doc, keys[i].def, strlen(keys[i].def), &ctx, &has_root);
+        if (st != SR_OK || !has_root)
+            return sr_error(SR_ERR_INTERNAL, "bad built-in default for %s", keys[i].key);
+        st = set_leaf(cfg, i, &doc, yaml_document_get_root_node(&doc), &ctx);
+        yaml_document_delete(&doc);
+        if (st != SR_OK)
+            return st;
+    }
+    cfg->source = strdup("<built-in defaults>");
+    return SR_OK;
+}
+
+void sr_config_free(sr_config *cfg) {
+    for (int i = 0; i < NKEYS; i++) {
+        const sr_key *k = &keys[i];
+        if (k->type == T_STR) {
+            free(*(char **)field(cfg, k));
+        } else if (k->type == T_STRLIST || k->type == T_SIGLIST) {
+            strlist_free((sr_strlist *)field(cfg, k));
+        }
+        if (cfg->origin) {
+            free(cfg->origin[i].file);
+            free(cfg->origin[i].setarg);
+        }
+    }
+    free(cfg->origin);
+    free(cfg->source);
+    memset(cfg, 0, sizeof *cfg);
+}
+
+/* "file:line:col" of where key `name` was set, or "(default)". */
+static void where_key(const sr_config *cfg, const char *name, char *buf, size_t n) {
+    int ki = key_index(name);
+    const struct sr_key_origin *o = ki >= 0 ? &cfg->origin[ki] : NULL;
+    if (!o || !o->file)
+        snprintf(buf, n, "%s (default)", cfg->source ? cfg->source : "job");
+    else if (o->setarg)
+        snprintf(buf, n, "--set %s", o->setarg);
+    else
+        snprintf(buf, n, "%s:%d:%d", o->file, o->line, o->col);
+}
+
+static bool was_set(const sr_config *cfg, const char *name) {
+    int ki = key_index(name);
+    return ki >= 0 && cfg->origin[ki].file != NULL;
+}
+
+int64_t sr_config_micro_batch(const sr_config *cfg, int dp_ranks) {
+    if (cfg->micro_batch > 0)
+        return cfg->micro_batch;
+    return cfg->batch_size / (dp_ranks > 0 ? dp_ranks : 1);
+}
+
+int64_t sr_config_accum_steps(const sr_config *cfg, int dp_ranks) {
+    int64_t mb = sr_config_micro_batch(cfg, dp_ranks);
+    return cfg->batch_size / (mb * (dp_ranks > 0 ? dp_ranks : 1));
+}
+
+sr_status sr_config_finalize(sr_config *cfg, int dp_ranks) {
+    char w[1200], w2[1200], w3[1200];
+    int p = (int)cfg->model_preset;
+    if (!was_set(cfg, "model.n_layer"))
+        cfg->n_layer = presets[p].n_layer;
+    if (!was_set(cfg, "model.n_head"))
+        cfg->n_head = presets[p].n_head;
+    if (!was_set(cfg, "model.n_embd"))
+        cfg->n_embd = presets[p].n_embd;
+    if (!was_set(cfg, "model.vocab_size"))
+        cfg->vocab_size = presets[p].vocab_size;
+    if (!was_set(cfg, "model.seq_len"))
+        cfg->seq_len = presets[p].seq_len;
+
+    if (cfg->n_embd % cfg->n_head != 0) {
+        where_key(cfg, was_set(cfg, "model.n_embd") ? "model.n_embd" : "model.n_head", w, sizeof w);
+        return sr_error(SR_ERR_CONFIG,
+                        "%s: model.n_embd (%lld) must be divisible by model.n_head (%lld) (hint: try n_head %lld)", w,
+                        (long long)cfg->n_embd, (long long)cfg->n_head,
+                        (long long)(cfg->n_embd % 64 == 0 ? cfg->n_embd / 64 : 1));
+    }
+    if (cfg->min_lr > cfg->lr) {
+        where_key(cfg, was_set(cfg, "train.min_lr") ? "train.min_lr" : "train.lr", w, sizeof w);
+        return sr_error(SR_ERR_CONFIG, "%s: train.min_lr (%g) must not exceed train.lr (%g)", w, cfg->min_lr, cfg->lr);
+    }
+    if (dp_ranks < 1)
+        dp_ranks = 1;
+    int64_t mb = sr_config_micro_batch(cfg, dp_ranks);
+    if (mb < 1 || cfg->batch_size % (mb * dp_ranks) != 0) {
+        where_key(cfg, "train.batch_size", w, sizeof w);
+        where_key(cfg, "train.micro_batch", w2, sizeof w2);
+        return sr_error(SR_ERR_CONFIG,
+                        "%s: train.batch_size (%lld) is not a whole multiple of train.micro_batch (%lld) x "
+                        "data-parallel ranks (%d); micro_batch set at %s (hint: choose batch_size = micro_batch x "
+                        "ranks x accumulation steps)",
+                        w, (long long)cfg->batch_size, (long long)mb, dp_ranks, w2);
+    }
+    if (cfg->eval_every > 0 && cfg->data_train.count > 0 && cfg->data_val.count == 0) {
+        where_key(cfg, "train.eval_every", w3, sizeof w3);
+        return sr_error(SR_ERR_CONFIG,
+                        "%s: train.eval_every is %lld but data.val is empty; expected validation shards when "
+                        "data.train is given (hint: set data.val, or train.eval_every: 0)",
+                        w3, (long long)cfg->eval_every);
+    }
+    if (cfg->blocks_per_unit > cfg->n_layer) {
+        where_key(cfg, "sharding.blocks_per_unit", w, sizeof w);
+        return sr_error(SR_ERR_CONFIG, "%s: sharding.blocks_per_unit (%lld) exceeds model.n_layer (%lld)", w,
+                        (long long)cfg->blocks_per_unit, (long long)cfg->n_layer);
+    }
+    return SR_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Formatting values. */
+
+static void fmt_double(char *buf, size_t n, double v) {
+    /* Shortest form that reads back to the same double. */
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    /* Keep it a YAML float-looking number. */
+    if (!strpbrk(buf, ".eEn"))
+        strncat(buf, ".0", n - strlen(buf) - 1);
+}
+
+static void fmt_yaml_string(char *buf, size_t n, const char *s) {
+    size_t used = 0;
+    buf[used++] = '"';
+    for (; *s && used + 8 < n; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            buf[used++] = '\\';
+            buf[used++] = (char)c;
+        } else if (c < 0x20) {
+            used += (size_t)snprintf(buf + used, n - used, "\\x%02x", c);
+        } else {
+            buf[used++] = (char)c;
+        }
+    }
+    buf[used++] = '"';
+    buf[used] = '\0';
+}
+
+static void fmt_value(const sr_config *cfg, const sr_key *k, char *buf, size_t n) {
+    const void *f = cfield(cfg, k);
+    switch (k->type) {
+    case T_INT:
+        snprintf(buf, n, "%lld", (long long)*(const int64_t *)f);
+        break;
+    case T_FLOAT:
+        fmt_double(buf, n, *(const double *)f);
+        break;
+    case T_BOOL:
+        snprintf(buf, n, "%s", *(const bool *)f ? "true" : "false");
+        break;
+    case T_STR:
+        fmt_yaml_string(buf, n, *(char *const *)f ? *(char *const *)f : "");
+        break;
+    case T_ENUM:
+        snprintf(buf, n, "%s", k->names[*(const int64_t *)f]);
+        break;
+    case T_RESHARD: {
+        int64_t v = *(const int64_t *)f;
+        if (v == SR_RESHARD_TRUE)
+            snprintf(buf, n, "true");
+        else if (v == SR_RESHARD_FALSE)
+            snprintf(buf, n, "false");
+        else
+            snprintf(buf, n, "%lld", (long long)v);
+        break;
+    }
+    case T_STRLIST:
+    case T_SIGLIST: {
+        const sr_strlist *l = f;
+        if (k->type == T_STRLIST && l->count == 0) {
+            snprintf(buf, n, "\"\"");
+            break;
+        }
+        size_t used = (size_t)snprintf(buf, n, "[");
+        for (int i = 0; i < l->count && used < n; i++) {
+            char item[4200];
+            if (k->type == T_SIGLIST)
+                snprintf(item, sizeof item, "%s", l->items[i]);
+            else
+                fmt_yaml_string(item, sizeof item, l->items[i]);
+            used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? ", " : "", item);
+        }
+        if (used < n)
+            snprintf(buf + used, n - used, "]");
+        break;
+    }
+    }
+}
+
+const char *sr_config_enum_name(const char *key, int64_t value) {
+    int ki = key_index(key);
+    if (ki < 0 || keys[ki].type != T_ENUM)
+        return "?";
+    return keys[ki].names[value];
+}
+
+sr_status sr_config_check_landed(const sr_config *cfg) {
+    sr_config def;
+    sr_status st = sr_config_init(&def);
+    if (st != SR_OK)
+        return st;
+    for (int i = 0; i < NKEYS; i++) {
+        if (keys[i].landed || !cfg->origin[i].file)
+            continue;
+        char a[8192], b[8192];
+        fmt_value(cfg, &keys[i], a, sizeof a);
+        fmt_value(&def, &keys[i], b, sizeof b);
+        if (strcmp(a, b) != 0) {
+            char w[1200];
+            where_key(cfg, keys[i].key, w, sizeof w);
+            sr_config_free(&def);
+            return sr_error(SR_ERR_CONFIG,
+                            "%s: %s: %s is not implemented yet in this version; only the default (%s) is accepted",
+                            w, keys[i].key, a, b);
+        }
+    }
+    sr_config_free(&def);
+    return SR_OK;
+}
+
+void sr_config_show(const sr_config *cfg, FILE *out) {
+    fprintf(out, "# effective shardrun job (from %s); every default filled in\n", cfg->source ? cfg->source : "?");
+    const char *prev = "";
+    for (int i = 0; i < NKEYS; i++) {
+        const char *k = keys[i].key;
+        /* Open every section level that differs from the previous key. */
+        int depth = 0;
+        const char *a = k, *b = prev;
+        /* number of common leading section components */
+        for (;;) {
+            const char *da = strchr(a, '.'), *db = strchr(b, '.');
+            if (!da || !db || da - a != db - b || strncmp(a, b, (size_t)(da - a)) != 0)
+                break;
+            depth++;
+            a = da + 1;
+            b = db + 1;
+        }
+        const char *comp = a;
+        for (;;) {
+            const char *dot = strchr(comp, '.');
+            if (!dot)
+                break;
+            fprintf(out, "%*s%.*s:\n", depth * 2, "", (int)(dot - comp), comp);
+            depth++;
+            comp = dot + 1;
+        }
+        char v[8192];
+        fmt_value(cfg, &keys[i], v, sizeof v);
+        fprintf(out, "%*s%s: %s\n", depth * 2, "", comp, v);
+        prev = k;
+    }
+}
+
+static void fmt_default(const sr_key *k, char *buf, size_t n) {
+    if (!k->def)
+        snprintf(buf, n, "from model.preset");
+    else
+        snprintf(buf, n, "%s", k->def);
+}
+
+static const char *type_name(const sr_key *k, char *buf, size_t n) {
+    switch (k->type) {
+    case T_INT:
+        if (k->max >= I64MAX)
+            snprintf(buf, n, "integer >= %.0f", k->min);
+        else
+            snprintf(buf, n, "integer %.0f..%.0f", k->min, k->max);
+        break;
+    case T_FLOAT:
+        snprintf(buf, n, "number %g..%g", k->min, k->max);
+        break;
+    case T_BOOL:
+        snprintf(buf, n, "true | false");
+        break;
+    case T_STR:
+        snprintf(buf, n, "string");
+        break;
+    case T_ENUM: {
+        size_t used = 0;
+        buf[0] = '\0';
+        for (int i = 0; k->names[i] && used < n; i++)
+            used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? " | " : "", k->names[i]);
+        break;
+    }
+    case T_RESHARD:
+        snprintf(buf, n, "true | false | N >= 2");
+        break;
+    case T_STRLIST:
+        snprintf(buf, n, "path | glob | list");
+        break;
+    case T_SIGLIST:
+        snprintf(buf, n, "list of signal names");
+        break;
+    }
+    return buf;
+}
+
+void sr_config_keys(FILE *out, bool mdoc) {
+    char t[512], d[512];
+    if (mdoc) {
+        fprintf(out, ".\\\" Generated by 'shardrun config keys --mdoc' from the schema in src/config.c.\n");
+        fprintf(out, ".Bl -tag -width Ds\n");
+    }
+    for (int i = 0; i < NKEYS; i++) {
+        const sr_key *k = &keys[i];
+        type_name(k, t, sizeof t);
+        fmt_default(k, d, sizeof d);
+        if (mdoc) {
+            fprintf(out, ".It Cm %s Pq %s; default: %s\n", k->key, t, d);
+            /* mdoc: a line starting with a dot or quote would be a request */
+            fprintf(out, "%s%s%s\n", k->doc[0] == '.' || k->doc[0] == '\'' ? "\\&" : "", k->doc,
+                    k->landed ? "." : ".\nA non-default value is refused as not implemented yet.");
+        } else {
+            fprintf(out, "%-40s %-28s default %s\n    %s%s\n", k->key, t, d, k->doc,
+                    k->landed ? "" : " [not implemented yet: only the default is accepted]");
+        }
+    }
+    if (mdoc)
+        fprintf(out, ".El\n");
+}

@@ -1,0 +1,121 @@
+/* config.h — the job file: one schema table, the parsed configuration, and
+ * validation.
+ *
+ * config owns the `sr_key` schema (every key of DESIGN §7 with its type,
+ * default, range and documentation).  That single table drives YAML parsing,
+ * defaults, `--set` overrides, `shardrun config show`, `shardrun config keys`
+ * and the KEYS section of shardrun.yaml(5).  Every error names the file,
+ * line and column (1-based) where there is one, what was expected, and a
+ * hint, and returns SR_ERR_CONFIG. */
+#ifndef SR_CONFIG_H
+#define SR_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "status.h"
+
+enum { SR_SCHED_COSINE, SR_SCHED_LINEAR, SR_SCHED_CONSTANT };
+enum { SR_BACKEND_AUTO, SR_BACKEND_TCP, SR_BACKEND_NCCL };
+enum { SR_DTYPE_FP32, SR_DTYPE_BF16 };
+enum { SR_GRADSYNC_PER_STEP, SR_GRADSYNC_PER_MICRO_BATCH };
+enum { SR_REQUEUE_EXIT, SR_REQUEUE_SCONTROL };
+enum { SR_PRESET_TINY, SR_PRESET_GPT2_124M, SR_PRESET_GPT2_350M, SR_PRESET_GPT2_774M, SR_PRESET_GPT2_1_5B };
+
+/* reshard_after_forward values: true, false, or N >= 2. */
+#define SR_RESHARD_TRUE (-1)
+#define SR_RESHARD_FALSE 0
+
+/* A list of strings (data paths or globs, signal names). */
+typedef struct {
+    char **items;
+    int count;
+} sr_strlist;
+
+typedef struct {
+    /* model */
+    int64_t model_preset;
+    int64_t n_layer, n_head, n_embd, vocab_size, seq_len;
+    /* train */
+    int64_t steps, batch_size, micro_batch;
+    double lr;
+    int64_t warmup_steps, schedule;
+    double min_lr, weight_decay, beta1, beta2, eps, grad_clip;
+    int64_t seed, eval_every, eval_batches;
+    /* data */
+    sr_strlist data_train, data_val;
+    /* log */
+    int64_t log_every;
+    char *log_metrics;
+    /* threads */
+    int64_t threads;
+    /* comm */
+    int64_t comm_backend;
+    double comm_timeout_s;
+    char *comm_interface;
+    /* sharding */
+    int64_t blocks_per_unit;
+    int64_t reshard_blocks, reshard_root;
+    int64_t param_dtype, reduce_dtype;
+    int64_t mesh_shard, mesh_replicate;
+    int64_t prefetch_forward, prefetch_backward;
+    int64_t grad_sync;
+    bool offload_params, offload_grads, offload_optimizer, pin_memory;
+    /* checkpoint */
+    char *ckpt_dir;
+    int64_t ckpt_every_steps;
+    double ckpt_every_minutes;
+    int64_t ckpt_keep, ckpt_keep_every;
+    char *ckpt_resume;
+    /* preemption */
+    sr_strlist preempt_signals;
+    int64_t preempt_requeue, preempt_exit_status;
+
+    /* Where the job came from ("<default job>" for the embedded one). */
+    char *source;
+    /* Private: where each key was last set (file, line, column). */
+    struct sr_key_origin *origin;
+} sr_config;
+
+/* Fills `cfg` with every default.  Returns SR_OK or SR_ERR_INTERNAL (out of
+ * memory).  Free with sr_config_free(). */
+sr_status sr_config_init(sr_config *cfg);
+void sr_config_free(sr_config *cfg);
+
+/* Parses a YAML job file over the defaults in `cfg`.  `path` NULL means the
+ * embedded default job.  Returns SR_ERR_NOINPUT when the file cannot be read,
+ * SR_ERR_CONFIG for any syntax, key, type or range error. */
+sr_status sr_config_load_file(sr_config *cfg, const char *path);
+/* Parses YAML text; `name` is used in messages. */
+sr_status sr_config_load_string(sr_config *cfg, const char *text, size_t len, const char *name);
+/* Applies one `--set key=value` override.  A missing '=' is SR_ERR_USAGE; a
+ * bad key or value SR_ERR_CONFIG.  The value is parsed as YAML. */
+sr_status sr_config_set(sr_config *cfg, const char *assignment);
+/* Resolves the model preset into explicit dimensions (explicit keys win) and
+ * checks every cross-field rule.  `dp_ranks` is the number of data-parallel
+ * ranks the batch is split over.  Returns SR_ERR_CONFIG naming the keys. */
+sr_status sr_config_finalize(sr_config *cfg, int dp_ranks);
+/* Refuses non-default values of keys whose feature has not landed yet
+ * ("not implemented yet", SR_ERR_CONFIG). */
+sr_status sr_config_check_landed(const sr_config *cfg);
+
+/* Writes the effective configuration as YAML that sr_config_load_* accepts. */
+void sr_config_show(const sr_config *cfg, FILE *out);
+/* Writes the schema: "text" as a table, "mdoc" as a man page section. */
+void sr_config_keys(FILE *out, bool mdoc);
+
+/* The number of sequences each rank processes per forward pass and the
+ * gradient-accumulation steps (valid after sr_config_finalize). */
+int64_t sr_config_micro_batch(const sr_config *cfg, int dp_ranks);
+int64_t sr_config_accum_steps(const sr_config *cfg, int dp_ranks);
+
+/* Names of enum values, for logs. */
+const char *sr_config_enum_name(const char *key, int64_t value);
+
+/* The embedded default job (etc/shardrun.yaml). */
+extern const char sr_default_job[];
+extern const size_t sr_default_job_len;
+
+#endif

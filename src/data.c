@@ -1,0 +1,390 @@
+/* data.c — shard reading (mmap), validation, the seeded global order and
+ * `data prepare`.  See data.h for the formats and the order contract. */
+#include "data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rng.h"
+
+typedef struct {
+    char *path;
+    void *map;           /* whole file mapping (NULL for the embedded corpus) */
+    size_t map_len;
+    const void *tokens;  /* first token */
+    int tok_bytes;       /* 1 (embedded bytes), 2 or 4 */
+    uint64_t ntok;
+    uint64_t nwin;       /* windows of T+1 tokens: (ntok - 1) / T */
+    uint64_t first_win;  /* global index of this shard's first window */
+} shard;
+
+struct sr_data {
+    shard *shards;
+    int nshards;
+    int T;
+    uint64_t nwin, ntok;
+    char desc[512];
+};
+
+static void data_free(sr_data *d) {
+    if (!d)
+        return;
+    for (int i = 0; i < d->nshards; i++) {
+        if (d->shards[i].map)
+            munmap(d->shards[i].map, d->shards[i].map_len);
+        free(d->shards[i].path);
+    }
+    free(d->shards);
+    free(d);
+}
+
+void sr_data_close(sr_data *d) { data_free(d); }
+
+static sr_status add_shard(sr_data *d, const char *path, int64_t vocab) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return sr_error(SR_ERR_NOINPUT, "%s: cannot open data file: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return sr_error(SR_ERR_NOINPUT, "%s: not a regular file; expected an llm.c token shard", path);
+    }
+    size_t len = (size_t)st.st_size;
+    const size_t header_bytes = SR_DATA_HEADER_INTS * sizeof(int32_t);
+    if (len < header_bytes) {
+        close(fd);
+        return sr_error(SR_ERR_DATA,
+                        "%s: %zu bytes is shorter than the 1024-byte llm.c header (truncated?) (hint: make shards with "
+                        "shardrun data prepare)",
+                        path, len);
+    }
+    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED)
+        return sr_error(SR_ERR_NOINPUT, "%s: cannot map data file: %s", path, strerror(errno));
+    const int32_t *h = map;
+    int tok_bytes = 0;
+    if (h[0] == SR_DATA_MAGIC_U16 && h[1] == 1)
+        tok_bytes = 2;
+    else if (h[0] == SR_DATA_MAGIC_U32 && (h[1] == 7 || h[1] == 1))
+        tok_bytes = 4;
+    if (!tok_bytes) {
+        munmap(map, len);
+        if (h[0] == SR_DATA_MAGIC_U16 || h[0] == SR_DATA_MAGIC_U32)
+            return sr_error(SR_ERR_DATA, "%s: unsupported version %d for magic %d; expected version %s", path, h[1],
+                            h[0], h[0] == SR_DATA_MAGIC_U16 ? "1" : "7");
+        return sr_error(SR_ERR_DATA,
+                        "%s: bad magic %d; expected %d (uint16 tokens) or %d (uint32 tokens), the llm.c shard "
+                        "formats (hint: make shards with shardrun data prepare)",
+                        path, h[0], SR_DATA_MAGIC_U16, SR_DATA_MAGIC_U32);
+    }
+    if (h[2] < 0) {
+        munmap(map, len);
+        return sr_error(SR_ERR_DATA, "%s: negative token count %d in the header", path, h[2]);
+    }
+    uint64_t ntok = (uint64_t)(uint32_t)h[2];
+    uint64_t want = header_bytes + ntok * (uint64_t)tok_bytes;
+    if ((uint64_t)len != want) {
+        munmap(map, len);
+        return sr_error(SR_ERR_DATA, "%s: header says %llu tokens (%llu bytes) but the file has %zu bytes%s", path,
+                        (unsigned long long)ntok, (unsigned long long)want, len,
+                        (uint64_t)len < want ? " (truncated)" : " (trailing bytes)");
+    }
+    const unsigned char *toks = (const unsigned char *)map + header_bytes;
+    /* Check every token once, here, so a bad token can never reach training. */
+    uint64_t bad_at = UINT64_MAX;
+    uint32_t bad_tok = 0;
+    if (tok_bytes == 2) {
+        const uint16_t *t = (const uint16_t *)toks;
+        for (uint64_t i = 0; i < ntok; i++)
+            if ((int64_t)t[i] >= vocab) {
+                bad_at = i;
+                bad_tok = t[i];
+                break;
+            }
+    } else {
+        const uint32_t *t = (const uint32_t *)toks;
+        for (uint64_t i = 0; i < ntok; i++)
+            if ((int64_t)t[i] >= vocab) {
+                bad_at = i;
+                bad_tok = t[i];
+                break;
+            }
+    }
+    if (bad_at != UINT64_MAX) {
+        munmap(map, len);
+        return sr_error(SR_ERR_DATA,
+                        "%s: token %u at position %llu is >= model.vocab_size %lld (hint: the shard was made for a "
+                        "larger vocabulary; set model.vocab_size or use matching shards)",
+                        path, bad_tok, (unsigned long long)bad_at, (long long)vocab);
+    }
+    shard *ns = realloc(d->shards, ((size_t)d->nshards + 1) * sizeof *ns);
+    if (!ns) {
+        munmap(map, len);
+        return sr_error(SR_ERR_INTERNAL, "out of memory");
+    }
+    d->shards = ns;
+    shard *s = &d->shards[d->nshards++];
+    memset(s, 0, sizeof *s);
+    s->path = strdup(path);
+    s->map = map;
+    s->map_len = len;
+    s->tokens = toks;
+    s->tok_bytes = tok_bytes;
+    s->ntok = ntok;
+    return SR_OK;
+}
+
+static sr_status finish(sr_data *d, const char *what) {
+    uint64_t w = 0, n = 0;
+    for (int i = 0; i < d->nshards; i++) {
+        shard *s = &d->shards[i];
+        s->nwin = s->ntok > 0 ? (s->ntok - 1) / (uint64_t)d->T : 0;
+        s->first_win = w;
+        w += s->nwin;
+        n += s->ntok;
+    }
+    d->nwin = w;
+    d->ntok = n;
+    if (w == 0)
+        return sr_error(SR_ERR_DATA,
+                        "%s: %llu tokens in all is fewer than model.seq_len + 1 = %d; expected at least one "
+                        "sequence (hint: use more data or a smaller seq_len)",
+                        what, (unsigned long long)n, d->T + 1);
+    snprintf(d->desc, sizeof d->desc, "%s: %d shard%s, %llu tokens, %llu sequences of %d", what, d->nshards,
+             d->nshards == 1 ? "" : "s", (unsigned long long)n, (unsigned long long)w, d->T);
+    return SR_OK;
+}
+
+sr_status sr_data_open(sr_data **out, const sr_strlist *paths, int T, int64_t vocab) {
+    *out = NULL;
+    sr_data *d = calloc(1, sizeof *d);
+    if (!d)
+        return sr_error(SR_ERR_INTERNAL, "out of memory");
+    d->T = T;
+    for (int i = 0; i < paths->count; i++) {
+        const char *p = paths->items[i];
+        glob_t g;
+        int rc = glob(p, GLOB_ERR, NULL, &g);
+        if (rc == GLOB_NOMATCH) {
+            data_free(d);
+            return sr_error(SR_ERR_NOINPUT, "%s: no such data file (no file matches)", p);
+        }
+        if (rc != 0) {
+            data_free(d);
+            return sr_error(SR_ERR_NOINPUT, "%s: cannot read: %s", p, strerror(errno));
+        }
+        for (size_t j = 0; j < g.gl_pathc; j++) {
+            sr_status st = add_shard(d, g.gl_pathv[j], vocab);
+            if (st != SR_OK) {
+                globfree(&g);
+                data_free(d);
+                return st;
+            }
+        }
+        globfree(&g);
+    }
+    char what[256];
+    snprintf(what, sizeof what, "%s%s", paths->count ? paths->items[0] : "data", paths->count > 1 ? ", ..." : "");
+    sr_status st = finish(d, what);
+    if (st != SR_OK) {
+        data_free(d);
+        return st;
+    }
+    *out = d;
+    return SR_OK;
+}
+
+sr_status sr_data_open_embedded(sr_data **out, int part, int T, int64_t vocab) {
+    *out = NULL;
+    if (vocab < 256)
+        return sr_error(SR_ERR_CONFIG,
+                        "the embedded corpus is byte-level and needs model.vocab_size >= 256, not %lld (hint: set "
+                        "data.train to shards for your vocabulary)",
+                        (long long)vocab);
+    sr_data *d = calloc(1, sizeof *d);
+    shard *s = calloc(1, sizeof *s);
+    if (!d || !s) {
+        free(d);
+        free(s);
+        return sr_error(SR_ERR_INTERNAL, "out of memory");
+    }
+    d->T = T;
+    d->shards = s;
+    d->nshards = 1;
+    size_t split = sr_corpus_size / 10 * 9;
+    s->path = strdup(part == SR_DATA_TRAIN ? "<embedded corpus, train>" : "<embedded corpus, val>");
+    s->tok_bytes = 1;
+    s->tokens = part == SR_DATA_TRAIN ? sr_corpus_data : sr_corpus_data + split;
+    s->ntok = part == SR_DATA_TRAIN ? split : sr_corpus_size - split;
+    sr_status st = finish(d, s->path);
+    if (st != SR_OK) {
+        data_free(d);
+        return st;
+    }
+    *out = d;
+    return SR_OK;
+}
+
+uint64_t sr_data_windows(const sr_data *d) { return d->nwin; }
+uint64_t sr_data_tokens(const sr_data *d) { return d->ntok; }
+const char *sr_data_describe(const sr_data *d) { return d->desc; }
+
+/* A seeded permutation of [0, n) evaluated per index: a 4-round Feistel
+ * network on the smallest even-bit domain >= n, with cycle walking to stay
+ * below n.  Hand-written because no library here offers index-addressable
+ * permutations, which the global cursor needs (O(1) memory, any index). */
+static uint64_t permute(uint64_t x, uint64_t n, uint64_t seed, uint64_t epoch) {
+    if (n <= 1)
+        return 0;
+    int bits = 2;
+    while (bits < 64 && ((uint64_t)1 << bits) < n)
+        bits += 2;
+    int half = bits / 2;
+    uint64_t mask = ((uint64_t)1 << half) - 1;
+    do {
+        uint64_t l = x >> half, r = x & mask;
+        for (int round = 0; round < 4; round++) {
+            uint64_t f = sr_rng_u64(seed, 0x5eed0000ULL + epoch * 8 + (uint64_t)round, r) & mask;
+            uint64_t nl = r, nr = l ^ f;
+            l = nl;
+            r = nr;
+        }
+        x = (l << half) | r;
+    } while (x >= n);
+    return x;
+}
+
+uint64_t sr_data_window_of(const sr_data *d, uint64_t i, bool shuffle, uint64_t seed) {
+    uint64_t epoch = i / d->nwin, j = i % d->nwin;
+    return shuffle ? permute(j, d->nwin, seed, epoch) : j;
+}
+
+static uint32_t token_at(const shard *s, uint64_t i) {
+    switch (s->tok_bytes) {
+    case 1:
+        return ((const unsigned char *)s->tokens)[i];
+    case 2: {
+        uint16_t v;
+        memcpy(&v, (const unsigned char *)s->tokens + 2 * i, 2);
+        return v;
+    }
+    default: {
+        uint32_t v;
+        memcpy(&v, (const unsigned char *)s->tokens + 4 * i, 4);
+        return v;
+    }
+    }
+}
+
+void sr_data_batch(const sr_data *d, uint64_t first, int count, bool shuffle, uint64_t seed, int *inputs,
+                   int *targets) {
+    int T = d->T;
+    for (int b = 0; b < count; b++) {
+        uint64_t w = sr_data_window_of(d, first + (uint64_t)b, shuffle, seed);
+        /* binary search the shard holding window w */
+        int lo = 0, hi = d->nshards - 1;
+        while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            if (d->shards[mid].first_win <= w)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        const shard *s = &d->shards[lo];
+        uint64_t start = (w - s->first_win) * (uint64_t)T;
+        for (int t = 0; t < T; t++) {
+            inputs[(size_t)b * T + t] = (int)token_at(s, start + t);
+            targets[(size_t)b * T + t] = (int)token_at(s, start + t + 1);
+        }
+    }
+}
+
+sr_status sr_data_prepare(const char *out, char *const *files, int nfiles, uint64_t *tokens_written) {
+    *tokens_written = 0;
+    if (nfiles < 1)
+        return sr_error(SR_ERR_USAGE, "data prepare: expected at least one input FILE");
+    /* Check every input first: a missing one must leave nothing on disk. */
+    uint64_t total = 0;
+    for (int i = 0; i < nfiles; i++) {
+        struct stat st;
+        if (stat(files[i], &st) != 0)
+            return sr_error(SR_ERR_NOINPUT, "%s: cannot read input: %s", files[i], strerror(errno));
+        if (S_ISDIR(st.st_mode))
+            return sr_error(SR_ERR_NOINPUT, "%s: is a directory; expected a text file", files[i]);
+        if (access(files[i], R_OK) != 0)
+            return sr_error(SR_ERR_NOINPUT, "%s: cannot read input: %s", files[i], strerror(errno));
+        total += (uint64_t)st.st_size;
+    }
+    if (total > INT32_MAX)
+        return sr_error(SR_ERR_DATA, "inputs hold %llu bytes; one shard holds at most %d tokens (hint: prepare several shards)",
+                        (unsigned long long)total, INT32_MAX);
+    size_t olen = strlen(out);
+    char *tmp = malloc(olen + 32);
+    if (!tmp)
+        return sr_error(SR_ERR_INTERNAL, "out of memory");
+    snprintf(tmp, olen + 32, "%s.tmp.%ld", out, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        sr_status st = sr_error(SR_ERR_CANTCREAT, "%s: cannot create output: %s", out, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    sr_status st = SR_OK;
+    int32_t header[SR_DATA_HEADER_INTS] = {SR_DATA_MAGIC_U16, 1, 0};
+    uint64_t count = 0;
+    unsigned char in[1 << 16];
+    uint16_t tok[1 << 16];
+    if (pwrite(fd, header, sizeof header, 0) != (ssize_t)sizeof header)
+        st = sr_error(SR_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+    off_t pos = sizeof header;
+    for (int i = 0; i < nfiles && st == SR_OK; i++) {
+        FILE *f = fopen(files[i], "rb");
+        if (!f) {
+            st = sr_error(SR_ERR_NOINPUT, "%s: cannot read input: %s", files[i], strerror(errno));
+            break;
+        }
+        size_t n;
+        while ((n = fread(in, 1, sizeof in, f)) > 0) {
+            for (size_t j = 0; j < n; j++)
+                tok[j] = in[j];
+            if (count + n > INT32_MAX) {
+                st = sr_error(SR_ERR_DATA, "inputs grew past %d tokens while reading", INT32_MAX);
+                break;
+            }
+            size_t bytes = n * sizeof(uint16_t);
+            if (pwrite(fd, tok, bytes, pos) != (ssize_t)bytes) {
+                st = sr_error(SR_ERR_IO, "%s: write failed: %s", out, strerror(errno ? errno : ENOSPC));
+                break;
+            }
+            pos += (off_t)bytes;
+            count += n;
+        }
+        if (st == SR_OK && ferror(f))
+            st = sr_error(SR_ERR_NOINPUT, "%s: read error", files[i]);
+        fclose(f);
+    }
+    if (st == SR_OK) {
+        header[2] = (int32_t)count;
+        if (pwrite(fd, header, sizeof header, 0) != (ssize_t)sizeof header || fsync(fd) != 0)
+            st = sr_error(SR_ERR_IO, "%s: write failed: %s", out, strerror(errno));
+    }
+    if (close(fd) != 0 && st == SR_OK)
+        st = sr_error(SR_ERR_IO, "%s: close failed: %s", out, strerror(errno));
+    if (st == SR_OK && rename(tmp, out) != 0)
+        st = sr_error(SR_ERR_CANTCREAT, "%s: cannot create output: %s", out, strerror(errno));
+    if (st != SR_OK)
+        unlink(tmp);
+    free(tmp);
+    if (st == SR_OK)
+        *tokens_written = count;
+    return st;
+}

@@ -1,0 +1,235 @@
+/* main.c — the command line (getopt_long) and the only place that exits.
+ *
+ * Commands: train, config check|show|keys, data prepare; --help, --version.
+ * Every failure is one message on stderr and an exit status from the
+ * sysexits table in status.h (DESIGN §7). */
+#include "srconfig.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "data.h"
+#include "status.h"
+#include "train.h"
+
+static const char usage_text[] =
+    "usage: shardrun train [JOB.yaml] [--set KEY=VALUE]...\n"
+    "       shardrun config check JOB.yaml [--set KEY=VALUE]...\n"
+    "       shardrun config show [JOB.yaml] [--set KEY=VALUE]...\n"
+    "       shardrun config keys [--mdoc]\n"
+    "       shardrun data prepare [-o OUT] FILE...\n"
+    "       shardrun --help | --version\n"
+    "\n"
+    "Train a GPT-2 style transformer with fully sharded data parallelism.\n"
+    "\n"
+    "commands:\n"
+    "  train           train per JOB.yaml (without one: the embedded default job)\n"
+    "  config check    validate a job file; exit 0 when it is valid\n"
+    "  config show     print the effective job with every default filled in\n"
+    "  config keys     list every job-file key with type, default and meaning\n"
+    "  data prepare    turn text files into a byte-level llm.c token shard\n"
+    "\n"
+    "options:\n"
+    "  -s, --set KEY=VALUE   override a job-file key (VALUE is YAML), repeatable\n"
+    "  -o, --output OUT      data prepare: output shard (default: data.bin)\n"
+    "      --mdoc            config keys: print the list as an mdoc section\n"
+    "  -h, --help            print this help and exit\n"
+    "  -V, --version         print the version and exit\n"
+    "\n"
+    "exit status: 0 done, 1 training failed, 64 usage, 65 bad data or checkpoint,\n"
+    "66 missing input, 69 peer failed, 70 internal, 73 cannot create output,\n"
+    "74 I/O error, 75 preempted (run again), 78 bad job file or launch.\n"
+    "See shardrun(1) and shardrun.yaml(5).\n";
+
+enum { OPT_MDOC = 1000 };
+
+static const struct option long_options[] = {
+    {"set", required_argument, NULL, 's'},  {"output", required_argument, NULL, 'o'},
+    {"mdoc", no_argument, NULL, OPT_MDOC},  {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},    {NULL, 0, NULL, 0},
+};
+
+typedef struct {
+    char **sets;
+    int nsets;
+    const char *output;
+    bool mdoc;
+    char **args; /* positional arguments after the command words */
+    int nargs;
+} cli;
+
+static int fail(sr_status st) {
+    const char *msg = sr_error_message();
+    sr_log_error("%s", msg[0] ? msg : sr_status_str(st));
+    if (st == SR_ERR_USAGE)
+        fputs("Try 'shardrun --help'.\n", stderr);
+    return sr_status_exit_code(st);
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+    char buf[512];
+    snprintf(buf, sizeof buf, fmt, arg);
+    return fail(sr_error(SR_ERR_USAGE, "%s", buf));
+}
+
+/* Parses options after the command words; positional arguments collected. */
+static int parse_options(int argc, char **argv, cli *c) {
+    memset(c, 0, sizeof *c);
+    c->sets = calloc((size_t)argc + 1, sizeof *c->sets);
+    c->args = calloc((size_t)argc + 1, sizeof *c->args);
+    if (!c->sets || !c->args)
+        return fail(sr_error(SR_ERR_INTERNAL, "out of memory"));
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, ":s:o:hV", long_options, NULL)) != -1) {
+        switch (ch) {
+        case 's':
+            c->sets[c->nsets++] = optarg;
+            break;
+        case 'o':
+            c->output = optarg;
+            break;
+        case OPT_MDOC:
+            c->mdoc = true;
+            break;
+        case 'h':
+            fputs(usage_text, stdout);
+            exit(0);
+        case 'V':
+            printf("shardrun %s\n", PACKAGE_VERSION);
+            exit(0);
+        case ':':
+            return usage_error("option '%s' needs an argument", argv[optind - 1]);
+        default:
+            return usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    for (int i = optind; i < argc; i++)
+        c->args[c->nargs++] = argv[i];
+    return 0;
+}
+
+static void cli_free(cli *c) {
+    free(c->sets);
+    free(c->args);
+}
+
+/* Loads the job (file or embedded), applies --set, finalizes and refuses
+ * features that have not landed.  Returns an exit code (0 on success). */
+static int load_job(sr_config *cfg, const char *path, const cli *c) {
+    sr_status st = sr_config_init(cfg);
+    if (st == SR_OK)
+        st = sr_config_load_file(cfg, path);
+    for (int i = 0; st == SR_OK && i < c->nsets; i++)
+        st = sr_config_set(cfg, c->sets[i]);
+    if (st == SR_OK)
+        st = sr_config_finalize(cfg, 1);
+    if (st == SR_OK)
+        st = sr_config_check_landed(cfg);
+    return st == SR_OK ? 0 : fail(st);
+}
+
+static int cmd_train(const cli *c) {
+    if (c->nargs > 1)
+        return usage_error("train: expected at most one job file, got extra argument '%s'", c->args[1]);
+    sr_config cfg;
+    int rc = load_job(&cfg, c->nargs ? c->args[0] : NULL, c);
+    if (rc == 0) {
+        sr_status st = sr_train_run(&cfg, NULL);
+        rc = st == SR_OK ? 0 : fail(st);
+    }
+    sr_config_free(&cfg);
+    return rc;
+}
+
+static int cmd_config(const char *sub, const cli *c) {
+    if (strcmp(sub, "keys") == 0) {
+        if (c->nargs)
+            return usage_error("config keys: unexpected argument '%s'", c->args[0]);
+        sr_config_keys(stdout, c->mdoc);
+        return 0;
+    }
+    bool check = strcmp(sub, "check") == 0;
+    if (!check && strcmp(sub, "show") != 0)
+        return usage_error("config: unknown subcommand '%s'; expected check, show or keys", sub);
+    if (check && c->nargs != 1)
+        return usage_error("%s", "config check: expected exactly one JOB.yaml");
+    if (c->nargs > 1)
+        return usage_error("config show: expected at most one job file, got extra argument '%s'", c->args[1]);
+    sr_config cfg;
+    int rc = load_job(&cfg, c->nargs ? c->args[0] : NULL, c);
+    if (rc == 0) {
+        if (check)
+            printf("%s: OK\n", c->args[0]);
+        else
+            sr_config_show(&cfg, stdout);
+    }
+    sr_config_free(&cfg);
+    return rc;
+}
+
+static int cmd_data(const char *sub, const cli *c) {
+    if (strcmp(sub, "prepare") != 0)
+        return usage_error("data: unknown subcommand '%s'; expected prepare", sub);
+    if (c->nargs < 1)
+        return usage_error("%s", "data prepare: expected at least one input FILE");
+    const char *out = c->output ? c->output : "data.bin";
+    uint64_t n = 0;
+    sr_status st = sr_data_prepare(out, c->args, c->nargs, &n);
+    if (st != SR_OK)
+        return fail(st);
+    fprintf(stderr, "shardrun: wrote %s: %llu tokens (byte-level, vocabulary 256, uint16 llm.c shard)\n", out,
+            (unsigned long long)n);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    /* A write to a closed pipe is an I/O error to report, not a silent death. */
+    signal(SIGPIPE, SIG_IGN);
+    if (argc < 2) {
+        fputs(usage_text, stderr);
+        return sr_status_exit_code(SR_ERR_USAGE);
+    }
+    /* Global options before any command. */
+    const char *cmd = argv[1];
+    if (cmd[0] == '-') {
+        cli c;
+        int rc = parse_options(argc, argv, &c);
+        cli_free(&c);
+        if (rc)
+            return rc;
+        return usage_error("%s", "expected a command: train, config or data");
+    }
+    int words = 1; /* command words consumed */
+    const char *sub = NULL;
+    if (strcmp(cmd, "config") == 0 || strcmp(cmd, "data") == 0) {
+        if (argc < 3 || argv[2][0] == '-') {
+            if (argc >= 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+                fputs(usage_text, stdout);
+                return 0;
+            }
+            return usage_error("%s: expected a subcommand", cmd);
+        }
+        sub = argv[2];
+        words = 2;
+    } else if (strcmp(cmd, "train") != 0) {
+        return usage_error("unknown command '%s'; expected train, config or data", cmd);
+    }
+    cli c;
+    int rc = parse_options(argc - words, argv + words, &c);
+    if (rc == 0) {
+        if (strcmp(cmd, "train") == 0)
+            rc = cmd_train(&c);
+        else if (strcmp(cmd, "config") == 0)
+            rc = cmd_config(sub, &c);
+        else
+            rc = cmd_data(sub, &c);
+    }
+    cli_free(&c);
+    return rc;
+}

@@ -1,0 +1,335 @@
+/* model.c — GPT-2 tensor table, unit-major layout, forward and backward.
+ * See model.h for the contracts. */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mem.h"
+#include "rng.h"
+
+int sr_model_padded_vocab(int V) { return (V + 63) / 64 * 64; }
+
+static float *act(sr_model *m, size_t n) {
+    size_t bytes = n * sizeof(float);
+    float *p = sr_mem_alloc(SR_MEM_ACTIVATIONS, bytes);
+    if (p)
+        m->act_bytes += bytes;
+    return p;
+}
+
+sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, int max_B, bool own_params) {
+    memset(m, 0, sizeof *m);
+    d.Vp = sr_model_padded_vocab(d.V);
+    m->d = d;
+    m->ops = ops;
+    int L = d.L, C = d.C, Vp = d.Vp, T = d.T;
+    m->n_tensors = L * SR_NBLOCK_TENSORS + SR_NROOT_TENSORS;
+    m->tensors = calloc((size_t)m->n_tensors, sizeof *m->tensors);
+    m->layer_offset = calloc((size_t)L + 2, sizeof *m->layer_offset);
+    if (!m->tensors || !m->layer_offset)
+        return sr_error(SR_ERR_INTERNAL, "out of memory");
+
+    static const struct {
+        const char *name;
+        int init;
+        bool decay;
+    } block_desc[] = {
+#define SR_DESC(e, name, r, c, init, decay) {name, init, decay},
+        SR_BLOCK_TENSORS(SR_DESC)},
+      root_desc[] = {SR_ROOT_TENSORS(SR_DESC)
+#undef SR_DESC
+      };
+    size_t off = 0;
+    int ti = 0;
+    for (int l = 0; l < L; l++) {
+        m->layer_offset[l] = off;
+        const int rows[] = {
+#define SR_ROWS(e, name, r, c, init, decay) r,
+            SR_BLOCK_TENSORS(SR_ROWS)};
+        const int cols[] = {
+#define SR_COLS(e, name, r, c, init, decay) c,
+            SR_BLOCK_TENSORS(SR_COLS)};
+        for (int k = 0; k < SR_NBLOCK_TENSORS; k++, ti++) {
+            sr_tensor *t = &m->tensors[ti];
+            snprintf(t->name, sizeof t->name, "h.%d.%s", l, block_desc[k].name);
+            t->unit = l;
+            t->rows = rows[k];
+            t->cols = cols[k];
+            t->ndim = rows[k] == 1 ? 1 : 2;
+            t->init = block_desc[k].init;
+            t->decay = block_desc[k].decay;
+            t->offset = off;
+            t->numel = (size_t)rows[k] * cols[k];
+            off += t->numel;
+        }
+    }
+    m->layer_offset[L] = off;
+    {
+        const int rows[] = {SR_ROOT_TENSORS(SR_ROWS)};
+        const int cols[] = {SR_ROOT_TENSORS(SR_COLS)};
+#undef SR_ROWS
+#undef SR_COLS
+        for (int k = 0; k < SR_NROOT_TENSORS; k++, ti++) {
+            sr_tensor *t = &m->tensors[ti];
+            snprintf(t->name, sizeof t->name, "%s", root_desc[k].name);
+            t->unit = L;
+            t->rows = rows[k];
+            t->cols = cols[k];
+            t->ndim = rows[k] == 1 ? 1 : 2;
+            t->init = root_desc[k].init;
+            t->decay = root_desc[k].decay;
+            t->offset = off;
+            t->numel = (size_t)rows[k] * cols[k];
+            off += t->numel;
+        }
+    }
+    m->layer_offset[L + 1] = off;
+    m->n_params = off;
+    m->n_params_real = off - (size_t)(Vp - d.V) * C;
+
+    if (own_params) {
+        m->params = sr_mem_alloc(SR_MEM_PARAM_SHARD, off * sizeof(float));
+        m->grads = sr_mem_alloc(SR_MEM_GRAD_SHARD, off * sizeof(float));
+        if (!m->params || !m->grads)
+            return SR_ERR_INTERNAL;
+    }
+
+    m->max_B = max_B;
+    size_t B = (size_t)max_B, BT = B * T, BTC = BT * C;
+    m->inputs = sr_mem_alloc(SR_MEM_ACTIVATIONS, BT * sizeof(int));
+    m->targets = sr_mem_alloc(SR_MEM_ACTIVATIONS, BT * sizeof(int));
+    m->act_bytes = 2 * BT * sizeof(int);
+    m->encoded = act(m, BTC);
+    m->ln1 = act(m, L * BTC);
+    m->ln1_mean = act(m, L * BT);
+    m->ln1_rstd = act(m, L * BT);
+    m->qkv = act(m, L * 3 * BTC);
+    m->atty = act(m, L * BTC);
+    m->att = act(m, (size_t)L * B * d.NH * T * T);
+    m->residual2 = act(m, L * BTC);
+    m->ln2 = act(m, L * BTC);
+    m->ln2_mean = act(m, L * BT);
+    m->ln2_rstd = act(m, L * BT);
+    m->fch = act(m, L * 4 * BTC);
+    m->fch_gelu = act(m, L * 4 * BTC);
+    m->residual3 = act(m, L * BTC);
+    m->lnf = act(m, BTC);
+    m->lnf_mean = act(m, BT);
+    m->lnf_rstd = act(m, BT);
+    m->logits = act(m, BT * Vp);
+    m->losses = act(m, BT);
+    m->scratch = act(m, BTC);
+    m->dresidual = act(m, BTC);
+    m->dln = act(m, BTC);
+    m->dqkv = act(m, 3 * BTC);
+    m->datty = act(m, BTC);
+    m->dfch = act(m, 4 * BTC);
+    m->dfch_gelu = act(m, 4 * BTC);
+    if (!m->dfch_gelu || !m->dfch || !m->logits || !m->att || !m->fch || !m->inputs || !m->targets)
+        return SR_ERR_INTERNAL;
+    return SR_OK;
+}
+
+void sr_model_free(sr_model *m) {
+    if (m->params)
+        sr_mem_free(SR_MEM_PARAM_SHARD, m->params, m->n_params * sizeof(float));
+    if (m->grads)
+        sr_mem_free(SR_MEM_GRAD_SHARD, m->grads, m->n_params * sizeof(float));
+    size_t B = (size_t)m->max_B, T = (size_t)m->d.T, C = (size_t)m->d.C, L = (size_t)m->d.L;
+    size_t BT = B * T, BTC = BT * C;
+    sr_mem_free(SR_MEM_ACTIVATIONS, m->inputs, BT * sizeof(int));
+    sr_mem_free(SR_MEM_ACTIVATIONS, m->targets, BT * sizeof(int));
+    struct {
+        float *p;
+        size_t n;
+    } bufs[] = {
+        {m->encoded, BTC},      {m->ln1, L * BTC},      {m->ln1_mean, L * BT},     {m->ln1_rstd, L * BT},
+        {m->qkv, L * 3 * BTC},  {m->atty, L * BTC},     {m->att, L * B * m->d.NH * T * T},
+        {m->residual2, L * BTC}, {m->ln2, L * BTC},     {m->ln2_mean, L * BT},     {m->ln2_rstd, L * BT},
+        {m->fch, L * 4 * BTC},  {m->fch_gelu, L * 4 * BTC}, {m->residual3, L * BTC}, {m->lnf, BTC},
+        {m->lnf_mean, BT},      {m->lnf_rstd, BT},      {m->logits, BT * m->d.Vp}, {m->losses, BT},
+        {m->scratch, BTC},      {m->dresidual, BTC},    {m->dln, BTC},             {m->dqkv, 3 * BTC},
+        {m->datty, BTC},        {m->dfch, 4 * BTC},     {m->dfch_gelu, 4 * BTC},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        sr_mem_free(SR_MEM_ACTIVATIONS, bufs[i].p, bufs[i].n * sizeof(float));
+    free(m->tensors);
+    free(m->layer_offset);
+    memset(m, 0, sizeof *m);
+}
+
+void sr_model_init_params(const sr_model *m, uint64_t seed, float *dst, size_t begin, size_t end) {
+    const double std = 0.02, resid_std = 0.02 / sqrt(2.0 * m->d.L);
+    for (int ti = 0; ti < m->n_tensors; ti++) {
+        const sr_tensor *t = &m->tensors[ti];
+        size_t lo = t->offset > begin ? t->offset : begin;
+        size_t hi = t->offset + t->numel < end ? t->offset + t->numel : end;
+        if (lo >= hi)
+            continue;
+        /* Rows of the padded vocabulary stay zero: no token uses them. */
+        size_t real = t->numel;
+        if (t->unit == m->d.L && strcmp(t->name, "wte.weight") == 0)
+            real = (size_t)m->d.V * m->d.C;
+#pragma omp parallel for
+        for (size_t i = lo; i < hi; i++) {
+            size_t local = i - t->offset;
+            float v;
+            switch (t->init) {
+            case SR_INIT_ONE:
+                v = 1.0f;
+                break;
+            case SR_INIT_NORMAL:
+                v = local < real ? (float)(std * sr_rng_normal(seed, 1, i)) : 0.0f;
+                break;
+            case SR_INIT_NORMAL_RESID:
+                v = (float)(resid_std * sr_rng_normal(seed, 1, i));
+                break;
+            default:
+                v = 0.0f;
+            }
+            dst[i - begin] = v;
+        }
+    }
+}
+
+static float *layer_params(sr_model *m, const sr_param_source *src, int l) {
+    return src ? src->params(src->ctx, l) : m->params + m->layer_offset[l];
+}
+
+static float *layer_grads(sr_model *m, const sr_param_source *src, int l) {
+    return src ? src->grads(src->ctx, l) : m->grads + m->layer_offset[l];
+}
+
+static void done_forward(const sr_param_source *src, int l) {
+    if (src && src->done_forward)
+        src->done_forward(src->ctx, l);
+}
+
+static void done_backward(const sr_param_source *src, int l) {
+    if (src && src->done_backward)
+        src->done_backward(src->ctx, l);
+}
+
+/* Pointers to a block's tensors inside its parameter (or gradient) slice. */
+typedef struct {
+    float *t[SR_NBLOCK_TENSORS];
+} block_view;
+typedef struct {
+    float *t[SR_NROOT_TENSORS];
+} root_view;
+
+static block_view view_block(const sr_model *m, float *base) {
+    block_view v;
+    const sr_tensor *t0 = &m->tensors[0];
+    for (int k = 0; k < SR_NBLOCK_TENSORS; k++)
+        v.t[k] = base + (t0[k].offset - t0[0].offset);
+    return v;
+}
+
+static root_view view_root(const sr_model *m, float *base) {
+    root_view v;
+    const sr_tensor *r0 = &m->tensors[m->d.L * SR_NBLOCK_TENSORS];
+    for (int k = 0; k < SR_NROOT_TENSORS; k++)
+        v.t[k] = base + (r0[k].offset - r0[0].offset);
+    return v;
+}
+
+float sr_model_forward(sr_model *m, const sr_param_source *src, const int *inputs, const int *targets, int B) {
+    const sr_ops *o = m->ops;
+    int L = m->d.L, NH = m->d.NH, C = m->d.C, T = m->d.T, V = m->d.V, Vp = m->d.Vp;
+    size_t BT = (size_t)B * T, BTC = BT * C;
+    m->B = B;
+    memcpy(m->inputs, inputs, BT * sizeof(int));
+    memcpy(m->targets, targets, BT * sizeof(int));
+
+    root_view root = view_root(m, layer_params(m, src, L));
+    o->encoder_forward(m->encoded, m->inputs, root.t[SR_WTE], root.t[SR_WPE], B, T, C);
+    for (int l = 0; l < L; l++) {
+        block_view p = view_block(m, layer_params(m, src, l));
+        const float *residual = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * BTC;
+        float *ln1 = m->ln1 + l * BTC, *qkv = m->qkv + l * 3 * BTC, *atty = m->atty + l * BTC;
+        float *att = m->att + (size_t)l * B * NH * T * T;
+        float *res2 = m->residual2 + l * BTC, *ln2 = m->ln2 + l * BTC;
+        float *fch = m->fch + l * 4 * BTC, *fchg = m->fch_gelu + l * 4 * BTC, *res3 = m->residual3 + l * BTC;
+        o->layernorm_forward(ln1, m->ln1_mean + l * BT, m->ln1_rstd + l * BT, residual, p.t[SR_LN1W], p.t[SR_LN1B],
+                             (int)BT, C);
+        o->matmul_forward(qkv, ln1, p.t[SR_QKVW], p.t[SR_QKVB], (int)BT, C, 3 * C);
+        o->attention_forward(atty, att, qkv, B, T, C, NH);
+        o->matmul_forward(m->scratch, atty, p.t[SR_ATTPROJW], p.t[SR_ATTPROJB], (int)BT, C, C);
+        o->residual_forward(res2, residual, m->scratch, BTC);
+        o->layernorm_forward(ln2, m->ln2_mean + l * BT, m->ln2_rstd + l * BT, res2, p.t[SR_LN2W], p.t[SR_LN2B],
+                             (int)BT, C);
+        o->matmul_forward(fch, ln2, p.t[SR_FCW], p.t[SR_FCB], (int)BT, C, 4 * C);
+        o->gelu_forward(fchg, fch, 4 * BTC);
+        o->matmul_forward(m->scratch, fchg, p.t[SR_FCPROJW], p.t[SR_FCPROJB], (int)BT, 4 * C, C);
+        o->residual_forward(res3, res2, m->scratch, BTC);
+        done_forward(src, l);
+    }
+    root = view_root(m, layer_params(m, src, L));
+    o->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->residual3 + (size_t)(L - 1) * BTC, root.t[SR_LNFW],
+                         root.t[SR_LNFB], (int)BT, C);
+    o->matmul_forward(m->logits, m->lnf, root.t[SR_WTE], NULL, (int)BT, C, Vp);
+    o->crossentropy_forward(m->losses, m->logits, m->targets, (int)BT, V, Vp);
+    done_forward(src, L);
+    double sum = 0.0;
+    for (size_t i = 0; i < BT; i++)
+        sum += m->losses[i];
+    return (float)(sum / (double)BT);
+}
+
+void sr_model_backward(sr_model *m, const sr_param_source *src, float dloss) {
+    const sr_ops *o = m->ops;
+    int B = m->B, L = m->d.L, NH = m->d.NH, C = m->d.C, T = m->d.T, V = m->d.V, Vp = m->d.Vp;
+    size_t BT = (size_t)B * T, BTC = BT * C;
+
+    root_view rp = view_root(m, layer_params(m, src, L));
+    root_view rg = view_root(m, layer_grads(m, src, L));
+    o->crossentropy_backward(m->logits, m->targets, dloss, (int)BT, V, Vp);
+    memset(m->dln, 0, BTC * sizeof(float));
+    o->matmul_backward(m->dln, rg.t[SR_WTE], NULL, m->logits, m->lnf, rp.t[SR_WTE], (int)BT, C, Vp);
+    memset(m->dresidual, 0, BTC * sizeof(float));
+    o->layernorm_backward(m->dresidual, rg.t[SR_LNFW], rg.t[SR_LNFB], m->dln, m->residual3 + (size_t)(L - 1) * BTC,
+                          rp.t[SR_LNFW], m->lnf_mean, m->lnf_rstd, (int)BT, C);
+
+    for (int l = L - 1; l >= 0; l--) {
+        block_view p = view_block(m, layer_params(m, src, l));
+        block_view g = view_block(m, layer_grads(m, src, l));
+        const float *residual = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * BTC;
+        float *ln1 = m->ln1 + l * BTC, *qkv = m->qkv + l * 3 * BTC, *atty = m->atty + l * BTC;
+        float *att = m->att + (size_t)l * B * NH * T * T;
+        float *res2 = m->residual2 + l * BTC, *ln2 = m->ln2 + l * BTC;
+        float *fch = m->fch + l * 4 * BTC, *fchg = m->fch_gelu + l * 4 * BTC;
+        /* MLP: dresidual is the gradient of both res3's inputs (res2 and fcproj) */
+        memset(m->dfch_gelu, 0, 4 * BTC * sizeof(float));
+        o->matmul_backward(m->dfch_gelu, g.t[SR_FCPROJW], g.t[SR_FCPROJB], m->dresidual, fchg, p.t[SR_FCPROJW],
+                           (int)BT, 4 * C, C);
+        memset(m->dfch, 0, 4 * BTC * sizeof(float));
+        o->gelu_backward(m->dfch, fch, m->dfch_gelu, 4 * BTC);
+        memset(m->dln, 0, BTC * sizeof(float));
+        o->matmul_backward(m->dln, g.t[SR_FCW], g.t[SR_FCB], m->dfch, ln2, p.t[SR_FCW], (int)BT, C, 4 * C);
+        o->layernorm_backward(m->dresidual, g.t[SR_LN2W], g.t[SR_LN2B], m->dln, res2, p.t[SR_LN2W],
+                              m->ln2_mean + l * BT, m->ln2_rstd + l * BT, (int)BT, C);
+        /* attention: dresidual is now the gradient of res2's inputs */
+        memset(m->datty, 0, BTC * sizeof(float));
+        o->matmul_backward(m->datty, g.t[SR_ATTPROJW], g.t[SR_ATTPROJB], m->dresidual, atty, p.t[SR_ATTPROJW],
+                           (int)BT, C, C);
+        memset(m->dqkv, 0, 3 * BTC * sizeof(float));
+        o->attention_backward(m->dqkv, m->datty, qkv, att, B, T, C, NH);
+        memset(m->dln, 0, BTC * sizeof(float));
+        o->matmul_backward(m->dln, g.t[SR_QKVW], g.t[SR_QKVB], m->dqkv, ln1, p.t[SR_QKVW], (int)BT, C, 3 * C);
+        o->layernorm_backward(m->dresidual, g.t[SR_LN1W], g.t[SR_LN1B], m->dln, residual, p.t[SR_LN1W],
+                              m->ln1_mean + l * BT, m->ln1_rstd + l * BT, (int)BT, C);
+        done_backward(src, l);
+    }
+    rg = view_root(m, layer_grads(m, src, L));
+    o->encoder_backward(rg.t[SR_WTE], rg.t[SR_WPE], m->dresidual, m->inputs, B, T, C);
+    done_backward(src, L);
+}
+
+double sr_model_flops_per_token(const sr_model *m) {
+    double N = (double)m->n_params_real - (double)m->d.T * m->d.C;
+    return 6.0 * N + 12.0 * m->d.L * m->d.C * m->d.T;
+}

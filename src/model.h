@@ -1,0 +1,134 @@
+/* model.h — the built-in GPT-2: parameter table, layout, forward, backward.
+ *
+ * model owns the tensor table (one row per tensor: name, shape, unit,
+ * initialisation, weight-decay rule, offset), the unit-major parameter
+ * layout (block 0's tensors, block 1's, ..., then the root unit: token
+ * embedding, position embedding, final LayerNorm), and the activations of
+ * one micro-batch.  Forward and backward run over an sr_ops back end and ask
+ * an sr_param_source for each layer's parameters and gradients, so the FSDP
+ * engine can hand in gathered unit buffers while a single process simply
+ * points into its one contiguous buffer.
+ *
+ * Architecture: token + learned position embeddings; pre-LayerNorm blocks
+ * (causal multi-head self-attention, 4x GELU-tanh MLP); final LayerNorm; LM
+ * head tied to the token embedding; softmax cross-entropy over the real
+ * vocabulary (the padded rows Vp - V are masked out of the loss). */
+#ifndef SR_MODEL_H
+#define SR_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops.h"
+#include "status.h"
+
+typedef struct {
+    int L, NH, C, V, Vp, T; /* layers, heads, channels, vocab, padded vocab, max seq len */
+} sr_model_dims;
+
+/* Block tensors, in layout order within a block. X(enum, name, rows, cols, init, decay) */
+enum { SR_INIT_ZERO, SR_INIT_ONE, SR_INIT_NORMAL, SR_INIT_NORMAL_RESID };
+#define SR_BLOCK_TENSORS(X)                                                                                            \
+    X(SR_LN1W, "ln_1.weight", 1, C, SR_INIT_ONE, false)                                                                \
+    X(SR_LN1B, "ln_1.bias", 1, C, SR_INIT_ZERO, false)                                                                 \
+    X(SR_QKVW, "attn.c_attn.weight", 3 * C, C, SR_INIT_NORMAL, true)                                                   \
+    X(SR_QKVB, "attn.c_attn.bias", 1, 3 * C, SR_INIT_ZERO, false)                                                      \
+    X(SR_ATTPROJW, "attn.c_proj.weight", C, C, SR_INIT_NORMAL_RESID, true)                                             \
+    X(SR_ATTPROJB, "attn.c_proj.bias", 1, C, SR_INIT_ZERO, false)                                                      \
+    X(SR_LN2W, "ln_2.weight", 1, C, SR_INIT_ONE, false)                                                                \
+    X(SR_LN2B, "ln_2.bias", 1, C, SR_INIT_ZERO, false)                                                                 \
+    X(SR_FCW, "mlp.c_fc.weight", 4 * C, C, SR_INIT_NORMAL, true)                                                       \
+    X(SR_FCB, "mlp.c_fc.bias", 1, 4 * C, SR_INIT_ZERO, false)                                                          \
+    X(SR_FCPROJW, "mlp.c_proj.weight", C, 4 * C, SR_INIT_NORMAL_RESID, true)                                           \
+    X(SR_FCPROJB, "mlp.c_proj.bias", 1, C, SR_INIT_ZERO, false)
+/* Root unit tensors. */
+#define SR_ROOT_TENSORS(X)                                                                                             \
+    X(SR_WTE, "wte.weight", Vp, C, SR_INIT_NORMAL, true)                                                               \
+    X(SR_WPE, "wpe.weight", T, C, SR_INIT_NORMAL, true)                                                                \
+    X(SR_LNFW, "ln_f.weight", 1, C, SR_INIT_ONE, false)                                                                \
+    X(SR_LNFB, "ln_f.bias", 1, C, SR_INIT_ZERO, false)
+
+#define SR_TENSOR_ENUM(e, name, r, c, init, decay) e,
+enum { SR_BLOCK_TENSORS(SR_TENSOR_ENUM) SR_NBLOCK_TENSORS };
+enum { SR_ROOT_TENSORS(SR_TENSOR_ENUM) SR_NROOT_TENSORS };
+#undef SR_TENSOR_ENUM
+
+typedef struct {
+    char name[64];    /* e.g. "h.3.attn.c_attn.weight", "wte.weight" */
+    int unit;         /* layer index 0..L-1, or L for the root */
+    int rows, cols;   /* shape; rows == 1 for vectors */
+    int ndim;         /* 1 or 2 */
+    int init;         /* SR_INIT_* */
+    bool decay;       /* AdamW weight decay applies (tensors with ndim >= 2) */
+    size_t offset;    /* in floats from the start of the parameter buffer */
+    size_t numel;
+} sr_tensor;
+
+/* Where forward/backward find a layer's parameters and gradients.  `layer`
+ * is 0..L-1 for blocks and L for the root.  Returned pointers address the
+ * layer's tensors laid out as in the table (block-relative offsets).  The
+ * done_* hooks (may be NULL) tell the owner a layer is finished, so it can
+ * reshard parameters or reduce-scatter gradients. */
+typedef struct {
+    float *(*params)(void *ctx, int layer);
+    float *(*grads)(void *ctx, int layer);
+    void (*done_forward)(void *ctx, int layer);
+    void (*done_backward)(void *ctx, int layer);
+    void *ctx;
+} sr_param_source;
+
+typedef struct sr_model {
+    sr_model_dims d;
+    const sr_ops *ops;
+    int n_tensors;
+    sr_tensor *tensors;
+    size_t n_params;        /* floats in the whole buffer (with vocab padding) */
+    size_t n_params_real;   /* without the padded vocabulary rows */
+    size_t *layer_offset;   /* L + 2 entries: start of each layer, root, end */
+    float *params, *grads;  /* full buffers when owned (single process); else NULL */
+
+    /* activations of one micro-batch of at most max_B sequences */
+    int max_B, B;
+    int *inputs, *targets;
+    float *encoded, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean, *ln2_rstd, *fch,
+        *fch_gelu, *residual3, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *scratch;
+    /* gradient scratch, reused across layers */
+    float *dresidual, *dln, *dqkv, *datty, *dfch, *dfch_gelu;
+    size_t act_bytes;
+} sr_model;
+
+/* Vocabulary padded for speed: the next multiple of 64. */
+int sr_model_padded_vocab(int V);
+
+/* Builds the tensor table and layout for `d` (Vp computed from V).  With
+ * `own_params` the full parameter and gradient buffers are allocated (in
+ * categories SR_MEM_PARAM_SHARD / SR_MEM_GRAD_SHARD).  Activations for
+ * micro-batches of up to `max_B` sequences are allocated.  Returns
+ * SR_ERR_INTERNAL when out of memory.  Free with sr_model_free. */
+sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, int max_B, bool own_params);
+void sr_model_free(sr_model *m);
+
+/* GPT-2 initialisation of floats [begin, end) of the parameter buffer into
+ * dst[0 .. end-begin): N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
+ * LayerNorm weights 1, biases and padded vocabulary rows 0.  Each element is
+ * a function of (seed, its global index) only. */
+void sr_model_init_params(const sr_model *m, uint64_t seed, float *dst, size_t begin, size_t end);
+
+/* Forward over B sequences of T = d.T tokens.  `inputs` and `targets` are
+ * [B,T] token ids (all < V).  Returns the mean loss over the B*T tokens; per
+ * token losses stay in m->losses.  `src` NULL uses m->params. */
+float sr_model_forward(sr_model *m, const sr_param_source *src, const int *inputs, const int *targets, int B);
+/* Forward for evaluation: same as forward, without keeping what backward needs
+ * beyond the last call.  Equivalent to sr_model_forward. */
+#define sr_model_eval sr_model_forward
+/* Backward of the last forward; accumulates d(loss_sum * dloss)/dparam into
+ * the gradients, where loss_sum is the sum of the per-token losses (pass
+ * dloss = 1/(tokens in the global batch) for the mean). */
+void sr_model_backward(sr_model *m, const sr_param_source *src, float dloss);
+
+/* FLOPs of one forward+backward per token (6N + 12*L*C*T; N without the
+ * position embedding). */
+double sr_model_flops_per_token(const sr_model *m);
+
+#endif

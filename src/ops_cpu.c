@@ -1,0 +1,368 @@
+/* ops_cpu.c — CPU reference implementation of sr_ops (OpenBLAS + OpenMP).
+ *
+ * This file owns the CPU back end and the threading policy.  One thread
+ * pool: OpenMP.  OpenBLAS is told to use one thread, and each GEMM is split
+ * into row (or column) blocks that the OpenMP threads hand to cblas_sgemm
+ * independently.  That keeps OpenBLAS's pthread pool and OpenMP's pool from
+ * busy-waiting against each other on few cores, and makes results depend on
+ * the thread count only through the GEMM blocking.  Reductions that cross
+ * rows (LayerNorm weight grads, bias grads, embedding grads) are split by
+ * column so every sum runs in one fixed order whatever the thread count.
+ * Attention runs per (batch, head) pair in parallel, forward and backward,
+ * with GEMMs for QK^T, att·V and their gradients. */
+#include "ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static int n_threads = 1;
+
+int sr_ops_set_threads(int n) {
+    if (n <= 0) {
+        cpu_set_t set;
+        n = 1;
+        if (sched_getaffinity(0, sizeof set, &set) == 0)
+            n = CPU_COUNT(&set);
+        if (n < 1)
+            n = 1;
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#else
+    n = 1;
+#endif
+    openblas_set_num_threads(1);
+    n_threads = n;
+    return n;
+}
+
+int sr_ops_threads(void) { return n_threads; }
+
+static int thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+static int team_size(void) {
+#ifdef _OPENMP
+    return omp_get_num_threads();
+#else
+    return 1;
+#endif
+}
+
+/* [lo, hi) of `n` items for thread `id` of `nt`, in `align`-sized blocks. */
+static void split_range(int n, int id, int nt, int align, int *lo, int *hi) {
+    int blocks = (n + align - 1) / align;
+    int per = blocks / nt, extra = blocks % nt;
+    int b0 = id * per + (id < extra ? id : extra);
+    int b1 = b0 + per + (id < extra ? 1 : 0);
+    *lo = b0 * align < n ? b0 * align : n;
+    *hi = b1 * align < n ? b1 * align : n;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C) {
+#pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        float *o = out + (size_t)bt * C;
+        const float *e = wte + (size_t)inp[bt] * C;
+        const float *p = wpe + (size_t)(bt % T) * C;
+        for (int c = 0; c < C; c++)
+            o[c] = e[c] + p[c];
+    }
+}
+
+static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C) {
+    /* Split by channel: each thread owns columns [c0, c1) of dwte and dwpe,
+     * so scattered token rows never collide and the order is fixed. */
+#pragma omp parallel
+    {
+        int c0, c1;
+        split_range(C, thread_id(), team_size(), 16, &c0, &c1);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                const float *d = dout + ((size_t)b * T + t) * C;
+                float *we = dwte + (size_t)inp[b * T + t] * C;
+                float *wp = dwpe + (size_t)t * C;
+                for (int c = c0; c < c1; c++) {
+                    we[c] += d[c];
+                    wp[c] += d[c];
+                }
+            }
+    }
+}
+
+static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                              int N, int C) {
+    const float eps = 1e-5f;
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C;
+        float m = 0.0f;
+        for (int c = 0; c < C; c++)
+            m += x[c];
+        m /= C;
+        float v = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float d = x[c] - m;
+            v += d * d;
+        }
+        v /= C;
+        float s = 1.0f / sqrtf(v + eps);
+        for (int c = 0; c < C; c++)
+            o[c] = (x[c] - m) * s * w[c] + b[c];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                               const float *mean, const float *rstd, int N, int C) {
+#pragma omp parallel
+    {
+        /* Pass 1, by row: the input gradient. */
+#pragma omp for
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C;
+            const float *d = dout + (size_t)n * C;
+            float *di = dinp + (size_t)n * C;
+            float m = mean[n], s = rstd[n];
+            float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+            for (int c = 0; c < C; c++) {
+                float norm = (x[c] - m) * s;
+                float dn = w[c] * d[c];
+                dnorm_mean += dn;
+                dnorm_norm_mean += dn * norm;
+            }
+            dnorm_mean /= C;
+            dnorm_norm_mean /= C;
+            for (int c = 0; c < C; c++) {
+                float norm = (x[c] - m) * s;
+                float dn = w[c] * d[c];
+                di[c] += (dn - dnorm_mean - norm * dnorm_norm_mean) * s;
+            }
+        }
+        /* Pass 2, by column block: weight and bias gradients. */
+        int c0, c1;
+        split_range(C, thread_id(), team_size(), 16, &c0, &c1);
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C;
+            const float *d = dout + (size_t)n * C;
+            float m = mean[n], s = rstd[n];
+            for (int c = c0; c < c1; c++) {
+                dw[c] += (x[c] - m) * s * d[c];
+                db[c] += d[c];
+            }
+        }
+    }
+}
+
+static void matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC) {
+#pragma omp parallel
+    {
+        int n0, n1;
+        split_range(N, thread_id(), team_size(), 16, &n0, &n1);
+        if (n1 > n0) {
+            float *o = out + (size_t)n0 * OC;
+            if (bias) {
+                for (int n = n0; n < n1; n++)
+                    memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n1 - n0, OC, C, 1.0f, inp + (size_t)n0 * C, C, w, C,
+                        bias ? 1.0f : 0.0f, o, OC);
+        }
+    }
+}
+
+static void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                            int N, int C, int OC) {
+#pragma omp parallel
+    {
+        int id = thread_id(), nt = team_size();
+        int n0, n1, o0, o1;
+        /* dinp[N,C] += dout[N,OC] @ w[OC,C], split by rows of N */
+        split_range(N, id, nt, 16, &n0, &n1);
+        if (n1 > n0 && dinp)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n1 - n0, C, OC, 1.0f, dout + (size_t)n0 * OC, OC, w,
+                        C, 1.0f, dinp + (size_t)n0 * C, C);
+        /* dw[OC,C] += dout^T @ inp, split by rows of OC */
+        split_range(OC, id, nt, 16, &o0, &o1);
+        if (o1 > o0)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o1 - o0, C, N, 1.0f, dout + o0, OC, inp, C, 1.0f,
+                        dw + (size_t)o0 * C, C);
+        if (dbias && o1 > o0) {
+            for (int n = 0; n < N; n++) {
+                const float *d = dout + (size_t)n * OC;
+                for (int o = o0; o < o1; o++)
+                    dbias[o] += d[o];
+            }
+        }
+    }
+}
+
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    int C3 = 3 * C;
+#pragma omp parallel for schedule(dynamic)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+        const float *k = q + C;
+        const float *v = q + 2 * C;
+        float *a = att + (size_t)bh * T * T;
+        /* a = scale * q k^T (the full square; the upper triangle is masked) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
+        for (int t = 0; t < T; t++) {
+            float *row = a + (size_t)t * T;
+            float mx = row[0];
+            for (int t2 = 1; t2 <= t; t2++)
+                mx = row[t2] > mx ? row[t2] : mx;
+            float sum = 0.0f;
+            for (int t2 = 0; t2 <= t; t2++) {
+                row[t2] = expf(row[t2] - mx);
+                sum += row[t2];
+            }
+            float inv = 1.0f / sum;
+            for (int t2 = 0; t2 <= t; t2++)
+                row[t2] *= inv;
+            for (int t2 = t + 1; t2 < T; t2++)
+                row[t2] = 0.0f;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f,
+                    out + (size_t)b * T * C + (size_t)h * hs, C);
+    }
+}
+
+static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
+                               int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    int C3 = 3 * C;
+#pragma omp parallel
+    {
+        float *datt = malloc((size_t)T * T * sizeof(float));
+#pragma omp for schedule(dynamic)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH;
+            size_t base = (size_t)b * T * C3 + (size_t)h * hs;
+            const float *q = qkv + base, *k = q + C, *v = q + 2 * C;
+            float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
+            const float *a = att + (size_t)bh * T * T;
+            const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
+            /* datt = dy v^T ; dv += a^T dy */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, datt, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 1.0f, dv, C3);
+            /* softmax backward, in place: dpre = a * (datt - sum(a * datt)) */
+            for (int t = 0; t < T; t++) {
+                const float *ar = a + (size_t)t * T;
+                float *dr = datt + (size_t)t * T;
+                float dot = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++)
+                    dot += ar[t2] * dr[t2];
+                for (int t2 = 0; t2 <= t; t2++)
+                    dr[t2] = ar[t2] * (dr[t2] - dot);
+                for (int t2 = t + 1; t2 < T; t2++)
+                    dr[t2] = 0.0f;
+            }
+            /* dq += scale dpre k ; dk += scale dpre^T q */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, datt, T, k, C3, 1.0f, dq, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, datt, T, q, C3, 1.0f, dk, C3);
+        }
+        free(datt);
+    }
+}
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+
+static void gelu_forward(float *out, const float *inp, size_t n) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float cube = 0.044715f * x * x * x;
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + cube)));
+    }
+}
+
+static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float cube = 0.044715f * x * x * x;
+        float arg = GELU_SCALE * (x + cube);
+        float th = tanhf(arg);
+        float sech2 = 1.0f - th * th;
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] += grad * dout[i];
+    }
+}
+
+static void residual_forward(float *out, const float *a, const float *b, size_t n) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
+}
+
+static void crossentropy_forward(float *losses, float *logits, const int *targets, int N, int V, int Vp) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        float *l = logits + (size_t)n * Vp;
+        float mx = l[0];
+        for (int v = 1; v < V; v++)
+            mx = l[v] > mx ? l[v] : mx;
+        float target_logit = l[targets[n]];
+        double sum = 0.0;
+        for (int v = 0; v < V; v++) {
+            l[v] = expf(l[v] - mx);
+            sum += l[v];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int v = 0; v < V; v++)
+            l[v] *= inv;
+        for (int v = V; v < Vp; v++)
+            l[v] = 0.0f;
+        /* -log softmax from the shifted logits: finite even when p underflows */
+        losses[n] = (float)(log(sum) - (double)(target_logit - mx));
+    }
+}
+
+static void crossentropy_backward(float *probs, const int *targets, float dloss, int N, int V, int Vp) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        float *p = probs + (size_t)n * Vp;
+        for (int v = 0; v < V; v++)
+            p[v] *= dloss;
+        p[targets[n]] -= dloss;
+        for (int v = V; v < Vp; v++)
+            p[v] = 0.0f;
+    }
+}
+
+const sr_ops sr_ops_cpu = {
+    .name = "cpu",
+    .encoder_forward = encoder_forward,
+    .encoder_backward = encoder_backward,
+    .layernorm_forward = layernorm_forward,
+    .layernorm_backward = layernorm_backward,
+    .matmul_forward = matmul_forward,
+    .matmul_backward = matmul_backward,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
+    .gelu_forward = gelu_forward,
+    .gelu_backward = gelu_backward,
+    .residual_forward = residual_forward,
+    .crossentropy_forward = crossentropy_forward,
+    .crossentropy_backward = crossentropy_backward,
+};

@@ -1,0 +1,46 @@
+/* optim.h — AdamW on a shard, the learning-rate schedule, gradient norms.
+ *
+ * optim owns the Adam moment buffers (m, v) of one contiguous slice of the
+ * parameter buffer.  The optimizer touches only that slice; which elements
+ * decay comes from the model's tensor table (rule: tensors with two or more
+ * dimensions decay — matrices and the embeddings — biases and LayerNorm
+ * parameters do not; nanoGPT's rule).  The learning rate at step s depends
+ * only on s and the current keys (DESIGN §7). */
+#ifndef SR_OPTIM_H
+#define SR_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "model.h"
+#include "status.h"
+
+typedef struct {
+    size_t begin, end; /* slice of the global parameter buffer owned here */
+    float *m, *v;      /* Adam moments for the slice (SR_MEM_OPTIM_SHARD) */
+    unsigned char *decay; /* per tensor: 1 = decays */
+    const sr_model *model;
+} sr_optim;
+
+/* Allocates zeroed moments for [begin, end).  Returns SR_ERR_INTERNAL when
+ * out of memory.  Free with sr_optim_free. */
+sr_status sr_optim_init(sr_optim *opt, const sr_model *model, size_t begin, size_t end);
+void sr_optim_free(sr_optim *opt);
+
+/* One AdamW step (1-based `step` for bias correction) on params/grads that
+ * hold the slice [begin, end); grads are multiplied by `grad_scale` first
+ * (clipping).  Decoupled weight decay: p -= lr * wd * p for decaying
+ * tensors. */
+void sr_optim_step(sr_optim *opt, float *params, const float *grads, int64_t step, double lr, const sr_config *cfg,
+                   float grad_scale);
+
+/* Learning rate for 0-based optimizer step `s`: linear warmup over
+ * warmup_steps to lr, then cosine/linear decay to min_lr at the last step,
+ * or constant. */
+double sr_lr_at(const sr_config *cfg, int64_t s);
+
+/* Sum of squares of n floats, in double, in a fixed order. */
+double sr_sum_squares(const float *x, size_t n);
+
+#endif

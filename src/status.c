@@ -1,0 +1,100 @@
+/* status.c — status table, the per-thread error message and log lines.
+ * See status.h for the contract. */
+#include "status.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    int code;
+    const char *msg;
+} status_table[] = {
+#define SR_STATUS_ROW(name, code, msg) {code, msg},
+    SR_STATUS_TABLE(SR_STATUS_ROW)
+#undef SR_STATUS_ROW
+};
+
+static _Thread_local char error_buf[4096];
+static int log_rank = 0;
+static int log_world = 1;
+
+int sr_status_exit_code(sr_status st) {
+    if ((int)st < 0 || st >= SR_STATUS_COUNT)
+        return 70;
+    return status_table[st].code;
+}
+
+const char *sr_status_str(sr_status st) {
+    if ((int)st < 0 || st >= SR_STATUS_COUNT)
+        return "unknown status";
+    return status_table[st].msg;
+}
+
+sr_status sr_error(sr_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(error_buf, sizeof error_buf, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+const char *sr_error_message(void) { return error_buf; }
+
+void sr_error_clear(void) { error_buf[0] = '\0'; }
+
+void sr_log_set_rank(int rank, int world_size) {
+    log_rank = rank;
+    log_world = world_size;
+}
+
+int sr_log_rank(void) { return log_rank; }
+
+static void log_line(const char *level, const char *fmt, va_list ap) {
+    char line[8192];
+    int n = 0;
+    if (log_world > 1)
+        n = snprintf(line, sizeof line, "shardrun[rank %d]: %s", log_rank, level);
+    else
+        n = snprintf(line, sizeof line, "shardrun: %s", level);
+    if (n < 0 || (size_t)n >= sizeof line)
+        n = 0;
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    /* One fputs per line so lines of different ranks do not interleave. */
+    size_t len = strlen(line);
+    if (len + 1 < sizeof line) {
+        line[len] = '\n';
+        line[len + 1] = '\0';
+    }
+    fputs(line, stderr);
+    fflush(stderr);
+}
+
+void sr_log_info(const char *fmt, ...) {
+    if (log_rank != 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    log_line("", fmt, ap);
+    va_end(ap);
+}
+
+void sr_log_info_all(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    log_line("", fmt, ap);
+    va_end(ap);
+}
+
+void sr_log_warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    log_line("warning: ", fmt, ap);
+    va_end(ap);
+}
+
+void sr_log_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    log_line("error: ", fmt, ap);
+    va_end(ap);
+}

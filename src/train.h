@@ -1,0 +1,30 @@
+/* train.h — the training loop of one process.
+ *
+ * train owns the loop: data cursor, micro-batch accumulation, global-norm
+ * clipping, AdamW, the learning-rate schedule, periodic evaluation, the
+ * progress line on stderr and the JSON-lines metrics file. */
+#ifndef SR_TRAIN_H
+#define SR_TRAIN_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "status.h"
+
+typedef struct {
+    int64_t steps_done;
+    double first_loss, last_loss, last_val_loss;
+} sr_train_result;
+
+/* Trains per `cfg` (already finalized).  Returns SR_OK, SR_ERR_TRAIN on a
+ * non-finite loss or gradient norm, SR_ERR_DATA / SR_ERR_NOINPUT for data
+ * problems, SR_ERR_CANTCREAT when the metrics file cannot be created.
+ * `res` may be NULL. */
+sr_status sr_train_run(const sr_config *cfg, sr_train_result *res);
+
+/* Nominal peak FLOP/s of `threads` cores, used for MFU: cores x clock x
+ * FLOP/cycle of the widest FMA unit found (AVX-512: 64, AVX2+FMA: 32,
+ * else 8); SHARDRUN_PEAK_GFLOPS overrides.  `how` describes the figure. */
+double sr_train_peak_flops(int threads, char *how, size_t how_len);
+
+#endif
