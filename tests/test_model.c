@@ -1,0 +1,216 @@
+/* test_model.c — the whole model: finite-difference gradients (32 random
+ * coordinates per tensor, central differences with the loss summed in
+ * double), the unit-major layout, initialisation, vocabulary padding, the
+ * weight-decay rule, the learning-rate schedule and determinism. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "mem.h"
+#include "model.h"
+#include "optim.h"
+#include "rng.h"
+#include "tap.h"
+
+static double loss_double(sr_model *m, const int *in, const int *tg, int B) {
+    sr_model_forward(m, NULL, in, tg, B);
+    double s = 0;
+    for (int i = 0; i < B * m->d.T; i++)
+        s += m->losses[i];
+    return s / (B * m->d.T);
+}
+
+static void test_gradients(void) {
+    sr_model m;
+    sr_model_dims d = {2, 2, 16, 37, 0, 8};
+    int B = 3;
+    if (!tap_ok(sr_model_init(&m, d, &sr_ops_cpu, B, true) == SR_OK, "small model initialises"))
+        return;
+    sr_model_init_params(&m, 7, m.params, 0, m.n_params);
+    /* Perturb LayerNorm and bias parameters away from 1/0 so their
+     * gradients are generic, and enlarge weights so the signal is strong. */
+    for (size_t i = 0; i < m.n_params; i++)
+        m.params[i] += (float)(0.05 * sr_rng_normal(9, 9, i));
+    /* keep padded rows at zero: they are not part of the model */
+    const sr_tensor *wte = &m.tensors[d.L * SR_NBLOCK_TENSORS + SR_WTE];
+    for (size_t i = (size_t)d.V * d.C; i < wte->numel; i++)
+        m.params[wte->offset + i] = 0.0f;
+    int *in = malloc(sizeof(int) * B * d.T), *tg = malloc(sizeof(int) * B * d.T);
+    for (int i = 0; i < B * d.T; i++) {
+        in[i] = (int)(sr_rng_u64(3, 1, i) % d.V);
+        tg[i] = (int)(sr_rng_u64(3, 2, i) % d.V);
+    }
+    memset(m.grads, 0, m.n_params * sizeof(float));
+    sr_model_forward(&m, NULL, in, tg, B);
+    sr_model_backward(&m, NULL, 1.0f / (B * d.T));
+
+    double worst = 0;
+    const char *worst_name = "";
+    int checked = 0;
+    for (int ti = 0; ti < m.n_tensors; ti++) {
+        const sr_tensor *t = &m.tensors[ti];
+        size_t real = t == wte ? (size_t)d.V * d.C : t->numel;
+        double gmax = 0;
+        for (size_t i = 0; i < real; i++)
+            gmax = fmax(gmax, fabs(m.grads[t->offset + i]));
+        int ncoord = real < 32 ? (int)real : 32;
+        double terr = 0;
+        for (int k = 0; k < ncoord; k++) {
+            size_t i = real <= 32 ? (size_t)k : sr_rng_u64(11, (uint64_t)ti, (uint64_t)k) % real;
+            float *p = &m.params[t->offset + i];
+            float keep = *p, h = 1e-2f;
+            *p = keep + h;
+            double lp = loss_double(&m, in, tg, B);
+            *p = keep - h;
+            double lm = loss_double(&m, in, tg, B);
+            *p = keep;
+            double fd = (lp - lm) / (2.0 * h);
+            double err = fabs(fd - m.grads[t->offset + i]) / fmax(gmax, 1e-4);
+            terr = fmax(terr, err);
+            checked++;
+        }
+        if (terr > worst) {
+            worst = terr;
+            worst_name = t->name;
+        }
+    }
+    tap_diag("checked %d coordinates over %d tensors; worst relative error %.3g in %s", checked, m.n_tensors, worst,
+             worst_name);
+    tap_ok(worst < 5e-3, "whole-model gradients match central differences (32 coordinates per tensor)");
+    double pad = 0;
+    for (size_t i = (size_t)d.V * d.C; i < wte->numel; i++)
+        pad = fmax(pad, fabs(m.grads[wte->offset + i]));
+    tap_ok(pad == 0.0, "padded vocabulary rows get zero gradient");
+
+    /* determinism: the same forward/backward gives bitwise the same gradients */
+    float *g1 = malloc(m.n_params * sizeof(float));
+    memcpy(g1, m.grads, m.n_params * sizeof(float));
+    memset(m.grads, 0, m.n_params * sizeof(float));
+    sr_model_forward(&m, NULL, in, tg, B);
+    sr_model_backward(&m, NULL, 1.0f / (B * d.T));
+    tap_ok(memcmp(g1, m.grads, m.n_params * sizeof(float)) == 0, "forward+backward is bitwise reproducible");
+    free(g1);
+    free(in);
+    free(tg);
+    sr_model_free(&m);
+}
+
+static void test_layout(void) {
+    sr_model m;
+    sr_model_dims d = {4, 4, 256, 256, 0, 256};
+    if (!tap_ok(sr_model_init(&m, d, &sr_ops_cpu, 1, false) == SR_OK, "tiny model table builds"))
+        return;
+    int ok = 1, prev_unit = 0;
+    size_t off = 0;
+    for (int ti = 0; ti < m.n_tensors; ti++) {
+        const sr_tensor *t = &m.tensors[ti];
+        ok = ok && t->offset == off && t->unit >= prev_unit;
+        off += t->numel;
+        prev_unit = t->unit;
+    }
+    tap_ok(ok && off == m.n_params, "tensors are contiguous and unit-major (blocks, then root)");
+    ok = 1;
+    for (int l = 0; l <= d.L; l++)
+        ok = ok && m.layer_offset[l] == m.tensors[l * SR_NBLOCK_TENSORS].offset;
+    tap_ok(ok && m.layer_offset[d.L + 1] == m.n_params, "each unit is one contiguous slice");
+    tap_ok(strcmp(m.tensors[m.n_tensors - SR_NROOT_TENSORS].name, "wte.weight") == 0 &&
+               m.tensors[m.n_tensors - 1].unit == d.L,
+           "the root unit (wte, wpe, ln_f) comes last");
+    /* 12*C^2 + 13*C per block; root Vp*C + T*C + 2C */
+    size_t C = 256, expect = 4 * (12 * C * C + 13 * C) + 256 * C + 256 * C + 2 * C;
+    tap_ok(m.n_params == expect, "tiny has %zu parameters (expected %zu)", m.n_params, expect);
+    tap_ok(sr_model_padded_vocab(50257) == 50304 && sr_model_padded_vocab(256) == 256 &&
+               sr_model_padded_vocab(37) == 64,
+           "vocabulary padded to a multiple of 64 (50257 -> 50304)");
+
+    /* initialisation: statistics, and any slice equals the same slice of the whole */
+    float *full = malloc(m.n_params * sizeof(float));
+    sr_model_init_params(&m, 1337, full, 0, m.n_params);
+    const sr_tensor *qkv = &m.tensors[SR_QKVW], *proj = &m.tensors[SR_ATTPROJW], *ln = &m.tensors[SR_LN1W];
+    double s2 = 0, p2 = 0;
+    for (size_t i = 0; i < qkv->numel; i++)
+        s2 += (double)full[qkv->offset + i] * full[qkv->offset + i];
+    for (size_t i = 0; i < proj->numel; i++)
+        p2 += (double)full[proj->offset + i] * full[proj->offset + i];
+    double sd = sqrt(s2 / qkv->numel), pd = sqrt(p2 / proj->numel);
+    tap_ok(fabs(sd - 0.02) < 0.001, "weights are N(0, 0.02) (std %.4f)", sd);
+    tap_ok(fabs(pd - 0.02 / sqrt(8.0)) < 0.0005, "residual projections are scaled by 1/sqrt(2L) (std %.5f)", pd);
+    tap_ok(full[ln->offset] == 1.0f && full[ln->offset + 255] == 1.0f && full[m.tensors[SR_LN1B].offset] == 0.0f,
+           "LayerNorm weights 1, biases 0");
+    size_t lo = m.n_params / 3 + 17, hi = 2 * m.n_params / 3 + 5;
+    float *part = malloc((hi - lo) * sizeof(float));
+    sr_model_init_params(&m, 1337, part, lo, hi);
+    tap_ok(memcmp(part, full + lo, (hi - lo) * sizeof(float)) == 0,
+           "initialising any slice gives the same values as the whole buffer (world-size independent)");
+    float *other = malloc(m.n_params * sizeof(float));
+    sr_model_init_params(&m, 1338, other, 0, m.n_params);
+    tap_ok(memcmp(other, full, m.n_params * sizeof(float)) != 0, "another seed gives other weights");
+
+    /* decay rule */
+    sr_optim opt;
+    sr_optim_init(&opt, &m, 0, m.n_params);
+    int rule = 1;
+    for (int ti = 0; ti < m.n_tensors; ti++) {
+        const char *n = m.tensors[ti].name;
+        int should = strstr(n, "weight") && !strstr(n, "ln_");
+        rule = rule && opt.decay[ti] == should;
+    }
+    tap_ok(rule, "weight decay applies to matrices and embeddings, not biases or LayerNorm");
+    sr_optim_free(&opt);
+    free(full);
+    free(part);
+    free(other);
+    sr_model_free(&m);
+}
+
+static void test_schedule(void) {
+    sr_config c;
+    sr_config_init(&c);
+    c.lr = 1e-3;
+    c.min_lr = 1e-4;
+    c.warmup_steps = 10;
+    c.steps = 111;
+    tap_ok(fabs(sr_lr_at(&c, 0) - 1e-4) < 1e-12 && fabs(sr_lr_at(&c, 9) - 1e-3) < 1e-12,
+           "warmup rises linearly to lr");
+    tap_ok(fabs(sr_lr_at(&c, 110) - 1e-4) < 1e-12 && fabs(sr_lr_at(&c, 60) - 5.5e-4) < 1e-12,
+           "cosine decays to min_lr at the last step through the midpoint");
+    c.schedule = SR_SCHED_LINEAR;
+    tap_ok(fabs(sr_lr_at(&c, 60) - 5.5e-4) < 1e-12 && fabs(sr_lr_at(&c, 110) - 1e-4) < 1e-12, "linear decay");
+    c.schedule = SR_SCHED_CONSTANT;
+    tap_ok(sr_lr_at(&c, 100) == 1e-3, "constant schedule");
+    sr_config_free(&c);
+}
+
+static void test_adamw(void) {
+    /* one AdamW step on a 2-element tensor against the formula */
+    sr_model m;
+    sr_model_dims d = {1, 1, 4, 8, 0, 2};
+    sr_model_init(&m, d, &sr_ops_cpu, 1, true);
+    sr_config c;
+    sr_config_init(&c);
+    sr_optim opt;
+    sr_optim_init(&opt, &m, 0, m.n_params);
+    for (size_t i = 0; i < m.n_params; i++) {
+        m.params[i] = 0.5f;
+        m.grads[i] = 0.25f;
+    }
+    sr_optim_step(&opt, m.params, m.grads, 1, 0.01, &c, 1.0f);
+    /* step 1: mhat = g, vhat = g^2, update = g/(|g|+eps) = 1 */
+    float decayed = 0.5f - 0.01f * (1.0f + 0.1f * 0.5f), plain = 0.5f - 0.01f * 1.0f;
+    size_t qkvw = m.tensors[SR_QKVW].offset, qkvb = m.tensors[SR_QKVB].offset;
+    tap_ok(fabs(m.params[qkvw] - decayed) < 1e-6 && fabs(m.params[qkvb] - plain) < 1e-6,
+           "AdamW step: decoupled decay on matrices only (%.7f, %.7f)", m.params[qkvw], m.params[qkvb]);
+    sr_optim_free(&opt);
+    sr_config_free(&c);
+    sr_model_free(&m);
+}
+
+int main(void) {
+    sr_ops_set_threads(2);
+    test_gradients();
+    test_layout();
+    test_schedule();
+    test_adamw();
+    return tap_done();
+}
