@@ -8,6 +8,8 @@
  * document tree against the table; sections are the dotted prefixes of the
  * keys.  Messages carry file:line:col from libyaml's marks (converted to
  * 1-based). */
+#include "srconfig.h"
+
 #include "config.h"
 
 #include <ctype.h>
@@ -235,10 +237,10 @@ static int parse_float(const char *s, double *out) {
     double v = strtod(s, &end);
     if (*end != '\0')
         return EINVAL;
-    if (!isfinite(v))
-        return EINVAL;
     if (errno == ERANGE && fabs(v) > 1.0)
         return ERANGE;
+    if (!isfinite(v))
+        return EINVAL;
     *out = v;
     return 0;
 }
@@ -270,18 +272,22 @@ static sr_status set_leaf(sr_config *cfg, int ki, yaml_document_t *doc, yaml_nod
     switch (k->type) {
     case T_INT: {
         fmt_range_int(expect, sizeof expect, k);
-        if (node->type != YAML_SCALAR_NODE || !scalar_is_plain(node) || scalar_is_null(node))
-            return error_at(ctx, mark, "%s: expected %s, got %s%s", k->key, expect,
-                            node->type == YAML_SCALAR_NODE && !scalar_is_null(node) ? "a quoted string " : node_kind(node),
-                            node->type == YAML_SCALAR_NODE && !scalar_is_null(node) ? scalar_text(node) : "");
+        if (node->type == YAML_SCALAR_NODE && !scalar_is_plain(node))
+            return error_at(ctx, mark, "%s: expected %s, got the quoted string \"%s\" (hint: remove the quotes)",
+                            k->key, expect, scalar_text(node));
+        if (node->type != YAML_SCALAR_NODE || scalar_is_null(node))
+            return error_at(ctx, mark, "%s: expected %s, got %s", k->key, expect, node_kind(node));
         int64_t v;
         int rc = parse_int(scalar_text(node), &v);
         if (rc == ERANGE)
             return error_at(ctx, mark, "%s: value '%s' overflows a 64-bit integer; expected %s", k->key,
                             scalar_text(node), expect);
         if (rc)
+        {
+            double dv;
             return error_at(ctx, mark, "%s: expected %s, got '%s'%s", k->key, expect, scalar_text(node),
-                            strpbrk(scalar_text(node), ".eE") ? " (hint: write a whole number)" : "");
+                            parse_float(scalar_text(node), &dv) == 0 ? " (hint: write a whole number)" : "");
+        }
         if ((double)v < k->min || (double)v > k->max)
             return error_at(ctx, mark, "%s: value %s is out of range; expected %s", k->key, scalar_text(node), expect);
         *(int64_t *)field(cfg, k) = v;
@@ -289,7 +295,10 @@ static sr_status set_leaf(sr_config *cfg, int ki, yaml_document_t *doc, yaml_nod
     }
     case T_FLOAT: {
         snprintf(expect, sizeof expect, "a number in [%g, %g]", k->min, k->max);
-        if (node->type != YAML_SCALAR_NODE || !scalar_is_plain(node) || scalar_is_null(node))
+        if (node->type == YAML_SCALAR_NODE && !scalar_is_plain(node))
+            return error_at(ctx, mark, "%s: expected %s, got the quoted string \"%s\" (hint: remove the quotes)",
+                            k->key, expect, scalar_text(node));
+        if (node->type != YAML_SCALAR_NODE || scalar_is_null(node))
             return error_at(ctx, mark, "%s: expected %s, got %s", k->key, expect, node_kind(node));
         double v;
         int rc = parse_float(scalar_text(node), &v);
@@ -782,8 +791,17 @@ int64_t sr_config_accum_steps(const sr_config *cfg, int dp_ranks) {
     return cfg->batch_size / (mb * (dp_ranks > 0 ? dp_ranks : 1));
 }
 
+/* The divisor of n closest to want (ties: the smaller). */
+static int64_t nearest_divisor(int64_t n, int64_t want) {
+    int64_t best = 1;
+    for (int64_t d = 1; d <= n; d++)
+        if (n % d == 0 && llabs(d - want) < llabs(best - want))
+            best = d;
+    return best;
+}
+
 sr_status sr_config_finalize(sr_config *cfg, int dp_ranks) {
-    char w[1200], w2[1200], w3[1200];
+    char w[1200], w2[1200];
     int p = (int)cfg->model_preset;
     if (!was_set(cfg, "model.n_layer"))
         cfg->n_layer = presets[p].n_layer;
@@ -799,9 +817,8 @@ sr_status sr_config_finalize(sr_config *cfg, int dp_ranks) {
     if (cfg->n_embd % cfg->n_head != 0) {
         where_key(cfg, was_set(cfg, "model.n_embd") ? "model.n_embd" : "model.n_head", w, sizeof w);
         return sr_error(SR_ERR_CONFIG,
-                        "%s: model.n_embd (%lld) must be divisible by model.n_head (%lld) (hint: try n_head %lld)", w,
-                        (long long)cfg->n_embd, (long long)cfg->n_head,
-                        (long long)(cfg->n_embd % 64 == 0 ? cfg->n_embd / 64 : 1));
+                        "%s: model.n_embd (%lld) must be divisible by model.n_head (%lld) (hint: n_head %lld divides it)",
+                        w, (long long)cfg->n_embd, (long long)cfg->n_head, (long long)nearest_divisor(cfg->n_embd, cfg->n_head));
     }
     if (cfg->min_lr > cfg->lr) {
         where_key(cfg, was_set(cfg, "train.min_lr") ? "train.min_lr" : "train.lr", w, sizeof w);
@@ -818,13 +835,6 @@ sr_status sr_config_finalize(sr_config *cfg, int dp_ranks) {
                         "data-parallel ranks (%d); micro_batch set at %s (hint: choose batch_size = micro_batch x "
                         "ranks x accumulation steps)",
                         w, (long long)cfg->batch_size, (long long)mb, dp_ranks, w2);
-    }
-    if (cfg->eval_every > 0 && cfg->data_train.count > 0 && cfg->data_val.count == 0) {
-        where_key(cfg, "train.eval_every", w3, sizeof w3);
-        return sr_error(SR_ERR_CONFIG,
-                        "%s: train.eval_every is %lld but data.val is empty; expected validation shards when "
-                        "data.train is given (hint: set data.val, or train.eval_every: 0)",
-                        w3, (long long)cfg->eval_every);
     }
     if (cfg->blocks_per_unit > cfg->n_layer) {
         where_key(cfg, "sharding.blocks_per_unit", w, sizeof w);
@@ -1026,6 +1036,35 @@ static const char *type_name(const sr_key *k, char *buf, size_t n) {
     return buf;
 }
 
+/* Writes text as mdoc text lines of at most ~72 bytes, breaking at spaces,
+ * escaping backslashes and a leading dot or quote (which would make a line a
+ * request). */
+static void mdoc_text(FILE *out, const char *s) {
+    size_t col = 0;
+    while (*s) {
+        size_t w = strcspn(s, " ");
+        if (col > 0 && col + 1 + w > 72) {
+            fputc('\n', out);
+            col = 0;
+        } else if (col > 0) {
+            fputc(' ', out);
+            col++;
+        }
+        if (col == 0 && (s[0] == '.' || s[0] == '\''))
+            fputs("\\&", out);
+        for (size_t i = 0; i < w; i++) {
+            if (s[i] == '\\')
+                fputs("\\e", out);
+            else
+                fputc(s[i], out);
+        }
+        col += w;
+        s += w;
+        while (*s == ' ')
+            s++;
+    }
+}
+
 void sr_config_keys(FILE *out, bool mdoc) {
     char t[512], d[512];
     if (mdoc) {
@@ -1037,10 +1076,16 @@ void sr_config_keys(FILE *out, bool mdoc) {
         type_name(k, t, sizeof t);
         fmt_default(k, d, sizeof d);
         if (mdoc) {
-            fprintf(out, ".It Cm %s Pq %s; default: %s\n", k->key, t, d);
-            /* mdoc: a line starting with a dot or quote would be a request */
-            fprintf(out, "%s%s%s\n", k->doc[0] == '.' || k->doc[0] == '\'' ? "\\&" : "", k->doc,
-                    k->landed ? "." : ".\nA non-default value is refused as not implemented yet.");
+            fprintf(out, ".It Cm %s\n", k->key);
+            mdoc_text(out, k->doc);
+            fputs(".\n", out);
+            fputs("Type: ", out);
+            mdoc_text(out, t);
+            fputs(";\ndefault: ", out);
+            mdoc_text(out, d);
+            fputs(".\n", out);
+            if (!k->landed)
+                fputs("Not implemented yet: a value other than the default is refused.\n", out);
         } else {
             fprintf(out, "%-40s %-28s default %s\n    %s%s\n", k->key, t, d, k->doc,
                     k->landed ? "" : " [not implemented yet: only the default is accepted]");

@@ -1,5 +1,7 @@
 /* data.c — shard reading (mmap), validation, the seeded global order and
  * `data prepare`.  See data.h for the formats and the order contract. */
+#include "srconfig.h"
+
 #include "data.h"
 
 #include <errno.h>
@@ -76,21 +78,22 @@ static sr_status add_shard(sr_data *d, const char *path, int64_t vocab) {
         tok_bytes = 2;
     else if (h[0] == SR_DATA_MAGIC_U32 && (h[1] == 7 || h[1] == 1))
         tok_bytes = 4;
+    const int32_t magic = h[0], version = h[1], count = h[2];
     if (!tok_bytes) {
         munmap(map, len);
-        if (h[0] == SR_DATA_MAGIC_U16 || h[0] == SR_DATA_MAGIC_U32)
-            return sr_error(SR_ERR_DATA, "%s: unsupported version %d for magic %d; expected version %s", path, h[1],
-                            h[0], h[0] == SR_DATA_MAGIC_U16 ? "1" : "7");
+        if (magic == SR_DATA_MAGIC_U16 || magic == SR_DATA_MAGIC_U32)
+            return sr_error(SR_ERR_DATA, "%s: unsupported version %d for magic %d; expected version %s", path, version,
+                            magic, magic == SR_DATA_MAGIC_U16 ? "1" : "7");
         return sr_error(SR_ERR_DATA,
                         "%s: bad magic %d; expected %d (uint16 tokens) or %d (uint32 tokens), the llm.c shard "
                         "formats (hint: make shards with shardrun data prepare)",
-                        path, h[0], SR_DATA_MAGIC_U16, SR_DATA_MAGIC_U32);
+                        path, magic, SR_DATA_MAGIC_U16, SR_DATA_MAGIC_U32);
     }
-    if (h[2] < 0) {
+    if (count < 0) {
         munmap(map, len);
-        return sr_error(SR_ERR_DATA, "%s: negative token count %d in the header", path, h[2]);
+        return sr_error(SR_ERR_DATA, "%s: negative token count %d in the header", path, count);
     }
-    uint64_t ntok = (uint64_t)(uint32_t)h[2];
+    uint64_t ntok = (uint64_t)(uint32_t)count;
     uint64_t want = header_bytes + ntok * (uint64_t)tok_bytes;
     if ((uint64_t)len != want) {
         munmap(map, len);

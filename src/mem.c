@@ -1,4 +1,6 @@
 /* mem.c — accounted allocator; see mem.h. */
+#include "srconfig.h"
+
 #include "mem.h"
 
 #include <stdlib.h>

@@ -1,5 +1,7 @@
 /* model.c — GPT-2 tensor table, unit-major layout, forward and backward.
  * See model.h for the contracts. */
+#include "srconfig.h"
+
 #include "model.h"
 
 #include <math.h>

@@ -10,6 +10,8 @@
  * column so every sum runs in one fixed order whatever the thread count.
  * Attention runs per (batch, head) pair in parallel, forward and backward,
  * with GEMMs for QK^T, att·V and their gradients. */
+#include "srconfig.h"
+
 #include "ops.h"
 
 #include <cblas.h>

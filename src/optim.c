@@ -1,4 +1,6 @@
 /* optim.c — AdamW, schedule, norms; see optim.h. */
+#include "srconfig.h"
+
 #include "optim.h"
 
 #include <math.h>

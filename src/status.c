@@ -1,5 +1,7 @@
 /* status.c — status table, the per-thread error message and log lines.
  * See status.h for the contract. */
+#include "srconfig.h"
+
 #include "status.h"
 
 #include <stdio.h>

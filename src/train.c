@@ -1,5 +1,7 @@
 /* train.c — the single-process training loop, progress line and metrics.
  * See train.h. */
+#include "srconfig.h"
+
 #include "train.h"
 
 #include <errno.h>
@@ -10,6 +12,7 @@
 #include <time.h>
 
 #include "data.h"
+#include "device.h"
 #include "mem.h"
 #include "model.h"
 #include "ops.h"
@@ -168,6 +171,8 @@ sr_status sr_train_run(const sr_config *cfg, sr_train_result *res) {
         }
     }
 
+    char device[256];
+    sr_device_describe(device, sizeof device);
     char peak_how[256];
     double peak = sr_train_peak_flops(threads, peak_how, sizeof peak_how);
     double flops_tok = sr_model_flops_per_token(&model);
@@ -175,11 +180,14 @@ sr_status sr_train_run(const sr_config *cfg, sr_train_result *res) {
                 sr_config_enum_name("model.preset", cfg->model_preset), dims.L, dims.NH, dims.C, dims.V, model.d.Vp,
                 T, (double)model.n_params_real / 1e6);
     sr_log_info("batch %lld sequences/step = 1 rank x micro_batch %d x %d accumulation step%s; %lld steps; threads %d "
-                "(one OpenMP pool, OpenBLAS single-threaded); device=cpu",
-                (long long)cfg->batch_size, mb, accum, accum == 1 ? "" : "s", (long long)cfg->steps, threads);
+                "(one OpenMP pool, OpenBLAS single-threaded); device=%s",
+                (long long)cfg->batch_size, mb, accum, accum == 1 ? "" : "s", (long long)cfg->steps, threads, device);
     sr_log_info("data %s", sr_data_describe(train));
     if (val)
         sr_log_info("val  %s", sr_data_describe(val));
+    else if (cfg->eval_every > 0)
+        sr_log_warn("train.eval_every is %lld but data.val is empty: no evaluation (set data.val to validation "
+                    "shards)", (long long)cfg->eval_every);
     sr_log_info("mfu peak: %s", peak_how);
     log_memory("at start");
 

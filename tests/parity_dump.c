@@ -1,5 +1,7 @@
 /* parity_dump.c — writes the weights and batch of the PyTorch golden test
  * (see parity.h).  Usage: parity_dump OUT.bin */
+#include "srconfig.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

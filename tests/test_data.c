@@ -2,6 +2,8 @@
  * read back exactly, the seeded order is a permutation per epoch, the global
  * cursor gives the same sequences however a step is split into
  * micro-batches or ranks, and the embedded corpus splits 90/10. */
+#include "srconfig.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

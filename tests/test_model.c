@@ -2,6 +2,8 @@
  * coordinates per tensor, central differences with the loss summed in
  * double), the unit-major layout, initialisation, vocabulary padding, the
  * weight-decay rule, the learning-rate schedule and determinism. */
+#include "srconfig.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

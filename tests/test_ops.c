@@ -5,6 +5,8 @@
  * the central difference is compared with the op's backward (called with
  * dout = R, into zeroed gradients).  Also checks that backward accumulates
  * (+=) and that GEMM splitting across threads does not change results. */
+#include "srconfig.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -2,6 +2,8 @@
  * golden file (tests/parity/golden.bin, see parity.h and make_golden.py).
  * Loss: relative error <= 1e-5; logits and every gradient tensor:
  * max|a-b| <= 1e-4 * max|b|.  Needs no PyTorch at test time. */
+#include "srconfig.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -1,0 +1,63 @@
+#!/bin/sh
+# cli.sh — the command line: help, version, usage errors and their exit
+# statuses (DESIGN §7), --set, config show/check round trip, config keys,
+# data prepare.
+. "${SR_SRCDIR:-.}/tests/tap.sh"
+S=$SHARDRUN
+
+expect_status 0 "--help exits 0" "$S" --help
+check "--help lists the commands" grep -q "config check" "$T/out"
+expect_status 0 "--version exits 0" "$S" --version
+check "--version prints the version" grep -Eq '^shardrun [0-9]+\.[0-9]+' "$T/out"
+expect_status 64 "no command is a usage error" "$S"
+expect_status 64 "an unknown command is a usage error" "$S" frobnicate
+check "  ...and says so" grep -q "unknown command 'frobnicate'" "$T/err"
+expect_status 64 "an unknown option is a usage error" "$S" train --frobnicate
+expect_status 64 "--set without '=' is a usage error" "$S" config show --set train.lr
+check "  ...naming the expected form" grep -q "expected key=value" "$T/err"
+expect_status 64 "--set without an argument is a usage error" "$S" config show --set
+expect_status 64 "config check without a file is a usage error" "$S" config check
+expect_status 64 "train with two job files is a usage error" "$S" train a.yaml b.yaml
+expect_status 64 "an unknown config subcommand is a usage error" "$S" config frob
+expect_status 66 "a missing job file is status 66" "$S" config check "$T/missing.yaml"
+check "  ...naming the file" grep -q "missing.yaml" "$T/err"
+expect_status 78 "a bad --set value is a config error" "$S" config show --set train.lr=abc
+check "  ...naming the --set argument" grep -q -- "--set train.lr=abc" "$T/err"
+expect_status 78 "an unknown --set key is a config error" "$S" config show --set trian.lr=1
+check "  ...with a suggestion" grep -q "did you mean 'train.lr'" "$T/err"
+expect_status 78 "an out-of-range --set value is a config error" "$S" config show --set train.steps=0
+expect_status 78 "a --set on a section needs a mapping" "$S" config show --set train=3
+expect_status 0 "--set takes a YAML flow mapping for a section" "$S" config show --set 'train={lr: 0.002, steps: 7}'
+check "  ...and applies both keys" sh -c "grep -q '  lr: 0.002' '$T/out' && grep -q '  steps: 7' '$T/out'"
+expect_status 78 "a feature not landed yet is refused" "$S" config show --set comm.backend=tcp
+check "  ...with 'not implemented yet'" grep -q "not implemented yet" "$T/err"
+expect_status 78 "checkpoint.dir is refused until checkpoints land" "$S" config show --set checkpoint.dir=/tmp/x
+expect_status 0 "the default value of a pending feature is accepted" "$S" config show --set comm.backend=auto --set sharding.grad_sync=per_step
+
+# config show -> config check round trip, and show is a fixed point
+expect_status 0 "config show of the default job" "$S" config show
+cp "$T/out" "$T/shown.yaml"
+check "  ...fills in every section" sh -c "for s in model train data log threads comm sharding checkpoint preemption; do grep -q \"^\$s:\" '$T/shown.yaml' || exit 1; done"
+expect_status 0 "config check accepts config show's output" "$S" config check "$T/shown.yaml"
+"$S" config show "$T/shown.yaml" | sed 1d >"$T/again.yaml"
+sed 1d "$T/shown.yaml" >"$T/shown-body.yaml"
+check "config show of config show's output is identical" cmp -s "$T/shown-body.yaml" "$T/again.yaml"
+printf 'model:\n  preset: gpt2-124m\n  n_layer: 2\n' >"$T/preset.yaml"
+expect_status 0 "a preset with an explicit override" "$S" config show "$T/preset.yaml"
+check "  ...explicit keys win over the preset" sh -c "grep -q '  n_layer: 2' '$T/out' && grep -q '  n_embd: 768' '$T/out' && grep -q '  vocab_size: 50257' '$T/out'"
+
+expect_status 0 "config keys lists the schema" "$S" config keys
+check "  ...every key of the shown job appears" sh -c "
+    sed -n 's/^ *\\([a-z_0-9]*\\): .*/\\1/p' '$T/shown-body.yaml' | while read k; do grep -q \"\\(^\\|\\.\\)\$k \" '$T/out' || { echo \"# missing \$k\"; exit 1; }; done"
+
+# data prepare
+printf 'hello shardrun\n' >"$T/a.txt"
+printf 'second file\n' >"$T/b.txt"
+expect_status 0 "data prepare writes a shard" "$S" data prepare -o "$T/d.bin" "$T/a.txt" "$T/b.txt"
+check "  ...1024-byte header + 2 bytes per input byte" test "$(wc -c <"$T/d.bin")" -eq $((1024 + 2 * 27))
+check "  ...with llm.c's magic 20240520" sh -c "od -An -t d4 -N 12 '$T/d.bin' | tr -s ' ' | grep -q '20240520 1 27'"
+expect_status 66 "data prepare with a missing input is status 66" "$S" data prepare -o "$T/e.bin" "$T/a.txt" "$T/nope.txt"
+check "  ...and writes nothing" sh -c "! ls '$T' | grep -q '^e.bin'"
+expect_status 73 "data prepare into a missing directory is status 73" "$S" data prepare -o "$T/no/dir/x.bin" "$T/a.txt"
+expect_status 64 "data prepare without inputs is a usage error" "$S" data prepare -o "$T/f.bin"
+done_testing

@@ -1,0 +1,57 @@
+#!/bin/sh
+# docs.sh — the man pages: mandoc -Tlint clean; every --help option appears
+# in shardrun(1); every schema key appears in shardrun.yaml(5), whose KEYS
+# list is exactly what `shardrun config keys --mdoc` prints.
+# `docs.sh --update` rewrites that list from the schema instead (make update-man).
+. "${SR_SRCDIR:-.}/tests/tap.sh"
+S=$SHARDRUN
+M1=$SR_SRCDIR/man/shardrun.1
+M5=$SR_SRCDIR/man/shardrun.yaml.5
+MANDOC=${MANDOC:-$(command -v mandoc)}
+
+# the part of shardrun.yaml.5 between the KEYS markers
+keys_block() { sed -n '/^\.\\" BEGIN KEYS/,/^\.\\" END KEYS/p' "$1" | sed '1d;$d'; }
+
+if [ "$1" = "--update" ]; then
+    "$S" config keys --mdoc >"$T/keys" || exit 1
+    awk -v keys="$T/keys" '
+        /^\.\\" BEGIN KEYS/ { print; while ((getline l < keys) > 0) print l; skip = 1; next }
+        /^\.\\" END KEYS/ { skip = 0 }
+        !skip { print }' "$M5" >"$T/new5" && cp "$T/new5" "$M5"
+    echo "updated $M5"
+    exit 0
+fi
+
+"$S" config keys --mdoc >"$T/keys"
+keys_block "$M5" >"$T/block"
+check "shardrun.yaml(5) KEYS list matches the schema (run 'make update-man' after changing it)" cmp -s "$T/keys" "$T/block"
+
+if [ -z "$MANDOC" ]; then
+    skip "mandoc not installed (apt-get install mandoc): lint and rendering checks"
+    skip "mandoc not installed: --help options in shardrun(1)"
+    skip "mandoc not installed: schema keys in shardrun.yaml(5)"
+else
+    for m in "$M1" "$M5"; do
+        "$MANDOC" -Tlint -W warning "$m" >"$T/lint" 2>&1
+        check "mandoc -Tlint is clean for $(basename "$m")" test ! -s "$T/lint"
+        [ -s "$T/lint" ] && diag "$(cat "$T/lint")"
+    done
+    "$MANDOC" -Tascii "$M1" | sed "s/.\x08//g" >"$T/man1.txt"
+    "$MANDOC" -Tascii "$M5" | sed "s/.\x08//g" >"$T/man5.txt"
+    "$S" --help | grep -o -- '--[a-z][a-z-]*' | sort -u >"$T/opts"
+    missing=""
+    while read -r o; do grep -q -- "$o" "$T/man1.txt" || missing="$missing $o"; done <"$T/opts"
+    check "every --help option ($(wc -l <"$T/opts")) is in shardrun(1)${missing:+; missing:$missing}" test -z "$missing"
+    for c in "train" "config check" "config show" "config keys" "data prepare"; do
+        check "shardrun(1) documents '$c'" grep -q "shardrun $c" "$T/man1.txt"
+    done
+    for st in 0 1 64 65 66 69 70 73 74 75 78; do
+        grep -Eq "^ +$st +" "$T/man1.txt" || missing_st="$missing_st $st"
+    done
+    check "shardrun(1) lists every exit status${missing_st:+; missing:$missing_st}" test -z "$missing_st"
+    "$S" config keys | grep -o '^[a-z_.0-9]*' >"$T/keynames"
+    missing=""
+    while read -r k; do grep -q -- "$k" "$T/man5.txt" || missing="$missing $k"; done <"$T/keynames"
+    check "every schema key ($(wc -l <"$T/keynames")) is in shardrun.yaml(5)${missing:+; missing:$missing}" test -z "$missing"
+fi
+done_testing

@@ -1,0 +1,36 @@
+# tap.sh — TAP helpers for the shell tests (sourced).  Provides a private
+# temporary directory $T removed at exit, and:
+#   check DESC CMD...   ok when CMD succeeds
+#   expect_status N DESC CMD...   ok when CMD exits with status N
+#   skip DESC           a skipped test (with the reason in DESC)
+#   done_testing        prints the plan (failures are reported by TAP alone)
+SHARDRUN=${SHARDRUN:-$(pwd)/shardrun}
+SR_SRCDIR=${SR_SRCDIR:-$(pwd)}
+tap_n=0
+tap_failed=0
+T=$(mktemp -d "${TMPDIR:-/tmp}/shardrun-test.XXXXXX") || exit 99
+trap 'rm -rf "$T"' EXIT
+
+ok() { tap_n=$((tap_n + 1)); echo "ok $tap_n - $*"; }
+not_ok() { tap_n=$((tap_n + 1)); tap_failed=$((tap_failed + 1)); echo "not ok $tap_n - $*"; }
+skip() { tap_n=$((tap_n + 1)); echo "ok $tap_n # SKIP $*"; }
+diag() { printf '%s\n' "$@" | sed 's/^/# /'; }
+check() {
+    desc=$1; shift
+    if "$@"; then ok "$desc"; else not_ok "$desc"; fi
+}
+# expect_status N DESC CMD... : runs CMD with stdout in $T/out, stderr in $T/err
+expect_status() {
+    want=$1; desc=$2; shift 2
+    "$@" >"$T/out" 2>"$T/err"
+    got=$?
+    if [ "$got" -eq "$want" ]; then
+        ok "$desc (status $got)"
+    else
+        not_ok "$desc (status $got, expected $want)"
+        diag "stderr:" "$(head -c 2000 "$T/err")"
+    fi
+}
+done_testing() {
+    echo "1..$tap_n"
+}
