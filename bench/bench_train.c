@@ -1,1 +1,135 @@
-int main(void) { return 0; }
+/* bench_train.c — training-step throughput against the machine's own SGEMM
+ * ceiling, measured in the same run.
+ *
+ * For each model (tiny, gpt2-124m; seq_len 256, 4 sequences per
+ * micro-batch) and thread count (1, 2) it times full optimizer steps
+ * (forward, backward, global norm, AdamW) after one warm-up step; achieved
+ * GFLOP/s counts 6N + 12LCT per token.  The ceiling is OpenBLAS's own cblas_sgemm, with OpenBLAS's own
+ * threads, on exactly the GEMM shapes of one training step (forward,
+ * input-gradient and weight-gradient products of every linear layer and the
+ * head), each shape weighted by its FLOPs; ratio = end-to-end GFLOP/s /
+ * SGEMM GFLOP/s.  Prints one RESULT line (per-step times and the
+ * ceiling) that bench/run.sh turns into the table.
+ *
+ * usage: bench_train MODEL THREADS STEPS */
+#include "srconfig.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "config.h"
+#include "mem.h"
+#include "model.h"
+#include "ops.h"
+#include "optim.h"
+#include "rng.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* SGEMM GFLOP/s on the step's GEMM shapes with OpenBLAS threading. */
+static double sgemm_ceiling(int BT, int C, int Vp, int threads, int reps) {
+    openblas_set_num_threads(threads);
+    struct {
+        int oc, ic;
+    } lin[] = {{3 * C, C}, {C, C}, {4 * C, C}, {C, 4 * C}, {Vp, C}};
+    size_t maxa = (size_t)BT * (4 * C > Vp ? 4 * C : Vp), maxw = (size_t)Vp * C > (size_t)16 * C * C ? (size_t)Vp * C : (size_t)16 * C * C;
+    float *A = malloc(maxa * sizeof(float)), *Bm = malloc(maxa * sizeof(float)), *W = malloc(maxw * sizeof(float)),
+          *O = malloc((maxa > maxw ? maxa : maxw) * sizeof(float));
+    for (size_t i = 0; i < maxa; i++)
+        A[i] = Bm[i] = (float)sr_rng_normal(1, 1, i);
+    for (size_t i = 0; i < maxw; i++)
+        W[i] = (float)sr_rng_normal(1, 2, i);
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double flops = 0, t = 0;
+        for (size_t k = 0; k < sizeof lin / sizeof lin[0]; k++) {
+            int oc = lin[k].oc, ic = lin[k].ic;
+            double f = 2.0 * BT * oc * ic;
+            double t0 = now_s();
+            /* forward: out[BT,oc] = in[BT,ic] W[oc,ic]^T */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, oc, ic, 1.0f, A, ic, W, ic, 0.0f, O, oc);
+            /* input grad: din[BT,ic] = dout[BT,oc] W */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, ic, oc, 1.0f, Bm, oc, W, ic, 1.0f, O, ic);
+            /* weight grad: dW[oc,ic] += dout^T in */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc, ic, BT, 1.0f, Bm, oc, A, ic, 1.0f, O, ic);
+            t += now_s() - t0;
+            flops += 3 * f;
+        }
+        double g = flops / t / 1e9;
+        best = g > best ? g : best; /* the ceiling: best of reps */
+    }
+    openblas_set_num_threads(1);
+    free(A), free(Bm), free(W), free(O);
+    return best;
+}
+
+static int bench(const char *preset, int L, int NH, int C, int V, int threads, int steps) {
+    const int T = 256, B = 4;
+    sr_ops_set_threads(threads);
+    sr_mem_reset();
+    sr_model m;
+    sr_model_dims d = {L, NH, C, V, 0, T};
+    if (sr_model_init(&m, d, &sr_ops_cpu, B, true) != SR_OK) {
+        fprintf(stderr, "bench: out of memory for %s\n", preset);
+        return 70;
+    }
+    sr_model_init_params(&m, 1, m.params, 0, m.n_params);
+    sr_optim opt;
+    sr_optim_init(&opt, &m, 0, m.n_params);
+    sr_config cfg;
+    sr_config_init(&cfg);
+    int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
+    for (int i = 0; i < B * T; i++) {
+        in[i] = (int)(sr_rng_u64(5, 1, i) % V);
+        tg[i] = (int)(sr_rng_u64(5, 2, i) % V);
+    }
+    const int warm = 1;
+    double *ms = malloc(sizeof(double) * steps);
+    for (int s = 0; s < warm + steps; s++) {
+        double t0 = now_s();
+        memset(m.grads, 0, m.n_params * sizeof(float));
+        sr_model_forward(&m, NULL, in, tg, B);
+        sr_model_backward(&m, NULL, 1.0f / (B * T));
+        double norm = sqrt(sr_sum_squares(m.grads, m.n_params));
+        sr_optim_step(&opt, m.params, m.grads, s + 1, 1e-4, &cfg, norm > 1 ? (float)(1 / norm) : 1.0f);
+        if (s >= warm)
+            ms[s - warm] = (now_s() - t0) * 1e3;
+    }
+    double ceil = sgemm_ceiling(B * T, C, m.d.Vp, threads, 5);
+    printf("RESULT impl=shardrun model=%s threads=%d flops_per_step=%.6g sgemm_gflops=%.3f ms=", preset, threads,
+           sr_model_flops_per_token(&m) * B * T, ceil);
+    for (int s = 0; s < steps; s++)
+        printf("%s%.3f", s ? "," : "", ms[s]);
+    printf("\n");
+    fflush(stdout);
+    free(ms), free(in), free(tg);
+    sr_config_free(&cfg);
+    sr_optim_free(&opt);
+    sr_model_free(&m);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) {
+        fprintf(stderr, "usage: bench_train MODEL THREADS STEPS   (MODEL: tiny | gpt2-124m)\n");
+        return 64;
+    }
+    const struct {
+        const char *name;
+        int L, NH, C, V;
+    } models[] = {{"tiny", 4, 4, 256, 256}, {"gpt2-124m", 12, 12, 768, 50257}};
+    for (size_t k = 0; k < sizeof models / sizeof models[0]; k++)
+        if (strcmp(argv[1], models[k].name) == 0)
+            return bench(models[k].name, models[k].L, models[k].NH, models[k].C, models[k].V, atoi(argv[2]),
+                         atoi(argv[3]) > 0 ? atoi(argv[3]) : 3);
+    fprintf(stderr, "bench_train: unknown model '%s'\n", argv[1]);
+    return 64;
+}

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -71,6 +72,33 @@ static void split_range(int n, int id, int nt, int align, int *lo, int *hi) {
     *lo = b0 * align < n ? b0 * align : n;
     *hi = b1 * align < n ? b1 * align : n;
 }
+
+/* exp and tanh that GCC vectorises (glibc's expf/tanhf are scalar calls and
+ * were a third of a tiny-model step).  exp: x = k ln2 + r with k rounded to
+ * nearest by the 1.5 * 2^23 trick (floorf blocks vectorisation), |r| <= ln2/2,
+ * a degree-6 Taylor polynomial (relative error < 2e-7), scaled by 2^k built
+ * in the exponent bits; k is clamped to [-127, 128], so results below
+ * ~1e-38 are 0 and above ~3e38 are +inf.  Exact for |x| < 1e13, far beyond
+ * what the model's finite activations reach. */
+typedef union {
+    float f;
+    int32_t i;
+} float_bits;
+
+static inline float fast_expf(float x) {
+    float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - k * 0.693145751953125f - k * 1.428606765330187e-06f;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f + r * (8.3333338e-3f + r * 1.3888889e-3f)))));
+    int32_t ki = (int32_t)k;
+    ki = ki < -127 ? -127 : ki;
+    ki = ki > 128 ? 128 : ki;
+    float_bits scale;
+    scale.i = (ki + 127) << 23;
+    return p * scale.f;
+}
+
+/* tanh(x) = 1 - 2 / (exp(2x) + 1); absolute error ~1e-7. */
+static inline float fast_tanhf(float x) { return 1.0f - 2.0f / (fast_expf(2.0f * x) + 1.0f); }
 
 /* ------------------------------------------------------------------------ */
 
@@ -233,10 +261,10 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
             for (int t2 = 1; t2 <= t; t2++)
                 mx = row[t2] > mx ? row[t2] : mx;
             float sum = 0.0f;
-            for (int t2 = 0; t2 <= t; t2++) {
-                row[t2] = expf(row[t2] - mx);
+            for (int t2 = 0; t2 <= t; t2++)
+                row[t2] = fast_expf(row[t2] - mx);
+            for (int t2 = 0; t2 <= t; t2++)
                 sum += row[t2];
-            }
             float inv = 1.0f / sum;
             for (int t2 = 0; t2 <= t; t2++)
                 row[t2] *= inv;
@@ -290,21 +318,21 @@ static void attention_backward(float *dqkv, const float *dout, const float *qkv,
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 
 static void gelu_forward(float *out, const float *inp, size_t n) {
-#pragma omp parallel for
+#pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float cube = 0.044715f * x * x * x;
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + cube)));
+        out[i] = 0.5f * x * (1.0f + fast_tanhf(GELU_SCALE * (x + cube)));
     }
 }
 
 static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-#pragma omp parallel for
+#pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float cube = 0.044715f * x * x * x;
         float arg = GELU_SCALE * (x + cube);
-        float th = tanhf(arg);
+        float th = fast_tanhf(arg);
         float sech2 = 1.0f - th * th;
         float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] += grad * dout[i];
@@ -325,11 +353,11 @@ static void crossentropy_forward(float *losses, float *logits, const int *target
         for (int v = 1; v < V; v++)
             mx = l[v] > mx ? l[v] : mx;
         float target_logit = l[targets[n]];
+        for (int v = 0; v < V; v++)
+            l[v] = fast_expf(l[v] - mx);
         double sum = 0.0;
-        for (int v = 0; v < V; v++) {
-            l[v] = expf(l[v] - mx);
+        for (int v = 0; v < V; v++)
             sum += l[v];
-        }
         float inv = (float)(1.0 / sum);
         for (int v = 0; v < V; v++)
             l[v] *= inv;
