@@ -61,7 +61,7 @@ function median(list,    n, a, i, j, t) {
 }
 /^RESULT/ {
     delete f
-    for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+    for (i = 2; i <= NF; i++) { eq = index($i, "="); f[substr($i, 1, eq - 1)] = substr($i, eq + 1) }
     key = f["model"] SUBSEP f["threads"]
     if (!(key in seen)) { seen[key] = 1; order[++nrows] = key }
     if (f["impl"] == "shardrun") {

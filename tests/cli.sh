@@ -46,6 +46,21 @@ printf 'model:\n  preset: gpt2-124m\n  n_layer: 2\n' >"$T/preset.yaml"
 expect_status 0 "a preset with an explicit override" "$S" config show "$T/preset.yaml"
 check "  ...explicit keys win over the preset" sh -c "grep -q '  n_layer: 2' '$T/out' && grep -q '  n_embd: 768' '$T/out' && grep -q '  vocab_size: 50257' '$T/out'"
 
+# the shipped default job and examples are valid
+for j in "$SR_SRCDIR"/etc/shardrun.yaml "$SR_SRCDIR"/etc/examples/*.yaml; do
+    expect_status 0 "shipped job $(basename "$j") passes config check" "$S" config check "$j"
+done
+"$S" config show "$SR_SRCDIR/etc/shardrun.yaml" | sed 1d >"$T/etc.yaml"
+"$S" config show | sed 1d >"$T/embedded.yaml"
+check "the embedded default job is etc/shardrun.yaml" cmp -s "$T/etc.yaml" "$T/embedded.yaml"
+
+# --set: after the job file too, later ones win, and they are validated with the file
+printf 'train:\n  steps: 5\n' >"$T/five.yaml"
+expect_status 0 "--set after the job file" "$S" config show "$T/five.yaml" --set train.steps=6 --set train.steps=7
+check "  ...the last --set wins over the file" grep -q '^  steps: 7$' "$T/out"
+expect_status 78 "--set is checked across fields with the file" "$S" config check "$T/five.yaml" --set model.n_head=3
+check "  ...naming the --set" grep -q -- "--set model.n_head=3" "$T/err"
+
 expect_status 0 "config keys lists the schema" "$S" config keys
 check "  ...every key of the shown job appears" sh -c "
     sed -n 's/^ *\\([a-z_0-9]*\\): .*/\\1/p' '$T/shown-body.yaml' | while read k; do grep -q \"\\(^\\|\\.\\)\$k \" '$T/out' || { echo \"# missing \$k\"; exit 1; }; done"
