@@ -34,57 +34,36 @@ sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, int max
     if (!m->tensors || !m->layer_offset)
         return sr_error(SR_ERR_INTERNAL, "out of memory");
 
-    static const struct {
+    /* One descriptor per table row: name, shape, init, decay (X-macros in model.h). */
+    struct desc {
         const char *name;
-        int init;
+        int rows, cols, init;
         bool decay;
-    } block_desc[] = {
-#define SR_DESC(e, name, r, c, init, decay) {name, init, decay},
-        SR_BLOCK_TENSORS(SR_DESC)},
-      root_desc[] = {SR_ROOT_TENSORS(SR_DESC)
+    };
+#define SR_DESC(e, name, r, c, init, decay) {name, r, c, init, decay},
+    const struct desc block_desc[] = {SR_BLOCK_TENSORS(SR_DESC)}, root_desc[] = {SR_ROOT_TENSORS(SR_DESC)};
 #undef SR_DESC
-      };
     size_t off = 0;
     int ti = 0;
-    for (int l = 0; l < L; l++) {
-        m->layer_offset[l] = off;
-        const int rows[] = {
-#define SR_ROWS(e, name, r, c, init, decay) r,
-            SR_BLOCK_TENSORS(SR_ROWS)};
-        const int cols[] = {
-#define SR_COLS(e, name, r, c, init, decay) c,
-            SR_BLOCK_TENSORS(SR_COLS)};
-        for (int k = 0; k < SR_NBLOCK_TENSORS; k++, ti++) {
+    for (int unit = 0; unit <= L; unit++) {
+        m->layer_offset[unit] = off;
+        bool root = unit == L;
+        const struct desc *dd = root ? root_desc : block_desc;
+        int n = root ? SR_NROOT_TENSORS : SR_NBLOCK_TENSORS;
+        for (int k = 0; k < n; k++, ti++) {
             sr_tensor *t = &m->tensors[ti];
-            snprintf(t->name, sizeof t->name, "h.%d.%s", l, block_desc[k].name);
-            t->unit = l;
-            t->rows = rows[k];
-            t->cols = cols[k];
-            t->ndim = rows[k] == 1 ? 1 : 2;
-            t->init = block_desc[k].init;
-            t->decay = block_desc[k].decay;
+            if (root)
+                snprintf(t->name, sizeof t->name, "%s", dd[k].name);
+            else
+                snprintf(t->name, sizeof t->name, "h.%d.%s", unit, dd[k].name);
+            t->unit = unit;
+            t->rows = dd[k].rows;
+            t->cols = dd[k].cols;
+            t->ndim = dd[k].rows == 1 ? 1 : 2;
+            t->init = dd[k].init;
+            t->decay = dd[k].decay;
             t->offset = off;
-            t->numel = (size_t)rows[k] * cols[k];
-            off += t->numel;
-        }
-    }
-    m->layer_offset[L] = off;
-    {
-        const int rows[] = {SR_ROOT_TENSORS(SR_ROWS)};
-        const int cols[] = {SR_ROOT_TENSORS(SR_COLS)};
-#undef SR_ROWS
-#undef SR_COLS
-        for (int k = 0; k < SR_NROOT_TENSORS; k++, ti++) {
-            sr_tensor *t = &m->tensors[ti];
-            snprintf(t->name, sizeof t->name, "%s", root_desc[k].name);
-            t->unit = L;
-            t->rows = rows[k];
-            t->cols = cols[k];
-            t->ndim = rows[k] == 1 ? 1 : 2;
-            t->init = root_desc[k].init;
-            t->decay = root_desc[k].decay;
-            t->offset = off;
-            t->numel = (size_t)rows[k] * cols[k];
+            t->numel = (size_t)dd[k].rows * dd[k].cols;
             off += t->numel;
         }
     }
