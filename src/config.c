@@ -78,23 +78,23 @@ static const sr_key keys[] = {
  {"log.every", T_INT, OFF(log_every), "1", 1, 1e12, NULL, true, "progress line and metrics record every N steps"},
  {"log.metrics", T_STR, OFF(log_metrics), "\"\"", 0, 0, NULL, true, "JSON-lines metrics file written by rank 0; empty = none"},
  {"threads", T_INT, OFF(threads), "0", 0, 4096, NULL, true, "compute threads per rank; 0 = all cores available to the rank"},
- {"comm.backend", T_ENUM, OFF(comm_backend), "auto", 0, 0, backend_names, false, "transport: auto (nccl for GPU runs, tcp for CPU runs), tcp or nccl"},
- {"comm.timeout_s", T_FLOAT, OFF(comm_timeout_s), "300", 0.001, 1e7, NULL, false, "deadline of every blocking wait on a peer, in seconds"},
- {"comm.interface", T_STR, OFF(comm_interface), "\"\"", 0, 0, NULL, false, "address or interface name the CPU transport binds to; empty = the address of the host name"},
- {"sharding.blocks_per_unit", T_INT, OFF(blocks_per_unit), "1", 1, 1024, NULL, false, "transformer blocks per sharded unit"},
- {"sharding.reshard_after_forward.blocks", T_RESHARD, OFF(reshard_blocks), "true", 2, 1048576, NULL, false, "free block units' full parameters after forward: true, false, or N (keep a copy sharded over N ranks)"},
- {"sharding.reshard_after_forward.root", T_RESHARD, OFF(reshard_root), "false", 2, 1048576, NULL, false, "the same for the root unit (embeddings, final norm, head)"},
- {"sharding.mixed_precision.param_dtype", T_ENUM, OFF(param_dtype), "fp32", 0, 0, dtype_names, false, "dtype of gathered parameters for compute: fp32 or bf16 (the fp32 master shard is always kept)"},
- {"sharding.mixed_precision.reduce_dtype", T_ENUM, OFF(reduce_dtype), "fp32", 0, 0, dtype_names, false, "dtype of gradient reduce-scatter: fp32 or bf16"},
- {"sharding.mesh.shard", T_INT, OFF(mesh_shard), "0", 0, 1048576, NULL, false, "ranks a unit is sharded over; 0 = ranks / replicate"},
- {"sharding.mesh.replicate", T_INT, OFF(mesh_replicate), "1", 1, 1048576, NULL, false, "replica groups (HSDP); shard x replicate = ranks"},
- {"sharding.prefetch.forward", T_INT, OFF(prefetch_forward), "1", 0, 16, NULL, false, "units gathered ahead during forward"},
- {"sharding.prefetch.backward", T_INT, OFF(prefetch_backward), "1", 0, 16, NULL, false, "units gathered ahead during backward"},
- {"sharding.grad_sync", T_ENUM, OFF(grad_sync), "per_step", 0, 0, gradsync_names, false, "per_step: accumulate full gradients, reduce-scatter once per step; per_micro_batch: reduce-scatter every micro-batch"},
- {"sharding.offload.params", T_BOOL, OFF(offload_params), "false", 0, 0, NULL, false, "keep parameter shards in host memory (GPU runs)"},
- {"sharding.offload.grads", T_BOOL, OFF(offload_grads), "false", 0, 0, NULL, false, "keep gradient shards in host memory (GPU runs)"},
- {"sharding.offload.optimizer", T_BOOL, OFF(offload_optimizer), "false", 0, 0, NULL, false, "keep optimizer state in host memory (GPU runs)"},
- {"sharding.offload.pin_memory", T_BOOL, OFF(pin_memory), "true", 0, 0, NULL, false, "pin offloaded host memory"},
+ {"comm.backend", T_ENUM, OFF(comm_backend), "auto", 0, 0, backend_names, true, "transport: auto (nccl for GPU runs, tcp for CPU runs), tcp or nccl"},
+ {"comm.timeout_s", T_FLOAT, OFF(comm_timeout_s), "300", 0.001, 1e7, NULL, true, "deadline of every blocking wait on a peer, in seconds"},
+ {"comm.interface", T_STR, OFF(comm_interface), "\"\"", 0, 0, NULL, true, "address or interface name the CPU transport binds to; empty = the address of the host name"},
+ {"sharding.blocks_per_unit", T_INT, OFF(blocks_per_unit), "1", 1, 1024, NULL, true, "transformer blocks per sharded unit"},
+ {"sharding.reshard_after_forward.blocks", T_RESHARD, OFF(reshard_blocks), "true", 2, 1048576, NULL, true, "free block units' full parameters after forward: true, false, or N (keep a copy sharded over N ranks)"},
+ {"sharding.reshard_after_forward.root", T_RESHARD, OFF(reshard_root), "false", 2, 1048576, NULL, true, "the same for the root unit (embeddings, final norm, head)"},
+ {"sharding.mixed_precision.param_dtype", T_ENUM, OFF(param_dtype), "fp32", 0, 0, dtype_names, true, "dtype of gathered parameters for compute: fp32 or bf16 (the fp32 master shard is always kept)"},
+ {"sharding.mixed_precision.reduce_dtype", T_ENUM, OFF(reduce_dtype), "fp32", 0, 0, dtype_names, true, "dtype of gradient reduce-scatter: fp32 or bf16"},
+ {"sharding.mesh.shard", T_INT, OFF(mesh_shard), "0", 0, 1048576, NULL, true, "ranks a unit is sharded over; 0 = ranks / replicate"},
+ {"sharding.mesh.replicate", T_INT, OFF(mesh_replicate), "1", 1, 1048576, NULL, true, "replica groups (HSDP); shard x replicate = ranks"},
+ {"sharding.prefetch.forward", T_INT, OFF(prefetch_forward), "1", 0, 16, NULL, true, "units gathered ahead during forward"},
+ {"sharding.prefetch.backward", T_INT, OFF(prefetch_backward), "1", 0, 16, NULL, true, "units gathered ahead during backward"},
+ {"sharding.grad_sync", T_ENUM, OFF(grad_sync), "per_step", 0, 0, gradsync_names, true, "per_step: accumulate full gradients, reduce-scatter once per step; per_micro_batch: reduce-scatter every micro-batch"},
+ {"sharding.offload.params", T_BOOL, OFF(offload_params), "false", 0, 0, NULL, true, "keep parameter shards in host memory (GPU runs)"},
+ {"sharding.offload.grads", T_BOOL, OFF(offload_grads), "false", 0, 0, NULL, true, "keep gradient shards in host memory (GPU runs)"},
+ {"sharding.offload.optimizer", T_BOOL, OFF(offload_optimizer), "false", 0, 0, NULL, true, "keep optimizer state in host memory (GPU runs)"},
+ {"sharding.offload.pin_memory", T_BOOL, OFF(pin_memory), "true", 0, 0, NULL, true, "pin offloaded host memory"},
  {"checkpoint.dir", T_STR, OFF(ckpt_dir), "\"\"", 0, 0, NULL, false, "directory of sharded checkpoints; empty = no checkpoints"},
  {"checkpoint.every_steps", T_INT, OFF(ckpt_every_steps), "0", 0, 1e12, NULL, false, "checkpoint every N steps; 0 = off"},
  {"checkpoint.every_minutes", T_FLOAT, OFF(ckpt_every_minutes), "0", 0, 1e7, NULL, false, "checkpoint every N minutes; 0 = off"},
@@ -763,8 +763,7 @@ void sr_config_free(sr_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
 }
 
-/* "file:line:col" of where key `name` was set, or "(default)". */
-static void where_key(const sr_config *cfg, const char *name, char *buf, size_t n) {
+void sr_config_where(const sr_config *cfg, const char *name, char *buf, size_t n) {
     int ki = key_index(name);
     const struct sr_key_origin *o = ki >= 0 ? &cfg->origin[ki] : NULL;
     if (!o || !o->file)
@@ -815,21 +814,21 @@ sr_status sr_config_finalize(sr_config *cfg, int dp_ranks) {
         cfg->seq_len = presets[p].seq_len;
 
     if (cfg->n_embd % cfg->n_head != 0) {
-        where_key(cfg, was_set(cfg, "model.n_embd") ? "model.n_embd" : "model.n_head", w, sizeof w);
+        sr_config_where(cfg, was_set(cfg, "model.n_embd") ? "model.n_embd" : "model.n_head", w, sizeof w);
         return sr_error(SR_ERR_CONFIG,
                         "%s: model.n_embd (%lld) must be divisible by model.n_head (%lld) (hint: n_head %lld divides it)",
                         w, (long long)cfg->n_embd, (long long)cfg->n_head, (long long)nearest_divisor(cfg->n_embd, cfg->n_head));
     }
     if (cfg->min_lr > cfg->lr) {
-        where_key(cfg, was_set(cfg, "train.min_lr") ? "train.min_lr" : "train.lr", w, sizeof w);
+        sr_config_where(cfg, was_set(cfg, "train.min_lr") ? "train.min_lr" : "train.lr", w, sizeof w);
         return sr_error(SR_ERR_CONFIG, "%s: train.min_lr (%g) must not exceed train.lr (%g)", w, cfg->min_lr, cfg->lr);
     }
     if (dp_ranks < 1)
         dp_ranks = 1;
     int64_t mb = sr_config_micro_batch(cfg, dp_ranks);
     if (mb < 1 || cfg->batch_size % (mb * dp_ranks) != 0) {
-        where_key(cfg, "train.batch_size", w, sizeof w);
-        where_key(cfg, "train.micro_batch", w2, sizeof w2);
+        sr_config_where(cfg, "train.batch_size", w, sizeof w);
+        sr_config_where(cfg, "train.micro_batch", w2, sizeof w2);
         return sr_error(SR_ERR_CONFIG,
                         "%s: train.batch_size (%lld) is not a whole multiple of train.micro_batch (%lld) x "
                         "data-parallel ranks (%d); micro_batch set at %s (hint: choose batch_size = micro_batch x "
@@ -837,7 +836,7 @@ sr_status sr_config_finalize(sr_config *cfg, int dp_ranks) {
                         w, (long long)cfg->batch_size, (long long)mb, dp_ranks, w2);
     }
     if (cfg->blocks_per_unit > cfg->n_layer) {
-        where_key(cfg, "sharding.blocks_per_unit", w, sizeof w);
+        sr_config_where(cfg, "sharding.blocks_per_unit", w, sizeof w);
         return sr_error(SR_ERR_CONFIG, "%s: sharding.blocks_per_unit (%lld) exceeds model.n_layer (%lld)", w,
                         (long long)cfg->blocks_per_unit, (long long)cfg->n_layer);
     }
@@ -948,7 +947,7 @@ sr_status sr_config_check_landed(const sr_config *cfg) {
         fmt_value(&def, &keys[i], b, sizeof b);
         if (strcmp(a, b) != 0) {
             char w[1200];
-            where_key(cfg, keys[i].key, w, sizeof w);
+            sr_config_where(cfg, keys[i].key, w, sizeof w);
             sr_config_free(&def);
             return sr_error(SR_ERR_CONFIG,
                             "%s: %s: %s is not implemented yet in this version; only the default (%s) is accepted",

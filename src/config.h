@@ -111,6 +111,10 @@ void sr_config_keys(FILE *out, bool mdoc);
 int64_t sr_config_micro_batch(const sr_config *cfg, int dp_ranks);
 int64_t sr_config_accum_steps(const sr_config *cfg, int dp_ranks);
 
+/* "file:line:col" (or "--set KEY=VALUE") where key `name` was last set,
+ * or "SOURCE (default)". */
+void sr_config_where(const sr_config *cfg, const char *name, char *buf, size_t n);
+
 /* Names of enum values, for logs. */
 const char *sr_config_enum_name(const char *key, int64_t value);
 

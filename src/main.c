@@ -15,6 +15,7 @@
 #include "data.h"
 #include "status.h"
 #include "train.h"
+#include "world.h"
 
 static const char usage_text[] =
     "usage: shardrun train [JOB.yaml] [--set KEY=VALUE]...\n"
@@ -62,9 +63,16 @@ typedef struct {
     int nargs;
 } cli;
 
+/* In a multi-rank job, errors every rank hits alike (job file, data) are
+ * printed by rank 0 only; peer, I/O and internal errors by every rank. */
+static bool quiet_rank = false;
+
 static int fail(sr_status st) {
     const char *msg = sr_error_message();
-    sr_log_error("%s", msg[0] ? msg : sr_status_str(st));
+    bool same_everywhere = st == SR_ERR_CONFIG || st == SR_ERR_DATA || st == SR_ERR_NOINPUT ||
+                           st == SR_ERR_USAGE || st == SR_ERR_TRAIN;
+    if (!(quiet_rank && same_everywhere))
+        sr_log_error("%s", msg[0] ? msg : sr_status_str(st));
     if (st == SR_ERR_USAGE)
         fputs("Try 'shardrun --help'.\n", stderr);
     return sr_status_exit_code(st);
@@ -121,14 +129,14 @@ static void cli_free(cli *c) {
 
 /* Loads the job (file or embedded), applies --set, finalizes and refuses
  * features that have not landed.  Returns an exit code (0 on success). */
-static int load_job(sr_config *cfg, const char *path, const cli *c) {
+static int load_job(sr_config *cfg, const char *path, const cli *c, int dp_ranks) {
     sr_status st = sr_config_init(cfg);
     if (st == SR_OK)
         st = sr_config_load_file(cfg, path);
     for (int i = 0; st == SR_OK && i < c->nsets; i++)
         st = sr_config_set(cfg, c->sets[i]);
     if (st == SR_OK)
-        st = sr_config_finalize(cfg, 1);
+        st = sr_config_finalize(cfg, dp_ranks);
     if (st == SR_OK)
         st = sr_config_check_landed(cfg);
     return st == SR_OK ? 0 : fail(st);
@@ -137,13 +145,20 @@ static int load_job(sr_config *cfg, const char *path, const cli *c) {
 static int cmd_train(const cli *c) {
     if (c->nargs > 1)
         return usage_error("train: expected at most one job file, got extra argument '%s'", c->args[1]);
+    sr_world world;
+    sr_status st = sr_world_init(&world);
+    if (st != SR_OK)
+        return fail(st);
+    sr_log_set_rank(world.rank, world.size);
+    quiet_rank = world.rank != 0;
     sr_config cfg;
-    int rc = load_job(&cfg, c->nargs ? c->args[0] : NULL, c);
+    int rc = load_job(&cfg, c->nargs ? c->args[0] : NULL, c, world.size);
     if (rc == 0) {
-        sr_status st = sr_train_run(&cfg, NULL);
+        st = sr_train_run(&cfg, &world, NULL);
         rc = st == SR_OK ? 0 : fail(st);
     }
     sr_config_free(&cfg);
+    sr_world_close(&world);
     return rc;
 }
 
@@ -162,7 +177,7 @@ static int cmd_config(const char *sub, const cli *c) {
     if (c->nargs > 1)
         return usage_error("config show: expected at most one job file, got extra argument '%s'", c->args[1]);
     sr_config cfg;
-    int rc = load_job(&cfg, c->nargs ? c->args[0] : NULL, c);
+    int rc = load_job(&cfg, c->nargs ? c->args[0] : NULL, c, 1);
     if (rc == 0) {
         if (check)
             printf("%s: OK\n", c->args[0]);

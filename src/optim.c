@@ -5,31 +5,39 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mem.h"
 
-sr_status sr_optim_init(sr_optim *opt, const sr_model *model, size_t begin, size_t end) {
-    opt->begin = begin;
-    opt->end = end;
+sr_status sr_optim_init_slices(sr_optim *opt, const sr_model *model, const sr_slice *slices, int n,
+                               size_t local_size) {
+    memset(opt, 0, sizeof *opt);
     opt->model = model;
-    size_t n = end - begin;
-    opt->m = sr_mem_alloc(SR_MEM_OPTIM_SHARD, n * sizeof(float));
-    opt->v = sr_mem_alloc(SR_MEM_OPTIM_SHARD, n * sizeof(float));
+    opt->local_size = local_size;
+    opt->nslices = n;
+    opt->slices = malloc(sizeof *slices * (size_t)(n > 0 ? n : 1));
+    opt->m = sr_mem_alloc(SR_MEM_OPTIM_SHARD, local_size * sizeof(float));
+    opt->v = sr_mem_alloc(SR_MEM_OPTIM_SHARD, local_size * sizeof(float));
     opt->decay = calloc((size_t)model->n_tensors, 1);
-    if (!opt->m || !opt->v || !opt->decay)
+    if (!opt->slices || !opt->m || !opt->v || !opt->decay)
         return sr_error(SR_ERR_INTERNAL, "out of memory for optimizer state");
+    memcpy(opt->slices, slices, sizeof *slices * (size_t)n);
     for (int i = 0; i < model->n_tensors; i++)
         opt->decay[i] = model->tensors[i].ndim >= 2;
     return SR_OK;
 }
 
+sr_status sr_optim_init(sr_optim *opt, const sr_model *model, size_t begin, size_t end) {
+    sr_slice one = {begin, end, 0};
+    return sr_optim_init_slices(opt, model, &one, 1, end - begin);
+}
+
 void sr_optim_free(sr_optim *opt) {
-    size_t n = opt->end - opt->begin;
-    sr_mem_free(SR_MEM_OPTIM_SHARD, opt->m, n * sizeof(float));
-    sr_mem_free(SR_MEM_OPTIM_SHARD, opt->v, n * sizeof(float));
+    sr_mem_free(SR_MEM_OPTIM_SHARD, opt->m, opt->local_size * sizeof(float));
+    sr_mem_free(SR_MEM_OPTIM_SHARD, opt->v, opt->local_size * sizeof(float));
     free(opt->decay);
-    opt->m = opt->v = NULL;
-    opt->decay = NULL;
+    free(opt->slices);
+    memset(opt, 0, sizeof *opt);
 }
 
 void sr_optim_step(sr_optim *opt, float *params, const float *grads, int64_t step, double lr, const sr_config *cfg,
@@ -39,23 +47,26 @@ void sr_optim_step(sr_optim *opt, float *params, const float *grads, int64_t ste
     const float bc2 = (float)(1.0 - pow(cfg->beta2, (double)step));
     const float flr = (float)lr, wd = (float)cfg->weight_decay;
     const sr_model *model = opt->model;
-    for (int ti = 0; ti < model->n_tensors; ti++) {
-        const sr_tensor *t = &model->tensors[ti];
-        size_t lo = t->offset > opt->begin ? t->offset : opt->begin;
-        size_t hi = t->offset + t->numel < opt->end ? t->offset + t->numel : opt->end;
-        if (lo >= hi)
-            continue;
-        float decay = opt->decay[ti] ? wd : 0.0f;
-        size_t a = lo - opt->begin, b = hi - opt->begin;
+    for (int si = 0; si < opt->nslices; si++) {
+        const sr_slice *sl = &opt->slices[si];
+        for (int ti = 0; ti < model->n_tensors; ti++) {
+            const sr_tensor *t = &model->tensors[ti];
+            size_t lo = t->offset > sl->begin ? t->offset : sl->begin;
+            size_t hi = t->offset + t->numel < sl->end ? t->offset + t->numel : sl->end;
+            if (lo >= hi)
+                continue;
+            float decay = opt->decay[ti] ? wd : 0.0f;
+            size_t a = lo - sl->begin + sl->local, b = hi - sl->begin + sl->local;
 #pragma omp parallel for
-        for (size_t i = a; i < b; i++) {
-            float g = grads[i] * grad_scale;
-            float m = b1 * opt->m[i] + (1.0f - b1) * g;
-            float v = b2 * opt->v[i] + (1.0f - b2) * g * g;
-            opt->m[i] = m;
-            opt->v[i] = v;
-            float mhat = m / bc1, vhat = v / bc2;
-            params[i] -= flr * (mhat / (sqrtf(vhat) + eps) + decay * params[i]);
+            for (size_t i = a; i < b; i++) {
+                float g = grads[i] * grad_scale;
+                float m = b1 * opt->m[i] + (1.0f - b1) * g;
+                float v = b2 * opt->v[i] + (1.0f - b2) * g * g;
+                opt->m[i] = m;
+                opt->v[i] = v;
+                float mhat = m / bc1, vhat = v / bc2;
+                params[i] -= flr * (mhat / (sqrtf(vhat) + eps) + decay * params[i]);
+            }
         }
     }
 }

@@ -16,22 +16,34 @@
 #include "model.h"
 #include "status.h"
 
+/* A slice [begin, end) of the global parameter buffer stored at `local` in
+ * a rank's shard buffers. */
 typedef struct {
-    size_t begin, end; /* slice of the global parameter buffer owned here */
-    float *m, *v;      /* Adam moments for the slice (SR_MEM_OPTIM_SHARD) */
+    size_t begin, end, local;
+} sr_slice;
+
+typedef struct {
+    sr_slice *slices;  /* what this rank owns */
+    int nslices;
+    size_t local_size; /* floats in the shard buffers (with padding) */
+    float *m, *v;      /* Adam moments, laid out like the shard (SR_MEM_OPTIM_SHARD) */
     unsigned char *decay; /* per tensor: 1 = decays */
     const sr_model *model;
 } sr_optim;
 
-/* Allocates zeroed moments for [begin, end).  Returns SR_ERR_INTERNAL when
- * out of memory.  Free with sr_optim_free. */
+/* Allocates zeroed moments for a shard of `local_size` floats made of the
+ * given slices (copied).  sr_optim_init is the one-slice form for
+ * [begin, end).  Returns SR_ERR_INTERNAL when out of memory.  Free with
+ * sr_optim_free. */
+sr_status sr_optim_init_slices(sr_optim *opt, const sr_model *model, const sr_slice *slices, int n,
+                               size_t local_size);
 sr_status sr_optim_init(sr_optim *opt, const sr_model *model, size_t begin, size_t end);
 void sr_optim_free(sr_optim *opt);
 
-/* One AdamW step (1-based `step` for bias correction) on params/grads that
- * hold the slice [begin, end); grads are multiplied by `grad_scale` first
- * (clipping).  Decoupled weight decay: p -= lr * wd * p for decaying
- * tensors. */
+/* One AdamW step (1-based `step` for bias correction) on the shard buffers
+ * params/grads; grads are multiplied by `grad_scale` first (clipping).
+ * Decoupled weight decay: p -= lr * wd * p for decaying tensors.  Padding
+ * between slices is not touched. */
 void sr_optim_step(sr_optim *opt, float *params, const float *grads, int64_t step, double lr, const sr_config *cfg,
                    float grad_scale);
 

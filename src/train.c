@@ -13,10 +13,12 @@
 
 #include "data.h"
 #include "device.h"
+#include "fsdp.h"
 #include "mem.h"
 #include "model.h"
 #include "ops.h"
 #include "optim.h"
+#include "world.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -87,26 +89,30 @@ static void json_memory(FILE *f) {
     fprintf(f, ",\"mem_total\":%zu,\"mem_total_peak\":%zu", sr_mem_total_current(), sr_mem_total_peak());
 }
 
-static double evaluate(sr_model *m, const sr_data *val, const sr_config *cfg, int mb) {
-    int T = m->d.T;
-    int64_t total_seq = cfg->eval_batches * cfg->batch_size;
+/* Validation loss: eval_batches global batches of the validation set in
+ * file order; each rank evaluates its slice, the sums meet in an all-reduce. */
+static sr_status evaluate(sr_fsdp *f, const sr_data *val, const sr_config *cfg, const sr_world *w, int mb, int T,
+                          double *out) {
+    int64_t total = cfg->eval_batches * cfg->batch_size, per_rank = total / w->size;
     int *in = malloc((size_t)mb * T * sizeof(int)), *tg = malloc((size_t)mb * T * sizeof(int));
     if (!in || !tg) {
         free(in);
         free(tg);
-        return NAN;
+        return sr_error(SR_ERR_INTERNAL, "out of memory");
     }
     double sum = 0.0;
-    int64_t done = 0;
-    while (done < total_seq) {
-        int n = (int)(total_seq - done < mb ? total_seq - done : mb);
-        sr_data_batch(val, (uint64_t)done, n, false, 0, in, tg);
-        sum += (double)sr_model_forward(m, NULL, in, tg, n) * n;
-        done += n;
+    sr_status st = SR_OK;
+    for (int64_t done = 0; done < per_rank && st == SR_OK; done += mb) {
+        int n = (int)(per_rank - done < mb ? per_rank - done : mb);
+        sr_data_batch(val, (uint64_t)(w->rank * per_rank + done), n, false, 0, in, tg);
+        st = sr_fsdp_eval(f, in, tg, n, &sum);
     }
     free(in);
     free(tg);
-    return sum / (double)total_seq;
+    if (st == SR_OK)
+        st = sr_fsdp_sum_world(f, &sum);
+    *out = sum / (double)total;
+    return st;
 }
 
 /* SHARDRUN_TEST_NAN_AT_STEP=N poisons the loss of step N (1-based), so the
@@ -116,10 +122,10 @@ static int64_t test_nan_step(void) {
     return e && *e ? strtoll(e, NULL, 10) : -1;
 }
 
-sr_status sr_train_run(const sr_config *cfg, sr_train_result *res) {
+sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) {
     sr_status st = SR_OK;
     int threads = sr_ops_set_threads((int)cfg->threads);
-    const int dp = 1;
+    const int dp = w->size;
     int mb = (int)sr_config_micro_batch(cfg, dp);
     int accum = (int)sr_config_accum_steps(cfg, dp);
     int T = (int)cfg->seq_len;
@@ -127,11 +133,11 @@ sr_status sr_train_run(const sr_config *cfg, sr_train_result *res) {
 
     sr_data *train = NULL, *val = NULL;
     sr_model model;
-    sr_optim opt;
-    bool model_ok = false, opt_ok = false;
+    bool model_ok = false;
+    sr_transport *tp = NULL;
+    sr_fsdp *fsdp = NULL;
     FILE *metrics = NULL;
     int *in = NULL, *tg = NULL;
-    memset(&opt, 0, sizeof opt);
 
     if (cfg->data_train.count)
         st = sr_data_open(&train, &cfg->data_train, T, cfg->vocab_size);
@@ -146,13 +152,15 @@ sr_status sr_train_run(const sr_config *cfg, sr_train_result *res) {
     if (st != SR_OK)
         goto out;
 
-    st = sr_model_init(&model, dims, &sr_ops_cpu, mb, true);
+    st = sr_model_init(&model, dims, &sr_ops_cpu, mb, false);
     model_ok = true;
     if (st != SR_OK)
         goto out;
-    sr_model_init_params(&model, (uint64_t)cfg->seed, model.params, 0, model.n_params);
-    st = sr_optim_init(&opt, &model, 0, model.n_params);
-    opt_ok = true;
+    st = sr_transport_open(&tp, w, cfg);
+    if (st == SR_OK)
+        st = sr_fsdp_init(&fsdp, &model, cfg, w, tp);
+    if (st == SR_OK)
+        st = sr_transport_connect(tp);
     if (st != SR_OK)
         goto out;
     in = malloc((size_t)mb * T * sizeof(int));
@@ -161,8 +169,7 @@ sr_status sr_train_run(const sr_config *cfg, sr_train_result *res) {
         st = sr_error(SR_ERR_INTERNAL, "out of memory");
         goto out;
     }
-
-    if (cfg->log_metrics && cfg->log_metrics[0]) {
+    if (w->rank == 0 && cfg->log_metrics && cfg->log_metrics[0]) {
         metrics = fopen(cfg->log_metrics, "w");
         if (!metrics) {
             st = sr_error(SR_ERR_CANTCREAT, "%s: cannot create metrics file (log.metrics): %s", cfg->log_metrics,
@@ -171,17 +178,32 @@ sr_status sr_train_run(const sr_config *cfg, sr_train_result *res) {
         }
     }
 
-    char device[256];
-    sr_device_describe(device, sizeof device);
+    char device[512];
+    sr_device_describe(device, sizeof device, w->local_rank, w->local_size);
+    const char *restart = getenv("SLURM_RESTART_COUNT");
+    sr_log_info_all("rank %d/%d local %d/%d node %d host %s device=%s job %s transport %s restart=%s", w->rank,
+                    w->size, w->local_rank, w->local_size, w->node_id, w->host, device, w->job_id,
+                    w->size > 1 ? sr_transport_address(tp) : "none", restart && *restart ? restart : "0");
     char peak_how[256];
     double peak = sr_train_peak_flops(threads, peak_how, sizeof peak_how);
     double flops_tok = sr_model_flops_per_token(&model);
     sr_log_info("model %s: n_layer %d, n_head %d, n_embd %d, vocab_size %d (padded %d), seq_len %d; %.2fM parameters",
                 sr_config_enum_name("model.preset", cfg->model_preset), dims.L, dims.NH, dims.C, dims.V, model.d.Vp,
                 T, (double)model.n_params_real / 1e6);
-    sr_log_info("batch %lld sequences/step = 1 rank x micro_batch %d x %d accumulation step%s; %lld steps; threads %d "
-                "(one OpenMP pool, OpenBLAS single-threaded); device=%s",
-                (long long)cfg->batch_size, mb, accum, accum == 1 ? "" : "s", (long long)cfg->steps, threads, device);
+    sr_log_info("batch %lld sequences/step = %d rank%s x micro_batch %d x %d accumulation step%s; %lld steps; "
+                "threads %d per rank (one OpenMP pool, OpenBLAS single-threaded)",
+                (long long)cfg->batch_size, dp, dp == 1 ? "" : "s", mb, accum, accum == 1 ? "" : "s",
+                (long long)cfg->steps, threads);
+    sr_log_info("sharding: mesh shard %d x replicate %d, %d units (%lld block%s each + root), reshard_after_forward "
+                "blocks %s root %s, param %s, reduce %s, prefetch %lld/%lld, grad_sync %s, comm %s",
+                sr_fsdp_shard_size(fsdp), sr_fsdp_replicate_size(fsdp), sr_fsdp_units(fsdp),
+                (long long)cfg->blocks_per_unit, cfg->blocks_per_unit == 1 ? "" : "s",
+                cfg->reshard_blocks == SR_RESHARD_TRUE ? "true" : cfg->reshard_blocks == 0 ? "false" : "N",
+                cfg->reshard_root == SR_RESHARD_TRUE ? "true" : cfg->reshard_root == 0 ? "false" : "N",
+                sr_config_enum_name("sharding.mixed_precision.param_dtype", cfg->param_dtype),
+                sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype),
+                (long long)cfg->prefetch_forward, (long long)cfg->prefetch_backward,
+                sr_config_enum_name("sharding.grad_sync", cfg->grad_sync), w->size > 1 ? "tcp" : "none (1 rank)");
     sr_log_info("data %s", sr_data_describe(train));
     if (val)
         sr_log_info("val  %s", sr_data_describe(val));
@@ -193,23 +215,33 @@ sr_status sr_train_run(const sr_config *cfg, sr_train_result *res) {
 
     const double dloss = 1.0 / ((double)cfg->batch_size * T);
     const int64_t nan_step = test_nan_step();
+    const int64_t rank_seqs = (int64_t)mb * accum; /* this rank's slice of every global batch */
     double first_loss = NAN, last_loss = NAN, last_val = NAN;
     double t_start = now_s();
     for (int64_t s = 0; s < cfg->steps; s++) {
         double t0 = now_s();
-        memset(model.grads, 0, model.n_params * sizeof(float));
+        sr_fsdp_begin_step(fsdp);
         double loss_sum = 0.0;
-        for (int a = 0; a < accum; a++) {
-            /* global cursor: step s owns sequences [s*batch, (s+1)*batch) */
-            uint64_t first = (uint64_t)s * (uint64_t)cfg->batch_size + (uint64_t)a * (uint64_t)mb;
+        for (int a = 0; a < accum && st == SR_OK; a++) {
+            /* global cursor: step s owns sequences [s*batch, (s+1)*batch);
+             * rank r takes the fixed slice r*mb*accum .. of it */
+            uint64_t first = (uint64_t)s * (uint64_t)cfg->batch_size + (uint64_t)(w->rank * rank_seqs) +
+                             (uint64_t)a * (uint64_t)mb;
             sr_data_batch(train, first, mb, true, (uint64_t)cfg->seed, in, tg);
-            loss_sum += (double)sr_model_forward(&model, NULL, in, tg, mb) * mb;
-            sr_model_backward(&model, NULL, (float)dloss);
+            st = sr_fsdp_forward(fsdp, in, tg, mb, &loss_sum);
+            if (st == SR_OK)
+                st = sr_fsdp_backward(fsdp, (float)dloss, a == accum - 1);
         }
+        double norm = 0.0;
+        if (st == SR_OK)
+            st = sr_fsdp_finish_grads(fsdp, &norm);
+        if (st == SR_OK)
+            st = sr_fsdp_sum_world(fsdp, &loss_sum);
+        if (st != SR_OK)
+            goto out;
         double loss = loss_sum / (double)cfg->batch_size;
         if (s + 1 == nan_step)
             loss = NAN;
-        double norm = sqrt(sr_sum_squares(model.grads, model.n_params));
         if (!isfinite(loss) || !isfinite(norm)) {
             st = sr_error(SR_ERR_TRAIN,
                           "step %lld: non-finite %s (loss %g, gradient norm %g); training stopped (hint: lower "
@@ -221,7 +253,7 @@ sr_status sr_train_run(const sr_config *cfg, sr_train_result *res) {
         if (cfg->grad_clip > 0 && norm > cfg->grad_clip)
             scale = (float)(cfg->grad_clip / norm);
         double lr = sr_lr_at(cfg, s);
-        sr_optim_step(&opt, model.params, model.grads, s + 1, lr, cfg, scale);
+        sr_fsdp_optimizer_step(fsdp, s + 1, lr, cfg, scale);
         double dt = now_s() - t0;
         if (s == 0)
             first_loss = loss;
@@ -229,25 +261,27 @@ sr_status sr_train_run(const sr_config *cfg, sr_train_result *res) {
 
         bool do_eval = val && cfg->eval_every > 0 && ((s + 1) % cfg->eval_every == 0 || s + 1 == cfg->steps);
         if (do_eval) {
-            last_val = evaluate(&model, val, cfg, mb);
+            st = evaluate(fsdp, val, cfg, w, mb, T, &last_val);
+            if (st != SR_OK)
+                goto out;
             sr_log_info("step %lld: val_loss %.4f", (long long)(s + 1), last_val);
         }
         bool do_log = (s + 1) % cfg->log_every == 0 || s == 0 || s + 1 == cfg->steps;
         if (do_log) {
             double tps = (double)cfg->batch_size * T / dt;
-            double mfu = 100.0 * tps * flops_tok / peak;
+            double mfu = 100.0 * tps * flops_tok / (peak * w->size);
             sr_log_info("step %6lld/%lld | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | mfu %.1f%% | mem %.1f MiB "
                         "| %.1f ms",
                         (long long)(s + 1), (long long)cfg->steps, loss, lr, norm, tps, mfu,
-                        mib(sr_mem_total_current()), dt * 1e3);
+                        mib(sr_mem_total_peak()), dt * 1e3);
             if (metrics) {
                 fprintf(metrics,
-                        "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.6g,\"mfu\":%"
-                        ".6g,\"step_ms\":%.6g,\"tokens\":%lld",
+                        "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,"
+                        "\"mfu\":%.6g,\"step_ms\":%.6g,\"tokens\":%lld,\"ranks\":%d",
                         (long long)(s + 1), loss, lr, norm, tps, mfu / 100.0, dt * 1e3,
-                        (long long)((s + 1) * cfg->batch_size * T));
+                        (long long)((s + 1) * cfg->batch_size * T), w->size);
                 if (do_eval)
-                    fprintf(metrics, ",\"val_loss\":%.9g", last_val);
+                    fprintf(metrics, ",\"val_loss\":%.17g", last_val);
                 json_memory(metrics);
                 fputs("}\n", metrics);
                 fflush(metrics);
@@ -257,6 +291,12 @@ sr_status sr_train_run(const sr_config *cfg, sr_train_result *res) {
     sr_log_info("done: %lld steps in %.1f s; loss %.4f -> %.4f", (long long)cfg->steps, now_s() - t_start, first_loss,
                 last_loss);
     log_memory("at end");
+    {
+        /* For the test suite: the final full model, to compare world sizes. */
+        const char *dump = getenv("SHARDRUN_TEST_DUMP_PARAMS");
+        if (dump && *dump)
+            st = sr_fsdp_dump_params(fsdp, dump);
+    }
     if (res) {
         res->steps_done = cfg->steps;
         res->first_loss = first_loss;
@@ -268,8 +308,8 @@ out:
         st = sr_error(SR_ERR_IO, "%s: write failed: %s", cfg->log_metrics, strerror(errno));
     free(in);
     free(tg);
-    if (opt_ok)
-        sr_optim_free(&opt);
+    sr_fsdp_free(fsdp);
+    sr_transport_close(tp);
     if (model_ok)
         sr_model_free(&model);
     sr_data_close(train);

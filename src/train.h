@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "status.h"
+#include "world.h"
 
 typedef struct {
     int64_t steps_done;
@@ -18,9 +19,11 @@ typedef struct {
 
 /* Trains per `cfg` (already finalized).  Returns SR_OK, SR_ERR_TRAIN on a
  * non-finite loss or gradient norm, SR_ERR_DATA / SR_ERR_NOINPUT for data
- * problems, SR_ERR_CANTCREAT when the metrics file cannot be created.
+ * problems, SR_ERR_CANTCREAT when the metrics file cannot be created,
+ * SR_ERR_PEER when a peer fails or times out, SR_ERR_CONFIG for sharding
+ * settings that do not fit the world.
  * `res` may be NULL. */
-sr_status sr_train_run(const sr_config *cfg, sr_train_result *res);
+sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res);
 
 /* Nominal peak FLOP/s of `threads` cores, used for MFU: cores x clock x
  * FLOP/cycle of the widest FMA unit found (AVX-512: 64, AVX2+FMA: 32,

@@ -1,0 +1,176 @@
+/* world.c — PMIx bootstrap and the PMIx key-value all-gather; see world.h. */
+#include "srconfig.h"
+
+#include "world.h"
+
+#include <pmix.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int env_int(const char *name, int fallback) {
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return fallback;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return *end == '\0' ? (int)x : fallback;
+}
+
+bool sr_world_in_multitask_srun(void) {
+    if (!getenv("SLURM_STEP_ID"))
+        return false;
+    int n = env_int("SLURM_STEP_NUM_TASKS", env_int("SLURM_NTASKS", 1));
+    return n > 1;
+}
+
+/* Reads an integer attribute whatever integer type the server chose
+ * (Slurm and mpirun disagree: UINT32, UINT16, INT, PROC_RANK...). */
+static bool get_int(const pmix_proc_t *p, const char *key, int *out) {
+    pmix_value_t *v = NULL;
+    if (PMIx_Get(p, key, NULL, 0, &v) != PMIX_SUCCESS || !v)
+        return false;
+    bool ok = true;
+    switch (v->type) {
+    case PMIX_UINT32:
+        *out = (int)v->data.uint32;
+        break;
+    case PMIX_UINT16:
+        *out = v->data.uint16;
+        break;
+    case PMIX_UINT8:
+        *out = v->data.uint8;
+        break;
+    case PMIX_INT:
+        *out = v->data.integer;
+        break;
+    case PMIX_INT32:
+        *out = v->data.int32;
+        break;
+    case PMIX_UINT:
+        *out = (int)v->data.uint;
+        break;
+    case PMIX_PROC_RANK:
+        *out = (int)v->data.rank;
+        break;
+    case PMIX_UINT64:
+        *out = (int)v->data.uint64;
+        break;
+    default:
+        ok = false;
+    }
+    PMIX_VALUE_RELEASE(v);
+    return ok;
+}
+
+static bool get_string(const pmix_proc_t *p, const char *key, char *out, size_t n) {
+    pmix_value_t *v = NULL;
+    if (PMIx_Get(p, key, NULL, 0, &v) != PMIX_SUCCESS || !v)
+        return false;
+    bool ok = v->type == PMIX_STRING && v->data.string;
+    if (ok)
+        snprintf(out, n, "%s", v->data.string);
+    PMIX_VALUE_RELEASE(v);
+    return ok;
+}
+
+static pmix_proc_t me;
+
+sr_status sr_world_init(sr_world *w) {
+    memset(w, 0, sizeof *w);
+    w->size = 1;
+    w->local_size = 1;
+    if (gethostname(w->host, sizeof w->host) != 0)
+        snprintf(w->host, sizeof w->host, "unknown");
+    const char *jid = getenv("SLURM_JOB_ID");
+    snprintf(w->job_id, sizeof w->job_id, "%s", jid && *jid ? jid : "-");
+
+    pmix_status_t rc = PMIx_Init(&me, NULL, 0);
+    if (rc != PMIX_SUCCESS) {
+        if (sr_world_in_multitask_srun())
+            return sr_error(SR_ERR_CONFIG,
+                            "launched by srun without --mpi=pmix: this is task %s of %s in step %s, but no PMIx server "
+                            "answered (%s) (hint: srun --mpi=pmix shardrun ..., or export SLURM_MPI_TYPE=pmix)",
+                            getenv("SLURM_PROCID") ? getenv("SLURM_PROCID") : "?",
+                            getenv("SLURM_STEP_NUM_TASKS") ? getenv("SLURM_STEP_NUM_TASKS")
+                                                           : (getenv("SLURM_NTASKS") ? getenv("SLURM_NTASKS") : "?"),
+                            getenv("SLURM_STEP_ID"), PMIx_Error_string(rc));
+        return SR_OK; /* one process */
+    }
+    w->pmix = true;
+    w->rank = (int)me.rank;
+    snprintf(w->nspace, sizeof w->nspace, "%s", me.nspace);
+    pmix_proc_t wild;
+    PMIX_LOAD_PROCID(&wild, me.nspace, PMIX_RANK_WILDCARD);
+    if (!get_int(&wild, PMIX_JOB_SIZE, &w->size) || w->size < 1) {
+        PMIx_Finalize(NULL, 0);
+        w->pmix = false;
+        return sr_error(SR_ERR_PEER, "PMIx server did not give the job size (PMIX_JOB_SIZE)");
+    }
+    if (!get_int(&wild, PMIX_LOCAL_SIZE, &w->local_size))
+        w->local_size = 1;
+    if (!get_int(&me, PMIX_LOCAL_RANK, &w->local_rank))
+        w->local_rank = 0;
+    if (!get_int(&me, PMIX_NODEID, &w->node_id))
+        w->node_id = 0;
+    char host[256];
+    if (get_string(&me, PMIX_HOSTNAME, host, sizeof host))
+        snprintf(w->host, sizeof w->host, "%s", host);
+    if (!jid || !*jid) {
+        char pj[128];
+        if (get_string(&wild, PMIX_JOBID, pj, sizeof pj))
+            snprintf(w->job_id, sizeof w->job_id, "%s", pj);
+        else
+            snprintf(w->job_id, sizeof w->job_id, "%s", me.nspace);
+    }
+    return SR_OK;
+}
+
+void sr_world_close(sr_world *w) {
+    if (w->pmix)
+        PMIx_Finalize(NULL, 0);
+    w->pmix = false;
+}
+
+sr_status sr_world_allgather(sr_world *w, const char *key, const void *blob, size_t len, void *out) {
+    if (!w->pmix || w->size == 1) {
+        memcpy(out, blob, len);
+        return SR_OK;
+    }
+    pmix_value_t val;
+    PMIX_VALUE_CONSTRUCT(&val);
+    val.type = PMIX_BYTE_OBJECT;
+    val.data.bo.bytes = (char *)blob;
+    val.data.bo.size = len;
+    pmix_status_t rc = PMIx_Put(PMIX_GLOBAL, key, &val);
+    if (rc == PMIX_SUCCESS)
+        rc = PMIx_Commit();
+    if (rc != PMIX_SUCCESS)
+        return sr_error(SR_ERR_PEER, "PMIx_Put/Commit of '%s': %s", key, PMIx_Error_string(rc));
+    pmix_info_t info;
+    bool collect = true;
+    PMIX_INFO_CONSTRUCT(&info);
+    PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+    rc = PMIx_Fence(NULL, 0, &info, 1);
+    PMIX_INFO_DESTRUCT(&info);
+    if (rc != PMIX_SUCCESS)
+        return sr_error(SR_ERR_PEER, "PMIx_Fence for '%s': %s (a peer failed during start-up?)", key,
+                        PMIx_Error_string(rc));
+    for (int r = 0; r < w->size; r++) {
+        pmix_proc_t p;
+        PMIX_LOAD_PROCID(&p, me.nspace, (pmix_rank_t)r);
+        pmix_value_t *got = NULL;
+        rc = PMIx_Get(&p, key, NULL, 0, &got);
+        if (rc != PMIX_SUCCESS || !got)
+            return sr_error(SR_ERR_PEER, "PMIx_Get of '%s' from rank %d: %s", key, r, PMIx_Error_string(rc));
+        bool ok = got->type == PMIX_BYTE_OBJECT && got->data.bo.size == len;
+        if (ok)
+            memcpy((char *)out + (size_t)r * len, got->data.bo.bytes, len);
+        PMIX_VALUE_RELEASE(got);
+        if (!ok)
+            return sr_error(SR_ERR_PEER, "PMIx value '%s' of rank %d has the wrong type or size", key, r);
+    }
+    return SR_OK;
+}

@@ -1,0 +1,45 @@
+/* world.h — who this process is in the job: PMIx bootstrap and the key-value
+ * all-gather the transports use to exchange addresses and secrets.
+ *
+ * world owns the PMIx connection.  Rules (DESIGN §3, slurm-lab README):
+ * PMIx_Init succeeds -> rank from the returned proc, job and local size with
+ * the wildcard rank, local rank, node id and host name with the own rank,
+ * integers read by their actual type.  PMIx_Init fails -> inside a
+ * multi-task srun step (SLURM_STEP_ID set, more than one task) it is a
+ * launch error (srun without --mpi=pmix, SR_ERR_CONFIG); otherwise one
+ * process. */
+#ifndef SR_WORLD_H
+#define SR_WORLD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "status.h"
+
+typedef struct {
+    int rank, size;             /* in the job */
+    int local_rank, local_size; /* on this node */
+    int node_id;
+    char host[256];
+    char job_id[300];           /* SLURM_JOB_ID, else the PMIx job id, else "-" */
+    char nspace[256];
+    bool pmix;                  /* true when a PMIx server answered */
+} sr_world;
+
+/* Bootstraps.  Returns SR_OK (single process when no PMIx server and not in
+ * a multi-task srun step), or SR_ERR_CONFIG for srun without --mpi=pmix, or
+ * SR_ERR_PEER when the PMIx server fails.  Close with sr_world_close. */
+sr_status sr_world_init(sr_world *w);
+void sr_world_close(sr_world *w);
+
+/* The launch decision without PMIx, from the environment (exposed for
+ * tests): true when the environment is a multi-task srun step. */
+bool sr_world_in_multitask_srun(void);
+
+/* All-gather of one small blob per rank through PMIx Put/Commit/Fence
+ * (collect data)/Get under `key`.  `out` receives size * len bytes, rank r's
+ * blob at r * len.  Every rank must pass the same len.  Single process: a
+ * copy.  Returns SR_ERR_PEER naming the PMIx error. */
+sr_status sr_world_allgather(sr_world *w, const char *key, const void *blob, size_t len, void *out);
+
+#endif
