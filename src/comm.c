@@ -321,12 +321,11 @@ sr_status sr_transport_open(sr_transport **out, sr_world *w, const sr_config *cf
     for (int i = 0; i < w->size; i++)
         tp->fds[i] = -1;
     *out = tp;
-    if (w->size == 1)
-        return SR_OK;
-
+    /* resolved even for one rank, so a bad comm.interface fails before a
+     * long job first runs on several ranks */
     char ip[64];
     sr_status st = bind_address(cfg->comm_interface, ip, sizeof ip);
-    if (st != SR_OK)
+    if (st != SR_OK || w->size == 1)
         return st;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {0};

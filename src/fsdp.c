@@ -327,8 +327,9 @@ static float *hook_grads(void *ctx, int layer) {
     size_t rel = f->m->layer_offset[layer] - u->off;
     if (f->per_step)
         return f->accum + u->accum_off + rel;
+    if (u->rs_pending)
+        finish_reduce(f, u); /* the previous micro-batch's reduction of this unit */
     if (!u->gfull) {
-        finish_reduce(f, u); /* a previous micro-batch's reduction of this unit */
         u->gfull = sr_mem_alloc(SR_MEM_COMM, (size_t)f->S * u->P * sizeof(float));
         if (!u->gfull) {
             fail(f, SR_ERR_INTERNAL);

@@ -301,6 +301,11 @@ void sr_model_backward(sr_model *m, const sr_param_source *src, float dloss) {
         o->attention_backward(m->dqkv, m->datty, qkv, att, B, T, C, NH);
         memset(m->dln, 0, BTC * sizeof(float));
         o->matmul_backward(m->dln, g.t[SR_QKVW], g.t[SR_QKVB], m->dqkv, ln1, p.t[SR_QKVW], (int)BT, C, 3 * C);
+        /* The key bias adds q.b_k to every score of a row, which softmax
+         * ignores: its gradient is exactly zero, and what the arithmetic
+         * leaves is rounding noise that Adam would blow up to lr-sized steps
+         * (differently on every world size).  Keep it the exact zero. */
+        memset(g.t[SR_QKVB] + C, 0, (size_t)C * sizeof(float));
         o->layernorm_backward(m->dresidual, g.t[SR_LN1W], g.t[SR_LN1B], m->dln, residual, p.t[SR_LN1W],
                               m->ln1_mean + l * BT, m->ln1_rstd + l * BT, (int)BT, C);
         done_backward(src, l);

@@ -29,10 +29,10 @@ expect_status 78 "an out-of-range --set value is a config error" "$S" config sho
 expect_status 78 "a --set on a section needs a mapping" "$S" config show --set train=3
 expect_status 0 "--set takes a YAML flow mapping for a section" "$S" config show --set 'train={lr: 0.002, steps: 7}'
 check "  ...and applies both keys" sh -c "grep -q '  lr: 0.002' '$T/out' && grep -q '  steps: 7' '$T/out'"
-expect_status 78 "a feature not landed yet is refused" "$S" config show --set comm.backend=tcp
+expect_status 78 "a feature not landed yet is refused" "$S" config show --set preemption.requeue=scontrol
 check "  ...with 'not implemented yet'" grep -q "not implemented yet" "$T/err"
 expect_status 78 "checkpoint.dir is refused until checkpoints land" "$S" config show --set checkpoint.dir=/tmp/x
-expect_status 0 "the default value of a pending feature is accepted" "$S" config show --set comm.backend=auto --set sharding.grad_sync=per_step
+expect_status 0 "the default value of a pending feature is accepted" "$S" config show --set preemption.requeue=exit --set checkpoint.keep=3
 
 # config show -> config check round trip, and show is a fixed point
 expect_status 0 "config show of the default job" "$S" config show
@@ -45,6 +45,23 @@ check "config show of config show's output is identical" cmp -s "$T/shown-body.y
 printf 'model:\n  preset: gpt2-124m\n  n_layer: 2\n' >"$T/preset.yaml"
 expect_status 0 "a preset with an explicit override" "$S" config show "$T/preset.yaml"
 check "  ...explicit keys win over the preset" sh -c "grep -q '  n_layer: 2' '$T/out' && grep -q '  n_embd: 768' '$T/out' && grep -q '  vocab_size: 50257' '$T/out'"
+
+# sharding and comm keys that cannot work in this run
+expect_status 78 "offload in a CPU run is refused" "$S" train --set sharding.offload.params=true --set train.steps=1
+check "  ...with 'offload needs a GPU run'" grep -q "offload needs a GPU run" "$T/err"
+expect_status 78 "comm.backend nccl in a CPU run is refused" "$S" train --set comm.backend=nccl --set train.steps=1
+expect_status 78 "a comm.interface that does not exist is refused" "$S" train --set comm.interface=nosuchif0 --set train.steps=1
+check "  ...naming it" grep -q "comm.interface 'nosuchif0'" "$T/err"
+expect_status 78 "a mesh that does not fit one rank is refused" "$S" train --set sharding.mesh.replicate=2 --set train.steps=1
+expect_status 78 "a malformed sharding section is refused" "$S" config check /dev/stdin <<'Y'
+sharding:
+  mesh: 2
+Y
+# launch rules without a PMIx server
+expect_status 78 "srun without --mpi=pmix (4 tasks) is a launch error" env SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=4 SLURM_PROCID=2 "$S" train --set train.steps=1
+check "  ...saying so" grep -q "launched by srun without --mpi=pmix" "$T/err"
+expect_status 0 "a one-task srun step runs as one process" env SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=1 "$S" train --set train.steps=1 --set model.n_layer=1 --set train.eval_every=0
+check "  ...logging rank 0/1" grep -q "rank 0/1 local 0/1" "$T/err"
 
 # the shipped default job and examples are valid
 for j in "$SR_SRCDIR"/etc/shardrun.yaml "$SR_SRCDIR"/etc/examples/*.yaml; do

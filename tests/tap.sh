@@ -34,3 +34,18 @@ expect_status() {
 done_testing() {
     echo "1..$tap_n"
 }
+
+# require_or_skip KIND REASON: the whole script skips with REASON, unless KIND
+# is listed in SHARDRUN_TEST_REQUIRE (a comma list: mpirun, slurm), where a
+# missing prerequisite is a failure instead.
+require_or_skip() {
+    case ",${SHARDRUN_TEST_REQUIRE:-}," in
+    *",$1,"*)
+        echo "1..1"
+        echo "not ok 1 - $2 (and SHARDRUN_TEST_REQUIRE requires $1)"
+        exit 0
+        ;;
+    esac
+    echo "1..0 # SKIP $2"
+    exit 0
+}

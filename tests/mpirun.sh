@@ -1,0 +1,157 @@
+#!/bin/sh
+# mpirun.sh — multi-rank training under OpenMPI's mpirun (a real PMIx server):
+# equivalence across 1/2/3/4 ranks, bf16, HSDP, micro-batches, grad_sync,
+# reshard_after_forward, the memory contract from the accounting, a frozen
+# (SIGSTOP) and a killed (SIGKILL) rank, and a stranger on the transport port.
+. "${SR_SRCDIR:-.}/tests/tap.sh"
+S=$SHARDRUN
+CMP=${SR_BUILDDIR:-.}/tests/cmp_params
+command -v mpirun >/dev/null 2>&1 || require_or_skip mpirun "mpirun not installed (apt-get install openmpi-bin)"
+cd "$T" || exit 99
+export OMP_WAIT_POLICY=PASSIVE
+MPI="mpirun --allow-run-as-root --oversubscribe"
+STEPS=20
+common="--set train.steps=$STEPS --set train.batch_size=12 --set threads=1 --set log.every=1 --set train.eval_every=0"
+
+field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
+last() { field "$1" "$2" | tail -1; }
+
+# train NAME RANKS [--set ...]: metrics in NAME.jsonl, params in NAME.params, log in NAME.err
+train() {
+    name=$1 n=$2
+    shift 2
+    SHARDRUN_TEST_DUMP_PARAMS="$T/$name.params" timeout 600 $MPI -n "$n" "$S" train $common \
+        --set log.metrics="$T/$name.jsonl" "$@" >"$name.out" 2>"$name.err"
+}
+same_losses() { # A B TOL
+    field "$1.jsonl" loss >"$1.l"
+    field "$2.jsonl" loss >"$2.l"
+    [ "$(wc -l <"$1.l")" -eq "$STEPS" ] && paste "$1.l" "$2.l" |
+        awk -v tol="$3" '{ d = $1 - $2; if (d < 0) d = -d; if (d > tol * $2) bad = 1 } END { exit bad }'
+}
+
+# 1. equivalence on 1, 2, 3, 4 ranks
+for n in 1 2 3 4; do
+    train r$n $n
+    check "tiny trains $STEPS steps on $n rank(s) under mpirun" test $? -eq 0
+done
+check "the start line of every rank names rank, local rank, node, host, device, job" \
+    sh -c "[ \$(grep -c 'rank [0-3]/4 local [0-3]/4 node 0 host .* device=cpu.* job ' r4.err) -eq 4 ]"
+check "progress lines come from rank 0 only" sh -c "! grep -q 'rank [123}]\]: step ' r4.err"
+for n in 2 3 4; do
+    check "losses on $n ranks equal 1 rank (relative 1e-5)" same_losses r$n r1 1e-5
+    check "final parameters on $n ranks equal 1 rank (per tensor 1e-5 x max)" "$CMP" r$n.params r1.params 1e-5
+    diag "$("$CMP" r$n.params r1.params 1e-5)"
+done
+check "the loss falls on 4 ranks" awk -v a="$(field r4.jsonl loss | head -1)" -v b="$(last r4.jsonl loss)" 'BEGIN { exit !(b < 0.85 * a) }'
+
+# 2. the memory contract from the accounting (tiny: 4 block units, root)
+blk=789760 root=131584
+for n in 1 2 4; do
+    P_blk=$(((blk + n - 1) / n)) P_root=$(((root + n - 1) / n))
+    shard=$(((4 * P_blk + P_root) * 4))
+    got=$(last r$n.jsonl mem_param_shard)
+    check "param shard on $n rank(s) is total/$n + padding ($got = $shard bytes)" test "$got" -eq "$shard"
+    check "grad and Adam shards follow ($n ranks)" test "$(last r$n.jsonl mem_grad_shard)" -eq "$shard" -a "$(last r$n.jsonl mem_optim_shard)" -eq $((2 * shard))
+    bound=$(((n * P_root + 2 * n * P_blk) * 4))
+    peak=$(last r$n.jsonl mem_full_units_peak)
+    check "peak full parameters ($peak) <= kept root + (1 + prefetch) x block unit ($bound), $n ranks" test "$peak" -le "$bound" -a "$peak" -gt 0
+done
+
+# 3. bf16 parameters: trains, within 2 % of fp32, not bitwise fp32, half the full-unit bytes
+train bf16 4 --set sharding.mixed_precision.param_dtype=bf16
+check "bf16 param_dtype trains on 4 ranks" test $? -eq 0
+check "bf16: the loss falls" awk -v a="$(field bf16.jsonl loss | head -1)" -v b="$(last bf16.jsonl loss)" 'BEGIN { exit !(b < 0.85 * a) }'
+check "bf16: the last loss is within 2 % of fp32" awk -v a="$(last bf16.jsonl loss)" -v b="$(last r4.jsonl loss)" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.02 * b) }'
+check "bf16: losses are not bitwise fp32's" sh -c "! cmp -s bf16.l r4.l 2>/dev/null; field() { sed -n \"s/.*\\\"loss\\\":\\([^,}]*\\).*/\\1/p\" \"\$1\"; }; ! [ \"\$(field bf16.jsonl)\" = \"\$(field r4.jsonl)\" ]"
+check "bf16: full-unit bytes are half of fp32's" test $(($(last bf16.jsonl mem_full_units_peak) * 2)) -eq "$(last r4.jsonl mem_full_units_peak)"
+
+# 4. HSDP 2 x 2 equals FSDP 4, and holds total/2 per rank
+train hsdp 4 --set sharding.mesh.replicate=2
+check "HSDP 2x2 trains" test $? -eq 0
+check "HSDP 2x2 losses equal FSDP 4" same_losses hsdp r4 1e-5
+check "HSDP 2x2 final parameters equal FSDP 4" "$CMP" hsdp.params r4.params 1e-5
+check "HSDP 2x2 holds total/2 per rank (as FSDP on 2 ranks)" test "$(last hsdp.jsonl mem_param_shard)" -eq "$(last r2.jsonl mem_param_shard)"
+
+# 5. micro-batches of 1 equal one micro-batch of 4 (batch 8 on 2 ranks), and both grad_sync policies
+common="--set train.steps=$STEPS --set train.batch_size=8 --set threads=1 --set log.every=1 --set train.eval_every=0"
+train mb4 2 --set train.micro_batch=4
+train mb1 2 --set train.micro_batch=1
+check "micro-batches of 1 (4 accumulation steps) equal one micro-batch of 4: losses" same_losses mb1 mb4 1e-5
+check "  ...and final parameters" "$CMP" mb1.params mb4.params 1e-5
+train pmb 2 --set train.micro_batch=1 --set sharding.grad_sync=per_micro_batch
+check "grad_sync per_micro_batch equals per_step: losses" same_losses pmb mb1 1e-5
+check "  ...and final parameters" "$CMP" pmb.params mb1.params 1e-5
+check "per_micro_batch has no accumulation buffer" test "$(last pmb.jsonl mem_grad_accum_peak)" -eq 0 -a "$(last mb1.jsonl mem_grad_accum_peak)" -gt 0
+
+# 6. reshard_after_forward false keeps every block unit gathered; N keeps a 1/N share
+common="--set train.steps=3 --set train.batch_size=8 --set threads=1 --set log.every=1 --set train.eval_every=0"
+STEPS=3
+train keep 2 --set sharding.reshard_after_forward.blocks=false
+train rtrue 2
+train rN 2 --set sharding.reshard_after_forward.blocks=2
+check "reshard_after_forward false keeps the block units gathered (peak full units >= all four blocks)" \
+    test "$(last keep.jsonl mem_full_units_peak)" -ge $((4 * 789760 * 4))
+check "reshard_after_forward true frees them (peak below all four blocks)" test "$(last rtrue.jsonl mem_full_units_peak)" -lt $((4 * 789760 * 4))
+check "reshard_after_forward 2 trains and matches true" same_losses rN rtrue 1e-6
+check "  ...keeping a 1/2 copy: more full-unit bytes than true, fewer than false" \
+    sh -c "[ $(last rN.jsonl mem_full_units_peak) -gt $(last rtrue.jsonl mem_full_units_peak) ] && [ $(last rN.jsonl mem_full_units_peak) -lt $(last keep.jsonl mem_full_units_peak) ]"
+
+# 7. a frozen rank (SIGSTOP): the others exit 69 within comm.timeout_s + 10 s
+cat >wrap.sh <<'W'
+#!/bin/sh
+# runs one rank, recording its pid and its own exit status
+r=${OMPI_COMM_WORLD_RANK:-0}
+"$@" 2>"$WRAPDIR/err.$r" &
+echo $! >"$WRAPDIR/pid.$r"
+wait $!
+echo $? >"$WRAPDIR/status.$r"
+W
+chmod +x wrap.sh
+fault() { # SIGNAL
+    rm -rf w && mkdir w
+    WRAPDIR=$T/w timeout 120 $MPI --enable-recovery -n 3 -x WRAPDIR=$T/w ./wrap.sh "$S" train --set train.steps=500 \
+        --set threads=1 --set train.batch_size=12 --set comm.timeout_s=5 >w/mpirun.out 2>&1 &
+    mpid=$!
+    i=0
+    while [ $i -lt 60 ] && ! grep -q 'step .*/500' w/err.0 2>/dev/null; do sleep 1; i=$((i + 1)); done
+    victim=$(cat w/pid.1)
+    kill -"$1" "$victim"
+    t0=$(date +%s)
+    i=0
+    while [ $i -lt 40 ] && ! { [ -s w/status.0 ] && [ -s w/status.2 ]; }; do sleep 1; i=$((i + 1)); done
+    elapsed=$(($(date +%s) - t0))
+    kill -CONT "$victim" 2>/dev/null
+    kill -KILL "$victim" 2>/dev/null
+    wait $mpid 2>/dev/null
+}
+fault STOP
+check "SIGSTOP on rank 1: rank 0 exits 69" test "$(cat w/status.0 2>/dev/null)" = 69
+check "SIGSTOP on rank 1: rank 2 exits 69" test "$(cat w/status.2 2>/dev/null)" = 69
+check "  ...within comm.timeout_s + 10 s ($elapsed s)" test "$elapsed" -le 15
+check "  ...a rank names the silent rank 1, the other rank 1 or the reporter" \
+    sh -c "cat w/err.0 w/err.2 | grep -q 'rank 1 sent nothing for comm.timeout_s' && grep -Eq 'error: .*rank [12]' w/err.0 && grep -Eq 'error: .*rank [01]' w/err.2"
+fault KILL
+check "SIGKILL on rank 1: rank 0 exits 69" test "$(cat w/status.0 2>/dev/null)" = 69
+check "SIGKILL on rank 1: rank 2 exits 69" test "$(cat w/status.2 2>/dev/null)" = 69
+check "  ...naming the lost rank" sh -c "grep -q 'lost the connection to rank' w/err.0 && grep -q 'lost the connection to rank' w/err.2"
+
+# 8. a stranger with a wrong secret is rejected; training goes on
+rm -rf w && mkdir w
+WRAPDIR=$T/w timeout 120 $MPI -n 2 -x WRAPDIR=$T/w ./wrap.sh "$S" train --set train.steps=25 --set threads=1 \
+    --set train.batch_size=12 >w/mpirun.out 2>&1 &
+mpid=$!
+i=0
+while [ $i -lt 60 ] && ! grep -q 'step .*/25' w/err.0 2>/dev/null; do sleep 1; i=$((i + 1)); done
+port=$(sed -n 's/.*transport 127\.0\.0\.1:\([0-9]*\).*/\1/p' w/err.0 | head -1)
+# correct magic ("SRH1" little-endian) and rank 1, but a MAC made without the secret
+bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && head -c 32 <&3 >/dev/null && printf '1HRS\001\000\000\000%032d' 0 >&3 && sleep 1" 2>/dev/null
+wait $mpid
+check "a stranger with a wrong secret is rejected and logged" grep -q 'rejected a transport connection from 127.0.0.1:[0-9]*: wrong job secret' w/err.0
+check "  ...and training finishes on both ranks" sh -c "[ \$(cat w/status.0) = 0 ] && [ \$(cat w/status.1) = 0 ] && grep -q 'done: 25 steps' w/err.0"
+
+# 9. sharding keys that do not fit the world
+expect_status 78 "mesh shard x replicate != ranks is a config error" timeout 120 $MPI -n 2 "$S" train --set sharding.mesh.shard=3
+check "  ...naming the numbers" grep -q "shard 3 x replicate 1 must equal the 2 ranks" "$T/err"
+expect_status 78 "reshard_after_forward N that does not divide the shard group" timeout 120 $MPI -n 2 "$S" train --set sharding.reshard_after_forward.blocks=3
+done_testing
