@@ -97,6 +97,8 @@ struct sr_transport {
     sr_status broken;
     char broken_msg[512];
     int rejected;
+    void *scratch[2]; /* ping-pong chunk buffers of the progress thread */
+    size_t scratch_bytes;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -147,8 +149,11 @@ static void set_nonblock(int fd, bool on) {
 }
 
 static void tune_socket(int fd) {
-    int one = 1;
+    int one = 1, buf = 4 << 20;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    /* large buffers: fewer wake-ups per ring step (the kernel caps them) */
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
 }
 
 /* Blocking-style I/O on a non-blocking fd with a deadline of `timeout`
@@ -509,6 +514,8 @@ void sr_transport_close(sr_transport *tp) {
         free(tp->groups[i]);
     }
     OPENSSL_cleanse(tp->secret, sizeof tp->secret);
+    for (int i = 0; i < 2; i++)
+        sr_mem_free(SR_MEM_COMM, tp->scratch[i], tp->scratch_bytes);
     free(tp->groups);
     free(tp->fds);
     free(tp->needed);
@@ -534,6 +541,7 @@ static sr_status ring_exchange(sr_group *g, uint32_t seq, const void *sbuf, size
     wire_hdr sh = {WIRE_MAGIC, seq, sbytes}, rh;
     size_t s_done = 0, r_done = 0, s_total = sizeof sh + sbytes, r_total = sizeof rh + rbytes;
     double last = now_s();
+    bool idle_round = false;
     while (s_done < s_total || r_done < r_total) {
         struct pollfd p[2];
         int np = 0, si = -1, ri = -1;
@@ -558,10 +566,16 @@ static sr_status ring_exchange(sr_group *g, uint32_t seq, const void *sbuf, size
                      silent, tp->timeout_s);
             return SR_ERR_PEER;
         }
-        int rc = poll(p, (nfds_t)np, left_s > 1 ? 1000 : (int)(left_s * 1000) + 1);
-        if (rc < 0 && errno != EINTR) {
-            snprintf(msg, msg_len, "poll failed: %s", strerror(errno));
-            return SR_ERR_PEER;
+        /* optimistic I/O first; poll only after a round that moved nothing */
+        if (!idle_round) {
+            for (int k = 0; k < np; k++)
+                p[k].revents = p[k].events;
+        } else {
+            int rc = poll(p, (nfds_t)np, left_s > 1 ? 1000 : (int)(left_s * 1000) + 1);
+            if (rc < 0 && errno != EINTR) {
+                snprintf(msg, msg_len, "poll failed: %s", strerror(errno));
+                return SR_ERR_PEER;
+            }
         }
         bool moved = false;
         if (si >= 0 && (p[si].revents & (POLLOUT | POLLERR | POLLHUP))) {
@@ -615,6 +629,7 @@ static sr_status ring_exchange(sr_group *g, uint32_t seq, const void *sbuf, size
         }
         if (moved)
             last = now_s();
+        idle_round = !moved;
     }
     return SR_OK;
 }
@@ -627,70 +642,117 @@ static void chunk_of(size_t count, int n, int c, size_t *off, size_t *len) {
     *len = o + per <= count ? per : (o < count ? count - o : 0);
 }
 
-/* Conversions on the progress thread stay serial: an OpenMP region opened
+/* Arithmetic on the progress thread stays serial: an OpenMP region opened
  * from this thread would start a second pool and fight the compute pool. */
-static void to_bf16_serial(uint16_t *dst, const float *src, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        dst[i] = sr_f32_to_bf16(src[i]);
+
+
+
+/* Grows the transport's two ping-pong chunk buffers (progress thread only). */
+static bool scratch_reserve(sr_transport *tp, size_t bytes) {
+    if (tp->scratch_bytes >= bytes)
+        return true;
+    for (int i = 0; i < 2; i++) {
+        sr_mem_free(SR_MEM_COMM, tp->scratch[i], tp->scratch_bytes);
+        tp->scratch[i] = NULL;
+    }
+    tp->scratch_bytes = 0;
+    for (int i = 0; i < 2; i++) {
+        tp->scratch[i] = sr_mem_alloc(SR_MEM_COMM, bytes);
+        if (!tp->scratch[i])
+            return false;
+    }
+    tp->scratch_bytes = bytes;
+    return true;
 }
 
-static void to_f32_serial(float *dst, const uint16_t *src, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        dst[i] = sr_bf16_to_f32(src[i]);
-}
-
-static void add_into(void *acc_f, const void *in, size_t n, sr_dtype dt) {
-    if (dt == SR_DT_F64) {
-        double *a = acc_f;
-        const double *b = in;
+/* partial[i] += own[i] in the wire dtype; the addition itself is fp32 (fp64
+ * for fp64), bf16 partial sums are rounded once per hop. */
+static void add_chunk(void *partial, const void *own, size_t n, sr_dtype dt) {
+    if (dt == SR_DT_F32) {
+        float *p = partial;
+        const float *o = own;
         for (size_t i = 0; i < n; i++)
-            a[i] += b[i];
+            p[i] += o[i];
+    } else if (dt == SR_DT_F64) {
+        double *p = partial;
+        const double *o = own;
+        for (size_t i = 0; i < n; i++)
+            p[i] += o[i];
+    } else {
+        uint16_t *p = partial;
+        const uint16_t *o = own;
+        for (size_t i = 0; i < n; i++)
+            p[i] = sr_f32_to_bf16(sr_bf16_to_f32(p[i]) + sr_bf16_to_f32(o[i]));
+    }
+}
+
+/* Writes src scaled by `scale` to dst (both dt). */
+static void scale_copy(void *dst, const void *src, size_t n, sr_dtype dt, double scale) {
+    if (scale == 1.0) {
+        memmove(dst, src, n * sr_dtype_size(dt));
         return;
     }
-    float *a = acc_f;
-    if (dt == SR_DT_F32) {
-        const float *b = in;
-        for (size_t i = 0; i < n; i++)
-            a[i] += b[i];
-    } else {
-        const uint16_t *b = in;
-        for (size_t i = 0; i < n; i++)
-            a[i] += sr_bf16_to_f32(b[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (dt == SR_DT_F32)
+            ((float *)dst)[i] = ((const float *)src)[i] * (float)scale;
+        else if (dt == SR_DT_F64)
+            ((double *)dst)[i] = ((const double *)src)[i] * scale;
+        else
+            ((uint16_t *)dst)[i] = sr_f32_to_bf16(sr_bf16_to_f32(((const uint16_t *)src)[i]) * (float)scale);
     }
 }
 
-/* Ring reduce-scatter of `send` (n chunks of chunk_of(count)) into
- * acc (fp32, or fp64 for SR_DT_F64) holding the whole vector; on return
- * acc's chunk me is reduced.  Partial sums travel in dt. */
-static sr_status ring_reduce_scatter(sr_group *g, uint32_t seq, void *acc, size_t count, sr_dtype dt, char *msg,
-                                     size_t ml) {
+/* Ring reduce-scatter without a full-size copy: `src` holds the group's n
+ * chunks (chunk_of(total)); `out` receives the reduced chunk me.  Step k
+ * sends the partial sum of chunk me-k-1 and receives that of chunk me-k-2
+ * into the other ping-pong buffer, adds its own contribution, and sends it
+ * on next step; after n-1 steps the buffer holds chunk me in full. */
+static sr_status ring_reduce_scatter(sr_group *g, uint32_t seq, const void *src, void *out, size_t total,
+                                     sr_dtype dt, sr_redop op, char *msg, size_t ml) {
     int n = g->n, me = g->me;
-    size_t es = sr_dtype_size(dt), maxc = (count + (size_t)n - 1) / (size_t)n;
-    size_t as = dt == SR_DT_F64 ? 8 : 4;
-    void *sb = malloc(maxc * es + 1), *rb = malloc(maxc * es + 1);
-    if (!sb || !rb) {
-        free(sb);
-        free(rb);
+    size_t es = sr_dtype_size(dt), maxc = (total + (size_t)n - 1) / (size_t)n;
+    double scale = op == SR_OP_AVG ? 1.0 / n : 1.0;
+    size_t mo, ml_me;
+    chunk_of(total, n, me, &mo, &ml_me);
+    if (n == 1) {
+        scale_copy(out, (const char *)src + mo * es, ml_me, dt, scale);
+        return SR_OK;
+    }
+    if (!scratch_reserve(g->tp, maxc * es + 16)) {
         snprintf(msg, ml, "out of memory for transport buffers");
         return SR_ERR_INTERNAL;
     }
-    sr_status st = SR_OK;
-    for (int k = 0; k < n - 1 && st == SR_OK; k++) {
-        int sc = ((me - k - 1) % n + n) % n, rc = ((me - k - 2) % n + n) % n;
-        size_t so, sl, ro, rl;
-        chunk_of(count, n, sc, &so, &sl);
-        chunk_of(count, n, rc, &ro, &rl);
-        if (dt == SR_DT_BF16)
-            to_bf16_serial(sb, (float *)acc + so, sl);
-        else
-            memcpy(sb, (char *)acc + so * as, sl * as);
-        st = ring_exchange(g, seq, sb, sl * es, rb, rl * es, msg, ml);
-        if (st == SR_OK)
-            add_into((char *)acc + ro * as, rb, rl, dt);
+    void *bufs[2] = {g->tp->scratch[0], g->tp->scratch[1]};
+    size_t so, sl;
+    chunk_of(total, n, ((me - 1) % n + n) % n, &so, &sl);
+    const char *sendp = (const char *)src + so * es;
+    /* Each step moves its chunk in pieces (the same count on every rank):
+     * while this rank adds piece i, the neighbour's piece i+1 is already
+     * streaming into the socket buffer, so arithmetic overlaps the wire. */
+    const size_t piece = ((size_t)1 << 20) / es, npieces = (maxc + piece - 1) / piece;
+    int next = 0;
+    for (int k = 0; k < n - 1; k++) {
+        int rc = ((me - k - 2) % n + n) % n;
+        bool final_step = k == n - 2;
+        size_t ro, rl;
+        chunk_of(total, n, rc, &ro, &rl);
+        char *recvp = bufs[next];
+        for (size_t p = 0; p < npieces; p++) {
+            size_t a = p * piece;
+            size_t sn = a < sl ? (sl - a < piece ? sl - a : piece) : 0;
+            size_t rn = a < rl ? (rl - a < piece ? rl - a : piece) : 0;
+            sr_status st = ring_exchange(g, seq, sendp + a * es, sn * es, recvp + a * es, rn * es, msg, ml);
+            if (st != SR_OK)
+                return st;
+            add_chunk(recvp + a * es, (const char *)src + (ro + a) * es, rn, dt);
+            if (final_step) /* chunk me is complete: store it while the rest streams */
+                scale_copy((char *)out + a * es, recvp + a * es, rn, dt, scale);
+        }
+        sendp = recvp;
+        sl = rl;
+        next ^= 1;
     }
-    free(sb);
-    free(rb);
-    return st;
+    return SR_OK;
 }
 
 static sr_status ring_allgather(sr_group *g, uint32_t seq, void *buf, size_t count, size_t es, bool chunked,
@@ -729,58 +791,16 @@ static sr_status run_op(sr_req *r) {
         return n == 1 ? SR_OK : ring_allgather(g, r->seq, recv, r->count, es, false, msg, ml);
     }
     case OP_REDUCE_SCATTER:
+        return ring_reduce_scatter(g, r->seq, r->send, r->recv, r->count * (size_t)n, r->dt, r->op, msg, ml);
     case OP_ALLREDUCE: {
-        bool rs = r->kind == OP_REDUCE_SCATTER;
-        size_t total = rs ? r->count * (size_t)n : r->count;
-        size_t as = r->dt == SR_DT_F64 ? 8 : 4;
-        const void *src = rs ? r->send : r->recv;
-        void *acc = sr_mem_alloc(SR_MEM_COMM, total * as);
-        if (!acc) {
-            snprintf(msg, ml, "out of memory for a %zu-element reduction", total);
-            return SR_ERR_INTERNAL;
-        }
-        if (r->dt == SR_DT_BF16)
-            to_f32_serial(acc, src, total);
-        else
-            memcpy(acc, src, total * as);
-        sr_status st = SR_OK;
-        if (n > 1) {
-            if (rs) {
-                /* equal chunks of r->count: use chunk_of on the padded total */
-                st = ring_reduce_scatter(g, r->seq, acc, total, r->dt, msg, ml);
-            } else {
-                st = ring_reduce_scatter(g, r->seq, acc, total, r->dt, msg, ml);
-                if (st == SR_OK && r->dt == SR_DT_BF16) {
-                    /* the reduced chunk travels in bf16 too: round it once */
-                    size_t o, l;
-                    chunk_of(total, n, me, &o, &l);
-                    for (size_t i = o; i < o + l; i++)
-                        ((float *)acc)[i] = sr_bf16_to_f32(sr_f32_to_bf16(((float *)acc)[i]));
-                }
-                if (st == SR_OK)
-                    st = ring_allgather(g, r->seq, acc, total, as, true, msg, ml);
-            }
-        }
-        if (st == SR_OK) {
-            size_t o = 0, l = total;
-            if (rs)
-                chunk_of(total, n, me, &o, &l);
-            double scale = r->op == SR_OP_AVG ? 1.0 / n : 1.0;
-            if (r->dt == SR_DT_F64) {
-                double *a = acc;
-                for (size_t i = o; i < o + l; i++)
-                    ((double *)r->recv)[i - o] = a[i] * scale;
-            } else {
-                float *a = acc;
-                for (size_t i = o; i < o + l; i++)
-                    a[i] *= (float)scale;
-                if (r->dt == SR_DT_BF16)
-                    to_bf16_serial(r->recv, a + o, l);
-                else
-                    memcpy(r->recv, a + o, l * 4);
-            }
-        }
-        sr_mem_free(SR_MEM_COMM, acc, total * as);
+        /* in place: reduce-scatter into this rank's chunk of the buffer,
+         * then all-gather the chunks */
+        size_t o, l;
+        chunk_of(r->count, n, me, &o, &l);
+        sr_status st = ring_reduce_scatter(g, r->seq, r->recv, (char *)r->recv + o * es, r->count, r->dt, r->op,
+                                           msg, ml);
+        if (st == SR_OK && n > 1)
+            st = ring_allgather(g, r->seq, r->recv, r->count, es, true, msg, ml);
         return st;
     }
     case OP_BROADCAST: {
