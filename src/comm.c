@@ -497,7 +497,7 @@ void sr_transport_close(sr_transport *tp) {
     if (!tp)
         return;
     pthread_mutex_lock(&tp->lock);
-    tp->stopping = true;
+    __atomic_store_n(&tp->stopping, true, __ATOMIC_RELAXED);
     pthread_cond_broadcast(&tp->cond);
     pthread_mutex_unlock(&tp->lock);
     if (tp->started)
@@ -557,6 +557,10 @@ static sr_status ring_exchange(sr_group *g, uint32_t seq, const void *sbuf, size
                 p[np] = (struct pollfd){lfd, POLLIN, 0};
                 ri = np++;
             }
+        }
+        if (__atomic_load_n(&tp->stopping, __ATOMIC_RELAXED)) {
+            snprintf(msg, msg_len, "transport closed while an operation was in flight");
+            return SR_ERR_PEER;
         }
         double left_s = tp->timeout_s - (now_s() - last);
         if (left_s <= 0) {
@@ -689,7 +693,8 @@ static void add_chunk(void *partial, const void *own, size_t n, sr_dtype dt) {
 /* Writes src scaled by `scale` to dst (both dt). */
 static void scale_copy(void *dst, const void *src, size_t n, sr_dtype dt, double scale) {
     if (scale == 1.0) {
-        memmove(dst, src, n * sr_dtype_size(dt));
+        if (dst != src)
+            memmove(dst, src, n * sr_dtype_size(dt));
         return;
     }
     for (size_t i = 0; i < n; i++) {
@@ -736,7 +741,12 @@ static sr_status ring_reduce_scatter(sr_group *g, uint32_t seq, const void *src,
         bool final_step = k == n - 2;
         size_t ro, rl;
         chunk_of(total, n, rc, &ro, &rl);
+        /* the last step receives straight into `out` (chunk me) unless
+         * `out` overlaps what is still being sent or added (in place) */
         char *recvp = bufs[next];
+        const char *o = out, *own = (const char *)src + ro * es;
+        if (final_step && (o + rl * es <= sendp || o >= sendp + sl * es) && (o + rl * es <= own || o >= own + rl * es))
+            recvp = out;
         for (size_t p = 0; p < npieces; p++) {
             size_t a = p * piece;
             size_t sn = a < sl ? (sl - a < piece ? sl - a : piece) : 0;
