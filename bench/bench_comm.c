@@ -3,7 +3,7 @@
  *
  * Run under a PMIx launcher (mpirun -n N bench_comm [MiB] [REPS]).  Every
  * rank times all-gather and reduce-scatter of a MiB-sized fp32 buffer (total
- * size, as nccl-tests counts it) REPS times; busBw = size * (n-1)/n / time
+ * size, as nccl-tests counts it) REPS times after one untimed round; busBw = size * (n-1)/n / time
  * (nccl-tests' definition for both).  Rank 0 then measures the machine's raw
  * single-stream TCP throughput on loopback: a forked child receives the same
  * number of bytes over one plain socket.  Prints RESULT lines with the median
@@ -112,6 +112,9 @@ int main(int argc, char **argv) {
     size_t per = count / (size_t)w.size;
     float *full = calloc(count, sizeof(float)), *part = calloc(per, sizeof(float));
     double *t = malloc(sizeof(double) * (size_t)reps);
+    /* one untimed round of each: first-touch page faults are not bandwidth */
+    sr_allgather(g, full, full + (size_t)w.rank * per, per, SR_DT_F32, NULL);
+    sr_reduce_scatter(g, part, full, per, SR_DT_F32, SR_OP_SUM, NULL);
     sr_barrier(g, NULL);
     for (int r = 0; r < reps; r++) {
         sr_barrier(g, NULL);

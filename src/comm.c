@@ -149,11 +149,10 @@ static void set_nonblock(int fd, bool on) {
 }
 
 static void tune_socket(int fd) {
-    int one = 1, buf = 4 << 20;
+    int one = 1;
+    /* Buffer sizes are left to the kernel: setting SO_SNDBUF/SO_RCVBUF turns
+     * off TCP autotuning and caps them at net.core.[rw]mem_max. */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    /* large buffers: fewer wake-ups per ring step (the kernel caps them) */
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
 }
 
 /* Blocking-style I/O on a non-blocking fd with a deadline of `timeout`
