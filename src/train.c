@@ -1,4 +1,4 @@
-/* train.c — the single-process training loop, progress line and metrics.
+/* train.c — the training loop of one rank, progress line and metrics.
  * See train.h. */
 #include "srconfig.h"
 

@@ -1,8 +1,10 @@
-/* train.h — the training loop of one process.
+/* train.h — the training loop of one rank.
  *
- * train owns the loop: data cursor, micro-batch accumulation, global-norm
- * clipping, AdamW, the learning-rate schedule, periodic evaluation, the
- * progress line on stderr and the JSON-lines metrics file. */
+ * train owns the loop: the global data cursor and this rank's slice of every
+ * global batch, micro-batch accumulation, global-norm clipping, the
+ * learning-rate schedule, periodic evaluation, the per-rank start line, the
+ * progress line on stderr and the JSON-lines metrics file (rank 0).  The
+ * sharding (gathers, reductions, optimizer on shards) is fsdp's. */
 #ifndef SR_TRAIN_H
 #define SR_TRAIN_H
 
