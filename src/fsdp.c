@@ -136,13 +136,21 @@ static void issue_gather(sr_fsdp *f, unit *u) {
         fail(f, st);
 }
 
+/* Waits for *req (if any), clears it, and records a failure; returns its status. */
+static sr_status wait_req(sr_fsdp *f, sr_req **req) {
+    if (!*req)
+        return SR_OK;
+    sr_status st = sr_wait(*req);
+    *req = NULL;
+    if (st != SR_OK)
+        fail(f, st);
+    return st;
+}
+
 static void wait_gather(sr_fsdp *f, unit *u) {
     if (!u->ag_req)
         return;
-    sr_status st = sr_wait(u->ag_req);
-    u->ag_req = NULL;
-    if (st != SR_OK)
-        fail(f, st);
+    wait_req(f, &u->ag_req);
     if (u->ag_send) {
         sr_mem_free(SR_MEM_COMM, u->ag_send, u->ag_send_bytes);
         u->ag_send = NULL;
@@ -235,16 +243,10 @@ static void hook_done_forward(void *ctx, int layer) {
 static void finish_reduce(sr_fsdp *f, unit *u) {
     if (!u->rs_pending)
         return;
-    sr_status st = sr_wait(u->rs_req);
-    u->rs_req = NULL;
-    if (u->ar_req) {
-        sr_status st2 = sr_wait(u->ar_req);
-        u->ar_req = NULL;
-        if (st == SR_OK)
-            st = st2;
-    }
-    if (st != SR_OK)
-        fail(f, st);
+    sr_status st = wait_req(f, &u->rs_req);
+    sr_status st2 = wait_req(f, &u->ar_req);
+    if (st == SR_OK)
+        st = st2;
     float *g = f->gshard + u->local;
     if (st == SR_OK && u->rs_recv) {
         if (f->rdt == SR_DT_BF16) {
