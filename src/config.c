@@ -95,15 +95,15 @@ static const sr_key keys[] = {
  {"sharding.offload.grads", T_BOOL, OFF(offload_grads), "false", 0, 0, NULL, true, "keep gradient shards in host memory (GPU runs)"},
  {"sharding.offload.optimizer", T_BOOL, OFF(offload_optimizer), "false", 0, 0, NULL, true, "keep optimizer state in host memory (GPU runs)"},
  {"sharding.offload.pin_memory", T_BOOL, OFF(pin_memory), "true", 0, 0, NULL, true, "pin offloaded host memory"},
- {"checkpoint.dir", T_STR, OFF(ckpt_dir), "\"\"", 0, 0, NULL, false, "directory of sharded checkpoints; empty = no checkpoints"},
- {"checkpoint.every_steps", T_INT, OFF(ckpt_every_steps), "0", 0, 1e12, NULL, false, "checkpoint every N steps; 0 = off"},
- {"checkpoint.every_minutes", T_FLOAT, OFF(ckpt_every_minutes), "0", 0, 1e7, NULL, false, "checkpoint every N minutes; 0 = off"},
- {"checkpoint.keep", T_INT, OFF(ckpt_keep), "3", 1, 1e6, NULL, false, "newest N checkpoints kept (the newest verified one always)"},
- {"checkpoint.keep_every", T_INT, OFF(ckpt_keep_every), "0", 0, 1e12, NULL, false, "also keep steps that are multiples of N; 0 = off"},
- {"checkpoint.resume", T_STR, OFF(ckpt_resume), "auto", 0, 0, NULL, false, "auto (newest checkpoint that verifies), never, or a checkpoint path"},
- {"preemption.signals", T_SIGLIST, OFF(preempt_signals), "[USR1, USR2, TERM, INT]", 0, 0, NULL, false, "signals that request a checkpoint and exit"},
- {"preemption.requeue", T_ENUM, OFF(preempt_requeue), "exit", 0, 0, requeue_names, false, "exit: exit with exit_status (for RequeueExit); scontrol: rank 0 runs scontrol requeue, all exit 0"},
- {"preemption.exit_status", T_INT, OFF(preempt_exit_status), "75", 1, 255, NULL, false, "exit status after a preemption checkpoint"},
+ {"checkpoint.dir", T_STR, OFF(ckpt_dir), "\"\"", 0, 0, NULL, true, "directory of sharded checkpoints; empty = no checkpoints"},
+ {"checkpoint.every_steps", T_INT, OFF(ckpt_every_steps), "0", 0, 1e12, NULL, true, "checkpoint every N steps; 0 = off"},
+ {"checkpoint.every_minutes", T_FLOAT, OFF(ckpt_every_minutes), "0", 0, 1e7, NULL, true, "checkpoint every N minutes; 0 = off"},
+ {"checkpoint.keep", T_INT, OFF(ckpt_keep), "3", 1, 1e6, NULL, true, "newest N checkpoints kept (the newest verified one always)"},
+ {"checkpoint.keep_every", T_INT, OFF(ckpt_keep_every), "0", 0, 1e12, NULL, true, "also keep steps that are multiples of N; 0 = off"},
+ {"checkpoint.resume", T_STR, OFF(ckpt_resume), "auto", 0, 0, NULL, true, "auto (newest checkpoint that verifies), never, or a checkpoint path"},
+ {"preemption.signals", T_SIGLIST, OFF(preempt_signals), "[USR1, USR2, TERM, INT]", 0, 0, NULL, true, "signals that request a checkpoint and exit"},
+ {"preemption.requeue", T_ENUM, OFF(preempt_requeue), "exit", 0, 0, requeue_names, true, "exit: exit with exit_status (for RequeueExit); scontrol: rank 0 runs scontrol requeue, all exit 0"},
+ {"preemption.exit_status", T_INT, OFF(preempt_exit_status), "75", 1, 255, NULL, true, "exit status after a preemption checkpoint"},
 };
 /* clang-format on */
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
@@ -956,6 +956,15 @@ sr_status sr_config_check_landed(const sr_config *cfg) {
     }
     sr_config_free(&def);
     return SR_OK;
+}
+
+int sr_config_nkeys(void) { return NKEYS; }
+const char *sr_config_key_name(int i) { return i >= 0 && i < NKEYS ? keys[i].key : NULL; }
+void sr_config_value_text(const sr_config *cfg, int i, char *buf, size_t n) {
+    if (i >= 0 && i < NKEYS)
+        fmt_value(cfg, &keys[i], buf, n);
+    else if (n)
+        buf[0] = '\0';
 }
 
 void sr_config_show(const sr_config *cfg, FILE *out) {

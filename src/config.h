@@ -101,6 +101,12 @@ sr_status sr_config_finalize(sr_config *cfg, int dp_ranks);
  * ("not implemented yet", SR_ERR_CONFIG). */
 sr_status sr_config_check_landed(const sr_config *cfg);
 
+/* The schema's keys in table order, and one key's effective value as the
+ * YAML text `config show` prints (checkpoint manifests record these). */
+int sr_config_nkeys(void);
+const char *sr_config_key_name(int i);
+void sr_config_value_text(const sr_config *cfg, int i, char *buf, size_t n);
+
 /* Writes the effective configuration as YAML that sr_config_load_* accepts. */
 void sr_config_show(const sr_config *cfg, FILE *out);
 /* Writes the schema: "text" as a table, "mdoc" as a man page section. */

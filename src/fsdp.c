@@ -75,7 +75,8 @@ struct sr_fsdp {
     bool per_step;
     int *order, norder, pos;
     bool backward, last_mb;
-    int inflight[8], ninflight; /* units with a pending reduction, oldest first (per_micro_batch) */
+    int inflight[8], ninflight; /* units with a pending reduction, oldest first
+                                   (per_micro_batch) */
     sr_param_source src;
     sr_status err;
     char err_msg[512];
@@ -136,7 +137,8 @@ static void issue_gather(sr_fsdp *f, unit *u) {
         fail(f, st);
 }
 
-/* Waits for *req (if any), clears it, and records a failure; returns its status. */
+/* Waits for *req (if any), clears it, and records a failure; returns its
+ * status. */
 static sr_status wait_req(sr_fsdp *f, sr_req **req) {
     if (!*req)
         return SR_OK;
@@ -372,7 +374,8 @@ sr_status sr_fsdp_init(sr_fsdp **out, sr_model *m, const sr_config *cfg, sr_worl
     int S = cfg->mesh_shard ? (int)cfg->mesh_shard : (W % R == 0 ? W / R : 0);
     if (S < 1 || (long long)S * R != W)
         return config_error(cfg, cfg->mesh_shard ? "sharding.mesh.shard" : "sharding.mesh.replicate",
-                            "sharding.mesh: shard %lld x replicate %d must equal the %d ranks of the job (hint: "
+                            "sharding.mesh: shard %lld x replicate %d must equal "
+                            "the %d ranks of the job (hint: "
                             "shard: 0 takes ranks / replicate)",
                             (long long)cfg->mesh_shard, R, W);
     const char *rkeys[2] = {"sharding.reshard_after_forward.blocks", "sharding.reshard_after_forward.root"};
@@ -380,19 +383,22 @@ sr_status sr_fsdp_init(sr_fsdp **out, sr_model *m, const sr_config *cfg, sr_worl
     for (int i = 0; i < 2; i++)
         if (rvals[i] >= 2 && (rvals[i] > S || S % rvals[i] != 0))
             return config_error(cfg, rkeys[i],
-                                "%s: %lld must divide the shard group size %d (hint: true, false, or a divisor "
+                                "%s: %lld must divide the shard group size %d (hint: "
+                                "true, false, or a divisor "
                                 "of %d such as the ranks per node)",
                                 rkeys[i], (long long)rvals[i], S, S);
     if (cfg->offload_params || cfg->offload_grads || cfg->offload_optimizer)
         return config_error(cfg,
-                            cfg->offload_params ? "sharding.offload.params"
-                                                : (cfg->offload_grads ? "sharding.offload.grads"
-                                                                      : "sharding.offload.optimizer"),
-                            "offload needs a GPU run: this is a CPU run, where everything already lives in host "
+                            cfg->offload_params
+                                ? "sharding.offload.params"
+                                : (cfg->offload_grads ? "sharding.offload.grads" : "sharding.offload.optimizer"),
+                            "offload needs a GPU run: this is a CPU run, where "
+                            "everything already lives in host "
                             "memory (hint: set sharding.offload.* to false)");
     if (cfg->comm_backend == SR_BACKEND_NCCL)
         return config_error(cfg, "comm.backend",
-                            "comm.backend nccl needs a GPU run; this is a CPU run (hint: tcp or auto)");
+                            "comm.backend nccl needs a GPU run; this is a CPU run "
+                            "(hint: tcp or auto)");
 
     sr_fsdp *f = calloc(1, sizeof *f);
     if (!f)
@@ -613,6 +619,35 @@ void sr_fsdp_optimizer_step(sr_fsdp *f, int64_t step, double lr, const sr_config
 
 sr_status sr_fsdp_sum_world(sr_fsdp *f, double *value) {
     return sr_allreduce(f->world_g, value, 1, SR_DT_F64, SR_OP_SUM, NULL);
+}
+
+sr_status sr_fsdp_sum_world_n(sr_fsdp *f, double *values, int n) {
+    return sr_allreduce(f->world_g, values, (size_t)n, SR_DT_F64, SR_OP_SUM, NULL);
+}
+
+sr_group *sr_fsdp_world_group(sr_fsdp *f) { return f->world_g; }
+
+void sr_fsdp_shard_state_view(sr_fsdp *f, sr_fsdp_shard_state *out) {
+    size_t max = 0;
+    for (int ui = 0; ui < f->nunits; ui++)
+        max += f->units[ui].P < f->units[ui].n ? f->units[ui].P : f->units[ui].n;
+    *out = (sr_fsdp_shard_state){f->opt.slices, f->opt.nslices, f->pshard,  f->opt.m, f->opt.v, f->local_size,
+                                 f->shard_idx,  f->S,           f->rep_idx, f->R,     max};
+}
+
+int sr_fsdp_shard_slices(const sr_fsdp *f, int shard, sr_slice *out, int max) {
+    int n = 0;
+    for (int ui = 0; ui < f->nunits; ui++) {
+        const unit *u = &f->units[ui];
+        size_t b = u->off + (size_t)shard * u->P;
+        size_t e = b + u->P < u->off + u->n ? b + u->P : u->off + u->n;
+        if (b >= e)
+            continue;
+        if (n < max)
+            out[n] = (sr_slice){b, e, u->local};
+        n++;
+    }
+    return n < max ? n : max;
 }
 
 int sr_fsdp_shard_size(const sr_fsdp *f) { return f->S; }

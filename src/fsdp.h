@@ -52,8 +52,30 @@ void sr_fsdp_optimizer_step(sr_fsdp *f, int64_t step, double lr, const sr_config
 /* Evaluation forward (no gradients); frees every gathered unit afterwards. */
 sr_status sr_fsdp_eval(sr_fsdp *f, const int *inputs, const int *targets, int B, double *loss_sum);
 
-/* Sum of a double over the world (losses). */
+/* Sum of a double over the world (losses); the _n form sums n doubles in
+ * place (one collective). */
 sr_status sr_fsdp_sum_world(sr_fsdp *f, double *value);
+sr_status sr_fsdp_sum_world_n(sr_fsdp *f, double *values, int n);
+
+/* The group of all ranks in world-rank order (checkpoint agreement). */
+sr_group *sr_fsdp_world_group(sr_fsdp *f);
+
+/* This rank's persistent state, for checkpoints: the slices of the global
+ * parameter vector it owns (real elements, no padding) and where they sit
+ * in the local buffers of master parameters and Adam moments.  Replicas
+ * (HSDP) hold identical state; shard index 0 holds the most elements. */
+typedef struct {
+    const sr_slice *slices;
+    int nslices;
+    float *params, *m, *v; /* local_size floats each */
+    size_t local_size;
+    int shard_index, shard_count, replica_index, replica_count;
+    size_t max_shard_elements; /* real elements held by shard index 0 */
+} sr_fsdp_shard_state;
+void sr_fsdp_shard_state_view(sr_fsdp *f, sr_fsdp_shard_state *out);
+/* The slices (global [begin, end), local offset) that shard index `shard`
+ * owns, in unit order; returns how many (at most max are written). */
+int sr_fsdp_shard_slices(const sr_fsdp *f, int shard, sr_slice *out, int max);
 
 /* Mesh figures for logs. */
 int sr_fsdp_shard_size(const sr_fsdp *f);

@@ -1,6 +1,7 @@
 /* main.c — the command line (getopt_long) and the only place that exits.
  *
- * Commands: train, config check|show|keys, data prepare; --help, --version.
+ * Commands: train, config check|show|keys, data prepare, ckpt
+ * list|verify|inspect|export; --help, --version.
  * Every failure is one message on stderr and an exit status from the
  * sysexits table in status.h (DESIGN §7). */
 #include "srconfig.h"
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt.h"
 #include "config.h"
 #include "data.h"
 #include "status.h"
@@ -23,6 +25,7 @@ static const char usage_text[] =
     "       shardrun config show [JOB.yaml] [--set KEY=VALUE]...\n"
     "       shardrun config keys [--mdoc]\n"
     "       shardrun data prepare [-o OUT] FILE...\n"
+    "       shardrun ckpt list DIR | verify PATH | inspect PATH | export PATH -o FILE\n"
     "       shardrun --help | --version\n"
     "\n"
     "Train a GPT-2 style transformer with fully sharded data parallelism.\n"
@@ -33,10 +36,15 @@ static const char usage_text[] =
     "  config show     print the effective job with every default filled in\n"
     "  config keys     list every job-file key with type, default and meaning\n"
     "  data prepare    turn text files into a byte-level llm.c token shard\n"
+    "  ckpt list       list the checkpoints of a checkpoint.dir\n"
+    "  ckpt verify     check every SHA-256 of a checkpoint (or of all in a dir)\n"
+    "  ckpt inspect    summarize a checkpoint's manifest\n"
+    "  ckpt export     write a checkpoint's model as an llm.c model file (-o FILE)\n"
     "\n"
     "options:\n"
     "  -s, --set KEY=VALUE   override a job-file key (VALUE is YAML), repeatable\n"
-    "  -o, --output OUT      data prepare: output shard (default: data.bin)\n"
+    "  -o, --output OUT      data prepare: output shard (default: data.bin);\n"
+    "                        ckpt export: the llm.c model file to write\n"
     "      --mdoc            config keys: print the list as an mdoc section\n"
     "  -h, --help            print this help and exit\n"
     "  -V, --version         print the version and exit\n"
@@ -154,8 +162,9 @@ static int cmd_train(const cli *c) {
     sr_config cfg;
     int rc = load_job(&cfg, c->nargs ? c->args[0] : NULL, c, world.size);
     if (rc == 0) {
-        st = sr_train_run(&cfg, &world, NULL);
-        rc = st == SR_OK ? 0 : fail(st);
+        sr_train_result res = {0};
+        st = sr_train_run(&cfg, &world, &res);
+        rc = st == SR_OK ? 0 : st == SR_PREEMPTED ? res.exit_code : fail(st);
     }
     sr_config_free(&cfg);
     sr_world_close(&world);
@@ -203,6 +212,26 @@ static int cmd_data(const char *sub, const cli *c) {
     return 0;
 }
 
+static int cmd_ckpt(const char *sub, const cli *c) {
+    bool list = strcmp(sub, "list") == 0, verify = strcmp(sub, "verify") == 0, inspect = strcmp(sub, "inspect") == 0,
+         export = strcmp(sub, "export") == 0;
+    if (!list && !verify && !inspect && !export)
+        return usage_error("ckpt: unknown subcommand '%s'; expected list, verify, inspect or export", sub);
+    if (c->nargs != 1)
+        return usage_error("ckpt %s: expected exactly one checkpoint path", sub);
+    if (export && !c->output)
+        return usage_error("%s", "ckpt export: expected -o FILE (the llm.c model file to write)");
+    if (!export && c->output)
+        return usage_error("ckpt %s: -o applies to ckpt export only", sub);
+    sr_status st = list      ? sr_ckpt_list(c->args[0], stdout)
+                   : verify  ? sr_ckpt_verify(c->args[0], stdout)
+                   : inspect ? sr_ckpt_inspect(c->args[0], stdout)
+                             : sr_ckpt_export(c->args[0], c->output, stderr);
+    if (fflush(stdout) != 0 && st == SR_OK)
+        st = sr_error(SR_ERR_IO, "write to standard output failed");
+    return st == SR_OK ? 0 : fail(st);
+}
+
 int main(int argc, char **argv) {
     /* A write to a closed pipe is an I/O error to report, not a silent death. */
     signal(SIGPIPE, SIG_IGN);
@@ -218,11 +247,11 @@ int main(int argc, char **argv) {
         cli_free(&c);
         if (rc)
             return rc;
-        return usage_error("%s", "expected a command: train, config or data");
+        return usage_error("%s", "expected a command: train, config, data or ckpt");
     }
     int words = 1; /* command words consumed */
     const char *sub = NULL;
-    if (strcmp(cmd, "config") == 0 || strcmp(cmd, "data") == 0) {
+    if (strcmp(cmd, "config") == 0 || strcmp(cmd, "data") == 0 || strcmp(cmd, "ckpt") == 0) {
         if (argc < 3 || argv[2][0] == '-') {
             if (argc >= 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
                 fputs(usage_text, stdout);
@@ -233,7 +262,7 @@ int main(int argc, char **argv) {
         sub = argv[2];
         words = 2;
     } else if (strcmp(cmd, "train") != 0) {
-        return usage_error("unknown command '%s'; expected train, config or data", cmd);
+        return usage_error("unknown command '%s'; expected train, config, data or ckpt", cmd);
     }
     cli c;
     int rc = parse_options(argc - words, argv + words, &c);
@@ -242,6 +271,8 @@ int main(int argc, char **argv) {
             rc = cmd_train(&c);
         else if (strcmp(cmd, "config") == 0)
             rc = cmd_config(sub, &c);
+        else if (strcmp(cmd, "ckpt") == 0)
+            rc = cmd_ckpt(sub, &c);
         else
             rc = cmd_data(sub, &c);
     }

@@ -17,14 +17,20 @@
 typedef struct {
     int64_t steps_done;
     double first_loss, last_loss, last_val_loss;
+    int exit_code; /* with SR_PREEMPTED: the exit status per preemption.* */
 } sr_train_result;
 
-/* Trains per `cfg` (already finalized).  Returns SR_OK, SR_ERR_TRAIN on a
+/* Trains per `cfg` (already finalized), resuming per checkpoint.resume and
+ * saving per checkpoint.*.  Returns SR_PREEMPTED after a preemption signal
+ * once the ranks agreed on a step and the checkpoint is committed
+ * (res->exit_code: preemption.exit_status, or 0 after scontrol requeue),
+ * SR_OK, SR_ERR_TRAIN on a
  * non-finite loss or gradient norm, SR_ERR_DATA / SR_ERR_NOINPUT for data
  * problems, SR_ERR_CANTCREAT when the metrics file cannot be created,
  * SR_ERR_PEER when a peer fails or times out, SR_ERR_CONFIG for sharding
- * settings that do not fit the world.
- * `res` may be NULL. */
+ * settings that do not fit the world, SR_ERR_IO / SR_ERR_CANTCREAT when a
+ * checkpoint cannot be written (earlier ones stay usable), SR_ERR_DATA when
+ * no checkpoint verifies.  `res` may be NULL. */
 sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res);
 
 /* Nominal peak FLOP/s of `threads` cores, used for MFU: cores x clock x
