@@ -332,6 +332,9 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
                     (long long)prog.step, (long long)cfg->steps);
         if (res)
             *res = (sr_train_result){prog.step, NAN, NAN, NAN, 0};
+        const char *dump = getenv("SHARDRUN_TEST_DUMP_PARAMS");
+        if (dump && *dump)
+            st = sr_fsdp_dump_params(fsdp, dump);
         goto out;
     }
 

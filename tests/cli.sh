@@ -29,10 +29,11 @@ expect_status 78 "an out-of-range --set value is a config error" "$S" config sho
 expect_status 78 "a --set on a section needs a mapping" "$S" config show --set train=3
 expect_status 0 "--set takes a YAML flow mapping for a section" "$S" config show --set 'train={lr: 0.002, steps: 7}'
 check "  ...and applies both keys" sh -c "grep -q '  lr: 0.002' '$T/out' && grep -q '  steps: 7' '$T/out'"
-expect_status 78 "a feature not landed yet is refused" "$S" config show --set preemption.requeue=scontrol
-check "  ...with 'not implemented yet'" grep -q "not implemented yet" "$T/err"
-expect_status 78 "checkpoint.dir is refused until checkpoints land" "$S" config show --set checkpoint.dir=/tmp/x
-expect_status 0 "the default value of a pending feature is accepted" "$S" config show --set preemption.requeue=exit --set checkpoint.keep=3
+expect_status 0 "checkpoint and preemption keys are accepted" "$S" config show --set preemption.requeue=scontrol \
+    --set checkpoint.dir=/tmp/x --set checkpoint.keep=5 --set 'preemption.signals=[USR1, TERM]'
+check "  ...and shown" sh -c "grep -q '  requeue: scontrol' '$T/out' && grep -q '  dir: /tmp/x' '$T/out' && grep -q '  signals: \[USR1, TERM\]' '$T/out'"
+expect_status 78 "an uncatchable preemption signal is a config error" "$S" config show --set 'preemption.signals=[KILL]'
+check "  ...with a hint" grep -q "SIGKILL and SIGSTOP cannot be caught" "$T/err"
 
 # config show -> config check round trip, and show is a fixed point
 expect_status 0 "config show of the default job" "$S" config show

@@ -121,9 +121,13 @@ bad 78 2:21 "expected true or false, got 'maybe'" "bad boolean" <<'Y'
 sharding:
   offload: {params: maybe}
 Y
-bad 78 2:12 "not implemented yet" "a non-default value of a pending feature" <<'Y'
+bad 78 2:12 "expected one of exit or scontrol, got 'sbatch'" "preemption.requeue out of its set" <<'Y'
 preemption:
-  requeue: scontrol
+  requeue: sbatch
+Y
+bad 78 2:9 "value 0 is out of range" "checkpoint.keep 0" <<'Y'
+checkpoint:
+  keep: 0
 Y
 bad 78 2:35 "(hint: 1 keeps a full copy on every rank: write false)" "reshard_after_forward 1" <<'Y'
 sharding:

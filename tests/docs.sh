@@ -7,6 +7,7 @@
 S=$SHARDRUN
 M1=$SR_SRCDIR/man/shardrun.1
 M5=$SR_SRCDIR/man/shardrun.yaml.5
+MC=$SR_SRCDIR/man/shardrun-checkpoint.5
 MANDOC=${MANDOC:-$(command -v mandoc)}
 
 # the part of shardrun.yaml.5 between the KEYS markers
@@ -31,7 +32,7 @@ if [ -z "$MANDOC" ]; then
     skip "mandoc not installed: --help options in shardrun(1)"
     skip "mandoc not installed: schema keys in shardrun.yaml(5)"
 else
-    for m in "$M1" "$M5"; do
+    for m in "$M1" "$M5" "$MC"; do
         "$MANDOC" -Tlint -W warning "$m" >"$T/lint" 2>&1
         check "mandoc -Tlint is clean for $(basename "$m")" test ! -s "$T/lint"
         [ -s "$T/lint" ] && diag "$(cat "$T/lint")"
@@ -42,7 +43,8 @@ else
     missing=""
     while read -r o; do grep -q -- "$o" "$T/man1.txt" || missing="$missing $o"; done <"$T/opts"
     check "every --help option ($(wc -l <"$T/opts")) is in shardrun(1)${missing:+; missing:$missing}" test -z "$missing"
-    for c in "train" "config check" "config show" "config keys" "data prepare"; do
+    for c in "train" "config check" "config show" "config keys" "data prepare" "ckpt list" "ckpt verify" \
+        "ckpt inspect" "ckpt export"; do
         check "shardrun(1) documents '$c'" grep -q "shardrun $c" "$T/man1.txt"
     done
     for st in 0 1 64 65 66 69 70 73 74 75 78; do
@@ -53,5 +55,16 @@ else
     missing=""
     while read -r k; do grep -q -- "$k" "$T/man5.txt" || missing="$missing $k"; done <"$T/keynames"
     check "every schema key ($(wc -l <"$T/keynames")) is in shardrun.yaml(5)${missing:+; missing:$missing}" test -z "$missing"
+    "$MANDOC" -Tascii "$MC" | sed "s/.\x08//g" >"$T/manc.txt"
+    missing=""
+    for k in format version step tokens data.cursor rng.seed lr_schedule world.size world.mesh model config tensors \
+        chunk_bytes files sha256 manifest_sha256 SRSHARD; do
+        grep -q -- "$k" "$T/manc.txt" || missing="$missing $k"
+    done
+    check "shardrun-checkpoint(5) documents every manifest key and the shard header${missing:+; missing:$missing}" test -z "$missing"
+    for sig in SIGUSR1 SIGTERM SIGCONT SIGXFSZ; do
+        grep -q "$sig" "$T/man1.txt" || missing_sig="$missing_sig $sig"
+    done
+    check "shardrun(1) documents the signals${missing_sig:+; missing:$missing_sig}" test -z "$missing_sig"
 fi
 done_testing
