@@ -11,6 +11,9 @@
 #     data on the development VM), so every ratio compares neighbours in
 #     time; the ratio column is the median of the per-round ratios;
 #  2. SHA-256 MB/s of one core (openssl speed, 4 MiB blocks), for scale;
+# Before every measured save and raw write, bench_disk --touch writes to
+# half the free memory (VMs that return freed pages to the host make first
+# touches slow at random; see bench/bench_disk.c).
 #  3. signal-to-exit: SIGUSR1 at a random point of a gpt2-124m run, the time
 #     until the process has exited (75) against one step + the save.
 # Reads come from the page cache for the raw read and shardrun alike (the
@@ -31,6 +34,9 @@ stats() { sort -g | awk '{ a[NR] = $1 } END { m = (NR % 2) ? a[(NR + 1) / 2] : (
 # median of per-round ratios: FILE_A FILE_B (one number per line each)
 ratio() { paste "$1" "$2" | awk '$1 > 0 && $2 > 0 { print $1 / $2 }' | sort -g | awk '{ a[NR] = $1 } END { m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "%.2f (%.2f..%.2f)", m, a[1], a[NR] }'; }
 D=${BENCH_DISK:-./bench/bench_disk}
+# memory touched before every measured operation (see bench/bench_disk.c):
+# half of the free memory, at most 12 GB
+TOUCH=${BENCH_TOUCH:-$(awk '/^MemAvailable:/ { t = $2 * 1024 / 2; if (t > 12e9) t = 12e9; printf "%.0f", t }' /proc/meminfo)}
 
 : >"$d/save" && : >"$d/save0" && : >"$d/load" && : >"$d/load0"
 : >"$d/raww1" && : >"$d/raww2" && : >"$d/rawr1" && : >"$d/rawr2"
@@ -41,10 +47,12 @@ for r in $(seq "$REPS"); do
         rm -rf "$d/ck"
         env_="" suffix="" k=1
         [ $mode = nosha ] && env_="SHARDRUN_BENCH_NO_SHA256=1" suffix=0 k=2
+        "$D" --touch "$TOUCH"
         env $env_ "$S" train $job 2>"$d/s.err" || { tail -3 "$d/s.err"; exit 1; }
         sed -n 's/.*step 1 saved: .* (\([0-9]*\) MB\/s.*/\1/p' "$d/s.err" >>"$d/save$suffix"
         bytes=$(sed -n 's/.*step 1 saved: \([0-9.]*\) MB in.*/\1/p' "$d/s.err" | awk '{ printf "%.0f", $1 * 1e6 }')
         # the raw ceiling right after the save, then the load right after that
+        "$D" --touch "$TOUCH"
         "$D" "$d/raw" "$bytes" "$r$k$$" >"$d/disk.txt" || exit 1
         sed -n 's/.*write_MBps=\([0-9]*\).*/\1/p' "$d/disk.txt" >>"$d/raww$k"
         sed -n 's/.*read_MBps=\([0-9]*\).*/\1/p' "$d/disk.txt" >>"$d/rawr$k"

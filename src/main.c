@@ -155,8 +155,12 @@ static int cmd_train(const cli *c) {
         return usage_error("train: expected at most one job file, got extra argument '%s'", c->args[1]);
     sr_world world;
     sr_status st = sr_world_init(&world);
-    if (st != SR_OK)
+    if (st != SR_OK) {
+        /* srun without --mpi=pmix: every task fails alike; task 0 says why */
+        const char *procid = getenv("SLURM_PROCID");
+        quiet_rank = st == SR_ERR_CONFIG && procid && strcmp(procid, "0") != 0;
         return fail(st);
+    }
     sr_log_set_rank(world.rank, world.size);
     quiet_rank = world.rank != 0;
     sr_config cfg;

@@ -1,0 +1,131 @@
+# slurm_cluster.sh — a private single-node Slurm 22.05 cluster for the test
+# suite (sourced), entirely inside one directory: its own munge daemon, key
+# and socket; its own slurm.conf (SLURM_CONF) with free ports; state, spool,
+# log and PID files; four fake GPUs as character devices (GRES); partitions
+# debug (preemptible, requeued) and urgent.  Nothing is written to /etc and
+# every daemon is stopped by the PID it recorded.  Follows the verified
+# recipe in shared/reference/slurm-lab (start-private-cluster.sh).
+#
+#   cluster_start DIR   starts munged, slurmctld, slurmd; waits (bounded) for
+#                       the node to be idle; exports SLURM_CONF
+#   cluster_stop        cancels every job, waits for them (bounded), stops
+#                       slurmd, slurmctld and munged by PID
+#   cluster_logs        prints the tails of the daemons' logs
+#   job_wait JOBID STATES SECONDS   waits until the job's state is one of
+#                       STATES (e.g. "COMPLETED|FAILED"); prints it; 1 on timeout
+
+cluster_free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+cluster_start() {
+    CL=$1
+    mkdir -p "$CL/ctld" "$CL/d" "$CL/log" "$CL/run" "$CL/munge" "$CL/gpu" || return 1
+    chmod 0700 "$CL/munge"
+    dd if=/dev/urandom of="$CL/munge/munge.key" bs=1024 count=1 status=none && chmod 0400 "$CL/munge/munge.key"
+    /usr/sbin/munged --socket="$CL/munge/sock" --key-file="$CL/munge/munge.key" --pid-file="$CL/munge/pid" \
+        --log-file="$CL/munge/log" --seed-file="$CL/munge/seed" --force || return 1
+    host=$(hostname -s)
+    for i in 0 1 2 3; do mknod "$CL/gpu/gpu$i" c 1 3 || return 1; done
+    cat >"$CL/slurm.conf" <<EOF
+ClusterName=shardruntest
+SlurmctldHost=$host(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$CL/munge/sock,cred_expire=10
+SlurmctldPort=$(cluster_free_port)
+SlurmdPort=$(cluster_free_port)
+StateSaveLocation=$CL/ctld
+SlurmdSpoolDir=$CL/d
+SlurmctldPidFile=$CL/run/slurmctld.pid
+SlurmdPidFile=$CL/run/slurmd.pid
+SlurmctldLogFile=$CL/log/slurmctld.log
+SlurmdLogFile=$CL/log/slurmd.log
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerParameters=sched_interval=2,bf_interval=2
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+ReturnToService=2
+MpiDefault=none
+GresTypes=gpu
+KillWait=5
+OverTimeLimit=0
+MinJobAge=300
+JobRequeue=1
+RequeueExit=75
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+SlurmctldParameters=preempt_send_user_signal
+NodeName=$host NodeAddr=127.0.0.1 CPUs=4 Sockets=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=4000 Gres=gpu:4 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=10
+PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
+EOF
+    cat >"$CL/gres.conf" <<EOF
+AutoDetect=off
+NodeName=$host Name=gpu File=$CL/gpu/gpu[0-3]
+EOF
+    export SLURM_CONF="$CL/slurm.conf"
+    /usr/sbin/slurmctld -f "$SLURM_CONF" || return 1
+    /usr/sbin/slurmd -f "$SLURM_CONF" || return 1
+    i=0
+    while [ $i -lt 300 ]; do
+        sinfo -h -N -o %T 2>/dev/null | grep -qx idle && return 0
+        sleep 0.1
+        i=$((i + 1))
+    done
+    echo "# the node did not become idle within 30 s" >&2
+    return 1
+}
+
+cluster_logs() {
+    for f in "$CL/log/slurmctld.log" "$CL/log/slurmd.log" "$CL/munge/log"; do
+        [ -f "$f" ] && { echo "# == tail $f"; tail -15 "$f" | sed 's/^/# /'; }
+    done
+}
+
+# stops the process recorded in a PID file; waits up to 10 s
+cluster_kill_pidfile() {
+    [ -s "$1" ] || return 0
+    p=$(cat "$1")
+    kill "$p" 2>/dev/null || return 0
+    i=0
+    while kill -0 "$p" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -9 "$p" 2>/dev/null
+    return 0
+}
+
+cluster_stop() {
+    [ -n "${CL:-}" ] || return 0
+    if [ -s "$CL/run/slurmctld.pid" ]; then
+        scancel --full -u root 2>/dev/null
+        i=0
+        while [ -n "$(squeue -h -o %i 2>/dev/null)" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+    fi
+    cluster_kill_pidfile "$CL/run/slurmd.pid"
+    cluster_kill_pidfile "$CL/run/slurmctld.pid"
+    cluster_kill_pidfile "$CL/munge/pid"
+}
+
+job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+
+job_wait() {
+    id=$1 want=$2 limit=$3
+    start=$(date +%s)
+    while [ $(($(date +%s) - start)) -lt "$limit" ]; do
+        st=$(job_state "$id")
+        if echo "$st" | grep -Eqx "$want"; then
+            echo "$st"
+            return 0
+        fi
+        sleep 0.5
+    done
+    echo "${st:-unknown}"
+    return 1
+}
