@@ -2053,20 +2053,30 @@ sr_status sr_ckpt_list(const char *dir, FILE *out) {
     return SR_OK;
 }
 
-sr_status sr_ckpt_inspect(const char *path, FILE *out) {
+/* The offline tools' start: PATH is a directory whose manifest parses; the
+ * model's tensor table (no activations) for its dims.  On failure nothing is
+ * left to free. */
+static sr_status open_offline(const char *path, manifest *mf, sr_model *model) {
     sr_status st = need_dir(path);
     if (st != SR_OK)
         return st;
-    manifest mf;
     char why[1200];
-    if (!manifest_load(path, &mf, why, sizeof why))
+    if (!manifest_load(path, mf, why, sizeof why))
         return sr_error(has_manifest(path) ? SR_ERR_DATA : SR_ERR_NOINPUT, "%s", why);
-    sr_model model;
-    st = sr_model_init(&model, mf.dims, &sr_ops_cpu, 0, false);
+    st = sr_model_init(model, mf->dims, &sr_ops_cpu, 0, false);
     if (st != SR_OK) {
-        manifest_free(&mf);
-        return st;
+        sr_model_free(model);
+        manifest_free(mf);
     }
+    return st;
+}
+
+sr_status sr_ckpt_inspect(const char *path, FILE *out) {
+    manifest mf;
+    sr_model model;
+    sr_status st = open_offline(path, &mf, &model);
+    if (st != SR_OK)
+        return st;
     fprintf(out, "checkpoint   %s\n", path);
     fprintf(out, "format       %s version %d, created %s on %s (job %s)\n", CKPT_FORMAT, CKPT_VERSION, mf.created,
             mf.host, mf.job);
@@ -2114,17 +2124,14 @@ sr_status sr_ckpt_inspect(const char *path, FILE *out) {
  * padded_vocab_size}, then the fp32 tensors in this order, each one
  * concatenated over the layers. */
 sr_status sr_ckpt_export(const char *path, const char *dest, FILE *out) {
-    sr_status st = need_dir(path);
+    manifest mf;
+    sr_model model;
+    sr_status st = open_offline(path, &mf, &model);
     if (st != SR_OK)
         return st;
-    manifest mf;
     char why[1200];
-    if (!manifest_load(path, &mf, why, sizeof why))
-        return sr_error(has_manifest(path) ? SR_ERR_DATA : SR_ERR_NOINPUT, "%s", why);
-    sr_model model;
-    st = sr_model_init(&model, mf.dims, &sr_ops_cpu, 0, false);
-    float *all = st == SR_OK ? malloc(model.n_params * sizeof(float)) : NULL;
-    if (st == SR_OK && !all)
+    float *all = malloc(model.n_params * sizeof(float));
+    if (!all)
         st = sr_error(SR_ERR_INTERNAL, "out of memory for %zu parameters", model.n_params);
     if (st == SR_OK) {
         sr_slice whole = {0, model.n_params, 0};

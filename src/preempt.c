@@ -54,12 +54,6 @@ sr_status sr_preempt_install(const sr_config *cfg) {
     return SR_OK;
 }
 
-void sr_preempt_uninstall(void) {
-    for (int i = 0; i < ninstalled; i++)
-        signal(installed[i], SIG_DFL);
-    ninstalled = 0;
-}
-
 bool sr_preempt_pending(void) { return got_signal != 0; }
 int sr_preempt_signal(void) { return got_signal; }
 int sr_preempt_count(void) { return got_count; }

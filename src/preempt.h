@@ -15,10 +15,9 @@
 #include "config.h"
 #include "status.h"
 
-/* Installs the handlers for cfg->preempt_signals (names without SIG). */
+/* Installs the handlers for cfg->preempt_signals (names without SIG); they
+ * stay until the process exits. */
 sr_status sr_preempt_install(const sr_config *cfg);
-/* Restores the default actions. */
-void sr_preempt_uninstall(void);
 
 bool sr_preempt_pending(void);
 /* The first signal received (0 when none), its wall-clock time, and how many

@@ -505,7 +505,9 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
 out:
     if (st == SR_OK && preempted)
         st = SR_PREEMPTED;
-    sr_preempt_uninstall();
+    /* The handlers stay until the process exits: a late SIGTERM (Slurm's,
+     * after GraceTime) must not turn a committed preemption into a death
+     * by signal. */
     sr_ckpt_close(ck);
     if (metrics && fclose(metrics) != 0 && st == SR_OK)
         st = sr_error(SR_ERR_IO, "%s: write failed: %s", cfg->log_metrics, strerror(errno));

@@ -66,6 +66,11 @@ run keep --set checkpoint.dir="$T/keepck" --set checkpoint.every_steps=2 --set c
 check "retention: keep 2 + keep_every 6 leaves steps 6, 10, 12" \
     test "$(ls keepck | grep step_ | tr '\n' ' ')" = "step_00000006 step_00000010 step_00000012 "
 
+# checkpoint.every_minutes: rank 0's clock, agreed by all ranks (0.0001 min = 6 ms: about every step)
+run mins --set checkpoint.dir="$T/minck" --set checkpoint.every_minutes=0.0001 --set checkpoint.every_steps=0
+check "checkpoint.every_minutes saves on the clock (more than 3 saves in 12 steps)" \
+    sh -c "[ $rc -eq 0 ] && [ \$(grep -c 'checkpoint: saving step' mins.err) -gt 3 ] && cmp -s mins.params ref.params"
+
 # 3. exact resume after a preemption (the signal comes through the real handler)
 SHARDRUN_TEST_PREEMPT_AT=6 run pre --set checkpoint.dir="$T/preck"
 check "a preemption signal at step 6 exits with 75" test "$rc" -eq 75
@@ -98,6 +103,7 @@ kill -USR2 $pid 2>/dev/null
 wait $pid
 rc=$?
 check "SIGUSR1 (then TERM and USR2 during the save) exits with 75" test "$rc" -eq 75
+[ "$rc" -eq 75 ] || diag "$(tail -5 sig.err)"
 check "exactly one checkpoint was saved and it verifies" sh -c "[ \$(ls sigck | grep -c step_) -eq 1 ] && '$S' ckpt verify sigck >/dev/null"
 stopped=$(sed -n 's/.*agreed to stop after step \([0-9]*\).*/\1/p' sig.err)
 check "the agreed stop step ($stopped) is the checkpoint's" test -d "sigck/step_$(printf %08d "${stopped:-0}")"

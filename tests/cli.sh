@@ -31,7 +31,7 @@ expect_status 0 "--set takes a YAML flow mapping for a section" "$S" config show
 check "  ...and applies both keys" sh -c "grep -q '  lr: 0.002' '$T/out' && grep -q '  steps: 7' '$T/out'"
 expect_status 0 "checkpoint and preemption keys are accepted" "$S" config show --set preemption.requeue=scontrol \
     --set checkpoint.dir=/tmp/x --set checkpoint.keep=5 --set 'preemption.signals=[USR1, TERM]'
-check "  ...and shown" sh -c "grep -q '  requeue: scontrol' '$T/out' && grep -q '  dir: /tmp/x' '$T/out' && grep -q '  signals: \[USR1, TERM\]' '$T/out'"
+check "  ...and shown" sh -c "grep -q '  requeue: scontrol' '$T/out' && grep -q '  dir: \"/tmp/x\"' '$T/out' && grep -q '  signals: \[USR1, TERM\]' '$T/out'"
 expect_status 78 "an uncatchable preemption signal is a config error" "$S" config show --set 'preemption.signals=[KILL]'
 check "  ...with a hint" grep -q "SIGKILL and SIGSTOP cannot be caught" "$T/err"
 
@@ -59,8 +59,10 @@ sharding:
   mesh: 2
 Y
 # launch rules without a PMIx server
-expect_status 78 "srun without --mpi=pmix (4 tasks) is a launch error" env SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=4 SLURM_PROCID=2 "$S" train --set train.steps=1
-check "  ...saying so" grep -q "launched by srun without --mpi=pmix" "$T/err"
+expect_status 78 "srun without --mpi=pmix (4 tasks) is a launch error" env SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=4 SLURM_PROCID=0 "$S" train --set train.steps=1
+check "  ...saying so (task 0)" grep -q "launched by srun without --mpi=pmix" "$T/err"
+expect_status 78 "  ...and task 2 exits 78 too" env SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=4 SLURM_PROCID=2 "$S" train --set train.steps=1
+check "  ...without repeating the message (one message per step)" test ! -s "$T/err"
 expect_status 0 "a one-task srun step runs as one process" env SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=1 "$S" train --set train.steps=1 --set model.n_layer=1 --set train.eval_every=0
 check "  ...logging rank 0/1" grep -q "rank 0/1 local 0/1" "$T/err"
 
