@@ -87,10 +87,8 @@ static void crash_site(const char *site, int64_t step) {
         return;
     if (at && atoi(at + 1) != sr_log_rank())
         return;
-    fprintf(stderr,
-            "shardrun: test: SHARDRUN_TEST_CRASH_AT=%s: killing rank %d at %s "
-            "(step %lld)\n",
-            e, sr_log_rank(), site, (long long)step);
+    fprintf(stderr, "shardrun: test: SHARDRUN_TEST_CRASH_AT=%s: killing rank %d at %s (step %lld)\n", e, sr_log_rank(),
+            site, (long long)step);
     kill(getpid(), SIGKILL);
 }
 
@@ -282,8 +280,7 @@ static void manifest_free(manifest *m) {
 static void model_hash(const sr_model_dims *d, char out[65]) {
     char text[256];
     int n = snprintf(text, sizeof text,
-                     "shardrun gpt2 n_layer=%d n_head=%d n_embd=%d vocab_size=%d "
-                     "padded_vocab=%d seq_len=%d "
+                     "shardrun gpt2 n_layer=%d n_head=%d n_embd=%d vocab_size=%d padded_vocab=%d seq_len=%d "
                      "dtype=f32 layout=unit-major-v1",
                      d->L, d->NH, d->C, d->V, d->Vp, d->T);
     unsigned char h[32];
@@ -434,9 +431,7 @@ static sr_status manifest_render(const manifest *mf, const emit_ctx *x, char **o
     e_str(&e, "rng");
     e_map(&e, true, false);
     kv_u64(&e, "seed", mf->seed);
-    kv_str(&e, "kind",
-           "counter-based: init and data order are functions of (seed, index); "
-           "no other state");
+    kv_str(&e, "kind", "counter-based: init and data order are functions of (seed, index); no other state");
     e_map(&e, false, false);
     const sr_config *cfg = x->cfg;
     e_str(&e, "lr_schedule");
@@ -675,8 +670,7 @@ static bool manifest_load(const char *dir, manifest *mf, char *why, size_t why_l
     if (len < 2 || text[len - 1] != '\n' || strncmp(last, tag, sizeof tag - 1) != 0 ||
         (size_t)(text + len - 1 - (last + sizeof tag - 1)) != 64) {
         whyf(why, why_len,
-             "%s: the last line is not 'manifest_sha256: <64 hex digits>' "
-             "(truncated, edited or "
+             "%s: the last line is not 'manifest_sha256: <64 hex digits>' (truncated, edited or "
              "not a shardrun manifest)",
              path);
         free(text);
@@ -686,8 +680,7 @@ static bool manifest_load(const char *dir, manifest *mf, char *why, size_t why_l
     sha256(text, (size_t)(last - text), got);
     if (!unhex32(hx, want) || memcmp(want, got, 32) != 0) {
         whyf(why, why_len,
-             "%s: SHA-256 of the manifest does not match its manifest_sha256 line "
-             "(the manifest "
+             "%s: SHA-256 of the manifest does not match its manifest_sha256 line (the manifest "
              "was altered or damaged)",
              path);
         free(text);
@@ -805,8 +798,7 @@ static bool manifest_load(const char *dir, manifest *mf, char *why, size_t why_l
             goto out;
         if (!safe_shard_name(f->name)) {
             perr(&p, mget(&p, fn, "name"),
-                 "files: name '%s' is not a shard file name (shard_NNNNN.bin); a "
-                 "manifest may not name paths "
+                 "files: name '%s' is not a shard file name (shard_NNNNN.bin); a manifest may not name paths "
                  "outside its checkpoint directory",
                  f->name);
             goto out;
@@ -991,10 +983,8 @@ static bool read_state(const char *dir, const manifest *mf, const sr_slice *slic
         FMT(path, "%s/%s", dir, f->name);
         fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0) {
-            whyf(why, why_len,
-                 "%s: %s (a shard file named in the manifest is missing or "
-                 "unreadable)",
-                 path, strerror(errno));
+            whyf(why, why_len, "%s: %s (a shard file named in the manifest is missing or unreadable)", path,
+                 strerror(errno));
             goto out;
         }
         struct stat sb;
@@ -1006,10 +996,7 @@ static bool read_state(const char *dir, const manifest *mf, const sr_slice *slic
         shard_header h;
         if (pread_all(fd, &h, sizeof h, 0) != 0 || memcmp(h.magic, shard_magic, 8) != 0 || h.version != CKPT_VERSION ||
             (int)h.shard_index != f->shard || h.elements != f->elements || (int64_t)h.step != mf->step) {
-            whyf(why, why_len,
-                 "%s: header does not match the manifest (magic, version, shard, "
-                 "step or size)",
-                 path);
+            whyf(why, why_len, "%s: header does not match the manifest (magic, version, shard, step or size)", path);
             goto out;
         }
         if (!buf && !(buf = batch_alloc())) {
@@ -1182,8 +1169,7 @@ static sr_status open_dir_rank0(sr_ckpt *c) {
         c->lock_fd = -1;
         if (err == EACCES || err == EAGAIN)
             return sr_error(SR_ERR_CANTCREAT,
-                            "%s: checkpoint.dir is in use by another job (%s holds "
-                            "%s) (hint: wait for that job, "
+                            "%s: checkpoint.dir is in use by another job (%s holds %s) (hint: wait for that job, "
                             "or give this one its own checkpoint.dir)",
                             dir, holder[0] ? holder : "unknown holder", path);
         return sr_error(SR_ERR_CANTCREAT, "%s: cannot lock: %s", path, strerror(err));
@@ -1298,9 +1284,8 @@ static void log_config_changes(const sr_ckpt *c, const manifest *mf, const char 
         sr_config_value_text(c->cfg, i, v, sizeof v);
         for (int j = 0; j < mf->nconfig; j++)
             if (strcmp(mf->ckeys[j], k) == 0 && strcmp(mf->cvals[j], v) != 0)
-                sr_log_warn("resume: %s changed since %s: %s -> %s (the new value "
-                            "takes effect)",
-                            k, path, mf->cvals[j], v);
+                sr_log_warn("resume: %s changed since %s: %s -> %s (the new value takes effect)", k, path, mf->cvals[j],
+                            v);
     }
 }
 
@@ -1315,10 +1300,8 @@ static sr_status load_one(sr_ckpt *c, const char *path, manifest *mf, bool *shap
     if (mf->dims.L != d.L || mf->dims.NH != d.NH || mf->dims.C != d.C || mf->dims.V != d.V || mf->dims.T != d.T) {
         *shape = true;
         whyf(why, why_len,
-             "%s was written for a different model (n_layer %d, n_head %d, n_embd "
-             "%d, vocab_size %d, seq_len "
-             "%d); this job has n_layer %d, n_head %d, n_embd %d, vocab_size %d, "
-             "seq_len %d (hint: a new "
+             "%s was written for a different model (n_layer %d, n_head %d, n_embd %d, vocab_size %d, seq_len "
+             "%d); this job has n_layer %d, n_head %d, n_embd %d, vocab_size %d, seq_len %d (hint: a new "
              "checkpoint.dir, or checkpoint.resume: never)",
              path, mf->dims.L, mf->dims.NH, mf->dims.C, mf->dims.V, mf->dims.T, d.L, d.NH, d.C, d.V, d.T);
         manifest_free(mf);
@@ -1398,10 +1381,8 @@ sr_status sr_ckpt_resume(sr_ckpt *c, sr_ckpt_progress *p, char *how, size_t how_
             for (int r = 0; r < c->w->size; r++)
                 total += all[r].value;
             double dt = now_s() - t0;
-            sr_log_info("resume: loaded %s: step %lld, %llu sequences consumed, "
-                        "written by %d rank%s (mesh shard %d x "
-                        "replicate %d) on %s; %.1f MB read and verified in %.2f s "
-                        "(%.0f MB/s)",
+            sr_log_info("resume: loaded %s: step %lld, %llu sequences consumed, written by %d rank%s (mesh shard %d x "
+                        "replicate %d) on %s; %.1f MB read and verified in %.2f s (%.0f MB/s)",
                         path, (long long)mf.step, (unsigned long long)mf.cursor, mf.world, mf.world == 1 ? "" : "s",
                         mf.mesh_shard, mf.mesh_replicate, mf.created, (double)total / 1e6, dt,
                         (double)total / 1e6 / (dt > 0 ? dt : 1e-9));
@@ -1448,10 +1429,8 @@ sr_status sr_ckpt_resume(sr_ckpt *c, sr_ckpt_progress *p, char *how, size_t how_
                     i + 1 < n ? "; trying the next older checkpoint" : "");
         if (i + 1 == n)
             result = sr_error(SR_ERR_DATA,
-                              "none of the %d checkpoint%s in %s verifies; not starting "
-                              "from scratch:\n%s\n(hint: "
-                              "`shardrun ckpt verify %s` for details; set "
-                              "checkpoint.resume: never, or move them "
+                              "none of the %d checkpoint%s in %s verifies; not starting from scratch:\n%s\n(hint: "
+                              "`shardrun ckpt verify %s` for details; set checkpoint.resume: never, or move them "
                               "away, to start fresh)",
                               n, n == 1 ? "" : "s", c->dir, report ? report : "", c->dir);
     }
@@ -1848,17 +1827,14 @@ sr_status sr_ckpt_save(sr_ckpt *c, const sr_ckpt_progress *p, uint64_t *bytes_ou
     if (st != SR_OK) {
         char keep[1024];
         FMT(keep, "%s", sr_error_message());
-        return sr_error(st,
-                        "checkpoint at step %lld not saved (earlier checkpoints "
-                        "are untouched): %s",
+        return sr_error(st, "checkpoint at step %lld not saved (earlier checkpoints are untouched): %s",
                         (long long)p->step, keep);
     }
     double dt = now_s() - t0;
     c->last_step = p->step;
     if (bytes_out)
         *bytes_out = total;
-    sr_log_info("checkpoint: step %lld saved: %.1f MB in %.2f s (%.0f MB/s, "
-                "SHA-256 per 4 MiB chunk)",
+    sr_log_info("checkpoint: step %lld saved: %.1f MB in %.2f s (%.0f MB/s, SHA-256 per 4 MiB chunk)",
                 (long long)p->step, (double)total / 1e6, dt, (double)total / 1e6 / (dt > 0 ? dt : 1e-9));
     return SR_OK;
 }
@@ -1966,9 +1942,7 @@ static sr_status need_dir(const char *path) {
     if (stat(path, &sb) != 0)
         return sr_error(SR_ERR_NOINPUT, "%s: %s", path, strerror(errno));
     if (!S_ISDIR(sb.st_mode))
-        return sr_error(SR_ERR_NOINPUT,
-                        "%s: not a directory (hint: a checkpoint.dir or one of its step_* "
-                        "directories)",
+        return sr_error(SR_ERR_NOINPUT, "%s: not a directory (hint: a checkpoint.dir or one of its step_* directories)",
                         path);
     return SR_OK;
 }
@@ -1990,9 +1964,7 @@ sr_status sr_ckpt_verify(const char *path, FILE *out) {
         if (n == 0) {
             free(steps);
             return sr_error(SR_ERR_NOINPUT,
-                            "%s: no manifest.yaml and no step_* checkpoints (hint: shardrun ckpt "
-                            "list DIR)",
-                            path);
+                            "%s: no manifest.yaml and no step_* checkpoints (hint: shardrun ckpt list DIR)", path);
         }
         for (int i = 0; i < n; i++) {
             char p[PATH_MAX];
@@ -2041,9 +2013,7 @@ sr_status sr_ckpt_list(const char *dir, FILE *out) {
     struct dirent *de;
     while (d && (de = readdir(d)))
         if (strncmp(de->d_name, ".step_", 6) == 0)
-            fprintf(out,
-                    "%-15s %10s %6s %12s %-20s incomplete (interrupted save; "
-                    "ignored, removed by the next run)\n",
+            fprintf(out, "%-15s %10s %6s %12s %-20s incomplete (interrupted save; ignored, removed by the next run)\n",
                     de->d_name, "-", "-", "-", "-");
     if (d)
         closedir(d);
@@ -2085,25 +2055,19 @@ sr_status sr_ckpt_inspect(const char *path, FILE *out) {
             (unsigned long long)mf.cursor, (unsigned long long)mf.seed);
     fprintf(out, "world size   %d (mesh shard %d x replicate %d)\n", mf.world, mf.mesh_shard, mf.mesh_replicate);
     fprintf(out,
-            "model        n_layer %d, n_head %d, n_embd %d, vocab_size %d "
-            "(padded %d), seq_len %d; %llu "
+            "model        n_layer %d, n_head %d, n_embd %d, vocab_size %d (padded %d), seq_len %d; %llu "
             "parameters; hash %.16s\n",
             mf.dims.L, mf.dims.NH, mf.dims.C, mf.dims.V, mf.dims.Vp, mf.dims.T, (unsigned long long)mf.n_params,
             mf.model_hash);
-    fprintf(out,
-            "state        fp32 master parameters, Adam m, Adam v: %.1f MB in %d "
-            "file%s, SHA-256 per %llu "
-            "MiB chunk\n",
-            (double)mf.total_bytes / 1e6, mf.nfiles, mf.nfiles == 1 ? "" : "s",
-            (unsigned long long)(CHUNK_BYTES >> 20));
+    fprintf(
+        out, "state        fp32 master parameters, Adam m, Adam v: %.1f MB in %d file%s, SHA-256 per %llu MiB chunk\n",
+        (double)mf.total_bytes / 1e6, mf.nfiles, mf.nfiles == 1 ? "" : "s", (unsigned long long)(CHUNK_BYTES >> 20));
     fprintf(out, "files:\n");
     for (int i = 0; i < mf.nfiles; i++)
-        fprintf(out,
-                "  %-16s shard %d, %llu bytes, %llu elements in %d slice%s, %llu "
-                "chunk%s\n",
-                mf.files[i].name, mf.files[i].shard, (unsigned long long)mf.files[i].bytes,
-                (unsigned long long)mf.files[i].elements, mf.files[i].nslices, mf.files[i].nslices == 1 ? "" : "s",
-                (unsigned long long)mf.files[i].nchunks, mf.files[i].nchunks == 1 ? "" : "s");
+        fprintf(out, "  %-16s shard %d, %llu bytes, %llu elements in %d slice%s, %llu chunk%s\n", mf.files[i].name,
+                mf.files[i].shard, (unsigned long long)mf.files[i].bytes, (unsigned long long)mf.files[i].elements,
+                mf.files[i].nslices, mf.files[i].nslices == 1 ? "" : "s", (unsigned long long)mf.files[i].nchunks,
+                mf.files[i].nchunks == 1 ? "" : "s");
     fprintf(out, "tensors (%d):\n", model.n_tensors);
     for (int i = 0; i < model.n_tensors; i++) {
         const sr_tensor *t = &model.tensors[i];
@@ -2182,8 +2146,7 @@ sr_status sr_ckpt_export(const char *path, const char *dest, FILE *out) {
     }
     if (st == SR_OK)
         fprintf(out,
-                "shardrun: wrote %s: llm.c model file (version 3, fp32), step "
-                "%lld, %zu parameters (%d layers, "
+                "shardrun: wrote %s: llm.c model file (version 3, fp32), step %lld, %zu parameters (%d layers, "
                 "%d heads, %d channels, vocab %d padded to %d, seq_len %d)\n",
                 dest, (long long)mf.step, model.n_params, mf.dims.L, mf.dims.NH, mf.dims.C, mf.dims.V, mf.dims.Vp,
                 mf.dims.T);

@@ -75,8 +75,7 @@ struct sr_fsdp {
     bool per_step;
     int *order, norder, pos;
     bool backward, last_mb;
-    int inflight[8], ninflight; /* units with a pending reduction, oldest first
-                                   (per_micro_batch) */
+    int inflight[8], ninflight; /* units with a pending reduction, oldest first (per_micro_batch) */
     sr_param_source src;
     sr_status err;
     char err_msg[512];
@@ -137,8 +136,7 @@ static void issue_gather(sr_fsdp *f, unit *u) {
         fail(f, st);
 }
 
-/* Waits for *req (if any), clears it, and records a failure; returns its
- * status. */
+/* Waits for *req (if any), clears it, and records a failure; returns its status. */
 static sr_status wait_req(sr_fsdp *f, sr_req **req) {
     if (!*req)
         return SR_OK;
@@ -374,8 +372,7 @@ sr_status sr_fsdp_init(sr_fsdp **out, sr_model *m, const sr_config *cfg, sr_worl
     int S = cfg->mesh_shard ? (int)cfg->mesh_shard : (W % R == 0 ? W / R : 0);
     if (S < 1 || (long long)S * R != W)
         return config_error(cfg, cfg->mesh_shard ? "sharding.mesh.shard" : "sharding.mesh.replicate",
-                            "sharding.mesh: shard %lld x replicate %d must equal "
-                            "the %d ranks of the job (hint: "
+                            "sharding.mesh: shard %lld x replicate %d must equal the %d ranks of the job (hint: "
                             "shard: 0 takes ranks / replicate)",
                             (long long)cfg->mesh_shard, R, W);
     const char *rkeys[2] = {"sharding.reshard_after_forward.blocks", "sharding.reshard_after_forward.root"};
@@ -383,22 +380,19 @@ sr_status sr_fsdp_init(sr_fsdp **out, sr_model *m, const sr_config *cfg, sr_worl
     for (int i = 0; i < 2; i++)
         if (rvals[i] >= 2 && (rvals[i] > S || S % rvals[i] != 0))
             return config_error(cfg, rkeys[i],
-                                "%s: %lld must divide the shard group size %d (hint: "
-                                "true, false, or a divisor "
+                                "%s: %lld must divide the shard group size %d (hint: true, false, or a divisor "
                                 "of %d such as the ranks per node)",
                                 rkeys[i], (long long)rvals[i], S, S);
     if (cfg->offload_params || cfg->offload_grads || cfg->offload_optimizer)
         return config_error(cfg,
-                            cfg->offload_params
-                                ? "sharding.offload.params"
-                                : (cfg->offload_grads ? "sharding.offload.grads" : "sharding.offload.optimizer"),
-                            "offload needs a GPU run: this is a CPU run, where "
-                            "everything already lives in host "
+                            cfg->offload_params ? "sharding.offload.params"
+                                                : (cfg->offload_grads ? "sharding.offload.grads"
+                                                                      : "sharding.offload.optimizer"),
+                            "offload needs a GPU run: this is a CPU run, where everything already lives in host "
                             "memory (hint: set sharding.offload.* to false)");
     if (cfg->comm_backend == SR_BACKEND_NCCL)
         return config_error(cfg, "comm.backend",
-                            "comm.backend nccl needs a GPU run; this is a CPU run "
-                            "(hint: tcp or auto)");
+                            "comm.backend nccl needs a GPU run; this is a CPU run (hint: tcp or auto)");
 
     sr_fsdp *f = calloc(1, sizeof *f);
     if (!f)

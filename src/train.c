@@ -177,8 +177,7 @@ static int preemption_exit(const sr_config *cfg, const sr_world *w) {
     if (cfg->preempt_requeue == SR_REQUEUE_SCONTROL) {
         const char *job = getenv("SLURM_JOB_ID");
         if (!job || !*job) {
-            sr_log_warn("preemption.requeue is scontrol but SLURM_JOB_ID is not set "
-                        "(not a Slurm job): exiting "
+            sr_log_warn("preemption.requeue is scontrol but SLURM_JOB_ID is not set (not a Slurm job): exiting "
                         "with preemption.exit_status %d instead",
                         code);
         } else if (w->rank != 0) {
@@ -274,26 +273,21 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
     char device[512];
     sr_device_describe(device, sizeof device, w->local_rank, w->local_size);
     const char *restart = getenv("SLURM_RESTART_COUNT");
-    sr_log_info_all("rank %d/%d local %d/%d node %d host %s device=%s job %s "
-                    "transport %s restart=%s resume=%s",
+    sr_log_info_all("rank %d/%d local %d/%d node %d host %s device=%s job %s transport %s restart=%s resume=%s",
                     w->rank, w->size, w->local_rank, w->local_size, w->node_id, w->host, device, w->job_id,
                     w->size > 1 ? sr_transport_address(tp) : "none", restart && *restart ? restart : "0", resumed);
     char peak_how[256];
     double peak = sr_train_peak_flops(threads, peak_how, sizeof peak_how);
     double flops_tok = sr_model_flops_per_token(&model);
-    sr_log_info("model %s: n_layer %d, n_head %d, n_embd %d, vocab_size %d "
-                "(padded %d), seq_len %d; %.2fM parameters",
+    sr_log_info("model %s: n_layer %d, n_head %d, n_embd %d, vocab_size %d (padded %d), seq_len %d; %.2fM parameters",
                 sr_config_enum_name("model.preset", cfg->model_preset), dims.L, dims.NH, dims.C, dims.V, model.d.Vp, T,
                 (double)model.n_params_real / 1e6);
-    sr_log_info("batch %lld sequences/step = %d rank%s x micro_batch %d x %d "
-                "accumulation step%s; %lld steps; "
+    sr_log_info("batch %lld sequences/step = %d rank%s x micro_batch %d x %d accumulation step%s; %lld steps; "
                 "threads %d per rank (one OpenMP pool, OpenBLAS single-threaded)",
                 (long long)cfg->batch_size, dp, dp == 1 ? "" : "s", mb, accum, accum == 1 ? "" : "s",
                 (long long)cfg->steps, threads);
-    sr_log_info("sharding: mesh shard %d x replicate %d, %d units (%lld block%s "
-                "each + root), reshard_after_forward "
-                "blocks %s root %s, param %s, reduce %s, prefetch %lld/%lld, "
-                "grad_sync %s, comm %s",
+    sr_log_info("sharding: mesh shard %d x replicate %d, %d units (%lld block%s each + root), reshard_after_forward "
+                "blocks %s root %s, param %s, reduce %s, prefetch %lld/%lld, grad_sync %s, comm %s",
                 sr_fsdp_shard_size(fsdp), sr_fsdp_replicate_size(fsdp), sr_fsdp_units(fsdp),
                 (long long)cfg->blocks_per_unit, cfg->blocks_per_unit == 1 ? "" : "s",
                 cfg->reshard_blocks == SR_RESHARD_TRUE ? "true"
@@ -310,25 +304,20 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
     if (val)
         sr_log_info("val  %s", sr_data_describe(val));
     else if (cfg->eval_every > 0)
-        sr_log_warn("train.eval_every is %lld but data.val is empty: no evaluation "
-                    "(set data.val to validation "
-                    "shards)",
+        sr_log_warn("train.eval_every is %lld but data.val is empty: no evaluation (set data.val to validation shards)",
                     (long long)cfg->eval_every);
     sr_log_info("mfu peak: %s", peak_how);
     if (ck && sr_ckpt_enabled(ck))
-        sr_log_info("checkpoint: dir %s, every %lld steps / %g minutes, keep %lld%s; "
-                    "preemption signals handled, "
+        sr_log_info("checkpoint: dir %s, every %lld steps / %g minutes, keep %lld%s; preemption signals handled, "
                     "requeue %s",
                     cfg->ckpt_dir, (long long)cfg->ckpt_every_steps, cfg->ckpt_every_minutes, (long long)cfg->ckpt_keep,
                     cfg->ckpt_keep_every ? " (+ keep_every)" : "",
                     sr_config_enum_name("preemption.requeue", cfg->preempt_requeue));
     else
-        sr_log_info("checkpoint: none (checkpoint.dir is empty); preemption "
-                    "signals keep their default action");
+        sr_log_info("checkpoint: none (checkpoint.dir is empty); preemption signals keep their default action");
     log_memory("at start");
     if (prog.step >= cfg->steps) {
-        sr_log_info("resume: the checkpoint is at step %lld and train.steps is "
-                    "%lld: nothing left to train",
+        sr_log_info("resume: the checkpoint is at step %lld and train.steps is %lld: nothing left to train",
                     (long long)prog.step, (long long)cfg->steps);
         if (res)
             *res = (sr_train_result){prog.step, NAN, NAN, NAN, 0};
@@ -356,10 +345,8 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
                 noticed = true;
                 char when[32];
                 wall_clock(sr_preempt_time(), when, sizeof when);
-                sr_log_info_all("preemption: rank %d received %s at %s during step "
-                                "%lld (micro-batch %d/%d)",
-                                w->rank, sr_preempt_signame(sr_preempt_signal()), when, (long long)(s + 1), a + 1,
-                                accum);
+                sr_log_info_all("preemption: rank %d received %s at %s during step %lld (micro-batch %d/%d)", w->rank,
+                                sr_preempt_signame(sr_preempt_signal()), when, (long long)(s + 1), a + 1, accum);
             }
             /* global cursor: the step owns sequences [cursor, cursor+batch)
              * (cursor = s*batch in a run that never changed batch_size);
@@ -390,8 +377,7 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
             loss = NAN;
         if (!isfinite(loss) || !isfinite(norm)) {
             st = sr_error(SR_ERR_TRAIN,
-                          "step %lld: non-finite %s (loss %g, gradient norm %g); training "
-                          "stopped (hint: lower "
+                          "step %lld: non-finite %s (loss %g, gradient norm %g); training stopped (hint: lower "
                           "train.lr, raise train.warmup_steps, or set train.grad_clip)",
                           (long long)(s + 1), isfinite(loss) ? "gradient norm" : "loss", loss, norm);
             goto out;
@@ -425,15 +411,13 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
         if (do_log) {
             double tps = (double)cfg->batch_size * T / dt;
             double mfu = 100.0 * tps * flops_tok / (peak * w->size);
-            sr_log_info("step %6lld/%lld | loss %.4f | lr %.2e | norm %.4f | %.0f "
-                        "tok/s | mfu %.1f%% | mem %.1f MiB "
+            sr_log_info("step %6lld/%lld | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | mfu %.1f%% | mem %.1f MiB "
                         "| %.1f ms",
                         (long long)(s + 1), (long long)cfg->steps, loss, lr, norm, tps, mfu, mib(sr_mem_total_peak()),
                         dt * 1e3);
             if (metrics) {
                 fprintf(metrics,
-                        "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%."
-                        "17g,\"tokens_per_s\":%.6g,"
+                        "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,"
                         "\"mfu\":%.6g,\"step_ms\":%.6g,\"tokens\":%lld,\"ranks\":%d",
                         (long long)(s + 1), loss, lr, norm, tps, mfu / 100.0, dt * 1e3,
                         (long long)((s + 1) * cfg->batch_size * T), w->size);
@@ -453,8 +437,7 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
                 sr_log_info_all("preemption: rank %d received %s at %s after step %lld", w->rank,
                                 sr_preempt_signame(sr_preempt_signal()), when, (long long)(s + 1));
             }
-            sr_log_info("preemption: ranks agreed to stop after step %lld (%d of %d "
-                        "rank%s saw a signal)",
+            sr_log_info("preemption: ranks agreed to stop after step %lld (%d of %d rank%s saw a signal)",
                         (long long)(s + 1), (int)red[1], w->size, w->size == 1 ? "" : "s");
             uint64_t bytes = 0;
             double ts = now_s();
@@ -462,8 +445,7 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
             if (st != SR_OK)
                 goto out;
             double tdone = now_s();
-            sr_log_info("preemption: save of step %lld took %.2f s (%.1f MB, %.0f "
-                        "MB/s); %.2f s since the signal",
+            sr_log_info("preemption: save of step %lld took %.2f s (%.1f MB, %.0f MB/s); %.2f s since the signal",
                         (long long)(s + 1), tdone - ts, (double)bytes / 1e6,
                         (double)bytes / 1e6 / (tdone - ts > 0 ? tdone - ts : 1e-9),
                         sr_preempt_pending() ? wall_now() - sr_preempt_time() : 0.0);
