@@ -45,6 +45,9 @@
 #define MANIFEST_MAX ((size_t)256 << 20)
 #define NSTATE 3
 #define MAX_CANDIDATES 2048
+/* Modes before the umask: never world-writable, even under umask 000. */
+#define FILE_MODE 0664
+#define DIR_MODE 0775
 
 static const char *const state_names[NSTATE] = {"params", "adam_m", "adam_v"};
 
@@ -1127,11 +1130,11 @@ static int mkdir_p(const char *path) {
     for (char *p = tmp + 1; *p; p++)
         if (*p == '/') {
             *p = '\0';
-            if (mkdir(tmp, 0777) != 0 && errno != EEXIST)
+            if (mkdir(tmp, DIR_MODE) != 0 && errno != EEXIST)
                 return -1;
             *p = '/';
         }
-    if (mkdir(tmp, 0777) != 0 && errno != EEXIST)
+    if (mkdir(tmp, DIR_MODE) != 0 && errno != EEXIST)
         return -1;
     struct stat sb;
     if (stat(tmp, &sb) != 0)
@@ -1150,7 +1153,7 @@ static sr_status open_dir_rank0(sr_ckpt *c) {
         return sr_error(SR_ERR_CANTCREAT, "%s: cannot create checkpoint.dir: %s", dir, strerror(errno));
     char path[PATH_MAX];
     FMT(path, "%s/.lock", dir);
-    c->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+    c->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, FILE_MODE);
     if (c->lock_fd < 0)
         return sr_error(SR_ERR_CANTCREAT, "%s: cannot create the checkpoint lock: %s", path, strerror(errno));
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
@@ -1488,7 +1491,7 @@ static void *writer_main(void *arg) {
  * hashes receives one digest per chunk. */
 static sr_status write_shard(const char *path, const sr_fsdp_shard_state *s, int64_t step, uint64_t elements,
                              unsigned char (*hashes)[32]) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, FILE_MODE);
     if (fd < 0)
         return errno == ENOSPC || errno == EDQUOT
                    ? write_error(path, errno)
@@ -1587,7 +1590,7 @@ static sr_status write_shard(const char *path, const sr_fsdp_shard_state *s, int
 static void write_file_all(const char *path, const char *text, size_t len, sr_status *st) {
     if (*st != SR_OK)
         return;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, FILE_MODE);
     if (fd < 0) {
         *st = sr_error(SR_ERR_CANTCREAT, "%s: cannot create: %s", path, strerror(errno));
         return;
@@ -1697,7 +1700,7 @@ sr_status sr_ckpt_save(sr_ckpt *c, const sr_ckpt_progress *p, uint64_t *bytes_ou
     sr_status st = SR_OK;
     if (c->w->rank == 0) {
         remove_flat_dir(tmp);
-        if (mkdir(tmp, 0777) != 0)
+        if (mkdir(tmp, DIR_MODE) != 0)
             st = errno == ENOSPC || errno == EDQUOT
                      ? write_error(tmp, errno)
                      : sr_error(SR_ERR_CANTCREAT, "%s: cannot create: %s", tmp, strerror(errno));
@@ -2107,8 +2110,12 @@ sr_status sr_ckpt_export(const char *path, const char *dest, FILE *out) {
     char tmp[PATH_MAX];
     FMT(tmp, "%s.tmp%d", dest, (int)getpid());
     FILE *f = NULL;
-    if (st == SR_OK && !(f = fopen(tmp, "wb")))
+    int fd = st == SR_OK ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, FILE_MODE) : -1;
+    if (st == SR_OK && (fd < 0 || !(f = fdopen(fd, "wb")))) {
         st = sr_error(SR_ERR_CANTCREAT, "%s: cannot create: %s", tmp, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+    }
     if (st == SR_OK) {
         const sr_model_dims *d = &mf.dims;
         int32_t header[256] = {20240326, 3, d->T, d->V, d->L, d->NH, d->C, d->Vp};

@@ -59,6 +59,11 @@ check "each shard file has its byte ranges and a SHA-256 per chunk" \
     sh -c "grep -q 'slices: \[\[' $M && grep -Eq '^  - [0-9a-f]{64}$' $M"
 check "the shard file starts with its magic" sh -c "head -c 7 refck/step_00000012/shard_00000.bin | grep -q SRSHARD"
 check "files are not world-writable" sh -c "[ -z \"\$(find refck -perm -o+w ! -type l)\" ]"
+old_umask=$(umask)
+umask 000
+run um --set checkpoint.dir="$T/umck" --set train.steps=4
+umask "$old_umask"
+check "  ...not even under umask 000" sh -c "[ $rc -eq 0 ] && [ -z \"\$(find umck -perm -o+w ! -type l)\" ]"
 
 # 2. retention: keep 2 keeps the two newest; keep_every keeps multiples too
 run keep --set checkpoint.dir="$T/keepck" --set checkpoint.every_steps=2 --set checkpoint.keep=2 \
