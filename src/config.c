@@ -118,7 +118,9 @@ static const struct {
     {48, 25, 1600, 50257, 1024},  /* gpt2-1.5b */
 };
 
-static const char *const signal_names[] = {"HUP", "INT", "QUIT", "USR1", "USR2", "TERM", "ALRM", "XCPU", NULL};
+/* CONT is accepted and ignored (Slurm sends it along with every SIGTERM;
+ * it is never a reason to stop). */
+static const char *const signal_names[] = {"HUP", "INT", "QUIT", "USR1", "USR2", "TERM", "ALRM", "XCPU", "CONT", NULL};
 
 /* ------------------------------------------------------------------------ */
 /* Where a value came from, for messages. */

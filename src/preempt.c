@@ -44,13 +44,17 @@ sr_status sr_preempt_install(const sr_config *cfg) {
     sa.sa_handler = on_signal;
     sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < cfg->preempt_signals.count; i++)
+    for (int i = 0; i < cfg->preempt_signals.count; i++) {
+        if (strcmp(cfg->preempt_signals.items[i], "CONT") == 0)
+            sr_log_warn("preemption.signals: SIGCONT is ignored (Slurm sends it along with every SIGTERM; it never "
+                        "means stop)");
         for (size_t j = 0; j < sizeof sigs / sizeof sigs[0]; j++)
             if (strcmp(cfg->preempt_signals.items[i], sigs[j].name) == 0 && ninstalled < 16) {
                 if (sigaction(sigs[j].sig, &sa, NULL) != 0)
                     return sr_error(SR_ERR_INTERNAL, "cannot install the handler for SIG%s", sigs[j].name);
                 installed[ninstalled++] = sigs[j].sig;
             }
+    }
     return SR_OK;
 }
 

@@ -101,6 +101,9 @@ check "a rerun after the end has nothing left to train (status 0)" sh -c "[ $rc 
 pid=$!
 i=0
 while [ $i -lt 100 ] && ! grep -q "step  *2/3000" sig.err; do sleep 0.1; i=$((i + 1)); done
+kill -CONT $pid
+sleep 0.5
+check "SIGCONT (Slurm sends it with every SIGTERM) does not stop the run" kill -0 $pid
 kill -USR1 $pid
 sleep 0.01
 kill -TERM $pid 2>/dev/null
@@ -258,6 +261,10 @@ chmod +x fakebin/scontrol
 SHARDRUN_TEST_PREEMPT_AT=3 SLURM_JOB_ID=4242 PATH="$T/fakebin:$PATH" run sc2 --set checkpoint.dir="$T/sc2ck" --set preemption.requeue=scontrol
 check "requeue scontrol runs 'scontrol requeue JOBID' and exits 0" \
     sh -c "[ $rc -eq 0 ] && [ \"\$(cat scontrol.args)\" = 'requeue 4242' ] && test -d sc2ck/step_00000003"
+
+run cont --set checkpoint.dir="$T/contck" --set train.steps=4 --set 'preemption.signals=[USR1, CONT]'
+check "CONT in preemption.signals is accepted with a warning and ignored" \
+    sh -c "[ $rc -eq 0 ] && grep -q 'SIGCONT is ignored' cont.err"
 
 # 12. the ckpt commands
 expect_status 0 "ckpt list DIR" "$S" ckpt list refck
