@@ -1421,9 +1421,10 @@ sr_status sr_ckpt_resume(sr_ckpt *c, sr_ckpt_progress *p, char *how, size_t how_
         for (int r = 0; all && r < c->w->size; r++)
             any_shape = any_shape || all[r].flag;
         free(all);
-        if (report)
-            used += (size_t)snprintf(report + used, used < 16384 ? 16384 - used : 0, "%s  %s: %s", used ? "\n" : "",
-                                     path, reason);
+        if (report && used < 16383) { /* the list of reasons, truncated at 16 KiB */
+            int k = snprintf(report + used, 16384 - used, "%s  %s: %s", used ? "\n" : "", path, reason);
+            used = k < 0 ? used : (used + (size_t)k < 16383 ? used + (size_t)k : 16383);
+        }
         if (any_shape || explicit_path) {
             result = sr_error(SR_ERR_DATA, "checkpoint refused: %s", reason);
             break;
