@@ -1846,13 +1846,30 @@ sr_status sr_ckpt_save(sr_ckpt *c, const sr_ckpt_progress *p, uint64_t *bytes_ou
 /* ------------------------------------------------------------------------ */
 /* offline tools */
 
+/* Prints one verification failure (fmt ends with a newline) and keeps the
+ * first one, without the newline, in first[] for the final error message. */
+static void failed(FILE *out, char *first, size_t first_len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void failed(FILE *out, char *first, size_t first_len, const char *fmt, ...) {
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fputs(line, out);
+    if (!first[0]) {
+        whyf(first, first_len, "%s", line);
+        first[strcspn(first, "\n")] = '\0';
+    }
+}
+
 /* Verifies every chunk of every file of one checkpoint; prints a line per
  * file and per failure.  Returns the number of problems (0 = verified). */
-static int verify_all(const char *path, FILE *out, uint64_t *bytes) {
+static int verify_all(const char *path, FILE *out, uint64_t *bytes, char *first, size_t first_len) {
     manifest mf;
     char why[1200];
     if (!manifest_load(path, &mf, why, sizeof why)) {
-        fprintf(out, "%s: FAILED: %s\n", path, why);
+        failed(out, first, first_len, "%s: FAILED: %s\n", path, why);
         return 1;
     }
     int bad = 0;
@@ -1864,13 +1881,14 @@ static int verify_all(const char *path, FILE *out, uint64_t *bytes) {
         int fd = open(fp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         struct stat sb;
         if (fd < 0) {
-            fprintf(out, "%s: FAILED: %s (named in the manifest)\n", fp, strerror(errno));
+            failed(out, first, first_len, "%s: FAILED: %s (named in the manifest)\n", fp, strerror(errno));
             bad++;
             continue;
         }
         if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != f->bytes) {
-            fprintf(out, "%s: FAILED: %lld bytes on disk, the manifest says %" PRIu64 " (truncated or replaced)\n", fp,
-                    (long long)sb.st_size, f->bytes);
+            failed(out, first, first_len,
+                   "%s: FAILED: %lld bytes on disk, the manifest says %" PRIu64 " (truncated or replaced)\n", fp,
+                   (long long)sb.st_size, f->bytes);
             close(fd);
             bad++;
             continue;
@@ -1879,7 +1897,7 @@ static int verify_all(const char *path, FILE *out, uint64_t *bytes) {
         int fbad = 0;
         if (pread_all(fd, &h, sizeof h, 0) != 0 || memcmp(h.magic, shard_magic, 8) != 0 || h.version != CKPT_VERSION ||
             (int)h.shard_index != f->shard || h.elements != f->elements || (int64_t)h.step != mf.step) {
-            fprintf(out, "%s: FAILED: header does not match the manifest\n", fp);
+            failed(out, first, first_len, "%s: FAILED: header does not match the manifest\n", fp);
             fbad++;
         }
         for (uint64_t c0 = 0; c0 < f->nchunks; c0 += BATCH_CHUNKS) {
@@ -1887,8 +1905,8 @@ static int verify_all(const char *path, FILE *out, uint64_t *bytes) {
             if (end > f->bytes)
                 end = f->bytes;
             if (pread_all(fd, buf, (size_t)(end - off), off) != 0) {
-                fprintf(out, "%s: FAILED: read error at byte %" PRIu64 ": %s\n", fp, off,
-                        errno ? strerror(errno) : "file ended early");
+                failed(out, first, first_len, "%s: FAILED: read error at byte %" PRIu64 ": %s\n", fp, off,
+                       errno ? strerror(errno) : "file ended early");
                 fbad++;
                 break;
             }
@@ -1897,8 +1915,9 @@ static int verify_all(const char *path, FILE *out, uint64_t *bytes) {
             for (uint64_t c = c0; c < f->nchunks && c < c0 + BATCH_CHUNKS; c++)
                 if (memcmp(got[c - c0], f->sha[c], 32) != 0) {
                     uint64_t cb = c * CHUNK_BYTES, ce = cb + CHUNK_BYTES < f->bytes ? cb + CHUNK_BYTES : f->bytes;
-                    fprintf(out, "%s: FAILED: chunk %" PRIu64 " (bytes %" PRIu64 "..%" PRIu64 "): SHA-256 mismatch\n",
-                            fp, c, cb, ce - 1);
+                    failed(out, first, first_len,
+                           "%s: FAILED: chunk %" PRIu64 " (bytes %" PRIu64 "..%" PRIu64 "): SHA-256 mismatch\n", fp, c,
+                           cb, ce - 1);
                     fbad++;
                 }
             *bytes += end - off;
@@ -1910,7 +1929,7 @@ static int verify_all(const char *path, FILE *out, uint64_t *bytes) {
         bad += fbad;
     }
     if (!buf) {
-        fprintf(out, "%s: FAILED: out of memory\n", path);
+        failed(out, first, first_len, "%s: FAILED: out of memory\n", path);
         bad++;
     }
     free(buf);
@@ -1957,9 +1976,10 @@ sr_status sr_ckpt_verify(const char *path, FILE *out) {
         return st;
     uint64_t bytes = 0;
     int bad = 0, n = 1;
+    char first[1200] = "";
     double t0 = now_s();
     if (has_manifest(path)) {
-        bad = verify_all(path, out, &bytes);
+        bad = verify_all(path, out, &bytes, first, sizeof first);
     } else {
         int64_t *steps = calloc(MAX_CANDIDATES, sizeof *steps);
         if (!steps)
@@ -1973,14 +1993,14 @@ sr_status sr_ckpt_verify(const char *path, FILE *out) {
         for (int i = 0; i < n; i++) {
             char p[PATH_MAX];
             FMT(p, "%s/step_%08lld", path, (long long)steps[i]);
-            bad += verify_all(p, out, &bytes) ? 1 : 0;
+            bad += verify_all(p, out, &bytes, first, sizeof first) ? 1 : 0;
         }
         free(steps);
     }
     double dt = now_s() - t0;
     if (bad)
-        return sr_error(SR_ERR_DATA, "%s: verification FAILED (%d problem%s; see above)", path, bad,
-                        bad == 1 ? "" : "s");
+        return sr_error(SR_ERR_DATA, "%s: verification failed, %d problem%s; the first: %s", path, bad,
+                        bad == 1 ? "" : "s", first);
     fprintf(out, "%s: OK: %d checkpoint%s, %.1f MB verified in %.2f s\n", path, n, n == 1 ? "" : "s",
             (double)bytes / 1e6, dt);
     return SR_OK;

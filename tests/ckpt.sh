@@ -195,6 +195,7 @@ done
 corrupt flip_shard
 "$S" ckpt verify cck/step_00000008 >v.out 2>v.err
 check "a flipped bit is reported with its file and chunk" grep -q "shard_00000.bin: FAILED: chunk 0 (bytes 0\.\.[0-9]*): SHA-256 mismatch" v.out
+check "  ...and the error message on stderr names them too" grep -q "error: .*verification failed.*shard_00000.bin: FAILED: chunk 0" v.err
 corrupt outside_path
 "$S" ckpt verify cck/step_00000008 >v.out 2>v.err
 check "a manifest naming a path outside the checkpoint is refused" grep -q "not a shard file name.*outside its checkpoint directory" v.out
