@@ -71,19 +71,9 @@ train sb 3 --set checkpoint.dir="$T/ck"
 check "  and resumes on 3 ranks within tolerance" sh -c "[ $rc -eq 0 ] && '$CMP' sb.params ref1.params 1e-5 >/dev/null"
 
 # 3. a real signal to one rank only
-cat >wrap.sh <<'W'
-#!/bin/sh
-# runs one rank, recording its pid and its own exit status; LIMIT_RANK gets ulimit -f LIMIT_BLOCKS
-r=${OMPI_COMM_WORLD_RANK:-0}
-[ "${LIMIT_RANK:--1}" = "$r" ] && ulimit -f "$LIMIT_BLOCKS"
-"$@" 2>"$WRAPDIR/err.$r" &
-echo $! >"$WRAPDIR/pid.$r"
-wait $!
-echo $? >"$WRAPDIR/status.$r"
-W
-chmod +x wrap.sh
+WRAP="sh $SR_SRCDIR/tests/rank_wrap.sh"
 rm -rf w sigck && mkdir w
-WRAPDIR=$T/w $MPI -n 4 -x WRAPDIR=$T/w ./wrap.sh "$S" train job.yaml --set train.steps=3000 \
+WRAPDIR=$T/w $MPI -n 4 -x WRAPDIR=$T/w $WRAP "$S" train job.yaml --set train.steps=3000 \
     --set checkpoint.dir="$T/sigck" >w/mpirun.out 2>&1 &
 mpid=$!
 i=0
@@ -101,7 +91,7 @@ check "  one checkpoint with 4 shard files that verifies" \
 # 4. a save that fails on rank 1 only: every rank exits 74, the previous checkpoint stays
 rm -rf w fck && mkdir w
 train base 2 --set checkpoint.dir="$T/fck" --set train.steps=4
-WRAPDIR=$T/w LIMIT_RANK=1 LIMIT_BLOCKS=200 $MPI -n 2 -x WRAPDIR=$T/w -x LIMIT_RANK -x LIMIT_BLOCKS ./wrap.sh "$S" train job.yaml \
+WRAPDIR=$T/w LIMIT_RANK=1 LIMIT_BLOCKS=200 $MPI -n 2 -x WRAPDIR=$T/w -x LIMIT_RANK -x LIMIT_BLOCKS $WRAP "$S" train job.yaml \
     --set train.steps=8 --set checkpoint.dir="$T/fck" >w/mpirun.out 2>&1
 check "a write failure on rank 1: rank 0 exits 74" test "$(cat w/status.0 2>/dev/null)" = 74
 check "  rank 1 exits 74" test "$(cat w/status.1 2>/dev/null)" = 74

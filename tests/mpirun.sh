@@ -106,19 +106,10 @@ check "  ...keeping a 1/2 copy: more full-unit bytes than true, fewer than false
     sh -c "[ $(last rN.jsonl mem_full_units_peak) -gt $(last rtrue.jsonl mem_full_units_peak) ] && [ $(last rN.jsonl mem_full_units_peak) -lt $(last keep.jsonl mem_full_units_peak) ]"
 
 # 7. a frozen rank (SIGSTOP): the others exit 69 within comm.timeout_s + 10 s
-cat >wrap.sh <<'W'
-#!/bin/sh
-# runs one rank, recording its pid and its own exit status
-r=${OMPI_COMM_WORLD_RANK:-0}
-"$@" 2>"$WRAPDIR/err.$r" &
-echo $! >"$WRAPDIR/pid.$r"
-wait $!
-echo $? >"$WRAPDIR/status.$r"
-W
-chmod +x wrap.sh
+WRAP="sh $SR_SRCDIR/tests/rank_wrap.sh"
 fault() { # SIGNAL
     rm -rf w && mkdir w
-    WRAPDIR=$T/w timeout 120 $MPI --enable-recovery -n 3 -x WRAPDIR=$T/w ./wrap.sh "$S" train --set train.steps=500 \
+    WRAPDIR=$T/w timeout 120 $MPI --enable-recovery -n 3 -x WRAPDIR=$T/w $WRAP "$S" train --set train.steps=500 \
         --set threads=1 --set train.batch_size=12 --set comm.timeout_s=5 >w/mpirun.out 2>&1 &
     mpid=$!
     i=0
@@ -146,7 +137,7 @@ check "  ...naming the lost rank" sh -c "grep -q 'lost the connection to rank' w
 
 # 8. a stranger with a wrong secret is rejected; training goes on
 rm -rf w && mkdir w
-WRAPDIR=$T/w timeout 120 $MPI -n 2 -x WRAPDIR=$T/w ./wrap.sh "$S" train --set train.steps=25 --set threads=1 \
+WRAPDIR=$T/w timeout 120 $MPI -n 2 -x WRAPDIR=$T/w $WRAP "$S" train --set train.steps=25 --set threads=1 \
     --set train.batch_size=12 >w/mpirun.out 2>&1 &
 mpid=$!
 i=0

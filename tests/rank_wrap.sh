@@ -1,0 +1,12 @@
+#!/bin/sh
+# rank_wrap.sh — runs one rank under mpirun ("mpirun ... sh tests/rank_wrap.sh
+# CMD ARGS..."), recording its pid and its own exit status in $WRAPDIR
+# (pid.R, status.R, err.R for world rank R), so a test can signal one rank
+# and read what each rank returned.  With LIMIT_RANK=R, that rank runs under
+# ulimit -f LIMIT_BLOCKS (a file-size limit: writes fail with EFBIG).
+r=${OMPI_COMM_WORLD_RANK:-0}
+[ "${LIMIT_RANK:--1}" = "$r" ] && ulimit -f "$LIMIT_BLOCKS"
+"$@" 2>"$WRAPDIR/err.$r" &
+echo $! >"$WRAPDIR/pid.$r"
+wait $!
+echo $? >"$WRAPDIR/status.$r"
