@@ -85,7 +85,8 @@ static int bench(const char *preset, int L, int NH, int C, int V, int threads, i
     sr_optim opt;
     sr_optim_init(&opt, &m, 0, m.n_params);
     sr_config cfg;
-    sr_config_init(&cfg);
+    sr_config_init(&cfg); /* the job file's AdamW defaults */
+    sr_adamw_opts adamw = {cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay};
     int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
     for (int i = 0; i < B * T; i++) {
         in[i] = (int)(sr_rng_u64(5, 1, i) % V);
@@ -96,10 +97,10 @@ static int bench(const char *preset, int L, int NH, int C, int V, int threads, i
     for (int s = 0; s < warm + steps; s++) {
         double t0 = now_s();
         memset(m.grads, 0, m.n_params * sizeof(float));
-        sr_model_forward(&m, NULL, in, tg, B);
+        sr_model_forward(&m, NULL, in, tg, B, NULL);
         sr_model_backward(&m, NULL, 1.0f / (B * T));
         double norm = sqrt(sr_sum_squares(m.grads, m.n_params));
-        sr_optim_step(&opt, m.params, m.grads, s + 1, 1e-4, &cfg, norm > 1 ? (float)(1 / norm) : 1.0f);
+        sr_optim_step(&opt, m.params, m.grads, s + 1, 1e-4, &adamw, norm > 1 ? (float)(1 / norm) : 1.0f);
         if (s >= warm)
             ms[s - warm] = (now_s() - t0) * 1e3;
     }

@@ -1,34 +1,50 @@
-/* ckpt.h — sharded checkpoints: format, commit protocol, verification,
- * load with resharding, retention, the directory lock, and the offline
- * tools behind `shardrun ckpt` (list, verify, inspect, export).
+/* ckpt.h — sharded checkpoints of a run: the directory and its lock, resume
+ * with fallback, the commit protocol, retention.
  *
- * On disk (DESIGN §7, shardrun-checkpoint(5)): <checkpoint.dir>/step_<8
- * digits>/ holds one shard file per shard index (shard_<5 digits>.bin: a
- * 64-byte header, then the rank's real elements of the fp32 master
- * parameters, Adam m and Adam v, slice after slice) and manifest.yaml,
- * written last, which records the run's progress (step, tokens, data
- * cursor, seed, LR schedule), world size and mesh, model dims and their
- * hash, the job's key values, every tensor, and for every shard file its
- * slices of the global parameter vector and one SHA-256 per 4 MiB chunk.
- * The manifest's last line is the SHA-256 of everything before it.
+ * ckpt owns <checkpoint.dir> (doc/ARCHITECTURE.md §5, shardrun-checkpoint(5)):
+ * step_<8 digits>/ directories each holding one shard file per shard index
+ * (shardfile.h) and manifest.yaml (manifest.h), written last; dot-named
+ * temporary directories of saves in progress; the `latest` symlink; the
+ * .lock file.  A save is four phases, each ended by an agreement of every
+ * rank (ctl.h): begin (rank 0 makes the temporary directory), shards
+ * (replica 0 of every shard index writes and fsyncs its file; the chunk
+ * digests are gathered), commit (rank 0 writes and fsyncs the manifest,
+ * renames the directory into place, fsyncs the parent, swaps `latest`,
+ * applies retention), finish (nobody exits before the commit is known).
  *
  * The in-run functions are collectives: every rank calls them in the same
- * order; they agree on success through the world group, so a failure on
- * any rank fails the call on all ranks with the same status. */
+ * order; a failure on any rank fails the call on all ranks with the same
+ * status. */
 #ifndef SR_CKPT_H
 #define SR_CKPT_H
 
 #include <stdbool.h>
 #include <stdint.h>
-#include <stdio.h>
 
-#include "config.h"
+#include "ctl.h"
 #include "fsdp.h"
+#include "manifest.h"
 #include "model.h"
+#include "optim.h"
 #include "status.h"
 #include "world.h"
 
 typedef struct sr_ckpt sr_ckpt;
+
+/* The checkpoint policy (checkpoint.* keys) and what a manifest records
+ * about the job beyond the shards. */
+typedef struct {
+    const char *dir;    /* "" or NULL: no checkpoints */
+    const char *resume; /* auto | never | PATH */
+    int64_t keep, keep_every;
+    uint64_t seed;
+    const char *schedule_name; /* train.schedule as written in the job */
+    sr_lr_schedule schedule;
+    const char *isa; /* the ISA level the ranks agreed on */
+    int nkeys;       /* the job's key = value list, as `config show` prints it */
+    const char *const *keys;
+    const char *const *values;
+} sr_ckpt_opts;
 
 /* Where a run stands: optimizer steps done and the global data cursor
  * (sequences consumed). */
@@ -37,47 +53,48 @@ typedef struct {
     uint64_t cursor;
 } sr_ckpt_progress;
 
-/* Opens checkpointing for a run (collective).  With checkpoint.dir set,
- * rank 0 creates the directory, takes the fcntl lock on <dir>/.lock for the
- * life of the returned object (SR_ERR_CANTCREAT naming the holder when
- * another process has it) and removes temporary directories left by
- * crashed saves.  Without checkpoint.dir saves do nothing. */
-sr_status sr_ckpt_open(sr_ckpt **out, const sr_config *cfg, sr_world *w, const sr_model *m, sr_fsdp *f);
+/* Opens checkpointing for a run (collective).  With a dir, rank 0 creates
+ * it, takes the fcntl lock on <dir>/.lock for the life of the returned
+ * object (SR_ERR_CANTCREAT naming the holder when another process has it)
+ * and removes temporary directories left by crashed saves.  Without one,
+ * saves do nothing.  `o` and everything it points to must outlive the
+ * object.  *out is set even on failure; close with sr_ckpt_close. */
+sr_status sr_ckpt_open(sr_ckpt **out, const sr_ckpt_opts *o, const sr_world *w, sr_ctl *ctl, const sr_model *m,
+                       sr_fsdp *f);
 /* Releases the lock and frees.  NULL is fine. */
 void sr_ckpt_close(sr_ckpt *c);
 bool sr_ckpt_enabled(const sr_ckpt *c);
 
-/* Applies checkpoint.resume (collective): auto loads the newest step_*
- * that parses and verifies (falling back to older ones, each failure
- * logged), never and "no checkpoint" start fresh, a PATH loads exactly
- * that checkpoint.  On success *p holds the progress to continue from
- * ({0, 0} when fresh) and `how` says "fresh" or the step.  SR_ERR_DATA when
+/* Applies the resume policy (collective): auto loads the newest step_* that
+ * parses and verifies (falling back to older ones, each failure logged),
+ * never and "no checkpoint" start fresh, a PATH loads exactly that
+ * checkpoint.  On success *p holds the progress to continue from ({0, 0}
+ * when fresh) and `how` says "fresh" or the step.  SR_ERR_DATA when
  * checkpoints exist but none verifies or the model shape differs,
  * SR_ERR_NOINPUT when PATH is missing. */
 sr_status sr_ckpt_resume(sr_ckpt *c, sr_ckpt_progress *p, char *how, size_t how_len);
 
 /* Saves the current shard state at progress *p with the commit protocol
- * (collective): shards into a dot-named temporary directory, fsynced; all
- * ranks report; rank 0 writes and fsyncs the manifest, renames the
- * directory into place, fsyncs the parent, updates `latest`, applies
- * retention; a final agreement.  Any failure removes the temporary
- * directory and leaves earlier checkpoints untouched (SR_ERR_IO,
- * SR_ERR_CANTCREAT).  *bytes_out (may be NULL) gets the bytes written. */
+ * (collective).  Any failure removes the temporary directory and leaves
+ * earlier checkpoints untouched (SR_ERR_IO, SR_ERR_CANTCREAT).
+ * *bytes_out (may be NULL) gets the bytes written. */
 sr_status sr_ckpt_save(sr_ckpt *c, const sr_ckpt_progress *p, uint64_t *bytes_out);
 /* Step of the newest checkpoint this run saved or resumed from; -1 none. */
 int64_t sr_ckpt_last_step(const sr_ckpt *c);
 
-/* Offline tools (single process; print to `out`).
- *   list:    every step_* of DIR with step, ranks, size, date; temporaries
- *   verify:  every chunk of every file of PATH (a step_* directory, or a
- *            checkpoint.dir: all of its checkpoints); SR_ERR_DATA naming the
- *            file and chunk of each failure
- *   inspect: manifest summary: progress, world, model, files, tensors
- *   export:  verifies and writes the fp32 model in llm.c's model-file
- *            format (version 3) to `dest`, atomically */
-sr_status sr_ckpt_list(const char *dir, FILE *out);
-sr_status sr_ckpt_verify(const char *path, FILE *out);
-sr_status sr_ckpt_inspect(const char *path, FILE *out);
-sr_status sr_ckpt_export(const char *path, const char *dest, FILE *out);
+/* step_<8 digits>: true with *step set. */
+bool sr_ckpt_parse_step_name(const char *name, int64_t *step);
+/* The step_* entries of dir, newest first, at most max (0 when dir cannot
+ * be read); returns the count. */
+#define SR_CKPT_MAX_CANDIDATES 2048
+int sr_ckpt_scan(const char *dir, int64_t *steps, int max);
+
+/* Reads the elements of `slices` (global [begin, end) at local offsets) of
+ * the checkpoint in `dir` described by mf into dst[k] + local (k =
+ * params, adam_m, adam_v; a NULL dst[k] is skipped), reading and verifying
+ * only the chunks that hold them; *verified (may be NULL) counts the bytes
+ * verified.  SR_ERR_DATA naming the file and chunk. */
+sr_status sr_ckpt_read_slices(const char *dir, const sr_manifest *mf, const sr_slice *slices, int nslices,
+                              float *dst[SR_NSTATE], uint64_t *verified);
 
 #endif

@@ -20,6 +20,9 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "dtype.h"
+#include "mem.h"
+
 typedef enum { T_INT, T_FLOAT, T_BOOL, T_STR, T_ENUM, T_RESHARD, T_STRLIST, T_SIGLIST } key_type;
 
 typedef struct {
@@ -42,7 +45,9 @@ struct sr_key_origin {
 static const char *const preset_names[] = {"tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b", NULL};
 static const char *const schedule_names[] = {"cosine", "linear", "constant", NULL};
 static const char *const backend_names[] = {"auto", "tcp", "nccl", NULL};
+/* indexed by sr_dtype: the job file's names of SR_DT_F32 and SR_DT_BF16 */
 static const char *const dtype_names[] = {"fp32", "bf16", NULL};
+_Static_assert(SR_DT_F32 == 0 && SR_DT_BF16 == 1, "dtype_names is indexed by sr_dtype");
 static const char *const gradsync_names[] = {"per_step", "per_micro_batch", NULL};
 static const char *const requeue_names[] = {"exit", "scontrol", NULL};
 
@@ -265,175 +270,351 @@ static void fmt_enum(char *buf, size_t n, const char *const *names) {
     }
 }
 
+/* ---- one setter per value type (the type table is below) ---- */
+
+typedef struct {
+    sr_config *cfg;
+    const sr_key *k;
+    yaml_document_t *doc;
+    yaml_node_t *node;
+    const parse_ctx *ctx;
+} leaf;
+
+#define LEAF_ERR(l, ...) error_at((l)->ctx, (l)->node->start_mark, __VA_ARGS__)
+
+/* A plain, non-null scalar for a number key; else the error. */
+static sr_status need_number(const leaf *l, const char *expect) {
+    if (l->node->type == YAML_SCALAR_NODE && !scalar_is_plain(l->node))
+        return LEAF_ERR(l, "%s: expected %s, got the quoted string \"%s\" (hint: remove the quotes)", l->k->key, expect,
+                        scalar_text(l->node));
+    if (l->node->type != YAML_SCALAR_NODE || scalar_is_null(l->node))
+        return LEAF_ERR(l, "%s: expected %s, got %s", l->k->key, expect, node_kind(l->node));
+    return SR_OK;
+}
+
+static sr_status set_int(const leaf *l) {
+    const sr_key *k = l->k;
+    char expect[512];
+    fmt_range_int(expect, sizeof expect, k);
+    sr_status st = need_number(l, expect);
+    if (st != SR_OK)
+        return st;
+    const char *text = scalar_text(l->node);
+    int64_t v;
+    int rc = parse_int(text, &v);
+    if (rc == ERANGE)
+        return LEAF_ERR(l, "%s: value '%s' overflows a 64-bit integer; expected %s", k->key, text, expect);
+    if (rc) {
+        double dv;
+        return LEAF_ERR(l, "%s: expected %s, got '%s'%s", k->key, expect, text,
+                        parse_float(text, &dv) == 0 ? " (hint: write a whole number)" : "");
+    }
+    if ((double)v < k->min || (double)v > k->max)
+        return LEAF_ERR(l, "%s: value %s is out of range; expected %s", k->key, text, expect);
+    *(int64_t *)field(l->cfg, k) = v;
+    return SR_OK;
+}
+
+static sr_status set_float(const leaf *l) {
+    const sr_key *k = l->k;
+    char expect[512];
+    snprintf(expect, sizeof expect, "a number in [%g, %g]", k->min, k->max);
+    sr_status st = need_number(l, expect);
+    if (st != SR_OK)
+        return st;
+    const char *text = scalar_text(l->node);
+    double v;
+    int rc = parse_float(text, &v);
+    if (rc == ERANGE)
+        return LEAF_ERR(l, "%s: value '%s' overflows a double; expected %s", k->key, text, expect);
+    if (rc)
+        return LEAF_ERR(l, "%s: expected %s, got '%s'", k->key, expect, text);
+    if (v < k->min || v > k->max)
+        return LEAF_ERR(l, "%s: value %s is out of range; expected %s", k->key, text, expect);
+    *(double *)field(l->cfg, k) = v;
+    return SR_OK;
+}
+
+static sr_status set_bool(const leaf *l) {
+    yaml_node_t *node = l->node;
+    bool scalar = node->type == YAML_SCALAR_NODE;
+    int b = scalar && scalar_is_plain(node) ? parse_bool(scalar_text(node)) : -1;
+    if (b < 0)
+        return LEAF_ERR(l, "%s: expected true or false, got %s%s%s", l->k->key, scalar ? "'" : node_kind(node),
+                        scalar ? scalar_text(node) : "", scalar ? "'" : "");
+    *(bool *)field(l->cfg, l->k) = b;
+    return SR_OK;
+}
+
+static sr_status set_str(const leaf *l) {
+    if (l->node->type != YAML_SCALAR_NODE)
+        return LEAF_ERR(l, "%s: expected a string, got %s", l->k->key, node_kind(l->node));
+    const char *text = scalar_is_null(l->node) ? "" : scalar_text(l->node);
+    if (strlen(text) > 4095)
+        return LEAF_ERR(l, "%s: expected a string of at most 4095 bytes", l->k->key);
+    char *s = sr_strdup(text);
+    if (!s)
+        return sr_error_oom("a job-file string");
+    char **dst = (char **)field(l->cfg, l->k);
+    free(*dst);
+    *dst = s;
+    return SR_OK;
+}
+
+static sr_status set_enum(const leaf *l) {
+    const sr_key *k = l->k;
+    char expect[512];
+    fmt_enum(expect, sizeof expect, k->names);
+    if (l->node->type != YAML_SCALAR_NODE || scalar_is_null(l->node))
+        return LEAF_ERR(l, "%s: expected one of %s, got %s", k->key, expect, node_kind(l->node));
+    for (int i = 0; k->names[i]; i++)
+        if (strcmp(k->names[i], scalar_text(l->node)) == 0) {
+            *(int64_t *)field(l->cfg, k) = i;
+            return SR_OK;
+        }
+    return LEAF_ERR(l, "%s: expected one of %s, got '%s'", k->key, expect, scalar_text(l->node));
+}
+
+static sr_status set_reshard(const leaf *l) {
+    const sr_key *k = l->k;
+    char expect[512];
+    snprintf(expect, sizeof expect, "true, false, or an integer N in [%.0f, %.0f]", k->min, k->max);
+    if (l->node->type != YAML_SCALAR_NODE || !scalar_is_plain(l->node) || scalar_is_null(l->node))
+        return LEAF_ERR(l, "%s: expected %s, got %s", k->key, expect, node_kind(l->node));
+    const char *text = scalar_text(l->node);
+    int b = parse_bool(text);
+    int64_t v;
+    if (b == 1)
+        v = SR_RESHARD_TRUE;
+    else if (b == 0)
+        v = SR_RESHARD_FALSE;
+    else if (parse_int(text, &v))
+        return LEAF_ERR(l, "%s: expected %s, got '%s'", k->key, expect, text);
+    else if ((double)v < k->min || (double)v > k->max)
+        return LEAF_ERR(l, "%s: value %s is out of range; expected %s%s", k->key, text, expect,
+                        v == 1 ? " (hint: 1 keeps a full copy on every rank: write false)" : "");
+    *(int64_t *)field(l->cfg, k) = v;
+    return SR_OK;
+}
+
+/* One list item: a string, or (T_SIGLIST) a signal name without SIG. */
+static sr_status list_item(const leaf *l, yaml_node_t *item, int i, const char **out) {
+    const sr_key *k = l->k;
+    if (!item || item->type != YAML_SCALAR_NODE)
+        return error_at(l->ctx, item ? item->start_mark : l->node->start_mark,
+                        "%s: expected a string as list item %d, got %s", k->key, i + 1,
+                        item ? node_kind(item) : "nothing");
+    const char *s = scalar_is_null(item) ? "" : scalar_text(item);
+    if (k->type == T_SIGLIST) {
+        const char *name = strncmp(s, "SIG", 3) == 0 ? s + 3 : s;
+        bool ok = false;
+        for (int j = 0; signal_names[j]; j++)
+            ok = ok || strcmp(signal_names[j], name) == 0;
+        if (!ok) {
+            char e2[256];
+            fmt_enum(e2, sizeof e2, signal_names);
+            return error_at(l->ctx, item->start_mark, "%s: expected signal names among %s, got '%s'%s", k->key, e2, s,
+                            strcmp(name, "KILL") == 0 || strcmp(name, "STOP") == 0
+                                ? " (hint: SIGKILL and SIGSTOP cannot be caught)"
+                                : "");
+        }
+        s = name;
+    }
+    *out = s;
+    return SR_OK;
+}
+
+static sr_status set_list(const leaf *l) {
+    const sr_key *k = l->k;
+    yaml_node_t *node = l->node;
+    yaml_node_item_t *it = NULL, *end = NULL;
+    yaml_node_t *one = NULL;
+    if (node->type == YAML_SCALAR_NODE && k->type == T_STRLIST) {
+        one = node;
+    } else if (node->type == YAML_SEQUENCE_NODE) {
+        it = node->data.sequence.items.start;
+        end = node->data.sequence.items.top;
+    } else {
+        return LEAF_ERR(l, "%s: expected %s, got %s", k->key,
+                        k->type == T_SIGLIST ? "a list of signal names, e.g. [USR1, TERM]"
+                                             : "a path, a glob, or a list of them",
+                        node_kind(node));
+    }
+    int n = one ? 1 : (int)(end - it);
+    sr_strlist nl = {0};
+    nl.items = sr_calloc((size_t)n + 1, sizeof *nl.items);
+    if (!nl.items)
+        return sr_error_oom("a job-file list");
+    for (int i = 0; i < n; i++) {
+        const char *s;
+        sr_status st = list_item(l, one ? one : yaml_document_get_node(l->doc, it[i]), i, &s);
+        if (st != SR_OK) {
+            strlist_free(&nl);
+            return st;
+        }
+        if (one && s[0] == '\0') /* "" is the empty list */
+            break;
+        nl.items[nl.count] = sr_strdup(s);
+        if (!nl.items[nl.count]) {
+            strlist_free(&nl);
+            return sr_error_oom("a job-file list");
+        }
+        nl.count++;
+    }
+    sr_strlist *dst = (sr_strlist *)field(l->cfg, k);
+    strlist_free(dst);
+    *dst = nl;
+    return SR_OK;
+}
+
+/* ---- formatting values ---- */
+
+static void fmt_double(char *buf, size_t n, double v) {
+    /* Shortest form that reads back to the same double. */
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    /* Keep it a YAML float-looking number. */
+    if (!strpbrk(buf, ".eEn"))
+        strncat(buf, ".0", n - strlen(buf) - 1);
+}
+
+static void fmt_yaml_string(char *buf, size_t n, const char *s) {
+    size_t used = 0;
+    buf[used++] = '"';
+    for (; *s && used + 8 < n; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            buf[used++] = '\\';
+            buf[used++] = (char)c;
+        } else if (c < 0x20) {
+            used += (size_t)snprintf(buf + used, n - used, "\\x%02x", c);
+        } else {
+            buf[used++] = (char)c;
+        }
+    }
+    buf[used++] = '"';
+    buf[used] = '\0';
+}
+
+static void fmt_int(const void *f, const sr_key *k, char *buf, size_t n) {
+    (void)k;
+    snprintf(buf, n, "%lld", (long long)*(const int64_t *)f);
+}
+
+static void fmt_float(const void *f, const sr_key *k, char *buf, size_t n) {
+    (void)k;
+    fmt_double(buf, n, *(const double *)f);
+}
+
+static void fmt_bool(const void *f, const sr_key *k, char *buf, size_t n) {
+    (void)k;
+    snprintf(buf, n, "%s", *(const bool *)f ? "true" : "false");
+}
+
+static void fmt_str(const void *f, const sr_key *k, char *buf, size_t n) {
+    (void)k;
+    fmt_yaml_string(buf, n, *(char *const *)f ? *(char *const *)f : "");
+}
+
+static void fmt_enum_value(const void *f, const sr_key *k, char *buf, size_t n) {
+    snprintf(buf, n, "%s", k->names[*(const int64_t *)f]);
+}
+
+static void fmt_reshard(const void *f, const sr_key *k, char *buf, size_t n) {
+    (void)k;
+    int64_t v = *(const int64_t *)f;
+    if (v == SR_RESHARD_TRUE)
+        snprintf(buf, n, "true");
+    else if (v == SR_RESHARD_FALSE)
+        snprintf(buf, n, "false");
+    else
+        snprintf(buf, n, "%lld", (long long)v);
+}
+
+static void fmt_list(const void *f, const sr_key *k, char *buf, size_t n) {
+    const sr_strlist *l = f;
+    if (k->type == T_STRLIST && l->count == 0) {
+        snprintf(buf, n, "\"\"");
+        return;
+    }
+    size_t used = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < l->count && used < n; i++) {
+        char item[4200];
+        if (k->type == T_SIGLIST)
+            snprintf(item, sizeof item, "%s", l->items[i]);
+        else
+            fmt_yaml_string(item, sizeof item, l->items[i]);
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? ", " : "", item);
+    }
+    if (used < n)
+        snprintf(buf + used, n - used, "]");
+}
+
+/* ---- describing types (config keys, shardrun.yaml(5)) ---- */
+
+static void desc_int(const sr_key *k, char *buf, size_t n) {
+    if (k->max >= I64MAX)
+        snprintf(buf, n, "integer >= %.0f", k->min);
+    else
+        snprintf(buf, n, "integer %.0f..%.0f", k->min, k->max);
+}
+
+static void desc_float(const sr_key *k, char *buf, size_t n) { snprintf(buf, n, "number %g..%g", k->min, k->max); }
+
+static void desc_enum(const sr_key *k, char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; k->names[i] && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? " | " : "", k->names[i]);
+}
+
+static void free_str(void *f) {
+    free(*(char **)f);
+    *(char **)f = NULL;
+}
+
+static void free_list(void *f) { strlist_free(f); }
+
+/* ---- the type table: one row per value type ---- */
+
+typedef struct {
+    sr_status (*set)(const leaf *l);
+    void (*format)(const void *field, const sr_key *k, char *buf, size_t n);
+    void (*describe)(const sr_key *k, char *buf, size_t n); /* NULL: the fixed text */
+    const char *text;
+    void (*release)(void *field); /* NULL: nothing owned */
+} value_type;
+
+static const value_type types[] = {
+    [T_INT] = {set_int, fmt_int, desc_int, NULL, NULL},
+    [T_FLOAT] = {set_float, fmt_float, desc_float, NULL, NULL},
+    [T_BOOL] = {set_bool, fmt_bool, NULL, "true | false", NULL},
+    [T_STR] = {set_str, fmt_str, NULL, "string", free_str},
+    [T_ENUM] = {set_enum, fmt_enum_value, desc_enum, NULL, NULL},
+    [T_RESHARD] = {set_reshard, fmt_reshard, NULL, "true | false | N >= 2", NULL},
+    [T_STRLIST] = {set_list, fmt_list, NULL, "path | glob | list", free_list},
+    [T_SIGLIST] = {set_list, fmt_list, NULL, "list of signal names", free_list},
+};
+
 /* Sets one leaf key from a YAML node, validating its type and range. */
 static sr_status set_leaf(sr_config *cfg, int ki, yaml_document_t *doc, yaml_node_t *node, const parse_ctx *ctx) {
-    const sr_key *k = &keys[ki];
-    yaml_mark_t mark = node->start_mark;
-    char expect[512];
+    leaf l = {cfg, &keys[ki], doc, node, ctx};
+    return types[keys[ki].type].set(&l);
+}
 
-    switch (k->type) {
-    case T_INT: {
-        fmt_range_int(expect, sizeof expect, k);
-        if (node->type == YAML_SCALAR_NODE && !scalar_is_plain(node))
-            return error_at(ctx, mark, "%s: expected %s, got the quoted string \"%s\" (hint: remove the quotes)",
-                            k->key, expect, scalar_text(node));
-        if (node->type != YAML_SCALAR_NODE || scalar_is_null(node))
-            return error_at(ctx, mark, "%s: expected %s, got %s", k->key, expect, node_kind(node));
-        int64_t v;
-        int rc = parse_int(scalar_text(node), &v);
-        if (rc == ERANGE)
-            return error_at(ctx, mark, "%s: value '%s' overflows a 64-bit integer; expected %s", k->key,
-                            scalar_text(node), expect);
-        if (rc)
-        {
-            double dv;
-            return error_at(ctx, mark, "%s: expected %s, got '%s'%s", k->key, expect, scalar_text(node),
-                            parse_float(scalar_text(node), &dv) == 0 ? " (hint: write a whole number)" : "");
-        }
-        if ((double)v < k->min || (double)v > k->max)
-            return error_at(ctx, mark, "%s: value %s is out of range; expected %s", k->key, scalar_text(node), expect);
-        *(int64_t *)field(cfg, k) = v;
-        break;
-    }
-    case T_FLOAT: {
-        snprintf(expect, sizeof expect, "a number in [%g, %g]", k->min, k->max);
-        if (node->type == YAML_SCALAR_NODE && !scalar_is_plain(node))
-            return error_at(ctx, mark, "%s: expected %s, got the quoted string \"%s\" (hint: remove the quotes)",
-                            k->key, expect, scalar_text(node));
-        if (node->type != YAML_SCALAR_NODE || scalar_is_null(node))
-            return error_at(ctx, mark, "%s: expected %s, got %s", k->key, expect, node_kind(node));
-        double v;
-        int rc = parse_float(scalar_text(node), &v);
-        if (rc == ERANGE)
-            return error_at(ctx, mark, "%s: value '%s' overflows a double; expected %s", k->key, scalar_text(node),
-                            expect);
-        if (rc)
-            return error_at(ctx, mark, "%s: expected %s, got '%s'", k->key, expect, scalar_text(node));
-        if (v < k->min || v > k->max)
-            return error_at(ctx, mark, "%s: value %s is out of range; expected %s", k->key, scalar_text(node), expect);
-        *(double *)field(cfg, k) = v;
-        break;
-    }
-    case T_BOOL: {
-        int b = node->type == YAML_SCALAR_NODE && scalar_is_plain(node) ? parse_bool(scalar_text(node)) : -1;
-        if (b < 0)
-            return error_at(ctx, mark, "%s: expected true or false, got %s%s%s", k->key,
-                            node->type == YAML_SCALAR_NODE ? "'" : node_kind(node),
-                            node->type == YAML_SCALAR_NODE ? scalar_text(node) : "",
-                            node->type == YAML_SCALAR_NODE ? "'" : "");
-        *(bool *)field(cfg, k) = b;
-        break;
-    }
-    case T_STR: {
-        if (node->type != YAML_SCALAR_NODE)
-            return error_at(ctx, mark, "%s: expected a string, got %s", k->key, node_kind(node));
-        char *s = strdup(scalar_is_null(node) ? "" : scalar_text(node));
-        if (!s)
-            return sr_error(SR_ERR_INTERNAL, "out of memory");
-        if (strlen(s) > 4095) {
-            free(s);
-            return error_at(ctx, mark, "%s: expected a string of at most 4095 bytes", k->key);
-        }
-        char **dst = (char **)field(cfg, k);
-        free(*dst);
-        *dst = s;
-        break;
-    }
-    case T_ENUM: {
-        fmt_enum(expect, sizeof expect, k->names);
-        if (node->type != YAML_SCALAR_NODE || scalar_is_null(node))
-            return error_at(ctx, mark, "%s: expected one of %s, got %s", k->key, expect, node_kind(node));
-        int found = -1;
-        for (int i = 0; k->names[i]; i++)
-            if (strcmp(k->names[i], scalar_text(node)) == 0)
-                found = i;
-        if (found < 0)
-            return error_at(ctx, mark, "%s: expected one of %s, got '%s'", k->key, expect, scalar_text(node));
-        *(int64_t *)field(cfg, k) = found;
-        break;
-    }
-    case T_RESHARD: {
-        snprintf(expect, sizeof expect, "true, false, or an integer N in [%.0f, %.0f]", k->min, k->max);
-        if (node->type != YAML_SCALAR_NODE || !scalar_is_plain(node) || scalar_is_null(node))
-            return error_at(ctx, mark, "%s: expected %s, got %s", k->key, expect, node_kind(node));
-        int b = parse_bool(scalar_text(node));
-        int64_t v;
-        if (b == 1)
-            v = SR_RESHARD_TRUE;
-        else if (b == 0)
-            v = SR_RESHARD_FALSE;
-        else {
-            int rc = parse_int(scalar_text(node), &v);
-            if (rc)
-                return error_at(ctx, mark, "%s: expected %s, got '%s'", k->key, expect, scalar_text(node));
-            if ((double)v < k->min || (double)v > k->max)
-                return error_at(ctx, mark, "%s: value %s is out of range; expected %s%s", k->key, scalar_text(node),
-                                expect, v == 1 ? " (hint: 1 keeps a full copy on every rank: write false)" : "");
-        }
-        *(int64_t *)field(cfg, k) = v;
-        break;
-    }
-    case T_STRLIST:
-    case T_SIGLIST: {
-        sr_strlist nl = {0};
-        yaml_node_item_t *it = NULL, *end = NULL;
-        yaml_node_t *one = NULL;
-        if (node->type == YAML_SCALAR_NODE && k->type == T_STRLIST) {
-            one = node;
-        } else if (node->type == YAML_SEQUENCE_NODE) {
-            it = node->data.sequence.items.start;
-            end = node->data.sequence.items.top;
-        } else {
-            return error_at(ctx, mark, "%s: expected %s, got %s", k->key,
-                            k->type == T_SIGLIST ? "a list of signal names, e.g. [USR1, TERM]"
-                                                 : "a path, a glob, or a list of them",
-                            node_kind(node));
-        }
-        int n = one ? 1 : (int)(end - it);
-        nl.items = calloc((size_t)n + 1, sizeof *nl.items);
-        if (!nl.items)
-            return sr_error(SR_ERR_INTERNAL, "out of memory");
-        for (int i = 0; i < n; i++) {
-            yaml_node_t *item = one ? one : yaml_document_get_node(doc, it[i]);
-            if (!item || item->type != YAML_SCALAR_NODE) {
-                strlist_free(&nl);
-                return error_at(ctx, item ? item->start_mark : mark, "%s: expected a string as list item %d, got %s",
-                                k->key, i + 1, item ? node_kind(item) : "nothing");
-            }
-            const char *s = scalar_is_null(item) ? "" : scalar_text(item);
-            if (k->type == T_SIGLIST) {
-                const char *name = strncmp(s, "SIG", 3) == 0 ? s + 3 : s;
-                bool ok = false;
-                for (int j = 0; signal_names[j]; j++)
-                    ok = ok || strcmp(signal_names[j], name) == 0;
-                if (!ok) {
-                    strlist_free(&nl);
-                    char e2[256];
-                    fmt_enum(e2, sizeof e2, signal_names);
-                    return error_at(ctx, item->start_mark, "%s: expected signal names among %s, got '%s'%s", k->key,
-                                    e2, s,
-                                    strcmp(name, "KILL") == 0 || strcmp(name, "STOP") == 0
-                                        ? " (hint: SIGKILL and SIGSTOP cannot be caught)"
-                                        : "");
-                }
-                s = name;
-            }
-            if (one && s[0] == '\0') /* "" is the empty list */
-                break;
-            nl.items[nl.count] = strdup(s);
-            if (!nl.items[nl.count]) {
-                strlist_free(&nl);
-                return sr_error(SR_ERR_INTERNAL, "out of memory");
-            }
-            nl.count++;
-        }
-        sr_strlist *dst = (sr_strlist *)field(cfg, k);
-        strlist_free(dst);
-        *dst = nl;
-        break;
-    }
-    }
-    return SR_OK;
+static void fmt_value(const sr_config *cfg, const sr_key *k, char *buf, size_t n) {
+    types[k->type].format(cfield(cfg, k), k, buf, n);
+}
+
+static const char *type_name(const sr_key *k, char *buf, size_t n) {
+    if (types[k->type].describe)
+        types[k->type].describe(k, buf, n);
+    else
+        snprintf(buf, n, "%s", types[k->type].text);
+    return buf;
 }
 
 /* Levenshtein distance, for "did you mean" (no library here offers one). */
@@ -499,14 +680,17 @@ static void suggest(const char *prefix, const char *name, char *out, size_t n) {
     }
 }
 
-static void record_origin(sr_config *cfg, int ki, const parse_ctx *ctx, yaml_mark_t mark) {
+static sr_status record_origin(sr_config *cfg, int ki, const parse_ctx *ctx, yaml_mark_t mark) {
     struct sr_key_origin *o = &cfg->origin[ki];
     free(o->file);
     free(o->setarg);
-    o->file = strdup(ctx->file ? ctx->file : "--set");
-    o->setarg = ctx->setarg ? strdup(ctx->setarg) : NULL;
+    o->file = sr_strdup(ctx->file ? ctx->file : "--set");
+    o->setarg = ctx->setarg ? sr_strdup(ctx->setarg) : NULL;
     o->line = (int)mark.line + 1;
     o->col = (int)mark.column + 1;
+    if (!o->file || (ctx->setarg && !o->setarg))
+        return sr_error_oom("where a key was set");
+    return SR_OK;
 }
 
 static sr_status walk_mapping(sr_config *cfg, yaml_document_t *doc, yaml_node_t *map, const char *prefix,
@@ -518,9 +702,7 @@ static sr_status apply_at(sr_config *cfg, yaml_document_t *doc, const char *path
     int ki = key_index(path);
     if (ki >= 0) {
         sr_status st = set_leaf(cfg, ki, doc, node, ctx);
-        if (st == SR_OK)
-            record_origin(cfg, ki, ctx, node->start_mark);
-        return st;
+        return st == SR_OK ? record_origin(cfg, ki, ctx, node->start_mark) : st;
     }
     if (is_section(path)) {
         if (node->type != YAML_MAPPING_NODE)
@@ -621,7 +803,9 @@ sr_status sr_config_load_string(sr_config *cfg, const char *text, size_t len, co
     }
     if (st == SR_OK) {
         free(cfg->source);
-        cfg->source = strdup(name);
+        cfg->source = sr_strdup(name);
+        if (!cfg->source)
+            st = sr_error_oom("the job's name");
     }
     return st;
 }
@@ -633,10 +817,10 @@ sr_status sr_config_load_file(sr_config *cfg, const char *path) {
     if (!f)
         return sr_error(SR_ERR_NOINPUT, "%s: cannot open job file: %s", path, strerror(errno));
     size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
+    char *buf = sr_malloc(cap);
     if (!buf) {
         fclose(f);
-        return sr_error(SR_ERR_INTERNAL, "out of memory");
+        return sr_error_oom("the job file");
     }
     for (;;) {
         size_t n = fread(buf + len, 1, cap - len, f);
@@ -649,11 +833,11 @@ sr_status sr_config_load_file(sr_config *cfg, const char *path) {
                 fclose(f);
                 return sr_error(SR_ERR_CONFIG, "%s: job file larger than 16 MiB; expected a small YAML file", path);
             }
-            char *nb = realloc(buf, cap * 2);
+            char *nb = sr_realloc(buf, cap * 2);
             if (!nb) {
                 free(buf);
                 fclose(f);
-                return sr_error(SR_ERR_INTERNAL, "out of memory");
+                return sr_error_oom("the job file");
             }
             buf = nb;
             cap *= 2;
@@ -726,9 +910,9 @@ sr_status sr_config_set(sr_config *cfg, const char *assignment) {
 
 sr_status sr_config_init(sr_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
-    cfg->origin = calloc(NKEYS, sizeof *cfg->origin);
+    cfg->origin = sr_calloc(NKEYS, sizeof *cfg->origin);
     if (!cfg->origin)
-        return sr_error(SR_ERR_INTERNAL, "out of memory");
+        return sr_error_oom("the job");
     parse_ctx ctx = {"<built-in defaults>", NULL};
     for (int i = 0; i < NKEYS; i++) {
         if (!keys[i].def)
@@ -743,18 +927,15 @@ sr_status sr_config_init(sr_config *cfg) {
         if (st != SR_OK)
             return st;
     }
-    cfg->source = strdup("<built-in defaults>");
-    return SR_OK;
+    cfg->source = sr_strdup("<built-in defaults>");
+    return cfg->source ? SR_OK : sr_error_oom("the job");
 }
 
 void sr_config_free(sr_config *cfg) {
     for (int i = 0; i < NKEYS; i++) {
         const sr_key *k = &keys[i];
-        if (k->type == T_STR) {
-            free(*(char **)field(cfg, k));
-        } else if (k->type == T_STRLIST || k->type == T_SIGLIST) {
-            strlist_free((sr_strlist *)field(cfg, k));
-        }
+        if (types[k->type].release)
+            types[k->type].release(field(cfg, k));
         if (cfg->origin) {
             free(cfg->origin[i].file);
             free(cfg->origin[i].setarg);
@@ -801,7 +982,7 @@ static int64_t nearest_divisor(int64_t n, int64_t want) {
     return best;
 }
 
-sr_status sr_config_finalize(sr_config *cfg, int dp_ranks) {
+sr_status sr_config_finalize(sr_config *cfg) {
     char w[1200], w2[1200];
     int p = (int)cfg->model_preset;
     if (!was_set(cfg, "model.n_layer"))
@@ -825,17 +1006,14 @@ sr_status sr_config_finalize(sr_config *cfg, int dp_ranks) {
         sr_config_where(cfg, was_set(cfg, "train.min_lr") ? "train.min_lr" : "train.lr", w, sizeof w);
         return sr_error(SR_ERR_CONFIG, "%s: train.min_lr (%g) must not exceed train.lr (%g)", w, cfg->min_lr, cfg->lr);
     }
-    if (dp_ranks < 1)
-        dp_ranks = 1;
-    int64_t mb = sr_config_micro_batch(cfg, dp_ranks);
-    if (mb < 1 || cfg->batch_size % (mb * dp_ranks) != 0) {
+    /* whatever the number of ranks, the batch splits into micro-batches */
+    if (cfg->micro_batch > 0 && cfg->batch_size % cfg->micro_batch != 0) {
         sr_config_where(cfg, "train.batch_size", w, sizeof w);
         sr_config_where(cfg, "train.micro_batch", w2, sizeof w2);
         return sr_error(SR_ERR_CONFIG,
-                        "%s: train.batch_size (%lld) is not a whole multiple of train.micro_batch (%lld) x "
-                        "data-parallel ranks (%d); micro_batch set at %s (hint: choose batch_size = micro_batch x "
-                        "ranks x accumulation steps)",
-                        w, (long long)cfg->batch_size, (long long)mb, dp_ranks, w2);
+                        "%s: train.batch_size (%lld) is not a whole multiple of train.micro_batch (%lld); "
+                        "micro_batch set at %s (hint: choose batch_size = micro_batch x ranks x accumulation steps)",
+                        w, (long long)cfg->batch_size, (long long)cfg->micro_batch, w2);
     }
     if (cfg->blocks_per_unit > cfg->n_layer) {
         sr_config_where(cfg, "sharding.blocks_per_unit", w, sizeof w);
@@ -843,90 +1021,6 @@ sr_status sr_config_finalize(sr_config *cfg, int dp_ranks) {
                         (long long)cfg->blocks_per_unit, (long long)cfg->n_layer);
     }
     return SR_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Formatting values. */
-
-static void fmt_double(char *buf, size_t n, double v) {
-    /* Shortest form that reads back to the same double. */
-    for (int prec = 6; prec <= 17; prec++) {
-        snprintf(buf, n, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v)
-            break;
-    }
-    /* Keep it a YAML float-looking number. */
-    if (!strpbrk(buf, ".eEn"))
-        strncat(buf, ".0", n - strlen(buf) - 1);
-}
-
-static void fmt_yaml_string(char *buf, size_t n, const char *s) {
-    size_t used = 0;
-    buf[used++] = '"';
-    for (; *s && used + 8 < n; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            buf[used++] = '\\';
-            buf[used++] = (char)c;
-        } else if (c < 0x20) {
-            used += (size_t)snprintf(buf + used, n - used, "\\x%02x", c);
-        } else {
-            buf[used++] = (char)c;
-        }
-    }
-    buf[used++] = '"';
-    buf[used] = '\0';
-}
-
-static void fmt_value(const sr_config *cfg, const sr_key *k, char *buf, size_t n) {
-    const void *f = cfield(cfg, k);
-    switch (k->type) {
-    case T_INT:
-        snprintf(buf, n, "%lld", (long long)*(const int64_t *)f);
-        break;
-    case T_FLOAT:
-        fmt_double(buf, n, *(const double *)f);
-        break;
-    case T_BOOL:
-        snprintf(buf, n, "%s", *(const bool *)f ? "true" : "false");
-        break;
-    case T_STR:
-        fmt_yaml_string(buf, n, *(char *const *)f ? *(char *const *)f : "");
-        break;
-    case T_ENUM:
-        snprintf(buf, n, "%s", k->names[*(const int64_t *)f]);
-        break;
-    case T_RESHARD: {
-        int64_t v = *(const int64_t *)f;
-        if (v == SR_RESHARD_TRUE)
-            snprintf(buf, n, "true");
-        else if (v == SR_RESHARD_FALSE)
-            snprintf(buf, n, "false");
-        else
-            snprintf(buf, n, "%lld", (long long)v);
-        break;
-    }
-    case T_STRLIST:
-    case T_SIGLIST: {
-        const sr_strlist *l = f;
-        if (k->type == T_STRLIST && l->count == 0) {
-            snprintf(buf, n, "\"\"");
-            break;
-        }
-        size_t used = (size_t)snprintf(buf, n, "[");
-        for (int i = 0; i < l->count && used < n; i++) {
-            char item[4200];
-            if (k->type == T_SIGLIST)
-                snprintf(item, sizeof item, "%s", l->items[i]);
-            else
-                fmt_yaml_string(item, sizeof item, l->items[i]);
-            used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? ", " : "", item);
-        }
-        if (used < n)
-            snprintf(buf + used, n - used, "]");
-        break;
-    }
-    }
 }
 
 const char *sr_config_enum_name(const char *key, int64_t value) {
@@ -969,8 +1063,9 @@ void sr_config_value_text(const sr_config *cfg, int i, char *buf, size_t n) {
         buf[0] = '\0';
 }
 
-void sr_config_show(const sr_config *cfg, FILE *out) {
-    fprintf(out, "# effective shardrun job (from %s); every default filled in\n", cfg->source ? cfg->source : "?");
+void sr_config_show(const sr_config *cfg, FILE *out, const char *note) {
+    fprintf(out, "# effective shardrun job (from %s); every default filled in%s%s\n", cfg->source ? cfg->source : "?",
+            note ? "; " : "", note ? note : "");
     const char *prev = "";
     for (int i = 0; i < NKEYS; i++) {
         const char *k = keys[i].key;
@@ -1007,43 +1102,6 @@ static void fmt_default(const sr_key *k, char *buf, size_t n) {
         snprintf(buf, n, "from model.preset");
     else
         snprintf(buf, n, "%s", k->def);
-}
-
-static const char *type_name(const sr_key *k, char *buf, size_t n) {
-    switch (k->type) {
-    case T_INT:
-        if (k->max >= I64MAX)
-            snprintf(buf, n, "integer >= %.0f", k->min);
-        else
-            snprintf(buf, n, "integer %.0f..%.0f", k->min, k->max);
-        break;
-    case T_FLOAT:
-        snprintf(buf, n, "number %g..%g", k->min, k->max);
-        break;
-    case T_BOOL:
-        snprintf(buf, n, "true | false");
-        break;
-    case T_STR:
-        snprintf(buf, n, "string");
-        break;
-    case T_ENUM: {
-        size_t used = 0;
-        buf[0] = '\0';
-        for (int i = 0; k->names[i] && used < n; i++)
-            used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? " | " : "", k->names[i]);
-        break;
-    }
-    case T_RESHARD:
-        snprintf(buf, n, "true | false | N >= 2");
-        break;
-    case T_STRLIST:
-        snprintf(buf, n, "path | glob | list");
-        break;
-    case T_SIGLIST:
-        snprintf(buf, n, "list of signal names");
-        break;
-    }
-    return buf;
 }
 
 /* Writes text as mdoc text lines of at most ~72 bytes, breaking at spaces,

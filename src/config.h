@@ -19,7 +19,6 @@
 
 enum { SR_SCHED_COSINE, SR_SCHED_LINEAR, SR_SCHED_CONSTANT };
 enum { SR_BACKEND_AUTO, SR_BACKEND_TCP, SR_BACKEND_NCCL };
-enum { SR_DTYPE_FP32, SR_DTYPE_BF16 };
 enum { SR_GRADSYNC_PER_STEP, SR_GRADSYNC_PER_MICRO_BATCH };
 enum { SR_REQUEUE_EXIT, SR_REQUEUE_SCONTROL };
 enum { SR_PRESET_TINY, SR_PRESET_GPT2_124M, SR_PRESET_GPT2_350M, SR_PRESET_GPT2_774M, SR_PRESET_GPT2_1_5B };
@@ -58,7 +57,7 @@ typedef struct {
     /* sharding */
     int64_t blocks_per_unit;
     int64_t reshard_blocks, reshard_root;
-    int64_t param_dtype, reduce_dtype;
+    int64_t param_dtype, reduce_dtype; /* sr_dtype: SR_DT_F32 or SR_DT_BF16 */
     int64_t mesh_shard, mesh_replicate;
     int64_t prefetch_forward, prefetch_backward;
     int64_t grad_sync;
@@ -94,9 +93,9 @@ sr_status sr_config_load_string(sr_config *cfg, const char *text, size_t len, co
  * bad key or value SR_ERR_CONFIG.  The value is parsed as YAML. */
 sr_status sr_config_set(sr_config *cfg, const char *assignment);
 /* Resolves the model preset into explicit dimensions (explicit keys win) and
- * checks every cross-field rule.  `dp_ranks` is the number of data-parallel
- * ranks the batch is split over.  Returns SR_ERR_CONFIG naming the keys. */
-sr_status sr_config_finalize(sr_config *cfg, int dp_ranks);
+ * checks every cross-field rule that holds for any number of ranks (the
+ * world-size rules are job.h's).  Returns SR_ERR_CONFIG naming the keys. */
+sr_status sr_config_finalize(sr_config *cfg);
 /* Refuses non-default values of keys whose feature has not landed yet
  * ("not implemented yet", SR_ERR_CONFIG). */
 sr_status sr_config_check_landed(const sr_config *cfg);
@@ -107,8 +106,9 @@ int sr_config_nkeys(void);
 const char *sr_config_key_name(int i);
 void sr_config_value_text(const sr_config *cfg, int i, char *buf, size_t n);
 
-/* Writes the effective configuration as YAML that sr_config_load_* accepts. */
-void sr_config_show(const sr_config *cfg, FILE *out);
+/* Writes the effective configuration as YAML that sr_config_load_* accepts;
+ * `note` (may be NULL) ends the first (comment) line. */
+void sr_config_show(const sr_config *cfg, FILE *out, const char *note);
 /* Writes the schema: "text" as a table, "mdoc" as a man page section. */
 void sr_config_keys(FILE *out, bool mdoc);
 

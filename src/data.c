@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fsio.h"
+#include "mem.h"
 #include "rng.h"
 
 typedef struct {
@@ -129,15 +131,18 @@ static sr_status add_shard(sr_data *d, const char *path, int64_t vocab) {
                         "larger vocabulary; set model.vocab_size or use matching shards)",
                         path, bad_tok, (unsigned long long)bad_at, (long long)vocab);
     }
-    shard *ns = realloc(d->shards, ((size_t)d->nshards + 1) * sizeof *ns);
-    if (!ns) {
+    shard *ns = sr_realloc(d->shards, ((size_t)d->nshards + 1) * sizeof *ns);
+    char *name = ns ? sr_strdup(path) : NULL;
+    if (!ns || !name) {
+        if (ns)
+            d->shards = ns;
         munmap(map, len);
-        return sr_error(SR_ERR_INTERNAL, "out of memory");
+        return sr_error_oom("the data set");
     }
     d->shards = ns;
     shard *s = &d->shards[d->nshards++];
     memset(s, 0, sizeof *s);
-    s->path = strdup(path);
+    s->path = name;
     s->map = map;
     s->map_len = len;
     s->tokens = toks;
@@ -169,9 +174,9 @@ static sr_status finish(sr_data *d, const char *what) {
 
 sr_status sr_data_open(sr_data **out, const sr_strlist *paths, int T, int64_t vocab) {
     *out = NULL;
-    sr_data *d = calloc(1, sizeof *d);
+    sr_data *d = sr_calloc(1, sizeof *d);
     if (!d)
-        return sr_error(SR_ERR_INTERNAL, "out of memory");
+        return sr_error_oom("the data set");
     d->T = T;
     for (int i = 0; i < paths->count; i++) {
         const char *p = paths->items[i];
@@ -213,18 +218,22 @@ sr_status sr_data_open_embedded(sr_data **out, int part, int T, int64_t vocab) {
                         "the embedded corpus is byte-level and needs model.vocab_size >= 256, not %lld (hint: set "
                         "data.train to shards for your vocabulary)",
                         (long long)vocab);
-    sr_data *d = calloc(1, sizeof *d);
-    shard *s = calloc(1, sizeof *s);
+    sr_data *d = sr_calloc(1, sizeof *d);
+    shard *s = sr_calloc(1, sizeof *s);
     if (!d || !s) {
         free(d);
         free(s);
-        return sr_error(SR_ERR_INTERNAL, "out of memory");
+        return sr_error_oom("the data set");
     }
     d->T = T;
     d->shards = s;
     d->nshards = 1;
     size_t split = sr_corpus_size / 10 * 9;
-    s->path = strdup(part == SR_DATA_TRAIN ? "<embedded corpus, train>" : "<embedded corpus, val>");
+    s->path = sr_strdup(part == SR_DATA_TRAIN ? "<embedded corpus, train>" : "<embedded corpus, val>");
+    if (!s->path) {
+        data_free(d);
+        return sr_error_oom("the data set");
+    }
     s->tok_bytes = 1;
     s->tokens = part == SR_DATA_TRAIN ? sr_corpus_data : sr_corpus_data + split;
     s->ntok = part == SR_DATA_TRAIN ? split : sr_corpus_size - split;
@@ -311,6 +320,49 @@ void sr_data_batch(const sr_data *d, uint64_t first, int count, bool shuffle, ui
     }
 }
 
+/* Writes the shard: header (token count filled in at the end), then the
+ * bytes of every input as uint16 tokens. */
+typedef struct {
+    char *const *files;
+    int nfiles;
+    uint64_t count;
+} prepare_ctx;
+
+static sr_status write_prepared(int fd, const char *tmp, void *arg) {
+    prepare_ctx *x = arg;
+    int32_t header[SR_DATA_HEADER_INTS] = {SR_DATA_MAGIC_U16, 1, 0};
+    static unsigned char in[1 << 16];
+    static uint16_t tok[1 << 16];
+    if (sr_fsio_write_all(fd, header, sizeof header) != 0)
+        return sr_fsio_write_error(tmp, errno);
+    for (int i = 0; i < x->nfiles; i++) {
+        FILE *f = fopen(x->files[i], "rb");
+        if (!f)
+            return sr_error(SR_ERR_NOINPUT, "%s: cannot read input: %s", x->files[i], strerror(errno));
+        size_t n;
+        sr_status st = SR_OK;
+        while (st == SR_OK && (n = fread(in, 1, sizeof in, f)) > 0) {
+            for (size_t j = 0; j < n; j++)
+                tok[j] = in[j];
+            if (x->count + n > INT32_MAX)
+                st = sr_error(SR_ERR_DATA, "inputs grew past %d tokens while reading", INT32_MAX);
+            else if (sr_fsio_write_all(fd, tok, n * sizeof(uint16_t)) != 0)
+                st = sr_fsio_write_error(tmp, errno);
+            else
+                x->count += n;
+        }
+        if (st == SR_OK && ferror(f))
+            st = sr_error(SR_ERR_NOINPUT, "%s: read error", x->files[i]);
+        fclose(f);
+        if (st != SR_OK)
+            return st;
+    }
+    header[2] = (int32_t)x->count;
+    if (pwrite(fd, header, sizeof header, 0) != (ssize_t)sizeof header)
+        return sr_fsio_write_error(tmp, errno ? errno : EIO);
+    return SR_OK;
+}
+
 sr_status sr_data_prepare(const char *out, char *const *files, int nfiles, uint64_t *tokens_written) {
     *tokens_written = 0;
     if (nfiles < 1)
@@ -328,66 +380,12 @@ sr_status sr_data_prepare(const char *out, char *const *files, int nfiles, uint6
         total += (uint64_t)st.st_size;
     }
     if (total > INT32_MAX)
-        return sr_error(SR_ERR_DATA, "inputs hold %llu bytes; one shard holds at most %d tokens (hint: prepare several shards)",
+        return sr_error(SR_ERR_DATA,
+                        "inputs hold %llu bytes; one shard holds at most %d tokens (hint: prepare several shards)",
                         (unsigned long long)total, INT32_MAX);
-    size_t olen = strlen(out);
-    char *tmp = malloc(olen + 32);
-    if (!tmp)
-        return sr_error(SR_ERR_INTERNAL, "out of memory");
-    snprintf(tmp, olen + 32, "%s.tmp.%ld", out, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        sr_status st = sr_error(SR_ERR_CANTCREAT, "%s: cannot create output: %s", out, strerror(errno));
-        free(tmp);
-        return st;
-    }
-    sr_status st = SR_OK;
-    int32_t header[SR_DATA_HEADER_INTS] = {SR_DATA_MAGIC_U16, 1, 0};
-    uint64_t count = 0;
-    unsigned char in[1 << 16];
-    uint16_t tok[1 << 16];
-    if (pwrite(fd, header, sizeof header, 0) != (ssize_t)sizeof header)
-        st = sr_error(SR_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
-    off_t pos = sizeof header;
-    for (int i = 0; i < nfiles && st == SR_OK; i++) {
-        FILE *f = fopen(files[i], "rb");
-        if (!f) {
-            st = sr_error(SR_ERR_NOINPUT, "%s: cannot read input: %s", files[i], strerror(errno));
-            break;
-        }
-        size_t n;
-        while ((n = fread(in, 1, sizeof in, f)) > 0) {
-            for (size_t j = 0; j < n; j++)
-                tok[j] = in[j];
-            if (count + n > INT32_MAX) {
-                st = sr_error(SR_ERR_DATA, "inputs grew past %d tokens while reading", INT32_MAX);
-                break;
-            }
-            size_t bytes = n * sizeof(uint16_t);
-            if (pwrite(fd, tok, bytes, pos) != (ssize_t)bytes) {
-                st = sr_error(SR_ERR_IO, "%s: write failed: %s", out, strerror(errno ? errno : ENOSPC));
-                break;
-            }
-            pos += (off_t)bytes;
-            count += n;
-        }
-        if (st == SR_OK && ferror(f))
-            st = sr_error(SR_ERR_NOINPUT, "%s: read error", files[i]);
-        fclose(f);
-    }
-    if (st == SR_OK) {
-        header[2] = (int32_t)count;
-        if (pwrite(fd, header, sizeof header, 0) != (ssize_t)sizeof header || fsync(fd) != 0)
-            st = sr_error(SR_ERR_IO, "%s: write failed: %s", out, strerror(errno));
-    }
-    if (close(fd) != 0 && st == SR_OK)
-        st = sr_error(SR_ERR_IO, "%s: close failed: %s", out, strerror(errno));
-    if (st == SR_OK && rename(tmp, out) != 0)
-        st = sr_error(SR_ERR_CANTCREAT, "%s: cannot create output: %s", out, strerror(errno));
-    if (st != SR_OK)
-        unlink(tmp);
-    free(tmp);
+    prepare_ctx x = {files, nfiles, 0};
+    sr_status st = sr_fsio_atomic_write(out, write_prepared, &x);
     if (st == SR_OK)
-        *tokens_written = count;
+        *tokens_written = x.count;
     return st;
 }

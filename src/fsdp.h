@@ -1,93 +1,85 @@
 /* fsdp.h — the fully sharded data-parallel engine (FSDP2 / ZeRO-3 semantics).
  *
- * fsdp owns what each rank keeps of the model — for every unit (a group of
- * sharding.blocks_per_unit transformer blocks, or the root: embeddings and
- * final LayerNorm) a contiguous, padded 1/S shard of the fp32 master
- * parameters, gradients and (through sr_optim) Adam moments — and the
- * transient full-unit buffers: gathered before a unit computes (prefetched
- * sharding.prefetch units ahead on the progress thread), freed or kept per
- * sharding.reshard_after_forward, gradients reduce-scattered as soon as a
- * unit's backward ends (overlapping the next unit's backward), HSDP
- * all-reduce across replicas, mixed precision (param_dtype for gathered
- * parameters, reduce_dtype for reductions).  It implements sr_param_source
- * for the model's forward and backward.
- *
- * Mesh: world rank = replica * S + shard index; shard groups are S
- * consecutive ranks, replicate groups the ranks with the same shard index. */
+ * fsdp owns what each rank keeps of the model — for every unit of the
+ * shard plan (shardplan.h) a contiguous, padded 1/S shard of the fp32
+ * master parameters, gradients and (through sr_optim) Adam moments — and
+ * the transient full-unit buffers: gathered before a unit computes
+ * (prefetched sharding.prefetch units ahead on the progress thread), freed
+ * or kept per sharding.reshard_after_forward, gradients reduce-scattered as
+ * soon as a unit's backward ends (overlapping the next unit's backward),
+ * HSDP all-reduce across replicas (mesh.h), mixed precision (param dtype
+ * for gathered parameters, reduce dtype for reductions).  It feeds the
+ * model's forward and backward through an sr_param_source. */
 #ifndef SR_FSDP_H
 #define SR_FSDP_H
 
 #include <stdbool.h>
 #include <stdint.h>
-#include <stdio.h>
 
 #include "comm.h"
-#include "config.h"
+#include "mesh.h"
 #include "model.h"
 #include "optim.h"
-#include "world.h"
+#include "shardplan.h"
 
 typedef struct sr_fsdp sr_fsdp;
 
-/* Builds the mesh and groups (declared on the transport; call before
- * sr_transport_connect), the units and the shard buffers, and initialises
- * the master shard from the seed.  Returns SR_ERR_CONFIG for a mesh or
- * reshard size that does not fit the world, SR_ERR_INTERNAL when out of
- * memory. */
-sr_status sr_fsdp_init(sr_fsdp **out, sr_model *model, const sr_config *cfg, sr_world *w, sr_transport *tp);
-void sr_fsdp_free(sr_fsdp *f);
+/* What the engine needs from the job (sharding.* keys and the seed). */
+typedef struct {
+    int blocks_per_unit;
+    int64_t reshard_blocks, reshard_root; /* SR_RESHARD_TRUE, SR_RESHARD_FALSE or N >= 2 (config.h) */
+    sr_dtype param_dtype, reduce_dtype;   /* SR_DT_F32 or SR_DT_BF16 */
+    int prefetch_forward, prefetch_backward;
+    bool grad_sync_per_step; /* false: reduce-scatter every micro-batch */
+    uint64_t seed;           /* initialisation of the master shard */
+} sr_fsdp_opts;
 
-/* The parameter source for sr_model_forward / sr_model_backward. */
-const sr_param_source *sr_fsdp_source(sr_fsdp *f);
+/* Declares the engine's groups on the transport (shard, replicate,
+ * reshard-N; call before sr_transport_connect), plans the units, allocates
+ * the shard buffers and initialises the master shard from the seed.  The
+ * mesh must be valid and every reshard N must divide S (checked by the
+ * caller).  SR_ERR_INTERNAL when out of memory.  *out is set even on
+ * failure; free with sr_fsdp_free. */
+sr_status sr_fsdp_init(sr_fsdp **out, sr_model *model, const sr_mesh *mesh, const sr_fsdp_opts *o, sr_transport *tp);
+void sr_fsdp_free(sr_fsdp *f);
 
 /* Step protocol: begin_step zeroes gradients; for each micro-batch
  * sr_fsdp_forward then sr_fsdp_backward (last = the step's last
  * micro-batch); finish_grads waits for every reduction and returns the
- * global gradient norm; optimizer_step applies AdamW to the shards. */
+ * global gradient norm; optimizer_step applies AdamW to the shards.
+ * forward adds the micro-batch's summed loss to *loss_sum.  Failures of a
+ * collective (SR_ERR_PEER) or an allocation (SR_ERR_INTERNAL) are
+ * returned by the pass they happened in. */
 void sr_fsdp_begin_step(sr_fsdp *f);
 sr_status sr_fsdp_forward(sr_fsdp *f, const int *inputs, const int *targets, int B, double *loss_sum);
 sr_status sr_fsdp_backward(sr_fsdp *f, float dloss, bool last_micro_batch);
 sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *grad_norm);
-void sr_fsdp_optimizer_step(sr_fsdp *f, int64_t step, double lr, const sr_config *cfg, float grad_scale);
+void sr_fsdp_optimizer_step(sr_fsdp *f, int64_t step, double lr, const sr_adamw_opts *o, float grad_scale);
 /* Evaluation forward (no gradients); frees every gathered unit afterwards. */
 sr_status sr_fsdp_eval(sr_fsdp *f, const int *inputs, const int *targets, int B, double *loss_sum);
-
-/* Sum of a double over the world (losses); the _n form sums n doubles in
- * place (one collective). */
-sr_status sr_fsdp_sum_world(sr_fsdp *f, double *value);
-sr_status sr_fsdp_sum_world_n(sr_fsdp *f, double *values, int n);
-
-/* The group of all ranks in world-rank order (checkpoint agreement). */
-sr_group *sr_fsdp_world_group(sr_fsdp *f);
 
 /* This rank's persistent state, for checkpoints: the slices of the global
  * parameter vector it owns (real elements, no padding) and where they sit
  * in the local buffers of master parameters and Adam moments.  Replicas
- * (HSDP) hold identical state; shard index 0 holds the most elements. */
+ * (HSDP) hold identical state. */
 typedef struct {
     const sr_slice *slices;
     int nslices;
     float *params, *m, *v; /* local_size floats each */
     size_t local_size;
-    int shard_index, shard_count, replica_index, replica_count;
-    size_t max_shard_elements; /* real elements held by shard index 0 */
+    const sr_shardplan *plan; /* every shard index's slices */
+    const sr_mesh *mesh;
 } sr_fsdp_shard_state;
 void sr_fsdp_shard_state_view(sr_fsdp *f, sr_fsdp_shard_state *out);
-/* The slices (global [begin, end), local offset) that shard index `shard`
- * owns, in unit order; returns how many (at most max are written). */
-int sr_fsdp_shard_slices(const sr_fsdp *f, int shard, sr_slice *out, int max);
 
-/* Mesh figures for logs. */
-int sr_fsdp_shard_size(const sr_fsdp *f);
-int sr_fsdp_replicate_size(const sr_fsdp *f);
+/* Units (block units + the root) for logs. */
 int sr_fsdp_units(const sr_fsdp *f);
-size_t sr_fsdp_largest_block_unit_bytes(const sr_fsdp *f);
-size_t sr_fsdp_kept_unit_bytes(const sr_fsdp *f);
 
 /* Writes the full fp32 model (unit-major, padding stripped) to `path` on
- * world rank 0; every rank must call it (it gathers).  Format: "SRPARAMS",
- * int32 n_tensors, then per tensor {char name[64], int64 numel}, then the
- * floats of every tensor in table order.  SR_ERR_CANTCREAT / SR_ERR_IO. */
+ * world rank 0, atomically; every rank must call it (it gathers).  Format:
+ * "SRPARAMS", int32 n_tensors, then per tensor {char name[64], int64
+ * numel}, then the floats of every tensor in table order.
+ * SR_ERR_CANTCREAT / SR_ERR_IO on rank 0, SR_ERR_PEER anywhere. */
 sr_status sr_fsdp_dump_params(sr_fsdp *f, const char *path);
 
 #endif

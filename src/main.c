@@ -12,17 +12,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt.h"
+#include "ckpt_tools.h"
 #include "config.h"
 #include "data.h"
+#include "export_llmc.h"
+#include "job.h"
+#include "mem.h"
 #include "status.h"
+#include "testhook.h"
 #include "train.h"
 #include "world.h"
 
 static const char usage_text[] =
     "usage: shardrun train [JOB.yaml] [--set KEY=VALUE]...\n"
-    "       shardrun config check JOB.yaml [--set KEY=VALUE]...\n"
-    "       shardrun config show [JOB.yaml] [--set KEY=VALUE]...\n"
+    "       shardrun config check JOB.yaml [--ranks N] [--set KEY=VALUE]...\n"
+    "       shardrun config show [JOB.yaml] [--ranks N] [--set KEY=VALUE]...\n"
     "       shardrun config keys [--mdoc]\n"
     "       shardrun data prepare [-o OUT] FILE...\n"
     "       shardrun ckpt list DIR | verify PATH | inspect PATH | export PATH -o FILE\n"
@@ -45,6 +49,8 @@ static const char usage_text[] =
     "  -s, --set KEY=VALUE   override a job-file key (VALUE is YAML), repeatable\n"
     "  -o, --output OUT      data prepare: output shard (default: data.bin);\n"
     "                        ckpt export: the llm.c model file to write\n"
+    "      --ranks N         config check|show: also check the rules that depend on\n"
+    "                        the number of ranks (mesh, reshard N, batch split)\n"
     "      --mdoc            config keys: print the list as an mdoc section\n"
     "  -h, --help            print this help and exit\n"
     "  -V, --version         print the version and exit\n"
@@ -54,11 +60,12 @@ static const char usage_text[] =
     "74 I/O error, 75 preempted (run again), 78 bad job file or launch.\n"
     "See shardrun(1) and shardrun.yaml(5).\n";
 
-enum { OPT_MDOC = 1000 };
+enum { OPT_MDOC = 1000, OPT_RANKS };
 
 static const struct option long_options[] = {
     {"set", required_argument, NULL, 's'},  {"output", required_argument, NULL, 'o'},
-    {"mdoc", no_argument, NULL, OPT_MDOC},  {"help", no_argument, NULL, 'h'},
+    {"mdoc", no_argument, NULL, OPT_MDOC},  {"ranks", required_argument, NULL, OPT_RANKS},
+    {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},    {NULL, 0, NULL, 0},
 };
 
@@ -67,6 +74,7 @@ typedef struct {
     int nsets;
     const char *output;
     bool mdoc;
+    int ranks; /* --ranks N; 0 = not given */
     char **args; /* positional arguments after the command words */
     int nargs;
 } cli;
@@ -95,10 +103,10 @@ static int usage_error(const char *fmt, const char *arg) {
 /* Parses options after the command words; positional arguments collected. */
 static int parse_options(int argc, char **argv, cli *c) {
     memset(c, 0, sizeof *c);
-    c->sets = calloc((size_t)argc + 1, sizeof *c->sets);
-    c->args = calloc((size_t)argc + 1, sizeof *c->args);
+    c->sets = sr_calloc((size_t)argc + 1, sizeof *c->sets);
+    c->args = sr_calloc((size_t)argc + 1, sizeof *c->args);
     if (!c->sets || !c->args)
-        return fail(sr_error(SR_ERR_INTERNAL, "out of memory"));
+        return fail(sr_error_oom("the command line"));
     optind = 1;
     opterr = 0;
     int ch;
@@ -113,6 +121,14 @@ static int parse_options(int argc, char **argv, cli *c) {
         case OPT_MDOC:
             c->mdoc = true;
             break;
+        case OPT_RANKS: {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (!*optarg || *end || v < 1 || v > 1048576)
+                return usage_error("--ranks %s: expected a number of ranks from 1 to 1048576", optarg);
+            c->ranks = (int)v;
+            break;
+        }
         case 'h':
             fputs(usage_text, stdout);
             exit(0);
@@ -135,22 +151,35 @@ static void cli_free(cli *c) {
     free(c->args);
 }
 
-/* Loads the job (file or embedded), applies --set, finalizes and refuses
- * features that have not landed.  Returns an exit code (0 on success). */
-static int load_job(sr_config *cfg, const char *path, const cli *c, int dp_ranks) {
+/* Loads the job (file or embedded), applies --set, finalizes, refuses
+ * features that have not landed, and with ranks > 0 checks the world-size
+ * rules for that many ranks.  Returns an exit code (0 on success). */
+static int load_job(sr_config *cfg, const char *path, const cli *c, int ranks) {
     sr_status st = sr_config_init(cfg);
     if (st == SR_OK)
         st = sr_config_load_file(cfg, path);
     for (int i = 0; st == SR_OK && i < c->nsets; i++)
         st = sr_config_set(cfg, c->sets[i]);
     if (st == SR_OK)
-        st = sr_config_finalize(cfg, dp_ranks);
+        st = sr_config_finalize(cfg);
     if (st == SR_OK)
         st = sr_config_check_landed(cfg);
+    if (st == SR_OK && ranks > 0)
+        st = sr_job_check_world(cfg, ranks, 0, NULL);
     return st == SR_OK ? 0 : fail(st);
 }
 
+/* SHARDRUN_TEST_ALLOC_FAIL sweeps need to know how many allocations a run
+ * makes: with the hook set, the count goes to stderr at the end. */
+static int report_allocations(int rc) {
+    if (sr_testhook()->alloc_fail > 0 && sr_log_rank() == 0)
+        fprintf(stderr, "shardrun: test: %lld allocations counted\n", sr_mem_allocations());
+    return rc;
+}
+
 static int cmd_train(const cli *c) {
+    if (c->ranks)
+        return usage_error("%s", "train: --ranks applies to config check and config show (a run takes its ranks from the launcher)");
     if (c->nargs > 1)
         return usage_error("train: expected at most one job file, got extra argument '%s'", c->args[1]);
     sr_world world;
@@ -163,8 +192,9 @@ static int cmd_train(const cli *c) {
     }
     sr_log_set_rank(world.rank, world.size);
     quiet_rank = world.rank != 0;
+    sr_testhook_warn_active();
     sr_config cfg;
-    int rc = load_job(&cfg, c->nargs ? c->args[0] : NULL, c, world.size);
+    int rc = load_job(&cfg, c->nargs ? c->args[0] : NULL, c, 0);
     if (rc == 0) {
         sr_train_result res = {0};
         st = sr_train_run(&cfg, &world, &res);
@@ -190,18 +220,26 @@ static int cmd_config(const char *sub, const cli *c) {
     if (c->nargs > 1)
         return usage_error("config show: expected at most one job file, got extra argument '%s'", c->args[1]);
     sr_config cfg;
-    int rc = load_job(&cfg, c->nargs ? c->args[0] : NULL, c, 1);
+    int rc = load_job(&cfg, c->nargs ? c->args[0] : NULL, c, c->ranks);
     if (rc == 0) {
-        if (check)
-            printf("%s: OK\n", c->args[0]);
+        char ranks[160];
+        if (c->ranks)
+            snprintf(ranks, sizeof ranks, "world-size rules checked for %d rank%s", c->ranks, c->ranks == 1 ? "" : "s");
         else
-            sr_config_show(&cfg, stdout);
+            snprintf(ranks, sizeof ranks, "world-size rules (mesh, reshard N, batch split) not checked: pass --ranks N");
+        if (check) {
+            printf("%s: OK (%s)\n", c->args[0], ranks);
+        } else {
+            sr_config_show(&cfg, stdout, ranks);
+        }
     }
     sr_config_free(&cfg);
     return rc;
 }
 
 static int cmd_data(const char *sub, const cli *c) {
+    if (c->ranks)
+        return usage_error("%s", "data: --ranks applies to config check and config show");
     if (strcmp(sub, "prepare") != 0)
         return usage_error("data: unknown subcommand '%s'; expected prepare", sub);
     if (c->nargs < 1)
@@ -227,10 +265,13 @@ static int cmd_ckpt(const char *sub, const cli *c) {
         return usage_error("%s", "ckpt export: expected -o FILE (the llm.c model file to write)");
     if (!export && c->output)
         return usage_error("ckpt %s: -o applies to ckpt export only", sub);
+    if (c->ranks)
+        return usage_error("ckpt %s: --ranks applies to config check and config show", sub);
+    sr_testhook_warn_active();
     sr_status st = list      ? sr_ckpt_list(c->args[0], stdout)
                    : verify  ? sr_ckpt_verify(c->args[0], stdout)
                    : inspect ? sr_ckpt_inspect(c->args[0], stdout)
-                             : sr_ckpt_export(c->args[0], c->output, stderr);
+                             : sr_export_llmc(c->args[0], c->output, stderr);
     if (fflush(stdout) != 0 && st == SR_OK)
         st = sr_error(SR_ERR_IO, "write to standard output failed");
     return st == SR_OK ? 0 : fail(st);
@@ -239,6 +280,8 @@ static int cmd_ckpt(const char *sub, const cli *c) {
 int main(int argc, char **argv) {
     /* A write to a closed pipe is an I/O error to report, not a silent death. */
     signal(SIGPIPE, SIG_IGN);
+    if (sr_testhook_init() != SR_OK)
+        return fail(SR_ERR_CONFIG);
     if (argc < 2) {
         fputs(usage_text, stderr);
         return sr_status_exit_code(SR_ERR_USAGE);
@@ -281,5 +324,5 @@ int main(int argc, char **argv) {
             rc = cmd_data(sub, &c);
     }
     cli_free(&c);
-    return rc;
+    return report_allocations(rc);
 }

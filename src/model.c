@@ -14,25 +14,58 @@
 
 int sr_model_padded_vocab(int V) { return (V + 63) / 64 * 64; }
 
-static float *act(sr_model *m, size_t n) {
-    size_t bytes = n * sizeof(float);
-    float *p = sr_mem_alloc(SR_MEM_ACTIVATIONS, bytes);
-    if (p)
-        m->act_bytes += bytes;
-    return p;
+size_t sr_model_n_params(const sr_model_dims *d) {
+    size_t C = (size_t)d->C, Vp = (size_t)sr_model_padded_vocab(d->V);
+    return (size_t)d->L * (12 * C * C + 13 * C) + Vp * C + (size_t)d->T * C + 2 * C;
+}
+
+#define MAX_ACT_BUFS 32
+
+/* The activation buffers of one micro-batch of B sequences: one row per
+ * buffer, used by init and free alike, so no buffer is allocated without
+ * being checked or freed. */
+typedef struct {
+    void **ptr;
+    size_t bytes;
+} act_buf;
+
+static int act_table(sr_model *m, size_t B, act_buf *out) {
+    size_t L = (size_t)m->d.L, T = (size_t)m->d.T, C = (size_t)m->d.C, NH = (size_t)m->d.NH;
+    size_t BT = B * T, BTC = BT * C, f = sizeof(float);
+    const act_buf t[] = {
+        {(void **)&m->inputs, BT * sizeof(int)},  {(void **)&m->targets, BT * sizeof(int)},
+        {(void **)&m->encoded, BTC * f},         {(void **)&m->ln1, L * BTC * f},
+        {(void **)&m->ln1_mean, L * BT * f},     {(void **)&m->ln1_rstd, L * BT * f},
+        {(void **)&m->qkv, L * 3 * BTC * f},     {(void **)&m->atty, L * BTC * f},
+        {(void **)&m->att, L * B * NH * T * T * f}, {(void **)&m->residual2, L * BTC * f},
+        {(void **)&m->ln2, L * BTC * f},         {(void **)&m->ln2_mean, L * BT * f},
+        {(void **)&m->ln2_rstd, L * BT * f},     {(void **)&m->fch, L * 4 * BTC * f},
+        {(void **)&m->fch_gelu, L * 4 * BTC * f}, {(void **)&m->residual3, L * BTC * f},
+        {(void **)&m->lnf, BTC * f},             {(void **)&m->lnf_mean, BT * f},
+        {(void **)&m->lnf_rstd, BT * f},         {(void **)&m->logits, BT * (size_t)m->d.Vp * f},
+        {(void **)&m->losses, BT * f},           {(void **)&m->scratch, BTC * f},
+        {(void **)&m->dresidual, BTC * f},       {(void **)&m->dln, BTC * f},
+        {(void **)&m->dqkv, 3 * BTC * f},        {(void **)&m->datty, BTC * f},
+        {(void **)&m->dfch, 4 * BTC * f},        {(void **)&m->dfch_gelu, 4 * BTC * f},
+    };
+    _Static_assert(sizeof t / sizeof t[0] <= MAX_ACT_BUFS, "MAX_ACT_BUFS is too small");
+    int n = (int)(sizeof t / sizeof t[0]);
+    if (out)
+        memcpy(out, t, sizeof t);
+    return n;
 }
 
 sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, int max_B, bool own_params) {
-    memset(m, 0, sizeof *m);
+    *m = (sr_model){0};
     d.Vp = sr_model_padded_vocab(d.V);
     m->d = d;
     m->ops = ops;
-    int L = d.L, C = d.C, Vp = d.Vp, T = d.T;
+    int L = d.L, C = d.C, Vp = d.Vp;
     m->n_tensors = L * SR_NBLOCK_TENSORS + SR_NROOT_TENSORS;
-    m->tensors = calloc((size_t)m->n_tensors, sizeof *m->tensors);
-    m->layer_offset = calloc((size_t)L + 2, sizeof *m->layer_offset);
+    m->tensors = sr_calloc((size_t)m->n_tensors, sizeof *m->tensors);
+    m->layer_offset = sr_calloc((size_t)L + 2, sizeof *m->layer_offset);
     if (!m->tensors || !m->layer_offset)
-        return sr_error(SR_ERR_INTERNAL, "out of memory");
+        return sr_error_oom("the tensor table");
 
     /* One descriptor per table row: name, shape, init, decay (X-macros in model.h). */
     struct desc {
@@ -41,6 +74,7 @@ sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, int max
         bool decay;
     };
 #define SR_DESC(e, name, r, c, init, decay) {name, r, c, init, decay},
+    const int T = d.T;
     const struct desc block_desc[] = {SR_BLOCK_TENSORS(SR_DESC)}, root_desc[] = {SR_ROOT_TENSORS(SR_DESC)};
 #undef SR_DESC
     size_t off = 0;
@@ -79,38 +113,16 @@ sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, int max
     }
 
     m->max_B = max_B;
-    size_t B = (size_t)max_B, BT = B * T, BTC = BT * C;
-    m->inputs = sr_mem_alloc(SR_MEM_ACTIVATIONS, BT * sizeof(int));
-    m->targets = sr_mem_alloc(SR_MEM_ACTIVATIONS, BT * sizeof(int));
-    m->act_bytes = 2 * BT * sizeof(int);
-    m->encoded = act(m, BTC);
-    m->ln1 = act(m, L * BTC);
-    m->ln1_mean = act(m, L * BT);
-    m->ln1_rstd = act(m, L * BT);
-    m->qkv = act(m, L * 3 * BTC);
-    m->atty = act(m, L * BTC);
-    m->att = act(m, (size_t)L * B * d.NH * T * T);
-    m->residual2 = act(m, L * BTC);
-    m->ln2 = act(m, L * BTC);
-    m->ln2_mean = act(m, L * BT);
-    m->ln2_rstd = act(m, L * BT);
-    m->fch = act(m, L * 4 * BTC);
-    m->fch_gelu = act(m, L * 4 * BTC);
-    m->residual3 = act(m, L * BTC);
-    m->lnf = act(m, BTC);
-    m->lnf_mean = act(m, BT);
-    m->lnf_rstd = act(m, BT);
-    m->logits = act(m, BT * Vp);
-    m->losses = act(m, BT);
-    m->scratch = act(m, BTC);
-    m->dresidual = act(m, BTC);
-    m->dln = act(m, BTC);
-    m->dqkv = act(m, 3 * BTC);
-    m->datty = act(m, BTC);
-    m->dfch = act(m, 4 * BTC);
-    m->dfch_gelu = act(m, 4 * BTC);
-    if (!m->dfch_gelu || !m->dfch || !m->logits || !m->att || !m->fch || !m->inputs || !m->targets)
-        return SR_ERR_INTERNAL;
+    if (max_B == 0)
+        return SR_OK;
+    act_buf bufs[MAX_ACT_BUFS];
+    int nb = act_table(m, (size_t)max_B, bufs);
+    for (int i = 0; i < nb; i++) {
+        *bufs[i].ptr = sr_mem_alloc(SR_MEM_ACTIVATIONS, bufs[i].bytes);
+        if (!*bufs[i].ptr)
+            return SR_ERR_INTERNAL;
+        m->act_bytes += bufs[i].bytes;
+    }
     return SR_OK;
 }
 
@@ -119,27 +131,15 @@ void sr_model_free(sr_model *m) {
         sr_mem_free(SR_MEM_PARAM_SHARD, m->params, m->n_params * sizeof(float));
     if (m->grads)
         sr_mem_free(SR_MEM_GRAD_SHARD, m->grads, m->n_params * sizeof(float));
-    size_t B = (size_t)m->max_B, T = (size_t)m->d.T, C = (size_t)m->d.C, L = (size_t)m->d.L;
-    size_t BT = B * T, BTC = BT * C;
-    sr_mem_free(SR_MEM_ACTIVATIONS, m->inputs, BT * sizeof(int));
-    sr_mem_free(SR_MEM_ACTIVATIONS, m->targets, BT * sizeof(int));
-    struct {
-        float *p;
-        size_t n;
-    } bufs[] = {
-        {m->encoded, BTC},      {m->ln1, L * BTC},      {m->ln1_mean, L * BT},     {m->ln1_rstd, L * BT},
-        {m->qkv, L * 3 * BTC},  {m->atty, L * BTC},     {m->att, L * B * m->d.NH * T * T},
-        {m->residual2, L * BTC}, {m->ln2, L * BTC},     {m->ln2_mean, L * BT},     {m->ln2_rstd, L * BT},
-        {m->fch, L * 4 * BTC},  {m->fch_gelu, L * 4 * BTC}, {m->residual3, L * BTC}, {m->lnf, BTC},
-        {m->lnf_mean, BT},      {m->lnf_rstd, BT},      {m->logits, BT * m->d.Vp}, {m->losses, BT},
-        {m->scratch, BTC},      {m->dresidual, BTC},    {m->dln, BTC},             {m->dqkv, 3 * BTC},
-        {m->datty, BTC},        {m->dfch, 4 * BTC},     {m->dfch_gelu, 4 * BTC},
-    };
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        sr_mem_free(SR_MEM_ACTIVATIONS, bufs[i].p, bufs[i].n * sizeof(float));
+    if (m->max_B > 0) {
+        act_buf bufs[MAX_ACT_BUFS];
+        int nb = act_table(m, (size_t)m->max_B, bufs);
+        for (int i = 0; i < nb; i++)
+            sr_mem_free(SR_MEM_ACTIVATIONS, *bufs[i].ptr, bufs[i].bytes);
+    }
     free(m->tensors);
     free(m->layer_offset);
-    memset(m, 0, sizeof *m);
+    *m = (sr_model){0};
 }
 
 void sr_model_init_params(const sr_model *m, uint64_t seed, float *dst, size_t begin, size_t end) {
@@ -194,6 +194,19 @@ static void done_backward(const sr_param_source *src, int l) {
         src->done_backward(src->ctx, l);
 }
 
+/* A parameter source that cannot deliver a layer (a failed gather or
+ * allocation; the source keeps the reason and reports it) ends the pass. */
+static sr_status source_failed(const sr_ops *o) {
+    if (o->take_error)
+        o->take_error();
+    return sr_error(SR_ERR_INTERNAL, "the parameter source could not deliver a layer");
+}
+#define NEED(ptr)                                                                                                      \
+    do {                                                                                                               \
+        if (!(ptr))                                                                                                    \
+            return source_failed(o);                                                                                   \
+    } while (0)
+
 /* Pointers to a block's tensors inside its parameter (or gradient) slice. */
 typedef struct {
     float *t[SR_NBLOCK_TENSORS];
@@ -218,7 +231,8 @@ static root_view view_root(const sr_model *m, float *base) {
     return v;
 }
 
-float sr_model_forward(sr_model *m, const sr_param_source *src, const int *inputs, const int *targets, int B) {
+sr_status sr_model_forward(sr_model *m, const sr_param_source *src, const int *inputs, const int *targets, int B,
+                           float *mean_loss) {
     const sr_ops *o = m->ops;
     int L = m->d.L, NH = m->d.NH, C = m->d.C, T = m->d.T, V = m->d.V, Vp = m->d.Vp;
     size_t BT = (size_t)B * T, BTC = BT * C;
@@ -226,10 +240,14 @@ float sr_model_forward(sr_model *m, const sr_param_source *src, const int *input
     memcpy(m->inputs, inputs, BT * sizeof(int));
     memcpy(m->targets, targets, BT * sizeof(int));
 
-    root_view root = view_root(m, layer_params(m, src, L));
+    float *lp = layer_params(m, src, L);
+    NEED(lp);
+    root_view root = view_root(m, lp);
     o->encoder_forward(m->encoded, m->inputs, root.t[SR_WTE], root.t[SR_WPE], B, T, C);
     for (int l = 0; l < L; l++) {
-        block_view p = view_block(m, layer_params(m, src, l));
+        lp = layer_params(m, src, l);
+        NEED(lp);
+        block_view p = view_block(m, lp);
         const float *residual = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * BTC;
         float *ln1 = m->ln1 + l * BTC, *qkv = m->qkv + l * 3 * BTC, *atty = m->atty + l * BTC;
         float *att = m->att + (size_t)l * B * NH * T * T;
@@ -249,7 +267,9 @@ float sr_model_forward(sr_model *m, const sr_param_source *src, const int *input
         o->residual_forward(res3, res2, m->scratch, BTC);
         done_forward(src, l);
     }
-    root = view_root(m, layer_params(m, src, L));
+    lp = layer_params(m, src, L);
+    NEED(lp);
+    root = view_root(m, lp);
     o->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->residual3 + (size_t)(L - 1) * BTC, root.t[SR_LNFW],
                          root.t[SR_LNFB], (int)BT, C);
     o->matmul_forward(m->logits, m->lnf, root.t[SR_WTE], NULL, (int)BT, C, Vp);
@@ -258,16 +278,19 @@ float sr_model_forward(sr_model *m, const sr_param_source *src, const int *input
     double sum = 0.0;
     for (size_t i = 0; i < BT; i++)
         sum += m->losses[i];
-    return (float)(sum / (double)BT);
+    if (mean_loss)
+        *mean_loss = (float)(sum / (double)BT);
+    return o->take_error ? o->take_error() : SR_OK;
 }
 
-void sr_model_backward(sr_model *m, const sr_param_source *src, float dloss) {
+sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss) {
     const sr_ops *o = m->ops;
     int B = m->B, L = m->d.L, NH = m->d.NH, C = m->d.C, T = m->d.T, V = m->d.V, Vp = m->d.Vp;
     size_t BT = (size_t)B * T, BTC = BT * C;
 
-    root_view rp = view_root(m, layer_params(m, src, L));
-    root_view rg = view_root(m, layer_grads(m, src, L));
+    float *lp = layer_params(m, src, L), *lg = lp ? layer_grads(m, src, L) : NULL;
+    NEED(lp && lg);
+    root_view rp = view_root(m, lp), rg = view_root(m, lg);
     o->crossentropy_backward(m->logits, m->targets, dloss, (int)BT, V, Vp);
     memset(m->dln, 0, BTC * sizeof(float));
     o->matmul_backward(m->dln, rg.t[SR_WTE], NULL, m->logits, m->lnf, rp.t[SR_WTE], (int)BT, C, Vp);
@@ -276,8 +299,10 @@ void sr_model_backward(sr_model *m, const sr_param_source *src, float dloss) {
                           rp.t[SR_LNFW], m->lnf_mean, m->lnf_rstd, (int)BT, C);
 
     for (int l = L - 1; l >= 0; l--) {
-        block_view p = view_block(m, layer_params(m, src, l));
-        block_view g = view_block(m, layer_grads(m, src, l));
+        lp = layer_params(m, src, l);
+        lg = lp ? layer_grads(m, src, l) : NULL;
+        NEED(lp && lg);
+        block_view p = view_block(m, lp), g = view_block(m, lg);
         const float *residual = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * BTC;
         float *ln1 = m->ln1 + l * BTC, *qkv = m->qkv + l * 3 * BTC, *atty = m->atty + l * BTC;
         float *att = m->att + (size_t)l * B * NH * T * T;
@@ -310,9 +335,12 @@ void sr_model_backward(sr_model *m, const sr_param_source *src, float dloss) {
                               m->ln1_mean + l * BT, m->ln1_rstd + l * BT, (int)BT, C);
         done_backward(src, l);
     }
-    rg = view_root(m, layer_grads(m, src, L));
+    lg = layer_grads(m, src, L);
+    NEED(lg);
+    rg = view_root(m, lg);
     o->encoder_backward(rg.t[SR_WTE], rg.t[SR_WPE], m->dresidual, m->inputs, B, T, C);
     done_backward(src, L);
+    return o->take_error ? o->take_error() : SR_OK;
 }
 
 double sr_model_flops_per_token(const sr_model *m) {

@@ -67,7 +67,8 @@ typedef struct {
 
 /* Where forward/backward find a layer's parameters and gradients.  `layer`
  * is 0..L-1 for blocks and L for the root.  Returned pointers address the
- * layer's tensors laid out as in the table (block-relative offsets).  The
+ * layer's tensors laid out as in the table (block-relative offsets); NULL
+ * means the source failed (it keeps the reason) and ends the pass.  The
  * done_* hooks (may be NULL) tell the owner a layer is finished, so it can
  * reshard parameters or reduce-scatter gradients. */
 typedef struct {
@@ -100,11 +101,15 @@ typedef struct sr_model {
 
 /* Vocabulary padded for speed: the next multiple of 64. */
 int sr_model_padded_vocab(int V);
+/* Floats in the unit-major parameter vector of a model with dims d (Vp
+ * computed from V). */
+size_t sr_model_n_params(const sr_model_dims *d);
 
 /* Builds the tensor table and layout for `d` (Vp computed from V).  With
  * `own_params` the full parameter and gradient buffers are allocated (in
  * categories SR_MEM_PARAM_SHARD / SR_MEM_GRAD_SHARD).  Activations for
- * micro-batches of up to `max_B` sequences are allocated.  Returns
+ * micro-batches of up to `max_B` sequences are allocated (none for max_B 0:
+ * the tensor table alone, for the offline tools).  Returns
  * SR_ERR_INTERNAL when out of memory.  Free with sr_model_free. */
 sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, int max_B, bool own_params);
 void sr_model_free(sr_model *m);
@@ -116,16 +121,17 @@ void sr_model_free(sr_model *m);
 void sr_model_init_params(const sr_model *m, uint64_t seed, float *dst, size_t begin, size_t end);
 
 /* Forward over B sequences of T = d.T tokens.  `inputs` and `targets` are
- * [B,T] token ids (all < V).  Returns the mean loss over the B*T tokens; per
- * token losses stay in m->losses.  `src` NULL uses m->params. */
-float sr_model_forward(sr_model *m, const sr_param_source *src, const int *inputs, const int *targets, int B);
-/* Forward for evaluation: same as forward, without keeping what backward needs
- * beyond the last call.  Equivalent to sr_model_forward. */
-#define sr_model_eval sr_model_forward
+ * [B,T] token ids (all < V).  *mean_loss (may be NULL) gets the mean loss
+ * over the B*T tokens; per token losses stay in m->losses.  `src` NULL uses
+ * m->params.  Returns SR_OK or the first failure of an op
+ * (SR_ERR_INTERNAL when a scratch allocation failed). */
+sr_status sr_model_forward(sr_model *m, const sr_param_source *src, const int *inputs, const int *targets, int B,
+                           float *mean_loss);
 /* Backward of the last forward; accumulates d(loss_sum * dloss)/dparam into
  * the gradients, where loss_sum is the sum of the per-token losses (pass
- * dloss = 1/(tokens in the global batch) for the mean). */
-void sr_model_backward(sr_model *m, const sr_param_source *src, float dloss);
+ * dloss = 1/(tokens in the global batch) for the mean).  Returns as
+ * sr_model_forward. */
+sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss);
 
 /* FLOPs of one forward+backward per token (6N + 12*L*C*T; N without the
  * position embedding). */

@@ -13,6 +13,8 @@
 
 #include <stddef.h>
 
+#include "status.h"
+
 typedef struct sr_ops {
     const char *name;
     /* out[B,T,C] = wte[inp[b,t]] + wpe[t] */
@@ -46,6 +48,10 @@ typedef struct sr_ops {
     /* probs[N,Vp] becomes dlogits = (probs - onehot(target)) * dloss in place;
      * the padded logits get zero gradient. */
     void (*crossentropy_backward)(float *probs, const int *targets, float dloss, int N, int V, int Vp);
+    /* The first failure of an op on the calling thread since the last call
+     * (SR_OK when none), its message recorded; clears it.  Ops return void,
+     * so the model asks after every pass. */
+    sr_status (*take_error)(void);
 } sr_ops;
 
 /* The CPU reference ops (OpenBLAS + OpenMP). */

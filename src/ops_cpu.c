@@ -24,7 +24,24 @@
 #include <omp.h>
 #endif
 
+#include "isa.h"
+#include "mem.h"
+
 static int n_threads = 1;
+/* The first failure of an op on this thread since take_error() (ops return
+ * void: what can fail on the CPU is a scratch allocation). */
+static _Thread_local sr_status op_error = SR_OK;
+
+static void fail(sr_status st) {
+    if (op_error == SR_OK)
+        op_error = st;
+}
+
+static sr_status take_error(void) {
+    sr_status st = op_error;
+    op_error = SR_OK;
+    return st;
+}
 
 int sr_ops_set_threads(int n) {
     if (n <= 0) {
@@ -85,7 +102,7 @@ typedef union {
     int32_t i;
 } float_bits;
 
-static inline float fast_expf(float x) {
+static inline SR_ISA_INLINE float fast_expf(float x) {
     float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - k * 0.693145751953125f - k * 1.428606765330187e-06f;
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f + r * (8.3333338e-3f + r * 1.3888889e-3f)))));
@@ -98,19 +115,188 @@ static inline float fast_expf(float x) {
 }
 
 /* tanh(x) = 1 - 2 / (exp(2x) + 1); absolute error ~1e-7. */
-static inline float fast_tanhf(float x) { return 1.0f - 2.0f / (fast_expf(2.0f * x) + 1.0f); }
+static inline SR_ISA_INLINE float fast_tanhf(float x) { return 1.0f - 2.0f / (fast_expf(2.0f * x) + 1.0f); }
+
+/* ------------------------------------------------------------------------ */
+/* Row and chunk kernels, compiled per ISA level (isa.h).  Each runs on one
+ * thread; the ops below split rows or ranges over the OpenMP team and call
+ * them, so the vector code is the clone's. */
+
+/* out[i] = a[i] + b[i] */
+static inline SR_ISA_INLINE void vadd_body(float *out, const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
+}
+SR_ISA_KERNEL(vadd, (float *out, const float *a, const float *b, size_t n), (out, a, b, n))
+
+/* x[i] += d[i]; y[i] += d[i] */
+static inline SR_ISA_INLINE void acc2_body(float *x, float *y, const float *d, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        x[i] += d[i];
+        y[i] += d[i];
+    }
+}
+SR_ISA_KERNEL(acc2, (float *x, float *y, const float *d, size_t n), (x, y, d, n))
+
+/* acc[i] += d[i] */
+static inline SR_ISA_INLINE void acc1_body(float *acc, const float *d, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        acc[i] += d[i];
+}
+SR_ISA_KERNEL(acc1, (float *acc, const float *d, size_t n), (acc, d, n))
+
+static inline SR_ISA_INLINE void ln_fwd_row_body(float *o, float *mean, float *rstd, const float *x, const float *w,
+                                                 const float *b, int C) {
+    const float eps = 1e-5f;
+    float m = 0.0f;
+    for (int c = 0; c < C; c++)
+        m += x[c];
+    m /= C;
+    float v = 0.0f;
+    for (int c = 0; c < C; c++) {
+        float d = x[c] - m;
+        v += d * d;
+    }
+    v /= C;
+    float s = 1.0f / sqrtf(v + eps);
+    for (int c = 0; c < C; c++)
+        o[c] = (x[c] - m) * s * w[c] + b[c];
+    *mean = m;
+    *rstd = s;
+}
+SR_ISA_KERNEL(ln_fwd_row,
+              (float *o, float *mean, float *rstd, const float *x, const float *w, const float *b, int C),
+              (o, mean, rstd, x, w, b, C))
+
+static inline SR_ISA_INLINE void ln_bwd_row_body(float *di, const float *x, const float *d, const float *w, float m,
+                                                 float s, int C) {
+    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    for (int c = 0; c < C; c++) {
+        float norm = (x[c] - m) * s;
+        float dn = w[c] * d[c];
+        dnorm_mean += dn;
+        dnorm_norm_mean += dn * norm;
+    }
+    dnorm_mean /= C;
+    dnorm_norm_mean /= C;
+    for (int c = 0; c < C; c++) {
+        float norm = (x[c] - m) * s;
+        float dn = w[c] * d[c];
+        di[c] += (dn - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+}
+SR_ISA_KERNEL(ln_bwd_row, (float *di, const float *x, const float *d, const float *w, float m, float s, int C),
+              (di, x, d, w, m, s, C))
+
+static inline SR_ISA_INLINE void ln_bwd_cols_body(float *dw, float *db, const float *x, const float *d, float m,
+                                                  float s, int n) {
+    for (int c = 0; c < n; c++) {
+        dw[c] += (x[c] - m) * s * d[c];
+        db[c] += d[c];
+    }
+}
+SR_ISA_KERNEL(ln_bwd_cols, (float *dw, float *db, const float *x, const float *d, float m, float s, int n),
+              (dw, db, x, d, m, s, n))
+
+/* Row t of a causal softmax over a[0..T): softmax of a[0..t], zeros after. */
+static inline SR_ISA_INLINE void softmax_causal_row_body(float *row, int t, int T) {
+    float mx = row[0];
+    for (int t2 = 1; t2 <= t; t2++)
+        mx = row[t2] > mx ? row[t2] : mx;
+    float sum = 0.0f;
+    for (int t2 = 0; t2 <= t; t2++)
+        row[t2] = fast_expf(row[t2] - mx);
+    for (int t2 = 0; t2 <= t; t2++)
+        sum += row[t2];
+    float inv = 1.0f / sum;
+    for (int t2 = 0; t2 <= t; t2++)
+        row[t2] *= inv;
+    for (int t2 = t + 1; t2 < T; t2++)
+        row[t2] = 0.0f;
+}
+SR_ISA_KERNEL(softmax_causal_row, (float *row, int t, int T), (row, t, T))
+
+/* Softmax backward of row t in place: dr = a * (dr - sum(a * dr)), zeros after t. */
+static inline SR_ISA_INLINE void softmax_causal_bwd_row_body(float *dr, const float *ar, int t, int T) {
+    float dot = 0.0f;
+    for (int t2 = 0; t2 <= t; t2++)
+        dot += ar[t2] * dr[t2];
+    for (int t2 = 0; t2 <= t; t2++)
+        dr[t2] = ar[t2] * (dr[t2] - dot);
+    for (int t2 = t + 1; t2 < T; t2++)
+        dr[t2] = 0.0f;
+}
+SR_ISA_KERNEL(softmax_causal_bwd_row, (float *dr, const float *ar, int t, int T), (dr, ar, t, T))
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+
+static inline SR_ISA_INLINE void gelu_fwd_body(float *out, const float *inp, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float cube = 0.044715f * x * x * x;
+        out[i] = 0.5f * x * (1.0f + fast_tanhf(GELU_SCALE * (x + cube)));
+    }
+}
+SR_ISA_KERNEL(gelu_fwd, (float *out, const float *inp, size_t n), (out, inp, n))
+
+static inline SR_ISA_INLINE void gelu_bwd_body(float *dinp, const float *inp, const float *dout, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float cube = 0.044715f * x * x * x;
+        float arg = GELU_SCALE * (x + cube);
+        float th = fast_tanhf(arg);
+        float sech2 = 1.0f - th * th;
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] += grad * dout[i];
+    }
+}
+SR_ISA_KERNEL(gelu_bwd, (float *dinp, const float *inp, const float *dout, size_t n), (dinp, inp, dout, n))
+
+/* One row of the classifier: probabilities in place (padding zero), returns
+ * the loss -log p[target] from the shifted logits (finite even when p
+ * underflows). */
+static inline SR_ISA_INLINE float xent_fwd_row_body(float *l, int target, int V, int Vp) {
+    float mx = l[0];
+    for (int v = 1; v < V; v++)
+        mx = l[v] > mx ? l[v] : mx;
+    float target_logit = l[target];
+    for (int v = 0; v < V; v++)
+        l[v] = fast_expf(l[v] - mx);
+    double sum = 0.0;
+    for (int v = 0; v < V; v++)
+        sum += l[v];
+    float inv = (float)(1.0 / sum);
+    for (int v = 0; v < V; v++)
+        l[v] *= inv;
+    for (int v = V; v < Vp; v++)
+        l[v] = 0.0f;
+    return (float)(log(sum) - (double)(target_logit - mx));
+}
+SR_ISA_KERNEL_RET(float, xent_fwd_row, (float *l, int target, int V, int Vp), (l, target, V, Vp))
+
+static inline SR_ISA_INLINE void xent_bwd_row_body(float *p, int target, float dloss, int V, int Vp) {
+    for (int v = 0; v < V; v++)
+        p[v] *= dloss;
+    p[target] -= dloss;
+    for (int v = V; v < Vp; v++)
+        p[v] = 0.0f;
+}
+SR_ISA_KERNEL(xent_bwd_row, (float *p, int target, float dloss, int V, int Vp), (p, target, dloss, V, Vp))
+
+/* [lo, hi) of n elements for this thread, in 64-element blocks. */
+static void my_range(size_t n, size_t *lo, size_t *hi) {
+    int blocks = (int)((n + 63) / 64), b0, b1;
+    split_range(blocks, thread_id(), team_size(), 1, &b0, &b1);
+    *lo = (size_t)b0 * 64 < n ? (size_t)b0 * 64 : n;
+    *hi = (size_t)b1 * 64 < n ? (size_t)b1 * 64 : n;
+}
 
 /* ------------------------------------------------------------------------ */
 
 static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C) {
 #pragma omp parallel for
-    for (int bt = 0; bt < B * T; bt++) {
-        float *o = out + (size_t)bt * C;
-        const float *e = wte + (size_t)inp[bt] * C;
-        const float *p = wpe + (size_t)(bt % T) * C;
-        for (int c = 0; c < C; c++)
-            o[c] = e[c] + p[c];
-    }
+    for (int bt = 0; bt < B * T; bt++)
+        vadd(out + (size_t)bt * C, wte + (size_t)inp[bt] * C, wpe + (size_t)(bt % T) * C, (size_t)C);
 }
 
 static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C) {
@@ -120,42 +306,20 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
     {
         int c0, c1;
         split_range(C, thread_id(), team_size(), 16, &c0, &c1);
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < T; t++) {
-                const float *d = dout + ((size_t)b * T + t) * C;
-                float *we = dwte + (size_t)inp[b * T + t] * C;
-                float *wp = dwpe + (size_t)t * C;
-                for (int c = c0; c < c1; c++) {
-                    we[c] += d[c];
-                    wp[c] += d[c];
+        if (c1 > c0)
+            for (int b = 0; b < B; b++)
+                for (int t = 0; t < T; t++) {
+                    const float *d = dout + ((size_t)b * T + t) * C;
+                    acc2(dwte + (size_t)inp[b * T + t] * C + c0, dwpe + (size_t)t * C + c0, d + c0, (size_t)(c1 - c0));
                 }
-            }
     }
 }
 
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                               int N, int C) {
-    const float eps = 1e-5f;
 #pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        float *o = out + (size_t)n * C;
-        float m = 0.0f;
-        for (int c = 0; c < C; c++)
-            m += x[c];
-        m /= C;
-        float v = 0.0f;
-        for (int c = 0; c < C; c++) {
-            float d = x[c] - m;
-            v += d * d;
-        }
-        v /= C;
-        float s = 1.0f / sqrtf(v + eps);
-        for (int c = 0; c < C; c++)
-            o[c] = (x[c] - m) * s * w[c] + b[c];
-        mean[n] = m;
-        rstd[n] = s;
-    }
+    for (int n = 0; n < N; n++)
+        ln_fwd_row(out + (size_t)n * C, &mean[n], &rstd[n], inp + (size_t)n * C, w, b, C);
 }
 
 static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
@@ -164,38 +328,15 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
     {
         /* Pass 1, by row: the input gradient. */
 #pragma omp for
-        for (int n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C;
-            const float *d = dout + (size_t)n * C;
-            float *di = dinp + (size_t)n * C;
-            float m = mean[n], s = rstd[n];
-            float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-            for (int c = 0; c < C; c++) {
-                float norm = (x[c] - m) * s;
-                float dn = w[c] * d[c];
-                dnorm_mean += dn;
-                dnorm_norm_mean += dn * norm;
-            }
-            dnorm_mean /= C;
-            dnorm_norm_mean /= C;
-            for (int c = 0; c < C; c++) {
-                float norm = (x[c] - m) * s;
-                float dn = w[c] * d[c];
-                di[c] += (dn - dnorm_mean - norm * dnorm_norm_mean) * s;
-            }
-        }
+        for (int n = 0; n < N; n++)
+            ln_bwd_row(dinp + (size_t)n * C, inp + (size_t)n * C, dout + (size_t)n * C, w, mean[n], rstd[n], C);
         /* Pass 2, by column block: weight and bias gradients. */
         int c0, c1;
         split_range(C, thread_id(), team_size(), 16, &c0, &c1);
-        for (int n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C;
-            const float *d = dout + (size_t)n * C;
-            float m = mean[n], s = rstd[n];
-            for (int c = c0; c < c1; c++) {
-                dw[c] += (x[c] - m) * s * d[c];
-                db[c] += d[c];
-            }
-        }
+        if (c1 > c0)
+            for (int n = 0; n < N; n++)
+                ln_bwd_cols(dw + c0, db + c0, inp + (size_t)n * C + c0, dout + (size_t)n * C + c0, mean[n], rstd[n],
+                            c1 - c0);
     }
 }
 
@@ -232,13 +373,9 @@ static void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
         if (o1 > o0)
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o1 - o0, C, N, 1.0f, dout + o0, OC, inp, C, 1.0f,
                         dw + (size_t)o0 * C, C);
-        if (dbias && o1 > o0) {
-            for (int n = 0; n < N; n++) {
-                const float *d = dout + (size_t)n * OC;
-                for (int o = o0; o < o1; o++)
-                    dbias[o] += d[o];
-            }
-        }
+        if (dbias && o1 > o0)
+            for (int n = 0; n < N; n++)
+                acc1(dbias + o0, dout + (size_t)n * OC + o0, (size_t)(o1 - o0));
     }
 }
 
@@ -255,22 +392,8 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
         float *a = att + (size_t)bh * T * T;
         /* a = scale * q k^T (the full square; the upper triangle is masked) */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
-        for (int t = 0; t < T; t++) {
-            float *row = a + (size_t)t * T;
-            float mx = row[0];
-            for (int t2 = 1; t2 <= t; t2++)
-                mx = row[t2] > mx ? row[t2] : mx;
-            float sum = 0.0f;
-            for (int t2 = 0; t2 <= t; t2++)
-                row[t2] = fast_expf(row[t2] - mx);
-            for (int t2 = 0; t2 <= t; t2++)
-                sum += row[t2];
-            float inv = 1.0f / sum;
-            for (int t2 = 0; t2 <= t; t2++)
-                row[t2] *= inv;
-            for (int t2 = t + 1; t2 < T; t2++)
-                row[t2] = 0.0f;
-        }
+        for (int t = 0; t < T; t++)
+            softmax_causal_row(a + (size_t)t * T, t, T);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f,
                     out + (size_t)b * T * C + (size_t)h * hs, C);
     }
@@ -281,9 +404,18 @@ static void attention_backward(float *dqkv, const float *dout, const float *qkv,
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     int C3 = 3 * C;
-#pragma omp parallel
+    /* one T x T scratch per thread, allocated before the team starts so an
+     * allocation failure is reported (take_error) instead of crashing a
+     * worker; counted but not accounted, like any short-lived buffer */
+    int nt = sr_ops_threads();
+    float *scratch = sr_malloc((size_t)nt * T * T * sizeof(float));
+    if (!scratch) {
+        fail(sr_error_oom("the attention backward scratch"));
+        return;
+    }
+#pragma omp parallel num_threads(nt)
     {
-        float *datt = malloc((size_t)T * T * sizeof(float));
+        float *datt = scratch + (size_t)thread_id() * T * T;
 #pragma omp for schedule(dynamic)
         for (int bh = 0; bh < B * NH; bh++) {
             int b = bh / NH, h = bh % NH;
@@ -296,88 +428,53 @@ static void attention_backward(float *dqkv, const float *dout, const float *qkv,
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, datt, T);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 1.0f, dv, C3);
             /* softmax backward, in place: dpre = a * (datt - sum(a * datt)) */
-            for (int t = 0; t < T; t++) {
-                const float *ar = a + (size_t)t * T;
-                float *dr = datt + (size_t)t * T;
-                float dot = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++)
-                    dot += ar[t2] * dr[t2];
-                for (int t2 = 0; t2 <= t; t2++)
-                    dr[t2] = ar[t2] * (dr[t2] - dot);
-                for (int t2 = t + 1; t2 < T; t2++)
-                    dr[t2] = 0.0f;
-            }
+            for (int t = 0; t < T; t++)
+                softmax_causal_bwd_row(datt + (size_t)t * T, a + (size_t)t * T, t, T);
             /* dq += scale dpre k ; dk += scale dpre^T q */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, datt, T, k, C3, 1.0f, dq, C3);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, datt, T, q, C3, 1.0f, dk, C3);
         }
-        free(datt);
     }
+    free(scratch);
 }
 
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
-
 static void gelu_forward(float *out, const float *inp, size_t n) {
-#pragma omp parallel for simd
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float cube = 0.044715f * x * x * x;
-        out[i] = 0.5f * x * (1.0f + fast_tanhf(GELU_SCALE * (x + cube)));
+#pragma omp parallel
+    {
+        size_t lo, hi;
+        my_range(n, &lo, &hi);
+        gelu_fwd(out + lo, inp + lo, hi - lo);
     }
 }
 
 static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-#pragma omp parallel for simd
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float cube = 0.044715f * x * x * x;
-        float arg = GELU_SCALE * (x + cube);
-        float th = fast_tanhf(arg);
-        float sech2 = 1.0f - th * th;
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += grad * dout[i];
+#pragma omp parallel
+    {
+        size_t lo, hi;
+        my_range(n, &lo, &hi);
+        gelu_bwd(dinp + lo, inp + lo, dout + lo, hi - lo);
     }
 }
 
 static void residual_forward(float *out, const float *a, const float *b, size_t n) {
-#pragma omp parallel for
-    for (size_t i = 0; i < n; i++)
-        out[i] = a[i] + b[i];
+#pragma omp parallel
+    {
+        size_t lo, hi;
+        my_range(n, &lo, &hi);
+        vadd(out + lo, a + lo, b + lo, hi - lo);
+    }
 }
 
 static void crossentropy_forward(float *losses, float *logits, const int *targets, int N, int V, int Vp) {
 #pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        float *l = logits + (size_t)n * Vp;
-        float mx = l[0];
-        for (int v = 1; v < V; v++)
-            mx = l[v] > mx ? l[v] : mx;
-        float target_logit = l[targets[n]];
-        for (int v = 0; v < V; v++)
-            l[v] = fast_expf(l[v] - mx);
-        double sum = 0.0;
-        for (int v = 0; v < V; v++)
-            sum += l[v];
-        float inv = (float)(1.0 / sum);
-        for (int v = 0; v < V; v++)
-            l[v] *= inv;
-        for (int v = V; v < Vp; v++)
-            l[v] = 0.0f;
-        /* -log softmax from the shifted logits: finite even when p underflows */
-        losses[n] = (float)(log(sum) - (double)(target_logit - mx));
-    }
+    for (int n = 0; n < N; n++)
+        losses[n] = xent_fwd_row(logits + (size_t)n * Vp, targets[n], V, Vp);
 }
 
 static void crossentropy_backward(float *probs, const int *targets, float dloss, int N, int V, int Vp) {
 #pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        float *p = probs + (size_t)n * Vp;
-        for (int v = 0; v < V; v++)
-            p[v] *= dloss;
-        p[targets[n]] -= dloss;
-        for (int v = V; v < Vp; v++)
-            p[v] = 0.0f;
-    }
+    for (int n = 0; n < N; n++)
+        xent_bwd_row(probs + (size_t)n * Vp, targets[n], dloss, V, Vp);
 }
 
 const sr_ops sr_ops_cpu = {
@@ -395,4 +492,5 @@ const sr_ops sr_ops_cpu = {
     .residual_forward = residual_forward,
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,
+    .take_error = take_error,
 };

@@ -7,20 +7,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "mem.h"
+#include "vec.h"
 
 sr_status sr_optim_init_slices(sr_optim *opt, const sr_model *model, const sr_slice *slices, int n,
                                size_t local_size) {
-    memset(opt, 0, sizeof *opt);
-    opt->model = model;
-    opt->local_size = local_size;
-    opt->nslices = n;
-    opt->slices = malloc(sizeof *slices * (size_t)(n > 0 ? n : 1));
+    *opt = (sr_optim){.model = model, .local_size = local_size, .nslices = n};
+    opt->slices = sr_malloc(sizeof *slices * (size_t)(n > 0 ? n : 1));
+    opt->decay = sr_calloc((size_t)model->n_tensors, 1);
+    if (!opt->slices || !opt->decay)
+        return sr_error_oom("the optimizer's tables");
     opt->m = sr_mem_alloc(SR_MEM_OPTIM_SHARD, local_size * sizeof(float));
-    opt->v = sr_mem_alloc(SR_MEM_OPTIM_SHARD, local_size * sizeof(float));
-    opt->decay = calloc((size_t)model->n_tensors, 1);
-    if (!opt->slices || !opt->m || !opt->v || !opt->decay)
-        return sr_error(SR_ERR_INTERNAL, "out of memory for optimizer state");
+    opt->v = opt->m ? sr_mem_alloc(SR_MEM_OPTIM_SHARD, local_size * sizeof(float)) : NULL;
+    if (!opt->m || !opt->v)
+        return SR_ERR_INTERNAL;
     memcpy(opt->slices, slices, sizeof *slices * (size_t)n);
     for (int i = 0; i < model->n_tensors; i++)
         opt->decay[i] = model->tensors[i].ndim >= 2;
@@ -37,15 +38,19 @@ void sr_optim_free(sr_optim *opt) {
     sr_mem_free(SR_MEM_OPTIM_SHARD, opt->v, opt->local_size * sizeof(float));
     free(opt->decay);
     free(opt->slices);
-    memset(opt, 0, sizeof *opt);
+    *opt = (sr_optim){0};
 }
 
-void sr_optim_step(sr_optim *opt, float *params, const float *grads, int64_t step, double lr, const sr_config *cfg,
+void sr_optim_step(sr_optim *opt, float *params, const float *grads, int64_t step, double lr, const sr_adamw_opts *o,
                    float grad_scale) {
-    const float b1 = (float)cfg->beta1, b2 = (float)cfg->beta2, eps = (float)cfg->eps;
-    const float bc1 = (float)(1.0 - pow(cfg->beta1, (double)step));
-    const float bc2 = (float)(1.0 - pow(cfg->beta2, (double)step));
-    const float flr = (float)lr, wd = (float)cfg->weight_decay;
+    sr_adamw_args a = {.b1 = (float)o->beta1,
+                       .b2 = (float)o->beta2,
+                       .eps = (float)o->eps,
+                       .bc1 = (float)(1.0 - pow(o->beta1, (double)step)),
+                       .bc2 = (float)(1.0 - pow(o->beta2, (double)step)),
+                       .lr = (float)lr,
+                       .grad_scale = grad_scale};
+    const float wd = (float)o->weight_decay;
     const sr_model *model = opt->model;
     for (int si = 0; si < opt->nslices; si++) {
         const sr_slice *sl = &opt->slices[si];
@@ -55,60 +60,49 @@ void sr_optim_step(sr_optim *opt, float *params, const float *grads, int64_t ste
             size_t hi = t->offset + t->numel < sl->end ? t->offset + t->numel : sl->end;
             if (lo >= hi)
                 continue;
-            float decay = opt->decay[ti] ? wd : 0.0f;
-            size_t a = lo - sl->begin + sl->local, b = hi - sl->begin + sl->local;
-#pragma omp parallel for
-            for (size_t i = a; i < b; i++) {
-                float g = grads[i] * grad_scale;
-                float m = b1 * opt->m[i] + (1.0f - b1) * g;
-                float v = b2 * opt->v[i] + (1.0f - b2) * g * g;
-                opt->m[i] = m;
-                opt->v[i] = v;
-                float mhat = m / bc1, vhat = v / bc2;
-                params[i] -= flr * (mhat / (sqrtf(vhat) + eps) + decay * params[i]);
-            }
+            a.decay = opt->decay[ti] ? wd : 0.0f;
+            size_t at = lo - sl->begin + sl->local;
+            sr_vec_adamw_par(params + at, grads + at, opt->m + at, opt->v + at, hi - lo, &a);
         }
     }
 }
 
-double sr_lr_at(const sr_config *cfg, int64_t s) {
-    double lr = cfg->lr, min_lr = cfg->min_lr;
-    int64_t warm = cfg->warmup_steps, total = cfg->steps;
+double sr_lr_at(const sr_lr_schedule *sch, int64_t s) {
+    double lr = sch->lr, min_lr = sch->min_lr;
+    int64_t warm = sch->warmup_steps, total = sch->steps;
     if (s < warm)
         return lr * (double)(s + 1) / (double)warm;
-    if (cfg->schedule == SR_SCHED_CONSTANT)
+    if (sch->schedule == SR_SCHED_CONSTANT)
         return lr;
     if (total - 1 <= warm)
         return lr;
     double frac = (double)(s - warm) / (double)(total - 1 - warm);
     if (frac > 1.0)
         frac = 1.0;
-    if (cfg->schedule == SR_SCHED_LINEAR)
+    if (sch->schedule == SR_SCHED_LINEAR)
         return lr + (min_lr - lr) * frac;
     return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(M_PI * frac));
 }
 
 double sr_sum_squares(const float *x, size_t n) {
-    /* Fixed-size blocks summed in order: the same result for any thread count. */
-    const size_t block = 4096;
-    size_t nb = (n + block - 1) / block;
-    double total = 0.0;
-    double *part = malloc((nb ? nb : 1) * sizeof(double));
-    if (!part) {
-        for (size_t i = 0; i < n; i++)
-            total += (double)x[i] * x[i];
-        return total;
-    }
+    /* Fixed-size blocks summed in order: the same result for any thread
+     * count.  The partial sums live on the stack in pieces of at most 4096
+     * blocks, so the sum never allocates (it runs on the step path). */
+    enum { BLOCK = 4096, PIECE = 4096 };
+    double part[PIECE], total = 0.0;
+    for (size_t base = 0; base < n; base += (size_t)BLOCK * PIECE) {
+        size_t len = n - base < (size_t)BLOCK * PIECE ? n - base : (size_t)BLOCK * PIECE;
+        size_t nb = (len + BLOCK - 1) / BLOCK;
 #pragma omp parallel for
-    for (size_t b = 0; b < nb; b++) {
-        size_t lo = b * block, hi = lo + block < n ? lo + block : n;
-        double s = 0.0;
-        for (size_t i = lo; i < hi; i++)
-            s += (double)x[i] * x[i];
-        part[b] = s;
+        for (size_t b = 0; b < nb; b++) {
+            size_t lo = base + b * BLOCK, hi = lo + BLOCK < base + len ? lo + BLOCK : base + len;
+            double s = 0.0;
+            for (size_t i = lo; i < hi; i++)
+                s += (double)x[i] * x[i];
+            part[b] = s;
+        }
+        for (size_t b = 0; b < nb; b++)
+            total += part[b];
     }
-    for (size_t b = 0; b < nb; b++)
-        total += part[b];
-    free(part);
     return total;
 }

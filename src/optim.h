@@ -1,32 +1,38 @@
 /* optim.h — AdamW on a shard, the learning-rate schedule, gradient norms.
  *
- * optim owns the Adam moment buffers (m, v) of one contiguous slice of the
- * parameter buffer.  The optimizer touches only that slice; which elements
- * decay comes from the model's tensor table (rule: tensors with two or more
- * dimensions decay — matrices and the embeddings — biases and LayerNorm
- * parameters do not; nanoGPT's rule).  The learning rate at step s depends
- * only on s and the current keys (DESIGN §7). */
+ * optim owns the Adam moment buffers (m, v) of the slices of the parameter
+ * vector a rank holds.  The optimizer touches only those slices; which
+ * elements decay comes from the model's tensor table (rule: tensors with two
+ * or more dimensions decay — matrices and the embeddings — biases and
+ * LayerNorm parameters do not; nanoGPT's rule).  The learning rate at step s
+ * depends only on s and the current schedule (doc/ARCHITECTURE.md §4). */
 #ifndef SR_OPTIM_H
 #define SR_OPTIM_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
 #include "model.h"
+#include "shardplan.h"
 #include "status.h"
 
-/* A slice [begin, end) of the global parameter buffer stored at `local` in
- * a rank's shard buffers. */
+/* The learning-rate schedule (train.* keys). */
 typedef struct {
-    size_t begin, end, local;
-} sr_slice;
+    int schedule; /* SR_SCHED_COSINE, SR_SCHED_LINEAR, SR_SCHED_CONSTANT (config.h) */
+    double lr, min_lr;
+    int64_t warmup_steps, steps;
+} sr_lr_schedule;
+
+/* AdamW's constants (train.* keys). */
+typedef struct {
+    double beta1, beta2, eps, weight_decay;
+} sr_adamw_opts;
 
 typedef struct {
-    sr_slice *slices;  /* what this rank owns */
+    sr_slice *slices;     /* what this rank owns */
     int nslices;
-    size_t local_size; /* floats in the shard buffers (with padding) */
-    float *m, *v;      /* Adam moments, laid out like the shard (SR_MEM_OPTIM_SHARD) */
+    size_t local_size;    /* floats in the shard buffers (with padding) */
+    float *m, *v;         /* Adam moments, laid out like the shard (SR_MEM_OPTIM_SHARD) */
     unsigned char *decay; /* per tensor: 1 = decays */
     const sr_model *model;
 } sr_optim;
@@ -34,25 +40,26 @@ typedef struct {
 /* Allocates zeroed moments for a shard of `local_size` floats made of the
  * given slices (copied).  sr_optim_init is the one-slice form for
  * [begin, end).  Returns SR_ERR_INTERNAL when out of memory.  Free with
- * sr_optim_free. */
+ * sr_optim_free (also after a failed init). */
 sr_status sr_optim_init_slices(sr_optim *opt, const sr_model *model, const sr_slice *slices, int n,
                                size_t local_size);
 sr_status sr_optim_init(sr_optim *opt, const sr_model *model, size_t begin, size_t end);
 void sr_optim_free(sr_optim *opt);
 
-/* One AdamW step (1-based `step` for bias correction) on the shard buffers
- * params/grads; grads are multiplied by `grad_scale` first (clipping).
- * Decoupled weight decay: p -= lr * wd * p for decaying tensors.  Padding
- * between slices is not touched. */
-void sr_optim_step(sr_optim *opt, float *params, const float *grads, int64_t step, double lr, const sr_config *cfg,
+/* One AdamW step (1-based `step` for bias correction) at learning rate lr
+ * on the shard buffers params/grads; grads are multiplied by `grad_scale`
+ * first (clipping).  Decoupled weight decay: p -= lr * wd * p for decaying
+ * tensors.  Padding between slices is not touched. */
+void sr_optim_step(sr_optim *opt, float *params, const float *grads, int64_t step, double lr, const sr_adamw_opts *o,
                    float grad_scale);
 
 /* Learning rate for 0-based optimizer step `s`: linear warmup over
  * warmup_steps to lr, then cosine/linear decay to min_lr at the last step,
  * or constant. */
-double sr_lr_at(const sr_config *cfg, int64_t s);
+double sr_lr_at(const sr_lr_schedule *sch, int64_t s);
 
-/* Sum of squares of n floats, in double, in a fixed order. */
+/* Sum of squares of n floats, in double, in a fixed order (the same for
+ * any thread count). */
 double sr_sum_squares(const float *x, size_t n);
 
 #endif

@@ -1,5 +1,5 @@
-/* status.c — status table, the per-thread error message and log lines.
- * See status.h for the contract. */
+/* status.c — status table, the per-thread error message, sticky errors of
+ * background threads, and log lines.  See status.h for the contract. */
 #include "srconfig.h"
 
 #include "status.h"
@@ -40,9 +40,69 @@ sr_status sr_error(sr_status st, const char *fmt, ...) {
     return st;
 }
 
+sr_status sr_error_wrap(sr_status st, const char *fmt, ...) {
+    char ctx[1024], old[sizeof error_buf];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx, sizeof ctx, fmt, ap);
+    va_end(ap);
+    memcpy(old, error_buf, sizeof old);
+    if (old[0])
+        sr_fmt(error_buf, sizeof error_buf, "%s: %s", ctx, old);
+    else
+        sr_fmt(error_buf, sizeof error_buf, "%s", ctx);
+    return st;
+}
+
+void sr_fmt(char *buf, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, n, fmt, ap);
+    va_end(ap);
+}
+
+sr_status sr_error_oom(const char *what) { return sr_error(SR_ERR_INTERNAL, "out of memory (%s)", what); }
+
 const char *sr_error_message(void) { return error_buf; }
 
-void sr_error_clear(void) { error_buf[0] = '\0'; }
+void sr_sticky_init(sr_sticky *s) {
+    pthread_mutex_init(&s->mu, NULL);
+    s->st = SR_OK;
+    s->msg[0] = '\0';
+}
+
+void sr_sticky_destroy(sr_sticky *s) { pthread_mutex_destroy(&s->mu); }
+
+bool sr_sticky_set(sr_sticky *s, sr_status st, const char *fmt, ...) {
+    bool first = false;
+    pthread_mutex_lock(&s->mu);
+    if (s->st == SR_OK && st != SR_OK) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(s->msg, sizeof s->msg, fmt, ap);
+        va_end(ap);
+        s->st = st;
+        first = true;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return first;
+}
+
+sr_status sr_sticky_status(sr_sticky *s) {
+    pthread_mutex_lock(&s->mu);
+    sr_status st = s->st;
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+sr_status sr_sticky_raise(sr_sticky *s) {
+    pthread_mutex_lock(&s->mu);
+    sr_status st = s->st;
+    if (st != SR_OK)
+        snprintf(error_buf, sizeof error_buf, "%s", s->msg);
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
 
 void sr_log_set_rank(int rank, int world_size) {
     log_rank = rank;

@@ -1,50 +1,94 @@
-/* status.h — the one table of error statuses, their exit codes and messages.
+/* status.h — the one table of error statuses, their exit codes and messages,
+ * the two ways a failure carries its message, and the log lines.
  *
  * Library code never exits: it records a message with sr_error() and returns
  * an sr_status.  Only main() turns a status into an exit code, through
  * sr_status_exit_code(), so the mapping to sysexits.h lives here alone
- * (DESIGN §7).  Messages are kept in a per-thread buffer; the newest error
- * wins. */
+ * (doc/ARCHITECTURE.md §4).  Messages are kept in a per-thread buffer; the
+ * newest error wins.
+ *
+ * Context.  A failure gains context as it rises: a caller that knows more
+ * (which file, which rank, which key) calls sr_error_wrap(st, "context"),
+ * which turns the recorded message into "context: message" and returns st.
+ * Nobody copies messages into local buffers to rebuild them.
+ *
+ * Sticky errors (the one pattern for background threads).  A thread that
+ * works for an owner (the transport's progress thread, the checkpoint
+ * writer) cannot return a status to it.  It records its first failure in an
+ * sr_sticky shared with the owner — status and message, first one wins,
+ * later ones are dropped — and stops doing work.  The owner checks at its
+ * next wait: sr_sticky_raise() copies the message into the owner's own
+ * thread-local error and returns the status, so from there on the failure
+ * rises like any other. */
 #ifndef SR_STATUS_H
 #define SR_STATUS_H
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
 
 /* X(name, exit code, short meaning) */
-#define SR_STATUS_TABLE(X)                                                     \
-    X(SR_OK, 0, "success")                                                     \
-    X(SR_ERR_TRAIN, 1, "training failed")                                      \
-    X(SR_ERR_USAGE, 64, "bad command line")                                    \
-    X(SR_ERR_DATA, 65, "malformed data or checkpoint")                         \
-    X(SR_ERR_NOINPUT, 66, "input missing or unreadable")                       \
-    X(SR_ERR_PEER, 69, "a peer failed or timed out")                           \
-    X(SR_ERR_INTERNAL, 70, "internal error")                                   \
-    X(SR_ERR_CANTCREAT, 73, "cannot create output")                            \
-    X(SR_ERR_IO, 74, "I/O error")                                              \
-    X(SR_PREEMPTED, 75, "preempted, checkpoint saved, run again")              \
+#define SR_STATUS_TABLE(X)                                                                                             \
+    X(SR_OK, 0, "success")                                                                                             \
+    X(SR_ERR_TRAIN, 1, "training failed")                                                                              \
+    X(SR_ERR_USAGE, 64, "bad command line")                                                                            \
+    X(SR_ERR_DATA, 65, "malformed data or checkpoint")                                                                 \
+    X(SR_ERR_NOINPUT, 66, "input missing or unreadable")                                                               \
+    X(SR_ERR_PEER, 69, "a peer failed or timed out")                                                                   \
+    X(SR_ERR_INTERNAL, 70, "internal error")                                                                           \
+    X(SR_ERR_CANTCREAT, 73, "cannot create output")                                                                    \
+    X(SR_ERR_IO, 74, "I/O error")                                                                                      \
+    X(SR_PREEMPTED, 75, "preempted, checkpoint saved, run again")                                                      \
     X(SR_ERR_CONFIG, 78, "invalid job file or launch")
 
 typedef enum {
 #define SR_STATUS_ENUM(name, code, msg) name,
     SR_STATUS_TABLE(SR_STATUS_ENUM)
 #undef SR_STATUS_ENUM
-    SR_STATUS_COUNT
+        SR_STATUS_COUNT
 } sr_status;
 
-/* The process exit code (sysexits.h value) for a status. */
+/* The process exit code (sysexits.h value) for a status; 70 for a value
+ * outside the table. */
 int sr_status_exit_code(sr_status st);
 /* A short constant description of a status. */
 const char *sr_status_str(sr_status st);
 
 /* Records a printf-formatted message for the caller to report and returns
  * st, so library code can write `return sr_error(SR_ERR_DATA, "...", ...)`. */
-sr_status sr_error(sr_status st, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+sr_status sr_error(sr_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefixes the recorded message with a printf-formatted context and ": ",
+ * and returns st.  With no message recorded the context alone becomes the
+ * message. */
+sr_status sr_error_wrap(sr_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Records SR_ERR_INTERNAL "out of memory (WHAT)" and returns it. */
+sr_status sr_error_oom(const char *what);
+/* printf into buf[n], truncating silently: for bounded buffers where a cut
+ * message or name is acceptable (a function, so deliberate truncation does
+ * not trip -Wformat-truncation). */
+void sr_fmt(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* The newest recorded message ("" when none).  Valid until the next
  * sr_error() on this thread. */
 const char *sr_error_message(void);
-/* Forgets the recorded message. */
-void sr_error_clear(void);
+
+/* A background thread's first failure; see the file comment. */
+typedef struct {
+    pthread_mutex_t mu;
+    sr_status st;
+    char msg[1024];
+} sr_sticky;
+void sr_sticky_init(sr_sticky *s);
+void sr_sticky_destroy(sr_sticky *s);
+/* Records (st, message) unless a failure is already recorded; returns true
+ * when this call recorded it.  Thread-safe. */
+bool sr_sticky_set(sr_sticky *s, sr_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The recorded status (SR_OK when none), without touching messages. */
+sr_status sr_sticky_status(sr_sticky *s);
+/* The recorded status, with its message made this thread's error message
+ * (SR_OK and nothing recorded when none). */
+sr_status sr_sticky_raise(sr_sticky *s);
 
 /* Logging.  Every line goes to stderr.  Warnings and errors carry the rank
  * when the job has more than one rank (sr_log_set_rank).  Info lines are

@@ -1,10 +1,12 @@
-/* train.h — the training loop of one rank.
+/* train.h — the training run of one rank.
  *
- * train owns the loop: the global data cursor and this rank's slice of every
- * global batch, micro-batch accumulation, global-norm clipping, the
- * learning-rate schedule, periodic evaluation, the per-rank start line, the
- * progress line on stderr and the JSON-lines metrics file (rank 0).  The
- * sharding (gathers, reductions, optimizer on shards) is fsdp's. */
+ * train owns the run: setup (data, model, transport, control plane, engine,
+ * the agreed ISA level, checkpoint directory and resume), the start line and
+ * banner, the step loop (the global data cursor and this rank's slice of
+ * every global batch, micro-batch accumulation, global-norm clipping, the
+ * learning-rate schedule), and what follows a step (evaluation, the
+ * progress line and metrics record, preemption, periodic checkpoints).  The
+ * sharding is fsdp's, the records metrics', the checkpoints ckpt's. */
 #ifndef SR_TRAIN_H
 #define SR_TRAIN_H
 
@@ -20,22 +22,17 @@ typedef struct {
     int exit_code; /* with SR_PREEMPTED: the exit status per preemption.* */
 } sr_train_result;
 
-/* Trains per `cfg` (already finalized), resuming per checkpoint.resume and
- * saving per checkpoint.*.  Returns SR_PREEMPTED after a preemption signal
- * once the ranks agreed on a step and the checkpoint is committed
- * (res->exit_code: preemption.exit_status, or 0 after scontrol requeue),
- * SR_OK, SR_ERR_TRAIN on a
- * non-finite loss or gradient norm, SR_ERR_DATA / SR_ERR_NOINPUT for data
- * problems, SR_ERR_CANTCREAT when the metrics file cannot be created,
- * SR_ERR_PEER when a peer fails or times out, SR_ERR_CONFIG for sharding
- * settings that do not fit the world, SR_ERR_IO / SR_ERR_CANTCREAT when a
- * checkpoint cannot be written (earlier ones stay usable), SR_ERR_DATA when
- * no checkpoint verifies.  `res` may be NULL. */
+/* Trains per `cfg` (finalized; the world-size rules are checked here),
+ * resuming per checkpoint.resume and saving per checkpoint.*.  Returns
+ * SR_PREEMPTED after a preemption signal once the ranks agreed on a step
+ * and the checkpoint is committed (res->exit_code: preemption.exit_status,
+ * or 0 after scontrol requeue), SR_OK, SR_ERR_TRAIN on a non-finite loss or
+ * gradient norm, SR_ERR_DATA / SR_ERR_NOINPUT for data problems,
+ * SR_ERR_CANTCREAT when the metrics file cannot be created, SR_ERR_PEER when
+ * a peer fails or times out, SR_ERR_CONFIG for settings that do not fit the
+ * world or a CPU run, SR_ERR_IO / SR_ERR_CANTCREAT when a checkpoint cannot
+ * be written (earlier ones stay usable), SR_ERR_DATA when no checkpoint
+ * verifies, SR_ERR_INTERNAL when out of memory.  `res` may be NULL. */
 sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res);
-
-/* Nominal peak FLOP/s of `threads` cores, used for MFU: cores x clock x
- * FLOP/cycle of the widest FMA unit found (AVX-512: 64, AVX2+FMA: 32,
- * else 8); SHARDRUN_PEAK_GFLOPS overrides.  `how` describes the figure. */
-double sr_train_peak_flops(int threads, char *how, size_t how_len);
 
 #endif

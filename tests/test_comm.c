@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "comm.h"
-#include "config.h"
 #include "tap.h"
 #include "world.h"
 
@@ -142,14 +141,12 @@ int main(void) {
     sr_log_set_rank(w.rank, w.size);
     me = w.rank;
     n = w.size;
-    sr_config cfg;
-    sr_config_init(&cfg);
-    cfg.comm_timeout_s = 30;
+    sr_transport_opts opts = {.timeout_s = 30, .interface = ""};
     sr_transport *tp;
     int *ranks = malloc(sizeof(int) * (size_t)n);
     for (int i = 0; i < n; i++)
         ranks[i] = i;
-    if (sr_transport_open(&tp, &w, &cfg) != SR_OK || sr_group_create(tp, ranks, n, &g) != SR_OK ||
+    if (sr_transport_open(&tp, &w, &opts) != SR_OK || sr_group_create(tp, ranks, n, &g) != SR_OK ||
         sr_transport_connect(tp) != SR_OK) {
         if (me == 0)
             printf("1..1\nnot ok 1 - transport: %s\n", sr_error_message());
@@ -165,7 +162,6 @@ int main(void) {
     test_async();
     sr_transport_close(tp);
     sr_world_close(&w);
-    sr_config_free(&cfg);
     free(ranks);
     if (me == 0)
         tap_done();

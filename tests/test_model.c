@@ -16,7 +16,7 @@
 #include "tap.h"
 
 static double loss_double(sr_model *m, const int *in, const int *tg, int B) {
-    sr_model_forward(m, NULL, in, tg, B);
+    sr_model_forward(m, NULL, in, tg, B, NULL);
     double s = 0;
     for (int i = 0; i < B * m->d.T; i++)
         s += m->losses[i];
@@ -44,8 +44,8 @@ static void test_gradients(void) {
         tg[i] = (int)(sr_rng_u64(3, 2, i) % d.V);
     }
     memset(m.grads, 0, m.n_params * sizeof(float));
-    sr_model_forward(&m, NULL, in, tg, B);
-    sr_model_backward(&m, NULL, 1.0f / (B * d.T));
+    tap_ok(sr_model_forward(&m, NULL, in, tg, B, NULL) == SR_OK && sr_model_backward(&m, NULL, 1.0f / (B * d.T)) == SR_OK,
+           "forward and backward succeed");
 
     double worst = 0;
     const char *worst_name = "";
@@ -89,7 +89,7 @@ static void test_gradients(void) {
     float *g1 = malloc(m.n_params * sizeof(float));
     memcpy(g1, m.grads, m.n_params * sizeof(float));
     memset(m.grads, 0, m.n_params * sizeof(float));
-    sr_model_forward(&m, NULL, in, tg, B);
+    sr_model_forward(&m, NULL, in, tg, B, NULL);
     sr_model_backward(&m, NULL, 1.0f / (B * d.T));
     tap_ok(memcmp(g1, m.grads, m.n_params * sizeof(float)) == 0, "forward+backward is bitwise reproducible");
     free(g1);
@@ -167,12 +167,7 @@ static void test_layout(void) {
 }
 
 static void test_schedule(void) {
-    sr_config c;
-    sr_config_init(&c);
-    c.lr = 1e-3;
-    c.min_lr = 1e-4;
-    c.warmup_steps = 10;
-    c.steps = 111;
+    sr_lr_schedule c = {.schedule = SR_SCHED_COSINE, .lr = 1e-3, .min_lr = 1e-4, .warmup_steps = 10, .steps = 111};
     tap_ok(fabs(sr_lr_at(&c, 0) - 1e-4) < 1e-12 && fabs(sr_lr_at(&c, 9) - 1e-3) < 1e-12,
            "warmup rises linearly to lr");
     tap_ok(fabs(sr_lr_at(&c, 110) - 1e-4) < 1e-12 && fabs(sr_lr_at(&c, 60) - 5.5e-4) < 1e-12,
@@ -181,7 +176,6 @@ static void test_schedule(void) {
     tap_ok(fabs(sr_lr_at(&c, 60) - 5.5e-4) < 1e-12 && fabs(sr_lr_at(&c, 110) - 1e-4) < 1e-12, "linear decay");
     c.schedule = SR_SCHED_CONSTANT;
     tap_ok(sr_lr_at(&c, 100) == 1e-3, "constant schedule");
-    sr_config_free(&c);
 }
 
 static void test_adamw(void) {
@@ -189,8 +183,9 @@ static void test_adamw(void) {
     sr_model m;
     sr_model_dims d = {1, 1, 4, 8, 0, 2};
     sr_model_init(&m, d, &sr_ops_cpu, 1, true);
-    sr_config c;
-    sr_config_init(&c);
+    sr_config cfg;
+    sr_config_init(&cfg); /* the job file's defaults */
+    sr_adamw_opts c = {cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay};
     sr_optim opt;
     sr_optim_init(&opt, &m, 0, m.n_params);
     for (size_t i = 0; i < m.n_params; i++) {
@@ -204,7 +199,7 @@ static void test_adamw(void) {
     tap_ok(fabs(m.params[qkvw] - decayed) < 1e-6 && fabs(m.params[qkvb] - plain) < 1e-6,
            "AdamW step: decoupled decay on matrices only (%.7f, %.7f)", m.params[qkvw], m.params[qkvb]);
     sr_optim_free(&opt);
-    sr_config_free(&c);
+    sr_config_free(&cfg);
     sr_model_free(&m);
 }
 

@@ -89,7 +89,8 @@ int main(void) {
         tg[i] = targets[i];
     }
     memset(m.grads, 0, sizeof(float) * (size_t)n);
-    float loss = sr_model_forward(&m, NULL, in, tg, B);
+    float loss = 0.0f;
+    sr_model_forward(&m, NULL, in, tg, B, &loss);
     /* logits: the head over the final LayerNorm output kept by forward */
     float *logits = malloc(sizeof(float) * (size_t)BT * m.d.Vp);
     const sr_tensor *wte = &m.tensors[L * SR_NBLOCK_TENSORS + SR_WTE];

@@ -1,0 +1,260 @@
+/* ckpt_tools.c — `shardrun ckpt list | verify | inspect`; see ckpt_tools.h. */
+#include "srconfig.h"
+
+#include "ckpt_tools.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "mem.h"
+#include "ops.h"
+#include "shardfile.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* step_* directories of dir, newest first, in *out (free() it); returns
+ * the count, or -1 when out of memory. */
+static int scan_steps(const char *dir, int64_t **out) {
+    *out = sr_calloc(SR_CKPT_MAX_CANDIDATES, sizeof **out);
+    return *out ? sr_ckpt_scan(dir, *out, SR_CKPT_MAX_CANDIDATES) : -1;
+}
+
+static sr_status need_dir(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return sr_error(SR_ERR_NOINPUT, "%s: %s", path, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return sr_error(SR_ERR_NOINPUT, "%s: not a directory (hint: a checkpoint.dir or one of its step_* directories)",
+                        path);
+    return SR_OK;
+}
+
+/* A checkpoint directory (as opposed to a checkpoint.dir): it has a
+ * manifest, or is named step_<8 digits>. */
+static bool is_checkpoint(const char *path) {
+    char m[PATH_MAX];
+    struct stat sb;
+    snprintf(m, sizeof m, "%s/%s", path, SR_MANIFEST_NAME);
+    if (lstat(m, &sb) == 0)
+        return true;
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/')
+        b--;
+    char base[64];
+    int64_t step;
+    if (n - b >= sizeof base)
+        return false;
+    memcpy(base, path + b, n - b);
+    base[n - b] = '\0';
+    return sr_ckpt_parse_step_name(base, &step);
+}
+
+sr_status sr_ckpt_tool_open(const char *path, sr_manifest *mf, sr_model *model) {
+    sr_status st = need_dir(path);
+    if (st != SR_OK)
+        return st;
+    st = sr_manifest_load(path, mf);
+    if (st != SR_OK)
+        return is_checkpoint(path) ? st : SR_ERR_NOINPUT;
+    st = sr_model_init(model, mf->dims, &sr_ops_cpu, 0, false);
+    if (st != SR_OK) {
+        sr_model_free(model);
+        sr_manifest_free(mf);
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* verify */
+
+/* Failures of a verification: each printed, the first kept for the error. */
+typedef struct {
+    FILE *out;
+    char first[1200];
+    int count;
+} failures;
+
+static void failed(failures *fl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void failed(failures *fl, const char *fmt, ...) {
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(fl->out, "%s\n", line);
+    if (!fl->first[0])
+        sr_fmt(fl->first, sizeof fl->first, "%s", line);
+    fl->count++;
+}
+
+static void on_problem(void *ctx, const char *path, const char *what) { failed(ctx, "%s: FAILED: %s", path, what); }
+
+/* Verifies every chunk of every file of one checkpoint; a line per file and
+ * per failure.  Returns false when anything failed. */
+static bool verify_one(const char *path, failures *fl, uint64_t *bytes) {
+    sr_manifest mf;
+    int before = fl->count;
+    if (sr_manifest_load(path, &mf) != SR_OK) {
+        failed(fl, "%s: FAILED: %s", path, sr_error_message());
+        return false;
+    }
+    for (int fi = 0; fi < mf.nfiles; fi++) {
+        const sr_manifest_file *f = &mf.files[fi];
+        char fp[PATH_MAX];
+        snprintf(fp, sizeof fp, "%s/%s", path, f->name);
+        sr_shardfile_expect x = {f->shard, mf.step, f->bytes, f->elements, f->nchunks,
+                                 (const unsigned char(*)[32])f->sha};
+        int problems = 0;
+        sr_status st = sr_shardfile_read(fp, &x, NULL, 0, bytes, on_problem, fl, &problems);
+        if (st != SR_OK)
+            failed(fl, "%s: FAILED: %s", fp, sr_error_message());
+        else if (!problems)
+            fprintf(fl->out, "%s: OK (%" PRIu64 " bytes, %" PRIu64 " chunk%s)\n", fp, f->bytes, f->nchunks,
+                    f->nchunks == 1 ? "" : "s");
+    }
+    sr_manifest_free(&mf);
+    return fl->count == before;
+}
+
+sr_status sr_ckpt_verify(const char *path, FILE *out) {
+    sr_status st = need_dir(path);
+    if (st != SR_OK)
+        return st;
+    uint64_t bytes = 0;
+    int bad = 0, n = 1;
+    failures fl = {.out = out};
+    double t0 = now_s();
+    if (is_checkpoint(path)) {
+        verify_one(path, &fl, &bytes);
+        bad = fl.count;
+    } else {
+        int64_t *steps;
+        n = scan_steps(path, &steps);
+        if (n < 0)
+            return sr_error_oom("the list of checkpoints");
+        if (n == 0) {
+            free(steps);
+            return sr_error(SR_ERR_NOINPUT,
+                            "%s: no manifest.yaml and no step_* checkpoints (hint: shardrun ckpt list DIR)", path);
+        }
+        for (int i = 0; i < n; i++) {
+            char p[PATH_MAX];
+            snprintf(p, sizeof p, "%s/step_%08lld", path, (long long)steps[i]);
+            bad += verify_one(p, &fl, &bytes) ? 0 : 1;
+        }
+        free(steps);
+    }
+    double dt = now_s() - t0;
+    if (bad)
+        return sr_error(SR_ERR_DATA, "%s: verification failed, %d problem%s; the first: %s", path, bad,
+                        bad == 1 ? "" : "s", fl.first);
+    fprintf(out, "%s: OK: %d checkpoint%s, %.1f MB verified in %.2f s\n", path, n, n == 1 ? "" : "s",
+            (double)bytes / 1e6, dt);
+    return SR_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* list, inspect */
+
+sr_status sr_ckpt_list(const char *dir, FILE *out) {
+    sr_status st = need_dir(dir);
+    if (st != SR_OK)
+        return st;
+    char latest[64] = "", lp[PATH_MAX];
+    snprintf(lp, sizeof lp, "%s/latest", dir);
+    ssize_t ln = readlink(lp, latest, sizeof latest - 1);
+    latest[ln > 0 ? ln : 0] = '\0';
+    int64_t *steps;
+    int n = scan_steps(dir, &steps);
+    if (n < 0)
+        return sr_error_oom("the list of checkpoints");
+    fprintf(out, "%-15s %10s %6s %12s %-20s %s\n", "checkpoint", "step", "ranks", "MB", "created", "state");
+    for (int i = 0; i < n; i++) {
+        char p[PATH_MAX], name[32];
+        snprintf(name, sizeof name, "step_%08lld", (long long)steps[i]);
+        snprintf(p, sizeof p, "%s/%s", dir, name);
+        sr_manifest mf;
+        if (sr_manifest_load(p, &mf) == SR_OK) {
+            fprintf(out, "%-15s %10lld %6d %12.1f %-20s manifest ok%s\n", name, (long long)mf.step, mf.world,
+                    (double)mf.total_bytes / 1e6, mf.created, strcmp(latest, name) == 0 ? ", latest" : "");
+            sr_manifest_free(&mf);
+        } else {
+            fprintf(out, "%-15s %10lld %6s %12s %-20s unusable: %s\n", name, (long long)steps[i], "-", "-", "-",
+                    sr_error_message());
+        }
+    }
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        if (strncmp(de->d_name, ".step_", 6) == 0)
+            fprintf(out, "%-15s %10s %6s %12s %-20s incomplete (interrupted save; ignored, removed by the next run)\n",
+                    de->d_name, "-", "-", "-", "-");
+    if (d)
+        closedir(d);
+    if (n == 0)
+        fprintf(out, "(no checkpoints in %s)\n", dir);
+    free(steps);
+    return SR_OK;
+}
+
+sr_status sr_ckpt_inspect(const char *path, FILE *out) {
+    sr_manifest mf;
+    sr_model model;
+    sr_status st = sr_ckpt_tool_open(path, &mf, &model);
+    if (st != SR_OK)
+        return st;
+    fprintf(out, "checkpoint   %s\n", path);
+    fprintf(out, "format       %s version %d, created %s on %s (job %s)\n", SR_CKPT_FORMAT, mf.version, mf.created,
+            mf.host, mf.job);
+    fprintf(out, "step         %lld\n", (long long)mf.step);
+    fprintf(out, "tokens       %llu (data cursor %llu sequences, seed %llu)\n", (unsigned long long)mf.tokens,
+            (unsigned long long)mf.cursor, (unsigned long long)mf.seed);
+    fprintf(out, "world size   %d (mesh shard %d x replicate %d)%s%s\n", mf.world, mf.mesh_shard, mf.mesh_replicate,
+            mf.isa[0] ? ", CPU ISA " : "", mf.isa);
+    fprintf(out,
+            "model        n_layer %d, n_head %d, n_embd %d, vocab_size %d (padded %d), seq_len %d; %llu "
+            "parameters; hash %.16s\n",
+            mf.dims.L, mf.dims.NH, mf.dims.C, mf.dims.V, mf.dims.Vp, mf.dims.T, (unsigned long long)mf.n_params,
+            mf.model_hash);
+    fprintf(out,
+            "state        master parameters (%s), Adam m (%s), Adam v (%s): %.1f MB in %d file%s, SHA-256 per %llu "
+            "MiB chunk\n",
+            sr_dtype_name(mf.state_dtype[0]), sr_dtype_name(mf.state_dtype[1]), sr_dtype_name(mf.state_dtype[2]),
+            (double)mf.total_bytes / 1e6, mf.nfiles, mf.nfiles == 1 ? "" : "s",
+            (unsigned long long)(SR_SHARD_CHUNK_BYTES >> 20));
+    fprintf(out, "files:\n");
+    for (int i = 0; i < mf.nfiles; i++)
+        fprintf(out, "  %-16s shard %d, %llu bytes, %llu elements in %d slice%s, %llu chunk%s\n", mf.files[i].name,
+                mf.files[i].shard, (unsigned long long)mf.files[i].bytes, (unsigned long long)mf.files[i].elements,
+                mf.files[i].nslices, mf.files[i].nslices == 1 ? "" : "s", (unsigned long long)mf.files[i].nchunks,
+                mf.files[i].nchunks == 1 ? "" : "s");
+    fprintf(out, "tensors (%d):\n", model.n_tensors);
+    for (int i = 0; i < model.n_tensors; i++) {
+        const sr_tensor *t = &model.tensors[i];
+        char shape[64];
+        if (t->ndim == 2)
+            snprintf(shape, sizeof shape, "[%d, %d]", t->rows, t->cols);
+        else
+            snprintf(shape, sizeof shape, "[%d]", t->cols);
+        fprintf(out, "  %-28s %-14s f32  offset %zu\n", t->name, shape, t->offset);
+    }
+    sr_model_free(&model);
+    sr_manifest_free(&mf);
+    return SR_OK;
+}

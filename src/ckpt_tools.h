@@ -1,0 +1,32 @@
+/* ckpt_tools.h — the offline tools behind `shardrun ckpt`: list, verify,
+ * inspect, and the start every offline tool shares.
+ *
+ * ckpt_tools owns what a person sees of checkpoints without running a job:
+ * one process, no PMIx, output on the stream given.  The exporters
+ * (export_llmc.h) start from sr_ckpt_tool_open too. */
+#ifndef SR_CKPT_TOOLS_H
+#define SR_CKPT_TOOLS_H
+
+#include <stdio.h>
+
+#include "manifest.h"
+#include "model.h"
+#include "status.h"
+
+/*   list:    every step_* of DIR with step, ranks, size, date; temporaries
+ *   verify:  every chunk of every file of PATH (a step_* directory, or a
+ *            checkpoint.dir: all of its checkpoints); SR_ERR_DATA naming the
+ *            file and chunk of the first failure, every failure on `out`
+ *   inspect: manifest summary: progress, world, model, files, tensors
+ * SR_ERR_NOINPUT when PATH is not a directory. */
+sr_status sr_ckpt_list(const char *dir, FILE *out);
+sr_status sr_ckpt_verify(const char *path, FILE *out);
+sr_status sr_ckpt_inspect(const char *path, FILE *out);
+
+/* The offline tools' start: PATH is a directory whose manifest parses
+ * (SR_ERR_DATA, or SR_ERR_NOINPUT when it is not a checkpoint at all), and
+ * the model's tensor table (no activations) for its dims.  On success free
+ * both (sr_model_free, sr_manifest_free); on failure nothing is left. */
+sr_status sr_ckpt_tool_open(const char *path, sr_manifest *mf, sr_model *model);
+
+#endif

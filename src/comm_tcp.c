@@ -1,0 +1,556 @@
+/* comm_tcp.c — TCP links: listen, authenticate, connect, framed I/O with
+ * deadlines.  See comm_tcp.h for the wire protocol.
+ *
+ * Threads: one accept thread takes incoming connections and authenticates
+ * them until sr_tcp_close; all other calls come from comm's progress
+ * thread (I/O) or the owner (open, connect, close). */
+#include "srconfig.h"
+
+#include "comm_tcp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mem.h"
+
+#define WIRE_MAGIC 0x53524431u  /* "SRD1" */
+#define HELLO_MAGIC 0x53524831u /* "SRH1" */
+#define SECRET_LEN 32
+#define NONCE_LEN 32
+
+typedef struct {
+    char ip[64];
+    int port;
+} peer_addr;
+
+typedef struct {
+    uint32_t magic, rank;
+    unsigned char mac[32];
+} hello_msg;
+
+typedef struct {
+    uint32_t magic, seq;
+    uint64_t bytes;
+} wire_hdr;
+
+struct sr_tcp {
+    sr_world *world;
+    double timeout_s;
+    int listen_fd;
+    char address[96];
+    peer_addr *addrs;
+    unsigned char secret[SECRET_LEN];
+    int *fds;     /* per world rank: connected socket or -1 */
+    bool *needed; /* per world rank: a ring neighbour in some group */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool stopping, accepting;
+    pthread_t acceptor;
+    int rejected;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void set_nonblock(int fd, bool on) {
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, on ? fl | O_NONBLOCK : fl & ~O_NONBLOCK);
+}
+
+static void tune_socket(int fd) {
+    int one = 1;
+    /* Buffer sizes are left to the kernel: setting SO_SNDBUF/SO_RCVBUF turns
+     * off TCP autotuning and caps them at net.core.[rw]mem_max. */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+static bool stopping(sr_tcp *t) { return __atomic_load_n(&t->stopping, __ATOMIC_RELAXED); }
+
+/* Blocking-style I/O on a non-blocking fd with a deadline of `timeout`
+ * seconds without progress.  Returns 0, or -1 with errno (ETIMEDOUT, EPIPE
+ * for a closed peer, ECANCELED when the transport is stopping, ...). */
+static int io_full(sr_tcp *t, int fd, void *buf, size_t len, bool writing, double timeout) {
+    size_t done = 0;
+    double last = now_s();
+    while (done < len) {
+        if (t && stopping(t)) {
+            errno = ECANCELED;
+            return -1;
+        }
+        ssize_t n = writing ? send(fd, (char *)buf + done, len - done, MSG_NOSIGNAL)
+                            : recv(fd, (char *)buf + done, len - done, 0);
+        if (n > 0) {
+            done += (size_t)n;
+            last = now_s();
+            continue;
+        }
+        if (n == 0 && !writing) {
+            errno = EPIPE;
+            return -1;
+        }
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return -1;
+        double left = timeout - (now_s() - last);
+        if (left <= 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        struct pollfd p = {fd, (short)(writing ? POLLOUT : POLLIN), 0};
+        int ms = left > 1.0 ? 1000 : (int)(left * 1000) + 1;
+        poll(&p, 1, ms);
+    }
+    return 0;
+}
+
+/* Resolves comm.interface (address, interface name, or "" = host name). */
+static sr_status bind_address(const char *iface, char *ip, size_t n) {
+    struct in_addr a;
+    if (iface && *iface) {
+        if (inet_pton(AF_INET, iface, &a) == 1) {
+            snprintf(ip, n, "%s", iface);
+            return SR_OK;
+        }
+        struct ifaddrs *ifs = NULL, *it;
+        if (getifaddrs(&ifs) == 0) {
+            for (it = ifs; it; it = it->ifa_next)
+                if (it->ifa_addr && it->ifa_addr->sa_family == AF_INET && strcmp(it->ifa_name, iface) == 0) {
+                    inet_ntop(AF_INET, &((struct sockaddr_in *)it->ifa_addr)->sin_addr, ip, (socklen_t)n);
+                    freeifaddrs(ifs);
+                    return SR_OK;
+                }
+            freeifaddrs(ifs);
+        }
+        return sr_error(SR_ERR_CONFIG,
+                        "comm.interface '%s' is neither an IPv4 address nor an interface with an IPv4 address here "
+                        "(hint: see ip -br addr)",
+                        iface);
+    }
+    char host[256];
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_INET;
+    if (gethostname(host, sizeof host) == 0 && getaddrinfo(host, NULL, &hints, &res) == 0 && res) {
+        inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, ip, (socklen_t)n);
+        freeaddrinfo(res);
+        return SR_OK;
+    }
+    sr_log_warn("cannot resolve the host name to an IPv4 address; the CPU transport binds to 127.0.0.1 (set "
+                "comm.interface for multi-node jobs)");
+    snprintf(ip, n, "127.0.0.1");
+    return SR_OK;
+}
+
+static void hello_mac(const unsigned char *secret, const unsigned char *nonce, uint32_t rank, unsigned char *mac) {
+    unsigned char msg[NONCE_LEN + 4];
+    memcpy(msg, nonce, NONCE_LEN);
+    memcpy(msg + NONCE_LEN, &rank, 4);
+    unsigned int len = 32;
+    HMAC(EVP_sha256(), secret, SECRET_LEN, msg, sizeof msg, mac, &len);
+}
+
+/* ------------------------------------------------------------------------ */
+/* accept thread */
+
+/* Authenticates one incoming connection; NULL when accepted (*rank set),
+ * else why not. */
+static const char *handshake_in(sr_tcp *t, int fd, uint32_t *rank) {
+    unsigned char nonce[NONCE_LEN];
+    RAND_bytes(nonce, sizeof nonce);
+    hello_msg h;
+    /* a stranger gets a short deadline so it cannot stall start-up */
+    double hs_timeout = t->timeout_s < 5 ? t->timeout_s : 5;
+    if (io_full(NULL, fd, nonce, sizeof nonce, true, hs_timeout) != 0 ||
+        io_full(NULL, fd, &h, sizeof h, false, hs_timeout) != 0)
+        return "no handshake";
+    if (h.magic != HELLO_MAGIC)
+        return "not a shardrun peer (bad magic)";
+    if (h.rank >= (uint32_t)t->world->size)
+        return "claims a rank outside the job";
+    unsigned char want[32];
+    hello_mac(t->secret, nonce, h.rank, want);
+    if (CRYPTO_memcmp(want, h.mac, 32) != 0)
+        return "wrong job secret";
+    pthread_mutex_lock(&t->lock);
+    bool expected = t->needed[h.rank] && t->fds[h.rank] < 0;
+    pthread_mutex_unlock(&t->lock);
+    if (!expected)
+        return "not an expected peer";
+    unsigned char verdict = 1;
+    if (io_full(NULL, fd, &verdict, 1, true, hs_timeout) != 0)
+        return "handshake broke";
+    *rank = h.rank;
+    return NULL;
+}
+
+static void *accept_main(void *arg) {
+    sr_tcp *t = arg;
+    while (!stopping(t)) {
+        struct pollfd p = {t->listen_fd, POLLIN, 0};
+        if (poll(&p, 1, 200) <= 0)
+            continue;
+        struct sockaddr_in from;
+        socklen_t fl = sizeof from;
+        int fd = accept(t->listen_fd, (struct sockaddr *)&from, &fl);
+        if (fd < 0)
+            continue;
+        char who[80];
+        snprintf(who, sizeof who, "%s:%d", inet_ntoa(from.sin_addr), ntohs(from.sin_port));
+        set_nonblock(fd, true);
+        tune_socket(fd);
+        uint32_t rank = 0;
+        const char *why = handshake_in(t, fd, &rank);
+        pthread_mutex_lock(&t->lock);
+        if (why)
+            t->rejected++;
+        else
+            t->fds[rank] = fd;
+        pthread_cond_broadcast(&t->cond);
+        pthread_mutex_unlock(&t->lock);
+        if (why) {
+            sr_log_warn("rejected a transport connection from %s: %s", who, why);
+            close(fd);
+        }
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+
+/* Listens on ip and exchanges addresses and the job secret through PMIx. */
+static sr_status listen_and_exchange(sr_tcp *t, const char *ip) {
+    sr_world *w = t->world;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    inet_pton(AF_INET, ip, &a.sin_addr);
+    a.sin_port = 0;
+    socklen_t al = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 64) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &al) != 0) {
+        int err = errno;
+        if (fd >= 0)
+            close(fd);
+        return sr_error(SR_ERR_CONFIG, "cannot listen on %s (comm.interface): %s", ip, strerror(err));
+    }
+    t->listen_fd = fd;
+    snprintf(t->address, sizeof t->address, "%s:%d", ip, ntohs(a.sin_port));
+
+    peer_addr mine = {0};
+    snprintf(mine.ip, sizeof mine.ip, "%s", ip);
+    mine.port = ntohs(a.sin_port);
+    sr_status st = sr_world_allgather(w, "shardrun.addr", &mine, sizeof mine, t->addrs);
+    if (st != SR_OK)
+        return st;
+    /* The per-job secret: rank 0's random bytes, shared through PMIx only. */
+    unsigned char mysecret[SECRET_LEN], *all = sr_malloc((size_t)w->size * SECRET_LEN);
+    if (!all)
+        return sr_error_oom("the transport's secrets");
+    if (RAND_bytes(mysecret, SECRET_LEN) != 1) {
+        free(all);
+        return sr_error(SR_ERR_INTERNAL, "RAND_bytes failed");
+    }
+    st = sr_world_allgather(w, "shardrun.secret", mysecret, SECRET_LEN, all);
+    if (st == SR_OK)
+        memcpy(t->secret, all, SECRET_LEN);
+    OPENSSL_cleanse(mysecret, sizeof mysecret);
+    OPENSSL_cleanse(all, (size_t)w->size * SECRET_LEN);
+    free(all);
+    return st;
+}
+
+sr_status sr_tcp_open(sr_tcp **out, sr_world *w, const sr_transport_opts *o) {
+    *out = NULL;
+    sr_tcp *t = sr_calloc(1, sizeof *t);
+    if (!t)
+        return sr_error_oom("the transport");
+    t->world = w;
+    t->timeout_s = o->timeout_s;
+    t->listen_fd = -1;
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->cond, NULL);
+    *out = t;
+    t->fds = sr_malloc(sizeof(int) * (size_t)w->size);
+    t->needed = sr_calloc((size_t)w->size, sizeof(bool));
+    t->addrs = sr_calloc((size_t)w->size, sizeof(peer_addr));
+    if (!t->fds || !t->needed || !t->addrs)
+        return sr_error_oom("the transport's peer tables");
+    for (int i = 0; i < w->size; i++)
+        t->fds[i] = -1;
+    /* resolved even for one rank, so a bad comm.interface fails before a
+     * long job first runs on several ranks */
+    char ip[64];
+    sr_status st = bind_address(o->interface, ip, sizeof ip);
+    if (st != SR_OK || w->size == 1)
+        return st;
+    st = listen_and_exchange(t, ip);
+    if (st != SR_OK)
+        return st;
+    if (pthread_create(&t->acceptor, NULL, accept_main, t) != 0)
+        return sr_error(SR_ERR_INTERNAL, "cannot start the accept thread");
+    t->accepting = true;
+    return SR_OK;
+}
+
+void sr_tcp_need(sr_tcp *t, int peer) { t->needed[peer] = true; }
+
+static sr_status connect_peer(sr_tcp *t, int peer, double deadline) {
+    const peer_addr *pa = &t->addrs[peer];
+    for (;;) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = {0};
+        a.sin_family = AF_INET;
+        a.sin_port = htons((uint16_t)pa->port);
+        inet_pton(AF_INET, pa->ip, &a.sin_addr);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+            set_nonblock(fd, true);
+            tune_socket(fd);
+            unsigned char nonce[NONCE_LEN], verdict = 0;
+            hello_msg h = {HELLO_MAGIC, (uint32_t)t->world->rank, {0}};
+            double left = deadline - now_s();
+            if (left < 1)
+                left = 1;
+            if (io_full(NULL, fd, nonce, sizeof nonce, false, left) == 0) {
+                hello_mac(t->secret, nonce, h.rank, h.mac);
+                if (io_full(NULL, fd, &h, sizeof h, true, left) == 0 &&
+                    io_full(NULL, fd, &verdict, 1, false, left) == 0 && verdict == 1) {
+                    t->fds[peer] = fd;
+                    return SR_OK;
+                }
+            }
+            close(fd);
+            return sr_error(SR_ERR_PEER, "rank %d at %s:%d refused the transport handshake", peer, pa->ip, pa->port);
+        }
+        int err = errno;
+        if (fd >= 0)
+            close(fd);
+        if (now_s() > deadline)
+            return sr_error(SR_ERR_PEER, "cannot connect to rank %d at %s:%d within comm.timeout_s: %s", peer, pa->ip,
+                            pa->port, strerror(err));
+        usleep(20000);
+    }
+}
+
+sr_status sr_tcp_connect(sr_tcp *t) {
+    int me = t->world->rank;
+    double deadline = now_s() + t->timeout_s;
+    for (int p = 0; p < me; p++) {
+        if (!t->needed[p])
+            continue;
+        sr_status st = connect_peer(t, p, deadline); /* the higher rank connects */
+        if (st != SR_OK)
+            return st;
+    }
+    pthread_mutex_lock(&t->lock);
+    for (int p = me + 1; p < t->world->size; p++) {
+        while (t->needed[p] && t->fds[p] < 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&t->cond, &t->lock, &ts);
+            if (now_s() > deadline) {
+                pthread_mutex_unlock(&t->lock);
+                return sr_error(SR_ERR_PEER, "rank %d did not connect within comm.timeout_s (%.0f s)", p, t->timeout_s);
+            }
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+    return SR_OK;
+}
+
+void sr_tcp_stop(sr_tcp *t) {
+    if (t)
+        __atomic_store_n(&t->stopping, true, __ATOMIC_RELAXED);
+}
+
+void sr_tcp_close(sr_tcp *t) {
+    if (!t)
+        return;
+    sr_tcp_stop(t);
+    if (t->accepting)
+        pthread_join(t->acceptor, NULL);
+    if (t->listen_fd >= 0)
+        close(t->listen_fd);
+    for (int i = 0; t->fds && i < t->world->size; i++)
+        if (t->fds[i] >= 0)
+            close(t->fds[i]);
+    OPENSSL_cleanse(t->secret, sizeof t->secret);
+    free(t->fds);
+    free(t->needed);
+    free(t->addrs);
+    pthread_mutex_destroy(&t->lock);
+    pthread_cond_destroy(&t->cond);
+    free(t);
+}
+
+const char *sr_tcp_address(const sr_tcp *t) { return t && t->address[0] ? t->address : "(none)"; }
+
+int sr_tcp_rejected(const sr_tcp *t) {
+    pthread_mutex_lock((pthread_mutex_t *)&t->lock);
+    int r = t->rejected;
+    pthread_mutex_unlock((pthread_mutex_t *)&t->lock);
+    return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* framed I/O */
+
+sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const void *sbuf, size_t sbytes, void *rbuf,
+                          size_t rbytes, char *msg, size_t msg_len) {
+    int rfd = t->fds[right], lfd = t->fds[left];
+    wire_hdr sh = {WIRE_MAGIC, seq, sbytes}, rh;
+    size_t s_done = 0, r_done = 0, s_total = sizeof sh + sbytes, r_total = sizeof rh + rbytes;
+    double last = now_s();
+    bool idle_round = false;
+    while (s_done < s_total || r_done < r_total) {
+        struct pollfd p[2];
+        int np = 0, si = -1, ri = -1;
+        if (s_done < s_total) {
+            p[np] = (struct pollfd){rfd, POLLOUT, 0};
+            si = np++;
+        }
+        if (r_done < r_total) {
+            if (si >= 0 && lfd == rfd) {
+                p[si].events |= POLLIN;
+                ri = si;
+            } else {
+                p[np] = (struct pollfd){lfd, POLLIN, 0};
+                ri = np++;
+            }
+        }
+        if (stopping(t)) {
+            snprintf(msg, msg_len, "transport closed while an operation was in flight");
+            return SR_ERR_PEER;
+        }
+        double left_s = t->timeout_s - (now_s() - last);
+        if (left_s <= 0) {
+            int silent = r_done < r_total ? left : right;
+            snprintf(msg, msg_len,
+                     "rank %d sent nothing for comm.timeout_s = %.0f s (stopped, hung or unreachable?); giving up",
+                     silent, t->timeout_s);
+            return SR_ERR_PEER;
+        }
+        /* optimistic I/O first; poll only after a round that moved nothing */
+        if (!idle_round) {
+            for (int k = 0; k < np; k++)
+                p[k].revents = p[k].events;
+        } else {
+            int rc = poll(p, (nfds_t)np, left_s > 1 ? 1000 : (int)(left_s * 1000) + 1);
+            if (rc < 0 && errno != EINTR) {
+                snprintf(msg, msg_len, "poll failed: %s", strerror(errno));
+                return SR_ERR_PEER;
+            }
+        }
+        bool moved = false;
+        if (si >= 0 && (p[si].revents & (POLLOUT | POLLERR | POLLHUP))) {
+            const char *src;
+            size_t len;
+            if (s_done < sizeof sh) {
+                src = (const char *)&sh + s_done;
+                len = sizeof sh - s_done;
+            } else {
+                src = (const char *)sbuf + (s_done - sizeof sh);
+                len = s_total - s_done;
+            }
+            ssize_t n = send(rfd, src, len, MSG_NOSIGNAL);
+            if (n > 0) {
+                s_done += (size_t)n;
+                moved = true;
+            } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                snprintf(msg, msg_len, "lost the connection to rank %d (%s): it exited or failed", right,
+                         strerror(errno));
+                return SR_ERR_PEER;
+            }
+        }
+        if (ri >= 0 && (p[ri].revents & (POLLIN | POLLERR | POLLHUP))) {
+            char *dst;
+            size_t len;
+            if (r_done < sizeof rh) {
+                dst = (char *)&rh + r_done;
+                len = sizeof rh - r_done;
+            } else {
+                dst = (char *)rbuf + (r_done - sizeof rh);
+                len = r_total - r_done;
+            }
+            ssize_t n = recv(lfd, dst, len, 0);
+            if (n > 0) {
+                size_t before = r_done;
+                r_done += (size_t)n;
+                moved = true;
+                if (before < sizeof rh && r_done >= sizeof rh &&
+                    (rh.magic != WIRE_MAGIC || rh.seq != seq || rh.bytes != rbytes)) {
+                    snprintf(msg, msg_len,
+                             "protocol error from rank %d: operation %u of %llu bytes, expected %u of %zu (ranks "
+                             "out of step?)",
+                             left, rh.seq, (unsigned long long)rh.bytes, seq, rbytes);
+                    return SR_ERR_PEER;
+                }
+            } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+                snprintf(msg, msg_len, "lost the connection to rank %d (%s): it exited or failed", left,
+                         n == 0 ? "closed" : strerror(errno));
+                return SR_ERR_PEER;
+            }
+        }
+        if (moved)
+            last = now_s();
+        idle_round = !moved;
+    }
+    return SR_OK;
+}
+
+static sr_status io_failed(sr_tcp *t, int peer, char *msg, size_t msg_len) {
+    if (errno == ETIMEDOUT)
+        snprintf(msg, msg_len, "rank %d sent nothing for comm.timeout_s = %.0f s; giving up", peer, t->timeout_s);
+    else if (errno == ECANCELED)
+        snprintf(msg, msg_len, "transport closed while an operation was in flight");
+    else
+        snprintf(msg, msg_len, "lost the connection to rank %d: it exited or failed", peer);
+    return SR_ERR_PEER;
+}
+
+sr_status sr_tcp_send(sr_tcp *t, int peer, uint32_t seq, const void *buf, size_t bytes, char *msg, size_t msg_len) {
+    int fd = t->fds[peer];
+    wire_hdr h = {WIRE_MAGIC, seq, bytes};
+    if (io_full(t, fd, &h, sizeof h, true, t->timeout_s) != 0 ||
+        io_full(t, fd, (void *)buf, bytes, true, t->timeout_s) != 0)
+        return io_failed(t, peer, msg, msg_len);
+    return SR_OK;
+}
+
+sr_status sr_tcp_recv(sr_tcp *t, int peer, uint32_t seq, void *buf, size_t bytes, char *msg, size_t msg_len) {
+    int fd = t->fds[peer];
+    wire_hdr got;
+    if (io_full(t, fd, &got, sizeof got, false, t->timeout_s) != 0)
+        return io_failed(t, peer, msg, msg_len);
+    if (got.magic != WIRE_MAGIC || got.seq != seq || got.bytes != bytes) {
+        snprintf(msg, msg_len, "protocol error from rank %d: operation %u of %llu bytes, expected %u of %zu", peer,
+                 got.seq, (unsigned long long)got.bytes, seq, bytes);
+        return SR_ERR_PEER;
+    }
+    if (io_full(t, fd, buf, bytes, false, t->timeout_s) != 0)
+        return io_failed(t, peer, msg, msg_len);
+    return SR_OK;
+}

@@ -1,0 +1,53 @@
+/* comm_tcp.h — TCP links between the ranks of a job (internal to comm).
+ *
+ * comm_tcp owns the sockets: a listening socket bound to comm.interface,
+ * the per-job secret and the addresses exchanged through PMIx, an accept
+ * thread that authenticates incoming connections, connections to the peers
+ * comm asks for, and framed sends and receives with deadlines.  It knows
+ * nothing about collectives: comm.c runs its rings over these links.
+ *
+ * Wire protocol.  Handshake: the accepting side sends a 32-byte random
+ * nonce; the connecting side answers {magic, rank, HMAC-SHA256(secret,
+ * nonce || rank)}; the acceptor checks it in constant time and answers one
+ * byte (1 = accepted).  A connection that fails is logged and dropped;
+ * training goes on.  Data: every message is a 16-byte header {magic, op
+ * sequence number, payload bytes} and the payload; a header that does not
+ * match is a protocol error.  Every wait has a deadline: timeout_s without
+ * any byte moving fails the operation, naming the silent peer. */
+#ifndef SR_COMM_TCP_H
+#define SR_COMM_TCP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "status.h"
+#include "world.h"
+
+typedef struct sr_tcp sr_tcp;
+
+/* Resolves the interface, listens (more than one rank), exchanges addresses
+ * and the secret, starts the accept thread.  *out is set even on failure
+ * (close it).  SR_ERR_CONFIG for a bad interface, SR_ERR_PEER for PMIx. */
+sr_status sr_tcp_open(sr_tcp **out, sr_world *w, const sr_transport_opts *o);
+/* Marks world rank `peer` as one this rank must be connected to. */
+void sr_tcp_need(sr_tcp *t, int peer);
+/* Connects to (lower ranks) or waits for (higher ranks) every needed peer,
+ * within the timeout.  SR_ERR_PEER naming a peer that did not answer. */
+sr_status sr_tcp_connect(sr_tcp *t);
+/* Makes every operation in flight fail at its next poll (before close). */
+void sr_tcp_stop(sr_tcp *t);
+void sr_tcp_close(sr_tcp *t);
+const char *sr_tcp_address(const sr_tcp *t);
+int sr_tcp_rejected(const sr_tcp *t);
+
+/* One ring step: sends sbytes of sbuf to world rank `right` and receives
+ * rbytes into rbuf from `left` at the same time, both framed with `seq`.
+ * On failure: SR_ERR_PEER with the reason in msg. */
+sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const void *sbuf, size_t sbytes, void *rbuf,
+                          size_t rbytes, char *msg, size_t msg_len);
+/* One framed message to or from world rank `peer`. */
+sr_status sr_tcp_send(sr_tcp *t, int peer, uint32_t seq, const void *buf, size_t bytes, char *msg, size_t msg_len);
+sr_status sr_tcp_recv(sr_tcp *t, int peer, uint32_t seq, void *buf, size_t bytes, char *msg, size_t msg_len);
+
+#endif

@@ -1,0 +1,117 @@
+/* job.c — options of the lower modules and the world-size rules; see job.h. */
+#include "srconfig.h"
+
+#include "job.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mem.h"
+
+sr_status sr_job_init(sr_job *j, const sr_config *cfg) {
+    *j = (sr_job){0};
+    j->transport = (sr_transport_opts){cfg->comm_timeout_s, cfg->comm_interface ? cfg->comm_interface : ""};
+    j->fsdp = (sr_fsdp_opts){.blocks_per_unit = (int)cfg->blocks_per_unit,
+                             .reshard_blocks = cfg->reshard_blocks,
+                             .reshard_root = cfg->reshard_root,
+                             .param_dtype = (sr_dtype)cfg->param_dtype,
+                             .reduce_dtype = (sr_dtype)cfg->reduce_dtype,
+                             .prefetch_forward = (int)cfg->prefetch_forward,
+                             .prefetch_backward = (int)cfg->prefetch_backward,
+                             .grad_sync_per_step = cfg->grad_sync == SR_GRADSYNC_PER_STEP,
+                             .seed = (uint64_t)cfg->seed};
+    j->adamw = (sr_adamw_opts){cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay};
+    j->schedule = (sr_lr_schedule){(int)cfg->schedule, cfg->lr, cfg->min_lr, cfg->warmup_steps, cfg->steps};
+    j->nkeys = sr_config_nkeys();
+    j->keys = sr_calloc((size_t)j->nkeys, sizeof *j->keys);
+    j->values = sr_calloc((size_t)j->nkeys, sizeof *j->values);
+    if (!j->keys || !j->values)
+        return sr_error_oom("the job's key list");
+    for (int i = 0; i < j->nkeys; i++) {
+        char v[8192];
+        sr_config_value_text(cfg, i, v, sizeof v);
+        j->keys[i] = sr_config_key_name(i);
+        j->values[i] = sr_strdup(v);
+        if (!j->values[i])
+            return sr_error_oom("the job's key list");
+    }
+    j->ckpt = (sr_ckpt_opts){.dir = cfg->ckpt_dir ? cfg->ckpt_dir : "",
+                             .resume = cfg->ckpt_resume ? cfg->ckpt_resume : "auto",
+                             .keep = cfg->ckpt_keep,
+                             .keep_every = cfg->ckpt_keep_every,
+                             .seed = (uint64_t)cfg->seed,
+                             .schedule_name = sr_config_enum_name("train.schedule", cfg->schedule),
+                             .schedule = j->schedule,
+                             .isa = "",
+                             .nkeys = j->nkeys,
+                             .keys = j->keys,
+                             .values = (const char *const *)j->values};
+    return SR_OK;
+}
+
+void sr_job_free(sr_job *j) {
+    for (int i = 0; j->values && i < j->nkeys; i++)
+        free(j->values[i]);
+    free(j->values);
+    free(j->keys);
+    *j = (sr_job){0};
+}
+
+/* SR_ERR_CONFIG "<where key was set>: <message>". */
+static sr_status at_key(const sr_config *cfg, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static sr_status at_key(const sr_config *cfg, const char *key, const char *fmt, ...) {
+    char where[1200], msg[1024];
+    sr_config_where(cfg, key, where, sizeof where);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return sr_error(SR_ERR_CONFIG, "%s: %s", where, msg);
+}
+
+sr_status sr_job_check_world(const sr_config *cfg, int ranks, int rank, sr_mesh *mesh_out) {
+    int64_t mb = sr_config_micro_batch(cfg, ranks);
+    if (mb < 1 || cfg->batch_size % (mb * ranks) != 0) {
+        char w2[1200];
+        sr_config_where(cfg, "train.micro_batch", w2, sizeof w2);
+        return at_key(cfg, "train.batch_size",
+                      "train.batch_size (%lld) is not a whole multiple of train.micro_batch (%lld) x data-parallel "
+                      "ranks (%d); micro_batch set at %s (hint: choose batch_size = micro_batch x ranks x "
+                      "accumulation steps)",
+                      (long long)cfg->batch_size, (long long)mb, ranks, w2);
+    }
+    sr_mesh mesh;
+    sr_status st = sr_mesh_init(&mesh, ranks, rank, cfg->mesh_shard, cfg->mesh_replicate);
+    if (st != SR_OK) {
+        char where[1200];
+        sr_config_where(cfg, cfg->mesh_shard ? "sharding.mesh.shard" : "sharding.mesh.replicate", where, sizeof where);
+        return sr_error_wrap(st, "%s", where);
+    }
+    const char *rkeys[2] = {"sharding.reshard_after_forward.blocks", "sharding.reshard_after_forward.root"};
+    int64_t rvals[2] = {cfg->reshard_blocks, cfg->reshard_root};
+    for (int i = 0; i < 2; i++)
+        if (sr_mesh_check_reshard(&mesh, rvals[i], rkeys[i]) != SR_OK) {
+            char where[1200];
+            sr_config_where(cfg, rkeys[i], where, sizeof where);
+            return sr_error_wrap(SR_ERR_CONFIG, "%s", where);
+        }
+    if (mesh_out)
+        *mesh_out = mesh;
+    return SR_OK;
+}
+
+sr_status sr_job_check_cpu_run(const sr_config *cfg) {
+    if (cfg->offload_params || cfg->offload_grads || cfg->offload_optimizer)
+        return at_key(cfg,
+                      cfg->offload_params  ? "sharding.offload.params"
+                      : cfg->offload_grads ? "sharding.offload.grads"
+                                           : "sharding.offload.optimizer",
+                      "offload needs a GPU run: this is a CPU run, where everything already lives in host memory "
+                      "(hint: set sharding.offload.* to false)");
+    if (cfg->comm_backend == SR_BACKEND_NCCL)
+        return at_key(cfg, "comm.backend", "comm.backend nccl needs a GPU run; this is a CPU run (hint: tcp or auto)");
+    return SR_OK;
+}

@@ -1,0 +1,53 @@
+/* job.h — what each module needs from the job file, and the rules that
+ * depend on the world size.
+ *
+ * job owns the translation from sr_config (the whole job, input layer) to
+ * the small options structs of the lower modules — the transport's, the
+ * engine's, the optimizer's, the schedule's, the checkpoint policy with the
+ * rendered key = value list a manifest records and compares — filled once
+ * in the run's setup, so following a job-file value leads from here to the
+ * one module that uses it.  It also checks the rules that need the number
+ * of ranks (the mesh, reshard_after_forward N, the batch split), where the
+ * world size is known: at the start of a run, and for `shardrun config
+ * check|show --ranks N`. */
+#ifndef SR_JOB_H
+#define SR_JOB_H
+
+#include "ckpt.h"
+#include "comm.h"
+#include "config.h"
+#include "fsdp.h"
+#include "mesh.h"
+#include "optim.h"
+#include "status.h"
+
+typedef struct {
+    sr_transport_opts transport;
+    sr_fsdp_opts fsdp;
+    sr_adamw_opts adamw;
+    sr_lr_schedule schedule;
+    sr_ckpt_opts ckpt;
+    /* the rendered key = value list (ckpt.keys / ckpt.values point here) */
+    int nkeys;
+    const char **keys;
+    char **values;
+} sr_job;
+
+/* Fills every options struct from cfg (finalized; cfg must outlive j).
+ * SR_ERR_INTERNAL when out of memory.  Free with sr_job_free (also after a
+ * failed init). */
+sr_status sr_job_init(sr_job *j, const sr_config *cfg);
+void sr_job_free(sr_job *j);
+
+/* The world-size rules for `ranks` ranks, seen from `rank`: the mesh
+ * (shard x replicate = ranks), every reshard_after_forward N dividing the
+ * shard group, batch_size = micro_batch x ranks x accumulation steps.
+ * *mesh (may be NULL) receives the mesh.  SR_ERR_CONFIG with the place the
+ * key was set. */
+sr_status sr_job_check_world(const sr_config *cfg, int ranks, int rank, sr_mesh *mesh);
+
+/* What a CPU run cannot do: offload (everything already lives in host
+ * memory) and the NCCL transport.  SR_ERR_CONFIG with the place. */
+sr_status sr_job_check_cpu_run(const sr_config *cfg);
+
+#endif

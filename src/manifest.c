@@ -1,0 +1,815 @@
+/* manifest.c — rendering (libyaml emitter) and parsing (libyaml document)
+ * of checkpoint manifests; see manifest.h and shardrun-checkpoint(5). */
+#include "srconfig.h"
+
+#include "manifest.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "fsio.h"
+#include "mem.h"
+#include "shardfile.h"
+
+#define MANIFEST_MAX ((size_t)256 << 20)
+
+const char *const sr_state_names[SR_NSTATE] = {"params", "adam_m", "adam_v"};
+
+void sr_manifest_free(sr_manifest *mf) {
+    for (int i = 0; mf->files && i < mf->nfiles; i++) {
+        free(mf->files[i].slices);
+        free(mf->files[i].sha);
+    }
+    free(mf->files);
+    for (int i = 0; i < mf->nconfig; i++) {
+        free(mf->ckeys[i]);
+        free(mf->cvals[i]);
+    }
+    free(mf->ckeys);
+    free(mf->cvals);
+    *mf = (sr_manifest){0};
+}
+
+static void hex32(const unsigned char h[32], char out[65]) {
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) {
+        out[2 * i] = digits[h[i] >> 4];
+        out[2 * i + 1] = digits[h[i] & 15];
+    }
+    out[64] = '\0';
+}
+
+static bool unhex32(const char *s, unsigned char out[32]) {
+    if (strlen(s) != 64)
+        return false;
+    for (int i = 0; i < 64; i++) {
+        char c = s[i];
+        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (v < 0)
+            return false;
+        if (i % 2 == 0)
+            out[i / 2] = (unsigned char)(v << 4);
+        else
+            out[i / 2] |= (unsigned char)v;
+    }
+    return true;
+}
+
+void sr_manifest_model_hash(const sr_model_dims *d, char out[65]) {
+    char text[256];
+    int n = snprintf(text, sizeof text,
+                     "shardrun gpt2 n_layer=%d n_head=%d n_embd=%d vocab_size=%d padded_vocab=%d seq_len=%d "
+                     "dtype=f32 layout=unit-major-v1",
+                     d->L, d->NH, d->C, d->V, sr_model_padded_vocab(d->V), d->T);
+    unsigned char h[32];
+    sr_sha256(text, (size_t)n, h);
+    hex32(h, out);
+}
+
+uint64_t sr_manifest_section(const sr_manifest *mf, uint64_t elements, int k) {
+    uint64_t off = SR_SHARD_HEADER_BYTES;
+    for (int j = 0; j < k; j++)
+        off += elements * sr_dtype_size(mf->state_dtype[j]);
+    return off;
+}
+
+uint64_t sr_manifest_file_bytes(const sr_manifest *mf, uint64_t elements) {
+    return sr_manifest_section(mf, elements, SR_NSTATE);
+}
+
+bool sr_manifest_safe_name(const char *s) {
+    if (strlen(s) != 15 || strncmp(s, "shard_", 6) != 0 || strcmp(s + 11, ".bin") != 0)
+        return false;
+    for (int i = 6; i < 11; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+    return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* rendering */
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    bool oom;
+} membuf;
+
+static int membuf_write(void *data, unsigned char *buffer, size_t size) {
+    membuf *b = data;
+    if (b->len + size + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 65536;
+        while (b->len + size + 1 > cap)
+            cap *= 2;
+        char *nb = sr_realloc(b->buf, cap);
+        if (!nb) {
+            b->oom = true;
+            return 0;
+        }
+        b->buf = nb;
+        b->cap = cap;
+    }
+    memcpy(b->buf + b->len, buffer, size);
+    b->len += size;
+    b->buf[b->len] = '\0';
+    return 1;
+}
+
+typedef struct {
+    yaml_emitter_t em;
+    bool ok;
+} emitter;
+
+static void emit(emitter *e, yaml_event_t *ev) {
+    if (!e->ok) {
+        yaml_event_delete(ev);
+        return;
+    }
+    if (!yaml_emitter_emit(&e->em, ev))
+        e->ok = false;
+}
+
+static void e_str(emitter *e, const char *s) {
+    yaml_event_t ev;
+    yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)s, (int)strlen(s), 1, 1, YAML_ANY_SCALAR_STYLE);
+    emit(e, &ev);
+}
+
+static void e_u64(emitter *e, uint64_t v) {
+    char b[32];
+    snprintf(b, sizeof b, "%" PRIu64, v);
+    e_str(e, b);
+}
+
+static void e_map(emitter *e, bool start, bool flow) {
+    yaml_event_t ev;
+    if (start)
+        yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1,
+                                            flow ? YAML_FLOW_MAPPING_STYLE : YAML_BLOCK_MAPPING_STYLE);
+    else
+        yaml_mapping_end_event_initialize(&ev);
+    emit(e, &ev);
+}
+
+static void e_seq(emitter *e, bool start, bool flow) {
+    yaml_event_t ev;
+    if (start)
+        yaml_sequence_start_event_initialize(&ev, NULL, NULL, 1,
+                                             flow ? YAML_FLOW_SEQUENCE_STYLE : YAML_BLOCK_SEQUENCE_STYLE);
+    else
+        yaml_sequence_end_event_initialize(&ev);
+    emit(e, &ev);
+}
+
+static void kv_str(emitter *e, const char *k, const char *v) {
+    e_str(e, k);
+    e_str(e, v);
+}
+
+static void kv_u64(emitter *e, const char *k, uint64_t v) {
+    e_str(e, k);
+    e_u64(e, v);
+}
+
+static void kv_dbl(emitter *e, const char *k, double v) {
+    char b[40];
+    snprintf(b, sizeof b, "%.17g", v);
+    kv_str(e, k, b);
+}
+
+static void render_progress(emitter *e, const sr_manifest *mf) {
+    kv_u64(e, "step", (uint64_t)mf->step);
+    kv_u64(e, "tokens", mf->tokens);
+    e_str(e, "data");
+    e_map(e, true, false);
+    kv_u64(e, "cursor", mf->cursor);
+    kv_str(e, "cursor_unit", "sequences of the global seeded order consumed; step s+1 starts here");
+    e_map(e, false, false);
+    e_str(e, "rng");
+    e_map(e, true, false);
+    kv_u64(e, "seed", mf->seed);
+    kv_str(e, "kind", "counter-based: init and data order are functions of (seed, index); no other state");
+    e_map(e, false, false);
+    e_str(e, "lr_schedule");
+    e_map(e, true, false);
+    kv_str(e, "schedule", mf->schedule);
+    kv_dbl(e, "lr", mf->lr);
+    kv_dbl(e, "min_lr", mf->min_lr);
+    kv_u64(e, "warmup_steps", mf->warmup_steps);
+    kv_u64(e, "steps", mf->steps);
+    kv_dbl(e, "next_lr", mf->next_lr);
+    e_map(e, false, false);
+}
+
+static void render_world_model(emitter *e, const sr_manifest *mf) {
+    e_str(e, "world");
+    e_map(e, true, false);
+    kv_u64(e, "size", (uint64_t)mf->world);
+    e_str(e, "mesh");
+    e_map(e, true, true);
+    kv_u64(e, "shard", (uint64_t)mf->mesh_shard);
+    kv_u64(e, "replicate", (uint64_t)mf->mesh_replicate);
+    e_map(e, false, true);
+    kv_str(e, "isa", mf->isa);
+    e_map(e, false, false);
+    e_str(e, "model");
+    e_map(e, true, false);
+    kv_u64(e, "n_layer", (uint64_t)mf->dims.L);
+    kv_u64(e, "n_head", (uint64_t)mf->dims.NH);
+    kv_u64(e, "n_embd", (uint64_t)mf->dims.C);
+    kv_u64(e, "vocab_size", (uint64_t)mf->dims.V);
+    kv_u64(e, "padded_vocab_size", (uint64_t)mf->dims.Vp);
+    kv_u64(e, "seq_len", (uint64_t)mf->dims.T);
+    kv_u64(e, "parameters", mf->n_params);
+    kv_str(e, "hash", mf->model_hash);
+    e_map(e, false, false);
+}
+
+static void render_tensors(emitter *e, const sr_model *model, const sr_shardplan *plan) {
+    e_str(e, "tensors");
+    e_seq(e, true, false);
+    for (int i = 0; i < model->n_tensors; i++) {
+        const sr_tensor *t = &model->tensors[i];
+        e_map(e, true, true);
+        kv_str(e, "name", t->name);
+        e_str(e, "shape");
+        e_seq(e, true, true);
+        if (t->ndim == 2)
+            e_u64(e, (uint64_t)t->rows);
+        e_u64(e, (uint64_t)t->cols);
+        e_seq(e, false, true);
+        kv_str(e, "dtype", "f32");
+        kv_u64(e, "unit", (uint64_t)plan->unit_of_layer[t->unit]);
+        kv_u64(e, "offset", t->offset);
+        e_map(e, false, true);
+    }
+    e_seq(e, false, false);
+}
+
+static void render_file(emitter *e, const sr_manifest *mf, const sr_manifest_file *f) {
+    e_map(e, true, false);
+    kv_str(e, "name", f->name);
+    kv_u64(e, "shard", (uint64_t)f->shard);
+    kv_u64(e, "bytes", f->bytes);
+    kv_u64(e, "elements", f->elements);
+    e_str(e, "sections");
+    e_map(e, true, true);
+    for (int k = 0; k < SR_NSTATE; k++)
+        kv_u64(e, sr_state_names[k], sr_manifest_section(mf, f->elements, k));
+    e_map(e, false, true);
+    e_str(e, "slices");
+    e_seq(e, true, true);
+    for (int s = 0; s < f->nslices; s++) {
+        e_seq(e, true, true);
+        e_u64(e, f->slices[s][0]);
+        e_u64(e, f->slices[s][1]);
+        e_seq(e, false, true);
+    }
+    e_seq(e, false, true);
+    e_str(e, "sha256");
+    e_seq(e, true, false);
+    for (uint64_t c = 0; c < f->nchunks; c++) {
+        char h[65];
+        hex32(f->sha[c], h);
+        e_str(e, h);
+    }
+    e_seq(e, false, false);
+    e_map(e, false, false);
+}
+
+/* Appends the self-checksum line over everything rendered so far. */
+static void append_self_sum(membuf *mb) {
+    unsigned char h[32];
+    char hx[65], line[128];
+    sr_sha256(mb->buf, mb->len, h);
+    hex32(h, hx);
+    int n = snprintf(line, sizeof line, "manifest_sha256: %s\n", hx);
+    membuf_write(mb, (unsigned char *)line, (size_t)n);
+}
+
+sr_status sr_manifest_render(const sr_manifest *mf, const sr_model *model, const sr_shardplan *plan, char **out,
+                             size_t *out_len) {
+    membuf mb = {0};
+    emitter e = {.ok = true};
+    if (!yaml_emitter_initialize(&e.em))
+        return sr_error_oom("the manifest emitter");
+    yaml_emitter_set_output(&e.em, membuf_write, &mb);
+    yaml_emitter_set_width(&e.em, 120);
+    yaml_emitter_set_unicode(&e.em, 1);
+    yaml_event_t ev;
+    yaml_stream_start_event_initialize(&ev, YAML_UTF8_ENCODING);
+    emit(&e, &ev);
+    yaml_document_start_event_initialize(&ev, NULL, NULL, NULL, 1);
+    emit(&e, &ev);
+    e_map(&e, true, false);
+    kv_str(&e, "format", SR_CKPT_FORMAT);
+    kv_u64(&e, "version", SR_MANIFEST_VERSION);
+    kv_str(&e, "created", mf->created);
+    kv_str(&e, "job", mf->job);
+    kv_str(&e, "host", mf->host);
+    render_progress(&e, mf);
+    render_world_model(&e, mf);
+    e_str(&e, "config");
+    e_map(&e, true, false);
+    for (int i = 0; i < mf->nconfig; i++)
+        kv_str(&e, mf->ckeys[i], mf->cvals[i]);
+    e_map(&e, false, false);
+    render_tensors(&e, model, plan);
+    kv_u64(&e, "chunk_bytes", mf->chunk_bytes);
+    e_str(&e, "state");
+    e_seq(&e, true, false);
+    for (int k = 0; k < SR_NSTATE; k++) {
+        e_map(&e, true, true);
+        kv_str(&e, "name", sr_state_names[k]);
+        kv_str(&e, "dtype", sr_dtype_name(mf->state_dtype[k]));
+        e_map(&e, false, true);
+    }
+    e_seq(&e, false, false);
+    e_str(&e, "files");
+    e_seq(&e, true, false);
+    for (int i = 0; i < mf->nfiles; i++)
+        render_file(&e, mf, &mf->files[i]);
+    e_seq(&e, false, false);
+    e_map(&e, false, false);
+    yaml_document_end_event_initialize(&ev, 1);
+    emit(&e, &ev);
+    yaml_stream_end_event_initialize(&ev);
+    emit(&e, &ev);
+    bool ok = e.ok && !mb.oom && yaml_emitter_flush(&e.em);
+    yaml_emitter_delete(&e.em);
+    if (ok)
+        append_self_sum(&mb);
+    if (!ok || mb.oom) {
+        free(mb.buf);
+        return mb.oom ? sr_error_oom("the manifest") : sr_error(SR_ERR_INTERNAL, "cannot render the manifest");
+    }
+    *out = mb.buf;
+    *out_len = mb.len;
+    return SR_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* parsing */
+
+typedef struct {
+    yaml_document_t doc;
+    const char *path;
+} pctx;
+
+static sr_status perr(pctx *p, const yaml_node_t *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static sr_status perr(pctx *p, const yaml_node_t *n, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (n)
+        return sr_error(SR_ERR_DATA, "%s:%zu:%zu: %s", p->path, n->start_mark.line + 1, n->start_mark.column + 1,
+                        msg);
+    return sr_error(SR_ERR_DATA, "%s: %s", p->path, msg);
+}
+
+static yaml_node_t *mget(pctx *p, yaml_node_t *map, const char *key) {
+    if (!map || map->type != YAML_MAPPING_NODE)
+        return NULL;
+    for (yaml_node_pair_t *pr = map->data.mapping.pairs.start; pr < map->data.mapping.pairs.top; pr++) {
+        yaml_node_t *k = yaml_document_get_node(&p->doc, pr->key);
+        if (k && k->type == YAML_SCALAR_NODE && strcmp((const char *)k->data.scalar.value, key) == 0)
+            return yaml_document_get_node(&p->doc, pr->value);
+    }
+    return NULL;
+}
+
+static const char *sval(yaml_node_t *n) {
+    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+static size_t seq_len(const yaml_node_t *n) {
+    return (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+}
+
+static yaml_node_t *seq_item(pctx *p, const yaml_node_t *n, size_t i) {
+    return yaml_document_get_node(&p->doc, n->data.sequence.items.start[i]);
+}
+
+static sr_status get_u64(pctx *p, yaml_node_t *map, const char *key, uint64_t max, uint64_t *out) {
+    yaml_node_t *n = mget(p, map, key);
+    const char *s = sval(n);
+    if (!s)
+        return perr(p, n ? n : map, "expected key '%s' with a number", key);
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!*s || *s == '-' || *end || errno || v > max)
+        return perr(p, n, "%s: expected an integer 0..%" PRIu64 ", got '%s'", key, max, s);
+    *out = v;
+    return SR_OK;
+}
+
+static sr_status get_int(pctx *p, yaml_node_t *map, const char *key, int max, int *out) {
+    uint64_t v;
+    sr_status st = get_u64(p, map, key, (uint64_t)max, &v);
+    if (st == SR_OK)
+        *out = (int)v;
+    return st;
+}
+
+static sr_status get_dbl(pctx *p, yaml_node_t *map, const char *key, double *out) {
+    yaml_node_t *n = mget(p, map, key);
+    const char *s = sval(n);
+    char *end;
+    if (!s || !*s || (*out = strtod(s, &end), *end))
+        return perr(p, n ? n : map, "expected key '%s' with a number", key);
+    return SR_OK;
+}
+
+static sr_status get_str(pctx *p, yaml_node_t *map, const char *key, char *out, size_t n) {
+    yaml_node_t *node = mget(p, map, key);
+    const char *s = sval(node);
+    if (!s)
+        return perr(p, node ? node : map, "expected key '%s' with a string", key);
+    snprintf(out, n, "%s", s);
+    return SR_OK;
+}
+
+/* The last line is "manifest_sha256: <hex>" over every byte before it;
+ * *body is set to the length before that line. */
+static sr_status check_self_sum(const char *path, const char *text, size_t len, size_t *body) {
+    static const char tag[] = "manifest_sha256: ";
+    const char *last = len >= 2 ? text + len - 2 : text;
+    while (last > text && last[-1] != '\n')
+        last--;
+    if (len < 2 || text[len - 1] != '\n' || strncmp(last, tag, sizeof tag - 1) != 0 ||
+        (size_t)(text + len - 1 - (last + sizeof tag - 1)) != 64)
+        return sr_error(SR_ERR_DATA,
+                        "%s: the last line is not 'manifest_sha256: <64 hex digits>' (truncated, edited or not a "
+                        "shardrun manifest)",
+                        path);
+    char hx[65] = {0};
+    unsigned char want[32], got[32];
+    memcpy(hx, last + sizeof tag - 1, 64);
+    sr_sha256(text, (size_t)(last - text), got);
+    if (!unhex32(hx, want) || memcmp(want, got, 32) != 0)
+        return sr_error(SR_ERR_DATA,
+                        "%s: SHA-256 of the manifest does not match its manifest_sha256 line (the manifest was "
+                        "altered or damaged)",
+                        path);
+    *body = (size_t)(last - text);
+    return SR_OK;
+}
+
+static sr_status parse_header(pctx *p, yaml_node_t *root, sr_manifest *mf) {
+    char fmt[64];
+    uint64_t ver, u;
+    sr_status st = get_str(p, root, "format", fmt, sizeof fmt);
+    if (st != SR_OK)
+        return st;
+    if (strcmp(fmt, SR_CKPT_FORMAT) != 0)
+        return perr(p, mget(p, root, "format"), "format: expected '%s', got '%s'", SR_CKPT_FORMAT, fmt);
+    if ((st = get_u64(p, root, "version", 1000, &ver)) != SR_OK)
+        return st;
+    if (ver < 1 || ver > SR_MANIFEST_VERSION)
+        return perr(p, mget(p, root, "version"), "version %" PRIu64 " is not supported (this shardrun reads 1 to %d)",
+                    ver, SR_MANIFEST_VERSION);
+    mf->version = (int)ver;
+    if ((st = get_u64(p, root, "step", (uint64_t)INT64_MAX, &u)) != SR_OK)
+        return st;
+    mf->step = (int64_t)u;
+    if ((st = get_u64(p, root, "tokens", UINT64_MAX, &mf->tokens)) != SR_OK)
+        return st;
+    /* informational: absent or odd values do not make a checkpoint unusable */
+    if (get_str(p, root, "created", mf->created, sizeof mf->created) != SR_OK)
+        mf->created[0] = '\0';
+    if (get_str(p, root, "job", mf->job, sizeof mf->job) != SR_OK)
+        mf->job[0] = '\0';
+    if (get_str(p, root, "host", mf->host, sizeof mf->host) != SR_OK)
+        mf->host[0] = '\0';
+    return SR_OK;
+}
+
+static sr_status parse_progress(pctx *p, yaml_node_t *root, sr_manifest *mf) {
+    sr_status st = get_u64(p, mget(p, root, "data"), "cursor", UINT64_MAX, &mf->cursor);
+    if (st == SR_OK)
+        st = get_u64(p, mget(p, root, "rng"), "seed", UINT64_MAX, &mf->seed);
+    if (st != SR_OK)
+        return st;
+    /* informational (the run's own keys decide the schedule): a missing or
+     * odd value leaves the field empty instead of refusing the checkpoint */
+    yaml_node_t *lr = mget(p, root, "lr_schedule");
+    if (get_str(p, lr, "schedule", mf->schedule, sizeof mf->schedule) != SR_OK)
+        mf->schedule[0] = '\0';
+    if (get_dbl(p, lr, "lr", &mf->lr) != SR_OK)
+        mf->lr = 0;
+    if (get_dbl(p, lr, "min_lr", &mf->min_lr) != SR_OK)
+        mf->min_lr = 0;
+    if (get_dbl(p, lr, "next_lr", &mf->next_lr) != SR_OK)
+        mf->next_lr = 0;
+    if (get_u64(p, lr, "warmup_steps", UINT64_MAX, &mf->warmup_steps) != SR_OK)
+        mf->warmup_steps = 0;
+    if (get_u64(p, lr, "steps", UINT64_MAX, &mf->steps) != SR_OK)
+        mf->steps = 0;
+    return SR_OK;
+}
+
+static sr_status parse_world(pctx *p, yaml_node_t *root, sr_manifest *mf) {
+    yaml_node_t *world = mget(p, root, "world"), *mesh = mget(p, world, "mesh");
+    sr_status st = get_int(p, world, "size", 1 << 24, &mf->world);
+    if (st == SR_OK)
+        st = get_int(p, mesh, "shard", 1 << 24, &mf->mesh_shard);
+    if (st == SR_OK)
+        st = get_int(p, mesh, "replicate", 1 << 24, &mf->mesh_replicate);
+    if (st != SR_OK)
+        return st;
+    mf->isa[0] = '\0';
+    if (mf->version >= 2)
+        return get_str(p, world, "isa", mf->isa, sizeof mf->isa);
+    return SR_OK;
+}
+
+static sr_status parse_model(pctx *p, yaml_node_t *root, sr_manifest *mf) {
+    yaml_node_t *model = mget(p, root, "model");
+    sr_status st = get_int(p, model, "n_layer", 1 << 20, &mf->dims.L);
+    if (st == SR_OK)
+        st = get_int(p, model, "n_head", 1 << 20, &mf->dims.NH);
+    if (st == SR_OK)
+        st = get_int(p, model, "n_embd", 1 << 20, &mf->dims.C);
+    if (st == SR_OK)
+        st = get_int(p, model, "vocab_size", 1 << 24, &mf->dims.V);
+    if (st == SR_OK)
+        st = get_int(p, model, "padded_vocab_size", 1 << 24, &mf->dims.Vp);
+    if (st == SR_OK)
+        st = get_int(p, model, "seq_len", 1 << 24, &mf->dims.T);
+    if (st == SR_OK)
+        st = get_u64(p, model, "parameters", UINT64_MAX / 16, &mf->n_params);
+    if (st == SR_OK)
+        st = get_str(p, model, "hash", mf->model_hash, sizeof mf->model_hash);
+    if (st != SR_OK)
+        return st;
+    char h[65];
+    sr_manifest_model_hash(&mf->dims, h);
+    if (strcmp(h, mf->model_hash) != 0 || sr_model_n_params(&mf->dims) != mf->n_params ||
+        mf->dims.Vp != sr_model_padded_vocab(mf->dims.V))
+        return perr(p, model, "model: hash or parameter count does not match its dims");
+    return SR_OK;
+}
+
+/* Version 1: [params, adam_m, adam_v], all f32.  Version 2: a list of
+ * {name, dtype} in that order. */
+static sr_status parse_state(pctx *p, yaml_node_t *root, sr_manifest *mf) {
+    yaml_node_t *n = mget(p, root, "state");
+    if (!n || n->type != YAML_SEQUENCE_NODE || seq_len(n) != SR_NSTATE)
+        return perr(p, n ? n : root, "expected key 'state' with the %d saved states", SR_NSTATE);
+    for (int k = 0; k < SR_NSTATE; k++) {
+        yaml_node_t *item = seq_item(p, n, (size_t)k);
+        const char *name = mf->version >= 2 ? sval(mget(p, item, "name")) : sval(item);
+        const char *dt = mf->version >= 2 ? sval(mget(p, item, "dtype")) : "f32";
+        if (!name || strcmp(name, sr_state_names[k]) != 0)
+            return perr(p, item ? item : n, "state %d: expected '%s'", k, sr_state_names[k]);
+        if (!dt || strcmp(dt, "f32") != 0)
+            return perr(p, item, "state %s: dtype %s is not one this shardrun loads (f32)", name, dt ? dt : "missing");
+        mf->state_dtype[k] = SR_DT_F32;
+    }
+    return SR_OK;
+}
+
+static sr_status parse_config(pctx *p, yaml_node_t *root, sr_manifest *mf) {
+    yaml_node_t *n = mget(p, root, "config");
+    if (!n || n->type != YAML_MAPPING_NODE)
+        return SR_OK; /* informational: used for "changed since" warnings */
+    size_t np = (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
+    mf->ckeys = sr_calloc(np + 1, sizeof(char *));
+    mf->cvals = sr_calloc(np + 1, sizeof(char *));
+    if (!mf->ckeys || !mf->cvals)
+        return sr_error_oom("the manifest's job keys");
+    for (size_t i = 0; i < np; i++) {
+        yaml_node_pair_t *pr = &n->data.mapping.pairs.start[i];
+        const char *k = sval(yaml_document_get_node(&p->doc, pr->key)),
+                   *v = sval(yaml_document_get_node(&p->doc, pr->value));
+        if (!k || !v)
+            continue;
+        char *kd = sr_strdup(k), *vd = sr_strdup(v);
+        if (!kd || !vd) {
+            free(kd);
+            free(vd);
+            return sr_error_oom("the manifest's job keys");
+        }
+        mf->ckeys[mf->nconfig] = kd;
+        mf->cvals[mf->nconfig++] = vd;
+    }
+    return SR_OK;
+}
+
+static sr_status parse_slices(pctx *p, yaml_node_t *fn, const sr_manifest *mf, sr_manifest_file *f) {
+    yaml_node_t *sl = mget(p, fn, "slices");
+    if (!sl || sl->type != YAML_SEQUENCE_NODE)
+        return perr(p, sl ? sl : fn, "%s: expected 'slices' as a list of [begin, count]", f->name);
+    f->nslices = (int)seq_len(sl);
+    f->slices = sr_calloc((size_t)f->nslices + 1, sizeof *f->slices);
+    if (!f->slices)
+        return sr_error_oom("the manifest's slices");
+    uint64_t sum = 0;
+    for (int s = 0; s < f->nslices; s++) {
+        yaml_node_t *pair = seq_item(p, sl, (size_t)s);
+        if (!pair || pair->type != YAML_SEQUENCE_NODE || seq_len(pair) != 2)
+            return perr(p, pair ? pair : sl, "%s: slice %d: expected [begin, count]", f->name, s);
+        for (int q = 0; q < 2; q++) {
+            const char *v = sval(seq_item(p, pair, (size_t)q));
+            char *end;
+            if (!v || !*v || *v == '-' || (f->slices[s][q] = strtoull(v, &end, 10), *end))
+                return perr(p, pair, "%s: slice %d: expected two integers", f->name, s);
+        }
+        if (f->slices[s][1] == 0 || f->slices[s][0] > mf->n_params || f->slices[s][1] > mf->n_params - f->slices[s][0])
+            return perr(p, pair, "%s: slice %d lies outside the %" PRIu64 " parameters", f->name, s, mf->n_params);
+        sum += f->slices[s][1];
+    }
+    if (sum != f->elements)
+        return perr(p, sl, "%s: slices hold %" PRIu64 " elements, elements says %" PRIu64, f->name, sum, f->elements);
+    return SR_OK;
+}
+
+static sr_status parse_hashes(pctx *p, yaml_node_t *fn, sr_manifest_file *f) {
+    yaml_node_t *sh = mget(p, fn, "sha256");
+    f->nchunks = (f->bytes + SR_SHARD_CHUNK_BYTES - 1) / SR_SHARD_CHUNK_BYTES;
+    if (!sh || sh->type != YAML_SEQUENCE_NODE || (uint64_t)seq_len(sh) != f->nchunks)
+        return perr(p, sh ? sh : fn, "%s: expected 'sha256' with %" PRIu64 " chunk checksums (one per %" PRIu64 " bytes)",
+                    f->name, f->nchunks, SR_SHARD_CHUNK_BYTES);
+    f->sha = sr_malloc((size_t)f->nchunks * 32 + 1);
+    if (!f->sha)
+        return sr_error_oom("the manifest's checksums");
+    for (uint64_t c = 0; c < f->nchunks; c++) {
+        yaml_node_t *hn = seq_item(p, sh, (size_t)c);
+        const char *hv = sval(hn);
+        if (!hv || !unhex32(hv, f->sha[c]))
+            return perr(p, hn ? hn : sh, "%s: chunk %" PRIu64 ": expected 64 lowercase hex digits", f->name, c);
+    }
+    return SR_OK;
+}
+
+static sr_status parse_file(pctx *p, yaml_node_t *fn, sr_manifest *mf, int i) {
+    sr_manifest_file *f = &mf->files[i];
+    sr_status st = get_str(p, fn, "name", f->name, sizeof f->name);
+    if (st != SR_OK)
+        return st;
+    if (!sr_manifest_safe_name(f->name))
+        return perr(p, mget(p, fn, "name"),
+                    "files: name '%s' is not a shard file name (shard_NNNNN.bin); a manifest may not name paths "
+                    "outside its checkpoint directory",
+                    f->name);
+    for (int j = 0; j < i; j++)
+        if (strcmp(mf->files[j].name, f->name) == 0)
+            return perr(p, mget(p, fn, "name"), "files: '%s' is listed twice", f->name);
+    if ((st = get_int(p, fn, "shard", 1 << 24, &f->shard)) != SR_OK ||
+        (st = get_u64(p, fn, "bytes", UINT64_MAX / 2, &f->bytes)) != SR_OK ||
+        (st = get_u64(p, fn, "elements", UINT64_MAX / 64, &f->elements)) != SR_OK)
+        return st;
+    uint64_t want = sr_manifest_file_bytes(mf, f->elements);
+    if (f->bytes != want)
+        return perr(p, mget(p, fn, "bytes"), "%s: bytes %" PRIu64 " disagree with elements %" PRIu64 " (expected %" PRIu64 ")",
+                    f->name, f->bytes, f->elements, want);
+    yaml_node_t *sec = mget(p, fn, "sections");
+    for (int k = 0; k < SR_NSTATE; k++) {
+        uint64_t off;
+        if ((st = get_u64(p, sec, sr_state_names[k], UINT64_MAX, &off)) != SR_OK)
+            return st;
+        if (off != sr_manifest_section(mf, f->elements, k))
+            return perr(p, sec, "%s: section %s at %" PRIu64 " disagrees with the layout", f->name, sr_state_names[k],
+                        off);
+    }
+    if ((st = parse_slices(p, fn, mf, f)) != SR_OK || (st = parse_hashes(p, fn, f)) != SR_OK)
+        return st;
+    mf->total_bytes += f->bytes;
+    return SR_OK;
+}
+
+static int cmp_slice(const void *a, const void *b) {
+    const uint64_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* The slices of all files tile [0, parameters) exactly once. */
+static sr_status check_tiling(pctx *p, yaml_node_t *files, const sr_manifest *mf) {
+    size_t total = 0;
+    for (int i = 0; i < mf->nfiles; i++)
+        total += (size_t)mf->files[i].nslices;
+    uint64_t(*all)[2] = sr_malloc(sizeof *all * (total + 1));
+    if (!all)
+        return sr_error_oom("the manifest's slices");
+    size_t k = 0;
+    for (int i = 0; i < mf->nfiles; i++)
+        for (int s = 0; s < mf->files[i].nslices; s++) {
+            all[k][0] = mf->files[i].slices[s][0];
+            all[k++][1] = mf->files[i].slices[s][1];
+        }
+    qsort(all, k, sizeof *all, cmp_slice);
+    uint64_t at = 0;
+    bool tiled = true;
+    for (size_t i = 0; i < k && tiled; i++) {
+        tiled = all[i][0] == at;
+        at += all[i][1];
+    }
+    free(all);
+    if (!tiled || at != mf->n_params)
+        return perr(p, files, "files: the slices do not cover the %" PRIu64 " parameters exactly once", mf->n_params);
+    return SR_OK;
+}
+
+static sr_status parse_files(pctx *p, yaml_node_t *root, sr_manifest *mf) {
+    sr_status st = get_u64(p, root, "chunk_bytes", (uint64_t)1 << 30, &mf->chunk_bytes);
+    if (st != SR_OK)
+        return st;
+    if (mf->chunk_bytes != SR_SHARD_CHUNK_BYTES)
+        return perr(p, mget(p, root, "chunk_bytes"), "chunk_bytes: expected %" PRIu64, SR_SHARD_CHUNK_BYTES);
+    yaml_node_t *n = mget(p, root, "files");
+    if (!n || n->type != YAML_SEQUENCE_NODE || seq_len(n) == 0)
+        return perr(p, n ? n : root, "expected key 'files' with a list of shard files");
+    mf->nfiles = (int)seq_len(n);
+    mf->files = sr_calloc((size_t)mf->nfiles, sizeof(sr_manifest_file));
+    if (!mf->files)
+        return sr_error_oom("the manifest's file list");
+    for (int i = 0; i < mf->nfiles && st == SR_OK; i++)
+        st = parse_file(p, seq_item(p, n, (size_t)i), mf, i);
+    return st == SR_OK ? check_tiling(p, n, mf) : st;
+}
+
+sr_status sr_manifest_parse(const char *text, size_t len, const char *path, sr_manifest *mf) {
+    *mf = (sr_manifest){0};
+    size_t body = 0;
+    sr_status st = check_self_sum(path, text, len, &body);
+    if (st != SR_OK)
+        return st;
+    pctx p = {.path = path};
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser))
+        return sr_error_oom("the manifest parser");
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, body);
+    if (!yaml_parser_load(&parser, &p.doc)) {
+        st = sr_error(SR_ERR_DATA, "%s:%zu:%zu: YAML error: %s", path, parser.problem_mark.line + 1,
+                      parser.problem_mark.column + 1, parser.problem ? parser.problem : "?");
+        yaml_parser_delete(&parser);
+        return st;
+    }
+    yaml_parser_delete(&parser);
+    yaml_node_t *root = yaml_document_get_root_node(&p.doc);
+    if (!root || root->type != YAML_MAPPING_NODE)
+        st = perr(&p, root, "expected a mapping at the top");
+    if (st == SR_OK)
+        st = parse_header(&p, root, mf);
+    if (st == SR_OK)
+        st = parse_progress(&p, root, mf);
+    if (st == SR_OK)
+        st = parse_world(&p, root, mf);
+    if (st == SR_OK)
+        st = parse_model(&p, root, mf);
+    if (st == SR_OK)
+        st = parse_state(&p, root, mf);
+    if (st == SR_OK)
+        st = parse_config(&p, root, mf);
+    if (st == SR_OK)
+        st = parse_files(&p, root, mf);
+    yaml_document_delete(&p.doc);
+    if (st != SR_OK)
+        sr_manifest_free(mf);
+    return st;
+}
+
+sr_status sr_manifest_load(const char *dir, sr_manifest *mf) {
+    *mf = (sr_manifest){0};
+    char path[PATH_MAX];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, SR_MANIFEST_NAME) >= sizeof path)
+        return sr_error(SR_ERR_DATA, "%s: path too long", dir);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return sr_error(SR_ERR_DATA, "%s: %s%s", path, strerror(errno),
+                        errno == ENOENT ? " (no manifest: not a complete checkpoint)" : "");
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (size_t)sb.st_size > MANIFEST_MAX) {
+        close(fd);
+        return sr_error(SR_ERR_DATA, "%s: not a regular file of at most %zu MiB", path, MANIFEST_MAX >> 20);
+    }
+    size_t len = (size_t)sb.st_size;
+    char *text = sr_malloc(len + 1);
+    if (!text) {
+        close(fd);
+        return sr_error_oom("the manifest text");
+    }
+    if (sr_fsio_pread_all(fd, text, len, 0) != 0) {
+        sr_status st = sr_error(SR_ERR_DATA, "%s: cannot read: %s", path, strerror(errno ? errno : EIO));
+        free(text);
+        close(fd);
+        return st;
+    }
+    close(fd);
+    text[len] = '\0';
+    sr_status st = sr_manifest_parse(text, len, path, mf);
+    free(text);
+    return st;
+}

@@ -1,0 +1,89 @@
+/* manifest.h — a checkpoint's manifest.yaml: what it records, rendering it
+ * and parsing it back.
+ *
+ * manifest owns the manifest format (shardrun-checkpoint(5)): progress
+ * (step, tokens, data cursor, seed, LR schedule), world size and mesh, the
+ * agreed CPU ISA level, model dims and their hash, every job key's value,
+ * the tensor table, each saved state's name and dtype, and per shard file
+ * its size, the slices of the global parameter vector it holds and one
+ * SHA-256 per 4 MiB chunk.  The last line is the SHA-256 of every byte
+ * before it.  Rendering uses libyaml's emitter, parsing its document API;
+ * every refusal is SR_ERR_DATA with file:line:col.  Version 2 records each
+ * state's dtype; version 1 (states implicitly f32) is read too.  Pure: no
+ * I/O except sr_manifest_load reading the file. */
+#ifndef SR_MANIFEST_H
+#define SR_MANIFEST_H
+
+#include <stdint.h>
+
+#include "dtype.h"
+#include "model.h"
+#include "shardplan.h"
+#include "status.h"
+
+#define SR_CKPT_FORMAT "shardrun-checkpoint"
+#define SR_MANIFEST_VERSION 2 /* written; 1 and 2 are read */
+#define SR_MANIFEST_NAME "manifest.yaml"
+#define SR_NSTATE 3
+
+/* "params", "adam_m", "adam_v": the saved states, in file order. */
+extern const char *const sr_state_names[SR_NSTATE];
+
+typedef struct {
+    char name[32]; /* shard_NNNNN.bin */
+    int shard;
+    uint64_t bytes, elements, nchunks;
+    int nslices;
+    uint64_t (*slices)[2];    /* global begin, count */
+    unsigned char (*sha)[32]; /* nchunks digests */
+} sr_manifest_file;
+
+typedef struct {
+    int version;
+    int64_t step;
+    uint64_t cursor, tokens, seed;
+    /* lr_schedule as recorded (for people and inspect; the run's keys decide) */
+    char schedule[16];
+    double lr, min_lr, next_lr;
+    uint64_t warmup_steps, steps;
+    int world, mesh_shard, mesh_replicate;
+    char isa[32]; /* the ISA level the run agreed on ("" in version 1) */
+    sr_model_dims dims;
+    uint64_t n_params;
+    char model_hash[65];
+    char created[64], job[128], host[128];
+    uint64_t chunk_bytes;
+    sr_dtype state_dtype[SR_NSTATE];
+    int nfiles;
+    sr_manifest_file *files;
+    int nconfig;
+    char **ckeys, **cvals; /* the job's keys and their values as `config show` prints them */
+    uint64_t total_bytes;  /* sum of the files' bytes (parse only) */
+} sr_manifest;
+
+/* Frees what parse allocated (files, slices, digests, config). */
+void sr_manifest_free(sr_manifest *mf);
+
+/* The model hash recorded for dims (64 hex digits + NUL). */
+void sr_manifest_model_hash(const sr_model_dims *d, char out[65]);
+/* Bytes of a shard file of `elements` per state, and where state k starts. */
+uint64_t sr_manifest_file_bytes(const sr_manifest *mf, uint64_t elements);
+uint64_t sr_manifest_section(const sr_manifest *mf, uint64_t elements, int k);
+/* True for exactly shard_NNNNN.bin: never a path, never a dot file. */
+bool sr_manifest_safe_name(const char *name);
+
+/* Renders mf (and the tensor table of `model`, each tensor's unit from
+ * `plan`) as YAML ending with the manifest_sha256 line; *out is malloc'd.
+ * SR_ERR_INTERNAL when out of memory. */
+sr_status sr_manifest_render(const sr_manifest *mf, const sr_model *model, const sr_shardplan *plan, char **out,
+                             size_t *out_len);
+/* Checks the self-checksum of text[0, len), parses and validates it (names,
+ * sizes, chunk counts, slices tiling [0, parameters)).  `path` names it in
+ * messages.  On failure nothing is left to free. */
+sr_status sr_manifest_parse(const char *text, size_t len, const char *path, sr_manifest *mf);
+/* Reads <dir>/manifest.yaml (a regular file, never through a symbolic
+ * link) and parses it.  SR_ERR_DATA with the reason; the message says when
+ * the file is missing (not a complete checkpoint). */
+sr_status sr_manifest_load(const char *dir, sr_manifest *mf);
+
+#endif

@@ -1,0 +1,128 @@
+/* metrics.c — the metrics file, memory lines and the MFU peak; see
+ * metrics.h. */
+#include "srconfig.h"
+
+#include "metrics.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mem.h"
+
+struct sr_metrics {
+    FILE *f;
+    char *path;
+};
+
+sr_status sr_metrics_open(sr_metrics **out, const char *path, bool append) {
+    *out = NULL;
+    if (!path || !path[0])
+        return SR_OK;
+    sr_metrics *m = sr_calloc(1, sizeof *m);
+    char *name = sr_strdup(path);
+    if (!m || !name) {
+        free(m);
+        free(name);
+        return sr_error_oom("the metrics file");
+    }
+    m->f = fopen(path, append ? "a" : "w");
+    if (!m->f) {
+        sr_status st =
+            sr_error(SR_ERR_CANTCREAT, "%s: cannot create metrics file (log.metrics): %s", path, strerror(errno));
+        free(m);
+        free(name);
+        return st;
+    }
+    m->path = name;
+    *out = m;
+    return SR_OK;
+}
+
+static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
+
+void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
+    if (!m)
+        return;
+    FILE *f = m->f;
+    fprintf(f,
+            "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,"
+            "\"mfu\":%.6g,\"step_ms\":%.6g,\"tokens\":%lld,\"ranks\":%d",
+            (long long)r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->mfu, r->step_ms, (long long)r->tokens,
+            r->ranks);
+    if (r->has_val)
+        fprintf(f, ",\"val_loss\":%.17g", r->val_loss);
+    for (int c = 0; c < SR_MEM_NCAT; c++)
+        fprintf(f, ",\"mem_%s\":%zu,\"mem_%s_peak\":%zu", sr_mem_name(c), sr_mem_current(c), sr_mem_name(c),
+                sr_mem_peak(c));
+    fprintf(f, ",\"mem_total\":%zu,\"mem_total_peak\":%zu", sr_mem_total_current(), sr_mem_total_peak());
+    fputs("}\n", f);
+    fflush(f);
+}
+
+sr_status sr_metrics_close(sr_metrics *m) {
+    if (!m)
+        return SR_OK;
+    sr_status st = SR_OK;
+    if (fclose(m->f) != 0)
+        st = sr_error(SR_ERR_IO, "%s: write failed: %s", m->path, strerror(errno));
+    free(m->path);
+    free(m);
+    return st;
+}
+
+void sr_metrics_log_memory(const char *when) {
+    char line[1024];
+    size_t used = 0;
+    for (int c = 0; c < SR_MEM_NCAT; c++)
+        if (sr_mem_peak(c) > 0 && used < sizeof line)
+            used += (size_t)snprintf(line + used, sizeof line - used, " %s %.1f/%.1f", sr_mem_name(c),
+                                     mib(sr_mem_current(c)), mib(sr_mem_peak(c)));
+    line[used < sizeof line ? used : sizeof line - 1] = '\0';
+    sr_log_info("memory %s (MiB current/peak):%s; total %.1f/%.1f", when, line, mib(sr_mem_total_current()),
+                mib(sr_mem_total_peak()));
+}
+
+double sr_metrics_peak_flops(int threads, char *how, size_t how_len) {
+    const char *env = getenv("SHARDRUN_PEAK_GFLOPS");
+    if (env && *env) {
+        char *end;
+        double g = strtod(env, &end);
+        if (*end == '\0' && g > 0) {
+            snprintf(how, how_len, "%.1f GFLOP/s from SHARDRUN_PEAK_GFLOPS", g);
+            return g * 1e9;
+        }
+    }
+    double mhz = 0.0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f))
+            if (strncmp(line, "cpu MHz", 7) == 0) {
+                const char *colon = strchr(line, ':');
+                if (colon)
+                    mhz = strtod(colon + 1, NULL);
+                break;
+            }
+        fclose(f);
+    }
+    if (mhz <= 0)
+        mhz = 2000.0;
+    int per_cycle = 8;
+    const char *isa = "SSE";
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) {
+        per_cycle = 64;
+        isa = "AVX-512 FMA";
+    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        per_cycle = 32;
+        isa = "AVX2 FMA";
+    }
+#endif
+    double peak = threads * mhz * 1e6 * per_cycle;
+    snprintf(how, how_len, "%d core%s x %.2f GHz x %d FLOP/cycle (%s fp32) = %.1f GFLOP/s", threads,
+             threads == 1 ? "" : "s", mhz / 1000.0, per_cycle, isa, peak / 1e9);
+    return peak;
+}

@@ -1,0 +1,47 @@
+/* metrics.h — the run's records: the JSON-lines metrics file, memory lines,
+ * and the FLOP/s peak that MFU is measured against.
+ *
+ * metrics owns log.metrics (written by rank 0; a resumed run appends) and
+ * the format of its records (shardrun(1), METRICS): one JSON object per
+ * logged step with step, loss, lr, grad_norm, tokens_per_s, mfu, step_ms,
+ * tokens, ranks, val_loss after an evaluation, and every memory category
+ * current and peak from mem.h's accounting. */
+#ifndef SR_METRICS_H
+#define SR_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+typedef struct sr_metrics sr_metrics;
+
+/* One logged step. */
+typedef struct {
+    int64_t step;
+    double loss, lr, grad_norm, tokens_per_s, mfu, step_ms;
+    int64_t tokens;
+    int ranks;
+    bool has_val;
+    double val_loss;
+} sr_step_record;
+
+/* Opens `path` for records ("" or NULL: none, *out NULL): appended to when
+ * `append` (a run that may resume), else truncated.  SR_ERR_CANTCREAT. */
+sr_status sr_metrics_open(sr_metrics **out, const char *path, bool append);
+/* Writes one record and flushes it.  NULL is fine (no file). */
+void sr_metrics_step(sr_metrics *m, const sr_step_record *r);
+/* Closes; SR_ERR_IO when buffered records could not be written.  NULL is
+ * fine. */
+sr_status sr_metrics_close(sr_metrics *m);
+
+/* Logs every memory category, current and peak, on rank 0's stderr. */
+void sr_metrics_log_memory(const char *when);
+
+/* Nominal peak FLOP/s of `threads` cores, used for MFU: cores x clock x
+ * FLOP/cycle of the widest FMA unit found (AVX-512: 64, AVX2+FMA: 32,
+ * else 8); SHARDRUN_PEAK_GFLOPS overrides.  `how` describes the figure. */
+double sr_metrics_peak_flops(int threads, char *how, size_t how_len);
+
+#endif

@@ -1,0 +1,54 @@
+/* testhook.h — the test suite's and benchmarks' hooks into the program, read
+ * in one place.
+ *
+ * testhook owns every SHARDRUN_TEST_* and SHARDRUN_BENCH_* environment
+ * variable: it reads and parses them once, and the rest of the program asks
+ * this module instead of calling getenv.  They exist so the test suite can
+ * reach failure paths (crashes inside a save, allocation failures, signals
+ * at a chosen step) and the benchmarks can switch off checksums; a real run
+ * has none set, and a run with one set says so in a warning at start.  The
+ * variables are documented in shardrun(1), ENVIRONMENT.
+ *
+ *   SHARDRUN_TEST_CRASH_AT=SITE[:STEP][@RANK]  SIGKILL at a checkpoint crash site
+ *   SHARDRUN_TEST_PREEMPT_AT=STEP[@RANK]       raise the first preemption signal at STEP
+ *   SHARDRUN_TEST_NAN_AT_STEP=N                make the loss of step N non-finite
+ *   SHARDRUN_TEST_DUMP_PARAMS=PATH             write the final full model to PATH
+ *   SHARDRUN_TEST_ALLOC_FAIL=N                 fail the N-th allocation (1-based)
+ *   SHARDRUN_TEST_ISA=LEVEL                    pretend the CPU supports at most LEVEL
+ *   SHARDRUN_BENCH_NO_SHA256=1                 checkpoints without checksums (benchmarks) */
+#ifndef SR_TESTHOOK_H
+#define SR_TESTHOOK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "status.h"
+
+typedef struct {
+    /* SHARDRUN_TEST_CRASH_AT: site name ("" = off), step (-1 = any), rank (-1 = any) */
+    char crash_site[32];
+    int64_t crash_step;
+    int crash_rank;
+    /* SHARDRUN_TEST_PREEMPT_AT: step (-1 = off), rank (-1 = any) */
+    int64_t preempt_step;
+    int preempt_rank;
+    int64_t nan_step;    /* -1 = off */
+    char dump_params[4096]; /* "" = off */
+    int64_t alloc_fail;  /* 0 = off */
+    char isa[16];        /* "" = off */
+    bool bench_no_sha256;
+} sr_testhooks;
+
+/* Reads and parses every hook variable (once; later calls return the first
+ * result).  SR_ERR_CONFIG naming the variable when a value does not parse;
+ * the hooks that did parse stay in effect. */
+sr_status sr_testhook_init(void);
+/* The parsed hooks (read on first use when sr_testhook_init was not called). */
+const sr_testhooks *sr_testhook(void);
+/* Logs one warning naming every hook in effect (nothing when none is). */
+void sr_testhook_warn_active(void);
+/* True when SHARDRUN_TEST_CRASH_AT names `site`, and its step and rank (if
+ * given) match. */
+bool sr_testhook_crash_here(const char *site, int64_t step, int rank);
+
+#endif
