@@ -40,7 +40,8 @@ static double sgemm_ceiling(int BT, int C, int Vp, int threads, int reps) {
     struct {
         int oc, ic;
     } lin[] = {{3 * C, C}, {C, C}, {4 * C, C}, {C, 4 * C}, {Vp, C}};
-    size_t maxa = (size_t)BT * (4 * C > Vp ? 4 * C : Vp), maxw = (size_t)Vp * C > (size_t)16 * C * C ? (size_t)Vp * C : (size_t)16 * C * C;
+    size_t maxa = (size_t)BT * (4 * C > Vp ? 4 * C : Vp),
+           maxw = (size_t)Vp * C > (size_t)16 * C * C ? (size_t)Vp * C : (size_t)16 * C * C;
     float *A = malloc(maxa * sizeof(float)), *Bm = malloc(maxa * sizeof(float)), *W = malloc(maxw * sizeof(float)),
           *O = malloc((maxa > maxw ? maxa : maxw) * sizeof(float));
     for (size_t i = 0; i < maxa; i++)

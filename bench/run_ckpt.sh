@@ -18,6 +18,10 @@
 #     until the process has exited (75) against one step + the save.
 # Reads come from the page cache for the raw read and shardrun alike (the
 # files were just written).  Median (min..max) of REPS rounds.
+# With a baseline build (bench/baseline.sh: BASELINE=DIR|FILE|REV, default
+# the previous commit; BASELINE=none to skip), each round also saves and
+# loads with the baseline's shardrun (checksums on), each followed by its
+# own raw measurement, and the table shows both ratios.
 # usage: bench/run_ckpt.sh [REPS]   (run from the build directory)
 set -u
 REPS=${1:-3}
@@ -34,12 +38,16 @@ stats() { sort -g | awk '{ a[NR] = $1 } END { m = (NR % 2) ? a[(NR + 1) / 2] : (
 # median of per-round ratios: FILE_A FILE_B (one number per line each)
 ratio() { paste "$1" "$2" | awk '$1 > 0 && $2 > 0 { print $1 / $2 }' | sort -g | awk '{ a[NR] = $1 } END { m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "%.2f (%.2f..%.2f)", m, a[1], a[NR] }'; }
 D=${BENCH_DISK:-./bench/bench_disk}
+BASE=""
+[ "${BASELINE:-}" = none ] || BASE=$(SR_SRCDIR="$(dirname "$0")/.." sh "$(dirname "$0")/baseline.sh")
+[ -n "$BASE" ] && echo "# baseline: $BASE" >&2
 # memory touched before every measured operation (see bench/bench_disk.c):
 # half of the free memory, at most 12 GB
 TOUCH=${BENCH_TOUCH:-$(awk '/^MemAvailable:/ { t = $2 * 1024 / 2; if (t > 12e9) t = 12e9; printf "%.0f", t }' /proc/meminfo)}
 
 : >"$d/save" && : >"$d/save0" && : >"$d/load" && : >"$d/load0"
 : >"$d/raww1" && : >"$d/raww2" && : >"$d/rawr1" && : >"$d/rawr2"
+: >"$d/saveb" && : >"$d/loadb" && : >"$d/rawwb" && : >"$d/rawrb"
 bytes=0
 for r in $(seq "$REPS"); do
     echo "# round $r/$REPS" >&2
@@ -60,6 +68,18 @@ for r in $(seq "$REPS"); do
         env $env_ "$S" train $job 2>"$d/l.err" || { tail -3 "$d/l.err"; exit 1; }
         sed -n 's/.*read and verified in .* (\([0-9]*\) MB\/s).*/\1/p' "$d/l.err" >>"$d/load$suffix"
     done
+    [ -n "$BASE" ] || continue
+    rm -rf "$d/ck"
+    "$D" --touch "$TOUCH"
+    "$BASE/shardrun" train $job 2>"$d/s.err" || { tail -3 "$d/s.err"; exit 1; }
+    sed -n 's/.*step 1 saved: .* (\([0-9]*\) MB\/s.*/\1/p' "$d/s.err" >>"$d/saveb"
+    "$D" --touch "$TOUCH"
+    "$D" "$d/raw" "$bytes" "${r}3$$" >"$d/disk.txt" || exit 1
+    sed -n 's/.*write_MBps=\([0-9]*\).*/\1/p' "$d/disk.txt" >>"$d/rawwb"
+    sed -n 's/.*read_MBps=\([0-9]*\).*/\1/p' "$d/disk.txt" >>"$d/rawrb"
+    rm -f "$d/raw"
+    "$BASE/shardrun" train $job 2>"$d/l.err" || { tail -3 "$d/l.err"; exit 1; }
+    sed -n 's/.*read and verified in .* (\([0-9]*\) MB\/s).*/\1/p' "$d/l.err" >>"$d/loadb"
 done
 rm -rf "$d/ck"
 sha=$(openssl speed -seconds 2 -bytes 4194304 -evp sha256 2>/dev/null | awk '/^sha256/ { v = $NF; sub(/k$/, "", v); printf "%.0f", v * 1000 / 1e6 }')
@@ -105,6 +125,10 @@ row "save, no checksums" "$s0" "$s0lo" "$s0hi" "$(ratio "$d/save0" "$d/raww2")"
 row "raw read (4 MiB preads, cached)" "$rd" "$rdlo" "$rdhi" "1.00"
 row "load + verify every chunk" "$l1" "$l1lo" "$l1hi" "$(ratio "$d/load" "$d/rawr1")"
 row "load, no verification" "$l0" "$l0lo" "$l0hi" "$(ratio "$d/load0" "$d/rawr2")"
+if [ -n "$BASE" ]; then
+    set -- $(stats <"$d/saveb"); row "baseline: save, SHA-256" "$1" "$2" "$3" "$(ratio "$d/saveb" "$d/rawwb")"
+    set -- $(stats <"$d/loadb"); row "baseline: load + verify" "$1" "$2" "$3" "$(ratio "$d/loadb" "$d/rawrb")"
+fi
 printf '| %-34s | %-24s | %s\n' "SHA-256, one core (openssl speed)" "$sha" "$(echo "$sha $w" | awk '{ printf "%.2f", $1 / $2 }') x raw write median"
 echo
 echo "signal to exit (SIGUSR1 at a random point of a gpt2-124m run, seq_len 256, batch 4, 2 threads)"

@@ -97,9 +97,9 @@ sr_status sr_ckpt_read_slices(const char *dir, const sr_manifest *mf, const sr_s
                         }
                         reqs = nr;
                     }
-                    reqs[nreq++] = (sr_shardfile_range){sr_manifest_section(mf, f->elements, k) + 4 * (e + lo - b),
-                                                        4 * (hi - lo),
-                                                        dst[k] + slices[q].local + (lo - slices[q].begin)};
+                    reqs[nreq++] =
+                        (sr_shardfile_range){sr_manifest_section(mf, f->elements, k) + 4 * (e + lo - b), 4 * (hi - lo),
+                                             dst[k] + slices[q].local + (lo - slices[q].begin)};
                 }
             }
             e += c;
@@ -108,8 +108,8 @@ sr_status sr_ckpt_read_slices(const char *dir, const sr_manifest *mf, const sr_s
             continue;
         char path[PATH_MAX];
         FMT(path, "%s/%s", dir, f->name);
-        sr_shardfile_expect x = {f->shard, mf->step, f->bytes, f->elements, f->nchunks,
-                                 (const unsigned char(*)[32])f->sha};
+        sr_shardfile_expect x = {f->shard,    mf->step,   f->bytes,
+                                 f->elements, f->nchunks, (const unsigned char(*)[32])f->sha};
         st = sr_shardfile_read(path, &x, reqs, nreq, verified, NULL, NULL, NULL);
     }
     free(reqs);
@@ -155,8 +155,8 @@ static sr_status take_lock(sr_ckpt *c) {
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    int n = snprintf(info, sizeof info, "host %s pid %d job %s since %s\n", c->w->host, (int)getpid(), c->w->job_id,
-                     when);
+    int n =
+        snprintf(info, sizeof info, "host %s pid %d job %s since %s\n", c->w->host, (int)getpid(), c->w->job_id, when);
     if (ftruncate(c->lock_fd, 0) != 0 || pwrite(c->lock_fd, info, (size_t)n, 0) != n)
         sr_log_warn("%s: cannot record the lock holder: %s", path, strerror(errno));
     return SR_OK;
@@ -428,7 +428,8 @@ static void retain(sr_ckpt *c, int64_t committed) {
     }
     int n = sr_ckpt_scan(c->dir, steps, MAX_CANDIDATES);
     for (int i = 0; i < n; i++) {
-        bool keep = i < c->o->keep || steps[i] == committed || (c->o->keep_every > 0 && steps[i] % c->o->keep_every == 0);
+        bool keep =
+            i < c->o->keep || steps[i] == committed || (c->o->keep_every > 0 && steps[i] % c->o->keep_every == 0);
         if (keep)
             continue;
         char from[PATH_MAX], to[PATH_MAX];
@@ -541,7 +542,9 @@ typedef struct {
     unsigned char *all;
 } records;
 
-static sr_ctl_word *record_word(const records *r, int rank) { return (sr_ctl_word *)(r->all + (size_t)rank * r->bytes); }
+static sr_ctl_word *record_word(const records *r, int rank) {
+    return (sr_ctl_word *)(r->all + (size_t)rank * r->bytes);
+}
 
 /* Phase 2: replica 0 of every shard index writes its file; every rank's
  * (status, bytes, digests) are gathered to every rank. */
@@ -595,7 +598,7 @@ static sr_status save_shards(sr_ckpt *c, const sr_ckpt_progress *p, const char *
         a->msg[sizeof a->msg - 1] = '\0';
         if (a->status != SR_OK)
             st = r == sr_ctl_rank(c->ctl) ? sr_error((sr_status)a->status, "%s", a->msg)
-                                           : sr_error((sr_status)a->status, "rank %d: %s", r, a->msg);
+                                          : sr_error((sr_status)a->status, "rank %d: %s", r, a->msg);
     }
     return st;
 }

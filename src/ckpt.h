@@ -1,7 +1,7 @@
 /* ckpt.h — sharded checkpoints of a run: the directory and its lock, resume
  * with fallback, the commit protocol, retention.
  *
- * ckpt owns <checkpoint.dir> (doc/ARCHITECTURE.md §5, shardrun-checkpoint(5)):
+ * ckpt owns <checkpoint.dir> (ARCHITECTURE.md §5, shardrun-checkpoint(5)):
  * step_<8 digits>/ directories each holding one shard file per shard index
  * (shardfile.h) and manifest.yaml (manifest.h), written last; dot-named
  * temporary directories of saves in progress; the `latest` symlink; the

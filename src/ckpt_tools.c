@@ -118,8 +118,8 @@ static bool verify_one(const char *path, failures *fl, uint64_t *bytes) {
         const sr_manifest_file *f = &mf.files[fi];
         char fp[PATH_MAX];
         snprintf(fp, sizeof fp, "%s/%s", path, f->name);
-        sr_shardfile_expect x = {f->shard, mf.step, f->bytes, f->elements, f->nchunks,
-                                 (const unsigned char(*)[32])f->sha};
+        sr_shardfile_expect x = {f->shard,    mf.step,    f->bytes,
+                                 f->elements, f->nchunks, (const unsigned char(*)[32])f->sha};
         int problems = 0;
         sr_status st = sr_shardfile_read(fp, &x, NULL, 0, bytes, on_problem, fl, &problems);
         if (st != SR_OK)

@@ -114,7 +114,6 @@ sr_status sr_group_create(sr_transport *tp, const int *ranks, int n, sr_group **
 int sr_group_size(const sr_group *g) { return g->n; }
 int sr_group_rank(const sr_group *g) { return g->me; }
 const char *sr_transport_address(const sr_transport *tp) { return sr_tcp_address(tp->tcp); }
-int sr_transport_rejected(const sr_transport *tp) { return sr_tcp_rejected(tp->tcp); }
 
 static void *progress_main(void *arg);
 
@@ -155,7 +154,8 @@ void sr_transport_close(sr_transport *tp) {
 /* ------------------------------------------------------------------------ */
 /* ring algorithms (progress thread) */
 
-void sr_comm_chunk(size_t count, int n, int c, size_t *off, size_t *len) {
+/* Chunk c of `count` elements split into n ring chunks: [*off, *off+*len). */
+static void chunk_of(size_t count, int n, int c, size_t *off, size_t *len) {
     size_t per = (count + (size_t)n - 1) / (size_t)n;
     size_t o = per * (size_t)c;
     *off = o < count ? o : count;
@@ -164,8 +164,8 @@ void sr_comm_chunk(size_t count, int n, int c, size_t *off, size_t *len) {
 
 static sr_status exchange(sr_group *g, uint32_t seq, const void *s, size_t sb, void *r, size_t rb, char *msg,
                           size_t ml) {
-    return sr_tcp_exchange(g->tp->tcp, g->ranks[(g->me + 1) % g->n], g->ranks[(g->me + g->n - 1) % g->n], seq, s, sb,
-                           r, rb, msg, ml);
+    return sr_tcp_exchange(g->tp->tcp, g->ranks[(g->me + 1) % g->n], g->ranks[(g->me + g->n - 1) % g->n], seq, s, sb, r,
+                           rb, msg, ml);
 }
 
 /* Grows the transport's two ping-pong chunk buffers (progress thread only). */
@@ -200,17 +200,17 @@ static void scale_copy(void *dst, const void *src, size_t n, sr_dtype dt, double
 }
 
 /* Ring reduce-scatter without a full-size copy: `src` holds the group's n
- * chunks (sr_comm_chunk(total)); `out` receives the reduced chunk me.  Step
+ * chunks (chunk_of(total)); `out` receives the reduced chunk me.  Step
  * k sends the partial sum of chunk me-k-1 and receives that of chunk me-k-2
  * into the other ping-pong buffer, adds its own contribution, and sends it
  * on next step; after n-1 steps the buffer holds chunk me in full. */
-static sr_status ring_reduce_scatter(sr_group *g, uint32_t seq, const void *src, void *out, size_t total,
-                                     sr_dtype dt, sr_redop op, char *msg, size_t ml) {
+static sr_status ring_reduce_scatter(sr_group *g, uint32_t seq, const void *src, void *out, size_t total, sr_dtype dt,
+                                     sr_redop op, char *msg, size_t ml) {
     int n = g->n, me = g->me;
     size_t es = sr_dtype_size(dt), maxc = (total + (size_t)n - 1) / (size_t)n;
     double scale = op == SR_OP_AVG ? 1.0 / n : 1.0;
     size_t mo, ml_me;
-    sr_comm_chunk(total, n, me, &mo, &ml_me);
+    chunk_of(total, n, me, &mo, &ml_me);
     if (n == 1) {
         scale_copy(out, (const char *)src + mo * es, ml_me, dt, scale);
         return SR_OK;
@@ -221,7 +221,7 @@ static sr_status ring_reduce_scatter(sr_group *g, uint32_t seq, const void *src,
     }
     void *bufs[2] = {g->tp->scratch[0], g->tp->scratch[1]};
     size_t so, sl;
-    sr_comm_chunk(total, n, ((me - 1) % n + n) % n, &so, &sl);
+    chunk_of(total, n, ((me - 1) % n + n) % n, &so, &sl);
     const char *sendp = (const char *)src + so * es;
     /* Each step moves its chunk in pieces (the same count on every rank):
      * while this rank adds piece i, the neighbour's piece i+1 is already
@@ -232,7 +232,7 @@ static sr_status ring_reduce_scatter(sr_group *g, uint32_t seq, const void *src,
         int rc = ((me - k - 2) % n + n) % n;
         bool final_step = k == n - 2;
         size_t ro, rl;
-        sr_comm_chunk(total, n, rc, &ro, &rl);
+        chunk_of(total, n, rc, &ro, &rl);
         /* the last step receives straight into `out` (chunk me) unless
          * `out` overlaps what is still being sent or added (in place) */
         char *recvp = bufs[next];
@@ -257,7 +257,7 @@ static sr_status ring_reduce_scatter(sr_group *g, uint32_t seq, const void *src,
     return SR_OK;
 }
 
-/* buf holds n chunks; chunk me is filled.  chunked: the sr_comm_chunk(count)
+/* buf holds n chunks; chunk me is filled.  chunked: the chunk_of(count)
  * layout (allreduce); else n chunks of `count` elements each. */
 static sr_status ring_allgather(sr_group *g, uint32_t seq, void *buf, size_t count, size_t es, bool chunked, char *msg,
                                 size_t ml) {
@@ -267,8 +267,8 @@ static sr_status ring_allgather(sr_group *g, uint32_t seq, void *buf, size_t cou
         int sc = ((me - k) % n + n) % n, rc = ((me - k - 1) % n + n) % n;
         size_t so, sl, ro, rl;
         if (chunked) {
-            sr_comm_chunk(count, n, sc, &so, &sl);
-            sr_comm_chunk(count, n, rc, &ro, &rl);
+            chunk_of(count, n, sc, &so, &sl);
+            chunk_of(count, n, rc, &ro, &rl);
         } else {
             so = (size_t)sc * count;
             ro = (size_t)rc * count;
@@ -315,7 +315,7 @@ static sr_status run_op(sr_req *r) {
         /* in place: reduce-scatter into this rank's chunk of the buffer,
          * then all-gather the chunks */
         size_t o, l;
-        sr_comm_chunk(r->count, n, me, &o, &l);
+        chunk_of(r->count, n, me, &o, &l);
         sr_status st =
             ring_reduce_scatter(g, r->seq, r->recv, (char *)r->recv + o * es, r->count, r->dt, r->op, msg, ml);
         if (st == SR_OK && n > 1)
@@ -358,8 +358,8 @@ static void *progress_main(void *arg) {
     return NULL;
 }
 
-static sr_status submit(sr_group *g, op_kind kind, void *recv, const void *send, size_t count, sr_dtype dt,
-                        sr_redop op, int root, sr_req **out) {
+static sr_status submit(sr_group *g, op_kind kind, void *recv, const void *send, size_t count, sr_dtype dt, sr_redop op,
+                        int root, sr_req **out) {
     if (out)
         *out = NULL;
     if ((kind == OP_REDUCE_SCATTER || kind == OP_ALLREDUCE) && dt != SR_DT_F32 && dt != SR_DT_BF16 && dt != SR_DT_F64)

@@ -55,8 +55,6 @@ sr_status sr_transport_connect(sr_transport *tp);
 void sr_transport_close(sr_transport *tp);
 /* "ip:port" this rank listens on ("(none)" for one rank). */
 const char *sr_transport_address(const sr_transport *tp);
-/* Connections refused so far (bad secret or protocol). */
-int sr_transport_rejected(const sr_transport *tp);
 
 int sr_group_size(const sr_group *g);
 int sr_group_rank(const sr_group *g); /* this process's index in the group */
@@ -79,9 +77,5 @@ sr_status sr_barrier(sr_group *g, sr_req **req);
 /* Waits for a request and frees it; returns its status (SR_ERR_PEER with
  * the peer named when a peer failed).  NULL is SR_OK. */
 sr_status sr_wait(sr_req *req);
-
-/* Chunk c of `count` elements split into n ring chunks: [*off, *off+*len).
- * The same split on every rank and every data plane. */
-void sr_comm_chunk(size_t count, int n, int c, size_t *off, size_t *len);
 
 #endif

@@ -64,7 +64,6 @@ struct sr_tcp {
     pthread_cond_t cond;
     bool stopping, accepting;
     pthread_t acceptor;
-    int rejected;
 };
 
 static double now_s(void) {
@@ -220,9 +219,7 @@ static void *accept_main(void *arg) {
         uint32_t rank = 0;
         const char *why = handshake_in(t, fd, &rank);
         pthread_mutex_lock(&t->lock);
-        if (why)
-            t->rejected++;
-        else
+        if (!why)
             t->fds[rank] = fd;
         pthread_cond_broadcast(&t->cond);
         pthread_mutex_unlock(&t->lock);
@@ -258,7 +255,7 @@ static sr_status listen_and_exchange(sr_tcp *t, const char *ip) {
     peer_addr mine = {0};
     snprintf(mine.ip, sizeof mine.ip, "%s", ip);
     mine.port = ntohs(a.sin_port);
-    sr_status st = sr_world_allgather(w, "shardrun.addr", &mine, sizeof mine, t->addrs);
+    sr_status st = sr_world_allgather(w, "shardrun.addr", &mine, sizeof mine, t->addrs, t->timeout_s);
     if (st != SR_OK)
         return st;
     /* The per-job secret: rank 0's random bytes, shared through PMIx only. */
@@ -269,7 +266,7 @@ static sr_status listen_and_exchange(sr_tcp *t, const char *ip) {
         free(all);
         return sr_error(SR_ERR_INTERNAL, "RAND_bytes failed");
     }
-    st = sr_world_allgather(w, "shardrun.secret", mysecret, SECRET_LEN, all);
+    st = sr_world_allgather(w, "shardrun.secret", mysecret, SECRET_LEN, all, t->timeout_s);
     if (st == SR_OK)
         memcpy(t->secret, all, SECRET_LEN);
     OPENSSL_cleanse(mysecret, sizeof mysecret);
@@ -407,13 +404,6 @@ void sr_tcp_close(sr_tcp *t) {
 }
 
 const char *sr_tcp_address(const sr_tcp *t) { return t && t->address[0] ? t->address : "(none)"; }
-
-int sr_tcp_rejected(const sr_tcp *t) {
-    pthread_mutex_lock((pthread_mutex_t *)&t->lock);
-    int r = t->rejected;
-    pthread_mutex_unlock((pthread_mutex_t *)&t->lock);
-    return r;
-}
 
 /* ------------------------------------------------------------------------ */
 /* framed I/O */

@@ -39,7 +39,6 @@ sr_status sr_tcp_connect(sr_tcp *t);
 void sr_tcp_stop(sr_tcp *t);
 void sr_tcp_close(sr_tcp *t);
 const char *sr_tcp_address(const sr_tcp *t);
-int sr_tcp_rejected(const sr_tcp *t);
 
 /* One ring step: sends sbytes of sbuf to world rank `right` and receives
  * rbytes into rbuf from `left` at the same time, both framed with `seq`.

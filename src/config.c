@@ -26,7 +26,7 @@
 typedef enum { T_INT, T_FLOAT, T_BOOL, T_STR, T_ENUM, T_RESHARD, T_STRLIST, T_SIGLIST } key_type;
 
 typedef struct {
-    const char *key;          /* dotted path */
+    const char *key; /* dotted path */
     key_type type;
     size_t off;               /* offset in sr_config */
     const char *def;          /* default as YAML text; NULL: from model.preset */
@@ -116,11 +116,11 @@ static const sr_key keys[] = {
 static const struct {
     int64_t n_layer, n_head, n_embd, vocab_size, seq_len;
 } presets[] = {
-    {4, 4, 256, 256, 256},        /* tiny */
-    {12, 12, 768, 50257, 1024},   /* gpt2-124m */
-    {24, 16, 1024, 50257, 1024},  /* gpt2-350m */
-    {36, 20, 1280, 50257, 1024},  /* gpt2-774m */
-    {48, 25, 1600, 50257, 1024},  /* gpt2-1.5b */
+    {4, 4, 256, 256, 256},       /* tiny */
+    {12, 12, 768, 50257, 1024},  /* gpt2-124m */
+    {24, 16, 1024, 50257, 1024}, /* gpt2-350m */
+    {36, 20, 1280, 50257, 1024}, /* gpt2-774m */
+    {48, 25, 1600, 50257, 1024}, /* gpt2-1.5b */
 };
 
 /* CONT is accepted and ignored (Slurm sends it along with every SIGTERM;
@@ -755,10 +755,13 @@ static sr_status load_document(yaml_document_t *doc, const char *text, size_t le
     if (!yaml_parser_load(&parser, doc)) {
         yaml_mark_t mark = parser.problem_mark;
         char msg[512];
-        snprintf(msg, sizeof msg, "%s%s%s", parser.problem ? parser.problem : "syntax error",
-                 parser.context ? " " : "", parser.context ? parser.context : "");
+        snprintf(msg, sizeof msg, "%s%s%s", parser.problem ? parser.problem : "syntax error", parser.context ? " " : "",
+                 parser.context ? parser.context : "");
         yaml_parser_delete(&parser);
-        return error_at(ctx, mark, "YAML syntax error: %s (hint: check indentation and that every 'key: value' has a space after the colon)", msg);
+        return error_at(
+            ctx, mark,
+            "YAML syntax error: %s (hint: check indentation and that every 'key: value' has a space after the colon)",
+            msg);
     }
     *has_root = yaml_document_get_root_node(doc) != NULL;
     if (*has_root) {
@@ -784,7 +787,8 @@ static sr_status load_document(yaml_document_t *doc, const char *text, size_t le
     return SR_OK;
 }
 
-sr_status sr_config_load_string(sr_config *cfg, const char *text, size_t len, const char *name) {
+/* Parses YAML text; `name` is used in messages. */
+static sr_status load_string(sr_config *cfg, const char *text, size_t len, const char *name) {
     parse_ctx ctx = {name, NULL};
     yaml_document_t doc;
     bool has_root = false;
@@ -812,7 +816,7 @@ sr_status sr_config_load_string(sr_config *cfg, const char *text, size_t len, co
 
 sr_status sr_config_load_file(sr_config *cfg, const char *path) {
     if (!path)
-        return sr_config_load_string(cfg, sr_default_job, sr_default_job_len, "<default job>");
+        return load_string(cfg, sr_default_job, sr_default_job_len, "<default job>");
     FILE *f = fopen(path, "rb");
     if (!f)
         return sr_error(SR_ERR_NOINPUT, "%s: cannot open job file: %s", path, strerror(errno));
@@ -853,7 +857,7 @@ sr_status sr_config_load_file(sr_config *cfg, const char *path) {
         free(buf);
         return sr_error(SR_ERR_CONFIG, "%s: contains a NUL byte; expected a YAML text file", path);
     }
-    sr_status st = sr_config_load_string(cfg, buf, len, path);
+    sr_status st = load_string(cfg, buf, len, path);
     free(buf);
     return st;
 }
@@ -998,9 +1002,10 @@ sr_status sr_config_finalize(sr_config *cfg) {
 
     if (cfg->n_embd % cfg->n_head != 0) {
         sr_config_where(cfg, was_set(cfg, "model.n_embd") ? "model.n_embd" : "model.n_head", w, sizeof w);
-        return sr_error(SR_ERR_CONFIG,
-                        "%s: model.n_embd (%lld) must be divisible by model.n_head (%lld) (hint: n_head %lld divides it)",
-                        w, (long long)cfg->n_embd, (long long)cfg->n_head, (long long)nearest_divisor(cfg->n_embd, cfg->n_head));
+        return sr_error(
+            SR_ERR_CONFIG,
+            "%s: model.n_embd (%lld) must be divisible by model.n_head (%lld) (hint: n_head %lld divides it)", w,
+            (long long)cfg->n_embd, (long long)cfg->n_head, (long long)nearest_divisor(cfg->n_embd, cfg->n_head));
     }
     if (cfg->min_lr > cfg->lr) {
         sr_config_where(cfg, was_set(cfg, "train.min_lr") ? "train.min_lr" : "train.lr", w, sizeof w);
@@ -1046,8 +1051,8 @@ sr_status sr_config_check_landed(const sr_config *cfg) {
             sr_config_where(cfg, keys[i].key, w, sizeof w);
             sr_config_free(&def);
             return sr_error(SR_ERR_CONFIG,
-                            "%s: %s: %s is not implemented yet in this version; only the default (%s) is accepted",
-                            w, keys[i].key, a, b);
+                            "%s: %s: %s is not implemented yet in this version; only the default (%s) is accepted", w,
+                            keys[i].key, a, b);
         }
     }
     sr_config_free(&def);

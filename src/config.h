@@ -1,7 +1,7 @@
 /* config.h — the job file: one schema table, the parsed configuration, and
  * validation.
  *
- * config owns the `sr_key` schema (every key of DESIGN §7 with its type,
+ * config owns the `sr_key` schema (every key of shardrun.yaml(5) with its type,
  * default, range and documentation).  That single table drives YAML parsing,
  * defaults, `--set` overrides, `shardrun config show`, `shardrun config keys`
  * and the KEYS section of shardrun.yaml(5).  Every error names the file,
@@ -87,8 +87,6 @@ void sr_config_free(sr_config *cfg);
  * embedded default job.  Returns SR_ERR_NOINPUT when the file cannot be read,
  * SR_ERR_CONFIG for any syntax, key, type or range error. */
 sr_status sr_config_load_file(sr_config *cfg, const char *path);
-/* Parses YAML text; `name` is used in messages. */
-sr_status sr_config_load_string(sr_config *cfg, const char *text, size_t len, const char *name);
 /* Applies one `--set key=value` override.  A missing '=' is SR_ERR_USAGE; a
  * bad key or value SR_ERR_CONFIG.  The value is parsed as YAML. */
 sr_status sr_config_set(sr_config *cfg, const char *assignment);

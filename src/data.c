@@ -21,13 +21,13 @@
 
 typedef struct {
     char *path;
-    void *map;           /* whole file mapping (NULL for the embedded corpus) */
+    void *map; /* whole file mapping (NULL for the embedded corpus) */
     size_t map_len;
-    const void *tokens;  /* first token */
-    int tok_bytes;       /* 1 (embedded bytes), 2 or 4 */
+    const void *tokens; /* first token */
+    int tok_bytes;      /* 1 (embedded bytes), 2 or 4 */
     uint64_t ntok;
-    uint64_t nwin;       /* windows of T+1 tokens: (ntok - 1) / T */
-    uint64_t first_win;  /* global index of this shard's first window */
+    uint64_t nwin;      /* windows of T+1 tokens: (ntok - 1) / T */
+    uint64_t first_win; /* global index of this shard's first window */
 } shard;
 
 struct sr_data {

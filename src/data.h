@@ -11,7 +11,7 @@
  * stream: sequence i is window perm_e(i mod W) of epoch e = i / W, where
  * perm_e is a seeded pseudo-random permutation computed per index (no table).
  * Optimizer step s consumes sequences [s*batch, (s+1)*batch), so the cursor
- * is global and any world size sees the same batches (DESIGN §7). */
+ * is global and any world size sees the same batches (ARCHITECTURE.md §3). */
 #ifndef SR_DATA_H
 #define SR_DATA_H
 
@@ -49,8 +49,7 @@ const char *sr_data_describe(const sr_data *d);
 /* Fills inputs/targets [count, T] with global sequences first .. first+count-1.
  * `shuffle`: seeded order (training); otherwise windows in file order
  * (evaluation). */
-void sr_data_batch(const sr_data *d, uint64_t first, int count, bool shuffle, uint64_t seed, int *inputs,
-                   int *targets);
+void sr_data_batch(const sr_data *d, uint64_t first, int count, bool shuffle, uint64_t seed, int *inputs, int *targets);
 
 /* The window of global sequence i (exposed for tests). */
 uint64_t sr_data_window_of(const sr_data *d, uint64_t i, bool shuffle, uint64_t seed);

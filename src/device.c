@@ -83,9 +83,9 @@ void sr_device_describe(char *buf, size_t n, int local_rank, int local_size) {
         n_visible = count;
 #endif
     char phys[64], err[512];
-    int pick = n_visible > 0 ? sr_device_pick(visible, n_visible, local_rank, local_size, phys, sizeof phys, err,
-                                              sizeof err)
-                             : -1;
+    int pick = n_visible > 0
+                   ? sr_device_pick(visible, n_visible, local_rank, local_size, phys, sizeof phys, err, sizeof err)
+                   : -1;
     if (pick >= 0)
         snprintf(buf, n, "cpu (would pick GPU %s, ordinal %d, from CUDA_VISIBLE_DEVICES=%s; %s)", phys, pick,
                  visible ? visible : "(unset)", why);

@@ -1,6 +1,6 @@
 /* device.h — which compute device this process uses.
  *
- * device owns the choice between a CPU run and a GPU run (DESIGN §7) and
+ * device owns the choice between a CPU run and a GPU run (ARCHITECTURE.md §1) and
  * the GPU a task picks from its local rank.  In this version every run is a
  * CPU run; a CUDA-enabled binary probes cudaGetDeviceCount so the log says
  * what it saw, and every run logs the GPU it would have picked. */

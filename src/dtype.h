@@ -46,7 +46,7 @@ static inline uint16_t sr_f32_to_bf16(float f) {
     memcpy(&u, &f, 4);
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);        /* round to nearest even */
+    u += 0x7fffu + ((u >> 16) & 1u);         /* round to nearest even */
     return (uint16_t)(u >> 16);
 }
 

@@ -1,9 +1,8 @@
 /* fsio.h — bytes on disk: whole writes and reads, fsync of files and
  * directories, the one atomic-write helper, and write errors with hints.
  *
- * fsio owns the file-system rules every output follows (doc/ARCHITECTURE.md
- * §3, "Checkpoint integrity"; DESIGN's "one way to write a file
- * atomically"): a file appears under its name only when complete — written
+ * fsio owns the file-system rules every output follows (ARCHITECTURE.md §3
+ * and §6, "Atomic outputs"): a file appears under its name only when complete — written
  * to a temporary name in the same directory, fsynced, renamed into place,
  * the directory fsynced — and files are created with the user's umask from
  * mode 0664 (never world-writable).  `data prepare`, both model exports and

@@ -11,6 +11,20 @@ static int level = -1;
 
 static const char *const names[SR_ISA_COUNT] = {"x86-64-v2", "x86-64-v3", "x86-64-v4"};
 
+/* Parses a name as printed by sr_isa_name (also "v2", "v3", "v4"). */
+static bool parse_level(const char *name, sr_isa *out) {
+    for (int i = 0; i < SR_ISA_COUNT; i++)
+        if (strcmp(name, names[i]) == 0 || strcmp(name, names[i] + 7) == 0) {
+            *out = (sr_isa)i;
+            return true;
+        }
+    if (strcmp(name, "generic") == 0) {
+        *out = SR_ISA_V2;
+        return true;
+    }
+    return false;
+}
+
 sr_isa sr_isa_detect(void) {
     sr_isa got = SR_ISA_V2;
 #if defined(__x86_64__) && !defined(SR_ISA_NATIVE)
@@ -26,7 +40,7 @@ sr_isa sr_isa_detect(void) {
     got = v4 ? SR_ISA_V4 : v3 ? SR_ISA_V3 : SR_ISA_V2;
 #endif
     sr_isa cap;
-    if (sr_testhook()->isa[0] && sr_isa_parse(sr_testhook()->isa, &cap) && cap < got)
+    if (sr_testhook()->isa[0] && parse_level(sr_testhook()->isa, &cap) && cap < got)
         got = cap;
     return got;
 }
@@ -52,17 +66,4 @@ const char *sr_isa_name(sr_isa l) {
         return "generic";
 #endif
     return (unsigned)l < SR_ISA_COUNT ? names[l] : "?";
-}
-
-bool sr_isa_parse(const char *name, sr_isa *out) {
-    for (int i = 0; i < SR_ISA_COUNT; i++)
-        if (strcmp(name, names[i]) == 0 || strcmp(name, names[i] + 7) == 0) {
-            *out = (sr_isa)i;
-            return true;
-        }
-    if (strcmp(name, "generic") == 0) {
-        *out = SR_ISA_V2;
-        return true;
-    }
-    return false;
 }

@@ -39,8 +39,6 @@ void sr_isa_set(sr_isa level);
 sr_isa sr_isa_current(void);
 /* "x86-64-v2", "x86-64-v3", "x86-64-v4" ("generic" off x86-64 for v2). */
 const char *sr_isa_name(sr_isa level);
-/* Parses a name as printed by sr_isa_name (also "v2", "v3", "v4"). */
-bool sr_isa_parse(const char *name, sr_isa *out);
 
 #define SR_ISA_INLINE __attribute__((always_inline))
 
@@ -59,7 +57,7 @@ bool sr_isa_parse(const char *name, sr_isa *out);
 #define SR_ISA_CLONES(ret, name, params, args, RET)                                                                    \
     static ret name params { RET name##_body args; }
 #endif
-#define SR_ISA_KERNEL_RET(ret, name, params, args) SR_ISA_CLONES(ret, name, params, args, return)
+#define SR_ISA_KERNEL_RET(ret, name, params, args) SR_ISA_CLONES(ret, name, params, args, return )
 #define SR_ISA_KERNEL(name, params, args) SR_ISA_CLONES(void, name, params, args, )
 
 #endif

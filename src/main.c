@@ -3,7 +3,7 @@
  * Commands: train, config check|show|keys, data prepare, ckpt
  * list|verify|inspect|export; --help, --version.
  * Every failure is one message on stderr and an exit status from the
- * sysexits table in status.h (DESIGN §7). */
+ * sysexits table in status.h (ARCHITECTURE.md §6). */
 #include "srconfig.h"
 
 #include <getopt.h>
@@ -23,50 +23,52 @@
 #include "train.h"
 #include "world.h"
 
-static const char usage_text[] =
-    "usage: shardrun train [JOB.yaml] [--set KEY=VALUE]...\n"
-    "       shardrun config check JOB.yaml [--ranks N] [--set KEY=VALUE]...\n"
-    "       shardrun config show [JOB.yaml] [--ranks N] [--set KEY=VALUE]...\n"
-    "       shardrun config keys [--mdoc]\n"
-    "       shardrun data prepare [-o OUT] FILE...\n"
-    "       shardrun ckpt list DIR | verify PATH | inspect PATH | export PATH -o FILE\n"
-    "       shardrun --help | --version\n"
-    "\n"
-    "Train a GPT-2 style transformer with fully sharded data parallelism.\n"
-    "\n"
-    "commands:\n"
-    "  train           train per JOB.yaml (without one: the embedded default job)\n"
-    "  config check    validate a job file; exit 0 when it is valid\n"
-    "  config show     print the effective job with every default filled in\n"
-    "  config keys     list every job-file key with type, default and meaning\n"
-    "  data prepare    turn text files into a byte-level llm.c token shard\n"
-    "  ckpt list       list the checkpoints of a checkpoint.dir\n"
-    "  ckpt verify     check every SHA-256 of a checkpoint (or of all in a dir)\n"
-    "  ckpt inspect    summarize a checkpoint's manifest\n"
-    "  ckpt export     write a checkpoint's model as an llm.c model file (-o FILE)\n"
-    "\n"
-    "options:\n"
-    "  -s, --set KEY=VALUE   override a job-file key (VALUE is YAML), repeatable\n"
-    "  -o, --output OUT      data prepare: output shard (default: data.bin);\n"
-    "                        ckpt export: the llm.c model file to write\n"
-    "      --ranks N         config check|show: also check the rules that depend on\n"
-    "                        the number of ranks (mesh, reshard N, batch split)\n"
-    "      --mdoc            config keys: print the list as an mdoc section\n"
-    "  -h, --help            print this help and exit\n"
-    "  -V, --version         print the version and exit\n"
-    "\n"
-    "exit status: 0 done, 1 training failed, 64 usage, 65 bad data or checkpoint,\n"
-    "66 missing input, 69 peer failed, 70 internal, 73 cannot create output,\n"
-    "74 I/O error, 75 preempted (run again), 78 bad job file or launch.\n"
-    "See shardrun(1) and shardrun.yaml(5).\n";
+static const char usage_text[] = "usage: shardrun train [JOB.yaml] [--set KEY=VALUE]...\n"
+                                 "       shardrun config check JOB.yaml [--ranks N] [--set KEY=VALUE]...\n"
+                                 "       shardrun config show [JOB.yaml] [--ranks N] [--set KEY=VALUE]...\n"
+                                 "       shardrun config keys [--mdoc]\n"
+                                 "       shardrun data prepare [-o OUT] FILE...\n"
+                                 "       shardrun ckpt list DIR | verify PATH | inspect PATH | export PATH -o FILE\n"
+                                 "       shardrun --help | --version\n"
+                                 "\n"
+                                 "Train a GPT-2 style transformer with fully sharded data parallelism.\n"
+                                 "\n"
+                                 "commands:\n"
+                                 "  train           train per JOB.yaml (without one: the embedded default job)\n"
+                                 "  config check    validate a job file; exit 0 when it is valid\n"
+                                 "  config show     print the effective job with every default filled in\n"
+                                 "  config keys     list every job-file key with type, default and meaning\n"
+                                 "  data prepare    turn text files into a byte-level llm.c token shard\n"
+                                 "  ckpt list       list the checkpoints of a checkpoint.dir\n"
+                                 "  ckpt verify     check every SHA-256 of a checkpoint (or of all in a dir)\n"
+                                 "  ckpt inspect    summarize a checkpoint's manifest\n"
+                                 "  ckpt export     write a checkpoint's model as an llm.c model file (-o FILE)\n"
+                                 "\n"
+                                 "options:\n"
+                                 "  -s, --set KEY=VALUE   override a job-file key (VALUE is YAML), repeatable\n"
+                                 "  -o, --output OUT      data prepare: output shard (default: data.bin);\n"
+                                 "                        ckpt export: the llm.c model file to write\n"
+                                 "      --ranks N         config check|show: also check the rules that depend on\n"
+                                 "                        the number of ranks (mesh, reshard N, batch split)\n"
+                                 "      --mdoc            config keys: print the list as an mdoc section\n"
+                                 "  -h, --help            print this help and exit\n"
+                                 "  -V, --version         print the version and exit\n"
+                                 "\n"
+                                 "exit status: 0 done, 1 training failed, 64 usage, 65 bad data or checkpoint,\n"
+                                 "66 missing input, 69 peer failed, 70 internal, 73 cannot create output,\n"
+                                 "74 I/O error, 75 preempted (run again), 78 bad job file or launch.\n"
+                                 "See shardrun(1) and shardrun.yaml(5).\n";
 
 enum { OPT_MDOC = 1000, OPT_RANKS };
 
 static const struct option long_options[] = {
-    {"set", required_argument, NULL, 's'},  {"output", required_argument, NULL, 'o'},
-    {"mdoc", no_argument, NULL, OPT_MDOC},  {"ranks", required_argument, NULL, OPT_RANKS},
+    {"set", required_argument, NULL, 's'},
+    {"output", required_argument, NULL, 'o'},
+    {"mdoc", no_argument, NULL, OPT_MDOC},
+    {"ranks", required_argument, NULL, OPT_RANKS},
     {"help", no_argument, NULL, 'h'},
-    {"version", no_argument, NULL, 'V'},    {NULL, 0, NULL, 0},
+    {"version", no_argument, NULL, 'V'},
+    {NULL, 0, NULL, 0},
 };
 
 typedef struct {
@@ -74,7 +76,7 @@ typedef struct {
     int nsets;
     const char *output;
     bool mdoc;
-    int ranks; /* --ranks N; 0 = not given */
+    int ranks;   /* --ranks N; 0 = not given */
     char **args; /* positional arguments after the command words */
     int nargs;
 } cli;
@@ -85,8 +87,8 @@ static bool quiet_rank = false;
 
 static int fail(sr_status st) {
     const char *msg = sr_error_message();
-    bool same_everywhere = st == SR_ERR_CONFIG || st == SR_ERR_DATA || st == SR_ERR_NOINPUT ||
-                           st == SR_ERR_USAGE || st == SR_ERR_TRAIN;
+    bool same_everywhere =
+        st == SR_ERR_CONFIG || st == SR_ERR_DATA || st == SR_ERR_NOINPUT || st == SR_ERR_USAGE || st == SR_ERR_TRAIN;
     if (!(quiet_rank && same_everywhere))
         sr_log_error("%s", msg[0] ? msg : sr_status_str(st));
     if (st == SR_ERR_USAGE)
@@ -172,14 +174,15 @@ static int load_job(sr_config *cfg, const char *path, const cli *c, int ranks) {
 /* SHARDRUN_TEST_ALLOC_FAIL sweeps need to know how many allocations a run
  * makes: with the hook set, the count goes to stderr at the end. */
 static int report_allocations(int rc) {
-    if (sr_testhook()->alloc_fail > 0 && sr_log_rank() == 0)
-        fprintf(stderr, "shardrun: test: %lld allocations counted\n", sr_mem_allocations());
+    if (sr_testhook()->alloc_fail > 0)
+        sr_log_info_all("test: %lld allocations counted", sr_mem_allocations());
     return rc;
 }
 
 static int cmd_train(const cli *c) {
     if (c->ranks)
-        return usage_error("%s", "train: --ranks applies to config check and config show (a run takes its ranks from the launcher)");
+        return usage_error(
+            "%s", "train: --ranks applies to config check and config show (a run takes its ranks from the launcher)");
     if (c->nargs > 1)
         return usage_error("train: expected at most one job file, got extra argument '%s'", c->args[1]);
     sr_world world;
@@ -226,7 +229,8 @@ static int cmd_config(const char *sub, const cli *c) {
         if (c->ranks)
             snprintf(ranks, sizeof ranks, "world-size rules checked for %d rank%s", c->ranks, c->ranks == 1 ? "" : "s");
         else
-            snprintf(ranks, sizeof ranks, "world-size rules (mesh, reshard N, batch split) not checked: pass --ranks N");
+            snprintf(ranks, sizeof ranks,
+                     "world-size rules (mesh, reshard N, batch split) not checked: pass --ranks N");
         if (check) {
             printf("%s: OK (%s)\n", c->args[0], ranks);
         } else {

@@ -22,7 +22,8 @@
 
 #define MANIFEST_MAX ((size_t)256 << 20)
 
-const char *const sr_state_names[SR_NSTATE] = {"params", "adam_m", "adam_v"};
+/* The saved states, in file order. */
+static const char *const state_names[SR_NSTATE] = {"params", "adam_m", "adam_v"};
 
 void sr_manifest_free(sr_manifest *mf) {
     for (int i = 0; mf->files && i < mf->nfiles; i++) {
@@ -86,7 +87,8 @@ uint64_t sr_manifest_file_bytes(const sr_manifest *mf, uint64_t elements) {
     return sr_manifest_section(mf, elements, SR_NSTATE);
 }
 
-bool sr_manifest_safe_name(const char *s) {
+/* True for exactly shard_NNNNN.bin: never a path, never a dot file. */
+static bool safe_name(const char *s) {
     if (strlen(s) != 15 || strncmp(s, "shard_", 6) != 0 || strcmp(s + 11, ".bin") != 0)
         return false;
     for (int i = 6; i < 11; i++)
@@ -264,7 +266,7 @@ static void render_file(emitter *e, const sr_manifest *mf, const sr_manifest_fil
     e_str(e, "sections");
     e_map(e, true, true);
     for (int k = 0; k < SR_NSTATE; k++)
-        kv_u64(e, sr_state_names[k], sr_manifest_section(mf, f->elements, k));
+        kv_u64(e, state_names[k], sr_manifest_section(mf, f->elements, k));
     e_map(e, false, true);
     e_str(e, "slices");
     e_seq(e, true, true);
@@ -329,7 +331,7 @@ sr_status sr_manifest_render(const sr_manifest *mf, const sr_model *model, const
     e_seq(&e, true, false);
     for (int k = 0; k < SR_NSTATE; k++) {
         e_map(&e, true, true);
-        kv_str(&e, "name", sr_state_names[k]);
+        kv_str(&e, "name", state_names[k]);
         kv_str(&e, "dtype", sr_dtype_name(mf->state_dtype[k]));
         e_map(&e, false, true);
     }
@@ -373,8 +375,7 @@ static sr_status perr(pctx *p, const yaml_node_t *n, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (n)
-        return sr_error(SR_ERR_DATA, "%s:%zu:%zu: %s", p->path, n->start_mark.line + 1, n->start_mark.column + 1,
-                        msg);
+        return sr_error(SR_ERR_DATA, "%s:%zu:%zu: %s", p->path, n->start_mark.line + 1, n->start_mark.column + 1, msg);
     return sr_error(SR_ERR_DATA, "%s: %s", p->path, msg);
 }
 
@@ -572,8 +573,8 @@ static sr_status parse_state(pctx *p, yaml_node_t *root, sr_manifest *mf) {
         yaml_node_t *item = seq_item(p, n, (size_t)k);
         const char *name = mf->version >= 2 ? sval(mget(p, item, "name")) : sval(item);
         const char *dt = mf->version >= 2 ? sval(mget(p, item, "dtype")) : "f32";
-        if (!name || strcmp(name, sr_state_names[k]) != 0)
-            return perr(p, item ? item : n, "state %d: expected '%s'", k, sr_state_names[k]);
+        if (!name || strcmp(name, state_names[k]) != 0)
+            return perr(p, item ? item : n, "state %d: expected '%s'", k, state_names[k]);
         if (!dt || strcmp(dt, "f32") != 0)
             return perr(p, item, "state %s: dtype %s is not one this shardrun loads (f32)", name, dt ? dt : "missing");
         mf->state_dtype[k] = SR_DT_F32;
@@ -640,8 +641,9 @@ static sr_status parse_hashes(pctx *p, yaml_node_t *fn, sr_manifest_file *f) {
     yaml_node_t *sh = mget(p, fn, "sha256");
     f->nchunks = (f->bytes + SR_SHARD_CHUNK_BYTES - 1) / SR_SHARD_CHUNK_BYTES;
     if (!sh || sh->type != YAML_SEQUENCE_NODE || (uint64_t)seq_len(sh) != f->nchunks)
-        return perr(p, sh ? sh : fn, "%s: expected 'sha256' with %" PRIu64 " chunk checksums (one per %" PRIu64 " bytes)",
-                    f->name, f->nchunks, SR_SHARD_CHUNK_BYTES);
+        return perr(p, sh ? sh : fn,
+                    "%s: expected 'sha256' with %" PRIu64 " chunk checksums (one per %" PRIu64 " bytes)", f->name,
+                    f->nchunks, SR_SHARD_CHUNK_BYTES);
     f->sha = sr_malloc((size_t)f->nchunks * 32 + 1);
     if (!f->sha)
         return sr_error_oom("the manifest's checksums");
@@ -659,7 +661,7 @@ static sr_status parse_file(pctx *p, yaml_node_t *fn, sr_manifest *mf, int i) {
     sr_status st = get_str(p, fn, "name", f->name, sizeof f->name);
     if (st != SR_OK)
         return st;
-    if (!sr_manifest_safe_name(f->name))
+    if (!safe_name(f->name))
         return perr(p, mget(p, fn, "name"),
                     "files: name '%s' is not a shard file name (shard_NNNNN.bin); a manifest may not name paths "
                     "outside its checkpoint directory",
@@ -673,15 +675,16 @@ static sr_status parse_file(pctx *p, yaml_node_t *fn, sr_manifest *mf, int i) {
         return st;
     uint64_t want = sr_manifest_file_bytes(mf, f->elements);
     if (f->bytes != want)
-        return perr(p, mget(p, fn, "bytes"), "%s: bytes %" PRIu64 " disagree with elements %" PRIu64 " (expected %" PRIu64 ")",
-                    f->name, f->bytes, f->elements, want);
+        return perr(p, mget(p, fn, "bytes"),
+                    "%s: bytes %" PRIu64 " disagree with elements %" PRIu64 " (expected %" PRIu64 ")", f->name,
+                    f->bytes, f->elements, want);
     yaml_node_t *sec = mget(p, fn, "sections");
     for (int k = 0; k < SR_NSTATE; k++) {
         uint64_t off;
-        if ((st = get_u64(p, sec, sr_state_names[k], UINT64_MAX, &off)) != SR_OK)
+        if ((st = get_u64(p, sec, state_names[k], UINT64_MAX, &off)) != SR_OK)
             return st;
         if (off != sr_manifest_section(mf, f->elements, k))
-            return perr(p, sec, "%s: section %s at %" PRIu64 " disagrees with the layout", f->name, sr_state_names[k],
+            return perr(p, sec, "%s: section %s at %" PRIu64 " disagrees with the layout", f->name, state_names[k],
                         off);
     }
     if ((st = parse_slices(p, fn, mf, f)) != SR_OK || (st = parse_hashes(p, fn, f)) != SR_OK)

@@ -26,9 +26,6 @@
 #define SR_MANIFEST_NAME "manifest.yaml"
 #define SR_NSTATE 3
 
-/* "params", "adam_m", "adam_v": the saved states, in file order. */
-extern const char *const sr_state_names[SR_NSTATE];
-
 typedef struct {
     char name[32]; /* shard_NNNNN.bin */
     int shard;
@@ -69,8 +66,6 @@ void sr_manifest_model_hash(const sr_model_dims *d, char out[65]);
 /* Bytes of a shard file of `elements` per state, and where state k starts. */
 uint64_t sr_manifest_file_bytes(const sr_manifest *mf, uint64_t elements);
 uint64_t sr_manifest_section(const sr_manifest *mf, uint64_t elements, int k);
-/* True for exactly shard_NNNNN.bin: never a path, never a dot file. */
-bool sr_manifest_safe_name(const char *name);
 
 /* Renders mf (and the tensor table of `model`, each tensor's unit from
  * `plan`) as YAML ending with the manifest_sha256 line; *out is malloc'd.

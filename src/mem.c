@@ -23,8 +23,8 @@ static const char *const names[] = {
  * must fail. */
 static int count_one(void) {
     long long n = __atomic_add_fetch(&allocations, 1, __ATOMIC_RELAXED);
-    long long fail_at = sr_testhook()->alloc_fail;
-    return fail_at <= 0 || n != fail_at;
+    const sr_testhooks *h = sr_testhook();
+    return h->alloc_fail <= 0 || n != h->alloc_fail || (h->alloc_fail_rank >= 0 && h->alloc_fail_rank != sr_log_rank());
 }
 
 static void raise_peak(size_t *pk, size_t now) {

@@ -3,7 +3,7 @@
  *
  * Every large buffer shardrun allocates goes through sr_mem_alloc with a
  * category, so the memory figures in the log and metrics come from the
- * program's own accounting, not from guesses (doc/ARCHITECTURE.md §3,
+ * program's own accounting, not from guesses (ARCHITECTURE.md §3,
  * "Memory").  Buffers are 64-byte aligned and zero-filled.  Counters are
  * atomic, so any thread may allocate.
  *

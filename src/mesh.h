@@ -1,7 +1,7 @@
 /* mesh.h — the device mesh: shard x replicate, and which ranks form each
  * group.
  *
- * mesh owns the arithmetic of DESIGN's 2-D mesh (HSDP): world rank =
+ * mesh owns the arithmetic of the 2-D mesh (HSDP, ARCHITECTURE.md §3): world rank =
  * replica * S + shard index.  Shard groups are S consecutive ranks (one
  * replica), replicate groups the R ranks with the same shard index, and a
  * reshard-N group (reshard_after_forward: N) the N consecutive ranks of a

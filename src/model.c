@@ -33,20 +33,34 @@ static int act_table(sr_model *m, size_t B, act_buf *out) {
     size_t L = (size_t)m->d.L, T = (size_t)m->d.T, C = (size_t)m->d.C, NH = (size_t)m->d.NH;
     size_t BT = B * T, BTC = BT * C, f = sizeof(float);
     const act_buf t[] = {
-        {(void **)&m->inputs, BT * sizeof(int)},  {(void **)&m->targets, BT * sizeof(int)},
-        {(void **)&m->encoded, BTC * f},         {(void **)&m->ln1, L * BTC * f},
-        {(void **)&m->ln1_mean, L * BT * f},     {(void **)&m->ln1_rstd, L * BT * f},
-        {(void **)&m->qkv, L * 3 * BTC * f},     {(void **)&m->atty, L * BTC * f},
-        {(void **)&m->att, L * B * NH * T * T * f}, {(void **)&m->residual2, L * BTC * f},
-        {(void **)&m->ln2, L * BTC * f},         {(void **)&m->ln2_mean, L * BT * f},
-        {(void **)&m->ln2_rstd, L * BT * f},     {(void **)&m->fch, L * 4 * BTC * f},
-        {(void **)&m->fch_gelu, L * 4 * BTC * f}, {(void **)&m->residual3, L * BTC * f},
-        {(void **)&m->lnf, BTC * f},             {(void **)&m->lnf_mean, BT * f},
-        {(void **)&m->lnf_rstd, BT * f},         {(void **)&m->logits, BT * (size_t)m->d.Vp * f},
-        {(void **)&m->losses, BT * f},           {(void **)&m->scratch, BTC * f},
-        {(void **)&m->dresidual, BTC * f},       {(void **)&m->dln, BTC * f},
-        {(void **)&m->dqkv, 3 * BTC * f},        {(void **)&m->datty, BTC * f},
-        {(void **)&m->dfch, 4 * BTC * f},        {(void **)&m->dfch_gelu, 4 * BTC * f},
+        {(void **)&m->inputs, BT * sizeof(int)},
+        {(void **)&m->targets, BT * sizeof(int)},
+        {(void **)&m->encoded, BTC * f},
+        {(void **)&m->ln1, L * BTC * f},
+        {(void **)&m->ln1_mean, L * BT * f},
+        {(void **)&m->ln1_rstd, L * BT * f},
+        {(void **)&m->qkv, L * 3 * BTC * f},
+        {(void **)&m->atty, L * BTC * f},
+        {(void **)&m->att, L * B * NH * T * T * f},
+        {(void **)&m->residual2, L * BTC * f},
+        {(void **)&m->ln2, L * BTC * f},
+        {(void **)&m->ln2_mean, L * BT * f},
+        {(void **)&m->ln2_rstd, L * BT * f},
+        {(void **)&m->fch, L * 4 * BTC * f},
+        {(void **)&m->fch_gelu, L * 4 * BTC * f},
+        {(void **)&m->residual3, L * BTC * f},
+        {(void **)&m->lnf, BTC * f},
+        {(void **)&m->lnf_mean, BT * f},
+        {(void **)&m->lnf_rstd, BT * f},
+        {(void **)&m->logits, BT * (size_t)m->d.Vp * f},
+        {(void **)&m->losses, BT * f},
+        {(void **)&m->scratch, BTC * f},
+        {(void **)&m->dresidual, BTC * f},
+        {(void **)&m->dln, BTC * f},
+        {(void **)&m->dqkv, 3 * BTC * f},
+        {(void **)&m->datty, BTC * f},
+        {(void **)&m->dfch, 4 * BTC * f},
+        {(void **)&m->dfch_gelu, 4 * BTC * f},
     };
     _Static_assert(sizeof t / sizeof t[0] <= MAX_ACT_BUFS, "MAX_ACT_BUFS is too small");
     int n = (int)(sizeof t / sizeof t[0]);
@@ -259,8 +273,8 @@ sr_status sr_model_forward(sr_model *m, const sr_param_source *src, const int *i
         o->attention_forward(atty, att, qkv, B, T, C, NH);
         o->matmul_forward(m->scratch, atty, p.t[SR_ATTPROJW], p.t[SR_ATTPROJB], (int)BT, C, C);
         o->residual_forward(res2, residual, m->scratch, BTC);
-        o->layernorm_forward(ln2, m->ln2_mean + l * BT, m->ln2_rstd + l * BT, res2, p.t[SR_LN2W], p.t[SR_LN2B],
-                             (int)BT, C);
+        o->layernorm_forward(ln2, m->ln2_mean + l * BT, m->ln2_rstd + l * BT, res2, p.t[SR_LN2W], p.t[SR_LN2B], (int)BT,
+                             C);
         o->matmul_forward(fch, ln2, p.t[SR_FCW], p.t[SR_FCB], (int)BT, C, 4 * C);
         o->gelu_forward(fchg, fch, 4 * BTC);
         o->matmul_forward(m->scratch, fchg, p.t[SR_FCPROJW], p.t[SR_FCPROJB], (int)BT, 4 * C, C);
@@ -310,8 +324,8 @@ sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss
         float *fch = m->fch + l * 4 * BTC, *fchg = m->fch_gelu + l * 4 * BTC;
         /* MLP: dresidual is the gradient of both res3's inputs (res2 and fcproj) */
         memset(m->dfch_gelu, 0, 4 * BTC * sizeof(float));
-        o->matmul_backward(m->dfch_gelu, g.t[SR_FCPROJW], g.t[SR_FCPROJB], m->dresidual, fchg, p.t[SR_FCPROJW],
-                           (int)BT, 4 * C, C);
+        o->matmul_backward(m->dfch_gelu, g.t[SR_FCPROJW], g.t[SR_FCPROJB], m->dresidual, fchg, p.t[SR_FCPROJW], (int)BT,
+                           4 * C, C);
         memset(m->dfch, 0, 4 * BTC * sizeof(float));
         o->gelu_backward(m->dfch, fch, m->dfch_gelu, 4 * BTC);
         memset(m->dln, 0, BTC * sizeof(float));
@@ -320,8 +334,8 @@ sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss
                               m->ln2_mean + l * BT, m->ln2_rstd + l * BT, (int)BT, C);
         /* attention: dresidual is now the gradient of res2's inputs */
         memset(m->datty, 0, BTC * sizeof(float));
-        o->matmul_backward(m->datty, g.t[SR_ATTPROJW], g.t[SR_ATTPROJB], m->dresidual, atty, p.t[SR_ATTPROJW],
-                           (int)BT, C, C);
+        o->matmul_backward(m->datty, g.t[SR_ATTPROJW], g.t[SR_ATTPROJB], m->dresidual, atty, p.t[SR_ATTPROJW], (int)BT,
+                           C, C);
         memset(m->dqkv, 0, 3 * BTC * sizeof(float));
         o->attention_backward(m->dqkv, m->datty, qkv, att, B, T, C, NH);
         memset(m->dln, 0, BTC * sizeof(float));

@@ -55,13 +55,13 @@ enum { SR_ROOT_TENSORS(SR_TENSOR_ENUM) SR_NROOT_TENSORS };
 #undef SR_TENSOR_ENUM
 
 typedef struct {
-    char name[64];    /* e.g. "h.3.attn.c_attn.weight", "wte.weight" */
-    int unit;         /* layer index 0..L-1, or L for the root */
-    int rows, cols;   /* shape; rows == 1 for vectors */
-    int ndim;         /* 1 or 2 */
-    int init;         /* SR_INIT_* */
-    bool decay;       /* AdamW weight decay applies (tensors with ndim >= 2) */
-    size_t offset;    /* in floats from the start of the parameter buffer */
+    char name[64];  /* e.g. "h.3.attn.c_attn.weight", "wte.weight" */
+    int unit;       /* layer index 0..L-1, or L for the root */
+    int rows, cols; /* shape; rows == 1 for vectors */
+    int ndim;       /* 1 or 2 */
+    int init;       /* SR_INIT_* */
+    bool decay;     /* AdamW weight decay applies (tensors with ndim >= 2) */
+    size_t offset;  /* in floats from the start of the parameter buffer */
     size_t numel;
 } sr_tensor;
 
@@ -84,10 +84,10 @@ typedef struct sr_model {
     const sr_ops *ops;
     int n_tensors;
     sr_tensor *tensors;
-    size_t n_params;        /* floats in the whole buffer (with vocab padding) */
-    size_t n_params_real;   /* without the padded vocabulary rows */
-    size_t *layer_offset;   /* L + 2 entries: start of each layer, root, end */
-    float *params, *grads;  /* full buffers when owned (single process); else NULL */
+    size_t n_params;       /* floats in the whole buffer (with vocab padding) */
+    size_t n_params_real;  /* without the padded vocabulary rows */
+    size_t *layer_offset;  /* L + 2 entries: start of each layer, root, end */
+    float *params, *grads; /* full buffers when owned (single process); else NULL */
 
     /* activations of one micro-batch of at most max_B sequences */
     int max_B, B;

@@ -2,7 +2,7 @@
  *
  * A back end is a table of function pointers (`sr_ops`).  The CPU table in
  * ops_cpu.c is always built and is the oracle; the CUDA table (kernels/)
- * implements the same contracts.  Conventions (DESIGN §6): outputs first,
+ * implements the same contracts.  Conventions (ARCHITECTURE.md §6): outputs first,
  * then inputs, then sizes; backward functions ACCUMULATE (+=) into every
  * gradient they write, so callers zero gradients they do not want summed.
  * Shape legend: B batch, T time, C channels, NH heads, hs = C/NH, V vocab,
@@ -63,6 +63,5 @@ extern const sr_ops sr_ops_cpu;
  * other.  Sets the pool size; n <= 0 picks the cores this process may run
  * on.  Returns the thread count in effect. */
 int sr_ops_set_threads(int n);
-int sr_ops_threads(void);
 
 #endif

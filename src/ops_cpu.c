@@ -17,8 +17,8 @@
 #include <cblas.h>
 #include <math.h>
 #include <sched.h>
-#include <stdlib.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -62,8 +62,6 @@ int sr_ops_set_threads(int n) {
     return n;
 }
 
-int sr_ops_threads(void) { return n_threads; }
-
 static int thread_id(void) {
 #ifdef _OPENMP
     return omp_get_thread_num();
@@ -105,7 +103,9 @@ typedef union {
 static inline SR_ISA_INLINE float fast_expf(float x) {
     float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - k * 0.693145751953125f - k * 1.428606765330187e-06f;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f + r * (8.3333338e-3f + r * 1.3888889e-3f)))));
+    float p =
+        1.0f +
+        r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f + r * (8.3333338e-3f + r * 1.3888889e-3f)))));
     int32_t ki = (int32_t)k;
     ki = ki < -127 ? -127 : ki;
     ki = ki > 128 ? 128 : ki;
@@ -164,8 +164,7 @@ static inline SR_ISA_INLINE void ln_fwd_row_body(float *o, float *mean, float *r
     *mean = m;
     *rstd = s;
 }
-SR_ISA_KERNEL(ln_fwd_row,
-              (float *o, float *mean, float *rstd, const float *x, const float *w, const float *b, int C),
+SR_ISA_KERNEL(ln_fwd_row, (float *o, float *mean, float *rstd, const float *x, const float *w, const float *b, int C),
               (o, mean, rstd, x, w, b, C))
 
 static inline SR_ISA_INLINE void ln_bwd_row_body(float *di, const float *x, const float *d, const float *w, float m,
@@ -407,7 +406,7 @@ static void attention_backward(float *dqkv, const float *dout, const float *qkv,
     /* one T x T scratch per thread, allocated before the team starts so an
      * allocation failure is reported (take_error) instead of crashing a
      * worker; counted but not accounted, like any short-lived buffer */
-    int nt = sr_ops_threads();
+    int nt = n_threads;
     float *scratch = sr_malloc((size_t)nt * T * T * sizeof(float));
     if (!scratch) {
         fail(sr_error_oom("the attention backward scratch"));

@@ -11,8 +11,7 @@
 #include "mem.h"
 #include "vec.h"
 
-sr_status sr_optim_init_slices(sr_optim *opt, const sr_model *model, const sr_slice *slices, int n,
-                               size_t local_size) {
+sr_status sr_optim_init_slices(sr_optim *opt, const sr_model *model, const sr_slice *slices, int n, size_t local_size) {
     *opt = (sr_optim){.model = model, .local_size = local_size, .nslices = n};
     opt->slices = sr_malloc(sizeof *slices * (size_t)(n > 0 ? n : 1));
     opt->decay = sr_calloc((size_t)model->n_tensors, 1);

@@ -5,7 +5,7 @@
  * elements decay comes from the model's tensor table (rule: tensors with two
  * or more dimensions decay — matrices and the embeddings — biases and
  * LayerNorm parameters do not; nanoGPT's rule).  The learning rate at step s
- * depends only on s and the current schedule (doc/ARCHITECTURE.md §4). */
+ * depends only on s and the current schedule (ARCHITECTURE.md §3). */
 #ifndef SR_OPTIM_H
 #define SR_OPTIM_H
 
@@ -29,7 +29,7 @@ typedef struct {
 } sr_adamw_opts;
 
 typedef struct {
-    sr_slice *slices;     /* what this rank owns */
+    sr_slice *slices; /* what this rank owns */
     int nslices;
     size_t local_size;    /* floats in the shard buffers (with padding) */
     float *m, *v;         /* Adam moments, laid out like the shard (SR_MEM_OPTIM_SHARD) */
@@ -41,8 +41,7 @@ typedef struct {
  * given slices (copied).  sr_optim_init is the one-slice form for
  * [begin, end).  Returns SR_ERR_INTERNAL when out of memory.  Free with
  * sr_optim_free (also after a failed init). */
-sr_status sr_optim_init_slices(sr_optim *opt, const sr_model *model, const sr_slice *slices, int n,
-                               size_t local_size);
+sr_status sr_optim_init_slices(sr_optim *opt, const sr_model *model, const sr_slice *slices, int n, size_t local_size);
 sr_status sr_optim_init(sr_optim *opt, const sr_model *model, size_t begin, size_t end);
 void sr_optim_free(sr_optim *opt);
 

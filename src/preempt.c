@@ -31,7 +31,8 @@ static void on_signal(int sig) {
     }
 }
 
-const char *sr_preempt_signame(int sig) {
+/* "SIGUSR1" etc. */
+static const char *signame(int sig) {
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
         if (sigs[i].sig == sig)
             return sigs[i].full;
@@ -60,7 +61,6 @@ sr_status sr_preempt_install(char *const *names, int n) {
 }
 
 bool sr_preempt_pending(void) { return got_signal != 0; }
-int sr_preempt_signal(void) { return got_signal; }
 double sr_preempt_time(void) { return (double)got_time.tv_sec + 1e-9 * (double)got_time.tv_nsec; }
 
 void sr_preempt_notice(int rank, const char *context) {
@@ -73,7 +73,7 @@ void sr_preempt_notice(int rank, const char *context) {
     gmtime_r(&sec, &tm);
     size_t k = strftime(when, sizeof when, "%H:%M:%S", &tm);
     snprintf(when + k, sizeof when - k, ".%03dZ", (int)(got_time.tv_nsec / 1000000));
-    sr_log_info_all("preemption: rank %d received %s at %s %s", rank, sr_preempt_signame(got_signal), when, context);
+    sr_log_info_all("preemption: rank %d received %s at %s %s", rank, signame(got_signal), when, context);
 }
 
 void sr_preempt_test_hook(int64_t step, int rank) {

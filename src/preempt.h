@@ -19,11 +19,8 @@
 sr_status sr_preempt_install(char *const *names, int n);
 
 bool sr_preempt_pending(void);
-/* The first signal received (0 when none) and its wall-clock time. */
-int sr_preempt_signal(void);
+/* The wall-clock time of the first signal received. */
 double sr_preempt_time(void);
-/* "SIGUSR1" etc. */
-const char *sr_preempt_signame(int sig);
 
 /* Logs once per process, on every rank, which signal arrived and when:
  * "preemption: rank R received SIGUSR1 at 12:00:00.000Z <context>".

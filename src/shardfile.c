@@ -11,11 +11,11 @@
 #include "shardfile.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +59,8 @@ static void hash_chunks(const unsigned char *buf, size_t n, unsigned char (*out)
     }
 #pragma omp parallel for schedule(static, 1)
     for (int i = 0; i < nc; i++) {
-        size_t off = (size_t)i * SR_SHARD_CHUNK_BYTES, len = n - off < SR_SHARD_CHUNK_BYTES ? n - off : SR_SHARD_CHUNK_BYTES;
+        size_t off = (size_t)i * SR_SHARD_CHUNK_BYTES,
+               len = n - off < SR_SHARD_CHUNK_BYTES ? n - off : SR_SHARD_CHUNK_BYTES;
         sr_sha256(buf + off, len, out[i]);
     }
 }
@@ -153,9 +154,8 @@ static void stream_pieces(shard_writer *w, const sr_shardfile_piece *pieces, int
     }
 }
 
-sr_status sr_shardfile_write(const char *path, int shard, int shard_count, int nslices, int64_t step,
-                             uint64_t elements, const sr_shardfile_piece *pieces, int npieces,
-                             unsigned char (*hashes)[32]) {
+sr_status sr_shardfile_write(const char *path, int shard, int shard_count, int nslices, int64_t step, uint64_t elements,
+                             const sr_shardfile_piece *pieces, int npieces, unsigned char (*hashes)[32]) {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, SR_FSIO_FILE_MODE);
     if (fd < 0)
         return errno == ENOSPC || errno == EDQUOT
@@ -342,8 +342,8 @@ sr_status sr_shardfile_read(const char *path, const sr_shardfile_expect *x, sr_s
             if (memcmp(got[c - first], x->sha[c], 32) != 0) {
                 uint64_t cb = c * SR_SHARD_CHUNK_BYTES,
                          ce = cb + SR_SHARD_CHUNK_BYTES < x->bytes ? cb + SR_SHARD_CHUNK_BYTES : x->bytes;
-                sr_status bad = problem(&p, "chunk %" PRIu64 " (bytes %" PRIu64 "..%" PRIu64 "): SHA-256 mismatch", c,
-                                        cb, ce - 1);
+                sr_status bad =
+                    problem(&p, "chunk %" PRIu64 " (bytes %" PRIu64 "..%" PRIu64 "): SHA-256 mismatch", c, cb, ce - 1);
                 if (!report)
                     st = bad;
             }

@@ -51,9 +51,8 @@ typedef struct {
  * nslices, step, elements), then the pieces in order; fsyncs it.  hashes
  * receives one SHA-256 per 4 MiB chunk of the whole file.  SR_ERR_IO
  * (with a hint for a full disk), SR_ERR_CANTCREAT, SR_ERR_INTERNAL. */
-sr_status sr_shardfile_write(const char *path, int shard, int shard_count, int nslices, int64_t step,
-                             uint64_t elements, const sr_shardfile_piece *pieces, int npieces,
-                             unsigned char (*hashes)[32]);
+sr_status sr_shardfile_write(const char *path, int shard, int shard_count, int nslices, int64_t step, uint64_t elements,
+                             const sr_shardfile_piece *pieces, int npieces, unsigned char (*hashes)[32]);
 
 /* Called for each problem when reading in `verify` mode (the file's path
  * and what is wrong with it); the reader goes on with the next chunk. */

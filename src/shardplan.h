@@ -35,12 +35,12 @@ typedef struct {
 
 typedef struct {
     int S, L;
-    int nunits;           /* block units, then the root */
-    sr_unit_plan *units;  /* nunits */
-    int *unit_of_layer;   /* L + 1 entries (layer L is the root) */
-    size_t local_size;    /* floats per rank in the shard buffers (sum of P) */
-    size_t accum_size;    /* floats in a full-size buffer (sum of S * P) */
-    size_t n_params;      /* floats in the global vector */
+    int nunits;          /* block units, then the root */
+    sr_unit_plan *units; /* nunits */
+    int *unit_of_layer;  /* L + 1 entries (layer L is the root) */
+    size_t local_size;   /* floats per rank in the shard buffers (sum of P) */
+    size_t accum_size;   /* floats in a full-size buffer (sum of S * P) */
+    size_t n_params;     /* floats in the global vector */
 } sr_shardplan;
 
 /* Plans the units of a model whose layer l (0..L-1 blocks, L the root)

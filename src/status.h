@@ -4,7 +4,7 @@
  * Library code never exits: it records a message with sr_error() and returns
  * an sr_status.  Only main() turns a status into an exit code, through
  * sr_status_exit_code(), so the mapping to sysexits.h lives here alone
- * (doc/ARCHITECTURE.md §4).  Messages are kept in a per-thread buffer; the
+ * (ARCHITECTURE.md §6).  Messages are kept in a per-thread buffer; the
  * newest error wins.
  *
  * Context.  A failure gains context as it rises: a caller that knows more

@@ -59,6 +59,7 @@ static void read_all(void) {
     hooks.preempt_step = -1;
     hooks.preempt_rank = -1;
     hooks.nan_step = -1;
+    hooks.alloc_fail_rank = -1;
     const char *v;
     if ((v = getenv("SHARDRUN_TEST_CRASH_AT")) && *v) {
         long n = split_rank(v, &hooks.crash_rank);
@@ -83,8 +84,11 @@ static void read_all(void) {
         else
             snprintf(hooks.dump_params, sizeof hooks.dump_params, "%s", v);
     }
-    if ((v = getenv("SHARDRUN_TEST_ALLOC_FAIL")) && *v && !parse_i64(v, strlen(v), 1, &hooks.alloc_fail))
-        bad("SHARDRUN_TEST_ALLOC_FAIL", v, "an allocation number >= 1");
+    if ((v = getenv("SHARDRUN_TEST_ALLOC_FAIL")) && *v) {
+        long n = split_rank(v, &hooks.alloc_fail_rank);
+        if (n < 0 || !parse_i64(v, (size_t)n, 1, &hooks.alloc_fail))
+            bad("SHARDRUN_TEST_ALLOC_FAIL", v, "N[@RANK], an allocation number >= 1");
+    }
     if ((v = getenv("SHARDRUN_TEST_ISA")) && *v) {
         if (strlen(v) >= sizeof hooks.isa)
             bad("SHARDRUN_TEST_ISA", v, "x86-64-v2, x86-64-v3 or x86-64-v4");
@@ -129,7 +133,7 @@ void sr_testhook_warn_active(void) {
     if (h->dump_params[0])
         ADD(" SHARDRUN_TEST_DUMP_PARAMS=%s", h->dump_params);
     if (h->alloc_fail > 0)
-        ADD(" SHARDRUN_TEST_ALLOC_FAIL=%lld", (long long)h->alloc_fail);
+        ADD(" SHARDRUN_TEST_ALLOC_FAIL=%s", getenv("SHARDRUN_TEST_ALLOC_FAIL"));
     if (h->isa[0])
         ADD(" SHARDRUN_TEST_ISA=%s", h->isa);
     if (h->bench_no_sha256)

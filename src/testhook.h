@@ -13,7 +13,7 @@
  *   SHARDRUN_TEST_PREEMPT_AT=STEP[@RANK]       raise the first preemption signal at STEP
  *   SHARDRUN_TEST_NAN_AT_STEP=N                make the loss of step N non-finite
  *   SHARDRUN_TEST_DUMP_PARAMS=PATH             write the final full model to PATH
- *   SHARDRUN_TEST_ALLOC_FAIL=N                 fail the N-th allocation (1-based)
+ *   SHARDRUN_TEST_ALLOC_FAIL=N[@RANK]          fail the N-th allocation (1-based)
  *   SHARDRUN_TEST_ISA=LEVEL                    pretend the CPU supports at most LEVEL
  *   SHARDRUN_BENCH_NO_SHA256=1                 checkpoints without checksums (benchmarks) */
 #ifndef SR_TESTHOOK_H
@@ -32,10 +32,11 @@ typedef struct {
     /* SHARDRUN_TEST_PREEMPT_AT: step (-1 = off), rank (-1 = any) */
     int64_t preempt_step;
     int preempt_rank;
-    int64_t nan_step;    /* -1 = off */
+    int64_t nan_step;       /* -1 = off */
     char dump_params[4096]; /* "" = off */
-    int64_t alloc_fail;  /* 0 = off */
-    char isa[16];        /* "" = off */
+    int64_t alloc_fail;     /* 0 = off */
+    int alloc_fail_rank;    /* -1 = every rank */
+    char isa[16];           /* "" = off */
     bool bench_no_sha256;
 } sr_testhooks;
 

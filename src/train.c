@@ -116,8 +116,8 @@ static sr_status agree_isa(run *r) {
 
 /* Model, transport, control plane, engine; connected. */
 static sr_status open_engine(run *r) {
-    sr_model_dims dims = {(int)r->cfg->n_layer, (int)r->cfg->n_head, (int)r->cfg->n_embd, (int)r->cfg->vocab_size, 0,
-                          r->T};
+    sr_model_dims dims = {
+        (int)r->cfg->n_layer, (int)r->cfg->n_head, (int)r->cfg->n_embd, (int)r->cfg->vocab_size, 0, r->T};
     sr_status st = sr_model_init(&r->model, dims, &sr_ops_cpu, r->mb, false);
     r->model_ok = true;
     if (st == SR_OK)
@@ -283,8 +283,8 @@ static sr_status train_step(run *r, int64_t s, step_out *o) {
     o->norm = 0.0;
     if (st == SR_OK)
         st = sr_fsdp_finish_grads(r->fsdp, &o->norm);
-    double clock_due = w->rank == 0 && cfg->ckpt_every_minutes > 0 &&
-                       now_s() - r->last_save >= cfg->ckpt_every_minutes * 60.0;
+    double clock_due =
+        w->rank == 0 && cfg->ckpt_every_minutes > 0 && now_s() - r->last_save >= cfg->ckpt_every_minutes * 60.0;
     double red[3] = {loss_sum, sr_preempt_pending() ? 1.0 : 0.0, clock_due ? 1.0 : 0.0};
     if (st == SR_OK)
         st = sr_ctl_sum(r->ctl, red, 3);

@@ -18,7 +18,6 @@
 #include "dtype.h"
 
 /* dst[i] = bf16(src[i]), round to nearest even */
-void sr_vec_f32_to_bf16(uint16_t *dst, const float *src, size_t n);
 void sr_vec_f32_to_bf16_par(uint16_t *dst, const float *src, size_t n);
 /* dst[i] = f32(src[i]) */
 void sr_vec_bf16_to_f32(float *dst, const uint16_t *src, size_t n);

@@ -134,7 +134,7 @@ void sr_world_close(sr_world *w) {
     w->pmix = false;
 }
 
-sr_status sr_world_allgather(sr_world *w, const char *key, const void *blob, size_t len, void *out) {
+sr_status sr_world_allgather(sr_world *w, const char *key, const void *blob, size_t len, void *out, double timeout_s) {
     if (!w->pmix || w->size == 1) {
         memcpy(out, blob, len);
         return SR_OK;
@@ -149,15 +149,20 @@ sr_status sr_world_allgather(sr_world *w, const char *key, const void *blob, siz
         rc = PMIx_Commit();
     if (rc != PMIX_SUCCESS)
         return sr_error(SR_ERR_PEER, "PMIx_Put/Commit of '%s': %s", key, PMIx_Error_string(rc));
-    pmix_info_t info;
+    pmix_info_t info[2];
     bool collect = true;
-    PMIX_INFO_CONSTRUCT(&info);
-    PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
-    rc = PMIx_Fence(NULL, 0, &info, 1);
-    PMIX_INFO_DESTRUCT(&info);
+    int tmo = timeout_s < 1 ? 1 : timeout_s > 1e6 ? 1000000 : (int)(timeout_s + 0.5);
+    PMIX_INFO_CONSTRUCT(&info[0]);
+    PMIX_INFO_CONSTRUCT(&info[1]);
+    PMIX_INFO_LOAD(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+    PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &tmo, PMIX_INT);
+    rc = PMIx_Fence(NULL, 0, info, 2);
+    PMIX_INFO_DESTRUCT(&info[0]);
+    PMIX_INFO_DESTRUCT(&info[1]);
     if (rc != PMIX_SUCCESS)
-        return sr_error(SR_ERR_PEER, "PMIx_Fence for '%s': %s (a peer failed during start-up?)", key,
-                        PMIx_Error_string(rc));
+        return sr_error(SR_ERR_PEER,
+                        "PMIx_Fence for '%s' (deadline comm.timeout_s = %d s): %s (a peer failed during start-up?)",
+                        key, tmo, PMIx_Error_string(rc));
     for (int r = 0; r < w->size; r++) {
         pmix_proc_t p;
         PMIX_LOAD_PROCID(&p, me.nspace, (pmix_rank_t)r);

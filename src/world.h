@@ -1,7 +1,7 @@
 /* world.h — who this process is in the job: PMIx bootstrap and the key-value
  * all-gather the transports use to exchange addresses and secrets.
  *
- * world owns the PMIx connection.  Rules (DESIGN §3, slurm-lab README):
+ * world owns the PMIx connection.  Rules (ARCHITECTURE.md §1; the Slurm facts are in shardrun(1), SLURM):
  * PMIx_Init succeeds -> rank from the returned proc, job and local size with
  * the wildcard rank, local rank, node id and host name with the own rank,
  * integers read by their actual type.  PMIx_Init fails -> inside a
@@ -21,9 +21,9 @@ typedef struct {
     int local_rank, local_size; /* on this node */
     int node_id;
     char host[256];
-    char job_id[300];           /* SLURM_JOB_ID, else the PMIx job id, else "-" */
+    char job_id[300]; /* SLURM_JOB_ID, else the PMIx job id, else "-" */
     char nspace[256];
-    bool pmix;                  /* true when a PMIx server answered */
+    bool pmix; /* true when a PMIx server answered */
 } sr_world;
 
 /* Bootstraps.  Returns SR_OK (single process when no PMIx server and not in
@@ -38,8 +38,10 @@ bool sr_world_in_multitask_srun(void);
 
 /* All-gather of one small blob per rank through PMIx Put/Commit/Fence
  * (collect data)/Get under `key`.  `out` receives size * len bytes, rank r's
- * blob at r * len.  Every rank must pass the same len.  Single process: a
- * copy.  Returns SR_ERR_PEER naming the PMIx error. */
-sr_status sr_world_allgather(sr_world *w, const char *key, const void *blob, size_t len, void *out);
+ * blob at r * len.  Every rank must pass the same len.  The fence gives up
+ * after timeout_s (PMIX_TIMEOUT), so a rank that died before it cannot
+ * hang the others.  Single process: a copy.  Returns SR_ERR_PEER naming
+ * the PMIx error. */
+sr_status sr_world_allgather(sr_world *w, const char *key, const void *blob, size_t len, void *out, double timeout_s);
 
 #endif

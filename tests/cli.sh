@@ -1,6 +1,6 @@
 #!/bin/sh
 # cli.sh — the command line: help, version, usage errors and their exit
-# statuses (DESIGN §7), --set, config show/check round trip, config keys,
+# statuses (shardrun(1), EXIT STATUS), --set, config show/check round trip, config keys,
 # data prepare.
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN

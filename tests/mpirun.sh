@@ -30,12 +30,17 @@ same_losses() { # A B TOL
         awk -v tol="$3" '{ d = $1 - $2; if (d < 0) d = -d; if (d > tol * $2) bad = 1 } END { exit bad }'
 }
 
-# 0. every collective on 2, 3 and 4 ranks (tests/test_comm prints TAP on rank 0)
+# 0. every collective and the control plane on 2, 3 and 4 ranks (the C
+# tests print TAP on rank 0)
 for n in 2 3 4; do
     timeout 300 $MPI -n "$n" "${SR_BUILDDIR:-.}/tests/test_comm" >comm$n.tap 2>comm$n.err
     total=$(grep -c '^ok\|^not ok' comm$n.tap)
     check "collectives on $n ranks: $total checks, none failed" sh -c "[ $total -ge 15 ] && ! grep -q '^not ok' comm$n.tap"
     grep '^not ok' comm$n.tap | sed 's/^/# /'
+    timeout 300 $MPI -n "$n" "${SR_BUILDDIR:-.}/tests/test_ctl" >ctl$n.tap 2>ctl$n.err
+    total=$(grep -c '^ok\|^not ok' ctl$n.tap)
+    check "control plane on $n ranks: $total checks, none failed" sh -c "[ $total -ge 7 ] && ! grep -q '^not ok' ctl$n.tap"
+    grep '^not ok' ctl$n.tap | sed 's/^/# /'
 done
 
 # 1. equivalence on 1, 2, 3, 4 ranks

@@ -27,13 +27,13 @@ int main(int argc, char **argv) {
     FILE *f = fopen(argv[1], "wb");
     if (!f)
         return 73;
-    int32_t hdr[9] = {PARITY_L, PARITY_NH, PARITY_C, PARITY_V, m.d.Vp, PARITY_T, PARITY_B, PARITY_SEED,
-                      (int32_t)m.n_params};
+    int32_t hdr[9] = {PARITY_L, PARITY_NH, PARITY_C,    PARITY_V,           m.d.Vp,
+                      PARITY_T, PARITY_B,  PARITY_SEED, (int32_t)m.n_params};
     fwrite("SRGOLD1", 1, 8, f);
     fwrite(hdr, sizeof hdr, 1, f);
     fwrite(m.params, sizeof(float), m.n_params, f);
-    fwrite(tok, sizeof(int32_t), BT, f);      /* inputs */
-    fwrite(tok + 1, sizeof(int32_t), BT, f);  /* targets: the next token */
+    fwrite(tok, sizeof(int32_t), BT, f);     /* inputs */
+    fwrite(tok + 1, sizeof(int32_t), BT, f); /* targets: the next token */
     int rc = fclose(f) == 0 ? 0 : 74;
     free(tok);
     sr_model_free(&m);

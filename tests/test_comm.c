@@ -123,8 +123,8 @@ static void test_async(void) {
     for (size_t i = 0; i < per; i++)
         a[(size_t)me * per + i] = (float)me;
     sr_req *r1, *r2, *r3;
-    int ok = sr_allgather(g, a, a + (size_t)me * per, per, SR_DT_F32, &r1) == SR_OK &&
-             sr_barrier(g, &r2) == SR_OK && sr_allreduce(g, &c, 1, SR_DT_F64, SR_OP_SUM, &r3) == SR_OK;
+    int ok = sr_allgather(g, a, a + (size_t)me * per, per, SR_DT_F32, &r1) == SR_OK && sr_barrier(g, &r2) == SR_OK &&
+             sr_allreduce(g, &c, 1, SR_DT_F64, SR_OP_SUM, &r3) == SR_OK;
     ok = ok && sr_wait(r3) == SR_OK && sr_wait(r2) == SR_OK && sr_wait(r1) == SR_OK;
     ok = ok && c == (double)n * (n + 1) / 2;
     for (int r = 0; r < n; r++)

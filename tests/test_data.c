@@ -70,7 +70,8 @@ int main(void) {
     snprintf(pglob, sizeof pglob, "%s/*.bin", dir);
     char *gi[] = {pglob};
     sr_strlist lg = {gi, 1};
-    tap_ok(sr_data_open(&d, &lg, 10, 70000) == SR_OK && sr_data_windows(d) == 198, "a glob opens both shards (198 windows)");
+    tap_ok(sr_data_open(&d, &lg, 10, 70000) == SR_OK && sr_data_windows(d) == 198,
+           "a glob opens both shards (198 windows)");
 
     /* the seeded order is a permutation of the windows in every epoch */
     uint64_t W = sr_data_windows(d);

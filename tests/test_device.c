@@ -1,5 +1,5 @@
 /* test_device.c — GPU choice from the local rank, with fabricated
- * environments (DESIGN §7 and the sharding issue's rules). */
+ * environments (ARCHITECTURE.md §1). */
 #include "srconfig.h"
 
 #include <stdlib.h>

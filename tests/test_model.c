@@ -44,7 +44,8 @@ static void test_gradients(void) {
         tg[i] = (int)(sr_rng_u64(3, 2, i) % d.V);
     }
     memset(m.grads, 0, m.n_params * sizeof(float));
-    tap_ok(sr_model_forward(&m, NULL, in, tg, B, NULL) == SR_OK && sr_model_backward(&m, NULL, 1.0f / (B * d.T)) == SR_OK,
+    tap_ok(sr_model_forward(&m, NULL, in, tg, B, NULL) == SR_OK &&
+               sr_model_backward(&m, NULL, 1.0f / (B * d.T)) == SR_OK,
            "forward and backward succeed");
 
     double worst = 0;
@@ -168,8 +169,7 @@ static void test_layout(void) {
 
 static void test_schedule(void) {
     sr_lr_schedule c = {.schedule = SR_SCHED_COSINE, .lr = 1e-3, .min_lr = 1e-4, .warmup_steps = 10, .steps = 111};
-    tap_ok(fabs(sr_lr_at(&c, 0) - 1e-4) < 1e-12 && fabs(sr_lr_at(&c, 9) - 1e-3) < 1e-12,
-           "warmup rises linearly to lr");
+    tap_ok(fabs(sr_lr_at(&c, 0) - 1e-4) < 1e-12 && fabs(sr_lr_at(&c, 9) - 1e-3) < 1e-12, "warmup rises linearly to lr");
     tap_ok(fabs(sr_lr_at(&c, 110) - 1e-4) < 1e-12 && fabs(sr_lr_at(&c, 60) - 5.5e-4) < 1e-12,
            "cosine decays to min_lr at the last step through the midpoint");
     c.schedule = SR_SCHED_LINEAR;

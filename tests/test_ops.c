@@ -79,8 +79,10 @@ static void test_encoder(void) {
     fill(c.R, BTC, 3, 1);
     float *dwte = fnew((size_t)c.V * c.C), *dwpe = fnew((size_t)c.T * c.C);
     o->encoder_backward(dwte, dwpe, c.R, c.inp, c.B, c.T, c.C);
-    tap_ok(fd_check("encoder dwte", c.wte, (size_t)c.V * c.C, dwte, enc_J, &c, 1e-2f) < 1e-3, "encoder: dwte matches finite differences");
-    tap_ok(fd_check("encoder dwpe", c.wpe, (size_t)c.T * c.C, dwpe, enc_J, &c, 1e-2f) < 1e-3, "encoder: dwpe matches finite differences");
+    tap_ok(fd_check("encoder dwte", c.wte, (size_t)c.V * c.C, dwte, enc_J, &c, 1e-2f) < 1e-3,
+           "encoder: dwte matches finite differences");
+    tap_ok(fd_check("encoder dwpe", c.wpe, (size_t)c.T * c.C, dwpe, enc_J, &c, 1e-2f) < 1e-3,
+           "encoder: dwpe matches finite differences");
     free(c.wte), free(c.wpe), free(c.out), free(c.R), free(dwte), free(dwpe);
 }
 
@@ -106,7 +108,8 @@ static void test_layernorm(void) {
     float *di = fnew(NC), *dw = fnew(c.C), *db = fnew(c.C);
     ln_J(&c);
     o->layernorm_backward(di, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C);
-    tap_ok(fd_check("layernorm dinp", c.inp, NC, di, ln_J, &c, 1e-2f) < 2e-3, "layernorm: dinp matches finite differences");
+    tap_ok(fd_check("layernorm dinp", c.inp, NC, di, ln_J, &c, 1e-2f) < 2e-3,
+           "layernorm: dinp matches finite differences");
     tap_ok(fd_check("layernorm dw", c.w, c.C, dw, ln_J, &c, 1e-2f) < 2e-3, "layernorm: dw matches finite differences");
     tap_ok(fd_check("layernorm db", c.b, c.C, db, ln_J, &c, 1e-2f) < 2e-3, "layernorm: db matches finite differences");
     /* accumulation: a second backward doubles the gradients */

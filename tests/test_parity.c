@@ -80,7 +80,8 @@ int main(void) {
     /* the weights PyTorch saw are the ones shardrun's initialisation makes */
     sr_model_init_params(&m, (uint64_t)seed, m.params, 0, m.n_params);
     double init_err = max_diff(m.params, gparams, (size_t)n);
-    tap_ok(init_err <= 1e-6 * max_abs(gparams, (size_t)n), "initialisation from seed %d reproduces the exported weights (%.2g)", seed, init_err);
+    tap_ok(init_err <= 1e-6 * max_abs(gparams, (size_t)n),
+           "initialisation from seed %d reproduces the exported weights (%.2g)", seed, init_err);
     memcpy(m.params, gparams, sizeof(float) * (size_t)n);
 
     int *in = malloc(sizeof(int) * BT), *tg = malloc(sizeof(int) * BT);
@@ -122,8 +123,8 @@ int main(void) {
             tap_diag("%s: max|a-b| %.3g > 1e-4 * %.3g", t->name, e, s);
         }
     }
-    tap_ok(bad == 0, "gradients of all %d tensors within 1e-4 * max|b| of PyTorch (worst %.2g in %s)", m.n_tensors, worst,
-           worst_name);
+    tap_ok(bad == 0, "gradients of all %d tensors within 1e-4 * max|b| of PyTorch (worst %.2g in %s)", m.n_tensors,
+           worst, worst_name);
     free(in), free(tg), free(logits), free(lreal), free(g);
     sr_model_free(&m);
     return tap_done();

@@ -1,0 +1,24 @@
+#!/bin/sh
+# symbols.sh — every public sr_* symbol of the program has a caller outside
+# the file that defines it (the program, the tests, or the benchmarks);
+# anything else must be static or go.  Reads the objects the build made
+# with nm.
+. "${SR_SRCDIR:-.}/tests/tap.sh"
+B=${SR_BUILDDIR:-.}
+command -v nm >/dev/null 2>&1 || { echo "1..0 # SKIP nm not installed (binutils)"; exit 0; }
+objs=$(ls "$B"/src/*.o "$B"/tests/*.o 2>/dev/null)
+check "the objects of the build are there ($(echo "$objs" | wc -w))" test "$(echo "$objs" | wc -w)" -ge 30
+# "object symbol" for definitions and for references
+for o in $objs; do
+    nm "$o" | awk -v o="$(basename "$o")" '$2 ~ /^[TDBR]$/ && $3 ~ /^sr_/ { print "def", o, $3 } $1 == "U" && $2 ~ /^sr_/ { print "use", o, $2 }'
+done >"$T/syms"
+unused=""
+for s in $(awk '$1 == "def" { print $3 }' "$T/syms" | sort -u); do
+    home=$(awk -v s="$s" '$1 == "def" && $3 == s { print $2; exit }' "$T/syms")
+    awk -v s="$s" -v h="$home" '$1 == "use" && $3 == s && $2 != h { found = 1 } END { exit !found }' "$T/syms" && continue
+    # benchmarks are built on demand only: look in their sources
+    grep -qw "$s" "$SR_SRCDIR"/bench/*.c 2>/dev/null && continue
+    unused="$unused $s($home)"
+done
+check "every public sr_* symbol is used outside its file${unused:+; unused:$unused}" test -z "$unused"
+done_testing
