@@ -41,7 +41,8 @@ struct sr_ckpt {
     sr_ctl *ctl;
     const sr_model *model;
     sr_fsdp *f;
-    char *dir; /* NULL: no checkpoint.dir */
+    char *dir; /* NULL: no checkpoint.dir; else the path it resolved to at open */
+    int dirfd; /* that directory, opened once: entries are opened relative to it */
     int lock_fd;
     int64_t last_step;
 };
@@ -66,7 +67,7 @@ static void crash_site(const char *site, int64_t step) {
 /* ------------------------------------------------------------------------ */
 /* reading state */
 
-sr_status sr_ckpt_read_slices(const char *dir, const sr_manifest *mf, const sr_slice *slices, int nslices,
+sr_status sr_ckpt_read_slices(int dirfd, const char *dir, const sr_manifest *mf, const sr_slice *slices, int nslices,
                               float *dst[SR_NSTATE], uint64_t *verified) {
     uint64_t dummy = 0;
     if (!verified)
@@ -110,7 +111,7 @@ sr_status sr_ckpt_read_slices(const char *dir, const sr_manifest *mf, const sr_s
         FMT(path, "%s/%s", dir, f->name);
         sr_shardfile_expect x = {f->shard,    mf->step,   f->bytes,
                                  f->elements, f->nchunks, (const unsigned char(*)[32])f->sha};
-        st = sr_shardfile_read(path, &x, reqs, nreq, verified, NULL, NULL, NULL);
+        st = sr_shardfile_read(dirfd, f->name, path, &x, reqs, nreq, verified, NULL, NULL, NULL);
     }
     free(reqs);
     return st;
@@ -126,9 +127,17 @@ int64_t sr_ckpt_last_step(const sr_ckpt *c) { return c ? c->last_step : -1; }
 static sr_status take_lock(sr_ckpt *c) {
     char path[PATH_MAX];
     FMT(path, "%s/.lock", c->dir);
-    c->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, SR_FSIO_FILE_MODE);
+    c->lock_fd = openat(c->dirfd, ".lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, SR_FSIO_FILE_MODE);
     if (c->lock_fd < 0)
-        return sr_error(SR_ERR_CANTCREAT, "%s: cannot create the checkpoint lock: %s", path, strerror(errno));
+        return sr_error(SR_ERR_CANTCREAT, "%s: cannot create the checkpoint lock: %s", path,
+                        errno == ELOOP ? "it is a symbolic link" : strerror(errno));
+    struct stat lsb;
+    if (fstat(c->lock_fd, &lsb) != 0 || !S_ISREG(lsb.st_mode)) {
+        close(c->lock_fd);
+        c->lock_fd = -1;
+        return sr_error(SR_ERR_CANTCREAT, "%s: %s, not a regular file (hint: remove it)", path,
+                        sr_fsio_kind(lsb.st_mode));
+    }
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
     if (fcntl(c->lock_fd, F_SETLK, &fl) != 0) {
         int err = errno;
@@ -162,9 +171,10 @@ static sr_status take_lock(sr_ckpt *c) {
     return SR_OK;
 }
 
-/* Removes leftovers of interrupted saves and deletions (lock holder only). */
+/* Removes leftovers of interrupted saves and deletions (lock holder only);
+ * a leftover that is not a real directory is unlinked, never followed. */
 static sr_status remove_leftovers(sr_ckpt *c) {
-    DIR *d = opendir(c->dir);
+    DIR *d = sr_fsio_list_dir(c->dirfd);
     if (!d)
         return sr_error(SR_ERR_NOINPUT, "%s: cannot read checkpoint.dir: %s", c->dir, strerror(errno));
     struct dirent *de;
@@ -173,9 +183,10 @@ static sr_status remove_leftovers(sr_ckpt *c) {
             char path[PATH_MAX];
             FMT(path, "%s/%s", c->dir, de->d_name);
             struct stat sb;
-            if (lstat(path, &sb) != 0)
+            if (fstatat(c->dirfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
                 continue;
-            int rc = S_ISDIR(sb.st_mode) ? sr_fsio_remove_flat_dir(path) : unlink(path);
+            int rc = S_ISDIR(sb.st_mode) ? sr_fsio_remove_flat_dir_at(c->dirfd, de->d_name)
+                                         : unlinkat(c->dirfd, de->d_name, 0);
             if (rc == 0)
                 sr_log_info("checkpoint: removed %s left by an interrupted save", path);
             else
@@ -185,10 +196,27 @@ static sr_status remove_leftovers(sr_ckpt *c) {
     return SR_OK;
 }
 
+/* checkpoint.dir names a path the user chose, so it may be (or pass
+ * through) a symbolic link: it is resolved once, and every later step of
+ * the run works in the directory it resolved to. */
+static sr_status resolve_dir(sr_ckpt *c) {
+    char *real = realpath(c->dir, NULL);
+    if (!real)
+        return sr_error(SR_ERR_CANTCREAT, "%s: cannot resolve checkpoint.dir: %s", c->dir, strerror(errno));
+    free(c->dir);
+    c->dir = real;
+    c->dirfd = sr_fsio_open_dir(real);
+    if (c->dirfd < 0)
+        return sr_error(SR_ERR_CANTCREAT, "%s: cannot open checkpoint.dir: %s", real, strerror(errno));
+    return SR_OK;
+}
+
 static sr_status open_dir_rank0(sr_ckpt *c) {
     if (sr_fsio_mkdir_p(c->dir) != 0)
         return sr_error(SR_ERR_CANTCREAT, "%s: cannot create checkpoint.dir: %s", c->dir, strerror(errno));
-    sr_status st = take_lock(c);
+    sr_status st = resolve_dir(c);
+    if (st == SR_OK)
+        st = take_lock(c);
     return st == SR_OK ? remove_leftovers(c) : st;
 }
 
@@ -198,7 +226,7 @@ sr_status sr_ckpt_open(sr_ckpt **out, const sr_ckpt_opts *o, const sr_world *w, 
     sr_ckpt *c = sr_calloc(1, sizeof *c);
     if (!c)
         return sr_error_oom("the checkpoint object");
-    *c = (sr_ckpt){.o = o, .w = w, .ctl = ctl, .model = m, .f = f, .lock_fd = -1, .last_step = -1};
+    *c = (sr_ckpt){.o = o, .w = w, .ctl = ctl, .model = m, .f = f, .dirfd = -1, .lock_fd = -1, .last_step = -1};
     *out = c;
     if (!o->dir || !o->dir[0])
         return SR_OK;
@@ -211,7 +239,15 @@ sr_status sr_ckpt_open(sr_ckpt **out, const sr_ckpt_opts *o, const sr_world *w, 
     sr_status st = SR_OK;
     if (sr_ctl_rank(ctl) == 0)
         st = open_dir_rank0(c);
-    return sr_ctl_agree(ctl, st, 0, 0, st == SR_OK ? NULL : sr_error_message(), NULL);
+    st = sr_ctl_agree(ctl, st, 0, 0, st == SR_OK ? NULL : sr_error_message(), NULL);
+    /* the other ranks open the directory rank 0 made (a shared file system) */
+    if (st == SR_OK && sr_ctl_rank(ctl) != 0) {
+        sr_status mine = resolve_dir(c);
+        st = sr_ctl_agree(ctl, mine, 0, 0, mine == SR_OK ? NULL : sr_error_message(), NULL);
+    } else if (st == SR_OK) {
+        st = sr_ctl_agree(ctl, SR_OK, 0, 0, NULL, NULL);
+    }
+    return st;
 }
 
 void sr_ckpt_close(sr_ckpt *c) {
@@ -219,6 +255,8 @@ void sr_ckpt_close(sr_ckpt *c) {
         return;
     if (c->lock_fd >= 0)
         close(c->lock_fd); /* releases the fcntl lock */
+    if (c->dirfd >= 0)
+        close(c->dirfd);
     free(c->dir);
     free(c);
 }
@@ -244,16 +282,26 @@ bool sr_ckpt_parse_step_name(const char *name, int64_t *step) {
     return true;
 }
 
-int sr_ckpt_scan(const char *dir, int64_t *steps, int max) {
-    DIR *d = opendir(dir);
+int sr_ckpt_scan(int dirfd, int64_t *steps, int max, char *odd, size_t odd_len) {
+    if (odd_len)
+        odd[0] = '\0';
+    DIR *d = sr_fsio_list_dir(dirfd);
     if (!d)
         return 0;
     int n = 0;
     struct dirent *de;
     int64_t s;
-    while ((de = readdir(d)))
-        if (sr_ckpt_parse_step_name(de->d_name, &s) && n < max)
-            steps[n++] = s;
+    while ((de = readdir(d))) {
+        if (!sr_ckpt_parse_step_name(de->d_name, &s))
+            continue;
+        struct stat sb;
+        if (fstatat(dirfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(sb.st_mode)) {
+            if (n < max)
+                steps[n++] = s;
+        } else if (odd_len && !odd[0]) {
+            sr_fmt(odd, odd_len, "%s (%s)", de->d_name, sr_fsio_kind(sb.st_mode));
+        }
+    }
     closedir(d);
     qsort(steps, (size_t)n, sizeof *steps, cmp_desc);
     return n;
@@ -271,11 +319,25 @@ static void log_config_changes(const sr_ckpt *c, const sr_manifest *mf, const ch
     }
 }
 
+/* The directory of one candidate: a step_* entry of checkpoint.dir (a real
+ * directory, never followed), or the user-named checkpoint.resume PATH
+ * (resolved, symbolic links followed). */
+static int open_candidate(sr_ckpt *c, const char *path, int64_t step, bool explicit_path) {
+    if (explicit_path)
+        return sr_fsio_open_dir(path);
+    char name[32];
+    FMT(name, "step_%08lld", (long long)step);
+    return sr_fsio_open_subdir(c->dirfd, name);
+}
+
 /* One rank's attempt at loading a checkpoint.  *shape is set when the
  * model shape differs (a hard refusal, no fallback). */
-static sr_status load_one(sr_ckpt *c, const char *path, sr_manifest *mf, bool *shape, uint64_t *verified) {
+static sr_status load_one(sr_ckpt *c, const char *path, int dirfd, sr_manifest *mf, bool *shape, uint64_t *verified) {
     *shape = false;
-    sr_status st = sr_manifest_load(path, mf);
+    if (dirfd < 0)
+        return sr_error(SR_ERR_DATA, "%s: %s", path,
+                        errno == ELOOP ? "a symbolic link, not a checkpoint directory" : strerror(errno));
+    sr_status st = sr_manifest_load(dirfd, path, mf);
     if (st != SR_OK)
         return st;
     sr_model_dims d = c->model->d;
@@ -292,7 +354,7 @@ static sr_status load_one(sr_ckpt *c, const char *path, sr_manifest *mf, bool *s
     sr_fsdp_shard_state s;
     sr_fsdp_shard_state_view(c->f, &s);
     float *dst[SR_NSTATE] = {s.params, s.m, s.v};
-    st = sr_ckpt_read_slices(path, mf, s.slices, s.nslices, dst, verified);
+    st = sr_ckpt_read_slices(dirfd, path, mf, s.slices, s.nslices, dst, verified);
     if (st != SR_OK)
         sr_manifest_free(mf);
     return st;
@@ -310,8 +372,20 @@ static sr_status candidates(sr_ckpt *c, const char *path, int64_t *steps) {
                           strerror(errno));
         return sr_ctl_agree(c->ctl, st, 0, 0, st == SR_OK ? NULL : sr_error_message(), NULL);
     }
-    steps[0] = sr_ctl_rank(c->ctl) == 0 ? sr_ckpt_scan(c->dir, steps + 1, MAX_CANDIDATES) : 0;
-    return sr_ctl_broadcast(c->ctl, steps, MAX_CANDIDATES + 1, 0);
+    sr_status st = SR_OK;
+    steps[0] = 0;
+    if (sr_ctl_rank(c->ctl) == 0) {
+        char odd[300];
+        steps[0] = sr_ckpt_scan(c->dirfd, steps + 1, MAX_CANDIDATES, odd, sizeof odd);
+        if (odd[0])
+            st = sr_error(SR_ERR_DATA,
+                          "%s/%s is not a real checkpoint directory; a checkpoint.dir holds only step_* directories "
+                          "written by shardrun (hint: to resume from what it points to, set checkpoint.resume: PATH; "
+                          "otherwise remove it)",
+                          c->dir, odd);
+    }
+    st = sr_ctl_agree(c->ctl, st, 0, 0, st == SR_OK ? NULL : sr_error_message(), NULL);
+    return st == SR_OK ? sr_ctl_broadcast(c->ctl, steps, MAX_CANDIDATES + 1, 0) : st;
 }
 
 static void log_loaded(sr_ckpt *c, const char *path, const sr_manifest *mf, const sr_ctl_word *all, double dt) {
@@ -366,7 +440,10 @@ sr_status sr_ckpt_resume(sr_ckpt *c, sr_ckpt_progress *p, char *how, size_t how_
         bool shape = false;
         uint64_t verified = 0;
         double t0 = now_s();
-        sr_status mine = load_one(c, path, &mf, &shape, &verified);
+        int dirfd = open_candidate(c, path, explicit_path ? 0 : steps[1 + i], explicit_path != NULL);
+        sr_status mine = load_one(c, path, dirfd, &mf, &shape, &verified);
+        if (dirfd >= 0)
+            close(dirfd);
         sr_ctl_word *all = NULL;
         sr_status st = sr_ctl_agree(c->ctl, mine, shape, verified, mine == SR_OK ? NULL : sr_error_message(), &all);
         if (st == SR_OK) {
@@ -426,19 +503,24 @@ static void retain(sr_ckpt *c, int64_t committed) {
         sr_log_warn("checkpoint: out of memory for retention; older checkpoints are kept");
         return;
     }
-    int n = sr_ckpt_scan(c->dir, steps, MAX_CANDIDATES);
+    char odd[300];
+    int n = sr_ckpt_scan(c->dirfd, steps, MAX_CANDIDATES, odd, sizeof odd);
+    if (odd[0])
+        sr_log_warn("checkpoint: %s/%s is not a real checkpoint directory: retention leaves it alone", c->dir, odd);
     for (int i = 0; i < n; i++) {
         bool keep =
             i < c->o->keep || steps[i] == committed || (c->o->keep_every > 0 && steps[i] % c->o->keep_every == 0);
         if (keep)
             continue;
-        char from[PATH_MAX], to[PATH_MAX];
-        FMT(from, "%s/step_%08lld", c->dir, (long long)steps[i]);
-        FMT(to, "%s/.step_%08lld.del", c->dir, (long long)steps[i]);
-        if (rename(from, to) != 0 || sr_fsio_remove_flat_dir(to) != 0)
-            sr_log_warn("checkpoint: cannot remove %s: %s", from, strerror(errno));
+        char from[32], to[32];
+        FMT(from, "step_%08lld", (long long)steps[i]);
+        FMT(to, ".step_%08lld.del", (long long)steps[i]);
+        /* names only: renameat moves the entry itself, and the removal opens
+         * it with O_NOFOLLOW, so nothing outside the directory is touched */
+        if (renameat(c->dirfd, from, c->dirfd, to) != 0 || sr_fsio_remove_flat_dir_at(c->dirfd, to) != 0)
+            sr_log_warn("checkpoint: cannot remove %s/%s: %s", c->dir, from, strerror(errno));
         else
-            sr_log_info("checkpoint: removed %s (checkpoint.keep %lld%s)", from, (long long)c->o->keep,
+            sr_log_info("checkpoint: removed %s/%s (checkpoint.keep %lld%s)", c->dir, from, (long long)c->o->keep,
                         c->o->keep_every ? ", keep_every" : "");
     }
     sr_fsio_fsync_dir(c->dir);
@@ -495,24 +577,33 @@ static sr_status commit_rank0(sr_ckpt *c, const sr_ckpt_progress *p, const char 
     if (sr_fsio_fsync_dir(tmp) != 0)
         return sr_fsio_write_error(tmp, errno);
     crash_site("before_rename", p->step);
-    /* an older run's checkpoint of the same step is replaced */
-    char old[PATH_MAX];
-    FMT(old, "%s/.step_%08lld.old", c->dir, (long long)p->step);
+    /* an older run's checkpoint of the same step is replaced: its entry is
+     * moved aside by name and removed without following it (a symbolic link
+     * there loses the link, never what it points to) */
+    char final_name[32], old_name[32];
+    FMT(final_name, "step_%08lld", (long long)p->step);
+    FMT(old_name, ".step_%08lld.old", (long long)p->step);
     struct stat sb;
-    bool replaced = false;
-    if (lstat(final, &sb) == 0) {
-        if (rename(final, old) != 0)
+    bool replaced = false, replaced_dir = false;
+    if (fstatat(c->dirfd, final_name, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
+        if (renameat(c->dirfd, final_name, c->dirfd, old_name) != 0)
             return sr_error(SR_ERR_CANTCREAT, "%s: cannot move the existing checkpoint aside: %s", final,
                             strerror(errno));
         replaced = true;
+        replaced_dir = S_ISDIR(sb.st_mode);
+        if (!replaced_dir)
+            sr_log_warn("checkpoint: %s was %s, not a checkpoint directory; the new checkpoint replaces the entry "
+                        "(what it pointed to is untouched)",
+                        final, sr_fsio_kind(sb.st_mode));
     }
     if (rename(tmp, final) != 0)
         return sr_error(SR_ERR_CANTCREAT, "%s: cannot rename into place: %s", final, strerror(errno));
     if (sr_fsio_fsync_dir(c->dir) != 0)
         return sr_fsio_write_error(c->dir, errno);
     crash_site("after_rename", p->step);
-    if (replaced && sr_fsio_remove_flat_dir(old) != 0)
-        sr_log_warn("checkpoint: cannot remove %s: %s", old, strerror(errno));
+    if (replaced &&
+        (replaced_dir ? sr_fsio_remove_flat_dir_at(c->dirfd, old_name) : unlinkat(c->dirfd, old_name, 0)) != 0)
+        sr_log_warn("checkpoint: cannot remove %s/%s: %s", c->dir, old_name, strerror(errno));
     crash_site("before_latest", p->step);
     st = update_latest(c, p->step);
     if (st != SR_OK)

@@ -84,17 +84,20 @@ int64_t sr_ckpt_last_step(const sr_ckpt *c);
 
 /* step_<8 digits>: true with *step set. */
 bool sr_ckpt_parse_step_name(const char *name, int64_t *step);
-/* The step_* entries of dir, newest first, at most max (0 when dir cannot
- * be read); returns the count. */
+/* The step_* entries of the directory dirfd that are real directories,
+ * newest first, at most max (0 when it cannot be read); returns the count.
+ * The first step_* entry that is anything else (a symbolic link, a file)
+ * is described in odd ("" when none); it is never followed. */
 #define SR_CKPT_MAX_CANDIDATES 2048
-int sr_ckpt_scan(const char *dir, int64_t *steps, int max);
+int sr_ckpt_scan(int dirfd, int64_t *steps, int max, char *odd, size_t odd_len);
 
 /* Reads the elements of `slices` (global [begin, end) at local offsets) of
- * the checkpoint in `dir` described by mf into dst[k] + local (k =
+ * the checkpoint directory dirfd (named `dir` in messages) described by mf
+ * into dst[k] + local (k =
  * params, adam_m, adam_v; a NULL dst[k] is skipped), reading and verifying
  * only the chunks that hold them; *verified (may be NULL) counts the bytes
  * verified.  SR_ERR_DATA naming the file and chunk. */
-sr_status sr_ckpt_read_slices(const char *dir, const sr_manifest *mf, const sr_slice *slices, int nslices,
+sr_status sr_ckpt_read_slices(int dirfd, const char *dir, const sr_manifest *mf, const sr_slice *slices, int nslices,
                               float *dst[SR_NSTATE], uint64_t *verified);
 
 #endif

@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "fsio.h"
 #include "mem.h"
 #include "ops.h"
 #include "shardfile.h"
@@ -25,30 +27,30 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* step_* directories of dir, newest first, in *out (free() it); returns
- * the count, or -1 when out of memory. */
-static int scan_steps(const char *dir, int64_t **out) {
+/* step_* directories of dirfd, newest first, in *out (free() it); returns
+ * the count, or -1 when out of memory.  odd: see sr_ckpt_scan. */
+static int scan_steps(int dirfd, int64_t **out, char *odd, size_t odd_len) {
     *out = sr_calloc(SR_CKPT_MAX_CANDIDATES, sizeof **out);
-    return *out ? sr_ckpt_scan(dir, *out, SR_CKPT_MAX_CANDIDATES) : -1;
+    return *out ? sr_ckpt_scan(dirfd, *out, SR_CKPT_MAX_CANDIDATES, odd, odd_len) : -1;
 }
 
-static sr_status need_dir(const char *path) {
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return sr_error(SR_ERR_NOINPUT, "%s: %s", path, strerror(errno));
-    if (!S_ISDIR(sb.st_mode))
+/* The user-named PATH, resolved once (symbolic links followed): a
+ * directory descriptor, or SR_ERR_NOINPUT. */
+static sr_status need_dir(const char *path, int *fd) {
+    *fd = sr_fsio_open_dir(path);
+    if (*fd >= 0)
+        return SR_OK;
+    if (errno == ENOTDIR)
         return sr_error(SR_ERR_NOINPUT, "%s: not a directory (hint: a checkpoint.dir or one of its step_* directories)",
                         path);
-    return SR_OK;
+    return sr_error(SR_ERR_NOINPUT, "%s: %s", path, strerror(errno));
 }
 
 /* A checkpoint directory (as opposed to a checkpoint.dir): it has a
  * manifest, or is named step_<8 digits>. */
-static bool is_checkpoint(const char *path) {
-    char m[PATH_MAX];
+static bool is_checkpoint(int dirfd, const char *path) {
     struct stat sb;
-    snprintf(m, sizeof m, "%s/%s", path, SR_MANIFEST_NAME);
-    if (lstat(m, &sb) == 0)
+    if (fstatat(dirfd, SR_MANIFEST_NAME, &sb, AT_SYMLINK_NOFOLLOW) == 0)
         return true;
     size_t n = strlen(path);
     while (n > 1 && path[n - 1] == '/')
@@ -65,17 +67,21 @@ static bool is_checkpoint(const char *path) {
     return sr_ckpt_parse_step_name(base, &step);
 }
 
-sr_status sr_ckpt_tool_open(const char *path, sr_manifest *mf, sr_model *model) {
-    sr_status st = need_dir(path);
+sr_status sr_ckpt_tool_open(const char *path, int *dirfd, sr_manifest *mf, sr_model *model) {
+    sr_status st = need_dir(path, dirfd);
     if (st != SR_OK)
         return st;
-    st = sr_manifest_load(path, mf);
-    if (st != SR_OK)
-        return is_checkpoint(path) ? st : SR_ERR_NOINPUT;
+    st = sr_manifest_load(*dirfd, path, mf);
+    if (st != SR_OK) {
+        st = is_checkpoint(*dirfd, path) ? st : SR_ERR_NOINPUT;
+        close(*dirfd);
+        return st;
+    }
     st = sr_model_init(model, mf->dims, &sr_ops_cpu, 0, false);
     if (st != SR_OK) {
         sr_model_free(model);
         sr_manifest_free(mf);
+        close(*dirfd);
     }
     return st;
 }
@@ -105,12 +111,12 @@ static void failed(failures *fl, const char *fmt, ...) {
 
 static void on_problem(void *ctx, const char *path, const char *what) { failed(ctx, "%s: FAILED: %s", path, what); }
 
-/* Verifies every chunk of every file of one checkpoint; a line per file and
- * per failure.  Returns false when anything failed. */
-static bool verify_one(const char *path, failures *fl, uint64_t *bytes) {
+/* Verifies every chunk of every file of the checkpoint directory dirfd; a
+ * line per file and per failure.  Returns false when anything failed. */
+static bool verify_one(int dirfd, const char *path, failures *fl, uint64_t *bytes) {
     sr_manifest mf;
     int before = fl->count;
-    if (sr_manifest_load(path, &mf) != SR_OK) {
+    if (sr_manifest_load(dirfd, path, &mf) != SR_OK) {
         failed(fl, "%s: FAILED: %s", path, sr_error_message());
         return false;
     }
@@ -121,7 +127,7 @@ static bool verify_one(const char *path, failures *fl, uint64_t *bytes) {
         sr_shardfile_expect x = {f->shard,    mf.step,    f->bytes,
                                  f->elements, f->nchunks, (const unsigned char(*)[32])f->sha};
         int problems = 0;
-        sr_status st = sr_shardfile_read(fp, &x, NULL, 0, bytes, on_problem, fl, &problems);
+        sr_status st = sr_shardfile_read(dirfd, f->name, fp, &x, NULL, 0, bytes, on_problem, fl, &problems);
         if (st != SR_OK)
             failed(fl, "%s: FAILED: %s", fp, sr_error_message());
         else if (!problems)
@@ -133,33 +139,51 @@ static bool verify_one(const char *path, failures *fl, uint64_t *bytes) {
 }
 
 sr_status sr_ckpt_verify(const char *path, FILE *out) {
-    sr_status st = need_dir(path);
+    int dirfd;
+    sr_status st = need_dir(path, &dirfd);
     if (st != SR_OK)
         return st;
     uint64_t bytes = 0;
     int bad = 0, n = 1;
     failures fl = {.out = out};
     double t0 = now_s();
-    if (is_checkpoint(path)) {
-        verify_one(path, &fl, &bytes);
+    if (is_checkpoint(dirfd, path)) {
+        verify_one(dirfd, path, &fl, &bytes);
         bad = fl.count;
     } else {
         int64_t *steps;
-        n = scan_steps(path, &steps);
-        if (n < 0)
+        char odd[300];
+        n = scan_steps(dirfd, &steps, odd, sizeof odd);
+        if (n < 0) {
+            close(dirfd);
             return sr_error_oom("the list of checkpoints");
-        if (n == 0) {
+        }
+        if (odd[0]) { /* resume: auto refuses such a directory: say so here too */
+            failed(&fl, "%s/%s: FAILED: not a real checkpoint directory (never followed)", path, odd);
+            bad++;
+        }
+        if (n == 0 && !bad) {
             free(steps);
+            close(dirfd);
             return sr_error(SR_ERR_NOINPUT,
                             "%s: no manifest.yaml and no step_* checkpoints (hint: shardrun ckpt list DIR)", path);
         }
         for (int i = 0; i < n; i++) {
-            char p[PATH_MAX];
-            snprintf(p, sizeof p, "%s/step_%08lld", path, (long long)steps[i]);
-            bad += verify_one(p, &fl, &bytes) ? 0 : 1;
+            char p[PATH_MAX], name[32];
+            snprintf(name, sizeof name, "step_%08lld", (long long)steps[i]);
+            snprintf(p, sizeof p, "%s/%s", path, name);
+            int fd = sr_fsio_open_subdir(dirfd, name);
+            if (fd < 0) {
+                failed(&fl, "%s: FAILED: %s", p, strerror(errno));
+                bad++;
+                continue;
+            }
+            bad += verify_one(fd, p, &fl, &bytes) ? 0 : 1;
+            close(fd);
         }
         free(steps);
     }
+    close(dirfd);
     double dt = now_s() - t0;
     if (bad)
         return sr_error(SR_ERR_DATA, "%s: verification failed, %d problem%s; the first: %s", path, bad,
@@ -173,32 +197,41 @@ sr_status sr_ckpt_verify(const char *path, FILE *out) {
 /* list, inspect */
 
 sr_status sr_ckpt_list(const char *dir, FILE *out) {
-    sr_status st = need_dir(dir);
+    int dirfd;
+    sr_status st = need_dir(dir, &dirfd);
     if (st != SR_OK)
         return st;
-    char latest[64] = "", lp[PATH_MAX];
-    snprintf(lp, sizeof lp, "%s/latest", dir);
-    ssize_t ln = readlink(lp, latest, sizeof latest - 1);
+    char latest[64] = "";
+    ssize_t ln = readlinkat(dirfd, "latest", latest, sizeof latest - 1);
     latest[ln > 0 ? ln : 0] = '\0';
     int64_t *steps;
-    int n = scan_steps(dir, &steps);
-    if (n < 0)
+    char odd[300];
+    int n = scan_steps(dirfd, &steps, odd, sizeof odd);
+    if (n < 0) {
+        close(dirfd);
         return sr_error_oom("the list of checkpoints");
+    }
+    if (odd[0])
+        sr_log_warn("%s/%s is not a real checkpoint directory: skipped (never followed)", dir, odd);
     fprintf(out, "%-15s %10s %6s %12s %-20s %s\n", "checkpoint", "step", "ranks", "MB", "created", "state");
     for (int i = 0; i < n; i++) {
         char p[PATH_MAX], name[32];
         snprintf(name, sizeof name, "step_%08lld", (long long)steps[i]);
         snprintf(p, sizeof p, "%s/%s", dir, name);
         sr_manifest mf;
-        if (sr_manifest_load(p, &mf) == SR_OK) {
+        int fd = sr_fsio_open_subdir(dirfd, name);
+        if (fd >= 0 && sr_manifest_load(fd, p, &mf) == SR_OK) {
             fprintf(out, "%-15s %10lld %6d %12.1f %-20s manifest ok%s\n", name, (long long)mf.step, mf.world,
                     (double)mf.total_bytes / 1e6, mf.created, strcmp(latest, name) == 0 ? ", latest" : "");
             sr_manifest_free(&mf);
         } else {
             fprintf(out, "%-15s %10lld %6s %12s %-20s unusable: %s\n", name, (long long)steps[i], "-", "-", "-",
-                    sr_error_message());
+                    fd < 0 ? strerror(errno) : sr_error_message());
         }
+        if (fd >= 0)
+            close(fd);
     }
+    close(dirfd);
     DIR *d = opendir(dir);
     struct dirent *de;
     while (d && (de = readdir(d)))
@@ -216,9 +249,11 @@ sr_status sr_ckpt_list(const char *dir, FILE *out) {
 sr_status sr_ckpt_inspect(const char *path, FILE *out) {
     sr_manifest mf;
     sr_model model;
-    sr_status st = sr_ckpt_tool_open(path, &mf, &model);
+    int dirfd;
+    sr_status st = sr_ckpt_tool_open(path, &dirfd, &mf, &model);
     if (st != SR_OK)
         return st;
+    close(dirfd);
     fprintf(out, "checkpoint   %s\n", path);
     fprintf(out, "format       %s version %d, created %s on %s (job %s)\n", SR_CKPT_FORMAT, mf.version, mf.created,
             mf.host, mf.job);

@@ -23,10 +23,12 @@ sr_status sr_ckpt_list(const char *dir, FILE *out);
 sr_status sr_ckpt_verify(const char *path, FILE *out);
 sr_status sr_ckpt_inspect(const char *path, FILE *out);
 
-/* The offline tools' start: PATH is a directory whose manifest parses
- * (SR_ERR_DATA, or SR_ERR_NOINPUT when it is not a checkpoint at all), and
- * the model's tensor table (no activations) for its dims.  On success free
- * both (sr_model_free, sr_manifest_free); on failure nothing is left. */
-sr_status sr_ckpt_tool_open(const char *path, sr_manifest *mf, sr_model *model);
+/* The offline tools' start: PATH is a directory (resolved once into
+ * *dirfd, symbolic links followed) whose manifest parses (SR_ERR_DATA, or
+ * SR_ERR_NOINPUT when it is not a checkpoint at all), and the model's
+ * tensor table (no activations) for its dims.  On success close *dirfd
+ * and free both (sr_model_free, sr_manifest_free); on failure nothing is
+ * left. */
+sr_status sr_ckpt_tool_open(const char *path, int *dirfd, sr_manifest *mf, sr_model *model);
 
 #endif

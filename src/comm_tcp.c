@@ -122,8 +122,7 @@ static int io_full(sr_tcp *t, int fd, void *buf, size_t len, bool writing, doubl
     return 0;
 }
 
-/* Resolves comm.interface (address, interface name, or "" = host name). */
-static sr_status bind_address(const char *iface, char *ip, size_t n) {
+sr_status sr_tcp_resolve_interface(const char *iface, char *ip, size_t n) {
     struct in_addr a;
     if (iface && *iface) {
         if (inet_pton(AF_INET, iface, &a) == 1) {
@@ -170,6 +169,48 @@ static void hello_mac(const unsigned char *secret, const unsigned char *nonce, u
 /* ------------------------------------------------------------------------ */
 /* accept thread */
 
+const char *sr_tcp_check_hello(const unsigned char secret[32], const unsigned char nonce[32], const void *msg,
+                               size_t len, int world, uint32_t *rank) {
+    hello_msg h;
+    if (len != sizeof h)
+        return "no handshake";
+    memcpy(&h, msg, sizeof h);
+    if (h.magic != HELLO_MAGIC)
+        return "not a shardrun peer (bad magic)";
+    if (h.rank >= (uint32_t)world)
+        return "claims a rank outside the job";
+    unsigned char want[32];
+    hello_mac(secret, nonce, h.rank, want);
+    if (CRYPTO_memcmp(want, h.mac, 32) != 0)
+        return "wrong job secret";
+    *rank = h.rank;
+    return NULL;
+}
+
+void sr_tcp_sign_hello(const unsigned char secret[32], const unsigned char nonce[32], void *msg, size_t len) {
+    hello_msg h;
+    if (len < sizeof h)
+        return;
+    memcpy(&h, msg, sizeof h);
+    hello_mac(secret, nonce, h.rank, h.mac);
+    memcpy(msg, &h, sizeof h);
+}
+
+bool sr_tcp_check_frame(const void *hdr, size_t len, uint32_t seq, uint64_t bytes, int peer, char *why, size_t n) {
+    wire_hdr h;
+    if (len != sizeof h) {
+        snprintf(why, n, "protocol error from rank %d: a frame header of %zu bytes", peer, len);
+        return false;
+    }
+    memcpy(&h, hdr, sizeof h);
+    if (h.magic == WIRE_MAGIC && h.seq == seq && h.bytes == bytes)
+        return true;
+    snprintf(why, n,
+             "protocol error from rank %d: operation %u of %llu bytes, expected %u of %llu (ranks out of step?)", peer,
+             h.seq, (unsigned long long)h.bytes, seq, (unsigned long long)bytes);
+    return false;
+}
+
 /* Authenticates one incoming connection; NULL when accepted (*rank set),
  * else why not. */
 static const char *handshake_in(sr_tcp *t, int fd, uint32_t *rank) {
@@ -181,23 +222,17 @@ static const char *handshake_in(sr_tcp *t, int fd, uint32_t *rank) {
     if (io_full(NULL, fd, nonce, sizeof nonce, true, hs_timeout) != 0 ||
         io_full(NULL, fd, &h, sizeof h, false, hs_timeout) != 0)
         return "no handshake";
-    if (h.magic != HELLO_MAGIC)
-        return "not a shardrun peer (bad magic)";
-    if (h.rank >= (uint32_t)t->world->size)
-        return "claims a rank outside the job";
-    unsigned char want[32];
-    hello_mac(t->secret, nonce, h.rank, want);
-    if (CRYPTO_memcmp(want, h.mac, 32) != 0)
-        return "wrong job secret";
+    const char *why = sr_tcp_check_hello(t->secret, nonce, &h, sizeof h, t->world->size, rank);
+    if (why)
+        return why;
     pthread_mutex_lock(&t->lock);
-    bool expected = t->needed[h.rank] && t->fds[h.rank] < 0;
+    bool expected = t->needed[*rank] && t->fds[*rank] < 0;
     pthread_mutex_unlock(&t->lock);
     if (!expected)
         return "not an expected peer";
     unsigned char verdict = 1;
     if (io_full(NULL, fd, &verdict, 1, true, hs_timeout) != 0)
         return "handshake broke";
-    *rank = h.rank;
     return NULL;
 }
 
@@ -296,7 +331,7 @@ sr_status sr_tcp_open(sr_tcp **out, sr_world *w, const sr_transport_opts *o) {
     /* resolved even for one rank, so a bad comm.interface fails before a
      * long job first runs on several ranks */
     char ip[64];
-    sr_status st = bind_address(o->interface, ip, sizeof ip);
+    sr_status st = sr_tcp_resolve_interface(o->interface, ip, sizeof ip);
     if (st != SR_OK || w->size == 1)
         return st;
     st = listen_and_exchange(t, ip);
@@ -491,13 +526,8 @@ sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const vo
                 r_done += (size_t)n;
                 moved = true;
                 if (before < sizeof rh && r_done >= sizeof rh &&
-                    (rh.magic != WIRE_MAGIC || rh.seq != seq || rh.bytes != rbytes)) {
-                    snprintf(msg, msg_len,
-                             "protocol error from rank %d: operation %u of %llu bytes, expected %u of %zu (ranks "
-                             "out of step?)",
-                             left, rh.seq, (unsigned long long)rh.bytes, seq, rbytes);
+                    !sr_tcp_check_frame(&rh, sizeof rh, seq, rbytes, left, msg, msg_len))
                     return SR_ERR_PEER;
-                }
             } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
                 snprintf(msg, msg_len, "lost the connection to rank %d (%s): it exited or failed", left,
                          n == 0 ? "closed" : strerror(errno));
@@ -535,11 +565,8 @@ sr_status sr_tcp_recv(sr_tcp *t, int peer, uint32_t seq, void *buf, size_t bytes
     wire_hdr got;
     if (io_full(t, fd, &got, sizeof got, false, t->timeout_s) != 0)
         return io_failed(t, peer, msg, msg_len);
-    if (got.magic != WIRE_MAGIC || got.seq != seq || got.bytes != bytes) {
-        snprintf(msg, msg_len, "protocol error from rank %d: operation %u of %llu bytes, expected %u of %zu", peer,
-                 got.seq, (unsigned long long)got.bytes, seq, bytes);
+    if (!sr_tcp_check_frame(&got, sizeof got, seq, bytes, peer, msg, msg_len))
         return SR_ERR_PEER;
-    }
     if (io_full(t, fd, buf, bytes, false, t->timeout_s) != 0)
         return io_failed(t, peer, msg, msg_len);
     return SR_OK;

@@ -17,6 +17,7 @@
 #ifndef SR_COMM_TCP_H
 #define SR_COMM_TCP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,5 +49,22 @@ sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const vo
 /* One framed message to or from world rank `peer`. */
 sr_status sr_tcp_send(sr_tcp *t, int peer, uint32_t seq, const void *buf, size_t bytes, char *msg, size_t msg_len);
 sr_status sr_tcp_recv(sr_tcp *t, int peer, uint32_t seq, void *buf, size_t bytes, char *msg, size_t msg_len);
+
+/* The wire's parsers, pure functions (also fuzzed, tests/fuzz):
+ * sr_tcp_check_hello: NULL when msg (len bytes, a hello) is a shardrun
+ *   peer's answer to `nonce` under the job's `secret` claiming a rank of a
+ *   job of `world` ranks (*rank set); else why not.
+ * sr_tcp_sign_hello: writes into msg the MAC for the rank it claims (what a
+ *   connecting peer does; len >= 40).
+ * sr_tcp_check_frame: true when a frame header (len bytes) is operation
+ *   `seq` carrying `bytes` bytes; else false with why (naming `peer`).
+ * sr_tcp_resolve_interface: comm.interface (an IPv4 address, an interface
+ *   name, or "" for the host name's address) to an address; SR_ERR_CONFIG
+ *   for a name that is neither. */
+const char *sr_tcp_check_hello(const unsigned char secret[32], const unsigned char nonce[32], const void *msg,
+                               size_t len, int world, uint32_t *rank);
+void sr_tcp_sign_hello(const unsigned char secret[32], const unsigned char nonce[32], void *msg, size_t len);
+bool sr_tcp_check_frame(const void *hdr, size_t len, uint32_t seq, uint64_t bytes, int peer, char *why, size_t n);
+sr_status sr_tcp_resolve_interface(const char *iface, char *ip, size_t n);
 
 #endif

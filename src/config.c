@@ -22,6 +22,7 @@
 
 #include "dtype.h"
 #include "mem.h"
+#include "yamlload.h"
 
 typedef enum { T_INT, T_FLOAT, T_BOOL, T_STR, T_ENUM, T_RESHARD, T_STRLIST, T_SIGLIST } key_type;
 
@@ -282,8 +283,16 @@ typedef struct {
 
 #define LEAF_ERR(l, ...) error_at((l)->ctx, (l)->node->start_mark, __VA_ARGS__)
 
+/* An explicitly tagged scalar (`!!str 3`) is never a number or a boolean. */
+static sr_status refuse_tagged(const leaf *l, const char *expect) {
+    return LEAF_ERR(l, "%s: expected %s, got '%s' with an explicit tag (hint: remove the tag)", l->k->key, expect,
+                    scalar_text(l->node));
+}
+
 /* A plain, non-null scalar for a number key; else the error. */
 static sr_status need_number(const leaf *l, const char *expect) {
+    if (sr_yaml_explicit_str(l->node))
+        return refuse_tagged(l, expect);
     if (l->node->type == YAML_SCALAR_NODE && !scalar_is_plain(l->node))
         return LEAF_ERR(l, "%s: expected %s, got the quoted string \"%s\" (hint: remove the quotes)", l->k->key, expect,
                         scalar_text(l->node));
@@ -337,6 +346,8 @@ static sr_status set_float(const leaf *l) {
 
 static sr_status set_bool(const leaf *l) {
     yaml_node_t *node = l->node;
+    if (sr_yaml_explicit_str(node))
+        return refuse_tagged(l, "true or false");
     bool scalar = node->type == YAML_SCALAR_NODE;
     int b = scalar && scalar_is_plain(node) ? parse_bool(scalar_text(node)) : -1;
     if (b < 0)
@@ -379,6 +390,8 @@ static sr_status set_reshard(const leaf *l) {
     const sr_key *k = l->k;
     char expect[512];
     snprintf(expect, sizeof expect, "true, false, or an integer N in [%.0f, %.0f]", k->min, k->max);
+    if (sr_yaml_explicit_str(l->node))
+        return refuse_tagged(l, expect);
     if (l->node->type != YAML_SCALAR_NODE || !scalar_is_plain(l->node) || scalar_is_null(l->node))
         return LEAF_ERR(l, "%s: expected %s, got %s", k->key, expect, node_kind(l->node));
     const char *text = scalar_text(l->node);
@@ -744,51 +757,27 @@ static sr_status walk_mapping(sr_config *cfg, yaml_document_t *doc, yaml_node_t 
     return SR_OK;
 }
 
-/* Loads one YAML document from `text`.  An empty stream gives *has_root =
- * false.  Returns SR_ERR_CONFIG with the libyaml problem and its place. */
+/* Loads one YAML document from `text` under the limits every reader of
+ * outside YAML uses (yamlload.h); a second document is refused.  On success
+ * *doc is initialised (delete it) and *has_root false for an empty stream.
+ * Returns SR_ERR_CONFIG with the problem and its place. */
 static sr_status load_document(yaml_document_t *doc, const char *text, size_t len, const parse_ctx *ctx,
                                bool *has_root) {
-    yaml_parser_t parser;
-    if (!yaml_parser_initialize(&parser))
-        return sr_error(SR_ERR_INTERNAL, "out of memory (yaml_parser_initialize)");
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    if (!yaml_parser_load(&parser, doc)) {
-        yaml_mark_t mark = parser.problem_mark;
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s%s%s", parser.problem ? parser.problem : "syntax error", parser.context ? " " : "",
-                 parser.context ? parser.context : "");
-        yaml_parser_delete(&parser);
+    sr_yaml_limits lim = sr_yaml_default_limits;
+    lim.refuse_duplicates = false; /* walk_mapping refuses them naming the dotted key */
+    sr_yaml_error err;
+    if (sr_yaml_load(text, len, &lim, true, doc, has_root, &err))
+        return SR_OK;
+    if (err.oom)
+        return sr_error_oom("reading a job file");
+    yaml_mark_t mark = {0, err.line, err.column};
+    if (err.syntax)
         return error_at(
-            ctx, mark,
-            "YAML syntax error: %s (hint: check indentation and that every 'key: value' has a space after the colon)",
-            msg);
-    }
-    *has_root = yaml_document_get_root_node(doc) != NULL;
-    if (*has_root) {
-        /* A second document in the stream is refused: one job per file. */
-        yaml_document_t extra;
-        if (!yaml_parser_load(&parser, &extra)) {
-            yaml_mark_t mark = parser.problem_mark;
-            const char *problem = parser.problem ? parser.problem : "syntax error";
-            yaml_document_delete(doc);
-            yaml_parser_delete(&parser);
-            return error_at(ctx, mark, "YAML syntax error: %s", problem);
-        }
-        bool second = yaml_document_get_root_node(&extra) != NULL;
-        yaml_mark_t mark = extra.start_mark;
-        yaml_document_delete(&extra);
-        if (second) {
-            yaml_document_delete(doc);
-            yaml_parser_delete(&parser);
-            return error_at(ctx, mark, "expected one YAML document, found a second one (hint: remove the '---' line)");
-        }
-    }
-    yaml_parser_delete(&parser);
-    return SR_OK;
+            ctx, mark, "%s (hint: check indentation and that every 'key: value' has a space after the colon)", err.msg);
+    return error_at(ctx, mark, "%s", err.msg);
 }
 
-/* Parses YAML text; `name` is used in messages. */
-static sr_status load_string(sr_config *cfg, const char *text, size_t len, const char *name) {
+sr_status sr_config_load_text(sr_config *cfg, const char *text, size_t len, const char *name) {
     parse_ctx ctx = {name, NULL};
     yaml_document_t doc;
     bool has_root = false;
@@ -803,8 +792,8 @@ static sr_status load_string(sr_config *cfg, const char *text, size_t len, const
                           node_kind(root));
         else if (root->type == YAML_MAPPING_NODE)
             st = walk_mapping(cfg, &doc, root, "", &ctx);
-        yaml_document_delete(&doc);
     }
+    yaml_document_delete(&doc);
     if (st == SR_OK) {
         free(cfg->source);
         cfg->source = sr_strdup(name);
@@ -816,7 +805,7 @@ static sr_status load_string(sr_config *cfg, const char *text, size_t len, const
 
 sr_status sr_config_load_file(sr_config *cfg, const char *path) {
     if (!path)
-        return load_string(cfg, sr_default_job, sr_default_job_len, "<default job>");
+        return sr_config_load_text(cfg, sr_default_job, sr_default_job_len, "<default job>");
     FILE *f = fopen(path, "rb");
     if (!f)
         return sr_error(SR_ERR_NOINPUT, "%s: cannot open job file: %s", path, strerror(errno));
@@ -857,7 +846,7 @@ sr_status sr_config_load_file(sr_config *cfg, const char *path) {
         free(buf);
         return sr_error(SR_ERR_CONFIG, "%s: contains a NUL byte; expected a YAML text file", path);
     }
-    sr_status st = load_string(cfg, buf, len, path);
+    sr_status st = sr_config_load_text(cfg, buf, len, path);
     free(buf);
     return st;
 }
@@ -880,10 +869,10 @@ sr_status sr_config_set(sr_config *cfg, const char *assignment) {
     if (st != SR_OK)
         return st;
     yaml_mark_t zero = {0, 0, 0};
-    if (!has_root) {
+    if (!has_root && !yaml_document_add_scalar(&doc, NULL, (yaml_char_t *)"", 0, YAML_PLAIN_SCALAR_STYLE)) {
         /* "key=" : an empty (null) scalar */
-        yaml_document_initialize(&doc, NULL, NULL, NULL, 0, 0);
-        yaml_document_add_scalar(&doc, NULL, (yaml_char_t *)"", 0, YAML_PLAIN_SCALAR_STYLE);
+        yaml_document_delete(&doc);
+        return sr_error_oom("a --set value");
     }
     const char *dot = strrchr(path, '.');
     char prefix[512] = "";
@@ -918,21 +907,31 @@ sr_status sr_config_init(sr_config *cfg) {
     if (!cfg->origin)
         return sr_error_oom("the job");
     parse_ctx ctx = {"<built-in defaults>", NULL};
-    for (int i = 0; i < NKEYS; i++) {
+    sr_status st = SR_OK;
+    for (int i = 0; i < NKEYS && st == SR_OK; i++) {
         if (!keys[i].def)
             continue;
         yaml_document_t doc;
         bool has_root = false;
-        sr_status st = load_document(&doc, keys[i].def, strlen(keys[i].def), &ctx, &has_root);
-        if (st != SR_OK || !has_root)
-            return sr_error(SR_ERR_INTERNAL, "bad built-in default for %s", keys[i].key);
+        st = load_document(&doc, keys[i].def, strlen(keys[i].def), &ctx, &has_root);
+        if (st != SR_OK)
+            break; /* out of memory: a built-in default always parses */
+        if (!has_root) {
+            yaml_document_delete(&doc);
+            st = sr_error(SR_ERR_INTERNAL, "empty built-in default for %s", keys[i].key);
+            break;
+        }
         st = set_leaf(cfg, i, &doc, yaml_document_get_root_node(&doc), &ctx);
         yaml_document_delete(&doc);
-        if (st != SR_OK)
-            return st;
     }
-    cfg->source = sr_strdup("<built-in defaults>");
-    return cfg->source ? SR_OK : sr_error_oom("the job");
+    if (st == SR_OK) {
+        cfg->source = sr_strdup("<built-in defaults>");
+        if (!cfg->source)
+            st = sr_error_oom("the job");
+    }
+    if (st != SR_OK)
+        sr_config_free(cfg); /* what was set so far */
+    return st;
 }
 
 void sr_config_free(sr_config *cfg) {
@@ -1056,6 +1055,30 @@ sr_status sr_config_check_landed(const sr_config *cfg) {
         }
     }
     sr_config_free(&def);
+    return SR_OK;
+}
+
+sr_status sr_config_check_model(int64_t n_layer, int64_t n_head, int64_t n_embd, int64_t vocab_size, int64_t seq_len) {
+    const struct {
+        const char *key;
+        int64_t v;
+    } dims[] = {{"model.n_layer", n_layer},
+                {"model.n_head", n_head},
+                {"model.n_embd", n_embd},
+                {"model.vocab_size", vocab_size},
+                {"model.seq_len", seq_len}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        const sr_key *k = &keys[key_index(dims[i].key)];
+        if ((double)dims[i].v < k->min || (double)dims[i].v > k->max) {
+            char expect[128];
+            fmt_range_int(expect, sizeof expect, k);
+            return sr_error(SR_ERR_CONFIG, "%s: %lld is out of range; expected %s", k->key, (long long)dims[i].v,
+                            expect);
+        }
+    }
+    if (n_embd % n_head != 0)
+        return sr_error(SR_ERR_CONFIG, "model.n_embd (%lld) must be divisible by model.n_head (%lld)",
+                        (long long)n_embd, (long long)n_head);
     return SR_OK;
 }
 

@@ -87,6 +87,9 @@ void sr_config_free(sr_config *cfg);
  * embedded default job.  Returns SR_ERR_NOINPUT when the file cannot be read,
  * SR_ERR_CONFIG for any syntax, key, type or range error. */
 sr_status sr_config_load_file(sr_config *cfg, const char *path);
+/* Parses YAML text (a job file's contents); `name` is used in messages.
+ * Returns as sr_config_load_file. */
+sr_status sr_config_load_text(sr_config *cfg, const char *text, size_t len, const char *name);
 /* Applies one `--set key=value` override.  A missing '=' is SR_ERR_USAGE; a
  * bad key or value SR_ERR_CONFIG.  The value is parsed as YAML. */
 sr_status sr_config_set(sr_config *cfg, const char *assignment);
@@ -97,6 +100,12 @@ sr_status sr_config_finalize(sr_config *cfg);
 /* Refuses non-default values of keys whose feature has not landed yet
  * ("not implemented yet", SR_ERR_CONFIG). */
 sr_status sr_config_check_landed(const sr_config *cfg);
+
+/* Checks model dimensions from outside a job file (a checkpoint's
+ * manifest) as a job file's are checked: each against its key's range, and
+ * n_embd divisible by n_head.  SR_ERR_CONFIG naming the key and what was
+ * expected (no place: the caller adds it). */
+sr_status sr_config_check_model(int64_t n_layer, int64_t n_head, int64_t n_embd, int64_t vocab_size, int64_t seq_len);
 
 /* The schema's keys in table order, and one key's effective value as the
  * YAML text `config show` prints (checkpoint manifests record these). */

@@ -52,29 +52,16 @@ static void data_free(sr_data *d) {
 
 void sr_data_close(sr_data *d) { data_free(d); }
 
-static sr_status add_shard(sr_data *d, const char *path, int64_t vocab) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return sr_error(SR_ERR_NOINPUT, "%s: cannot open data file: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return sr_error(SR_ERR_NOINPUT, "%s: not a regular file; expected an llm.c token shard", path);
-    }
-    size_t len = (size_t)st.st_size;
+sr_status sr_data_check_shard(const char *path, const void *bytes, size_t len, int64_t vocab, int *tok_bytes_out,
+                              uint64_t *ntok_out) {
     const size_t header_bytes = SR_DATA_HEADER_INTS * sizeof(int32_t);
-    if (len < header_bytes) {
-        close(fd);
+    if (len < header_bytes)
         return sr_error(SR_ERR_DATA,
                         "%s: %zu bytes is shorter than the 1024-byte llm.c header (truncated?) (hint: make shards with "
                         "shardrun data prepare)",
                         path, len);
-    }
-    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED)
-        return sr_error(SR_ERR_NOINPUT, "%s: cannot map data file: %s", path, strerror(errno));
-    const int32_t *h = map;
+    int32_t h[3];
+    memcpy(h, bytes, sizeof h);
     int tok_bytes = 0;
     if (h[0] == SR_DATA_MAGIC_U16 && h[1] == 1)
         tok_bytes = 2;
@@ -82,7 +69,6 @@ static sr_status add_shard(sr_data *d, const char *path, int64_t vocab) {
         tok_bytes = 4;
     const int32_t magic = h[0], version = h[1], count = h[2];
     if (!tok_bytes) {
-        munmap(map, len);
         if (magic == SR_DATA_MAGIC_U16 || magic == SR_DATA_MAGIC_U32)
             return sr_error(SR_ERR_DATA, "%s: unsupported version %d for magic %d; expected version %s", path, version,
                             magic, magic == SR_DATA_MAGIC_U16 ? "1" : "7");
@@ -91,46 +77,60 @@ static sr_status add_shard(sr_data *d, const char *path, int64_t vocab) {
                         "formats (hint: make shards with shardrun data prepare)",
                         path, magic, SR_DATA_MAGIC_U16, SR_DATA_MAGIC_U32);
     }
-    if (count < 0) {
-        munmap(map, len);
+    if (count < 0)
         return sr_error(SR_ERR_DATA, "%s: negative token count %d in the header", path, count);
-    }
     uint64_t ntok = (uint64_t)(uint32_t)count;
     uint64_t want = header_bytes + ntok * (uint64_t)tok_bytes;
-    if ((uint64_t)len != want) {
-        munmap(map, len);
+    if ((uint64_t)len != want)
         return sr_error(SR_ERR_DATA, "%s: header says %llu tokens (%llu bytes) but the file has %zu bytes%s", path,
                         (unsigned long long)ntok, (unsigned long long)want, len,
                         (uint64_t)len < want ? " (truncated)" : " (trailing bytes)");
-    }
-    const unsigned char *toks = (const unsigned char *)map + header_bytes;
+    const unsigned char *toks = (const unsigned char *)bytes + header_bytes;
     /* Check every token once, here, so a bad token can never reach training. */
-    uint64_t bad_at = UINT64_MAX;
-    uint32_t bad_tok = 0;
-    if (tok_bytes == 2) {
-        const uint16_t *t = (const uint16_t *)toks;
-        for (uint64_t i = 0; i < ntok; i++)
-            if ((int64_t)t[i] >= vocab) {
-                bad_at = i;
-                bad_tok = t[i];
-                break;
-            }
-    } else {
-        const uint32_t *t = (const uint32_t *)toks;
-        for (uint64_t i = 0; i < ntok; i++)
-            if ((int64_t)t[i] >= vocab) {
-                bad_at = i;
-                bad_tok = t[i];
-                break;
-            }
+    for (uint64_t i = 0; i < ntok; i++) {
+        uint32_t t;
+        if (tok_bytes == 2) {
+            uint16_t v;
+            memcpy(&v, toks + 2 * i, 2);
+            t = v;
+        } else {
+            memcpy(&t, toks + 4 * i, 4);
+        }
+        if ((int64_t)t >= vocab)
+            return sr_error(SR_ERR_DATA,
+                            "%s: token %u at position %llu is >= model.vocab_size %lld (hint: the shard was made for "
+                            "a larger vocabulary; set model.vocab_size or use matching shards)",
+                            path, t, (unsigned long long)i, (long long)vocab);
     }
-    if (bad_at != UINT64_MAX) {
-        munmap(map, len);
-        return sr_error(SR_ERR_DATA,
-                        "%s: token %u at position %llu is >= model.vocab_size %lld (hint: the shard was made for a "
-                        "larger vocabulary; set model.vocab_size or use matching shards)",
-                        path, bad_tok, (unsigned long long)bad_at, (long long)vocab);
+    *tok_bytes_out = tok_bytes;
+    *ntok_out = ntok;
+    return SR_OK;
+}
+
+static sr_status add_shard(sr_data *d, const char *path, int64_t vocab) {
+    /* never blocking: a FIFO or device named as a shard is refused at once */
+    struct stat st;
+    int fd = sr_fsio_open_file(AT_FDCWD, path, true, &st);
+    if (fd < 0 && errno == EINVAL)
+        return sr_error(SR_ERR_NOINPUT, "%s: %s, not a regular file; expected an llm.c token shard", path,
+                        sr_fsio_kind(st.st_mode));
+    if (fd < 0)
+        return sr_error(SR_ERR_NOINPUT, "%s: cannot open data file: %s", path, strerror(errno));
+    size_t len = (size_t)st.st_size;
+    void *map = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    int err = errno;
+    close(fd);
+    if (map == MAP_FAILED)
+        return sr_error(SR_ERR_NOINPUT, "%s: cannot map data file: %s", path, strerror(err));
+    int tok_bytes;
+    uint64_t ntok;
+    sr_status cs = sr_data_check_shard(path, map ? map : "", len, vocab, &tok_bytes, &ntok);
+    if (cs != SR_OK) {
+        if (map)
+            munmap(map, len);
+        return cs;
     }
+    const unsigned char *toks = (const unsigned char *)map + SR_DATA_HEADER_INTS * sizeof(int32_t);
     shard *ns = sr_realloc(d->shards, ((size_t)d->nshards + 1) * sizeof *ns);
     char *name = ns ? sr_strdup(path) : NULL;
     if (!ns || !name) {

@@ -36,6 +36,11 @@ enum { SR_DATA_TRAIN, SR_DATA_VAL };
  * SR_ERR_DATA (bad magic or version, truncated, token out of range, fewer
  * than T+1 tokens) with the file named.  Free with sr_data_close. */
 sr_status sr_data_open(sr_data **out, const sr_strlist *paths, int T, int64_t vocab);
+/* Checks a shard's bytes (the whole file, len bytes; `path` names it in
+ * messages): header, size, and every token < vocab.  *tok_bytes (2 or 4) and
+ * *ntok describe it.  SR_ERR_DATA naming what is wrong. */
+sr_status sr_data_check_shard(const char *path, const void *bytes, size_t len, int64_t vocab, int *tok_bytes,
+                              uint64_t *ntok);
 /* The embedded corpus (byte-level, vocabulary 256): SR_DATA_TRAIN is the
  * first 90 %, SR_DATA_VAL the last 10 %. */
 sr_status sr_data_open_embedded(sr_data **out, int part, int T, int64_t vocab);

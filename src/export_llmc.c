@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "ckpt_tools.h"
@@ -41,7 +42,8 @@ static sr_status write_llmc(int fd, const char *tmp, void *arg) {
 sr_status sr_export_llmc(const char *path, const char *dest, FILE *out) {
     sr_manifest mf;
     sr_model model;
-    sr_status st = sr_ckpt_tool_open(path, &mf, &model);
+    int dirfd;
+    sr_status st = sr_ckpt_tool_open(path, &dirfd, &mf, &model);
     if (st != SR_OK)
         return st;
     float *all = sr_malloc(model.n_params * sizeof(float));
@@ -50,7 +52,7 @@ sr_status sr_export_llmc(const char *path, const char *dest, FILE *out) {
     if (st == SR_OK) {
         sr_slice whole = {0, model.n_params, 0};
         float *dst[SR_NSTATE] = {all, NULL, NULL};
-        st = sr_ckpt_read_slices(path, &mf, &whole, 1, dst, NULL);
+        st = sr_ckpt_read_slices(dirfd, path, &mf, &whole, 1, dst, NULL);
     }
     if (st == SR_OK) {
         llmc_ctx x = {&model, all};
@@ -63,6 +65,7 @@ sr_status sr_export_llmc(const char *path, const char *dest, FILE *out) {
                 dest, (long long)mf.step, model.n_params, mf.dims.L, mf.dims.NH, mf.dims.C, mf.dims.V, mf.dims.Vp,
                 mf.dims.T);
     free(all);
+    close(dirfd);
     sr_model_free(&model);
     sr_manifest_free(&mf);
     return st;

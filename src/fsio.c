@@ -89,19 +89,84 @@ int sr_fsio_mkdir_p(const char *path) {
 }
 
 int sr_fsio_remove_flat_dir(const char *path) {
-    DIR *d = opendir(path);
-    if (!d)
+    char parent[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return sr_fsio_remove_flat_dir_at(AT_FDCWD, path);
+    snprintf(parent, sizeof parent, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    int pfd = sr_fsio_open_dir(parent);
+    if (pfd < 0)
         return errno == ENOENT ? 0 : -1;
+    int rc = sr_fsio_remove_flat_dir_at(pfd, slash + 1);
+    int err = errno;
+    close(pfd);
+    errno = err;
+    return rc;
+}
+
+int sr_fsio_open_dir(const char *path) { return open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC); }
+
+int sr_fsio_open_subdir(int dirfd, const char *name) {
+    return openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+int sr_fsio_open_file(int dirfd, const char *name, bool follow, struct stat *sb) {
+    int fd = openat(dirfd, name, O_RDONLY | O_NONBLOCK | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, sb) != 0 || !S_ISREG(sb->st_mode)) {
+        close(fd);
+        errno = EINVAL;
+        return -1;
+    }
+    return fd;
+}
+
+const char *sr_fsio_kind(mode_t mode) {
+    return S_ISDIR(mode)    ? "a directory"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISLNK(mode)  ? "a symbolic link"
+           : S_ISREG(mode)  ? "a regular file"
+                            : "not a regular file";
+}
+
+DIR *sr_fsio_list_dir(int dirfd) {
+    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        int err = errno;
+        close(fd);
+        errno = err;
+    }
+    return d;
+}
+
+int sr_fsio_remove_flat_dir_at(int dirfd, const char *name) {
+    int fd = sr_fsio_open_subdir(dirfd, name);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -1;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return -1;
+    }
     struct dirent *de;
-    int dfd = dirfd(d), rc = 0, err = 0;
+    int rc = 0, err = 0;
     while ((de = readdir(d)))
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-            if (unlinkat(dfd, de->d_name, 0) != 0 && errno != ENOENT) {
-                rc = -1;
-                err = errno;
-            }
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && unlinkat(fd, de->d_name, 0) != 0 &&
+            errno != ENOENT) {
+            rc = -1;
+            err = errno;
+        }
     closedir(d);
-    if (rmdir(path) != 0 && errno != ENOENT) {
+    if (unlinkat(dirfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT) {
         rc = -1;
         err = errno;
     }

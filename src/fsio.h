@@ -11,8 +11,11 @@
 #ifndef SR_FSIO_H
 #define SR_FSIO_H
 
+#include <dirent.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "status.h"
@@ -30,9 +33,40 @@ int sr_fsio_pread_all(int fd, void *buf, size_t n, uint64_t off);
 int sr_fsio_fsync_dir(const char *path);
 /* mkdir -p with SR_FSIO_DIR_MODE; ENOTDIR when the path is not a directory. */
 int sr_fsio_mkdir_p(const char *path);
-/* Removes a directory holding only regular files (a checkpoint).  Entries
- * are unlinked by name, never followed.  0, or -1 with errno. */
+/* Removes a directory holding only files (a checkpoint), by path: the last
+ * component must be a real directory (never followed); see
+ * sr_fsio_remove_flat_dir_at.  0 (also when it does not exist), or -1 with
+ * errno. */
 int sr_fsio_remove_flat_dir(const char *path);
+
+/* Inside directories the program did not name itself (a checkpoint's
+ * step_* entries, its manifest and shard files), nothing is followed: the
+ * path a user names (checkpoint.dir, checkpoint.resume, `ckpt ... PATH`,
+ * the `latest` link) is resolved once into a directory descriptor, and the
+ * names found in it are opened relative to that descriptor with O_NOFOLLOW.
+ *
+ * sr_fsio_open_dir: the user-named directory (symbolic links followed), -1
+ * with errno otherwise.
+ * sr_fsio_open_subdir: entry `name` of dirfd, which must be a real
+ * directory (ELOOP for a symbolic link, ENOTDIR for anything else).
+ * sr_fsio_open_file: entry `name` of dirfd (AT_FDCWD: a path), read-only,
+ * never blocking (a FIFO opens at once), which must be a regular file:
+ * -1 with errno, or with errno EINVAL and *sb describing what it is.
+ * sr_fsio_kind: "a directory", "a FIFO", "a symbolic link", ... for
+ * messages. */
+int sr_fsio_open_dir(const char *path);
+int sr_fsio_open_subdir(int dirfd, const char *name);
+int sr_fsio_open_file(int dirfd, const char *name, bool follow, struct stat *sb);
+const char *sr_fsio_kind(mode_t mode);
+/* A directory stream over dirfd's entries from the first, on a fresh open
+ * file description (a dup() would share dirfd's offset, so a second listing
+ * would start at the end).  NULL with errno; closedir() it. */
+DIR *sr_fsio_list_dir(int dirfd);
+/* Removes entry `name` of dirfd if it is a real directory holding only
+ * files: its entries are unlinked by name (a symbolic link among them is
+ * removed, never followed), then the directory.  0, or -1 with errno
+ * (ENOTDIR/ELOOP when `name` is not a real directory: nothing removed). */
+int sr_fsio_remove_flat_dir_at(int dirfd, const char *name);
 
 /* SR_ERR_IO "PATH: write failed: <errno>" with a hint for a full disk,
  * quota or file-size limit; returns the status. */

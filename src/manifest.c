@@ -16,9 +16,11 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "config.h"
 #include "fsio.h"
 #include "mem.h"
 #include "shardfile.h"
+#include "yamlload.h"
 
 #define MANIFEST_MAX ((size_t)256 << 20)
 
@@ -530,6 +532,10 @@ static sr_status parse_world(pctx *p, yaml_node_t *root, sr_manifest *mf) {
         st = get_int(p, mesh, "replicate", 1 << 24, &mf->mesh_replicate);
     if (st != SR_OK)
         return st;
+    if (mf->world < 1 || mf->mesh_shard < 1 || mf->mesh_replicate < 1 ||
+        (int64_t)mf->mesh_shard * mf->mesh_replicate != mf->world)
+        return perr(p, world, "world: size %d is not mesh shard %d x replicate %d", mf->world, mf->mesh_shard,
+                    mf->mesh_replicate);
     mf->isa[0] = '\0';
     if (mf->version >= 2)
         return get_str(p, world, "isa", mf->isa, sizeof mf->isa);
@@ -538,23 +544,28 @@ static sr_status parse_world(pctx *p, yaml_node_t *root, sr_manifest *mf) {
 
 static sr_status parse_model(pctx *p, yaml_node_t *root, sr_manifest *mf) {
     yaml_node_t *model = mget(p, root, "model");
-    sr_status st = get_int(p, model, "n_layer", 1 << 20, &mf->dims.L);
-    if (st == SR_OK)
-        st = get_int(p, model, "n_head", 1 << 20, &mf->dims.NH);
-    if (st == SR_OK)
-        st = get_int(p, model, "n_embd", 1 << 20, &mf->dims.C);
-    if (st == SR_OK)
-        st = get_int(p, model, "vocab_size", 1 << 24, &mf->dims.V);
-    if (st == SR_OK)
-        st = get_int(p, model, "padded_vocab_size", 1 << 24, &mf->dims.Vp);
-    if (st == SR_OK)
-        st = get_int(p, model, "seq_len", 1 << 24, &mf->dims.T);
+    const struct {
+        const char *key;
+        int *dst;
+    } dims[] = {{"n_layer", &mf->dims.L},
+                {"n_head", &mf->dims.NH},
+                {"n_embd", &mf->dims.C},
+                {"vocab_size", &mf->dims.V},
+                {"padded_vocab_size", &mf->dims.Vp},
+                {"seq_len", &mf->dims.T}};
+    sr_status st = SR_OK;
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0] && st == SR_OK; i++)
+        st = get_int(p, model, dims[i].key, INT32_MAX, dims[i].dst);
     if (st == SR_OK)
         st = get_u64(p, model, "parameters", UINT64_MAX / 16, &mf->n_params);
     if (st == SR_OK)
         st = get_str(p, model, "hash", mf->model_hash, sizeof mf->model_hash);
     if (st != SR_OK)
         return st;
+    /* a shape a job file could not have is refused before anything is sized by it */
+    const sr_model_dims *d = &mf->dims;
+    if (sr_config_check_model(d->L, d->NH, d->C, d->V, d->T) != SR_OK)
+        return perr(p, model, "model: %s", sr_error_message());
     char h[65];
     sr_manifest_model_hash(&mf->dims, h);
     if (strcmp(h, mf->model_hash) != 0 || sr_model_n_params(&mf->dims) != mf->n_params ||
@@ -658,14 +669,17 @@ static sr_status parse_hashes(pctx *p, yaml_node_t *fn, sr_manifest_file *f) {
 
 static sr_status parse_file(pctx *p, yaml_node_t *fn, sr_manifest *mf, int i) {
     sr_manifest_file *f = &mf->files[i];
-    sr_status st = get_str(p, fn, "name", f->name, sizeof f->name);
-    if (st != SR_OK)
-        return st;
-    if (!safe_name(f->name))
-        return perr(p, mget(p, fn, "name"),
+    yaml_node_t *name = mget(p, fn, "name");
+    const char *full = sval(name);
+    if (!full)
+        return perr(p, name ? name : fn, "expected key 'name' with a string");
+    if (!safe_name(full)) /* the whole name in the message, however long */
+        return perr(p, name,
                     "files: name '%s' is not a shard file name (shard_NNNNN.bin); a manifest may not name paths "
                     "outside its checkpoint directory",
-                    f->name);
+                    full);
+    snprintf(f->name, sizeof f->name, "%s", full);
+    sr_status st;
     for (int j = 0; j < i; j++)
         if (strcmp(mf->files[j].name, f->name) == 0)
             return perr(p, mget(p, fn, "name"), "files: '%s' is listed twice", f->name);
@@ -738,8 +752,18 @@ static sr_status parse_files(pctx *p, yaml_node_t *root, sr_manifest *mf) {
     mf->files = sr_calloc((size_t)mf->nfiles, sizeof(sr_manifest_file));
     if (!mf->files)
         return sr_error_oom("the manifest's file list");
+    if (mf->nfiles != mf->mesh_shard)
+        return perr(p, n, "files: %d shard files for a mesh of %d shards", mf->nfiles, mf->mesh_shard);
     for (int i = 0; i < mf->nfiles && st == SR_OK; i++)
         st = parse_file(p, seq_item(p, n, (size_t)i), mf, i);
+    for (int i = 0; i < mf->nfiles && st == SR_OK; i++) { /* shard indices 0..nfiles-1, each once */
+        bool bad = mf->files[i].shard >= mf->nfiles;
+        for (int j = 0; j < i && !bad; j++)
+            bad = mf->files[i].shard == mf->files[j].shard;
+        if (bad)
+            st = perr(p, seq_item(p, n, (size_t)i), "files: %s: shard index %d is out of range or repeated",
+                      mf->files[i].name, mf->files[i].shard);
+    }
     return st == SR_OK ? check_tiling(p, n, mf) : st;
 }
 
@@ -750,17 +774,12 @@ sr_status sr_manifest_parse(const char *text, size_t len, const char *path, sr_m
     if (st != SR_OK)
         return st;
     pctx p = {.path = path};
-    yaml_parser_t parser;
-    if (!yaml_parser_initialize(&parser))
-        return sr_error_oom("the manifest parser");
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, body);
-    if (!yaml_parser_load(&parser, &p.doc)) {
-        st = sr_error(SR_ERR_DATA, "%s:%zu:%zu: YAML error: %s", path, parser.problem_mark.line + 1,
-                      parser.problem_mark.column + 1, parser.problem ? parser.problem : "?");
-        yaml_parser_delete(&parser);
-        return st;
-    }
-    yaml_parser_delete(&parser);
+    sr_yaml_error err;
+    bool has_root;
+    /* depth, size and duplicate keys are refused while the text is read */
+    if (!sr_yaml_load(text, body, &sr_yaml_default_limits, true, &p.doc, &has_root, &err))
+        return err.oom ? sr_error_oom("reading a manifest")
+                       : sr_error(SR_ERR_DATA, "%s:%zu:%zu: %s", path, err.line + 1, err.column + 1, err.msg);
     yaml_node_t *root = yaml_document_get_root_node(&p.doc);
     if (!root || root->type != YAML_MAPPING_NODE)
         st = perr(&p, root, "expected a mapping at the top");
@@ -784,19 +803,24 @@ sr_status sr_manifest_parse(const char *text, size_t len, const char *path, sr_m
     return st;
 }
 
-sr_status sr_manifest_load(const char *dir, sr_manifest *mf) {
+sr_status sr_manifest_load(int dirfd, const char *dir, sr_manifest *mf) {
     *mf = (sr_manifest){0};
     char path[PATH_MAX];
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, SR_MANIFEST_NAME) >= sizeof path)
         return sr_error(SR_ERR_DATA, "%s: path too long", dir);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return sr_error(SR_ERR_DATA, "%s: %s%s", path, strerror(errno),
-                        errno == ENOENT ? " (no manifest: not a complete checkpoint)" : "");
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (size_t)sb.st_size > MANIFEST_MAX) {
+    int fd = sr_fsio_open_file(dirfd, SR_MANIFEST_NAME, false, &sb);
+    if (fd < 0 && errno == EINVAL)
+        return sr_error(SR_ERR_DATA, "%s: %s, not a regular file", path, sr_fsio_kind(sb.st_mode));
+    if (fd < 0)
+        return sr_error(SR_ERR_DATA, "%s: %s%s", path, errno == ELOOP ? "a symbolic link" : strerror(errno),
+                        errno == ENOENT  ? " (no manifest: not a complete checkpoint)"
+                        : errno == ELOOP ? "; the files of a checkpoint must be regular files"
+                                         : "");
+    if ((size_t)sb.st_size > MANIFEST_MAX) {
         close(fd);
-        return sr_error(SR_ERR_DATA, "%s: not a regular file of at most %zu MiB", path, MANIFEST_MAX >> 20);
+        return sr_error(SR_ERR_DATA, "%s: %lld bytes; a manifest has at most %zu MiB", path, (long long)sb.st_size,
+                        MANIFEST_MAX >> 20);
     }
     size_t len = (size_t)sb.st_size;
     char *text = sr_malloc(len + 1);

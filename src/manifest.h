@@ -76,9 +76,10 @@ sr_status sr_manifest_render(const sr_manifest *mf, const sr_model *model, const
  * sizes, chunk counts, slices tiling [0, parameters)).  `path` names it in
  * messages.  On failure nothing is left to free. */
 sr_status sr_manifest_parse(const char *text, size_t len, const char *path, sr_manifest *mf);
-/* Reads <dir>/manifest.yaml (a regular file, never through a symbolic
- * link) and parses it.  SR_ERR_DATA with the reason; the message says when
- * the file is missing (not a complete checkpoint). */
-sr_status sr_manifest_load(const char *dir, sr_manifest *mf);
+/* Reads manifest.yaml of the checkpoint directory dirfd (a regular file,
+ * never through a symbolic link, never blocking) and parses it; `dir` names
+ * the directory in messages.  SR_ERR_DATA with the reason; the message
+ * says when the file is missing (not a complete checkpoint). */
+sr_status sr_manifest_load(int dirfd, const char *dir, sr_manifest *mf);
 
 #endif

@@ -29,44 +29,60 @@ typedef struct {
     size_t bytes;
 } act_buf;
 
+/* Sizes in double, saturated: absurd dims from outside (a job file that
+ * config check accepts, a manifest) must give a huge size, never a wrapped
+ * small one; below 2^53 bytes the value is exact. */
+static size_t sat(double x) { return x >= 1.8e19 ? SIZE_MAX : (size_t)x; }
+
 static int act_table(sr_model *m, size_t B, act_buf *out) {
-    size_t L = (size_t)m->d.L, T = (size_t)m->d.T, C = (size_t)m->d.C, NH = (size_t)m->d.NH;
-    size_t BT = B * T, BTC = BT * C, f = sizeof(float);
+    double L = m->d.L, T = m->d.T, C = m->d.C, NH = m->d.NH, Vp = m->d.Vp;
+    double BT = (double)B * T, BTC = BT * C, f = sizeof(float);
     const act_buf t[] = {
-        {(void **)&m->inputs, BT * sizeof(int)},
-        {(void **)&m->targets, BT * sizeof(int)},
-        {(void **)&m->encoded, BTC * f},
-        {(void **)&m->ln1, L * BTC * f},
-        {(void **)&m->ln1_mean, L * BT * f},
-        {(void **)&m->ln1_rstd, L * BT * f},
-        {(void **)&m->qkv, L * 3 * BTC * f},
-        {(void **)&m->atty, L * BTC * f},
-        {(void **)&m->att, L * B * NH * T * T * f},
-        {(void **)&m->residual2, L * BTC * f},
-        {(void **)&m->ln2, L * BTC * f},
-        {(void **)&m->ln2_mean, L * BT * f},
-        {(void **)&m->ln2_rstd, L * BT * f},
-        {(void **)&m->fch, L * 4 * BTC * f},
-        {(void **)&m->fch_gelu, L * 4 * BTC * f},
-        {(void **)&m->residual3, L * BTC * f},
-        {(void **)&m->lnf, BTC * f},
-        {(void **)&m->lnf_mean, BT * f},
-        {(void **)&m->lnf_rstd, BT * f},
-        {(void **)&m->logits, BT * (size_t)m->d.Vp * f},
-        {(void **)&m->losses, BT * f},
-        {(void **)&m->scratch, BTC * f},
-        {(void **)&m->dresidual, BTC * f},
-        {(void **)&m->dln, BTC * f},
-        {(void **)&m->dqkv, 3 * BTC * f},
-        {(void **)&m->datty, BTC * f},
-        {(void **)&m->dfch, 4 * BTC * f},
-        {(void **)&m->dfch_gelu, 4 * BTC * f},
+        {(void **)&m->inputs, sat(BT * sizeof(int))},
+        {(void **)&m->targets, sat(BT * sizeof(int))},
+        {(void **)&m->encoded, sat(BTC * f)},
+        {(void **)&m->ln1, sat(L * BTC * f)},
+        {(void **)&m->ln1_mean, sat(L * BT * f)},
+        {(void **)&m->ln1_rstd, sat(L * BT * f)},
+        {(void **)&m->qkv, sat(L * 3 * BTC * f)},
+        {(void **)&m->atty, sat(L * BTC * f)},
+        {(void **)&m->att, sat(L * (double)B * NH * T * T * f)},
+        {(void **)&m->residual2, sat(L * BTC * f)},
+        {(void **)&m->ln2, sat(L * BTC * f)},
+        {(void **)&m->ln2_mean, sat(L * BT * f)},
+        {(void **)&m->ln2_rstd, sat(L * BT * f)},
+        {(void **)&m->fch, sat(L * 4 * BTC * f)},
+        {(void **)&m->fch_gelu, sat(L * 4 * BTC * f)},
+        {(void **)&m->residual3, sat(L * BTC * f)},
+        {(void **)&m->lnf, sat(BTC * f)},
+        {(void **)&m->lnf_mean, sat(BT * f)},
+        {(void **)&m->lnf_rstd, sat(BT * f)},
+        {(void **)&m->logits, sat(BT * Vp * f)},
+        {(void **)&m->losses, sat(BT * f)},
+        {(void **)&m->scratch, sat(BTC * f)},
+        {(void **)&m->dresidual, sat(BTC * f)},
+        {(void **)&m->dln, sat(BTC * f)},
+        {(void **)&m->dqkv, sat(3 * BTC * f)},
+        {(void **)&m->datty, sat(BTC * f)},
+        {(void **)&m->dfch, sat(4 * BTC * f)},
+        {(void **)&m->dfch_gelu, sat(4 * BTC * f)},
     };
     _Static_assert(sizeof t / sizeof t[0] <= MAX_ACT_BUFS, "MAX_ACT_BUFS is too small");
     int n = (int)(sizeof t / sizeof t[0]);
     if (out)
         memcpy(out, t, sizeof t);
     return n;
+}
+
+size_t sr_model_activation_bytes(const sr_model_dims *d, int max_B) {
+    sr_model m = {.d = *d};
+    m.d.Vp = sr_model_padded_vocab(d->V);
+    act_buf bufs[MAX_ACT_BUFS];
+    int nb = act_table(&m, (size_t)max_B, bufs);
+    size_t total = 0;
+    for (int i = 0; i < nb; i++)
+        total = total + bufs[i].bytes < total ? SIZE_MAX : total + bufs[i].bytes;
+    return total;
 }
 
 sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, int max_B, bool own_params) {

@@ -104,6 +104,9 @@ int sr_model_padded_vocab(int V);
 /* Floats in the unit-major parameter vector of a model with dims d (Vp
  * computed from V). */
 size_t sr_model_n_params(const sr_model_dims *d);
+/* Bytes of activations sr_model_init allocates for micro-batches of max_B
+ * sequences (category SR_MEM_ACTIVATIONS), without allocating them. */
+size_t sr_model_activation_bytes(const sr_model_dims *d, int max_B);
 
 /* Builds the tensor table and layout for `d` (Vp computed from V).  With
  * `own_params` the full parameter and gradient buffers are allocated (in

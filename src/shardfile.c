@@ -249,15 +249,20 @@ static sr_status problem(problems_t *p, const char *fmt, ...) {
 /* Opens and checks size and header; -1 (problem reported) when the file
  * cannot be used at all; else the fd, with *header_ok false when only the
  * header disagrees. */
-static int open_checked(const sr_shardfile_expect *x, problems_t *p, bool *header_ok) {
+static int open_checked(int dirfd, const char *name, const sr_shardfile_expect *x, problems_t *p, bool *header_ok) {
     *header_ok = true;
-    int fd = open(p->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat sb;
+    int fd = sr_fsio_open_file(dirfd, name, false, &sb);
     if (fd < 0) {
-        problem(p, "%s (a shard file named in the manifest is missing or unreadable)", strerror(errno));
+        if (errno == EINVAL)
+            problem(p, "%s, not a regular file (a shard file named in the manifest)", sr_fsio_kind(sb.st_mode));
+        else if (errno == ELOOP)
+            problem(p, "a symbolic link; the files of a checkpoint must be regular files");
+        else
+            problem(p, "%s (a shard file named in the manifest is missing or unreadable)", strerror(errno));
         return -1;
     }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != x->bytes) {
+    if ((uint64_t)sb.st_size != x->bytes) {
         problem(p, "%lld bytes on disk, the manifest says %" PRIu64 " (truncated or replaced)", (long long)sb.st_size,
                 x->bytes);
         close(fd);
@@ -284,13 +289,14 @@ static void copy_out(const sr_shardfile_range *ranges, size_t n, size_t r0, uint
     }
 }
 
-sr_status sr_shardfile_read(const char *path, const sr_shardfile_expect *x, sr_shardfile_range *ranges, size_t n,
-                            uint64_t *verified, sr_shardfile_problem report, void *ctx, int *problems) {
+sr_status sr_shardfile_read(int dirfd, const char *name, const char *path, const sr_shardfile_expect *x,
+                            sr_shardfile_range *ranges, size_t n, uint64_t *verified, sr_shardfile_problem report,
+                            void *ctx, int *problems) {
     problems_t p = {path, report, ctx, 0};
     if (problems)
         *problems = 0;
     bool header_ok;
-    int fd = open_checked(x, &p, &header_ok);
+    int fd = open_checked(dirfd, name, x, &p, &header_ok);
     if (fd < 0 || (!header_ok && !report)) {
         if (fd >= 0)
             close(fd);

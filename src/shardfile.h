@@ -58,16 +58,19 @@ sr_status sr_shardfile_write(const char *path, int shard, int shard_count, int n
  * and what is wrong with it); the reader goes on with the next chunk. */
 typedef void (*sr_shardfile_problem)(void *ctx, const char *path, const char *what);
 
-/* Opens `path` (never through a symbolic link), checks its size and header
- * against x, and reads the ranges (sorted here) through verified chunks,
+/* Opens entry `name` of the checkpoint directory dirfd (never through a
+ * symbolic link, never blocking; it must be a regular file), checks its
+ * size and header against x, and reads the ranges (sorted here) through
+ * verified chunks,
  * adding the bytes verified to *verified.  ranges NULL (n 0) verifies every
  * chunk of the file.  Without `problem`, the first failure is returned
  * (SR_ERR_DATA naming the file and chunk); with it, every failure is
  * reported there and the count of problems is returned in *problems
- * (SR_OK as long as the file could be read).  SR_ERR_INTERNAL when out of
- * memory. */
-sr_status sr_shardfile_read(const char *path, const sr_shardfile_expect *x, sr_shardfile_range *ranges, size_t n,
-                            uint64_t *verified, sr_shardfile_problem problem, void *ctx, int *problems);
+ * (SR_OK as long as the file could be read).  `path` names the file in
+ * messages.  SR_ERR_INTERNAL when out of memory. */
+sr_status sr_shardfile_read(int dirfd, const char *name, const char *path, const sr_shardfile_expect *x,
+                            sr_shardfile_range *ranges, size_t n, uint64_t *verified, sr_shardfile_problem problem,
+                            void *ctx, int *problems);
 
 /* SHA-256 of n bytes (the manifest's self-checksum uses it too). */
 void sr_sha256(const void *data, size_t n, unsigned char out[32]);

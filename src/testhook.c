@@ -15,6 +15,13 @@ static sr_status init_status = SR_OK;
 static char init_message[512];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
+/* the parse in progress (sr_testhook_parse is not reentrant) */
+typedef struct {
+    sr_status st;
+    char *why;
+    size_t n;
+} parse_state;
+
 /* A decimal integer >= min filling the whole of s[0, len). */
 static bool parse_i64(const char *s, size_t len, int64_t min, int64_t *out) {
     char buf[32];
@@ -31,11 +38,10 @@ static bool parse_i64(const char *s, size_t len, int64_t min, int64_t *out) {
     return true;
 }
 
-static void bad(const char *name, const char *value, const char *expected) {
-    if (init_status == SR_OK) {
-        init_status = SR_ERR_CONFIG;
-        sr_fmt(init_message, sizeof init_message, "%s=%s: expected %s (a test hook; unset it for real runs)", name,
-               value, expected);
+static void bad(parse_state *ps, const char *name, const char *value, const char *expected) {
+    if (ps->st == SR_OK) {
+        ps->st = SR_ERR_CONFIG;
+        sr_fmt(ps->why, ps->n, "%s=%s: expected %s (a test hook; unset it for real runs)", name, value, expected);
     }
 }
 
@@ -53,55 +59,63 @@ static long split_rank(const char *v, int *rank) {
     return (long)(at - v);
 }
 
-static void read_all(void) {
-    hooks.crash_step = -1;
-    hooks.crash_rank = -1;
-    hooks.preempt_step = -1;
-    hooks.preempt_rank = -1;
-    hooks.nan_step = -1;
-    hooks.alloc_fail_rank = -1;
+sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
+    *h = (sr_testhooks){0};
+    parse_state ps = {SR_OK, why, why_len};
+    h->crash_step = -1;
+    h->crash_rank = -1;
+    h->preempt_step = -1;
+    h->preempt_rank = -1;
+    h->nan_step = -1;
+    h->alloc_fail_rank = -1;
+    h->mem_available = -1;
     const char *v;
     if ((v = getenv("SHARDRUN_TEST_CRASH_AT")) && *v) {
-        long n = split_rank(v, &hooks.crash_rank);
+        long n = split_rank(v, &h->crash_rank);
         const char *colon = memchr(v, ':', n > 0 ? (size_t)n : 0);
         size_t site_len = colon ? (size_t)(colon - v) : (size_t)(n > 0 ? n : 0);
-        if (n < 0 || site_len == 0 || site_len >= sizeof hooks.crash_site ||
-            (colon && !parse_i64(colon + 1, (size_t)(v + n - colon - 1), 0, &hooks.crash_step)))
-            bad("SHARDRUN_TEST_CRASH_AT", v, "SITE[:STEP][@RANK]");
+        if (n < 0 || site_len == 0 || site_len >= sizeof h->crash_site ||
+            (colon && !parse_i64(colon + 1, (size_t)(v + n - colon - 1), 0, &h->crash_step)))
+            bad(&ps, "SHARDRUN_TEST_CRASH_AT", v, "SITE[:STEP][@RANK]");
         else
-            memcpy(hooks.crash_site, v, site_len);
+            memcpy(h->crash_site, v, site_len);
     }
     if ((v = getenv("SHARDRUN_TEST_PREEMPT_AT")) && *v) {
-        long n = split_rank(v, &hooks.preempt_rank);
-        if (n < 0 || !parse_i64(v, (size_t)n, 1, &hooks.preempt_step))
-            bad("SHARDRUN_TEST_PREEMPT_AT", v, "STEP[@RANK]");
+        long n = split_rank(v, &h->preempt_rank);
+        if (n < 0 || !parse_i64(v, (size_t)n, 1, &h->preempt_step))
+            bad(&ps, "SHARDRUN_TEST_PREEMPT_AT", v, "STEP[@RANK]");
     }
-    if ((v = getenv("SHARDRUN_TEST_NAN_AT_STEP")) && *v && !parse_i64(v, strlen(v), 1, &hooks.nan_step))
-        bad("SHARDRUN_TEST_NAN_AT_STEP", v, "a step number >= 1");
+    if ((v = getenv("SHARDRUN_TEST_NAN_AT_STEP")) && *v && !parse_i64(v, strlen(v), 1, &h->nan_step))
+        bad(&ps, "SHARDRUN_TEST_NAN_AT_STEP", v, "a step number >= 1");
     if ((v = getenv("SHARDRUN_TEST_DUMP_PARAMS")) && *v) {
-        if (strlen(v) >= sizeof hooks.dump_params)
-            bad("SHARDRUN_TEST_DUMP_PARAMS", v, "a path shorter than 4096 bytes");
+        if (strlen(v) >= sizeof h->dump_params)
+            bad(&ps, "SHARDRUN_TEST_DUMP_PARAMS", v, "a path shorter than 4096 bytes");
         else
-            snprintf(hooks.dump_params, sizeof hooks.dump_params, "%s", v);
+            snprintf(h->dump_params, sizeof h->dump_params, "%s", v);
     }
     if ((v = getenv("SHARDRUN_TEST_ALLOC_FAIL")) && *v) {
-        long n = split_rank(v, &hooks.alloc_fail_rank);
-        if (n < 0 || !parse_i64(v, (size_t)n, 1, &hooks.alloc_fail))
-            bad("SHARDRUN_TEST_ALLOC_FAIL", v, "N[@RANK], an allocation number >= 1");
+        long n = split_rank(v, &h->alloc_fail_rank);
+        if (n < 0 || !parse_i64(v, (size_t)n, 1, &h->alloc_fail))
+            bad(&ps, "SHARDRUN_TEST_ALLOC_FAIL", v, "N[@RANK], an allocation number >= 1");
     }
     if ((v = getenv("SHARDRUN_TEST_ISA")) && *v) {
-        if (strlen(v) >= sizeof hooks.isa)
-            bad("SHARDRUN_TEST_ISA", v, "x86-64-v2, x86-64-v3 or x86-64-v4");
+        if (strlen(v) >= sizeof h->isa)
+            bad(&ps, "SHARDRUN_TEST_ISA", v, "x86-64-v2, x86-64-v3 or x86-64-v4");
         else
-            snprintf(hooks.isa, sizeof hooks.isa, "%s", v);
+            snprintf(h->isa, sizeof h->isa, "%s", v);
     }
+    if ((v = getenv("SHARDRUN_TEST_MEM_AVAILABLE")) && *v && !parse_i64(v, strlen(v), 0, &h->mem_available))
+        bad(&ps, "SHARDRUN_TEST_MEM_AVAILABLE", v, "a number of bytes >= 0");
     if ((v = getenv("SHARDRUN_BENCH_NO_SHA256")) && *v) {
         if (strcmp(v, "1") == 0)
-            hooks.bench_no_sha256 = true;
+            h->bench_no_sha256 = true;
         else if (strcmp(v, "0") != 0)
-            bad("SHARDRUN_BENCH_NO_SHA256", v, "1 or 0");
+            bad(&ps, "SHARDRUN_BENCH_NO_SHA256", v, "1 or 0");
     }
+    return ps.st;
 }
+
+static void read_all(void) { init_status = sr_testhook_parse(&hooks, init_message, sizeof init_message); }
 
 sr_status sr_testhook_init(void) {
     pthread_once(&once, read_all);
@@ -136,6 +150,8 @@ void sr_testhook_warn_active(void) {
         ADD(" SHARDRUN_TEST_ALLOC_FAIL=%s", getenv("SHARDRUN_TEST_ALLOC_FAIL"));
     if (h->isa[0])
         ADD(" SHARDRUN_TEST_ISA=%s", h->isa);
+    if (h->mem_available >= 0)
+        ADD(" SHARDRUN_TEST_MEM_AVAILABLE=%lld", (long long)h->mem_available);
     if (h->bench_no_sha256)
         ADD(" SHARDRUN_BENCH_NO_SHA256=1");
 #undef ADD

@@ -15,6 +15,7 @@
  *   SHARDRUN_TEST_DUMP_PARAMS=PATH             write the final full model to PATH
  *   SHARDRUN_TEST_ALLOC_FAIL=N[@RANK]          fail the N-th allocation (1-based)
  *   SHARDRUN_TEST_ISA=LEVEL                    pretend the CPU supports at most LEVEL
+ *   SHARDRUN_TEST_MEM_AVAILABLE=BYTES          pretend /proc/meminfo's MemAvailable is BYTES
  *   SHARDRUN_BENCH_NO_SHA256=1                 checkpoints without checksums (benchmarks) */
 #ifndef SR_TESTHOOK_H
 #define SR_TESTHOOK_H
@@ -37,9 +38,14 @@ typedef struct {
     int64_t alloc_fail;     /* 0 = off */
     int alloc_fail_rank;    /* -1 = every rank */
     char isa[16];           /* "" = off */
+    int64_t mem_available;  /* -1 = off */
     bool bench_no_sha256;
 } sr_testhooks;
 
+/* Parses every hook variable of the current environment into *h; on a
+ * value that does not parse, SR_ERR_CONFIG with why (the others still
+ * parsed).  Pure: also fuzzed. */
+sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t n);
 /* Reads and parses every hook variable (once; later calls return the first
  * result).  SR_ERR_CONFIG naming the variable when a value does not parse;
  * the hooks that did parse stay in effect. */

@@ -28,6 +28,7 @@
 #include "isa.h"
 #include "job.h"
 #include "mem.h"
+#include "memplan.h"
 #include "metrics.h"
 #include "model.h"
 #include "ops.h"
@@ -54,6 +55,7 @@ typedef struct {
     sr_metrics *metrics;
     int *in, *tg;
     sr_ckpt_progress start; /* where this run starts (a resume point or 0) */
+    sr_memplan plan;
     char resumed[64];
     double peak, flops_tok;
     char peak_how[256];
@@ -157,6 +159,15 @@ static sr_status open_run_state(run *r) {
     return st;
 }
 
+/* The planned peak against the process's limits, before anything sized by
+ * the model is allocated (memplan.h). */
+static sr_status check_memory(run *r) {
+    sr_model_dims dims = {
+        (int)r->cfg->n_layer, (int)r->cfg->n_head, (int)r->cfg->n_embd, (int)r->cfg->vocab_size, 0, r->T};
+    sr_status st = sr_memplan_compute(&r->plan, &dims, r->mb, &r->mesh, &r->job.fsdp, r->threads);
+    return st == SR_OK ? sr_memplan_check(&r->plan, r->w->local_size) : st;
+}
+
 static sr_status setup(run *r) {
     const sr_config *cfg = r->cfg;
     r->threads = sr_ops_set_threads((int)cfg->threads);
@@ -168,6 +179,8 @@ static sr_status setup(run *r) {
         st = sr_job_check_cpu_run(cfg);
     if (st == SR_OK)
         st = sr_job_init(&r->job, cfg);
+    if (st == SR_OK)
+        st = check_memory(r);
     if (st == SR_OK)
         st = open_data(r);
     if (st == SR_OK)
@@ -241,6 +254,9 @@ static void banner(run *r) {
         sr_log_warn("train.eval_every is %lld but data.val is empty: no evaluation (set data.val to validation shards)",
                     (long long)cfg->eval_every);
     sr_log_info("mfu peak: %s", r->peak_how);
+    char t[32], o[32];
+    sr_log_info("memory plan per rank: %s in accounted categories + %s for code, libraries and threads",
+                sr_memplan_size(r->plan.total, t, sizeof t), sr_memplan_size(r->plan.overhead, o, sizeof o));
     if (sr_ckpt_enabled(r->ck))
         sr_log_info("checkpoint: dir %s, every %lld steps / %g minutes, keep %lld%s; preemption signals handled, "
                     "requeue %s",
@@ -475,8 +491,14 @@ static sr_status finish(run *r) {
         if (st != SR_OK)
             return st;
     }
-    sr_log_info("done: %lld steps in %.1f s; loss %.4f -> %.4f", (long long)cfg->steps, now_s() - r->t_start,
-                r->first_loss, r->last_loss);
+    int64_t trained = cfg->steps - r->start.step;
+    if (r->start.step > 0)
+        sr_log_info("done: %lld steps (%lld to %lld, resumed at %lld) in %.1f s; loss %.4f -> %.4f", (long long)trained,
+                    (long long)r->start.step + 1, (long long)cfg->steps, (long long)r->start.step, now_s() - r->t_start,
+                    r->first_loss, r->last_loss);
+    else
+        sr_log_info("done: %lld steps in %.1f s; loss %.4f -> %.4f", (long long)trained, now_s() - r->t_start,
+                    r->first_loss, r->last_loss);
     sr_metrics_log_memory("at end");
     return SR_OK;
 }
@@ -496,7 +518,7 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
         sr_log_info("resume: the checkpoint is at step %lld and train.steps is %lld: nothing left to train",
                     (long long)r.start.step, (long long)cfg->steps);
         if (res)
-            *res = (sr_train_result){r.start.step, NAN, NAN, NAN, 0};
+            *res = (sr_train_result){0, NAN, NAN, NAN, 0};
         if (dump[0])
             st = sr_fsdp_dump_params(r.fsdp, dump);
         return teardown(&r, st);
@@ -516,6 +538,7 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
     if (st == SR_OK && dump[0])
         st = sr_fsdp_dump_params(r.fsdp, dump);
     if (res && (st == SR_OK || st == SR_PREEMPTED))
-        *res = (sr_train_result){st == SR_OK ? cfg->steps : s, r.first_loss, r.last_loss, r.last_val, exit_code};
+        *res = (sr_train_result){(st == SR_OK ? cfg->steps : s) - r.start.step, r.first_loss, r.last_loss, r.last_val,
+                                 exit_code};
     return teardown(&r, st);
 }

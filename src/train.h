@@ -17,7 +17,7 @@
 #include "world.h"
 
 typedef struct {
-    int64_t steps_done;
+    int64_t steps_done; /* trained by this run (not before its resume) */
     double first_loss, last_loss, last_val_loss;
     int exit_code; /* with SR_PREEMPTED: the exit status per preemption.* */
 } sr_train_result;

@@ -16,24 +16,38 @@ typedef struct {
     size_t total;
 } dump;
 
+static void unload(dump *d) {
+    free(d->names);
+    free(d->numel);
+    free(d->data);
+    *d = (dump){0};
+}
+
+/* 0, or -1 with nothing left to free. */
 static int load(const char *path, dump *d) {
+    *d = (dump){0};
     FILE *f = fopen(path, "rb");
     char magic[8];
-    if (!f || fread(magic, 1, 8, f) != 8 || memcmp(magic, "SRPARAMS", 8) != 0 || fread(&d->n, 4, 1, f) != 1)
-        return -1;
-    d->names = malloc(64 * (size_t)d->n);
-    d->numel = malloc(8 * (size_t)d->n);
-    d->total = 0;
-    for (int i = 0; i < d->n; i++) {
-        if (fread(d->names[i], 1, 64, f) != 64 || fread(&d->numel[i], 8, 1, f) != 1)
-            return -1;
-        d->total += (size_t)d->numel[i];
+    int ok = f && fread(magic, 1, 8, f) == 8 && memcmp(magic, "SRPARAMS", 8) == 0 && fread(&d->n, 4, 1, f) == 1 &&
+             d->n > 0 && d->n < 1000000;
+    if (ok) {
+        d->names = malloc(64 * (size_t)d->n);
+        d->numel = malloc(8 * (size_t)d->n);
+        ok = d->names && d->numel;
     }
-    d->data = malloc(4 * d->total);
-    if (fread(d->data, 4, d->total, f) != d->total)
-        return -1;
-    fclose(f);
-    return 0;
+    for (int i = 0; ok && i < d->n; i++) {
+        ok = fread(d->names[i], 1, 64, f) == 64 && fread(&d->numel[i], 8, 1, f) == 1 && d->numel[i] >= 0;
+        d->total += ok ? (size_t)d->numel[i] : 0;
+    }
+    if (ok) {
+        d->data = malloc(4 * d->total + 4);
+        ok = d->data && fread(d->data, 4, d->total, f) == d->total;
+    }
+    if (f)
+        fclose(f);
+    if (!ok)
+        unload(d);
+    return ok ? 0 : -1;
 }
 
 int main(int argc, char **argv) {
@@ -41,8 +55,11 @@ int main(int argc, char **argv) {
         return 2;
     double tol = argc > 3 ? atof(argv[3]) : 1e-5;
     dump a, b;
-    if (load(argv[1], &a) || load(argv[2], &b) || a.n != b.n || a.total != b.total) {
+    int la = load(argv[1], &a), lb = load(argv[2], &b);
+    if (la || lb || a.n != b.n || a.total != b.total) {
         fprintf(stderr, "cmp_params: cannot read or shapes differ\n");
+        unload(&a);
+        unload(&b);
         return 2;
     }
     size_t off = 0;
@@ -67,5 +84,7 @@ int main(int argc, char **argv) {
     }
     printf("%d tensors, worst max|a-b|/max|b| = %.3g in %s; %d over the tolerance %g\n", a.n, worst, a.names[wi], bad,
            tol);
+    unload(&a);
+    unload(&b);
     return bad ? 1 : 0;
 }

@@ -16,8 +16,8 @@ unused=""
 for s in $(awk '$1 == "def" { print $3 }' "$T/syms" | sort -u); do
     home=$(awk -v s="$s" '$1 == "def" && $3 == s { print $2; exit }' "$T/syms")
     awk -v s="$s" -v h="$home" '$1 == "use" && $3 == s && $2 != h { found = 1 } END { exit !found }' "$T/syms" && continue
-    # benchmarks are built on demand only: look in their sources
-    grep -qw "$s" "$SR_SRCDIR"/bench/*.c 2>/dev/null && continue
+    # benchmarks and fuzz harnesses are built on demand only: their sources
+    grep -qw "$s" "$SR_SRCDIR"/bench/*.c "$SR_SRCDIR"/tests/fuzz/*.c 2>/dev/null && continue
     unused="$unused $s($home)"
 done
 check "every public sr_* symbol is used outside its file${unused:+; unused:$unused}" test -z "$unused"

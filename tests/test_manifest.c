@@ -221,7 +221,7 @@ static void test_refusals(const char *text) {
     refused(text, "{name: adam_m, dtype: f32}", "{name: adam_x, dtype: f32}", "expected 'adam_m'",
             "states out of order");
     refused(text, "files:\n", "files: []\nfilez:\n", "expected key 'files'", "no shard files");
-    refused(text, "format: shardrun-checkpoint", "format: [shardrun", "YAML error", "YAML that does not parse");
+    refused(text, "format: shardrun-checkpoint", "format: [shardrun", "YAML syntax error", "YAML that does not parse");
 }
 
 /* A version-1 manifest: the state list is bare names, no ISA level. */

@@ -1,0 +1,49 @@
+/* memplan.h — how much memory a run will need, known before it allocates.
+ *
+ * memplan owns the planned peak of one rank, per accounting category
+ * (mem.h), computed from the job alone — model dims, micro-batch, mesh,
+ * engine options — by the same arithmetic the run's allocations follow:
+ * shards from the shard plan, activations from the model's own table, full
+ * units and reduction buffers from the engine's rules.  A run checks the
+ * plan against the hard limits of its process (RLIMIT_AS, RLIMIT_DATA, the
+ * cgroup's memory.max shared by the node's ranks) before it allocates
+ * anything the model sizes, so a job that cannot fit is refused at once
+ * (78) instead of dying to the kernel's OOM killer an hour later. */
+#ifndef SR_MEMPLAN_H
+#define SR_MEMPLAN_H
+
+#include <stddef.h>
+
+#include "fsdp.h"
+#include "mem.h"
+#include "mesh.h"
+#include "model.h"
+#include "status.h"
+
+/* Fixed overhead assumed on top of the categories: code, libraries,
+ * OpenBLAS's and glibc's own buffers.  Thread stacks and per-thread arenas
+ * are added per thread (SR_MEMPLAN_PER_THREAD). */
+#define SR_MEMPLAN_OVERHEAD ((size_t)256 << 20)
+#define SR_MEMPLAN_PER_THREAD ((size_t)80 << 20)
+
+typedef struct {
+    size_t bytes[SR_MEM_NCAT]; /* planned peak per category (saturating) */
+    size_t total;              /* their sum */
+    size_t overhead;           /* fixed + per thread */
+} sr_memplan;
+
+/* Plans one rank of a run.  SR_ERR_INTERNAL when out of memory for the
+ * (small) tables it builds. */
+sr_status sr_memplan_compute(sr_memplan *p, const sr_model_dims *d, int micro_batch, const sr_mesh *mesh,
+                             const sr_fsdp_opts *o, int threads);
+
+/* Refuses a plan above a hard limit of this process (SR_ERR_CONFIG naming
+ * the limit, the largest categories and the cheapest fix: a smaller
+ * micro-batch when activations dominate, more ranks when the shards do);
+ * warns when it is above MemAvailable divided by the node's local ranks. */
+sr_status sr_memplan_check(const sr_memplan *p, int local_size);
+
+/* "1.5 GiB", "320.0 MiB", for messages (buf of 32 bytes or more). */
+const char *sr_memplan_size(size_t bytes, char *buf, size_t n);
+
+#endif
