@@ -3,7 +3,9 @@
 
 #include "world.h"
 
+#include <errno.h>
 #include <pmix.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +80,102 @@ static bool get_string(const pmix_proc_t *p, const char *key, char *out, size_t 
 
 static pmix_proc_t me;
 
+/* The PMIx_Init watchdog.  PMIx_Init only connects to the local PMIx server
+ * (slurmstepd, mpirun), but a server that accepted the connection and never
+ * finishes the handshake leaves PMIx_Init waiting on a condition variable
+ * with no timeout of its own (libpmix 4.2 has no PMIX_TIMEOUT for init;
+ * seen under mpirun when a peer exits while this rank is still starting).
+ * That would hold the allocation until the wall-clock limit, so a thread
+ * ends the process with 69 if PMIx_Init has not returned by the deadline.
+ * Nothing is held yet at that point (no job file read, no lock taken),
+ * so _exit is all the cleanup there is. */
+#define SR_PMIX_INIT_TIMEOUT_DEFAULT 300
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t done_cv;
+    bool done;
+    long seconds;
+} init_watchdog;
+
+static void *init_watchdog_main(void *arg) {
+    init_watchdog *wd = arg;
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += wd->seconds;
+    pthread_mutex_lock(&wd->lock);
+    int rc = 0;
+    while (!wd->done && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&wd->done_cv, &wd->lock, &deadline);
+    bool expired = !wd->done;
+    pthread_mutex_unlock(&wd->lock);
+    if (expired) {
+        const char *uri = getenv("PMIX_SERVER_URI41");
+        if (!uri)
+            uri = getenv("PMIX_SERVER_URI4");
+        if (!uri)
+            uri = getenv("PMIX_SERVER_URI3");
+        sr_log_error("PMIx_Init did not return within %ld s: the launcher's PMIx server%s%s accepted this process but "
+                     "never finished the handshake, so the launcher is failing or gone (hint: check the launcher's "
+                     "own messages; SHARDRUN_PMIX_INIT_TIMEOUT sets this limit in seconds)",
+                     wd->seconds, uri ? " at " : "", uri ? uri : "");
+        fflush(NULL);
+        _exit(sr_status_exit_code(SR_ERR_PEER));
+    }
+    return NULL;
+}
+
+/* SHARDRUN_PMIX_INIT_TIMEOUT: whole seconds, 0 = wait forever; unset means
+ * SR_PMIX_INIT_TIMEOUT_DEFAULT. */
+static sr_status init_timeout_from_env(long *seconds) {
+    *seconds = SR_PMIX_INIT_TIMEOUT_DEFAULT;
+    const char *v = getenv("SHARDRUN_PMIX_INIT_TIMEOUT");
+    if (!v || !*v)
+        return SR_OK;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end != '\0' || x < 0 || x > 86400)
+        return sr_error(SR_ERR_CONFIG,
+                        "SHARDRUN_PMIX_INIT_TIMEOUT='%s' is not a number of seconds from 0 to 86400 (hint: unset it "
+                        "for the default %d s; 0 waits forever)",
+                        v, SR_PMIX_INIT_TIMEOUT_DEFAULT);
+    *seconds = x;
+    return SR_OK;
+}
+
+/* PMIx_Init under the watchdog (none when the limit is 0 or a thread cannot
+ * be started: then PMIx_Init runs as it would without one). */
+static pmix_status_t pmix_init_watched(long seconds) {
+    init_watchdog wd = {.done = false, .seconds = seconds};
+    pthread_t th;
+    bool watched = false;
+    if (seconds > 0) {
+        pthread_condattr_t ca;
+        pthread_mutex_init(&wd.lock, NULL);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&wd.done_cv, &ca);
+        pthread_condattr_destroy(&ca);
+        watched = pthread_create(&th, NULL, init_watchdog_main, &wd) == 0;
+        if (!watched) {
+            pthread_cond_destroy(&wd.done_cv);
+            pthread_mutex_destroy(&wd.lock);
+        }
+    }
+    pmix_status_t rc = PMIx_Init(&me, NULL, 0);
+    if (watched) {
+        pthread_mutex_lock(&wd.lock);
+        wd.done = true;
+        pthread_cond_signal(&wd.done_cv);
+        pthread_mutex_unlock(&wd.lock);
+        pthread_join(th, NULL);
+        pthread_cond_destroy(&wd.done_cv);
+        pthread_mutex_destroy(&wd.lock);
+    }
+    return rc;
+}
+
 sr_status sr_world_init(sr_world *w) {
     memset(w, 0, sizeof *w);
     w->size = 1;
@@ -87,7 +185,11 @@ sr_status sr_world_init(sr_world *w) {
     const char *jid = getenv("SLURM_JOB_ID");
     snprintf(w->job_id, sizeof w->job_id, "%s", jid && *jid ? jid : "-");
 
-    pmix_status_t rc = PMIx_Init(&me, NULL, 0);
+    long init_timeout;
+    sr_status st = init_timeout_from_env(&init_timeout);
+    if (st != SR_OK)
+        return st;
+    pmix_status_t rc = pmix_init_watched(init_timeout);
     if (rc != PMIX_SUCCESS) {
         if (sr_world_in_multitask_srun())
             return sr_error(SR_ERR_CONFIG,

@@ -7,7 +7,10 @@
  * integers read by their actual type.  PMIx_Init fails -> inside a
  * multi-task srun step (SLURM_STEP_ID set, more than one task) it is a
  * launch error (srun without --mpi=pmix, SR_ERR_CONFIG); otherwise one
- * process. */
+ * process.  PMIx_Init that does not return within SHARDRUN_PMIX_INIT_TIMEOUT
+ * seconds (default 300) ends the process with 69 from a watchdog thread:
+ * the one place outside main() that exits, because nothing can interrupt
+ * PMIx_Init and nothing is held yet. */
 #ifndef SR_WORLD_H
 #define SR_WORLD_H
 
@@ -27,8 +30,10 @@ typedef struct {
 } sr_world;
 
 /* Bootstraps.  Returns SR_OK (single process when no PMIx server and not in
- * a multi-task srun step), or SR_ERR_CONFIG for srun without --mpi=pmix, or
- * SR_ERR_PEER when the PMIx server fails.  Close with sr_world_close. */
+ * a multi-task srun step), or SR_ERR_CONFIG for srun without --mpi=pmix or
+ * a bad SHARDRUN_PMIX_INIT_TIMEOUT, or SR_ERR_PEER when the PMIx server
+ * fails.  Exits 69 itself when PMIx_Init outlives its limit (see above).
+ * Close with sr_world_close. */
 sr_status sr_world_init(sr_world *w);
 void sr_world_close(sr_world *w);
 

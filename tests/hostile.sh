@@ -5,7 +5,9 @@
 # (once a hang), jobs too big for the process's memory limit (once the OOM
 # killer), YAML nested or sized to stall the parser, manifests that
 # contradict themselves, and the small things: the final line after a
-# resume, long names in messages, a shard that is a directory, `!!str 3`.
+# resume, long names in messages, a shard that is a directory, `!!str 3`;
+# and a launcher whose PMIx server accepts a rank but never answers (once a
+# rank waiting in PMIx_Init until the wall-clock limit).
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 cd "$T" || exit 99
@@ -191,4 +193,44 @@ check "after a resume the final line counts this run's steps and its first loss 
 printf 'train:\n  steps: !!str 3\n' >tagged.yaml
 expect_status 78 "an integer written !!str 3 is refused" "$S" config check tagged.yaml
 check "  ...at its place, with the hint" grep -q "tagged.yaml:2:10: train.steps: expected an integer .*, got '3' with an explicit tag (hint: remove the tag)" "$T/err"
+
+# --- 7. a PMIx server that accepts and never answers --------------------------
+# (a listener on loopback stands in for a failing launcher: it accepts the
+# connection PMIx_Init opens and never sends the handshake reply)
+cat >mute.py <<'EOS'
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.bind(("127.0.0.1", 0))
+s.listen(8)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(s.getsockname()[1]))
+import os
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+held = []
+s.settimeout(120)
+try:
+    while True:
+        held.append(s.accept()[0])
+except OSError:
+    pass
+EOS
+python3 mute.py mute.port &
+mute_pid=$!
+i=0
+while [ ! -s mute.port ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+uri="mute.0;tcp4://127.0.0.1:$(cat mute.port 2>/dev/null)"
+timed env PMIX_NAMESPACE=mute.1 PMIX_RANK=0 PMIX_SERVER_URI41="$uri" PMIX_SERVER_URI4="$uri" PMIX_SERVER_URI3="$uri" \
+    PMIX_SECURITY_MODE=native SHARDRUN_PMIX_INIT_TIMEOUT=3 "$S" train $small --set train.steps=1 --set checkpoint.dir=mute_ck
+check "a PMIx server that never finishes the handshake: 69 after SHARDRUN_PMIX_INIT_TIMEOUT=3 (status $rc, $ms ms)" \
+    sh -c "[ $rc -eq 69 ] && [ $ms -lt 30000 ]"
+check "  ...with one message naming PMIx_Init, the server and the setting" \
+    sh -c "[ \$(grep -c 'error:' '$T/err') -eq 1 ] && grep -q 'PMIx_Init did not return within 3 s: .*127.0.0.1' '$T/err' &&
+           grep -q SHARDRUN_PMIX_INIT_TIMEOUT '$T/err'"
+check "  ...and nothing written" test ! -e mute_ck
+kill "$mute_pid" 2>/dev/null
+wait "$mute_pid" 2>/dev/null
+SHARDRUN_PMIX_INIT_TIMEOUT=soon "$S" train $small --set train.steps=1 >out 2>err
+rc=$?
+check "SHARDRUN_PMIX_INIT_TIMEOUT=soon is refused (status $rc) with the range and the default" \
+    sh -c "[ $rc -eq 78 ] && grep -q \"SHARDRUN_PMIX_INIT_TIMEOUT='soon' is not a number of seconds from 0 to 86400\" err"
 done_testing
