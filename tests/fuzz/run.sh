@@ -12,7 +12,9 @@
 # what changed).  Each harness starts from its committed seeds
 # (tests/fuzz/corpus/NAME) and keeps what it finds in fuzz-build/tree/corpus/NAME,
 # so later runs go on from there.  Writes fuzz-build/tree/NAME.log; prints each
-# harness's last "DONE cov: ... corp: ..." line; exits non-zero when a
+# harness's last "DONE cov: ... corp: ..." line and the CPU seconds it
+# used (user + system, from /usr/bin/time when installed: the measure a
+# campaign's length is given in); exits non-zero when a
 # harness found a crash, a leak or a timeout (the reproducer is
 # fuzz-build/tree/NAME-crash-*, -leak-* or -timeout-*).
 set -u
@@ -38,11 +40,14 @@ for h in $only; do
     make -s fuzz-harness HARNESS="$h" >>build.log 2>&1 || { tail -20 build.log; exit 1; }
 done
 rc=0
+timer=""
+[ -x /usr/bin/time ] && timer="/usr/bin/time -f %U+%S -o"
 run_one() {
     h=$1
     mkdir -p "corpus/$h"
+    rm -f "$h.cpu"
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-        "./$h" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=0 \
+        ${timer:+$timer "$h.cpu"} "./$h" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=0 \
         -artifact_prefix="$(pwd)/$h-" "corpus/$h" "$src/tests/fuzz/corpus/$h" >"$h.log" 2>&1
     echo $? >"$h.rc"
 }
@@ -60,7 +65,8 @@ for h in $only; do
     done_line=$(grep '^#[0-9]*[[:space:]]*DONE' "$h.log" | tail -1)
     [ -n "$done_line" ] || done_line=$(grep -E 'cov: [0-9]+' "$h.log" | tail -1)
     status=$(cat "$h.rc")
-    echo "$h: ${done_line:-no DONE line} (status $status)"
+    cpu=$(tail -1 "$h.cpu" 2>/dev/null | awk -F+ '/^[0-9.]+\+[0-9.]+$/ { printf "; cpu %.0f s", $1 + $2 }')
+    echo "$h: ${done_line:-no DONE line} (status $status$cpu)"
     if [ "$status" -ne 0 ]; then
         rc=1
         grep -E 'ERROR|SUMMARY|artifact' "$h.log" | head -5 | sed 's/^/    /'
