@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -129,8 +130,11 @@ static sr_status take_lock(sr_ckpt *c) {
     FMT(path, "%s/.lock", c->dir);
     c->lock_fd = openat(c->dirfd, ".lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, SR_FSIO_FILE_MODE);
     if (c->lock_fd < 0)
-        return sr_error(SR_ERR_CANTCREAT, "%s: cannot create the checkpoint lock: %s", path,
-                        errno == ELOOP ? "it is a symbolic link" : strerror(errno));
+        return sr_error(SR_ERR_CANTCREAT, "%s: cannot create the checkpoint lock: %s%s", path,
+                        errno == ELOOP ? "it is a symbolic link" : strerror(errno),
+                        errno == EROFS || errno == EACCES
+                            ? " (hint: checkpoint.dir must be writable by every rank: set it to a writable file system)"
+                            : "");
     struct stat lsb;
     if (fstat(c->lock_fd, &lsb) != 0 || !S_ISREG(lsb.st_mode)) {
         close(c->lock_fd);
@@ -211,13 +215,67 @@ static sr_status resolve_dir(sr_ckpt *c) {
     return SR_OK;
 }
 
+/* The bytes one checkpoint of this job takes: every shard file (header and
+ * three fp32 states per element) and a generous bound for the manifest
+ * (64 KiB for the job's keys and the model, 100 bytes per chunk digest). */
+static uint64_t checkpoint_bytes(const sr_ckpt *c) {
+    sr_fsdp_shard_state v;
+    sr_fsdp_shard_state_view(c->f, &v);
+    uint64_t total = (uint64_t)64 << 10;
+    for (int s = 0; s < v.mesh->S; s++) {
+        uint64_t file =
+            SR_SHARD_HEADER_BYTES + (uint64_t)SR_NSTATE * sizeof(float) * sr_shardplan_shard_elements(v.plan, s);
+        total += file + 100 * ((file + SR_SHARD_CHUNK_BYTES - 1) / SR_SHARD_CHUNK_BYTES);
+    }
+    return total;
+}
+
+/* "12.3 MiB" or "4.56 GiB" into buf. */
+static const char *size_str(char *buf, size_t n, double bytes) {
+    if (bytes < (double)(1u << 30))
+        sr_fmt(buf, n, "%.1f MiB", bytes / (double)(1u << 20));
+    else
+        sr_fmt(buf, n, "%.2f GiB", bytes / (double)(1u << 30));
+    return buf;
+}
+
+/* Free space of the checkpoint file system against the job's checkpoints,
+ * before step 1: below one checkpoint is SR_ERR_IO (the first save would
+ * fail); below checkpoint.keep + 1 (the newest kept ones and the one being
+ * written), less the checkpoints already there, a warning. */
+static sr_status check_space(sr_ckpt *c) {
+    struct statvfs fs;
+    if (fstatvfs(c->dirfd, &fs) != 0)
+        return SR_OK; /* nothing to compare with */
+    uint64_t avail = (uint64_t)fs.f_bavail * (uint64_t)fs.f_frsize, one = checkpoint_bytes(c);
+    char a[32], b[32], d[32];
+    if (avail < one)
+        return sr_error(SR_ERR_IO,
+                        "%s: %s free, below the %s one checkpoint of this job takes: the first save would fail (hint: "
+                        "free space there, or set checkpoint.dir to a larger file system)",
+                        c->dir, size_str(a, sizeof a, (double)avail), size_str(b, sizeof b, (double)one));
+    int64_t have[MAX_CANDIDATES];
+    int64_t present = sr_ckpt_scan(c->dirfd, have, MAX_CANDIDATES, NULL, 0);
+    int64_t keep = c->o->keep > 0 ? c->o->keep : 1;
+    int64_t more = keep + 1 - (present < keep ? present : keep);
+    double need = (double)more * (double)one;
+    if ((double)avail < need)
+        sr_log_warn("%s: %s free, below the %s that %lld more checkpoint%s of %s need (checkpoint.keep %lld + the one "
+                    "being written, %lld already there): a later save may fail with a full disk (74)",
+                    c->dir, size_str(a, sizeof a, (double)avail), size_str(b, sizeof b, need), (long long)more,
+                    more == 1 ? "" : "s", size_str(d, sizeof d, (double)one), (long long)keep, (long long)present);
+    return SR_OK;
+}
+
 static sr_status open_dir_rank0(sr_ckpt *c) {
     if (sr_fsio_mkdir_p(c->dir) != 0)
         return sr_error(SR_ERR_CANTCREAT, "%s: cannot create checkpoint.dir: %s", c->dir, strerror(errno));
     sr_status st = resolve_dir(c);
     if (st == SR_OK)
         st = take_lock(c);
-    return st == SR_OK ? remove_leftovers(c) : st;
+    if (st == SR_OK)
+        st = remove_leftovers(c);
+    return st == SR_OK ? check_space(c) : st;
 }
 
 sr_status sr_ckpt_open(sr_ckpt **out, const sr_ckpt_opts *o, const sr_world *w, sr_ctl *ctl, const sr_model *m,
@@ -532,7 +590,7 @@ static void retain(sr_ckpt *c, int64_t committed) {
 static sr_status write_small_file(const char *path, const char *text, size_t len) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, SR_FSIO_FILE_MODE);
     if (fd < 0)
-        return sr_error(SR_ERR_CANTCREAT, "%s: cannot create: %s", path, strerror(errno));
+        return sr_fsio_create_error(path, errno);
     sr_status st = SR_OK;
     if (sr_fsio_write_all(fd, text, len) != 0 || fsync(fd) != 0)
         st = sr_fsio_write_error(path, errno);
@@ -619,9 +677,7 @@ static sr_status save_begin(sr_ckpt *c, const char *tmp) {
     if (sr_ctl_rank(c->ctl) == 0) {
         sr_fsio_remove_flat_dir(tmp);
         if (mkdir(tmp, SR_FSIO_DIR_MODE) != 0)
-            st = errno == ENOSPC || errno == EDQUOT
-                     ? sr_fsio_write_error(tmp, errno)
-                     : sr_error(SR_ERR_CANTCREAT, "%s: cannot create: %s", tmp, strerror(errno));
+            st = sr_fsio_create_error(tmp, errno);
     }
     return sr_ctl_agree(c->ctl, st, 0, 0, st == SR_OK ? NULL : sr_error_message(), NULL);
 }

@@ -117,6 +117,8 @@ const char *sr_transport_address(const sr_transport *tp) { return sr_tcp_address
 
 static void *progress_main(void *arg);
 
+int sr_transport_peer_count(const sr_transport *tp) { return sr_tcp_peer_count(tp->tcp); }
+
 sr_status sr_transport_connect(sr_transport *tp) {
     sr_status st = sr_tcp_connect(tp->tcp);
     if (st != SR_OK)

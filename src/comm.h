@@ -51,6 +51,8 @@ sr_status sr_group_create(sr_transport *tp, const int *ranks, int n, sr_group **
 /* Connects to every ring neighbour of every declared group and starts the
  * progress thread.  Blocking, bounded by the timeout. */
 sr_status sr_transport_connect(sr_transport *tp);
+/* The ring neighbours of all declared groups: the sockets connect opens. */
+int sr_transport_peer_count(const sr_transport *tp);
 /* Stops the threads and closes every socket.  NULL is fine. */
 void sr_transport_close(sr_transport *tp);
 /* "ip:port" this rank listens on ("(none)" for one rank). */

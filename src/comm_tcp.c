@@ -63,8 +63,15 @@ struct sr_tcp {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     bool stopping, accepting;
+    int accept_errno; /* accept() failed for want of descriptors: the accept thread stopped */
     pthread_t acceptor;
 };
+
+/* Out of file descriptors (the process's or the system's): waiting or
+ * retrying cannot help, so these fail at once. */
+static bool out_of_fds(int err) { return err == EMFILE || err == ENFILE; }
+
+static const char *errno_name(int err) { return err == EMFILE ? "EMFILE" : err == ENFILE ? "ENFILE" : "errno"; }
 
 static double now_s(void) {
     struct timespec ts;
@@ -245,6 +252,14 @@ static void *accept_main(void *arg) {
         struct sockaddr_in from;
         socklen_t fl = sizeof from;
         int fd = accept(t->listen_fd, (struct sockaddr *)&from, &fl);
+        if (fd < 0 && out_of_fds(errno)) {
+            /* the connection stays queued; the owner fails in sr_tcp_connect */
+            pthread_mutex_lock(&t->lock);
+            t->accept_errno = errno;
+            pthread_cond_broadcast(&t->cond);
+            pthread_mutex_unlock(&t->lock);
+            break;
+        }
         if (fd < 0)
             continue;
         char who[80];
@@ -345,6 +360,13 @@ sr_status sr_tcp_open(sr_tcp **out, sr_world *w, const sr_transport_opts *o) {
 
 void sr_tcp_need(sr_tcp *t, int peer) { t->needed[peer] = true; }
 
+int sr_tcp_peer_count(const sr_tcp *t) {
+    int n = 0;
+    for (int p = 0; t && p < t->world->size; p++)
+        n += t->needed[p] && p != t->world->rank;
+    return n;
+}
+
 static sr_status connect_peer(sr_tcp *t, int peer, double deadline) {
     const peer_addr *pa = &t->addrs[peer];
     for (;;) {
@@ -375,6 +397,11 @@ static sr_status connect_peer(sr_tcp *t, int peer, double deadline) {
         int err = errno;
         if (fd >= 0)
             close(fd);
+        if (fd < 0 && out_of_fds(err))
+            return sr_error(SR_ERR_PEER,
+                            "cannot open a socket to rank %d at %s:%d: %s (%s) (hint: raise the open-file limit, "
+                            "ulimit -n)",
+                            peer, pa->ip, pa->port, strerror(err), errno_name(err));
         if (now_s() > deadline)
             return sr_error(SR_ERR_PEER, "cannot connect to rank %d at %s:%d within comm.timeout_s: %s", peer, pa->ip,
                             pa->port, strerror(err));
@@ -395,6 +422,14 @@ sr_status sr_tcp_connect(sr_tcp *t) {
     pthread_mutex_lock(&t->lock);
     for (int p = me + 1; p < t->world->size; p++) {
         while (t->needed[p] && t->fds[p] < 0) {
+            if (t->accept_errno) {
+                int err = t->accept_errno;
+                pthread_mutex_unlock(&t->lock);
+                return sr_error(SR_ERR_PEER,
+                                "cannot accept rank %d's connection: %s (%s) (hint: raise the open-file limit, "
+                                "ulimit -n)",
+                                p, strerror(err), errno_name(err));
+            }
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 100000000;

@@ -33,6 +33,8 @@ typedef struct sr_tcp sr_tcp;
 sr_status sr_tcp_open(sr_tcp **out, sr_world *w, const sr_transport_opts *o);
 /* Marks world rank `peer` as one this rank must be connected to. */
 void sr_tcp_need(sr_tcp *t, int peer);
+/* How many peers are marked (the sockets sr_tcp_connect will hold). */
+int sr_tcp_peer_count(const sr_tcp *t);
 /* Connects to (lower ranks) or waits for (higher ranks) every needed peer,
  * within the timeout.  SR_ERR_PEER naming a peer that did not answer. */
 sr_status sr_tcp_connect(sr_tcp *t);

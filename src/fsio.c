@@ -182,6 +182,15 @@ sr_status sr_fsio_write_error(const char *path, int err) {
     return sr_error(SR_ERR_IO, "%s: write failed: %s%s", path, strerror(err), hint);
 }
 
+sr_status sr_fsio_create_error(const char *path, int err) {
+    if (err == ENOSPC || err == EDQUOT)
+        return sr_fsio_write_error(path, err);
+    if (err == EMFILE || err == ENFILE)
+        return sr_error(SR_ERR_IO, "%s: cannot create: %s (%s) (hint: raise the open-file limit, ulimit -n)", path,
+                        strerror(err), err == EMFILE ? "EMFILE" : "ENFILE");
+    return sr_error(SR_ERR_CANTCREAT, "%s: cannot create: %s", path, strerror(err));
+}
+
 /* The directory part of path ("." for a bare name). */
 static void parent_of(const char *path, char *out, size_t n) {
     const char *slash = strrchr(path, '/');
@@ -201,9 +210,8 @@ sr_status sr_fsio_atomic_write(const char *path, sr_fsio_writer write_fn, void *
     snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, SR_FSIO_FILE_MODE);
     if (fd < 0) {
-        sr_status st = errno == ENOSPC || errno == EDQUOT
-                           ? sr_fsio_write_error(tmp, errno)
-                           : sr_error(SR_ERR_CANTCREAT, "%s: cannot create: %s", path, strerror(errno));
+        sr_status st =
+            errno == ENOSPC || errno == EDQUOT ? sr_fsio_create_error(tmp, errno) : sr_fsio_create_error(path, errno);
         free(tmp);
         return st;
     }

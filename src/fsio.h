@@ -71,6 +71,11 @@ int sr_fsio_remove_flat_dir_at(int dirfd, const char *name);
 /* SR_ERR_IO "PATH: write failed: <errno>" with a hint for a full disk,
  * quota or file-size limit; returns the status. */
 sr_status sr_fsio_write_error(const char *path, int err);
+/* A file or directory that could not be created, by its errno: a full disk
+ * or quota as sr_fsio_write_error; out of descriptors (EMFILE, ENFILE)
+ * SR_ERR_IO naming the errno with the ulimit -n hint; anything else
+ * SR_ERR_CANTCREAT "PATH: cannot create: <errno>".  Returns the status. */
+sr_status sr_fsio_create_error(const char *path, int err);
 
 /* Fills an open file.  `fd` is the temporary file, `tmp` its name (for
  * messages).  Returns SR_OK or a recorded failure. */

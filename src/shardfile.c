@@ -158,9 +158,7 @@ sr_status sr_shardfile_write(const char *path, int shard, int shard_count, int n
                              const sr_shardfile_piece *pieces, int npieces, unsigned char (*hashes)[32]) {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, SR_FSIO_FILE_MODE);
     if (fd < 0)
-        return errno == ENOSPC || errno == EDQUOT
-                   ? sr_fsio_write_error(path, errno)
-                   : sr_error(SR_ERR_CANTCREAT, "%s: cannot create: %s", path, strerror(errno));
+        return sr_fsio_create_error(path, errno);
     shard_writer w = {.fd = fd, .path = path};
     sr_sticky_init(&w.err);
     w.buf[0] = batch_alloc();

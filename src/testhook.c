@@ -106,6 +106,12 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
     }
     if ((v = getenv("SHARDRUN_TEST_MEM_AVAILABLE")) && *v && !parse_i64(v, strlen(v), 0, &h->mem_available))
         bad(&ps, "SHARDRUN_TEST_MEM_AVAILABLE", v, "a number of bytes >= 0");
+    if ((v = getenv("SHARDRUN_TEST_NO_PMIX_EVENTS")) && *v) {
+        if (strcmp(v, "1") == 0)
+            h->no_pmix_events = true;
+        else if (strcmp(v, "0") != 0)
+            bad(&ps, "SHARDRUN_TEST_NO_PMIX_EVENTS", v, "1 or 0");
+    }
     if ((v = getenv("SHARDRUN_BENCH_NO_SHA256")) && *v) {
         if (strcmp(v, "1") == 0)
             h->bench_no_sha256 = true;
@@ -152,6 +158,8 @@ void sr_testhook_warn_active(void) {
         ADD(" SHARDRUN_TEST_ISA=%s", h->isa);
     if (h->mem_available >= 0)
         ADD(" SHARDRUN_TEST_MEM_AVAILABLE=%lld", (long long)h->mem_available);
+    if (h->no_pmix_events)
+        ADD(" SHARDRUN_TEST_NO_PMIX_EVENTS=1");
     if (h->bench_no_sha256)
         ADD(" SHARDRUN_BENCH_NO_SHA256=1");
 #undef ADD

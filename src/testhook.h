@@ -16,6 +16,8 @@
  *   SHARDRUN_TEST_ALLOC_FAIL=N[@RANK]          fail the N-th allocation (1-based)
  *   SHARDRUN_TEST_ISA=LEVEL                    pretend the CPU supports at most LEVEL
  *   SHARDRUN_TEST_MEM_AVAILABLE=BYTES          pretend /proc/meminfo's MemAvailable is BYTES
+ *   SHARDRUN_TEST_NO_PMIX_EVENTS=1             register no PMIx event handler (the parent
+ *                                              watch alone must notice a dead launcher)
  *   SHARDRUN_BENCH_NO_SHA256=1                 checkpoints without checksums (benchmarks) */
 #ifndef SR_TESTHOOK_H
 #define SR_TESTHOOK_H
@@ -39,6 +41,7 @@ typedef struct {
     int alloc_fail_rank;    /* -1 = every rank */
     char isa[16];           /* "" = off */
     int64_t mem_available;  /* -1 = off */
+    bool no_pmix_events;
     bool bench_no_sha256;
 } sr_testhooks;
 

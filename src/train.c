@@ -34,6 +34,7 @@
 #include "ops.h"
 #include "optim.h"
 #include "preempt.h"
+#include "rlimits.h"
 #include "testhook.h"
 
 extern char **environ;
@@ -116,6 +117,32 @@ static sr_status agree_isa(run *r) {
     return SR_OK;
 }
 
+/* The descriptor budget, once the groups say how many peers this rank has
+ * (rlimits.h).  The ranks compare verdicts through PMIx (the transport is
+ * not connected yet), so a refusal is 78 on every rank, not 78 on one and
+ * a connect timeout on the others. */
+static sr_status check_fds(run *r) {
+    long long from, to;
+    int peers = sr_transport_peer_count(r->tp);
+    sr_status st = sr_rlimits_check_fds(peers, &from, &to);
+    if (st == SR_OK && to)
+        sr_log_info_all("raised the open-file limit (RLIMIT_NOFILE) from %lld to %lld", from, to);
+    int32_t mine = st == SR_OK ? 0 : sr_rlimits_fds_needed(peers);
+    /* limits differ between ranks, unlike job-file errors, which only
+     * rank 0 prints: a rank over its own limit says so itself */
+    if (st != SR_OK && r->w->rank != 0)
+        sr_log_error("%s", sr_error_message());
+    int bad_rank;
+    int32_t bad_need;
+    sr_status gst = sr_world_first_nonzero(r->w, "shardrun.fds", mine, &bad_rank, &bad_need, r->cfg->comm_timeout_s);
+    if (gst == SR_OK && st == SR_OK && bad_rank >= 0)
+        st = sr_error(SR_ERR_CONFIG,
+                      "rank %d's open-file limit (RLIMIT_NOFILE) is below the %d descriptors it needs (see its "
+                      "message)",
+                      bad_rank, (int)bad_need);
+    return st != SR_OK ? st : gst;
+}
+
 /* Model, transport, control plane, engine; connected. */
 static sr_status open_engine(run *r) {
     sr_model_dims dims = {
@@ -128,6 +155,8 @@ static sr_status open_engine(run *r) {
         st = sr_ctl_open(&r->ctl, r->tp, r->w->size);
     if (st == SR_OK)
         st = sr_fsdp_init(&r->fsdp, &r->model, &r->mesh, &r->job.fsdp, r->tp);
+    if (st == SR_OK)
+        st = check_fds(r);
     if (st == SR_OK)
         st = sr_transport_connect(r->tp);
     if (st == SR_OK)

@@ -3,6 +3,7 @@
 
 #include "world.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <pmix.h>
 #include <pthread.h>
@@ -10,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "testhook.h"
 
 static int env_int(const char *name, int fallback) {
     const char *v = getenv(name);
@@ -176,6 +180,179 @@ static pmix_status_t pmix_init_watched(long seconds) {
     return rc;
 }
 
+/* Launcher death.  When the launcher dies (kill -9 of mpirun, a lost
+ * slurmstepd) nothing else tells the ranks: their peers are alive and the
+ * collectives go on, so they would train on, orphaned, holding the
+ * checkpoint lock.  PMIx reports the lost connection to its server as an
+ * event (PMIX_ERR_LOST_CONNECTION, raised on libpmix's progress thread):
+ * the handler ends the process with 69 at once — no save (the launcher
+ * that would requeue the job is gone; the last committed checkpoint
+ * stays), the fcntl lock released by the kernel, a half-written save
+ * directory removed by the next start.  Deregistered before
+ * PMIx_Finalize, whose own disconnect must not look like a death. */
+static size_t lost_handler_id;
+static bool lost_handler_registered;
+
+static void lost_connection_handler(size_t id, pmix_status_t status, const pmix_proc_t *source, pmix_info_t info[],
+                                    size_t ninfo, pmix_info_t results[], size_t nresults,
+                                    pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata) {
+    (void)id, (void)source, (void)info, (void)ninfo, (void)results, (void)nresults;
+    const char *uri = getenv("PMIX_SERVER_URI41");
+    sr_log_error("lost the connection to the launcher's PMIx server%s%s (%s): the launcher (mpirun, or Slurm's "
+                 "slurmstepd) died; stopping without a checkpoint, the last committed one stays (hint: see the "
+                 "launcher's node and its log; resubmit to resume)",
+                 uri ? " at " : "", uri ? uri : "", PMIx_Error_string(status));
+    if (cbfunc)
+        cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
+    _exit(sr_status_exit_code(SR_ERR_PEER));
+}
+
+/* The parent, when it is the launcher.  A second witness of the launcher's
+ * death, for a PMIx that does not report the lost connection: when this
+ * process's parent is the PMIx server itself (mpirun started it directly),
+ * the parent's death is the launcher's.  A wrapper shell or a login shell
+ * under nohup is not the launcher: its death says nothing, so it is never
+ * watched.  The parent is the server when it holds the socket listening on
+ * the port of PMIX_SERVER_URI* (found through /proc/net/tcp{,6} and
+ * /proc/PPID/fd: no library here answers "which process serves this
+ * port"). */
+static int server_port(void) {
+    const char *names[] = {"PMIX_SERVER_URI41", "PMIX_SERVER_URI4", "PMIX_SERVER_URI3", "PMIX_SERVER_URI2"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = getenv(names[i]);
+        const char *tcp = v ? strstr(v, "tcp") : NULL;
+        const char *colon = tcp ? strrchr(tcp, ':') : NULL;
+        if (colon) {
+            char *end;
+            long port = strtol(colon + 1, &end, 10);
+            if (end != colon + 1 && port > 0 && port < 65536)
+                return (int)port;
+        }
+    }
+    return -1;
+}
+
+/* The inode of a socket listening on `port` ("st" 0A in /proc/net/tcp). */
+static unsigned long listening_inode(int port) {
+    const char *tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    for (int t = 0; t < 2; t++) {
+        FILE *f = fopen(tables[t], "r");
+        if (!f)
+            continue;
+        char line[512], local[128];
+        unsigned st;
+        unsigned long inode;
+        while (fgets(line, sizeof line, f)) {
+            /* sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode */
+            if (sscanf(line, " %*s %127s %*s %x %*s %*s %*s %*s %*s %lu", local, &st, &inode) != 3 || st != 0x0A)
+                continue;
+            const char *colon = strrchr(local, ':');
+            if (colon && strtol(colon + 1, NULL, 16) == port) {
+                fclose(f);
+                return inode;
+            }
+        }
+        fclose(f);
+    }
+    return 0;
+}
+
+static bool holds_socket(pid_t pid, unsigned long inode) {
+    char dir[64], want[64];
+    snprintf(dir, sizeof dir, "/proc/%ld/fd", (long)pid);
+    snprintf(want, sizeof want, "socket:[%lu]", inode);
+    DIR *d = opendir(dir);
+    if (!d)
+        return false;
+    bool found = false;
+    struct dirent *de;
+    while (!found && (de = readdir(d))) {
+        char path[320], target[64];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        ssize_t n = readlink(path, target, sizeof target - 1);
+        if (n > 0) {
+            target[n] = '\0';
+            found = strcmp(target, want) == 0;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+static struct {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t stop_cv;
+    bool running, stop;
+    pid_t parent;
+} parent_watch = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void *parent_watch_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&parent_watch.lock);
+    while (!parent_watch.stop) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        t.tv_sec += 1;
+        pthread_cond_timedwait(&parent_watch.stop_cv, &parent_watch.lock, &t);
+        if (!parent_watch.stop && getppid() != parent_watch.parent) {
+            sr_log_error(
+                "the launcher (process %ld, this rank's parent and its PMIx server) exited: stopping without a "
+                "checkpoint, the last committed one stays (hint: see the launcher's node and its log; "
+                "resubmit to resume)",
+                (long)parent_watch.parent);
+            _exit(sr_status_exit_code(SR_ERR_PEER));
+        }
+    }
+    pthread_mutex_unlock(&parent_watch.lock);
+    return NULL;
+}
+
+static void watch_parent(void) {
+    pid_t parent = getppid();
+    int port = server_port();
+    unsigned long inode = port > 0 ? listening_inode(port) : 0;
+    if (parent <= 1 || !inode || !holds_socket(parent, inode))
+        return;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&parent_watch.stop_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    parent_watch.parent = parent;
+    parent_watch.stop = false;
+    parent_watch.running = pthread_create(&parent_watch.thread, NULL, parent_watch_main, NULL) == 0;
+    if (!parent_watch.running)
+        pthread_cond_destroy(&parent_watch.stop_cv);
+}
+
+static void unwatch_parent(void) {
+    if (!parent_watch.running)
+        return;
+    pthread_mutex_lock(&parent_watch.lock);
+    parent_watch.stop = true;
+    pthread_cond_signal(&parent_watch.stop_cv);
+    pthread_mutex_unlock(&parent_watch.lock);
+    pthread_join(parent_watch.thread, NULL);
+    pthread_cond_destroy(&parent_watch.stop_cv);
+    parent_watch.running = false;
+}
+
+/* The blocking form (no callback) returns the handler's id, or a negative
+ * status. */
+static void watch_launcher(void) {
+    pmix_status_t code = PMIX_ERR_LOST_CONNECTION;
+    pmix_status_t rc = PMIx_Register_event_handler(&code, 1, NULL, 0, lost_connection_handler, NULL, NULL);
+    if (rc >= 0) {
+        lost_handler_id = (size_t)rc;
+        lost_handler_registered = true;
+    } else {
+        sr_log_warn("cannot watch the launcher (PMIx_Register_event_handler: %s): if it dies, this rank notices only "
+                    "when a peer does",
+                    PMIx_Error_string(rc));
+    }
+}
+
 sr_status sr_world_init(sr_world *w) {
     memset(w, 0, sizeof *w);
     w->size = 1;
@@ -227,20 +404,25 @@ sr_status sr_world_init(sr_world *w) {
         else
             snprintf(w->job_id, sizeof w->job_id, "%s", me.nspace);
     }
+    if (!sr_testhook()->no_pmix_events)
+        watch_launcher();
+    watch_parent();
     return SR_OK;
 }
 
 void sr_world_close(sr_world *w) {
-    if (w->pmix)
+    if (w->pmix) {
+        unwatch_parent();
+        if (lost_handler_registered)
+            PMIx_Deregister_event_handler(lost_handler_id, NULL, NULL);
+        lost_handler_registered = false;
         PMIx_Finalize(NULL, 0);
+    }
     w->pmix = false;
 }
 
-sr_status sr_world_allgather(sr_world *w, const char *key, const void *blob, size_t len, void *out, double timeout_s) {
-    if (!w->pmix || w->size == 1) {
-        memcpy(out, blob, len);
-        return SR_OK;
-    }
+/* Put + Commit + Fence (collecting data) of one blob under key. */
+static sr_status put_and_fence(const char *key, const void *blob, size_t len, double timeout_s) {
     pmix_value_t val;
     PMIX_VALUE_CONSTRUCT(&val);
     val.type = PMIX_BYTE_OBJECT;
@@ -265,19 +447,50 @@ sr_status sr_world_allgather(sr_world *w, const char *key, const void *blob, siz
         return sr_error(SR_ERR_PEER,
                         "PMIx_Fence for '%s' (deadline comm.timeout_s = %d s): %s (a peer failed during start-up?)",
                         key, tmo, PMIx_Error_string(rc));
-    for (int r = 0; r < w->size; r++) {
-        pmix_proc_t p;
-        PMIX_LOAD_PROCID(&p, me.nspace, (pmix_rank_t)r);
-        pmix_value_t *got = NULL;
-        rc = PMIx_Get(&p, key, NULL, 0, &got);
-        if (rc != PMIX_SUCCESS || !got)
-            return sr_error(SR_ERR_PEER, "PMIx_Get of '%s' from rank %d: %s", key, r, PMIx_Error_string(rc));
-        bool ok = got->type == PMIX_BYTE_OBJECT && got->data.bo.size == len;
-        if (ok)
-            memcpy((char *)out + (size_t)r * len, got->data.bo.bytes, len);
-        PMIX_VALUE_RELEASE(got);
-        if (!ok)
-            return sr_error(SR_ERR_PEER, "PMIx value '%s' of rank %d has the wrong type or size", key, r);
-    }
     return SR_OK;
+}
+
+/* Rank r's blob of len bytes under key into out. */
+static sr_status get_blob(int r, const char *key, void *out, size_t len) {
+    pmix_proc_t p;
+    PMIX_LOAD_PROCID(&p, me.nspace, (pmix_rank_t)r);
+    pmix_value_t *got = NULL;
+    pmix_status_t rc = PMIx_Get(&p, key, NULL, 0, &got);
+    if (rc != PMIX_SUCCESS || !got)
+        return sr_error(SR_ERR_PEER, "PMIx_Get of '%s' from rank %d: %s", key, r, PMIx_Error_string(rc));
+    bool ok = got->type == PMIX_BYTE_OBJECT && got->data.bo.size == len;
+    if (ok)
+        memcpy(out, got->data.bo.bytes, len);
+    PMIX_VALUE_RELEASE(got);
+    return ok ? SR_OK : sr_error(SR_ERR_PEER, "PMIx value '%s' of rank %d has the wrong type or size", key, r);
+}
+
+sr_status sr_world_first_nonzero(sr_world *w, const char *key, int32_t mine, int *rank, int32_t *value,
+                                 double timeout_s) {
+    *rank = -1;
+    *value = 0;
+    if (!w->pmix || w->size == 1) {
+        if (mine)
+            *rank = w->rank, *value = mine;
+        return SR_OK;
+    }
+    sr_status st = put_and_fence(key, &mine, sizeof mine, timeout_s);
+    for (int r = 0; r < w->size && st == SR_OK && *rank < 0; r++) {
+        int32_t v;
+        st = get_blob(r, key, &v, sizeof v);
+        if (st == SR_OK && v)
+            *rank = r, *value = v;
+    }
+    return st;
+}
+
+sr_status sr_world_allgather(sr_world *w, const char *key, const void *blob, size_t len, void *out, double timeout_s) {
+    if (!w->pmix || w->size == 1) {
+        memcpy(out, blob, len);
+        return SR_OK;
+    }
+    sr_status st = put_and_fence(key, blob, len, timeout_s);
+    for (int r = 0; r < w->size && st == SR_OK; r++)
+        st = get_blob(r, key, (char *)out + (size_t)r * len, len);
+    return st;
 }

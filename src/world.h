@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "status.h"
 
@@ -48,5 +49,11 @@ bool sr_world_in_multitask_srun(void);
  * hang the others.  Single process: a copy.  Returns SR_ERR_PEER naming
  * the PMIx error. */
 sr_status sr_world_allgather(sr_world *w, const char *key, const void *blob, size_t len, void *out, double timeout_s);
+
+/* A verdict every rank gives (0 = fine) through the same Put/Fence/Get,
+ * without allocating: *rank and *value are the lowest rank with a non-zero
+ * verdict and that verdict, or -1 and 0.  Single process: its own. */
+sr_status sr_world_first_nonzero(sr_world *w, const char *key, int32_t mine, int *rank, int32_t *value,
+                                 double timeout_s);
 
 #endif

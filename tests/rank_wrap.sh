@@ -3,9 +3,13 @@
 # CMD ARGS..."), recording its pid and its own exit status in $WRAPDIR
 # (pid.R, status.R, err.R for world rank R), so a test can signal one rank
 # and read what each rank returned.  With LIMIT_RANK=R, that rank runs under
-# ulimit -f LIMIT_BLOCKS (a file-size limit: writes fail with EFBIG).
+# ulimit -f LIMIT_BLOCKS (a file-size limit: writes fail with EFBIG) and/or
+# ulimit -n LIMIT_NOFILE (an open-file limit), whichever is set.
 r=${OMPI_COMM_WORLD_RANK:-0}
-[ "${LIMIT_RANK:--1}" = "$r" ] && ulimit -f "$LIMIT_BLOCKS"
+if [ "${LIMIT_RANK:--1}" = "$r" ]; then
+    [ -n "${LIMIT_BLOCKS:-}" ] && ulimit -f "$LIMIT_BLOCKS"
+    [ -n "${LIMIT_NOFILE:-}" ] && ulimit -n "$LIMIT_NOFILE"
+fi
 "$@" 2>"$WRAPDIR/err.$r" &
 echo $! >"$WRAPDIR/pid.$r"
 wait $!

@@ -36,8 +36,8 @@ done_testing() {
 }
 
 # require_or_skip KIND REASON: the whole script skips with REASON, unless KIND
-# is listed in SHARDRUN_TEST_REQUIRE (a comma list: mpirun, slurm), where a
-# missing prerequisite is a failure instead.
+# is listed in SHARDRUN_TEST_REQUIRE (a comma list: mpirun, slurm, fuzz,
+# mount), where a missing prerequisite is a failure instead.
 require_or_skip() {
     case ",${SHARDRUN_TEST_REQUIRE:-}," in
     *",$1,"*)
