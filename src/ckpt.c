@@ -8,6 +8,8 @@
  *
  * Crash sites for the test suite (testhook.h): SHARDRUN_TEST_CRASH_AT=
  * SITE[:STEP][@RANK] kills the process with SIGKILL when it reaches SITE
+ * (SHARDRUN_TEST_PAUSE_AT: stops it with SIGSTOP, for a test to kill the
+ * whole job there)
  * (after_shard_write, before_manifest, after_manifest, before_rename,
  * after_rename, before_latest, after_latest). */
 #include "srconfig.h"
@@ -58,6 +60,11 @@ static double now_s(void) {
 }
 
 static void crash_site(const char *site, int64_t step) {
+    if (sr_testhook_pause_here(site, step, sr_log_rank())) {
+        fprintf(stderr, "shardrun: test: SHARDRUN_TEST_PAUSE_AT: rank %d stopped at %s (step %lld)\n", sr_log_rank(),
+                site, (long long)step);
+        raise(SIGSTOP);
+    }
     if (!sr_testhook_crash_here(site, step, sr_log_rank()))
         return;
     fprintf(stderr, "shardrun: test: SHARDRUN_TEST_CRASH_AT: killing rank %d at %s (step %lld)\n", sr_log_rank(), site,

@@ -33,6 +33,12 @@
 
 #define WIRE_MAGIC 0x53524431u  /* "SRD1" */
 #define HELLO_MAGIC 0x53524831u /* "SRH1" */
+#define ABORT_MAGIC 0x53524131u /* "SRA1": {magic, culprit rank, reason} instead of a frame */
+#define ABORT_SILENT 0u         /* reasons: the culprit sent nothing for timeout_s */
+#define ABORT_LOST 1u           /*          the culprit's connection was lost */
+/* how long a rank that timed out on its left neighbour still listens for
+ * that neighbour's own abort notice before blaming it */
+#define ABORT_GRACE_S 2.0
 #define SECRET_LEN 32
 #define NONCE_LEN 32
 
@@ -59,6 +65,7 @@ struct sr_tcp {
     peer_addr *addrs;
     unsigned char secret[SECRET_LEN];
     int *fds;     /* per world rank: connected socket or -1 */
+    bool *dirty;  /* per world rank: an outgoing frame was left half sent */
     bool *needed; /* per world rank: a ring neighbour in some group */
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -159,10 +166,32 @@ sr_status sr_tcp_resolve_interface(const char *iface, char *ip, size_t n) {
         freeaddrinfo(res);
         return SR_OK;
     }
-    sr_log_warn("cannot resolve the host name to an IPv4 address; the CPU transport binds to 127.0.0.1 (set "
-                "comm.interface for multi-node jobs)");
-    snprintf(ip, n, "127.0.0.1");
+    snprintf(ip, n, "127.0.0.1"); /* one node: any rank reaches it; several: sr_tcp_open refuses it */
     return SR_OK;
+}
+
+/* A multi-node job cannot run its transport on a loopback network: the
+ * other nodes' ranks would connect to their own loopback.  Inside a network
+ * namespace, and on many real clusters, the host name resolves to 127.0.1.1
+ * or not at all, so this is the common case of a job file without
+ * comm.interface. */
+static sr_status refuse_loopback(const sr_world *w, const char *iface, const char *ip) {
+    struct in_addr a;
+    if (w->num_nodes <= 1 || inet_pton(AF_INET, ip, &a) != 1 || (ntohl(a.s_addr) >> 24) != 127)
+        return SR_OK;
+    char host[256] = "?", why[400];
+    gethostname(host, sizeof host);
+    if (iface && *iface)
+        snprintf(why, sizeof why, "comm.interface '%s' is %s", iface, ip);
+    else if (strcmp(ip, "127.0.0.1") == 0)
+        snprintf(why, sizeof why, "the host name '%.255s' does not resolve, and the fallback is %s", host, ip);
+    else
+        snprintf(why, sizeof why, "the host name '%.255s' resolves to %s", host, ip);
+    return sr_error(SR_ERR_CONFIG,
+                    "the transport address %s is on a loopback network, which the other nodes of this %d-node job "
+                    "cannot reach (%s) (hint: set comm.interface to the cluster network's interface, for example "
+                    "eth0 or ib0, or to this node's address on it; see ip -br addr)",
+                    ip, w->num_nodes, why);
 }
 
 static void hello_mac(const unsigned char *secret, const unsigned char *nonce, uint32_t rank, unsigned char *mac) {
@@ -338,8 +367,9 @@ sr_status sr_tcp_open(sr_tcp **out, sr_world *w, const sr_transport_opts *o) {
     *out = t;
     t->fds = sr_malloc(sizeof(int) * (size_t)w->size);
     t->needed = sr_calloc((size_t)w->size, sizeof(bool));
+    t->dirty = sr_calloc((size_t)w->size, sizeof(bool));
     t->addrs = sr_calloc((size_t)w->size, sizeof(peer_addr));
-    if (!t->fds || !t->needed || !t->addrs)
+    if (!t->fds || !t->needed || !t->dirty || !t->addrs)
         return sr_error_oom("the transport's peer tables");
     for (int i = 0; i < w->size; i++)
         t->fds[i] = -1;
@@ -347,6 +377,8 @@ sr_status sr_tcp_open(sr_tcp **out, sr_world *w, const sr_transport_opts *o) {
      * long job first runs on several ranks */
     char ip[64];
     sr_status st = sr_tcp_resolve_interface(o->interface, ip, sizeof ip);
+    if (st == SR_OK)
+        st = refuse_loopback(w, o->interface, ip);
     if (st != SR_OK || w->size == 1)
         return st;
     st = listen_and_exchange(t, ip);
@@ -467,6 +499,7 @@ void sr_tcp_close(sr_tcp *t) {
     OPENSSL_cleanse(t->secret, sizeof t->secret);
     free(t->fds);
     free(t->needed);
+    free(t->dirty);
     free(t->addrs);
     pthread_mutex_destroy(&t->lock);
     pthread_cond_destroy(&t->cond);
@@ -478,13 +511,42 @@ const char *sr_tcp_address(const sr_tcp *t) { return t && t->address[0] ? t->add
 /* ------------------------------------------------------------------------ */
 /* framed I/O */
 
+/* Abort notices.  A rank that gives up on a peer tells its other
+ * neighbours which peer it gave up on, in place of its next frame, before
+ * its own error rises.  Without them, when a node is cut off, a rank whose
+ * ring neighbour is alive but waiting on the lost node times out on that
+ * neighbour and names it; with them it names the lost node's rank.  Sent
+ * only where the outgoing stream is at a frame boundary, without waiting
+ * (best effort: the job is failing either way). */
+static void notify_abort(sr_tcp *t, int culprit, uint32_t reason) {
+    wire_hdr h = {ABORT_MAGIC, (uint32_t)culprit, reason};
+    for (int p = 0; p < t->world->size; p++) {
+        if (p == culprit || p == t->world->rank || t->fds[p] < 0 || t->dirty[p])
+            continue;
+        ssize_t n = send(t->fds[p], &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0 && (size_t)n < sizeof h)
+            t->dirty[p] = true;
+    }
+}
+
+/* A header that is an abort notice from `from`: the message naming the
+ * rank it gave up on; true.  False for any other header. */
+static bool abort_notice(const wire_hdr *h, int from, char *msg, size_t msg_len) {
+    if (h->magic != ABORT_MAGIC)
+        return false;
+    snprintf(msg, msg_len, "rank %d gave up on rank %u (%s); giving up too", from, h->seq,
+             h->bytes == ABORT_SILENT ? "it sent nothing for comm.timeout_s: stopped, hung or unreachable?"
+                                      : "its connection was lost: it exited or failed");
+    return true;
+}
+
 sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const void *sbuf, size_t sbytes, void *rbuf,
                           size_t rbytes, char *msg, size_t msg_len) {
     int rfd = t->fds[right], lfd = t->fds[left];
     wire_hdr sh = {WIRE_MAGIC, seq, sbytes}, rh;
     size_t s_done = 0, r_done = 0, s_total = sizeof sh + sbytes, r_total = sizeof rh + rbytes;
-    double last = now_s();
-    bool idle_round = false;
+    double last = now_s(), limit = t->timeout_s;
+    bool idle_round = false, grace = false;
     while (s_done < s_total || r_done < r_total) {
         struct pollfd p[2];
         int np = 0, si = -1, ri = -1;
@@ -505,9 +567,20 @@ sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const vo
             snprintf(msg, msg_len, "transport closed while an operation was in flight");
             return SR_ERR_PEER;
         }
-        double left_s = t->timeout_s - (now_s() - last);
+        double left_s = limit - (now_s() - last);
         if (left_s <= 0) {
             int silent = r_done < r_total ? left : right;
+            if (!grace)
+                notify_abort(t, silent, ABORT_SILENT);
+            if (!grace && silent == left && r_done == 0) {
+                /* the left neighbour may itself be waiting on the real
+                 * culprit: listen a little longer for its notice */
+                grace = true;
+                limit += ABORT_GRACE_S;
+                continue;
+            }
+            if (s_done > 0 && s_done < s_total)
+                t->dirty[right] = true;
             snprintf(msg, msg_len,
                      "rank %d sent nothing for comm.timeout_s = %.0f s (stopped, hung or unreachable?); giving up",
                      silent, t->timeout_s);
@@ -540,8 +613,11 @@ sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const vo
                 s_done += (size_t)n;
                 moved = true;
             } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                int err = errno;
+                t->dirty[right] = true;
+                notify_abort(t, right, ABORT_LOST);
                 snprintf(msg, msg_len, "lost the connection to rank %d (%s): it exited or failed", right,
-                         strerror(errno));
+                         strerror(err));
                 return SR_ERR_PEER;
             }
         }
@@ -560,12 +636,23 @@ sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const vo
                 size_t before = r_done;
                 r_done += (size_t)n;
                 moved = true;
-                if (before < sizeof rh && r_done >= sizeof rh &&
-                    !sr_tcp_check_frame(&rh, sizeof rh, seq, rbytes, left, msg, msg_len))
-                    return SR_ERR_PEER;
+                if (before < sizeof rh && r_done >= sizeof rh) {
+                    if (abort_notice(&rh, left, msg, msg_len)) {
+                        if (s_done > 0 && s_done < s_total)
+                            t->dirty[right] = true;
+                        notify_abort(t, (int)rh.seq, rh.bytes == ABORT_SILENT ? ABORT_SILENT : ABORT_LOST);
+                        return SR_ERR_PEER;
+                    }
+                    if (!sr_tcp_check_frame(&rh, sizeof rh, seq, rbytes, left, msg, msg_len))
+                        return SR_ERR_PEER;
+                }
             } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+                int err = errno;
+                if (s_done > 0 && s_done < s_total)
+                    t->dirty[right] = true;
+                notify_abort(t, left, ABORT_LOST);
                 snprintf(msg, msg_len, "lost the connection to rank %d (%s): it exited or failed", left,
-                         n == 0 ? "closed" : strerror(errno));
+                         n == 0 ? "closed" : strerror(err));
                 return SR_ERR_PEER;
             }
         }
@@ -577,6 +664,10 @@ sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const vo
 }
 
 static sr_status io_failed(sr_tcp *t, int peer, char *msg, size_t msg_len) {
+    int err = errno;
+    if (err != ECANCELED)
+        notify_abort(t, peer, err == ETIMEDOUT ? ABORT_SILENT : ABORT_LOST);
+    errno = err;
     if (errno == ETIMEDOUT)
         snprintf(msg, msg_len, "rank %d sent nothing for comm.timeout_s = %.0f s; giving up", peer, t->timeout_s);
     else if (errno == ECANCELED)
@@ -590,8 +681,10 @@ sr_status sr_tcp_send(sr_tcp *t, int peer, uint32_t seq, const void *buf, size_t
     int fd = t->fds[peer];
     wire_hdr h = {WIRE_MAGIC, seq, bytes};
     if (io_full(t, fd, &h, sizeof h, true, t->timeout_s) != 0 ||
-        io_full(t, fd, (void *)buf, bytes, true, t->timeout_s) != 0)
+        io_full(t, fd, (void *)buf, bytes, true, t->timeout_s) != 0) {
+        t->dirty[peer] = true;
         return io_failed(t, peer, msg, msg_len);
+    }
     return SR_OK;
 }
 
@@ -600,6 +693,10 @@ sr_status sr_tcp_recv(sr_tcp *t, int peer, uint32_t seq, void *buf, size_t bytes
     wire_hdr got;
     if (io_full(t, fd, &got, sizeof got, false, t->timeout_s) != 0)
         return io_failed(t, peer, msg, msg_len);
+    if (abort_notice(&got, peer, msg, msg_len)) {
+        notify_abort(t, (int)got.seq, got.bytes == ABORT_SILENT ? ABORT_SILENT : ABORT_LOST);
+        return SR_ERR_PEER;
+    }
     if (!sr_tcp_check_frame(&got, sizeof got, seq, bytes, peer, msg, msg_len))
         return SR_ERR_PEER;
     if (io_full(t, fd, buf, bytes, false, t->timeout_s) != 0)

@@ -13,7 +13,14 @@
  * training goes on.  Data: every message is a 16-byte header {magic, op
  * sequence number, payload bytes} and the payload; a header that does not
  * match is a protocol error.  Every wait has a deadline: timeout_s without
- * any byte moving fails the operation, naming the silent peer. */
+ * any byte moving fails the operation, naming the silent peer.  Abort
+ * notice: a rank that gives up on a peer sends its other neighbours
+ * {magic "SRA1", the peer's rank, why} in place of its next frame (where its
+ * stream is at a frame boundary); a rank that reads one fails naming that
+ * peer and passes the notice on, and a rank that timed out waiting for a
+ * frame from its left neighbour listens 2 s longer for that neighbour's
+ * notice before blaming it.  So when a node is cut off, every rank names a
+ * rank of the lost node, not a live neighbour that was waiting on it. */
 #ifndef SR_COMM_TCP_H
 #define SR_COMM_TCP_H
 
@@ -29,7 +36,8 @@ typedef struct sr_tcp sr_tcp;
 
 /* Resolves the interface, listens (more than one rank), exchanges addresses
  * and the secret, starts the accept thread.  *out is set even on failure
- * (close it).  SR_ERR_CONFIG for a bad interface, SR_ERR_PEER for PMIx. */
+ * (close it).  SR_ERR_CONFIG for a bad interface or a loopback address in
+ * a job of several nodes, SR_ERR_PEER for PMIx. */
 sr_status sr_tcp_open(sr_tcp **out, sr_world *w, const sr_transport_opts *o);
 /* Marks world rank `peer` as one this rank must be connected to. */
 void sr_tcp_need(sr_tcp *t, int peer);
@@ -61,8 +69,9 @@ sr_status sr_tcp_recv(sr_tcp *t, int peer, uint32_t seq, void *buf, size_t bytes
  * sr_tcp_check_frame: true when a frame header (len bytes) is operation
  *   `seq` carrying `bytes` bytes; else false with why (naming `peer`).
  * sr_tcp_resolve_interface: comm.interface (an IPv4 address, an interface
- *   name, or "" for the host name's address) to an address; SR_ERR_CONFIG
- *   for a name that is neither. */
+ *   name, or "" for the host name's address, 127.0.0.1 when it has none) to
+ *   an address; SR_ERR_CONFIG for a name that is neither.  (sr_tcp_open
+ *   then refuses a loopback address in a job of several nodes.) */
 const char *sr_tcp_check_hello(const unsigned char secret[32], const unsigned char nonce[32], const void *msg,
                                size_t len, int world, uint32_t *rank);
 void sr_tcp_sign_hello(const unsigned char secret[32], const unsigned char nonce[32], void *msg, size_t len);

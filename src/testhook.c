@@ -59,27 +59,39 @@ static long split_rank(const char *v, int *rank) {
     return (long)(at - v);
 }
 
+/* SITE[:STEP][@RANK] into site (n bytes), *step (-1 = any), *rank (-1 =
+ * any); false when it does not parse. */
+static bool parse_site(const char *v, char *site, size_t n, int64_t *step, int *rank) {
+    long len = split_rank(v, rank);
+    const char *colon = memchr(v, ':', len > 0 ? (size_t)len : 0);
+    size_t site_len = colon ? (size_t)(colon - v) : (size_t)(len > 0 ? len : 0);
+    if (len < 0 || site_len == 0 || site_len >= n ||
+        (colon && !parse_i64(colon + 1, (size_t)(v + len - colon - 1), 0, step)))
+        return false;
+    memcpy(site, v, site_len);
+    site[site_len] = '\0';
+    return true;
+}
+
 sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
     *h = (sr_testhooks){0};
     parse_state ps = {SR_OK, why, why_len};
     h->crash_step = -1;
     h->crash_rank = -1;
+    h->pause_step = -1;
+    h->pause_rank = -1;
     h->preempt_step = -1;
     h->preempt_rank = -1;
     h->nan_step = -1;
     h->alloc_fail_rank = -1;
     h->mem_available = -1;
     const char *v;
-    if ((v = getenv("SHARDRUN_TEST_CRASH_AT")) && *v) {
-        long n = split_rank(v, &h->crash_rank);
-        const char *colon = memchr(v, ':', n > 0 ? (size_t)n : 0);
-        size_t site_len = colon ? (size_t)(colon - v) : (size_t)(n > 0 ? n : 0);
-        if (n < 0 || site_len == 0 || site_len >= sizeof h->crash_site ||
-            (colon && !parse_i64(colon + 1, (size_t)(v + n - colon - 1), 0, &h->crash_step)))
-            bad(&ps, "SHARDRUN_TEST_CRASH_AT", v, "SITE[:STEP][@RANK]");
-        else
-            memcpy(h->crash_site, v, site_len);
-    }
+    if ((v = getenv("SHARDRUN_TEST_CRASH_AT")) && *v &&
+        !parse_site(v, h->crash_site, sizeof h->crash_site, &h->crash_step, &h->crash_rank))
+        bad(&ps, "SHARDRUN_TEST_CRASH_AT", v, "SITE[:STEP][@RANK]");
+    if ((v = getenv("SHARDRUN_TEST_PAUSE_AT")) && *v &&
+        !parse_site(v, h->pause_site, sizeof h->pause_site, &h->pause_step, &h->pause_rank))
+        bad(&ps, "SHARDRUN_TEST_PAUSE_AT", v, "SITE[:STEP][@RANK]");
     if ((v = getenv("SHARDRUN_TEST_PREEMPT_AT")) && *v) {
         long n = split_rank(v, &h->preempt_rank);
         if (n < 0 || !parse_i64(v, (size_t)n, 1, &h->preempt_step))
@@ -146,6 +158,8 @@ void sr_testhook_warn_active(void) {
     } while (0)
     if (h->crash_site[0])
         ADD(" SHARDRUN_TEST_CRASH_AT=%s", getenv("SHARDRUN_TEST_CRASH_AT"));
+    if (h->pause_site[0])
+        ADD(" SHARDRUN_TEST_PAUSE_AT=%s", getenv("SHARDRUN_TEST_PAUSE_AT"));
     if (h->preempt_step >= 0)
         ADD(" SHARDRUN_TEST_PREEMPT_AT=%s", getenv("SHARDRUN_TEST_PREEMPT_AT"));
     if (h->nan_step >= 0)
@@ -171,4 +185,10 @@ bool sr_testhook_crash_here(const char *site, int64_t step, int rank) {
     const sr_testhooks *h = sr_testhook();
     return h->crash_site[0] && strcmp(h->crash_site, site) == 0 && (h->crash_step < 0 || h->crash_step == step) &&
            (h->crash_rank < 0 || h->crash_rank == rank);
+}
+
+bool sr_testhook_pause_here(const char *site, int64_t step, int rank) {
+    const sr_testhooks *h = sr_testhook();
+    return h->pause_site[0] && strcmp(h->pause_site, site) == 0 && (h->pause_step < 0 || h->pause_step == step) &&
+           (h->pause_rank < 0 || h->pause_rank == rank);
 }

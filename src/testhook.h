@@ -10,6 +10,7 @@
  * variables are documented in shardrun(1), ENVIRONMENT.
  *
  *   SHARDRUN_TEST_CRASH_AT=SITE[:STEP][@RANK]  SIGKILL at a checkpoint crash site
+ *   SHARDRUN_TEST_PAUSE_AT=SITE[:STEP][@RANK]  SIGSTOP itself at a checkpoint crash site
  *   SHARDRUN_TEST_PREEMPT_AT=STEP[@RANK]       raise the first preemption signal at STEP
  *   SHARDRUN_TEST_NAN_AT_STEP=N                make the loss of step N non-finite
  *   SHARDRUN_TEST_DUMP_PARAMS=PATH             write the final full model to PATH
@@ -32,6 +33,10 @@ typedef struct {
     char crash_site[32];
     int64_t crash_step;
     int crash_rank;
+    /* SHARDRUN_TEST_PAUSE_AT: the same fields, for a stop instead of a kill */
+    char pause_site[32];
+    int64_t pause_step;
+    int pause_rank;
     /* SHARDRUN_TEST_PREEMPT_AT: step (-1 = off), rank (-1 = any) */
     int64_t preempt_step;
     int preempt_rank;
@@ -60,5 +65,7 @@ void sr_testhook_warn_active(void);
 /* True when SHARDRUN_TEST_CRASH_AT names `site`, and its step and rank (if
  * given) match. */
 bool sr_testhook_crash_here(const char *site, int64_t step, int rank);
+/* The same for SHARDRUN_TEST_PAUSE_AT. */
+bool sr_testhook_pause_here(const char *site, int64_t step, int rank);
 
 #endif

@@ -249,6 +249,39 @@ static sr_status teardown(run *r, sr_status st) {
 
 static const char *reshard_name(int64_t v) { return v == SR_RESHARD_TRUE ? "true" : v == 0 ? "false" : "N"; }
 
+/* "groups: shard [0 1] [2 3]; replicate [0 2] [1 3]" (world ranks; the
+ * first 16 groups of each kind, the rest counted). */
+static void log_groups(run *r) {
+    const sr_mesh *m = &r->mesh;
+    char line[2048];
+    size_t used = 0;
+#define ADD(...)                                                                                                       \
+    do {                                                                                                               \
+        if (used < sizeof line)                                                                                        \
+            used += (size_t)snprintf(line + used, sizeof line - used, __VA_ARGS__);                                    \
+    } while (0)
+    ADD("groups: shard");
+    for (int rep = 0; rep < m->R && rep < 16; rep++) {
+        ADD(" [");
+        for (int k = 0; k < m->S; k++)
+            ADD(k ? " %d" : "%d", sr_mesh_world_rank(m, rep, k));
+        ADD("]");
+    }
+    if (m->R > 16)
+        ADD(" and %d more", m->R - 16);
+    ADD("; replicate");
+    for (int k = 0; k < m->S && k < 16; k++) {
+        ADD(" [");
+        for (int rep = 0; rep < m->R; rep++)
+            ADD(rep ? " %d" : "%d", sr_mesh_world_rank(m, rep, k));
+        ADD("]");
+    }
+    if (m->S > 16)
+        ADD(" and %d more", m->S - 16);
+#undef ADD
+    sr_log_info("%s", line);
+}
+
 static void banner(run *r) {
     const sr_config *cfg = r->cfg;
     const sr_world *w = r->w;
@@ -276,6 +309,8 @@ static void banner(run *r) {
                 sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype),
                 (long long)cfg->prefetch_forward, (long long)cfg->prefetch_backward,
                 sr_config_enum_name("sharding.grad_sync", cfg->grad_sync), w->size > 1 ? "tcp" : "none (1 rank)");
+    if (w->size > 1)
+        log_groups(r);
     sr_log_info("data %s", sr_data_describe(r->train));
     if (r->val)
         sr_log_info("val  %s", sr_data_describe(r->val));

@@ -357,6 +357,7 @@ sr_status sr_world_init(sr_world *w) {
     memset(w, 0, sizeof *w);
     w->size = 1;
     w->local_size = 1;
+    w->num_nodes = 1;
     if (gethostname(w->host, sizeof w->host) != 0)
         snprintf(w->host, sizeof w->host, "unknown");
     const char *jid = getenv("SLURM_JOB_ID");
@@ -394,6 +395,8 @@ sr_status sr_world_init(sr_world *w) {
         w->local_rank = 0;
     if (!get_int(&me, PMIX_NODEID, &w->node_id))
         w->node_id = 0;
+    if (!get_int(&wild, PMIX_NUM_NODES, &w->num_nodes) || w->num_nodes < 1)
+        w->num_nodes = 1;
     char host[256];
     if (get_string(&me, PMIX_HOSTNAME, host, sizeof host))
         snprintf(w->host, sizeof w->host, "%s", host);

@@ -24,6 +24,7 @@ typedef struct {
     int rank, size;             /* in the job */
     int local_rank, local_size; /* on this node */
     int node_id;
+    int num_nodes; /* nodes of the job (PMIX_NUM_NODES; 1 when not given) */
     char host[256];
     char job_id[300]; /* SLURM_JOB_ID, else the PMIx job id, else "-" */
     char nspace[256];

@@ -64,7 +64,7 @@ ended() {
 }
 # resumes DIR: the lock is free and the last checkpoint loads
 resumes() {
-    last=$(readlink "$1/ck/latest" | sed 's/step_0*//')
+    last=$(newest "$1/ck")
     "$S" train $job --set checkpoint.dir="$1/ck" --set train.steps=$((last + 2)) >"$1/resume.out" 2>"$1/resume.err"
     rc=$?
     check "  ...the lock is free: a new run resumes from step $last and finishes (status $rc)" \

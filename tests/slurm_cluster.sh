@@ -13,6 +13,21 @@
 #   cluster_logs        prints the tails of the daemons' logs
 #   job_wait JOBID STATES SECONDS   waits until the job's state is one of
 #                       STATES (e.g. "COMPLETED|FAILED"); prints it; 1 on timeout
+#
+# Two nodes on one machine (cluster2_start DIR TAG): each node a network
+# namespace (srnN_TAG) with its own slurmd, in a UTS namespace of its own
+# (hostname nodeN: Debian's slurmd is not built with
+# --enable-multiple-slurmd, so -N is not available), joined by veth pairs to
+# a bridge that lives in a third namespace (srbr_TAG) with slurmctld on it;
+# one /24 (192.168.77.0/24), no default route, nothing added to the root
+# namespace.  munged is shared (a Unix socket: namespaces share the file
+# system, as nodes share a parallel file system).  %n in SlurmdSpoolDir,
+# SlurmdPidFile, SlurmdLogFile and TmpFS (the PMIx plugin's client
+# directory) keeps the nodes apart.  Client commands run on the bridge
+# through cl (cl sbatch ...).  cluster_stop also deletes the namespaces.
+#   cluster2_start DIR TAG   as cluster_start, for node1 and node2
+#   cl CMD...                runs CMD where slurmctld is reachable
+#   node_ns N                the network namespace of node N
 
 cluster_free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -85,7 +100,7 @@ EOF
 }
 
 cluster_logs() {
-    for f in "$CL/log/slurmctld.log" "$CL/log/slurmd.log" "$CL/munge/log"; do
+    for f in "$CL/log/slurmctld.log" "$CL"/log/slurmd*.log "$CL/munge/log"; do
         [ -f "$f" ] && { echo "# == tail $f"; tail -15 "$f" | sed 's/^/# /'; }
     done
 }
@@ -104,16 +119,104 @@ cluster_kill_pidfile() {
 cluster_stop() {
     [ -n "${CL:-}" ] || return 0
     if [ -s "$CL/run/slurmctld.pid" ]; then
-        scancel --full -u root 2>/dev/null
+        cl scancel --full -u root 2>/dev/null
         i=0
-        while [ -n "$(squeue -h -o %i 2>/dev/null)" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+        while [ -n "$(cl squeue -h -o %i 2>/dev/null)" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
     fi
-    cluster_kill_pidfile "$CL/run/slurmd.pid"
+    for f in "$CL"/run/slurmd*.pid; do cluster_kill_pidfile "$f"; done
     cluster_kill_pidfile "$CL/run/slurmctld.pid"
     cluster_kill_pidfile "$CL/munge/pid"
+    for ns in ${CL_NETNS:-}; do ip netns del "$ns" 2>/dev/null; done
+    CL_NETNS=""
 }
 
-job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+# the single-node cluster runs its clients as they are; cluster2_start
+# points cl at the bridge's namespace
+CL_EXEC=""
+cl() { $CL_EXEC "$@"; }
+node_ns() { echo "srn$1_$CL_TAG"; }
+
+cluster2_start() {
+    CL=$1 CL_TAG=$2
+    mkdir -p "$CL/ctld" "$CL/d/node1" "$CL/d/node2" "$CL/tmp/node1" "$CL/tmp/node2" "$CL/log" "$CL/run" "$CL/munge" ||
+        return 1
+    chmod 0700 "$CL/munge"
+    dd if=/dev/urandom of="$CL/munge/munge.key" bs=1024 count=1 status=none && chmod 0400 "$CL/munge/munge.key"
+    /usr/sbin/munged --socket="$CL/munge/sock" --key-file="$CL/munge/munge.key" --pid-file="$CL/munge/pid" \
+        --log-file="$CL/munge/log" --seed-file="$CL/munge/seed" --force || return 1
+    br="srbr_$CL_TAG"
+    CL_NETNS="$br $(node_ns 1) $(node_ns 2)"
+    for ns in $CL_NETNS; do ip netns add "$ns" || return 1; done
+    ip -n "$br" link add br0 type bridge &&
+        ip -n "$br" addr add 192.168.77.1/24 dev br0 &&
+        ip -n "$br" link set br0 up && ip -n "$br" link set lo up || return 1
+    for i in 1 2; do
+        ns=$(node_ns $i)
+        ip -n "$br" link add "h$i" type veth peer name eth0 netns "$ns" &&
+            ip -n "$br" link set "h$i" master br0 up &&
+            ip -n "$ns" addr add "192.168.77.1$i/24" dev eth0 &&
+            ip -n "$ns" link set eth0 up && ip -n "$ns" link set lo up || return 1
+    done
+    CL_EXEC="nsenter --net=/run/netns/$br"
+    host=$(hostname -s)
+    cat >"$CL/slurm.conf" <<CONF
+ClusterName=shardruntwo
+SlurmctldHost=$host(192.168.77.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$CL/munge/sock,cred_expire=10
+SlurmctldPort=6817
+SlurmdPort=6818
+StateSaveLocation=$CL/ctld
+SlurmdSpoolDir=$CL/d/%n
+TmpFS=$CL/tmp/%n
+SlurmctldPidFile=$CL/run/slurmctld.pid
+SlurmdPidFile=$CL/run/slurmd.%n.pid
+SlurmctldLogFile=$CL/log/slurmctld.log
+SlurmdLogFile=$CL/log/slurmd.%n.log
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerParameters=sched_interval=2,bf_interval=2
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+ReturnToService=2
+MpiDefault=none
+KillWait=5
+OverTimeLimit=0
+MinJobAge=300
+JobRequeue=1
+RequeueExit=75
+SlurmdTimeout=10
+MessageTimeout=5
+NodeName=node1 NodeAddr=192.168.77.11 CPUs=4 Sockets=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN
+NodeName=node2 NodeAddr=192.168.77.12 CPUs=4 Sockets=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+CONF
+    export SLURM_CONF="$CL/slurm.conf"
+    cl /usr/sbin/slurmctld -f "$SLURM_CONF" || return 1
+    # nsenter, not ip netns exec: that one remounts /sys, hiding the cgroup
+    # file system slurmd insists on
+    for i in 1 2; do
+        nsenter --net="/run/netns/$(node_ns $i)" unshare --uts \
+            sh -c "hostname node$i && exec /usr/sbin/slurmd -f '$SLURM_CONF'" || return 1
+    done
+    i=0
+    while [ $i -lt 300 ]; do
+        [ "$(cl sinfo -h -N -o %T 2>/dev/null | grep -cx idle)" -eq 2 ] && return 0
+        sleep 0.1
+        i=$((i + 1))
+    done
+    echo "# the two nodes did not become idle within 30 s" >&2
+    return 1
+}
+
+job_state() { cl scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
 
 job_wait() {
     id=$1 want=$2 limit=$3

@@ -15,9 +15,11 @@ ok() { tap_n=$((tap_n + 1)); echo "ok $tap_n - $*"; }
 not_ok() { tap_n=$((tap_n + 1)); tap_failed=$((tap_failed + 1)); echo "not ok $tap_n - $*"; }
 skip() { tap_n=$((tap_n + 1)); echo "ok $tap_n # SKIP $*"; }
 diag() { printf '%s\n' "$@" | sed 's/^/# /'; }
+# check DESC CMD...: ok when CMD succeeds; returns 1 when it fails, so
+# `check ... || diag ...` can add what went wrong
 check() {
     desc=$1; shift
-    if "$@"; then ok "$desc"; else not_ok "$desc"; fi
+    if "$@"; then ok "$desc"; else not_ok "$desc"; return 1; fi
 }
 # expect_status N DESC CMD... : runs CMD with stdout in $T/out, stderr in $T/err
 expect_status() {
@@ -34,6 +36,11 @@ expect_status() {
 done_testing() {
     echo "1..$tap_n"
 }
+
+# newest DIR: the step of the newest step_* directory in a checkpoint
+# directory (what checkpoint.resume: auto tries first; `latest` may lag it
+# when a run died between the rename and the link)
+newest() { ls -d "$1"/step_* 2>/dev/null | sed 's/.*step_0*//' | sort -n | tail -1; }
 
 # require_or_skip KIND REASON: the whole script skips with REASON, unless KIND
 # is listed in SHARDRUN_TEST_REQUIRE (a comma list: mpirun, slurm, fuzz,

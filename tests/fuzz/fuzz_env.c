@@ -26,7 +26,8 @@ static const char *const vars[] = {"CUDA_VISIBLE_DEVICES",
                                    "SHARDRUN_TEST_ALLOC_FAIL",
                                    "SHARDRUN_TEST_ISA",
                                    "SHARDRUN_TEST_NAN_AT_STEP",
-                                   "SHARDRUN_TEST_MEM_AVAILABLE"};
+                                   "SHARDRUN_TEST_MEM_AVAILABLE",
+                                   "SHARDRUN_TEST_PAUSE_AT"};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *text = malloc(size + 1);
