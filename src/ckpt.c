@@ -60,11 +60,7 @@ static double now_s(void) {
 }
 
 static void crash_site(const char *site, int64_t step) {
-    if (sr_testhook_pause_here(site, step, sr_log_rank())) {
-        fprintf(stderr, "shardrun: test: SHARDRUN_TEST_PAUSE_AT: rank %d stopped at %s (step %lld)\n", sr_log_rank(),
-                site, (long long)step);
-        raise(SIGSTOP);
-    }
+    sr_testhook_pause_point(site, step, sr_log_rank());
     if (!sr_testhook_crash_here(site, step, sr_log_rank()))
         return;
     fprintf(stderr, "shardrun: test: SHARDRUN_TEST_CRASH_AT: killing rank %d at %s (step %lld)\n", sr_log_rank(), site,

@@ -10,7 +10,7 @@
  * variables are documented in shardrun(1), ENVIRONMENT.
  *
  *   SHARDRUN_TEST_CRASH_AT=SITE[:STEP][@RANK]  SIGKILL at a checkpoint crash site
- *   SHARDRUN_TEST_PAUSE_AT=SITE[:STEP][@RANK]  SIGSTOP itself at a checkpoint crash site
+ *   SHARDRUN_TEST_PAUSE_AT=SITE[:STEP][@RANK]  SIGSTOP itself at a crash site or before_connect
  *   SHARDRUN_TEST_PREEMPT_AT=STEP[@RANK]       raise the first preemption signal at STEP
  *   SHARDRUN_TEST_NAN_AT_STEP=N                make the loss of step N non-finite
  *   SHARDRUN_TEST_DUMP_PARAMS=PATH             write the final full model to PATH
@@ -67,5 +67,10 @@ void sr_testhook_warn_active(void);
 bool sr_testhook_crash_here(const char *site, int64_t step, int rank);
 /* The same for SHARDRUN_TEST_PAUSE_AT. */
 bool sr_testhook_pause_here(const char *site, int64_t step, int rank);
+/* When SHARDRUN_TEST_PAUSE_AT names this point: says so on stderr and stops
+ * the process (SIGSTOP) until a test continues or kills it.  Points: the
+ * checkpoint crash sites, and before_connect (step 0: before the transport
+ * connects to its peers). */
+void sr_testhook_pause_point(const char *site, int64_t step, int rank);
 
 #endif

@@ -157,8 +157,10 @@ static sr_status open_engine(run *r) {
         st = sr_fsdp_init(&r->fsdp, &r->model, &r->mesh, &r->job.fsdp, r->tp);
     if (st == SR_OK)
         st = check_fds(r);
-    if (st == SR_OK)
+    if (st == SR_OK) {
+        sr_testhook_pause_point("before_connect", 0, r->w->rank);
         st = sr_transport_connect(r->tp);
+    }
     if (st == SR_OK)
         st = agree_isa(r);
     return st;

@@ -40,6 +40,61 @@ else
     esac
 fi
 
+# --- descriptors running out later (prlimit on a stopped rank) ----------------
+# lowest_free PID: the lowest descriptor number PID does not use; a limit of
+# it makes the next open fail with EMFILE
+lowest_free() {
+    n=0
+    while [ -e "/proc/$1/fd/$n" ]; do n=$((n + 1)); done
+    echo $n
+}
+# wait_for FILE PATTERN: up to 60 s
+wait_for() {
+    w=0
+    until grep -q "$2" "$1" 2>/dev/null; do
+        [ $w -ge 600 ] && return 1
+        sleep 0.1
+        w=$((w + 1))
+    done
+}
+if command -v prlimit >/dev/null 2>&1; then
+    SHARDRUN_TEST_PAUSE_AT=after_latest:2 "$S" train $small --set train.steps=6 --set checkpoint.dir=emf_ck \
+        --set checkpoint.every_steps=2 >emf.out 2>emf.err &
+    p=$!
+    wait_for emf.err "stopped at after_latest (step 2)"
+    lim=$(lowest_free $p)
+    prlimit --pid "$p" --nofile="$lim:$lim"
+    kill -CONT "$p"
+    wait "$p"
+    rc=$?
+    check "no descriptor left for the step-4 save (prlimit --nofile=$lim on the running rank): 74 (status $rc)" \
+        test "$rc" -eq 74
+    check "  ...naming EMFILE and the shard file, with the ulimit -n hint; step 2 stays" \
+        sh -c "grep -q 'shard_00000.bin: cannot create: Too many open files (EMFILE) (hint: raise the open-file limit, ulimit -n)' emf.err &&
+               \"$S\" ckpt verify emf_ck/step_00000002 >/dev/null"
+    if command -v mpirun >/dev/null 2>&1; then
+        mkdir -p wc
+        WRAPDIR="$T/wc" SHARDRUN_TEST_PAUSE_AT=before_connect@1 timeout 120 \
+            mpirun --allow-run-as-root --oversubscribe -x OMP_WAIT_POLICY -x WRAPDIR -x SHARDRUN_TEST_PAUSE_AT -n 2 \
+            sh "$SR_SRCDIR/tests/rank_wrap.sh" "$S" train $small --set train.steps=1 --set comm.timeout_s=5 \
+            </dev/null >wc/mpirun.out 2>&1 &
+        mp=$!
+        wait_for wc/err.1 "stopped at before_connect"
+        p=$(cat wc/pid.1)
+        lim=$(lowest_free "$p")
+        prlimit --pid "$p" --nofile="$lim:$lim"
+        kill -CONT "$p"
+        wait "$mp"
+        check "no descriptor left for the socket to rank 0: both ranks end 69 ($(cat wc/status.0 2>/dev/null), $(cat wc/status.1 2>/dev/null))" \
+            sh -c "[ \"\$(cat wc/status.0)\" = 69 ] && [ \"\$(cat wc/status.1)\" = 69 ]"
+        check "  ...rank 1 naming EMFILE and rank 0, with the ulimit -n hint" \
+            grep -q "cannot open a socket to rank 0 at .*: Too many open files (EMFILE) (hint: raise the open-file limit, ulimit -n)" wc/err.1 ||
+            diag "$(cat wc/err.0 wc/err.1)"
+    fi
+else
+    skip "descriptors running out later: prlimit not installed (apt-get install util-linux)"
+fi
+
 # --- file systems: a private mount namespace ---------------------------------
 if [ "$(id -u)" -ne 0 ] || ! unshare -m true 2>/dev/null; then
     case ",${SHARDRUN_TEST_REQUIRE:-}," in

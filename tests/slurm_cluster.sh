@@ -15,9 +15,11 @@
 #                       STATES (e.g. "COMPLETED|FAILED"); prints it; 1 on timeout
 #
 # Two nodes on one machine (cluster2_start DIR TAG): each node a network
-# namespace (srnN_TAG) with its own slurmd, in a UTS namespace of its own
-# (hostname nodeN: Debian's slurmd is not built with
-# --enable-multiple-slurmd, so -N is not available), joined by veth pairs to
+# namespace (srnN_TAG) with its own slurmd started as `slurmd -N nodeN`
+# (slurmd(8) says -N needs --enable-multiple-slurmd; Debian 12's 22.05.8
+# accepts it, and each daemon has its own network namespace, so ports do
+# not clash; should -N fail, the node gets a UTS namespace of its own with
+# hostname nodeN instead), joined by veth pairs to
 # a bridge that lives in a third namespace (srbr_TAG) with slurmctld on it;
 # one /24 (192.168.77.0/24), no default route, nothing added to the root
 # namespace.  munged is shared (a Unix socket: namespaces share the file
@@ -203,8 +205,9 @@ CONF
     # nsenter, not ip netns exec: that one remounts /sys, hiding the cgroup
     # file system slurmd insists on
     for i in 1 2; do
-        nsenter --net="/run/netns/$(node_ns $i)" unshare --uts \
-            sh -c "hostname node$i && exec /usr/sbin/slurmd -f '$SLURM_CONF'" || return 1
+        nsenter --net="/run/netns/$(node_ns $i)" /usr/sbin/slurmd -N "node$i" -f "$SLURM_CONF" ||
+            nsenter --net="/run/netns/$(node_ns $i)" unshare --uts \
+                sh -c "hostname node$i && exec /usr/sbin/slurmd -f '$SLURM_CONF'" || return 1
     done
     i=0
     while [ $i -lt 300 ]; do

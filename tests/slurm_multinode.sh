@@ -8,7 +8,8 @@
 #   b. HSDP, shard groups inside a node and replicas across nodes: bitwise
 #      equal to the same mesh on one node; the start lines name the groups
 #   c. without comm.interface the transport address is on a loopback
-#      network (the host name does not resolve inside a namespace): 78 with
+#      network (the host name resolves to 127.0.0.1 here, as to 127.0.1.1
+#      on many clusters): 78 with
 #      the hint comm.interface; (a, b and d-f set comm.interface: eth0)
 #   d. a node's processes killed mid-run: the other node's ranks exit 69
 #      within comm.timeout_s + 12 s naming a rank of the lost node; the
