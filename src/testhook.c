@@ -188,14 +188,14 @@ bool sr_testhook_crash_here(const char *site, int64_t step, int rank) {
            (h->crash_rank < 0 || h->crash_rank == rank);
 }
 
-bool sr_testhook_pause_here(const char *site, int64_t step, int rank) {
+static bool pause_here(const char *site, int64_t step, int rank) {
     const sr_testhooks *h = sr_testhook();
     return h->pause_site[0] && strcmp(h->pause_site, site) == 0 && (h->pause_step < 0 || h->pause_step == step) &&
            (h->pause_rank < 0 || h->pause_rank == rank);
 }
 
 void sr_testhook_pause_point(const char *site, int64_t step, int rank) {
-    if (!sr_testhook_pause_here(site, step, rank))
+    if (!pause_here(site, step, rank))
         return;
     fprintf(stderr, "shardrun: test: SHARDRUN_TEST_PAUSE_AT: rank %d stopped at %s (step %lld)\n", rank, site,
             (long long)step);

@@ -65,9 +65,8 @@ void sr_testhook_warn_active(void);
 /* True when SHARDRUN_TEST_CRASH_AT names `site`, and its step and rank (if
  * given) match. */
 bool sr_testhook_crash_here(const char *site, int64_t step, int rank);
-/* The same for SHARDRUN_TEST_PAUSE_AT. */
-bool sr_testhook_pause_here(const char *site, int64_t step, int rank);
-/* When SHARDRUN_TEST_PAUSE_AT names this point: says so on stderr and stops
+/* When SHARDRUN_TEST_PAUSE_AT names this point (site, step and rank
+ * matched as for SHARDRUN_TEST_CRASH_AT): says so on stderr and stops
  * the process (SIGSTOP) until a test continues or kills it.  Points: the
  * checkpoint crash sites, and before_connect (step 0: before the transport
  * connects to its peers). */
