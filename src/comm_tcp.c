@@ -517,7 +517,10 @@ const char *sr_tcp_address(const sr_tcp *t) { return t && t->address[0] ? t->add
  * ring neighbour is alive but waiting on the lost node times out on that
  * neighbour and names it; with them it names the lost node's rank.  Sent
  * only where the outgoing stream is at a frame boundary, without waiting
- * (best effort: the job is failing either way). */
+ * (best effort: the job is failing either way); a frame to a live
+ * neighbour that was left half sent is first completed (finish_frame),
+ * since that neighbour is usually still reading it and would otherwise see
+ * only the close and name this rank instead of the culprit. */
 static void notify_abort(sr_tcp *t, int culprit, uint32_t reason) {
     wire_hdr h = {ABORT_MAGIC, (uint32_t)culprit, reason};
     for (int p = 0; p < t->world->size; p++) {
@@ -527,6 +530,26 @@ static void notify_abort(sr_tcp *t, int culprit, uint32_t reason) {
         if (n > 0 && (size_t)n < sizeof h)
             t->dirty[p] = true;
     }
+}
+
+/* Completes the frame {h, payload} to `peer`, of which `done` of `total`
+ * bytes (header included) are sent (*done becomes `total`), waiting at most ABORT_GRACE_S without
+ * progress; marks the stream dirty when it cannot.  Nothing to do at a
+ * frame boundary. */
+static void finish_frame(sr_tcp *t, int peer, const wire_hdr *h, const void *payload, size_t *done, size_t total) {
+    if (*done == 0 || *done >= total || t->dirty[peer])
+        return;
+    int fd = t->fds[peer];
+    bool ok = true;
+    if (*done < sizeof *h)
+        ok = io_full(t, fd, (char *)h + *done, sizeof *h - *done, true, ABORT_GRACE_S) == 0;
+    size_t sent = *done > sizeof *h ? *done - sizeof *h : 0;
+    if (ok)
+        ok = io_full(t, fd, (char *)payload + sent, total - sizeof *h - sent, true, ABORT_GRACE_S) == 0;
+    if (ok)
+        *done = total;
+    else
+        t->dirty[peer] = true;
 }
 
 /* A header that is an abort notice from `from`: the message naming the
@@ -570,17 +593,20 @@ sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const vo
         double left_s = limit - (now_s() - last);
         if (left_s <= 0) {
             int silent = r_done < r_total ? left : right;
+            if (silent != right)
+                finish_frame(t, right, &sh, sbuf, &s_done, s_total);
+            else if (s_done > 0 && s_done < s_total)
+                t->dirty[right] = true;
             if (!grace)
                 notify_abort(t, silent, ABORT_SILENT);
             if (!grace && silent == left && r_done == 0) {
                 /* the left neighbour may itself be waiting on the real
                  * culprit: listen a little longer for its notice */
                 grace = true;
-                limit += ABORT_GRACE_S;
+                last = now_s();
+                limit = ABORT_GRACE_S;
                 continue;
             }
-            if (s_done > 0 && s_done < s_total)
-                t->dirty[right] = true;
             snprintf(msg, msg_len,
                      "rank %d sent nothing for comm.timeout_s = %.0f s (stopped, hung or unreachable?); giving up",
                      silent, t->timeout_s);
@@ -638,7 +664,9 @@ sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const vo
                 moved = true;
                 if (before < sizeof rh && r_done >= sizeof rh) {
                     if (abort_notice(&rh, left, msg, msg_len)) {
-                        if (s_done > 0 && s_done < s_total)
+                        if ((int)rh.seq != right)
+                            finish_frame(t, right, &sh, sbuf, &s_done, s_total);
+                        else if (s_done > 0 && s_done < s_total)
                             t->dirty[right] = true;
                         notify_abort(t, (int)rh.seq, rh.bytes == ABORT_SILENT ? ABORT_SILENT : ABORT_LOST);
                         return SR_ERR_PEER;
@@ -648,7 +676,9 @@ sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const vo
                 }
             } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
                 int err = errno;
-                if (s_done > 0 && s_done < s_total)
+                if (right != left)
+                    finish_frame(t, right, &sh, sbuf, &s_done, s_total);
+                else if (s_done > 0 && s_done < s_total)
                     t->dirty[right] = true;
                 notify_abort(t, left, ABORT_LOST);
                 snprintf(msg, msg_len, "lost the connection to rank %d (%s): it exited or failed", left,
