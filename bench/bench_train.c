@@ -78,13 +78,14 @@ static int bench(const char *preset, int L, int NH, int C, int V, int threads, i
     sr_mem_reset();
     sr_model m;
     sr_model_dims d = {L, NH, C, V, 0, T};
-    if (sr_model_init(&m, d, &sr_ops_cpu, B, true) != SR_OK) {
+    sr_dev *dev = sr_dev_cpu_open();
+    if (!dev || sr_model_init(&m, d, &sr_ops_cpu, dev, B, true) != SR_OK) {
         fprintf(stderr, "bench: out of memory for %s\n", preset);
         return 70;
     }
     sr_model_init_params(&m, 1, m.params, 0, m.n_params);
     sr_optim opt;
-    sr_optim_init(&opt, &m, 0, m.n_params);
+    sr_optim_init(&opt, &m, dev, 0, m.n_params);
     sr_config cfg;
     sr_config_init(&cfg); /* the job file's AdamW defaults */
     sr_adamw_opts adamw = {cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay};
@@ -98,9 +99,11 @@ static int bench(const char *preset, int L, int NH, int C, int V, int threads, i
     for (int s = 0; s < warm + steps; s++) {
         double t0 = now_s();
         memset(m.grads, 0, m.n_params * sizeof(float));
-        sr_model_forward(&m, NULL, in, tg, B, NULL);
+        double loss_sum = 0.0;
+        sr_model_forward(&m, NULL, in, tg, B);
+        sr_model_take_loss_sum(&m, &loss_sum);
         sr_model_backward(&m, NULL, 1.0f / (B * T));
-        double norm = sqrt(sr_sum_squares(m.grads, m.n_params));
+        double norm = sqrt(sr_vec_sum_squares(m.grads, m.n_params));
         sr_optim_step(&opt, m.params, m.grads, s + 1, 1e-4, &adamw, norm > 1 ? (float)(1 / norm) : 1.0f);
         if (s >= warm)
             ms[s - warm] = (now_s() - t0) * 1e3;
@@ -116,6 +119,7 @@ static int bench(const char *preset, int L, int NH, int C, int V, int threads, i
     sr_config_free(&cfg);
     sr_optim_free(&opt);
     sr_model_free(&m);
+    sr_device_close(dev);
     return 0;
 }
 

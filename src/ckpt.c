@@ -72,7 +72,7 @@ static void crash_site(const char *site, int64_t step) {
 /* reading state */
 
 sr_status sr_ckpt_read_slices(int dirfd, const char *dir, const sr_manifest *mf, const sr_slice *slices, int nslices,
-                              float *dst[SR_NSTATE], uint64_t *verified) {
+                              float *dst[SR_NSTATE], sr_dev *dev, uint64_t *verified) {
     uint64_t dummy = 0;
     if (!verified)
         verified = &dummy;
@@ -104,7 +104,7 @@ sr_status sr_ckpt_read_slices(int dirfd, const char *dir, const sr_manifest *mf,
                     }
                     reqs[nreq++] =
                         (sr_shardfile_range){sr_manifest_section(mf, f->elements, k) + 4 * (e + lo - b), 4 * (hi - lo),
-                                             dst[k] + slices[q].local + (lo - slices[q].begin)};
+                                             dst[k] + slices[q].local + (lo - slices[q].begin), dev};
                 }
             }
             e += c;
@@ -415,7 +415,7 @@ static sr_status load_one(sr_ckpt *c, const char *path, int dirfd, sr_manifest *
     sr_fsdp_shard_state s;
     sr_fsdp_shard_state_view(c->f, &s);
     float *dst[SR_NSTATE] = {s.params, s.m, s.v};
-    st = sr_ckpt_read_slices(dirfd, path, mf, s.slices, s.nslices, dst, verified);
+    st = sr_ckpt_read_slices(dirfd, path, mf, s.slices, s.nslices, dst, s.dev, verified);
     if (st != SR_OK)
         sr_manifest_free(mf);
     return st;
@@ -723,8 +723,8 @@ static sr_status save_shards(sr_ckpt *c, const sr_ckpt_progress *p, const char *
         sr_status ws = pc ? SR_OK : sr_error_oom("the checkpoint piece list");
         for (int k = 0; pc && k < SR_NSTATE; k++)
             for (int i = 0; i < s.nslices; i++)
-                pc[k * s.nslices + i] = (sr_shardfile_piece){src[k] + s.slices[i].local,
-                                                             (s.slices[i].end - s.slices[i].begin) * sizeof(float)};
+                pc[k * s.nslices + i] = (sr_shardfile_piece){
+                    src[k] + s.slices[i].local, (s.slices[i].end - s.slices[i].begin) * sizeof(float), s.dev};
         char path[PATH_MAX];
         FMT(path, "%s/shard_%05d.bin", tmp, s.mesh->shard_idx);
         if (ws == SR_OK)

@@ -93,11 +93,12 @@ int sr_ckpt_scan(int dirfd, int64_t *steps, int max, char *odd, size_t odd_len);
 
 /* Reads the elements of `slices` (global [begin, end) at local offsets) of
  * the checkpoint directory dirfd (named `dir` in messages) described by mf
- * into dst[k] + local (k =
- * params, adam_m, adam_v; a NULL dst[k] is skipped), reading and verifying
- * only the chunks that hold them; *verified (may be NULL) counts the bytes
- * verified.  SR_ERR_DATA naming the file and chunk. */
+ * into dst[k] + local (k = params, adam_m, adam_v; a NULL dst[k] is
+ * skipped), memory of `dev` (uploaded from the verified staging buffer) or
+ * host memory (dev NULL), reading and verifying only the chunks that hold
+ * them; *verified (may be NULL) counts the bytes verified.  SR_ERR_DATA
+ * naming the file and chunk. */
 sr_status sr_ckpt_read_slices(int dirfd, const char *dir, const sr_manifest *mf, const sr_slice *slices, int nslices,
-                              float *dst[SR_NSTATE], uint64_t *verified);
+                              float *dst[SR_NSTATE], sr_dev *dev, uint64_t *verified);
 
 #endif

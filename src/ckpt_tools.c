@@ -77,7 +77,7 @@ sr_status sr_ckpt_tool_open(const char *path, int *dirfd, sr_manifest *mf, sr_mo
         close(*dirfd);
         return st;
     }
-    st = sr_model_init(model, mf->dims, &sr_ops_cpu, 0, false);
+    st = sr_model_init(model, mf->dims, &sr_ops_cpu, NULL, 0, false);
     if (st != SR_OK) {
         sr_model_free(model);
         sr_manifest_free(mf);

@@ -145,7 +145,7 @@ void sr_transport_close(sr_transport *tp) {
         free(tp->groups[i]);
     }
     for (int i = 0; i < 2; i++)
-        sr_mem_free(SR_MEM_COMM, tp->scratch[i], tp->scratch_bytes);
+        sr_mem_free(tp->scratch[i]);
     free(tp->groups);
     sr_sticky_destroy(&tp->broken);
     pthread_mutex_destroy(&tp->lock);
@@ -175,14 +175,14 @@ static bool scratch_reserve(sr_transport *tp, size_t bytes) {
     if (tp->scratch_bytes >= bytes)
         return true;
     for (int i = 0; i < 2; i++) {
-        sr_mem_free(SR_MEM_COMM, tp->scratch[i], tp->scratch_bytes);
+        sr_mem_free(tp->scratch[i]);
         tp->scratch[i] = NULL;
     }
     tp->scratch_bytes = 0;
     for (int i = 0; i < 2; i++) {
         tp->scratch[i] = sr_mem_alloc(SR_MEM_COMM, bytes);
         if (!tp->scratch[i]) {
-            sr_mem_free(SR_MEM_COMM, tp->scratch[0], bytes);
+            sr_mem_free(tp->scratch[0]);
             tp->scratch[0] = NULL;
             return false;
         }
@@ -440,4 +440,11 @@ sr_status sr_broadcast(sr_group *g, void *buf, size_t count, sr_dtype dt, int ro
 sr_status sr_barrier(sr_group *g, sr_req **req) {
     /* an allreduce of one float kept inside the request */
     return submit(g, OP_ALLREDUCE, NULL, NULL, 1, SR_DT_F32, SR_OP_SUM, 0, req);
+}
+
+/* sr_wait through the untyped pointer of a device-table event. */
+static sr_status wait_untyped(void *req) { return sr_wait(req); }
+
+void sr_event_from_req(sr_event *ev, sr_req *req) {
+    *ev = (sr_event){.req = req, .req_wait = req ? wait_untyped : NULL};
 }

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "device.h"
 #include "dtype.h"
 #include "status.h"
 #include "world.h"
@@ -79,5 +80,8 @@ sr_status sr_barrier(sr_group *g, sr_req **req);
 /* Waits for a request and frees it; returns its status (SR_ERR_PEER with
  * the peer named when a peer failed).  NULL is SR_OK. */
 sr_status sr_wait(sr_req *req);
+/* Makes `ev` a transport event of the device table (device.h) for `req`:
+ * a wait on it is sr_wait(req).  A NULL req makes a complete event. */
+void sr_event_from_req(sr_event *ev, sr_req *req);
 
 #endif

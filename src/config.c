@@ -46,6 +46,8 @@ struct sr_key_origin {
 static const char *const preset_names[] = {"tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b", NULL};
 static const char *const schedule_names[] = {"cosine", "linear", "constant", NULL};
 static const char *const backend_names[] = {"auto", "tcp", "nccl", NULL};
+/* indexed by sr_device_want */
+static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 /* indexed by sr_dtype: the job file's names of SR_DT_F32 and SR_DT_BF16 */
 static const char *const dtype_names[] = {"fp32", "bf16", NULL};
 _Static_assert(SR_DT_F32 == 0 && SR_DT_BF16 == 1, "dtype_names is indexed by sr_dtype");
@@ -101,6 +103,7 @@ static const sr_key keys[] = {
  {"sharding.offload.grads", T_BOOL, OFF(offload_grads), "false", 0, 0, NULL, true, "keep gradient shards in host memory (GPU runs)"},
  {"sharding.offload.optimizer", T_BOOL, OFF(offload_optimizer), "false", 0, 0, NULL, true, "keep optimizer state in host memory (GPU runs)"},
  {"sharding.offload.pin_memory", T_BOOL, OFF(pin_memory), "true", 0, 0, NULL, true, "pin offloaded host memory"},
+ {"device", T_ENUM, OFF(device), "auto", 0, 0, device_names, true, "compute device: auto (a GPU when this build has CUDA and one is usable, else the CPU), cpu, or cuda (not implemented yet)"},
  {"checkpoint.dir", T_STR, OFF(ckpt_dir), "\"\"", 0, 0, NULL, true, "directory of sharded checkpoints; empty = no checkpoints"},
  {"checkpoint.every_steps", T_INT, OFF(ckpt_every_steps), "0", 0, 1e12, NULL, true, "checkpoint every N steps; 0 = off"},
  {"checkpoint.every_minutes", T_FLOAT, OFF(ckpt_every_minutes), "0", 0, 1e7, NULL, true, "checkpoint every N minutes; 0 = off"},

@@ -62,6 +62,8 @@ typedef struct {
     int64_t prefetch_forward, prefetch_backward;
     int64_t grad_sync;
     bool offload_params, offload_grads, offload_optimizer, pin_memory;
+    /* device */
+    int64_t device; /* sr_device_want (device.h) */
     /* checkpoint */
     char *ckpt_dir;
     int64_t ckpt_every_steps;

@@ -1,8 +1,11 @@
-/* device.c — GPU choice from the local rank and the run's device line; see
- * device.h. */
+/* device.c — the choice of the device table, the blocking copies, GPU
+ * choice from the local rank and the run's device line; see device.h.  The
+ * cpu and fake tables are in device_cpu.c. */
 #include "srconfig.h"
 
 #include "device.h"
+
+#include "testhook.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,4 +97,51 @@ void sr_device_describe(char *buf, size_t n, int local_rank, int local_size) {
                  local_size, why);
     else
         snprintf(buf, n, "cpu (no GPU visible; %s)", why);
+}
+
+sr_status sr_device_open(sr_dev **out, sr_device_want want) {
+    *out = NULL;
+    if (want == SR_DEVICE_CUDA) {
+#ifdef SR_HAVE_CUDA
+        return sr_error(SR_ERR_CONFIG, "device: cuda is not implemented yet: the CUDA back end is a later release "
+                                       "(hint: device: auto or cpu)");
+#else
+        return sr_error(SR_ERR_CONFIG, "device: cuda, but this shardrun was built without CUDA (hint: device: auto "
+                                       "or cpu, or a build configured --with-cuda)");
+#endif
+    }
+    bool fake = strcmp(sr_testhook()->device, "fake") == 0;
+    *out = fake ? sr_dev_fake_open() : sr_dev_cpu_open();
+    return *out ? SR_OK : sr_error_oom("the device table");
+}
+
+void sr_device_close(sr_dev *d) { free(d); }
+
+sr_status sr_dev_download(sr_dev *d, void *host_dst, const void *src, size_t bytes) {
+    d->copy(d, SR_STREAM_D2H, host_dst, src, bytes);
+    return d->sync(d, SR_STREAM_D2H);
+}
+
+sr_status sr_dev_upload(sr_dev *d, void *dst, const void *host_src, size_t bytes) {
+    d->copy(d, SR_STREAM_H2D, dst, host_src, bytes);
+    return d->sync(d, SR_STREAM_H2D);
+}
+
+bool sr_device_gpus_unusable(char *buf, size_t n) {
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    if (!visible || !*visible)
+        return false;
+#ifdef SR_HAVE_CUDA
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e == cudaSuccess && count > 0)
+        return false;
+    if (e != cudaSuccess)
+        snprintf(buf, n, "cudaGetDeviceCount: %s (error %d)", cudaGetErrorString(e), (int)e);
+    else
+        snprintf(buf, n, "cudaGetDeviceCount: 0 devices");
+#else
+    snprintf(buf, n, "this shardrun was built without CUDA");
+#endif
+    return true;
 }

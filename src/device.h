@@ -1,13 +1,160 @@
-/* device.h — which compute device this process uses.
+/* device.h — the device table: memory, copies, streams, events and the
+ * element-wise primitives of the engine, behind one interface; and which
+ * device this process uses.
  *
- * device owns the choice between a CPU run and a GPU run (ARCHITECTURE.md §1) and
- * the GPU a task picks from its local rank.  In this version every run is a
- * CPU run; a CUDA-enabled binary probes cudaGetDeviceCount so the log says
- * what it saw, and every run logs the GPU it would have picked. */
+ * device owns the seam between the engine (model, fsdp, optim, ckpt) and
+ * where tensors live.  A table (`sr_dev`) is a struct of function
+ * pointers; model.c, fsdp.c and optim.c touch model tensors only through
+ * it and through the ops (ops.h).  Three tables implement it:
+ *   - cpu:  host memory, streams are program order, events are counters —
+ *           except that a wait on a *transport event* is the host wait on
+ *           that transport request (sr_wait): skipping it would read a
+ *           half-gathered unit.  Primitives are the host loops of vec.c.
+ *   - fake: the cpu table with its "device" memory in its own accounted
+ *           space (mem_device_total), behaving like a GPU run in every
+ *           decision the code makes: state on the device, checkpoints
+ *           staged through host buffers, the planned device memory checked
+ *           against SHARDRUN_TEST_DEVICE_FREE_MB.  A test hook
+ *           (SHARDRUN_TEST_DEVICE=fake) so GPU-run code paths are tested on
+ *           any machine.
+ *   - cuda: the CUDA back end (a later issue).
+ * Allocations are never zeroed implicitly; under SHARDRUN_TEST_POISON=1
+ * (which `make check` sets) the cpu and fake tables fill them with NaN, so a
+ * read before a write shows on the CPU before any GPU.
+ *
+ * The choice of the GPU from the local rank (sr_device_pick) and the device
+ * line of the log live here too (ARCHITECTURE.md §1). */
 #ifndef SR_DEVICE_H
 #define SR_DEVICE_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "mem.h"
+#include "status.h"
+#include "vec.h"
+
+typedef enum { SR_DEV_CPU, SR_DEV_FAKE, SR_DEV_CUDA } sr_dev_kind;
+
+/* Streams: compute (the model's ops), comm (collectives and their casts and
+ * folds), h2d and d2h (offload and checkpoints). */
+typedef enum { SR_STREAM_COMPUTE, SR_STREAM_COMM, SR_STREAM_H2D, SR_STREAM_D2H, SR_NSTREAMS } sr_stream;
+
+/* An event: a point in one stream's order.  Zero-initialise ({0}) before
+ * first use.  A *transport event* completes with a transport request
+ * instead: `req` and the function that waits for it on the host (the
+ * transport sets both, sr_event_from_req in comm.h, so this layer needs
+ * no knowledge of the transport). */
+typedef struct {
+    uint64_t tick;                        /* cpu tables: the recording stream's count (0: never recorded) */
+    int stream;                           /* the stream that recorded it */
+    void *req;                            /* transport event: the request it stands for, or NULL */
+    sr_status (*req_wait)(void *req);     /* ...and how the host waits for it */
+    void *impl;                           /* a back end's own event (CUDA), or NULL */
+} sr_event;
+
+/* One contiguous run of the shard that AdamW updates: elements [off, off+n)
+ * of params/grads/m/v, with weight decay or not. */
+typedef struct {
+    size_t off, n;
+    bool decay;
+} sr_adamw_segment;
+
+/* One AdamW launch over a list of segments (sr_optim builds it).  `a`
+ * carries the step's constants; a.decay is replaced per segment by
+ * weight_decay (decaying segments) or 0. */
+typedef struct {
+    float *params, *m, *v;
+    const float *grads;
+    const sr_adamw_segment *segs;
+    int nsegs;
+    sr_adamw_args a;
+    float weight_decay;
+} sr_adamw_launch;
+
+typedef struct sr_dev sr_dev;
+
+/* The table.  Every pointer argument of a stream-ordered call names memory
+ * of this table (any space) unless stated; `s` orders the call after
+ * everything issued earlier on the same stream. */
+struct sr_dev {
+    const char *name; /* "cpu", "fake", "cuda" (logs) */
+    sr_dev_kind kind;
+    /* true when device memory is not host memory to the engine: model state
+     * lives in SR_SPACE_DEVICE and the host reaches it only by copies
+     * (fake, cuda).  false: the cpu table, where every space is host. */
+    bool separate_memory;
+
+    /* Memory: `bytes` in (space, cat), 64-byte aligned, not zeroed (NaN
+     * under SHARDRUN_TEST_POISON=1); NULL with an SR_ERR_INTERNAL message
+     * when out of memory.  free needs no size; NULL is fine. */
+    void *(*alloc)(sr_dev *d, sr_mem_space space, sr_mem_cat cat, size_t bytes);
+    void (*free)(sr_dev *d, void *p);
+
+    /* Stream-ordered copies and memsets (any direction). */
+    void (*memset)(sr_dev *d, sr_stream s, void *dst, int byte, size_t bytes);
+    void (*copy)(sr_dev *d, sr_stream s, void *dst, const void *src, size_t bytes);
+
+    /* Events: record `ev` at the current end of stream s; make stream s
+     * wait for `ev` (device side: the host does not block, except on a
+     * transport event on the cpu tables); block the host until `ev` is
+     * complete; block the host until stream s is drained.  The waits return
+     * the transport's status for a transport event (SR_ERR_PEER when a
+     * peer failed), else SR_OK (SR_ERR_INTERNAL for a failed device). */
+    void (*record)(sr_dev *d, sr_event *ev, sr_stream s);
+    sr_status (*wait)(sr_dev *d, sr_stream s, sr_event *ev);
+    sr_status (*host_wait)(sr_dev *d, sr_event *ev);
+    sr_status (*sync)(sr_dev *d, sr_stream s);
+
+    /* Element-wise primitives (stream-ordered):
+     *   cast_f32_bf16: dst[i] = bf16(src[i]), round to nearest even
+     *   fold_bf16:     acc[i] = (add ? acc[i] : 0) + f32(src[i])
+     *   add_f32:       acc[i] += src[i]
+     *   sum_squares:   *out = sum x[i]^2 in double, in a fixed order (the
+     *                  same for any thread count); out in this table's memory
+     *   loss_sum:      *acc += sum losses[i] in double, i in order; acc in
+     *                  this table's memory
+     *   adamw:         one AdamW step over the launch's segments */
+    void (*cast_f32_bf16)(sr_dev *d, sr_stream s, void *dst, const float *src, size_t n);
+    void (*fold_bf16)(sr_dev *d, sr_stream s, float *acc, const void *src, size_t n, bool add);
+    void (*add_f32)(sr_dev *d, sr_stream s, float *acc, const float *src, size_t n);
+    void (*sum_squares)(sr_dev *d, sr_stream s, double *out, const float *x, size_t n);
+    void (*loss_sum)(sr_dev *d, sr_stream s, double *acc, const float *losses, size_t n);
+    void (*adamw)(sr_dev *d, sr_stream s, const sr_adamw_launch *l);
+
+    /* The space model state lives in: SR_SPACE_DEVICE with
+     * separate_memory, else SR_SPACE_HOST. */
+    sr_mem_space state_space;
+    bool poison;                   /* fill allocations with NaN */
+    uint64_t ticks[SR_NSTREAMS];   /* cpu tables: events recorded per stream */
+    long long device_free_bytes;   /* fake: SHARDRUN_TEST_DEVICE_FREE_MB, or -1 */
+};
+
+/* The device a job asks for (the job file's `device` key). */
+typedef enum { SR_DEVICE_AUTO, SR_DEVICE_CPU, SR_DEVICE_CUDA } sr_device_want;
+
+/* Opens the table for this process: the cpu table for a CPU run, the fake
+ * table under SHARDRUN_TEST_DEVICE=fake.  `want` cuda is SR_ERR_CONFIG
+ * (78): "not implemented yet" in a CUDA-enabled binary, "built without
+ * CUDA" otherwise; the message names the `device` key.  *out is set on
+ * success; free with sr_device_close. */
+sr_status sr_device_open(sr_dev **out, sr_device_want want);
+void sr_device_close(sr_dev *d);
+/* The cpu and fake tables themselves, for tests (sr_device_close frees
+ * them too).  NULL when out of memory. */
+sr_dev *sr_dev_cpu_open(void);
+sr_dev *sr_dev_fake_open(void);
+
+/* Host <-> table copies that return when done: copy on stream s, then
+ * wait for the stream (checkpoints, the parameter dump, scalars). */
+sr_status sr_dev_download(sr_dev *d, void *host_dst, const void *src, size_t bytes);
+sr_status sr_dev_upload(sr_dev *d, void *dst, const void *host_src, size_t bytes);
+
+/* When the task was given GPUs (CUDA_VISIBLE_DEVICES non-empty) but none
+ * is usable, describes why in `buf` (cudaGetDeviceCount's answer) and
+ * returns true; false otherwise. */
+bool sr_device_gpus_unusable(char *buf, size_t n);
 
 /* Picks the CUDA ordinal for a task that sees `n_visible` GPUs, with
  * CUDA_VISIBLE_DEVICES = `visible` (NULL when unset): exactly one visible

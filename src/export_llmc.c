@@ -52,7 +52,7 @@ sr_status sr_export_llmc(const char *path, const char *dest, FILE *out) {
     if (st == SR_OK) {
         sr_slice whole = {0, model.n_params, 0};
         float *dst[SR_NSTATE] = {all, NULL, NULL};
-        st = sr_ckpt_read_slices(dirfd, path, &mf, &whole, 1, dst, NULL);
+        st = sr_ckpt_read_slices(dirfd, path, &mf, &whole, 1, dst, NULL, NULL);
     }
     if (st == SR_OK) {
         llmc_ctx x = {&model, all};

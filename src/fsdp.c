@@ -36,25 +36,22 @@ typedef struct {
     int64_t reshard;
     sr_group *ngroup; /* reshard N group, or NULL */
     /* parameters */
-    void *full; /* S*P elements of the param dtype, or NULL */
-    sr_req *ag_req;
-    void *ag_send;
-    size_t ag_send_bytes;
-    void *kept; /* reshard N: this rank's 1/N of the full unit */
-    size_t kept_bytes;
-    bool kept_in_flight; /* kept is the send buffer of ag_req */
+    void *full;      /* S*P elements of the param dtype, or NULL */
+    sr_event ready;  /* the gather into full (a transport event on the cpu tables) */
+    bool ag_pending; /* `ready` not yet waited for */
+    void *ag_send;   /* bf16 send buffer of the gather (SR_MEM_COMM) */
+    void *kept;      /* reshard N: this rank's 1/N of the full unit */
+    bool kept_in_flight; /* kept is the send buffer of the pending gather */
     /* gradients */
     float *gfull; /* per_micro_batch: transient full gradient (SR_MEM_COMM) */
-    sr_req *rs_req, *ar_req;
-    void *rs_send;
-    size_t rs_send_bytes;
-    void *rs_recv;
-    size_t rs_recv_bytes;
+    sr_event rs_done, ar_done;
+    void *rs_send, *rs_recv;
     bool rs_pending;
 } unit;
 
 struct sr_fsdp {
     sr_model *m;
+    sr_dev *dev;
     sr_fsdp_opts o;
     sr_mesh mesh;
     sr_shardplan plan;
@@ -68,9 +65,9 @@ struct sr_fsdp {
     bool opt_ok;
     float *accum;
     size_t accum_n;
-    float *stage;
-    size_t stage_n;
+    float *stage; /* the ops compute in another dtype than the gathered units: one unit widened */
     int staged_unit;
+    double *sumsq; /* the gradient shard's sum of squares, in the table's memory */
     sr_dtype pdt, rdt;
     bool per_step;
     int *order, norder, pos;
@@ -88,72 +85,70 @@ static bool failed(sr_fsdp *f) { return sr_sticky_status(&f->err) != SR_OK; }
 /* ------------------------------------------------------------------------ */
 /* parameters */
 
+/* Device memory of the engine, in the state space of the table. */
+static void *dalloc(sr_fsdp *f, sr_mem_cat cat, size_t bytes) {
+    void *p = f->dev->alloc(f->dev, f->dev->state_space, cat, bytes);
+    if (!p)
+        fail(f, SR_ERR_INTERNAL);
+    return p;
+}
+
+static void dfree(sr_fsdp *f, void **p) {
+    f->dev->free(f->dev, *p);
+    *p = NULL;
+}
+
+/* The gather of a unit: on the comm stream, cast the shard (bf16), then
+ * the all-gather; `ready` is its completion. */
 static void issue_gather(sr_fsdp *f, unit *u) {
     if (u->full || failed(f))
         return;
-    size_t P = u->p->P, es = sr_dtype_size(f->pdt), full_bytes = (size_t)f->S * P * es;
-    u->full = sr_mem_alloc(SR_MEM_FULL_UNITS, full_bytes);
-    if (!u->full) {
-        fail(f, SR_ERR_INTERNAL);
+    sr_dev *d = f->dev;
+    size_t P = u->p->P, es = sr_dtype_size(f->pdt);
+    u->full = dalloc(f, SR_MEM_FULL_UNITS, (size_t)f->S * P * es);
+    if (!u->full)
         return;
-    }
     sr_status st;
+    sr_req *req = NULL;
     if (u->kept) {
         int N = sr_group_size(u->ngroup);
-        st = sr_allgather(u->ngroup, u->full, u->kept, (size_t)f->S * P / (size_t)N, f->pdt, &u->ag_req);
+        st = sr_allgather(u->ngroup, u->full, u->kept, (size_t)f->S * P / (size_t)N, f->pdt, &req);
         u->kept_in_flight = true;
     } else if (f->pdt == SR_DT_F32) {
-        st = sr_allgather(f->shard_g, u->full, f->pshard + u->p->local, P, SR_DT_F32, &u->ag_req);
+        st = sr_allgather(f->shard_g, u->full, f->pshard + u->p->local, P, SR_DT_F32, &req);
     } else {
-        u->ag_send_bytes = P * 2;
-        u->ag_send = sr_mem_alloc(SR_MEM_COMM, u->ag_send_bytes);
-        if (!u->ag_send) {
-            fail(f, SR_ERR_INTERNAL);
+        u->ag_send = dalloc(f, SR_MEM_COMM, P * 2);
+        if (!u->ag_send)
             return;
-        }
-        sr_vec_f32_to_bf16_par(u->ag_send, f->pshard + u->p->local, P);
-        st = sr_allgather(f->shard_g, u->full, u->ag_send, P, SR_DT_BF16, &u->ag_req);
+        d->cast_f32_bf16(d, SR_STREAM_COMM, u->ag_send, f->pshard + u->p->local, P);
+        st = sr_allgather(f->shard_g, u->full, u->ag_send, P, SR_DT_BF16, &req);
     }
+    sr_event_from_req(&u->ready, req);
+    u->ag_pending = true;
     if (st != SR_OK)
         fail(f, st);
 }
 
-/* Waits for *req (if any), clears it, and records a failure; returns its status. */
-static sr_status wait_req(sr_fsdp *f, sr_req **req) {
-    if (!*req)
-        return SR_OK;
-    sr_status st = sr_wait(*req);
-    *req = NULL;
-    if (st != SR_OK)
-        fail(f, st);
-    return st;
-}
-
-static void wait_gather(sr_fsdp *f, unit *u) {
-    if (!u->ag_req)
+/* Makes stream s wait for the unit's gather and releases its send
+ * buffers. */
+static void wait_gather(sr_fsdp *f, unit *u, sr_stream s) {
+    if (!u->ag_pending)
         return;
-    wait_req(f, &u->ag_req);
-    if (u->ag_send) {
-        sr_mem_free(SR_MEM_COMM, u->ag_send, u->ag_send_bytes);
-        u->ag_send = NULL;
-    }
+    u->ag_pending = false;
+    sr_status st = f->dev->wait(f->dev, s, &u->ready);
+    if (st != SR_OK)
+        fail(f, st);
+    dfree(f, &u->ag_send);
     if (u->kept_in_flight) {
-        sr_mem_free(SR_MEM_FULL_UNITS, u->kept, u->kept_bytes);
-        u->kept = NULL;
+        dfree(f, &u->kept);
         u->kept_in_flight = false;
     }
 }
 
 static void free_full(sr_fsdp *f, unit *u) {
-    wait_gather(f, u);
-    if (u->full) {
-        sr_mem_free(SR_MEM_FULL_UNITS, u->full, (size_t)f->S * u->p->P * sr_dtype_size(f->pdt));
-        u->full = NULL;
-    }
-    if (u->kept) {
-        sr_mem_free(SR_MEM_FULL_UNITS, u->kept, u->kept_bytes);
-        u->kept = NULL;
-    }
+    wait_gather(f, u, SR_STREAM_COMPUTE);
+    dfree(f, &u->full);
+    dfree(f, &u->kept);
     if (f->staged_unit == (int)(u - f->units))
         f->staged_unit = -1;
 }
@@ -168,21 +163,17 @@ static void reshard_after_forward(sr_fsdp *f, unit *u) {
     }
     int N = sr_group_size(u->ngroup), j = sr_group_rank(u->ngroup);
     size_t es = sr_dtype_size(f->pdt), part = (size_t)f->S * u->p->P / (size_t)N;
-    wait_gather(f, u);
-    u->kept_bytes = part * es;
-    u->kept = sr_mem_alloc(SR_MEM_FULL_UNITS, u->kept_bytes);
-    if (!u->kept) {
-        fail(f, SR_ERR_INTERNAL);
+    wait_gather(f, u, SR_STREAM_COMPUTE);
+    u->kept = dalloc(f, SR_MEM_FULL_UNITS, part * es);
+    if (!u->kept)
         return;
-    }
-    memcpy(u->kept, (char *)u->full + (size_t)j * part * es, part * es);
-    sr_mem_free(SR_MEM_FULL_UNITS, u->full, (size_t)f->S * u->p->P * es);
-    u->full = NULL;
+    f->dev->copy(f->dev, SR_STREAM_COMPUTE, u->kept, (char *)u->full + (size_t)j * part * es, part * es);
+    dfree(f, &u->full);
     if (f->staged_unit == (int)(u - f->units))
         f->staged_unit = -1;
 }
 
-static float *hook_params(void *ctx, int layer) {
+static sr_param_view hook_params(void *ctx, int layer) {
     sr_fsdp *f = ctx;
     int ui = f->plan.unit_of_layer[layer];
     unit *u = &f->units[ui];
@@ -193,22 +184,22 @@ static float *hook_params(void *ctx, int layer) {
             break;
         }
     issue_gather(f, u);
-    wait_gather(f, u);
+    wait_gather(f, u, SR_STREAM_COMPUTE);
     int ahead = f->backward ? f->o.prefetch_backward : f->o.prefetch_forward;
     for (int k = f->pos + 1; k < f->norder && k <= f->pos + ahead; k++)
         if (f->order[k] != ui)
             issue_gather(f, &f->units[f->order[k]]);
     size_t rel = f->m->layer_offset[layer] - u->p->off;
     if (failed(f) || !u->full)
-        return NULL; /* the pass ends; check() reports why */
-    if (f->pdt == SR_DT_F32)
-        return (float *)u->full + rel;
+        return (sr_param_view){NULL, f->pdt}; /* the pass ends; check() reports why */
+    if (f->pdt == f->m->ops->act)
+        return (sr_param_view){(char *)u->full + rel * sr_dtype_size(f->pdt), f->pdt};
     if (f->staged_unit != ui) {
-        /* the CPU back end computes in fp32: widen the bf16 unit once */
-        sr_vec_bf16_to_f32_par(f->stage, u->full, u->p->n);
+        /* the ops compute in fp32 (the CPU): widen the bf16 unit once */
+        f->dev->fold_bf16(f->dev, SR_STREAM_COMPUTE, f->stage, u->full, u->p->n, false);
         f->staged_unit = ui;
     }
-    return f->stage + rel;
+    return (sr_param_view){f->stage + rel, SR_DT_F32};
 }
 
 static void hook_done_forward(void *ctx, int layer) {
@@ -221,71 +212,62 @@ static void hook_done_forward(void *ctx, int layer) {
 /* ------------------------------------------------------------------------ */
 /* gradients */
 
-/* Waits for a unit's reduction and folds it into the gradient shard. */
+/* Makes the comm stream wait for a unit's reduction, folds it into the
+ * gradient shard there, and releases its buffers. */
 static void finish_reduce(sr_fsdp *f, unit *u) {
     if (!u->rs_pending)
         return;
-    sr_status st = wait_req(f, &u->rs_req);
-    sr_status st2 = wait_req(f, &u->ar_req);
+    sr_dev *d = f->dev;
+    sr_status st = d->wait(d, SR_STREAM_COMM, &u->rs_done);
+    sr_status st2 = d->wait(d, SR_STREAM_COMM, &u->ar_done);
     if (st == SR_OK)
         st = st2;
+    if (st != SR_OK)
+        fail(f, st);
     float *g = f->gshard + u->p->local;
     size_t P = u->p->P;
     if (st == SR_OK && u->rs_recv) {
-        if (f->rdt == SR_DT_BF16 && f->per_step)
-            sr_vec_bf16_to_f32(g, u->rs_recv, P);
-        else if (f->rdt == SR_DT_BF16)
-            sr_vec_add_bf16_to_f32(g, u->rs_recv, P);
+        if (f->rdt == SR_DT_BF16)
+            d->fold_bf16(d, SR_STREAM_COMM, g, u->rs_recv, P, !f->per_step);
         else
-            sr_vec_add_f32(g, u->rs_recv, P);
+            d->add_f32(d, SR_STREAM_COMM, g, u->rs_recv, P);
     }
-    if (u->rs_send) {
-        sr_mem_free(SR_MEM_COMM, u->rs_send, u->rs_send_bytes);
-        u->rs_send = NULL;
-    }
-    if (u->rs_recv) {
-        sr_mem_free(SR_MEM_COMM, u->rs_recv, u->rs_recv_bytes);
-        u->rs_recv = NULL;
-    }
-    if (u->gfull) {
-        sr_mem_free(SR_MEM_COMM, u->gfull, (size_t)f->S * P * sizeof(float));
-        u->gfull = NULL;
-    }
+    dfree(f, &u->rs_send);
+    dfree(f, &u->rs_recv);
+    dfree(f, (void **)&u->gfull);
     u->rs_pending = false;
 }
 
 static void issue_reduce(sr_fsdp *f, unit *u) {
     if (failed(f))
         return;
+    sr_dev *d = f->dev;
     size_t P = u->p->P;
     const float *full = f->per_step ? f->accum + u->p->accum_off : u->gfull;
     size_t total = (size_t)f->S * P;
     const void *send = full;
     if (f->rdt == SR_DT_BF16) {
-        u->rs_send_bytes = total * 2;
-        u->rs_send = sr_mem_alloc(SR_MEM_COMM, u->rs_send_bytes);
-        if (!u->rs_send) {
-            fail(f, SR_ERR_INTERNAL);
+        u->rs_send = dalloc(f, SR_MEM_COMM, total * 2);
+        if (!u->rs_send)
             return;
-        }
-        sr_vec_f32_to_bf16_par(u->rs_send, full, total);
+        d->cast_f32_bf16(d, SR_STREAM_COMM, u->rs_send, full, total);
         send = u->rs_send;
     }
     void *recv;
     if (f->per_step && f->rdt == SR_DT_F32) {
         recv = f->gshard + u->p->local; /* written whole: one reduction per step */
     } else {
-        u->rs_recv_bytes = P * sr_dtype_size(f->rdt);
-        u->rs_recv = sr_mem_alloc(SR_MEM_COMM, u->rs_recv_bytes);
-        if (!u->rs_recv) {
-            fail(f, SR_ERR_INTERNAL);
+        u->rs_recv = dalloc(f, SR_MEM_COMM, P * sr_dtype_size(f->rdt));
+        if (!u->rs_recv)
             return;
-        }
         recv = u->rs_recv;
     }
-    sr_status st = sr_reduce_scatter(f->shard_g, recv, send, P, f->rdt, SR_OP_SUM, &u->rs_req);
+    sr_req *rs = NULL, *ar = NULL;
+    sr_status st = sr_reduce_scatter(f->shard_g, recv, send, P, f->rdt, SR_OP_SUM, &rs);
     if (st == SR_OK && f->R > 1)
-        st = sr_allreduce(f->rep_g, recv, P, f->rdt, SR_OP_SUM, &u->ar_req);
+        st = sr_allreduce(f->rep_g, recv, P, f->rdt, SR_OP_SUM, &ar);
+    sr_event_from_req(&u->rs_done, rs);
+    sr_event_from_req(&u->ar_done, ar);
     if (st != SR_OK)
         fail(f, st);
     u->rs_pending = true;
@@ -309,11 +291,11 @@ static float *hook_grads(void *ctx, int layer) {
     if (u->rs_pending)
         finish_reduce(f, u); /* the previous micro-batch's reduction of this unit */
     if (!u->gfull) {
-        u->gfull = sr_mem_alloc(SR_MEM_COMM, (size_t)f->S * u->p->P * sizeof(float));
-        if (!u->gfull) {
-            fail(f, SR_ERR_INTERNAL);
+        size_t bytes = (size_t)f->S * u->p->P * sizeof(float);
+        u->gfull = dalloc(f, SR_MEM_COMM, bytes);
+        if (!u->gfull)
             return NULL;
-        }
+        f->dev->memset(f->dev, SR_STREAM_COMPUTE, u->gfull, 0, bytes);
     }
     return u->gfull + rel;
 }
@@ -324,8 +306,13 @@ static void hook_done_backward(void *ctx, int layer) {
     if (layer != u->p->first_layer)
         return;
     free_full(f, u);
-    if (!f->per_step || f->last_mb)
+    if (!f->per_step || f->last_mb) {
+        /* the comm stream waits for the unit's gradients */
+        sr_event grads_ready = {0};
+        f->dev->record(f->dev, &grads_ready, SR_STREAM_COMPUTE);
+        f->dev->wait(f->dev, SR_STREAM_COMM, &grads_ready);
         issue_reduce(f, u);
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -353,42 +340,61 @@ static sr_status create_groups(sr_fsdp *f, sr_transport *tp, sr_group *ngroups[2
     return st;
 }
 
-/* Shard buffers, the accumulation buffer and the bf16 staging buffer. */
+/* Shard buffers, the accumulation buffer, the staging buffer and the
+ * sum-of-squares scalar, on the device table. */
 static sr_status alloc_buffers(sr_fsdp *f) {
     size_t local = f->plan.local_size;
     f->local_size = local;
-    f->pshard = sr_mem_alloc(SR_MEM_PARAM_SHARD, local * sizeof(float));
-    f->gshard = f->pshard ? sr_mem_alloc(SR_MEM_GRAD_SHARD, local * sizeof(float)) : NULL;
+    f->pshard = dalloc(f, SR_MEM_PARAM_SHARD, local * sizeof(float));
+    f->gshard = f->pshard ? dalloc(f, SR_MEM_GRAD_SHARD, local * sizeof(float)) : NULL;
     if (!f->pshard || !f->gshard)
         return SR_ERR_INTERNAL;
+    /* the padding between slices is gathered and summed: keep it zero */
+    f->dev->memset(f->dev, SR_STREAM_COMPUTE, f->pshard, 0, local * sizeof(float));
+    f->dev->memset(f->dev, SR_STREAM_COMPUTE, f->gshard, 0, local * sizeof(float));
     if (f->per_step) {
-        f->accum = sr_mem_alloc(SR_MEM_ACCUM, f->plan.accum_size * sizeof(float));
+        f->accum = dalloc(f, SR_MEM_ACCUM, f->plan.accum_size * sizeof(float));
         if (!f->accum)
             return SR_ERR_INTERNAL;
         f->accum_n = f->plan.accum_size;
     }
-    if (f->pdt == SR_DT_BF16) {
+    if (f->pdt != f->m->ops->act) {
         size_t largest = 0;
         for (int ui = 0; ui < f->nunits; ui++)
             largest = f->plan.units[ui].n > largest ? f->plan.units[ui].n : largest;
-        f->stage = sr_mem_alloc(SR_MEM_OTHER, largest * sizeof(float));
+        f->stage = dalloc(f, SR_MEM_OTHER, largest * sizeof(float));
         if (!f->stage)
             return SR_ERR_INTERNAL;
-        f->stage_n = largest;
     }
-    return SR_OK;
+    f->sumsq = dalloc(f, SR_MEM_OTHER, sizeof(double));
+    return f->sumsq ? SR_OK : SR_ERR_INTERNAL;
 }
 
-/* The master shard from the seed, and the optimizer over this rank's slices. */
+/* The master shard from the seed, generated on the host in pieces and
+ * uploaded, and the optimizer over this rank's slices. */
 static sr_status init_master(sr_fsdp *f) {
     sr_slice *slices = sr_malloc(sizeof(sr_slice) * (size_t)f->nunits);
-    if (!slices)
+    enum { PIECE = 16384 };
+    float *piece = sr_malloc(PIECE * sizeof(float));
+    if (!slices || !piece) {
+        free(slices);
+        free(piece);
         return sr_error_oom("the shard's slices");
+    }
+    sr_status st = SR_OK;
     int ns = sr_shardplan_slices(&f->plan, f->mesh.shard_idx, slices);
-    for (int i = 0; i < ns; i++)
-        sr_model_init_params(f->m, f->o.seed, f->pshard + slices[i].local, slices[i].begin, slices[i].end);
-    sr_status st = sr_optim_init_slices(&f->opt, f->m, slices, ns, f->local_size);
-    f->opt_ok = true;
+    for (int i = 0; i < ns && st == SR_OK; i++)
+        for (size_t b = slices[i].begin; b < slices[i].end && st == SR_OK; b += PIECE) {
+            size_t e = b + PIECE < slices[i].end ? b + PIECE : slices[i].end;
+            sr_model_init_params(f->m, f->o.seed, piece, b, e);
+            st = sr_dev_upload(f->dev, f->pshard + slices[i].local + (b - slices[i].begin), piece,
+                               (e - b) * sizeof(float));
+        }
+    free(piece);
+    if (st == SR_OK) {
+        st = sr_optim_init_slices(&f->opt, f->m, f->dev, slices, ns, f->local_size);
+        f->opt_ok = true;
+    }
     free(slices);
     return st;
 }
@@ -401,6 +407,7 @@ sr_status sr_fsdp_init(sr_fsdp **out, sr_model *m, const sr_mesh *mesh, const sr
     sr_sticky_init(&f->err);
     *out = f;
     f->m = m;
+    f->dev = m->dev;
     f->o = *o;
     f->mesh = *mesh;
     f->S = mesh->S;
@@ -445,10 +452,13 @@ void sr_fsdp_free(sr_fsdp *f) {
     }
     if (f->opt_ok)
         sr_optim_free(&f->opt);
-    sr_mem_free(SR_MEM_PARAM_SHARD, f->pshard, f->local_size * sizeof(float));
-    sr_mem_free(SR_MEM_GRAD_SHARD, f->gshard, f->local_size * sizeof(float));
-    sr_mem_free(SR_MEM_ACCUM, f->accum, f->accum_n * sizeof(float));
-    sr_mem_free(SR_MEM_OTHER, f->stage, f->stage_n * sizeof(float));
+    if (f->dev) {
+        dfree(f, (void **)&f->pshard);
+        dfree(f, (void **)&f->gshard);
+        dfree(f, (void **)&f->accum);
+        dfree(f, (void **)&f->stage);
+        dfree(f, (void **)&f->sumsq);
+    }
     sr_shardplan_free(&f->plan);
     sr_sticky_destroy(&f->err);
     free(f->units);
@@ -465,9 +475,10 @@ static sr_status check(sr_fsdp *f, sr_status model_st) {
 }
 
 void sr_fsdp_begin_step(sr_fsdp *f) {
+    sr_dev *d = f->dev;
     if (f->accum)
-        memset(f->accum, 0, f->accum_n * sizeof(float));
-    memset(f->gshard, 0, f->local_size * sizeof(float));
+        d->memset(d, SR_STREAM_COMPUTE, f->accum, 0, f->accum_n * sizeof(float));
+    d->memset(d, SR_STREAM_COMPUTE, f->gshard, 0, f->local_size * sizeof(float));
     f->staged_unit = -1;
 }
 
@@ -487,11 +498,9 @@ static void set_order(sr_fsdp *f, bool backward) {
     f->backward = backward;
 }
 
-sr_status sr_fsdp_forward(sr_fsdp *f, const int *inputs, const int *targets, int B, double *loss_sum) {
+sr_status sr_fsdp_forward(sr_fsdp *f, const int *inputs, const int *targets, int B) {
     set_order(f, false);
-    float mean = 0.0f;
-    sr_status st = sr_model_forward(f->m, &f->src, inputs, targets, B, &mean);
-    *loss_sum += (double)mean * B;
+    sr_status st = sr_model_forward(f->m, &f->src, inputs, targets, B);
     return check(f, st);
 }
 
@@ -502,17 +511,17 @@ sr_status sr_fsdp_backward(sr_fsdp *f, float dloss, bool last_micro_batch) {
     return check(f, st);
 }
 
+sr_status sr_fsdp_take_loss_sum(sr_fsdp *f, double *loss_sum) { return sr_model_take_loss_sum(f->m, loss_sum); }
+
 static void free_all_full(sr_fsdp *f) {
     for (int ui = 0; ui < f->nunits; ui++)
         free_full(f, &f->units[ui]);
     f->staged_unit = -1;
 }
 
-sr_status sr_fsdp_eval(sr_fsdp *f, const int *inputs, const int *targets, int B, double *loss_sum) {
+sr_status sr_fsdp_eval(sr_fsdp *f, const int *inputs, const int *targets, int B) {
     set_order(f, false);
-    float mean = 0.0f;
-    sr_status st = sr_model_forward(f->m, &f->src, inputs, targets, B, &mean);
-    *loss_sum += (double)mean * B;
+    sr_status st = sr_model_forward(f->m, &f->src, inputs, targets, B);
     free_all_full(f);
     return check(f, st);
 }
@@ -524,9 +533,20 @@ sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *grad_norm) {
     sr_status st = check(f, SR_OK);
     if (st != SR_OK)
         return st;
+    /* every reduction folded (comm) and every gradient written (compute)
+     * before the sum of squares, read back once */
+    sr_dev *d = f->dev;
+    sr_event comm_done = {0}, sum_done = {0};
+    d->record(d, &comm_done, SR_STREAM_COMM);
+    d->wait(d, SR_STREAM_COMPUTE, &comm_done);
+    d->sum_squares(d, SR_STREAM_COMPUTE, f->sumsq, f->gshard, f->local_size);
+    d->record(d, &sum_done, SR_STREAM_COMPUTE);
+    d->wait(d, SR_STREAM_D2H, &sum_done);
+    double ss = 0.0;
+    st = sr_dev_download(d, &ss, f->sumsq, sizeof ss);
     /* replicas hold equal shards: sum squares over the shard group only */
-    double ss = sr_sum_squares(f->gshard, f->local_size);
-    st = sr_allreduce(f->shard_g, &ss, 1, SR_DT_F64, SR_OP_SUM, NULL);
+    if (st == SR_OK)
+        st = sr_allreduce(f->shard_g, &ss, 1, SR_DT_F64, SR_OP_SUM, NULL);
     *grad_norm = sqrt(ss);
     return st;
 }
@@ -537,7 +557,8 @@ void sr_fsdp_optimizer_step(sr_fsdp *f, int64_t step, double lr, const sr_adamw_
 }
 
 void sr_fsdp_shard_state_view(sr_fsdp *f, sr_fsdp_shard_state *out) {
-    *out = (sr_fsdp_shard_state){.slices = f->opt.slices,
+    *out = (sr_fsdp_shard_state){.dev = f->dev,
+                                 .slices = f->opt.slices,
                                  .nslices = f->opt.nslices,
                                  .params = f->pshard,
                                  .m = f->opt.m,
@@ -581,10 +602,10 @@ sr_status sr_fsdp_dump_params(sr_fsdp *f, const char *path) {
     for (int ui = 0; ui < f->nunits; ui++)
         biggest = f->plan.units[ui].P > biggest ? f->plan.units[ui].P : biggest;
     float *full = sr_malloc(m->n_params * sizeof(float));
-    float *unit_buf = sr_malloc((size_t)f->S * biggest * sizeof(float));
+    float *unit_buf = dalloc(f, SR_MEM_OTHER, (size_t)f->S * biggest * sizeof(float));
     if (!full || !unit_buf) {
         free(full);
-        free(unit_buf);
+        dfree(f, (void **)&unit_buf);
         return sr_error_oom("the parameter dump");
     }
     sr_status st = SR_OK;
@@ -592,13 +613,13 @@ sr_status sr_fsdp_dump_params(sr_fsdp *f, const char *path) {
         const sr_unit_plan *u = &f->plan.units[ui];
         st = sr_allgather(f->shard_g, unit_buf, f->pshard + u->local, u->P, SR_DT_F32, NULL);
         if (st == SR_OK)
-            memcpy(full + u->off, unit_buf, u->n * sizeof(float));
+            st = sr_dev_download(f->dev, full + u->off, unit_buf, u->n * sizeof(float));
     }
     if (st == SR_OK && f->mesh.rank == 0) {
         dump_ctx d = {m, full};
         st = sr_fsio_atomic_write(path, write_dump, &d);
     }
     free(full);
-    free(unit_buf);
+    dfree(f, (void **)&unit_buf);
     return st;
 }

@@ -3,6 +3,8 @@
 
 #include "job.h"
 
+#include "device.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,6 +103,18 @@ sr_status sr_job_check_world(const sr_config *cfg, int ranks, int rank, sr_mesh 
     if (mesh_out)
         *mesh_out = mesh;
     return SR_OK;
+}
+
+sr_status sr_job_check_device(const sr_config *cfg) {
+    if (cfg->device != SR_DEVICE_CUDA)
+        return SR_OK;
+#ifdef SR_HAVE_CUDA
+    return at_key(cfg, "device", "device: cuda is not implemented yet: the CUDA back end is a later release (hint: "
+                                 "device: auto or cpu)");
+#else
+    return at_key(cfg, "device", "device: cuda, but this shardrun was built without CUDA (hint: device: auto or cpu, "
+                                 "or a build configured --with-cuda)");
+#endif
 }
 
 sr_status sr_job_check_cpu_run(const sr_config *cfg) {

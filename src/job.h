@@ -49,5 +49,8 @@ sr_status sr_job_check_world(const sr_config *cfg, int ranks, int rank, sr_mesh 
 /* What a CPU run cannot do: offload (everything already lives in host
  * memory) and the NCCL transport.  SR_ERR_CONFIG with the place. */
 sr_status sr_job_check_cpu_run(const sr_config *cfg);
+/* `device: cuda` is refused (SR_ERR_CONFIG at the key): not implemented
+ * yet in a CUDA-enabled build, "built without CUDA" otherwise. */
+sr_status sr_job_check_device(const sr_config *cfg);
 
 #endif

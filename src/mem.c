@@ -3,6 +3,8 @@
 
 #include "mem.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +12,7 @@
 #include "testhook.h"
 
 static size_t current[SR_MEM_NCAT], peak[SR_MEM_NCAT];
+static size_t space_current[SR_NSPACE], space_peak[SR_NSPACE];
 static size_t total_current, total_peak;
 static long long allocations;
 
@@ -18,6 +21,24 @@ static const char *const names[] = {
     SR_MEM_TABLE(SR_MEM_NAME)
 #undef SR_MEM_NAME
 };
+static const char *const space_names[] = {
+#define SR_MEM_SPACE_NAME(e, n) n,
+    SR_MEM_SPACES(SR_MEM_SPACE_NAME)
+#undef SR_MEM_SPACE_NAME
+};
+
+/* The header in front of every accounted block: what sr_mem_free needs.
+ * 64 bytes, so the block after it keeps the 64-byte alignment. */
+#define BLOCK_MAGIC 0x53524d454d424c4bull /* "SRMEMBLK" */
+typedef union {
+    struct {
+        uint64_t magic;
+        uint64_t bytes;
+        uint32_t space, cat;
+    } h;
+    unsigned char pad[64];
+} block_header;
+_Static_assert(sizeof(block_header) == 64, "the block header keeps 64-byte alignment");
 
 /* Counts one allocation; false when SHARDRUN_TEST_ALLOC_FAIL says this one
  * must fail. */
@@ -33,39 +54,69 @@ static void raise_peak(size_t *pk, size_t now) {
         ;
 }
 
-void *sr_mem_alloc(sr_mem_cat cat, size_t bytes) {
+static void account(sr_mem_space space, sr_mem_cat cat, size_t bytes) {
+    raise_peak(&peak[cat], __atomic_add_fetch(&current[cat], bytes, __ATOMIC_RELAXED));
+    raise_peak(&space_peak[space], __atomic_add_fetch(&space_current[space], bytes, __ATOMIC_RELAXED));
+    raise_peak(&total_peak, __atomic_add_fetch(&total_current, bytes, __ATOMIC_RELAXED));
+}
+
+static void unaccount(sr_mem_space space, sr_mem_cat cat, size_t bytes) {
+    __atomic_sub_fetch(&current[cat], bytes, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&space_current[space], bytes, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&total_current, bytes, __ATOMIC_RELAXED);
+}
+
+void *sr_mem_alloc_in(sr_mem_space space, sr_mem_cat cat, size_t bytes, bool zero) {
     void *p = NULL;
     size_t rounded = (bytes + 63) & ~(size_t)63;
     if (rounded == 0)
         rounded = 64;
-    if (!count_one() || rounded < bytes || posix_memalign(&p, 64, rounded) != 0) {
+    size_t whole = rounded + sizeof(block_header);
+    if (!count_one() || rounded < bytes || whole < rounded || posix_memalign(&p, 64, whole) != 0) {
         sr_error(SR_ERR_INTERNAL, "out of memory allocating %zu bytes for %s", bytes, names[cat]);
         return NULL;
     }
-    memset(p, 0, rounded);
-    raise_peak(&peak[cat], __atomic_add_fetch(&current[cat], bytes, __ATOMIC_RELAXED));
-    raise_peak(&total_peak, __atomic_add_fetch(&total_current, bytes, __ATOMIC_RELAXED));
-    return p;
+    block_header *h = p;
+    *h = (block_header){.h = {BLOCK_MAGIC, bytes, (uint32_t)space, (uint32_t)cat}};
+    if (zero)
+        memset(h + 1, 0, rounded);
+    account(space, cat, bytes);
+    return h + 1;
 }
 
-void sr_mem_free(sr_mem_cat cat, void *ptr, size_t bytes) {
+void *sr_mem_alloc(sr_mem_cat cat, size_t bytes) { return sr_mem_alloc_in(SR_SPACE_HOST, cat, bytes, true); }
+
+void sr_mem_free(void *ptr) {
     if (!ptr)
         return;
-    free(ptr);
-    __atomic_sub_fetch(&current[cat], bytes, __ATOMIC_RELAXED);
-    __atomic_sub_fetch(&total_current, bytes, __ATOMIC_RELAXED);
+    block_header *h = (block_header *)ptr - 1;
+    if (h->h.magic != BLOCK_MAGIC || h->h.space >= SR_NSPACE || h->h.cat >= SR_MEM_NCAT) {
+        /* a pointer that did not come from sr_mem_alloc_in: a bug, never input */
+        fprintf(stderr, "shardrun: internal error: sr_mem_free of a block it did not allocate\n");
+        abort();
+    }
+    unaccount((sr_mem_space)h->h.space, (sr_mem_cat)h->h.cat, h->h.bytes);
+    h->h.magic = 0;
+    free(h);
 }
 
 size_t sr_mem_current(sr_mem_cat cat) { return __atomic_load_n(&current[cat], __ATOMIC_RELAXED); }
 size_t sr_mem_peak(sr_mem_cat cat) { return __atomic_load_n(&peak[cat], __ATOMIC_RELAXED); }
+size_t sr_mem_space_current(sr_mem_space s) { return __atomic_load_n(&space_current[s], __ATOMIC_RELAXED); }
+size_t sr_mem_space_peak(sr_mem_space s) { return __atomic_load_n(&space_peak[s], __ATOMIC_RELAXED); }
 size_t sr_mem_total_current(void) { return __atomic_load_n(&total_current, __ATOMIC_RELAXED); }
 size_t sr_mem_total_peak(void) { return __atomic_load_n(&total_peak, __ATOMIC_RELAXED); }
 const char *sr_mem_name(sr_mem_cat cat) { return names[cat]; }
+const char *sr_mem_space_name(sr_mem_space s) { return space_names[s]; }
 
 void sr_mem_reset(void) {
     for (int c = 0; c < SR_MEM_NCAT; c++) {
         __atomic_store_n(&current[c], 0, __ATOMIC_RELAXED);
         __atomic_store_n(&peak[c], 0, __ATOMIC_RELAXED);
+    }
+    for (int s = 0; s < SR_NSPACE; s++) {
+        __atomic_store_n(&space_current[s], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&space_peak[s], 0, __ATOMIC_RELAXED);
     }
     __atomic_store_n(&total_current, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&total_peak, 0, __ATOMIC_RELAXED);

@@ -4,8 +4,9 @@
  * Every large buffer shardrun allocates goes through sr_mem_alloc with a
  * category, so the memory figures in the log and metrics come from the
  * program's own accounting, not from guesses (ARCHITECTURE.md §3,
- * "Memory").  Buffers are 64-byte aligned and zero-filled.  Counters are
- * atomic, so any thread may allocate.
+ * "Memory"), by category and by space (host, pinned, device).  Buffers are
+ * 64-byte aligned; a freed block needs no size from the caller.  Counters
+ * are atomic, so any thread may allocate.
  *
  * Small allocations (tables, strings, requests) go through sr_malloc and
  * friends: plain libc underneath, but every call is counted so the test
@@ -15,6 +16,7 @@
 #ifndef SR_MEM_H
 #define SR_MEM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* X(enum, short name used in logs and metrics) */
@@ -35,18 +37,43 @@ typedef enum {
         SR_MEM_NCAT
 } sr_mem_cat;
 
-/* Returns zeroed, 64-byte aligned memory of `bytes`, or NULL (with an
- * SR_ERR_INTERNAL message recorded) when out of memory.  Free with
- * sr_mem_free(cat, ptr, bytes) using the same category and size. */
-void *sr_mem_alloc(sr_mem_cat cat, size_t bytes);
-/* Frees and un-accounts; NULL is fine. */
-void sr_mem_free(sr_mem_cat cat, void *ptr, size_t bytes);
+/* Where an accounted buffer lives (mem_<space>_total in the metrics):
+ * host memory, pinned (page-locked) host memory, device memory.  A CPU run
+ * has only host memory; the fake device (device.h) and CUDA add the others. */
+#define SR_MEM_SPACES(X)                                                                                               \
+    X(SR_SPACE_HOST, "host")                                                                                           \
+    X(SR_SPACE_PINNED, "pinned")                                                                                       \
+    X(SR_SPACE_DEVICE, "device")
 
+typedef enum {
+#define SR_MEM_SPACE_ENUM(e, n) e,
+    SR_MEM_SPACES(SR_MEM_SPACE_ENUM)
+#undef SR_MEM_SPACE_ENUM
+        SR_NSPACE
+} sr_mem_space;
+
+/* Returns 64-byte aligned host memory of `bytes`, accounted in (space,
+ * cat), zero-filled when `zero`, or NULL (with an SR_ERR_INTERNAL message
+ * recorded) when out of memory.  The block remembers its size, space and
+ * category: free it with sr_mem_free(ptr) alone.  `space` says what the
+ * memory stands for (the CPU and fake device tables hand out host memory
+ * for every space). */
+void *sr_mem_alloc_in(sr_mem_space space, sr_mem_cat cat, size_t bytes, bool zero);
+/* sr_mem_alloc_in(SR_SPACE_HOST, cat, bytes, true). */
+void *sr_mem_alloc(sr_mem_cat cat, size_t bytes);
+/* Frees a block of sr_mem_alloc_in and un-accounts it; NULL is fine. */
+void sr_mem_free(void *ptr);
+
+/* Per category, summed over the spaces (today's mem_<category> keys). */
 size_t sr_mem_current(sr_mem_cat cat);
 size_t sr_mem_peak(sr_mem_cat cat);
+/* Per space, summed over the categories; the peak of that sum. */
+size_t sr_mem_space_current(sr_mem_space space);
+size_t sr_mem_space_peak(sr_mem_space space);
 size_t sr_mem_total_current(void);
 size_t sr_mem_total_peak(void);
 const char *sr_mem_name(sr_mem_cat cat);
+const char *sr_mem_space_name(sr_mem_space space);
 /* Forgets all peaks and counts (tests and benchmarks). */
 void sr_mem_reset(void);
 

@@ -74,7 +74,7 @@ sr_status sr_memplan_compute(sr_memplan *p, const sr_model_dims *d, int micro_ba
                              const sr_fsdp_opts *o, int threads) {
     *p = (sr_memplan){0};
     sr_model m;
-    sr_status st = sr_model_init(&m, *d, &sr_ops_cpu, 0, false);
+    sr_status st = sr_model_init(&m, *d, &sr_ops_cpu, NULL, 0, false);
     sr_shardplan pl = {0};
     if (st == SR_OK)
         st = sr_shardplan_init(&pl, m.layer_offset, d->L, o->blocks_per_unit, mesh->S);
@@ -88,7 +88,7 @@ sr_status sr_memplan_compute(sr_memplan *p, const sr_model_dims *d, int micro_ba
     p->bytes[SR_MEM_OPTIM_SHARD] = mul(mul(pl.local_size, f), 2);
     p->bytes[SR_MEM_ACCUM] = o->grad_sync_per_step ? mul(pl.accum_size, f) : 0;
     p->bytes[SR_MEM_FULL_UNITS] = full_units(&pl, o, es);
-    p->bytes[SR_MEM_ACTIVATIONS] = sr_model_activation_bytes(d, micro_batch);
+    p->bytes[SR_MEM_ACTIVATIONS] = sr_model_activation_bytes(d, &sr_ops_cpu, micro_batch);
     p->bytes[SR_MEM_COMM] = comm_buffers(&pl, o);
     if (o->param_dtype == SR_DT_BF16) {
         size_t largest = 0;
@@ -228,4 +228,15 @@ sr_status sr_memplan_check(const sr_memplan *p, int local_size) {
                     sr_memplan_size(need, a, sizeof a), cats, sr_memplan_size(avail, b, sizeof b), ranks,
                     ranks == 1 ? "" : "s", cheapest_fix(p));
     return SR_OK;
+}
+
+sr_status sr_memplan_check_device(const sr_memplan *p, long long free_bytes) {
+    if (free_bytes < 0 || p->total <= (size_t)free_bytes)
+        return SR_OK;
+    char cats[512], a[32], b[32];
+    largest_categories(p, cats, sizeof cats);
+    return sr_error(SR_ERR_CONFIG, "this job plans %s of device memory per rank (%s), more than the %s free on the "
+                                   "device (hint: %s)",
+                    sr_memplan_size(p->total, a, sizeof a), cats, sr_memplan_size((size_t)free_bytes, b, sizeof b),
+                    cheapest_fix(p));
 }

@@ -43,6 +43,11 @@ sr_status sr_memplan_compute(sr_memplan *p, const sr_model_dims *d, int micro_ba
  * warns when it is above MemAvailable divided by the node's local ranks. */
 sr_status sr_memplan_check(const sr_memplan *p, int local_size);
 
+/* Refuses a plan whose categories (all of them live on the device in a
+ * GPU run) exceed `free_bytes` of device memory: SR_ERR_CONFIG naming the
+ * planned and free sizes, the largest categories and the cheapest fix. */
+sr_status sr_memplan_check_device(const sr_memplan *p, long long free_bytes);
+
 /* "1.5 GiB", "320.0 MiB", for messages (buf of 32 bytes or more). */
 const char *sr_memplan_size(size_t bytes, char *buf, size_t n);
 

@@ -57,6 +57,9 @@ void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
         fprintf(f, ",\"mem_%s\":%zu,\"mem_%s_peak\":%zu", sr_mem_name(c), sr_mem_current(c), sr_mem_name(c),
                 sr_mem_peak(c));
     fprintf(f, ",\"mem_total\":%zu,\"mem_total_peak\":%zu", sr_mem_total_current(), sr_mem_total_peak());
+    for (int sp = 0; sp < SR_NSPACE; sp++)
+        fprintf(f, ",\"mem_%s_total\":%zu,\"mem_%s_total_peak\":%zu", sr_mem_space_name(sp), sr_mem_space_current(sp),
+                sr_mem_space_name(sp), sr_mem_space_peak(sp));
     fputs("}\n", f);
     fflush(f);
 }
@@ -79,9 +82,14 @@ void sr_metrics_log_memory(const char *when) {
         if (sr_mem_peak(c) > 0 && used < sizeof line)
             used += (size_t)snprintf(line + used, sizeof line - used, " %s %.1f/%.1f", sr_mem_name(c),
                                      mib(sr_mem_current(c)), mib(sr_mem_peak(c)));
+    if (used < sizeof line)
+        used += (size_t)snprintf(line + used, sizeof line - used, "; total %.1f/%.1f", mib(sr_mem_total_current()),
+                                 mib(sr_mem_total_peak()));
+    for (int sp = 0; sp < SR_NSPACE && used < sizeof line; sp++)
+        used += (size_t)snprintf(line + used, sizeof line - used, "%s %s %.1f/%.1f", sp ? "," : "; spaces:",
+                                 sr_mem_space_name(sp), mib(sr_mem_space_current(sp)), mib(sr_mem_space_peak(sp)));
     line[used < sizeof line ? used : sizeof line - 1] = '\0';
-    sr_log_info("memory %s (MiB current/peak):%s; total %.1f/%.1f", when, line, mib(sr_mem_total_current()),
-                mib(sr_mem_total_peak()));
+    sr_log_info("memory %s (MiB current/peak):%s", when, line);
 }
 
 double sr_metrics_peak_flops(int threads, char *how, size_t how_len) {

@@ -36,36 +36,41 @@ static size_t sat(double x) { return x >= 1.8e19 ? SIZE_MAX : (size_t)x; }
 
 static int act_table(sr_model *m, size_t B, act_buf *out) {
     double L = m->d.L, T = m->d.T, C = m->d.C, NH = m->d.NH, Vp = m->d.Vp;
-    double BT = (double)B * T, BTC = BT * C, f = sizeof(float);
+    double BT = (double)B * T, BTC = BT * C, f = sizeof(float), e = (double)sr_dtype_size(m->ops->act);
+    /* what attention saves is the op's business (ops.h) */
+    double att = (double)m->ops->attention_save_bytes((int)(B < INT32_MAX ? B : INT32_MAX), m->d.T, m->d.NH);
+    if ((double)B * NH * T * T * f > 1e18)
+        att = (double)B * NH * T * T * f; /* absurd dims: saturate, do not trust int arguments */
     const act_buf t[] = {
         {(void **)&m->inputs, sat(BT * sizeof(int))},
         {(void **)&m->targets, sat(BT * sizeof(int))},
-        {(void **)&m->encoded, sat(BTC * f)},
-        {(void **)&m->ln1, sat(L * BTC * f)},
+        {(void **)&m->encoded, sat(BTC * e)},
+        {(void **)&m->ln1, sat(L * BTC * e)},
         {(void **)&m->ln1_mean, sat(L * BT * f)},
         {(void **)&m->ln1_rstd, sat(L * BT * f)},
-        {(void **)&m->qkv, sat(L * 3 * BTC * f)},
-        {(void **)&m->atty, sat(L * BTC * f)},
-        {(void **)&m->att, sat(L * (double)B * NH * T * T * f)},
-        {(void **)&m->residual2, sat(L * BTC * f)},
-        {(void **)&m->ln2, sat(L * BTC * f)},
+        {(void **)&m->qkv, sat(L * 3 * BTC * e)},
+        {(void **)&m->atty, sat(L * BTC * e)},
+        {(void **)&m->att, sat(L * att)},
+        {(void **)&m->residual2, sat(L * BTC * e)},
+        {(void **)&m->ln2, sat(L * BTC * e)},
         {(void **)&m->ln2_mean, sat(L * BT * f)},
         {(void **)&m->ln2_rstd, sat(L * BT * f)},
-        {(void **)&m->fch, sat(L * 4 * BTC * f)},
-        {(void **)&m->fch_gelu, sat(L * 4 * BTC * f)},
-        {(void **)&m->residual3, sat(L * BTC * f)},
-        {(void **)&m->lnf, sat(BTC * f)},
+        {(void **)&m->fch, sat(L * 4 * BTC * e)},
+        {(void **)&m->fch_gelu, sat(L * 4 * BTC * e)},
+        {(void **)&m->residual3, sat(L * BTC * e)},
+        {(void **)&m->lnf, sat(BTC * e)},
         {(void **)&m->lnf_mean, sat(BT * f)},
         {(void **)&m->lnf_rstd, sat(BT * f)},
-        {(void **)&m->logits, sat(BT * Vp * f)},
+        {(void **)&m->logits, sat(BT * Vp * e)},
         {(void **)&m->losses, sat(BT * f)},
-        {(void **)&m->scratch, sat(BTC * f)},
-        {(void **)&m->dresidual, sat(BTC * f)},
-        {(void **)&m->dln, sat(BTC * f)},
-        {(void **)&m->dqkv, sat(3 * BTC * f)},
-        {(void **)&m->datty, sat(BTC * f)},
-        {(void **)&m->dfch, sat(4 * BTC * f)},
-        {(void **)&m->dfch_gelu, sat(4 * BTC * f)},
+        {(void **)&m->lse, sat(BT * f)},
+        {(void **)&m->scratch, sat(BTC * e)},
+        {(void **)&m->dresidual, sat(BTC * e)},
+        {(void **)&m->dln, sat(BTC * e)},
+        {(void **)&m->dqkv, sat(3 * BTC * e)},
+        {(void **)&m->datty, sat(BTC * e)},
+        {(void **)&m->dfch, sat(4 * BTC * e)},
+        {(void **)&m->dfch_gelu, sat(4 * BTC * e)},
     };
     _Static_assert(sizeof t / sizeof t[0] <= MAX_ACT_BUFS, "MAX_ACT_BUFS is too small");
     int n = (int)(sizeof t / sizeof t[0]);
@@ -74,8 +79,8 @@ static int act_table(sr_model *m, size_t B, act_buf *out) {
     return n;
 }
 
-size_t sr_model_activation_bytes(const sr_model_dims *d, int max_B) {
-    sr_model m = {.d = *d};
+size_t sr_model_activation_bytes(const sr_model_dims *d, const sr_ops *ops, int max_B) {
+    sr_model m = {.d = *d, .ops = ops};
     m.d.Vp = sr_model_padded_vocab(d->V);
     act_buf bufs[MAX_ACT_BUFS];
     int nb = act_table(&m, (size_t)max_B, bufs);
@@ -85,11 +90,12 @@ size_t sr_model_activation_bytes(const sr_model_dims *d, int max_B) {
     return total;
 }
 
-sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, int max_B, bool own_params) {
+sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, sr_dev *dev, int max_B, bool own_params) {
     *m = (sr_model){0};
     d.Vp = sr_model_padded_vocab(d.V);
     m->d = d;
     m->ops = ops;
+    m->dev = dev;
     int L = d.L, C = d.C, Vp = d.Vp;
     m->n_tensors = L * SR_NBLOCK_TENSORS + SR_NROOT_TENSORS;
     m->tensors = sr_calloc((size_t)m->n_tensors, sizeof *m->tensors);
@@ -136,10 +142,11 @@ sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, int max
     m->n_params_real = off - (size_t)(Vp - d.V) * C;
 
     if (own_params) {
-        m->params = sr_mem_alloc(SR_MEM_PARAM_SHARD, off * sizeof(float));
-        m->grads = sr_mem_alloc(SR_MEM_GRAD_SHARD, off * sizeof(float));
+        m->params = dev->alloc(dev, dev->state_space, SR_MEM_PARAM_SHARD, off * sizeof(float));
+        m->grads = m->params ? dev->alloc(dev, dev->state_space, SR_MEM_GRAD_SHARD, off * sizeof(float)) : NULL;
         if (!m->params || !m->grads)
             return SR_ERR_INTERNAL;
+        dev->memset(dev, SR_STREAM_COMPUTE, m->grads, 0, off * sizeof(float));
     }
 
     m->max_B = max_B;
@@ -148,24 +155,29 @@ sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, int max
     act_buf bufs[MAX_ACT_BUFS];
     int nb = act_table(m, (size_t)max_B, bufs);
     for (int i = 0; i < nb; i++) {
-        *bufs[i].ptr = sr_mem_alloc(SR_MEM_ACTIVATIONS, bufs[i].bytes);
+        *bufs[i].ptr = dev->alloc(dev, dev->state_space, SR_MEM_ACTIVATIONS, bufs[i].bytes);
         if (!*bufs[i].ptr)
             return SR_ERR_INTERNAL;
         m->act_bytes += bufs[i].bytes;
     }
+    m->loss_acc = dev->alloc(dev, dev->state_space, SR_MEM_OTHER, sizeof(double));
+    if (!m->loss_acc)
+        return SR_ERR_INTERNAL;
+    dev->memset(dev, SR_STREAM_COMPUTE, m->loss_acc, 0, sizeof(double));
     return SR_OK;
 }
 
 void sr_model_free(sr_model *m) {
-    if (m->params)
-        sr_mem_free(SR_MEM_PARAM_SHARD, m->params, m->n_params * sizeof(float));
-    if (m->grads)
-        sr_mem_free(SR_MEM_GRAD_SHARD, m->grads, m->n_params * sizeof(float));
+    if (m->dev) {
+        m->dev->free(m->dev, m->params);
+        m->dev->free(m->dev, m->grads);
+        m->dev->free(m->dev, m->loss_acc);
+    }
     if (m->max_B > 0) {
         act_buf bufs[MAX_ACT_BUFS];
         int nb = act_table(m, (size_t)m->max_B, bufs);
         for (int i = 0; i < nb; i++)
-            sr_mem_free(SR_MEM_ACTIVATIONS, *bufs[i].ptr, bufs[i].bytes);
+            m->dev->free(m->dev, *bufs[i].ptr);
     }
     free(m->tensors);
     free(m->layer_offset);
@@ -206,8 +218,16 @@ void sr_model_init_params(const sr_model *m, uint64_t seed, float *dst, size_t b
     }
 }
 
-static float *layer_params(sr_model *m, const sr_param_source *src, int l) {
-    return src ? src->params(src->ctx, l) : m->params + m->layer_offset[l];
+/* A pointer `elems` elements of `dt` past base. */
+static void *at(const void *base, size_t elems, sr_dtype dt) { return (char *)base + elems * sr_dtype_size(dt); }
+
+/* The ops' activation dtype, the element type of every `void *` activation. */
+#define ACT(p, elems) at((p), (elems), o->act)
+
+static sr_param_view layer_params(sr_model *m, const sr_param_source *src, int l) {
+    if (src)
+        return src->params(src->ctx, l);
+    return (sr_param_view){m->params + m->layer_offset[l], SR_DT_F32};
 }
 
 static float *layer_grads(sr_model *m, const sr_param_source *src, int l) {
@@ -225,64 +245,70 @@ static void done_backward(const sr_param_source *src, int l) {
 }
 
 /* A parameter source that cannot deliver a layer (a failed gather or
- * allocation; the source keeps the reason and reports it) ends the pass. */
+ * allocation; the source keeps the reason and reports it) ends the pass;
+ * so does a view of another dtype than the ops compute in (a bug). */
 static sr_status source_failed(const sr_ops *o) {
     if (o->take_error)
         o->take_error();
     return sr_error(SR_ERR_INTERNAL, "the parameter source could not deliver a layer");
 }
-#define NEED(ptr)                                                                                                      \
+#define NEED(ok)                                                                                                       \
     do {                                                                                                               \
-        if (!(ptr))                                                                                                    \
+        if (!(ok))                                                                                                     \
             return source_failed(o);                                                                                   \
     } while (0)
+#define NEED_VIEW(v) NEED((v).ptr && (v).dt == o->act)
 
 /* Pointers to a block's tensors inside its parameter (or gradient) slice. */
 typedef struct {
-    float *t[SR_NBLOCK_TENSORS];
+    void *t[SR_NBLOCK_TENSORS];
 } block_view;
 typedef struct {
-    float *t[SR_NROOT_TENSORS];
+    void *t[SR_NROOT_TENSORS];
 } root_view;
 
-static block_view view_block(const sr_model *m, float *base) {
+static block_view view_block(const sr_model *m, void *base, sr_dtype dt) {
     block_view v;
     const sr_tensor *t0 = &m->tensors[0];
     for (int k = 0; k < SR_NBLOCK_TENSORS; k++)
-        v.t[k] = base + (t0[k].offset - t0[0].offset);
+        v.t[k] = at(base, t0[k].offset - t0[0].offset, dt);
     return v;
 }
 
-static root_view view_root(const sr_model *m, float *base) {
+static root_view view_root(const sr_model *m, void *base, sr_dtype dt) {
     root_view v;
     const sr_tensor *r0 = &m->tensors[m->d.L * SR_NBLOCK_TENSORS];
     for (int k = 0; k < SR_NROOT_TENSORS; k++)
-        v.t[k] = base + (r0[k].offset - r0[0].offset);
+        v.t[k] = at(base, r0[k].offset - r0[0].offset, dt);
     return v;
 }
 
-sr_status sr_model_forward(sr_model *m, const sr_param_source *src, const int *inputs, const int *targets, int B,
-                           float *mean_loss) {
+sr_status sr_model_forward(sr_model *m, const sr_param_source *src, const int *inputs, const int *targets, int B) {
     const sr_ops *o = m->ops;
+    sr_dev *dev = m->dev;
     int L = m->d.L, NH = m->d.NH, C = m->d.C, T = m->d.T, V = m->d.V, Vp = m->d.Vp;
-    size_t BT = (size_t)B * T, BTC = BT * C;
+    size_t BT = (size_t)B * T, BTC = BT * C, att_l = o->attention_save_bytes(B, T, NH);
     m->B = B;
-    memcpy(m->inputs, inputs, BT * sizeof(int));
-    memcpy(m->targets, targets, BT * sizeof(int));
+    /* the inputs to the device; the compute stream waits for them */
+    sr_event in_ready = {0};
+    dev->copy(dev, SR_STREAM_H2D, m->inputs, inputs, BT * sizeof(int));
+    dev->copy(dev, SR_STREAM_H2D, m->targets, targets, BT * sizeof(int));
+    dev->record(dev, &in_ready, SR_STREAM_H2D);
+    dev->wait(dev, SR_STREAM_COMPUTE, &in_ready);
 
-    float *lp = layer_params(m, src, L);
-    NEED(lp);
-    root_view root = view_root(m, lp);
+    sr_param_view lp = layer_params(m, src, L);
+    NEED_VIEW(lp);
+    root_view root = view_root(m, lp.ptr, lp.dt);
     o->encoder_forward(m->encoded, m->inputs, root.t[SR_WTE], root.t[SR_WPE], B, T, C);
     for (int l = 0; l < L; l++) {
         lp = layer_params(m, src, l);
-        NEED(lp);
-        block_view p = view_block(m, lp);
-        const float *residual = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * BTC;
-        float *ln1 = m->ln1 + l * BTC, *qkv = m->qkv + l * 3 * BTC, *atty = m->atty + l * BTC;
-        float *att = m->att + (size_t)l * B * NH * T * T;
-        float *res2 = m->residual2 + l * BTC, *ln2 = m->ln2 + l * BTC;
-        float *fch = m->fch + l * 4 * BTC, *fchg = m->fch_gelu + l * 4 * BTC, *res3 = m->residual3 + l * BTC;
+        NEED_VIEW(lp);
+        block_view p = view_block(m, lp.ptr, lp.dt);
+        const void *residual = l == 0 ? m->encoded : ACT(m->residual3, (size_t)(l - 1) * BTC);
+        void *ln1 = ACT(m->ln1, l * BTC), *qkv = ACT(m->qkv, l * 3 * BTC), *atty = ACT(m->atty, l * BTC);
+        void *att = (char *)m->att + (size_t)l * att_l;
+        void *res2 = ACT(m->residual2, l * BTC), *ln2 = ACT(m->ln2, l * BTC);
+        void *fch = ACT(m->fch, l * 4 * BTC), *fchg = ACT(m->fch_gelu, l * 4 * BTC), *res3 = ACT(m->residual3, l * BTC);
         o->layernorm_forward(ln1, m->ln1_mean + l * BT, m->ln1_rstd + l * BT, residual, p.t[SR_LN1W], p.t[SR_LN1B],
                              (int)BT, C);
         o->matmul_forward(qkv, ln1, p.t[SR_QKVW], p.t[SR_QKVB], (int)BT, C, 3 * C);
@@ -298,76 +324,87 @@ sr_status sr_model_forward(sr_model *m, const sr_param_source *src, const int *i
         done_forward(src, l);
     }
     lp = layer_params(m, src, L);
-    NEED(lp);
-    root = view_root(m, lp);
-    o->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->residual3 + (size_t)(L - 1) * BTC, root.t[SR_LNFW],
+    NEED_VIEW(lp);
+    root = view_root(m, lp.ptr, lp.dt);
+    o->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, ACT(m->residual3, (size_t)(L - 1) * BTC), root.t[SR_LNFW],
                          root.t[SR_LNFB], (int)BT, C);
     o->matmul_forward(m->logits, m->lnf, root.t[SR_WTE], NULL, (int)BT, C, Vp);
-    o->crossentropy_forward(m->losses, m->logits, m->targets, (int)BT, V, Vp);
+    o->crossentropy_forward(m->losses, m->lse, m->logits, m->targets, (int)BT, V, Vp);
+    dev->loss_sum(dev, SR_STREAM_COMPUTE, m->loss_acc, m->losses, BT);
     done_forward(src, L);
-    double sum = 0.0;
-    for (size_t i = 0; i < BT; i++)
-        sum += m->losses[i];
-    if (mean_loss)
-        *mean_loss = (float)(sum / (double)BT);
     return o->take_error ? o->take_error() : SR_OK;
+}
+
+sr_status sr_model_take_loss_sum(sr_model *m, double *sum) {
+    sr_dev *dev = m->dev;
+    sr_event done = {0};
+    dev->record(dev, &done, SR_STREAM_COMPUTE);
+    dev->wait(dev, SR_STREAM_D2H, &done);
+    sr_status st = sr_dev_download(dev, sum, m->loss_acc, sizeof(double));
+    dev->memset(dev, SR_STREAM_COMPUTE, m->loss_acc, 0, sizeof(double));
+    return st;
 }
 
 sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss) {
     const sr_ops *o = m->ops;
+    sr_dev *dev = m->dev;
     int B = m->B, L = m->d.L, NH = m->d.NH, C = m->d.C, T = m->d.T, V = m->d.V, Vp = m->d.Vp;
-    size_t BT = (size_t)B * T, BTC = BT * C;
+    size_t BT = (size_t)B * T, BTC = BT * C, es = sr_dtype_size(o->act), att_l = o->attention_save_bytes(B, T, NH);
+    const sr_stream cs = SR_STREAM_COMPUTE;
 
-    float *lp = layer_params(m, src, L), *lg = lp ? layer_grads(m, src, L) : NULL;
-    NEED(lp && lg);
-    root_view rp = view_root(m, lp), rg = view_root(m, lg);
-    o->crossentropy_backward(m->logits, m->targets, dloss, (int)BT, V, Vp);
-    memset(m->dln, 0, BTC * sizeof(float));
+    sr_param_view lp = layer_params(m, src, L);
+    float *lg = lp.ptr ? layer_grads(m, src, L) : NULL;
+    NEED_VIEW(lp);
+    NEED(lg);
+    root_view rp = view_root(m, lp.ptr, lp.dt), rg = view_root(m, lg, SR_DT_F32);
+    o->crossentropy_backward(m->logits, m->lse, m->targets, dloss, (int)BT, V, Vp);
+    dev->memset(dev, cs, m->dln, 0, BTC * es);
     o->matmul_backward(m->dln, rg.t[SR_WTE], NULL, m->logits, m->lnf, rp.t[SR_WTE], (int)BT, C, Vp);
-    memset(m->dresidual, 0, BTC * sizeof(float));
-    o->layernorm_backward(m->dresidual, rg.t[SR_LNFW], rg.t[SR_LNFB], m->dln, m->residual3 + (size_t)(L - 1) * BTC,
+    dev->memset(dev, cs, m->dresidual, 0, BTC * es);
+    o->layernorm_backward(m->dresidual, rg.t[SR_LNFW], rg.t[SR_LNFB], m->dln, ACT(m->residual3, (size_t)(L - 1) * BTC),
                           rp.t[SR_LNFW], m->lnf_mean, m->lnf_rstd, (int)BT, C);
 
     for (int l = L - 1; l >= 0; l--) {
         lp = layer_params(m, src, l);
-        lg = lp ? layer_grads(m, src, l) : NULL;
-        NEED(lp && lg);
-        block_view p = view_block(m, lp), g = view_block(m, lg);
-        const float *residual = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * BTC;
-        float *ln1 = m->ln1 + l * BTC, *qkv = m->qkv + l * 3 * BTC, *atty = m->atty + l * BTC;
-        float *att = m->att + (size_t)l * B * NH * T * T;
-        float *res2 = m->residual2 + l * BTC, *ln2 = m->ln2 + l * BTC;
-        float *fch = m->fch + l * 4 * BTC, *fchg = m->fch_gelu + l * 4 * BTC;
+        lg = lp.ptr ? layer_grads(m, src, l) : NULL;
+        NEED_VIEW(lp);
+        NEED(lg);
+        block_view p = view_block(m, lp.ptr, lp.dt), g = view_block(m, lg, SR_DT_F32);
+        const void *residual = l == 0 ? m->encoded : ACT(m->residual3, (size_t)(l - 1) * BTC);
+        void *ln1 = ACT(m->ln1, l * BTC), *qkv = ACT(m->qkv, l * 3 * BTC), *atty = ACT(m->atty, l * BTC);
+        void *att = (char *)m->att + (size_t)l * att_l;
+        void *res2 = ACT(m->residual2, l * BTC), *ln2 = ACT(m->ln2, l * BTC);
+        void *fch = ACT(m->fch, l * 4 * BTC), *fchg = ACT(m->fch_gelu, l * 4 * BTC);
         /* MLP: dresidual is the gradient of both res3's inputs (res2 and fcproj) */
-        memset(m->dfch_gelu, 0, 4 * BTC * sizeof(float));
+        dev->memset(dev, cs, m->dfch_gelu, 0, 4 * BTC * es);
         o->matmul_backward(m->dfch_gelu, g.t[SR_FCPROJW], g.t[SR_FCPROJB], m->dresidual, fchg, p.t[SR_FCPROJW], (int)BT,
                            4 * C, C);
-        memset(m->dfch, 0, 4 * BTC * sizeof(float));
+        dev->memset(dev, cs, m->dfch, 0, 4 * BTC * es);
         o->gelu_backward(m->dfch, fch, m->dfch_gelu, 4 * BTC);
-        memset(m->dln, 0, BTC * sizeof(float));
+        dev->memset(dev, cs, m->dln, 0, BTC * es);
         o->matmul_backward(m->dln, g.t[SR_FCW], g.t[SR_FCB], m->dfch, ln2, p.t[SR_FCW], (int)BT, C, 4 * C);
         o->layernorm_backward(m->dresidual, g.t[SR_LN2W], g.t[SR_LN2B], m->dln, res2, p.t[SR_LN2W],
                               m->ln2_mean + l * BT, m->ln2_rstd + l * BT, (int)BT, C);
         /* attention: dresidual is now the gradient of res2's inputs */
-        memset(m->datty, 0, BTC * sizeof(float));
+        dev->memset(dev, cs, m->datty, 0, BTC * es);
         o->matmul_backward(m->datty, g.t[SR_ATTPROJW], g.t[SR_ATTPROJB], m->dresidual, atty, p.t[SR_ATTPROJW], (int)BT,
                            C, C);
-        memset(m->dqkv, 0, 3 * BTC * sizeof(float));
+        dev->memset(dev, cs, m->dqkv, 0, 3 * BTC * es);
         o->attention_backward(m->dqkv, m->datty, qkv, att, B, T, C, NH);
-        memset(m->dln, 0, BTC * sizeof(float));
+        dev->memset(dev, cs, m->dln, 0, BTC * es);
         o->matmul_backward(m->dln, g.t[SR_QKVW], g.t[SR_QKVB], m->dqkv, ln1, p.t[SR_QKVW], (int)BT, C, 3 * C);
         /* The key bias adds q.b_k to every score of a row, which softmax
          * ignores: its gradient is exactly zero, and what the arithmetic
          * leaves is rounding noise that Adam would blow up to lr-sized steps
          * (differently on every world size).  Keep it the exact zero. */
-        memset(g.t[SR_QKVB] + C, 0, (size_t)C * sizeof(float));
+        dev->memset(dev, cs, (float *)g.t[SR_QKVB] + C, 0, (size_t)C * sizeof(float));
         o->layernorm_backward(m->dresidual, g.t[SR_LN1W], g.t[SR_LN1B], m->dln, residual, p.t[SR_LN1W],
                               m->ln1_mean + l * BT, m->ln1_rstd + l * BT, (int)BT, C);
         done_backward(src, l);
     }
     lg = layer_grads(m, src, L);
     NEED(lg);
-    rg = view_root(m, lg);
+    rg = view_root(m, lg, SR_DT_F32);
     o->encoder_backward(rg.t[SR_WTE], rg.t[SR_WPE], m->dresidual, m->inputs, B, T, C);
     done_backward(src, L);
     return o->take_error ? o->take_error() : SR_OK;

@@ -4,7 +4,9 @@
  * initialisation, weight-decay rule, offset), the unit-major parameter
  * layout (block 0's tensors, block 1's, ..., then the root unit: token
  * embedding, position embedding, final LayerNorm), and the activations of
- * one micro-batch.  Forward and backward run over an sr_ops back end and ask
+ * one micro-batch.  Every tensor lives in the memory of a device table
+ * (device.h), touched only through it and the ops: no host loop or memcpy
+ * of a tensor here.  Forward and backward run over an sr_ops back end and ask
  * an sr_param_source for each layer's parameters and gradients, so the FSDP
  * engine can hand in gathered unit buffers while a single process simply
  * points into its one contiguous buffer.
@@ -20,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "device.h"
 #include "ops.h"
 #include "status.h"
 
@@ -65,14 +68,25 @@ typedef struct {
     size_t numel;
 } sr_tensor;
 
+/* A typed view of a layer's parameters: where they are and their element
+ * type (the param dtype of the run; it must equal the ops' activation
+ * dtype).  ptr NULL means the source failed. */
+typedef struct {
+    void *ptr;
+    sr_dtype dt;
+} sr_param_view;
+
 /* Where forward/backward find a layer's parameters and gradients.  `layer`
  * is 0..L-1 for blocks and L for the root.  Returned pointers address the
- * layer's tensors laid out as in the table (block-relative offsets); NULL
- * means the source failed (it keeps the reason) and ends the pass.  The
- * done_* hooks (may be NULL) tell the owner a layer is finished, so it can
- * reshard parameters or reduce-scatter gradients. */
+ * layer's tensors laid out as in the table (block-relative offsets), in the
+ * device table's memory; NULL means the source failed (it keeps the
+ * reason) and ends the pass.  A source whose parameters are produced on
+ * another stream makes the compute stream wait for them before it returns
+ * (it does not block the host).  The done_* hooks (may be NULL) tell the
+ * owner a layer is finished, so it can reshard parameters or
+ * reduce-scatter gradients. */
 typedef struct {
-    float *(*params)(void *ctx, int layer);
+    sr_param_view (*params)(void *ctx, int layer);
     float *(*grads)(void *ctx, int layer);
     void (*done_forward)(void *ctx, int layer);
     void (*done_backward)(void *ctx, int layer);
@@ -82,20 +96,23 @@ typedef struct {
 typedef struct sr_model {
     sr_model_dims d;
     const sr_ops *ops;
+    sr_dev *dev; /* where every tensor below lives */
     int n_tensors;
     sr_tensor *tensors;
     size_t n_params;       /* floats in the whole buffer (with vocab padding) */
     size_t n_params_real;  /* without the padded vocabulary rows */
     size_t *layer_offset;  /* L + 2 entries: start of each layer, root, end */
-    float *params, *grads; /* full buffers when owned (single process); else NULL */
+    float *params, *grads; /* full fp32 buffers when owned (single process); else NULL */
 
-    /* activations of one micro-batch of at most max_B sequences */
+    /* activations of one micro-batch of at most max_B sequences; `void *`
+     * ones are of the ops' activation dtype */
     int max_B, B;
     int *inputs, *targets;
-    float *encoded, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean, *ln2_rstd, *fch,
-        *fch_gelu, *residual3, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *scratch;
+    void *encoded, *ln1, *qkv, *atty, *att, *residual2, *ln2, *fch, *fch_gelu, *residual3, *lnf, *logits, *scratch;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lnf_mean, *lnf_rstd, *losses, *lse;
     /* gradient scratch, reused across layers */
-    float *dresidual, *dln, *dqkv, *datty, *dfch, *dfch_gelu;
+    void *dresidual, *dln, *dqkv, *datty, *dfch, *dfch_gelu;
+    double *loss_acc; /* per-token losses summed since the last take (SR_MEM_OTHER) */
     size_t act_bytes;
 } sr_model;
 
@@ -105,16 +122,19 @@ int sr_model_padded_vocab(int V);
  * computed from V). */
 size_t sr_model_n_params(const sr_model_dims *d);
 /* Bytes of activations sr_model_init allocates for micro-batches of max_B
- * sequences (category SR_MEM_ACTIVATIONS), without allocating them. */
-size_t sr_model_activation_bytes(const sr_model_dims *d, int max_B);
+ * sequences with `ops` (category SR_MEM_ACTIVATIONS), without allocating
+ * them. */
+size_t sr_model_activation_bytes(const sr_model_dims *d, const sr_ops *ops, int max_B);
 
 /* Builds the tensor table and layout for `d` (Vp computed from V).  With
- * `own_params` the full parameter and gradient buffers are allocated (in
- * categories SR_MEM_PARAM_SHARD / SR_MEM_GRAD_SHARD).  Activations for
- * micro-batches of up to `max_B` sequences are allocated (none for max_B 0:
- * the tensor table alone, for the offline tools).  Returns
- * SR_ERR_INTERNAL when out of memory.  Free with sr_model_free. */
-sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, int max_B, bool own_params);
+ * `own_params` the full fp32 parameter and gradient buffers are allocated
+ * on `dev` (categories SR_MEM_PARAM_SHARD / SR_MEM_GRAD_SHARD; not
+ * initialised, gradients zeroed; needs ops->act f32).  Activations for
+ * micro-batches of up to `max_B` sequences are allocated on `dev` (none for
+ * max_B 0: the tensor table alone, for the offline tools, where `dev` may
+ * be NULL).  Returns SR_ERR_INTERNAL when out of memory.  Free with
+ * sr_model_free. */
+sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, sr_dev *dev, int max_B, bool own_params);
 void sr_model_free(sr_model *m);
 
 /* GPT-2 initialisation of floats [begin, end) of the parameter buffer into
@@ -124,12 +144,16 @@ void sr_model_free(sr_model *m);
 void sr_model_init_params(const sr_model *m, uint64_t seed, float *dst, size_t begin, size_t end);
 
 /* Forward over B sequences of T = d.T tokens.  `inputs` and `targets` are
- * [B,T] token ids (all < V).  *mean_loss (may be NULL) gets the mean loss
- * over the B*T tokens; per token losses stay in m->losses.  `src` NULL uses
- * m->params.  Returns SR_OK or the first failure of an op
- * (SR_ERR_INTERNAL when a scratch allocation failed). */
-sr_status sr_model_forward(sr_model *m, const sr_param_source *src, const int *inputs, const int *targets, int B,
-                           float *mean_loss);
+ * host arrays of [B,T] token ids (all < V), copied to the device.  The
+ * per-token losses (m->losses) are added on the device to the loss sum
+ * that sr_model_take_loss_sum reads.  `src` NULL uses m->params.  Returns
+ * SR_OK or the first failure of an op (SR_ERR_INTERNAL when a scratch
+ * allocation failed). */
+sr_status sr_model_forward(sr_model *m, const sr_param_source *src, const int *inputs, const int *targets, int B);
+/* The sum of the per-token losses of every forward since the last take,
+ * read back from the device (the one read of a step), into *sum; the
+ * device sum restarts at zero. */
+sr_status sr_model_take_loss_sum(sr_model *m, double *sum);
 /* Backward of the last forward; accumulates d(loss_sum * dloss)/dparam into
  * the gradients, where loss_sum is the sum of the per-token losses (pass
  * dloss = 1/(tokens in the global batch) for the mean).  Returns as

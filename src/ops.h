@@ -4,55 +4,81 @@
  * ops_cpu.c is always built and is the oracle; the CUDA table (kernels/)
  * implements the same contracts.  Conventions (ARCHITECTURE.md §6): outputs first,
  * then inputs, then sizes; backward functions ACCUMULATE (+=) into every
- * gradient they write, so callers zero gradients they do not want summed.
+ * gradient they write, so callers zero gradients they do not want summed
+ * (the classifier's backward alone overwrites: logits become dlogits).
+ * Every pointer is memory of the device table the ops run with
+ * (device.h); ops are stream-ordered on the compute stream.
  * Shape legend: B batch, T time, C channels, NH heads, hs = C/NH, V vocab,
  * Vp padded vocab, N = B*T rows, OC output channels.  All tensors are
- * row-major float32 unless stated. */
+ * row-major; `void *` tensors are of the table's activation dtype (`act`),
+ * `float *` ones float32. */
 #ifndef SR_OPS_H
 #define SR_OPS_H
 
 #include <stddef.h>
 
+#include "dtype.h"
 #include "status.h"
 
 typedef struct sr_ops {
     const char *name;
+    /* The activation dtype of this table instance: the element type of every
+     * `void *` below (activations, their gradients, and the parameters the
+     * model is handed).  SR_DT_F32 on the CPU; F32 (exact mode) or BF16 on
+     * CUDA, chosen at run time.  Parameter gradients, LayerNorm statistics,
+     * losses and the classifier's log-sum-exp are always float. */
+    sr_dtype act;
     /* out[B,T,C] = wte[inp[b,t]] + wpe[t] */
-    void (*encoder_forward)(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C);
+    void (*encoder_forward)(void *out, const int *inp, const void *wte, const void *wpe, int B, int T, int C);
     /* dwte[inp[b,t]] += dout[b,t]; dwpe[t] += sum_b dout[b,t] */
-    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C);
+    void (*encoder_backward)(float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T, int C);
     /* out[N,C] = (inp - mean) * rstd * w + b; saves mean[N], rstd[N] */
-    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
-                              int N, int C);
-    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+    void (*layernorm_forward)(void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b, int N,
+                              int C);
+    void (*layernorm_backward)(void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w,
                                const float *mean, const float *rstd, int N, int C);
     /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL) */
-    void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC);
+    void (*matmul_forward)(void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC);
     /* dinp[N,C] += dout @ w; dw[OC,C] += dout^T @ inp; dbias[OC] += sum_n dout (dbias may be NULL) */
-    void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
-                            int N, int C, int OC);
+    void (*matmul_backward)(void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w, int N,
+                            int C, int OC);
     /* qkv[B,T,3C] (q, k, v each C wide, heads contiguous) -> out[B,T,C];
-     * saves the causal softmax att[B,NH,T,T] (zero above the diagonal) */
-    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
+     * saves what the backward needs in `att`, attention_save_bytes(B, T, NH)
+     * bytes that the op owns the layout of (the CPU op: the causal softmax
+     * [B,NH,T,T], zero above the diagonal). */
+    void (*attention_forward)(void *out, void *att, const void *qkv, int B, int T, int C, int NH);
+    void (*attention_backward)(void *dqkv, const void *dout, const void *qkv, const void *att, int B, int T, int C,
                                int NH);
+    /* Bytes attention_forward saves per layer for B sequences of T tokens. */
+    size_t (*attention_save_bytes)(int B, int T, int NH);
     /* GELU, tanh approximation */
-    void (*gelu_forward)(float *out, const float *inp, size_t n);
-    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    void (*gelu_forward)(void *out, const void *inp, size_t n);
+    void (*gelu_backward)(void *dinp, const void *inp, const void *dout, size_t n);
     /* out = a + b */
-    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
-    /* Softmax cross-entropy over the first V of Vp logits, in place: on
-     * return logits[N,Vp] holds the probabilities (padding zero) and
-     * losses[N] the per-row loss -log p[target]. */
-    void (*crossentropy_forward)(float *losses, float *logits, const int *targets, int N, int V, int Vp);
-    /* probs[N,Vp] becomes dlogits = (probs - onehot(target)) * dloss in place;
-     * the padded logits get zero gradient. */
-    void (*crossentropy_backward)(float *probs, const int *targets, float dloss, int N, int V, int Vp);
+    void (*residual_forward)(void *out, const void *a, const void *b, size_t n);
+    /* Softmax cross-entropy over the first V of Vp logits.  Leaves
+     * logits[N,Vp] intact; writes losses[N] (-log p[target]) and lse[N],
+     * the log-sum-exp of each row's real logits (float, so that p - 1 keeps
+     * its precision as p -> 1 whatever the activation dtype). */
+    void (*crossentropy_forward)(float *losses, float *lse, const void *logits, const int *targets, int N, int V,
+                                 int Vp);
+    /* Turns the logits into dlogits in place: (softmax - onehot(target)) *
+     * dloss, with softmax = exp(logit - lse) and the target's p - 1 taken as
+     * minus the sum of the other probabilities (precise as p -> 1); the
+     * padded logits get zero. */
+    void (*crossentropy_backward)(void *logits, const float *lse, const int *targets, float dloss, int N, int V, int Vp);
     /* The first failure of an op on the calling thread since the last call
      * (SR_OK when none), its message recorded; clears it.  Ops return void,
      * so the model asks after every pass. */
     sr_status (*take_error)(void);
 } sr_ops;
+
+/* The execution context is bound per thread, not passed as an argument:
+ * on the CPU it is the thread's OpenMP pool and its op-error slot (both
+ * thread-local already); the CUDA table binds its stream, cuBLASLt handle
+ * and workspace to the calling thread the same way.  Why: the signatures
+ * stay those of the oracle, and threads that each run a rank (the
+ * virtual-rank tests) bind their own context without any op knowing. */
 
 /* The CPU reference ops (OpenBLAS + OpenMP). */
 extern const sr_ops sr_ops_cpu;

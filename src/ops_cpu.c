@@ -251,36 +251,39 @@ static inline SR_ISA_INLINE void gelu_bwd_body(float *dinp, const float *inp, co
 }
 SR_ISA_KERNEL(gelu_bwd, (float *dinp, const float *inp, const float *dout, size_t n), (dinp, inp, dout, n))
 
-/* One row of the classifier: probabilities in place (padding zero), returns
- * the loss -log p[target] from the shifted logits (finite even when p
- * underflows). */
-static inline SR_ISA_INLINE float xent_fwd_row_body(float *l, int target, int V, int Vp) {
+/* One row of the classifier: the log-sum-exp of the real logits into
+ * *lse; returns the loss -log p[target] from the shifted logits (finite
+ * even when p underflows).  The logits are read only. */
+static inline SR_ISA_INLINE float xent_fwd_row_body(float *lse, const float *l, int target, int V) {
     float mx = l[0];
     for (int v = 1; v < V; v++)
         mx = l[v] > mx ? l[v] : mx;
-    float target_logit = l[target];
-    for (int v = 0; v < V; v++)
-        l[v] = fast_expf(l[v] - mx);
     double sum = 0.0;
     for (int v = 0; v < V; v++)
-        sum += l[v];
-    float inv = (float)(1.0 / sum);
-    for (int v = 0; v < V; v++)
-        l[v] *= inv;
+        sum += fast_expf(l[v] - mx);
+    double log_sum = log(sum);
+    *lse = (float)((double)mx + log_sum);
+    return (float)(log_sum - (double)(l[target] - mx));
+}
+SR_ISA_KERNEL_RET(float, xent_fwd_row, (float *lse, const float *l, int target, int V), (lse, l, target, V))
+
+/* The logits of one row become dlogits: exp(l - lse) * dloss, and at the
+ * target minus the sum of the others' (p - 1 = -sum of the other p: it
+ * keeps its precision as p -> 1, where 1 - p is far below the spacing of
+ * p, and the row's gradient sums to zero); padding zero. */
+static inline SR_ISA_INLINE void xent_bwd_row_body(float *l, float lse, int target, float dloss, int V, int Vp) {
+    double others = 0.0;
+    for (int v = 0; v < V; v++) {
+        float p = fast_expf(l[v] - lse);
+        others += v == target ? 0.0 : (double)p;
+        l[v] = p * dloss;
+    }
+    l[target] = (float)(-others * (double)dloss);
     for (int v = V; v < Vp; v++)
         l[v] = 0.0f;
-    return (float)(log(sum) - (double)(target_logit - mx));
 }
-SR_ISA_KERNEL_RET(float, xent_fwd_row, (float *l, int target, int V, int Vp), (l, target, V, Vp))
-
-static inline SR_ISA_INLINE void xent_bwd_row_body(float *p, int target, float dloss, int V, int Vp) {
-    for (int v = 0; v < V; v++)
-        p[v] *= dloss;
-    p[target] -= dloss;
-    for (int v = V; v < Vp; v++)
-        p[v] = 0.0f;
-}
-SR_ISA_KERNEL(xent_bwd_row, (float *p, int target, float dloss, int V, int Vp), (p, target, dloss, V, Vp))
+SR_ISA_KERNEL(xent_bwd_row, (float *l, float lse, int target, float dloss, int V, int Vp),
+              (l, lse, target, dloss, V, Vp))
 
 /* [lo, hi) of n elements for this thread, in 64-element blocks. */
 static void my_range(size_t n, size_t *lo, size_t *hi) {
@@ -464,31 +467,75 @@ static void residual_forward(float *out, const float *a, const float *b, size_t 
     }
 }
 
-static void crossentropy_forward(float *losses, float *logits, const int *targets, int N, int V, int Vp) {
+static void crossentropy_forward(float *losses, float *lse, const void *logits_, const int *targets, int N, int V,
+                                 int Vp) {
+    const float *logits = logits_;
 #pragma omp parallel for
     for (int n = 0; n < N; n++)
-        losses[n] = xent_fwd_row(logits + (size_t)n * Vp, targets[n], V, Vp);
+        losses[n] = xent_fwd_row(&lse[n], logits + (size_t)n * Vp, targets[n], V);
 }
 
-static void crossentropy_backward(float *probs, const int *targets, float dloss, int N, int V, int Vp) {
+static void crossentropy_backward(void *logits_, const float *lse, const int *targets, float dloss, int N, int V,
+                                  int Vp) {
+    float *logits = logits_;
 #pragma omp parallel for
     for (int n = 0; n < N; n++)
-        xent_bwd_row(probs + (size_t)n * Vp, targets[n], dloss, V, Vp);
+        xent_bwd_row(logits + (size_t)n * Vp, lse[n], targets[n], dloss, V, Vp);
 }
+
+static size_t attention_save_bytes(int B, int T, int NH) { return (size_t)B * NH * T * T * sizeof(float); }
+
+/* The table's entries: the activation dtype is f32, so each `void *` of
+ * the op contract is a float array (ops.h). */
+static void encoder_forward_t(void *out, const int *inp, const void *wte, const void *wpe, int B, int T, int C) {
+    encoder_forward(out, inp, wte, wpe, B, T, C);
+}
+static void encoder_backward_t(float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T, int C) {
+    encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+}
+static void layernorm_forward_t(void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b,
+                                int N, int C) {
+    layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+}
+static void layernorm_backward_t(void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w,
+                                 const float *mean, const float *rstd, int N, int C) {
+    layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+static void matmul_forward_t(void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC) {
+    matmul_forward(out, inp, w, bias, N, C, OC);
+}
+static void matmul_backward_t(void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w,
+                              int N, int C, int OC) {
+    matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+}
+static void attention_forward_t(void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
+    attention_forward(out, att, qkv, B, T, C, NH);
+}
+static void attention_backward_t(void *dqkv, const void *dout, const void *qkv, const void *att, int B, int T, int C,
+                                 int NH) {
+    attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
+}
+static void gelu_forward_t(void *out, const void *inp, size_t n) { gelu_forward(out, inp, n); }
+static void gelu_backward_t(void *dinp, const void *inp, const void *dout, size_t n) {
+    gelu_backward(dinp, inp, dout, n);
+}
+static void residual_forward_t(void *out, const void *a, const void *b, size_t n) { residual_forward(out, a, b, n); }
 
 const sr_ops sr_ops_cpu = {
     .name = "cpu",
-    .encoder_forward = encoder_forward,
-    .encoder_backward = encoder_backward,
-    .layernorm_forward = layernorm_forward,
-    .layernorm_backward = layernorm_backward,
-    .matmul_forward = matmul_forward,
-    .matmul_backward = matmul_backward,
-    .attention_forward = attention_forward,
-    .attention_backward = attention_backward,
-    .gelu_forward = gelu_forward,
-    .gelu_backward = gelu_backward,
-    .residual_forward = residual_forward,
+    .act = SR_DT_F32,
+    .encoder_forward = encoder_forward_t,
+    .encoder_backward = encoder_backward_t,
+    .layernorm_forward = layernorm_forward_t,
+    .layernorm_backward = layernorm_backward_t,
+    .matmul_forward = matmul_forward_t,
+    .matmul_backward = matmul_backward_t,
+    .attention_forward = attention_forward_t,
+    .attention_backward = attention_backward_t,
+    .attention_save_bytes = attention_save_bytes,
+    .gelu_forward = gelu_forward_t,
+    .gelu_backward = gelu_backward_t,
+    .residual_forward = residual_forward_t,
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,
     .take_error = take_error,

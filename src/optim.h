@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "device.h"
 #include "model.h"
 #include "shardplan.h"
 #include "status.h"
@@ -31,22 +32,26 @@ typedef struct {
 typedef struct {
     sr_slice *slices; /* what this rank owns */
     int nslices;
-    size_t local_size;    /* floats in the shard buffers (with padding) */
-    float *m, *v;         /* Adam moments, laid out like the shard (SR_MEM_OPTIM_SHARD) */
-    unsigned char *decay; /* per tensor: 1 = decays */
+    size_t local_size;      /* floats in the shard buffers (with padding) */
+    float *m, *v;           /* Adam moments, laid out like the shard (SR_MEM_OPTIM_SHARD, on dev) */
+    sr_adamw_segment *segs; /* the slices cut at tensor boundaries, with each tensor's decay rule */
+    int nsegs;
     const sr_model *model;
+    sr_dev *dev;
 } sr_optim;
 
-/* Allocates zeroed moments for a shard of `local_size` floats made of the
- * given slices (copied).  sr_optim_init is the one-slice form for
- * [begin, end).  Returns SR_ERR_INTERNAL when out of memory.  Free with
- * sr_optim_free (also after a failed init). */
-sr_status sr_optim_init_slices(sr_optim *opt, const sr_model *model, const sr_slice *slices, int n, size_t local_size);
-sr_status sr_optim_init(sr_optim *opt, const sr_model *model, size_t begin, size_t end);
+/* Allocates zeroed moments on `dev` for a shard of `local_size` floats
+ * made of the given slices (copied).  sr_optim_init is the one-slice form
+ * for [begin, end).  Returns SR_ERR_INTERNAL when out of memory.  Free
+ * with sr_optim_free (also after a failed init). */
+sr_status sr_optim_init_slices(sr_optim *opt, const sr_model *model, sr_dev *dev, const sr_slice *slices, int n,
+                               size_t local_size);
+sr_status sr_optim_init(sr_optim *opt, const sr_model *model, sr_dev *dev, size_t begin, size_t end);
 void sr_optim_free(sr_optim *opt);
 
 /* One AdamW step (1-based `step` for bias correction) at learning rate lr
- * on the shard buffers params/grads; grads are multiplied by `grad_scale`
+ * on the shard buffers params/grads (memory of the optimizer's table),
+ * launched on its compute stream; grads are multiplied by `grad_scale`
  * first (clipping).  Decoupled weight decay: p -= lr * wd * p for decaying
  * tensors.  Padding between slices is not touched. */
 void sr_optim_step(sr_optim *opt, float *params, const float *grads, int64_t step, double lr, const sr_adamw_opts *o,
@@ -56,9 +61,5 @@ void sr_optim_step(sr_optim *opt, float *params, const float *grads, int64_t ste
  * warmup_steps to lr, then cosine/linear decay to min_lr at the last step,
  * or constant. */
 double sr_lr_at(const sr_lr_schedule *sch, int64_t s);
-
-/* Sum of squares of n floats, in double, in a fixed order (the same for
- * any thread count). */
-double sr_sum_squares(const float *x, size_t n);
 
 #endif

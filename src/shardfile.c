@@ -135,7 +135,12 @@ static void stream_pieces(shard_writer *w, const sr_shardfile_piece *pieces, int
         size_t left = pieces[i].bytes;
         while (left > 0) {
             size_t n = left < BATCH_BYTES - fill ? left : BATCH_BYTES - fill;
-            memcpy(buf + fill, p, n);
+            if (!pieces[i].dev)
+                memcpy(buf + fill, p, n);
+            else if (sr_dev_download(pieces[i].dev, buf + fill, p, n) != SR_OK) {
+                sr_sticky_set(&w->err, SR_ERR_INTERNAL, "%s", sr_error_message());
+                return;
+            }
             fill += n;
             p += n;
             left -= n;
@@ -190,7 +195,7 @@ sr_status sr_shardfile_write(const char *path, int shard, int shard_count, int n
     if (!list)
         list = sr_malloc(sizeof *list * (size_t)(npieces + 1));
     if (list) {
-        list[0] = (sr_shardfile_piece){&h, sizeof h};
+        list[0] = (sr_shardfile_piece){&h, sizeof h, NULL};
         memcpy(list + 1, pieces, sizeof *pieces * (size_t)npieces);
         stream_pieces(&w, list, npieces + 1, hashes);
         if (list != all)
@@ -276,15 +281,22 @@ static int open_checked(int dirfd, const char *name, const sr_shardfile_expect *
     return fd;
 }
 
-/* Copies the parts of ranges[r0..] that fall in [off, end) out of buf. */
-static void copy_out(const sr_shardfile_range *ranges, size_t n, size_t r0, uint64_t off, uint64_t end,
-                     const unsigned char *buf) {
+/* Copies the parts of ranges[r0..] that fall in [off, end) out of buf
+ * (uploads for ranges in device memory).  SR_OK, or a failed upload. */
+static sr_status copy_out(const sr_shardfile_range *ranges, size_t n, size_t r0, uint64_t off, uint64_t end,
+                          const unsigned char *buf) {
     for (size_t r = r0; r < n && ranges[r].off < end; r++) {
         uint64_t a = ranges[r].off > off ? ranges[r].off : off;
         uint64_t z = ranges[r].off + ranges[r].bytes < end ? ranges[r].off + ranges[r].bytes : end;
-        if (a < z)
-            memcpy((char *)ranges[r].dst + (a - ranges[r].off), buf + (a - off), (size_t)(z - a));
+        if (a >= z)
+            continue;
+        void *dst = (char *)ranges[r].dst + (a - ranges[r].off);
+        if (!ranges[r].dev)
+            memcpy(dst, buf + (a - off), (size_t)(z - a));
+        else if (sr_dev_upload(ranges[r].dev, dst, buf + (a - off), (size_t)(z - a)) != SR_OK)
+            return SR_ERR_INTERNAL;
     }
+    return SR_OK;
 }
 
 sr_status sr_shardfile_read(int dirfd, const char *name, const char *path, const sr_shardfile_expect *x,
@@ -355,7 +367,7 @@ sr_status sr_shardfile_read(int dirfd, const char *name, const char *path, const
             break;
         *verified += end - off;
         if (!all) {
-            copy_out(ranges, n, r0, off, end, buf);
+            st = copy_out(ranges, n, r0, off, end, buf);
             while (r0 < n && ranges[r0].off + ranges[r0].bytes <= end)
                 r0++;
         }

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "device.h"
 #include "status.h"
 
 #define SR_SHARD_HEADER_BYTES 64
@@ -35,16 +36,22 @@ typedef struct {
     const unsigned char (*sha)[32]; /* nchunks digests */
 } sr_shardfile_expect;
 
-/* One piece of the file to read: bytes [off, off + bytes) into dst. */
+/* One piece of the file to read: bytes [off, off + bytes) into dst, which
+ * is memory of `dev` (uploaded from the verified staging buffer) or, with
+ * dev NULL, host memory. */
 typedef struct {
     uint64_t off, bytes;
     void *dst;
+    sr_dev *dev;
 } sr_shardfile_range;
 
-/* A piece of memory to write: the states are written piece after piece. */
+/* A piece of memory to write: the states are written piece after piece.
+ * `data` is memory of `dev` (downloaded into the staging buffers) or, with
+ * dev NULL, host memory. */
 typedef struct {
     const void *data;
     size_t bytes;
+    sr_dev *dev;
 } sr_shardfile_piece;
 
 /* Writes `path` (created exclusively): the header for (shard, count,

@@ -86,6 +86,7 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
     h->nan_step = -1;
     h->alloc_fail_rank = -1;
     h->mem_available = -1;
+    h->device_free_mb = -1;
     const char *v;
     if ((v = getenv("SHARDRUN_TEST_CRASH_AT")) && *v &&
         !parse_site(v, h->crash_site, sizeof h->crash_site, &h->crash_step, &h->crash_rank))
@@ -124,6 +125,21 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
             h->no_pmix_events = true;
         else if (strcmp(v, "0") != 0)
             bad(&ps, "SHARDRUN_TEST_NO_PMIX_EVENTS", v, "1 or 0");
+    }
+    if ((v = getenv("SHARDRUN_TEST_DEVICE")) && *v) {
+        if (strcmp(v, "fake") == 0)
+            snprintf(h->device, sizeof h->device, "fake");
+        else
+            bad(&ps, "SHARDRUN_TEST_DEVICE", v, "fake");
+    }
+    if ((v = getenv("SHARDRUN_TEST_DEVICE_FREE_MB")) && *v &&
+        (!parse_i64(v, strlen(v), 0, &h->device_free_mb) || h->device_free_mb > ((int64_t)1 << 40)))
+        bad(&ps, "SHARDRUN_TEST_DEVICE_FREE_MB", v, "a number of MiB from 0 to 2^40");
+    if ((v = getenv("SHARDRUN_TEST_POISON")) && *v) {
+        if (strcmp(v, "1") == 0)
+            h->poison = true;
+        else if (strcmp(v, "0") != 0)
+            bad(&ps, "SHARDRUN_TEST_POISON", v, "1 or 0");
     }
     if ((v = getenv("SHARDRUN_BENCH_NO_SHA256")) && *v) {
         if (strcmp(v, "1") == 0)
@@ -175,6 +191,10 @@ void sr_testhook_warn_active(void) {
         ADD(" SHARDRUN_TEST_MEM_AVAILABLE=%lld", (long long)h->mem_available);
     if (h->no_pmix_events)
         ADD(" SHARDRUN_TEST_NO_PMIX_EVENTS=1");
+    if (h->device[0])
+        ADD(" SHARDRUN_TEST_DEVICE=%s", h->device);
+    if (h->device_free_mb >= 0)
+        ADD(" SHARDRUN_TEST_DEVICE_FREE_MB=%lld", (long long)h->device_free_mb);
     if (h->bench_no_sha256)
         ADD(" SHARDRUN_BENCH_NO_SHA256=1");
 #undef ADD

@@ -19,6 +19,11 @@
  *   SHARDRUN_TEST_MEM_AVAILABLE=BYTES          pretend /proc/meminfo's MemAvailable is BYTES
  *   SHARDRUN_TEST_NO_PMIX_EVENTS=1             register no PMIx event handler (the parent
  *                                              watch alone must notice a dead launcher)
+ *   SHARDRUN_TEST_DEVICE=fake                  the fake device table (device.h)
+ *   SHARDRUN_TEST_DEVICE_FREE_MB=N             the fake device's free memory (MiB)
+ *   SHARDRUN_TEST_POISON=1                     fill device-table allocations with NaN
+ *                                              (make check sets it; changes no result of a
+ *                                              correct program, so it is not warned about)
  *   SHARDRUN_BENCH_NO_SHA256=1                 checkpoints without checksums (benchmarks) */
 #ifndef SR_TESTHOOK_H
 #define SR_TESTHOOK_H
@@ -47,6 +52,9 @@ typedef struct {
     char isa[16];           /* "" = off */
     int64_t mem_available;  /* -1 = off */
     bool no_pmix_events;
+    char device[8];         /* "" = off, "fake" */
+    int64_t device_free_mb; /* -1 = off */
+    bool poison;
     bool bench_no_sha256;
 } sr_testhooks;
 

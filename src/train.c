@@ -45,6 +45,7 @@ typedef struct {
     sr_world *w;
     sr_job job;
     sr_mesh mesh;
+    sr_dev *dev;
     int threads, mb, accum, T;
     sr_data *train, *val;
     sr_model model;
@@ -147,7 +148,7 @@ static sr_status check_fds(run *r) {
 static sr_status open_engine(run *r) {
     sr_model_dims dims = {
         (int)r->cfg->n_layer, (int)r->cfg->n_head, (int)r->cfg->n_embd, (int)r->cfg->vocab_size, 0, r->T};
-    sr_status st = sr_model_init(&r->model, dims, &sr_ops_cpu, r->mb, false);
+    sr_status st = sr_model_init(&r->model, dims, &sr_ops_cpu, r->dev, r->mb, false);
     r->model_ok = true;
     if (st == SR_OK)
         st = sr_transport_open(&r->tp, r->w, &r->job.transport);
@@ -196,7 +197,63 @@ static sr_status check_memory(run *r) {
     sr_model_dims dims = {
         (int)r->cfg->n_layer, (int)r->cfg->n_head, (int)r->cfg->n_embd, (int)r->cfg->vocab_size, 0, r->T};
     sr_status st = sr_memplan_compute(&r->plan, &dims, r->mb, &r->mesh, &r->job.fsdp, r->threads);
-    return st == SR_OK ? sr_memplan_check(&r->plan, r->w->local_size) : st;
+    if (st == SR_OK)
+        st = sr_memplan_check(&r->plan, r->w->local_size);
+    if (st == SR_OK && r->dev->separate_memory)
+        st = sr_memplan_check_device(&r->plan, r->dev->device_free_bytes);
+    return st;
+}
+
+/* The device table: the job file's `device`, the same kind on every rank
+ * (compared through PMIx: the transport is not connected yet), and a
+ * warning on every rank that was given GPUs it cannot use. */
+static sr_status open_device(run *r) {
+    char why[256];
+    if (sr_device_gpus_unusable(why, sizeof why))
+        sr_log_warn("this task was given GPUs (CUDA_VISIBLE_DEVICES=%s) but none is usable (%s); training on the CPU",
+                    getenv("CUDA_VISIBLE_DEVICES"), why);
+    sr_status st = sr_job_check_device(r->cfg);
+    if (st == SR_OK)
+        st = sr_device_open(&r->dev, (sr_device_want)r->cfg->device);
+    int32_t mine = r->dev ? (int32_t)r->dev->kind : -1, *all = sr_calloc((size_t)r->w->size, sizeof(int32_t));
+    if (!all)
+        return st != SR_OK ? st : sr_error_oom("the device list");
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", st != SR_OK ? sr_error_message() : "");
+    sr_status gst = sr_world_allgather(r->w, "shardrun.device", &mine, sizeof mine, all, r->cfg->comm_timeout_s);
+    bool mixed = false;
+    for (int k = 1; st == SR_OK && gst == SR_OK && k < r->w->size; k++)
+        mixed = mixed || all[k] != all[0];
+    if (mixed) {
+        /* "ranks 0 2 use cpu; ranks 1 3 use fake" (the first 16 of each) */
+        static const char *const names[] = {"cpu", "fake", "cuda"};
+        char line[1024];
+        size_t used = 0;
+        for (int kind = SR_DEV_CPU; kind <= SR_DEV_CUDA; kind++) {
+            int shown = 0, count = 0;
+            for (int k = 0; k < r->w->size; k++)
+                count += all[k] == kind;
+            if (!count || used >= sizeof line)
+                continue;
+            used += (size_t)snprintf(line + used, sizeof line - used, "%srank%s", used ? "; " : "", count > 1 ? "s" : "");
+            for (int k = 0; k < r->w->size && shown < 16 && used < sizeof line; k++)
+                if (all[k] == kind) {
+                    used += (size_t)snprintf(line + used, sizeof line - used, " %d", k);
+                    shown++;
+                }
+            if (used < sizeof line)
+                used += (size_t)snprintf(line + used, sizeof line - used, "%s use%s %s",
+                                         count > shown ? " and more" : "", count > 1 ? "" : "s", names[kind]);
+        }
+        st = sr_error(SR_ERR_CONFIG,
+                      "the ranks do not agree on the device: %s (hint: the same device key, build and "
+                      "SHARDRUN_TEST_DEVICE on every rank)",
+                      line);
+    }
+    free(all);
+    if (st != SR_OK && msg[0])
+        sr_error(st, "%s", msg);
+    return st != SR_OK ? st : gst;
 }
 
 static sr_status setup(run *r) {
@@ -206,6 +263,8 @@ static sr_status setup(run *r) {
     r->accum = (int)sr_config_accum_steps(cfg, r->w->size);
     r->T = (int)cfg->seq_len;
     sr_status st = sr_job_check_world(cfg, r->w->size, r->w->rank, &r->mesh);
+    if (st == SR_OK)
+        st = open_device(r);
     if (st == SR_OK)
         st = sr_job_check_cpu_run(cfg);
     if (st == SR_OK)
@@ -243,6 +302,7 @@ static sr_status teardown(run *r, sr_status st) {
     sr_data_close(r->train);
     sr_data_close(r->val);
     sr_job_free(&r->job);
+    sr_device_close(r->dev);
     return st;
 }
 
@@ -289,6 +349,14 @@ static void banner(run *r) {
     const sr_world *w = r->w;
     char device[512];
     sr_device_describe(device, sizeof device, w->local_rank, w->local_size);
+    if (r->dev->kind == SR_DEV_FAKE) {
+        /* "fake (test hook ...; <what the cpu line says>)" */
+        char cpu[512];
+        snprintf(cpu, sizeof cpu, "%s", device);
+        const char *paren = strchr(cpu, '(');
+        snprintf(device, sizeof device, "fake (test hook SHARDRUN_TEST_DEVICE: device memory in its own space; %s",
+                 paren ? paren + 1 : "cpu)");
+    }
     const char *restart = getenv("SLURM_RESTART_COUNT");
     sr_log_info_all("rank %d/%d local %d/%d node %d host %s device=%s isa=%s job %s transport %s restart=%s resume=%s",
                     w->rank, w->size, w->local_rank, w->local_size, w->node_id, w->host, device,
@@ -358,11 +426,13 @@ static sr_status train_step(run *r, int64_t s, step_out *o) {
          * rank r takes the fixed slice r*mb*accum .. of it */
         uint64_t first = r->cursor + (uint64_t)(w->rank * rank_seqs) + (uint64_t)a * (uint64_t)r->mb;
         sr_data_batch(r->train, first, r->mb, true, (uint64_t)cfg->seed, r->in, r->tg);
-        st = sr_fsdp_forward(r->fsdp, r->in, r->tg, r->mb, &loss_sum);
+        st = sr_fsdp_forward(r->fsdp, r->in, r->tg, r->mb);
         if (st == SR_OK)
             st = sr_fsdp_backward(r->fsdp, (float)dloss, a == r->accum - 1);
     }
     o->norm = 0.0;
+    if (st == SR_OK)
+        st = sr_fsdp_take_loss_sum(r->fsdp, &loss_sum); /* the step's one read of the loss */
     if (st == SR_OK)
         st = sr_fsdp_finish_grads(r->fsdp, &o->norm);
     double clock_due =
@@ -372,7 +442,7 @@ static sr_status train_step(run *r, int64_t s, step_out *o) {
         st = sr_ctl_sum(r->ctl, red, 3);
     if (st != SR_OK)
         return st;
-    o->loss = red[0] / (double)cfg->batch_size;
+    o->loss = red[0] / ((double)cfg->batch_size * r->T); /* the mean per-token loss */
     o->stop = red[1] > 0;
     o->signalled = (int)red[1];
     o->clock_due = red[2] > 0;
@@ -420,11 +490,13 @@ static sr_status evaluate(run *r, double *out, bool *interrupted) {
         }
         int n = (int)(per_rank - done < r->mb ? per_rank - done : r->mb);
         sr_data_batch(r->val, (uint64_t)(r->w->rank * per_rank + done), n, false, 0, r->in, r->tg);
-        st = sr_fsdp_eval(r->fsdp, r->in, r->tg, n, &sum);
+        st = sr_fsdp_eval(r->fsdp, r->in, r->tg, n);
     }
+    if (st == SR_OK)
+        st = sr_fsdp_take_loss_sum(r->fsdp, &sum);
     if (st == SR_OK && !*interrupted)
         st = sr_ctl_sum(r->ctl, &sum, 1);
-    *out = sum / (double)total;
+    *out = sum / ((double)total * r->T);
     return st;
 }
 

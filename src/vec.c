@@ -94,7 +94,6 @@ void sr_vec_f32_to_bf16_par(uint16_t *dst, const float *src, size_t n) {
     }
 }
 
-void sr_vec_bf16_to_f32(float *dst, const uint16_t *src, size_t n) { to_f32(dst, src, n); }
 
 void sr_vec_bf16_to_f32_par(float *dst, const uint16_t *src, size_t n) {
 #pragma omp parallel if (n > PAR_MIN)
@@ -137,4 +136,27 @@ void sr_vec_adamw_par(float *params, const float *grads, float *m, float *v, siz
         if (hi > lo)
             adamw(params + lo, grads + lo, m + lo, v + lo, hi - lo, a);
     }
+}
+
+double sr_vec_sum_squares(const float *x, size_t n) {
+    /* Fixed-size blocks summed in order: the same result for any thread
+     * count.  The partial sums live on the stack in pieces of at most 4096
+     * blocks, so the sum never allocates (it runs on the step path). */
+    enum { BLOCK = 4096, PIECE = 4096 };
+    double part[PIECE], total = 0.0;
+    for (size_t base = 0; base < n; base += (size_t)BLOCK * PIECE) {
+        size_t len = n - base < (size_t)BLOCK * PIECE ? n - base : (size_t)BLOCK * PIECE;
+        size_t nb = (len + BLOCK - 1) / BLOCK;
+#pragma omp parallel for
+        for (size_t b = 0; b < nb; b++) {
+            size_t lo = base + b * BLOCK, hi = lo + BLOCK < base + len ? lo + BLOCK : base + len;
+            double s = 0.0;
+            for (size_t i = lo; i < hi; i++)
+                s += (double)x[i] * x[i];
+            part[b] = s;
+        }
+        for (size_t b = 0; b < nb; b++)
+            total += part[b];
+    }
+    return total;
 }

@@ -20,7 +20,6 @@
 /* dst[i] = bf16(src[i]), round to nearest even */
 void sr_vec_f32_to_bf16_par(uint16_t *dst, const float *src, size_t n);
 /* dst[i] = f32(src[i]) */
-void sr_vec_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
 void sr_vec_bf16_to_f32_par(float *dst, const uint16_t *src, size_t n);
 /* acc[i] += src[i] */
 void sr_vec_add_f32(float *acc, const float *src, size_t n);
@@ -38,6 +37,10 @@ typedef struct {
     float b1, b2, eps, bc1, bc2, lr, decay, grad_scale;
 } sr_adamw_args;
 void sr_vec_adamw_par(float *params, const float *grads, float *m, float *v, size_t n, const sr_adamw_args *a);
+
+/* Sum of squares of n floats, in double, in a fixed order (the same for
+ * any thread count). */
+double sr_vec_sum_squares(const float *x, size_t n);
 
 /* Thread `id` of `nt`'s part [lo, hi) of n elements, in 64-element blocks. */
 static inline void sr_vec_split(size_t n, int id, int nt, size_t *lo, size_t *hi) {

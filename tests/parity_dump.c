@@ -17,7 +17,8 @@ int main(int argc, char **argv) {
     }
     sr_model m;
     sr_model_dims d = {PARITY_L, PARITY_NH, PARITY_C, PARITY_V, 0, PARITY_T};
-    if (sr_model_init(&m, d, &sr_ops_cpu, PARITY_B, true) != SR_OK)
+    sr_dev *dev = sr_dev_cpu_open();
+    if (!dev || sr_model_init(&m, d, &sr_ops_cpu, dev, PARITY_B, true) != SR_OK)
         return 70;
     sr_model_init_params(&m, PARITY_SEED, m.params, 0, m.n_params);
     int BT = PARITY_B * PARITY_T;
@@ -37,5 +38,6 @@ int main(int argc, char **argv) {
     int rc = fclose(f) == 0 ? 0 : 74;
     free(tok);
     sr_model_free(&m);
+    sr_device_close(dev);
     return rc;
 }

@@ -15,11 +15,12 @@
 #include "rng.h"
 #include "tap.h"
 
+static sr_dev *dev; /* the cpu table: every buffer below is host memory */
+
 static double loss_double(sr_model *m, const int *in, const int *tg, int B) {
-    sr_model_forward(m, NULL, in, tg, B, NULL);
+    sr_model_forward(m, NULL, in, tg, B);
     double s = 0;
-    for (int i = 0; i < B * m->d.T; i++)
-        s += m->losses[i];
+    sr_model_take_loss_sum(m, &s);
     return s / (B * m->d.T);
 }
 
@@ -27,7 +28,7 @@ static void test_gradients(void) {
     sr_model m;
     sr_model_dims d = {2, 2, 16, 37, 0, 8};
     int B = 3;
-    if (!tap_ok(sr_model_init(&m, d, &sr_ops_cpu, B, true) == SR_OK, "small model initialises"))
+    if (!tap_ok(sr_model_init(&m, d, &sr_ops_cpu, dev, B, true) == SR_OK, "small model initialises"))
         return;
     sr_model_init_params(&m, 7, m.params, 0, m.n_params);
     /* Perturb LayerNorm and bias parameters away from 1/0 so their
@@ -44,9 +45,13 @@ static void test_gradients(void) {
         tg[i] = (int)(sr_rng_u64(3, 2, i) % d.V);
     }
     memset(m.grads, 0, m.n_params * sizeof(float));
-    tap_ok(sr_model_forward(&m, NULL, in, tg, B, NULL) == SR_OK &&
+    double first = 0.0, again = -1.0;
+    tap_ok(sr_model_forward(&m, NULL, in, tg, B) == SR_OK && sr_model_take_loss_sum(&m, &first) == SR_OK &&
                sr_model_backward(&m, NULL, 1.0f / (B * d.T)) == SR_OK,
            "forward and backward succeed");
+    sr_model_take_loss_sum(&m, &again);
+    tap_ok(isfinite(first) && first > 0 && again == 0.0,
+           "the loss sum is read once and restarts at zero (%.6g, then %g)", first, again);
 
     double worst = 0;
     const char *worst_name = "";
@@ -90,8 +95,11 @@ static void test_gradients(void) {
     float *g1 = malloc(m.n_params * sizeof(float));
     memcpy(g1, m.grads, m.n_params * sizeof(float));
     memset(m.grads, 0, m.n_params * sizeof(float));
-    sr_model_forward(&m, NULL, in, tg, B, NULL);
+    sr_model_forward(&m, NULL, in, tg, B);
     sr_model_backward(&m, NULL, 1.0f / (B * d.T));
+    double twice = 0.0;
+    sr_model_take_loss_sum(&m, &twice);
+    tap_ok(twice == first, "the same forward sums the same loss, bitwise");
     tap_ok(memcmp(g1, m.grads, m.n_params * sizeof(float)) == 0, "forward+backward is bitwise reproducible");
     free(g1);
     free(in);
@@ -102,7 +110,7 @@ static void test_gradients(void) {
 static void test_layout(void) {
     sr_model m;
     sr_model_dims d = {4, 4, 256, 256, 0, 256};
-    if (!tap_ok(sr_model_init(&m, d, &sr_ops_cpu, 1, false) == SR_OK, "tiny model table builds"))
+    if (!tap_ok(sr_model_init(&m, d, &sr_ops_cpu, dev, 1, false) == SR_OK, "tiny model table builds"))
         return;
     int ok = 1, prev_unit = 0;
     size_t off = 0;
@@ -152,12 +160,14 @@ static void test_layout(void) {
 
     /* decay rule */
     sr_optim opt;
-    sr_optim_init(&opt, &m, 0, m.n_params);
-    int rule = 1;
-    for (int ti = 0; ti < m.n_tensors; ti++) {
+    sr_optim_init(&opt, &m, dev, 0, m.n_params);
+    /* one slice over the whole vector: one segment per tensor, in order */
+    int rule = opt.nsegs == m.n_tensors;
+    for (int ti = 0; rule && ti < m.n_tensors; ti++) {
         const char *n = m.tensors[ti].name;
         int should = strstr(n, "weight") && !strstr(n, "ln_");
-        rule = rule && opt.decay[ti] == should;
+        rule = opt.segs[ti].decay == should && opt.segs[ti].off == m.tensors[ti].offset &&
+               opt.segs[ti].n == m.tensors[ti].numel;
     }
     tap_ok(rule, "weight decay applies to matrices and embeddings, not biases or LayerNorm");
     sr_optim_free(&opt);
@@ -182,12 +192,12 @@ static void test_adamw(void) {
     /* one AdamW step on a 2-element tensor against the formula */
     sr_model m;
     sr_model_dims d = {1, 1, 4, 8, 0, 2};
-    sr_model_init(&m, d, &sr_ops_cpu, 1, true);
+    sr_model_init(&m, d, &sr_ops_cpu, dev, 1, true);
     sr_config cfg;
     sr_config_init(&cfg); /* the job file's defaults */
     sr_adamw_opts c = {cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay};
     sr_optim opt;
-    sr_optim_init(&opt, &m, 0, m.n_params);
+    sr_optim_init(&opt, &m, dev, 0, m.n_params);
     for (size_t i = 0; i < m.n_params; i++) {
         m.params[i] = 0.5f;
         m.grads[i] = 0.25f;
@@ -205,9 +215,11 @@ static void test_adamw(void) {
 
 int main(void) {
     sr_ops_set_threads(2);
+    dev = sr_dev_cpu_open();
     test_gradients();
     test_layout();
     test_schedule();
     test_adamw();
+    sr_device_close(dev);
     return tap_done();
 }

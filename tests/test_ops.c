@@ -1,17 +1,32 @@
-/* test_ops.c — finite-difference gradient checks for every CPU op.
+/* test_ops.c — the back-end op test (after ggml's test-backend-ops).
  *
- * For each op, J = sum(out * R) for a fixed random R, evaluated in double.
- * Every coordinate of every differentiable input is perturbed by +-h and
- * the central difference is compared with the op's backward (called with
- * dout = R, into zeroed gradients).  Also checks that backward accumulates
- * (+=) and that GEMM splitting across threads does not change results. */
+ * Part 1, the CPU ops against mathematics: for each op, J = sum(out * R)
+ * for a fixed random R, evaluated in double; every coordinate of every
+ * differentiable input is perturbed by +-h and the central difference is
+ * compared with the op's backward (called with dout = R, into zeroed
+ * gradients).  Also: backward accumulates (+=), GEMM splitting across
+ * threads does not change results, the classifier's contract.
+ *
+ * Part 2, every available table against the CPU table: every op and every
+ * device-table primitive (device.h) runs on each back end (cpu, fake; cuda
+ * joins in a CUDA build with a GPU), inputs uploaded into that table's
+ * memory and outputs downloaded, and is compared with the CPU table's
+ * result under a per-op tolerance.
+ *
+ * Part 3, the CPU table's primitives against independent references
+ * (sums in double, a table of bf16 round-to-nearest-even cases, the
+ * previous release's AdamW step), so the test can fail with one table; and
+ * a deliberately perturbed table must be reported failing. */
 #include "srconfig.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
+#include "dtype.h"
 #include "ops.h"
+#include "optim.h"
 #include "rng.h"
 #include "tap.h"
 
@@ -271,13 +286,12 @@ static void test_residual(void) {
 /* ---- cross-entropy ---------------------------------------------------------------- */
 typedef struct {
     int N, V, Vp;
-    float *logits, *work, *losses, dloss;
+    float *logits, *losses, *lse, dloss;
     int *targets;
 } ce_ctx;
 static double ce_J(void *p) {
     ce_ctx *c = p;
-    memcpy(c->work, c->logits, (size_t)c->N * c->Vp * sizeof(float));
-    o->crossentropy_forward(c->losses, c->work, c->targets, c->N, c->V, c->Vp);
+    o->crossentropy_forward(c->losses, c->lse, c->logits, c->targets, c->N, c->V, c->Vp);
     double s = 0;
     for (int n = 0; n < c->N; n++)
         s += c->losses[n];
@@ -288,14 +302,17 @@ static void test_crossentropy(void) {
     size_t NV = (size_t)c.N * c.Vp;
     int targets[] = {0, 6, 3, 6};
     c.targets = targets;
-    c.logits = fnew(NV), c.work = fnew(NV), c.losses = fnew(c.N);
+    c.logits = fnew(NV), c.losses = fnew(c.N), c.lse = fnew(c.N);
     fill(c.logits, NV, 1, 2);
     /* huge padded logits must not leak into the loss */
     for (int n = 0; n < c.N; n++)
         for (int v = c.V; v < c.Vp; v++)
             c.logits[(size_t)n * c.Vp + v] = 50.0f;
+    float *keep = fnew(NV);
+    memcpy(keep, c.logits, NV * sizeof(float));
     double J0 = ce_J(&c);
-    double ref = 0;
+    tap_ok(memcmp(keep, c.logits, NV * sizeof(float)) == 0, "crossentropy: the forward leaves the logits intact");
+    double ref = 0, lse_err = 0;
     for (int n = 0; n < c.N; n++) {
         double mx = -1e30, s = 0;
         for (int v = 0; v < c.V; v++)
@@ -303,19 +320,35 @@ static void test_crossentropy(void) {
         for (int v = 0; v < c.V; v++)
             s += exp(c.logits[(size_t)n * c.Vp + v] - mx);
         ref += log(s) + mx - c.logits[(size_t)n * c.Vp + targets[n]];
+        lse_err = fmax(lse_err, fabs(log(s) + mx - c.lse[n]) / fabs(log(s) + mx));
     }
     tap_ok(fabs(J0 - ref * c.dloss) < 1e-5, "crossentropy: loss equals log-sum-exp over the real vocabulary only");
-    o->crossentropy_backward(c.work, c.targets, c.dloss, c.N, c.V, c.Vp);
+    tap_ok(lse_err < 1e-6, "crossentropy: the saved per-row log-sum-exp is the real vocabulary's (rel err %.2g)",
+           lse_err);
     float *grad = fnew(NV);
-    memcpy(grad, c.work, NV * sizeof(float));
+    memcpy(grad, c.logits, NV * sizeof(float));
+    o->crossentropy_backward(grad, c.lse, c.targets, c.dloss, c.N, c.V, c.Vp);
     double pad = 0;
     for (int n = 0; n < c.N; n++)
         for (int v = c.V; v < c.Vp; v++)
             pad = fmax(pad, fabs(grad[(size_t)n * c.Vp + v]));
     tap_ok(pad == 0.0, "crossentropy: padded logits get zero gradient");
     tap_ok(fd_check("crossentropy dlogits", c.logits, NV, grad, ce_J, &c, 1e-2f) < 1e-3,
-           "crossentropy: dlogits matches finite differences");
-    free(c.logits), free(c.work), free(c.losses), free(grad);
+           "crossentropy: dlogits (logits turned into dlogits in place) match finite differences");
+    /* p -> 1: a row whose target dominates.  The gradient at the target,
+     * (p - 1) * dloss, must keep its precision (it is ~1e-6, far below the
+     * spacing of probabilities stored in bf16 near 1) */
+    float row[16] = {0};
+    for (int v = 0; v < 7; v++)
+        row[v] = v == 2 ? 14.0f : 0.0f;
+    float l1, lse1;
+    int t2 = 2;
+    o->crossentropy_forward(&l1, &lse1, row, &t2, 1, 7, 16);
+    o->crossentropy_backward(row, &lse1, &t2, 1.0f, 1, 7, 16);
+    double p_other = exp(-14.0) / (1.0 + 6.0 * exp(-14.0)), want = -6.0 * p_other;
+    tap_ok(fabs(row[2] - want) < 1e-3 * fabs(want), "crossentropy: p - 1 at p = 1 - %.2g keeps its precision (%.4g vs %.4g)",
+           -want, row[2], want);
+    free(c.logits), free(c.losses), free(c.lse), free(grad), free(keep);
 }
 
 /* GEMM splitting: 1 thread and 2 threads give the same matmul to rounding */
@@ -335,6 +368,414 @@ static void test_thread_split(void) {
     free(inp), free(w), free(b), free(o1), free(o2);
 }
 
+/* ==== part 2: back ends against the CPU table ================================ */
+
+typedef struct {
+    const char *name;
+    const sr_ops *ops;
+    sr_dev *dev;
+} backend;
+
+static backend cpu_backend;
+
+static float *hrand(size_t n, uint64_t stream, float scale) {
+    float *x = fnew(n);
+    fill(x, n, stream, scale);
+    return x;
+}
+
+/* Table memory holding n elements of dt from the host floats h (cast to
+ * bf16 when dt is bf16); NULL h leaves it as allocated (poisoned under
+ * SHARDRUN_TEST_POISON). */
+static void *up(const backend *b, const float *h, size_t n, sr_dtype dt) {
+    sr_dev *d = b->dev;
+    void *p = d->alloc(d, d->state_space, SR_MEM_OTHER, n * sr_dtype_size(dt));
+    if (!p || !h)
+        return p;
+    if (dt == SR_DT_F32) {
+        sr_dev_upload(d, p, h, n * sizeof(float));
+    } else {
+        float *tmp = d->alloc(d, d->state_space, SR_MEM_OTHER, n * sizeof(float));
+        sr_dev_upload(d, tmp, h, n * sizeof(float));
+        d->cast_f32_bf16(d, SR_STREAM_COMPUTE, p, tmp, n);
+        d->free(d, tmp);
+    }
+    return p;
+}
+static void *up_act(const backend *b, const float *h, size_t n) { return up(b, h, n, b->ops->act); }
+static float *up_f32(const backend *b, const float *h, size_t n) { return up(b, h, n, SR_DT_F32); }
+static float *zeros_f32(const backend *b, size_t n) {
+    float *p = up_f32(b, NULL, n);
+    b->dev->memset(b->dev, SR_STREAM_COMPUTE, p, 0, n * sizeof(float));
+    return p;
+}
+static void *zeros_act(const backend *b, size_t n) {
+    void *p = up_act(b, NULL, n);
+    b->dev->memset(b->dev, SR_STREAM_COMPUTE, p, 0, n * sr_dtype_size(b->ops->act));
+    return p;
+}
+
+/* Host floats of n elements of dt at table memory p; frees p. */
+static float *down(const backend *b, void *p, size_t n, sr_dtype dt) {
+    sr_dev *d = b->dev;
+    float *h = fnew(n);
+    if (dt == SR_DT_F32) {
+        sr_dev_download(d, h, p, n * sizeof(float));
+    } else {
+        float *tmp = d->alloc(d, d->state_space, SR_MEM_OTHER, n * sizeof(float));
+        d->fold_bf16(d, SR_STREAM_COMPUTE, tmp, p, n, false);
+        sr_dev_download(d, h, tmp, n * sizeof(float));
+        d->free(d, tmp);
+    }
+    d->free(d, p);
+    return h;
+}
+static float *down_act(const backend *b, void *p, size_t n) { return down(b, p, n, b->ops->act); }
+static float *down_f32(const backend *b, void *p, size_t n) { return down(b, p, n, SR_DT_F32); }
+
+#define MAX_OUT 4
+/* One case: runs an op (or primitive) on back end b from fixed inputs and
+ * returns its outputs as host floats (out[k] of n[k] elements); returns
+ * how many. */
+typedef int (*case_fn)(const backend *b, float **out, size_t *n);
+
+/* Shapes of the cases: small, but with more rows than one thread block. */
+enum { CB = 2, CT = 16, CC = 32, CNH = 4, CV = 50, CVP = 64, CN = CB * CT };
+
+static int case_encoder(const backend *b, float **out, size_t *n) {
+    int inp[CN];
+    for (int i = 0; i < CN; i++)
+        inp[i] = (int)(sr_rng_u64(9, 1, (uint64_t)i) % CV);
+    float *wte = hrand((size_t)CVP * CC, 1, 1), *wpe = hrand((size_t)CT * CC, 2, 1), *R = hrand((size_t)CN * CC, 3, 1);
+    int *dinp = up(b, NULL, CN, SR_DT_F32); /* ints: 4 bytes each */
+    sr_dev_upload(b->dev, dinp, inp, sizeof inp);
+    void *dwte = up_act(b, wte, (size_t)CVP * CC), *dwpe = up_act(b, wpe, (size_t)CT * CC);
+    void *o1 = up_act(b, NULL, (size_t)CN * CC), *dR = up_act(b, R, (size_t)CN * CC);
+    float *gwte = zeros_f32(b, (size_t)CVP * CC), *gwpe = zeros_f32(b, (size_t)CT * CC);
+    b->ops->encoder_forward(o1, dinp, dwte, dwpe, CB, CT, CC);
+    b->ops->encoder_backward(gwte, gwpe, dR, dinp, CB, CT, CC);
+    out[0] = down_act(b, o1, (size_t)CN * CC), n[0] = (size_t)CN * CC;
+    out[1] = down_f32(b, gwte, (size_t)CVP * CC), n[1] = (size_t)CVP * CC;
+    out[2] = down_f32(b, gwpe, (size_t)CT * CC), n[2] = (size_t)CT * CC;
+    b->dev->free(b->dev, dinp), b->dev->free(b->dev, dwte), b->dev->free(b->dev, dwpe), b->dev->free(b->dev, dR);
+    free(wte), free(wpe), free(R);
+    return 3;
+}
+
+static int case_layernorm(const backend *b, float **out, size_t *n) {
+    size_t NC = (size_t)CN * CC;
+    float *x = hrand(NC, 1, 2), *w = hrand(CC, 2, 1), *bb = hrand(CC, 3, 1), *R = hrand(NC, 4, 1);
+    void *dx = up_act(b, x, NC), *dw = up_act(b, w, CC), *db = up_act(b, bb, CC), *dR = up_act(b, R, NC);
+    void *y = up_act(b, NULL, NC), *dxg = zeros_act(b, NC);
+    float *mean = up_f32(b, NULL, CN), *rstd = up_f32(b, NULL, CN), *gw = zeros_f32(b, CC), *gb = zeros_f32(b, CC);
+    b->ops->layernorm_forward(y, mean, rstd, dx, dw, db, CN, CC);
+    b->ops->layernorm_backward(dxg, gw, gb, dR, dx, dw, mean, rstd, CN, CC);
+    out[0] = down_act(b, y, NC), n[0] = NC;
+    out[1] = down_act(b, dxg, NC), n[1] = NC;
+    out[2] = down_f32(b, gw, CC), n[2] = CC;
+    out[3] = down_f32(b, gb, CC), n[3] = CC;
+    b->dev->free(b->dev, dx), b->dev->free(b->dev, dw), b->dev->free(b->dev, db), b->dev->free(b->dev, dR);
+    b->dev->free(b->dev, mean), b->dev->free(b->dev, rstd);
+    free(x), free(w), free(bb), free(R);
+    return 4;
+}
+
+static int case_matmul(const backend *b, float **out, size_t *n) {
+    const int N = CN, C = CC, OC = 3 * CC;
+    float *x = hrand((size_t)N * C, 1, 1), *w = hrand((size_t)OC * C, 2, 1), *bias = hrand(OC, 3, 1);
+    float *R = hrand((size_t)N * OC, 4, 1);
+    void *dx = up_act(b, x, (size_t)N * C), *dw = up_act(b, w, (size_t)OC * C), *dbias = up_act(b, bias, OC);
+    void *dR = up_act(b, R, (size_t)N * OC), *y = up_act(b, NULL, (size_t)N * OC), *gx = zeros_act(b, (size_t)N * C);
+    float *gw = zeros_f32(b, (size_t)OC * C), *gb = zeros_f32(b, OC);
+    b->ops->matmul_forward(y, dx, dw, dbias, N, C, OC);
+    b->ops->matmul_backward(gx, gw, gb, dR, dx, dw, N, C, OC);
+    out[0] = down_act(b, y, (size_t)N * OC), n[0] = (size_t)N * OC;
+    out[1] = down_act(b, gx, (size_t)N * C), n[1] = (size_t)N * C;
+    out[2] = down_f32(b, gw, (size_t)OC * C), n[2] = (size_t)OC * C;
+    out[3] = down_f32(b, gb, OC), n[3] = OC;
+    b->dev->free(b->dev, dx), b->dev->free(b->dev, dw), b->dev->free(b->dev, dbias), b->dev->free(b->dev, dR);
+    free(x), free(w), free(bias), free(R);
+    return 4;
+}
+
+static int case_attention(const backend *b, float **out, size_t *n) {
+    size_t BTC = (size_t)CN * CC;
+    float *qkv = hrand(3 * BTC, 1, 1), *R = hrand(BTC, 2, 1);
+    void *dq = up_act(b, qkv, 3 * BTC), *dR = up_act(b, R, BTC), *y = up_act(b, NULL, BTC);
+    void *att = b->dev->alloc(b->dev, b->dev->state_space, SR_MEM_OTHER, b->ops->attention_save_bytes(CB, CT, CNH));
+    void *g = zeros_act(b, 3 * BTC);
+    b->ops->attention_forward(y, att, dq, CB, CT, CC, CNH);
+    b->ops->attention_backward(g, dR, dq, att, CB, CT, CC, CNH);
+    out[0] = down_act(b, y, BTC), n[0] = BTC;
+    out[1] = down_act(b, g, 3 * BTC), n[1] = 3 * BTC;
+    b->dev->free(b->dev, dq), b->dev->free(b->dev, dR), b->dev->free(b->dev, att);
+    free(qkv), free(R);
+    return 2;
+}
+
+static int case_gelu_residual(const backend *b, float **out, size_t *n) {
+    size_t N = (size_t)CN * CC;
+    float *x = hrand(N, 1, 2), *R = hrand(N, 2, 1);
+    void *dx = up_act(b, x, N), *dR = up_act(b, R, N), *y = up_act(b, NULL, N), *g = zeros_act(b, N);
+    void *r = up_act(b, NULL, N);
+    b->ops->gelu_forward(y, dx, N);
+    b->ops->gelu_backward(g, dx, dR, N);
+    b->ops->residual_forward(r, dx, dR, N);
+    out[0] = down_act(b, y, N), n[0] = N;
+    out[1] = down_act(b, g, N), n[1] = N;
+    out[2] = down_act(b, r, N), n[2] = N;
+    b->dev->free(b->dev, dx), b->dev->free(b->dev, dR);
+    free(x), free(R);
+    return 3;
+}
+
+static int case_crossentropy(const backend *b, float **out, size_t *n) {
+    size_t NV = (size_t)CN * CVP;
+    int tg[CN];
+    for (int i = 0; i < CN; i++)
+        tg[i] = (int)(sr_rng_u64(9, 2, (uint64_t)i) % CV);
+    float *l = hrand(NV, 1, 3);
+    int *dtg = up(b, NULL, CN, SR_DT_F32);
+    sr_dev_upload(b->dev, dtg, tg, sizeof tg);
+    void *dl = up_act(b, l, NV);
+    float *loss = up_f32(b, NULL, CN), *lse = up_f32(b, NULL, CN);
+    b->ops->crossentropy_forward(loss, lse, dl, dtg, CN, CV, CVP);
+    b->ops->crossentropy_backward(dl, lse, dtg, 1.0f / CN, CN, CV, CVP);
+    out[0] = down_f32(b, loss, CN), n[0] = CN;
+    out[1] = down_f32(b, lse, CN), n[1] = CN;
+    out[2] = down_act(b, dl, NV), n[2] = NV;
+    b->dev->free(b->dev, dtg);
+    free(l);
+    return 3;
+}
+
+/* The primitives: memset, copy, casts, folds, sums, AdamW, events. */
+static int case_primitives(const backend *b, float **out, size_t *n) {
+    sr_dev *d = b->dev;
+    const size_t N = 5000;
+    float *x = hrand(N, 1, 1), *y = hrand(N, 2, 1);
+    float *dx = up_f32(b, x, N), *dy = up_f32(b, y, N), *acc = up_f32(b, y, N), *cp = up_f32(b, NULL, N);
+    void *h = up(b, NULL, N, SR_DT_BF16);
+    sr_event e = {0};
+    d->copy(d, SR_STREAM_COMM, cp, dx, N * sizeof(float));
+    d->record(d, &e, SR_STREAM_COMM);
+    d->wait(d, SR_STREAM_COMPUTE, &e);
+    d->cast_f32_bf16(d, SR_STREAM_COMPUTE, h, cp, N);
+    d->fold_bf16(d, SR_STREAM_COMPUTE, acc, h, N, true); /* acc = y + bf16(x) */
+    d->add_f32(d, SR_STREAM_COMPUTE, acc, dx, N);        /* ... + x */
+    float *widened = up_f32(b, NULL, N);
+    d->fold_bf16(d, SR_STREAM_COMPUTE, widened, h, N, false);
+    d->memset(d, SR_STREAM_COMPUTE, widened + 10, 0, 7 * sizeof(float));
+    double *sums = up(b, NULL, 2, SR_DT_F64);
+    d->memset(d, SR_STREAM_COMPUTE, sums, 0, 2 * sizeof(double));
+    d->sum_squares(d, SR_STREAM_COMPUTE, &sums[0], dx, N);
+    d->loss_sum(d, SR_STREAM_COMPUTE, &sums[1], dy, N);
+    d->loss_sum(d, SR_STREAM_COMPUTE, &sums[1], dx, 100); /* += */
+    sr_event done = {0};
+    d->record(d, &done, SR_STREAM_COMPUTE);
+    bool events_ok = d->host_wait(d, &done) == SR_OK && d->sync(d, SR_STREAM_COMPUTE) == SR_OK;
+    double hs[2];
+    sr_dev_download(d, hs, sums, sizeof hs);
+    d->free(d, sums);
+    /* AdamW over two segments (one decaying), padding between them untouched */
+    float *p = hrand(N, 3, 1), *g = hrand(N, 4, 1), *m = hrand(N, 5, 0.1f), *v = hrand(N, 6, 0.1f);
+    for (size_t i = 0; i < N; i++)
+        v[i] = v[i] * v[i];
+    float *dp = up_f32(b, p, N), *dg = up_f32(b, g, N), *dm = up_f32(b, m, N), *dv = up_f32(b, v, N);
+    sr_adamw_segment segs[2] = {{0, 3000, true}, {3100, 1900, false}};
+    sr_adamw_launch l = {.params = dp, .grads = dg, .m = dm, .v = dv, .segs = segs, .nsegs = 2,
+                         .a = {0.9f, 0.95f, 1e-8f, 0.19f, 0.0975f, 3e-4f, 0.0f, 0.5f}, .weight_decay = 0.1f};
+    d->adamw(d, SR_STREAM_COMPUTE, &l);
+    out[0] = down_f32(b, acc, N), n[0] = N;
+    out[1] = down_f32(b, widened, N), n[1] = N;
+    out[2] = fnew(3), n[2] = 3; /* the sums, and whether the waits completed */
+    out[2][0] = (float)hs[0], out[2][1] = (float)hs[1], out[2][2] = events_ok ? 1.0f : 0.0f;
+    out[3] = down_f32(b, dp, N), n[3] = N;
+    d->free(d, dx), d->free(d, dy), d->free(d, cp), d->free(d, h), d->free(d, dg), d->free(d, dm), d->free(d, dv);
+    free(x), free(y), free(p), free(g), free(m), free(v);
+    return 4;
+}
+
+/* Per-op tolerances: max|got - ref| / max|ref| per output (GPU.md §8, exact
+ * mode; the cpu and fake tables run the same code and must agree to 0). */
+static const struct {
+    const char *name;
+    case_fn run;
+    double tol;
+} cases[] = {
+    {"encoder forward/backward", case_encoder, 2e-6},
+    {"layernorm forward/backward", case_layernorm, 1e-5},
+    {"matmul forward/backward", case_matmul, 1e-5},
+    {"attention forward/backward", case_attention, 1e-5},
+    {"gelu forward/backward, residual", case_gelu_residual, 2e-6},
+    {"crossentropy forward/backward", case_crossentropy, 1e-5},
+    {"primitives (copy, memset, casts, folds, sums, AdamW, events)", case_primitives, 1e-6},
+};
+
+/* Every case on `b` against the CPU table; a TAP line per case when
+ * `report`.  Returns the number of cases that failed. */
+static int compare_backend(const backend *b, bool report) {
+    int failed = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        float *ref[MAX_OUT] = {0}, *got[MAX_OUT] = {0};
+        size_t nr[MAX_OUT] = {0}, ng[MAX_OUT] = {0};
+        int kr = cases[c].run(&cpu_backend, ref, nr), kg = cases[c].run(b, got, ng);
+        double worst = kr == kg ? 0.0 : INFINITY;
+        for (int k = 0; k < kr && k < kg; k++) {
+            double e = 0.0, mx = 0.0;
+            for (size_t i = 0; i < nr[k] && nr[k] == ng[k]; i++) {
+                e = fmax(e, fabs((double)got[k][i] - ref[k][i]));
+                mx = fmax(mx, fabs(ref[k][i]));
+                if (isnan(got[k][i]) != isnan(ref[k][i]))
+                    e = INFINITY;
+            }
+            worst = fmax(worst, nr[k] == ng[k] ? e / (mx > 0 ? mx : 1) : INFINITY);
+        }
+        bool ok = worst <= cases[c].tol;
+        failed += !ok;
+        if (report)
+            tap_ok(ok, "%s: %s matches the cpu table (max rel err %.2g <= %.0e)", b->name, cases[c].name, worst,
+                   cases[c].tol);
+        for (int k = 0; k < MAX_OUT; k++)
+            free(ref[k]), free(got[k]);
+    }
+    return failed;
+}
+
+/* ---- a deliberately perturbed table ---------------------------------------- */
+
+static void gelu_perturbed(void *out, const void *inp, size_t n) {
+    sr_ops_cpu.gelu_forward(out, inp, n);
+    ((float *)out)[n / 2] += 1e-3f;
+}
+static void sum_squares_perturbed(sr_dev *d, sr_stream s, double *out, const float *x, size_t n) {
+    (void)d, (void)s;
+    *out = sr_vec_sum_squares(x, n) * (1.0 + 1e-5);
+}
+
+static void test_perturbed(void) {
+    sr_ops ops = sr_ops_cpu;
+    ops.gelu_forward = gelu_perturbed;
+    backend bad_op = {"perturbed gelu", &ops, cpu_backend.dev};
+    int f1 = compare_backend(&bad_op, false);
+    tap_ok(f1 == 1, "a table with one perturbed op (gelu, one element + 1e-3) is reported failing (%d case)", f1);
+    sr_dev *d = sr_dev_cpu_open();
+    d->sum_squares = sum_squares_perturbed;
+    backend bad_prim = {"perturbed sum_squares", &sr_ops_cpu, d};
+    int f2 = compare_backend(&bad_prim, false);
+    tap_ok(f2 == 1, "a table with one perturbed primitive (sum_squares x (1 + 1e-5)) is reported failing (%d case)", f2);
+    sr_device_close(d);
+}
+
+/* ==== part 3: the CPU table's primitives against independent references ====== */
+
+/* The previous release's AdamW step (optim.c before the device table), kept
+ * here as the reference the table's adamw must reproduce. */
+static void adamw_previous(float *p, const float *g, float *m, float *v, size_t n, float b1, float b2, float eps,
+                           float bc1, float bc2, float lr, float decay, float gs) {
+    for (size_t i = 0; i < n; i++) {
+        float gg = g[i] * gs;
+        float mm = b1 * m[i] + (1.0f - b1) * gg;
+        float vv = b2 * v[i] + (1.0f - b2) * gg * gg;
+        m[i] = mm;
+        v[i] = vv;
+        float mhat = mm / bc1, vhat = vv / bc2;
+        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + decay * p[i]);
+    }
+}
+
+static void test_cpu_primitives(void) {
+    sr_dev *d = cpu_backend.dev;
+    /* bf16 round to nearest even: hand-computed cases */
+    static const struct {
+        uint32_t f32;
+        uint16_t bf16;
+        const char *why;
+    } rne[] = {
+        {0x3f800000u, 0x3f80, "1.0 exact"},
+        {0x3f808000u, 0x3f80, "halfway, even below: down"},
+        {0x3f818000u, 0x3f82, "halfway, odd below: up"},
+        {0x3f808001u, 0x3f81, "above halfway: up"},
+        {0x3f807fffu, 0x3f80, "below halfway: down"},
+        {0xbf818000u, 0xbf82, "negative halfway, odd: away from zero"},
+        {0x7f7fffffu, 0x7f80, "largest float rounds to infinity"},
+        {0x7f800000u, 0x7f80, "infinity stays"},
+        {0x00000001u, 0x0000, "smallest subnormal rounds to zero"},
+    };
+    int n_rne = (int)(sizeof rne / sizeof rne[0]), bad = 0;
+    float src[16];
+    uint16_t dst[16];
+    for (int i = 0; i < n_rne; i++)
+        memcpy(&src[i], &rne[i].f32, 4);
+    d->cast_f32_bf16(d, SR_STREAM_COMPUTE, dst, src, (size_t)n_rne);
+    for (int i = 0; i < n_rne; i++)
+        if (dst[i] != rne[i].bf16) {
+            bad++;
+            tap_diag("bf16(%08x) = %04x, expected %04x (%s)", rne[i].f32, dst[i], rne[i].bf16, rne[i].why);
+        }
+    uint32_t nan_bits = 0x7fc00001u;
+    float nan_f;
+    memcpy(&nan_f, &nan_bits, 4);
+    d->cast_f32_bf16(d, SR_STREAM_COMPUTE, dst, &nan_f, 1);
+    tap_ok(bad == 0 && (dst[0] & 0x7f80) == 0x7f80 && (dst[0] & 0x7f) != 0,
+           "cpu table: f32 -> bf16 rounds to nearest even (%d hand-computed cases) and keeps NaN a NaN", n_rne);
+    /* fold and sums against double */
+    const size_t N = 100003;
+    float *x = hrand(N, 7, 1);
+    uint16_t *h = malloc(N * 2);
+    float *acc = fnew(N);
+    d->cast_f32_bf16(d, SR_STREAM_COMPUTE, h, x, N);
+    for (size_t i = 0; i < N; i++)
+        acc[i] = 1.0f;
+    d->fold_bf16(d, SR_STREAM_COMPUTE, acc, h, N, true);
+    double e = 0;
+    for (size_t i = 0; i < N; i++)
+        e = fmax(e, fabs(acc[i] - (1.0f + sr_bf16_to_f32(h[i]))));
+    tap_ok(e == 0.0, "cpu table: bf16 fold += is exact f32 addition");
+    double ss = 0, ls = 0.5, ref_ss = 0, ref_ls = 0.5;
+    d->sum_squares(d, SR_STREAM_COMPUTE, &ss, x, N);
+    d->loss_sum(d, SR_STREAM_COMPUTE, &ls, x, N);
+    for (size_t i = 0; i < N; i++)
+        ref_ss += (double)x[i] * x[i], ref_ls += x[i];
+    tap_ok(fabs(ss - ref_ss) <= 1e-12 * ref_ss && fabs(ls - ref_ls) <= 1e-9 * (1 + fabs(ref_ls)),
+           "cpu table: sum of squares and loss sum (+=) equal double-precision sums (%.3g, %.3g)", ss - ref_ss,
+           ls - ref_ls);
+    /* AdamW against the previous release's loop */
+    float *p = hrand(N, 8, 1), *g = hrand(N, 9, 1), *m = hrand(N, 10, 0.1f), *v = hrand(N, 11, 0.1f);
+    for (size_t i = 0; i < N; i++)
+        v[i] *= v[i];
+    float *p2 = fnew(N), *m2 = fnew(N), *v2 = fnew(N);
+    memcpy(p2, p, N * 4), memcpy(m2, m, N * 4), memcpy(v2, v, N * 4);
+    sr_adamw_segment segs[2] = {{0, 60000, true}, {60000, N - 60000, false}};
+    sr_adamw_launch l = {.params = p, .grads = g, .m = m, .v = v, .segs = segs, .nsegs = 2,
+                         .a = {0.9f, 0.95f, 1e-8f, 0.271f, 0.142625f, 6e-4f, 0.0f, 0.8f}, .weight_decay = 0.1f};
+    d->adamw(d, SR_STREAM_COMPUTE, &l);
+    adamw_previous(p2, g, m2, v2, 60000, 0.9f, 0.95f, 1e-8f, 0.271f, 0.142625f, 6e-4f, 0.1f * 1.0f, 0.8f);
+    adamw_previous(p2 + 60000, g + 60000, m2 + 60000, v2 + 60000, N - 60000, 0.9f, 0.95f, 1e-8f, 0.271f, 0.142625f,
+                   6e-4f, 0.0f, 0.8f);
+    double ep = 0, mp = 0;
+    for (size_t i = 0; i < N; i++) {
+        ep = fmax(ep, fabs(p[i] - p2[i]) + fabs(m[i] - m2[i]) + fabs(v[i] - v2[i]));
+        mp = fmax(mp, fabs(p2[i]));
+    }
+    tap_ok(ep <= 1e-6 * mp, "cpu table: AdamW over segments equals the previous release's step (%.2g)", ep);
+    free(x), free(h), free(acc), free(p), free(g), free(m), free(v), free(p2), free(m2), free(v2);
+}
+
+static void test_backends(void) {
+    cpu_backend = (backend){"cpu", &sr_ops_cpu, sr_dev_cpu_open()};
+    backend fake = {"fake", &sr_ops_cpu, sr_dev_fake_open()};
+    tap_ok(compare_backend(&cpu_backend, true) == 0, "cpu: every case agrees with itself (deterministic)");
+    size_t before = sr_mem_space_peak(SR_SPACE_DEVICE);
+    tap_ok(compare_backend(&fake, true) == 0, "fake: every op and primitive matches the cpu table");
+    tap_ok(sr_mem_space_peak(SR_SPACE_DEVICE) > before && sr_mem_space_current(SR_SPACE_DEVICE) == 0,
+           "fake: its memory is accounted in the device space (and all of it freed)");
+    test_perturbed();
+    test_cpu_primitives();
+    sr_device_close(fake.dev);
+    sr_device_close(cpu_backend.dev);
+}
+
 int main(void) {
     sr_ops_set_threads(2);
     test_encoder();
@@ -346,5 +787,6 @@ int main(void) {
     test_residual();
     test_crossentropy();
     test_thread_split();
+    test_backends();
     return tap_done();
 }

@@ -73,9 +73,10 @@ int main(void) {
     const float *ggrads = glogits + (size_t)BT * V;
 
     sr_ops_set_threads(2);
+    sr_dev *dev = sr_dev_cpu_open();
     sr_model m;
     sr_model_dims d = {L, NH, C, V, 0, T};
-    tap_ok(sr_model_init(&m, d, &sr_ops_cpu, B, true) == SR_OK && m.n_params == (size_t)n,
+    tap_ok(sr_model_init(&m, d, &sr_ops_cpu, dev, B, true) == SR_OK && m.n_params == (size_t)n,
            "model with the golden dimensions (L %d, NH %d, C %d, V %d, T %d) has %d parameters", L, NH, C, V, T, n);
     /* the weights PyTorch saw are the ones shardrun's initialisation makes */
     sr_model_init_params(&m, (uint64_t)seed, m.params, 0, m.n_params);
@@ -90,12 +91,20 @@ int main(void) {
         tg[i] = targets[i];
     }
     memset(m.grads, 0, sizeof(float) * (size_t)n);
-    float loss = 0.0f;
-    sr_model_forward(&m, NULL, in, tg, B, &loss);
-    /* logits: the head over the final LayerNorm output kept by forward */
+    sr_model_forward(&m, NULL, in, tg, B);
+    double loss_sum = 0.0;
+    sr_model_take_loss_sum(&m, &loss_sum);
+    double loss = loss_sum / BT;
+    /* the classifier leaves the logits intact (ops.h): they must equal the
+     * head recomputed over the final LayerNorm output kept by forward */
     float *logits = malloc(sizeof(float) * (size_t)BT * m.d.Vp);
+    memcpy(logits, m.logits, sizeof(float) * (size_t)BT * m.d.Vp);
+    float *head = malloc(sizeof(float) * (size_t)BT * m.d.Vp);
     const sr_tensor *wte = &m.tensors[L * SR_NBLOCK_TENSORS + SR_WTE];
-    sr_ops_cpu.matmul_forward(logits, m.lnf, m.params + wte->offset, NULL, BT, C, m.d.Vp);
+    sr_ops_cpu.matmul_forward(head, m.lnf, m.params + wte->offset, NULL, BT, C, m.d.Vp);
+    tap_ok(memcmp(head, logits, sizeof(float) * (size_t)BT * m.d.Vp) == 0,
+           "the forward leaves the logits intact (the classifier saves a log-sum-exp per row instead)");
+    free(head);
     sr_model_backward(&m, NULL, 1.0f / BT);
 
     double lrel = fabs(loss - gloss) / fabs(gloss);
@@ -127,5 +136,6 @@ int main(void) {
            worst, worst_name);
     free(in), free(tg), free(logits), free(lreal), free(g);
     sr_model_free(&m);
+    sr_device_close(dev);
     return tap_done();
 }

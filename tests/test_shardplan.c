@@ -94,7 +94,7 @@ int main(void) {
     const sr_model_dims dims[] = {{3, 2, 8, 37, 0, 5}, {5, 1, 4, 3, 0, 2}};
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
         sr_model m;
-        sr_model_init(&m, dims[di], &sr_ops_cpu, 0, false);
+        sr_model_init(&m, dims[di], &sr_ops_cpu, NULL, 0, false);
         for (int bpu = 1; bpu <= 3; bpu++) {
             const char *bad = NULL;
             int bad_S = 0;

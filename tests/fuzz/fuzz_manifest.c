@@ -40,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (sr_manifest_parse(text, len, "fuzz/manifest.yaml", &mf) == SR_OK) {
         sr_model m;
         sr_shardplan pl;
-        if (sr_model_init(&m, mf.dims, &sr_ops_cpu, 0, false) == SR_OK &&
+        if (sr_model_init(&m, mf.dims, &sr_ops_cpu, NULL, 0, false) == SR_OK &&
             sr_shardplan_init(&pl, m.layer_offset, mf.dims.L, 1, mf.mesh_shard) == SR_OK) {
             char *again = NULL;
             size_t again_len = 0;

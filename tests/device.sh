@@ -1,0 +1,146 @@
+#!/bin/sh
+# device.sh — the device table seen from a run: the `device` key, the memory
+# spaces in the log and the metrics, and the fake device
+# (SHARDRUN_TEST_DEVICE=fake), which keeps its "device" memory apart and
+# takes every decision a GPU run takes: a fake run is bitwise a CPU run, a
+# checkpoint written by either resumes on the other bitwise like a CPU-only
+# resume, planned memory above the fake device's free memory is refused
+# (78, naming the categories), and ranks that disagree on the device are
+# refused (78, naming them).  NaN-poisoned allocations change nothing.
+. "${SR_SRCDIR:-.}/tests/tap.sh"
+S=$SHARDRUN
+CMP=${SR_BUILDDIR:-.}/tests/cmp_params
+cd "$T" || exit 99
+
+common="--set train.steps=12 --set train.batch_size=4 --set threads=2 --set log.every=1 --set train.eval_every=0"
+field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
+last() { field "$1" "$2" | tail -1; }
+# run NAME [ENV=VALUE...] -- [--set ...]: metrics NAME.jsonl, params NAME.params, log NAME.err, status in $rc
+run() {
+    name=$1
+    shift
+    envs=""
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do
+        envs="$envs $1"
+        shift
+    done
+    [ $# -gt 0 ] && shift
+    # shellcheck disable=SC2086
+    env $envs SHARDRUN_TEST_DUMP_PARAMS="$T/$name.params" "$S" train $common --set log.metrics="$T/$name.jsonl" "$@" \
+        >"$name.out" 2>"$name.err"
+    rc=$?
+}
+
+# 1. a CPU run: every space in the metrics, device memory zero
+run cpu --
+check "a CPU run finishes" test "$rc" -eq 0
+for k in mem_host_total mem_host_total_peak mem_pinned_total mem_pinned_total_peak mem_device_total \
+    mem_device_total_peak; do
+    check "metrics records carry '$k'" sh -c "[ \$(grep -c '\"$k\":' cpu.jsonl) -eq 12 ]"
+done
+check "  ...a CPU run has no device memory (mem_device_total 0)" test "$(last cpu.jsonl mem_device_total_peak)" = 0
+check "  ...its host total is the total" test "$(last cpu.jsonl mem_host_total)" = "$(last cpu.jsonl mem_total)"
+check "the start and end logs show the spaces" sh -c \
+    "grep -q 'memory at start.*spaces: host [0-9.]*/[0-9.]*, pinned 0.0/0.0, device 0.0/0.0' cpu.err &&
+     grep -q 'memory at end.*spaces: host' cpu.err"
+check "the start line says device=cpu" grep -q "device=cpu " cpu.err
+
+# 2. the fake device: bitwise a CPU run, its memory in the device space
+run fake SHARDRUN_TEST_DEVICE=fake --
+check "a fake-device run finishes" test "$rc" -eq 0
+check "  ...the start line says device=fake" grep -q "device=fake (test hook SHARDRUN_TEST_DEVICE" fake.err
+check "  ...final parameters are bitwise those of the CPU run" "$CMP" cpu.params fake.params 0
+check "  ...and so are the losses" sh -c "[ \"$(field cpu.jsonl loss | tr '\n' ' ')\" = \"$(field fake.jsonl loss | tr '\n' ' ')\" ]"
+check "  ...its state lives in the device space (host 0, device = total)" sh -c \
+    "[ $(last fake.jsonl mem_host_total_peak) = 0 ] && [ $(last fake.jsonl mem_device_total) = $(last fake.jsonl mem_total) ]"
+check "  ...with the same categories as the CPU run" sh -c \
+    "for c in param_shard grad_shard optim_shard grad_accum full_units activations comm other; do
+        [ \$(tail -1 cpu.jsonl | sed -n \"s/.*\\\"mem_\${c}_peak\\\":\\([0-9]*\\).*/\\1/p\") = \
+          \$(tail -1 fake.jsonl | sed -n \"s/.*\\\"mem_\${c}_peak\\\":\\([0-9]*\\).*/\\1/p\") ] || exit 1; done"
+
+# bf16 parameters and reductions, per-micro-batch reductions: the casts and
+# folds go through the table too
+run cpu16 -- --set sharding.mixed_precision.param_dtype=bf16 --set sharding.mixed_precision.reduce_dtype=bf16 \
+    --set sharding.grad_sync=per_micro_batch --set train.micro_batch=2
+run fake16 SHARDRUN_TEST_DEVICE=fake -- --set sharding.mixed_precision.param_dtype=bf16 \
+    --set sharding.mixed_precision.reduce_dtype=bf16 --set sharding.grad_sync=per_micro_batch --set train.micro_batch=2
+check "bf16, per-micro-batch reductions: the fake run is bitwise the CPU run" "$CMP" cpu16.params fake16.params 0
+
+# 3. NaN-poisoned allocations (make check sets SHARDRUN_TEST_POISON=1) change nothing
+run nopoison SHARDRUN_TEST_POISON=0 SHARDRUN_TEST_DEVICE=fake --
+run poison SHARDRUN_TEST_POISON=1 SHARDRUN_TEST_DEVICE=fake --
+check "a NaN-poisoned run equals an unpoisoned one bitwise (no read before write)" "$CMP" nopoison.params poison.params 0
+
+# 4. checkpoints across tables: written by one, resumed on the other, bitwise
+# like a CPU-only resume (preempted at step 6 of 12, resumed to 12)
+resume_pair() { # NAME FIRST_DEVICE SECOND_DEVICE (cpu | fake)
+    e1=SHARDRUN_TEST_DEVICE=; [ "$2" = fake ] && e1=SHARDRUN_TEST_DEVICE=fake
+    e2=SHARDRUN_TEST_DEVICE=; [ "$3" = fake ] && e2=SHARDRUN_TEST_DEVICE=fake
+    run "$1a" "$e1" SHARDRUN_TEST_PREEMPT_AT=6 -- --set checkpoint.dir="$T/$1ck"
+    rc1=$rc
+    run "$1" "$e2" -- --set checkpoint.dir="$T/$1ck"
+    rc2=$rc
+}
+resume_pair cc cpu cpu
+resume_pair fc fake cpu
+resume_pair cf cpu fake
+check "a CPU run preempted at step 6 and resumed on the CPU finishes (status $rc1 then $rc2)" \
+    sh -c "[ $rc1 = 75 ] && [ $rc2 = 0 ] && grep -q 'resum.*step 6' cc.err"
+for d in cc fc; do grep -v 'created:\|checkpoint.dir:\|log.metrics:\|manifest_sha256:' "${d}ck/step_00000006/manifest.yaml" >"$d.mf"; done
+check "the fake device's checkpoint is bitwise the CPU's (shard file; manifest but for time and directory)" sh -c \
+    "cmp -s ccck/step_00000006/shard_00000.bin fcck/step_00000006/shard_00000.bin && cmp -s cc.mf fc.mf"
+check "a fake-device checkpoint resumes on the CPU table bitwise like a CPU-only resume" "$CMP" cc.params fc.params 0
+check "a CPU checkpoint resumes on the fake device bitwise like a CPU-only resume" "$CMP" cc.params cf.params 0
+check "  ...and both equal the uninterrupted run" "$CMP" cpu.params cc.params 0
+
+# 5. planned memory above the fake device's free memory: 78, naming the categories, nothing written
+expect_status 78 "planned memory above SHARDRUN_TEST_DEVICE_FREE_MB is refused" env SHARDRUN_TEST_DEVICE=fake \
+    SHARDRUN_TEST_DEVICE_FREE_MB=40 "$S" train $common --set checkpoint.dir="$T/nock"
+check "  ...naming the device memory and the categories" \
+    grep -q "of device memory per rank (.*activations.*), more than the 40.0 MiB free on the device (hint:" "$T/err"
+check "  ...before anything is written (no checkpoint directory)" test ! -e "$T/nock"
+run roomy SHARDRUN_TEST_DEVICE=fake SHARDRUN_TEST_DEVICE_FREE_MB=4096 -- --set train.steps=2
+check "the same job with 4096 MiB free trains" test "$rc" -eq 0
+expect_status 78 "a malformed SHARDRUN_TEST_DEVICE is refused" env SHARDRUN_TEST_DEVICE=gpu "$S" train $common
+check "  ...naming the variable and what it takes" grep -q "SHARDRUN_TEST_DEVICE.*fake" "$T/err"
+
+# 6. the device key
+cat >cuda.yaml <<'EOF'
+train: {steps: 2}
+device: cuda
+EOF
+expect_status 78 "device: cuda is refused" "$S" train cuda.yaml
+check "  ...at its place in the job file, saying why" \
+    grep -Eq "cuda.yaml:2:[0-9]+: .*(not implemented yet|built without CUDA)" "$T/err"
+expect_status 78 "device: tpu is a config error" "$S" train --set device=tpu
+check "  ...naming the values it takes" grep -q "auto.*cpu.*cuda" "$T/err"
+run devcpu -- --set device=cpu --set train.steps=2
+check "device: cpu trains" test "$rc" -eq 0
+run given CUDA_VISIBLE_DEVICES=0 -- --set train.steps=2
+check "given a GPU it cannot use, a run warns with cudaGetDeviceCount's answer and trains" sh -c \
+    "[ $rc = 0 ] && grep -Eq 'warning: this task was given GPUs \(CUDA_VISIBLE_DEVICES=0\) but none is usable \((cudaGetDeviceCount: .*|this shardrun was built without CUDA)\)' given.err"
+
+# 7. ranks that disagree on the device (mpirun)
+if command -v mpirun >/dev/null 2>&1; then
+    cat >mixed.sh <<'EOF'
+#!/bin/sh
+[ "${OMPI_COMM_WORLD_RANK:-0}" = 1 ] && export SHARDRUN_TEST_DEVICE=fake
+exec "$@"
+EOF
+    expect_status 78 "ranks that disagree on the device are refused" timeout 120 mpirun --allow-run-as-root \
+        --oversubscribe -n 2 sh "$T/mixed.sh" "$S" train $common
+    check "  ...naming the ranks and their devices" grep -q "the ranks do not agree on the device: rank 0 uses cpu; rank 1 uses fake" "$T/err"
+    SHARDRUN_TEST_DUMP_PARAMS="$T/m2cpu.params" timeout 300 mpirun --allow-run-as-root --oversubscribe -n 2 "$S" \
+        train $common --set sharding.reshard_after_forward.blocks=2 >m2.out 2>m2cpu.err
+    SHARDRUN_TEST_DEVICE=fake SHARDRUN_TEST_DUMP_PARAMS="$T/m2fake.params" timeout 300 mpirun --allow-run-as-root \
+        --oversubscribe -n 2 -x SHARDRUN_TEST_DEVICE "$S" train $common --set sharding.reshard_after_forward.blocks=2 \
+        >m2.out 2>m2fake.err
+    check "2 ranks, reshard_after_forward 2: the fake run is bitwise the CPU run" "$CMP" m2cpu.params m2fake.params 0
+else
+    case ",${SHARDRUN_TEST_REQUIRE:-}," in
+    *,mpirun,*) not_ok "mpirun not installed (and SHARDRUN_TEST_REQUIRE requires mpirun)" ;;
+    *) skip "mixed devices and 2-rank fake runs: mpirun not installed" ;;
+    esac
+fi
+
+done_testing
