@@ -74,8 +74,8 @@ static int act_table(sr_model *m, size_t B, act_buf *out) {
     };
     _Static_assert(sizeof t / sizeof t[0] <= MAX_ACT_BUFS, "MAX_ACT_BUFS is too small");
     int n = (int)(sizeof t / sizeof t[0]);
-    if (out)
-        memcpy(out, t, sizeof t);
+    for (int i = 0; out && i < n; i++)
+        out[i] = t[i];
     return n;
 }
 

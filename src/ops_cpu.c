@@ -253,31 +253,55 @@ SR_ISA_KERNEL(gelu_bwd, (float *dinp, const float *inp, const float *dout, size_
 
 /* One row of the classifier: the log-sum-exp of the real logits into
  * *lse; returns the loss -log p[target] from the shifted logits (finite
- * even when p underflows).  The logits are read only. */
+ * even when p underflows).  The logits are read only: the exponentials go
+ * through a small buffer, in chunks, so the exp loop stays vectorised and
+ * the sum keeps its one fixed order. */
 static inline SR_ISA_INLINE float xent_fwd_row_body(float *lse, const float *l, int target, int V) {
+    enum { CHUNK = 256 };
+    float e[CHUNK];
     float mx = l[0];
     for (int v = 1; v < V; v++)
         mx = l[v] > mx ? l[v] : mx;
     double sum = 0.0;
-    for (int v = 0; v < V; v++)
-        sum += fast_expf(l[v] - mx);
+    for (int v0 = 0; v0 < V; v0 += CHUNK) {
+        int n = V - v0 < CHUNK ? V - v0 : CHUNK;
+        for (int k = 0; k < n; k++)
+            e[k] = fast_expf(l[v0 + k] - mx);
+        for (int k = 0; k < n; k++)
+            sum += e[k];
+    }
     double log_sum = log(sum);
     *lse = (float)((double)mx + log_sum);
     return (float)(log_sum - (double)(l[target] - mx));
 }
 SR_ISA_KERNEL_RET(float, xent_fwd_row, (float *lse, const float *l, int target, int V), (lse, l, target, V))
 
+/* Sum of x[0..n) in double, four interleaved partial sums added in a fixed
+ * order (the latency of one serial chain, not its rounding, is the cost). */
+static inline SR_ISA_INLINE double sum4(const float *x, int n) {
+    double a = 0.0, b = 0.0, c = 0.0, d = 0.0;
+    int k = 0;
+    for (; k + 4 <= n; k += 4) {
+        a += x[k];
+        b += x[k + 1];
+        c += x[k + 2];
+        d += x[k + 3];
+    }
+    for (; k < n; k++)
+        a += x[k];
+    return (a + b) + (c + d);
+}
+
 /* The logits of one row become dlogits: exp(l - lse) * dloss, and at the
  * target minus the sum of the others' (p - 1 = -sum of the other p: it
  * keeps its precision as p -> 1, where 1 - p is far below the spacing of
  * p, and the row's gradient sums to zero); padding zero. */
 static inline SR_ISA_INLINE void xent_bwd_row_body(float *l, float lse, int target, float dloss, int V, int Vp) {
-    double others = 0.0;
-    for (int v = 0; v < V; v++) {
-        float p = fast_expf(l[v] - lse);
-        others += v == target ? 0.0 : (double)p;
-        l[v] = p * dloss;
-    }
+    for (int v = 0; v < V; v++)
+        l[v] = fast_expf(l[v] - lse);
+    double others = sum4(l, target) + sum4(l + target + 1, V - target - 1);
+    for (int v = 0; v < V; v++)
+        l[v] *= dloss;
     l[target] = (float)(-others * (double)dloss);
     for (int v = V; v < Vp; v++)
         l[v] = 0.0f;

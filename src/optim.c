@@ -25,7 +25,8 @@ sr_status sr_optim_init_slices(sr_optim *opt, const sr_model *model, sr_dev *dev
         return SR_ERR_INTERNAL;
     dev->memset(dev, SR_STREAM_COMPUTE, opt->m, 0, local_size * sizeof(float));
     dev->memset(dev, SR_STREAM_COMPUTE, opt->v, 0, local_size * sizeof(float));
-    memcpy(opt->slices, slices, sizeof *slices * (size_t)n);
+    for (int si = 0; si < n; si++)
+        opt->slices[si] = slices[si];
     for (int si = 0; si < n; si++) {
         const sr_slice *sl = &slices[si];
         for (int ti = 0; ti < model->n_tensors; ti++) {

@@ -27,7 +27,10 @@ static const char *const vars[] = {"CUDA_VISIBLE_DEVICES",
                                    "SHARDRUN_TEST_ISA",
                                    "SHARDRUN_TEST_NAN_AT_STEP",
                                    "SHARDRUN_TEST_MEM_AVAILABLE",
-                                   "SHARDRUN_TEST_PAUSE_AT"};
+                                   "SHARDRUN_TEST_PAUSE_AT",
+                                   "SHARDRUN_TEST_DEVICE",
+                                   "SHARDRUN_TEST_DEVICE_FREE_MB",
+                                   "SHARDRUN_TEST_POISON"};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *text = malloc(size + 1);
