@@ -47,11 +47,11 @@ typedef enum { SR_STREAM_COMPUTE, SR_STREAM_COMM, SR_STREAM_H2D, SR_STREAM_D2H, 
  * transport sets both, sr_event_from_req in comm.h, so this layer needs
  * no knowledge of the transport). */
 typedef struct {
-    uint64_t tick;                        /* cpu tables: the recording stream's count (0: never recorded) */
-    int stream;                           /* the stream that recorded it */
-    void *req;                            /* transport event: the request it stands for, or NULL */
-    sr_status (*req_wait)(void *req);     /* ...and how the host waits for it */
-    void *impl;                           /* a back end's own event (CUDA), or NULL */
+    uint64_t tick;                    /* cpu tables: the recording stream's count (0: never recorded) */
+    int stream;                       /* the stream that recorded it */
+    void *req;                        /* transport event: the request it stands for, or NULL */
+    sr_status (*req_wait)(void *req); /* ...and how the host waits for it */
+    void *impl;                       /* a back end's own event (CUDA), or NULL */
 } sr_event;
 
 /* One contiguous run of the shard that AdamW updates: elements [off, off+n)
@@ -126,9 +126,9 @@ struct sr_dev {
     /* The space model state lives in: SR_SPACE_DEVICE with
      * separate_memory, else SR_SPACE_HOST. */
     sr_mem_space state_space;
-    bool poison;                   /* fill allocations with NaN */
-    uint64_t ticks[SR_NSTREAMS];   /* cpu tables: events recorded per stream */
-    long long device_free_bytes;   /* fake: SHARDRUN_TEST_DEVICE_FREE_MB, or -1 */
+    bool poison;                 /* fill allocations with NaN */
+    uint64_t ticks[SR_NSTREAMS]; /* cpu tables: events recorded per stream */
+    long long device_free_bytes; /* fake: SHARDRUN_TEST_DEVICE_FREE_MB, or -1 */
 };
 
 /* The device a job asks for (the job file's `device` key). */

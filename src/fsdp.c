@@ -36,11 +36,11 @@ typedef struct {
     int64_t reshard;
     sr_group *ngroup; /* reshard N group, or NULL */
     /* parameters */
-    void *full;      /* S*P elements of the param dtype, or NULL */
-    sr_event ready;  /* the gather into full (a transport event on the cpu tables) */
-    bool ag_pending; /* `ready` not yet waited for */
-    void *ag_send;   /* bf16 send buffer of the gather (SR_MEM_COMM) */
-    void *kept;      /* reshard N: this rank's 1/N of the full unit */
+    void *full;          /* S*P elements of the param dtype, or NULL */
+    sr_event ready;      /* the gather into full (a transport event on the cpu tables) */
+    bool ag_pending;     /* `ready` not yet waited for */
+    void *ag_send;       /* bf16 send buffer of the gather (SR_MEM_COMM) */
+    void *kept;          /* reshard N: this rank's 1/N of the full unit */
     bool kept_in_flight; /* kept is the send buffer of the pending gather */
     /* gradients */
     float *gfull; /* per_micro_batch: transient full gradient (SR_MEM_COMM) */

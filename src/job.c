@@ -109,11 +109,13 @@ sr_status sr_job_check_device(const sr_config *cfg) {
     if (cfg->device != SR_DEVICE_CUDA)
         return SR_OK;
 #ifdef SR_HAVE_CUDA
-    return at_key(cfg, "device", "device: cuda is not implemented yet: the CUDA back end is a later release (hint: "
-                                 "device: auto or cpu)");
+    return at_key(cfg, "device",
+                  "device: cuda is not implemented yet: the CUDA back end is a later release (hint: "
+                  "device: auto or cpu)");
 #else
-    return at_key(cfg, "device", "device: cuda, but this shardrun was built without CUDA (hint: device: auto or cpu, "
-                                 "or a build configured --with-cuda)");
+    return at_key(cfg, "device",
+                  "device: cuda, but this shardrun was built without CUDA (hint: device: auto or cpu, "
+                  "or a build configured --with-cuda)");
 #endif
 }
 

@@ -235,8 +235,9 @@ sr_status sr_memplan_check_device(const sr_memplan *p, long long free_bytes) {
         return SR_OK;
     char cats[512], a[32], b[32];
     largest_categories(p, cats, sizeof cats);
-    return sr_error(SR_ERR_CONFIG, "this job plans %s of device memory per rank (%s), more than the %s free on the "
-                                   "device (hint: %s)",
+    return sr_error(SR_ERR_CONFIG,
+                    "this job plans %s of device memory per rank (%s), more than the %s free on the "
+                    "device (hint: %s)",
                     sr_memplan_size(p->total, a, sizeof a), cats, sr_memplan_size((size_t)free_bytes, b, sizeof b),
                     cheapest_fix(p));
 }

@@ -86,8 +86,9 @@ void sr_metrics_log_memory(const char *when) {
         used += (size_t)snprintf(line + used, sizeof line - used, "; total %.1f/%.1f", mib(sr_mem_total_current()),
                                  mib(sr_mem_total_peak()));
     for (int sp = 0; sp < SR_NSPACE && used < sizeof line; sp++)
-        used += (size_t)snprintf(line + used, sizeof line - used, "%s %s %.1f/%.1f", sp ? "," : "; spaces:",
-                                 sr_mem_space_name(sp), mib(sr_mem_space_current(sp)), mib(sr_mem_space_peak(sp)));
+        used += (size_t)snprintf(line + used, sizeof line - used, "%s %s %.1f/%.1f",
+                                 sp ? "," : "; spaces:", sr_mem_space_name(sp), mib(sr_mem_space_current(sp)),
+                                 mib(sr_mem_space_peak(sp)));
     line[used < sizeof line ? used : sizeof line - 1] = '\0';
     sr_log_info("memory %s (MiB current/peak):%s", when, line);
 }

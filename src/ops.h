@@ -40,8 +40,8 @@ typedef struct sr_ops {
     /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL) */
     void (*matmul_forward)(void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC);
     /* dinp[N,C] += dout @ w; dw[OC,C] += dout^T @ inp; dbias[OC] += sum_n dout (dbias may be NULL) */
-    void (*matmul_backward)(void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w, int N,
-                            int C, int OC);
+    void (*matmul_backward)(void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w,
+                            int N, int C, int OC);
     /* qkv[B,T,3C] (q, k, v each C wide, heads contiguous) -> out[B,T,C];
      * saves what the backward needs in `att`, attention_save_bytes(B, T, NH)
      * bytes that the op owns the layout of (the CPU op: the causal softmax
@@ -66,7 +66,8 @@ typedef struct sr_ops {
      * dloss, with softmax = exp(logit - lse) and the target's p - 1 taken as
      * minus the sum of the other probabilities (precise as p -> 1); the
      * padded logits get zero. */
-    void (*crossentropy_backward)(void *logits, const float *lse, const int *targets, float dloss, int N, int V, int Vp);
+    void (*crossentropy_backward)(void *logits, const float *lse, const int *targets, float dloss, int N, int V,
+                                  int Vp);
     /* The first failure of an op on the calling thread since the last call
      * (SR_OK when none), its message recorded; clears it.  Ops return void,
      * so the model asks after every pass. */

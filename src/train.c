@@ -235,7 +235,8 @@ static sr_status open_device(run *r) {
                 count += all[k] == kind;
             if (!count || used >= sizeof line)
                 continue;
-            used += (size_t)snprintf(line + used, sizeof line - used, "%srank%s", used ? "; " : "", count > 1 ? "s" : "");
+            used +=
+                (size_t)snprintf(line + used, sizeof line - used, "%srank%s", used ? "; " : "", count > 1 ? "s" : "");
             for (int k = 0; k < r->w->size && shown < 16 && used < sizeof line; k++)
                 if (all[k] == kind) {
                     used += (size_t)snprintf(line + used, sizeof line - used, " %d", k);

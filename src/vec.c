@@ -94,7 +94,6 @@ void sr_vec_f32_to_bf16_par(uint16_t *dst, const float *src, size_t n) {
     }
 }
 
-
 void sr_vec_bf16_to_f32_par(float *dst, const uint16_t *src, size_t n) {
 #pragma omp parallel if (n > PAR_MIN)
     {

@@ -346,8 +346,8 @@ static void test_crossentropy(void) {
     o->crossentropy_forward(&l1, &lse1, row, &t2, 1, 7, 16);
     o->crossentropy_backward(row, &lse1, &t2, 1.0f, 1, 7, 16);
     double p_other = exp(-14.0) / (1.0 + 6.0 * exp(-14.0)), want = -6.0 * p_other;
-    tap_ok(fabs(row[2] - want) < 1e-3 * fabs(want), "crossentropy: p - 1 at p = 1 - %.2g keeps its precision (%.4g vs %.4g)",
-           -want, row[2], want);
+    tap_ok(fabs(row[2] - want) < 1e-3 * fabs(want),
+           "crossentropy: p - 1 at p = 1 - %.2g keeps its precision (%.4g vs %.4g)", -want, row[2], want);
     free(c.logits), free(c.losses), free(c.lse), free(grad), free(keep);
 }
 
@@ -583,8 +583,14 @@ static int case_primitives(const backend *b, float **out, size_t *n) {
         v[i] = v[i] * v[i];
     float *dp = up_f32(b, p, N), *dg = up_f32(b, g, N), *dm = up_f32(b, m, N), *dv = up_f32(b, v, N);
     sr_adamw_segment segs[2] = {{0, 3000, true}, {3100, 1900, false}};
-    sr_adamw_launch l = {.params = dp, .grads = dg, .m = dm, .v = dv, .segs = segs, .nsegs = 2,
-                         .a = {0.9f, 0.95f, 1e-8f, 0.19f, 0.0975f, 3e-4f, 0.0f, 0.5f}, .weight_decay = 0.1f};
+    sr_adamw_launch l = {.params = dp,
+                         .grads = dg,
+                         .m = dm,
+                         .v = dv,
+                         .segs = segs,
+                         .nsegs = 2,
+                         .a = {0.9f, 0.95f, 1e-8f, 0.19f, 0.0975f, 3e-4f, 0.0f, 0.5f},
+                         .weight_decay = 0.1f};
     d->adamw(d, SR_STREAM_COMPUTE, &l);
     out[0] = down_f32(b, acc, N), n[0] = N;
     out[1] = down_f32(b, widened, N), n[1] = N;
@@ -663,7 +669,8 @@ static void test_perturbed(void) {
     d->sum_squares = sum_squares_perturbed;
     backend bad_prim = {"perturbed sum_squares", &sr_ops_cpu, d};
     int f2 = compare_backend(&bad_prim, false);
-    tap_ok(f2 == 1, "a table with one perturbed primitive (sum_squares x (1 + 1e-5)) is reported failing (%d case)", f2);
+    tap_ok(f2 == 1, "a table with one perturbed primitive (sum_squares x (1 + 1e-5)) is reported failing (%d case)",
+           f2);
     sr_device_close(d);
 }
 
@@ -747,8 +754,14 @@ static void test_cpu_primitives(void) {
     float *p2 = fnew(N), *m2 = fnew(N), *v2 = fnew(N);
     memcpy(p2, p, N * 4), memcpy(m2, m, N * 4), memcpy(v2, v, N * 4);
     sr_adamw_segment segs[2] = {{0, 60000, true}, {60000, N - 60000, false}};
-    sr_adamw_launch l = {.params = p, .grads = g, .m = m, .v = v, .segs = segs, .nsegs = 2,
-                         .a = {0.9f, 0.95f, 1e-8f, 0.271f, 0.142625f, 6e-4f, 0.0f, 0.8f}, .weight_decay = 0.1f};
+    sr_adamw_launch l = {.params = p,
+                         .grads = g,
+                         .m = m,
+                         .v = v,
+                         .segs = segs,
+                         .nsegs = 2,
+                         .a = {0.9f, 0.95f, 1e-8f, 0.271f, 0.142625f, 6e-4f, 0.0f, 0.8f},
+                         .weight_decay = 0.1f};
     d->adamw(d, SR_STREAM_COMPUTE, &l);
     adamw_previous(p2, g, m2, v2, 60000, 0.9f, 0.95f, 1e-8f, 0.271f, 0.142625f, 6e-4f, 0.1f * 1.0f, 0.8f);
     adamw_previous(p2 + 60000, g + 60000, m2 + 60000, v2 + 60000, N - 60000, 0.9f, 0.95f, 1e-8f, 0.271f, 0.142625f,
