@@ -154,8 +154,9 @@ static void cli_free(cli *c) {
 }
 
 /* Loads the job (file or embedded), applies --set, finalizes, refuses
- * features that have not landed, and with ranks > 0 checks the world-size
- * rules for that many ranks.  Returns an exit code (0 on success). */
+ * features that have not landed (device: cuda among them), and with
+ * ranks > 0 checks the world-size rules for that many ranks.  Returns an
+ * exit code (0 on success). */
 static int load_job(sr_config *cfg, const char *path, const cli *c, int ranks) {
     sr_status st = sr_config_init(cfg);
     if (st == SR_OK)
@@ -166,6 +167,8 @@ static int load_job(sr_config *cfg, const char *path, const cli *c, int ranks) {
         st = sr_config_finalize(cfg);
     if (st == SR_OK)
         st = sr_config_check_landed(cfg);
+    if (st == SR_OK)
+        st = sr_job_check_device(cfg);
     if (st == SR_OK && ranks > 0)
         st = sr_job_check_world(cfg, ranks, 0, NULL);
     return st == SR_OK ? 0 : fail(st);

@@ -112,6 +112,8 @@ EOF
 expect_status 78 "device: cuda is refused" "$S" train cuda.yaml
 check "  ...at its place in the job file, saying why" \
     grep -Eq "cuda.yaml:2:[0-9]+: .*(not implemented yet|built without CUDA)" "$T/err"
+expect_status 78 "config check refuses device: cuda the same way" "$S" config check cuda.yaml
+check "  ...at its place in the job file" grep -Eq "cuda.yaml:2:[0-9]+: .*(not implemented yet|built without CUDA)" "$T/err"
 expect_status 78 "device: tpu is a config error" "$S" train --set device=tpu
 check "  ...naming the values it takes" grep -q "auto.*cpu.*cuda" "$T/err"
 run devcpu -- --set device=cpu --set train.steps=2
