@@ -17,16 +17,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "comm_loop.h"
 #include "comm_tcp.h"
 #include "mem.h"
+#include "testhook.h"
 #include "vec.h"
 
 struct sr_group {
     sr_transport *tp;
     int n, me;
     int *ranks;
+    char name[32]; /* for messages: "shard", "replicate", ... */
 };
+
+static const char *const op_names[] = {"all-gather", "reduce-scatter", "all-reduce", "broadcast"};
 
 typedef enum { OP_ALLGATHER, OP_REDUCE_SCATTER, OP_ALLREDUCE, OP_BROADCAST } op_kind;
 
@@ -44,12 +50,16 @@ struct sr_req {
     float scratch; /* barrier payload */
     char message[512];
     bool done;
+    bool abandoned; /* its waiter gave up (a stalled plane): freed at close */
     sr_req *next;
 };
 
 struct sr_transport {
     sr_world *world;
-    sr_tcp *tcp;
+    sr_tcp *tcp;     /* the links: TCP sockets, or */
+    sr_loop *loop;   /* ...the loop of virtual ranks (tests) */
+    sr_mem_ctx *mem; /* the memory accounting of the rank that opened it (its threads use it too) */
+    int log_rank, log_size;
     sr_group **groups;
     int ngroups;
     pthread_mutex_t lock;
@@ -61,20 +71,48 @@ struct sr_transport {
     sr_sticky broken; /* the first failure */
     void *scratch[2]; /* ping-pong chunk buffers of the progress thread */
     size_t scratch_bytes;
+    int64_t delay_us; /* SHARDRUN_TEST_COMM_DELAY_US on the comm stream: sleep before each operation */
+    /* the watchdog */
+    double timeout_s;
+    pthread_t watchdog;
+    bool watching;
+    sr_req *running;     /* the operation the progress thread runs, or NULL */
+    double oldest_since; /* when the oldest incomplete operation became the oldest */
+    bool stalled;        /* the watchdog declared a stall: every wait fails with stall_msg */
+    char stall_msg[1024];
+    sr_req *abandoned; /* requests whose waiters gave up, freed at close */
 };
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* ------------------------------------------------------------------------ */
 
-sr_status sr_transport_open(sr_transport **out, sr_world *w, const sr_transport_opts *o) {
-    *out = NULL;
+/* The transport without its links. */
+static sr_transport *transport_new(sr_world *w, const sr_transport_opts *o) {
     sr_transport *tp = sr_calloc(1, sizeof *tp);
     if (!tp)
-        return sr_error_oom("the transport");
+        return NULL;
     tp->world = w;
+    const sr_testhooks *h = sr_testhook();
+    tp->delay_us = h->comm_delay_stream == 0 ? h->comm_delay_us : 0;
+    tp->timeout_s = o->timeout_s;
+    tp->mem = sr_mem_bound();
+    tp->log_rank = w->rank;
+    tp->log_size = w->size;
     pthread_mutex_init(&tp->lock, NULL);
     pthread_cond_init(&tp->cond, NULL);
     sr_sticky_init(&tp->broken);
-    *out = tp;
+    return tp;
+}
+
+sr_status sr_transport_open(sr_transport **out, sr_world *w, const sr_transport_opts *o) {
+    sr_transport *tp = *out = transport_new(w, o);
+    if (!tp)
+        return sr_error_oom("the transport");
     return sr_tcp_open(&tp->tcp, w, o);
 }
 
@@ -92,6 +130,7 @@ sr_status sr_group_create(sr_transport *tp, const int *ranks, int n, sr_group **
         return sr_error_oom("a transport group");
     }
     *g = (sr_group){.tp = tp, .n = n, .me = -1, .ranks = rk};
+    snprintf(g->name, sizeof g->name, "#%d", tp->ngroups);
     for (int i = 0; i < n; i++) {
         rk[i] = ranks[i];
         if (ranks[i] == tp->world->rank)
@@ -103,29 +142,68 @@ sr_status sr_group_create(sr_transport *tp, const int *ranks, int n, sr_group **
         return sr_error(SR_ERR_INTERNAL, "group does not contain this rank");
     }
     if (n > 1) {
-        sr_tcp_need(tp->tcp, rk[(g->me + 1) % n]);
-        sr_tcp_need(tp->tcp, rk[(g->me + n - 1) % n]);
+        if (tp->tcp) {
+            sr_tcp_need(tp->tcp, rk[(g->me + 1) % n]);
+            sr_tcp_need(tp->tcp, rk[(g->me + n - 1) % n]);
+        }
     }
     tp->groups[tp->ngroups++] = g;
     *out = g;
     return SR_OK;
 }
 
+void sr_group_set_name(sr_group *g, const char *name) { snprintf(g->name, sizeof g->name, "%s", name); }
+
 int sr_group_size(const sr_group *g) { return g->n; }
 int sr_group_rank(const sr_group *g) { return g->me; }
-const char *sr_transport_address(const sr_transport *tp) { return sr_tcp_address(tp->tcp); }
+const char *sr_transport_address(const sr_transport *tp) { return tp->tcp ? sr_tcp_address(tp->tcp) : "loop"; }
 
 static void *progress_main(void *arg);
+static void *watchdog_main(void *arg);
 
-int sr_transport_peer_count(const sr_transport *tp) { return sr_tcp_peer_count(tp->tcp); }
+int sr_transport_peer_count(const sr_transport *tp) { return tp->tcp ? sr_tcp_peer_count(tp->tcp) : 0; }
+
+/* The links: the loop of virtual ranks, or TCP. */
+static sr_status link_exchange(sr_transport *tp, int right, int left, uint32_t seq, const void *s, size_t sb, void *r,
+                               size_t rb, char *msg, size_t ml) {
+    return tp->loop ? sr_loop_exchange(tp->loop, right, left, seq, s, sb, r, rb, msg, ml)
+                    : sr_tcp_exchange(tp->tcp, right, left, seq, s, sb, r, rb, msg, ml);
+}
+static sr_status link_send(sr_transport *tp, int peer, uint32_t seq, const void *b, size_t n, char *msg, size_t ml) {
+    return tp->loop ? sr_loop_send(tp->loop, peer, seq, b, n, msg, ml) : sr_tcp_send(tp->tcp, peer, seq, b, n, msg, ml);
+}
+static sr_status link_recv(sr_transport *tp, int peer, uint32_t seq, void *b, size_t n, char *msg, size_t ml) {
+    return tp->loop ? sr_loop_recv(tp->loop, peer, seq, b, n, msg, ml) : sr_tcp_recv(tp->tcp, peer, seq, b, n, msg, ml);
+}
+static void link_stop(sr_transport *tp) {
+    if (tp->loop)
+        sr_loop_stop(tp->loop);
+    else
+        sr_tcp_stop(tp->tcp);
+}
+static int link_closed_peer(sr_transport *tp, double wait_s) {
+    return tp->loop ? sr_loop_closed_peer(tp->loop, wait_s) : sr_tcp_closed_peer(tp->tcp, wait_s);
+}
+
+sr_status sr_transport_open_loop(sr_transport **out, sr_loop_hub *hub, sr_world *w, const sr_transport_opts *o) {
+    sr_transport *tp = *out = transport_new(w, o);
+    if (!tp)
+        return sr_error_oom("the transport");
+    tp->loop = sr_loop_attach(hub, w->rank, o->timeout_s);
+    return tp->loop ? SR_OK : sr_error(SR_ERR_INTERNAL, "virtual rank %d: no free end of the loop hub", w->rank);
+}
 
 sr_status sr_transport_connect(sr_transport *tp) {
-    sr_status st = sr_tcp_connect(tp->tcp);
+    sr_status st = tp->tcp ? sr_tcp_connect(tp->tcp) : SR_OK;
     if (st != SR_OK)
         return st;
     if (pthread_create(&tp->progress, NULL, progress_main, tp) != 0)
         return sr_error(SR_ERR_INTERNAL, "cannot start the progress thread");
     tp->started = true;
+    tp->oldest_since = mono_s();
+    if (pthread_create(&tp->watchdog, NULL, watchdog_main, tp) != 0)
+        return sr_error(SR_ERR_INTERNAL, "cannot start the watchdog thread");
+    tp->watching = true;
     return SR_OK;
 }
 
@@ -136,10 +214,19 @@ void sr_transport_close(sr_transport *tp) {
     tp->stopping = true;
     pthread_cond_broadcast(&tp->cond);
     pthread_mutex_unlock(&tp->lock);
-    sr_tcp_stop(tp->tcp); /* an operation in flight fails at its next poll */
+    if (tp->tcp || tp->loop)
+        link_stop(tp); /* an operation in flight fails at its next poll */
     if (tp->started)
         pthread_join(tp->progress, NULL);
+    if (tp->watching)
+        pthread_join(tp->watchdog, NULL);
+    while (tp->abandoned) {
+        sr_req *r = tp->abandoned;
+        tp->abandoned = r->next;
+        free(r);
+    }
     sr_tcp_close(tp->tcp);
+    sr_loop_close(tp->loop);
     for (int i = 0; i < tp->ngroups; i++) {
         free(tp->groups[i]->ranks);
         free(tp->groups[i]);
@@ -166,8 +253,8 @@ static void chunk_of(size_t count, int n, int c, size_t *off, size_t *len) {
 
 static sr_status exchange(sr_group *g, uint32_t seq, const void *s, size_t sb, void *r, size_t rb, char *msg,
                           size_t ml) {
-    return sr_tcp_exchange(g->tp->tcp, g->ranks[(g->me + 1) % g->n], g->ranks[(g->me + g->n - 1) % g->n], seq, s, sb, r,
-                           rb, msg, ml);
+    return link_exchange(g->tp, g->ranks[(g->me + 1) % g->n], g->ranks[(g->me + g->n - 1) % g->n], seq, s, sb, r, rb,
+                         msg, ml);
 }
 
 /* Grows the transport's two ping-pong chunk buffers (progress thread only). */
@@ -289,9 +376,9 @@ static sr_status ring_broadcast(sr_group *g, uint32_t seq, void *buf, size_t byt
         int sender = (root + k) % n, receiver = (root + k + 1) % n;
         sr_status st = SR_OK;
         if (me == sender)
-            st = sr_tcp_send(g->tp->tcp, g->ranks[receiver], seq, buf, bytes, msg, ml);
+            st = link_send(g->tp, g->ranks[receiver], seq, buf, bytes, msg, ml);
         else if (me == receiver)
-            st = sr_tcp_recv(g->tp->tcp, g->ranks[sender], seq, buf, bytes, msg, ml);
+            st = link_recv(g->tp, g->ranks[sender], seq, buf, bytes, msg, ml);
         if (st != SR_OK)
             return st;
     }
@@ -332,6 +419,8 @@ static sr_status run_op(sr_req *r) {
 
 static void *progress_main(void *arg) {
     sr_transport *tp = arg;
+    sr_mem_bind(tp->mem);
+    sr_log_bind_rank(tp->log_rank, tp->log_size);
     pthread_mutex_lock(&tp->lock);
     for (;;) {
         while (!tp->head && !tp->stopping)
@@ -342,7 +431,13 @@ static void *progress_main(void *arg) {
         tp->head = r->next;
         if (!tp->head)
             tp->tail = NULL;
+        tp->running = r;
         pthread_mutex_unlock(&tp->lock);
+        if (tp->delay_us > 0)
+            usleep((useconds_t)tp->delay_us); /* SHARDRUN_TEST_COMM_DELAY_US */
+        if (sr_testhook()->stall_seq == (int64_t)r->seq && tp->world->rank == 0)
+            while (!__atomic_load_n(&tp->stopping, __ATOMIC_RELAXED))
+                usleep(20000); /* SHARDRUN_TEST_STALL_SEQ: this collective never completes */
         sr_status st = sr_sticky_raise(&tp->broken);
         if (st != SR_OK) {
             snprintf(r->message, sizeof r->message, "%s", sr_error_message());
@@ -354,7 +449,83 @@ static void *progress_main(void *arg) {
         pthread_mutex_lock(&tp->lock);
         r->status = st;
         r->done = true;
+        tp->running = NULL;
+        tp->oldest_since = mono_s();
+        if (r->abandoned) {
+            r->next = tp->abandoned;
+            tp->abandoned = r;
+        }
         pthread_cond_broadcast(&tp->cond);
+    }
+    pthread_mutex_unlock(&tp->lock);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the watchdog */
+
+/* How much longer than comm.timeout_s the watchdog waits on this plane:
+ * the TCP links' own deadline (timeout_s without a byte moving, naming the
+ * silent peer, plus up to 2 s for a neighbour's abort notice and 2 s to
+ * finish a half-sent frame) speaks first when a peer is the cause; the
+ * watchdog covers what they cannot see, a plane stalled on this rank's
+ * side.  Detection (+ 6 s, 250 ms ticks) and the post-mortem (<= 5 s) end
+ * within comm.timeout_s + 12 s. */
+#define WATCHDOG_GRACE_S 6.0
+
+/* The watchdog thread: every 250 ms, is the oldest incomplete operation
+ * older than the deadline?  Then it breaks the plane (every wait fails with
+ * its message, every socket operation at its next poll), runs the
+ * post-mortem (which peer hung up, within min(5 s, timeout_s)), and leaves
+ * the exit (69) to the run's error path; if the run has not closed the
+ * transport 5 s later, it exits 69 itself. */
+static void *watchdog_main(void *arg) {
+    sr_transport *tp = arg;
+    sr_mem_bind(tp->mem);
+    sr_log_bind_rank(tp->log_rank, tp->log_size);
+    pthread_mutex_lock(&tp->lock);
+    while (!tp->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 250000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&tp->cond, &tp->lock, &ts);
+        sr_req *old = tp->running ? tp->running : tp->head;
+        double age = mono_s() - tp->oldest_since;
+        if (tp->stopping || tp->stalled || !old || age < tp->timeout_s + WATCHDOG_GRACE_S)
+            continue;
+        char what[512];
+        snprintf(what, sizeof what,
+                 "watchdog: collective %u (%s of %zu bytes on group %s) has not completed %.0f s after it became the "
+                 "oldest (comm.timeout_s %g s)",
+                 (unsigned)old->seq, op_names[old->kind], old->count * sr_dtype_size(old->dt), old->g->name, age,
+                 tp->timeout_s);
+        pthread_mutex_unlock(&tp->lock);
+        int gone = link_closed_peer(tp, tp->timeout_s < 5.0 ? tp->timeout_s : 5.0);
+        pthread_mutex_lock(&tp->lock);
+        if (gone >= 0)
+            snprintf(tp->stall_msg, sizeof tp->stall_msg,
+                     "%s; post-mortem: rank %d's connection closed (it gave up or died)", what, gone);
+        else
+            snprintf(tp->stall_msg, sizeof tp->stall_msg,
+                     "%s; post-mortem: every peer's connection is alive: the plane stalled on this rank, not at a lost "
+                     "peer",
+                     what);
+        tp->stalled = true;
+        sr_sticky_set(&tp->broken, SR_ERR_PEER, "%s", tp->stall_msg);
+        pthread_cond_broadcast(&tp->cond);
+        pthread_mutex_unlock(&tp->lock);
+        link_stop(tp);
+        for (int i = 0; i < 50 && !__atomic_load_n(&tp->stopping, __ATOMIC_RELAXED); i++)
+            usleep(100000);
+        if (!__atomic_load_n(&tp->stopping, __ATOMIC_RELAXED)) {
+            sr_log_error("%s (the run did not end within 5 s: exiting)", tp->stall_msg);
+            _exit(sr_status_exit_code(SR_ERR_PEER));
+        }
+        pthread_mutex_lock(&tp->lock);
     }
     pthread_mutex_unlock(&tp->lock);
     return NULL;
@@ -387,6 +558,13 @@ static sr_status submit(sr_group *g, op_kind kind, void *recv, const void *send,
         r->done = true;
     } else {
         pthread_mutex_lock(&tp->lock);
+        if (tp->stalled) {
+            pthread_mutex_unlock(&tp->lock);
+            free(r);
+            return sr_error(SR_ERR_PEER, "%s", tp->stall_msg);
+        }
+        if (!tp->head && !tp->running)
+            tp->oldest_since = mono_s();
         r->seq = tp->seq++;
         if (tp->tail)
             tp->tail->next = r;
@@ -409,8 +587,15 @@ sr_status sr_wait(sr_req *r) {
     sr_transport *tp = r->g->tp;
     if (!r->done) {
         pthread_mutex_lock(&tp->lock);
-        while (!r->done)
+        while (!r->done && !tp->stalled)
             pthread_cond_wait(&tp->cond, &tp->lock);
+        if (!r->done) {
+            /* the watchdog broke the plane: the progress thread may still
+             * hold the request; it is freed at close */
+            r->abandoned = true;
+            pthread_mutex_unlock(&tp->lock);
+            return sr_error(SR_ERR_PEER, "%s", tp->stall_msg);
+        }
         pthread_mutex_unlock(&tp->lock);
     }
     sr_status st = r->status;
@@ -446,5 +631,6 @@ sr_status sr_barrier(sr_group *g, sr_req **req) {
 static sr_status wait_untyped(void *req) { return sr_wait(req); }
 
 void sr_event_from_req(sr_event *ev, sr_req *req) {
-    *ev = (sr_event){.req = req, .req_wait = req ? wait_untyped : NULL};
+    ev->req = req;
+    ev->req_wait = req ? wait_untyped : NULL;
 }

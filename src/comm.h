@@ -7,7 +7,12 @@
  * deadlines).  Every collective has an asynchronous form returning a
  * request; sr_wait returns its status.  A peer that falls silent for
  * comm.timeout_s or dies fails the collective with SR_ERR_PEER naming it,
- * and every later collective fails the same way.
+ * and every later collective fails the same way.  A watchdog thread ends
+ * what the peers' deadlines cannot see: when the oldest incomplete
+ * collective is older than comm.timeout_s + 6 s (this rank's plane
+ * stalled), it breaks the plane, runs a post-mortem (which peer hung up)
+ * and every wait fails with SR_ERR_PEER naming the collective: its
+ * sequence number, operation, bytes and group.
  *
  * Groups are ordered lists of world ranks (a shard group, a replicate
  * group, ...), declared on every rank in the same order before
@@ -46,9 +51,21 @@ typedef struct {
  * failures, SR_ERR_INTERNAL when out of memory.  *out is set even on
  * failure (NULL or a transport to close); close with sr_transport_close. */
 sr_status sr_transport_open(sr_transport **out, sr_world *w, const sr_transport_opts *o);
+/* The loop plane (tests): virtual ranks, threads of this process, share a
+ * hub of mailboxes (comm_loop.h) instead of sockets.  Open the hub once
+ * for `size` ranks; each rank's thread opens its transport on it with its
+ * own sr_world (rank, size; no PMIx) and uses it like a TCP one.  Close
+ * every transport before the hub. */
+typedef struct sr_loop_hub sr_loop_hub;
+sr_status sr_loop_hub_open(sr_loop_hub **out, int size);
+void sr_loop_hub_close(sr_loop_hub *h);
+sr_status sr_transport_open_loop(sr_transport **out, sr_loop_hub *hub, sr_world *w, const sr_transport_opts *o);
+
 /* Declares a group (world ranks in ring order; must include this rank).
  * The group is owned by the transport. */
 sr_status sr_group_create(sr_transport *tp, const int *ranks, int n, sr_group **out);
+/* Names a group in messages ("shard", "replicate", ...; default "#i"). */
+void sr_group_set_name(sr_group *g, const char *name);
 /* Connects to every ring neighbour of every declared group and starts the
  * progress thread.  Blocking, bounded by the timeout. */
 sr_status sr_transport_connect(sr_transport *tp);
@@ -81,7 +98,8 @@ sr_status sr_barrier(sr_group *g, sr_req **req);
  * the peer named when a peer failed).  NULL is SR_OK. */
 sr_status sr_wait(sr_req *req);
 /* Makes `ev` a transport event of the device table (device.h) for `req`:
- * a wait on it is sr_wait(req).  A NULL req makes a complete event. */
+ * a wait on it is sr_wait(req).  A NULL req makes a complete event.  Sets
+ * only ev's request fields: the caller records or stamps ev first. */
 void sr_event_from_req(sr_event *ev, sr_req *req);
 
 #endif

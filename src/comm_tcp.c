@@ -480,6 +480,39 @@ sr_status sr_tcp_connect(sr_tcp *t) {
     return SR_OK;
 }
 
+int sr_tcp_closed_peer(sr_tcp *t, double wait_s) {
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int n = t->world->size;
+    struct pollfd *p = sr_calloc((size_t)n, sizeof *p);
+    if (!p)
+        return -1;
+    for (;;) {
+        /* only hang-ups and errors: nothing is read, so the progress
+         * thread's streams are untouched */
+        int np = 0;
+        for (int r = 0; r < n; r++)
+            if (t->fds[r] >= 0)
+                p[np++] = (struct pollfd){.fd = t->fds[r], .events = POLLRDHUP};
+        int rc = np ? poll(p, (nfds_t)np, 100) : 0;
+        for (int i = 0; rc > 0 && i < np; i++)
+            if (p[i].revents & (POLLRDHUP | POLLHUP | POLLERR))
+                for (int r = 0; r < n; r++)
+                    if (t->fds[r] == p[i].fd) {
+                        free(p);
+                        return r;
+                    }
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) >= wait_s) {
+            free(p);
+            return -1;
+        }
+        if (!np || rc == 0)
+            usleep(100000);
+    }
+}
+
 void sr_tcp_stop(sr_tcp *t) {
     if (t)
         __atomic_store_n(&t->stopping, true, __ATOMIC_RELAXED);

@@ -46,6 +46,9 @@ int sr_tcp_peer_count(const sr_tcp *t);
 /* Connects to (lower ranks) or waits for (higher ranks) every needed peer,
  * within the timeout.  SR_ERR_PEER naming a peer that did not answer. */
 sr_status sr_tcp_connect(sr_tcp *t);
+/* The first needed peer whose connection hung up or failed within wait_s
+ * seconds (polled, nothing read), or -1: the watchdog's post-mortem. */
+int sr_tcp_closed_peer(sr_tcp *t, double wait_s);
 /* Makes every operation in flight fail at its next poll (before close). */
 void sr_tcp_stop(sr_tcp *t);
 void sr_tcp_close(sr_tcp *t);

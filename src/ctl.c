@@ -27,6 +27,8 @@ sr_status sr_ctl_open(sr_ctl **out, sr_transport *tp, int world_size) {
     for (int i = 0; i < world_size; i++)
         ranks[i] = i;
     sr_status st = sr_group_create(tp, ranks, world_size, &c->world);
+    if (st == SR_OK)
+        sr_group_set_name(c->world, "world (control)");
     free(ranks);
     if (st != SR_OK) {
         free(c);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #ifdef SR_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -115,16 +116,115 @@ sr_status sr_device_open(sr_dev **out, sr_device_want want) {
     return *out ? SR_OK : sr_error_oom("the device table");
 }
 
-void sr_device_close(sr_dev *d) { free(d); }
-
-sr_status sr_dev_download(sr_dev *d, void *host_dst, const void *src, size_t bytes) {
-    d->copy(d, SR_STREAM_D2H, host_dst, src, bytes);
-    return d->sync(d, SR_STREAM_D2H);
+void sr_device_close(sr_dev *d) {
+    if (d)
+        sr_hb_close(d->hb);
+    free(d);
 }
 
-sr_status sr_dev_upload(sr_dev *d, void *dst, const void *host_src, size_t bytes) {
+_Static_assert((int)SR_NSTREAMS == (int)SR_HB_TRANSPORT, "the checker's agents start with the streams");
+
+const sr_wait_site sr_dev_wait_sites[] = {
+    {"inputs_free", "h2d waits for compute before overwriting the previous micro-batch's inputs"},
+    {"inputs_ready", "compute waits for the inputs' upload (h2d)"},
+    {"params_updated", "comm waits for AdamW (compute) before gathering the updated shard"},
+    {"slot_free", "comm waits for compute's last use of a full-unit buffer before gathering into it"},
+    {"kept_ready", "comm waits for compute's copy of a unit's 1/N share before gathering it (reshard N)"},
+    {"gather_ready", "compute waits for a unit's all-gather"},
+    {"grads_ready", "comm waits for a unit's gradients (compute) before reducing them"},
+    {"reduce_done", "comm waits for a unit's reduction (reduce-scatter; with HSDP the replicas' all-reduce)"},
+    {"reductions_folded", "compute waits for every reduction (comm) before the gradient norm"},
+    {"state_ready", "d2h waits for AdamW (compute) before a checkpoint reads the shards"},
+    {"scalars_ready", "d2h waits for the step's loss and sum of squares (compute)"},
+    {"step_scalars", "the host waits for the step's loss and gradient norm: its one host wait"},
+    {"loss_ready", "d2h waits for an evaluation's loss (compute)"},
+    {"eval_loss", "the host waits for an evaluation's loss"},
+    {"dump_gathered", "the host waits for a unit's all-gather of the parameter dump"},
+    {"download", "the host waits for a copy to the host (checkpoints, the parameter dump)"},
+    {"upload", "the host waits for a copy from the host (initialisation, resume)"},
+    {NULL, NULL}};
+
+/* True when SHARDRUN_TEST_SKIP_WAIT names `site`. */
+static bool skipped(const char *site) {
+    const char *list = sr_testhook()->skip_wait;
+    size_t n = strlen(site);
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        if (len == n && strncmp(p, site, n) == 0)
+            return true;
+        p += len + (p[len] == ',');
+    }
+    return false;
+}
+
+sr_status sr_dev_wait(sr_dev *d, sr_stream s, sr_event *ev, const char *site) {
+    if (skipped(site))
+        return SR_OK;
+    return d->wait(d, s, ev);
+}
+
+sr_status sr_dev_host_wait(sr_dev *d, sr_event *ev, const char *site) {
+    if (skipped(site))
+        return SR_OK;
+    return d->host_wait(d, ev);
+}
+
+void sr_dev_declare(sr_dev *d, sr_stream s, const void *p, size_t bytes, bool write, const char *site) {
+    if (d->delay_us[s] > 0 && write)
+        usleep((useconds_t)d->delay_us[s]); /* the model's kernels of a unit: one delayed operation */
+    if (!d->hb)
+        return;
+    sr_hb_issue(d->hb, (int)s, -1);
+    sr_hb_access(d->hb, (int)s, p, bytes, write, site);
+}
+
+void sr_dev_collective(sr_dev *d, sr_stream on, const void *send, size_t sbytes, const void *recv, size_t rbytes,
+                       const char *site) {
+    if (!d->hb)
+        return;
+    sr_hb_issue(d->hb, SR_HB_TRANSPORT, (int)on);
+    sr_hb_access(d->hb, SR_HB_TRANSPORT, send, sbytes, false, site);
+    sr_hb_access(d->hb, SR_HB_TRANSPORT, recv, rbytes, true, site);
+}
+
+void sr_dev_collective_event(sr_dev *d, sr_event *ev) {
+    if (d->hb)
+        sr_hb_stamp(d->hb, SR_HB_TRANSPORT, &ev->hb);
+}
+
+long long sr_dev_host_waits(const sr_dev *d) { return d->hb ? sr_hb_host_waits(d->hb) : 0; }
+
+sr_status sr_dev_download(sr_dev *d, void *host_dst, const void *src, size_t bytes, const char *site) {
+    if (d->hb)
+        sr_hb_track(d->hb, host_dst, bytes);
+    d->copy(d, SR_STREAM_D2H, host_dst, src, bytes);
+    sr_status st = skipped(site) ? SR_OK : d->sync(d, SR_STREAM_D2H);
+    if (d->hb) {
+        sr_hb_access(d->hb, SR_HB_HOST, host_dst, bytes, false, "the host reads what it downloaded");
+        sr_hb_forget(d->hb, host_dst, bytes);
+    }
+    return st;
+}
+
+sr_status sr_dev_upload(sr_dev *d, void *dst, const void *host_src, size_t bytes, const char *site) {
+    /* ordered after all work issued before, on every stream, as a
+     * synchronous copy is (uploads are set-up and resume, never a step) */
+    for (int s = 0; s < SR_NSTREAMS; s++) {
+        sr_event ev = {0};
+        if (s == SR_STREAM_H2D)
+            continue;
+        d->record(d, &ev, (sr_stream)s);
+        d->wait(d, SR_STREAM_H2D, &ev);
+    }
+    if (d->hb)
+        sr_hb_track(d->hb, host_src, bytes);
     d->copy(d, SR_STREAM_H2D, dst, host_src, bytes);
-    return d->sync(d, SR_STREAM_H2D);
+    sr_status st = skipped(site) ? SR_OK : d->sync(d, SR_STREAM_H2D);
+    if (d->hb) {
+        sr_hb_access(d->hb, SR_HB_HOST, host_src, bytes, true, "the host may reuse what it uploaded");
+        sr_hb_forget(d->hb, host_src, bytes);
+    }
+    return st;
 }
 
 bool sr_device_gpus_unusable(char *buf, size_t n) {

@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hbcheck.h"
 #include "mem.h"
 #include "status.h"
 #include "vec.h"
@@ -52,6 +53,7 @@ typedef struct {
     void *req;                        /* transport event: the request it stands for, or NULL */
     sr_status (*req_wait)(void *req); /* ...and how the host waits for it */
     void *impl;                       /* a back end's own event (CUDA), or NULL */
+    sr_hb_clock hb;                   /* the happens-before checker's snapshot (hbcheck.h) */
 } sr_event;
 
 /* One contiguous run of the shard that AdamW updates: elements [off, off+n)
@@ -126,9 +128,17 @@ struct sr_dev {
     /* The space model state lives in: SR_SPACE_DEVICE with
      * separate_memory, else SR_SPACE_HOST. */
     sr_mem_space state_space;
-    bool poison;                 /* fill allocations with NaN */
-    uint64_t ticks[SR_NSTREAMS]; /* cpu tables: events recorded per stream */
-    long long device_free_bytes; /* fake: SHARDRUN_TEST_DEVICE_FREE_MB, or -1 */
+    bool poison;                   /* fill allocations with NaN */
+    uint64_t ticks[SR_NSTREAMS];   /* cpu tables: events recorded per stream */
+    long long device_free_bytes;   /* fake: SHARDRUN_TEST_DEVICE_FREE_MB, or -1 */
+    sr_hb *hb;                     /* the happens-before checker (SHARDRUN_TEST_HB=1), or NULL */
+    int64_t delay_us[SR_NSTREAMS]; /* SHARDRUN_TEST_COMM_DELAY_US: sleep before each call on a stream */
+    /* Exposed communication: nanoseconds the compute stream spent waiting
+     * for communication, summed since the table opened (the engine reads
+     * differences).  cpu tables: the host's time blocked on transport
+     * requests, whichever stream waited, since the host is the compute
+     * stream there. */
+    uint64_t comm_wait_ns;
 };
 
 /* The device a job asks for (the job file's `device` key). */
@@ -146,10 +156,42 @@ void sr_device_close(sr_dev *d);
 sr_dev *sr_dev_cpu_open(void);
 sr_dev *sr_dev_fake_open(void);
 
-/* Host <-> table copies that return when done: copy on stream s, then
- * wait for the stream (checkpoints, the parameter dump, scalars). */
-sr_status sr_dev_download(sr_dev *d, void *host_dst, const void *src, size_t bytes);
-sr_status sr_dev_upload(sr_dev *d, void *dst, const void *host_src, size_t bytes);
+/* Host <-> table copies that return when done: copy on the d2h (h2d)
+ * stream, then the host waits for it, a host wait named `site` (a name of
+ * sr_dev_wait_sites).  After a download the host reads host_dst; after an
+ * upload it may write host_src again (both declared to the checker).  An
+ * upload is ordered after all work issued before it on every stream (set-up
+ * and resume only); a download only after its own stream's past. */
+sr_status sr_dev_download(sr_dev *d, void *host_dst, const void *src, size_t bytes, const char *site);
+sr_status sr_dev_upload(sr_dev *d, void *dst, const void *host_src, size_t bytes, const char *site);
+
+/* Named waits.  Every wait of the engine goes through these, with a site
+ * from sr_dev_wait_sites: SHARDRUN_TEST_SKIP_WAIT=SITE[,SITE...] skips
+ * those (a test proves the checker then reports the race), and the
+ * checker counts host waits.  sr_dev_wait: stream s waits for ev (device
+ * side); sr_dev_host_wait: the host waits for ev. */
+sr_status sr_dev_wait(sr_dev *d, sr_stream s, sr_event *ev, const char *site);
+sr_status sr_dev_host_wait(sr_dev *d, sr_event *ev, const char *site);
+/* The wait sites, NULL-terminated, each with a line saying what it orders
+ * (SHARDRUN_TEST_SKIP_WAIT=list prints them). */
+typedef struct {
+    const char *name, *what;
+} sr_wait_site;
+extern const sr_wait_site sr_dev_wait_sites[];
+
+/* Declarations for the happens-before checker (no-ops without it):
+ *   sr_dev_declare: stream s reads or writes [p, p+bytes) in the model's
+ *     kernels (the engine declares them per unit at the hook boundaries);
+ *   sr_dev_collective: the host issues a collective on stream `on` that
+ *     reads `send` and writes `recv` (the transport runs it);
+ *   sr_dev_collective_event: ev completes with the last collective issued
+ *     (call it after the transport request is attached to ev).
+ * Host waits counted so far: sr_dev_host_waits (0 without the checker). */
+void sr_dev_declare(sr_dev *d, sr_stream s, const void *p, size_t bytes, bool write, const char *site);
+void sr_dev_collective(sr_dev *d, sr_stream on, const void *send, size_t sbytes, const void *recv, size_t rbytes,
+                       const char *site);
+void sr_dev_collective_event(sr_dev *d, sr_event *ev);
+long long sr_dev_host_waits(const sr_dev *d);
 
 /* When the task was given GPUs (CUDA_VISIBLE_DEVICES non-empty) but none
  * is usable, describes why in `buf` (cudaGetDeviceCount's answer) and

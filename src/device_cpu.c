@@ -5,15 +5,39 @@
  * transport event makes a wait block (on its transport request).  The
  * fake table differs in what it claims, never in arithmetic: its device
  * memory is accounted in SR_SPACE_DEVICE and the engine treats it as
- * unreachable except by copies, exactly as it will treat a GPU's. */
+ * unreachable except by copies, exactly as it will treat a GPU's.
+ *
+ * With the happens-before checker on (d->hb), every call also tells it
+ * what it does: the operation on its stream, and the memory it reads and
+ * writes (hbcheck.h). */
 #include "srconfig.h"
 
 #include "device.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "testhook.h"
+
+/* The start of one call on stream s: the delay of SHARDRUN_TEST_COMM_DELAY_US
+ * when it names this stream, and the checker's operation; then the call
+ * declares its accesses (no-ops without the checker). */
+static void hb_op(sr_dev *d, sr_stream s) {
+    if (d->delay_us[s] > 0)
+        usleep((useconds_t)d->delay_us[s]);
+    if (d->hb)
+        sr_hb_issue(d->hb, (int)s, -1);
+}
+static void hb_rd(sr_dev *d, sr_stream s, const void *p, size_t bytes, const char *what) {
+    if (d->hb)
+        sr_hb_access(d->hb, (int)s, p, bytes, false, what);
+}
+static void hb_wr(sr_dev *d, sr_stream s, const void *p, size_t bytes, const char *what) {
+    if (d->hb)
+        sr_hb_access(d->hb, (int)s, p, bytes, true, what);
+}
 
 static void *cpu_alloc(sr_dev *d, sr_mem_space space, sr_mem_cat cat, size_t bytes) {
     /* the cpu table has host memory only; the fake table keeps the space */
@@ -22,60 +46,96 @@ static void *cpu_alloc(sr_dev *d, sr_mem_space space, sr_mem_cat cat, size_t byt
     void *p = sr_mem_alloc_in(space, cat, bytes, false);
     if (p && d->poison)
         memset(p, 0xff, bytes); /* all ones: a NaN in f32, bf16 and f64 */
+    if (p && d->hb && sr_hb_track(d->hb, p, bytes) != SR_OK) {
+        sr_mem_free(p);
+        return NULL;
+    }
     return p;
 }
 
 static void cpu_free(sr_dev *d, void *p) {
-    (void)d;
+    if (p && d->hb)
+        sr_hb_forget(d->hb, p, sr_mem_block_bytes(p));
     sr_mem_free(p);
 }
 
 static void cpu_memset(sr_dev *d, sr_stream s, void *dst, int byte, size_t bytes) {
-    (void)d, (void)s;
+    hb_op(d, s);
+    hb_wr(d, s, dst, bytes, "memset");
     if (bytes)
         memset(dst, byte, bytes);
 }
 
 static void cpu_copy(sr_dev *d, sr_stream s, void *dst, const void *src, size_t bytes) {
-    (void)d, (void)s;
+    hb_op(d, s);
+    hb_rd(d, s, src, bytes, "copy (source)");
+    hb_wr(d, s, dst, bytes, "copy (destination)");
     if (bytes && dst != src)
         memcpy(dst, src, bytes);
 }
 
 static void cpu_record(sr_dev *d, sr_event *ev, sr_stream s) {
     *ev = (sr_event){.tick = ++d->ticks[s], .stream = (int)s};
+    if (d->hb) {
+        sr_hb_issue(d->hb, (int)s, -1);
+        sr_hb_stamp(d->hb, (int)s, &ev->hb);
+    }
 }
 
-static sr_status wait_transport(sr_event *ev) {
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The host waits for a transport event's request (the time is exposed
+ * communication). */
+static sr_status wait_transport(sr_dev *d, sr_event *ev) {
     if (!ev->req)
         return SR_OK;
+    uint64_t t0 = now_ns();
     sr_status st = ev->req_wait(ev->req);
+    d->comm_wait_ns += now_ns() - t0;
     ev->req = NULL;
     return st;
 }
 
 static sr_status cpu_wait(sr_dev *d, sr_stream s, sr_event *ev) {
-    (void)d, (void)s;
-    return wait_transport(ev);
+    if (d->hb) {
+        sr_hb_issue(d->hb, (int)s, -1);
+        sr_hb_merge(d->hb, (int)s, &ev->hb);
+    }
+    return wait_transport(d, ev);
 }
 
 static sr_status cpu_host_wait(sr_dev *d, sr_event *ev) {
-    (void)d;
-    return wait_transport(ev);
+    if (d->hb)
+        sr_hb_host_wait(d->hb, &ev->hb, "host_wait");
+    return wait_transport(d, ev);
 }
 
 static sr_status cpu_sync(sr_dev *d, sr_stream s) {
-    (void)d, (void)s;
+    if (d->hb) {
+        sr_hb_clock c;
+        sr_hb_stamp(d->hb, (int)s, &c);
+        sr_hb_host_wait(d->hb, &c, "sync");
+    }
     return SR_OK;
 }
 
 static void cpu_cast_f32_bf16(sr_dev *d, sr_stream s, void *dst, const float *src, size_t n) {
-    (void)d, (void)s;
+    hb_op(d, s);
+    hb_rd(d, s, src, n * 4, "cast_f32_bf16 (source)");
+    hb_wr(d, s, dst, n * 2, "cast_f32_bf16 (destination)");
     sr_vec_f32_to_bf16_par(dst, src, n);
 }
 
 static void cpu_fold_bf16(sr_dev *d, sr_stream s, float *acc, const void *src, size_t n, bool add) {
-    (void)d, (void)s;
+    hb_op(d, s);
+    hb_rd(d, s, src, n * 2, "fold_bf16 (source)");
+    if (add)
+        hb_rd(d, s, acc, n * 4, "fold_bf16 (accumulator)");
+    hb_wr(d, s, acc, n * 4, "fold_bf16 (accumulator)");
     if (add)
         sr_vec_add_bf16_to_f32(acc, src, n);
     else
@@ -83,17 +143,25 @@ static void cpu_fold_bf16(sr_dev *d, sr_stream s, float *acc, const void *src, s
 }
 
 static void cpu_add_f32(sr_dev *d, sr_stream s, float *acc, const float *src, size_t n) {
-    (void)d, (void)s;
+    hb_op(d, s);
+    hb_rd(d, s, src, n * 4, "add_f32 (source)");
+    hb_rd(d, s, acc, n * 4, "add_f32 (accumulator)");
+    hb_wr(d, s, acc, n * 4, "add_f32 (accumulator)");
     sr_vec_add_f32(acc, src, n);
 }
 
 static void cpu_sum_squares(sr_dev *d, sr_stream s, double *out, const float *x, size_t n) {
-    (void)d, (void)s;
+    hb_op(d, s);
+    hb_rd(d, s, x, n * 4, "sum_squares (source)");
+    hb_wr(d, s, out, sizeof *out, "sum_squares (result)");
     *out = sr_vec_sum_squares(x, n);
 }
 
 static void cpu_loss_sum(sr_dev *d, sr_stream s, double *acc, const float *losses, size_t n) {
-    (void)d, (void)s;
+    hb_op(d, s);
+    hb_rd(d, s, losses, n * 4, "loss_sum (losses)");
+    hb_rd(d, s, acc, sizeof *acc, "loss_sum (accumulator)");
+    hb_wr(d, s, acc, sizeof *acc, "loss_sum (accumulator)");
     double sum = 0.0;
     for (size_t i = 0; i < n; i++)
         sum += losses[i];
@@ -101,7 +169,17 @@ static void cpu_loss_sum(sr_dev *d, sr_stream s, double *acc, const float *losse
 }
 
 static void cpu_adamw(sr_dev *d, sr_stream s, const sr_adamw_launch *l) {
-    (void)d, (void)s;
+    hb_op(d, s);
+    for (int i = 0; d->hb && i < l->nsegs; i++) {
+        const sr_adamw_segment *g = &l->segs[i];
+        hb_rd(d, s, l->grads + g->off, g->n * 4, "adamw (gradients)");
+        hb_rd(d, s, l->params + g->off, g->n * 4, "adamw (parameters)");
+        hb_wr(d, s, l->params + g->off, g->n * 4, "adamw (parameters)");
+        hb_rd(d, s, l->m + g->off, g->n * 4, "adamw (m)");
+        hb_wr(d, s, l->m + g->off, g->n * 4, "adamw (m)");
+        hb_rd(d, s, l->v + g->off, g->n * 4, "adamw (v)");
+        hb_wr(d, s, l->v + g->off, g->n * 4, "adamw (v)");
+    }
     sr_adamw_args a = l->a;
     for (int i = 0; i < l->nsegs; i++) {
         const sr_adamw_segment *g = &l->segs[i];
@@ -115,26 +193,33 @@ static sr_dev *open_table(const char *name, sr_dev_kind kind, bool separate) {
     if (!d)
         return NULL;
     const sr_testhooks *h = sr_testhook();
-    *d = (sr_dev){.name = name,
-                  .kind = kind,
-                  .separate_memory = separate,
-                  .alloc = cpu_alloc,
-                  .free = cpu_free,
-                  .memset = cpu_memset,
-                  .copy = cpu_copy,
-                  .record = cpu_record,
-                  .wait = cpu_wait,
-                  .host_wait = cpu_host_wait,
-                  .sync = cpu_sync,
-                  .cast_f32_bf16 = cpu_cast_f32_bf16,
-                  .fold_bf16 = cpu_fold_bf16,
-                  .add_f32 = cpu_add_f32,
-                  .sum_squares = cpu_sum_squares,
-                  .loss_sum = cpu_loss_sum,
-                  .adamw = cpu_adamw,
-                  .state_space = separate ? SR_SPACE_DEVICE : SR_SPACE_HOST,
-                  .poison = h->poison,
-                  .device_free_bytes = separate && h->device_free_mb >= 0 ? h->device_free_mb << 20 : -1};
+    sr_dev proto = {.name = name,
+                    .kind = kind,
+                    .separate_memory = separate,
+                    .alloc = cpu_alloc,
+                    .free = cpu_free,
+                    .memset = cpu_memset,
+                    .copy = cpu_copy,
+                    .record = cpu_record,
+                    .wait = cpu_wait,
+                    .host_wait = cpu_host_wait,
+                    .sync = cpu_sync,
+                    .cast_f32_bf16 = cpu_cast_f32_bf16,
+                    .fold_bf16 = cpu_fold_bf16,
+                    .add_f32 = cpu_add_f32,
+                    .sum_squares = cpu_sum_squares,
+                    .loss_sum = cpu_loss_sum,
+                    .adamw = cpu_adamw,
+                    .state_space = separate ? SR_SPACE_DEVICE : SR_SPACE_HOST,
+                    .poison = h->poison,
+                    .device_free_bytes = separate && h->device_free_mb >= 0 ? h->device_free_mb << 20 : -1};
+    *d = proto;
+    if (h->comm_delay_us > 0)
+        d->delay_us[h->comm_delay_stream == 1 ? SR_STREAM_COMPUTE : SR_STREAM_COMM] = h->comm_delay_us;
+    if (h->hb && !(d->hb = sr_hb_open(true))) {
+        free(d);
+        return NULL;
+    }
     return d;
 }
 

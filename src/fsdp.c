@@ -14,6 +14,13 @@
  * in queue order, so a reduce-scatter and the all-reduce after it need no
  * wait in between.
  *
+ * Streams (ARCHITECTURE.md §3b): collectives and their casts and folds on
+ * the comm stream, the model on compute, every hand-off an event and a
+ * named wait (device.h), proven by the happens-before checker.  Buffers
+ * come from fixed pools allocated at set-up (alloc_pools); nothing is
+ * allocated on the step path, and the host waits for the device once per
+ * step (sr_fsdp_finish_grads).
+ *
  * Failures inside the model's hooks (which cannot return a status) are
  * kept in a sticky error (status.h) and returned by the pass. */
 #include "srconfig.h"
@@ -31,23 +38,43 @@
 #include "mem.h"
 #include "vec.h"
 
+/* A buffer that units take turns in: the full-unit pool's slots and the
+ * reduction pool's.  Full-unit slots: `released` is recorded where the last
+ * user let go (compute, after its last read), so the next gather into the
+ * slot waits for it: no buffer is reused while a stream still reads it.
+ * (Reduction slots need no event: see take_rslot.) */
+typedef struct {
+    void *buf;         /* full pool: the largest block unit in the param dtype */
+    float *grad;       /* reduction pool, per_micro_batch: the full gradient (S*P fp32) */
+    void *send, *recv; /* reduction pool: the bf16 cast (S*P), the reduced shard (P of the reduce dtype) */
+    int unit;          /* the unit in it, or -1 */
+    sr_event released;
+    bool ever; /* released was recorded */
+} slot;
+
 typedef struct {
     const sr_unit_plan *p;
     int64_t reshard;
     sr_group *ngroup; /* reshard N group, or NULL */
     /* parameters */
-    void *full;          /* S*P elements of the param dtype, or NULL */
+    void *own; /* the root and units kept gathered: their own full buffer; else NULL */
+    sr_event own_released;
+    bool own_ever;
+    void *full;          /* where the gathered unit is (own, or a pool slot's), or NULL */
+    int slot;            /* its full-pool slot, or -1 */
     sr_event ready;      /* the gather into full (a transport event on the cpu tables) */
     bool ag_pending;     /* `ready` not yet waited for */
-    void *ag_send;       /* bf16 send buffer of the gather (SR_MEM_COMM) */
-    void *kept;          /* reshard N: this rank's 1/N of the full unit */
-    bool kept_in_flight; /* kept is the send buffer of the pending gather */
+    void *kept;          /* reshard N: this rank's 1/N of the full unit (own buffer) */
+    sr_event kept_ready; /* ...copied on the compute stream */
+    bool has_kept;       /* kept holds this step's share */
     /* gradients */
-    float *gfull; /* per_micro_batch: transient full gradient (SR_MEM_COMM) */
+    int rslot; /* its reduction-pool slot, or -1 */
     sr_event rs_done, ar_done;
-    void *rs_send, *rs_recv;
     bool rs_pending;
 } unit;
+
+/* The reduction pool: slot 0 for the root, the others for blocks. */
+enum { RS_SLOTS = 3 };
 
 struct sr_fsdp {
     sr_model *m;
@@ -67,12 +94,16 @@ struct sr_fsdp {
     size_t accum_n;
     float *stage; /* the ops compute in another dtype than the gathered units: one unit widened */
     int staged_unit;
-    double *sumsq; /* the gradient shard's sum of squares, in the table's memory */
+    double *sumsq; /* the gradient shard's sum of squares and the loss sum, in the table's memory */
     sr_dtype pdt, rdt;
     bool per_step;
+    slot *pool; /* full-unit pool: 1 + max prefetch slots (none when every block is kept) */
+    int npool;
+    slot rpool[RS_SLOTS]; /* reduction pool (unused with fp32 per_step reductions) */
+    bool use_rpool;
     int *order, norder, pos;
     bool backward, last_mb;
-    int inflight[8], ninflight; /* units with a pending reduction, oldest first (per_micro_batch) */
+    int inflight[RS_SLOTS], ninflight; /* units holding a reduction slot with a pending reduction, oldest first */
     sr_param_source src;
     sr_sticky err;
 };
@@ -98,79 +129,111 @@ static void dfree(sr_fsdp *f, void **p) {
     *p = NULL;
 }
 
-/* The gather of a unit: on the comm stream, cast the shard (bf16), then
+/* The gather of a unit: into its own buffer or a free slot of the pool
+ * (none free: a prefetch is skipped; the unit the model asks for always
+ * finds one, by the pool's size); on the comm stream, once the buffer's
+ * last reader is done, cast the shard into this rank's part (bf16), then
  * the all-gather; `ready` is its completion. */
-static void issue_gather(sr_fsdp *f, unit *u) {
+static void issue_gather(sr_fsdp *f, unit *u, bool prefetch) {
     if (u->full || failed(f))
         return;
     sr_dev *d = f->dev;
     size_t P = u->p->P, es = sr_dtype_size(f->pdt);
-    u->full = dalloc(f, SR_MEM_FULL_UNITS, (size_t)f->S * P * es);
-    if (!u->full)
-        return;
+    sr_event *released = NULL;
+    if (u->own) {
+        u->full = u->own;
+        released = u->own_ever ? &u->own_released : NULL;
+    } else {
+        int k = 0;
+        while (k < f->npool && f->pool[k].unit >= 0)
+            k++;
+        if (k == f->npool) {
+            if (!prefetch)
+                fail(f,
+                     sr_error(SR_ERR_INTERNAL, "no free slot in the full-unit pool for unit %d", (int)(u - f->units)));
+            return;
+        }
+        slot *sl = &f->pool[k];
+        sl->unit = (int)(u - f->units);
+        u->slot = k;
+        u->full = sl->buf;
+        released = sl->ever ? &sl->released : NULL;
+    }
+    if (released)
+        sr_dev_wait(d, SR_STREAM_COMM, released, "slot_free");
     sr_status st;
     sr_req *req = NULL;
-    if (u->kept) {
+    size_t full_bytes = (size_t)f->S * P * es;
+    if (u->has_kept) {
         int N = sr_group_size(u->ngroup);
-        st = sr_allgather(u->ngroup, u->full, u->kept, (size_t)f->S * P / (size_t)N, f->pdt, &req);
-        u->kept_in_flight = true;
+        size_t part = (size_t)f->S * P / (size_t)N;
+        sr_dev_wait(d, SR_STREAM_COMM, &u->kept_ready, "kept_ready");
+        sr_dev_collective(d, SR_STREAM_COMM, u->kept, part * es, u->full, full_bytes, "all-gather (reshard N)");
+        st = sr_allgather(u->ngroup, u->full, u->kept, part, f->pdt, &req);
+        u->has_kept = false; /* consumed: the next forward gathers the shard again */
     } else if (f->pdt == SR_DT_F32) {
+        sr_dev_collective(d, SR_STREAM_COMM, f->pshard + u->p->local, P * 4, u->full, full_bytes, "all-gather");
         st = sr_allgather(f->shard_g, u->full, f->pshard + u->p->local, P, SR_DT_F32, &req);
     } else {
-        u->ag_send = dalloc(f, SR_MEM_COMM, P * 2);
-        if (!u->ag_send)
-            return;
-        d->cast_f32_bf16(d, SR_STREAM_COMM, u->ag_send, f->pshard + u->p->local, P);
-        st = sr_allgather(f->shard_g, u->full, u->ag_send, P, SR_DT_BF16, &req);
+        /* in place: this rank's part of the full buffer is the send buffer */
+        void *mine = (char *)u->full + (size_t)sr_group_rank(f->shard_g) * P * 2;
+        d->cast_f32_bf16(d, SR_STREAM_COMM, mine, f->pshard + u->p->local, P);
+        sr_dev_collective(d, SR_STREAM_COMM, mine, P * 2, u->full, full_bytes, "all-gather (bf16)");
+        st = sr_allgather(f->shard_g, u->full, mine, P, SR_DT_BF16, &req);
     }
+    u->ready = (sr_event){0};
+    sr_dev_collective_event(d, &u->ready);
     sr_event_from_req(&u->ready, req);
     u->ag_pending = true;
     if (st != SR_OK)
         fail(f, st);
 }
 
-/* Makes stream s wait for the unit's gather and releases its send
- * buffers. */
+/* Makes stream s wait for the unit's gather. */
 static void wait_gather(sr_fsdp *f, unit *u, sr_stream s) {
     if (!u->ag_pending)
         return;
     u->ag_pending = false;
-    sr_status st = f->dev->wait(f->dev, s, &u->ready);
+    sr_status st = sr_dev_wait(f->dev, s, &u->ready, "gather_ready");
     if (st != SR_OK)
         fail(f, st);
-    dfree(f, &u->ag_send);
-    if (u->kept_in_flight) {
-        dfree(f, &u->kept);
-        u->kept_in_flight = false;
-    }
 }
 
+/* The unit's full buffer is let go: compute's last use is recorded on it
+ * (the next gather into it waits for that), and a pool slot is free. */
 static void free_full(sr_fsdp *f, unit *u) {
+    if (!u->full)
+        return;
     wait_gather(f, u, SR_STREAM_COMPUTE);
-    dfree(f, &u->full);
-    dfree(f, &u->kept);
+    sr_dev *d = f->dev;
+    if (u->slot >= 0) {
+        slot *sl = &f->pool[u->slot];
+        d->record(d, &sl->released, SR_STREAM_COMPUTE);
+        sl->ever = true;
+        sl->unit = -1;
+        u->slot = -1;
+    } else {
+        d->record(d, &u->own_released, SR_STREAM_COMPUTE);
+        u->own_ever = true;
+    }
+    u->full = NULL;
     if (f->staged_unit == (int)(u - f->units))
         f->staged_unit = -1;
 }
 
-/* After the forward of a unit: free it, keep it, or keep an N-way shard. */
+/* After the forward of a unit: free it, keep it, or keep an N-way share. */
 static void reshard_after_forward(sr_fsdp *f, unit *u) {
     if (u->reshard == SR_RESHARD_FALSE || !u->full)
         return;
-    if (u->reshard == SR_RESHARD_TRUE) {
-        free_full(f, u);
-        return;
+    if (u->reshard >= 2) {
+        int N = sr_group_size(u->ngroup), j = sr_group_rank(u->ngroup);
+        size_t es = sr_dtype_size(f->pdt), part = (size_t)f->S * u->p->P / (size_t)N;
+        wait_gather(f, u, SR_STREAM_COMPUTE);
+        f->dev->copy(f->dev, SR_STREAM_COMPUTE, u->kept, (char *)u->full + (size_t)j * part * es, part * es);
+        f->dev->record(f->dev, &u->kept_ready, SR_STREAM_COMPUTE);
+        u->has_kept = true;
     }
-    int N = sr_group_size(u->ngroup), j = sr_group_rank(u->ngroup);
-    size_t es = sr_dtype_size(f->pdt), part = (size_t)f->S * u->p->P / (size_t)N;
-    wait_gather(f, u, SR_STREAM_COMPUTE);
-    u->kept = dalloc(f, SR_MEM_FULL_UNITS, part * es);
-    if (!u->kept)
-        return;
-    f->dev->copy(f->dev, SR_STREAM_COMPUTE, u->kept, (char *)u->full + (size_t)j * part * es, part * es);
-    dfree(f, &u->full);
-    if (f->staged_unit == (int)(u - f->units))
-        f->staged_unit = -1;
+    free_full(f, u);
 }
 
 static sr_param_view hook_params(void *ctx, int layer) {
@@ -183,22 +246,28 @@ static sr_param_view hook_params(void *ctx, int layer) {
             f->pos = k;
             break;
         }
-    issue_gather(f, u);
+    issue_gather(f, u, false);
     wait_gather(f, u, SR_STREAM_COMPUTE);
     int ahead = f->backward ? f->o.prefetch_backward : f->o.prefetch_forward;
     for (int k = f->pos + 1; k < f->norder && k <= f->pos + ahead; k++)
         if (f->order[k] != ui)
-            issue_gather(f, &f->units[f->order[k]]);
+            issue_gather(f, &f->units[f->order[k]], true);
     size_t rel = f->m->layer_offset[layer] - u->p->off;
     if (failed(f) || !u->full)
         return (sr_param_view){NULL, f->pdt}; /* the pass ends; check() reports why */
-    if (f->pdt == f->m->ops->act)
+    if (f->pdt == f->m->ops->act) {
+        /* the model's kernels of this layer read the gathered unit */
+        sr_dev_declare(f->dev, SR_STREAM_COMPUTE, u->full, u->p->n * sr_dtype_size(f->pdt), false,
+                       "the model's kernels (parameters)");
         return (sr_param_view){(char *)u->full + rel * sr_dtype_size(f->pdt), f->pdt};
+    }
     if (f->staged_unit != ui) {
         /* the ops compute in fp32 (the CPU): widen the bf16 unit once */
         f->dev->fold_bf16(f->dev, SR_STREAM_COMPUTE, f->stage, u->full, u->p->n, false);
         f->staged_unit = ui;
     }
+    sr_dev_declare(f->dev, SR_STREAM_COMPUTE, f->stage, u->p->n * sizeof(float), false,
+                   "the model's kernels (widened parameters)");
     return (sr_param_view){f->stage + rel, SR_DT_F32};
 }
 
@@ -213,29 +282,65 @@ static void hook_done_forward(void *ctx, int layer) {
 /* gradients */
 
 /* Makes the comm stream wait for a unit's reduction, folds it into the
- * gradient shard there, and releases its buffers. */
+ * gradient shard there, and releases its reduction slot. */
 static void finish_reduce(sr_fsdp *f, unit *u) {
     if (!u->rs_pending)
         return;
     sr_dev *d = f->dev;
-    sr_status st = d->wait(d, SR_STREAM_COMM, &u->rs_done);
-    sr_status st2 = d->wait(d, SR_STREAM_COMM, &u->ar_done);
+    /* the reduction's last collective (the replicas' all-reduce with HSDP);
+     * then the reduce-scatter's request, complete by then, is released */
+    sr_status st = sr_dev_wait(d, SR_STREAM_COMM, f->R > 1 ? &u->ar_done : &u->rs_done, "reduce_done");
+    sr_status st2 = d->wait(d, SR_STREAM_COMM, f->R > 1 ? &u->rs_done : &u->ar_done);
     if (st == SR_OK)
         st = st2;
     if (st != SR_OK)
         fail(f, st);
     float *g = f->gshard + u->p->local;
     size_t P = u->p->P;
-    if (st == SR_OK && u->rs_recv) {
+    slot *sl = u->rslot >= 0 ? &f->rpool[u->rslot] : NULL;
+    if (st == SR_OK && sl && (!f->per_step || f->rdt == SR_DT_BF16)) {
         if (f->rdt == SR_DT_BF16)
-            d->fold_bf16(d, SR_STREAM_COMM, g, u->rs_recv, P, !f->per_step);
+            d->fold_bf16(d, SR_STREAM_COMM, g, sl->recv, P, !f->per_step);
         else
-            d->add_f32(d, SR_STREAM_COMM, g, u->rs_recv, P);
+            d->add_f32(d, SR_STREAM_COMM, g, sl->recv, P);
     }
-    dfree(f, &u->rs_send);
-    dfree(f, &u->rs_recv);
-    dfree(f, (void **)&u->gfull);
+    if (sl) {
+        sl->unit = -1;
+        u->rslot = -1;
+    }
     u->rs_pending = false;
+    for (int k = 0; k < f->ninflight; k++)
+        if (f->inflight[k] == (int)(u - f->units)) {
+            memmove(f->inflight + k, f->inflight + k + 1, sizeof(int) * (size_t)(f->ninflight - k - 1));
+            f->ninflight--;
+            break;
+        }
+}
+
+/* Takes a reduction slot for the unit (the root's, or a block slot; when
+ * both block slots are busy the oldest pending reduction is finished
+ * first).  Compute, writing the slot's gradient next, needs no wait of its
+ * own: it has waited for this unit's gather, which the comm stream issued
+ * after the slot's last reduction and fold (the checker proves it). */
+static slot *take_rslot(sr_fsdp *f, unit *u) {
+    int k = 0;
+    if (!u->p->root) {
+        for (;;) {
+            for (k = 1; k < RS_SLOTS && f->rpool[k].unit >= 0; k++)
+                ;
+            if (k < RS_SLOTS || f->ninflight == 0)
+                break;
+            finish_reduce(f, &f->units[f->inflight[0]]);
+        }
+        if (k == RS_SLOTS) {
+            fail(f, sr_error(SR_ERR_INTERNAL, "no free slot in the reduction pool for unit %d", (int)(u - f->units)));
+            return NULL;
+        }
+    }
+    slot *sl = &f->rpool[k];
+    sl->unit = (int)(u - f->units);
+    u->rslot = k;
+    return sl;
 }
 
 static void issue_reduce(sr_fsdp *f, unit *u) {
@@ -243,61 +348,64 @@ static void issue_reduce(sr_fsdp *f, unit *u) {
         return;
     sr_dev *d = f->dev;
     size_t P = u->p->P;
-    const float *full = f->per_step ? f->accum + u->p->accum_off : u->gfull;
+    slot *sl = NULL;
+    if (f->use_rpool) {
+        sl = u->rslot >= 0 ? &f->rpool[u->rslot] : take_rslot(f, u);
+        if (!sl)
+            return;
+    }
+    const float *full = f->per_step ? f->accum + u->p->accum_off : sl->grad;
     size_t total = (size_t)f->S * P;
     const void *send = full;
     if (f->rdt == SR_DT_BF16) {
-        u->rs_send = dalloc(f, SR_MEM_COMM, total * 2);
-        if (!u->rs_send)
-            return;
-        d->cast_f32_bf16(d, SR_STREAM_COMM, u->rs_send, full, total);
-        send = u->rs_send;
+        d->cast_f32_bf16(d, SR_STREAM_COMM, sl->send, full, total);
+        send = sl->send;
     }
-    void *recv;
-    if (f->per_step && f->rdt == SR_DT_F32) {
-        recv = f->gshard + u->p->local; /* written whole: one reduction per step */
-    } else {
-        u->rs_recv = dalloc(f, SR_MEM_COMM, P * sr_dtype_size(f->rdt));
-        if (!u->rs_recv)
-            return;
-        recv = u->rs_recv;
-    }
+    /* fp32 once per step: straight into the gradient shard, written whole */
+    void *recv = f->per_step && f->rdt == SR_DT_F32 ? (void *)(f->gshard + u->p->local) : sl->recv;
     sr_req *rs = NULL, *ar = NULL;
+    size_t res = sr_dtype_size(f->rdt);
+    sr_dev_collective(d, SR_STREAM_COMM, send, total * res, recv, P * res, "reduce-scatter");
     sr_status st = sr_reduce_scatter(f->shard_g, recv, send, P, f->rdt, SR_OP_SUM, &rs);
-    if (st == SR_OK && f->R > 1)
-        st = sr_allreduce(f->rep_g, recv, P, f->rdt, SR_OP_SUM, &ar);
+    u->rs_done = (sr_event){0};
+    sr_dev_collective_event(d, &u->rs_done);
     sr_event_from_req(&u->rs_done, rs);
+    u->ar_done = (sr_event){0};
+    if (st == SR_OK && f->R > 1) {
+        sr_dev_collective(d, SR_STREAM_COMM, recv, P * res, recv, P * res, "all-reduce (replicas)");
+        st = sr_allreduce(f->rep_g, recv, P, f->rdt, SR_OP_SUM, &ar);
+        sr_dev_collective_event(d, &u->ar_done);
+    }
     sr_event_from_req(&u->ar_done, ar);
     if (st != SR_OK)
         fail(f, st);
     u->rs_pending = true;
-    if (!f->per_step) {
-        /* keep at most two reductions in flight: bounds transient memory */
-        if (f->ninflight == 2) {
-            finish_reduce(f, &f->units[f->inflight[0]]);
-            f->inflight[0] = f->inflight[1];
-            f->ninflight = 1;
-        }
+    if (sl)
         f->inflight[f->ninflight++] = (int)(u - f->units);
-    }
 }
 
 static float *hook_grads(void *ctx, int layer) {
     sr_fsdp *f = ctx;
     unit *u = &f->units[f->plan.unit_of_layer[layer]];
     size_t rel = f->m->layer_offset[layer] - u->p->off;
-    if (f->per_step)
-        return f->accum + u->p->accum_off + rel;
-    if (u->rs_pending)
-        finish_reduce(f, u); /* the previous micro-batch's reduction of this unit */
-    if (!u->gfull) {
-        size_t bytes = (size_t)f->S * u->p->P * sizeof(float);
-        u->gfull = dalloc(f, SR_MEM_COMM, bytes);
-        if (!u->gfull)
-            return NULL;
-        f->dev->memset(f->dev, SR_STREAM_COMPUTE, u->gfull, 0, bytes);
+    float *g;
+    if (f->per_step) {
+        g = f->accum + u->p->accum_off;
+    } else {
+        if (u->rs_pending)
+            finish_reduce(f, u); /* the previous micro-batch's reduction of this unit */
+        if (u->rslot < 0) {
+            slot *sl = take_rslot(f, u);
+            if (!sl)
+                return NULL;
+            f->dev->memset(f->dev, SR_STREAM_COMPUTE, sl->grad, 0, (size_t)f->S * u->p->P * sizeof(float));
+        }
+        g = f->rpool[u->rslot].grad;
     }
-    return u->gfull + rel;
+    /* the model's kernels accumulate into the unit's gradients */
+    sr_dev_declare(f->dev, SR_STREAM_COMPUTE, g, u->p->n * sizeof(float), false, "the model's kernels (gradients)");
+    sr_dev_declare(f->dev, SR_STREAM_COMPUTE, g, u->p->n * sizeof(float), true, "the model's kernels (gradients)");
+    return g + rel;
 }
 
 static void hook_done_backward(void *ctx, int layer) {
@@ -310,7 +418,7 @@ static void hook_done_backward(void *ctx, int layer) {
         /* the comm stream waits for the unit's gradients */
         sr_event grads_ready = {0};
         f->dev->record(f->dev, &grads_ready, SR_STREAM_COMPUTE);
-        f->dev->wait(f->dev, SR_STREAM_COMM, &grads_ready);
+        sr_dev_wait(f->dev, SR_STREAM_COMM, &grads_ready, "grads_ready");
         issue_reduce(f, u);
     }
 }
@@ -324,8 +432,12 @@ static sr_status create_groups(sr_fsdp *f, sr_transport *tp, sr_group *ngroups[2
     if (!ranks)
         return sr_error_oom("a group list");
     sr_status st = sr_group_create(tp, ranks, sr_mesh_shard_group(&f->mesh, ranks), &f->shard_g);
-    if (st == SR_OK)
+    if (st == SR_OK) {
+        sr_group_set_name(f->shard_g, "shard");
         st = sr_group_create(tp, ranks, sr_mesh_replicate_group(&f->mesh, ranks), &f->rep_g);
+    }
+    if (st == SR_OK)
+        sr_group_set_name(f->rep_g, "replicate");
     int64_t N[2] = {f->o.reshard_blocks, f->o.reshard_root};
     for (int i = 0; i < 2 && st == SR_OK; i++) {
         if (N[i] < 2)
@@ -335,13 +447,70 @@ static sr_status create_groups(sr_fsdp *f, sr_transport *tp, sr_group *ngroups[2
             continue;
         }
         st = sr_group_create(tp, ranks, sr_mesh_reshard_group(&f->mesh, (int)N[i], ranks), &ngroups[i]);
+        if (st == SR_OK)
+            sr_group_set_name(ngroups[i], i == 0 ? "reshard (blocks)" : "reshard (root)");
     }
     free(ranks);
     return st;
 }
 
-/* Shard buffers, the accumulation buffer, the staging buffer and the
- * sum-of-squares scalar, on the device table. */
+/* The full-unit buffers (ARCHITECTURE.md §3b has the table): the root's and every kept
+ * unit's own, the N-way shares of reshard N, and the pool of 1 + max
+ * prefetch slots of the largest block unit that is not kept (none when
+ * all are) — exactly the memory contract's bound; and the reduction pool:
+ * a root slot and two block slots, each the full gradient
+ * (per_micro_batch), the bf16 cast (bf16 reductions) and the reduced
+ * shard (unless fp32 per_step reductions, which need none).  Nothing is
+ * allocated on the step path. */
+static sr_status alloc_pools(sr_fsdp *f) {
+    size_t es = sr_dtype_size(f->pdt), largest = 0, Pblk = 0, Proot = 0;
+    for (int ui = 0; ui < f->nunits; ui++) {
+        unit *u = &f->units[ui];
+        size_t P = u->p->P, full = (size_t)f->S * P * es;
+        u->slot = u->rslot = -1;
+        if (u->p->root)
+            Proot = P;
+        else
+            Pblk = P > Pblk ? P : Pblk;
+        if (u->p->root || u->reshard == SR_RESHARD_FALSE) {
+            if (!(u->own = dalloc(f, SR_MEM_FULL_UNITS, full)))
+                return SR_ERR_INTERNAL;
+        } else if (full > largest) {
+            largest = full;
+        }
+        if (u->reshard >= 2 && !(u->kept = dalloc(f, SR_MEM_FULL_UNITS, full / (size_t)u->reshard)))
+            return SR_ERR_INTERNAL;
+    }
+    int ahead = f->o.prefetch_forward > f->o.prefetch_backward ? f->o.prefetch_forward : f->o.prefetch_backward;
+    f->npool = largest ? 1 + ahead : 0;
+    f->pool = sr_calloc((size_t)(f->npool ? f->npool : 1), sizeof(slot));
+    if (!f->pool)
+        return sr_error_oom("the full-unit pool");
+    for (int k = 0; k < f->npool; k++) {
+        f->pool[k].unit = -1;
+        if (!(f->pool[k].buf = dalloc(f, SR_MEM_FULL_UNITS, largest)))
+            return SR_ERR_INTERNAL;
+    }
+    f->use_rpool = !f->per_step || f->rdt == SR_DT_BF16;
+    size_t res = sr_dtype_size(f->rdt);
+    for (int k = 0; k < RS_SLOTS; k++) {
+        slot *sl = &f->rpool[k];
+        sl->unit = -1;
+        if (!f->use_rpool)
+            continue;
+        size_t P = k == 0 ? Proot : Pblk, total = (size_t)f->S * P;
+        if (!f->per_step && !(sl->grad = dalloc(f, SR_MEM_COMM, total * sizeof(float))))
+            return SR_ERR_INTERNAL;
+        if (f->rdt == SR_DT_BF16 && !(sl->send = dalloc(f, SR_MEM_COMM, total * 2)))
+            return SR_ERR_INTERNAL;
+        if (!(sl->recv = dalloc(f, SR_MEM_COMM, P * res)))
+            return SR_ERR_INTERNAL;
+    }
+    return SR_OK;
+}
+
+/* Shard buffers, the accumulation buffer, the staging buffer, the
+ * step's scalars and the pools, on the device table. */
 static sr_status alloc_buffers(sr_fsdp *f) {
     size_t local = f->plan.local_size;
     f->local_size = local;
@@ -349,8 +518,9 @@ static sr_status alloc_buffers(sr_fsdp *f) {
     f->gshard = f->pshard ? dalloc(f, SR_MEM_GRAD_SHARD, local * sizeof(float)) : NULL;
     if (!f->pshard || !f->gshard)
         return SR_ERR_INTERNAL;
-    /* the padding between slices is gathered and summed: keep it zero */
-    f->dev->memset(f->dev, SR_STREAM_COMPUTE, f->pshard, 0, local * sizeof(float));
+    /* the padding between slices is gathered and summed: keep it zero
+     * (the master shard on the stream of its uploads) */
+    f->dev->memset(f->dev, SR_STREAM_H2D, f->pshard, 0, local * sizeof(float));
     f->dev->memset(f->dev, SR_STREAM_COMPUTE, f->gshard, 0, local * sizeof(float));
     if (f->per_step) {
         f->accum = dalloc(f, SR_MEM_ACCUM, f->plan.accum_size * sizeof(float));
@@ -366,8 +536,8 @@ static sr_status alloc_buffers(sr_fsdp *f) {
         if (!f->stage)
             return SR_ERR_INTERNAL;
     }
-    f->sumsq = dalloc(f, SR_MEM_OTHER, sizeof(double));
-    return f->sumsq ? SR_OK : SR_ERR_INTERNAL;
+    f->sumsq = dalloc(f, SR_MEM_OTHER, 2 * sizeof(double)); /* sum of squares, loss sum */
+    return f->sumsq ? alloc_pools(f) : SR_ERR_INTERNAL;
 }
 
 /* The master shard from the seed, generated on the host in pieces and
@@ -388,7 +558,7 @@ static sr_status init_master(sr_fsdp *f) {
             size_t e = b + PIECE < slices[i].end ? b + PIECE : slices[i].end;
             sr_model_init_params(f->m, f->o.seed, piece, b, e);
             st = sr_dev_upload(f->dev, f->pshard + slices[i].local + (b - slices[i].begin), piece,
-                               (e - b) * sizeof(float));
+                               (e - b) * sizeof(float), "upload");
         }
     free(piece);
     if (st == SR_OK) {
@@ -449,6 +619,16 @@ void sr_fsdp_free(sr_fsdp *f) {
         unit *u = &f->units[ui];
         finish_reduce(f, u);
         free_full(f, u);
+        dfree(f, &u->own);
+        dfree(f, &u->kept);
+    }
+    for (int k = 0; f->pool && k < f->npool; k++)
+        dfree(f, &f->pool[k].buf);
+    free(f->pool);
+    for (int k = 0; k < RS_SLOTS; k++) {
+        dfree(f, (void **)&f->rpool[k].grad);
+        dfree(f, &f->rpool[k].send);
+        dfree(f, &f->rpool[k].recv);
     }
     if (f->opt_ok)
         sr_optim_free(&f->opt);
@@ -514,8 +694,10 @@ sr_status sr_fsdp_backward(sr_fsdp *f, float dloss, bool last_micro_batch) {
 sr_status sr_fsdp_take_loss_sum(sr_fsdp *f, double *loss_sum) { return sr_model_take_loss_sum(f->m, loss_sum); }
 
 static void free_all_full(sr_fsdp *f) {
-    for (int ui = 0; ui < f->nunits; ui++)
+    for (int ui = 0; ui < f->nunits; ui++) {
         free_full(f, &f->units[ui]);
+        f->units[ui].has_kept = false;
+    }
     f->staged_unit = -1;
 }
 
@@ -526,7 +708,7 @@ sr_status sr_fsdp_eval(sr_fsdp *f, const int *inputs, const int *targets, int B)
     return check(f, st);
 }
 
-sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *grad_norm) {
+sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *loss_sum, double *grad_norm) {
     for (int ui = 0; ui < f->nunits; ui++)
         finish_reduce(f, &f->units[ui]);
     f->ninflight = 0;
@@ -538,12 +720,17 @@ sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *grad_norm) {
     sr_dev *d = f->dev;
     sr_event comm_done = {0}, sum_done = {0};
     d->record(d, &comm_done, SR_STREAM_COMM);
-    d->wait(d, SR_STREAM_COMPUTE, &comm_done);
+    sr_dev_wait(d, SR_STREAM_COMPUTE, &comm_done, "reductions_folded");
     d->sum_squares(d, SR_STREAM_COMPUTE, f->sumsq, f->gshard, f->local_size);
+    /* the loss sum rides along: one read-back for both */
+    d->copy(d, SR_STREAM_COMPUTE, f->sumsq + 1, f->m->loss_acc, sizeof(double));
+    d->memset(d, SR_STREAM_COMPUTE, f->m->loss_acc, 0, sizeof(double));
     d->record(d, &sum_done, SR_STREAM_COMPUTE);
-    d->wait(d, SR_STREAM_D2H, &sum_done);
-    double ss = 0.0;
-    st = sr_dev_download(d, &ss, f->sumsq, sizeof ss);
+    sr_dev_wait(d, SR_STREAM_D2H, &sum_done, "scalars_ready");
+    double both[2] = {0.0, 0.0};
+    st = sr_dev_download(d, both, f->sumsq, sizeof both, "step_scalars");
+    double ss = both[0];
+    *loss_sum = both[1];
     /* replicas hold equal shards: sum squares over the shard group only */
     if (st == SR_OK)
         st = sr_allreduce(f->shard_g, &ss, 1, SR_DT_F64, SR_OP_SUM, NULL);
@@ -554,9 +741,17 @@ sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *grad_norm) {
 void sr_fsdp_optimizer_step(sr_fsdp *f, int64_t step, double lr, const sr_adamw_opts *o, float grad_scale) {
     free_all_full(f); /* gathered copies are stale once the shard moves */
     sr_optim_step(&f->opt, f->pshard, f->gshard, step, lr, o, grad_scale);
+    /* the next gathers read the updated shard: the comm stream waits */
+    sr_event updated = {0};
+    f->dev->record(f->dev, &updated, SR_STREAM_COMPUTE);
+    sr_dev_wait(f->dev, SR_STREAM_COMM, &updated, "params_updated");
 }
 
 void sr_fsdp_shard_state_view(sr_fsdp *f, sr_fsdp_shard_state *out) {
+    /* the reader (a checkpoint's downloads) waits for the last AdamW */
+    sr_event updated = {0};
+    f->dev->record(f->dev, &updated, SR_STREAM_COMPUTE);
+    sr_dev_wait(f->dev, SR_STREAM_D2H, &updated, "state_ready");
     *out = (sr_fsdp_shard_state){.dev = f->dev,
                                  .slices = f->opt.slices,
                                  .nslices = f->opt.nslices,
@@ -611,9 +806,18 @@ sr_status sr_fsdp_dump_params(sr_fsdp *f, const char *path) {
     sr_status st = SR_OK;
     for (int ui = 0; ui < f->nunits && st == SR_OK; ui++) {
         const sr_unit_plan *u = &f->plan.units[ui];
-        st = sr_allgather(f->shard_g, unit_buf, f->pshard + u->local, u->P, SR_DT_F32, NULL);
+        sr_req *req = NULL;
+        sr_dev_collective(f->dev, SR_STREAM_COMM, f->pshard + u->local, u->P * 4, unit_buf, (size_t)f->S * u->P * 4,
+                          "all-gather (parameter dump)");
+        st = sr_allgather(f->shard_g, unit_buf, f->pshard + u->local, u->P, SR_DT_F32, &req);
+        sr_event gathered = {0};
+        sr_dev_collective_event(f->dev, &gathered);
+        sr_event_from_req(&gathered, req);
+        sr_status wst = sr_dev_host_wait(f->dev, &gathered, "dump_gathered");
         if (st == SR_OK)
-            st = sr_dev_download(f->dev, full + u->off, unit_buf, u->n * sizeof(float));
+            st = wst;
+        if (st == SR_OK)
+            st = sr_dev_download(f->dev, full + u->off, unit_buf, u->n * sizeof(float), "download");
     }
     if (st == SR_OK && f->mesh.rank == 0) {
         dump_ctx d = {m, full};

@@ -45,9 +45,10 @@ void sr_fsdp_free(sr_fsdp *f);
 
 /* Step protocol: begin_step zeroes gradients; for each micro-batch
  * sr_fsdp_forward then sr_fsdp_backward (last = the step's last
- * micro-batch); take_loss_sum reads the summed per-token losses of the
- * forwards since the last take (one read per step); finish_grads waits for
- * every reduction and returns the global gradient norm; optimizer_step
+ * micro-batch); finish_grads waits for every reduction and returns the
+ * global gradient norm and this rank's summed per-token losses since the
+ * last take, read back together (the step's one host wait);
+ * take_loss_sum reads the loss sum alone (evaluation); optimizer_step
  * applies AdamW to the shards.  Failures of a collective (SR_ERR_PEER) or
  * an allocation (SR_ERR_INTERNAL) are returned by the pass they happened
  * in.  The engine's buffers live on the model's device table. */
@@ -55,7 +56,7 @@ void sr_fsdp_begin_step(sr_fsdp *f);
 sr_status sr_fsdp_forward(sr_fsdp *f, const int *inputs, const int *targets, int B);
 sr_status sr_fsdp_backward(sr_fsdp *f, float dloss, bool last_micro_batch);
 sr_status sr_fsdp_take_loss_sum(sr_fsdp *f, double *loss_sum);
-sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *grad_norm);
+sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *loss_sum, double *grad_norm);
 void sr_fsdp_optimizer_step(sr_fsdp *f, int64_t step, double lr, const sr_adamw_opts *o, float grad_scale);
 /* Evaluation forward (no gradients); frees every gathered unit afterwards.
  * The losses join the sum that take_loss_sum reads. */
@@ -65,7 +66,8 @@ sr_status sr_fsdp_eval(sr_fsdp *f, const int *inputs, const int *targets, int B)
  * parameter vector it owns (real elements, no padding) and where they sit
  * in the local buffers of master parameters and Adam moments — memory of
  * `dev` (device memory when dev->separate_memory: reach it by copies).
- * Replicas (HSDP) hold identical state. */
+ * Replicas (HSDP) hold identical state.  Taking the view orders the d2h
+ * stream after the last AdamW, so the state can be downloaded. */
 typedef struct {
     sr_dev *dev;
     const sr_slice *slices;

@@ -15,6 +15,7 @@
 #include "ckpt_tools.h"
 #include "config.h"
 #include "data.h"
+#include "device.h"
 #include "export_llmc.h"
 #include "job.h"
 #include "mem.h"
@@ -284,11 +285,40 @@ static int cmd_ckpt(const char *sub, const cli *c) {
     return st == SR_OK ? 0 : fail(st);
 }
 
+/* SHARDRUN_TEST_SKIP_WAIT: "list" prints the wait sites (returns 0);
+ * otherwise every entry must name one (else -1 after the message). */
+static int check_skip_wait(void) {
+    const char *list = sr_testhook()->skip_wait;
+    if (strcmp(list, "list") == 0) {
+        for (const sr_wait_site *w = sr_dev_wait_sites; w->name; w++)
+            printf("%-18s %s\n", w->name, w->what);
+        return 0;
+    }
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        const sr_wait_site *w = sr_dev_wait_sites;
+        while (w->name && !(strlen(w->name) == len && strncmp(w->name, p, len) == 0))
+            w++;
+        if (!w->name) {
+            sr_error(SR_ERR_CONFIG,
+                     "SHARDRUN_TEST_SKIP_WAIT: '%.*s' is not a wait site (hint: SHARDRUN_TEST_SKIP_WAIT=list "
+                     "prints them)",
+                     (int)len, p);
+            return -1;
+        }
+        p += len + (p[len] == ',');
+    }
+    return 1;
+}
+
 int main(int argc, char **argv) {
     /* A write to a closed pipe is an I/O error to report, not a silent death. */
     signal(SIGPIPE, SIG_IGN);
     if (sr_testhook_init() != SR_OK)
         return fail(SR_ERR_CONFIG);
+    int skip = check_skip_wait();
+    if (skip <= 0)
+        return skip == 0 ? 0 : fail(SR_ERR_CONFIG);
     if (argc < 2) {
         fputs(usage_text, stderr);
         return sr_status_exit_code(SR_ERR_USAGE);

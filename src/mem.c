@@ -11,10 +11,23 @@
 #include "status.h"
 #include "testhook.h"
 
-static size_t current[SR_MEM_NCAT], peak[SR_MEM_NCAT];
-static size_t space_current[SR_NSPACE], space_peak[SR_NSPACE];
-static size_t total_current, total_peak;
+/* The counters of one rank: the process's, or a virtual rank's
+ * (sr_mem_ctx_new), which its threads bind. */
+struct sr_mem_ctx {
+    size_t current[SR_MEM_NCAT], peak[SR_MEM_NCAT];
+    size_t space_current[SR_NSPACE], space_peak[SR_NSPACE];
+    size_t total_current, total_peak;
+};
+static sr_mem_ctx process_ctx;
+static _Thread_local sr_mem_ctx *bound;
 static long long allocations;
+
+static sr_mem_ctx *ctx(void) { return bound ? bound : &process_ctx; }
+
+sr_mem_ctx *sr_mem_ctx_new(void) { return calloc(1, sizeof(sr_mem_ctx)); }
+void sr_mem_ctx_free(sr_mem_ctx *c) { free(c); }
+void sr_mem_bind(sr_mem_ctx *c) { bound = c; }
+sr_mem_ctx *sr_mem_bound(void) { return bound; }
 
 static const char *const names[] = {
 #define SR_MEM_NAME(e, n) n,
@@ -38,6 +51,8 @@ typedef union {
     } h;
     unsigned char pad[64];
 } block_header;
+/* the counters a block was accounted in (after the fields above) */
+#define HEADER_CTX(h) (*(sr_mem_ctx **)((h)->pad + 32))
 _Static_assert(sizeof(block_header) == 64, "the block header keeps 64-byte alignment");
 
 /* Counts one allocation; false when SHARDRUN_TEST_ALLOC_FAIL says this one
@@ -54,16 +69,16 @@ static void raise_peak(size_t *pk, size_t now) {
         ;
 }
 
-static void account(sr_mem_space space, sr_mem_cat cat, size_t bytes) {
-    raise_peak(&peak[cat], __atomic_add_fetch(&current[cat], bytes, __ATOMIC_RELAXED));
-    raise_peak(&space_peak[space], __atomic_add_fetch(&space_current[space], bytes, __ATOMIC_RELAXED));
-    raise_peak(&total_peak, __atomic_add_fetch(&total_current, bytes, __ATOMIC_RELAXED));
+static void account(sr_mem_ctx *c, sr_mem_space space, sr_mem_cat cat, size_t bytes) {
+    raise_peak(&c->peak[cat], __atomic_add_fetch(&c->current[cat], bytes, __ATOMIC_RELAXED));
+    raise_peak(&c->space_peak[space], __atomic_add_fetch(&c->space_current[space], bytes, __ATOMIC_RELAXED));
+    raise_peak(&c->total_peak, __atomic_add_fetch(&c->total_current, bytes, __ATOMIC_RELAXED));
 }
 
-static void unaccount(sr_mem_space space, sr_mem_cat cat, size_t bytes) {
-    __atomic_sub_fetch(&current[cat], bytes, __ATOMIC_RELAXED);
-    __atomic_sub_fetch(&space_current[space], bytes, __ATOMIC_RELAXED);
-    __atomic_sub_fetch(&total_current, bytes, __ATOMIC_RELAXED);
+static void unaccount(sr_mem_ctx *c, sr_mem_space space, sr_mem_cat cat, size_t bytes) {
+    __atomic_sub_fetch(&c->current[cat], bytes, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&c->space_current[space], bytes, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&c->total_current, bytes, __ATOMIC_RELAXED);
 }
 
 void *sr_mem_alloc_in(sr_mem_space space, sr_mem_cat cat, size_t bytes, bool zero) {
@@ -78,13 +93,16 @@ void *sr_mem_alloc_in(sr_mem_space space, sr_mem_cat cat, size_t bytes, bool zer
     }
     block_header *h = p;
     *h = (block_header){.h = {BLOCK_MAGIC, bytes, (uint32_t)space, (uint32_t)cat}};
+    HEADER_CTX(h) = ctx();
     if (zero)
         memset(h + 1, 0, rounded);
-    account(space, cat, bytes);
+    account(HEADER_CTX(h), space, cat, bytes);
     return h + 1;
 }
 
 void *sr_mem_alloc(sr_mem_cat cat, size_t bytes) { return sr_mem_alloc_in(SR_SPACE_HOST, cat, bytes, true); }
+
+size_t sr_mem_block_bytes(const void *ptr) { return ptr ? (size_t)((const block_header *)ptr - 1)->h.bytes : 0; }
 
 void sr_mem_free(void *ptr) {
     if (!ptr)
@@ -95,31 +113,32 @@ void sr_mem_free(void *ptr) {
         fprintf(stderr, "shardrun: internal error: sr_mem_free of a block it did not allocate\n");
         abort();
     }
-    unaccount((sr_mem_space)h->h.space, (sr_mem_cat)h->h.cat, h->h.bytes);
+    unaccount(HEADER_CTX(h), (sr_mem_space)h->h.space, (sr_mem_cat)h->h.cat, h->h.bytes);
     h->h.magic = 0;
     free(h);
 }
 
-size_t sr_mem_current(sr_mem_cat cat) { return __atomic_load_n(&current[cat], __ATOMIC_RELAXED); }
-size_t sr_mem_peak(sr_mem_cat cat) { return __atomic_load_n(&peak[cat], __ATOMIC_RELAXED); }
-size_t sr_mem_space_current(sr_mem_space s) { return __atomic_load_n(&space_current[s], __ATOMIC_RELAXED); }
-size_t sr_mem_space_peak(sr_mem_space s) { return __atomic_load_n(&space_peak[s], __ATOMIC_RELAXED); }
-size_t sr_mem_total_current(void) { return __atomic_load_n(&total_current, __ATOMIC_RELAXED); }
-size_t sr_mem_total_peak(void) { return __atomic_load_n(&total_peak, __ATOMIC_RELAXED); }
+size_t sr_mem_current(sr_mem_cat cat) { return __atomic_load_n(&ctx()->current[cat], __ATOMIC_RELAXED); }
+size_t sr_mem_peak(sr_mem_cat cat) { return __atomic_load_n(&ctx()->peak[cat], __ATOMIC_RELAXED); }
+size_t sr_mem_space_current(sr_mem_space s) { return __atomic_load_n(&ctx()->space_current[s], __ATOMIC_RELAXED); }
+size_t sr_mem_space_peak(sr_mem_space s) { return __atomic_load_n(&ctx()->space_peak[s], __ATOMIC_RELAXED); }
+size_t sr_mem_total_current(void) { return __atomic_load_n(&ctx()->total_current, __ATOMIC_RELAXED); }
+size_t sr_mem_total_peak(void) { return __atomic_load_n(&ctx()->total_peak, __ATOMIC_RELAXED); }
 const char *sr_mem_name(sr_mem_cat cat) { return names[cat]; }
 const char *sr_mem_space_name(sr_mem_space s) { return space_names[s]; }
 
 void sr_mem_reset(void) {
-    for (int c = 0; c < SR_MEM_NCAT; c++) {
-        __atomic_store_n(&current[c], 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&peak[c], 0, __ATOMIC_RELAXED);
+    sr_mem_ctx *c = ctx();
+    for (int k = 0; k < SR_MEM_NCAT; k++) {
+        __atomic_store_n(&c->current[k], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&c->peak[k], 0, __ATOMIC_RELAXED);
     }
     for (int s = 0; s < SR_NSPACE; s++) {
-        __atomic_store_n(&space_current[s], 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&space_peak[s], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&c->space_current[s], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&c->space_peak[s], 0, __ATOMIC_RELAXED);
     }
-    __atomic_store_n(&total_current, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&total_peak, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->total_current, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->total_peak, 0, __ATOMIC_RELAXED);
 }
 
 void *sr_malloc(size_t bytes) { return count_one() ? malloc(bytes ? bytes : 1) : NULL; }

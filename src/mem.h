@@ -63,6 +63,8 @@ void *sr_mem_alloc_in(sr_mem_space space, sr_mem_cat cat, size_t bytes, bool zer
 void *sr_mem_alloc(sr_mem_cat cat, size_t bytes);
 /* Frees a block of sr_mem_alloc_in and un-accounts it; NULL is fine. */
 void sr_mem_free(void *ptr);
+/* The size asked for when `ptr` (from sr_mem_alloc_in) was allocated. */
+size_t sr_mem_block_bytes(const void *ptr);
 
 /* Per category, summed over the spaces (today's mem_<category> keys). */
 size_t sr_mem_current(sr_mem_cat cat);
@@ -74,8 +76,21 @@ size_t sr_mem_total_current(void);
 size_t sr_mem_total_peak(void);
 const char *sr_mem_name(sr_mem_cat cat);
 const char *sr_mem_space_name(sr_mem_space space);
-/* Forgets all peaks and counts (tests and benchmarks). */
+/* Forgets all peaks and counts of the calling thread's counters (tests and
+ * benchmarks). */
 void sr_mem_reset(void);
+
+/* Counters per rank.  By default every thread accounts into the process's
+ * counters; a virtual rank (threads of one process each running a rank,
+ * tests) makes its own and binds it in each of its threads: allocations,
+ * frees and every query above then use the bound counters.  A block is
+ * un-accounted from the counters it was accounted in, whichever thread
+ * frees it.  sr_mem_bound: this thread's (NULL: the process's). */
+typedef struct sr_mem_ctx sr_mem_ctx;
+sr_mem_ctx *sr_mem_ctx_new(void);
+void sr_mem_ctx_free(sr_mem_ctx *c);
+void sr_mem_bind(sr_mem_ctx *c);
+sr_mem_ctx *sr_mem_bound(void);
 
 /* Counted libc allocation: NULL on failure (no message recorded: the
  * caller says what it was allocating).  Free with free(). */

@@ -27,46 +27,56 @@ const char *sr_memplan_size(size_t bytes, char *buf, size_t n) {
     return buf;
 }
 
-/* Full units at their peak: the units kept gathered (reshard false), the
- * kept N-way copies (reshard N), and (1 + the larger prefetch) units in
- * flight, each the largest block unit or a root that is not kept. */
+/* Full units (the engine's fixed buffers, fsdp.c alloc_pools): the root's
+ * and every kept block unit's own buffer (the root is held through each
+ * pass, so it counts as kept), the N-way shares of reshard N, and 1 + the
+ * larger prefetch pool slots of the largest block unit that is not kept. */
 static size_t full_units(const sr_shardplan *pl, const sr_fsdp_opts *o, size_t es) {
     size_t kept = 0, largest = 0;
     for (int ui = 0; ui < pl->nunits; ui++) {
         const sr_unit_plan *u = &pl->units[ui];
         size_t full = mul(mul((size_t)pl->S, u->P), es);
         int64_t r = u->root ? o->reshard_root : o->reshard_blocks;
-        if (r == SR_RESHARD_FALSE)
+        if (u->root || r == SR_RESHARD_FALSE)
             kept = add(kept, full);
-        else if (r >= 2)
-            kept = add(kept, full / (size_t)r);
-        if (r != SR_RESHARD_FALSE && full > largest)
+        else if (full > largest)
             largest = full;
+        if (r >= 2)
+            kept = add(kept, full / (size_t)r);
     }
     int ahead = o->prefetch_forward > o->prefetch_backward ? o->prefetch_forward : o->prefetch_backward;
-    return add(kept, mul((size_t)(1 + ahead), largest));
+    return add(kept, largest ? mul((size_t)(1 + ahead), largest) : 0);
 }
 
-/* Reduction and gather buffers at their peak: the transport's two chunk
- * buffers, the bf16 send copies, the received shards and (per micro-batch
- * reduction) up to three full-unit gradients. */
+/* Reduction buffers: the transport's two chunk buffers and the reduction
+ * pool (fsdp.c alloc_pools): a root slot and two block slots, each the
+ * full gradient (per-micro-batch reductions), the bf16 cast (bf16
+ * reductions) and the reduced shard; none for fp32 per-step reductions. */
 static size_t comm_buffers(const sr_shardplan *pl, const sr_fsdp_opts *o) {
-    size_t P = 0;
-    for (int ui = 0; ui < pl->nunits; ui++)
+    size_t P = 0, Proot = 0;
+    for (int ui = 0; ui < pl->nunits; ui++) {
+        if (pl->units[ui].root)
+            Proot = pl->units[ui].P;
         P = pl->units[ui].P > P ? pl->units[ui].P : P;
+    }
     size_t S = (size_t)pl->S, res = sr_dtype_size(o->reduce_dtype), total = 0;
     if (S > 1)
         total = mul(2, add(mul(P, res > 8 ? res : 8), 16)); /* ring chunks; all-reduces of fp64 scalars too */
-    int ahead = o->prefetch_forward > o->prefetch_backward ? o->prefetch_forward : o->prefetch_backward;
-    if (o->param_dtype == SR_DT_BF16)
-        total = add(total, mul((size_t)(1 + ahead), mul(P, 2)));
-    int inflight = o->grad_sync_per_step ? 1 : 3;
-    if (o->reduce_dtype == SR_DT_BF16)
-        total = add(total, mul((size_t)inflight, mul(mul(S, P), 2)));
-    if (!o->grad_sync_per_step || o->reduce_dtype == SR_DT_BF16)
-        total = add(total, mul((size_t)inflight, mul(P, res)));
-    if (!o->grad_sync_per_step)
-        total = add(total, mul((size_t)inflight, mul(mul(S, P), 4)));
+    if (o->grad_sync_per_step && o->reduce_dtype != SR_DT_BF16)
+        return total;
+    size_t Pblk = 0;
+    for (int ui = 0; ui < pl->nunits; ui++)
+        if (!pl->units[ui].root && pl->units[ui].P > Pblk)
+            Pblk = pl->units[ui].P;
+    size_t sizes[3] = {Proot, Pblk, Pblk};
+    for (int k = 0; k < 3; k++) {
+        size_t slot = mul(sizes[k], res);
+        if (!o->grad_sync_per_step)
+            slot = add(slot, mul(mul(S, sizes[k]), 4));
+        if (o->reduce_dtype == SR_DT_BF16)
+            slot = add(slot, mul(mul(S, sizes[k]), 2));
+        total = add(total, slot);
+    }
     return total;
 }
 

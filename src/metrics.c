@@ -48,9 +48,9 @@ void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
     FILE *f = m->f;
     fprintf(f,
             "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,"
-            "\"mfu\":%.6g,\"step_ms\":%.6g,\"tokens\":%lld,\"ranks\":%d",
-            (long long)r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->mfu, r->step_ms, (long long)r->tokens,
-            r->ranks);
+            "\"mfu\":%.6g,\"step_ms\":%.6g,\"comm_exposed_ms\":%.6g,\"tokens\":%lld,\"ranks\":%d",
+            (long long)r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->mfu, r->step_ms, r->comm_exposed_ms,
+            (long long)r->tokens, r->ranks);
     if (r->has_val)
         fprintf(f, ",\"val_loss\":%.17g", r->val_loss);
     for (int c = 0; c < SR_MEM_NCAT; c++)

@@ -4,7 +4,7 @@
  * metrics owns log.metrics (written by rank 0; a resumed run appends) and
  * the format of its records (shardrun(1), METRICS): one JSON object per
  * logged step with step, loss, lr, grad_norm, tokens_per_s, mfu, step_ms,
- * tokens, ranks, val_loss after an evaluation, and every memory category
+ * comm_exposed_ms, tokens, ranks, val_loss after an evaluation, and every memory category
  * current and peak from mem.h's accounting. */
 #ifndef SR_METRICS_H
 #define SR_METRICS_H
@@ -21,6 +21,7 @@ typedef struct sr_metrics sr_metrics;
 typedef struct {
     int64_t step;
     double loss, lr, grad_norm, tokens_per_s, mfu, step_ms;
+    double comm_exposed_ms; /* the step's time waiting on communication (device.h) */
     int64_t tokens;
     int ranks;
     bool has_val;

@@ -289,12 +289,17 @@ sr_status sr_model_forward(sr_model *m, const sr_param_source *src, const int *i
     int L = m->d.L, NH = m->d.NH, C = m->d.C, T = m->d.T, V = m->d.V, Vp = m->d.Vp;
     size_t BT = (size_t)B * T, BTC = BT * C, att_l = o->attention_save_bytes(B, T, NH);
     m->B = B;
-    /* the inputs to the device; the compute stream waits for them */
-    sr_event in_ready = {0};
+    /* the inputs to the device, once compute is done with the previous
+     * ones; the compute stream waits for them */
+    sr_event in_free = {0}, in_ready = {0};
+    dev->record(dev, &in_free, SR_STREAM_COMPUTE);
+    sr_dev_wait(dev, SR_STREAM_H2D, &in_free, "inputs_free");
     dev->copy(dev, SR_STREAM_H2D, m->inputs, inputs, BT * sizeof(int));
     dev->copy(dev, SR_STREAM_H2D, m->targets, targets, BT * sizeof(int));
     dev->record(dev, &in_ready, SR_STREAM_H2D);
-    dev->wait(dev, SR_STREAM_COMPUTE, &in_ready);
+    sr_dev_wait(dev, SR_STREAM_COMPUTE, &in_ready, "inputs_ready");
+    sr_dev_declare(dev, SR_STREAM_COMPUTE, m->inputs, BT * sizeof(int), false, "the encoder (inputs)");
+    sr_dev_declare(dev, SR_STREAM_COMPUTE, m->targets, BT * sizeof(int), false, "the classifier (targets)");
 
     sr_param_view lp = layer_params(m, src, L);
     NEED_VIEW(lp);
@@ -339,8 +344,8 @@ sr_status sr_model_take_loss_sum(sr_model *m, double *sum) {
     sr_dev *dev = m->dev;
     sr_event done = {0};
     dev->record(dev, &done, SR_STREAM_COMPUTE);
-    dev->wait(dev, SR_STREAM_D2H, &done);
-    sr_status st = sr_dev_download(dev, sum, m->loss_acc, sizeof(double));
+    sr_dev_wait(dev, SR_STREAM_D2H, &done, "loss_ready");
+    sr_status st = sr_dev_download(dev, sum, m->loss_acc, sizeof(double), "eval_loss");
     dev->memset(dev, SR_STREAM_COMPUTE, m->loss_acc, 0, sizeof(double));
     return st;
 }

@@ -15,6 +15,7 @@ static volatile sig_atomic_t got_signal;
 static struct timespec got_time;
 static int installed[16], ninstalled;
 static bool noticed;
+static _Thread_local sr_preempt_view *view; /* a virtual rank's own (tests) */
 
 static const struct {
     const char *name, *full;
@@ -60,20 +61,51 @@ sr_status sr_preempt_install(char *const *names, int n) {
     return SR_OK;
 }
 
-bool sr_preempt_pending(void) { return got_signal != 0; }
-double sr_preempt_time(void) { return (double)got_time.tv_sec + 1e-9 * (double)got_time.tv_nsec; }
+void sr_preempt_bind(sr_preempt_view *v) { view = v; }
+
+void sr_preempt_view_raise(sr_preempt_view *v, int sig) {
+    if (!v->sig) {
+        clock_gettime(CLOCK_REALTIME, &v->when);
+        v->sig = sig;
+    }
+}
+
+/* The signal this thread's rank sees first (its view's, else the
+ * process's), and when. */
+static int seen(struct timespec *when) {
+    if (view && view->sig) {
+        *when = view->when;
+        return view->sig;
+    }
+    *when = got_time;
+    return got_signal;
+}
+
+bool sr_preempt_pending(void) {
+    struct timespec t;
+    return seen(&t) != 0;
+}
+
+double sr_preempt_time(void) {
+    struct timespec t;
+    seen(&t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 void sr_preempt_notice(int rank, const char *context) {
-    if (noticed || !got_signal)
+    struct timespec t;
+    int sig = seen(&t);
+    bool *done = view ? &view->noticed : &noticed;
+    if (*done || !sig)
         return;
-    noticed = true;
+    *done = true;
     char when[32];
     struct tm tm;
-    time_t sec = got_time.tv_sec;
+    time_t sec = t.tv_sec;
     gmtime_r(&sec, &tm);
     size_t k = strftime(when, sizeof when, "%H:%M:%S", &tm);
-    snprintf(when + k, sizeof when - k, ".%03dZ", (int)(got_time.tv_nsec / 1000000));
-    sr_log_info_all("preemption: rank %d received %s at %s %s", rank, signame(got_signal), when, context);
+    snprintf(when + k, sizeof when - k, ".%03dZ", (int)(t.tv_nsec / 1000000));
+    sr_log_info_all("preemption: rank %d received %s at %s %s", rank, signame(sig), when, context);
 }
 
 void sr_preempt_test_hook(int64_t step, int rank) {
@@ -82,5 +114,8 @@ void sr_preempt_test_hook(int64_t step, int rank) {
         return;
     if (h->preempt_rank >= 0 && h->preempt_rank != rank)
         return;
-    raise(installed[0]);
+    if (view)
+        sr_preempt_view_raise(view, installed[0]); /* a virtual rank: its own flag only */
+    else
+        raise(installed[0]);
 }

@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "status.h"
 
@@ -30,7 +31,21 @@ void sr_preempt_notice(int rank, const char *context);
 /* For the test suite (SHARDRUN_TEST_PREEMPT_AT=STEP[@RANK], testhook.h):
  * sends this process the first configured signal, through the real
  * handler, when `step` (1-based, the step being trained) is STEP, on every
- * rank or only on world rank RANK. */
+ * rank or only on world rank RANK (a thread with a bound view: sets that
+ * view's flag instead). */
 void sr_preempt_test_hook(int64_t step, int rank);
+
+/* The flag as one rank sees it, for virtual ranks (threads of one process
+ * that each run a rank, tests): a thread that binds a view sees its view's
+ * signal first, else the process's (a real signal reaches every rank of
+ * the process); its notice is logged once per view.  NULL unbinds.
+ * sr_preempt_view_raise records `sig` in the view (the first one stays). */
+typedef struct {
+    int sig;
+    struct timespec when;
+    bool noticed;
+} sr_preempt_view;
+void sr_preempt_bind(sr_preempt_view *v);
+void sr_preempt_view_raise(sr_preempt_view *v, int sig);
 
 #endif

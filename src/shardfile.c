@@ -137,7 +137,7 @@ static void stream_pieces(shard_writer *w, const sr_shardfile_piece *pieces, int
             size_t n = left < BATCH_BYTES - fill ? left : BATCH_BYTES - fill;
             if (!pieces[i].dev)
                 memcpy(buf + fill, p, n);
-            else if (sr_dev_download(pieces[i].dev, buf + fill, p, n) != SR_OK) {
+            else if (sr_dev_download(pieces[i].dev, buf + fill, p, n, "download") != SR_OK) {
                 sr_sticky_set(&w->err, SR_ERR_INTERNAL, "%s", sr_error_message());
                 return;
             }
@@ -293,7 +293,7 @@ static sr_status copy_out(const sr_shardfile_range *ranges, size_t n, size_t r0,
         void *dst = (char *)ranges[r].dst + (a - ranges[r].off);
         if (!ranges[r].dev)
             memcpy(dst, buf + (a - off), (size_t)(z - a));
-        else if (sr_dev_upload(ranges[r].dev, dst, buf + (a - off), (size_t)(z - a)) != SR_OK)
+        else if (sr_dev_upload(ranges[r].dev, dst, buf + (a - off), (size_t)(z - a), "upload") != SR_OK)
             return SR_ERR_INTERNAL;
     }
     return SR_OK;

@@ -17,8 +17,11 @@ static const struct {
 };
 
 static _Thread_local char error_buf[4096];
-static int log_rank = 0;
-static int log_world = 1;
+static int process_rank = 0, process_world = 1;
+/* a thread of a virtual rank says its own rank (sr_log_bind_rank) */
+static _Thread_local int thread_rank = -1, thread_world = 1;
+#define log_rank (thread_rank >= 0 ? thread_rank : process_rank)
+#define log_world (thread_rank >= 0 ? thread_world : process_world)
 
 int sr_status_exit_code(sr_status st) {
     if ((int)st < 0 || st >= SR_STATUS_COUNT)
@@ -105,8 +108,13 @@ sr_status sr_sticky_raise(sr_sticky *s) {
 }
 
 void sr_log_set_rank(int rank, int world_size) {
-    log_rank = rank;
-    log_world = world_size;
+    process_rank = rank;
+    process_world = world_size;
+}
+
+void sr_log_bind_rank(int rank, int world_size) {
+    thread_rank = rank;
+    thread_world = world_size;
 }
 
 int sr_log_rank(void) { return log_rank; }

@@ -94,6 +94,9 @@ sr_status sr_sticky_raise(sr_sticky *s);
  * when the job has more than one rank (sr_log_set_rank).  Info lines are
  * printed by rank 0 only unless `all_ranks` is set. */
 void sr_log_set_rank(int rank, int world_size);
+/* The calling thread's own rank (a virtual rank's threads, tests; -1:
+ * the process's again).  sr_log_rank answers it on that thread. */
+void sr_log_bind_rank(int rank, int world_size);
 int sr_log_rank(void);
 void sr_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void sr_log_info_all(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

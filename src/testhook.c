@@ -87,6 +87,7 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
     h->alloc_fail_rank = -1;
     h->mem_available = -1;
     h->device_free_mb = -1;
+    h->stall_seq = -1;
     const char *v;
     if ((v = getenv("SHARDRUN_TEST_CRASH_AT")) && *v &&
         !parse_site(v, h->crash_site, sizeof h->crash_site, &h->crash_step, &h->crash_rank))
@@ -140,6 +141,37 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
             h->poison = true;
         else if (strcmp(v, "0") != 0)
             bad(&ps, "SHARDRUN_TEST_POISON", v, "1 or 0");
+    }
+    if ((v = getenv("SHARDRUN_TEST_HB")) && *v) {
+        if (strcmp(v, "1") == 0)
+            h->hb = true;
+        else if (strcmp(v, "0") != 0)
+            bad(&ps, "SHARDRUN_TEST_HB", v, "1 or 0");
+    }
+    if ((v = getenv("SHARDRUN_TEST_SKIP_WAIT")) && *v) {
+        if (strlen(v) >= sizeof h->skip_wait || strspn(v, "abcdefghijklmnopqrstuvwxyz_,") != strlen(v))
+            bad(&ps, "SHARDRUN_TEST_SKIP_WAIT", v,
+                "list, or a comma list of wait sites (SHARDRUN_TEST_SKIP_WAIT=list)");
+        else
+            snprintf(h->skip_wait, sizeof h->skip_wait, "%s", v);
+    }
+    if ((v = getenv("SHARDRUN_TEST_COMM_DELAY_US")) && *v) {
+        const char *colon = strchr(v, ':');
+        size_t n = colon ? (size_t)(colon - v) : strlen(v);
+        bool ok = parse_i64(v, n, 1, &h->comm_delay_us) && h->comm_delay_us <= 10000000;
+        if (ok && colon && strcmp(colon + 1, "compute") == 0)
+            h->comm_delay_stream = 1;
+        else if (ok && colon && strcmp(colon + 1, "comm") != 0)
+            ok = false;
+        if (!ok) {
+            h->comm_delay_us = 0;
+            bad(&ps, "SHARDRUN_TEST_COMM_DELAY_US", v, "N[:comm|compute], microseconds from 1 to 10000000");
+        }
+    }
+    if ((v = getenv("SHARDRUN_TEST_STALL_SEQ")) && *v &&
+        (!parse_i64(v, strlen(v), 0, &h->stall_seq) || h->stall_seq > UINT32_MAX)) {
+        h->stall_seq = -1;
+        bad(&ps, "SHARDRUN_TEST_STALL_SEQ", v, "a collective's sequence number from 0 to 4294967295");
     }
     if ((v = getenv("SHARDRUN_BENCH_NO_SHA256")) && *v) {
         if (strcmp(v, "1") == 0)
@@ -195,6 +227,12 @@ void sr_testhook_warn_active(void) {
         ADD(" SHARDRUN_TEST_DEVICE=%s", h->device);
     if (h->device_free_mb >= 0)
         ADD(" SHARDRUN_TEST_DEVICE_FREE_MB=%lld", (long long)h->device_free_mb);
+    if (h->skip_wait[0])
+        ADD(" SHARDRUN_TEST_SKIP_WAIT=%s", h->skip_wait);
+    if (h->comm_delay_us > 0)
+        ADD(" SHARDRUN_TEST_COMM_DELAY_US=%s", getenv("SHARDRUN_TEST_COMM_DELAY_US"));
+    if (h->stall_seq >= 0)
+        ADD(" SHARDRUN_TEST_STALL_SEQ=%lld", (long long)h->stall_seq);
     if (h->bench_no_sha256)
         ADD(" SHARDRUN_BENCH_NO_SHA256=1");
 #undef ADD

@@ -24,6 +24,15 @@
  *   SHARDRUN_TEST_POISON=1                     fill device-table allocations with NaN
  *                                              (make check sets it; changes no result of a
  *                                              correct program, so it is not warned about)
+ *   SHARDRUN_TEST_HB=1                         the happens-before checker (hbcheck.h; make
+ *                                              check sets it; not warned about either)
+ *   SHARDRUN_TEST_SKIP_WAIT=SITE[,SITE..]|list skip the named waits (the checker must then
+ *                                              report a race); list: print the sites, exit 0
+ *   SHARDRUN_TEST_COMM_DELAY_US=N[:comm|compute]
+ *                                              sleep N us before every operation on that
+ *                                              stream (default comm); results stay bitwise
+ *   SHARDRUN_TEST_STALL_SEQ=K                  collective K of the transport never completes on
+ *                                              world rank 0 (the watchdog must end the run)
  *   SHARDRUN_BENCH_NO_SHA256=1                 checkpoints without checksums (benchmarks) */
 #ifndef SR_TESTHOOK_H
 #define SR_TESTHOOK_H
@@ -55,6 +64,11 @@ typedef struct {
     char device[8];         /* "" = off, "fake" */
     int64_t device_free_mb; /* -1 = off */
     bool poison;
+    bool hb;               /* SHARDRUN_TEST_HB */
+    char skip_wait[256];   /* "" = off; "list"; or a comma list of wait sites */
+    int64_t comm_delay_us; /* 0 = off */
+    int comm_delay_stream; /* 0: comm, 1: compute */
+    int64_t stall_seq;     /* -1 = off */
     bool bench_no_sha256;
 } sr_testhooks;
 

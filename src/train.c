@@ -64,11 +64,12 @@ typedef struct {
     /* loop state */
     double first_loss, last_loss, last_val, t_start, last_save;
     uint64_t cursor;
+    long long hb_steps, hb_step_waits; /* the happens-before checker's count of host waits in steps */
 } run;
 
 /* What one step produced, and what the ranks agreed on with it. */
 typedef struct {
-    double loss, norm, lr, seconds;
+    double loss, norm, lr, seconds, comm_exposed_ms;
     bool stop;      /* some rank saw a preemption signal */
     int signalled;  /* how many ranks */
     bool clock_due; /* rank 0's checkpoint.every_minutes clock ran out */
@@ -412,6 +413,8 @@ static sr_status train_step(run *r, int64_t s, step_out *o) {
     const sr_config *cfg = r->cfg;
     const sr_world *w = r->w;
     double t0 = now_s();
+    long long waits0 = sr_dev_host_waits(r->dev);
+    uint64_t comm0 = r->dev->comm_wait_ns;
     sr_preempt_test_hook(s + 1, w->rank);
     sr_fsdp_begin_step(r->fsdp);
     const double dloss = 1.0 / ((double)cfg->batch_size * r->T);
@@ -433,9 +436,7 @@ static sr_status train_step(run *r, int64_t s, step_out *o) {
     }
     o->norm = 0.0;
     if (st == SR_OK)
-        st = sr_fsdp_take_loss_sum(r->fsdp, &loss_sum); /* the step's one read of the loss */
-    if (st == SR_OK)
-        st = sr_fsdp_finish_grads(r->fsdp, &o->norm);
+        st = sr_fsdp_finish_grads(r->fsdp, &loss_sum, &o->norm); /* the step's one host wait */
     double clock_due =
         w->rank == 0 && cfg->ckpt_every_minutes > 0 && now_s() - r->last_save >= cfg->ckpt_every_minutes * 60.0;
     double red[3] = {loss_sum, sr_preempt_pending() ? 1.0 : 0.0, clock_due ? 1.0 : 0.0};
@@ -457,8 +458,20 @@ static sr_status train_step(run *r, int64_t s, step_out *o) {
     float scale = cfg->grad_clip > 0 && o->norm > cfg->grad_clip ? (float)(cfg->grad_clip / o->norm) : 1.0f;
     o->lr = sr_lr_at(&r->job.schedule, s);
     sr_fsdp_optimizer_step(r->fsdp, s + 1, o->lr, &r->job.adamw, scale);
+    if (r->dev->hb) {
+        /* the engine's rule: the host waits for the device once per step */
+        long long waits = sr_dev_host_waits(r->dev) - waits0;
+        r->hb_steps++;
+        r->hb_step_waits += waits;
+        if (waits != 1)
+            return sr_error(SR_ERR_INTERNAL,
+                            "happens-before checker: step %lld made %lld host waits for the device; the engine makes "
+                            "one per step (SHARDRUN_TEST_HB)",
+                            (long long)(s + 1), waits);
+    }
     r->cursor += (uint64_t)cfg->batch_size;
     o->seconds = now_s() - t0;
+    o->comm_exposed_ms = (double)(r->dev->comm_wait_ns - comm0) / 1e6;
     if (s == r->start.step)
         r->first_loss = o->loss;
     r->last_loss = o->loss;
@@ -569,9 +582,10 @@ static void log_step(run *r, int64_t s, const step_out *o, bool evaluated) {
     const sr_config *cfg = r->cfg;
     double tps = (double)cfg->batch_size * r->T / o->seconds;
     double mfu = 100.0 * tps * r->flops_tok / (r->peak * r->w->size);
-    sr_log_info("step %6lld/%lld | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | mfu %.1f%% | mem %.1f MiB | %.1f ms",
+    sr_log_info("step %6lld/%lld | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | mfu %.1f%% | mem %.1f MiB | comm "
+                "exposed %.1f ms | %.1f ms",
                 (long long)(s + 1), (long long)cfg->steps, o->loss, o->lr, o->norm, tps, mfu, mib(sr_mem_total_peak()),
-                o->seconds * 1e3);
+                o->comm_exposed_ms, o->seconds * 1e3);
     sr_step_record rec = {.step = s + 1,
                           .loss = o->loss,
                           .lr = o->lr,
@@ -579,6 +593,7 @@ static void log_step(run *r, int64_t s, const step_out *o, bool evaluated) {
                           .tokens_per_s = tps,
                           .mfu = mfu / 100.0,
                           .step_ms = o->seconds * 1e3,
+                          .comm_exposed_ms = o->comm_exposed_ms,
                           .tokens = (s + 1) * cfg->batch_size * r->T,
                           .ranks = r->w->size,
                           .has_val = evaluated,
@@ -639,6 +654,11 @@ static sr_status finish(run *r) {
         sr_log_info("done: %lld steps in %.1f s; loss %.4f -> %.4f", (long long)trained, now_s() - r->t_start,
                     r->first_loss, r->last_loss);
     sr_metrics_log_memory("at end");
+    if (r->dev->hb)
+        sr_log_info(
+            "happens-before checker: no race found; %lld steps made %lld host waits for the device, %lld in all "
+            "(evaluations, checkpoints, set-up)",
+            r->hb_steps, r->hb_step_waits, sr_dev_host_waits(r->dev));
     return SR_OK;
 }
 

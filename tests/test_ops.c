@@ -393,10 +393,10 @@ static void *up(const backend *b, const float *h, size_t n, sr_dtype dt) {
     if (!p || !h)
         return p;
     if (dt == SR_DT_F32) {
-        sr_dev_upload(d, p, h, n * sizeof(float));
+        sr_dev_upload(d, p, h, n * sizeof(float), "upload");
     } else {
         float *tmp = d->alloc(d, d->state_space, SR_MEM_OTHER, n * sizeof(float));
-        sr_dev_upload(d, tmp, h, n * sizeof(float));
+        sr_dev_upload(d, tmp, h, n * sizeof(float), "upload");
         d->cast_f32_bf16(d, SR_STREAM_COMPUTE, p, tmp, n);
         d->free(d, tmp);
     }
@@ -415,16 +415,22 @@ static void *zeros_act(const backend *b, size_t n) {
     return p;
 }
 
-/* Host floats of n elements of dt at table memory p; frees p. */
+/* Host floats of n elements of dt at table memory p; frees p.  The d2h
+ * stream first waits for everything issued on compute (the op). */
 static float *down(const backend *b, void *p, size_t n, sr_dtype dt) {
     sr_dev *d = b->dev;
     float *h = fnew(n);
+    sr_event computed = {0};
+    d->record(d, &computed, SR_STREAM_COMPUTE);
     if (dt == SR_DT_F32) {
-        sr_dev_download(d, h, p, n * sizeof(float));
+        d->wait(d, SR_STREAM_D2H, &computed);
+        sr_dev_download(d, h, p, n * sizeof(float), "download");
     } else {
         float *tmp = d->alloc(d, d->state_space, SR_MEM_OTHER, n * sizeof(float));
         d->fold_bf16(d, SR_STREAM_COMPUTE, tmp, p, n, false);
-        sr_dev_download(d, h, tmp, n * sizeof(float));
+        d->record(d, &computed, SR_STREAM_COMPUTE);
+        d->wait(d, SR_STREAM_D2H, &computed);
+        sr_dev_download(d, h, tmp, n * sizeof(float), "download");
         d->free(d, tmp);
     }
     d->free(d, p);
@@ -448,7 +454,7 @@ static int case_encoder(const backend *b, float **out, size_t *n) {
         inp[i] = (int)(sr_rng_u64(9, 1, (uint64_t)i) % CV);
     float *wte = hrand((size_t)CVP * CC, 1, 1), *wpe = hrand((size_t)CT * CC, 2, 1), *R = hrand((size_t)CN * CC, 3, 1);
     int *dinp = up(b, NULL, CN, SR_DT_F32); /* ints: 4 bytes each */
-    sr_dev_upload(b->dev, dinp, inp, sizeof inp);
+    sr_dev_upload(b->dev, dinp, inp, sizeof inp, "upload");
     void *dwte = up_act(b, wte, (size_t)CVP * CC), *dwpe = up_act(b, wpe, (size_t)CT * CC);
     void *o1 = up_act(b, NULL, (size_t)CN * CC), *dR = up_act(b, R, (size_t)CN * CC);
     float *gwte = zeros_f32(b, (size_t)CVP * CC), *gwpe = zeros_f32(b, (size_t)CT * CC);
@@ -536,7 +542,7 @@ static int case_crossentropy(const backend *b, float **out, size_t *n) {
         tg[i] = (int)(sr_rng_u64(9, 2, (uint64_t)i) % CV);
     float *l = hrand(NV, 1, 3);
     int *dtg = up(b, NULL, CN, SR_DT_F32);
-    sr_dev_upload(b->dev, dtg, tg, sizeof tg);
+    sr_dev_upload(b->dev, dtg, tg, sizeof tg, "upload");
     void *dl = up_act(b, l, NV);
     float *loss = up_f32(b, NULL, CN), *lse = up_f32(b, NULL, CN);
     b->ops->crossentropy_forward(loss, lse, dl, dtg, CN, CV, CVP);
@@ -575,7 +581,7 @@ static int case_primitives(const backend *b, float **out, size_t *n) {
     d->record(d, &done, SR_STREAM_COMPUTE);
     bool events_ok = d->host_wait(d, &done) == SR_OK && d->sync(d, SR_STREAM_COMPUTE) == SR_OK;
     double hs[2];
-    sr_dev_download(d, hs, sums, sizeof hs);
+    sr_dev_download(d, hs, sums, sizeof hs, "download");
     d->free(d, sums);
     /* AdamW over two segments (one decaying), padding between them untouched */
     float *p = hrand(N, 3, 1), *g = hrand(N, 4, 1), *m = hrand(N, 5, 0.1f), *v = hrand(N, 6, 0.1f);

@@ -30,7 +30,10 @@ static const char *const vars[] = {"CUDA_VISIBLE_DEVICES",
                                    "SHARDRUN_TEST_PAUSE_AT",
                                    "SHARDRUN_TEST_DEVICE",
                                    "SHARDRUN_TEST_DEVICE_FREE_MB",
-                                   "SHARDRUN_TEST_POISON"};
+                                   "SHARDRUN_TEST_POISON",
+                                   "SHARDRUN_TEST_HB",
+                                   "SHARDRUN_TEST_SKIP_WAIT",
+                                   "SHARDRUN_TEST_COMM_DELAY_US"};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *text = malloc(size + 1);
