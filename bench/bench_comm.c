@@ -97,13 +97,14 @@ int main(int argc, char **argv) {
     }
     sr_log_set_rank(w.rank, w.size);
     sr_config cfg;
-    sr_config_init(&cfg);
+    sr_config_init(&cfg); /* the job file's defaults: comm.timeout_s, comm.interface */
+    sr_transport_opts topts = {.timeout_s = cfg.comm_timeout_s, .interface = cfg.comm_interface};
     sr_transport *tp;
     sr_group *g;
     int *ranks = malloc(sizeof(int) * (size_t)w.size);
     for (int i = 0; i < w.size; i++)
         ranks[i] = i;
-    if (sr_transport_open(&tp, &w, &cfg) != SR_OK || sr_group_create(tp, ranks, w.size, &g) != SR_OK ||
+    if (sr_transport_open(&tp, &w, &topts) != SR_OK || sr_group_create(tp, ranks, w.size, &g) != SR_OK ||
         sr_transport_connect(tp) != SR_OK) {
         fprintf(stderr, "bench_comm: %s\n", sr_error_message());
         return 69;
