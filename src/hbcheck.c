@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mem.h"
 
@@ -54,7 +55,8 @@ static void *grow(void *p, size_t bytes) {
     void *q = realloc(p, bytes);
     if (!q) {
         sr_log_error("happens-before checker: out of memory");
-        exit(sr_status_exit_code(SR_ERR_INTERNAL));
+        fflush(stderr);
+        _exit(sr_status_exit_code(SR_ERR_INTERNAL)); /* mid-flight by design: no exit handlers, no leak report */
     }
     return q;
 }
@@ -129,7 +131,8 @@ static bool reserve(sr_hb *s, size_t more) {
 static bool splice(sr_hb *s, size_t i, size_t j, const range *with, size_t m) {
     if (m > j - i && !reserve(s, m - (j - i)))
         return false;
-    memmove(s->r + i + m, s->r + j, (s->n - j) * sizeof *s->r);
+    if (s->n > j) /* (s->r is NULL while nothing was ever tracked) */
+        memmove(s->r + i + m, s->r + j, (s->n - j) * sizeof *s->r);
     if (m)
         memcpy(s->r + i, with, m * sizeof *with);
     s->n = s->n - (j - i) + m;
@@ -158,7 +161,8 @@ static sr_status report(sr_hb *s, int agent, bool write, const char *site, const
     s->violations++;
     if (s->fatal) {
         sr_log_error("%s", s->last);
-        exit(sr_status_exit_code(SR_ERR_INTERNAL));
+        fflush(stderr);
+        _exit(sr_status_exit_code(SR_ERR_INTERNAL)); /* mid-flight by design: no exit handlers, no leak report */
     }
     return SR_ERR_INTERNAL;
 }
