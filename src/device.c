@@ -7,12 +7,15 @@
 
 #include "testhook.h"
 
+#include "ops.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #ifdef SR_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "cuda_backend.h"
 #endif
 
 int sr_device_count_visible(const char *visible) {
@@ -80,8 +83,7 @@ void sr_device_describe(char *buf, size_t n, int local_rank, int local_size) {
     else if (count == 0)
         snprintf(cuda_why, sizeof cuda_why, "no usable GPU");
     else
-        snprintf(cuda_why, sizeof cuda_why, "%d GPU%s usable; the CUDA back end has not landed yet", count,
-                 count == 1 ? "" : "s");
+        snprintf(cuda_why, sizeof cuda_why, "%d GPU%s usable; device: cpu was asked for", count, count == 1 ? "" : "s");
     why = cuda_why;
     if (e == cudaSuccess && count > 0 && n_visible == 0)
         n_visible = count;
@@ -100,25 +102,94 @@ void sr_device_describe(char *buf, size_t n, int local_rank, int local_size) {
         snprintf(buf, n, "cpu (no GPU visible; %s)", why);
 }
 
-sr_status sr_device_open(sr_dev **out, sr_device_want want) {
+#ifdef SR_HAVE_CUDA
+/* The cuda table on the GPU this task's local rank picks; `*usable` says
+ * whether any GPU was seen at all. */
+static sr_status open_cuda(sr_dev **out, int local_rank, int local_size, bool *usable) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    *usable = e == cudaSuccess && count > 0;
+    if (!*usable) {
+        (void)cudaGetLastError();
+        return sr_error(SR_ERR_CONFIG,
+                        "device: cuda, but no usable GPU: cudaGetDeviceCount says %s (hint: ask Slurm for a GPU, "
+                        "e.g. --gpus-per-task=1, or set device: cpu)",
+                        e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    }
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    char phys[64], err[512];
+    int pick = sr_device_pick(visible, count, local_rank, local_size, phys, sizeof phys, err, sizeof err);
+    if (pick < 0)
+        return sr_error(SR_ERR_CONFIG, "device: cuda: %s", err);
+    return sr_dev_cuda_open(out, pick, phys);
+}
+#endif
+
+sr_status sr_device_open(sr_dev **out, sr_device_want want, int world_size, int local_rank, int local_size) {
     *out = NULL;
     if (want == SR_DEVICE_CUDA) {
 #ifdef SR_HAVE_CUDA
-        return sr_error(SR_ERR_CONFIG, "device: cuda is not implemented yet: the CUDA back end is a later release "
-                                       "(hint: device: auto or cpu)");
+        if (world_size > 1)
+            return sr_error(SR_ERR_CONFIG,
+                            "device: cuda with %d ranks is not implemented yet: this release trains on one GPU "
+                            "(multi-GPU over NCCL comes next) (hint: one task, or device: cpu)",
+                            world_size);
+        bool usable;
+        return open_cuda(out, local_rank, local_size, &usable);
 #else
+        (void)world_size;
+        (void)local_rank;
+        (void)local_size;
         return sr_error(SR_ERR_CONFIG, "device: cuda, but this shardrun was built without CUDA (hint: device: auto "
                                        "or cpu, or a build configured --with-cuda)");
 #endif
     }
     bool fake = strcmp(sr_testhook()->device, "fake") == 0;
+#ifdef SR_HAVE_CUDA
+    if (want == SR_DEVICE_AUTO && !fake) {
+        int count = 0;
+        if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) {
+            if (world_size > 1)
+                sr_log_warn("device: auto sees a GPU, but %d ranks on GPUs is not implemented yet (multi-GPU over "
+                            "NCCL comes next): training on the CPU (hint: device: cuda with one task)",
+                            world_size);
+            else {
+                bool usable;
+                return open_cuda(out, local_rank, local_size, &usable);
+            }
+        }
+        (void)cudaGetLastError();
+    }
+#else
+    (void)world_size;
+    (void)local_rank;
+    (void)local_size;
+#endif
     *out = fake ? sr_dev_fake_open() : sr_dev_cpu_open();
     return *out ? SR_OK : sr_error_oom("the device table");
 }
 
+const sr_ops *sr_device_ops(const sr_dev *d, sr_dtype param_dtype) {
+#ifdef SR_HAVE_CUDA
+    if (d && d->kind == SR_DEV_CUDA)
+        return param_dtype == SR_DT_BF16 ? &sr_ops_cuda_bf16 : &sr_ops_cuda_f32;
+#else
+    (void)d;
+#endif
+    (void)param_dtype;
+    return &sr_ops_cpu;
+}
+
 void sr_device_close(sr_dev *d) {
-    if (d)
-        sr_hb_close(d->hb);
+    if (!d)
+        return;
+#ifdef SR_HAVE_CUDA
+    if (d->kind == SR_DEV_CUDA) {
+        sr_dev_cuda_close(d);
+        return;
+    }
+#endif
+    sr_hb_close(d->hb);
     free(d);
 }
 

@@ -17,7 +17,9 @@
  *           against SHARDRUN_TEST_DEVICE_FREE_MB.  A test hook
  *           (SHARDRUN_TEST_DEVICE=fake) so GPU-run code paths are tested on
  *           any machine.
- *   - cuda: the CUDA back end (a later issue).
+ *   - cuda: the CUDA back end (device_cuda.c, built when configure finds
+ *           nvcc and the CUDA runtime): cudaMalloc'd memory, four CUDA
+ *           streams, CUDA events, the primitives as kernels (kernels/).
  * Allocations are never zeroed implicitly; under SHARDRUN_TEST_POISON=1
  * (which `make check` sets) the cpu and fake tables fill them with NaN, so a
  * read before a write shows on the CPU before any GPU.
@@ -139,17 +141,31 @@ struct sr_dev {
      * requests, whichever stream waited, since the host is the compute
      * stream there. */
     uint64_t comm_wait_ns;
+    /* The device part of the start line ("cuda:0 (GPU 3, NVIDIA H200,
+     * sm_90, ...)"); empty for the cpu tables (sr_device_describe). */
+    char line[512];
+    /* The deadline of a host wait, seconds (comm.timeout_s; <= 0: none),
+     * and the step the engine is in, for the message when it passes. */
+    double timeout_s;
+    long long step;
+    void *impl; /* the back end's own state (cuda), or NULL */
 };
 
 /* The device a job asks for (the job file's `device` key). */
 typedef enum { SR_DEVICE_AUTO, SR_DEVICE_CPU, SR_DEVICE_CUDA } sr_device_want;
 
-/* Opens the table for this process: the cpu table for a CPU run, the fake
- * table under SHARDRUN_TEST_DEVICE=fake.  `want` cuda is SR_ERR_CONFIG
- * (78): "not implemented yet" in a CUDA-enabled binary, "built without
- * CUDA" otherwise; the message names the `device` key.  *out is set on
- * success; free with sr_device_close. */
-sr_status sr_device_open(sr_dev **out, sr_device_want want);
+/* Opens the table for this process (rank `local_rank` of `local_size` on
+ * its node, in a world of `world_size`): the cpu table for a CPU run, the
+ * fake table under SHARDRUN_TEST_DEVICE=fake, the cuda table for `want`
+ * cuda, and for `want` auto when a usable GPU is seen.  cuda is SR_ERR_CONFIG
+ * (78) in a build without CUDA, when no GPU is usable, when the GPU cannot
+ * be picked from the local rank, and for a world size above 1 (multi-GPU
+ * is not implemented yet); auto with a world size above 1 runs on the CPU
+ * with a warning.  *out is set on success; free with sr_device_close. */
+sr_status sr_device_open(sr_dev **out, sr_device_want want, int world_size, int local_rank, int local_size);
+/* The op table that computes on `d` in `param_dtype`: the CPU ops (f32) on
+ * the cpu and fake tables, the CUDA ops of that dtype on the cuda table. */
+const struct sr_ops *sr_device_ops(const sr_dev *d, sr_dtype param_dtype);
 void sr_device_close(sr_dev *d);
 /* The cpu and fake tables themselves, for tests (sr_device_close frees
  * them too).  NULL when out of memory. */

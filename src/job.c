@@ -109,14 +109,26 @@ sr_status sr_job_check_device(const sr_config *cfg) {
     if (cfg->device != SR_DEVICE_CUDA)
         return SR_OK;
 #ifdef SR_HAVE_CUDA
-    return at_key(cfg, "device",
-                  "device: cuda is not implemented yet: the CUDA back end is a later release (hint: "
-                  "device: auto or cpu)");
+    return SR_OK; /* whether a GPU is usable is the device's question (sr_device_open) */
 #else
     return at_key(cfg, "device",
                   "device: cuda, but this shardrun was built without CUDA (hint: device: auto or cpu, "
                   "or a build configured --with-cuda)");
 #endif
+}
+
+sr_status sr_job_check_gpu_run(const sr_config *cfg) {
+    if (cfg->offload_params || cfg->offload_grads || cfg->offload_optimizer)
+        return at_key(cfg,
+                      cfg->offload_params  ? "sharding.offload.params"
+                      : cfg->offload_grads ? "sharding.offload.grads"
+                                           : "sharding.offload.optimizer",
+                      "offload is not implemented yet on the GPU: a later release (hint: set sharding.offload.* to "
+                      "false)");
+    if (cfg->comm_backend == SR_BACKEND_NCCL)
+        return at_key(cfg, "comm.backend",
+                      "comm.backend nccl is not implemented yet: this release trains on one GPU (hint: tcp or auto)");
+    return SR_OK;
 }
 
 sr_status sr_job_check_cpu_run(const sr_config *cfg) {

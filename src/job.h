@@ -46,11 +46,14 @@ void sr_job_free(sr_job *j);
  * key was set. */
 sr_status sr_job_check_world(const sr_config *cfg, int ranks, int rank, sr_mesh *mesh);
 
+/* The keys a GPU run refuses in this release (SR_ERR_CONFIG at the key):
+ * offload and the nccl backend, both later releases. */
+sr_status sr_job_check_gpu_run(const sr_config *cfg);
 /* What a CPU run cannot do: offload (everything already lives in host
  * memory) and the NCCL transport.  SR_ERR_CONFIG with the place. */
 sr_status sr_job_check_cpu_run(const sr_config *cfg);
-/* `device: cuda` is refused (SR_ERR_CONFIG at the key): not implemented
- * yet in a CUDA-enabled build, "built without CUDA" otherwise. */
+/* `device: cuda` in a build without CUDA is refused (SR_ERR_CONFIG at the
+ * key); in a CUDA build the device itself decides (sr_device_open). */
 sr_status sr_job_check_device(const sr_config *cfg);
 
 #endif

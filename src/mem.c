@@ -118,6 +118,13 @@ void sr_mem_free(void *ptr) {
     free(h);
 }
 
+void sr_mem_account_external(sr_mem_space space, sr_mem_cat cat, size_t bytes, bool add) {
+    if (add)
+        account(ctx(), space, cat, bytes);
+    else
+        unaccount(ctx(), space, cat, bytes);
+}
+
 size_t sr_mem_current(sr_mem_cat cat) { return __atomic_load_n(&ctx()->current[cat], __ATOMIC_RELAXED); }
 size_t sr_mem_peak(sr_mem_cat cat) { return __atomic_load_n(&ctx()->peak[cat], __ATOMIC_RELAXED); }
 size_t sr_mem_space_current(sr_mem_space s) { return __atomic_load_n(&ctx()->space_current[s], __ATOMIC_RELAXED); }

@@ -67,6 +67,10 @@ void sr_mem_free(void *ptr);
 size_t sr_mem_block_bytes(const void *ptr);
 
 /* Per category, summed over the spaces (today's mem_<category> keys). */
+/* Accounts (add) or releases `bytes` in (space, cat) for memory another
+ * allocator handed out (cudaMalloc, cudaMallocHost: device_cuda.c), in the
+ * bound counters, so the figures stay the program's own accounting. */
+void sr_mem_account_external(sr_mem_space space, sr_mem_cat cat, size_t bytes, bool add);
 size_t sr_mem_current(sr_mem_cat cat);
 size_t sr_mem_peak(sr_mem_cat cat);
 /* Per space, summed over the categories; the peak of that sum. */

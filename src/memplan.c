@@ -81,10 +81,12 @@ static size_t comm_buffers(const sr_shardplan *pl, const sr_fsdp_opts *o) {
 }
 
 sr_status sr_memplan_compute(sr_memplan *p, const sr_model_dims *d, int micro_batch, const sr_mesh *mesh,
-                             const sr_fsdp_opts *o, int threads) {
+                             const sr_fsdp_opts *o, int threads, const sr_ops *ops) {
     *p = (sr_memplan){0};
     sr_model m;
-    sr_status st = sr_model_init(&m, *d, &sr_ops_cpu, NULL, 0, false);
+    if (!ops)
+        ops = &sr_ops_cpu;
+    sr_status st = sr_model_init(&m, *d, ops, NULL, 0, false);
     sr_shardplan pl = {0};
     if (st == SR_OK)
         st = sr_shardplan_init(&pl, m.layer_offset, d->L, o->blocks_per_unit, mesh->S);
@@ -98,9 +100,9 @@ sr_status sr_memplan_compute(sr_memplan *p, const sr_model_dims *d, int micro_ba
     p->bytes[SR_MEM_OPTIM_SHARD] = mul(mul(pl.local_size, f), 2);
     p->bytes[SR_MEM_ACCUM] = o->grad_sync_per_step ? mul(pl.accum_size, f) : 0;
     p->bytes[SR_MEM_FULL_UNITS] = full_units(&pl, o, es);
-    p->bytes[SR_MEM_ACTIVATIONS] = sr_model_activation_bytes(d, &sr_ops_cpu, micro_batch);
+    p->bytes[SR_MEM_ACTIVATIONS] = sr_model_activation_bytes(d, ops, micro_batch);
     p->bytes[SR_MEM_COMM] = comm_buffers(&pl, o);
-    if (o->param_dtype == SR_DT_BF16) {
+    if (o->param_dtype != ops->act) { /* the ops widen each gathered unit (fsdp.c's stage) */
         size_t largest = 0;
         for (int ui = 0; ui < pl.nunits; ui++)
             largest = pl.units[ui].n > largest ? pl.units[ui].n : largest;

@@ -32,10 +32,11 @@ typedef struct {
     size_t overhead;           /* fixed + per thread */
 } sr_memplan;
 
-/* Plans one rank of a run.  SR_ERR_INTERNAL when out of memory for the
- * (small) tables it builds. */
+/* Plans one rank of a run computing with `ops` (NULL: the CPU ops; the
+ * activations, the ops' workspace and the widening stage depend on them).
+ * SR_ERR_INTERNAL when out of memory for the (small) tables it builds. */
 sr_status sr_memplan_compute(sr_memplan *p, const sr_model_dims *d, int micro_batch, const sr_mesh *mesh,
-                             const sr_fsdp_opts *o, int threads);
+                             const sr_fsdp_opts *o, int threads, const sr_ops *ops);
 
 /* Refuses a plan above a hard limit of this process (SR_ERR_CONFIG naming
  * the limit, the largest categories and the cheapest fix: a smaller

@@ -5,6 +5,7 @@
 #include "metrics.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,9 +49,14 @@ void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
     FILE *f = m->f;
     fprintf(f,
             "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,"
-            "\"mfu\":%.6g,\"step_ms\":%.6g,\"comm_exposed_ms\":%.6g,\"tokens\":%lld,\"ranks\":%d",
-            (long long)r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->mfu, r->step_ms, r->comm_exposed_ms,
-            (long long)r->tokens, r->ranks);
+            "\"mfu\":",
+            (long long)r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s);
+    if (isfinite(r->mfu))
+        fprintf(f, "%.6g", r->mfu);
+    else
+        fputs("null", f); /* no peak known for this device */
+    fprintf(f, ",\"step_ms\":%.6g,\"comm_exposed_ms\":%.6g,\"tokens\":%lld,\"ranks\":%d", r->step_ms,
+            r->comm_exposed_ms, (long long)r->tokens, r->ranks);
     if (r->has_val)
         fprintf(f, ",\"val_loss\":%.17g", r->val_loss);
     for (int c = 0; c < SR_MEM_NCAT; c++)
@@ -91,6 +97,39 @@ void sr_metrics_log_memory(const char *when) {
                                  mib(sr_mem_space_peak(sp)));
     line[used < sizeof line ? used : sizeof line - 1] = '\0';
     sr_log_info("memory %s (MiB current/peak):%s", when, line);
+}
+
+double sr_metrics_gpu_peak_flops(const char *device, bool bf16, char *how, size_t how_len) {
+    const char *env = getenv("SHARDRUN_PEAK_GFLOPS");
+    if (env && *env) {
+        char *end;
+        double g = strtod(env, &end);
+        if (*end == '\0' && g > 0) {
+            snprintf(how, how_len, "%.1f GFLOP/s from SHARDRUN_PEAK_GFLOPS", g);
+            return g * 1e9;
+        }
+    }
+    /* dense peaks from the vendor's data sheets, TFLOP/s: bf16 tensor
+     * cores, and fp32 without TF32 (exact mode) */
+    static const struct {
+        const char *match, *also, *label;
+        double bf16, fp32;
+    } table[] = {
+        {"H100", "PCIe", "H100 PCIe", 756, 51},
+        {"H100", NULL, "H100 SXM", 989, 67},
+        {"H200", NULL, "H200 SXM", 989, 67},
+        {"A100", NULL, "A100", 312, 19.5},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strstr(device, table[i].match) && (!table[i].also || strstr(device, table[i].also))) {
+            double t = bf16 ? table[i].bf16 : table[i].fp32;
+            snprintf(how, how_len, "%s %s peak %.1f TFLOP/s (data sheet, dense; SHARDRUN_PEAK_GFLOPS overrides)",
+                     table[i].label, bf16 ? "bf16" : "fp32 (exact mode)", t);
+            return t * 1e12;
+        }
+    snprintf(how, how_len,
+             "no peak known for this GPU, so mfu is null (hint: set SHARDRUN_PEAK_GFLOPS to its peak in GFLOP/s)");
+    return 0.0;
 }
 
 double sr_metrics_peak_flops(int threads, char *how, size_t how_len) {

@@ -44,5 +44,10 @@ void sr_metrics_log_memory(const char *when);
  * FLOP/cycle of the widest FMA unit found (AVX-512: 64, AVX2+FMA: 32,
  * else 8); SHARDRUN_PEAK_GFLOPS overrides.  `how` describes the figure. */
 double sr_metrics_peak_flops(int threads, char *how, size_t how_len);
+/* The peak FLOP/s of the GPU a device line names (sr_dev.line): bf16
+ * tensor-core or fp32 (exact mode) from a table by name (H100/H200 SXM,
+ * H100 PCIe, A100), SHARDRUN_PEAK_GFLOPS overriding; `how` says which.
+ * 0 for a GPU the table does not know (mfu is then null). */
+double sr_metrics_gpu_peak_flops(const char *device, bool bf16, char *how, size_t how_len);
 
 #endif

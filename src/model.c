@@ -71,12 +71,25 @@ static int act_table(sr_model *m, size_t B, act_buf *out) {
         {(void **)&m->datty, sat(BTC * e)},
         {(void **)&m->dfch, sat(4 * BTC * e)},
         {(void **)&m->dfch_gelu, sat(4 * BTC * e)},
+        /* the ops' scratch (CUDA: attention backward, column sums, the
+         * encoder's sort); none on the CPU */
+        {(void **)&m->op_ws, m->ops->workspace_bytes && B > 0 && B <= INT32_MAX
+                                 ? m->ops->workspace_bytes((int)B, m->d.T, m->d.C, m->d.NH)
+                                 : 0},
     };
     _Static_assert(sizeof t / sizeof t[0] <= MAX_ACT_BUFS, "MAX_ACT_BUFS is too small");
     int n = (int)(sizeof t / sizeof t[0]);
     for (int i = 0; out && i < n; i++)
         out[i] = t[i];
     return n;
+}
+
+/* The bytes of the row of `ptr` in a table. */
+static size_t row_bytes(const act_buf *bufs, int nb, void **ptr) {
+    for (int i = 0; i < nb; i++)
+        if (bufs[i].ptr == ptr)
+            return bufs[i].bytes;
+    return 0;
 }
 
 size_t sr_model_activation_bytes(const sr_model_dims *d, const sr_ops *ops, int max_B) {
@@ -155,11 +168,15 @@ sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, sr_dev 
     act_buf bufs[MAX_ACT_BUFS];
     int nb = act_table(m, (size_t)max_B, bufs);
     for (int i = 0; i < nb; i++) {
+        if (bufs[i].bytes == 0)
+            continue; /* the ops need no scratch */
         *bufs[i].ptr = dev->alloc(dev, dev->state_space, SR_MEM_ACTIVATIONS, bufs[i].bytes);
         if (!*bufs[i].ptr)
             return SR_ERR_INTERNAL;
         m->act_bytes += bufs[i].bytes;
     }
+    if (ops->bind_workspace)
+        ops->bind_workspace(m->op_ws, row_bytes(bufs, nb, (void **)&m->op_ws));
     m->loss_acc = dev->alloc(dev, dev->state_space, SR_MEM_OTHER, sizeof(double));
     if (!m->loss_acc)
         return SR_ERR_INTERNAL;

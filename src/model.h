@@ -112,6 +112,7 @@ typedef struct sr_model {
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lnf_mean, *lnf_rstd, *losses, *lse;
     /* gradient scratch, reused across layers */
     void *dresidual, *dln, *dqkv, *datty, *dfch, *dfch_gelu;
+    void *op_ws;      /* the ops' workspace (ops.h workspace_bytes), or NULL */
     double *loss_acc; /* per-token losses summed since the last take (SR_MEM_OTHER) */
     size_t act_bytes;
 } sr_model;

@@ -68,6 +68,13 @@ typedef struct sr_ops {
      * padded logits get zero. */
     void (*crossentropy_backward)(void *logits, const float *lse, const int *targets, float dloss, int N, int V,
                                   int Vp);
+    /* Scratch the ops need for micro-batches of B sequences (NULL: none):
+     * workspace_bytes says how much, and bind_workspace hands the calling
+     * thread's ops a buffer of at least that many bytes in the table's
+     * memory (model.c allocates it with the activations, so it is planned
+     * and accounted; no op allocates). */
+    size_t (*workspace_bytes)(int B, int T, int C, int NH);
+    void (*bind_workspace)(void *ws, size_t bytes);
     /* The first failure of an op on the calling thread since the last call
      * (SR_OK when none), its message recorded; clears it.  Ops return void,
      * so the model asks after every pass. */

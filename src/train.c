@@ -46,6 +46,7 @@ typedef struct {
     sr_job job;
     sr_mesh mesh;
     sr_dev *dev;
+    const sr_ops *ops; /* the op table computing on dev (sr_device_ops) */
     int threads, mb, accum, T;
     sr_data *train, *val;
     sr_model model;
@@ -149,7 +150,7 @@ static sr_status check_fds(run *r) {
 static sr_status open_engine(run *r) {
     sr_model_dims dims = {
         (int)r->cfg->n_layer, (int)r->cfg->n_head, (int)r->cfg->n_embd, (int)r->cfg->vocab_size, 0, r->T};
-    sr_status st = sr_model_init(&r->model, dims, &sr_ops_cpu, r->dev, r->mb, false);
+    sr_status st = sr_model_init(&r->model, dims, r->ops, r->dev, r->mb, false);
     r->model_ok = true;
     if (st == SR_OK)
         st = sr_transport_open(&r->tp, r->w, &r->job.transport);
@@ -197,8 +198,9 @@ static sr_status open_run_state(run *r) {
 static sr_status check_memory(run *r) {
     sr_model_dims dims = {
         (int)r->cfg->n_layer, (int)r->cfg->n_head, (int)r->cfg->n_embd, (int)r->cfg->vocab_size, 0, r->T};
-    sr_status st = sr_memplan_compute(&r->plan, &dims, r->mb, &r->mesh, &r->job.fsdp, r->threads);
-    if (st == SR_OK)
+    sr_status st = sr_memplan_compute(&r->plan, &dims, r->mb, &r->mesh, &r->job.fsdp, r->threads, r->ops);
+    /* on a GPU the plan is device memory; the host keeps only staging */
+    if (st == SR_OK && r->dev->kind != SR_DEV_CUDA)
         st = sr_memplan_check(&r->plan, r->w->local_size);
     if (st == SR_OK && r->dev->separate_memory)
         st = sr_memplan_check_device(&r->plan, r->dev->device_free_bytes);
@@ -215,7 +217,11 @@ static sr_status open_device(run *r) {
                     getenv("CUDA_VISIBLE_DEVICES"), why);
     sr_status st = sr_job_check_device(r->cfg);
     if (st == SR_OK)
-        st = sr_device_open(&r->dev, (sr_device_want)r->cfg->device);
+        st = sr_device_open(&r->dev, (sr_device_want)r->cfg->device, r->w->size, r->w->local_rank, r->w->local_size);
+    if (st == SR_OK) {
+        r->ops = sr_device_ops(r->dev, (sr_dtype)r->cfg->param_dtype);
+        r->dev->timeout_s = r->cfg->comm_timeout_s;
+    }
     int32_t mine = r->dev ? (int32_t)r->dev->kind : -1, *all = sr_calloc((size_t)r->w->size, sizeof(int32_t));
     if (!all)
         return st != SR_OK ? st : sr_error_oom("the device list");
@@ -268,7 +274,7 @@ static sr_status setup(run *r) {
     if (st == SR_OK)
         st = open_device(r);
     if (st == SR_OK)
-        st = sr_job_check_cpu_run(cfg);
+        st = r->dev->kind == SR_DEV_CUDA ? sr_job_check_gpu_run(cfg) : sr_job_check_cpu_run(cfg);
     if (st == SR_OK)
         st = sr_job_init(&r->job, cfg);
     if (st == SR_OK)
@@ -351,7 +357,9 @@ static void banner(run *r) {
     const sr_world *w = r->w;
     char device[512];
     sr_device_describe(device, sizeof device, w->local_rank, w->local_size);
-    if (r->dev->kind == SR_DEV_FAKE) {
+    if (r->dev->line[0])
+        snprintf(device, sizeof device, "%s", r->dev->line);
+    else if (r->dev->kind == SR_DEV_FAKE) {
         /* "fake (test hook ...; <what the cpu line says>)" */
         char cpu[512];
         snprintf(cpu, sizeof cpu, "%s", device);
@@ -581,7 +589,7 @@ static sr_status preempt_stop(run *r, int64_t s, const step_out *o, int *exit_co
 static void log_step(run *r, int64_t s, const step_out *o, bool evaluated) {
     const sr_config *cfg = r->cfg;
     double tps = (double)cfg->batch_size * r->T / o->seconds;
-    double mfu = 100.0 * tps * r->flops_tok / (r->peak * r->w->size);
+    double mfu = r->peak > 0 ? 100.0 * tps * r->flops_tok / (r->peak * r->w->size) : NAN;
     sr_log_info("step %6lld/%lld | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | mfu %.1f%% | mem %.1f MiB | comm "
                 "exposed %.1f ms | %.1f ms",
                 (long long)(s + 1), (long long)cfg->steps, o->loss, o->lr, o->norm, tps, mfu, mib(sr_mem_total_peak()),
@@ -669,7 +677,12 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
     sr_status st = setup(&r);
     if (st != SR_OK)
         return teardown(&r, st);
-    r.peak = sr_metrics_peak_flops(r.threads, r.peak_how, sizeof r.peak_how);
+    if (r.dev->kind == SR_DEV_CUDA) {
+        r.peak = sr_metrics_gpu_peak_flops(r.dev->line, r.ops->act == SR_DT_BF16, r.peak_how, sizeof r.peak_how);
+        if (r.peak <= 0)
+            sr_log_warn("mfu: %s", r.peak_how);
+    } else
+        r.peak = sr_metrics_peak_flops(r.threads, r.peak_how, sizeof r.peak_how);
     r.flops_tok = sr_model_flops_per_token(&r.model);
     banner(&r);
     const char *dump = sr_testhook()->dump_params;

@@ -1,0 +1,66 @@
+/* attention.cu — the causal softmax of materialized attention, forward and
+ * backward.  The score and value GEMMs are cuBLASLt strided-batched calls
+ * (src/ops_cuda.c); these kernels turn scaled scores into probabilities in
+ * place and back.
+ *
+ * One warp per row of T scores (8 rows per 256-thread block); row r is
+ * query t = r % T and sees columns 0..t.  Forward: the row's max, the sum
+ * of expf(x - max) (warp tree, fixed order), then p = expf(x - max) / sum
+ * for j <= t and exactly 0 above the diagonal (the CPU op's contract: the
+ * saved `att` is zero there).  Backward, in place on datt: d = p * (d -
+ * sum(p * d)) for j <= t, 0 above. */
+#include "common.cuh"
+
+template <typename T> __global__ void softmax_fwd_k(T *att, long long rows, int T_) {
+    long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x & 31;
+    if (row >= rows)
+        return;
+    int t = sr_causal_query(row, T_);
+    T *x = att + row * T_;
+    float mx = -INFINITY;
+    for (int j = lane; j <= t; j += 32)
+        mx = fmaxf(mx, sr_ld(x + j));
+    mx = sr_warp_max(mx);
+    float sum = 0.0f;
+    for (int j = lane; j <= t; j += 32)
+        sum += expf(sr_ld(x + j) - mx);
+    float inv = 1.0f / sr_warp_sum(sum);
+    for (int j = lane; j < T_; j += 32)
+        sr_st(x + j, j <= t ? expf(sr_ld(x + j) - mx) * inv : 0.0f);
+}
+
+template <typename T> __global__ void softmax_bwd_k(T *datt, const T *att, long long rows, int T_) {
+    long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x & 31;
+    if (row >= rows)
+        return;
+    int t = sr_causal_query(row, T_);
+    T *d = datt + row * T_;
+    const T *a = att + row * T_;
+    float dot = 0.0f;
+    for (int j = lane; j <= t; j += 32)
+        dot += sr_ld(a + j) * sr_ld(d + j);
+    dot = sr_warp_sum(dot);
+    for (int j = lane; j < T_; j += 32)
+        sr_st(d + j, j <= t ? sr_ld(a + j) * (sr_ld(d + j) - dot) : 0.0f);
+}
+
+template <typename T> static int softmax_fwd(cudaStream_t s, void *att, long long rows, int T_) {
+    softmax_fwd_k<T><<<(unsigned)((rows + 7) / 8), 256, 0, s>>>((T *)att, rows, T_);
+    return SR_CHECK_LAUNCH();
+}
+template <typename T> static int softmax_bwd(cudaStream_t s, void *datt, const void *att, long long rows, int T_) {
+    softmax_bwd_k<T><<<(unsigned)((rows + 7) / 8), 256, 0, s>>>((T *)datt, (const T *)att, rows, T_);
+    return SR_CHECK_LAUNCH();
+}
+
+extern "C" int sr_k_softmax_causal_forward(cudaStream_t s, void *att, long long rows, int T, int bf16) {
+    SR_COUNT(softmax_causal_forward);
+    return SR_DISPATCH(bf16, softmax_fwd, s, att, rows, T);
+}
+extern "C" int sr_k_softmax_causal_backward(cudaStream_t s, void *datt, const void *att, long long rows, int T,
+                                            int bf16) {
+    SR_COUNT(softmax_causal_backward);
+    return SR_DISPATCH(bf16, softmax_bwd, s, datt, att, rows, T);
+}

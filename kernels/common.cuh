@@ -1,0 +1,143 @@
+/* common.cuh — what every kernel file shares: element loads and stores for
+ * float and bf16, warp and block reductions in a fixed order, the launch
+ * check, and the index helpers.
+ *
+ * The index helpers are __host__ __device__ and free of CUDA types, so
+ * tests/gpu/index_math.cu runs them on the host (no GPU needed) against
+ * plain loops: an off-by-one in an index shows in CI, not on the GPU.
+ * Reductions are trees over a fixed shape (warp shuffles xor 16..1, then
+ * the warps in order): the same inputs give the same bits on every run of
+ * the same GPU type. */
+#ifndef SR_COMMON_CUH
+#define SR_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "sr_cuda.h"
+
+/* ---- index helpers (host and device) --------------------------------- */
+
+/* Blocks of `block` threads that cover n items, capped at `cap` (grid-stride
+ * loops cover the rest); at least 1. */
+__host__ __device__ inline unsigned sr_grid_1d(size_t n, unsigned block, unsigned cap) {
+    size_t g = (n + block - 1) / block;
+    if (g > cap)
+        g = cap;
+    return g ? (unsigned)g : 1u;
+}
+
+/* Rows per chunk of the fixed-order column sums, and the chunk count for N
+ * rows: chunk k covers rows [k*R, min(N, (k+1)*R)). */
+#define SR_COLSUM_ROWS 32
+__host__ __device__ inline int sr_colsum_chunks(int N) { return (N + SR_COLSUM_ROWS - 1) / SR_COLSUM_ROWS; }
+__host__ __device__ inline void sr_colsum_bounds(int chunk, int N, int *lo, int *hi) {
+    *lo = chunk * SR_COLSUM_ROWS;
+    *hi = *lo + SR_COLSUM_ROWS < N ? *lo + SR_COLSUM_ROWS : N;
+}
+
+/* Row r of a [B*NH*T, T] score matrix is query position t = r % T; column
+ * j is visible to it when j <= t (causal). */
+__host__ __device__ inline int sr_causal_query(long long row, int T) { return (int)(row % T); }
+
+/* The encoder's sort key: token in the high 32 bits, position in the low,
+ * so sorted keys group a token's positions in increasing order. */
+__host__ __device__ inline unsigned long long sr_key_pack(int token, int pos) {
+    return ((unsigned long long)(unsigned)token << 32) | (unsigned)pos;
+}
+__host__ __device__ inline int sr_key_token(unsigned long long k) { return (int)(k >> 32); }
+__host__ __device__ inline int sr_key_pos(unsigned long long k) { return (int)(k & 0xffffffffu); }
+/* Whether sorted key i starts a run of one token (the first position of it). */
+__host__ __device__ inline bool sr_key_run_start(const unsigned long long *keys, int i) {
+    return i == 0 || sr_key_token(keys[i]) != sr_key_token(keys[i - 1]);
+}
+
+/* Offset of element (b, t, part, h, d) of a qkv tensor [B, T, 3C] whose
+ * parts q, k, v are each C = NH*hs wide with heads contiguous (ops.h). */
+__host__ __device__ inline size_t sr_qkv_offset(int b, int t, int part, int h, int d, int T, int C, int hs) {
+    return ((size_t)b * T + t) * 3 * C + (size_t)part * C + (size_t)h * hs + d;
+}
+
+/* Bit-exact float -> bf16, round to nearest even (NaN stays NaN), as the
+ * host's sr_f32_to_bf16. */
+__host__ __device__ inline uint16_t sr_bf16_bits_rne(float f) {
+    union {
+        float f;
+        uint32_t u;
+    } v;
+    v.f = f;
+    if ((v.u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((v.u >> 16) | 0x40u); /* quiet NaN */
+    uint32_t rounding = 0x7fffu + ((v.u >> 16) & 1u);
+    return (uint16_t)((v.u + rounding) >> 16);
+}
+
+#ifdef __CUDACC__
+/* ---- element access ---------------------------------------------------- */
+
+__device__ inline float sr_ld(const float *p) { return *p; }
+__device__ inline float sr_ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ inline void sr_st(float *p, float v) { *p = v; }
+__device__ inline void sr_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+/* ---- reductions in a fixed order --------------------------------------- */
+
+template <typename A> __device__ inline A sr_warp_sum(A v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ inline float sr_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* Sum over a block of blockDim.x (a multiple of 32, <= 1024) threads; every
+ * thread gets the result.  `sh` holds 32 values of A. */
+template <typename A> __device__ inline A sr_block_sum(A v, A *sh) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = sr_warp_sum(v);
+    __syncthreads();
+    if (lane == 0)
+        sh[warp] = v;
+    __syncthreads();
+    A t = lane < nw ? sh[lane] : (A)0;
+    return sr_warp_sum(t);
+}
+__device__ inline float sr_block_max(float v, float *sh) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = sr_warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        sh[warp] = v;
+    __syncthreads();
+    float t = lane < nw ? sh[lane] : -INFINITY;
+    return sr_warp_max(t);
+}
+
+/* acc[c] += sum over chunks k (in order) of partial[k * stride + c], for
+ * c < width: the second pass of the fixed-order column sums. */
+__global__ static void sr_colsum_finish_k(float *acc, const float *partial, int chunks, int width, int stride) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= width)
+        return;
+    float sum = 0.0f;
+    for (int k = 0; k < chunks; k++)
+        sum += partial[(size_t)k * stride + c];
+    acc[c] += sum;
+}
+
+/* ---- launches ---------------------------------------------------------- */
+
+/* The check that follows every <<<>>> (tests/cuda_static.sh enforces it):
+ * the launch's error as an int, 0 when it was enqueued. */
+#define SR_CHECK_LAUNCH() ((int)cudaGetLastError())
+/* Counts one call of a launcher (sr_cuda_calls). */
+#define SR_COUNT(name) (void)__atomic_add_fetch(&sr_cuda_calls[SR_CUDA_L_##name], 1, __ATOMIC_RELAXED)
+
+/* Calls the float or the bf16 instance of a templated launch body. */
+#define SR_DISPATCH(bf16, F, ...) ((bf16) ? F<__nv_bfloat16>(__VA_ARGS__) : F<float>(__VA_ARGS__))
+#endif
+
+#endif

@@ -1,0 +1,99 @@
+/* reduce.cu — the device table's element-wise primitives and fixed-order
+ * reductions (device.h): f32 -> bf16 casts (round to nearest even, as the
+ * host), bf16 -> f32 folds, f32 adds, the sum of squares and the loss sum
+ * in double.  The reductions run SR_CUDA_REDUCE_BLOCKS blocks of 256
+ * threads over a grid-stride loop, each block's tree into `partial`, then
+ * one block sums the partials in order: the same bits on every run.
+ *
+ * Also the launcher bookkeeping (call counts, names) and the workspace
+ * size of the ops. */
+#include "common.cuh"
+
+long long sr_cuda_calls[SR_CUDA_NLAUNCHERS];
+const char *const sr_cuda_launcher_names[SR_CUDA_NLAUNCHERS] = {
+#define SR_CUDA_NAME(n) #n,
+    SR_CUDA_LAUNCHERS(SR_CUDA_NAME)
+#undef SR_CUDA_NAME
+};
+
+extern "C" size_t sr_cuda_ws_bytes(int B, int T, int C, int NH, size_t sort_bytes) {
+    size_t BT = (size_t)B * T;
+    size_t att = (size_t)NH * T * T * sizeof(float);                              /* attention backward, per sequence */
+    size_t cols = (size_t)sr_colsum_chunks((int)BT) * 4 * C * sizeof(float);      /* LayerNorm / bias partials */
+    size_t sort = sort_bytes ? sort_bytes : 2 * BT * 8 + ((size_t)1 << 20);       /* encoder keys + CUB's storage */
+    size_t ws = att > cols ? att : cols;
+    return (ws > sort ? ws : sort) + 256;
+}
+
+#define GRID(n) sr_grid_1d((n), 256, 65535u * 16)
+
+__global__ void cast_k(__nv_bfloat16 *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+__global__ void fold_k(float *acc, const __nv_bfloat16 *src, size_t n, int add) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        acc[i] = add ? acc[i] + __bfloat162float(src[i]) : __bfloat162float(src[i]);
+}
+__global__ void add_k(float *acc, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        acc[i] += src[i];
+}
+
+/* partial[block] = sum of x[i]^2 (squares) or x[i] over the block's
+ * grid-stride share, in double */
+__global__ void partial_k(double *partial, const float *x, size_t n, int squares) {
+    __shared__ double sh[32];
+    double s = 0.0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        s += squares ? (double)x[i] * x[i] : (double)x[i];
+    s = sr_block_sum(s, sh);
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = s;
+}
+/* *out = (add ? *out : 0) + the partials, summed by one block */
+__global__ void finish_k(double *out, const double *partial, int add) {
+    __shared__ double sh[32];
+    double s = sr_block_sum(partial[threadIdx.x], sh);
+    if (threadIdx.x == 0)
+        *out = add ? *out + s : s;
+}
+
+extern "C" int sr_k_cast_f32_bf16(cudaStream_t s, void *dst, const float *src, size_t n) {
+    SR_COUNT(cast_f32_bf16);
+    if (n == 0)
+        return 0;
+    cast_k<<<GRID(n), 256, 0, s>>>((__nv_bfloat16 *)dst, src, n);
+    return SR_CHECK_LAUNCH();
+}
+extern "C" int sr_k_fold_bf16(cudaStream_t s, float *acc, const void *src, size_t n, int add) {
+    SR_COUNT(fold_bf16);
+    if (n == 0)
+        return 0;
+    fold_k<<<GRID(n), 256, 0, s>>>(acc, (const __nv_bfloat16 *)src, n, add);
+    return SR_CHECK_LAUNCH();
+}
+extern "C" int sr_k_add_f32(cudaStream_t s, float *acc, const float *src, size_t n) {
+    SR_COUNT(add_f32);
+    if (n == 0)
+        return 0;
+    add_k<<<GRID(n), 256, 0, s>>>(acc, src, n);
+    return SR_CHECK_LAUNCH();
+}
+
+static int reduce(cudaStream_t s, double *out, const float *x, size_t n, double *partial, int squares, int add) {
+    partial_k<<<SR_CUDA_REDUCE_BLOCKS, 256, 0, s>>>(partial, x, n, squares);
+    int e = SR_CHECK_LAUNCH();
+    if (e)
+        return e;
+    finish_k<<<1, SR_CUDA_REDUCE_BLOCKS, 0, s>>>(out, partial, add);
+    return SR_CHECK_LAUNCH();
+}
+extern "C" int sr_k_sum_squares(cudaStream_t s, double *out, const float *x, size_t n, double *partial) {
+    SR_COUNT(sum_squares);
+    return reduce(s, out, x, n, partial, 1, 0);
+}
+extern "C" int sr_k_loss_sum(cudaStream_t s, double *acc, const float *losses, size_t n, double *partial) {
+    SR_COUNT(loss_sum);
+    return reduce(s, acc, losses, n, partial, 0, 1);
+}

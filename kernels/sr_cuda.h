@@ -1,0 +1,127 @@
+/* sr_cuda.h — the C launchers of the CUDA kernels (the .cu files of kernels/).
+ *
+ * This header is the whole interface between the C host code (ops_cuda.c,
+ * device_cuda.c, compiled by gcc -std=c11) and the kernels (compiled by
+ * nvcc): plain C declarations, no C++.  Every launcher enqueues its
+ * kernel(s) on `stream` and returns cudaGetLastError() as an int (0 =
+ * cudaSuccess): a launch that could not be enqueued is reported at once,
+ * an error inside a kernel at the next synchronisation.  Launchers assert
+ * nothing: their preconditions are checked by the caller (ops_cuda.c,
+ * sr_cuda_launch_ok), so a bad shape is a message, never an abort.
+ *
+ * `bf16` selects the element type of every activation argument (`void *`):
+ * 0 float, 1 __nv_bfloat16.  Gradients of parameters, LayerNorm statistics,
+ * losses and log-sum-exps are float, as in the op contract (src/ops.h).
+ * `ws` is the op workspace (sr_cuda_ws_bytes); kernels that need scratch
+ * take it explicitly, so no launcher allocates.
+ *
+ * sr_cuda_calls[] counts the launches of each launcher (tests prove every
+ * launcher is reached by the back-end op test). */
+#ifndef SR_CUDA_H
+#define SR_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The launchers, X(name): the call-count table and the static check use it. */
+#define SR_CUDA_LAUNCHERS(X)                                                                                           \
+    X(encoder_forward)                                                                                                 \
+    X(encoder_backward)                                                                                                \
+    X(layernorm_forward)                                                                                               \
+    X(layernorm_backward)                                                                                              \
+    X(gelu_forward)                                                                                                    \
+    X(gelu_backward)                                                                                                   \
+    X(residual_forward)                                                                                                \
+    X(bias_backward)                                                                                                   \
+    X(softmax_causal_forward)                                                                                          \
+    X(softmax_causal_backward)                                                                                         \
+    X(crossentropy_forward)                                                                                            \
+    X(crossentropy_backward)                                                                                           \
+    X(adamw)                                                                                                           \
+    X(cast_f32_bf16)                                                                                                   \
+    X(fold_bf16)                                                                                                       \
+    X(add_f32)                                                                                                         \
+    X(sum_squares)                                                                                                     \
+    X(loss_sum)                                                                                                        \
+    X(spin)
+
+enum {
+#define SR_CUDA_ENUM(n) SR_CUDA_L_##n,
+    SR_CUDA_LAUNCHERS(SR_CUDA_ENUM)
+#undef SR_CUDA_ENUM
+        SR_CUDA_NLAUNCHERS
+};
+extern long long sr_cuda_calls[SR_CUDA_NLAUNCHERS];
+extern const char *const sr_cuda_launcher_names[SR_CUDA_NLAUNCHERS];
+
+/* Workspace bytes the launchers below need for B sequences of T tokens of
+ * C channels with NH heads (the maximum over every op; one op runs at a
+ * time on a stream, so they share it).  `sort_bytes` is what the encoder's
+ * radix sort asked for (sr_cuda_sort_bytes; 0 before it is known). */
+size_t sr_cuda_ws_bytes(int B, int T, int C, int NH, size_t sort_bytes);
+/* The radix sort's temporary storage for n keys (asks CUB; needs a GPU).
+ * Returns 0 and sets *bytes, or a CUDA error. */
+int sr_cuda_sort_bytes(size_t n, size_t *bytes);
+
+/* encoder.cu: out[B,T,C] = wte[inp] + wpe[t]; dwte[inp] += dout, dwpe[t] +=
+ * sum_b dout, deterministic (the positions of each token summed in order,
+ * after a radix sort of (token, position) keys in ws). */
+int sr_k_encoder_forward(cudaStream_t s, void *out, const int *inp, const void *wte, const void *wpe, int B, int T,
+                         int C, int bf16);
+int sr_k_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T,
+                          int C, int bf16, void *ws, size_t ws_bytes);
+
+/* layernorm.cu: one warp per row; backward adds dinp and, through fixed
+ * row chunks in ws, dw and db. */
+int sr_k_layernorm_forward(cudaStream_t s, void *out, float *mean, float *rstd, const void *inp, const void *w,
+                           const void *b, int N, int C, int bf16);
+int sr_k_layernorm_backward(cudaStream_t s, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                            const void *w, const float *mean, const float *rstd, int N, int C, int bf16, void *ws);
+
+/* gelu.cu: GELU (tanh) forward, backward (+=), residual out = a + b. */
+int sr_k_gelu_forward(cudaStream_t s, void *out, const void *inp, size_t n, int bf16);
+int sr_k_gelu_backward(cudaStream_t s, void *dinp, const void *inp, const void *dout, size_t n, int bf16);
+int sr_k_residual_forward(cudaStream_t s, void *out, const void *a, const void *b, size_t n, int bf16);
+
+/* bias.cu: dbias[OC] += sum_n dout[n, OC], in fixed row chunks through ws. */
+int sr_k_bias_backward(cudaStream_t s, float *dbias, const void *dout, int N, int OC, int bf16, void *ws);
+
+/* attention.cu: causal softmax over `rows` rows of T (row r is query t = r
+ * % T), in place, the scores already scaled; zeros above the diagonal.
+ * Backward in place on datt: datt = att * (datt - sum(att * datt)). */
+int sr_k_softmax_causal_forward(cudaStream_t s, void *att, long long rows, int T, int bf16);
+int sr_k_softmax_causal_backward(cudaStream_t s, void *datt, const void *att, long long rows, int T, int bf16);
+
+/* classifier.cu: the log-sum-exp contract of ops.h. */
+int sr_k_crossentropy_forward(cudaStream_t s, float *losses, float *lse, const void *logits, const int *targets, int N,
+                              int V, int Vp, int bf16);
+int sr_k_crossentropy_backward(cudaStream_t s, void *logits, const float *lse, const int *targets, float dloss, int N,
+                               int V, int Vp, int bf16);
+
+/* adamw.cu (compiled with -fmad=false): the host's AdamW, bitwise. */
+int sr_k_adamw(cudaStream_t s, float *p, const float *g, float *m, float *v, size_t n, float b1, float b2, float eps,
+               float bc1, float bc2, float lr, float decay, float grad_scale);
+
+/* reduce.cu: casts, folds and fixed-order reductions.  `partial` holds
+ * SR_CUDA_REDUCE_BLOCKS doubles. */
+#define SR_CUDA_REDUCE_BLOCKS 256
+int sr_k_cast_f32_bf16(cudaStream_t s, void *dst, const float *src, size_t n);
+int sr_k_fold_bf16(cudaStream_t s, float *acc, const void *src, size_t n, int add);
+int sr_k_add_f32(cudaStream_t s, float *acc, const float *src, size_t n);
+int sr_k_sum_squares(cudaStream_t s, double *out, const float *x, size_t n, double *partial);
+int sr_k_loss_sum(cudaStream_t s, double *acc, const float *losses, size_t n, double *partial);
+
+/* testing.cu: a kernel that spins for `ns` nanoseconds (delay injection). */
+int sr_k_spin(cudaStream_t s, long long ns);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

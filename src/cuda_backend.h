@@ -1,0 +1,71 @@
+/* cuda_backend.h — what the CUDA back end's host files share (device_cuda.c,
+ * ops_cuda.c) and what the tests reach: the per-thread execution context,
+ * the error mapping and the one documented synchronisation helper.  Only
+ * built with SR_HAVE_CUDA. */
+#ifndef SR_CUDA_BACKEND_H
+#define SR_CUDA_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include "device.h"
+#include "gemm_cuda.h"
+#include "ops.h"
+#include "status.h"
+
+/* The execution context of the CUDA ops on one thread (ops.h): the GPU,
+ * the compute stream, the GEMM plan cache and the ops' workspace. */
+typedef struct {
+    int ordinal;
+    cudaStream_t stream;
+    sr_gemm_cache *gemm;
+    void *ws;
+    size_t ws_bytes;
+    size_t sort_bytes; /* the encoder sort's share of ws (CUB's answer) */
+    bool sync_each;    /* SHARDRUN_CUDA_SYNC=1: synchronise after every op */
+    const char *bus;   /* PCI bus id, for hardware-class errors */
+} sr_cuda_ctx;
+
+/* Binds ctx to the calling thread: cudaSetDevice(ctx->ordinal) and the ops
+ * use it from now on.  Every thread that calls CUDA binds first. */
+void sr_cuda_bind(sr_cuda_ctx *ctx);
+sr_cuda_ctx *sr_cuda_bound(void);
+/* The bound context of a cuda table (for threads that bind it). */
+sr_cuda_ctx *sr_dev_cuda_ctx(sr_dev *d);
+
+/* The cuda table on GPU `ordinal` (already picked); `physical` is the
+ * CUDA_VISIBLE_DEVICES entry for the start line.  SR_ERR_CONFIG or
+ * SR_ERR_INTERNAL with a message on failure. */
+sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical);
+void sr_dev_cuda_close(sr_dev *d);
+
+/* The CUDA ops computing in f32 (exact mode) or bf16. */
+extern const sr_ops sr_ops_cuda_f32, sr_ops_cuda_bf16;
+
+/* The cuBLASLt key of a row-major GEMM: D[M,N] (ld ldd, batch stride sD) =
+ * op(A)[M,K] (ld lda, sA) op(B)[K,N] (ld ldb, sB), ta/tb 1 = transposed.
+ * Column-major, that is D^T = op(B)^T op(A)^T: the key's A operand is
+ * the row-major B and its B operand the row-major A (pass them swapped to
+ * sr_gemm_run).  Alignments are left 0 for the caller. */
+sr_gemm_key sr_cuda_rm_key(int ta, int tb, int M, int N, int K, long long lda, long long sA, long long ldb,
+                           long long sB, long long ldd, long long sD, int batch, bool bf16, bool accumulate,
+                           bool d_f32);
+
+/* The status of a CUDA error: SR_ERR_PEER (69) for hardware-class errors
+ * (uncorrectable ECC, NVLink, contained errors, a device lost or
+ * unavailable: the node is at fault, a requeue elsewhere helps), else
+ * SR_ERR_INTERNAL (70). */
+sr_status sr_cuda_status(cudaError_t e);
+/* Records the error of `what` (op, shapes) on this rank with its status
+ * and a hint; returns the status. */
+sr_status sr_cuda_fail(cudaError_t e, const char *bus, const char *what);
+
+/* The one synchronous helper of the step path (tests/cuda_static.sh allows
+ * synchronous CUDA calls nowhere else): waits for `stream` to drain and
+ * returns its error.  Used by SHARDRUN_CUDA_SYNC=1 after each op. */
+cudaError_t sr_cuda_sync_stream(cudaStream_t stream);
+
+#endif

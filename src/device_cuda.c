@@ -1,0 +1,455 @@
+/* device_cuda.c — the cuda device table (device.h) and the GPU's identity.
+ *
+ * Memory: cudaMalloc for the device space, cudaMallocHost for pinned host
+ * memory, the accounted host allocator for the rest, each accounted in
+ * mem.c (sr_mem_account_external) by category and space.  Streams: four
+ * non-blocking CUDA streams, comm at the highest priority.  Events: a ring
+ * of CUDA events; sr_event.impl names the one a record used and
+ * sr_event.tick the record's sequence number, so a wait on an event whose
+ * ring slot was reused since (a record more than RING records ago, long
+ * complete in practice) waits for the later record: more order, never
+ * less.  Host waits poll cudaEventQuery with a backoff up to the deadline
+ * (comm.timeout_s), never block inside the driver, so a hung GPU becomes a
+ * message and status 70.  Primitives are the kernels of kernels/reduce.cu
+ * and kernels/adamw.cu.
+ *
+ * Errors: a failed CUDA call of a stream-ordered primitive (they return
+ * void) is kept as the table's first error and returned by the next wait
+ * or sync, so the engine reports it at its one host wait per step. */
+#include "srconfig.h"
+
+#include "cuda_backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../kernels/sr_cuda.h"
+#include "testhook.h"
+
+#define RING 8192
+
+typedef struct {
+    void *p;
+    size_t bytes;
+    sr_mem_space space;
+    sr_mem_cat cat;
+} allocation;
+
+typedef struct {
+    sr_dev base;
+    sr_cuda_ctx ctx;
+    int ordinal;
+    char bus[32];
+    cudaStream_t st[SR_NSTREAMS];
+    cudaEvent_t ring[RING];
+    uint64_t seq;
+    double *partial[SR_NSTREAMS]; /* SR_CUDA_REDUCE_BLOCKS doubles per stream */
+    cublasLtHandle_t lt;
+    void *lt_ws;
+    allocation *allocs;
+    size_t nallocs, cap;
+    cudaError_t first_error;
+    char first_what[160];
+    const char *last_op;
+} cuda_dev;
+
+static cuda_dev *cd(sr_dev *d) { return (cuda_dev *)d; }
+
+/* ------------------------------------------------------------------------ */
+/* errors */
+
+sr_status sr_cuda_status(cudaError_t e) {
+    switch (e) {
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorContained:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorNoDevice:
+    case cudaErrorSystemNotReady:
+        return SR_ERR_PEER;
+    default:
+        return SR_ERR_INTERNAL;
+    }
+}
+
+sr_status sr_cuda_fail(cudaError_t e, const char *bus, const char *what) {
+    sr_status st = sr_cuda_status(e);
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    if (st == SR_ERR_PEER)
+        return sr_error(st,
+                        "GPU hardware error on rank %d (host %s, bus %s) in %s: %s (%s); the node is at fault "
+                        "(hint: exclude it, e.g. sbatch --exclude=%s, and requeue)",
+                        sr_log_rank(), host, bus ? bus : "?", what, cudaGetErrorString(e), cudaGetErrorName(e), host);
+    return sr_error(st,
+                    "CUDA error on rank %d (bus %s) in %s: %s (%s) (hint: SHARDRUN_CUDA_SYNC=1 reports the op "
+                    "that failed)",
+                    sr_log_rank(), bus ? bus : "?", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+cudaError_t sr_cuda_sync_stream(cudaStream_t stream) {
+    cudaError_t e = cudaStreamSynchronize(stream);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+/* The first error of a primitive, kept for the next wait. */
+static void keep(cuda_dev *c, int e, const char *what) {
+    if (e == cudaSuccess || c->first_error != cudaSuccess)
+        return;
+    c->first_error = (cudaError_t)e;
+    snprintf(c->first_what, sizeof c->first_what, "%s", what);
+}
+
+static sr_status kept(cuda_dev *c) {
+    if (c->first_error == cudaSuccess)
+        return SR_OK;
+    return sr_cuda_fail(c->first_error, c->bus, c->first_what);
+}
+
+/* The start of one primitive on stream s: the test hook's delay (a spin
+ * kernel) and the name of the last op for a deadline's message. */
+static void begin(cuda_dev *c, sr_stream s, const char *what) {
+    c->last_op = what;
+    if (c->base.delay_us[s] > 0)
+        keep(c, sr_k_spin(c->st[s], c->base.delay_us[s] * 1000), "the delay kernel");
+}
+
+/* ------------------------------------------------------------------------ */
+/* memory */
+
+static void *cuda_alloc(sr_dev *d, sr_mem_space space, sr_mem_cat cat, size_t bytes) {
+    cuda_dev *c = cd(d);
+    if (c->nallocs == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 64;
+        allocation *na = sr_realloc(c->allocs, cap * sizeof *na);
+        if (!na) {
+            sr_error_oom("the device allocation table");
+            return NULL;
+        }
+        c->allocs = na;
+        c->cap = cap;
+    }
+    void *p = NULL;
+    cudaError_t e = cudaSuccess;
+    size_t n = bytes ? bytes : 64;
+    if (space == SR_SPACE_DEVICE)
+        e = cudaMalloc(&p, n);
+    else if (space == SR_SPACE_PINNED)
+        e = cudaMallocHost(&p, n);
+    else
+        return sr_mem_alloc_in(SR_SPACE_HOST, cat, bytes, false);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* an allocation failure is not sticky */
+        sr_error(SR_ERR_INTERNAL, "out of %s memory allocating %zu bytes for %s: %s (bus %s)", sr_mem_space_name(space),
+                 bytes, sr_mem_name(cat), cudaGetErrorString(e), c->bus);
+        return NULL;
+    }
+    if (d->poison && space == SR_SPACE_DEVICE)
+        cudaMemset(p, 0xff, n); /* all ones: NaN in f32, bf16 and f64 (test hook) */
+    else if (d->poison)
+        memset(p, 0xff, n);
+    c->allocs[c->nallocs++] = (allocation){p, bytes, space, cat};
+    sr_mem_account_external(space, cat, bytes, true);
+    return p;
+}
+
+static void cuda_free(sr_dev *d, void *p) {
+    cuda_dev *c = cd(d);
+    if (!p)
+        return;
+    for (size_t i = 0; i < c->nallocs; i++)
+        if (c->allocs[i].p == p) {
+            allocation a = c->allocs[i];
+            c->allocs[i] = c->allocs[--c->nallocs];
+            sr_mem_account_external(a.space, a.cat, a.bytes, false);
+            if (a.space == SR_SPACE_DEVICE)
+                cudaFree(p);
+            else
+                cudaFreeHost(p);
+            return;
+        }
+    sr_mem_free(p); /* host memory of the accounted allocator */
+}
+
+/* ------------------------------------------------------------------------ */
+/* copies, events, waits */
+
+static void cuda_memset(sr_dev *d, sr_stream s, void *dst, int byte, size_t bytes) {
+    cuda_dev *c = cd(d);
+    begin(c, s, "memset");
+    if (bytes)
+        keep(c, cudaMemsetAsync(dst, byte, bytes, c->st[s]), "cudaMemsetAsync");
+}
+
+static void cuda_copy(sr_dev *d, sr_stream s, void *dst, const void *src, size_t bytes) {
+    cuda_dev *c = cd(d);
+    begin(c, s, "copy");
+    if (bytes && dst != src)
+        keep(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->st[s]), "cudaMemcpyAsync");
+}
+
+static void cuda_record(sr_dev *d, sr_event *ev, sr_stream s) {
+    cuda_dev *c = cd(d);
+    uint64_t seq = ++c->seq;
+    cudaEvent_t *e = &c->ring[seq % RING];
+    *ev = (sr_event){.tick = seq, .stream = (int)s};
+    if (!*e && cudaEventCreateWithFlags(e, cudaEventDisableTiming) != cudaSuccess) {
+        keep(c, cudaGetLastError(), "cudaEventCreate");
+        *e = NULL;
+        return;
+    }
+    keep(c, cudaEventRecord(*e, c->st[s]), "cudaEventRecord");
+    ev->impl = *e;
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static sr_status wait_transport(sr_dev *d, sr_event *ev) {
+    if (!ev->req)
+        return SR_OK;
+    uint64_t t0 = now_ns();
+    sr_status st = ev->req_wait(ev->req);
+    d->comm_wait_ns += now_ns() - t0;
+    ev->req = NULL;
+    return st;
+}
+
+static sr_status cuda_wait(sr_dev *d, sr_stream s, sr_event *ev) {
+    cuda_dev *c = cd(d);
+    sr_status st = wait_transport(d, ev);
+    if (st == SR_OK && ev->impl)
+        keep(c, cudaStreamWaitEvent(c->st[s], (cudaEvent_t)ev->impl, 0), "cudaStreamWaitEvent");
+    return st != SR_OK ? st : kept(c);
+}
+
+/* Polls `e` until it completes or the deadline passes: spins for the first
+ * 50 us, then sleeps 20 us growing to 1 ms. */
+static sr_status poll_event(cuda_dev *c, cudaEvent_t e) {
+    double timeout = c->base.timeout_s;
+    uint64_t t0 = now_ns(), sleep_us = 20;
+    for (;;) {
+        cudaError_t q = cudaEventQuery(e);
+        if (q == cudaSuccess)
+            return kept(c);
+        if (q != cudaErrorNotReady) {
+            keep(c, q, c->last_op ? c->last_op : "a kernel");
+            return kept(c);
+        }
+        uint64_t waited = now_ns() - t0;
+        if (timeout > 0 && (double)waited / 1e9 > timeout)
+            return sr_error(SR_ERR_INTERNAL,
+                            "the GPU (bus %s) did not finish step %lld within comm.timeout_s = %g s; the last op "
+                            "enqueued was %s (hint: SHARDRUN_CUDA_SYNC=1 names the op that hangs)",
+                            c->bus, c->base.step, timeout, c->last_op ? c->last_op : "(none)");
+        if (waited > 50000) {
+            usleep((useconds_t)sleep_us);
+            sleep_us = sleep_us < 1000 ? sleep_us * 2 : 1000;
+        }
+    }
+}
+
+static sr_status cuda_host_wait(sr_dev *d, sr_event *ev) {
+    cuda_dev *c = cd(d);
+    sr_status st = wait_transport(d, ev);
+    if (st != SR_OK)
+        return st;
+    return ev->impl ? poll_event(c, (cudaEvent_t)ev->impl) : kept(c);
+}
+
+static sr_status cuda_sync(sr_dev *d, sr_stream s) {
+    sr_event ev = {0};
+    cuda_record(d, &ev, s);
+    return cuda_host_wait(d, &ev);
+}
+
+/* ------------------------------------------------------------------------ */
+/* primitives */
+
+static void cuda_cast(sr_dev *d, sr_stream s, void *dst, const float *src, size_t n) {
+    cuda_dev *c = cd(d);
+    begin(c, s, "cast_f32_bf16");
+    keep(c, sr_k_cast_f32_bf16(c->st[s], dst, src, n), "cast_f32_bf16");
+}
+static void cuda_fold(sr_dev *d, sr_stream s, float *acc, const void *src, size_t n, bool add) {
+    cuda_dev *c = cd(d);
+    begin(c, s, "fold_bf16");
+    keep(c, sr_k_fold_bf16(c->st[s], acc, src, n, add), "fold_bf16");
+}
+static void cuda_add(sr_dev *d, sr_stream s, float *acc, const float *src, size_t n) {
+    cuda_dev *c = cd(d);
+    begin(c, s, "add_f32");
+    keep(c, sr_k_add_f32(c->st[s], acc, src, n), "add_f32");
+}
+static void cuda_sum_squares(sr_dev *d, sr_stream s, double *out, const float *x, size_t n) {
+    cuda_dev *c = cd(d);
+    begin(c, s, "sum_squares");
+    keep(c, sr_k_sum_squares(c->st[s], out, x, n, c->partial[s]), "sum_squares");
+}
+static void cuda_loss_sum(sr_dev *d, sr_stream s, double *acc, const float *losses, size_t n) {
+    cuda_dev *c = cd(d);
+    begin(c, s, "loss_sum");
+    keep(c, sr_k_loss_sum(c->st[s], acc, losses, n, c->partial[s]), "loss_sum");
+}
+static void cuda_adamw(sr_dev *d, sr_stream s, const sr_adamw_launch *l) {
+    cuda_dev *c = cd(d);
+    begin(c, s, "adamw");
+    const sr_adamw_args *a = &l->a;
+    for (int i = 0; i < l->nsegs; i++) {
+        const sr_adamw_segment *g = &l->segs[i];
+        keep(c,
+             sr_k_adamw(c->st[s], l->params + g->off, l->grads + g->off, l->m + g->off, l->v + g->off, g->n, a->b1,
+                        a->b2, a->eps, a->bc1, a->bc2, a->lr, g->decay ? l->weight_decay : 0.0f, a->grad_scale),
+             "adamw");
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* identity and opening */
+
+/* "580.65.06" from the kernel module, or the CUDA driver API version. */
+static void driver_version(char *buf, size_t n) {
+    FILE *f = fopen("/proc/driver/nvidia/version", "r");
+    char line[256];
+    if (f && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "Kernel Module");
+        if (p) {
+            p += strlen("Kernel Module");
+            while (*p == ' ' || *p == '\t')
+                p++;
+            size_t len = strcspn(p, " \t\n");
+            snprintf(buf, n, "%.*s", (int)(len < 64 ? len : 64), p);
+            fclose(f);
+            return;
+        }
+    }
+    if (f)
+        fclose(f);
+    int v = 0;
+    cudaDriverGetVersion(&v);
+    snprintf(buf, n, "CUDA %d.%d", v / 1000, v % 1000 / 10);
+}
+
+sr_cuda_ctx *sr_dev_cuda_ctx(sr_dev *d) { return &cd(d)->ctx; }
+
+#define TRY(call, what)                                                                                                \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) {                                                                                       \
+            sr_status st_ = sr_cuda_fail(e_, c->bus, what);                                                            \
+            sr_dev_cuda_close(&c->base);                                                                               \
+            return st_;                                                                                                \
+        }                                                                                                              \
+    } while (0)
+
+sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical) {
+    *out = NULL;
+    cuda_dev *c = sr_calloc(1, sizeof *c);
+    if (!c)
+        return sr_error_oom("the cuda device table");
+    const sr_testhooks *h = sr_testhook();
+    c->ordinal = ordinal;
+    snprintf(c->bus, sizeof c->bus, "?");
+    sr_dev proto = {.name = "cuda",
+                    .kind = SR_DEV_CUDA,
+                    .separate_memory = true,
+                    .alloc = cuda_alloc,
+                    .free = cuda_free,
+                    .memset = cuda_memset,
+                    .copy = cuda_copy,
+                    .record = cuda_record,
+                    .wait = cuda_wait,
+                    .host_wait = cuda_host_wait,
+                    .sync = cuda_sync,
+                    .cast_f32_bf16 = cuda_cast,
+                    .fold_bf16 = cuda_fold,
+                    .add_f32 = cuda_add,
+                    .sum_squares = cuda_sum_squares,
+                    .loss_sum = cuda_loss_sum,
+                    .adamw = cuda_adamw,
+                    .state_space = SR_SPACE_DEVICE,
+                    .poison = h->poison,
+                    .device_free_bytes = -1,
+                    .impl = c};
+    c->base = proto;
+    if (h->comm_delay_us > 0)
+        c->base.delay_us[h->comm_delay_stream == 1 ? SR_STREAM_COMPUTE : SR_STREAM_COMM] = h->comm_delay_us;
+    TRY(cudaSetDevice(ordinal), "cudaSetDevice");
+    TRY(cudaDeviceGetPCIBusId(c->bus, (int)sizeof c->bus, ordinal), "cudaDeviceGetPCIBusId");
+    struct cudaDeviceProp prop;
+    TRY(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties");
+    int lo, hi;
+    TRY(cudaDeviceGetStreamPriorityRange(&lo, &hi), "cudaDeviceGetStreamPriorityRange");
+    for (int s = 0; s < SR_NSTREAMS; s++)
+        TRY(cudaStreamCreateWithPriority(&c->st[s], cudaStreamNonBlocking, s == SR_STREAM_COMM ? hi : lo),
+            "cudaStreamCreateWithPriority");
+    for (int s = 0; s < SR_NSTREAMS; s++)
+        if (!(c->partial[s] =
+                  cuda_alloc(&c->base, SR_SPACE_DEVICE, SR_MEM_OTHER, SR_CUDA_REDUCE_BLOCKS * sizeof(double)))) {
+            sr_dev_cuda_close(&c->base);
+            return SR_ERR_INTERNAL;
+        }
+    cublasStatus_t ls = cublasLtCreate(&c->lt);
+    if (ls != CUBLAS_STATUS_SUCCESS) {
+        c->lt = NULL;
+        sr_dev_cuda_close(&c->base);
+        return sr_error(SR_ERR_INTERNAL, "cublasLtCreate failed on bus %s: %s", c->bus, cublasLtGetStatusString(ls));
+    }
+    const size_t lt_ws = (size_t)32 << 20; /* cuBLASLt's workspace: 32 MiB */
+    if (!(c->lt_ws = cuda_alloc(&c->base, SR_SPACE_DEVICE, SR_MEM_OTHER, lt_ws))) {
+        sr_dev_cuda_close(&c->base);
+        return SR_ERR_INTERNAL;
+    }
+    c->ctx = (sr_cuda_ctx){.ordinal = ordinal,
+                           .stream = c->st[SR_STREAM_COMPUTE],
+                           .gemm = sr_gemm_cache_new(c->lt, c->lt_ws, lt_ws),
+                           .sync_each = getenv("SHARDRUN_CUDA_SYNC") && strcmp(getenv("SHARDRUN_CUDA_SYNC"), "1") == 0,
+                           .bus = c->bus};
+    if (!c->ctx.gemm) {
+        sr_dev_cuda_close(&c->base);
+        return sr_error_oom("the GEMM plan cache");
+    }
+    sr_cuda_bind(&c->ctx);
+    /* what the job may plan: free memory now less max(5 %, 512 MiB) */
+    size_t free_b = 0, total_b = 0;
+    TRY(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+    long long margin = (long long)(total_b / 20) > (512ll << 20) ? (long long)(total_b / 20) : (512ll << 20);
+    c->base.device_free_bytes = (long long)free_b > margin ? (long long)free_b - margin : 0;
+    char drv[80];
+    driver_version(drv, sizeof drv);
+    int rt = 0;
+    cudaRuntimeGetVersion(&rt);
+    snprintf(c->base.line, sizeof c->base.line,
+             "cuda:%d (GPU %.32s, %.96s, sm_%d%d, %.1f GiB, bus %.31s, driver %.79s, CUDA %d.%d)", ordinal,
+             physical && *physical ? physical : "?", prop.name, prop.major, prop.minor,
+             (double)prop.totalGlobalMem / (1 << 30), c->bus, drv, rt / 1000, rt % 1000 / 10);
+    *out = &c->base;
+    return SR_OK;
+}
+
+void sr_dev_cuda_close(sr_dev *d) {
+    if (!d)
+        return;
+    cuda_dev *c = cd(d);
+    sr_gemm_cache_free(c->ctx.gemm);
+    while (c->nallocs)
+        cuda_free(d, c->allocs[c->nallocs - 1].p);
+    free(c->allocs);
+    if (c->lt)
+        cublasLtDestroy(c->lt);
+    for (int i = 0; i < RING; i++)
+        if (c->ring[i])
+            cudaEventDestroy(c->ring[i]);
+    for (int s = 0; s < SR_NSTREAMS; s++)
+        if (c->st[s])
+            cudaStreamDestroy(c->st[s]);
+    if (sr_cuda_bound() == &c->ctx)
+        sr_cuda_bind(NULL);
+    free(c);
+}

@@ -1,0 +1,364 @@
+/* ops_cuda.c — the CUDA op tables (ops.h), in f32 (exact mode) and bf16.
+ *
+ * Each op maps its contract onto the launchers of kernels/ (sr_cuda.h) and
+ * the cuBLASLt GEMMs of gemm_cuda.c, on the compute stream of the calling
+ * thread's context (sr_cuda_bind).  Row-major tensors meet column-major
+ * cuBLASLt by the usual identity: row-major C = op(A) op(B) is column-major
+ * C^T = op(B)^T op(A)^T, so a row-major GEMM (M, N, K) is the column-major
+ * GEMM (N, M, K) with A and B swapped (rm_gemm).  Attention is materialized
+ * (GPU.md §3.5): per sequence, a strided-batched GEMM over the heads for
+ * the scores (scale folded into alpha), the causal softmax kernel over
+ * every row at once, a second batched GEMM for the values; the backward
+ * recomputes nothing and keeps one sequence's score gradient in the
+ * workspace.
+ *
+ * Every launch is checked; the first failure on a thread is kept with the
+ * op's name and shapes and returned by take_error (status 70, or 69 for a
+ * hardware-class error).  With SHARDRUN_CUDA_SYNC=1 each op ends with a
+ * synchronisation (sr_cuda_sync_stream), so an error inside a kernel is
+ * reported by the op that caused it. */
+#include "srconfig.h"
+
+#include "cuda_backend.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../kernels/sr_cuda.h"
+
+static _Thread_local sr_cuda_ctx *bound;
+static _Thread_local sr_status op_error;
+
+void sr_cuda_bind(sr_cuda_ctx *ctx) {
+    bound = ctx;
+    if (ctx)
+        cudaSetDevice(ctx->ordinal);
+}
+sr_cuda_ctx *sr_cuda_bound(void) { return bound; }
+
+/* The context, or NULL with the error kept (an op called on a thread that
+ * never bound one: a bug in the caller). */
+static sr_cuda_ctx *ctx(void) {
+    if (!bound && op_error == SR_OK)
+        op_error = sr_error(SR_ERR_INTERNAL, "a CUDA op ran on a thread with no CUDA context (sr_cuda_bind)");
+    return bound;
+}
+
+/* Ends one op: its launch error (or, with SHARDRUN_CUDA_SYNC=1, the error
+ * of the synchronised stream) is kept with "op (shapes)". */
+static void done(sr_cuda_ctx *c, int e, const char *op, const char *fmt, ...) {
+    if (e == 0 && c->sync_each)
+        e = (int)sr_cuda_sync_stream(c->stream);
+    if (e == 0 || op_error != SR_OK)
+        return;
+    char what[200];
+    int len = snprintf(what, sizeof what, "%s (", op);
+    va_list ap;
+    va_start(ap, fmt);
+    if (len > 0 && (size_t)len < sizeof what)
+        len += vsnprintf(what + len, sizeof what - (size_t)len, fmt, ap);
+    va_end(ap);
+    if (len > 0 && (size_t)len < sizeof what - 1)
+        snprintf(what + len, sizeof what - (size_t)len, ")");
+    op_error = sr_cuda_fail((cudaError_t)e, c->bus, what);
+}
+
+/* Keeps a GEMM's failure (gemm_cuda.c recorded the message). */
+static void gemm_done(sr_cuda_ctx *c, sr_status st, const char *op) {
+    if (st == SR_OK && c->sync_each) {
+        cudaError_t e = sr_cuda_sync_stream(c->stream);
+        if (e != cudaSuccess && op_error == SR_OK)
+            op_error = sr_cuda_fail(e, c->bus, op);
+        return;
+    }
+    if (st != SR_OK && op_error == SR_OK)
+        op_error = sr_error_wrap(st, "%s", op);
+}
+
+static sr_status take_error(void) {
+    sr_status st = op_error;
+    op_error = SR_OK;
+    return st;
+}
+
+static size_t es(int bf16) { return bf16 ? 2 : 4; }
+static const void *at(const void *p, size_t elems, int bf16) { return (const char *)p + elems * es(bf16); }
+static void *atw(void *p, size_t elems, int bf16) { return (char *)p + elems * es(bf16); }
+
+sr_gemm_key sr_cuda_rm_key(int ta, int tb, int M, int N, int K, long long lda, long long sA, long long ldb,
+                           long long sB, long long ldd, long long sD, int batch, bool bf16, bool accumulate,
+                           bool d_f32) {
+    sr_gemm_key k;
+    memset(&k, 0, sizeof k); /* keys are compared bytewise (the plan cache) */
+    k.transa = tb;
+    k.transb = ta;
+    k.m = N;
+    k.n = M;
+    k.k = K;
+    k.lda = ldb;
+    k.ldb = lda;
+    k.ldd = ldd;
+    k.batch = batch;
+    k.sa = sB;
+    k.sb = sA;
+    k.sd = sD;
+    k.ab_bf16 = bf16;
+    k.d_f32 = d_f32;
+    k.accumulate = accumulate;
+    return k;
+}
+
+/* Row-major D[M,N] (ld ldd) = alpha op(A)[M,K] op(B)[K,N] (+ D when
+ * accumulate), batched `batch` times with the given strides. */
+static sr_status rm_gemm(sr_cuda_ctx *c, int bf16, int ta, int tb, int M, int N, int K, const void *A, long long lda,
+                         long long sA, const void *B, long long ldb, long long sB, void *D, long long ldd, long long sD,
+                         int batch, float alpha, bool accumulate, bool d_f32) {
+    sr_gemm_key k = sr_cuda_rm_key(ta, tb, M, N, K, lda, sA, ldb, sB, ldd, sD, batch, bf16, accumulate, d_f32);
+    k.align_a = sr_gemm_align(B);
+    k.align_b = sr_gemm_align(A);
+    k.align_d = sr_gemm_align(D);
+    return sr_gemm_run(c->gemm, c->stream, &k, B, A, D, NULL, alpha);
+}
+
+/* ------------------------------------------------------------------------ */
+/* the ops, with the activation dtype as a first argument */
+
+static void encoder_forward(int bf16, void *out, const int *inp, const void *wte, const void *wpe, int B, int T,
+                            int C) {
+    sr_cuda_ctx *c = ctx();
+    if (c)
+        done(c, sr_k_encoder_forward(c->stream, out, inp, wte, wpe, B, T, C, bf16), "encoder_forward", "B=%d T=%d C=%d",
+             B, T, C);
+}
+
+static void encoder_backward(int bf16, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T,
+                             int C) {
+    sr_cuda_ctx *c = ctx();
+    if (c)
+        done(c, sr_k_encoder_backward(c->stream, dwte, dwpe, dout, inp, B, T, C, bf16, c->ws, c->ws_bytes),
+             "encoder_backward", "B=%d T=%d C=%d", B, T, C);
+}
+
+static void layernorm_forward(int bf16, void *out, float *mean, float *rstd, const void *inp, const void *w,
+                              const void *b, int N, int C) {
+    sr_cuda_ctx *c = ctx();
+    if (c)
+        done(c, sr_k_layernorm_forward(c->stream, out, mean, rstd, inp, w, b, N, C, bf16), "layernorm_forward",
+             "N=%d C=%d", N, C);
+}
+
+static void layernorm_backward(int bf16, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                               const void *w, const float *mean, const float *rstd, int N, int C) {
+    sr_cuda_ctx *c = ctx();
+    if (c)
+        done(c, sr_k_layernorm_backward(c->stream, dinp, dw, db, dout, inp, w, mean, rstd, N, C, bf16, c->ws),
+             "layernorm_backward", "N=%d C=%d", N, C);
+}
+
+static void matmul_forward(int bf16, void *out, const void *inp, const void *w, const void *bias, int N, int C,
+                           int OC) {
+    sr_cuda_ctx *c = ctx();
+    if (!c)
+        return;
+    /* out[N,OC] = inp[N,C] W[OC,C]^T (+ bias over the OC columns) */
+    sr_gemm_key k = sr_cuda_rm_key(0, 1, N, OC, C, C, 0, C, 0, OC, 0, 1, bf16, false, false);
+    k.bias = bias != NULL;
+    k.align_a = sr_gemm_align(w);
+    k.align_b = sr_gemm_align(inp);
+    k.align_d = sr_gemm_align(out);
+    gemm_done(c, sr_gemm_run(c->gemm, c->stream, &k, w, inp, out, bias, 1.0f), "matmul_forward");
+}
+
+static void matmul_backward(int bf16, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
+                            const void *w, int N, int C, int OC) {
+    sr_cuda_ctx *c = ctx();
+    if (!c)
+        return;
+    /* dinp[N,C] += dout[N,OC] W[OC,C] */
+    gemm_done(c, rm_gemm(c, bf16, 0, 0, N, C, OC, dout, OC, 0, w, C, 0, dinp, C, 0, 1, 1.0f, true, false),
+              "matmul_backward (dinp)");
+    /* dW[OC,C] += dout^T inp, into float */
+    gemm_done(c, rm_gemm(c, bf16, 1, 0, OC, C, N, dout, OC, 0, inp, C, 0, dw, C, 0, 1, 1.0f, true, true),
+              "matmul_backward (dW)");
+    if (dbias)
+        done(c, sr_k_bias_backward(c->stream, dbias, dout, N, OC, bf16, c->ws), "matmul_backward (dbias)", "N=%d OC=%d",
+             N, OC);
+}
+
+static void attention_forward(int bf16, void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
+    sr_cuda_ctx *c = ctx();
+    if (!c)
+        return;
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    long long C3 = 3ll * C, TT = (long long)T * T;
+    for (int b = 0; b < B && op_error == SR_OK; b++) {
+        const void *q = at(qkv, (size_t)b * T * C3, bf16), *k = at(q, (size_t)C, bf16);
+        void *ab = atw(att, (size_t)b * NH * TT, bf16);
+        /* scores[h] = scale q_h k_h^T, every head of sequence b at once */
+        gemm_done(c, rm_gemm(c, bf16, 0, 1, T, T, hs, q, C3, hs, k, C3, hs, ab, T, TT, NH, scale, false, false),
+                  "attention_forward (scores)");
+    }
+    if (op_error == SR_OK)
+        done(c, sr_k_softmax_causal_forward(c->stream, att, (long long)B * NH * T, T, bf16), "attention_forward",
+             "softmax B=%d NH=%d T=%d", B, NH, T);
+    for (int b = 0; b < B && op_error == SR_OK; b++) {
+        const void *v = at(qkv, (size_t)b * T * C3 + 2 * (size_t)C, bf16), *ab = at(att, (size_t)b * NH * TT, bf16);
+        void *ob = atw(out, (size_t)b * T * C, bf16);
+        /* y_h = att_h v_h, written into its heads' columns of out */
+        gemm_done(c, rm_gemm(c, bf16, 0, 0, T, hs, T, ab, T, TT, v, C3, hs, ob, C, hs, NH, 1.0f, false, false),
+                  "attention_forward (values)");
+    }
+}
+
+static void attention_backward(int bf16, void *dqkv, const void *dout, const void *qkv, const void *att, int B, int T,
+                               int C, int NH) {
+    sr_cuda_ctx *c = ctx();
+    if (!c)
+        return;
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    long long C3 = 3ll * C, TT = (long long)T * T;
+    void *datt = c->ws; /* one sequence's [NH, T, T] score gradient */
+    for (int b = 0; b < B && op_error == SR_OK; b++) {
+        size_t base = (size_t)b * T * C3;
+        const void *q = at(qkv, base, bf16), *k = at(qkv, base + C, bf16), *v = at(qkv, base + 2 * (size_t)C, bf16);
+        void *dq = atw(dqkv, base, bf16), *dk = atw(dqkv, base + C, bf16), *dv = atw(dqkv, base + 2 * (size_t)C, bf16);
+        const void *ab = at(att, (size_t)b * NH * TT, bf16), *dy = at(dout, (size_t)b * T * C, bf16);
+        gemm_done(c, rm_gemm(c, bf16, 0, 1, T, T, hs, dy, C, hs, v, C3, hs, datt, T, TT, NH, 1.0f, false, false),
+                  "attention_backward (datt)");
+        gemm_done(c, rm_gemm(c, bf16, 1, 0, T, hs, T, ab, T, TT, dy, C, hs, dv, C3, hs, NH, 1.0f, true, false),
+                  "attention_backward (dv)");
+        if (op_error == SR_OK)
+            done(c, sr_k_softmax_causal_backward(c->stream, datt, ab, (long long)NH * T, T, bf16), "attention_backward",
+                 "softmax NH=%d T=%d", NH, T);
+        gemm_done(c, rm_gemm(c, bf16, 0, 0, T, hs, T, datt, T, TT, k, C3, hs, dq, C3, hs, NH, scale, true, false),
+                  "attention_backward (dq)");
+        gemm_done(c, rm_gemm(c, bf16, 1, 0, T, hs, T, datt, T, TT, q, C3, hs, dk, C3, hs, NH, scale, true, false),
+                  "attention_backward (dk)");
+    }
+}
+
+static void gelu_forward(int bf16, void *out, const void *inp, size_t n) {
+    sr_cuda_ctx *c = ctx();
+    if (c)
+        done(c, sr_k_gelu_forward(c->stream, out, inp, n, bf16), "gelu_forward", "n=%zu", n);
+}
+static void gelu_backward(int bf16, void *dinp, const void *inp, const void *dout, size_t n) {
+    sr_cuda_ctx *c = ctx();
+    if (c)
+        done(c, sr_k_gelu_backward(c->stream, dinp, inp, dout, n, bf16), "gelu_backward", "n=%zu", n);
+}
+static void residual_forward(int bf16, void *out, const void *a, const void *b, size_t n) {
+    sr_cuda_ctx *c = ctx();
+    if (c)
+        done(c, sr_k_residual_forward(c->stream, out, a, b, n, bf16), "residual_forward", "n=%zu", n);
+}
+static void crossentropy_forward(int bf16, float *losses, float *lse, const void *logits, const int *targets, int N,
+                                 int V, int Vp) {
+    sr_cuda_ctx *c = ctx();
+    if (c)
+        done(c, sr_k_crossentropy_forward(c->stream, losses, lse, logits, targets, N, V, Vp, bf16),
+             "crossentropy_forward", "N=%d V=%d Vp=%d", N, V, Vp);
+}
+static void crossentropy_backward(int bf16, void *logits, const float *lse, const int *targets, float dloss, int N,
+                                  int V, int Vp) {
+    sr_cuda_ctx *c = ctx();
+    if (c)
+        done(c, sr_k_crossentropy_backward(c->stream, logits, lse, targets, dloss, N, V, Vp, bf16),
+             "crossentropy_backward", "N=%d V=%d Vp=%d", N, V, Vp);
+}
+
+static size_t attention_save(int bf16, int B, int T, int NH) { return (size_t)B * NH * T * T * es(bf16); }
+
+static size_t workspace_bytes(int B, int T, int C, int NH) {
+    size_t sort = 0;
+    if (sr_cuda_sort_bytes((size_t)B * T, &sort) != 0) {
+        (void)cudaGetLastError(); /* no GPU here (a plan): the estimate */
+        sort = 0;
+    }
+    if (bound)
+        bound->sort_bytes = sort;
+    return sr_cuda_ws_bytes(B, T, C, NH, sort);
+}
+
+static void bind_workspace(void *ws, size_t bytes) {
+    sr_cuda_ctx *c = ctx();
+    if (c) {
+        c->ws = ws;
+        c->ws_bytes = bytes;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* the two tables: thin entries that fix the dtype */
+
+#define TABLE(SUF, BF)                                                                                                 \
+    static void encoder_forward_##SUF(void *o, const int *i, const void *e, const void *p, int B, int T, int C) {      \
+        encoder_forward(BF, o, i, e, p, B, T, C);                                                                      \
+    }                                                                                                                  \
+    static void encoder_backward_##SUF(float *a, float *b, const void *d, const int *i, int B, int T, int C) {         \
+        encoder_backward(BF, a, b, d, i, B, T, C);                                                                     \
+    }                                                                                                                  \
+    static void layernorm_forward_##SUF(void *o, float *m, float *r, const void *i, const void *w, const void *b,      \
+                                        int N, int C) {                                                                \
+        layernorm_forward(BF, o, m, r, i, w, b, N, C);                                                                 \
+    }                                                                                                                  \
+    static void layernorm_backward_##SUF(void *di, float *dw, float *db, const void *d, const void *i, const void *w,  \
+                                         const float *m, const float *r, int N, int C) {                               \
+        layernorm_backward(BF, di, dw, db, d, i, w, m, r, N, C);                                                       \
+    }                                                                                                                  \
+    static void matmul_forward_##SUF(void *o, const void *i, const void *w, const void *b, int N, int C, int OC) {     \
+        matmul_forward(BF, o, i, w, b, N, C, OC);                                                                      \
+    }                                                                                                                  \
+    static void matmul_backward_##SUF(void *di, float *dw, float *db, const void *d, const void *i, const void *w,     \
+                                      int N, int C, int OC) {                                                          \
+        matmul_backward(BF, di, dw, db, d, i, w, N, C, OC);                                                            \
+    }                                                                                                                  \
+    static void attention_forward_##SUF(void *o, void *a, const void *q, int B, int T, int C, int NH) {                \
+        attention_forward(BF, o, a, q, B, T, C, NH);                                                                   \
+    }                                                                                                                  \
+    static void attention_backward_##SUF(void *dq, const void *d, const void *q, const void *a, int B, int T, int C,   \
+                                         int NH) {                                                                     \
+        attention_backward(BF, dq, d, q, a, B, T, C, NH);                                                              \
+    }                                                                                                                  \
+    static size_t attention_save_##SUF(int B, int T, int NH) { return attention_save(BF, B, T, NH); }                  \
+    static void gelu_forward_##SUF(void *o, const void *i, size_t n) { gelu_forward(BF, o, i, n); }                    \
+    static void gelu_backward_##SUF(void *di, const void *i, const void *d, size_t n) {                                \
+        gelu_backward(BF, di, i, d, n);                                                                                \
+    }                                                                                                                  \
+    static void residual_forward_##SUF(void *o, const void *a, const void *b, size_t n) {                              \
+        residual_forward(BF, o, a, b, n);                                                                              \
+    }                                                                                                                  \
+    static void crossentropy_forward_##SUF(float *l, float *s, const void *g, const int *t, int N, int V, int Vp) {    \
+        crossentropy_forward(BF, l, s, g, t, N, V, Vp);                                                                \
+    }                                                                                                                  \
+    static void crossentropy_backward_##SUF(void *g, const float *s, const int *t, float d, int N, int V, int Vp) {    \
+        crossentropy_backward(BF, g, s, t, d, N, V, Vp);                                                               \
+    }                                                                                                                  \
+    const sr_ops sr_ops_cuda_##SUF = {                                                                                 \
+        .name = "cuda-" #SUF,                                                                                          \
+        .act = BF ? SR_DT_BF16 : SR_DT_F32,                                                                            \
+        .encoder_forward = encoder_forward_##SUF,                                                                      \
+        .encoder_backward = encoder_backward_##SUF,                                                                    \
+        .layernorm_forward = layernorm_forward_##SUF,                                                                  \
+        .layernorm_backward = layernorm_backward_##SUF,                                                                \
+        .matmul_forward = matmul_forward_##SUF,                                                                        \
+        .matmul_backward = matmul_backward_##SUF,                                                                      \
+        .attention_forward = attention_forward_##SUF,                                                                  \
+        .attention_backward = attention_backward_##SUF,                                                                \
+        .attention_save_bytes = attention_save_##SUF,                                                                  \
+        .gelu_forward = gelu_forward_##SUF,                                                                            \
+        .gelu_backward = gelu_backward_##SUF,                                                                          \
+        .residual_forward = residual_forward_##SUF,                                                                    \
+        .crossentropy_forward = crossentropy_forward_##SUF,                                                            \
+        .crossentropy_backward = crossentropy_backward_##SUF,                                                          \
+        .workspace_bytes = workspace_bytes,                                                                            \
+        .bind_workspace = bind_workspace,                                                                              \
+        .take_error = take_error,                                                                                      \
+    };
+
+TABLE(f32, 0)
+TABLE(bf16, 1)
