@@ -103,7 +103,7 @@ static const sr_key keys[] = {
  {"sharding.offload.grads", T_BOOL, OFF(offload_grads), "false", 0, 0, NULL, true, "keep gradient shards in host memory (GPU runs)"},
  {"sharding.offload.optimizer", T_BOOL, OFF(offload_optimizer), "false", 0, 0, NULL, true, "keep optimizer state in host memory (GPU runs)"},
  {"sharding.offload.pin_memory", T_BOOL, OFF(pin_memory), "true", 0, 0, NULL, true, "pin offloaded host memory"},
- {"device", T_ENUM, OFF(device), "auto", 0, 0, device_names, true, "compute device: auto (a GPU when this build has CUDA and one is usable, else the CPU), cpu, or cuda (not implemented yet)"},
+ {"device", T_ENUM, OFF(device), "auto", 0, 0, device_names, true, "compute device: auto (a GPU when this build has CUDA and one is usable, else the CPU; one rank only in this release), cpu, or cuda (one GPU; fails with 78 when none is usable)"},
  {"checkpoint.dir", T_STR, OFF(ckpt_dir), "\"\"", 0, 0, NULL, true, "directory of sharded checkpoints; empty = no checkpoints"},
  {"checkpoint.every_steps", T_INT, OFF(ckpt_every_steps), "0", 0, 1e12, NULL, true, "checkpoint every N steps; 0 = off"},
  {"checkpoint.every_minutes", T_FLOAT, OFF(ckpt_every_minutes), "0", 0, 1e7, NULL, true, "checkpoint every N minutes; 0 = off"},

@@ -117,7 +117,9 @@ static void key_shape(const sr_gemm_key *k, char *buf, size_t n) {
              k->ab_bf16 ? "bf16" : "f32", k->d_f32 && k->ab_bf16 ? "->f32" : "", k->bias ? " +bias" : "");
 }
 
-sr_status sr_gemm_plan_choose(sr_gemm_plan *p, cublasLtHandle_t h) {
+/* Chooses the algorithm (cublasLtMatmulAlgoGetHeuristic; needs a GPU).
+ * SR_ERR_INTERNAL naming the shape when cuBLASLt offers none. */
+static sr_status plan_choose(sr_gemm_plan *p, cublasLtHandle_t h) {
     cublasLtMatmulHeuristicResult_t r;
     int found = 0;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, p->op, p->a, p->b, p->d, p->d, p->pref, 1, &r, &found);
@@ -206,7 +208,7 @@ sr_status sr_gemm_run(sr_gemm_cache *c, cudaStream_t stream, const sr_gemm_key *
         p = &c->plans[c->n];
         sr_status st = sr_gemm_plan_build(p, k, c->ws_bytes);
         if (st == SR_OK)
-            st = sr_gemm_plan_choose(p, c->h);
+            st = plan_choose(p, c->h);
         if (st != SR_OK) {
             sr_gemm_plan_free(p);
             return st;

@@ -55,9 +55,6 @@ sr_status sr_gemm_plan_build(sr_gemm_plan *p, const sr_gemm_key *k, size_t works
  * "m=.. n=.. k=.. transa=N transb=T lda=.. ldb=.. ldd=.. batch=.. types
  * bf16,bf16->bf16 compute 32F epilogue BIAS beta 0". */
 sr_status sr_gemm_plan_describe(const sr_gemm_plan *p, char *buf, size_t n);
-/* Chooses the algorithm (cublasLtMatmulAlgoGetHeuristic; needs a GPU).
- * SR_ERR_INTERNAL naming the shape when cuBLASLt offers none. */
-sr_status sr_gemm_plan_choose(sr_gemm_plan *p, cublasLtHandle_t h);
 void sr_gemm_plan_free(sr_gemm_plan *p);
 
 /* The alignment in bytes (1..16) of a pointer. */

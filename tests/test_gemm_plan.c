@@ -195,5 +195,10 @@ int main(void) {
     k.align_b = sr_gemm_align((void *)(uintptr_t)0x1006);
     tap_ok(k.align_a == 16 && k.align_b == 2,
            "pointer alignment for the plan: 16 at most, else the largest power of 2");
+    tap_ok(sr_cuda_status(cudaErrorECCUncorrectable) == SR_ERR_PEER &&
+               sr_cuda_status(cudaErrorNoDevice) == SR_ERR_PEER &&
+               sr_cuda_status(cudaErrorIllegalAddress) == SR_ERR_INTERNAL &&
+               sr_cuda_status(cudaErrorLaunchFailure) == SR_ERR_INTERNAL,
+           "hardware-class CUDA errors (ECC, device lost) are 69, others (a kernel fault) 70");
     return tap_done();
 }

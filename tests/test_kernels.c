@@ -316,6 +316,9 @@ int main(void) {
             ops_at(bf16, 8, 1024, 768, 12, 50257);
     }
     primitives();
+    tap_ok(sr_cuda_bound() == sr_dev_cuda_ctx(dev) && sr_gemm_cache_size(sr_dev_cuda_ctx(dev)->gemm) >= 8,
+           "the table's context is bound to this thread; its plan cache kept %d plans",
+           sr_gemm_cache_size(sr_dev_cuda_ctx(dev)->gemm));
     int missing = 0;
     for (int i = 0; i < SR_CUDA_NLAUNCHERS; i++)
         if (sr_cuda_calls[i] == 0) {

@@ -1,0 +1,427 @@
+#!/bin/sh
+# check.sh — the GPU check: every stage that needs a GPU, in one call.
+#
+# usage: tests/gpu/check.sh [--rehearse] OUTDIR [STAGE...]
+#   stages: env build gemm ops sanitize step curves determinism throughput
+#   (default: all, in that order).  Also `make gpu-check OUT=DIR`.
+#
+# Each stage runs under `timeout` (budgets below; the whole fits 6 minutes
+# on one H200) and writes `PASS|FAIL|SKIP <stage>.<check>: <detail>` lines
+# to OUTDIR/check.txt as it goes; the last line is `N passed, N failed, N
+# skipped`; exit 0 only when nothing failed.  When `nvidia-smi -L` lists a
+# GPU, a SKIP counts as a FAIL, except compute-sanitizer saying the device
+# is unsupported and the torch.compile row.  OUTDIR ends with at most 8
+# files: check.txt, env.txt, gemm.md, throughput.md, logs.tar.gz.
+#
+# --rehearse runs every stage on a machine without a GPU: the fake device
+# (SHARDRUN_TEST_DEVICE=fake) stands in for the GPU against the CPU, so the
+# stages, their timeouts, the table and the OUTDIR layout are exercised
+# anywhere (make check runs it).
+#
+# Binaries: $SHARDRUN_BUILD (default: build-gpu/ when it holds a shardrun,
+# else the build directory this runs from); runtime libraries a bundle
+# carries in .deps/ are found through LD_LIBRARY_PATH.  References for the
+# loss curves come from `make gpu-refs` (gpu-refs/, made on a CPU).
+set -u
+rehearse=0
+make_refs_only=0
+if [ "${1:-}" = --make-refs ]; then
+    make_refs_only=1 # make gpu-refs: only the CPU references, into gpu-refs/
+    shift
+fi
+if [ "${1:-}" = --rehearse ]; then
+    rehearse=1
+    shift
+fi
+[ $# -ge 1 ] || { echo "usage: $0 [--rehearse] OUTDIR [STAGE...]" >&2; exit 64; }
+OUT=$1
+shift
+STAGES=${*:-env build gemm ops sanitize step curves determinism throughput}
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+mkdir -p "$OUT" || exit 73
+OUT=$(cd "$OUT" && pwd)
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
+[ -n "${SR_CHECK_STAGE:-}" ] || : >"$OUT/check.txt"
+if [ -f "$LOGS/build.path" ]; then
+    BUILD=$(cat "$LOGS/build.path") # a rebuild of the build stage
+elif [ -n "${SHARDRUN_BUILD:-}" ]; then
+    BUILD=$SHARDRUN_BUILD
+elif [ -x "$SRC/build-gpu/shardrun" ]; then
+    BUILD=$SRC/build-gpu
+else
+    BUILD=${SR_BUILDDIR:-$SRC}
+fi
+BUILD=$(cd "$BUILD" && pwd)
+[ -d "$SRC/.deps" ] && export LD_LIBRARY_PATH="$(find "$SRC/.deps" -name '*.so*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' :)${LD_LIBRARY_PATH:-}"
+REFS=${SHARDRUN_GPU_REFS:-$SRC/gpu-refs}
+[ $rehearse = 1 ] && REFS=$LOGS/refs # made by the curves stage itself (rehearsal shapes)
+gpu=0
+if [ $rehearse = 0 ] && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then gpu=1; fi
+if [ $rehearse = 1 ]; then
+    DEV="--set device=cpu"
+    export SHARDRUN_TEST_DEVICE=fake
+    export SHARDRUN_TEST_REQUIRE=
+else
+    DEV="--set device=cuda"
+    export SHARDRUN_TEST_REQUIRE=gpu
+fi
+S=$BUILD/shardrun
+CMP=$BUILD/tests/cmp_params
+passed=0 failed=0 skipped=0
+
+line() { echo "$1 $2: $3" | tee -a "$OUT/check.txt"; }
+pass() { passed=$((passed + 1)); line PASS "$@"; }
+fail() { failed=$((failed + 1)); line FAIL "$@"; }
+# skip CHECK DETAIL [allowed]: a SKIP; with a GPU present it is a FAIL
+# unless the third argument says it may be skipped
+skip() {
+    if [ $gpu = 1 ] && [ "${3:-}" != allowed ]; then
+        fail "$1" "skipped with a GPU present: $2"
+    else
+        skipped=$((skipped + 1))
+        line SKIP "$1" "$2"
+    fi
+}
+# field FILE KEY: every value of KEY in a metrics file
+field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
+# run LOG [ENV=V...] -- ARGS: shardrun train with the stage's device
+train() {
+    log=$1
+    shift
+    envs=""
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do envs="$envs $1"; shift; done
+    [ $# -gt 0 ] && shift
+    # shellcheck disable=SC2086
+    env $envs "$S" train --set log.every=1 --set train.eval_every=0 --set threads=0 $DEV "$@" >"$LOGS/$log.out" 2>"$LOGS/$log.err"
+}
+# cpu LOG ARGS: the same on the CPU (the reference)
+cpu() {
+    log=$1
+    shift
+    env -u SHARDRUN_TEST_DEVICE "$S" train --set log.every=1 --set train.eval_every=0 --set threads=0 --set device=cpu "$@" >"$LOGS/$log.out" 2>"$LOGS/$log.err"
+}
+# close A B TOL: every pair of numbers within TOL (relative to max |b|)
+close() {
+    paste -d' ' "$1" "$2" | awk -v tol="$3" '{ d = $1 - $2; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2;
+        if (m > mx) mx = m; if (d > md) md = d; n++ } END { if (n == 0) exit 1; r = mx > 0 ? md / mx : md;
+        printf "max rel %.2e over %d values", r, n; exit !(r <= tol) }'
+}
+TINY="--set model.preset=tiny --set train.batch_size=8 --set train.seed=1"
+GPT="--set model.preset=gpt2-124m --set model.seq_len=256 --set train.batch_size=2 --set train.micro_batch=2 --set train.seed=1"
+# a rehearsal keeps gpt2-124m's width and vocabulary but not its depth and
+# length, so two CPU cores finish within the stage budgets
+[ $rehearse = 1 ] && GPT="$GPT --set model.n_layer=1 --set model.seq_len=32"
+stage_timeout() {
+    # a rehearsal runs the device's part on two CPU cores: twice the budget
+    [ $rehearse = 1 ] && { rehearse=0 stage_timeout "$1" | awk '{ print 2 * $1 }'; return; }
+    case $1 in
+    env) echo 10 ;; build) echo 240 ;; gemm) echo 30 ;; ops) echo 90 ;; sanitize) echo 120 ;; step) echo 60 ;;
+    curves) echo 90 ;; determinism) echo 60 ;; throughput) echo 150 ;; *) echo 60 ;;
+    esac
+}
+
+# ---------------------------------------------------------------------------------------
+st_env() {
+    {
+        echo "date: $(date -u)"
+        echo "mode: $([ $rehearse = 1 ] && echo rehearsal \(fake device\) || echo gpu)"
+        nvidia-smi -L 2>&1 | head -8
+        nvidia-smi --query-gpu=name,driver_version,memory.total,pci.bus_id --format=csv 2>&1 | head -4
+        echo "nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo absent)"
+        grep -E 'nvcc|cuBLASLt|NCCL|CUDA ' "$BUILD/config.log" 2>/dev/null | grep -E '^  (nvcc|cuBLASLt|NCCL|CUDA) ' | head -4
+        ls /usr/local/cuda/lib64/libcublasLt.so* /usr/local/cuda/lib64/libcudart.so* 2>/dev/null | head -4
+        grep -h 'define CUDNN_M[AI]' /usr/include/cudnn_version.h /usr/local/cuda/include/cudnn_version.h 2>/dev/null | head -2
+        echo "compute-sanitizer: $(compute-sanitizer --version 2>/dev/null | tail -1 || echo absent)"
+        for py in python3 /usr/bin/python3; do
+            echo "$py: $($py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else "-")' 2>&1 | tail -1)"
+        done
+        echo "shardrun: $S"
+        ldd "$S" 2>&1 | grep -E 'not found|cuda|cublas|yaml|pmix|openblas' | head -10
+    } >"$OUT/env.txt" 2>&1
+    if [ $rehearse = 1 ]; then
+        pass env.report "rehearsal: no GPU asked for; environment in env.txt"
+    elif [ $gpu = 1 ]; then
+        pass env.gpu "$(nvidia-smi -L | head -1)"
+    else
+        fail env.gpu "nvidia-smi lists no GPU"
+    fi
+}
+
+st_build() {
+    if "$S" --version >"$LOGS/version.out" 2>&1; then
+        pass build.runs "$(head -1 "$LOGS/version.out") from $BUILD"
+        return
+    fi
+    # the prebuilt tree does not run here: rebuild next to it
+    diag=$(tail -2 "$LOGS/version.out" | tr '\n' ' ')
+    mkdir -p "$SRC/build-gpu-local" && cd "$SRC/build-gpu-local" || return
+    if { [ -x "$SRC/configure" ] || (cd "$SRC" && autoreconf -fi); } >"$LOGS/rebuild.out" 2>&1 &&
+        "$SRC/configure" --with-cuda >>"$LOGS/rebuild.out" 2>&1 && make -j16 >>"$LOGS/rebuild.out" 2>&1 &&
+        make -j16 tests/cmp_params tests/test_kernels bench/gpu_gemm >>"$LOGS/rebuild.out" 2>&1; then
+        echo "$SRC/build-gpu-local" >"$LOGS/build.path"
+        pass build.rebuilt "the prebuilt tree did not run ($diag); rebuilt in build-gpu-local"
+    else
+        fail build.rebuilt "the prebuilt tree did not run ($diag) and the rebuild failed (logs/rebuild.out)"
+    fi
+    cd "$LOGS" || true
+}
+
+st_gemm() {
+    if [ $rehearse = 1 ]; then
+        if "$BUILD/tests/test_gemm_plan" >"$LOGS/gemm_plan.out" 2>&1 && ! grep -q '^not ok' "$LOGS/gemm_plan.out"; then
+            pass gemm.plans "rehearsal: every cuBLASLt plan builds and its key computes the CPU op ($(grep -c '^ok' "$LOGS/gemm_plan.out") checks); the GEMM rate needs a GPU"
+        else
+            fail gemm.plans "tests/test_gemm_plan failed (logs/gemm_plan.out)"
+        fi
+        echo "GEMM_TFLOPS=0" >"$OUT/gemm.md"
+        return
+    fi
+    if "$BUILD/bench/gpu_gemm" >"$OUT/gemm.md" 2>"$LOGS/gemm.err"; then
+        pass gemm.rate "$(grep GEMM_TFLOPS "$OUT/gemm.md") (bf16 8192^3; table in gemm.md)"
+    else
+        fail gemm.rate "bench/gpu_gemm failed: $(tail -1 "$LOGS/gemm.err")"
+    fi
+}
+
+st_ops() {
+    if [ $rehearse = 1 ]; then
+        t=$BUILD/tests/test_ops
+        what="rehearsal: the fake device's primitives and the CPU ops"
+    else
+        t=$BUILD/tests/test_kernels
+        what="every CUDA op and primitive vs the CPU op, f32 and bf16, small and real shapes"
+    fi
+    SHARDRUN_TEST_REAL_SHAPES=1 "$t" >"$LOGS/ops.out" 2>&1
+    rc=$?
+    nok=$(grep -c '^ok' "$LOGS/ops.out")
+    bad=$(grep '^not ok' "$LOGS/ops.out" | head -3 | tr '\n' ' ')
+    if [ $rc = 0 ] && [ -z "$bad" ] && [ "$nok" -gt 0 ]; then
+        pass ops.vs_cpu "$what: $nok checks"
+    elif grep -q 'SKIP' "$LOGS/ops.out"; then
+        skip ops.vs_cpu "$(grep SKIP "$LOGS/ops.out" | head -1)"
+    else
+        fail ops.vs_cpu "$what: status $rc; $bad"
+    fi
+}
+
+st_sanitize() {
+    if ! command -v compute-sanitizer >/dev/null 2>&1; then
+        skip sanitize.memcheck "compute-sanitizer is not installed on this machine"
+        return
+    fi
+    for tool in memcheck initcheck; do
+        compute-sanitizer --tool $tool --error-exitcode 86 "$BUILD/tests/test_kernels" >"$LOGS/sanitize-$tool.out" 2>&1
+        rc=$?
+        if grep -qi 'not supported\|unsupported' "$LOGS/sanitize-$tool.out"; then
+            skip sanitize.$tool "compute-sanitizer says the device is unsupported" allowed
+        elif [ $rc = 0 ]; then
+            pass sanitize.$tool "small shapes: no error"
+        else
+            fail sanitize.$tool "status $rc: $(grep -m1 'ERROR\|Invalid\|Uninitialized' "$LOGS/sanitize-$tool.out")"
+        fi
+    done
+}
+
+# one step on the device against the CPU: loss and gradient norm
+st_step() {
+    for m in tiny gpt2; do
+        if [ $m = tiny ]; then args="$TINY --set sharding.mixed_precision.param_dtype=fp32"; tl=1e-5; tn=1e-4; else
+            args="$GPT --set sharding.mixed_precision.param_dtype=bf16"; tl=1e-2; tn=5e-2; fi
+        # shellcheck disable=SC2086
+        cpu step-$m-cpu $args --set train.steps=1 --set log.metrics="$LOGS/step-$m-cpu.jsonl"
+        # shellcheck disable=SC2086
+        train step-$m-dev -- $args --set train.steps=1 --set log.metrics="$LOGS/step-$m-dev.jsonl"
+        rc=$?
+        field "$LOGS/step-$m-cpu.jsonl" loss >"$LOGS/a" && field "$LOGS/step-$m-dev.jsonl" loss >"$LOGS/b"
+        field "$LOGS/step-$m-cpu.jsonl" grad_norm >"$LOGS/c" && field "$LOGS/step-$m-dev.jsonl" grad_norm >"$LOGS/d"
+        if [ $rc = 0 ] && l=$(close "$LOGS/b" "$LOGS/a" $tl) && n=$(close "$LOGS/d" "$LOGS/c" $tn); then
+            pass step.$m "loss $l (<= $tl), grad norm $n (<= $tn)"
+        else
+            fail step.$m "status $rc; loss ${l:-?}; norm ${n:-?} ($(tail -1 "$LOGS/step-$m-dev.err"))"
+        fi
+    done
+}
+
+# the CPU references of the curves stage (make gpu-refs; the rehearsal makes
+# its own): tiny fp32 50 steps, gpt2-124m bf16 20 steps
+make_refs() {
+    mkdir -p "$REFS"
+    # shellcheck disable=SC2086
+    cpu ref-tiny $TINY --set sharding.mixed_precision.param_dtype=fp32 --set train.steps=50 \
+        --set log.metrics="$REFS/tiny-fp32-50.jsonl" &&
+        cpu ref-gpt2 $GPT --set sharding.mixed_precision.param_dtype=bf16 --set train.steps=20 \
+            --set log.metrics="$REFS/gpt2-bf16-20.jsonl"
+}
+
+st_curves() {
+    [ $rehearse = 1 ] && make_refs
+    for m in tiny gpt2; do
+        if [ $m = tiny ]; then args="$TINY --set sharding.mixed_precision.param_dtype=fp32 --set train.steps=50"; ref=$REFS/tiny-fp32-50.jsonl; else
+            args="$GPT --set sharding.mixed_precision.param_dtype=bf16 --set train.steps=20"; ref=$REFS/gpt2-bf16-20.jsonl; fi
+        if [ ! -f "$ref" ]; then
+            skip curves.$m "no reference $ref (make gpu-refs on a CPU first)"
+            continue
+        fi
+        # shellcheck disable=SC2086
+        train curve-$m -- $args --set log.metrics="$LOGS/curve-$m.jsonl"
+        rc=$?
+        field "$ref" loss >"$LOGS/a"
+        field "$LOGS/curve-$m.jsonl" loss >"$LOGS/b"
+        if [ $m = tiny ]; then
+            r=$(close "$LOGS/b" "$LOGS/a" 1e-4)
+            ok=$?
+        else
+            r=$(tail -1 "$LOGS/a" >"$LOGS/a1"; tail -1 "$LOGS/b" >"$LOGS/b1"; paste -d' ' "$LOGS/b1" "$LOGS/a1" |
+                awk '{ d = $1 - $2; if (d < 0) d = -d; printf "step 20 loss %s vs %s: |d| %.3g", $1, $2, d; exit !(d <= 3e-2) }')
+            ok=$?
+        fi
+        if [ $rc = 0 ] && [ $ok = 0 ] && [ "$(wc -l <"$LOGS/b")" = "$(wc -l <"$LOGS/a")" ]; then
+            pass curves.$m "$r"
+        else
+            fail curves.$m "status $rc; ${r:-no losses} ($(tail -1 "$LOGS/curve-$m.err"))"
+        fi
+    done
+}
+
+st_determinism() {
+    args="$TINY --set sharding.mixed_precision.param_dtype=bf16"
+    # shellcheck disable=SC2086
+    train det-a SHARDRUN_TEST_DUMP_PARAMS="$LOGS/det-a.params" -- $args --set train.steps=6
+    # shellcheck disable=SC2086
+    train det-b SHARDRUN_TEST_DUMP_PARAMS="$LOGS/det-b.params" -- $args --set train.steps=6
+    if "$CMP" "$LOGS/det-a.params" "$LOGS/det-b.params" 0 >"$LOGS/det.cmp" 2>&1; then
+        pass determinism.twice "6 steps twice: parameters bitwise equal"
+    else
+        fail determinism.twice "$(tail -1 "$LOGS/det.cmp")"
+    fi
+    rm -rf "$LOGS/ck"
+    # shellcheck disable=SC2086
+    train det-c -- $args --set train.steps=3 --set checkpoint.dir="$LOGS/ck" --set checkpoint.every_steps=3
+    # shellcheck disable=SC2086
+    train det-d SHARDRUN_TEST_DUMP_PARAMS="$LOGS/det-d.params" -- $args --set train.steps=6 --set checkpoint.dir="$LOGS/ck"
+    if grep -q 'resum' "$LOGS/det-d.err" && "$CMP" "$LOGS/det-d.params" "$LOGS/det-a.params" 0 >"$LOGS/det2.cmp" 2>&1; then
+        pass determinism.resume "3 steps + save + resume 3 steps: bitwise equal to 6 steps"
+    else
+        fail determinism.resume "$(tail -1 "$LOGS/det2.cmp") ($(grep -m1 -i 'resum' "$LOGS/det-d.err"))"
+    fi
+    # the checkpoint moves between devices: written here at step 3, resumed on the CPU
+    rm -rf "$LOGS/ck-cpu" && mkdir -p "$LOGS/ck-cpu" && cp -r "$LOGS/ck/step_00000003" "$LOGS/ck-cpu/"
+    # shellcheck disable=SC2086
+    env -u SHARDRUN_TEST_DEVICE SHARDRUN_TEST_DUMP_PARAMS="$LOGS/det-e.params" "$S" train $args --set device=cpu \
+        --set log.every=1 --set train.eval_every=0 --set train.steps=6 --set checkpoint.dir="$LOGS/ck-cpu" \
+        >"$LOGS/det-e.out" 2>"$LOGS/det-e.err"
+    if [ $? = 0 ] && grep -q 'resum' "$LOGS/det-e.err"; then
+        pass determinism.cross "a checkpoint of this device resumes on the CPU ($(grep -m1 -o 'resum[^;]*' "$LOGS/det-e.err" | head -c 80))"
+    else
+        fail determinism.cross "the CPU could not resume this device's checkpoint ($(tail -1 "$LOGS/det-e.err"))"
+    fi
+}
+
+st_throughput() {
+    steps=20
+    if [ $rehearse = 1 ]; then
+        args="$TINY --set train.micro_batch=8 --set sharding.mixed_precision.param_dtype=bf16"
+        tb="tiny 8 256 --bf16"
+    else
+        args="--set model.preset=gpt2-124m --set model.seq_len=1024 --set train.batch_size=16 --set train.micro_batch=16 --set sharding.mixed_precision.param_dtype=bf16"
+        tb="gpt2-124m 16 1024 --bf16"
+    fi
+    # shellcheck disable=SC2086
+    train tput -- $args --set train.steps=$((steps + 3)) --set log.metrics="$LOGS/tput.jsonl"
+    rc=$?
+    gemm=$(sed -n 's/^GEMM_TFLOPS=//p' "$OUT/gemm.md" 2>/dev/null)
+    flops_tok=$(awk -v L=12 -v C=768 -v T=1024 -v N=124439808 'BEGIN { print 6 * (N - T * C) + 12 * L * C * T }')
+    [ $rehearse = 1 ] && flops_tok=$(awk 'BEGIN { print 6 * 3.5e6 }')
+    {
+        echo "| config | tok/s | ms/step | TFLOP/s | MFU vs measured GEMM | MFU vs 989 | peak device GiB |"
+        echo "|---|---|---|---|---|---|---|"
+    } >"$OUT/throughput.md"
+    if [ $rc = 0 ]; then
+        field "$LOGS/tput.jsonl" step_ms | tail -n $steps | sort -n >"$LOGS/ms"
+        ms=$(awk '{ a[NR] = $1 } END { print (a[int((NR + 1) / 2)] + a[int(NR / 2) + 1]) / 2 }' "$LOGS/ms")
+        tok=$(awk -v ms="$ms" -v t="$([ $rehearse = 1 ] && echo 2048 || echo 16384)" 'BEGIN { printf "%.0f", t / (ms / 1000) }')
+        peak=$(field "$LOGS/tput.jsonl" mem_device_total_peak | tail -1)
+        row=$(awk -v tok="$tok" -v ms="$ms" -v f="$flops_tok" -v g="${gemm:-0}" -v p="${peak:-0}" 'BEGIN {
+            tf = tok * f / 1e12; m = (g > 0) ? sprintf("%.1f%%", 100 * tf / g) : "n/a"
+            printf "| shardrun bf16 | %s | %.1f | %.1f | %s | %.1f%% | %.2f |", tok, ms, tf, m, 100 * tf / 989, p / 2^30 }')
+        echo "$row" >>"$OUT/throughput.md"
+        pass throughput.shardrun "$row"
+    else
+        fail throughput.shardrun "status $rc ($(tail -1 "$LOGS/tput.err"))"
+    fi
+    py=""
+    for p in python3 /usr/bin/python3; do
+        if $p -c 'import torch' 2>/dev/null; then py=$p; break; fi
+    done
+    if [ -z "$py" ]; then
+        skip throughput.torch "no python3 here imports torch"
+    else
+        # shellcheck disable=SC2086
+        set -- $tb
+        dev=cuda
+        [ $rehearse = 1 ] && dev=cpu
+        $py "$SRC/bench/bench_torch.py" "$1" 2 $steps --device $dev --batch "$2" --seq "$3" $4 >"$LOGS/torch.out" 2>&1
+        tms=$(sed -n 's/.* ms=//p' "$LOGS/torch.out" | tr ',' '\n' | sort -n | awk '{ a[NR] = $1 } END { if (NR) print (a[int((NR + 1) / 2)] + a[int(NR / 2) + 1]) / 2 }')
+        if [ -n "$tms" ]; then
+            tpk=$(sed -n 's/.*peak_gib=\([0-9.]*\).*/\1/p' "$LOGS/torch.out")
+            trow=$(awk -v ms="$tms" -v t="$(($2 * $3))" -v f="$flops_tok" -v g="${gemm:-0}" -v p="${tpk:-0}" 'BEGIN {
+                tok = t / (ms / 1000); tf = tok * f / 1e12; m = (g > 0) ? sprintf("%.1f%%", 100 * tf / g) : "n/a"
+                printf "| PyTorch eager (autocast bf16, SDPA, fused AdamW) | %.0f | %.1f | %.1f | %s | %.1f%% | %.2f |", tok, ms, tf, m, 100 * tf / 989, p }')
+            echo "$trow" >>"$OUT/throughput.md"
+            [ -n "${ms:-}" ] && echo "| shardrun/PyTorch | $(awk -v a="$tms" -v b="$ms" 'BEGIN { printf "%.2fx", a / b }') | | | | | |" >>"$OUT/throughput.md"
+            pass throughput.torch "$trow"
+        else
+            fail throughput.torch "bench_torch.py failed: $(tail -1 "$LOGS/torch.out")"
+        fi
+    fi
+    skip throughput.compile "torch.compile row not run (it needs more than the stage's budget)" allowed
+}
+
+if [ $make_refs_only = 1 ]; then
+    REFS=$SRC/gpu-refs
+    if make_refs; then
+        echo "gpu-refs: $(ls "$REFS" | tr '\n' ' ')(B, T and seed: tiny batch 8 x 64, gpt2-124m batch 2 x 256, seed 1)"
+        exit 0
+    fi
+    echo "gpu-refs: a reference run failed (see $LOGS)" >&2
+    exit 1
+fi
+
+# one stage, re-executed by the loop below under its own timeout
+if [ -n "${SR_CHECK_STAGE:-}" ]; then
+    cd "$LOGS" || exit 1 # runs write nothing into the (maybe read-only) tree
+    "st_$SR_CHECK_STAGE"
+    exit 0
+fi
+
+rflag=""
+[ $rehearse = 1 ] && rflag=--rehearse
+for stage in $STAGES; do
+    case $stage in
+    env | build | gemm | ops | sanitize | step | curves | determinism | throughput) ;;
+    *)
+        fail "$stage.stage" "unknown stage (expected env build gemm ops sanitize step curves determinism throughput)"
+        continue
+        ;;
+    esac
+    budget=$(stage_timeout "$stage")
+    start=$(date +%s)
+    n0=$(wc -l <"$OUT/check.txt")
+    SR_CHECK_STAGE=$stage timeout -k 5 "$budget" "$0" $rflag "$OUT"
+    rc=$?
+    n1=$(wc -l <"$OUT/check.txt")
+    if [ $rc = 124 ] || [ $rc = 137 ]; then
+        fail "$stage.timeout" "the stage ran past its ${budget} s budget"
+    elif [ "$n1" = "$n0" ]; then
+        fail "$stage.ran" "the stage wrote no result (status $rc)"
+    fi
+    echo "stage $stage: $(($(date +%s) - start)) s of $budget" >>"$LOGS/times.txt"
+done
+passed=$(grep -c '^PASS' "$OUT/check.txt")
+failed=$(grep -c '^FAIL' "$OUT/check.txt")
+skipped=$(grep -c '^SKIP' "$OUT/check.txt")
+cat "$LOGS/times.txt" 2>/dev/null
+tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs 2>/dev/null && rm -rf "$LOGS"
+echo "$passed passed, $failed failed, $skipped skipped" | tee -a "$OUT/check.txt"
+[ "$failed" = 0 ]
