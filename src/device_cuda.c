@@ -147,9 +147,13 @@ static void *cuda_alloc(sr_dev *d, sr_mem_space space, sr_mem_cat cat, size_t by
                  bytes, sr_mem_name(cat), cudaGetErrorString(e), c->bus);
         return NULL;
     }
-    if (d->poison && space == SR_SPACE_DEVICE)
-        cudaMemset(p, 0xff, n); /* all ones: NaN in f32, bf16 and f64 (test hook) */
-    else if (d->poison)
+    if (d->poison && space == SR_SPACE_DEVICE) {
+        /* all ones: NaN in f32, bf16 and f64 (test hook).  The legacy
+         * stream does not order the table's non-blocking streams, so wait
+         * for the fill here (allocation is set-up, never a step). */
+        cudaMemset(p, 0xff, n);
+        cudaDeviceSynchronize();
+    } else if (d->poison)
         memset(p, 0xff, n);
     c->allocs[c->nallocs++] = (allocation){p, bytes, space, cat};
     sr_mem_account_external(space, cat, bytes, true);

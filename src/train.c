@@ -424,6 +424,7 @@ static sr_status train_step(run *r, int64_t s, step_out *o) {
     long long waits0 = sr_dev_host_waits(r->dev);
     uint64_t comm0 = r->dev->comm_wait_ns;
     sr_preempt_test_hook(s + 1, w->rank);
+    r->dev->step = s + 1; /* for a GPU deadline's message */
     sr_fsdp_begin_step(r->fsdp);
     const double dloss = 1.0 / ((double)cfg->batch_size * r->T);
     const int64_t rank_seqs = (int64_t)r->mb * r->accum; /* this rank's slice of every global batch */
@@ -590,10 +591,12 @@ static void log_step(run *r, int64_t s, const step_out *o, bool evaluated) {
     const sr_config *cfg = r->cfg;
     double tps = (double)cfg->batch_size * r->T / o->seconds;
     double mfu = r->peak > 0 ? 100.0 * tps * r->flops_tok / (r->peak * r->w->size) : NAN;
-    sr_log_info("step %6lld/%lld | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | mfu %.1f%% | mem %.1f MiB | comm "
+    char mfu_s[32];
+    snprintf(mfu_s, sizeof mfu_s, isfinite(mfu) ? "%.1f%%" : "n/a", mfu);
+    sr_log_info("step %6lld/%lld | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | mfu %s | mem %.1f MiB | comm "
                 "exposed %.1f ms | %.1f ms",
-                (long long)(s + 1), (long long)cfg->steps, o->loss, o->lr, o->norm, tps, mfu, mib(sr_mem_total_peak()),
-                o->comm_exposed_ms, o->seconds * 1e3);
+                (long long)(s + 1), (long long)cfg->steps, o->loss, o->lr, o->norm, tps, mfu_s,
+                mib(sr_mem_total_peak()), o->comm_exposed_ms, o->seconds * 1e3);
     sr_step_record rec = {.step = s + 1,
                           .loss = o->loss,
                           .lr = o->lr,

@@ -174,13 +174,23 @@ result $n2 "  2 tasks resume it (resharded 4 -> 2) and finish (state $st)" \
     sh -c "[ '$st' = COMPLETED ] && grep -q 'resharded from 4 ranks' $n2.out && [ \$(grep -c 'resume=$stop' $n2.out) -eq 2 ]"
 result $n2 "  parameters within 1e-5 x max of the uninterrupted 4-task run" "$CMP" $n2.params ref.params 1e-5
 
-# e. fake GPUs: --gpus-per-task=1 gives each task its own CUDA_VISIBLE_DEVICES
+# e. fake GPUs: --gpus-per-task=1 gives each task its own CUDA_VISIBLE_DEVICES.
+# The template asks for device=cuda, so on GPUs nobody can use the job fails
+# at once (78) instead of crawling on the CPU; with SHARDRUN_DEVICE=auto it
+# trains on the CPU and logs the GPU each task would have picked.
 n=e_gpu
 TRAIN="{steps: 1, batch_size: 8}" mkjob $n
 J=$(sbatch --parsable -N 1 --ntasks-per-node=4 --gpus-per-task=1 --cpus-per-task=1 -o "$T/$n.out" \
     --export="ALL,JOB=$T/$n.yaml" "$TEMPLATES/shardrun-gpu.sbatch")
 st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT" 120)
-result $n "e: the GPU template runs with --gpus-per-task=1 (state $st)" test "$st" = COMPLETED
+result $n "e: the GPU template fails fast where no GPU is usable (state $st, expected FAILED)" \
+    sh -c "[ '$st' = FAILED ] && grep -Eq 'device: cuda (with 4 ranks is not implemented yet|, but no usable GPU|, but this shardrun was built without CUDA)' $n.out"
+n=e_gpu_auto
+TRAIN="{steps: 1, batch_size: 8}" mkjob $n
+J=$(sbatch --parsable -N 1 --ntasks-per-node=4 --gpus-per-task=1 --cpus-per-task=1 -o "$T/$n.out" \
+    --export="ALL,JOB=$T/$n.yaml,SHARDRUN_DEVICE=auto" "$TEMPLATES/shardrun-gpu.sbatch")
+st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT" 120)
+result $n "e: with SHARDRUN_DEVICE=auto it runs with --gpus-per-task=1 (state $st)" test "$st" = COMPLETED
 picks=$(sed -n 's/.*rank \([0-3]\)\/4 .*would pick GPU \([0-9]*\), ordinal 0, from CUDA_VISIBLE_DEVICES=\([0-9]*\);.*/\1 \2 \3/p' $n.out)
 result $n "  each task picks the GPU its CUDA_VISIBLE_DEVICES names, all 4 different" \
     sh -c "[ \$(echo '$picks' | awk '\$2 == \$3' | wc -l) -eq 4 ] && [ \$(echo '$picks' | awk '{ print \$2 }' | sort -u | wc -l) -eq 4 ]"

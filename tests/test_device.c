@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "device.h"
+#include "metrics.h"
+#include "ops.h"
 #include "tap.h"
 #include "world.h"
 
@@ -52,5 +54,40 @@ int main(void) {
     unsetenv("SLURM_STEP_NUM_TASKS");
     setenv("SLURM_NTASKS", "2", 1);
     tap_ok(sr_world_in_multitask_srun(), "SLURM_NTASKS is the fallback count");
+
+    /* the table and its ops: auto without a usable GPU is the CPU */
+    sr_dev *d = NULL;
+    if (tap_ok(sr_device_open(&d, SR_DEVICE_AUTO, 1, 0, 1) == SR_OK && d, "device: auto opens a table")) {
+        if (d->kind == SR_DEV_CPU)
+            tap_ok(sr_device_ops(d, SR_DT_BF16) == &sr_ops_cpu && sr_device_ops(d, SR_DT_F32) == &sr_ops_cpu,
+                   "on the CPU the ops are the CPU's in either param dtype");
+        else
+            tap_ok(sr_device_ops(d, SR_DT_BF16)->act == SR_DT_BF16 && sr_device_ops(d, SR_DT_F32)->act == SR_DT_F32,
+                   "on a GPU the ops compute in the param dtype");
+        sr_device_close(d);
+    }
+    sr_status st = sr_device_open(&d, SR_DEVICE_CUDA, 2, 0, 2);
+    tap_ok(st == SR_ERR_CONFIG &&
+               (strstr(sr_error_message(), "not implemented yet") || strstr(sr_error_message(), "built without CUDA")),
+           "device: cuda with 2 ranks is 78: %s", sr_error_message());
+
+    /* the GPU peaks behind MFU */
+    char how[256];
+    unsetenv("SHARDRUN_PEAK_GFLOPS");
+    const char *h200 = "cuda:0 (GPU 3, NVIDIA H200, sm_90, 139.8 GiB, bus 0000:19:00.0, driver 580, CUDA 13.0)";
+    tap_ok(sr_metrics_gpu_peak_flops(h200, true, how, sizeof how) == 989e12 && strstr(how, "H200"),
+           "H200 bf16 peak 989 TFLOP/s: %s", how);
+    tap_ok(sr_metrics_gpu_peak_flops(h200, false, how, sizeof how) == 67e12, "H200 fp32 (exact mode) peak 67: %s", how);
+    tap_ok(sr_metrics_gpu_peak_flops("cuda:0 (GPU 0, NVIDIA H100 PCIe, ...)", true, how, sizeof how) == 756e12,
+           "H100 PCIe 756 (not the SXM's 989)");
+    tap_ok(sr_metrics_gpu_peak_flops("cuda:0 (GPU 0, NVIDIA A100-SXM4-80GB, ...)", true, how, sizeof how) == 312e12,
+           "A100 312");
+    tap_ok(sr_metrics_gpu_peak_flops("cuda:0 (GPU 0, Some Future GPU, ...)", true, how, sizeof how) == 0 &&
+               strstr(how, "SHARDRUN_PEAK_GFLOPS"),
+           "an unknown GPU has no peak (mfu null), and the message names the override");
+    setenv("SHARDRUN_PEAK_GFLOPS", "500000", 1);
+    tap_ok(sr_metrics_gpu_peak_flops("cuda:0 (GPU 0, Some Future GPU, ...)", true, how, sizeof how) == 500e12,
+           "SHARDRUN_PEAK_GFLOPS overrides: %s", how);
+    unsetenv("SHARDRUN_PEAK_GFLOPS");
     return tap_done();
 }
