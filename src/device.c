@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef SR_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -226,6 +227,18 @@ static bool skipped(const char *site) {
         p += len + (p[len] == ',');
     }
     return false;
+}
+
+sr_status sr_dev_transport_wait(sr_dev *d, sr_event *ev) {
+    if (!ev->req)
+        return SR_OK;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    sr_status st = ev->req_wait(ev->req);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    d->comm_wait_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec));
+    ev->req = NULL;
+    return st;
 }
 
 sr_status sr_dev_wait(sr_dev *d, sr_stream s, sr_event *ev, const char *site) {

@@ -181,6 +181,11 @@ sr_dev *sr_dev_fake_open(void);
 sr_status sr_dev_download(sr_dev *d, void *host_dst, const void *src, size_t bytes, const char *site);
 sr_status sr_dev_upload(sr_dev *d, void *dst, const void *host_src, size_t bytes, const char *site);
 
+/* For the tables: the host waits for a transport event's request (the
+ * time counts as exposed communication, comm_wait_ns) and clears it; SR_OK
+ * at once for an event that is not a transport event. */
+sr_status sr_dev_transport_wait(sr_dev *d, sr_event *ev);
+
 /* Named waits.  Every wait of the engine goes through these, with a site
  * from sr_dev_wait_sites: SHARDRUN_TEST_SKIP_WAIT=SITE[,SITE...] skips
  * those (a test proves the checker then reports the race), and the

@@ -16,7 +16,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "testhook.h"
@@ -82,36 +81,18 @@ static void cpu_record(sr_dev *d, sr_event *ev, sr_stream s) {
     }
 }
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* The host waits for a transport event's request (the time is exposed
- * communication). */
-static sr_status wait_transport(sr_dev *d, sr_event *ev) {
-    if (!ev->req)
-        return SR_OK;
-    uint64_t t0 = now_ns();
-    sr_status st = ev->req_wait(ev->req);
-    d->comm_wait_ns += now_ns() - t0;
-    ev->req = NULL;
-    return st;
-}
-
 static sr_status cpu_wait(sr_dev *d, sr_stream s, sr_event *ev) {
     if (d->hb) {
         sr_hb_issue(d->hb, (int)s, -1);
         sr_hb_merge(d->hb, (int)s, &ev->hb);
     }
-    return wait_transport(d, ev);
+    return sr_dev_transport_wait(d, ev);
 }
 
 static sr_status cpu_host_wait(sr_dev *d, sr_event *ev) {
     if (d->hb)
         sr_hb_host_wait(d->hb, &ev->hb, "host_wait");
-    return wait_transport(d, ev);
+    return sr_dev_transport_wait(d, ev);
 }
 
 static sr_status cpu_sync(sr_dev *d, sr_stream s) {

@@ -215,19 +215,9 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static sr_status wait_transport(sr_dev *d, sr_event *ev) {
-    if (!ev->req)
-        return SR_OK;
-    uint64_t t0 = now_ns();
-    sr_status st = ev->req_wait(ev->req);
-    d->comm_wait_ns += now_ns() - t0;
-    ev->req = NULL;
-    return st;
-}
-
 static sr_status cuda_wait(sr_dev *d, sr_stream s, sr_event *ev) {
     cuda_dev *c = cd(d);
-    sr_status st = wait_transport(d, ev);
+    sr_status st = sr_dev_transport_wait(d, ev);
     if (st == SR_OK && ev->impl)
         keep(c, cudaStreamWaitEvent(c->st[s], (cudaEvent_t)ev->impl, 0), "cudaStreamWaitEvent");
     return st != SR_OK ? st : kept(c);
@@ -261,7 +251,7 @@ static sr_status poll_event(cuda_dev *c, cudaEvent_t e) {
 
 static sr_status cuda_host_wait(sr_dev *d, sr_event *ev) {
     cuda_dev *c = cd(d);
-    sr_status st = wait_transport(d, ev);
+    sr_status st = sr_dev_transport_wait(d, ev);
     if (st != SR_OK)
         return st;
     return ev->impl ? poll_event(c, (cudaEvent_t)ev->impl) : kept(c);

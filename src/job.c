@@ -117,12 +117,17 @@ sr_status sr_job_check_device(const sr_config *cfg) {
 #endif
 }
 
+/* The first offload key set to true, or NULL. */
+static const char *offload_key(const sr_config *cfg) {
+    return cfg->offload_params      ? "sharding.offload.params"
+           : cfg->offload_grads     ? "sharding.offload.grads"
+           : cfg->offload_optimizer ? "sharding.offload.optimizer"
+                                    : NULL;
+}
+
 sr_status sr_job_check_gpu_run(const sr_config *cfg) {
-    if (cfg->offload_params || cfg->offload_grads || cfg->offload_optimizer)
-        return at_key(cfg,
-                      cfg->offload_params  ? "sharding.offload.params"
-                      : cfg->offload_grads ? "sharding.offload.grads"
-                                           : "sharding.offload.optimizer",
+    if (offload_key(cfg))
+        return at_key(cfg, offload_key(cfg),
                       "offload is not implemented yet on the GPU: a later release (hint: set sharding.offload.* to "
                       "false)");
     if (cfg->comm_backend == SR_BACKEND_NCCL)
@@ -132,11 +137,8 @@ sr_status sr_job_check_gpu_run(const sr_config *cfg) {
 }
 
 sr_status sr_job_check_cpu_run(const sr_config *cfg) {
-    if (cfg->offload_params || cfg->offload_grads || cfg->offload_optimizer)
-        return at_key(cfg,
-                      cfg->offload_params  ? "sharding.offload.params"
-                      : cfg->offload_grads ? "sharding.offload.grads"
-                                           : "sharding.offload.optimizer",
+    if (offload_key(cfg))
+        return at_key(cfg, offload_key(cfg),
                       "offload needs a GPU run: this is a CPU run, where everything already lives in host memory "
                       "(hint: set sharding.offload.* to false)");
     if (cfg->comm_backend == SR_BACKEND_NCCL)

@@ -99,7 +99,9 @@ void sr_metrics_log_memory(const char *when) {
     sr_log_info("memory %s (MiB current/peak):%s", when, line);
 }
 
-double sr_metrics_gpu_peak_flops(const char *device, bool bf16, char *how, size_t how_len) {
+/* SHARDRUN_PEAK_GFLOPS in FLOP/s (saying so in `how`), or 0 when unset
+ * or not a positive number. */
+static double env_peak(char *how, size_t how_len) {
     const char *env = getenv("SHARDRUN_PEAK_GFLOPS");
     if (env && *env) {
         char *end;
@@ -109,6 +111,13 @@ double sr_metrics_gpu_peak_flops(const char *device, bool bf16, char *how, size_
             return g * 1e9;
         }
     }
+    return 0.0;
+}
+
+double sr_metrics_gpu_peak_flops(const char *device, bool bf16, char *how, size_t how_len) {
+    double given = env_peak(how, how_len);
+    if (given > 0)
+        return given;
     /* dense peaks from the vendor's data sheets, TFLOP/s: bf16 tensor
      * cores, and fp32 without TF32 (exact mode) */
     static const struct {
@@ -133,15 +142,9 @@ double sr_metrics_gpu_peak_flops(const char *device, bool bf16, char *how, size_
 }
 
 double sr_metrics_peak_flops(int threads, char *how, size_t how_len) {
-    const char *env = getenv("SHARDRUN_PEAK_GFLOPS");
-    if (env && *env) {
-        char *end;
-        double g = strtod(env, &end);
-        if (*end == '\0' && g > 0) {
-            snprintf(how, how_len, "%.1f GFLOP/s from SHARDRUN_PEAK_GFLOPS", g);
-            return g * 1e9;
-        }
-    }
+    double given = env_peak(how, how_len);
+    if (given > 0)
+        return given;
     double mhz = 0.0;
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (f) {
