@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "device.h"
+#include "mem.h"
 #include "metrics.h"
 #include "ops.h"
 #include "tap.h"
@@ -70,6 +71,15 @@ int main(void) {
     tap_ok(st == SR_ERR_CONFIG &&
                (strstr(sr_error_message(), "not implemented yet") || strstr(sr_error_message(), "built without CUDA")),
            "device: cuda with 2 ranks is 78: %s", sr_error_message());
+
+    /* memory another allocator hands out (cudaMalloc) is accounted too */
+    size_t dev0 = sr_mem_space_current(SR_SPACE_DEVICE), other0 = sr_mem_current(SR_MEM_OTHER);
+    sr_mem_account_external(SR_SPACE_DEVICE, SR_MEM_OTHER, 4096, true);
+    bool up = sr_mem_space_current(SR_SPACE_DEVICE) == dev0 + 4096 && sr_mem_current(SR_MEM_OTHER) == other0 + 4096 &&
+              sr_mem_space_peak(SR_SPACE_DEVICE) >= dev0 + 4096;
+    sr_mem_account_external(SR_SPACE_DEVICE, SR_MEM_OTHER, 4096, false);
+    tap_ok(up && sr_mem_space_current(SR_SPACE_DEVICE) == dev0 && sr_mem_current(SR_MEM_OTHER) == other0,
+           "external allocations are accounted by space and category, and released");
 
     /* the GPU peaks behind MFU */
     char how[256];
