@@ -88,6 +88,14 @@ static bool quiet_rank = false;
 
 static int fail(sr_status st) {
     const char *msg = sr_error_message();
+    char launcher[512];
+    /* the launcher's death reaches sibling ranks a few milliseconds apart:
+     * give this rank's own witnesses that long before naming a peer that
+     * merely exited first */
+    if (st == SR_ERR_PEER && sr_world_launcher_gone(launcher, sizeof launcher, 0.3)) {
+        sr_log_error("%s (then: %s)", launcher, msg[0] ? msg : sr_status_str(st));
+        return sr_status_exit_code(st);
+    }
     bool same_everywhere =
         st == SR_ERR_CONFIG || st == SR_ERR_DATA || st == SR_ERR_NOINPUT || st == SR_ERR_USAGE || st == SR_ERR_TRAIN;
     if (!(quiet_rank && same_everywhere))

@@ -308,10 +308,19 @@ static void *parent_watch_main(void *arg) {
     return NULL;
 }
 
+/* What sr_world_launcher_gone compares against: the server's port and its
+ * listening socket as found at start (0 when not found: no witness). */
+static struct {
+    int port;
+    unsigned long inode;
+} server_socket;
+
 static void watch_parent(void) {
     pid_t parent = getppid();
     int port = server_port();
     unsigned long inode = port > 0 ? listening_inode(port) : 0;
+    server_socket.port = port;
+    server_socket.inode = inode;
     if (parent <= 1 || !inode || !holds_socket(parent, inode))
         return;
     pthread_condattr_t ca;
@@ -336,6 +345,34 @@ static void unwatch_parent(void) {
     pthread_join(parent_watch.thread, NULL);
     pthread_cond_destroy(&parent_watch.stop_cv);
     parent_watch.running = false;
+}
+
+bool sr_world_launcher_gone(char *msg, size_t size, double grace_s) {
+    if (!parent_watch.running && !server_socket.inode)
+        return false;
+    bool parent_gone = false, socket_gone = false;
+    for (double waited = 0;; waited += 0.05) {
+        parent_gone = parent_watch.running && getppid() != parent_watch.parent;
+        socket_gone = server_socket.inode && listening_inode(server_socket.port) != server_socket.inode;
+        if (parent_gone || socket_gone || waited >= grace_s)
+            break;
+        usleep(50000);
+    }
+    if (!parent_gone && !socket_gone)
+        return false;
+    if (parent_gone)
+        snprintf(msg, size,
+                 "the launcher (process %ld, this rank's parent and its PMIx server) exited: stopping without a "
+                 "checkpoint, the last committed one stays (hint: see the launcher's node and its log; resubmit to "
+                 "resume)",
+                 (long)parent_watch.parent);
+    else
+        snprintf(msg, size,
+                 "lost the connection to the launcher's PMIx server (its socket on port %d is closed): the launcher "
+                 "(mpirun, or Slurm's slurmstepd) died; stopping without a checkpoint, the last committed one stays "
+                 "(hint: see the launcher's node and its log; resubmit to resume)",
+                 server_socket.port);
+    return true;
 }
 
 /* The blocking form (no callback) returns the handler's id, or a negative

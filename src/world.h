@@ -39,6 +39,18 @@ typedef struct {
 sr_status sr_world_init(sr_world *w);
 void sr_world_close(sr_world *w);
 
+/* Whether this rank's launcher is gone (waiting up to grace_s for a
+ * witness to see it), asked before a rank blames a peer:
+ * when the launcher dies, the ranks on its node notice at slightly
+ * different moments, and the first to exit closes its connections, so a
+ * slower sibling sees that peer go before its own PMIx event fires.  The
+ * witnesses are synchronous: this process's parent, when the parent was
+ * the PMIx server, has changed, or the server's listening TCP socket found
+ * at start is no longer open.  On true, msg holds the launcher message
+ * (the same words as the asynchronous witnesses).  False when no witness
+ * was found at start (a single process, a server without a TCP socket). */
+bool sr_world_launcher_gone(char *msg, size_t size, double grace_s);
+
 /* The launch decision without PMIx, from the environment (exposed for
  * tests): true when the environment is a multi-task srun step. */
 bool sr_world_in_multitask_srun(void);

@@ -200,7 +200,7 @@ check "f: node 2's slurmstepd killed: every rank reports within comm.timeout_s +
 # may speak first)
 lost="lost the connection to the launcher.s PMIx server\|the launcher (process [0-9]*, this rank.s parent and its PMIx server) exited"
 check "  ...ranks 2 and 3 name the lost launcher" sh -c "grep -q '$lost' stepd.err.2 && grep -q '$lost' stepd.err.3" ||
-    diag "$(tail -n 2 stepd.err.* | head -20)"
+    diag "$(tail -n 2 stepd.err.2 stepd.err.3)"
 check "  ...and nothing after it: no save" \
     sh -c "for r in 0 1 2 3; do tail -1 stepd.err.\$r | grep -q 'error:' || exit 1; done"
 st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 120)
