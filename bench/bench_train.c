@@ -11,7 +11,12 @@
  * SGEMM GFLOP/s.  Prints one RESULT line (per-step times and the
  * ceiling) that bench/run.sh turns into the table.
  *
- * usage: bench_train MODEL THREADS STEPS */
+ * With --device cuda the same step runs on the GPU in the exact (fp32)
+ * mode, the model owning its parameters and no engine: the baseline of
+ * the FSDP overhead at one rank that tests/gpu/check.sh measures (the
+ * SGEMM ceiling is then not measured: sgemm_gflops=0).
+ *
+ * usage: bench_train MODEL THREADS STEPS [--device cpu|cuda] */
 #include "srconfig.h"
 
 #include <cblas.h>
@@ -22,6 +27,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "device.h"
 #include "mem.h"
 #include "model.h"
 #include "ops.h"
@@ -72,18 +78,39 @@ static double sgemm_ceiling(int BT, int C, int Vp, int threads, int reps) {
     return best;
 }
 
-static int bench(const char *preset, int L, int NH, int C, int V, int threads, int steps) {
+static int bench(const char *preset, int L, int NH, int C, int V, int threads, int steps, bool cuda) {
     const int T = 256, B = 4;
     sr_ops_set_threads(threads);
     sr_mem_reset();
     sr_model m;
     sr_model_dims d = {L, NH, C, V, 0, T};
-    sr_dev *dev = sr_dev_cpu_open();
-    if (!dev || sr_model_init(&m, d, &sr_ops_cpu, dev, B, true) != SR_OK) {
+    sr_dev *dev = NULL;
+    const sr_ops *ops = &sr_ops_cpu;
+    if (cuda) {
+        /* the exact (fp32) mode: a model that owns its parameters computes in fp32 */
+        if (sr_device_open(&dev, SR_DEVICE_CUDA, 1, 0, 1) != SR_OK) {
+            fprintf(stderr, "bench: %s\n", sr_error_message());
+            return 69;
+        }
+        ops = sr_device_ops(dev, SR_DT_F32);
+    } else {
+        dev = sr_dev_cpu_open();
+    }
+    if (!dev || sr_model_init(&m, d, ops, dev, B, true) != SR_OK) {
         fprintf(stderr, "bench: out of memory for %s\n", preset);
         return 70;
     }
-    sr_model_init_params(&m, 1, m.params, 0, m.n_params);
+    if (cuda) {
+        float *host = malloc(m.n_params * sizeof(float));
+        if (!host)
+            return 70;
+        sr_model_init_params(&m, 1, host, 0, m.n_params);
+        sr_dev_upload(dev, m.params, host, m.n_params * sizeof(float), "upload");
+        free(host);
+    } else {
+        sr_model_init_params(&m, 1, m.params, 0, m.n_params);
+    }
+    double *dsum = cuda ? dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, sizeof(double)) : NULL;
     sr_optim opt;
     sr_optim_init(&opt, &m, dev, 0, m.n_params);
     sr_config cfg;
@@ -98,19 +125,34 @@ static int bench(const char *preset, int L, int NH, int C, int V, int threads, i
     double *ms = malloc(sizeof(double) * steps);
     for (int s = 0; s < warm + steps; s++) {
         double t0 = now_s();
-        memset(m.grads, 0, m.n_params * sizeof(float));
-        double loss_sum = 0.0;
-        sr_model_forward(&m, NULL, in, tg, B);
-        sr_model_take_loss_sum(&m, &loss_sum);
-        sr_model_backward(&m, NULL, 1.0f / (B * T));
-        double norm = sqrt(sr_vec_sum_squares(m.grads, m.n_params));
-        sr_optim_step(&opt, m.params, m.grads, s + 1, 1e-4, &adamw, norm > 1 ? (float)(1 / norm) : 1.0f);
+        double loss_sum = 0.0, norm = 0.0;
+        if (cuda) {
+            /* the device's own primitives, one read of the loss and one of
+             * the sum of squares per step, AdamW on the device */
+            dev->memset(dev, SR_STREAM_COMPUTE, m.grads, 0, m.n_params * sizeof(float));
+            sr_model_forward(&m, NULL, in, tg, B);
+            sr_model_take_loss_sum(&m, &loss_sum);
+            sr_model_backward(&m, NULL, 1.0f / (B * T));
+            dev->sum_squares(dev, SR_STREAM_COMPUTE, dsum, m.grads, m.n_params);
+            double ss = 0;
+            sr_dev_download(dev, &ss, dsum, sizeof ss, "download");
+            norm = sqrt(ss);
+            sr_optim_step(&opt, m.params, m.grads, s + 1, 1e-4, &adamw, norm > 1 ? (float)(1 / norm) : 1.0f);
+            dev->sync(dev, SR_STREAM_COMPUTE);
+        } else {
+            memset(m.grads, 0, m.n_params * sizeof(float));
+            sr_model_forward(&m, NULL, in, tg, B);
+            sr_model_take_loss_sum(&m, &loss_sum);
+            sr_model_backward(&m, NULL, 1.0f / (B * T));
+            norm = sqrt(sr_vec_sum_squares(m.grads, m.n_params));
+            sr_optim_step(&opt, m.params, m.grads, s + 1, 1e-4, &adamw, norm > 1 ? (float)(1 / norm) : 1.0f);
+        }
         if (s >= warm)
             ms[s - warm] = (now_s() - t0) * 1e3;
     }
-    double ceil = sgemm_ceiling(B * T, C, m.d.Vp, threads, 5);
-    printf("RESULT impl=shardrun model=%s threads=%d flops_per_step=%.6g sgemm_gflops=%.3f ms=", preset, threads,
-           sr_model_flops_per_token(&m) * B * T, ceil);
+    double ceil = cuda ? 0 : sgemm_ceiling(B * T, C, m.d.Vp, threads, 5);
+    printf("RESULT impl=shardrun device=%s model=%s threads=%d flops_per_step=%.6g sgemm_gflops=%.3f ms=",
+           cuda ? "cuda" : "cpu", preset, threads, sr_model_flops_per_token(&m) * B * T, ceil);
     for (int s = 0; s < steps; s++)
         printf("%s%.3f", s ? "," : "", ms[s]);
     printf("\n");
@@ -118,14 +160,17 @@ static int bench(const char *preset, int L, int NH, int C, int V, int threads, i
     free(ms), free(in), free(tg);
     sr_config_free(&cfg);
     sr_optim_free(&opt);
+    if (dsum)
+        dev->free(dev, dsum);
     sr_model_free(&m);
     sr_device_close(dev);
     return 0;
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: bench_train MODEL THREADS STEPS   (MODEL: tiny | gpt2-124m)\n");
+    bool cuda = argc == 6 && strcmp(argv[4], "--device") == 0 && strcmp(argv[5], "cuda") == 0;
+    if (argc != 4 && !(argc == 6 && strcmp(argv[4], "--device") == 0 && (cuda || strcmp(argv[5], "cpu") == 0))) {
+        fprintf(stderr, "usage: bench_train MODEL THREADS STEPS [--device cpu|cuda]   (MODEL: tiny | gpt2-124m)\n");
         return 64;
     }
     const struct {
@@ -135,7 +180,7 @@ int main(int argc, char **argv) {
     for (size_t k = 0; k < sizeof models / sizeof models[0]; k++)
         if (strcmp(argv[1], models[k].name) == 0)
             return bench(models[k].name, models[k].L, models[k].NH, models[k].C, models[k].V, atoi(argv[2]),
-                         atoi(argv[3]) > 0 ? atoi(argv[3]) : 3);
+                         atoi(argv[3]) > 0 ? atoi(argv[3]) : 3, cuda);
     fprintf(stderr, "bench_train: unknown model '%s'\n", argv[1]);
     return 64;
 }

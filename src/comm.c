@@ -30,6 +30,7 @@ struct sr_group {
     int n, me;
     int *ranks;
     char name[32]; /* for messages: "shard", "replicate", ... */
+    void *dcomm;   /* the device communicator (comm_nccl.c), or NULL */
 };
 
 static const char *const op_names[] = {"all-gather", "reduce-scatter", "all-reduce", "broadcast"};
@@ -156,6 +157,10 @@ void sr_group_set_name(sr_group *g, const char *name) { snprintf(g->name, sizeof
 
 int sr_group_size(const sr_group *g) { return g->n; }
 int sr_group_rank(const sr_group *g) { return g->me; }
+const char *sr_group_name(const sr_group *g) { return g->name; }
+const int *sr_group_ranks(const sr_group *g) { return g->ranks; }
+void sr_group_set_device_comm(sr_group *g, void *comm) { g->dcomm = comm; }
+void *sr_group_device_comm(const sr_group *g) { return g->dcomm; }
 const char *sr_transport_address(const sr_transport *tp) { return tp->tcp ? sr_tcp_address(tp->tcp) : "loop"; }
 
 static void *progress_main(void *arg);
@@ -183,6 +188,10 @@ static void link_stop(sr_transport *tp) {
 }
 static int link_closed_peer(sr_transport *tp, double wait_s) {
     return tp->loop ? sr_loop_closed_peer(tp->loop, wait_s) : sr_tcp_closed_peer(tp->tcp, wait_s);
+}
+
+int sr_transport_closed_peer(sr_transport *tp, double wait_s) {
+    return tp && (tp->loop || tp->tcp) ? link_closed_peer(tp, wait_s) : -1;
 }
 
 sr_status sr_transport_open_loop(sr_transport **out, sr_loop_hub *hub, sr_world *w, const sr_transport_opts *o) {

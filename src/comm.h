@@ -78,6 +78,16 @@ const char *sr_transport_address(const sr_transport *tp);
 
 int sr_group_size(const sr_group *g);
 int sr_group_rank(const sr_group *g); /* this process's index in the group */
+const char *sr_group_name(const sr_group *g);
+const int *sr_group_ranks(const sr_group *g); /* world ranks in ring order */
+/* The group's device communicator (an NCCL communicator of comm_nccl.c;
+ * NULL = none, the default): collectives on device memory over the group
+ * go there instead of the host transport. */
+void sr_group_set_device_comm(sr_group *g, void *comm);
+void *sr_group_device_comm(const sr_group *g);
+/* The post-mortem of a failed data plane other than this one (NCCL): the
+ * first peer whose transport connection closed within wait_s, or -1. */
+int sr_transport_closed_peer(sr_transport *tp, double wait_s);
 
 /* Asynchronous collectives: queue the operation and return at once with
  * *req set (NULL req = block until done).  Buffers must stay valid and

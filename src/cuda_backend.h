@@ -42,6 +42,9 @@ sr_cuda_ctx *sr_dev_cuda_ctx(sr_dev *d);
 sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical);
 void sr_dev_cuda_close(sr_dev *d);
 
+/* The CUDA stream behind stream s of a cuda table. */
+cudaStream_t sr_dev_cuda_stream(sr_dev *d, sr_stream s);
+
 /* The CUDA ops computing in f32 (exact mode) or bf16. */
 extern const sr_ops sr_ops_cuda_f32, sr_ops_cuda_bf16;
 

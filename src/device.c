@@ -130,11 +130,14 @@ sr_status sr_device_open(sr_dev **out, sr_device_want want, int world_size, int 
     *out = NULL;
     if (want == SR_DEVICE_CUDA) {
 #ifdef SR_HAVE_CUDA
+        (void)world_size;
+#ifndef SR_HAVE_NCCL
         if (world_size > 1)
             return sr_error(SR_ERR_CONFIG,
-                            "device: cuda with %d ranks is not implemented yet: this release trains on one GPU "
-                            "(multi-GPU over NCCL comes next) (hint: one task, or device: cpu)",
+                            "device: cuda with %d ranks needs NCCL, and this shardrun was built without it (hint: "
+                            "configure --with-nccl, or one task, or device: cpu)",
                             world_size);
+#endif
         bool usable;
         return open_cuda(out, local_rank, local_size, &usable);
 #else
@@ -150,11 +153,14 @@ sr_status sr_device_open(sr_dev **out, sr_device_want want, int world_size, int 
     if (want == SR_DEVICE_AUTO && !fake) {
         int count = 0;
         if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) {
+#ifndef SR_HAVE_NCCL
             if (world_size > 1)
-                sr_log_warn("device: auto sees a GPU, but %d ranks on GPUs is not implemented yet (multi-GPU over "
-                            "NCCL comes next): training on the CPU (hint: device: cuda with one task)",
+                sr_log_warn("device: auto sees a GPU, but %d ranks on GPUs need NCCL, and this shardrun was built "
+                            "without it: training on the CPU (hint: configure --with-nccl)",
                             world_size);
-            else {
+            else
+#endif
+            {
                 bool usable;
                 return open_cuda(out, local_rank, local_size, &usable);
             }

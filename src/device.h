@@ -149,6 +149,17 @@ struct sr_dev {
     double timeout_s;
     long long step;
     void *impl; /* the back end's own state (cuda), or NULL */
+    /* Called by a host wait whose deadline passed, before it fails with
+     * its own message (NULL: none): the NCCL plane (comm_nccl.c) aborts
+     * and exits 69 when one of its collectives is what never completed,
+     * and returns otherwise. */
+    void (*on_deadline)(void *arg);
+    void *on_deadline_arg;
+    /* The device memory in use by anyone (cudaMemGetInfo's total - free),
+     * now; NULL for the cpu tables.  used_at_open: the same when the table
+     * opened (the context, and its modules when loaded eagerly). */
+    size_t (*used_bytes)(sr_dev *d);
+    size_t used_at_open;
 };
 
 /* The device a job asks for (the job file's `device` key). */

@@ -237,6 +237,8 @@ static sr_status poll_event(cuda_dev *c, cudaEvent_t e) {
             return kept(c);
         }
         uint64_t waited = now_ns() - t0;
+        if (timeout > 0 && (double)waited / 1e9 > timeout && c->base.on_deadline)
+            c->base.on_deadline(c->base.on_deadline_arg);
         if (timeout > 0 && (double)waited / 1e9 > timeout)
             return sr_error(SR_ERR_INTERNAL,
                             "the GPU (bus %s) did not finish step %lld within comm.timeout_s = %g s; the last op "
@@ -330,7 +332,14 @@ static void driver_version(char *buf, size_t n) {
     snprintf(buf, n, "CUDA %d.%d", v / 1000, v % 1000 / 10);
 }
 
+static size_t cuda_used_bytes(sr_dev *d) {
+    (void)d;
+    size_t free_b = 0, total_b = 0;
+    return cudaMemGetInfo(&free_b, &total_b) == cudaSuccess ? total_b - free_b : 0;
+}
+
 sr_cuda_ctx *sr_dev_cuda_ctx(sr_dev *d) { return &cd(d)->ctx; }
+cudaStream_t sr_dev_cuda_stream(sr_dev *d, sr_stream s) { return cd(d)->st[s]; }
 
 #define TRY(call, what)                                                                                                \
     do {                                                                                                               \
@@ -415,6 +424,8 @@ sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical) {
     TRY(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
     long long margin = (long long)(total_b / 20) > (512ll << 20) ? (long long)(total_b / 20) : (512ll << 20);
     c->base.device_free_bytes = (long long)free_b > margin ? (long long)free_b - margin : 0;
+    c->base.used_at_open = total_b - free_b;
+    c->base.used_bytes = cuda_used_bytes;
     char drv[80];
     driver_version(drv, sizeof drv);
     int rt = 0;

@@ -36,6 +36,7 @@
 #include "config.h"
 #include "fsio.h"
 #include "mem.h"
+#include "testhook.h"
 #include "vec.h"
 
 /* A buffer that units take turns in: the full-unit pool's slots and the
@@ -84,6 +85,11 @@ struct sr_fsdp {
     sr_shardplan plan;
     int S, R;
     sr_group *shard_g, *rep_g;
+    sr_group *groups[4]; /* every group this engine declared, in order (the NCCL splits) */
+    int ngroups;
+    sr_nccl *nccl; /* the device data plane of multi-GPU runs, or NULL */
+    void *hstage;  /* host staging of virtual ranks on one GPU (staged_collective) */
+    size_t hstage_bytes;
     int nunits;
     unit *units;
     float *pshard, *gshard;
@@ -129,6 +135,81 @@ static void dfree(sr_fsdp *f, void **p) {
     *p = NULL;
 }
 
+/* One collective of the engine on device buffers, on the comm stream, in
+ * comm.h's shapes; *ev completes with it.  The data plane: the group's
+ * NCCL communicator when it has one; on a device table other than the
+ * cpu one, a group of one rank is a copy on the comm stream (or nothing,
+ * in place), since the host transport cannot read device memory; else the
+ * host transport's request (cpu and fake tables, whose memory the host
+ * reads).  sbytes and rbytes are the buffers' sizes, which the NCCL
+ * wrappers check the count against; `what` names the collective for the
+ * happens-before checker. */
+typedef enum { COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_ALLREDUCE } coll_kind;
+
+/* Virtual ranks on one GPU (tests/test_vranks --device cuda, the GPU
+ * check's proof of the multi-rank engine where NCCL cannot run two ranks):
+ * their loop plane moves host memory, so the collective is staged — the
+ * host waits for the comm stream, downloads the send buffer, runs the
+ * transport's collective and uploads the result.  Synchronous, and only
+ * for ranks without NCCL communicators (a real multi-GPU run has them). */
+static sr_status staged_collective(sr_fsdp *f, coll_kind kind, sr_group *g, void *recv, const void *send, size_t count,
+                                   sr_dtype dt, sr_event *ev) {
+    sr_dev *d = f->dev;
+    size_t es = sr_dtype_size(dt), n = (size_t)sr_group_size(g);
+    size_t sb = (kind == COLL_REDUCE_SCATTER ? n : 1) * count * es, rb = (kind == COLL_ALLGATHER ? n : 1) * count * es;
+    if (f->hstage_bytes < sb + rb) {
+        void *p = sr_realloc(f->hstage, sb + rb);
+        if (!p)
+            return sr_error_oom("the staging buffer of a virtual rank's collective");
+        f->hstage = p;
+        f->hstage_bytes = sb + rb;
+    }
+    char *hs = f->hstage, *hr = hs + sb;
+    sr_event before = {0};
+    d->record(d, &before, SR_STREAM_COMM);
+    sr_status st = sr_dev_host_wait(d, &before, "download");
+    if (st == SR_OK)
+        st = sr_dev_download(d, hs, send, sb, "download");
+    if (st == SR_OK)
+        st = kind == COLL_ALLGATHER        ? sr_allgather(g, hr, hs, count, dt, NULL)
+             : kind == COLL_REDUCE_SCATTER ? sr_reduce_scatter(g, hr, hs, count, dt, SR_OP_SUM, NULL)
+                                           : sr_allreduce(g, hs, count, dt, SR_OP_SUM, NULL);
+    if (st == SR_OK)
+        st = sr_dev_upload(d, recv, kind == COLL_ALLREDUCE ? hs : hr, rb, "upload");
+    d->record(d, ev, SR_STREAM_COMM);
+    return st;
+}
+
+static sr_status collective(sr_fsdp *f, coll_kind kind, const char *what, sr_group *g, void *recv, size_t rbytes,
+                            const void *send, size_t sbytes, size_t count, sr_dtype dt, sr_event *ev) {
+    sr_dev *d = f->dev;
+    *ev = (sr_event){0};
+    size_t es = sr_dtype_size(dt);
+    if (f->nccl && sr_group_device_comm(g)) {
+        sr_dev_declare(d, SR_STREAM_COMM, send, sbytes, false, what);
+        sr_dev_declare(d, SR_STREAM_COMM, recv, rbytes, true, what);
+        sr_status st = sr_nccl_collective(f->nccl, (sr_nccl_kind)kind, g, recv, rbytes, send, sbytes, count, dt);
+        d->record(d, ev, SR_STREAM_COMM);
+        return st;
+    }
+    if (sr_group_size(g) == 1 && d->kind != SR_DEV_CPU) {
+        if (kind != COLL_ALLREDUCE && recv != send)
+            d->copy(d, SR_STREAM_COMM, recv, send, count * es);
+        d->record(d, ev, SR_STREAM_COMM);
+        return SR_OK;
+    }
+    if (d->kind == SR_DEV_CUDA || (d->kind == SR_DEV_FAKE && sr_testhook()->staged))
+        return staged_collective(f, kind, g, recv, send, count, dt, ev);
+    sr_dev_collective(d, SR_STREAM_COMM, send, sbytes, recv, rbytes, what);
+    sr_req *req = NULL;
+    sr_status st = kind == COLL_ALLGATHER        ? sr_allgather(g, recv, send, count, dt, &req)
+                   : kind == COLL_REDUCE_SCATTER ? sr_reduce_scatter(g, recv, send, count, dt, SR_OP_SUM, &req)
+                                                 : sr_allreduce(g, recv, count, dt, SR_OP_SUM, &req);
+    sr_dev_collective_event(d, ev);
+    sr_event_from_req(ev, req);
+    return st;
+}
+
 /* The gather of a unit: into its own buffer or a free slot of the pool
  * (none free: a prefetch is skipped; the unit the model asks for always
  * finds one, by the pool's size); on the comm stream, once the buffer's
@@ -162,28 +243,24 @@ static void issue_gather(sr_fsdp *f, unit *u, bool prefetch) {
     if (released)
         sr_dev_wait(d, SR_STREAM_COMM, released, "slot_free");
     sr_status st;
-    sr_req *req = NULL;
     size_t full_bytes = (size_t)f->S * P * es;
     if (u->has_kept) {
         int N = sr_group_size(u->ngroup);
         size_t part = (size_t)f->S * P / (size_t)N;
         sr_dev_wait(d, SR_STREAM_COMM, &u->kept_ready, "kept_ready");
-        sr_dev_collective(d, SR_STREAM_COMM, u->kept, part * es, u->full, full_bytes, "all-gather (reshard N)");
-        st = sr_allgather(u->ngroup, u->full, u->kept, part, f->pdt, &req);
+        st = collective(f, COLL_ALLGATHER, "all-gather (reshard N)", u->ngroup, u->full, full_bytes, u->kept, part * es,
+                        part, f->pdt, &u->ready);
         u->has_kept = false; /* consumed: the next forward gathers the shard again */
     } else if (f->pdt == SR_DT_F32) {
-        sr_dev_collective(d, SR_STREAM_COMM, f->pshard + u->p->local, P * 4, u->full, full_bytes, "all-gather");
-        st = sr_allgather(f->shard_g, u->full, f->pshard + u->p->local, P, SR_DT_F32, &req);
+        st = collective(f, COLL_ALLGATHER, "all-gather", f->shard_g, u->full, full_bytes, f->pshard + u->p->local,
+                        P * 4, P, SR_DT_F32, &u->ready);
     } else {
         /* in place: this rank's part of the full buffer is the send buffer */
         void *mine = (char *)u->full + (size_t)sr_group_rank(f->shard_g) * P * 2;
         d->cast_f32_bf16(d, SR_STREAM_COMM, mine, f->pshard + u->p->local, P);
-        sr_dev_collective(d, SR_STREAM_COMM, mine, P * 2, u->full, full_bytes, "all-gather (bf16)");
-        st = sr_allgather(f->shard_g, u->full, mine, P, SR_DT_BF16, &req);
+        st = collective(f, COLL_ALLGATHER, "all-gather (bf16)", f->shard_g, u->full, full_bytes, mine, P * 2, P,
+                        SR_DT_BF16, &u->ready);
     }
-    u->ready = (sr_event){0};
-    sr_dev_collective_event(d, &u->ready);
-    sr_event_from_req(&u->ready, req);
     u->ag_pending = true;
     if (st != SR_OK)
         fail(f, st);
@@ -363,20 +440,16 @@ static void issue_reduce(sr_fsdp *f, unit *u) {
     }
     /* fp32 once per step: straight into the gradient shard, written whole */
     void *recv = f->per_step && f->rdt == SR_DT_F32 ? (void *)(f->gshard + u->p->local) : sl->recv;
-    sr_req *rs = NULL, *ar = NULL;
     size_t res = sr_dtype_size(f->rdt);
-    sr_dev_collective(d, SR_STREAM_COMM, send, total * res, recv, P * res, "reduce-scatter");
-    sr_status st = sr_reduce_scatter(f->shard_g, recv, send, P, f->rdt, SR_OP_SUM, &rs);
-    u->rs_done = (sr_event){0};
-    sr_dev_collective_event(d, &u->rs_done);
-    sr_event_from_req(&u->rs_done, rs);
+    sr_status st = collective(f, COLL_REDUCE_SCATTER, "reduce-scatter", f->shard_g, recv, P * res, send, total * res, P,
+                              f->rdt, &u->rs_done);
     u->ar_done = (sr_event){0};
-    if (st == SR_OK && f->R > 1) {
-        sr_dev_collective(d, SR_STREAM_COMM, recv, P * res, recv, P * res, "all-reduce (replicas)");
-        st = sr_allreduce(f->rep_g, recv, P, f->rdt, SR_OP_SUM, &ar);
-        sr_dev_collective_event(d, &u->ar_done);
+    /* one replica needs no all-reduce; SHARDRUN_TEST_NCCL_SIZE1 runs it
+     * anyway (a sum over one rank: the identity) to prove the call */
+    if (st == SR_OK && (f->R > 1 || (f->nccl && sr_group_device_comm(f->rep_g)))) {
+        st = collective(f, COLL_ALLREDUCE, "all-reduce (replicas)", f->rep_g, recv, P * res, recv, P * res, P, f->rdt,
+                        &u->ar_done);
     }
-    sr_event_from_req(&u->ar_done, ar);
     if (st != SR_OK)
         fail(f, st);
     u->rs_pending = true;
@@ -451,6 +524,13 @@ static sr_status create_groups(sr_fsdp *f, sr_transport *tp, sr_group *ngroups[2
             sr_group_set_name(ngroups[i], i == 0 ? "reshard (blocks)" : "reshard (root)");
     }
     free(ranks);
+    if (st == SR_OK) {
+        f->groups[f->ngroups++] = f->shard_g;
+        f->groups[f->ngroups++] = f->rep_g;
+        for (int i = 0; i < 2; i++)
+            if (ngroups[i] && (i == 0 || ngroups[1] != ngroups[0]))
+                f->groups[f->ngroups++] = ngroups[i];
+    }
     return st;
 }
 
@@ -569,6 +649,15 @@ static sr_status init_master(sr_fsdp *f) {
     return st;
 }
 
+int sr_fsdp_groups(const sr_fsdp *f, sr_group **out, int max) {
+    int n = 0;
+    for (int i = 0; i < f->ngroups && n < max; i++)
+        out[n++] = f->groups[i];
+    return n;
+}
+
+void sr_fsdp_set_nccl(sr_fsdp *f, sr_nccl *n) { f->nccl = n; }
+
 sr_status sr_fsdp_init(sr_fsdp **out, sr_model *m, const sr_mesh *mesh, const sr_fsdp_opts *o, sr_transport *tp) {
     *out = NULL;
     sr_fsdp *f = sr_calloc(1, sizeof *f);
@@ -615,6 +704,7 @@ sr_status sr_fsdp_init(sr_fsdp **out, sr_model *m, const sr_mesh *mesh, const sr
 void sr_fsdp_free(sr_fsdp *f) {
     if (!f)
         return;
+    free(f->hstage);
     for (int ui = 0; f->units && ui < f->nunits; ui++) {
         unit *u = &f->units[ui];
         finish_reduce(f, u);
@@ -806,13 +896,9 @@ sr_status sr_fsdp_dump_params(sr_fsdp *f, const char *path) {
     sr_status st = SR_OK;
     for (int ui = 0; ui < f->nunits && st == SR_OK; ui++) {
         const sr_unit_plan *u = &f->plan.units[ui];
-        sr_req *req = NULL;
-        sr_dev_collective(f->dev, SR_STREAM_COMM, f->pshard + u->local, u->P * 4, unit_buf, (size_t)f->S * u->P * 4,
-                          "all-gather (parameter dump)");
-        st = sr_allgather(f->shard_g, unit_buf, f->pshard + u->local, u->P, SR_DT_F32, &req);
-        sr_event gathered = {0};
-        sr_dev_collective_event(f->dev, &gathered);
-        sr_event_from_req(&gathered, req);
+        sr_event gathered;
+        st = collective(f, COLL_ALLGATHER, "all-gather (parameter dump)", f->shard_g, unit_buf, (size_t)f->S * u->P * 4,
+                        f->pshard + u->local, u->P * 4, u->P, SR_DT_F32, &gathered);
         sr_status wst = sr_dev_host_wait(f->dev, &gathered, "dump_gathered");
         if (st == SR_OK)
             st = wst;

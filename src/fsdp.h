@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "comm.h"
+#include "comm_nccl.h"
 #include "mesh.h"
 #include "model.h"
 #include "optim.h"
@@ -41,6 +42,12 @@ typedef struct {
  * caller).  SR_ERR_INTERNAL when out of memory.  *out is set even on
  * failure; free with sr_fsdp_free. */
 sr_status sr_fsdp_init(sr_fsdp **out, sr_model *model, const sr_mesh *mesh, const sr_fsdp_opts *o, sr_transport *tp);
+/* The groups the engine declared, in declaration order (shard, replicate,
+ * then the reshard-N groups): at most `max` into out; returns the count. */
+int sr_fsdp_groups(const sr_fsdp *f, sr_group **out, int max);
+/* Routes the engine's collectives over groups that have a device
+ * communicator through the NCCL plane `n` (comm_nccl.h; NULL: none). */
+void sr_fsdp_set_nccl(sr_fsdp *f, sr_nccl *n);
 void sr_fsdp_free(sr_fsdp *f);
 
 /* Step protocol: begin_step zeroes gradients; for each micro-batch

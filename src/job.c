@@ -125,14 +125,21 @@ static const char *offload_key(const sr_config *cfg) {
                                     : NULL;
 }
 
-sr_status sr_job_check_gpu_run(const sr_config *cfg) {
+sr_status sr_job_check_gpu_run(const sr_config *cfg, int world_size) {
     if (offload_key(cfg))
         return at_key(cfg, offload_key(cfg),
                       "offload is not implemented yet on the GPU: a later release (hint: set sharding.offload.* to "
                       "false)");
+#ifndef SR_HAVE_NCCL
     if (cfg->comm_backend == SR_BACKEND_NCCL)
         return at_key(cfg, "comm.backend",
-                      "comm.backend nccl is not implemented yet: this release trains on one GPU (hint: tcp or auto)");
+                      "comm.backend nccl, but this shardrun was built without NCCL (hint: auto, or a build configured "
+                      "--with-nccl)");
+#endif
+    if (cfg->comm_backend == SR_BACKEND_TCP && world_size > 1)
+        return at_key(cfg, "comm.backend",
+                      "comm.backend tcp on a multi-GPU run is not implemented yet: GPU collectives run over NCCL "
+                      "(hint: auto or nccl)");
     return SR_OK;
 }
 
@@ -142,6 +149,13 @@ sr_status sr_job_check_cpu_run(const sr_config *cfg) {
                       "offload needs a GPU run: this is a CPU run, where everything already lives in host memory "
                       "(hint: set sharding.offload.* to false)");
     if (cfg->comm_backend == SR_BACKEND_NCCL)
-        return at_key(cfg, "comm.backend", "comm.backend nccl needs a GPU run; this is a CPU run (hint: tcp or auto)");
+        return at_key(cfg, "comm.backend",
+#ifdef SR_HAVE_NCCL
+                      "comm.backend nccl needs a GPU run; this is a CPU run (hint: tcp or auto)"
+#else
+                      "comm.backend nccl, but this shardrun was built without NCCL, and this is a CPU run (hint: tcp "
+                      "or auto)"
+#endif
+        );
     return SR_OK;
 }

@@ -46,9 +46,11 @@ void sr_job_free(sr_job *j);
  * key was set. */
 sr_status sr_job_check_world(const sr_config *cfg, int ranks, int rank, sr_mesh *mesh);
 
-/* The keys a GPU run refuses in this release (SR_ERR_CONFIG at the key):
- * offload and the nccl backend, both later releases. */
-sr_status sr_job_check_gpu_run(const sr_config *cfg);
+/* The keys a GPU run of world_size ranks refuses (SR_ERR_CONFIG at the
+ * key): offload (a later release), comm.backend nccl in a build without
+ * NCCL, and comm.backend tcp with more than one rank (GPU collectives run
+ * over NCCL). */
+sr_status sr_job_check_gpu_run(const sr_config *cfg, int world_size);
 /* What a CPU run cannot do: offload (everything already lives in host
  * memory) and the NCCL transport.  SR_ERR_CONFIG with the place. */
 sr_status sr_job_check_cpu_run(const sr_config *cfg);

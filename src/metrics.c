@@ -59,6 +59,8 @@ void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
             r->comm_exposed_ms, (long long)r->tokens, r->ranks);
     if (r->has_val)
         fprintf(f, ",\"val_loss\":%.17g", r->val_loss);
+    if (r->nccl)
+        fprintf(f, ",\"nccl\":\"%s\"", r->nccl);
     for (int c = 0; c < SR_MEM_NCAT; c++)
         fprintf(f, ",\"mem_%s\":%zu,\"mem_%s_peak\":%zu", sr_mem_name(c), sr_mem_current(c), sr_mem_name(c),
                 sr_mem_peak(c));

@@ -26,6 +26,7 @@ typedef struct {
     int ranks;
     bool has_val;
     double val_loss;
+    const char *nccl; /* the NCCL version of a run over NCCL, or NULL (no key) */
 } sr_step_record;
 
 /* Opens `path` for records ("" or NULL: none, *out NULL): appended to when

@@ -48,6 +48,18 @@ static void bad(parse_state *ps, const char *name, const char *value, const char
 
 /* "@RANK" at the end of v (rank stays -1 without one); returns the length
  * before it, or -1 when the rank does not parse. */
+/* A boolean hook: 1 sets *out, 0 or empty leaves it false, anything else
+ * is refused. */
+static void flag(parse_state *ps, const char *name, bool *out) {
+    const char *v = getenv(name);
+    if (!v || !*v || strcmp(v, "0") == 0)
+        return;
+    if (strcmp(v, "1") == 0)
+        *out = true;
+    else
+        bad(ps, name, v, "1 or 0");
+}
+
 static long split_rank(const char *v, int *rank) {
     *rank = -1;
     const char *at = strchr(v, '@');
@@ -121,12 +133,7 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
     }
     if ((v = getenv("SHARDRUN_TEST_MEM_AVAILABLE")) && *v && !parse_i64(v, strlen(v), 0, &h->mem_available))
         bad(&ps, "SHARDRUN_TEST_MEM_AVAILABLE", v, "a number of bytes >= 0");
-    if ((v = getenv("SHARDRUN_TEST_NO_PMIX_EVENTS")) && *v) {
-        if (strcmp(v, "1") == 0)
-            h->no_pmix_events = true;
-        else if (strcmp(v, "0") != 0)
-            bad(&ps, "SHARDRUN_TEST_NO_PMIX_EVENTS", v, "1 or 0");
-    }
+    flag(&ps, "SHARDRUN_TEST_NO_PMIX_EVENTS", &h->no_pmix_events);
     if ((v = getenv("SHARDRUN_TEST_DEVICE")) && *v) {
         if (strcmp(v, "fake") == 0)
             snprintf(h->device, sizeof h->device, "fake");
@@ -136,18 +143,8 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
     if ((v = getenv("SHARDRUN_TEST_DEVICE_FREE_MB")) && *v &&
         (!parse_i64(v, strlen(v), 0, &h->device_free_mb) || h->device_free_mb > ((int64_t)1 << 40)))
         bad(&ps, "SHARDRUN_TEST_DEVICE_FREE_MB", v, "a number of MiB from 0 to 2^40");
-    if ((v = getenv("SHARDRUN_TEST_POISON")) && *v) {
-        if (strcmp(v, "1") == 0)
-            h->poison = true;
-        else if (strcmp(v, "0") != 0)
-            bad(&ps, "SHARDRUN_TEST_POISON", v, "1 or 0");
-    }
-    if ((v = getenv("SHARDRUN_TEST_HB")) && *v) {
-        if (strcmp(v, "1") == 0)
-            h->hb = true;
-        else if (strcmp(v, "0") != 0)
-            bad(&ps, "SHARDRUN_TEST_HB", v, "1 or 0");
-    }
+    flag(&ps, "SHARDRUN_TEST_POISON", &h->poison);
+    flag(&ps, "SHARDRUN_TEST_HB", &h->hb);
     if ((v = getenv("SHARDRUN_TEST_SKIP_WAIT")) && *v) {
         if (strlen(v) >= sizeof h->skip_wait || strspn(v, "abcdefghijklmnopqrstuvwxyz_,") != strlen(v))
             bad(&ps, "SHARDRUN_TEST_SKIP_WAIT", v,
@@ -173,12 +170,9 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
         h->stall_seq = -1;
         bad(&ps, "SHARDRUN_TEST_STALL_SEQ", v, "a collective's sequence number from 0 to 4294967295");
     }
-    if ((v = getenv("SHARDRUN_BENCH_NO_SHA256")) && *v) {
-        if (strcmp(v, "1") == 0)
-            h->bench_no_sha256 = true;
-        else if (strcmp(v, "0") != 0)
-            bad(&ps, "SHARDRUN_BENCH_NO_SHA256", v, "1 or 0");
-    }
+    flag(&ps, "SHARDRUN_TEST_NCCL_SIZE1", &h->nccl_size1);
+    flag(&ps, "SHARDRUN_TEST_STAGED_COLLECTIVES", &h->staged);
+    flag(&ps, "SHARDRUN_BENCH_NO_SHA256", &h->bench_no_sha256);
     return ps.st;
 }
 
@@ -235,6 +229,10 @@ void sr_testhook_warn_active(void) {
         ADD(" SHARDRUN_TEST_STALL_SEQ=%lld", (long long)h->stall_seq);
     if (h->bench_no_sha256)
         ADD(" SHARDRUN_BENCH_NO_SHA256=1");
+    if (h->nccl_size1)
+        ADD(" SHARDRUN_TEST_NCCL_SIZE1=1");
+    if (h->staged)
+        ADD(" SHARDRUN_TEST_STAGED_COLLECTIVES=1");
 #undef ADD
     if (line[0])
         sr_log_warn("test hooks active (never set these for real runs):%s", line);

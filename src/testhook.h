@@ -70,6 +70,9 @@ typedef struct {
     int comm_delay_stream; /* 0: comm, 1: compute */
     int64_t stall_seq;     /* -1 = off */
     bool bench_no_sha256;
+    bool nccl_size1; /* SHARDRUN_TEST_NCCL_SIZE1=1: size-1 groups get an NCCL communicator */
+    bool staged; /* SHARDRUN_TEST_STAGED_COLLECTIVES=1: the fake device stages collectives as one GPU's virtual ranks do
+                  */
 } sr_testhooks;
 
 /* Parses every hook variable of the current environment into *h; on a

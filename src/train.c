@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "comm_nccl.h"
 #include "ctl.h"
 #include "data.h"
 #include "device.h"
@@ -54,6 +55,7 @@ typedef struct {
     sr_transport *tp;
     sr_ctl *ctl;
     sr_fsdp *fsdp;
+    sr_nccl *nccl; /* the NCCL data plane of a GPU run that needs one, or NULL */
     sr_ckpt *ck;
     sr_metrics *metrics;
     int *in, *tg;
@@ -146,7 +148,15 @@ static sr_status check_fds(run *r) {
     return st != SR_OK ? st : gst;
 }
 
-/* Model, transport, control plane, engine; connected. */
+/* A GPU run moves its device collectives over NCCL when it has more than
+ * one rank, when comm.backend says nccl, or under SHARDRUN_TEST_NCCL_SIZE1
+ * (the one-GPU check of the NCCL calls). */
+static bool needs_nccl(const run *r) {
+    return r->dev->kind == SR_DEV_CUDA &&
+           (r->w->size > 1 || r->cfg->comm_backend == SR_BACKEND_NCCL || sr_testhook()->nccl_size1);
+}
+
+/* Model, transport, control plane, engine; connected; the NCCL plane. */
 static sr_status open_engine(run *r) {
     sr_model_dims dims = {
         (int)r->cfg->n_layer, (int)r->cfg->n_head, (int)r->cfg->n_embd, (int)r->cfg->vocab_size, 0, r->T};
@@ -166,6 +176,14 @@ static sr_status open_engine(run *r) {
     }
     if (st == SR_OK)
         st = agree_isa(r);
+    if (st == SR_OK && needs_nccl(r)) {
+        sr_group *groups[4];
+        int n = sr_fsdp_groups(r->fsdp, groups, 4);
+        sr_nccl_opts o = {r->cfg->comm_timeout_s, r->job.transport.interface, sr_testhook()->nccl_size1};
+        st = sr_nccl_open(&r->nccl, r->w, r->dev, r->tp, groups, n, &o);
+        if (st == SR_OK)
+            sr_fsdp_set_nccl(r->fsdp, r->nccl);
+    }
     return st;
 }
 
@@ -274,7 +292,7 @@ static sr_status setup(run *r) {
     if (st == SR_OK)
         st = open_device(r);
     if (st == SR_OK)
-        st = r->dev->kind == SR_DEV_CUDA ? sr_job_check_gpu_run(cfg) : sr_job_check_cpu_run(cfg);
+        st = r->dev->kind == SR_DEV_CUDA ? sr_job_check_gpu_run(cfg, r->w->size) : sr_job_check_cpu_run(cfg);
     if (st == SR_OK)
         st = sr_job_init(&r->job, cfg);
     if (st == SR_OK)
@@ -302,6 +320,7 @@ static sr_status teardown(run *r, sr_status st) {
         st = mst;
     free(r->in);
     free(r->tg);
+    sr_nccl_close(r->nccl);
     sr_fsdp_free(r->fsdp);
     sr_ctl_close(r->ctl);
     sr_transport_close(r->tp);
@@ -368,10 +387,13 @@ static void banner(run *r) {
                  paren ? paren + 1 : "cpu)");
     }
     const char *restart = getenv("SLURM_RESTART_COUNT");
+    char transport[128];
+    snprintf(transport, sizeof transport, "%s%s%s", w->size > 1 ? sr_transport_address(r->tp) : "none",
+             r->nccl ? " nccl=" : "", r->nccl ? sr_nccl_version() : "");
     sr_log_info_all("rank %d/%d local %d/%d node %d host %s device=%s isa=%s job %s transport %s restart=%s resume=%s",
                     w->rank, w->size, w->local_rank, w->local_size, w->node_id, w->host, device,
-                    sr_isa_name(sr_isa_current()), w->job_id, w->size > 1 ? sr_transport_address(r->tp) : "none",
-                    restart && *restart ? restart : "0", r->resumed);
+                    sr_isa_name(sr_isa_current()), w->job_id, transport, restart && *restart ? restart : "0",
+                    r->resumed);
     const sr_model_dims *d = &r->model.d;
     sr_log_info("model %s: n_layer %d, n_head %d, n_embd %d, vocab_size %d (padded %d), seq_len %d; %.2fM parameters",
                 sr_config_enum_name("model.preset", cfg->model_preset), d->L, d->NH, d->C, d->V, d->Vp, d->T,
@@ -380,6 +402,11 @@ static void banner(run *r) {
                 "threads %d per rank (one OpenMP pool, OpenBLAS single-threaded)",
                 (long long)cfg->batch_size, w->size, w->size == 1 ? "" : "s", r->mb, r->accum, r->accum == 1 ? "" : "s",
                 (long long)cfg->steps, r->threads);
+    char comm[96];
+    if (r->nccl)
+        snprintf(comm, sizeof comm, "nccl %s (control plane tcp)", sr_nccl_version());
+    else
+        snprintf(comm, sizeof comm, "%s", w->size > 1 ? "tcp" : "none (1 rank)");
     sr_log_info("sharding: mesh shard %d x replicate %d, %d units (%lld block%s each + root), reshard_after_forward "
                 "blocks %s root %s, param %s, reduce %s, prefetch %lld/%lld, grad_sync %s, comm %s",
                 r->mesh.S, r->mesh.R, sr_fsdp_units(r->fsdp), (long long)cfg->blocks_per_unit,
@@ -388,7 +415,7 @@ static void banner(run *r) {
                 sr_config_enum_name("sharding.mixed_precision.param_dtype", cfg->param_dtype),
                 sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype),
                 (long long)cfg->prefetch_forward, (long long)cfg->prefetch_backward,
-                sr_config_enum_name("sharding.grad_sync", cfg->grad_sync), w->size > 1 ? "tcp" : "none (1 rank)");
+                sr_config_enum_name("sharding.grad_sync", cfg->grad_sync), comm);
     if (w->size > 1)
         log_groups(r);
     sr_log_info("data %s", sr_data_describe(r->train));
@@ -481,8 +508,20 @@ static sr_status train_step(run *r, int64_t s, step_out *o) {
     r->cursor += (uint64_t)cfg->batch_size;
     o->seconds = now_s() - t0;
     o->comm_exposed_ms = (double)(r->dev->comm_wait_ns - comm0) / 1e6;
-    if (s == r->start.step)
+    if (s == r->start.step) {
         r->first_loss = o->loss;
+        if (r->dev->used_bytes) {
+            /* the device's own view against the accounting, after the
+             * first step (CUDA loads modules lazily, cuBLASLt sizes
+             * itself on first use) */
+            size_t used = r->dev->used_bytes(r->dev);
+            size_t grown = used > r->dev->used_at_open ? used - r->dev->used_at_open : 0;
+            sr_log_info_all("device memory after the first step: %.1f MiB in use (cudaMemGetInfo) above the %.1f MiB "
+                            "at start; accounted %.1f MiB (peak %.1f) + NCCL %.1f MiB",
+                            mib(grown), mib(r->dev->used_at_open), mib(sr_mem_space_current(SR_SPACE_DEVICE)),
+                            mib(sr_mem_space_peak(SR_SPACE_DEVICE)), mib(sr_nccl_device_bytes(r->nccl)));
+        }
+    }
     r->last_loss = o->loss;
     return SR_OK;
 }
@@ -608,7 +647,8 @@ static void log_step(run *r, int64_t s, const step_out *o, bool evaluated) {
                           .tokens = (s + 1) * cfg->batch_size * r->T,
                           .ranks = r->w->size,
                           .has_val = evaluated,
-                          .val_loss = r->last_val};
+                          .val_loss = r->last_val,
+                          .nccl = r->nccl ? sr_nccl_version() : NULL};
     sr_metrics_step(r->metrics, &rec);
 }
 

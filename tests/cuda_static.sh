@@ -5,7 +5,7 @@
 #   - every kernel launch (<<<...>>>) is followed by its check
 #     (SR_CHECK_LAUNCH) within three lines;
 #   - no synchronous CUDA call (cudaMemcpy(, *Synchronize(, cudaMalloc(,
-#     cudaFree() in the step-path files (src/fsdp.c src/model.c
+#     cudaFree() in the step-path files (src/fsdp.c src/model.c src/comm_nccl.c
 #     src/ops_cuda.c src/gemm_cuda.c kernels/*.cu): the one synchronising
 #     helper is sr_cuda_sync_stream in device_cuda.c;
 #   - every launcher of kernels/sr_cuda.h is defined in libshardrun.a (nm);
@@ -67,7 +67,7 @@ printf 'x<<<1, 1>>>();\nint y;\nint z;\nint w;\nreturn 0;\n' >"$T/planted.cu"
 check "a launch without its check is reported (planted)" test -n "$(launch_checks "$T/planted.cu")"
 
 # --- synchronous calls on the step path ------------------------------------------------
-step="$SR_SRCDIR/src/fsdp.c $SR_SRCDIR/src/model.c $SR_SRCDIR/src/ops_cuda.c $SR_SRCDIR/src/gemm_cuda.c $K/*.cu"
+step="$SR_SRCDIR/src/fsdp.c $SR_SRCDIR/src/model.c $SR_SRCDIR/src/ops_cuda.c $SR_SRCDIR/src/gemm_cuda.c $SR_SRCDIR/src/comm_nccl.c $K/*.cu"
 # shellcheck disable=SC2086
 found=$(sync_calls $step)
 check "no synchronous CUDA call (cudaMemcpy/Synchronize/cudaMalloc/cudaFree) in the step-path files" \

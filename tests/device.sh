@@ -117,8 +117,13 @@ if grep -q '^#define SR_HAVE_CUDA 1' "${SR_BUILDDIR:-.}/srconfig.h" && ! nvidia-
         "$S" config check cuda.yaml
     if command -v mpirun >/dev/null 2>&1; then
         timeout 300 mpirun --allow-run-as-root --oversubscribe -n 2 "$S" train cuda.yaml </dev/null >mr.out 2>mr.err
-        check "device: cuda with 2 ranks is not implemented yet (78, until multi-GPU)" \
-            grep -q "device: cuda with 2 ranks is not implemented yet" mr.err || diag "$(tail -3 mr.err)"
+        if grep -q '^#define SR_HAVE_NCCL 1' "${SR_BUILDDIR:-.}/srconfig.h"; then
+            check "device: cuda with 2 ranks (NCCL built) fails for want of a GPU, not of multi-GPU support" \
+                sh -c "grep -q 'no usable GPU' mr.err && ! grep -q 'not implemented' mr.err" || diag "$(tail -3 mr.err)"
+        else
+            check "device: cuda with 2 ranks without NCCL is refused naming NCCL" \
+                grep -q "device: cuda with 2 ranks needs NCCL" mr.err || diag "$(tail -3 mr.err)"
+        fi
     else
         skip "mpirun is not installed (the 2-rank refusal)"
     fi

@@ -184,7 +184,7 @@ J=$(sbatch --parsable -N 1 --ntasks-per-node=4 --gpus-per-task=1 --cpus-per-task
     --export="ALL,JOB=$T/$n.yaml" "$TEMPLATES/shardrun-gpu.sbatch")
 st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT" 120)
 result $n "e: the GPU template fails fast where no GPU is usable (state $st, expected FAILED)" \
-    sh -c "[ '$st' = FAILED ] && grep -Eq 'device: cuda (with 4 ranks is not implemented yet|, but no usable GPU|, but this shardrun was built without CUDA)' $n.out"
+    sh -c "[ '$st' = FAILED ] && grep -Eq 'device: cuda(, but no usable GPU|, but this shardrun was built without CUDA| with 4 ranks needs NCCL)' $n.out"
 n=e_gpu_auto
 TRAIN="{steps: 1, batch_size: 8}" mkjob $n
 J=$(sbatch --parsable -N 1 --ntasks-per-node=4 --gpus-per-task=1 --cpus-per-task=1 -o "$T/$n.out" \
@@ -222,5 +222,26 @@ rc=$?
 result g "g: srun -n 4 without --mpi=pmix exits 78 (srun: $rc)" test "$rc" -eq 78
 result g "  with one error message, and no training" \
     sh -c "[ \$(grep -c 'launched by srun without --mpi=pmix' g.out) -eq 1 ] && ! grep -Eq 'step +[0-9]+/' g.out"
+
+# h. status 69 under the GPU template (on the CPU here): a stalled collective
+# ends every rank with 69; the template resubmits the job (a new job: Slurm
+# cannot change a running job's excluded nodes) under the MAX_RESTARTS
+# guard, and the resubmitted job, at the guard, does not
+n=h_69
+mkjob $n "comm: {timeout_s: 2}"
+J=$(sbatch --parsable -N 1 --ntasks-per-node=2 --cpus-per-task=1 -o "$T/$n.out" \
+    --export="ALL,JOB=$T/$n.yaml,SHARDRUN_DEVICE=auto,SHARDRUN_TEST_STALL_SEQ=40,MAX_RESTARTS=1" \
+    "$TEMPLATES/shardrun-gpu.sbatch")
+st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT" 120)
+J2=$(sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p' $n.out | head -1)
+result $n "h: a job ending with status 69 ($st) is resubmitted by the GPU template (new job ${J2:-none})" \
+    sh -c "grep -q 'shardrun exited 69' $n.out && grep -q '== status 69: resubmitted; it resumes' $n.out && [ -n '$J2' ]"
+if [ -n "$J2" ]; then
+    st2=$(job_wait "$J2" "COMPLETED|FAILED|CANCELLED|TIMEOUT" 120)
+    result $n "  the resubmitted job (run 1 of MAX_RESTARTS=1, same shape, same log) also ends 69 ($st2) and is not resubmitted" \
+        sh -c "grep -q '== job $J2 run 1 on' $n.out && grep -q 'rank 1/2 local 1/2 .* job $J2 ' $n.out && grep -q 'status 69 after 1 restarts (MAX_RESTARTS=1): not resubmitting' $n.out"
+else
+    result $n "  the resubmitted job is not resubmitted again at MAX_RESTARTS" false
+fi
 
 done_testing

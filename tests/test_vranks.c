@@ -11,6 +11,12 @@
  *                          rank's memory counters hold only its own shard;
  *                          a preemption flag raised on one rank (its own
  *                          view, preempt.h) is seen by that rank only
+ *   test_vranks --device cpu|fake|cuda
+ *                          the same cases on that device (cuda: every
+ *                          virtual rank on GPU 0, exact mode; tests/gpu/
+ *                          check.sh); by default the CPU cases plus two on
+ *                          the fake device with collectives staged through
+ *                          the host, as one GPU's virtual ranks stage them
  *   test_vranks stall S    S ranks under SHARDRUN_TEST_STALL_SEQ (set by
  *                          the caller) with comm.timeout_s 2: prints each
  *                          rank's status and message, exits with rank 0's
@@ -32,6 +38,9 @@
 #include "comm.h"
 #include "config.h"
 #include "device.h"
+#ifdef SR_HAVE_CUDA
+#include "cuda_backend.h"
+#endif
 #include "fsdp.h"
 #include "mem.h"
 #include "mesh.h"
@@ -49,8 +58,9 @@ typedef struct {
     int S, R, steps;
     sr_dtype pdt, rdt;
     double timeout_s;
-    const char *dump; /* rank 0 writes the final parameters here */
-    int preempt_rank; /* this rank's own preemption flag is raised at step 5 (-1: none) */
+    const char *dump;   /* rank 0 writes the final parameters here */
+    const char *device; /* "cpu" (default), "fake" or "cuda" (one GPU shared by every virtual rank) */
+    int preempt_rank;   /* this rank's own preemption flag is raised at step 5 (-1: none) */
 } run_opts;
 
 typedef struct {
@@ -88,7 +98,22 @@ static void *rank_main(void *p) {
     snprintf(w.host, sizeof w.host, "vrank");
     snprintf(w.job_id, sizeof w.job_id, "-");
     sr_mesh mesh;
-    sr_dev *dev = sr_dev_cpu_open();
+    sr_dev *dev = NULL;
+    const sr_ops *ops = &sr_ops_cpu;
+    sr_status dst = SR_OK;
+    if (o->device && strcmp(o->device, "fake") == 0) {
+        dev = sr_dev_fake_open();
+    } else if (o->device && strcmp(o->device, "cuda") == 0) {
+#ifdef SR_HAVE_CUDA
+        dst = sr_dev_cuda_open(&dev, 0, "0"); /* binds this thread to GPU 0 */
+        if (dst == SR_OK)
+            ops = sr_device_ops(dev, o->pdt);
+#else
+        dst = sr_error(SR_ERR_CONFIG, "this build has no CUDA");
+#endif
+    } else {
+        dev = sr_dev_cpu_open();
+    }
     int per = GLOBAL / W;
     sr_model m;
     bool model_ok = false;
@@ -96,12 +121,12 @@ static void *rank_main(void *p) {
     sr_fsdp *f = NULL;
     sr_group *world_g = NULL;
     int *in = malloc(sizeof(int) * (size_t)per * T), *tg = malloc(sizeof(int) * (size_t)per * T);
-    sr_status st = sr_mesh_init(&mesh, W, a->rank, o->S, o->R);
+    sr_status st = dst != SR_OK ? dst : sr_mesh_init(&mesh, W, a->rank, o->S, o->R);
     if (st == SR_OK && (!dev || !in || !tg))
         st = sr_error_oom("a virtual rank");
     if (st == SR_OK) {
         sr_model_dims d = {2, 4, 64, V, 0, T};
-        st = sr_model_init(&m, d, &sr_ops_cpu, dev, per, false);
+        st = sr_model_init(&m, d, ops, dev, per, false);
         model_ok = true;
     }
     sr_transport_opts topts = {.timeout_s = o->timeout_s, .interface = ""};
@@ -251,6 +276,17 @@ static int stall_main(int S) {
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "stall") == 0)
         return stall_main(atoi(argv[2]));
+    /* --device cuda: every case on one GPU (tests/gpu/check.sh), exact mode
+     * against the GPU's own 1 rank; by default the CPU cases, then the
+     * fake device with its collectives staged through the host as one
+     * GPU's virtual ranks stage them (SHARDRUN_TEST_STAGED_COLLECTIVES) */
+    const char *device = argc == 3 && strcmp(argv[1], "--device") == 0 ? argv[2] : NULL;
+    if (argc > 1 && !device) {
+        fprintf(stderr, "usage: test_vranks [--device cpu|fake|cuda] | test_vranks stall S\n");
+        return 64;
+    }
+    if (!device)
+        setenv("SHARDRUN_TEST_STAGED_COLLECTIVES", "1", 1);
     char dir[] = "/tmp/test_vranks.XXXXXX";
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
@@ -260,16 +296,23 @@ int main(int argc, char **argv) {
         int S, R;
         sr_dtype pdt;
         const char *what;
-    } cases[] = {{1, 1, SR_DT_F32, "1 virtual rank"},
-                 {2, 1, SR_DT_F32, "2 virtual ranks"},
-                 {3, 1, SR_DT_F32, "3 virtual ranks (padded shards)"},
-                 {4, 1, SR_DT_F32, "4 virtual ranks"},
-                 {2, 2, SR_DT_F32, "HSDP 2x2 virtual ranks"},
-                 {1, 1, SR_DT_BF16, "1 virtual rank, bf16 parameters"},
-                 {2, 2, SR_DT_BF16, "HSDP 2x2 virtual ranks, bf16 parameters"}};
+        const char *device; /* NULL: the one of the command line (cpu by default) */
+    } cases[] = {{1, 1, SR_DT_F32, "1 virtual rank", NULL},
+                 {2, 1, SR_DT_F32, "2 virtual ranks", NULL},
+                 {3, 1, SR_DT_F32, "3 virtual ranks (padded shards)", NULL},
+                 {4, 1, SR_DT_F32, "4 virtual ranks", NULL},
+                 {2, 2, SR_DT_F32, "HSDP 2x2 virtual ranks", NULL},
+                 {3, 1, SR_DT_F32, "3 virtual ranks, fake device, collectives staged through the host", "fake"},
+                 {2, 2, SR_DT_F32, "HSDP 2x2 virtual ranks, fake device, collectives staged through the host", "fake"},
+                 {1, 1, SR_DT_BF16, "1 virtual rank, bf16 parameters", NULL},
+                 {2, 2, SR_DT_BF16, "HSDP 2x2 virtual ranks, bf16 parameters", NULL}};
+    if (device)
+        printf("# device %s\n", device);
     dump ref32 = {0}, ref16 = {0};
     double loss_ref32 = 0, loss_ref16 = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        if (device && cases[c].device)
+            continue; /* the staged fake cases belong to the default run */
         char path[64];
         snprintf(path, sizeof path, "%s/p%zu", dir, c);
         run_opts o = {.S = cases[c].S,
@@ -279,6 +322,7 @@ int main(int argc, char **argv) {
                       .rdt = SR_DT_F32,
                       .timeout_s = 60,
                       .dump = path,
+                      .device = cases[c].device ? cases[c].device : device,
                       .preempt_rank = cases[c].S == 4 ? 2 : -1};
         rank_arg args[64];
         int bad = run(&o, args);

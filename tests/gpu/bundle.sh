@@ -20,13 +20,13 @@ git archive HEAD | tar -x -C "$W/stage/shardrun"
 mkdir -p "$W/build"
 (cd "$W/build" && "$W/stage/shardrun/configure" --with-cuda >configure.out 2>&1 &&
     make -j"$(nproc)" shardrun tests/cmp_params tests/test_kernels tests/test_gemm_plan tests/test_ops \
-        bench/gpu_gemm >make.out 2>&1) || { tail -20 "$W/build/configure.out" "$W/build/make.out"; exit 1; }
+        tests/test_vranks bench/gpu_gemm bench/bench_train >make.out 2>&1) || { tail -20 "$W/build/configure.out" "$W/build/make.out"; exit 1; }
 B=$W/stage/shardrun/build-gpu
 mkdir -p "$B/tests" "$B/bench"
 cp "$W/build/shardrun" "$W/build/config.log" "$W/build/srconfig.h" "$B/"
 cp "$W/build/tests/cmp_params" "$W/build/tests/test_kernels" "$W/build/tests/test_gemm_plan" \
-    "$W/build/tests/test_ops" "$B/tests/"
-cp "$W/build/bench/gpu_gemm" "$B/bench/"
+    "$W/build/tests/test_ops" "$W/build/tests/test_vranks" "$B/tests/"
+cp "$W/build/bench/gpu_gemm" "$W/build/bench/bench_train" "$B/bench/"
 pkgs="libyaml-0-2 libpmix2 libevent-core-2.1-7 libevent-pthreads-2.1-7 libhwloc15 libmunge2 libopenblas0-pthread libgomp1"
 # shellcheck disable=SC2086
 (cd "$W/debs" && apt-get download $pkgs >/dev/null 2>&1) ||

@@ -2,10 +2,11 @@
 # check.sh — the GPU check: every stage that needs a GPU, in one call.
 #
 # usage: tests/gpu/check.sh [--rehearse] OUTDIR [STAGE...]
-#   stages: env build gemm ops sanitize step curves determinism throughput
+#   stages: env build gemm ops sanitize step curves determinism nccl vranks
+#   overhead throughput
 #   (default: all, in that order).  Also `make gpu-check OUT=DIR`.
 #
-# Each stage runs under `timeout` (budgets below; the whole fits 6 minutes
+# Each stage runs under `timeout` (budgets below; the whole fits 7 minutes
 # on one H200) and writes `PASS|FAIL|SKIP <stage>.<check>: <detail>` lines
 # to OUTDIR/check.txt as it goes; the last line is `N passed, N failed, N
 # skipped`; exit 0 only when nothing failed.  When `nvidia-smi -L` lists a
@@ -36,7 +37,7 @@ fi
 [ $# -ge 1 ] || { echo "usage: $0 [--rehearse] OUTDIR [STAGE...]" >&2; exit 64; }
 OUT=$1
 shift
-STAGES=${*:-env build gemm ops sanitize step curves determinism throughput}
+STAGES=${*:-env build gemm ops sanitize step curves determinism nccl vranks overhead throughput}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$OUT" || exit 73
 OUT=$(cd "$OUT" && pwd)
@@ -117,7 +118,8 @@ stage_timeout() {
     [ $rehearse = 1 ] && { rehearse=0 stage_timeout "$1" | awk '{ print 2 * $1 }'; return; }
     case $1 in
     env) echo 10 ;; build) echo 240 ;; gemm) echo 30 ;; ops) echo 90 ;; sanitize) echo 120 ;; step) echo 60 ;;
-    curves) echo 90 ;; determinism) echo 60 ;; throughput) echo 150 ;; *) echo 60 ;;
+    curves) echo 90 ;; determinism) echo 60 ;; nccl) echo 75 ;; vranks) echo 60 ;; overhead) echo 45 ;;
+    throughput) echo 150 ;; *) echo 60 ;;
     esac
 }
 
@@ -158,7 +160,7 @@ st_build() {
     mkdir -p "$SRC/build-gpu-local" && cd "$SRC/build-gpu-local" || return
     if { [ -x "$SRC/configure" ] || (cd "$SRC" && autoreconf -fi); } >"$LOGS/rebuild.out" 2>&1 &&
         "$SRC/configure" --with-cuda >>"$LOGS/rebuild.out" 2>&1 && make -j16 >>"$LOGS/rebuild.out" 2>&1 &&
-        make -j16 tests/cmp_params tests/test_kernels bench/gpu_gemm >>"$LOGS/rebuild.out" 2>&1; then
+        make -j16 tests/cmp_params tests/test_kernels tests/test_vranks bench/gpu_gemm bench/bench_train >>"$LOGS/rebuild.out" 2>&1; then
         echo "$SRC/build-gpu-local" >"$LOGS/build.path"
         pass build.rebuilt "the prebuilt tree did not run ($diag); rebuilt in build-gpu-local"
     else
@@ -207,7 +209,7 @@ st_ops() {
 
 st_sanitize() {
     if [ -f "$LOGS/build.path" ]; then
-        # the rebuild took the time: drop this stage so the whole stays within 6 minutes
+        # the rebuild took the time: drop this stage so the whole stays within 7 minutes
         skip sanitize.memcheck "dropped: the build stage had to rebuild (GPU.md §8)" allowed
         return
     fi
@@ -323,6 +325,112 @@ st_determinism() {
     fi
 }
 
+# NCCL with one rank (SHARDRUN_TEST_NCCL_SIZE1: size-1 groups get a
+# communicator): bitwise the single-GPU path, every kind of call really
+# made, delay injection on the comm stream bitwise, a stalled collective
+# aborted with 69 within comm.timeout_s + 12 s, and the device memory the
+# accounting and NCCL explain against cudaMemGetInfo
+st_nccl() {
+    args="$TINY --set sharding.mixed_precision.param_dtype=fp32 --set train.steps=12"
+    # shellcheck disable=SC2086
+    train nccl-a SHARDRUN_TEST_DUMP_PARAMS="$LOGS/nccl-a.params" -- $args
+    ra=$?
+    # shellcheck disable=SC2086
+    train nccl-b SHARDRUN_TEST_NCCL_SIZE1=1 CUDA_MODULE_LOADING=EAGER SHARDRUN_TEST_DUMP_PARAMS="$LOGS/nccl-b.params" -- $args
+    rb=$?
+    if [ $rehearse = 1 ]; then
+        skip nccl.size1 "rehearsal: NCCL needs a GPU (the fake device has no NCCL plane)"
+    elif [ $ra = 0 ] && [ $rb = 0 ] && "$CMP" "$LOGS/nccl-b.params" "$LOGS/nccl-a.params" 0 >"$LOGS/nccl-ab.cmp" 2>&1; then
+        pass nccl.size1 "1 rank over NCCL: 12 steps bitwise the single-GPU path ($(grep -m1 -o 'nccl=[0-9.]*' "$LOGS/nccl-b.err"))"
+    else
+        fail nccl.size1 "status $ra/$rb; $(tail -1 "$LOGS/nccl-ab.cmp" 2>/dev/null) ($(tail -1 "$LOGS/nccl-b.err"))"
+    fi
+    counts=$(grep -m1 'NCCL ran' "$LOGS/nccl-b.err")
+    if [ $rehearse = 1 ]; then
+        skip nccl.calls "rehearsal: no NCCL"
+    elif echo "$counts" | grep -q 'ran [1-9][0-9]* all-gathers, [1-9][0-9]* reduce-scatters, [1-9][0-9]* all-reduces over [1-9][0-9]* split'; then
+        pass nccl.calls "${counts#*: }"
+    else
+        fail nccl.calls "not every kind of call ran: ${counts:-no NCCL count line}"
+    fi
+    # shellcheck disable=SC2086
+    train nccl-c SHARDRUN_TEST_NCCL_SIZE1=1 SHARDRUN_TEST_COMM_DELAY_US=3000 SHARDRUN_TEST_DUMP_PARAMS="$LOGS/nccl-c.params" -- $args
+    rc=$?
+    if [ $rehearse = 1 ]; then
+        skip nccl.delay "rehearsal: no NCCL"
+    elif [ $rc = 0 ] && "$CMP" "$LOGS/nccl-c.params" "$LOGS/nccl-a.params" 0 >"$LOGS/nccl-ac.cmp" 2>&1; then
+        pass nccl.delay "3 ms on the comm stream before every collective: bitwise the same"
+    else
+        fail nccl.delay "status $rc; $(tail -1 "$LOGS/nccl-ac.cmp" 2>/dev/null)"
+    fi
+    t0=$(date +%s)
+    # shellcheck disable=SC2086
+    [ $rehearse = 1 ] || train nccl-d SHARDRUN_TEST_NCCL_SIZE1=1 SHARDRUN_TEST_STALL_SEQ=20 -- $args --set comm.timeout_s=5
+    rd=$?
+    took=$(($(date +%s) - t0))
+    if [ $rehearse = 1 ]; then
+        skip nccl.stall "rehearsal: no NCCL"
+    elif [ $rd = 69 ] && [ $took -le 27 ] && grep -q 'NCCL watchdog: collective 20 ' "$LOGS/nccl-d.err"; then
+        pass nccl.stall "collective 20 stalled: aborted, status 69 after $took s (bound: start + 5 + 12 s)"
+    else
+        fail nccl.stall "status $rd after $took s: $(grep -m1 'error:' "$LOGS/nccl-d.err")"
+    fi
+    mem=$(grep -m1 'device memory after the first step' "$LOGS/nccl-b.err")
+    if [ $rehearse = 1 ]; then
+        skip nccl.memory "rehearsal: no cudaMemGetInfo"
+    elif [ -n "$mem" ] && r=$(echo "$mem" | sed 's/.*step: \([0-9.]*\) MiB in use.*accounted \([0-9.]*\) MiB (peak \([0-9.]*\)) + NCCL \([0-9.]*\) MiB.*/\1 \3 \4/' |
+        awk '{ used = $1; acc = $2 + $3; d = used - acc; if (d < 0) d = -d; tol = 0.05 * used; if (tol < 256) tol = 256;
+               printf "cudaMemGetInfo %.0f MiB vs accounted peak + NCCL %.0f MiB: |d| %.0f MiB (<= %.0f)", used, acc, d, tol; exit !(d <= tol) }'); then
+        pass nccl.memory "$r"
+    else
+        fail nccl.memory "${r:-no memory line}: $mem"
+    fi
+}
+
+# the multi-rank engine on one GPU: virtual ranks S = 2, 3, 4 and HSDP 2x2
+# (threads, each with its own cuda table, collectives staged through the
+# host) against S = 1 in exact mode, per tensor <= 1e-5 x max after 20 steps
+st_vranks() {
+    dev=cuda
+    [ $rehearse = 1 ] && dev=fake
+    "$BUILD/tests/test_vranks" --device $dev >"$LOGS/vranks.out" 2>&1
+    rc=$?
+    nok=$(grep -c '^ok' "$LOGS/vranks.out")
+    bad=$(grep '^not ok' "$LOGS/vranks.out" | head -2 | tr '\n' ' ')
+    if [ $rc = 0 ] && [ -z "$bad" ] && [ "$nok" -ge 20 ]; then
+        pass vranks.equivalence "$dev: S = 2, 3, 4 and HSDP 2x2 against S = 1: $nok checks (4 ranks $(grep -m1 '4 virtual ranks: final' "$LOGS/vranks.out" | sed 's/.*(worst \([^)]*\)).*/worst \1/'))"
+    else
+        fail vranks.equivalence "status $rc; $bad"
+    fi
+}
+
+# the engine's cost at one rank: shardrun S = 1 (fp32) against the model
+# alone with its own parameters (bench/bench_train --device cuda), the same
+# shapes (gpt2-124m, 4 x 256 tokens), medians of 10 steps
+st_overhead() {
+    if [ $rehearse = 1 ]; then m=tiny; bdev=cpu; else m=gpt2-124m; bdev=cuda; fi
+    "$BUILD/bench/bench_train" $m 1 10 --device $bdev >"$LOGS/bench.out" 2>"$LOGS/bench.err"
+    rb=$?
+    # shellcheck disable=SC2086
+    train overhead -- --set model.preset=$m --set model.seq_len=256 --set train.batch_size=4 --set train.micro_batch=4 \
+        --set sharding.mixed_precision.param_dtype=fp32 --set train.steps=13 --set log.metrics="$LOGS/overhead.jsonl"
+    rs=$?
+    bms=$(sed -n 's/.* ms=//p' "$LOGS/bench.out" | tr ',' '\n' | sort -n | awk '{ a[NR] = $1 } END { if (NR) print (a[int((NR + 1) / 2)] + a[int(NR / 2) + 1]) / 2 }')
+    sms=$(field "$LOGS/overhead.jsonl" step_ms | tail -n 10 | sort -n | awk '{ a[NR] = $1 } END { if (NR) print (a[int((NR + 1) / 2)] + a[int(NR / 2) + 1]) / 2 }')
+    if [ $rb != 0 ] || [ $rs != 0 ] || [ -z "$bms" ] || [ -z "$sms" ]; then
+        fail overhead.s1 "status bench $rb, shardrun $rs ($(tail -1 "$LOGS/bench.err") $(tail -1 "$LOGS/overhead.err"))"
+        return
+    fi
+    r=$(awk -v s="$sms" -v b="$bms" 'BEGIN { printf "shardrun %.2f ms vs model alone %.2f ms: overhead %+.1f%%", s, b, 100 * (s / b - 1) }')
+    if [ $rehearse = 1 ]; then
+        pass overhead.s1 "rehearsal (fake device vs CPU, not asserted): $r"
+    elif awk -v s="$sms" -v b="$bms" 'BEGIN { exit !(s <= 1.03 * b) }'; then
+        pass overhead.s1 "$r (<= 3%)"
+    else
+        fail overhead.s1 "$r (> 3%)"
+    fi
+}
+
 st_throughput() {
     steps=20
     if [ $rehearse = 1 ]; then
@@ -400,18 +508,18 @@ if [ -n "${SR_CHECK_STAGE:-}" ]; then
     exit 0
 fi
 
-# the whole check ends within 6 minutes (12 in a rehearsal on two CPU
+# the whole check ends within 7 minutes (14 in a rehearsal on two CPU
 # cores): each stage gets its own budget or what is left, whichever is less
-total=360
-[ $rehearse = 1 ] && total=720
+total=420
+[ $rehearse = 1 ] && total=840
 t0=$(date +%s)
 rflag=""
 [ $rehearse = 1 ] && rflag=--rehearse
 for stage in $STAGES; do
     case $stage in
-    env | build | gemm | ops | sanitize | step | curves | determinism | throughput) ;;
+    env | build | gemm | ops | sanitize | step | curves | determinism | nccl | vranks | overhead | throughput) ;;
     *)
-        fail "$stage.stage" "unknown stage (expected env build gemm ops sanitize step curves determinism throughput)"
+        fail "$stage.stage" "unknown stage (expected env build gemm ops sanitize step curves determinism nccl vranks overhead throughput)"
         continue
         ;;
     esac
