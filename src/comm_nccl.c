@@ -67,16 +67,25 @@ sr_status sr_nccl_test_busid(int local_rank, const char *real, char *out, size_t
 typedef struct {
     char host[256]; /* sr_world.host */
     char bus[32];
+    int32_t unknown; /* this rank could not tell its bus id (its own message says why) */
 } gpu_identity;
 
 sr_status sr_nccl_check_unique_gpu(sr_world *w, const char *busid, double timeout_s) {
     gpu_identity mine, *all = sr_calloc((size_t)w->size, sizeof *all);
-    memset(&mine, 0, sizeof mine);
     if (!all)
-        return sr_error_oom("the GPU list");
+        return busid ? sr_error_oom("the GPU list") : SR_ERR_CONFIG;
+    memset(&mine, 0, sizeof mine);
     snprintf(mine.host, sizeof mine.host, "%s", w->host);
-    snprintf(mine.bus, sizeof mine.bus, "%s", busid);
+    snprintf(mine.bus, sizeof mine.bus, "%s", busid ? busid : "");
+    mine.unknown = busid == NULL;
     sr_status st = sr_world_allgather(w, "shardrun.gpu", &mine, sizeof mine, all, timeout_s);
+    if (!busid) { /* keep this rank's own message */
+        free(all);
+        return st == SR_OK ? SR_ERR_CONFIG : st;
+    }
+    for (int r = 0; st == SR_OK && r < w->size; r++)
+        if (all[r].unknown)
+            st = sr_error(SR_ERR_CONFIG, "rank %d could not tell its GPU's bus id (see its message)", r);
     for (int a = 0; st == SR_OK && a < w->size; a++)
         for (int b = a + 1; st == SR_OK && b < w->size; b++)
             if (strcmp(all[a].host, all[b].host) == 0 && strcmp(all[a].bus, all[b].bus) == 0)
@@ -161,10 +170,6 @@ sr_status sr_nccl_collective(sr_nccl *n, sr_nccl_kind kind, sr_group *g, void *r
     (void)n, (void)kind, (void)g, (void)recv, (void)rbytes, (void)send, (void)sbytes, (void)count, (void)dt;
     return no_nccl();
 }
-void sr_nccl_get_counts(const sr_nccl *n, sr_nccl_counts *c) {
-    (void)n;
-    memset(c, 0, sizeof *c);
-}
 
 #else /* SR_HAVE_NCCL */
 
@@ -193,25 +198,42 @@ const char *sr_nccl_version(void) {
 }
 
 sr_status sr_nccl_exchange_id(sr_world *w, unsigned char id[SR_NCCL_ID_BYTES], double timeout_s) {
-    ncclUniqueId mine;
-    memset(&mine, 0, sizeof mine);
-    if (w->rank == 0) {
-        ncclResult_t r = ncclGetUniqueId(&mine);
-        if (r != ncclSuccess)
-            return sr_error(sr_nccl_status(r), "ncclGetUniqueId on rank 0: %s (%s)", ncclGetErrorString(r),
-                            ncclGetLastError(NULL));
-    }
-    unsigned char *all = sr_calloc((size_t)w->size, sizeof mine);
+    /* rank 0 takes part even when ncclGetUniqueId failed, so every rank
+     * learns it (not a PMIx timeout) */
+    struct {
+        ncclUniqueId id;
+        int32_t failed;
+    } mine, *all = sr_calloc((size_t)w->size, sizeof *all);
     if (!all)
         return sr_error_oom("the NCCL id exchange");
-    sr_status st = sr_world_allgather(w, "shardrun.nccl_id", &mine, sizeof mine, all, timeout_s);
+    memset(&mine, 0, sizeof mine);
+    sr_status st = SR_OK;
+    if (w->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&mine.id);
+        if (r != ncclSuccess) {
+            st = sr_error(sr_nccl_status(r), "ncclGetUniqueId on rank 0: %s (%s)", ncclGetErrorString(r),
+                          ncclGetLastError(NULL));
+            mine.failed = 1;
+        }
+    }
+    sr_status gst = sr_world_allgather(w, "shardrun.nccl_id", &mine, sizeof mine, all, timeout_s);
+    if (st == SR_OK && gst == SR_OK && all[0].failed)
+        st = sr_error(SR_ERR_PEER, "rank 0 could not make the NCCL unique id (see its message)");
     if (st == SR_OK)
-        memcpy(id, all, sizeof mine);
+        st = gst;
+    if (st == SR_OK)
+        memcpy(id, &all[0].id, SR_NCCL_ID_BYTES);
     free(all);
     return st;
 }
 
 #define RING 4096
+
+/* Collectives and splits that actually ran (logged at close: the GPU
+ * check's proof that NCCL, not a copy, moved the bytes). */
+typedef struct {
+    long allgather, reduce_scatter, allreduce, split;
+} sr_nccl_counts;
 
 typedef struct {
     long seq;
@@ -242,6 +264,7 @@ struct sr_nccl {
     long seq;
     sr_nccl_counts counts;
     sr_status broken;
+    bool healthy; /* opened completely and never failed: close finalizes, else aborts */
     /* the watchdog */
     pthread_t watchdog;
     bool watching, stop;
@@ -513,6 +536,8 @@ static sr_status split_groups(sr_nccl *n, sr_group *const *groups, int ngroups, 
         r = settle(n, child ? child : n->world, r, deadline);
         pthread_mutex_unlock(&n->nccl_mu);
         if (r != ncclSuccess) {
+            if (child)
+                n->children[n->nchildren++] = child; /* for close to abort */
             char what[96];
             snprintf(what, sizeof what, "ncclCommSplit of group %s", sr_group_name(g));
             return nccl_error(r, child ? child : n->world, what);
@@ -551,8 +576,7 @@ sr_status sr_nccl_open(sr_nccl **out, sr_world *w, sr_dev *d, sr_transport *tp, 
             return sr_cuda_fail(cudaGetLastError(), n->ctx->bus, "cudaEventCreateWithFlags (the NCCL ring)");
     char bus[32];
     sr_status st = sr_nccl_test_busid(w->local_rank, n->ctx->bus, bus, sizeof bus);
-    if (st == SR_OK)
-        st = sr_nccl_check_unique_gpu(w, bus, n->timeout_s);
+    st = sr_nccl_check_unique_gpu(w, st == SR_OK ? bus : NULL, n->timeout_s); /* every rank takes part */
     if (st == SR_OK)
         st = set_socket_ifname(o->interface);
     unsigned char id[SR_NCCL_ID_BYTES];
@@ -574,6 +598,7 @@ sr_status sr_nccl_open(sr_nccl **out, sr_world *w, sr_dev *d, sr_transport *tp, 
                     "(cudaMemGetInfo delta)",
                     sr_nccl_version(), n->nchildren, n->nchildren == 1 ? "" : "s", (double)n->device_bytes / (1 << 20));
         n->oldest_since = mono_s();
+        n->healthy = true;
         n->watching = pthread_create(&n->watchdog, NULL, watchdog_main, n) == 0;
         d->on_deadline = on_deadline;
         d->on_deadline_arg = n;
@@ -597,8 +622,17 @@ void sr_nccl_close(sr_nccl *n) {
         n->d->on_deadline = NULL;
         n->d->on_deadline_arg = NULL;
     }
-    /* finalize (nonblocking: polled up to the deadline), then destroy */
+    /* finalize (nonblocking: polled up to the deadline), then destroy; a
+     * plane that failed or never finished opening is aborted instead */
     pthread_mutex_lock(&n->nccl_mu);
+    if (!n->healthy || n->broken != SR_OK) {
+        for (int i = n->nchildren - 1; i >= 0; i--)
+            ncclCommAbort(n->children[i]);
+        if (n->world)
+            ncclCommAbort(n->world);
+        n->nchildren = 0;
+        n->world = NULL;
+    }
     for (int i = n->nchildren - 1; i >= 0; i--) {
         settle(n, n->children[i], ncclCommFinalize(n->children[i]), mono_s() + n->timeout_s);
         ncclCommDestroy(n->children[i]);
@@ -619,13 +653,6 @@ void sr_nccl_close(sr_nccl *n) {
 }
 
 size_t sr_nccl_device_bytes(const sr_nccl *n) { return n ? n->device_bytes : 0; }
-
-void sr_nccl_get_counts(const sr_nccl *n, sr_nccl_counts *c) {
-    if (n)
-        *c = n->counts;
-    else
-        memset(c, 0, sizeof *c);
-}
 
 /* ---- collectives --------------------------------------------------------- */
 
@@ -697,7 +724,16 @@ sr_status sr_nccl_collective(sr_nccl *n, sr_nccl_kind kind, sr_group *g, void *r
         char what[128];
         snprintf(what, sizeof what, "%s %ld of %zu bytes on group %s", kind_names[kind], seq, need_recv,
                  sr_group_name(g));
-        return n->broken = nccl_error(r, comm, what);
+        n->broken = nccl_error(r, comm, what);
+        /* a peer, the network or the GPU failed: kernels may be stuck on
+         * the comm stream, so no unwinding (cudaFree would wait for them):
+         * abort, post-mortem, 69 */
+        if (n->broken == SR_ERR_PEER) {
+            char msg[600];
+            snprintf(msg, sizeof msg, "%s", sr_error_message());
+            fail_plane(n, msg);
+        }
+        return n->broken;
     }
     pthread_mutex_lock(&n->ring_mu);
     ring_op *o = &n->ops[n->head % RING];

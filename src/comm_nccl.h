@@ -56,8 +56,11 @@ sr_status sr_nccl_exchange_id(sr_world *w, unsigned char id[SR_NCCL_ID_BYTES], d
 /* Before NCCL init: every rank's (host, PCI bus id) through PMIx; two ranks
  * on one GPU is SR_ERR_CONFIG naming both ranks, the host and the bus id
  * with the hint --gpus-per-task=1 or --gpu-bind (NCCL would refuse them
- * later with "Duplicate GPU detected").  SHARDRUN_TEST_GPU_BUSID=<a comma
- * list indexed by local rank> stands in for the GPU's bus id in tests. */
+ * later with "Duplicate GPU detected").  busid NULL: this rank could not
+ * tell its bus id and has its own message; it still takes part, so every
+ * rank ends with SR_ERR_CONFIG (the others naming it), none with a PMIx
+ * timeout.  SHARDRUN_TEST_GPU_BUSID=<a comma list indexed by local rank>
+ * stands in for the GPU's bus id in tests (sr_nccl_test_busid). */
 sr_status sr_nccl_check_unique_gpu(sr_world *w, const char *busid, double timeout_s);
 
 /* The bus id SHARDRUN_TEST_GPU_BUSID gives this local rank, or `real`
@@ -104,12 +107,5 @@ typedef enum { SR_NCCL_ALLGATHER, SR_NCCL_REDUCE_SCATTER, SR_NCCL_ALLREDUCE } sr
  * ring.  Returns the plane's sticky status. */
 sr_status sr_nccl_collective(sr_nccl *n, sr_nccl_kind kind, sr_group *g, void *recv, size_t rbytes, const void *send,
                              size_t sbytes, size_t count, sr_dtype dt);
-
-/* Counts of collectives and splits that actually ran (the GPU check's
- * proof that NCCL, not a copy, moved the bytes). */
-typedef struct {
-    long allgather, reduce_scatter, allreduce, split;
-} sr_nccl_counts;
-void sr_nccl_get_counts(const sr_nccl *n, sr_nccl_counts *c);
 
 #endif
