@@ -135,15 +135,6 @@ static void dfree(sr_fsdp *f, void **p) {
     *p = NULL;
 }
 
-/* One collective of the engine on device buffers, on the comm stream, in
- * comm.h's shapes; *ev completes with it.  The data plane: the group's
- * NCCL communicator when it has one; on a device table other than the
- * cpu one, a group of one rank is a copy on the comm stream (or nothing,
- * in place), since the host transport cannot read device memory; else the
- * host transport's request (cpu and fake tables, whose memory the host
- * reads).  sbytes and rbytes are the buffers' sizes, which the NCCL
- * wrappers check the count against; `what` names the collective for the
- * happens-before checker. */
 typedef enum { COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_ALLREDUCE } coll_kind;
 
 /* Virtual ranks on one GPU (tests/test_vranks --device cuda, the GPU
@@ -180,6 +171,16 @@ static sr_status staged_collective(sr_fsdp *f, coll_kind kind, sr_group *g, void
     return st;
 }
 
+/* One collective of the engine on device buffers, on the comm stream, in
+ * comm.h's shapes; *ev completes with it.  The data plane: the group's
+ * NCCL communicator when it has one; on a device table other than the
+ * cpu one, a group of one rank is a copy on the comm stream (or nothing,
+ * in place), since the host transport cannot read device memory; on a GPU
+ * without a communicator (virtual ranks), the staging above; else the host
+ * transport's request (cpu and fake tables, whose memory the host reads).
+ * sbytes and rbytes are the buffers' sizes, which the NCCL wrappers check
+ * the count against; `what` names the collective for the happens-before
+ * checker. */
 static sr_status collective(sr_fsdp *f, coll_kind kind, const char *what, sr_group *g, void *recv, size_t rbytes,
                             const void *send, size_t sbytes, size_t count, sr_dtype dt, sr_event *ev) {
     sr_dev *d = f->dev;
