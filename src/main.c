@@ -90,9 +90,11 @@ static int fail(sr_status st) {
     const char *msg = sr_error_message();
     char launcher[512];
     /* the launcher's death reaches sibling ranks a few milliseconds apart:
-     * give this rank's own witnesses that long before naming a peer that
-     * merely exited first */
-    if (st == SR_ERR_PEER && sr_world_launcher_gone(launcher, sizeof launcher, 0.3)) {
+     * before naming a peer that merely exited first, ask this rank's own
+     * witnesses (synchronous: by the time a sibling's exit has been seen
+     * and this run torn down, the launcher's sockets are long closed; no
+     * wait, so a rank whose peer on another node died reports at once) */
+    if (st == SR_ERR_PEER && sr_world_launcher_gone(launcher, sizeof launcher, 0)) {
         sr_log_error("%s (then: %s)", launcher, msg[0] ? msg : sr_status_str(st));
         return sr_status_exit_code(st);
     }
