@@ -265,6 +265,7 @@ struct sr_nccl {
     sr_nccl_counts counts;
     sr_status broken;
     bool healthy; /* opened completely and never failed: close finalizes, else aborts */
+    bool aborted; /* under nccl_mu: the communicators are gone; no NCCL call may follow */
     /* the watchdog */
     pthread_t watchdog;
     bool watching, stop;
@@ -297,6 +298,8 @@ static ncclResult_t settle(sr_nccl *n, ncclComm_t comm, ncclResult_t r, double d
         usleep(sleep_us);
         sleep_us = sleep_us < 20000 ? sleep_us * 2 : 20000;
         pthread_mutex_lock(&n->nccl_mu);
+        if (n->aborted)
+            return ncclInternalError; /* the watchdog aborted meanwhile: the communicator is gone */
     }
     return r;
 }
@@ -349,6 +352,7 @@ static void *abort_main(void *arg) {
             ncclCommAbort(n->children[i]);
     if (n->world)
         ncclCommAbort(n->world);
+    n->aborted = true;
     pthread_mutex_unlock(&n->nccl_mu);
     return NULL;
 }
@@ -442,7 +446,7 @@ static bool check_plane(sr_nccl *n, char *what, size_t size, bool deadline_passe
     if (failed)
         return true;
     pthread_mutex_lock(&n->nccl_mu);
-    for (int i = -1; i < n->nchildren && !failed; i++) {
+    for (int i = -1; i < n->nchildren && !failed && !n->aborted; i++) {
         ncclComm_t c = i < 0 ? n->world : n->children[i];
         ncclResult_t async = ncclSuccess;
         if (c && ncclCommGetAsyncError(c, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
@@ -706,6 +710,10 @@ sr_status sr_nccl_collective(sr_nccl *n, sr_nccl_kind kind, sr_group *g, void *r
         sr_k_spin(n->stream, (long long)n->d->delay_us[SR_STREAM_COMM] * 1000);
     double deadline = mono_s() + n->timeout_s;
     pthread_mutex_lock(&n->nccl_mu);
+    if (n->aborted) { /* the watchdog is ending the process */
+        pthread_mutex_unlock(&n->nccl_mu);
+        return n->broken = SR_ERR_PEER;
+    }
     ncclResult_t r;
     switch (kind) {
     case SR_NCCL_ALLGATHER:
