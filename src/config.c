@@ -44,6 +44,7 @@ struct sr_key_origin {
 };
 
 static const char *const preset_names[] = {"tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b", NULL};
+static const char *const recompute_names[] = {"none", "blocks", NULL};
 static const char *const schedule_names[] = {"cosine", "linear", "constant", NULL};
 static const char *const backend_names[] = {"auto", "tcp", "nccl", NULL};
 /* indexed by sr_device_want */
@@ -66,6 +67,7 @@ static const sr_key keys[] = {
  {"model.n_embd", T_INT, OFF(n_embd), NULL, 1, 65536, NULL, true, "embedding width (default: from the preset)"},
  {"model.vocab_size", T_INT, OFF(vocab_size), NULL, 2, 16777216, NULL, true, "vocabulary size; every data token must be below it (default: from the preset)"},
  {"model.seq_len", T_INT, OFF(seq_len), NULL, 1, 1048576, NULL, true, "sequence length in tokens (default: from the preset)"},
+ {"model.recompute", T_ENUM, OFF(recompute), "none", 0, 0, recompute_names, true, "activation recomputation: none keeps every block's activations from forward to backward; blocks keeps only each block's input and recomputes the block's forward before its backward (about one more forward per step, activations L x B x T x n_embd x element size plus one block's and the root's; gradients bitwise equal to none)"},
  {"train.steps", T_INT, OFF(steps), "1000", 1, 1e12, NULL, true, "optimizer steps to train"},
  {"train.batch_size", T_INT, OFF(batch_size), "8", 1, 1048576, NULL, true, "sequences per optimizer step, all ranks together"},
  {"train.micro_batch", T_INT, OFF(micro_batch), "0", 0, 1048576, NULL, true, "sequences per forward pass per rank; 0 = batch_size / data-parallel ranks; accumulation steps = batch_size / (micro_batch x ranks)"},

@@ -35,7 +35,7 @@ typedef struct {
 
 typedef struct {
     /* model */
-    int64_t model_preset;
+    int64_t model_preset, recompute;
     int64_t n_layer, n_head, n_embd, vocab_size, seq_len;
     /* train */
     int64_t steps, batch_size, micro_batch;

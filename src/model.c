@@ -34,55 +34,74 @@ typedef struct {
  * small one; below 2^53 bytes the value is exact. */
 static size_t sat(double x) { return x >= 1.8e19 ? SIZE_MAX : (size_t)x; }
 
-static int act_table(sr_model *m, size_t B, act_buf *out) {
+/* One row of the table: where the pointer goes, its bytes, and what it is
+ * for the split (model.h sr_act_split). */
+enum { ACT_ROOT, ACT_BLOCK, ACT_INPUTS };
+
+static int act_table_split(sr_model *m, size_t B, act_buf *out, int *kind) {
     double L = m->d.L, T = m->d.T, C = m->d.C, NH = m->d.NH, Vp = m->d.Vp;
     double BT = (double)B * T, BTC = BT * C, f = sizeof(float), e = (double)sr_dtype_size(m->ops->act);
     /* what attention saves is the op's business (ops.h) */
     double att = (double)m->ops->attention_save_bytes((int)(B < INT32_MAX ? B : INT32_MAX), m->d.T, m->d.NH);
     if ((double)B * NH * T * T * f > 1e18)
         att = (double)B * NH * T * T * f; /* absurd dims: saturate, do not trust int arguments */
-    const act_buf t[] = {
-        {(void **)&m->inputs, sat(BT * sizeof(int))},
-        {(void **)&m->targets, sat(BT * sizeof(int))},
-        {(void **)&m->encoded, sat(BTC * e)},
-        {(void **)&m->ln1, sat(L * BTC * e)},
-        {(void **)&m->ln1_mean, sat(L * BT * f)},
-        {(void **)&m->ln1_rstd, sat(L * BT * f)},
-        {(void **)&m->qkv, sat(L * 3 * BTC * e)},
-        {(void **)&m->atty, sat(L * BTC * e)},
-        {(void **)&m->att, sat(L * att)},
-        {(void **)&m->residual2, sat(L * BTC * e)},
-        {(void **)&m->ln2, sat(L * BTC * e)},
-        {(void **)&m->ln2_mean, sat(L * BT * f)},
-        {(void **)&m->ln2_rstd, sat(L * BT * f)},
-        {(void **)&m->fch, sat(L * 4 * BTC * e)},
-        {(void **)&m->fch_gelu, sat(L * 4 * BTC * e)},
-        {(void **)&m->residual3, sat(L * BTC * e)},
-        {(void **)&m->lnf, sat(BTC * e)},
-        {(void **)&m->lnf_mean, sat(BT * f)},
-        {(void **)&m->lnf_rstd, sat(BT * f)},
-        {(void **)&m->logits, sat(BT * Vp * e)},
-        {(void **)&m->losses, sat(BT * f)},
-        {(void **)&m->lse, sat(BT * f)},
-        {(void **)&m->scratch, sat(BTC * e)},
-        {(void **)&m->dresidual, sat(BTC * e)},
-        {(void **)&m->dln, sat(BTC * e)},
-        {(void **)&m->dqkv, sat(3 * BTC * e)},
-        {(void **)&m->datty, sat(BTC * e)},
-        {(void **)&m->dfch, sat(4 * BTC * e)},
-        {(void **)&m->dfch_gelu, sat(4 * BTC * e)},
+    /* recompute: the per-block rows hold one block; the block outputs
+     * (residual3) stay L deep, as they are the next blocks' inputs */
+    double Lb = m->d.recompute == SR_RECOMPUTE_BLOCKS ? 1 : L;
+    const struct {
+        act_buf b;
+        int kind;
+    } t[] = {
+        {{(void **)&m->inputs, sat(BT * sizeof(int))}, ACT_ROOT},
+        {{(void **)&m->targets, sat(BT * sizeof(int))}, ACT_ROOT},
+        {{(void **)&m->encoded, sat(BTC * e)}, ACT_INPUTS},
+        {{(void **)&m->ln1, sat(Lb * BTC * e)}, ACT_BLOCK},
+        {{(void **)&m->ln1_mean, sat(Lb * BT * f)}, ACT_BLOCK},
+        {{(void **)&m->ln1_rstd, sat(Lb * BT * f)}, ACT_BLOCK},
+        {{(void **)&m->qkv, sat(Lb * 3 * BTC * e)}, ACT_BLOCK},
+        {{(void **)&m->atty, sat(Lb * BTC * e)}, ACT_BLOCK},
+        {{(void **)&m->att, sat(Lb * att)}, ACT_BLOCK},
+        {{(void **)&m->residual2, sat(Lb * BTC * e)}, ACT_BLOCK},
+        {{(void **)&m->ln2, sat(Lb * BTC * e)}, ACT_BLOCK},
+        {{(void **)&m->ln2_mean, sat(Lb * BT * f)}, ACT_BLOCK},
+        {{(void **)&m->ln2_rstd, sat(Lb * BT * f)}, ACT_BLOCK},
+        {{(void **)&m->fch, sat(Lb * 4 * BTC * e)}, ACT_BLOCK},
+        {{(void **)&m->fch_gelu, sat(Lb * 4 * BTC * e)}, ACT_BLOCK},
+        /* L outputs: the last block's is its own (ACT_BLOCK), the
+         * others are inputs of the next block */
+        {{(void **)&m->residual3, sat(L * BTC * e)}, ACT_INPUTS},
+        {{(void **)&m->lnf, sat(BTC * e)}, ACT_ROOT},
+        {{(void **)&m->lnf_mean, sat(BT * f)}, ACT_ROOT},
+        {{(void **)&m->lnf_rstd, sat(BT * f)}, ACT_ROOT},
+        {{(void **)&m->logits, sat(BT * Vp * e)}, ACT_ROOT},
+        {{(void **)&m->losses, sat(BT * f)}, ACT_ROOT},
+        {{(void **)&m->lse, sat(BT * f)}, ACT_ROOT},
+        {{(void **)&m->scratch, sat(BTC * e)}, ACT_ROOT},
+        {{(void **)&m->dresidual, sat(BTC * e)}, ACT_ROOT},
+        {{(void **)&m->dln, sat(BTC * e)}, ACT_ROOT},
+        {{(void **)&m->dqkv, sat(3 * BTC * e)}, ACT_ROOT},
+        {{(void **)&m->datty, sat(BTC * e)}, ACT_ROOT},
+        {{(void **)&m->dfch, sat(4 * BTC * e)}, ACT_ROOT},
+        {{(void **)&m->dfch_gelu, sat(4 * BTC * e)}, ACT_ROOT},
         /* the ops' scratch (CUDA: attention backward, column sums, the
          * encoder's sort); none on the CPU */
-        {(void **)&m->op_ws, m->ops->workspace_bytes && B > 0 && B <= INT32_MAX
-                                 ? m->ops->workspace_bytes((int)B, m->d.T, m->d.C, m->d.NH)
-                                 : 0},
+        {{(void **)&m->op_ws, m->ops->workspace_bytes && B > 0 && B <= INT32_MAX
+                                  ? m->ops->workspace_bytes((int)B, m->d.T, m->d.C, m->d.NH)
+                                  : 0},
+         ACT_ROOT},
     };
     _Static_assert(sizeof t / sizeof t[0] <= MAX_ACT_BUFS, "MAX_ACT_BUFS is too small");
     int n = (int)(sizeof t / sizeof t[0]);
-    for (int i = 0; out && i < n; i++)
-        out[i] = t[i];
+    for (int i = 0; i < n; i++) {
+        if (out)
+            out[i] = t[i].b;
+        if (kind)
+            kind[i] = t[i].kind;
+    }
     return n;
 }
+
+static int act_table(sr_model *m, size_t B, act_buf *out) { return act_table_split(m, B, out, NULL); }
 
 /* The bytes of the row of `ptr` in a table. */
 static size_t row_bytes(const act_buf *bufs, int nb, void **ptr) {
@@ -90,6 +109,28 @@ static size_t row_bytes(const act_buf *bufs, int nb, void **ptr) {
         if (bufs[i].ptr == ptr)
             return bufs[i].bytes;
     return 0;
+}
+
+sr_act_split sr_model_activation_split(const sr_model_dims *d, const sr_ops *ops, int max_B) {
+    sr_model m = {.d = *d, .ops = ops};
+    m.d.Vp = sr_model_padded_vocab(d->V);
+    m.d.recompute = SR_RECOMPUTE_BLOCKS; /* the rows of one block */
+    act_buf bufs[MAX_ACT_BUFS];
+    int kind[MAX_ACT_BUFS];
+    int nb = act_table_split(&m, (size_t)max_B, bufs, kind);
+    sr_act_split s = {0};
+    size_t btc = sat((double)max_B * d->T * d->C * (double)sr_dtype_size(ops->act));
+    for (int i = 0; i < nb; i++) {
+        size_t *to = kind[i] == ACT_BLOCK ? &s.block : kind[i] == ACT_INPUTS ? &s.inputs : &s.root;
+        *to = *to + bufs[i].bytes < *to ? SIZE_MAX : *to + bufs[i].bytes;
+    }
+    /* of the embedding output and the L block outputs, the last output
+     * belongs to its block's set */
+    if (s.inputs != SIZE_MAX && btc != SIZE_MAX) {
+        s.inputs -= btc;
+        s.block = s.block + btc < s.block ? SIZE_MAX : s.block + btc;
+    }
+    return s;
 }
 
 size_t sr_model_activation_bytes(const sr_model_dims *d, const sr_ops *ops, int max_B) {
@@ -300,11 +341,65 @@ static root_view view_root(const sr_model *m, void *base, sr_dtype dt) {
     return v;
 }
 
+/* Pointers to block l's activations: slot l of each per-block row, or
+ * slot 0 when the model recomputes blocks (the rows hold one block). */
+typedef struct {
+    const void *residual; /* the block's input */
+    void *ln1, *qkv, *atty, *att, *res2, *ln2, *fch, *fchg, *res3;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+} block_acts;
+
+static block_acts acts_of(const sr_model *m, int l, int B) {
+    const sr_ops *o = m->ops;
+    size_t BT = (size_t)B * m->d.T, BTC = BT * m->d.C, att_l = o->attention_save_bytes(B, m->d.T, m->d.NH);
+    size_t k = m->d.recompute == SR_RECOMPUTE_BLOCKS ? 0 : (size_t)l;
+    return (block_acts){
+        .residual = l == 0 ? m->encoded : ACT(m->residual3, (size_t)(l - 1) * BTC),
+        .ln1 = ACT(m->ln1, k * BTC),
+        .qkv = ACT(m->qkv, k * 3 * BTC),
+        .atty = ACT(m->atty, k * BTC),
+        .att = (char *)m->att + k * att_l,
+        .res2 = ACT(m->residual2, k * BTC),
+        .ln2 = ACT(m->ln2, k * BTC),
+        .fch = ACT(m->fch, k * 4 * BTC),
+        .fchg = ACT(m->fch_gelu, k * 4 * BTC),
+        .res3 = ACT(m->residual3, (size_t)l * BTC),
+        .ln1_mean = m->ln1_mean + k * BT,
+        .ln1_rstd = m->ln1_rstd + k * BT,
+        .ln2_mean = m->ln2_mean + k * BT,
+        .ln2_rstd = m->ln2_rstd + k * BT,
+    };
+}
+
+/* Block l's forward from its input.  `output` false stops before the last
+ * projection: what backward needs of the block, without its output (the
+ * recomputation before backward; the output, the next block's input, is
+ * still in residual3).  The ops are deterministic, so a recomputation
+ * writes the same bits the forward wrote. */
+static void block_forward(sr_model *m, const block_view *p, int l, int B, bool output) {
+    const sr_ops *o = m->ops;
+    int C = m->d.C, NH = m->d.NH, T = m->d.T;
+    size_t BT = (size_t)B * T, BTC = BT * C;
+    block_acts a = acts_of(m, l, B);
+    o->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.residual, p->t[SR_LN1W], p->t[SR_LN1B], (int)BT, C);
+    o->matmul_forward(a.qkv, a.ln1, p->t[SR_QKVW], p->t[SR_QKVB], (int)BT, C, 3 * C);
+    o->attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+    o->matmul_forward(m->scratch, a.atty, p->t[SR_ATTPROJW], p->t[SR_ATTPROJB], (int)BT, C, C);
+    o->residual_forward(a.res2, a.residual, m->scratch, BTC);
+    o->layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p->t[SR_LN2W], p->t[SR_LN2B], (int)BT, C);
+    o->matmul_forward(a.fch, a.ln2, p->t[SR_FCW], p->t[SR_FCB], (int)BT, C, 4 * C);
+    o->gelu_forward(a.fchg, a.fch, 4 * BTC);
+    if (!output)
+        return;
+    o->matmul_forward(m->scratch, a.fchg, p->t[SR_FCPROJW], p->t[SR_FCPROJB], (int)BT, 4 * C, C);
+    o->residual_forward(a.res3, a.res2, m->scratch, BTC);
+}
+
 sr_status sr_model_forward(sr_model *m, const sr_param_source *src, const int *inputs, const int *targets, int B) {
     const sr_ops *o = m->ops;
     sr_dev *dev = m->dev;
-    int L = m->d.L, NH = m->d.NH, C = m->d.C, T = m->d.T, V = m->d.V, Vp = m->d.Vp;
-    size_t BT = (size_t)B * T, BTC = BT * C, att_l = o->attention_save_bytes(B, T, NH);
+    int L = m->d.L, C = m->d.C, T = m->d.T, V = m->d.V, Vp = m->d.Vp;
+    size_t BT = (size_t)B * T, BTC = BT * C;
     m->B = B;
     /* the inputs to the device, once compute is done with the previous
      * ones; the compute stream waits for them */
@@ -326,23 +421,7 @@ sr_status sr_model_forward(sr_model *m, const sr_param_source *src, const int *i
         lp = layer_params(m, src, l);
         NEED_VIEW(lp);
         block_view p = view_block(m, lp.ptr, lp.dt);
-        const void *residual = l == 0 ? m->encoded : ACT(m->residual3, (size_t)(l - 1) * BTC);
-        void *ln1 = ACT(m->ln1, l * BTC), *qkv = ACT(m->qkv, l * 3 * BTC), *atty = ACT(m->atty, l * BTC);
-        void *att = (char *)m->att + (size_t)l * att_l;
-        void *res2 = ACT(m->residual2, l * BTC), *ln2 = ACT(m->ln2, l * BTC);
-        void *fch = ACT(m->fch, l * 4 * BTC), *fchg = ACT(m->fch_gelu, l * 4 * BTC), *res3 = ACT(m->residual3, l * BTC);
-        o->layernorm_forward(ln1, m->ln1_mean + l * BT, m->ln1_rstd + l * BT, residual, p.t[SR_LN1W], p.t[SR_LN1B],
-                             (int)BT, C);
-        o->matmul_forward(qkv, ln1, p.t[SR_QKVW], p.t[SR_QKVB], (int)BT, C, 3 * C);
-        o->attention_forward(atty, att, qkv, B, T, C, NH);
-        o->matmul_forward(m->scratch, atty, p.t[SR_ATTPROJW], p.t[SR_ATTPROJB], (int)BT, C, C);
-        o->residual_forward(res2, residual, m->scratch, BTC);
-        o->layernorm_forward(ln2, m->ln2_mean + l * BT, m->ln2_rstd + l * BT, res2, p.t[SR_LN2W], p.t[SR_LN2B], (int)BT,
-                             C);
-        o->matmul_forward(fch, ln2, p.t[SR_FCW], p.t[SR_FCB], (int)BT, C, 4 * C);
-        o->gelu_forward(fchg, fch, 4 * BTC);
-        o->matmul_forward(m->scratch, fchg, p.t[SR_FCPROJW], p.t[SR_FCPROJB], (int)BT, 4 * C, C);
-        o->residual_forward(res3, res2, m->scratch, BTC);
+        block_forward(m, &p, l, B, true);
         done_forward(src, l);
     }
     lp = layer_params(m, src, L);
@@ -371,7 +450,7 @@ sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss
     const sr_ops *o = m->ops;
     sr_dev *dev = m->dev;
     int B = m->B, L = m->d.L, NH = m->d.NH, C = m->d.C, T = m->d.T, V = m->d.V, Vp = m->d.Vp;
-    size_t BT = (size_t)B * T, BTC = BT * C, es = sr_dtype_size(o->act), att_l = o->attention_save_bytes(B, T, NH);
+    size_t BT = (size_t)B * T, BTC = BT * C, es = sr_dtype_size(o->act);
     const sr_stream cs = SR_STREAM_COMPUTE;
 
     sr_param_view lp = layer_params(m, src, L);
@@ -392,11 +471,12 @@ sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss
         NEED_VIEW(lp);
         NEED(lg);
         block_view p = view_block(m, lp.ptr, lp.dt), g = view_block(m, lg, SR_DT_F32);
-        const void *residual = l == 0 ? m->encoded : ACT(m->residual3, (size_t)(l - 1) * BTC);
-        void *ln1 = ACT(m->ln1, l * BTC), *qkv = ACT(m->qkv, l * 3 * BTC), *atty = ACT(m->atty, l * BTC);
-        void *att = (char *)m->att + (size_t)l * att_l;
-        void *res2 = ACT(m->residual2, l * BTC), *ln2 = ACT(m->ln2, l * BTC);
-        void *fch = ACT(m->fch, l * 4 * BTC), *fchg = ACT(m->fch_gelu, l * 4 * BTC);
+        if (m->d.recompute == SR_RECOMPUTE_BLOCKS)
+            block_forward(m, &p, l, B, false);
+        block_acts a = acts_of(m, l, B);
+        const void *residual = a.residual;
+        void *ln1 = a.ln1, *qkv = a.qkv, *atty = a.atty, *att = a.att, *res2 = a.res2, *ln2 = a.ln2, *fch = a.fch,
+             *fchg = a.fchg;
         /* MLP: dresidual is the gradient of both res3's inputs (res2 and fcproj) */
         dev->memset(dev, cs, m->dfch_gelu, 0, 4 * BTC * es);
         o->matmul_backward(m->dfch_gelu, g.t[SR_FCPROJW], g.t[SR_FCPROJB], m->dresidual, fchg, p.t[SR_FCPROJW], (int)BT,
@@ -405,8 +485,8 @@ sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss
         o->gelu_backward(m->dfch, fch, m->dfch_gelu, 4 * BTC);
         dev->memset(dev, cs, m->dln, 0, BTC * es);
         o->matmul_backward(m->dln, g.t[SR_FCW], g.t[SR_FCB], m->dfch, ln2, p.t[SR_FCW], (int)BT, C, 4 * C);
-        o->layernorm_backward(m->dresidual, g.t[SR_LN2W], g.t[SR_LN2B], m->dln, res2, p.t[SR_LN2W],
-                              m->ln2_mean + l * BT, m->ln2_rstd + l * BT, (int)BT, C);
+        o->layernorm_backward(m->dresidual, g.t[SR_LN2W], g.t[SR_LN2B], m->dln, res2, p.t[SR_LN2W], a.ln2_mean,
+                              a.ln2_rstd, (int)BT, C);
         /* attention: dresidual is now the gradient of res2's inputs */
         dev->memset(dev, cs, m->datty, 0, BTC * es);
         o->matmul_backward(m->datty, g.t[SR_ATTPROJW], g.t[SR_ATTPROJB], m->dresidual, atty, p.t[SR_ATTPROJW], (int)BT,
@@ -420,8 +500,8 @@ sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss
          * leaves is rounding noise that Adam would blow up to lr-sized steps
          * (differently on every world size).  Keep it the exact zero. */
         dev->memset(dev, cs, (float *)g.t[SR_QKVB] + C, 0, (size_t)C * sizeof(float));
-        o->layernorm_backward(m->dresidual, g.t[SR_LN1W], g.t[SR_LN1B], m->dln, residual, p.t[SR_LN1W],
-                              m->ln1_mean + l * BT, m->ln1_rstd + l * BT, (int)BT, C);
+        o->layernorm_backward(m->dresidual, g.t[SR_LN1W], g.t[SR_LN1B], m->dln, residual, p.t[SR_LN1W], a.ln1_mean,
+                              a.ln1_rstd, (int)BT, C);
         done_backward(src, l);
     }
     lg = layer_grads(m, src, L);

@@ -28,7 +28,26 @@
 
 typedef struct {
     int L, NH, C, V, Vp, T; /* layers, heads, channels, vocab, padded vocab, max seq len */
+    /* model.recompute: SR_RECOMPUTE_BLOCKS keeps only each block's input
+     * through forward and recomputes the block before its backward (the
+     * activation table holds one block's set instead of L); not part of
+     * the model's identity (manifests ignore it) */
+    int recompute;
 } sr_model_dims;
+
+enum { SR_RECOMPUTE_NONE, SR_RECOMPUTE_BLOCKS };
+
+/* The activation bytes of a micro-batch, split as model.recompute: blocks
+ * predicts them (the start log prints it): `inputs` the block inputs kept
+ * through forward (L x B x T x C x element size: the embedding output and
+ * every block's output but the last), `block` one block's full forward set
+ * (its output included), `root` the rest (inputs/targets, the final norm,
+ * logits, losses, the backward scratch, the ops' workspace).  With
+ * recompute none the table holds L blocks' sets plus the embedding output
+ * and the root's; with blocks, inputs + block + root exactly. */
+typedef struct {
+    size_t inputs, block, root;
+} sr_act_split;
 
 /* Block tensors, in layout order within a block. X(enum, name, rows, cols, init, decay) */
 enum { SR_INIT_ZERO, SR_INIT_ONE, SR_INIT_NORMAL, SR_INIT_NORMAL_RESID };
@@ -126,6 +145,8 @@ size_t sr_model_n_params(const sr_model_dims *d);
  * sequences with `ops` (category SR_MEM_ACTIVATIONS), without allocating
  * them. */
 size_t sr_model_activation_bytes(const sr_model_dims *d, const sr_ops *ops, int max_B);
+/* The split above for micro-batches of max_B sequences with `ops`. */
+sr_act_split sr_model_activation_split(const sr_model_dims *d, const sr_ops *ops, int max_B);
 
 /* Builds the tensor table and layout for `d` (Vp computed from V).  With
  * `own_params` the full fp32 parameter and gradient buffers are allocated

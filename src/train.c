@@ -159,7 +159,8 @@ static bool needs_nccl(const run *r) {
 /* Model, transport, control plane, engine; connected; the NCCL plane. */
 static sr_status open_engine(run *r) {
     sr_model_dims dims = {
-        (int)r->cfg->n_layer, (int)r->cfg->n_head, (int)r->cfg->n_embd, (int)r->cfg->vocab_size, 0, r->T};
+        (int)r->cfg->n_layer,  (int)r->cfg->n_head, (int)r->cfg->n_embd, (int)r->cfg->vocab_size, 0, r->T,
+        (int)r->cfg->recompute};
     sr_status st = sr_model_init(&r->model, dims, r->ops, r->dev, r->mb, false);
     r->model_ok = true;
     if (st == SR_OK)
@@ -211,11 +212,31 @@ static sr_status open_run_state(run *r) {
     return st;
 }
 
+/* The activation prediction of model.recompute (model.h sr_act_split). */
+static void log_recompute(const run *r) {
+    sr_model_dims d = r->model.d;
+    sr_act_split sp = sr_model_activation_split(&d, r->ops, r->mb);
+    d.recompute = SR_RECOMPUTE_NONE;
+    size_t none = sr_model_activation_bytes(&d, r->ops, r->mb);
+    char a[32], b[32], c[32], t[32], n[32];
+    if (r->model.d.recompute == SR_RECOMPUTE_BLOCKS)
+        sr_log_info("recompute blocks: activations %s predicted = block inputs %s (L %d x B %d x T %d x C %d x %zu B) "
+                    "+ one block %s + root %s; none would need %s",
+                    sr_memplan_size(sp.inputs + sp.block + sp.root, t, sizeof t),
+                    sr_memplan_size(sp.inputs, a, sizeof a), d.L, r->mb, d.T, d.C, sr_dtype_size(r->ops->act),
+                    sr_memplan_size(sp.block, b, sizeof b), sr_memplan_size(sp.root, c, sizeof c),
+                    sr_memplan_size(none, n, sizeof n));
+    else
+        sr_log_info("recompute none: activations %s (model.recompute: blocks would need %s)",
+                    sr_memplan_size(none, n, sizeof n), sr_memplan_size(sp.inputs + sp.block + sp.root, t, sizeof t));
+}
+
 /* The planned peak against the process's limits, before anything sized by
  * the model is allocated (memplan.h). */
 static sr_status check_memory(run *r) {
     sr_model_dims dims = {
-        (int)r->cfg->n_layer, (int)r->cfg->n_head, (int)r->cfg->n_embd, (int)r->cfg->vocab_size, 0, r->T};
+        (int)r->cfg->n_layer,  (int)r->cfg->n_head, (int)r->cfg->n_embd, (int)r->cfg->vocab_size, 0, r->T,
+        (int)r->cfg->recompute};
     sr_status st = sr_memplan_compute(&r->plan, &dims, r->mb, &r->mesh, &r->job.fsdp, r->threads, r->ops);
     /* on a GPU the plan is device memory; the host keeps only staging */
     if (st == SR_OK && r->dev->kind != SR_DEV_CUDA)
@@ -425,6 +446,7 @@ static void banner(run *r) {
         sr_log_warn("train.eval_every is %lld but data.val is empty: no evaluation (set data.val to validation shards)",
                     (long long)cfg->eval_every);
     sr_log_info("mfu peak: %s", r->peak_how);
+    log_recompute(r);
     char t[32], o[32];
     sr_log_info("memory plan per rank: %s in accounted categories + %s for code, libraries and threads",
                 sr_memplan_size(r->plan.total, t, sizeof t), sr_memplan_size(r->plan.overhead, o, sizeof o));
