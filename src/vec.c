@@ -137,6 +137,10 @@ void sr_vec_adamw_par(float *params, const float *grads, float *m, float *v, siz
     }
 }
 
+void sr_vec_adamw(float *params, const float *grads, float *m, float *v, size_t n, const sr_adamw_args *a) {
+    adamw(params, grads, m, v, n, a);
+}
+
 double sr_vec_sum_squares(const float *x, size_t n) {
     /* Fixed-size blocks summed in order: the same result for any thread
      * count.  The partial sums live on the stack in pieces of at most 4096

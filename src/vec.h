@@ -37,6 +37,11 @@ typedef struct {
     float b1, b2, eps, bc1, bc2, lr, decay, grad_scale;
 } sr_adamw_args;
 void sr_vec_adamw_par(float *params, const float *grads, float *m, float *v, size_t n, const sr_adamw_args *a);
+/* The same on the calling thread alone (the caller parallelises around it:
+ * device_cpu.c splits a whole shard's segments into one contiguous range
+ * per thread).  Every element is the same expression in both, so any split
+ * gives the same bits. */
+void sr_vec_adamw(float *params, const float *grads, float *m, float *v, size_t n, const sr_adamw_args *a);
 
 /* Sum of squares of n floats, in double, in a fixed order (the same for
  * any thread count). */

@@ -14,6 +14,7 @@
 #include "optim.h"
 #include "rng.h"
 #include "tap.h"
+#include "vec.h"
 
 static sr_dev *dev; /* the cpu table: every buffer below is host memory */
 
@@ -26,7 +27,7 @@ static double loss_double(sr_model *m, const int *in, const int *tg, int B) {
 
 static void test_gradients(void) {
     sr_model m;
-    sr_model_dims d = {2, 2, 16, 37, 0, 8};
+    sr_model_dims d = {2, 2, 16, 37, 0, 8, 0};
     int B = 3;
     if (!tap_ok(sr_model_init(&m, d, &sr_ops_cpu, dev, B, true) == SR_OK, "small model initialises"))
         return;
@@ -109,7 +110,7 @@ static void test_gradients(void) {
 
 static void test_layout(void) {
     sr_model m;
-    sr_model_dims d = {4, 4, 256, 256, 0, 256};
+    sr_model_dims d = {4, 4, 256, 256, 0, 256, 0};
     if (!tap_ok(sr_model_init(&m, d, &sr_ops_cpu, dev, 1, false) == SR_OK, "tiny model table builds"))
         return;
     int ok = 1, prev_unit = 0;
@@ -191,7 +192,7 @@ static void test_schedule(void) {
 static void test_adamw(void) {
     /* one AdamW step on a 2-element tensor against the formula */
     sr_model m;
-    sr_model_dims d = {1, 1, 4, 8, 0, 2};
+    sr_model_dims d = {1, 1, 4, 8, 0, 2, 0};
     sr_model_init(&m, d, &sr_ops_cpu, dev, 1, true);
     sr_config cfg;
     sr_config_init(&cfg); /* the job file's defaults */
@@ -213,6 +214,79 @@ static void test_adamw(void) {
     sr_model_free(&m);
 }
 
+/* The shard-wide AdamW (one range per thread across segments) gives the
+ * bits of the per-segment loop it replaced, for 1, 2 and 3 threads, on a
+ * two-slice shard whose padding stays untouched. */
+static void test_adamw_split(void) {
+    sr_model m;
+    sr_model_dims d = {3, 2, 64, 100, 0, 8, 0};
+    sr_model_init(&m, d, &sr_ops_cpu, dev, 0, false);
+    size_t n = m.n_params, half = n / 2 + 7, pad = 13, local = n + pad;
+    sr_slice sl[2] = {{0, half, 0}, {half, n, half + pad}};
+    sr_adamw_opts c = {0.9, 0.95, 1e-8, 0.1};
+    float *buf[2][4];
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 4; j++)
+            buf[k][j] = malloc(local * sizeof(float));
+    bool same = true;
+    for (int threads = 1; threads <= 3; threads++) {
+        sr_ops_set_threads(threads);
+        sr_optim opt;
+        sr_optim_init_slices(&opt, &m, dev, sl, 2, local);
+        for (size_t i = 0; i < local; i++) {
+            buf[0][0][i] = buf[1][0][i] = (float)sr_rng_normal(3, 1, i);
+            buf[0][1][i] = buf[1][1][i] = (float)sr_rng_normal(3, 2, i) * 0.01f;
+            buf[0][2][i] = buf[1][2][i] = (float)sr_rng_normal(3, 3, i) * 1e-3f;
+            buf[0][3][i] = buf[1][3][i] = fabsf((float)sr_rng_normal(3, 4, i)) * 1e-5f;
+        }
+        /* the engine's path: the device table's adamw */
+        memcpy(opt.m, buf[0][2], local * sizeof(float));
+        memcpy(opt.v, buf[0][3], local * sizeof(float));
+        sr_optim_step(&opt, buf[0][0], buf[0][1], 3, 6e-4, &c, 0.7f);
+        /* the reference: a parallel region per segment */
+        sr_adamw_args a = {0.9f, 0.95f, 1e-8f, (float)(1 - pow(0.9, 3)), (float)(1 - pow(0.95, 3)), 6e-4f, 0, 0.7f};
+        for (int i = 0; i < opt.nsegs; i++) {
+            const sr_adamw_segment *g = &opt.segs[i];
+            a.decay = g->decay ? 0.1f : 0.0f;
+            sr_vec_adamw_par(buf[1][0] + g->off, buf[1][1] + g->off, buf[1][2] + g->off, buf[1][3] + g->off, g->n, &a);
+        }
+        same = same && memcmp(buf[0][0], buf[1][0], local * sizeof(float)) == 0 &&
+               memcmp(opt.m, buf[1][2], local * sizeof(float)) == 0 &&
+               memcmp(opt.v, buf[1][3], local * sizeof(float)) == 0;
+        bool pad_kept = true;
+        for (size_t i = half; i < half + pad; i++)
+            pad_kept = pad_kept && opt.m[i] == buf[0][2][i] && buf[0][0][i] == buf[1][0][i];
+        tap_ok(pad_kept, "shard-wide AdamW leaves the padding between slices alone (%d threads)", threads);
+        sr_optim_free(&opt);
+    }
+    tap_ok(same, "shard-wide AdamW: params, m and v bitwise the per-segment loop (1, 2, 3 threads)");
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 4; j++)
+            free(buf[k][j]);
+    sr_ops_set_threads(2);
+    sr_model_free(&m);
+}
+
+/* model.recompute's split: block inputs are L x B x T x C x element size,
+ * and the three parts are exactly what a recomputing model allocates. */
+static void test_activation_split(void) {
+    sr_model_dims d = {5, 2, 32, 50, 0, 16, SR_RECOMPUTE_BLOCKS};
+    int B = 3;
+    sr_act_split sp = sr_model_activation_split(&d, &sr_ops_cpu, B);
+    tap_ok(sp.inputs == (size_t)5 * B * 16 * 32 * 4, "recompute: block inputs are L.B.T.C.4 (%zu)", sp.inputs);
+    sr_model m;
+    sr_model_init(&m, d, &sr_ops_cpu, dev, B, false);
+    tap_ok(m.act_bytes == sp.inputs + sp.block + sp.root, "recompute: allocated %zu = inputs + block + root %zu",
+           m.act_bytes, sp.inputs + sp.block + sp.root);
+    sr_model_free(&m);
+    d.recompute = SR_RECOMPUTE_NONE;
+    sr_model_init(&m, d, &sr_ops_cpu, dev, B, false);
+    size_t btc = (size_t)B * 16 * 32 * 4;
+    tap_ok(m.act_bytes == sp.inputs + 5 * sp.block + sp.root - 4 * btc,
+           "recompute none: L blocks' sets besides the inputs and root (%zu)", m.act_bytes);
+    sr_model_free(&m);
+}
+
 int main(void) {
     sr_ops_set_threads(2);
     dev = sr_dev_cpu_open();
@@ -220,6 +294,8 @@ int main(void) {
     test_layout();
     test_schedule();
     test_adamw();
+    test_adamw_split();
+    test_activation_split();
     sr_device_close(dev);
     return tap_done();
 }

@@ -125,7 +125,7 @@ static void *rank_main(void *p) {
     if (st == SR_OK && (!dev || !in || !tg))
         st = sr_error_oom("a virtual rank");
     if (st == SR_OK) {
-        sr_model_dims d = {2, 4, 64, V, 0, T};
+        sr_model_dims d = {2, 4, 64, V, 0, T, 0};
         st = sr_model_init(&m, d, ops, dev, per, false);
         model_ok = true;
     }
