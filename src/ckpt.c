@@ -11,7 +11,9 @@
  * (SHARDRUN_TEST_PAUSE_AT: stops it with SIGSTOP, for a test to kill the
  * whole job there)
  * (after_shard_write, before_manifest, after_manifest, before_rename,
- * after_rename, before_latest, after_latest). */
+ * after_rename, before_latest, after_latest).  In an asynchronous save
+ * after_shard_write is reached on the writer thread, the others at the
+ * commit, on the main thread, a step or more later. */
 #include "srconfig.h"
 
 #include "ckpt.h"
@@ -21,8 +23,10 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +52,14 @@ struct sr_ckpt {
     int dirfd; /* that directory, opened once: entries are opened relative to it */
     int lock_fd;
     int64_t last_step;
+    bool async;             /* saves are asynchronous (checkpoint.async, and the snapshot fits) */
+    float *snap[SR_NSTATE]; /* the snapshot: params, m, v of this rank's slices, end to end */
+    uint64_t snap_elements; /* per state (0: this rank writes no file) */
+    struct pending *pend;   /* the save in flight, or NULL */
 };
+
+static sr_status setup_async(sr_ckpt *c);
+static void pending_free(sr_ckpt *c);
 
 /* Paths are bounded by PATH_MAX, messages by their buffers. */
 #define FMT(buf, ...) sr_fmt(buf, sizeof buf, __VA_ARGS__)
@@ -308,12 +319,24 @@ sr_status sr_ckpt_open(sr_ckpt **out, const sr_ckpt_opts *o, const sr_world *w, 
     } else if (st == SR_OK) {
         st = sr_ctl_agree(ctl, SR_OK, 0, 0, NULL, NULL);
     }
+    if (st == SR_OK)
+        st = setup_async(c);
     return st;
 }
 
 void sr_ckpt_close(sr_ckpt *c) {
     if (!c)
         return;
+    pending_free(c); /* a failed run: its writer finishes; the next open removes the temporary directory */
+    sr_fsdp_shard_state s = {0};
+    if (c->f)
+        sr_fsdp_shard_state_view(c->f, &s);
+    for (int k = 0; k < SR_NSTATE; k++) {
+        if (s.dev && s.dev->separate_memory)
+            s.dev->free(s.dev, c->snap[k]);
+        else
+            sr_mem_free(c->snap[k]);
+    }
     if (c->lock_fd >= 0)
         close(c->lock_fd); /* releases the fcntl lock */
     if (c->dirfd >= 0)
@@ -696,51 +719,73 @@ static sr_ctl_word *record_word(const records *r, int rank) {
     return (sr_ctl_word *)(r->all + (size_t)rank * r->bytes);
 }
 
-/* Phase 2: replica 0 of every shard index writes its file; every rank's
- * (status, bytes, digests) are gathered to every rank. */
-static sr_status save_shards(sr_ckpt *c, const sr_ckpt_progress *p, const char *tmp, const sr_manifest *proto,
-                             records *rec, uint64_t *total, bool *transport_failed) {
+/* The records of a save: room for every rank's word and digests, and this
+ * rank's own record (*mine, freed by the caller). */
+static sr_status records_alloc(sr_ckpt *c, const sr_manifest *proto, records *rec, unsigned char **mine) {
     sr_fsdp_shard_state s;
     sr_fsdp_shard_state_view(c->f, &s);
     uint64_t max_bytes = sr_manifest_file_bytes(proto, sr_shardplan_shard_elements(s.plan, 0));
     rec->nchunks = (max_bytes + SR_SHARD_CHUNK_BYTES - 1) / SR_SHARD_CHUNK_BYTES;
     rec->bytes = sizeof(sr_ctl_word) + (size_t)rec->nchunks * 32;
-    unsigned char *mine = sr_calloc(1, rec->bytes);
+    *mine = sr_calloc(1, rec->bytes);
     rec->all = sr_calloc((size_t)c->w->size, rec->bytes);
-    if (!mine || !rec->all) {
-        free(mine);
+    if (!*mine || !rec->all) {
+        free(*mine);
+        *mine = NULL;
+        free(rec->all);
+        rec->all = NULL;
         return sr_error_oom("the checkpoint records");
     }
+    return SR_OK;
+}
+
+/* Replica 0 of a shard index writes its file from src[k] (the live state
+ * on `dev`, slices at their shard-local offsets; or the snapshot in host
+ * memory, dev NULL and `packed`: slices end to end) and fills its record
+ * (status, bytes, digests). */
+static void write_mine(sr_ckpt *c, const sr_ckpt_progress *p, const char *tmp, const sr_manifest *proto,
+                       unsigned char *mine, float *const src[SR_NSTATE], sr_dev *dev, bool packed) {
+    sr_fsdp_shard_state s;
+    sr_fsdp_shard_state_view(c->f, &s);
     sr_ctl_word *me = (sr_ctl_word *)mine;
-    if (s.mesh->rep_idx == 0) {
-        uint64_t elements = 0;
-        for (int i = 0; i < s.nslices; i++)
-            elements += s.slices[i].end - s.slices[i].begin;
-        sr_shardfile_piece pieces[SR_NSTATE * 64], *pc = pieces;
-        if (SR_NSTATE * s.nslices > (int)(sizeof pieces / sizeof pieces[0]))
-            pc = sr_malloc(sizeof *pc * (size_t)(SR_NSTATE * s.nslices));
-        const float *src[SR_NSTATE] = {s.params, s.m, s.v};
-        sr_status ws = pc ? SR_OK : sr_error_oom("the checkpoint piece list");
-        for (int k = 0; pc && k < SR_NSTATE; k++)
-            for (int i = 0; i < s.nslices; i++)
-                pc[k * s.nslices + i] = (sr_shardfile_piece){
-                    src[k] + s.slices[i].local, (s.slices[i].end - s.slices[i].begin) * sizeof(float), s.dev};
-        char path[PATH_MAX];
-        FMT(path, "%s/shard_%05d.bin", tmp, s.mesh->shard_idx);
-        if (ws == SR_OK)
-            ws = sr_shardfile_write(path, s.mesh->shard_idx, s.mesh->S, s.nslices, p->step, elements, pc,
-                                    SR_NSTATE * s.nslices, (unsigned char(*)[32])(mine + sizeof(sr_ctl_word)));
-        if (pc != pieces)
-            free(pc);
-        me->status = (int32_t)ws;
-        me->value = sr_manifest_file_bytes(proto, elements);
-        if (ws != SR_OK)
-            FMT(me->msg, "%s", sr_error_message());
-        else
-            crash_site("after_shard_write", p->step);
+    if (s.mesh->rep_idx != 0)
+        return;
+    uint64_t elements = 0;
+    for (int i = 0; i < s.nslices; i++)
+        elements += s.slices[i].end - s.slices[i].begin;
+    sr_shardfile_piece pieces[SR_NSTATE * 64], *pc = pieces;
+    if (SR_NSTATE * s.nslices > (int)(sizeof pieces / sizeof pieces[0]))
+        pc = sr_malloc(sizeof *pc * (size_t)(SR_NSTATE * s.nslices));
+    sr_status ws = pc ? SR_OK : sr_error_oom("the checkpoint piece list");
+    for (int k = 0; pc && k < SR_NSTATE; k++) {
+        size_t at = 0;
+        for (int i = 0; i < s.nslices; i++) {
+            size_t n = s.slices[i].end - s.slices[i].begin;
+            pc[k * s.nslices + i] =
+                (sr_shardfile_piece){src[k] + (packed ? at : s.slices[i].local), n * sizeof(float), dev};
+            at += n;
+        }
     }
+    char path[PATH_MAX];
+    FMT(path, "%s/shard_%05d.bin", tmp, s.mesh->shard_idx);
+    if (ws == SR_OK)
+        ws = sr_shardfile_write(path, s.mesh->shard_idx, s.mesh->S, s.nslices, p->step, elements, pc,
+                                SR_NSTATE * s.nslices, (unsigned char(*)[32])(mine + sizeof(sr_ctl_word)));
+    if (pc != pieces)
+        free(pc);
+    me->status = (int32_t)ws;
+    me->value = sr_manifest_file_bytes(proto, elements);
+    if (ws != SR_OK)
+        FMT(me->msg, "%s", sr_error_message());
+    else
+        crash_site("after_shard_write", p->step);
+}
+
+/* Every rank's (status, bytes, digests) gathered to every rank; the first
+ * failing rank's status and message. */
+static sr_status gather_records(sr_ckpt *c, records *rec, const unsigned char *mine, uint64_t *total,
+                                bool *transport_failed) {
     sr_status st = sr_ctl_allgather(c->ctl, rec->all, mine, rec->bytes);
-    free(mine);
     *transport_failed = st != SR_OK;
     for (int r = 0; st == SR_OK && r < c->w->size; r++) {
         sr_ctl_word *a = record_word(rec, r);
@@ -750,6 +795,23 @@ static sr_status save_shards(sr_ckpt *c, const sr_ckpt_progress *p, const char *
             st = r == sr_ctl_rank(c->ctl) ? sr_error((sr_status)a->status, "%s", a->msg)
                                           : sr_error((sr_status)a->status, "rank %d: %s", r, a->msg);
     }
+    return st;
+}
+
+/* Phase 2 of a synchronous save: replica 0 of every shard index writes its
+ * file from the live state; the records are gathered. */
+static sr_status save_shards(sr_ckpt *c, const sr_ckpt_progress *p, const char *tmp, const sr_manifest *proto,
+                             records *rec, uint64_t *total, bool *transport_failed) {
+    unsigned char *mine = NULL;
+    sr_status st = records_alloc(c, proto, rec, &mine);
+    if (st != SR_OK)
+        return st;
+    sr_fsdp_shard_state s;
+    sr_fsdp_shard_state_view(c->f, &s);
+    float *const src[SR_NSTATE] = {s.params, s.m, s.v};
+    write_mine(c, p, tmp, proto, mine, src, s.dev, false);
+    st = gather_records(c, rec, mine, total, transport_failed);
+    free(mine);
     return st;
 }
 
@@ -882,5 +944,242 @@ sr_status sr_ckpt_save(sr_ckpt *c, const sr_ckpt_progress *p, uint64_t *bytes_ou
         *bytes_out = total;
     sr_log_info("checkpoint: step %lld saved: %.1f MB in %.2f s (%.0f MB/s, SHA-256 per 4 MiB chunk)",
                 (long long)p->step, (double)total / 1e6, dt, (double)total / 1e6 / (dt > 0 ? dt : 1e-9));
+    return SR_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* asynchronous saves */
+
+/* The save in flight: begun (temporary directory made, snapshot taken),
+ * written by this rank's writer thread, committed by sr_ckpt_poll once
+ * every rank's writer is done. */
+struct pending {
+    sr_ckpt *c;
+    sr_ckpt_progress p;
+    char tmp[PATH_MAX], final[PATH_MAX];
+    records rec;
+    unsigned char *mine;
+    const sr_manifest *proto;
+    pthread_t thread;
+    bool thread_started;
+    atomic_bool done;      /* the writer finished: mine holds its record */
+    double t0, snapshot_s; /* start, and the stall of the snapshot */
+    double write_s;        /* the writer's time (set before done) */
+    sr_mem_ctx *mem;       /* the starting thread's accounting (virtual ranks) */
+    int log_rank, log_world;
+};
+
+static const sr_manifest state_proto = {.state_dtype = {SR_DT_F32, SR_DT_F32, SR_DT_F32}};
+
+static void *writer_main(void *arg) {
+    struct pending *pd = arg;
+    sr_mem_bind(pd->mem);
+    sr_log_bind_rank(pd->log_rank, pd->log_world);
+    int64_t delay = sr_testhook()->ckpt_write_delay_ms;
+    if (delay > 0) {
+        struct timespec ts = {(time_t)(delay / 1000), (long)(delay % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+    }
+    double t0 = now_s();
+    write_mine(pd->c, &pd->p, pd->tmp, pd->proto, pd->mine, pd->c->snap, NULL, true);
+    pd->write_s = now_s() - t0;
+    atomic_store(&pd->done, true);
+    return NULL;
+}
+
+static void pending_free(sr_ckpt *c) {
+    struct pending *pd = c->pend;
+    if (!pd)
+        return;
+    if (pd->thread_started)
+        pthread_join(pd->thread, NULL);
+    free(pd->mine);
+    free(pd->rec.all);
+    free(pd);
+    c->pend = NULL;
+}
+
+/* The snapshot of this rank's state (replica 0 ranks: params, m, v of its
+ * slices) in host memory allocated and touched now, when every rank's fits
+ * checkpoint.async_max_mb; otherwise saves stay synchronous and rank 0
+ * says why.  Collective. */
+static sr_status setup_async(sr_ckpt *c) {
+    const sr_ckpt_opts *o = c->o;
+    if (!o->async)
+        return SR_OK;
+    sr_fsdp_shard_state s;
+    sr_fsdp_shard_state_view(c->f, &s);
+    uint64_t elements = 0;
+    for (int i = 0; s.mesh->rep_idx == 0 && i < s.nslices; i++)
+        elements += s.slices[i].end - s.slices[i].begin;
+    uint64_t bytes = (uint64_t)SR_NSTATE * sizeof(float) * elements, max = sr_ckpt_async_max_bytes(o, c->w->local_size);
+    double vals[2] = {bytes > max ? 1.0 : 0.0, (double)bytes};
+    sr_status st = sr_ctl_sum(c->ctl, vals, 2);
+    if (st != SR_OK)
+        return st;
+    char a[32], b[32];
+    if (vals[0] > 0) {
+        sr_log_warn("checkpoint.async: the snapshot of %s per rank does not fit checkpoint.async_max_mb (%s%s) on %.0f "
+                    "rank%s: saves are synchronous (hint: raise checkpoint.async_max_mb, or use more ranks)",
+                    size_str(a, sizeof a, (double)bytes), size_str(b, sizeof b, (double)max),
+                    o->async_max_mb > 0 ? "" : ": 25% of the node's memory divided by its ranks", vals[0],
+                    vals[0] == 1 ? "" : "s");
+        return SR_OK;
+    }
+    sr_status mine = SR_OK;
+    for (int k = 0; k < SR_NSTATE && elements > 0 && mine == SR_OK; k++) {
+        size_t n = (size_t)elements * sizeof(float);
+        c->snap[k] = s.dev && s.dev->separate_memory ? s.dev->alloc(s.dev, SR_SPACE_PINNED, SR_MEM_CKPT_STAGING, n)
+                                                     : sr_mem_alloc_in(SR_SPACE_HOST, SR_MEM_CKPT_STAGING, n, false);
+        if (!c->snap[k])
+            mine = sr_error(SR_ERR_INTERNAL,
+                            "out of memory for the checkpoint snapshot (%s; hint: "
+                            "checkpoint.async: false)",
+                            size_str(a, sizeof a, (double)bytes));
+        else
+            memset(c->snap[k], 0, n); /* touched now, not at the first save */
+    }
+    c->snap_elements = elements;
+    st = sr_ctl_agree(c->ctl, mine, 0, 0, mine == SR_OK ? NULL : sr_error_message(), NULL);
+    c->async = st == SR_OK;
+    return st;
+}
+
+uint64_t sr_ckpt_async_max_bytes(const sr_ckpt_opts *o, int local_size) {
+    if (o->async_max_mb > 0)
+        return (uint64_t)o->async_max_mb << 20;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    int local = local_size > 0 ? local_size : 1;
+    return pages > 0 && page > 0 ? (uint64_t)((double)pages * (double)page * 0.25 / local) : UINT64_MAX;
+}
+
+bool sr_ckpt_async(const sr_ckpt *c) { return c && c->async; }
+int64_t sr_ckpt_pending_step(const sr_ckpt *c) { return c && c->pend ? c->pend->p.step : -1; }
+
+/* Copies this rank's state into the snapshot: on a device a download
+ * (the copy stream after the step's update, host-waited), on the CPU a
+ * copy. */
+static sr_status take_snapshot(sr_ckpt *c) {
+    sr_fsdp_shard_state s;
+    sr_fsdp_shard_state_view(c->f, &s);
+    if (s.mesh->rep_idx != 0)
+        return SR_OK;
+    const float *src[SR_NSTATE] = {s.params, s.m, s.v};
+    for (int k = 0; k < SR_NSTATE; k++) {
+        size_t at = 0;
+        for (int i = 0; i < s.nslices; i++) {
+            size_t n = s.slices[i].end - s.slices[i].begin;
+            const float *from = src[k] + s.slices[i].local;
+            if (!s.dev)
+                memcpy(c->snap[k] + at, from, n * sizeof(float));
+            else if (sr_dev_download(s.dev, c->snap[k] + at, from, n * sizeof(float), "ckpt_snapshot") != SR_OK)
+                return SR_ERR_INTERNAL;
+            at += n;
+        }
+    }
+    return SR_OK;
+}
+
+sr_status sr_ckpt_save_async(sr_ckpt *c, const sr_ckpt_progress *p, int64_t *waited_for) {
+    if (waited_for)
+        *waited_for = -1;
+    if (!c->dir)
+        return SR_OK;
+    if (!c->async)
+        return sr_ckpt_save(c, p, NULL);
+    if (c->pend) {
+        int64_t prev = c->pend->p.step;
+        double t = now_s();
+        sr_log_info("checkpoint: step %lld is due while step %lld is still being written: waiting for it",
+                    (long long)p->step, (long long)prev);
+        sr_status st = sr_ckpt_poll(c, p->step, true);
+        if (st != SR_OK)
+            return st;
+        sr_log_info("checkpoint: waited %.2f s for the save of step %lld", now_s() - t, (long long)prev);
+        if (waited_for)
+            *waited_for = prev;
+    }
+    struct pending *pd = sr_calloc(1, sizeof *pd);
+    if (!pd)
+        return sr_error_oom("the checkpoint in flight");
+    *pd = (struct pending){.c = c,
+                           .p = *p,
+                           .proto = &state_proto,
+                           .t0 = now_s(),
+                           .mem = sr_mem_bound(),
+                           .log_rank = sr_log_rank(),
+                           .log_world = c->w->size};
+    atomic_init(&pd->done, false);
+    FMT(pd->tmp, "%s/.step_%08lld.tmp", c->dir, (long long)p->step);
+    FMT(pd->final, "%s/step_%08lld", c->dir, (long long)p->step);
+    c->pend = pd;
+    sr_log_info("checkpoint: saving step %lld to %s (asynchronous: a snapshot, then a background write)",
+                (long long)p->step, pd->final);
+    sr_status st = save_begin(c, pd->tmp);
+    if (st == SR_OK)
+        st = records_alloc(c, pd->proto, &pd->rec, &pd->mine);
+    if (st != SR_OK) {
+        pending_free(c);
+        return sr_error_wrap(st, "checkpoint at step %lld not saved (earlier checkpoints are untouched)",
+                             (long long)p->step);
+    }
+    sr_ctl_word *me = (sr_ctl_word *)pd->mine;
+    if (take_snapshot(c) != SR_OK) {
+        /* reported through the records at the commit, like a failed write */
+        me->status = SR_ERR_INTERNAL;
+        FMT(me->msg, "%s", sr_error_message());
+        atomic_store(&pd->done, true);
+    } else if (c->snap_elements == 0) {
+        atomic_store(&pd->done, true); /* nothing to write on this rank */
+    } else if (pthread_create(&pd->thread, NULL, writer_main, pd) == 0) {
+        pd->thread_started = true;
+    } else {
+        writer_main(pd); /* no thread: write now (the save is then synchronous on this rank) */
+    }
+    pd->snapshot_s = now_s() - pd->t0;
+    return SR_OK;
+}
+
+sr_status sr_ckpt_poll(sr_ckpt *c, int64_t now_step, bool wait) {
+    if (!c || !c->pend)
+        return SR_OK;
+    struct pending *pd = c->pend;
+    if (wait && pd->thread_started) {
+        pthread_join(pd->thread, NULL);
+        pd->thread_started = false;
+    }
+    double busy = atomic_load(&pd->done) ? 0.0 : 1.0;
+    sr_status st = sr_ctl_sum(c->ctl, &busy, 1);
+    if (st != SR_OK || busy > 0)
+        return st; /* a transport failure ends the run; busy: ask again at the next step */
+    if (pd->thread_started) {
+        pthread_join(pd->thread, NULL);
+        pd->thread_started = false;
+    }
+    uint64_t total = 0;
+    bool transport_failed = false;
+    st = gather_records(c, &pd->rec, pd->mine, &total, &transport_failed);
+    sr_ckpt_progress p = pd->p;
+    if (!transport_failed) {
+        st = save_commit(c, &p, pd->tmp, pd->final, &pd->rec, st);
+        sr_status fin = sr_ctl_agree(c->ctl, sr_ctl_rank(c->ctl) == 0 ? st : SR_OK, 0, 0,
+                                     st == SR_OK ? NULL : sr_error_message(), NULL);
+        if (st == SR_OK)
+            st = fin;
+    }
+    double took = now_s() - pd->t0, snap = pd->snapshot_s, write = pd->write_s;
+    pending_free(c);
+    if (st != SR_OK)
+        return transport_failed
+                   ? st
+                   : sr_error_wrap(st, "checkpoint at step %lld not saved (earlier checkpoints are untouched)",
+                                   (long long)p.step);
+    c->last_step = p.step;
+    sr_log_info("checkpoint: step %lld saved (asynchronous: started at step %lld, committed at step %lld): %.1f MB; "
+                "training stalled %.3f s for the snapshot, the background write took %.2f s (%.0f MB/s), %.2f s from "
+                "start to commit",
+                (long long)p.step, (long long)p.step, (long long)now_step, (double)total / 1e6, snap, write,
+                write > 0 ? (double)total / c->w->size / 1e6 / write : 0.0, took);
     return SR_OK;
 }

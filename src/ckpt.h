@@ -37,6 +37,8 @@ typedef struct {
     const char *dir;    /* "" or NULL: no checkpoints */
     const char *resume; /* auto | never | PATH */
     int64_t keep, keep_every;
+    bool async;           /* checkpoint.async */
+    int64_t async_max_mb; /* checkpoint.async_max_mb (0: 25 % of the node's memory / its ranks) */
     uint64_t seed;
     const char *schedule_name; /* train.schedule as written in the job */
     sr_lr_schedule schedule;
@@ -79,6 +81,31 @@ sr_status sr_ckpt_resume(sr_ckpt *c, sr_ckpt_progress *p, char *how, size_t how_
  * earlier checkpoints untouched (SR_ERR_IO, SR_ERR_CANTCREAT).
  * *bytes_out (may be NULL) gets the bytes written. */
 sr_status sr_ckpt_save(sr_ckpt *c, const sr_ckpt_progress *p, uint64_t *bytes_out);
+/* An asynchronous save (checkpoint.async; collective).  Begins the save of
+ * the current state at *p — the temporary directory, then a snapshot of
+ * this rank's shard into the host buffers allocated at open (a download on
+ * a device, a copy on the CPU) — and hands the file to a writer thread
+ * that writes and hashes it; training goes on.  The writer issues no
+ * collective: sr_ckpt_poll commits at a later step boundary.  A save still
+ * in flight is waited for and committed first (*waited_for, may be NULL,
+ * gets its step; -1 when none), and logged with the wait.  Without
+ * async (off, or the snapshot did not fit) it is sr_ckpt_save. */
+sr_status sr_ckpt_save_async(sr_ckpt *c, const sr_ckpt_progress *p, int64_t *waited_for);
+/* At a step boundary (collective; `now_step` the steps done): asks every
+ * rank whether its writer is done and, when all are, runs the commit
+ * agreement (manifest last, rename, parent fsync, retention) exactly as a
+ * synchronous save; the log line names the step the save started at and
+ * the one it committed at.  `wait` joins this rank's writer first, so the
+ * save commits now.  A failed write (a full disk: SR_ERR_IO) fails the
+ * save on every rank, removes its temporary directory and leaves earlier
+ * checkpoints untouched.  No save in flight: SR_OK at once, no message. */
+sr_status sr_ckpt_poll(sr_ckpt *c, int64_t now_step, bool wait);
+/* checkpoint.async_max_mb in bytes: the key, or 25 % of the node's memory
+ * divided by its `local_size` ranks when it is 0. */
+uint64_t sr_ckpt_async_max_bytes(const sr_ckpt_opts *o, int local_size);
+/* Whether saves are asynchronous; the step of the save in flight (-1 none). */
+bool sr_ckpt_async(const sr_ckpt *c);
+int64_t sr_ckpt_pending_step(const sr_ckpt *c);
 /* Step of the newest checkpoint this run saved or resumed from; -1 none. */
 int64_t sr_ckpt_last_step(const sr_ckpt *c);
 

@@ -109,6 +109,8 @@ static const sr_key keys[] = {
  {"checkpoint.dir", T_STR, OFF(ckpt_dir), "\"\"", 0, 0, NULL, true, "directory of sharded checkpoints; empty = no checkpoints"},
  {"checkpoint.every_steps", T_INT, OFF(ckpt_every_steps), "0", 0, 1e12, NULL, true, "checkpoint every N steps; 0 = off"},
  {"checkpoint.every_minutes", T_FLOAT, OFF(ckpt_every_minutes), "0", 0, 1e7, NULL, true, "checkpoint every N minutes; 0 = off"},
+ {"checkpoint.async", T_BOOL, OFF(ckpt_async), "true", 0, 0, NULL, true, "periodic saves snapshot the shard into host memory and write it in a background thread while training goes on; the commit follows at a later step boundary (false: training waits for every save)"},
+ {"checkpoint.async_max_mb", T_INT, OFF(ckpt_async_max_mb), "0", 0, 1e9, NULL, true, "largest snapshot per rank, MiB; 0 = 25% of the node's memory divided by its ranks; a larger snapshot makes saves synchronous (with a warning)"},
  {"checkpoint.keep", T_INT, OFF(ckpt_keep), "3", 1, 1e6, NULL, true, "newest N checkpoints kept (the newest verified one always)"},
  {"checkpoint.keep_every", T_INT, OFF(ckpt_keep_every), "0", 0, 1e12, NULL, true, "also keep steps that are multiples of N; 0 = off"},
  {"checkpoint.resume", T_STR, OFF(ckpt_resume), "auto", 0, 0, NULL, true, "auto (newest checkpoint that verifies), never, or a checkpoint path"},

@@ -69,6 +69,8 @@ typedef struct {
     int64_t ckpt_every_steps;
     double ckpt_every_minutes;
     int64_t ckpt_keep, ckpt_keep_every;
+    bool ckpt_async;
+    int64_t ckpt_async_max_mb;
     char *ckpt_resume;
     /* preemption */
     sr_strlist preempt_signals;

@@ -43,6 +43,8 @@ sr_status sr_job_init(sr_job *j, const sr_config *cfg) {
                              .resume = cfg->ckpt_resume ? cfg->ckpt_resume : "auto",
                              .keep = cfg->ckpt_keep,
                              .keep_every = cfg->ckpt_keep_every,
+                             .async = cfg->ckpt_async,
+                             .async_max_mb = cfg->ckpt_async_max_mb,
                              .seed = (uint64_t)cfg->seed,
                              .schedule_name = sr_config_enum_name("train.schedule", cfg->schedule),
                              .schedule = j->schedule,

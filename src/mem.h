@@ -28,6 +28,7 @@
     X(SR_MEM_FULL_UNITS, "full_units")                                                                                 \
     X(SR_MEM_ACTIVATIONS, "activations")                                                                               \
     X(SR_MEM_COMM, "comm")                                                                                             \
+    X(SR_MEM_CKPT_STAGING, "ckpt_staging")                                                                             \
     X(SR_MEM_OTHER, "other")
 
 typedef enum {

@@ -173,6 +173,11 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
     flag(&ps, "SHARDRUN_TEST_NCCL_SIZE1", &h->nccl_size1);
     flag(&ps, "SHARDRUN_TEST_STAGED_COLLECTIVES", &h->staged);
     flag(&ps, "SHARDRUN_BENCH_NO_SHA256", &h->bench_no_sha256);
+    if ((v = getenv("SHARDRUN_TEST_CKPT_WRITE_DELAY_MS")) && *v &&
+        (!parse_i64(v, strlen(v), 1, &h->ckpt_write_delay_ms) || h->ckpt_write_delay_ms > 3600000)) {
+        h->ckpt_write_delay_ms = 0;
+        bad(&ps, "SHARDRUN_TEST_CKPT_WRITE_DELAY_MS", v, "milliseconds from 1 to 3600000");
+    }
     return ps.st;
 }
 
@@ -223,6 +228,8 @@ void sr_testhook_warn_active(void) {
         ADD(" SHARDRUN_TEST_DEVICE_FREE_MB=%lld", (long long)h->device_free_mb);
     if (h->skip_wait[0])
         ADD(" SHARDRUN_TEST_SKIP_WAIT=%s", h->skip_wait);
+    if (h->ckpt_write_delay_ms > 0)
+        ADD(" SHARDRUN_TEST_CKPT_WRITE_DELAY_MS=%s", getenv("SHARDRUN_TEST_CKPT_WRITE_DELAY_MS"));
     if (h->comm_delay_us > 0)
         ADD(" SHARDRUN_TEST_COMM_DELAY_US=%s", getenv("SHARDRUN_TEST_COMM_DELAY_US"));
     if (h->stall_seq >= 0)

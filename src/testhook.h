@@ -33,6 +33,8 @@
  *                                              stream (default comm); results stay bitwise
  *   SHARDRUN_TEST_STALL_SEQ=K                  collective K of the transport never completes on
  *                                              world rank 0 (the watchdog must end the run)
+ *   SHARDRUN_TEST_CKPT_WRITE_DELAY_MS=N        the background checkpoint writer sleeps N ms
+ *                                              before it writes (asynchronous saves)
  *   SHARDRUN_BENCH_NO_SHA256=1                 checkpoints without checksums (benchmarks) */
 #ifndef SR_TESTHOOK_H
 #define SR_TESTHOOK_H
@@ -70,7 +72,8 @@ typedef struct {
     int comm_delay_stream; /* 0: comm, 1: compute */
     int64_t stall_seq;     /* -1 = off */
     bool bench_no_sha256;
-    bool nccl_size1; /* SHARDRUN_TEST_NCCL_SIZE1=1: size-1 groups get an NCCL communicator */
+    int64_t ckpt_write_delay_ms; /* 0 = off */
+    bool nccl_size1;             /* SHARDRUN_TEST_NCCL_SIZE1=1: size-1 groups get an NCCL communicator */
     bool staged; /* SHARDRUN_TEST_STAGED_COLLECTIVES=1: the fake device stages collectives as one GPU's virtual ranks do
                   */
 } sr_testhooks;

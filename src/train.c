@@ -238,6 +238,17 @@ static sr_status check_memory(run *r) {
         (int)r->cfg->n_layer,  (int)r->cfg->n_head, (int)r->cfg->n_embd, (int)r->cfg->vocab_size, 0, r->T,
         (int)r->cfg->recompute};
     sr_status st = sr_memplan_compute(&r->plan, &dims, r->mb, &r->mesh, &r->job.fsdp, r->threads, r->ops);
+    /* the asynchronous checkpoint's snapshot (params, m, v of the shard)
+     * is host memory: part of the plan where the plan is host memory */
+    const sr_config *cfg = r->cfg;
+    if (st == SR_OK && !r->dev->separate_memory && cfg->ckpt_dir && cfg->ckpt_dir[0] && cfg->ckpt_async) {
+        size_t snap = r->plan.bytes[SR_MEM_PARAM_SHARD] * 3;
+        if (snap / 3 == r->plan.bytes[SR_MEM_PARAM_SHARD] &&
+            snap <= sr_ckpt_async_max_bytes(&r->job.ckpt, r->w->local_size)) {
+            r->plan.bytes[SR_MEM_CKPT_STAGING] = snap;
+            r->plan.total = r->plan.total + snap < r->plan.total ? SIZE_MAX : r->plan.total + snap;
+        }
+    }
     /* on a GPU the plan is device memory; the host keeps only staging */
     if (st == SR_OK && r->dev->kind != SR_DEV_CUDA)
         st = sr_memplan_check(&r->plan, r->w->local_size);
@@ -451,10 +462,11 @@ static void banner(run *r) {
     sr_log_info("memory plan per rank: %s in accounted categories + %s for code, libraries and threads",
                 sr_memplan_size(r->plan.total, t, sizeof t), sr_memplan_size(r->plan.overhead, o, sizeof o));
     if (sr_ckpt_enabled(r->ck))
-        sr_log_info("checkpoint: dir %s, every %lld steps / %g minutes, keep %lld%s; preemption signals handled, "
+        sr_log_info("checkpoint: dir %s, every %lld steps / %g minutes, keep %lld%s, %s; preemption signals handled, "
                     "requeue %s",
                     cfg->ckpt_dir, (long long)cfg->ckpt_every_steps, cfg->ckpt_every_minutes, (long long)cfg->ckpt_keep,
                     cfg->ckpt_keep_every ? " (+ keep_every)" : "",
+                    sr_ckpt_async(r->ck) ? "periodic saves asynchronous" : "saves synchronous",
                     sr_config_enum_name("preemption.requeue", cfg->preempt_requeue));
     else
         sr_log_info("checkpoint: none (checkpoint.dir is empty); preemption signals keep their default action");
@@ -632,10 +644,23 @@ static sr_status preempt_stop(run *r, int64_t s, const step_out *o, int *exit_co
                 o->signalled, r->w->size, r->w->size == 1 ? "" : "s");
     uint64_t bytes = 0;
     double ts = now_s();
-    sr_ckpt_progress now = {s + 1, r->cursor};
-    sr_status st = sr_ckpt_save(r->ck, &now, &bytes);
+    /* an asynchronous save in flight finishes and commits first */
+    int64_t inflight = sr_ckpt_pending_step(r->ck);
+    sr_status st = sr_ckpt_poll(r->ck, s + 1, true);
     if (st != SR_OK)
         return st;
+    if (inflight >= 0)
+        sr_log_info("preemption: the save of step %lld in flight finished first (%.2f s)", (long long)inflight,
+                    now_s() - ts);
+    sr_ckpt_progress now = {s + 1, r->cursor};
+    if (sr_ckpt_last_step(r->ck) == s + 1) {
+        sr_log_info("preemption: step %lld is the checkpoint just committed: nothing more to save", (long long)(s + 1));
+    } else {
+        ts = now_s();
+        st = sr_ckpt_save(r->ck, &now, &bytes);
+        if (st != SR_OK)
+            return st;
+    }
     double tdone = now_s();
     sr_log_info("preemption: save of step %lld took %.2f s (%.1f MB, %.0f MB/s); %.2f s since the signal",
                 (long long)(s + 1), tdone - ts, (double)bytes / 1e6,
@@ -697,11 +722,15 @@ static sr_status after_step(run *r, int64_t s, step_out *o, int *exit_code) {
         log_step(r, s, o, evaluated);
     if (o->stop && !last)
         return preempt_stop(r, s, o, exit_code);
+    /* an asynchronous save in flight commits once every rank has written */
+    sr_status pst = sr_ckpt_poll(r->ck, s + 1, false);
+    if (pst != SR_OK)
+        return pst;
     bool periodic = sr_ckpt_enabled(r->ck) && !last &&
                     ((cfg->ckpt_every_steps > 0 && (s + 1) % cfg->ckpt_every_steps == 0) || o->clock_due);
     if (periodic) {
         sr_ckpt_progress now = {s + 1, r->cursor};
-        sr_status st = sr_ckpt_save(r->ck, &now, NULL);
+        sr_status st = sr_ckpt_save_async(r->ck, &now, NULL);
         if (st != SR_OK)
             return st;
         r->last_save = now_s();
@@ -712,6 +741,9 @@ static sr_status after_step(run *r, int64_t s, step_out *o, int *exit_code) {
 /* The final checkpoint, the done line and (tests) the parameter dump. */
 static sr_status finish(run *r) {
     const sr_config *cfg = r->cfg;
+    sr_status pst = sr_ckpt_poll(r->ck, cfg->steps, true);
+    if (pst != SR_OK)
+        return pst;
     if (sr_ckpt_enabled(r->ck) && sr_ckpt_last_step(r->ck) != cfg->steps) {
         sr_ckpt_progress fin = {cfg->steps, r->cursor};
         sr_status st = sr_ckpt_save(r->ck, &fin, NULL);

@@ -118,10 +118,13 @@ stopped=$(sed -n 's/.*agreed to stop after step \([0-9]*\).*/\1/p' sig.err)
 check "the agreed stop step ($stopped) is the checkpoint's" test -d "sigck/step_$(printf %08d "${stopped:-0}")"
 
 # 5. named crash sites: the process dies there, resume reaches the same state
+# (with asynchronous saves, the default: after_shard_write is reached on the
+# writer thread, the others at the commit a step later; and synchronous)
+for mode in async sync; do
 for site in after_shard_write before_manifest after_manifest before_rename after_rename before_latest after_latest; do
     rm -rf crashck
-    SHARDRUN_TEST_CRASH_AT=$site:8 run crash --set checkpoint.dir="$T/crashck"
-    check "crash at $site kills the run (status $rc)" test "$rc" -eq 137
+    SHARDRUN_TEST_CRASH_AT=$site:8 run crash --set checkpoint.dir="$T/crashck" --set checkpoint.async=$([ $mode = async ] && echo true || echo false)
+    check "crash at $site ($mode) kills the run (status $rc)" test "$rc" -eq 137
     case $site in
     after_shard_write | before_manifest | after_manifest | before_rename)
         check "  $site: step 8 is not visible, its temporary directory is ignored" \
@@ -137,15 +140,18 @@ for site in after_shard_write before_manifest after_manifest before_rename after
     *) check "  resume continued from step 8" grep -q "resume=8" after.err ;;
     esac
 done
+done
 
-# 6. 10 seeded random kill -9 points (saves every step, so many land inside a save)
+# 6. 10 seeded random kill -9 points (saves every step, so many land inside a
+# save; odd ones with asynchronous saves, even ones synchronous)
 seed=20261130
 insave=0
 for k in 1 2 3 4 5 6 7 8 9 10; do
     delay=$(awk -v s=$((seed + k)) 'BEGIN { srand(s); printf "%.3f", 0.03 + rand() * 0.4 }')
     rm -rf killck
+    async=$([ $((k % 2)) -eq 1 ] && echo true || echo false)
     "$S" train job.yaml --set train.steps=40 --set checkpoint.dir="$T/killck" --set checkpoint.every_steps=1 \
-        >kill.out 2>kill.err &
+        --set checkpoint.async=$async >kill.out 2>kill.err &
     pid=$!
     sleep "$delay"
     kill -9 $pid 2>/dev/null
@@ -158,7 +164,7 @@ for k in 1 2 3 4 5 6 7 8 9 10; do
     if [ $k -eq 1 ]; then
         SHARDRUN_TEST_DUMP_PARAMS="$T/k40.params" "$S" train job.yaml --set train.steps=40 >/dev/null 2>&1
     fi
-    check "kill -9 after ${delay}s (seed $((seed + k))): resume from $from ends bitwise equal" \
+    check "kill -9 after ${delay}s (seed $((seed + k)), async $async): resume from $from ends bitwise equal" \
         sh -c "[ $krc -eq 0 ] && cmp -s k.params k40.params"
 done
 diag "$insave of the 10 kills landed inside a save (a temporary directory was left and removed)"

@@ -5,7 +5,8 @@
 # that reaches a chosen point of the commit protocol at a chosen step stops
 # itself there, SHARDRUN_TEST_PAUSE_AT, and the test kills everything while
 # it waits), the other half a seeded delay after a chosen step was logged;
-# none before the first committed checkpoint (step 2).  After each kill:
+# none before the first committed checkpoint (step 2); moments 1-2, 5-6, ...
+# with asynchronous saves (the default), 3-4, 7-8, ... synchronous.  After each kill:
 # every step_* verifies; the next start resumes, leaves no temporary
 # directory behind, and ends with final parameters bitwise equal to an
 # uninterrupted run's (same world size and threads: doc/ARCHITECTURE.md §3).
@@ -72,8 +73,11 @@ while read -r kind a b; do
         pause=""
         what="$b ms after step $a was logged"
     fi
+    # moments 1, 2 with asynchronous saves (the default), 3, 4 synchronous, ...
+    async=$([ $(((i - 1) / 2 % 2)) -eq 0 ] && echo true || echo false)
+    what="$what, async $async"
     WRAPDIR="$T/$d" SHARDRUN_TEST_PAUSE_AT="$pause" $MPI -n 2 sh "$SR_SRCDIR/tests/rank_wrap.sh" \
-        "$S" train $job --set checkpoint.dir="$d/ck" </dev/null >"$d/mpirun.out" 2>&1 &
+        "$S" train $job --set checkpoint.dir="$d/ck" --set checkpoint.async=$async </dev/null >"$d/mpirun.out" 2>&1 &
     mp=$!
     if [ "$kind" = save ]; then
         wait_for "SHARDRUN_TEST_PAUSE_AT: rank [01] stopped at $a (step $b)" "$d/err.0" "$d/err.1"
