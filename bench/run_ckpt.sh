@@ -16,6 +16,15 @@
 # touches slow at random; see bench/bench_disk.c).
 #  3. signal-to-exit: SIGUSR1 at a random point of a gpt2-124m run, the time
 #     until the process has exited (75) against one step + the save.
+#  4. the training stall per periodic checkpoint, asynchronous vs
+#     synchronous vs no checkpoints, interleaved in each round: gpt2-124m
+#     (seq_len 64, batch 2, 2 threads), 60 steps with a save every 20;
+#     from the metrics' per-step wall times: the gap after a save step less
+#     the run's median gap (the stall), and tokens/s over steps 21..60 (two
+#     saves inside) against the run without checkpoints.  The ceiling for
+#     the asynchronous stall is the machine's own single-threaded memcpy of
+#     the snapshot bytes (bench_disk --memcpy), measured in the same round.
+#     Targets: stall <= 1.5 x that memcpy, tokens/s >= 0.95 x none.
 # Reads come from the page cache for the raw read and shardrun alike (the
 # files were just written).  Median (min..max) of REPS rounds.
 # With a baseline build (bench/baseline.sh: BASELINE=DIR|FILE|REV, default
@@ -104,6 +113,41 @@ for r in $(seq "$REPS"); do
     echo "$t0 $t1 $step_ms $save_s $rc" | awk '{ printf "%.2f %.2f %.2f %d\n", $2 - $1, $3 / 1000, $4, $5 }' >>"$d/sig"
 done
 
+echo "# stall per periodic checkpoint" >&2
+stalljob="--set model.preset=gpt2-124m --set model.seq_len=64 --set train.batch_size=2 --set train.steps=60 \
+--set train.eval_every=0 --set log.every=1 --set threads=2 --set data.train=$d/data.bin --set checkpoint.every_steps=20"
+: >"$d/stall_async" && : >"$d/stall_sync" && : >"$d/tps_async" && : >"$d/tps_sync" && : >"$d/memcpy"
+: >"$d/snap_async"
+# gaps FILE: "median_gap stall tokens_per_s" from a metrics file (steps 20 and 40 saved)
+gaps() {
+    awk -F'"time":' '{ split($2, a, /[,}]/); t[NR] = a[1] } END {
+        n = 0; for (i = 2; i <= NR; i++) g[++n] = t[i] - t[i - 1]
+        for (i = 1; i <= n; i++) s[i] = g[i]
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (s[j] < s[i]) { x = s[i]; s[i] = s[j]; s[j] = x }
+        med = s[int((n + 1) / 2)]
+        # g[k] is the gap between step k and k+1
+        stall = ((g[20] - med) + (g[40] - med)) / 2
+        printf "%.4f %.4f %.1f\n", med, stall, 40 * 2 * 64 / (t[60] - t[20]) }' "$1"
+}
+for r in $(seq "$REPS"); do
+    for mode in none sync async; do
+        rm -rf "$d/stk"
+        case $mode in
+        none) set -- ;;
+        sync) set -- --set checkpoint.dir="$d/stk" --set checkpoint.async=false ;;
+        async) set -- --set checkpoint.dir="$d/stk" --set checkpoint.async=true ;;
+        esac
+        "$D" --touch "$TOUCH"
+        "$S" train $stalljob --set log.metrics="$d/st_$mode.jsonl" "$@" 2>"$d/st.err" || { tail -3 "$d/st.err"; exit 1; }
+        [ $mode = async ] && sed -n 's/.*training stalled \([0-9.]*\) s for the snapshot.*/\1/p' "$d/st.err" | head -1 >>"$d/snap_async"
+        [ $mode = async ] && snapbytes=$(awk '/mem_ckpt_staging/ { sub(/.*"mem_ckpt_staging":/, ""); sub(/,.*/, ""); print; exit }' "$d/st_$mode.jsonl")
+    done
+    set -- $(gaps "$d/st_none.jsonl"); tps0=$3
+    set -- $(gaps "$d/st_sync.jsonl"); echo "$2" >>"$d/stall_sync"; echo "$3 $tps0" | awk '{ print $1 / $2 }' >>"$d/tps_sync"
+    set -- $(gaps "$d/st_async.jsonl"); echo "$2" >>"$d/stall_async"; echo "$3 $tps0" | awk '{ print $1 / $2 }' >>"$d/tps_async"
+    "$D" --memcpy "$snapbytes" | sed -n 's/memcpy_s=//p' >>"$d/memcpy"
+done
+
 set -- $(stats <"$d/save"); s1=$1 s1lo=$2 s1hi=$3
 set -- $(stats <"$d/save0"); s0=$1 s0lo=$2 s0hi=$3
 set -- $(stats <"$d/load"); l1=$1 l1lo=$2 l1hi=$3
@@ -140,3 +184,18 @@ while read -r el st sv rc; do
     printf '| %-5s | %14s | %10s | %10s | %16s | %s\n' "$n" "$el" "$st" "$sv" "$(echo "$st $sv" | awk '{ printf "%.2f", $1 + $2 }')" "$rc"
 done <"$d/sig"
 echo "target: save >= 0.70 x raw write with checksums; signal->exit <= one step + save"
+echo
+# median (min..max) with 3 decimals
+fstats() { sort -g | awk '{ a[NR] = $1 } END { m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "%.3f (%.3f..%.3f)", m, a[1], a[NR] }'; }
+echo "training stall per periodic checkpoint: gpt2-124m, seq_len 64, batch 2, 2 threads, a save every 20 of 60 steps;"
+echo "snapshot $(echo "$snapbytes" | awk '{ printf "%.0f", $1 / 1e6 }') MB (params + Adam m, v); median (min..max) of $REPS rounds"
+printf '| %-40s | %-28s\n' "measure" "value"
+printf '|------------------------------------------|------------------------------\n'
+printf '| %-40s | %s s\n' "memcpy of the snapshot bytes (1 thread)" "$(fstats <"$d/memcpy")"
+printf '| %-40s | %s s\n' "sync: stall per save" "$(fstats <"$d/stall_sync")"
+printf '| %-40s | %s s\n' "async: stall per save (step gaps)" "$(fstats <"$d/stall_async")"
+printf '| %-40s | %s s\n' "async: snapshot stall (its log line)" "$(fstats <"$d/snap_async")"
+paste "$d/stall_async" "$d/memcpy" | awk '{ print $1 / $2 }' >"$d/stall_ratio"
+printf '| %-40s | %s\n' "async stall / memcpy (target <= 1.5)" "$(fstats <"$d/stall_ratio")"
+printf '| %-40s | %s\n' "sync: tokens/s / no checkpoints" "$(fstats <"$d/tps_sync")"
+printf '| %-40s | %s\n' "async: tokens/s / no checkpoints (>= 0.95)" "$(fstats <"$d/tps_async")"

@@ -537,7 +537,7 @@ sr_status sr_ckpt_resume(sr_ckpt *c, sr_ckpt_progress *p, char *how, size_t how_
             snprintf(how, how_len, "%lld", (long long)mf.step);
             sr_manifest_free(&mf);
             free(all);
-            result = SR_OK;
+            result = sr_fsdp_state_loaded(c->f); /* offload: the device copy of the parameters */
             break;
         }
         if (mine == SR_OK)
@@ -1073,7 +1073,7 @@ static sr_status take_snapshot(sr_ckpt *c) {
             const float *from = src[k] + s.slices[i].local;
             if (!s.dev)
                 memcpy(c->snap[k] + at, from, n * sizeof(float));
-            else if (sr_dev_download(s.dev, c->snap[k] + at, from, n * sizeof(float), "ckpt_snapshot") != SR_OK)
+            else if (sr_dev_download(s.dev, c->snap[k] + at, from, n * sizeof(float), "download") != SR_OK)
                 return SR_ERR_INTERNAL;
             at += n;
         }

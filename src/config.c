@@ -972,6 +972,8 @@ static bool was_set(const sr_config *cfg, const char *name) {
     return ki >= 0 && cfg->origin[ki].file != NULL;
 }
 
+bool sr_config_was_set(const sr_config *cfg, const char *name) { return was_set(cfg, name); }
+
 int64_t sr_config_micro_batch(const sr_config *cfg, int dp_ranks) {
     if (cfg->micro_batch > 0)
         return cfg->micro_batch;

@@ -130,6 +130,8 @@ int64_t sr_config_accum_steps(const sr_config *cfg, int dp_ranks);
 
 /* "file:line:col" (or "--set KEY=VALUE") where key `name` was last set,
  * or "SOURCE (default)". */
+/* Whether `name` was set by the job file or --set (not a default). */
+bool sr_config_was_set(const sr_config *cfg, const char *name);
 void sr_config_where(const sr_config *cfg, const char *name, char *buf, size_t n);
 
 /* Names of enum values, for logs. */

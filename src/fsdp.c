@@ -21,6 +21,16 @@
  * allocated on the step path, and the host waits for the device once per
  * step (sr_fsdp_finish_grads).
  *
+ * Offload (sharding.offload.optimizer): the master shard, Adam m and v and
+ * the gradient shard live in host memory.  Each unit's reduction lands in
+ * a reduction slot and is copied to the host on the comm stream as its
+ * reduce-scatter ends (per_step; per_micro_batch folds on the device and
+ * copies the shard once per step); the host sums squares and runs AdamW
+ * (the CPU table's, the same code as a CPU run, so results are bitwise
+ * those without offload on the fake device), then uploads the updated
+ * shard to the device copy the gathers read — or, with offload.params,
+ * each gather uploads its unit's part just in time.
+ *
  * Failures inside the model's hooks (which cannot return a status) are
  * kept in a sticky error (status.h) and returned by the pass. */
 #include "srconfig.h"
@@ -35,6 +45,7 @@
 
 #include "config.h"
 #include "fsio.h"
+#include "hbcheck.h"
 #include "mem.h"
 #include "testhook.h"
 #include "vec.h"
@@ -92,8 +103,18 @@ struct sr_fsdp {
     size_t hstage_bytes;
     int nunits;
     unit *units;
-    float *pshard, *gshard;
+    float *pshard, *gshard; /* device: the parameter shard (with offload: its copy, or NULL), the gradient shard */
     size_t local_size;
+    /* sharding.offload: the fp32 master and the gradient shard in host
+     * memory (hspace), AdamW on the host table hdev; hrecv lands bf16
+     * reductions; hparams16 is the bf16 copy each gather uploads when the
+     * device keeps no parameter shard (offload.params) */
+    bool off, offp;
+    sr_mem_space hspace;
+    float *hparams, *hgrads;
+    void *hrecv, *hparams16;
+    double *hscalars; /* the step's loss sum, copied to the host */
+    sr_dev *hdev;
     sr_optim opt;
     bool opt_ok;
     float *accum;
@@ -125,6 +146,14 @@ static bool failed(sr_fsdp *f) { return sr_sticky_status(&f->err) != SR_OK; }
 /* Device memory of the engine, in the state space of the table. */
 static void *dalloc(sr_fsdp *f, sr_mem_cat cat, size_t bytes) {
     void *p = f->dev->alloc(f->dev, f->dev->state_space, cat, bytes);
+    if (!p)
+        fail(f, SR_ERR_INTERNAL);
+    return p;
+}
+
+/* Offloaded state: the device table's pinned (or plain host) memory. */
+static void *halloc(sr_fsdp *f, sr_mem_cat cat, size_t bytes) {
+    void *p = f->dev->alloc(f->dev, f->hspace, cat, bytes);
     if (!p)
         fail(f, SR_ERR_INTERNAL);
     return p;
@@ -252,6 +281,15 @@ static void issue_gather(sr_fsdp *f, unit *u, bool prefetch) {
         st = collective(f, COLL_ALLGATHER, "all-gather (reshard N)", u->ngroup, u->full, full_bytes, u->kept, part * es,
                         part, f->pdt, &u->ready);
         u->has_kept = false; /* consumed: the next forward gathers the shard again */
+    } else if (f->offp) {
+        /* no device copy of the shard: this rank's part is uploaded just in
+         * time into its place in the full buffer, gathered in place */
+        void *mine = (char *)u->full + (size_t)sr_group_rank(f->shard_g) * P * es;
+        const void *host = f->pdt == SR_DT_F32 ? (const void *)(f->hparams + u->p->local)
+                                               : (const void *)((const uint16_t *)f->hparams16 + u->p->local);
+        d->copy(d, SR_STREAM_COMM, mine, host, P * es);
+        st = collective(f, COLL_ALLGATHER, "all-gather (offloaded parameters)", f->shard_g, u->full, full_bytes, mine,
+                        P * es, P, f->pdt, &u->ready);
     } else if (f->pdt == SR_DT_F32) {
         st = collective(f, COLL_ALLGATHER, "all-gather", f->shard_g, u->full, full_bytes, f->pshard + u->p->local,
                         P * 4, P, SR_DT_F32, &u->ready);
@@ -373,10 +411,16 @@ static void finish_reduce(sr_fsdp *f, unit *u) {
         st = st2;
     if (st != SR_OK)
         fail(f, st);
-    float *g = f->gshard + u->p->local;
+    float *g = f->gshard ? f->gshard + u->p->local : NULL;
     size_t P = u->p->P;
     slot *sl = u->rslot >= 0 ? &f->rpool[u->rslot] : NULL;
-    if (st == SR_OK && sl && (!f->per_step || f->rdt == SR_DT_BF16)) {
+    if (st == SR_OK && sl && f->off && f->per_step) {
+        /* the reduced shard goes to the host as its reduction ends (comm
+         * stream: the slot's next reduction is ordered after the copy) */
+        void *to =
+            f->rdt == SR_DT_F32 ? (void *)(f->hgrads + u->p->local) : (void *)((uint16_t *)f->hrecv + u->p->local);
+        d->copy(d, SR_STREAM_COMM, to, sl->recv, P * sr_dtype_size(f->rdt));
+    } else if (st == SR_OK && sl && (!f->per_step || f->rdt == SR_DT_BF16)) {
         if (f->rdt == SR_DT_BF16)
             d->fold_bf16(d, SR_STREAM_COMM, g, sl->recv, P, !f->per_step);
         else
@@ -440,7 +484,7 @@ static void issue_reduce(sr_fsdp *f, unit *u) {
         send = sl->send;
     }
     /* fp32 once per step: straight into the gradient shard, written whole */
-    void *recv = f->per_step && f->rdt == SR_DT_F32 ? (void *)(f->gshard + u->p->local) : sl->recv;
+    void *recv = f->per_step && f->rdt == SR_DT_F32 && !f->off ? (void *)(f->gshard + u->p->local) : sl->recv;
     size_t res = sr_dtype_size(f->rdt);
     sr_status st = collective(f, COLL_REDUCE_SCATTER, "reduce-scatter", f->shard_g, recv, P * res, send, total * res, P,
                               f->rdt, &u->rs_done);
@@ -572,7 +616,7 @@ static sr_status alloc_pools(sr_fsdp *f) {
         if (!(f->pool[k].buf = dalloc(f, SR_MEM_FULL_UNITS, largest)))
             return SR_ERR_INTERNAL;
     }
-    f->use_rpool = !f->per_step || f->rdt == SR_DT_BF16;
+    f->use_rpool = !f->per_step || f->rdt == SR_DT_BF16 || f->off;
     size_t res = sr_dtype_size(f->rdt);
     for (int k = 0; k < RS_SLOTS; k++) {
         slot *sl = &f->rpool[k];
@@ -595,14 +639,41 @@ static sr_status alloc_pools(sr_fsdp *f) {
 static sr_status alloc_buffers(sr_fsdp *f) {
     size_t local = f->plan.local_size;
     f->local_size = local;
-    f->pshard = dalloc(f, SR_MEM_PARAM_SHARD, local * sizeof(float));
-    f->gshard = f->pshard ? dalloc(f, SR_MEM_GRAD_SHARD, local * sizeof(float)) : NULL;
-    if (!f->pshard || !f->gshard)
+    if (f->off) {
+        /* host: the master, the gradient shard (and the landing of bf16
+         * reductions, or the bf16 copy the gathers upload); zeroed padding */
+        f->hparams = halloc(f, SR_MEM_PARAM_SHARD, local * sizeof(float));
+        f->hgrads = f->hparams ? halloc(f, SR_MEM_GRAD_SHARD, local * sizeof(float)) : NULL;
+        if (!f->hgrads)
+            return SR_ERR_INTERNAL;
+        memset(f->hparams, 0, local * sizeof(float));
+        memset(f->hgrads, 0, local * sizeof(float));
+        if (!(f->hscalars = halloc(f, SR_MEM_OTHER, sizeof(double))))
+            return SR_ERR_INTERNAL;
+        if (f->per_step && f->rdt == SR_DT_BF16) {
+            if (!(f->hrecv = halloc(f, SR_MEM_COMM, local * 2)))
+                return SR_ERR_INTERNAL;
+            memset(f->hrecv, 0, local * 2);
+        }
+        if (f->offp && f->pdt == SR_DT_BF16) {
+            if (!(f->hparams16 = halloc(f, SR_MEM_PARAM_SHARD, local * 2)))
+                return SR_ERR_INTERNAL;
+            memset(f->hparams16, 0, local * 2);
+        }
+    }
+    /* the device's parameter shard (with offload: the copy the gathers
+     * read; none with offload.params) and gradient shard (none with
+     * offload per_step: reductions land in slots) */
+    if (!f->offp && !(f->pshard = dalloc(f, SR_MEM_PARAM_SHARD, local * sizeof(float))))
+        return SR_ERR_INTERNAL;
+    if (!(f->off && f->per_step) && !(f->gshard = dalloc(f, SR_MEM_GRAD_SHARD, local * sizeof(float))))
         return SR_ERR_INTERNAL;
     /* the padding between slices is gathered and summed: keep it zero
      * (the master shard on the stream of its uploads) */
-    f->dev->memset(f->dev, SR_STREAM_H2D, f->pshard, 0, local * sizeof(float));
-    f->dev->memset(f->dev, SR_STREAM_COMPUTE, f->gshard, 0, local * sizeof(float));
+    if (f->pshard)
+        f->dev->memset(f->dev, SR_STREAM_H2D, f->pshard, 0, local * sizeof(float));
+    if (f->gshard)
+        f->dev->memset(f->dev, SR_STREAM_COMPUTE, f->gshard, 0, local * sizeof(float));
     if (f->per_step) {
         f->accum = dalloc(f, SR_MEM_ACCUM, f->plan.accum_size * sizeof(float));
         if (!f->accum)
@@ -637,14 +708,27 @@ static sr_status init_master(sr_fsdp *f) {
     for (int i = 0; i < ns && st == SR_OK; i++)
         for (size_t b = slices[i].begin; b < slices[i].end && st == SR_OK; b += PIECE) {
             size_t e = b + PIECE < slices[i].end ? b + PIECE : slices[i].end;
+            if (f->off) {
+                sr_model_init_params(f->m, f->o.seed, f->hparams + slices[i].local + (b - slices[i].begin), b, e);
+                continue;
+            }
             sr_model_init_params(f->m, f->o.seed, piece, b, e);
             st = sr_dev_upload(f->dev, f->pshard + slices[i].local + (b - slices[i].begin), piece,
                                (e - b) * sizeof(float), "upload");
         }
     free(piece);
     if (st == SR_OK) {
-        st = sr_optim_init_slices(&f->opt, f->m, f->dev, slices, ns, f->local_size);
+        st = sr_optim_init_slices(&f->opt, f->m, f->off ? f->hdev : f->dev, slices, ns, f->local_size);
         f->opt_ok = true;
+    }
+    if (st == SR_OK && f->off) {
+        /* the device copy, and the host waits for it: a resume writes
+         * the master next */
+        st = sr_fsdp_state_loaded(f);
+        sr_event up = {0};
+        f->dev->record(f->dev, &up, SR_STREAM_H2D);
+        if (st == SR_OK)
+            st = sr_dev_host_wait(f->dev, &up, "upload");
     }
     free(slices);
     return st;
@@ -676,6 +760,11 @@ sr_status sr_fsdp_init(sr_fsdp **out, sr_model *m, const sr_mesh *mesh, const sr
     f->rdt = o->reduce_dtype;
     f->per_step = o->grad_sync_per_step;
     f->staged_unit = -1;
+    f->off = o->offload_optimizer && m->dev->separate_memory;
+    f->offp = f->off && o->offload_params;
+    f->hspace = o->pin_memory ? SR_SPACE_PINNED : SR_SPACE_HOST;
+    if (f->off && !(f->hdev = sr_dev_cpu_open()))
+        return sr_error_oom("the host optimizer's table");
     sr_group *ngroups[2] = {NULL, NULL};
     sr_status st = create_groups(f, tp, ngroups);
     if (st == SR_OK)
@@ -723,7 +812,14 @@ void sr_fsdp_free(sr_fsdp *f) {
     }
     if (f->opt_ok)
         sr_optim_free(&f->opt);
+    if (f->hdev)
+        sr_device_close(f->hdev);
     if (f->dev) {
+        dfree(f, (void **)&f->hparams);
+        dfree(f, (void **)&f->hgrads);
+        dfree(f, &f->hrecv);
+        dfree(f, &f->hparams16);
+        dfree(f, (void **)&f->hscalars);
         dfree(f, (void **)&f->pshard);
         dfree(f, (void **)&f->gshard);
         dfree(f, (void **)&f->accum);
@@ -749,7 +845,8 @@ void sr_fsdp_begin_step(sr_fsdp *f) {
     sr_dev *d = f->dev;
     if (f->accum)
         d->memset(d, SR_STREAM_COMPUTE, f->accum, 0, f->accum_n * sizeof(float));
-    d->memset(d, SR_STREAM_COMPUTE, f->gshard, 0, f->local_size * sizeof(float));
+    if (f->gshard) /* none with offload per_step: the reductions are copied to the host whole */
+        d->memset(d, SR_STREAM_COMPUTE, f->gshard, 0, f->local_size * sizeof(float));
     f->staged_unit = -1;
 }
 
@@ -799,6 +896,32 @@ sr_status sr_fsdp_eval(sr_fsdp *f, const int *inputs, const int *targets, int B)
     return check(f, st);
 }
 
+/* Offload: the gradient shard on the host once every reduction's copy is
+ * there (one host wait for the comm stream), and the loss sum read back. */
+static sr_status host_grads(sr_fsdp *f, double *loss_sum) {
+    sr_dev *d = f->dev;
+    sr_event loss_ready = {0}, comm_done = {0};
+    d->copy(d, SR_STREAM_COMPUTE, f->sumsq + 1, f->m->loss_acc, sizeof(double));
+    d->memset(d, SR_STREAM_COMPUTE, f->m->loss_acc, 0, sizeof(double));
+    d->record(d, &loss_ready, SR_STREAM_COMPUTE);
+    sr_dev_wait(d, SR_STREAM_COMM, &loss_ready, "offload_scalars");
+    d->copy(d, SR_STREAM_COMM, f->hscalars, f->sumsq + 1, sizeof(double));
+    if (!f->per_step) /* per_micro_batch: the shard was summed on the device */
+        d->copy(d, SR_STREAM_COMM, f->hgrads, f->gshard, f->local_size * sizeof(float));
+    d->record(d, &comm_done, SR_STREAM_COMM);
+    sr_status st = sr_dev_host_wait(d, &comm_done, "grads_on_host");
+    if (d->hb) { /* what the host reads next: the checker sees a missing wait */
+        sr_hb_access(d->hb, SR_HB_HOST, f->hscalars, sizeof(double), false, "the host reads the step's loss (offload)");
+        sr_hb_access(d->hb, SR_HB_HOST, f->per_step && f->rdt == SR_DT_BF16 ? f->hrecv : (void *)f->hgrads,
+                     f->local_size * (f->per_step && f->rdt == SR_DT_BF16 ? 2 : 4), false,
+                     "the host reads the gradient shard (offload)");
+    }
+    *loss_sum = f->hscalars[0];
+    if (st == SR_OK && f->per_step && f->rdt == SR_DT_BF16) /* exact widening, as the device's fold */
+        sr_vec_bf16_to_f32_par(f->hgrads, f->hrecv, f->local_size);
+    return st;
+}
+
 sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *loss_sum, double *grad_norm) {
     for (int ui = 0; ui < f->nunits; ui++)
         finish_reduce(f, &f->units[ui]);
@@ -806,22 +929,29 @@ sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *loss_sum, double *grad_norm) 
     sr_status st = check(f, SR_OK);
     if (st != SR_OK)
         return st;
-    /* every reduction folded (comm) and every gradient written (compute)
-     * before the sum of squares, read back once */
     sr_dev *d = f->dev;
-    sr_event comm_done = {0}, sum_done = {0};
-    d->record(d, &comm_done, SR_STREAM_COMM);
-    sr_dev_wait(d, SR_STREAM_COMPUTE, &comm_done, "reductions_folded");
-    d->sum_squares(d, SR_STREAM_COMPUTE, f->sumsq, f->gshard, f->local_size);
-    /* the loss sum rides along: one read-back for both */
-    d->copy(d, SR_STREAM_COMPUTE, f->sumsq + 1, f->m->loss_acc, sizeof(double));
-    d->memset(d, SR_STREAM_COMPUTE, f->m->loss_acc, 0, sizeof(double));
-    d->record(d, &sum_done, SR_STREAM_COMPUTE);
-    sr_dev_wait(d, SR_STREAM_D2H, &sum_done, "scalars_ready");
-    double both[2] = {0.0, 0.0};
-    st = sr_dev_download(d, both, f->sumsq, sizeof both, "step_scalars");
-    double ss = both[0];
-    *loss_sum = both[1];
+    double ss = 0.0;
+    if (f->off) {
+        st = host_grads(f, loss_sum);
+        if (st == SR_OK)
+            ss = sr_vec_sum_squares(f->hgrads, f->local_size); /* the CPU table's sum, same order */
+    } else {
+        /* every reduction folded (comm) and every gradient written (compute)
+         * before the sum of squares, read back once */
+        sr_event comm_done = {0}, sum_done = {0};
+        d->record(d, &comm_done, SR_STREAM_COMM);
+        sr_dev_wait(d, SR_STREAM_COMPUTE, &comm_done, "reductions_folded");
+        d->sum_squares(d, SR_STREAM_COMPUTE, f->sumsq, f->gshard, f->local_size);
+        /* the loss sum rides along: one read-back for both */
+        d->copy(d, SR_STREAM_COMPUTE, f->sumsq + 1, f->m->loss_acc, sizeof(double));
+        d->memset(d, SR_STREAM_COMPUTE, f->m->loss_acc, 0, sizeof(double));
+        d->record(d, &sum_done, SR_STREAM_COMPUTE);
+        sr_dev_wait(d, SR_STREAM_D2H, &sum_done, "scalars_ready");
+        double both[2] = {0.0, 0.0};
+        st = sr_dev_download(d, both, f->sumsq, sizeof both, "step_scalars");
+        ss = both[0];
+        *loss_sum = both[1];
+    }
     /* replicas hold equal shards: sum squares over the shard group only */
     if (st == SR_OK)
         st = sr_allreduce(f->shard_g, &ss, 1, SR_DT_F64, SR_OP_SUM, NULL);
@@ -829,8 +959,38 @@ sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *loss_sum, double *grad_norm) 
     return st;
 }
 
+sr_status sr_fsdp_state_loaded(sr_fsdp *f) {
+    if (!f->off)
+        return SR_OK;
+    if (f->offp) {
+        if (f->pdt == SR_DT_BF16) /* the copy each gather uploads */
+            sr_vec_f32_to_bf16_par(f->hparams16, f->hparams, f->local_size);
+        return SR_OK;
+    }
+    /* the device copy the gathers read.  Its last readers are done: this
+     * runs after the step's host wait for the comm stream (whose last
+     * reduction follows every gather on the transport), or before any
+     * gather (initialisation, resume); the checker proves it */
+    sr_dev *d = f->dev;
+    sr_event uploaded = {0};
+    if (d->hb)
+        sr_hb_access(d->hb, SR_HB_HOST, f->hparams, f->local_size * sizeof(float), true,
+                     "the host's AdamW (offload) writes the master shard");
+    d->copy(d, SR_STREAM_H2D, f->pshard, f->hparams, f->local_size * sizeof(float));
+    d->record(d, &uploaded, SR_STREAM_H2D);
+    return sr_dev_wait(d, SR_STREAM_COMM, &uploaded, "params_updated");
+}
+
 void sr_fsdp_optimizer_step(sr_fsdp *f, int64_t step, double lr, const sr_adamw_opts *o, float grad_scale) {
     free_all_full(f); /* gathered copies are stale once the shard moves */
+    if (f->off) {
+        /* the host table's AdamW (synchronous), then the device copy */
+        sr_optim_step(&f->opt, f->hparams, f->hgrads, step, lr, o, grad_scale);
+        sr_status st = sr_fsdp_state_loaded(f);
+        if (st != SR_OK)
+            fail(f, st);
+        return;
+    }
     sr_optim_step(&f->opt, f->pshard, f->gshard, step, lr, o, grad_scale);
     /* the next gathers read the updated shard: the comm stream waits */
     sr_event updated = {0};
@@ -843,10 +1003,10 @@ void sr_fsdp_shard_state_view(sr_fsdp *f, sr_fsdp_shard_state *out) {
     sr_event updated = {0};
     f->dev->record(f->dev, &updated, SR_STREAM_COMPUTE);
     sr_dev_wait(f->dev, SR_STREAM_D2H, &updated, "state_ready");
-    *out = (sr_fsdp_shard_state){.dev = f->dev,
+    *out = (sr_fsdp_shard_state){.dev = f->off ? NULL : f->dev,
                                  .slices = f->opt.slices,
                                  .nslices = f->opt.nslices,
-                                 .params = f->pshard,
+                                 .params = f->off ? f->hparams : f->pshard,
                                  .m = f->opt.m,
                                  .v = f->opt.v,
                                  .local_size = f->local_size,
@@ -898,8 +1058,14 @@ sr_status sr_fsdp_dump_params(sr_fsdp *f, const char *path) {
     for (int ui = 0; ui < f->nunits && st == SR_OK; ui++) {
         const sr_unit_plan *u = &f->plan.units[ui];
         sr_event gathered;
+        const float *mine = f->off ? NULL : f->pshard + u->local;
+        if (f->off) { /* the master is on the host: upload this rank's part in place */
+            float *part = unit_buf + (size_t)sr_group_rank(f->shard_g) * u->P;
+            f->dev->copy(f->dev, SR_STREAM_COMM, part, f->hparams + u->local, u->P * 4);
+            mine = part;
+        }
         st = collective(f, COLL_ALLGATHER, "all-gather (parameter dump)", f->shard_g, unit_buf, (size_t)f->S * u->P * 4,
-                        f->pshard + u->local, u->P * 4, u->P, SR_DT_F32, &gathered);
+                        mine, u->P * 4, u->P, SR_DT_F32, &gathered);
         sr_status wst = sr_dev_host_wait(f->dev, &gathered, "dump_gathered");
         if (st == SR_OK)
             st = wst;

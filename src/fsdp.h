@@ -33,6 +33,11 @@ typedef struct {
     int prefetch_forward, prefetch_backward;
     bool grad_sync_per_step; /* false: reduce-scatter every micro-batch */
     uint64_t seed;           /* initialisation of the master shard */
+    /* sharding.offload.* (device tables with separate memory only):
+     * optimizer keeps the fp32 master, Adam m, v and the gradient shard in
+     * host memory (pinned unless !pin_memory) and runs AdamW on the host;
+     * params also drops the device copy of the parameter shard */
+    bool offload_optimizer, offload_params, pin_memory;
 } sr_fsdp_opts;
 
 /* Declares the engine's groups on the transport (shard, replicate,
@@ -72,7 +77,8 @@ sr_status sr_fsdp_eval(sr_fsdp *f, const int *inputs, const int *targets, int B)
 /* This rank's persistent state, for checkpoints: the slices of the global
  * parameter vector it owns (real elements, no padding) and where they sit
  * in the local buffers of master parameters and Adam moments — memory of
- * `dev` (device memory when dev->separate_memory: reach it by copies).
+ * `dev` (device memory when dev->separate_memory: reach it by copies; NULL
+ * with offload: host memory).
  * Replicas (HSDP) hold identical state.  Taking the view orders the d2h
  * stream after the last AdamW, so the state can be downloaded. */
 typedef struct {
@@ -85,6 +91,11 @@ typedef struct {
     const sr_mesh *mesh;
 } sr_fsdp_shard_state;
 void sr_fsdp_shard_state_view(sr_fsdp *f, sr_fsdp_shard_state *out);
+
+/* After a checkpoint loaded the state into the view's buffers: refreshes
+ * what derives from the master shard (with offload, the device copy of the
+ * parameters; nothing otherwise). */
+sr_status sr_fsdp_state_loaded(sr_fsdp *f);
 
 /* Units (block units + the root) for logs. */
 int sr_fsdp_units(const sr_fsdp *f);

@@ -23,7 +23,10 @@ sr_status sr_job_init(sr_job *j, const sr_config *cfg) {
                              .prefetch_forward = (int)cfg->prefetch_forward,
                              .prefetch_backward = (int)cfg->prefetch_backward,
                              .grad_sync_per_step = cfg->grad_sync == SR_GRADSYNC_PER_STEP,
-                             .seed = (uint64_t)cfg->seed};
+                             .seed = (uint64_t)cfg->seed,
+                             .offload_optimizer = cfg->offload_optimizer,
+                             .offload_params = cfg->offload_params,
+                             .pin_memory = cfg->pin_memory};
     j->adamw = (sr_adamw_opts){cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay};
     j->schedule = (sr_lr_schedule){(int)cfg->schedule, cfg->lr, cfg->min_lr, cfg->warmup_steps, cfg->steps};
     j->nkeys = sr_config_nkeys();
@@ -127,11 +130,28 @@ static const char *offload_key(const sr_config *cfg) {
                                     : NULL;
 }
 
-sr_status sr_job_check_gpu_run(const sr_config *cfg, int world_size) {
-    if (offload_key(cfg))
+sr_status sr_job_check_offload(const sr_config *cfg, bool separate_memory) {
+    if (!offload_key(cfg))
+        return SR_OK;
+    if (!separate_memory)
         return at_key(cfg, offload_key(cfg),
-                      "offload is not implemented yet on the GPU: a later release (hint: set sharding.offload.* to "
-                      "false)");
+                      "offload needs a GPU run: this is a CPU run, where everything already lives in host memory "
+                      "(hint: set sharding.offload.* to false)");
+    if (!cfg->offload_optimizer)
+        return at_key(cfg, cfg->offload_params ? "sharding.offload.params" : "sharding.offload.grads",
+                      "%s without sharding.offload.optimizer would only move state to the host and back every step: "
+                      "the optimizer reads the gradients and writes the parameters (hint: also set "
+                      "sharding.offload.optimizer: true, or set this key to false)",
+                      cfg->offload_params ? "sharding.offload.params" : "sharding.offload.grads");
+    if (!cfg->offload_grads && sr_config_was_set(cfg, "sharding.offload.grads"))
+        return at_key(cfg, "sharding.offload.grads",
+                      "sharding.offload.grads: false contradicts sharding.offload.optimizer: true: the optimizer on "
+                      "the host reads the gradient shard there, so grads is implied (hint: remove the key, or set it "
+                      "to true)");
+    return SR_OK;
+}
+
+sr_status sr_job_check_gpu_run(const sr_config *cfg, int world_size) {
 #ifndef SR_HAVE_NCCL
     if (cfg->comm_backend == SR_BACKEND_NCCL)
         return at_key(cfg, "comm.backend",
@@ -146,10 +166,6 @@ sr_status sr_job_check_gpu_run(const sr_config *cfg, int world_size) {
 }
 
 sr_status sr_job_check_cpu_run(const sr_config *cfg) {
-    if (offload_key(cfg))
-        return at_key(cfg, offload_key(cfg),
-                      "offload needs a GPU run: this is a CPU run, where everything already lives in host memory "
-                      "(hint: set sharding.offload.* to false)");
     if (cfg->comm_backend == SR_BACKEND_NCCL)
         return at_key(cfg, "comm.backend",
 #ifdef SR_HAVE_NCCL

@@ -46,6 +46,12 @@ void sr_job_free(sr_job *j);
  * key was set. */
 sr_status sr_job_check_world(const sr_config *cfg, int ranks, int rank, sr_mesh *mesh);
 
+/* sharding.offload.*: needs a device table with separate memory (a GPU
+ * or the fake device; SR_ERR_CONFIG on the CPU); grads or params need
+ * optimizer; an explicit grads: false beside optimizer: true is refused;
+ * each with the key's file:line:col and why. */
+sr_status sr_job_check_offload(const sr_config *cfg, bool separate_memory);
+
 /* The keys a GPU run of world_size ranks refuses (SR_ERR_CONFIG at the
  * key): offload (a later release), comm.backend nccl in a build without
  * NCCL, and comm.backend tcp with more than one rank (GPU collectives run

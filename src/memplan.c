@@ -62,7 +62,8 @@ static size_t comm_buffers(const sr_shardplan *pl, const sr_fsdp_opts *o) {
     size_t S = (size_t)pl->S, res = sr_dtype_size(o->reduce_dtype), total = 0;
     if (S > 1)
         total = mul(2, add(mul(P, res > 8 ? res : 8), 16)); /* ring chunks; all-reduces of fp64 scalars too */
-    if (o->grad_sync_per_step && o->reduce_dtype != SR_DT_BF16)
+    /* offload lands every reduction in a slot before its copy to the host */
+    if (o->grad_sync_per_step && o->reduce_dtype != SR_DT_BF16 && !o->offload_optimizer)
         return total;
     size_t Pblk = 0;
     for (int ui = 0; ui < pl->nunits; ui++)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mem.h"
 
@@ -55,8 +56,10 @@ void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
         fprintf(f, "%.6g", r->mfu);
     else
         fputs("null", f); /* no peak known for this device */
-    fprintf(f, ",\"step_ms\":%.6g,\"comm_exposed_ms\":%.6g,\"tokens\":%lld,\"ranks\":%d", r->step_ms,
-            r->comm_exposed_ms, (long long)r->tokens, r->ranks);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    fprintf(f, ",\"step_ms\":%.6g,\"comm_exposed_ms\":%.6g,\"tokens\":%lld,\"ranks\":%d,\"time\":%.3f", r->step_ms,
+            r->comm_exposed_ms, (long long)r->tokens, r->ranks, (double)now.tv_sec + 1e-9 * (double)now.tv_nsec);
     if (r->has_val)
         fprintf(f, ",\"val_loss\":%.17g", r->val_loss);
     if (r->nccl)

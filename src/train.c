@@ -249,6 +249,18 @@ static sr_status check_memory(run *r) {
             r->plan.total = r->plan.total + snap < r->plan.total ? SIZE_MAX : r->plan.total + snap;
         }
     }
+    /* offload: the offloaded categories leave the device's plan */
+    if (st == SR_OK && r->dev->separate_memory && cfg->offload_optimizer) {
+        r->plan.bytes[SR_MEM_OPTIM_SHARD] = 0;
+        if (cfg->grad_sync == SR_GRADSYNC_PER_STEP)
+            r->plan.bytes[SR_MEM_GRAD_SHARD] = 0;
+        if (cfg->offload_params)
+            r->plan.bytes[SR_MEM_PARAM_SHARD] = 0;
+        r->plan.total = 0;
+        for (int c = 0; c < SR_MEM_NCAT; c++)
+            r->plan.total =
+                r->plan.total + r->plan.bytes[c] < r->plan.total ? SIZE_MAX : r->plan.total + r->plan.bytes[c];
+    }
     /* on a GPU the plan is device memory; the host keeps only staging */
     if (st == SR_OK && r->dev->kind != SR_DEV_CUDA)
         st = sr_memplan_check(&r->plan, r->w->local_size);
@@ -325,6 +337,8 @@ static sr_status setup(run *r) {
         st = open_device(r);
     if (st == SR_OK)
         st = r->dev->kind == SR_DEV_CUDA ? sr_job_check_gpu_run(cfg, r->w->size) : sr_job_check_cpu_run(cfg);
+    if (st == SR_OK)
+        st = sr_job_check_offload(cfg, r->dev->separate_memory);
     if (st == SR_OK)
         st = sr_job_init(&r->job, cfg);
     if (st == SR_OK)
@@ -458,6 +472,23 @@ static void banner(run *r) {
                     (long long)cfg->eval_every);
     sr_log_info("mfu peak: %s", r->peak_how);
     log_recompute(r);
+    if (cfg->offload_optimizer) {
+        sr_log_info("offload: fp32 master weights, Adam m and v and the gradient shard in %s host memory; AdamW on the "
+                    "host (%d threads)%s; the device keeps %s",
+                    cfg->pin_memory ? "pinned" : "pageable", r->threads,
+                    cfg->grad_sync == SR_GRADSYNC_PER_STEP
+                        ? ", each unit's reduced gradients copied to the host as its "
+                          "reduction ends"
+                        : "; per_micro_batch: the device sums the gradient shard "
+                          "and copies it once per step",
+                    cfg->offload_params ? "no parameter shard (each gather uploads its part just in time)"
+                                        : "a copy of the parameter shard for the gathers");
+        if (!cfg->pin_memory)
+            sr_log_warn(
+                "sharding.offload.pin_memory is false: the offloaded state is pageable memory, so every copy to "
+                "and from the device is synchronous and slower (hint: pin_memory: true unless pinned memory is "
+                "scarce)");
+    }
     char t[32], o[32];
     sr_log_info("memory plan per rank: %s in accounted categories + %s for code, libraries and threads",
                 sr_memplan_size(r->plan.total, t, sizeof t), sr_memplan_size(r->plan.overhead, o, sizeof o));

@@ -25,10 +25,12 @@ train: {steps: 4, batch_size: 4, eval_every: 2, eval_batches: 1}
 log: {every: 1}
 threads: 1
 EOF
-# two configurations that between them use every wait site
+# configurations that between them use every wait site (D: offload on
+# the fake device)
 cfgA="--set train.micro_batch=2 --set checkpoint.dir=$T/ck --set checkpoint.every_steps=2"
 cfgB="--set train.micro_batch=1 --set sharding.grad_sync=per_micro_batch --set sharding.mixed_precision.param_dtype=bf16 --set sharding.mixed_precision.reduce_dtype=bf16 --set checkpoint.dir=$T/ckB --set checkpoint.every_steps=3"
 
+cfgD="--set sharding.offload.optimizer=true --set train.micro_batch=2"
 fresh() { rm -rf "$T/ck" "$T/ckB"; } # every run starts from scratch
 
 # 1. the sites
@@ -42,12 +44,13 @@ check "  ...with the hint" grep -q "'gather_redy' is not a wait site (hint: SHAR
 # 2. clean runs
 # hostwaits FILE: "STEPS WAITS" from the checker's last line
 hostwaits() { sed -n 's/.*happens-before checker: no race found; \([0-9]*\) steps made \([0-9]*\) host waits.*/\1 \2/p' "$1"; }
-for c in A B fake; do
+for c in A B fake D; do
     fresh
     case $c in
     A) "$S" train job.yaml $cfgA --set log.metrics="$T/A.jsonl" >/dev/null 2>clean$c.err ;;
     B) "$S" train job.yaml $cfgB >/dev/null 2>clean$c.err ;;
     fake) SHARDRUN_TEST_DEVICE=fake "$S" train job.yaml $cfgA >/dev/null 2>clean$c.err ;;
+    D) SHARDRUN_TEST_DEVICE=fake "$S" train job.yaml $cfgD >/dev/null 2>clean$c.err ;;
     esac
     rc=$?
     hw=$(hostwaits clean$c.err)
@@ -68,15 +71,17 @@ hsdp="--set sharding.mesh.replicate=2 --set train.batch_size=8"
 cfgC="$cfgB $hsdp --set sharding.reshard_after_forward.blocks=2"
 for site in $sites; do
     found=""
-    for c in A B C; do
+    for c in A B D C; do
         fresh
         eval "cfg=\$cfg$c"
         [ $c = C ] && ! $have_mpirun && continue
         launch=""
         [ $c = C ] && launch="mpirun --allow-run-as-root --oversubscribe -n 4"
+        dev=""
+        [ $c = D ] && dev=fake
         # shellcheck disable=SC2086
-        SHARDRUN_TEST_SKIP_WAIT=$site SHARDRUN_TEST_DUMP_PARAMS="$T/skip.params" timeout 120 $launch "$S" train \
-            job.yaml $cfg >/dev/null 2>skip.err
+        SHARDRUN_TEST_DEVICE=$dev SHARDRUN_TEST_SKIP_WAIT=$site SHARDRUN_TEST_DUMP_PARAMS="$T/skip.params" timeout 120 \
+            $launch "$S" train job.yaml $cfg >/dev/null 2>skip.err
         rc=$?
         [ $c = C ] && grep -q "error: happens-before violation" skip.err && rc=70
         if [ $rc = 70 ] && grep -q "happens-before violation: .* with no ordering after the .* by .*; a stream wait or host wait is missing" skip.err; then
