@@ -58,7 +58,10 @@ TOUCH=${BENCH_TOUCH:-$(awk '/^MemAvailable:/ { t = $2 * 1024 / 2; if (t > 12e9) 
 : >"$d/raww1" && : >"$d/raww2" && : >"$d/rawr1" && : >"$d/rawr2"
 : >"$d/saveb" && : >"$d/loadb" && : >"$d/rawwb" && : >"$d/rawrb"
 bytes=0
-for r in $(seq "$REPS"); do
+# BENCH_CKPT_ONLY=stall: section 4 alone
+IO_REPS=$REPS
+[ "${BENCH_CKPT_ONLY:-}" = stall ] && IO_REPS=0
+for r in $(seq "$IO_REPS"); do
     echo "# round $r/$REPS" >&2
     for mode in sha nosha; do
         rm -rf "$d/ck"
@@ -97,7 +100,7 @@ echo "# signal to exit" >&2
 : >"$d/sig"
 sigjob="--set model.preset=gpt2-124m --set model.seq_len=256 --set train.batch_size=4 --set train.steps=1000 \
 --set train.eval_every=0 --set log.every=1 --set threads=2 --set data.train=$d/data.bin"
-for r in $(seq "$REPS"); do
+for r in $(seq "$IO_REPS"); do
     rm -rf "$d/sk"
     "$S" train $sigjob --set checkpoint.dir="$d/sk" 2>"$d/sig.err" &
     pid=$!
@@ -148,6 +151,7 @@ for r in $(seq "$REPS"); do
     "$D" --memcpy "$snapbytes" | sed -n 's/memcpy_s=//p' >>"$d/memcpy"
 done
 
+if [ "$IO_REPS" -gt 0 ]; then
 set -- $(stats <"$d/save"); s1=$1 s1lo=$2 s1hi=$3
 set -- $(stats <"$d/save0"); s0=$1 s0lo=$2 s0hi=$3
 set -- $(stats <"$d/load"); l1=$1 l1lo=$2 l1hi=$3
@@ -184,6 +188,7 @@ while read -r el st sv rc; do
     printf '| %-5s | %14s | %10s | %10s | %16s | %s\n' "$n" "$el" "$st" "$sv" "$(echo "$st $sv" | awk '{ printf "%.2f", $1 + $2 }')" "$rc"
 done <"$d/sig"
 echo "target: save >= 0.70 x raw write with checksums; signal->exit <= one step + save"
+fi
 echo
 # median (min..max) with 3 decimals
 fstats() { sort -g | awk '{ a[NR] = $1 } END { m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "%.3f (%.3f..%.3f)", m, a[1], a[NR] }'; }

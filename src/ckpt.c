@@ -30,15 +30,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "fsio.h"
+#include "hbcheck.h"
 #include "mem.h"
 #include "shardfile.h"
 #include "testhook.h"
+#include "vec.h"
 
 #define MAX_CANDIDATES SR_CKPT_MAX_CANDIDATES
 
@@ -988,6 +996,14 @@ static void *writer_main(void *arg) {
     return NULL;
 }
 
+/* The writer as a thread of its own: below the training threads (Linux: a
+ * thread's own nice value), so it takes the cores they leave idle; if that
+ * fails it just competes at normal priority. */
+static void *writer_thread(void *arg) {
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+    return writer_main(arg);
+}
+
 static void pending_free(sr_ckpt *c) {
     struct pending *pd = c->pend;
     if (!pd)
@@ -1057,22 +1073,56 @@ uint64_t sr_ckpt_async_max_bytes(const sr_ckpt_opts *o, int local_size) {
 bool sr_ckpt_async(const sr_ckpt *c) { return c && c->async; }
 int64_t sr_ckpt_pending_step(const sr_ckpt *c) { return c && c->pend ? c->pend->p.step : -1; }
 
+/* memcpy split over the OpenMP team (the snapshot is the training stall of
+ * an asynchronous save on the CPU; one thread is far from the memory's
+ * bandwidth). */
+static void parallel_copy(void *dst, const void *src, size_t bytes) {
+#pragma omp parallel if (bytes > ((size_t)4 << 20))
+    {
+        size_t lo, hi;
+#ifdef _OPENMP
+        sr_vec_split(bytes / 64, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+#else
+        sr_vec_split(bytes / 64, 0, 1, &lo, &hi);
+#endif
+        memcpy((char *)dst + lo * 64, (const char *)src + lo * 64, (hi - lo) * 64);
+    }
+    size_t done = bytes / 64 * 64;
+    memcpy((char *)dst + done, (const char *)src + done, bytes - done);
+}
+
 /* Copies this rank's state into the snapshot: on a device a download
- * (the copy stream after the step's update, host-waited), on the CPU a
- * copy. */
+ * (the copy stream after the step's update, host-waited), from host memory
+ * (the CPU, offloaded state) a copy over the OpenMP team (the view's event
+ * ordered it after the update: the CPU table's operations are done when
+ * issued). */
 static sr_status take_snapshot(sr_ckpt *c) {
     sr_fsdp_shard_state s;
     sr_fsdp_shard_state_view(c->f, &s);
     if (s.mesh->rep_idx != 0)
         return SR_OK;
     const float *src[SR_NSTATE] = {s.params, s.m, s.v};
+    if (s.dev && !s.dev->separate_memory) {
+        /* the CPU table: its operations are done when issued, but the
+         * host copy below is ordered after the step's update through the
+         * view's wait and this host wait, which the checker proves */
+        sr_event ev = {0};
+        s.dev->record(s.dev, &ev, SR_STREAM_D2H);
+        if (sr_dev_host_wait(s.dev, &ev, "download") != SR_OK)
+            return SR_ERR_INTERNAL;
+        for (int k = 0; s.dev->hb && k < SR_NSTATE; k++)
+            for (int i = 0; i < s.nslices; i++)
+                sr_hb_access(s.dev->hb, SR_HB_HOST, src[k] + s.slices[i].local,
+                             (s.slices[i].end - s.slices[i].begin) * sizeof(float), false,
+                             "the checkpoint's snapshot (host copy)");
+    }
     for (int k = 0; k < SR_NSTATE; k++) {
         size_t at = 0;
         for (int i = 0; i < s.nslices; i++) {
             size_t n = s.slices[i].end - s.slices[i].begin;
             const float *from = src[k] + s.slices[i].local;
-            if (!s.dev)
-                memcpy(c->snap[k] + at, from, n * sizeof(float));
+            if (!s.dev || !s.dev->separate_memory) /* host memory (the CPU, offload) */
+                parallel_copy(c->snap[k] + at, from, n * sizeof(float));
             else if (sr_dev_download(s.dev, c->snap[k] + at, from, n * sizeof(float), "download") != SR_OK)
                 return SR_ERR_INTERNAL;
             at += n;
@@ -1132,7 +1182,7 @@ sr_status sr_ckpt_save_async(sr_ckpt *c, const sr_ckpt_progress *p, int64_t *wai
         atomic_store(&pd->done, true);
     } else if (c->snap_elements == 0) {
         atomic_store(&pd->done, true); /* nothing to write on this rank */
-    } else if (pthread_create(&pd->thread, NULL, writer_main, pd) == 0) {
+    } else if (pthread_create(&pd->thread, NULL, writer_thread, pd) == 0) {
         pd->thread_started = true;
     } else {
         writer_main(pd); /* no thread: write now (the save is then synchronous on this rank) */

@@ -144,6 +144,7 @@ struct sr_dev {
     /* The device part of the start line ("cuda:0 (GPU 3, NVIDIA H200,
      * sm_90, ...)"); empty for the cpu tables (sr_device_describe). */
     char line[512];
+    char pci_bus[32]; /* the GPU's PCI bus id (cudaDeviceGetPCIBusId), "" for the cpu and fake tables */
     /* The deadline of a host wait, seconds (comm.timeout_s; <= 0: none),
      * and the step the engine is in, for the message when it passes. */
     double timeout_s;

@@ -385,6 +385,7 @@ sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical) {
         c->base.delay_us[h->comm_delay_stream == 1 ? SR_STREAM_COMPUTE : SR_STREAM_COMM] = h->comm_delay_us;
     TRY(cudaSetDevice(ordinal), "cudaSetDevice");
     TRY(cudaDeviceGetPCIBusId(c->bus, (int)sizeof c->bus, ordinal), "cudaDeviceGetPCIBusId");
+    snprintf(c->base.pci_bus, sizeof c->base.pci_bus, "%s", c->bus);
     struct cudaDeviceProp prop;
     TRY(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties");
     int lo, hi;

@@ -39,6 +39,11 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +84,8 @@ typedef struct {
     void *kept;          /* reshard N: this rank's 1/N of the full unit (own buffer) */
     sr_event kept_ready; /* ...copied on the compute stream */
     bool has_kept;       /* kept holds this step's share */
+    bool update_pending; /* offload: the host optimizer has not yet updated this unit's master this step */
+    bool copy_stale;     /* offload (not params): the device copy of the unit's shard awaits its upload */
     /* gradients */
     int rslot; /* its reduction-pool slot, or -1 */
     sr_event rs_done, ar_done;
@@ -115,6 +122,18 @@ struct sr_fsdp {
     void *hrecv, *hparams16;
     double *hscalars; /* the step's loss sum, copied to the host */
     sr_dev *hdev;
+    /* offload: the host optimizer thread.  optimizer_step posts a job (a
+     * generation); the thread updates the units in forward order and
+     * counts them in `updated`; a gather waits for its unit's count */
+    pthread_t hopt;
+    bool hopt_started, hopt_quit;
+    pthread_mutex_t hopt_mu;
+    pthread_cond_t hopt_cv;
+    uint64_t hopt_job, hopt_done; /* posted and finished generations */
+    int hopt_updated;             /* units of the posted job updated, in forward order */
+    sr_adamw_launch hopt_launch;  /* the posted job's AdamW (every segment) */
+    sr_mem_ctx *mem;              /* the accounting the thread binds (virtual ranks) */
+    int hopt_threads;             /* its OpenMP team (the rank's threads) */
     sr_optim opt;
     bool opt_ok;
     float *accum;
@@ -240,6 +259,13 @@ static sr_status collective(sr_fsdp *f, coll_kind kind, const char *what, sr_gro
     return st;
 }
 
+/* the host optimizer thread (offload), below */
+static bool hopt_wait_unit(sr_fsdp *f, int ui, bool block);
+static void hopt_wait_all(sr_fsdp *f);
+static sr_status hopt_start(sr_fsdp *f);
+static void hopt_stop(sr_fsdp *f);
+static void hopt_pin(sr_fsdp *f);
+
 /* The gather of a unit: into its own buffer or a free slot of the pool
  * (none free: a prefetch is skipped; the unit the model asks for always
  * finds one, by the pool's size); on the comm stream, once the buffer's
@@ -247,6 +273,10 @@ static sr_status collective(sr_fsdp *f, coll_kind kind, const char *what, sr_gro
  * the all-gather; `ready` is its completion. */
 static void issue_gather(sr_fsdp *f, unit *u, bool prefetch) {
     if (u->full || failed(f))
+        return;
+    /* offload: the host optimizer updates the units in forward order while
+     * the device computes; a gather waits for its unit (a prefetch skips) */
+    if (u->update_pending && !hopt_wait_unit(f, (int)(u - f->units), !prefetch))
         return;
     sr_dev *d = f->dev;
     size_t P = u->p->P, es = sr_dtype_size(f->pdt);
@@ -272,6 +302,10 @@ static void issue_gather(sr_fsdp *f, unit *u, bool prefetch) {
     }
     if (released)
         sr_dev_wait(d, SR_STREAM_COMM, released, "slot_free");
+    if (u->copy_stale && !u->has_kept) { /* offload: the unit's updated master to the device copy, just in time */
+        d->copy(d, SR_STREAM_COMM, f->pshard + u->p->local, f->hparams + u->p->local, u->p->P * sizeof(float));
+        u->copy_stale = false;
+    }
     sr_status st;
     size_t full_bytes = (size_t)f->S * P * es;
     if (u->has_kept) {
@@ -785,6 +819,8 @@ sr_status sr_fsdp_init(sr_fsdp **out, sr_model *m, const sr_mesh *mesh, const sr
     st = alloc_buffers(f);
     if (st == SR_OK)
         st = init_master(f);
+    if (st == SR_OK && f->off)
+        st = hopt_start(f);
     if (st != SR_OK)
         return st;
     f->src = (sr_param_source){hook_params, hook_grads, hook_done_forward, hook_done_backward, f};
@@ -810,6 +846,7 @@ void sr_fsdp_free(sr_fsdp *f) {
         dfree(f, &f->rpool[k].send);
         dfree(f, &f->rpool[k].recv);
     }
+    hopt_stop(f);
     if (f->opt_ok)
         sr_optim_free(&f->opt);
     if (f->hdev)
@@ -873,6 +910,7 @@ sr_status sr_fsdp_forward(sr_fsdp *f, const int *inputs, const int *targets, int
 }
 
 sr_status sr_fsdp_backward(sr_fsdp *f, float dloss, bool last_micro_batch) {
+    hopt_wait_all(f); /* done by now (forward waited for every unit): the gradients' copies may land */
     set_order(f, true);
     f->last_mb = last_micro_batch;
     sr_status st = sr_model_backward(f->m, &f->src, dloss);
@@ -894,6 +932,176 @@ sr_status sr_fsdp_eval(sr_fsdp *f, const int *inputs, const int *targets, int B)
     sr_status st = sr_model_forward(f->m, &f->src, inputs, targets, B);
     free_all_full(f);
     return check(f, st);
+}
+
+/* ------------------------------------------------------------------------ */
+/* the host optimizer thread (offload) */
+
+/* Forward order: the root, then the block units. */
+static int unit_at_forward(const sr_fsdp *f, int pos) { return pos == 0 ? f->nunits - 1 : pos - 1; }
+static int forward_pos(const sr_fsdp *f, int ui) { return ui == f->nunits - 1 ? 0 : ui + 1; }
+
+/* AdamW on one unit's segments of the host master (the segments of a
+ * unit are consecutive: sr_optim cuts the unit-ordered slices at tensor
+ * boundaries), and the bf16 copy the gathers upload with offload.params. */
+static void update_unit(sr_fsdp *f, const sr_adamw_launch *all, int ui) {
+    const unit *u = &f->units[ui];
+    size_t lo = u->p->local, hi = lo + u->p->P;
+    int a = 0, b;
+    while (a < all->nsegs && all->segs[a].off < lo)
+        a++;
+    for (b = a; b < all->nsegs && all->segs[b].off < hi; b++)
+        ;
+    sr_adamw_launch l = *all;
+    l.segs = all->segs + a;
+    l.nsegs = b - a;
+    f->hdev->adamw(f->hdev, SR_STREAM_COMPUTE, &l);
+    if (f->hparams16)
+        sr_vec_f32_to_bf16_par((uint16_t *)f->hparams16 + lo, f->hparams + lo, u->p->P);
+}
+
+static void *hopt_main(void *arg) {
+    sr_fsdp *f = arg;
+    sr_mem_bind(f->mem);
+#ifdef _OPENMP
+    omp_set_num_threads(f->hopt_threads); /* the rank's threads, as a CPU run's AdamW */
+#endif
+    pthread_mutex_lock(&f->hopt_mu);
+    for (;;) {
+        while (!f->hopt_quit && f->hopt_done == f->hopt_job)
+            pthread_cond_wait(&f->hopt_cv, &f->hopt_mu);
+        if (f->hopt_quit)
+            break;
+        sr_adamw_launch l = f->hopt_launch;
+        pthread_mutex_unlock(&f->hopt_mu);
+        for (int pos = 0; pos < f->nunits; pos++) {
+            update_unit(f, &l, unit_at_forward(f, pos));
+            pthread_mutex_lock(&f->hopt_mu);
+            f->hopt_updated = pos + 1;
+            pthread_cond_broadcast(&f->hopt_cv);
+            pthread_mutex_unlock(&f->hopt_mu);
+        }
+        pthread_mutex_lock(&f->hopt_mu);
+        f->hopt_done = f->hopt_job;
+        pthread_cond_broadcast(&f->hopt_cv);
+    }
+    pthread_mutex_unlock(&f->hopt_mu);
+    return NULL;
+}
+
+/* Whether unit ui's master is updated for this step; `block` waits for it
+ * (a prefetch does not: it skips the unit instead).  The host then owns
+ * the unit's master again (declared to the checker). */
+static bool hopt_wait_unit(sr_fsdp *f, int ui, bool block) {
+    unit *u = &f->units[ui];
+    if (!u->update_pending)
+        return true;
+    int need = forward_pos(f, ui) + 1;
+    pthread_mutex_lock(&f->hopt_mu);
+    while (f->hopt_done != f->hopt_job && f->hopt_updated < need) {
+        if (!block) {
+            pthread_mutex_unlock(&f->hopt_mu);
+            return false;
+        }
+        pthread_cond_wait(&f->hopt_cv, &f->hopt_mu);
+    }
+    pthread_mutex_unlock(&f->hopt_mu);
+    u->update_pending = false;
+    if (f->dev->hb)
+        sr_hb_access(f->dev->hb, SR_HB_HOST, f->hparams + u->p->local, u->p->P * sizeof(float), true,
+                     "the host optimizer's AdamW (offload) writes the unit's master");
+    return true;
+}
+
+/* Waits for the whole posted job (checkpoints, the dump, the next
+ * gradients' copies to the host). */
+static void hopt_wait_all(sr_fsdp *f) {
+    if (!f->hopt_started)
+        return;
+    for (int ui = 0; ui < f->nunits; ui++)
+        hopt_wait_unit(f, ui, true);
+}
+
+static sr_status hopt_start(sr_fsdp *f) {
+    if (pthread_mutex_init(&f->hopt_mu, NULL) != 0)
+        return sr_error_oom("the host optimizer's mutex");
+    if (pthread_cond_init(&f->hopt_cv, NULL) != 0) {
+        pthread_mutex_destroy(&f->hopt_mu);
+        return sr_error_oom("the host optimizer's condition");
+    }
+    f->mem = sr_mem_bound();
+#ifdef _OPENMP
+    f->hopt_threads = omp_get_max_threads();
+#endif
+    if (pthread_create(&f->hopt, NULL, hopt_main, f) != 0) {
+        pthread_cond_destroy(&f->hopt_cv);
+        pthread_mutex_destroy(&f->hopt_mu);
+        return sr_error(SR_ERR_INTERNAL, "cannot start the host optimizer thread: %s", strerror(errno));
+    }
+    f->hopt_started = true;
+    hopt_pin(f);
+    return SR_OK;
+}
+
+/* The optimizer thread on the cores of the GPU's NUMA node (sysfs
+ * local_cpulist of its PCI device; written by hand: no library here reads
+ * it), logged; unpinned, and said why, where that is unknown. */
+static void hopt_pin(sr_fsdp *f) {
+    const char *bus = f->dev->pci_bus;
+    char path[128], list[1024] = "", why[160] = "";
+    if (!bus[0]) {
+        snprintf(why, sizeof why, "the %s device has no PCI bus id", f->dev->name);
+    } else {
+        char lower[32];
+        size_t i = 0;
+        for (; bus[i] && i + 1 < sizeof lower; i++)
+            lower[i] = (char)(bus[i] >= 'A' && bus[i] <= 'F' ? bus[i] - 'A' + 'a' : bus[i]);
+        lower[i] = '\0';
+        snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/local_cpulist", lower);
+        FILE *fp = fopen(path, "r");
+        if (!fp || !fgets(list, sizeof list, fp))
+            snprintf(why, sizeof why, "%s: %s", path, fp ? "empty" : strerror(errno));
+        if (fp)
+            fclose(fp);
+        list[strcspn(list, "\n")] = '\0';
+    }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    int n = 0;
+    for (char *p = list; !why[0] && *p;) { /* "0-15,32-47" */
+        char *end;
+        long a = strtol(p, &end, 10), b = a;
+        if (end == p)
+            break;
+        if (*end == '-')
+            b = strtol(end + 1, &end, 10);
+        for (long c = a; c <= b && c < CPU_SETSIZE; c++, n++)
+            CPU_SET((int)c, &set);
+        p = *end == ',' ? end + 1 : end;
+        if (*end != ',' && *end != '\0')
+            break;
+    }
+    if (!why[0] && n == 0)
+        snprintf(why, sizeof why, "cannot parse \"%s\"", list);
+    if (!why[0] && pthread_setaffinity_np(f->hopt, sizeof set, &set) != 0)
+        snprintf(why, sizeof why, "pthread_setaffinity_np failed");
+    if (why[0])
+        sr_log_info_all("offload: the host optimizer thread is unpinned (%s)", why);
+    else
+        sr_log_info_all("offload: the host optimizer thread runs on cores %s, the NUMA node of GPU bus %s", list, bus);
+}
+
+static void hopt_stop(sr_fsdp *f) {
+    if (!f->hopt_started)
+        return;
+    pthread_mutex_lock(&f->hopt_mu);
+    f->hopt_quit = true;
+    pthread_cond_broadcast(&f->hopt_cv);
+    pthread_mutex_unlock(&f->hopt_mu);
+    pthread_join(f->hopt, NULL);
+    pthread_cond_destroy(&f->hopt_cv);
+    pthread_mutex_destroy(&f->hopt_mu);
+    f->hopt_started = false;
 }
 
 /* Offload: the gradient shard on the host once every reduction's copy is
@@ -923,6 +1131,7 @@ static sr_status host_grads(sr_fsdp *f, double *loss_sum) {
 }
 
 sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *loss_sum, double *grad_norm) {
+    hopt_wait_all(f);
     for (int ui = 0; ui < f->nunits; ui++)
         finish_reduce(f, &f->units[ui]);
     f->ninflight = 0;
@@ -962,6 +1171,7 @@ sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *loss_sum, double *grad_norm) 
 sr_status sr_fsdp_state_loaded(sr_fsdp *f) {
     if (!f->off)
         return SR_OK;
+    hopt_wait_all(f);
     if (f->offp) {
         if (f->pdt == SR_DT_BF16) /* the copy each gather uploads */
             sr_vec_f32_to_bf16_par(f->hparams16, f->hparams, f->local_size);
@@ -984,11 +1194,19 @@ sr_status sr_fsdp_state_loaded(sr_fsdp *f) {
 void sr_fsdp_optimizer_step(sr_fsdp *f, int64_t step, double lr, const sr_adamw_opts *o, float grad_scale) {
     free_all_full(f); /* gathered copies are stale once the shard moves */
     if (f->off) {
-        /* the host table's AdamW (synchronous), then the device copy */
-        sr_optim_step(&f->opt, f->hparams, f->hgrads, step, lr, o, grad_scale);
-        sr_status st = sr_fsdp_state_loaded(f);
-        if (st != SR_OK)
-            fail(f, st);
+        /* posted to the host optimizer thread; the next gathers wait for
+         * their units (issue_gather) and upload them */
+        hopt_wait_all(f);
+        f->hopt_launch = sr_optim_launch(&f->opt, f->hparams, f->hgrads, step, lr, o, grad_scale);
+        for (int ui = 0; ui < f->nunits; ui++) {
+            f->units[ui].update_pending = true;
+            f->units[ui].copy_stale = !f->offp;
+        }
+        pthread_mutex_lock(&f->hopt_mu);
+        f->hopt_job++;
+        f->hopt_updated = 0;
+        pthread_cond_broadcast(&f->hopt_cv);
+        pthread_mutex_unlock(&f->hopt_mu);
         return;
     }
     sr_optim_step(&f->opt, f->pshard, f->gshard, step, lr, o, grad_scale);
@@ -999,6 +1217,7 @@ void sr_fsdp_optimizer_step(sr_fsdp *f, int64_t step, double lr, const sr_adamw_
 }
 
 void sr_fsdp_shard_state_view(sr_fsdp *f, sr_fsdp_shard_state *out) {
+    hopt_wait_all(f); /* offload: the host optimizer's update is complete */
     /* the reader (a checkpoint's downloads) waits for the last AdamW */
     sr_event updated = {0};
     f->dev->record(f->dev, &updated, SR_STREAM_COMPUTE);
@@ -1043,6 +1262,7 @@ static sr_status write_dump(int fd, const char *tmp, void *arg) {
 }
 
 sr_status sr_fsdp_dump_params(sr_fsdp *f, const char *path) {
+    hopt_wait_all(f);
     const sr_model *m = f->m;
     size_t biggest = 0;
     for (int ui = 0; ui < f->nunits; ui++)

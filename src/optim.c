@@ -57,21 +57,26 @@ void sr_optim_free(sr_optim *opt) {
 
 void sr_optim_step(sr_optim *opt, float *params, const float *grads, int64_t step, double lr, const sr_adamw_opts *o,
                    float grad_scale) {
-    sr_adamw_launch l = {.params = params,
-                         .grads = grads,
-                         .m = opt->m,
-                         .v = opt->v,
-                         .segs = opt->segs,
-                         .nsegs = opt->nsegs,
-                         .a = {.b1 = (float)o->beta1,
-                               .b2 = (float)o->beta2,
-                               .eps = (float)o->eps,
-                               .bc1 = (float)(1.0 - pow(o->beta1, (double)step)),
-                               .bc2 = (float)(1.0 - pow(o->beta2, (double)step)),
-                               .lr = (float)lr,
-                               .grad_scale = grad_scale},
-                         .weight_decay = (float)o->weight_decay};
+    sr_adamw_launch l = sr_optim_launch(opt, params, grads, step, lr, o, grad_scale);
     opt->dev->adamw(opt->dev, SR_STREAM_COMPUTE, &l);
+}
+
+sr_adamw_launch sr_optim_launch(const sr_optim *opt, float *params, const float *grads, int64_t step, double lr,
+                                const sr_adamw_opts *o, float grad_scale) {
+    return (sr_adamw_launch){.params = params,
+                             .grads = grads,
+                             .m = opt->m,
+                             .v = opt->v,
+                             .segs = opt->segs,
+                             .nsegs = opt->nsegs,
+                             .a = {.b1 = (float)o->beta1,
+                                   .b2 = (float)o->beta2,
+                                   .eps = (float)o->eps,
+                                   .bc1 = (float)(1.0 - pow(o->beta1, (double)step)),
+                                   .bc2 = (float)(1.0 - pow(o->beta2, (double)step)),
+                                   .lr = (float)lr,
+                                   .grad_scale = grad_scale},
+                             .weight_decay = (float)o->weight_decay};
 }
 
 double sr_lr_at(const sr_lr_schedule *sch, int64_t s) {

@@ -57,6 +57,11 @@ void sr_optim_free(sr_optim *opt);
 void sr_optim_step(sr_optim *opt, float *params, const float *grads, int64_t step, double lr, const sr_adamw_opts *o,
                    float grad_scale);
 
+/* The launch sr_optim_step makes (every segment), for a caller that runs
+ * it in parts (the offload pipeline: a unit's segments at a time). */
+sr_adamw_launch sr_optim_launch(const sr_optim *opt, float *params, const float *grads, int64_t step, double lr,
+                                const sr_adamw_opts *o, float grad_scale);
+
 /* Learning rate for 0-based optimizer step `s`: linear warmup over
  * warmup_steps to lr, then cosine/linear decay to min_lr at the last step,
  * or constant. */
