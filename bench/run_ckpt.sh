@@ -18,10 +18,10 @@
 #     until the process has exited (75) against one step + the save.
 #  4. the training stall per periodic checkpoint, asynchronous vs
 #     synchronous vs no checkpoints, interleaved in each round: gpt2-124m
-#     (seq_len 64, batch 2, 2 threads), 60 steps with a save every 20;
+#     (seq_len 64, batch 2, 2 threads), 41 steps with a save every 20;
 #     from the metrics' per-step wall times: the gap after a save step less
-#     the run's median gap (the stall), and tokens/s over steps 21..60 (two
-#     saves inside) against the run without checkpoints.  The ceiling for
+#     the run's median gap (the stall), and tokens/s over steps 21..41 (the
+#     saves of steps 20 and 40 inside) against the run without checkpoints.  The ceiling for
 #     the asynchronous stall is the machine's own single-threaded memcpy of
 #     the snapshot bytes (bench_disk --memcpy), measured in the same round.
 #     Targets: stall <= 1.5 x that memcpy, tokens/s >= 0.95 x none.
@@ -117,7 +117,7 @@ for r in $(seq "$IO_REPS"); do
 done
 
 echo "# stall per periodic checkpoint" >&2
-stalljob="--set model.preset=gpt2-124m --set model.seq_len=64 --set train.batch_size=2 --set train.steps=60 \
+stalljob="--set model.preset=gpt2-124m --set model.seq_len=64 --set train.batch_size=2 --set train.steps=41 \
 --set train.eval_every=0 --set log.every=1 --set threads=2 --set data.train=$d/data.bin --set checkpoint.every_steps=20"
 : >"$d/stall_async" && : >"$d/stall_sync" && : >"$d/tps_async" && : >"$d/tps_sync" && : >"$d/memcpy"
 : >"$d/snap_async"
@@ -130,7 +130,7 @@ gaps() {
         med = s[int((n + 1) / 2)]
         # g[k] is the gap between step k and k+1
         stall = ((g[20] - med) + (g[40] - med)) / 2
-        printf "%.4f %.4f %.1f\n", med, stall, 40 * 2 * 64 / (t[60] - t[20]) }' "$1"
+        printf "%.4f %.4f %.1f\n", med, stall, 21 * 2 * 64 / (t[41] - t[20]) }' "$1"
 }
 for r in $(seq "$REPS"); do
     for mode in none sync async; do
@@ -192,7 +192,7 @@ fi
 echo
 # median (min..max) with 3 decimals
 fstats() { sort -g | awk '{ a[NR] = $1 } END { m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "%.3f (%.3f..%.3f)", m, a[1], a[NR] }'; }
-echo "training stall per periodic checkpoint: gpt2-124m, seq_len 64, batch 2, 2 threads, a save every 20 of 60 steps;"
+echo "training stall per periodic checkpoint: gpt2-124m, seq_len 64, batch 2, 2 threads, a save every 20 of 41 steps;"
 echo "snapshot $(echo "$snapbytes" | awk '{ printf "%.0f", $1 / 1e6 }') MB (params + Adam m, v); median (min..max) of $REPS rounds"
 printf '| %-40s | %-28s\n' "measure" "value"
 printf '|------------------------------------------|------------------------------\n'

@@ -11,7 +11,7 @@ check "check.sh --rehearse exits 0 (status $rc)" test $rc = 0 || diag "$(grep FA
 check "the last line of check.txt is the summary" \
     sh -c "tail -1 '$T/out/check.txt' | grep -Eq '^[0-9]+ passed, 0 failed, [0-9]+ skipped$'"
 check "no FAIL line" sh -c "! grep -q '^FAIL' '$T/out/check.txt'"
-for s in env build gemm ops step curves determinism vranks overhead throughput; do
+for s in env build gemm ops step curves determinism vranks overhead memory throughput; do
     check "stage $s reported a PASS" grep -q "^PASS $s\." "$T/out/check.txt"
 done
 check "OUTDIR holds at most 8 files ($(ls "$T/out" | wc -l))" test "$(ls "$T/out" | wc -l)" -le 8

@@ -4,8 +4,9 @@
 # started again.  Half the moments are inside a checkpoint save (each rank
 # that reaches a chosen point of the commit protocol at a chosen step stops
 # itself there, SHARDRUN_TEST_PAUSE_AT, and the test kills everything while
-# it waits), the other half a seeded delay after a chosen step was logged;
-# none before the first committed checkpoint (step 2); moments 1-2, 5-6, ...
+# it waits), the other half a seeded delay after a chosen step was logged
+# and a checkpoint committed; none before the first committed checkpoint
+# (step 2); moments 1-2, 5-6, ...
 # with asynchronous saves (the default), 3-4, 7-8, ... synchronous.  After each kill:
 # every step_* verifies; the next start resumes, leaves no temporary
 # directory behind, and ends with final parameters bitwise equal to an
@@ -84,6 +85,10 @@ while read -r kind a b; do
         reached=$?
     else
         wait_for "step  *$a/$STEPS " "$d/err.0"
+        reached=$?
+        # and a committed checkpoint (an asynchronous save of step 2
+        # commits at a later step boundary, when both writers are done)
+        [ $reached -eq 0 ] && wait_for "checkpoint: step [0-9]* saved" "$d/err.0"
         reached=$?
         sleep "$(awk -v ms="$b" 'BEGIN { printf "%.3f", ms / 1000 }')"
     fi

@@ -3,10 +3,10 @@
 #
 # usage: tests/gpu/check.sh [--rehearse] OUTDIR [STAGE...]
 #   stages: env build gemm ops sanitize step curves determinism nccl vranks
-#   overhead throughput
+#   overhead memory throughput
 #   (default: all, in that order).  Also `make gpu-check OUT=DIR`.
 #
-# Each stage runs under `timeout` (budgets below; the whole fits 7 minutes
+# Each stage runs under `timeout` (budgets below; the whole fits 8 minutes
 # on one H200) and writes `PASS|FAIL|SKIP <stage>.<check>: <detail>` lines
 # to OUTDIR/check.txt as it goes; the last line is `N passed, N failed, N
 # skipped`; exit 0 only when nothing failed.  When `nvidia-smi -L` lists a
@@ -37,7 +37,7 @@ fi
 [ $# -ge 1 ] || { echo "usage: $0 [--rehearse] OUTDIR [STAGE...]" >&2; exit 64; }
 OUT=$1
 shift
-STAGES=${*:-env build gemm ops sanitize step curves determinism nccl vranks overhead throughput}
+STAGES=${*:-env build gemm ops sanitize step curves determinism nccl vranks overhead memory throughput}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$OUT" || exit 73
 OUT=$(cd "$OUT" && pwd)
@@ -118,7 +118,7 @@ stage_timeout() {
     [ $rehearse = 1 ] && { rehearse=0 stage_timeout "$1" | awk '{ print 2 * $1 }'; return; }
     case $1 in
     env) echo 10 ;; build) echo 240 ;; gemm) echo 30 ;; ops) echo 90 ;; sanitize) echo 120 ;; step) echo 60 ;;
-    curves) echo 90 ;; determinism) echo 60 ;; nccl) echo 75 ;; vranks) echo 60 ;; overhead) echo 45 ;;
+    curves) echo 90 ;; determinism) echo 60 ;; nccl) echo 75 ;; vranks) echo 60 ;; overhead) echo 45 ;; memory) echo 40 ;;
     throughput) echo 150 ;; *) echo 60 ;;
     esac
 }
@@ -431,6 +431,60 @@ st_overhead() {
     fi
 }
 
+# memory (issue 16): recompute and offload bitwise their absence on the
+# device; then gpt2-350m, micro-batch 8, T 1024, bf16 (a rehearsal: tiny):
+# step time and device memory of none, offload.optimizer, recompute blocks
+st_memory() {
+    args="$TINY --set train.micro_batch=8 --set train.steps=4"
+    train mem-a SHARDRUN_TEST_DUMP_PARAMS="$LOGS/mem-a.params" -- $args --set log.metrics="$LOGS/mem-a.jsonl"
+    train mem-r SHARDRUN_TEST_DUMP_PARAMS="$LOGS/mem-r.params" -- $args --set model.recompute=blocks --set log.metrics="$LOGS/mem-r.jsonl"
+    train mem-o SHARDRUN_TEST_DUMP_PARAMS="$LOGS/mem-o.params" -- $args --set sharding.offload.optimizer=true --set log.metrics="$LOGS/mem-o.jsonl"
+    for v in r:recompute o:offload; do
+        k=${v%%:*} what=${v#*:}
+        if "$CMP" "$LOGS/mem-$k.params" "$LOGS/mem-a.params" 0 >"$LOGS/mem-$k.cmp" 2>&1 &&
+            [ "$(field "$LOGS/mem-$k.jsonl" loss)" = "$(field "$LOGS/mem-a.jsonl" loss)" ]; then
+            pass memory.$what-bitwise "tiny, 4 steps: losses and final parameters bitwise those without $what"
+        else
+            fail memory.$what-bitwise "not bitwise: $(tail -1 "$LOGS/mem-$k.cmp") $(tail -1 "$LOGS/mem-$k.err")"
+        fi
+    done
+    if [ $rehearse = 1 ]; then
+        big="$TINY --set train.micro_batch=8"
+    else
+        big="--set model.preset=gpt2-350m --set model.seq_len=1024 --set train.batch_size=8 --set train.micro_batch=8"
+    fi
+    big="$big --set sharding.mixed_precision.param_dtype=bf16 --set train.steps=6"
+    for v in n: o:"--set sharding.offload.optimizer=true" r:"--set model.recompute=blocks"; do
+        k=${v%%:*}
+        # shellcheck disable=SC2086
+        train mem-big-$k -- $big ${v#*:} --set log.metrics="$LOGS/mem-big-$k.jsonl"
+    done
+    med() { field "$1" step_ms | tail -n 4 | sort -n | awk '{ a[NR] = $1 } END { if (NR) print (a[int((NR + 1) / 2)] + a[int(NR / 2) + 1]) / 2 }'; }
+    n=$(med "$LOGS/mem-big-n.jsonl") o=$(med "$LOGS/mem-big-o.jsonl") r=$(med "$LOGS/mem-big-r.jsonl")
+    if [ -z "$n" ] || [ -z "$o" ] || [ -z "$r" ]; then
+        fail memory.big "a run failed ($(tail -1 "$LOGS/mem-big-n.err") $(tail -1 "$LOGS/mem-big-o.err") $(tail -1 "$LOGS/mem-big-r.err"))"
+        return
+    fi
+    dn=$(field "$LOGS/mem-big-n.jsonl" mem_device_total_peak | tail -1)
+    do_=$(field "$LOGS/mem-big-o.jsonl" mem_device_total_peak | tail -1)
+    g=$(field "$LOGS/mem-big-n.jsonl" mem_grad_shard | tail -1)
+    opt=$(field "$LOGS/mem-big-n.jsonl" mem_optim_shard | tail -1)
+    c=$(($(field "$LOGS/mem-big-o.jsonl" mem_comm_peak | tail -1) - $(field "$LOGS/mem-big-n.jsonl" mem_comm_peak | tail -1)))
+    if [ "$do_" -eq $((dn - g - opt + c)) ]; then
+        pass memory.offload-device "device peak $dn -> $do_ bytes: the gradient ($g) and optimizer ($opt) shards left, $c of landing slots came"
+    else
+        fail memory.offload-device "device peak $dn -> $do_ bytes, expected $((dn - g - opt + c))"
+    fi
+    pass memory.step-ms "median step (reported, not asserted): none $n ms, offload $o ms ($(awk -v a="$o" -v b="$n" 'BEGIN { printf "%.2f", a / b }')x), recompute $r ms ($(awk -v a="$r" -v b="$n" 'BEGIN { printf "%.2f", a / b }')x)"
+    if [ $rehearse = 1 ]; then
+        pass memory.recompute-cost "rehearsal (not asserted): recompute $r ms vs $n ms"
+    elif awk -v a="$r" -v b="$n" 'BEGIN { exit !(a <= 1.35 * b) }'; then
+        pass memory.recompute-cost "recompute blocks costs $(awk -v a="$r" -v b="$n" 'BEGIN { printf "%+.0f%%", 100 * (a / b - 1) }') step time (<= 35%)"
+    else
+        fail memory.recompute-cost "recompute blocks costs $(awk -v a="$r" -v b="$n" 'BEGIN { printf "%+.0f%%", 100 * (a / b - 1) }') step time (> 35%)"
+    fi
+}
+
 st_throughput() {
     steps=20
     if [ $rehearse = 1 ]; then
@@ -508,18 +562,18 @@ if [ -n "${SR_CHECK_STAGE:-}" ]; then
     exit 0
 fi
 
-# the whole check ends within 7 minutes (14 in a rehearsal on two CPU
+# the whole check ends within 8 minutes (16 in a rehearsal on two CPU
 # cores): each stage gets its own budget or what is left, whichever is less
-total=420
-[ $rehearse = 1 ] && total=840
+total=460
+[ $rehearse = 1 ] && total=920
 t0=$(date +%s)
 rflag=""
 [ $rehearse = 1 ] && rflag=--rehearse
 for stage in $STAGES; do
     case $stage in
-    env | build | gemm | ops | sanitize | step | curves | determinism | nccl | vranks | overhead | throughput) ;;
+    env | build | gemm | ops | sanitize | step | curves | determinism | nccl | vranks | overhead | memory | throughput) ;;
     *)
-        fail "$stage.stage" "unknown stage (expected env build gemm ops sanitize step curves determinism nccl vranks overhead throughput)"
+        fail "$stage.stage" "unknown stage (expected env build gemm ops sanitize step curves determinism nccl vranks overhead memory throughput)"
         continue
         ;;
     esac
