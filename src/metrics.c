@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "mem.h"
 
@@ -39,6 +40,13 @@ sr_status sr_metrics_open(sr_metrics **out, const char *path, bool append) {
     }
     m->path = name;
     *out = m;
+    return SR_OK;
+}
+
+sr_status sr_metrics_restart(sr_metrics *m) {
+    if (fflush(m->f) != 0 || ftruncate(fileno(m->f), 0) != 0)
+        return sr_error(SR_ERR_IO, "%s: cannot empty the metrics file for a fresh start (log.metrics): %s", m->path,
+                        strerror(errno));
     return SR_OK;
 }
 

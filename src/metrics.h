@@ -32,6 +32,9 @@ typedef struct {
 /* Opens `path` for records ("" or NULL: none, *out NULL): appended to when
  * `append` (a run that may resume), else truncated.  SR_ERR_CANTCREAT. */
 sr_status sr_metrics_open(sr_metrics **out, const char *path, bool append);
+/* Empties a file opened for appending (a run that could have resumed but
+ * starts fresh): later records start it anew.  SR_ERR_IO when it cannot. */
+sr_status sr_metrics_restart(sr_metrics *m);
 /* Writes one record and flushes it.  NULL is fine (no file). */
 void sr_metrics_step(sr_metrics *m, const sr_step_record *r);
 /* Closes; SR_ERR_IO when buffered records could not be written.  NULL is

@@ -209,6 +209,9 @@ static sr_status open_run_state(run *r) {
     snprintf(r->resumed, sizeof r->resumed, "fresh");
     if (st == SR_OK)
         st = sr_ckpt_resume(r->ck, &r->start, r->resumed, sizeof r->resumed);
+    /* a fresh start (no checkpoint applied) begins a new metrics file */
+    if (st == SR_OK && r->start.step == 0 && r->metrics)
+        st = sr_metrics_restart(r->metrics);
     return st;
 }
 

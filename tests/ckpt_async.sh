@@ -128,6 +128,13 @@ check "  ...and a resume on the fake device is bitwise" sh -c "[ $rc -eq 0 ] && 
 "$S" train job.yaml --set checkpoint.async=maybe >bad.out 2>bad.err
 check "checkpoint.async: maybe is refused with 78" sh -c "[ $? -eq 78 ] && grep -q 'checkpoint.async' bad.err"
 
+# 9b. a fresh start with checkpoint.dir (nothing to resume) begins a new
+# metrics file; a resumed one appends (ckpt.sh)
+run fr -- --set checkpoint.dir="$T/freshck"
+rm -rf freshck
+run fr -- --set checkpoint.dir="$T/freshck"
+check "a fresh start with checkpoint.dir begins a new metrics file (12 records, not 24)" test "$(wc -l <fr.jsonl)" -eq 12
+
 # 10. 2 ranks under mpirun, one writer slowed: the commit waits for both; resume bitwise
 if command -v mpirun >/dev/null 2>&1; then
     MPI="mpirun --allow-run-as-root --oversubscribe"
