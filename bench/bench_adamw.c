@@ -71,16 +71,7 @@ static void touch(float *p, size_t n, float value) {
 
 static double copy_once(char *dst, const char *src, size_t bytes) {
     double t0 = now_s();
-#pragma omp parallel
-    {
-        size_t lo, hi;
-#ifdef _OPENMP
-        sr_vec_split(bytes / 64, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-#else
-        sr_vec_split(bytes / 64, 0, 1, &lo, &hi);
-#endif
-        memcpy(dst + lo * 64, src + lo * 64, (hi - lo) * 64);
-    }
+    sr_vec_copy_par(dst, src, bytes);
     return now_s() - t0;
 }
 

@@ -37,10 +37,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "fsio.h"
 #include "hbcheck.h"
 #include "mem.h"
@@ -1073,24 +1069,6 @@ uint64_t sr_ckpt_async_max_bytes(const sr_ckpt_opts *o, int local_size) {
 bool sr_ckpt_async(const sr_ckpt *c) { return c && c->async; }
 int64_t sr_ckpt_pending_step(const sr_ckpt *c) { return c && c->pend ? c->pend->p.step : -1; }
 
-/* memcpy split over the OpenMP team (the snapshot is the training stall of
- * an asynchronous save on the CPU; one thread is far from the memory's
- * bandwidth). */
-static void parallel_copy(void *dst, const void *src, size_t bytes) {
-#pragma omp parallel if (bytes > ((size_t)4 << 20))
-    {
-        size_t lo, hi;
-#ifdef _OPENMP
-        sr_vec_split(bytes / 64, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-#else
-        sr_vec_split(bytes / 64, 0, 1, &lo, &hi);
-#endif
-        memcpy((char *)dst + lo * 64, (const char *)src + lo * 64, (hi - lo) * 64);
-    }
-    size_t done = bytes / 64 * 64;
-    memcpy((char *)dst + done, (const char *)src + done, bytes - done);
-}
-
 /* Copies this rank's state into the snapshot: on a device a download
  * (the copy stream after the step's update, host-waited), from host memory
  * (the CPU, offloaded state) a copy over the OpenMP team (the view's event
@@ -1122,7 +1100,7 @@ static sr_status take_snapshot(sr_ckpt *c) {
             size_t n = s.slices[i].end - s.slices[i].begin;
             const float *from = src[k] + s.slices[i].local;
             if (!s.dev || !s.dev->separate_memory) /* host memory (the CPU, offload) */
-                parallel_copy(c->snap[k] + at, from, n * sizeof(float));
+                sr_vec_copy_par(c->snap[k] + at, from, n * sizeof(float));
             else if (sr_dev_download(s.dev, c->snap[k] + at, from, n * sizeof(float), "download") != SR_OK)
                 return SR_ERR_INTERNAL;
             at += n;

@@ -4,6 +4,7 @@
 #include "vec.h"
 
 #include <math.h>
+#include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -139,6 +140,17 @@ void sr_vec_adamw_par(float *params, const float *grads, float *m, float *v, siz
 
 void sr_vec_adamw(float *params, const float *grads, float *m, float *v, size_t n, const sr_adamw_args *a) {
     adamw(params, grads, m, v, n, a);
+}
+
+void sr_vec_copy_par(void *dst, const void *src, size_t bytes) {
+#pragma omp parallel if (bytes > ((size_t)4 << 20))
+    {
+        size_t lo, hi;
+        sr_vec_split(bytes / 64, thread_id(), team_size(), &lo, &hi);
+        memcpy((char *)dst + lo * 64, (const char *)src + lo * 64, (hi - lo) * 64);
+    }
+    size_t done = bytes / 64 * 64;
+    memcpy((char *)dst + done, (const char *)src + done, bytes - done);
 }
 
 double sr_vec_sum_squares(const float *x, size_t n) {

@@ -43,6 +43,11 @@ void sr_vec_adamw_par(float *params, const float *grads, float *m, float *v, siz
  * gives the same bits. */
 void sr_vec_adamw(float *params, const float *grads, float *m, float *v, size_t n, const sr_adamw_args *a);
 
+/* memcpy of `bytes` split over the OpenMP team in 4 KiB-aligned parts
+ * (one thread below 4 MiB): host copies that should run at the memory's
+ * bandwidth (the asynchronous checkpoint's snapshot, bench_adamw). */
+void sr_vec_copy_par(void *dst, const void *src, size_t bytes);
+
 /* Sum of squares of n floats, in double, in a fixed order (the same for
  * any thread count). */
 double sr_vec_sum_squares(const float *x, size_t n);
