@@ -60,6 +60,9 @@ struct sr_ckpt {
     float *snap[SR_NSTATE]; /* the snapshot: params, m, v of this rank's slices, end to end */
     uint64_t snap_elements; /* per state (0: this rank writes no file) */
     struct pending *pend;   /* the save in flight, or NULL */
+    /* model.init of this lineage (sr_ckpt_set_init, or the resumed
+     * manifest's), recorded in every manifest */
+    char init_path[1024], init_sha256[65];
 };
 
 static sr_status setup_async(sr_ckpt *c);
@@ -140,6 +143,11 @@ sr_status sr_ckpt_read_slices(int dirfd, const char *dir, const sr_manifest *mf,
 /* the directory and its lock */
 
 bool sr_ckpt_enabled(const sr_ckpt *c) { return c && c->dir; }
+
+void sr_ckpt_set_init(sr_ckpt *c, const char *path, const char *sha256) {
+    FMT(c->init_path, "%s", path);
+    FMT(c->init_sha256, "%s", sha256);
+}
 int64_t sr_ckpt_last_step(const sr_ckpt *c) { return c ? c->last_step : -1; }
 
 /* Takes the fcntl lock on <dir>/.lock and records the holder in it. */
@@ -539,6 +547,8 @@ sr_status sr_ckpt_resume(sr_ckpt *c, sr_ckpt_progress *p, char *how, size_t how_
             *p = (sr_ckpt_progress){mf.step, mf.cursor};
             c->last_step = mf.step;
             snprintf(how, how_len, "%lld", (long long)mf.step);
+            FMT(c->init_path, "%s", mf.init_path);
+            FMT(c->init_sha256, "%s", mf.init_sha256);
             sr_manifest_free(&mf);
             free(all);
             result = sr_fsdp_state_loaded(c->f); /* offload: the device copy of the parameters */
@@ -843,6 +853,8 @@ static sr_status build_manifest(sr_ckpt *c, const sr_ckpt_progress *p, const rec
     mf->dims = c->model->d;
     mf->n_params = c->model->n_params;
     sr_manifest_model_hash(&mf->dims, mf->model_hash);
+    FMT(mf->init_path, "%s", c->init_path);
+    FMT(mf->init_sha256, "%s", c->init_sha256);
     mf->chunk_bytes = SR_SHARD_CHUNK_BYTES;
     time_t t = time(NULL);
     struct tm tm;

@@ -66,6 +66,10 @@ sr_status sr_ckpt_open(sr_ckpt **out, const sr_ckpt_opts *o, const sr_world *w, 
 /* Releases the lock and frees.  NULL is fine. */
 void sr_ckpt_close(sr_ckpt *c);
 bool sr_ckpt_enabled(const sr_ckpt *c);
+/* Records the weights file a fresh run started from (model.init: its
+ * path and SHA-256) for every later manifest; a resume takes them from
+ * the checkpoint it loads. */
+void sr_ckpt_set_init(sr_ckpt *c, const char *path, const char *sha256);
 
 /* Applies the resume policy (collective): auto loads the newest step_* that
  * parses and verifies (falling back to older ones, each failure logged),

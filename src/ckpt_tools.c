@@ -86,6 +86,32 @@ sr_status sr_ckpt_tool_open(const char *path, int *dirfd, sr_manifest *mf, sr_mo
     return st;
 }
 
+sr_status sr_ckpt_tool_read_model(const char *path, sr_manifest *mf, sr_model *model, float **all) {
+    int dirfd;
+    *all = NULL;
+    sr_status st = sr_ckpt_tool_open(path, &dirfd, mf, model);
+    if (st != SR_OK)
+        return st;
+    *all = sr_malloc(model->n_params * sizeof(float));
+    if (!*all)
+        st = sr_error_oom("the checkpoint's model");
+    if (st == SR_OK) {
+        sr_slice whole = {0, model->n_params, 0};
+        float *dst[SR_NSTATE] = {*all, NULL, NULL};
+        /* the padded vocabulary rows are in no slice: zero */
+        memset(*all, 0, model->n_params * sizeof(float));
+        st = sr_ckpt_read_slices(dirfd, path, mf, &whole, 1, dst, NULL, NULL);
+    }
+    close(dirfd);
+    if (st != SR_OK) {
+        free(*all);
+        *all = NULL;
+        sr_model_free(model);
+        sr_manifest_free(mf);
+    }
+    return st;
+}
+
 /* ------------------------------------------------------------------------ */
 /* verify */
 
@@ -273,6 +299,8 @@ sr_status sr_ckpt_inspect(const char *path, FILE *out) {
             sr_dtype_name(mf.state_dtype[0]), sr_dtype_name(mf.state_dtype[1]), sr_dtype_name(mf.state_dtype[2]),
             (double)mf.total_bytes / 1e6, mf.nfiles, mf.nfiles == 1 ? "" : "s",
             (unsigned long long)(SR_SHARD_CHUNK_BYTES >> 20));
+    if (mf.init_path[0])
+        fprintf(out, "init         %s (model.init of the first run; sha256 %s)\n", mf.init_path, mf.init_sha256);
     fprintf(out, "files:\n");
     for (int i = 0; i < mf.nfiles; i++)
         fprintf(out, "  %-16s shard %d, %llu bytes, %llu elements in %d slice%s, %llu chunk%s\n", mf.files[i].name,

@@ -31,4 +31,10 @@ sr_status sr_ckpt_inspect(const char *path, FILE *out);
  * left. */
 sr_status sr_ckpt_tool_open(const char *path, int *dirfd, sr_manifest *mf, sr_model *model);
 
+/* sr_ckpt_tool_open, then the whole fp32 model (the unit-major parameter
+ * vector, padded vocabulary rows zero) read and verified from every shard
+ * into *all (malloc'd).  On success free all three; on failure nothing is
+ * left. */
+sr_status sr_ckpt_tool_read_model(const char *path, sr_manifest *mf, sr_model *model, float **all);
+
 #endif

@@ -37,6 +37,7 @@ typedef struct {
     /* model */
     int64_t model_preset, recompute;
     int64_t n_layer, n_head, n_embd, vocab_size, seq_len;
+    char *model_init;
     /* train */
     int64_t steps, batch_size, micro_batch;
     double lr;
@@ -48,6 +49,7 @@ typedef struct {
     /* log */
     int64_t log_every;
     char *log_metrics;
+    int64_t log_sample_every;
     /* threads */
     int64_t threads;
     /* comm */

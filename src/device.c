@@ -218,7 +218,7 @@ const sr_wait_site sr_dev_wait_sites[] = {
     {"loss_ready", "d2h waits for an evaluation's loss (compute)"},
     {"eval_loss", "the host waits for an evaluation's loss"},
     {"dump_gathered", "the host waits for a unit's all-gather of the parameter dump"},
-    {"download", "the host waits for a copy to the host (checkpoints, the parameter dump)"},
+    {"download", "the host waits for a copy to the host (checkpoints, the parameter dump, samples)"},
     {"upload", "the host waits for a copy from the host (initialisation, resume)"},
     {"offload_scalars", "comm waits for the step's loss (compute) before copying it to the host (offload)"},
     {"grads_on_host", "the host waits for the gradient shard's copies and the loss (comm): offload's one host wait"},

@@ -42,22 +42,12 @@ static sr_status write_llmc(int fd, const char *tmp, void *arg) {
 sr_status sr_export_llmc(const char *path, const char *dest, FILE *out) {
     sr_manifest mf;
     sr_model model;
-    int dirfd;
-    sr_status st = sr_ckpt_tool_open(path, &dirfd, &mf, &model);
+    float *all;
+    sr_status st = sr_ckpt_tool_read_model(path, &mf, &model, &all);
     if (st != SR_OK)
         return st;
-    float *all = sr_malloc(model.n_params * sizeof(float));
-    if (!all)
-        st = sr_error_oom("the exported model");
-    if (st == SR_OK) {
-        sr_slice whole = {0, model.n_params, 0};
-        float *dst[SR_NSTATE] = {all, NULL, NULL};
-        st = sr_ckpt_read_slices(dirfd, path, &mf, &whole, 1, dst, NULL, NULL);
-    }
-    if (st == SR_OK) {
-        llmc_ctx x = {&model, all};
-        st = sr_fsio_atomic_write(dest, write_llmc, &x);
-    }
+    llmc_ctx x = {&model, all};
+    st = sr_fsio_atomic_write(dest, write_llmc, &x);
     if (st == SR_OK)
         fprintf(out,
                 "shardrun: wrote %s: llm.c model file (version 3, fp32), step %lld, %zu parameters (%d layers, "
@@ -65,7 +55,6 @@ sr_status sr_export_llmc(const char *path, const char *dest, FILE *out) {
                 dest, (long long)mf.step, model.n_params, mf.dims.L, mf.dims.NH, mf.dims.C, mf.dims.V, mf.dims.Vp,
                 mf.dims.T);
     free(all);
-    close(dirfd);
     sr_model_free(&model);
     sr_manifest_free(&mf);
     return st;

@@ -1,11 +1,12 @@
 /* main.c — the command line (getopt_long) and the only place that exits.
  *
  * Commands: train, config check|show|keys, data prepare, ckpt
- * list|verify|inspect|export; --help, --version.
+ * list|verify|inspect|export, sample; --help, --version.
  * Every failure is one message on stderr and an exit status from the
  * sysexits table in status.h (ARCHITECTURE.md §6). */
 #include "srconfig.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,9 +17,11 @@
 #include "config.h"
 #include "data.h"
 #include "device.h"
-#include "export_llmc.h"
+#include "export_hf.h"
 #include "job.h"
 #include "mem.h"
+#include "ops.h"
+#include "sample.h"
 #include "status.h"
 #include "testhook.h"
 #include "train.h"
@@ -29,7 +32,10 @@ static const char usage_text[] = "usage: shardrun train [JOB.yaml] [--set KEY=VA
                                  "       shardrun config show [JOB.yaml] [--ranks N] [--set KEY=VALUE]...\n"
                                  "       shardrun config keys [--mdoc]\n"
                                  "       shardrun data prepare [-o OUT] FILE...\n"
-                                 "       shardrun ckpt list DIR | verify PATH | inspect PATH | export PATH -o FILE\n"
+                                 "       shardrun ckpt list DIR | verify PATH | inspect PATH\n"
+                                 "       shardrun ckpt export PATH -o DIR/|FILE.safetensors|FILE.bin [--format F]\n"
+                                 "       shardrun sample CKPT [--prompt TEXT | --prompt-tokens 1,2,3] [--tokens N]\n"
+                                 "                [--temperature T] [--top-k K] [--seed S] [--tokenizer FILE]\n"
                                  "       shardrun --help | --version\n"
                                  "\n"
                                  "Train a GPT-2 style transformer with fully sharded data parallelism.\n"
@@ -43,12 +49,23 @@ static const char usage_text[] = "usage: shardrun train [JOB.yaml] [--set KEY=VA
                                  "  ckpt list       list the checkpoints of a checkpoint.dir\n"
                                  "  ckpt verify     check every SHA-256 of a checkpoint (or of all in a dir)\n"
                                  "  ckpt inspect    summarize a checkpoint's manifest\n"
-                                 "  ckpt export     write a checkpoint's model as an llm.c model file (-o FILE)\n"
+                                 "  ckpt export     write a checkpoint's model for Hugging Face (-o DIR/:\n"
+                                 "                  model.safetensors + config.json), as a safetensors file\n"
+                                 "                  (-o FILE.safetensors) or as an llm.c model file (-o FILE.bin)\n"
+                                 "  sample          generate text from a checkpoint on the CPU\n"
                                  "\n"
                                  "options:\n"
                                  "  -s, --set KEY=VALUE   override a job-file key (VALUE is YAML), repeatable\n"
                                  "  -o, --output OUT      data prepare: output shard (default: data.bin);\n"
-                                 "                        ckpt export: the llm.c model file to write\n"
+                                 "                        ckpt export: the directory or file to write\n"
+                                 "      --format F        ckpt export: hf, safetensors or llmc (default: from -o)\n"
+                                 "      --prompt TEXT     sample: start from TEXT (byte-level vocabulary only)\n"
+                                 "      --prompt-tokens L sample: start from these token ids (comma list)\n"
+                                 "      --tokens N        sample: tokens to generate (default 256)\n"
+                                 "      --temperature T   sample: softmax temperature, 0 = greedy (default 0.8)\n"
+                                 "      --top-k K         sample: draw among the K likeliest (default 40; 0 = off)\n"
+                                 "      --seed S          sample: the seed of the draws (default 1)\n"
+                                 "      --tokenizer FILE  sample: an llm.c tokenizer file to decode with\n"
                                  "      --ranks N         config check|show: also check the rules that depend on\n"
                                  "                        the number of ranks (mesh, reshard N, batch split)\n"
                                  "      --mdoc            config keys: print the list as an mdoc section\n"
@@ -60,13 +77,32 @@ static const char usage_text[] = "usage: shardrun train [JOB.yaml] [--set KEY=VA
                                  "74 I/O error, 75 preempted (run again), 78 bad job file or launch.\n"
                                  "See shardrun(1) and shardrun.yaml(5).\n";
 
-enum { OPT_MDOC = 1000, OPT_RANKS };
+enum {
+    OPT_MDOC = 1000,
+    OPT_RANKS,
+    OPT_FORMAT,
+    OPT_PROMPT,
+    OPT_PROMPT_TOKENS,
+    OPT_TOKENS,
+    OPT_TEMPERATURE,
+    OPT_TOP_K,
+    OPT_SEED,
+    OPT_TOKENIZER
+};
 
 static const struct option long_options[] = {
     {"set", required_argument, NULL, 's'},
     {"output", required_argument, NULL, 'o'},
     {"mdoc", no_argument, NULL, OPT_MDOC},
     {"ranks", required_argument, NULL, OPT_RANKS},
+    {"format", required_argument, NULL, OPT_FORMAT},
+    {"prompt", required_argument, NULL, OPT_PROMPT},
+    {"prompt-tokens", required_argument, NULL, OPT_PROMPT_TOKENS},
+    {"tokens", required_argument, NULL, OPT_TOKENS},
+    {"temperature", required_argument, NULL, OPT_TEMPERATURE},
+    {"top-k", required_argument, NULL, OPT_TOP_K},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -77,8 +113,11 @@ typedef struct {
     int nsets;
     const char *output;
     bool mdoc;
-    int ranks;   /* --ranks N; 0 = not given */
-    char **args; /* positional arguments after the command words */
+    int ranks;  /* --ranks N; 0 = not given */
+    int format; /* --format: sr_export_format (SR_EXPORT_AUTO when not given) */
+    sr_sample_opts sample;
+    const char *sample_opt; /* the first sample option given, for refusals elsewhere */
+    char **args;            /* positional arguments after the command words */
     int nargs;
 } cli;
 
@@ -113,6 +152,54 @@ static int usage_error(const char *fmt, const char *arg) {
     return fail(sr_error(SR_ERR_USAGE, "%s", buf));
 }
 
+/* One of `shardrun sample`'s options into c->sample. */
+static int sample_option(cli *c, int ch, const char *arg, const char *given) {
+    char *end;
+    errno = 0;
+    if (!c->sample_opt)
+        c->sample_opt = given;
+    switch (ch) {
+    case OPT_PROMPT:
+        c->sample.prompt = arg;
+        break;
+    case OPT_PROMPT_TOKENS:
+        c->sample.prompt_tokens = arg;
+        break;
+    case OPT_TOKENIZER:
+        c->sample.tokenizer = arg;
+        break;
+    case OPT_TOKENS: {
+        long v = strtol(arg, &end, 10);
+        if (!*arg || *end || errno || v < 1 || v > 100000000)
+            return usage_error("--tokens %s: expected a number of tokens from 1 to 100000000", arg);
+        c->sample.tokens = v;
+        break;
+    }
+    case OPT_TEMPERATURE: {
+        double v = strtod(arg, &end);
+        if (!*arg || *end || errno || !(v >= 0.0 && v <= 1e6))
+            return usage_error("--temperature %s: expected a number from 0 (greedy) to 1e6", arg);
+        c->sample.temperature = v;
+        break;
+    }
+    case OPT_TOP_K: {
+        long v = strtol(arg, &end, 10);
+        if (!*arg || *end || errno || v < 0 || v > 16777216)
+            return usage_error("--top-k %s: expected 0 (off) or a number of tokens up to 16777216", arg);
+        c->sample.top_k = (int)v;
+        break;
+    }
+    case OPT_SEED: {
+        unsigned long long v = strtoull(arg, &end, 10);
+        if (!*arg || *end || errno || arg[0] == '-')
+            return usage_error("--seed %s: expected a non-negative integer", arg);
+        c->sample.seed = v;
+        break;
+    }
+    }
+    return 0;
+}
+
 /* Parses options after the command words; positional arguments collected. */
 static int parse_options(int argc, char **argv, cli *c) {
     memset(c, 0, sizeof *c);
@@ -120,6 +207,7 @@ static int parse_options(int argc, char **argv, cli *c) {
     c->args = sr_calloc((size_t)argc + 1, sizeof *c->args);
     if (!c->sets || !c->args)
         return fail(sr_error_oom("the command line"));
+    c->sample = (sr_sample_opts){NULL, NULL, 256, 0.8, 40, 1, NULL};
     optind = 1;
     opterr = 0;
     int ch;
@@ -140,6 +228,22 @@ static int parse_options(int argc, char **argv, cli *c) {
             if (!*optarg || *end || v < 1 || v > 1048576)
                 return usage_error("--ranks %s: expected a number of ranks from 1 to 1048576", optarg);
             c->ranks = (int)v;
+            break;
+        }
+        case OPT_FORMAT:
+            if ((c->format = sr_export_format_parse(optarg)) < 0)
+                return usage_error("--format %s: expected hf, safetensors or llmc", optarg);
+            break;
+        case OPT_PROMPT:
+        case OPT_PROMPT_TOKENS:
+        case OPT_TOKENS:
+        case OPT_TEMPERATURE:
+        case OPT_TOP_K:
+        case OPT_SEED:
+        case OPT_TOKENIZER: {
+            int rc = sample_option(c, ch, optarg, argv[optind - 1]);
+            if (rc)
+                return rc;
             break;
         }
         case 'h':
@@ -280,18 +384,35 @@ static int cmd_ckpt(const char *sub, const cli *c) {
     if (c->nargs != 1)
         return usage_error("ckpt %s: expected exactly one checkpoint path", sub);
     if (export && !c->output)
-        return usage_error("%s", "ckpt export: expected -o FILE (the llm.c model file to write)");
+        return usage_error("%s", "ckpt export: expected -o DIR/ (Hugging Face: model.safetensors and config.json), "
+                                 "-o FILE.safetensors or -o FILE.bin (llm.c)");
     if (!export && c->output)
         return usage_error("ckpt %s: -o applies to ckpt export only", sub);
+    if (!export && c->format)
+        return usage_error("ckpt %s: --format applies to ckpt export only", sub);
     if (c->ranks)
         return usage_error("ckpt %s: --ranks applies to config check and config show", sub);
     sr_testhook_warn_active();
     sr_status st = list      ? sr_ckpt_list(c->args[0], stdout)
                    : verify  ? sr_ckpt_verify(c->args[0], stdout)
                    : inspect ? sr_ckpt_inspect(c->args[0], stdout)
-                             : sr_export_llmc(c->args[0], c->output, stderr);
+                             : sr_export(c->args[0], c->output, (sr_export_format)c->format, stderr);
     if (fflush(stdout) != 0 && st == SR_OK)
         st = sr_error(SR_ERR_IO, "write to standard output failed");
+    return st == SR_OK ? 0 : fail(st);
+}
+
+static int cmd_sample(const cli *c) {
+    if (c->nargs != 1)
+        return usage_error("%s", "sample: expected exactly one checkpoint (a step_* directory)");
+    if (c->nsets || c->output || c->ranks || c->format || c->mdoc)
+        return usage_error("%s", "sample: takes --prompt, --prompt-tokens, --tokens, --temperature, --top-k, --seed "
+                                 "and --tokenizer only");
+    if (c->sample.prompt && c->sample.prompt_tokens)
+        return usage_error("%s", "sample: give --prompt or --prompt-tokens, not both");
+    sr_testhook_warn_active();
+    sr_ops_set_threads(0);
+    sr_status st = sr_sample_run(c->args[0], &c->sample, stdout, stderr);
     return st == SR_OK ? 0 : fail(st);
 }
 
@@ -341,7 +462,7 @@ int main(int argc, char **argv) {
         cli_free(&c);
         if (rc)
             return rc;
-        return usage_error("%s", "expected a command: train, config, data or ckpt");
+        return usage_error("%s", "expected a command: train, config, data, ckpt or sample");
     }
     int words = 1; /* command words consumed */
     const char *sub = NULL;
@@ -355,14 +476,20 @@ int main(int argc, char **argv) {
         }
         sub = argv[2];
         words = 2;
-    } else if (strcmp(cmd, "train") != 0) {
-        return usage_error("unknown command '%s'; expected train, config, data or ckpt", cmd);
+    } else if (strcmp(cmd, "train") != 0 && strcmp(cmd, "sample") != 0) {
+        return usage_error("unknown command '%s'; expected train, config, data, ckpt or sample", cmd);
     }
     cli c;
     int rc = parse_options(argc - words, argv + words, &c);
+    if (rc == 0 && c.sample_opt && strcmp(cmd, "sample") != 0)
+        rc = usage_error("%s applies to shardrun sample only", c.sample_opt);
+    if (rc == 0 && c.format && !(sub && strcmp(cmd, "ckpt") == 0))
+        rc = usage_error("%s", "--format applies to ckpt export only");
     if (rc == 0) {
         if (strcmp(cmd, "train") == 0)
             rc = cmd_train(&c);
+        else if (strcmp(cmd, "sample") == 0)
+            rc = cmd_sample(&c);
         else if (strcmp(cmd, "config") == 0)
             rc = cmd_config(sub, &c);
         else if (strcmp(cmd, "ckpt") == 0)

@@ -235,6 +235,13 @@ static void render_world_model(emitter *e, const sr_manifest *mf) {
     kv_u64(e, "seq_len", (uint64_t)mf->dims.T);
     kv_u64(e, "parameters", mf->n_params);
     kv_str(e, "hash", mf->model_hash);
+    if (mf->init_path[0]) {
+        e_str(e, "init");
+        e_map(e, true, false);
+        kv_str(e, "path", mf->init_path);
+        kv_str(e, "sha256", mf->init_sha256);
+        e_map(e, false, false);
+    }
     e_map(e, false, false);
 }
 
@@ -560,6 +567,11 @@ static sr_status parse_model(pctx *p, yaml_node_t *root, sr_manifest *mf) {
         st = get_u64(p, model, "parameters", UINT64_MAX / 16, &mf->n_params);
     if (st == SR_OK)
         st = get_str(p, model, "hash", mf->model_hash, sizeof mf->model_hash);
+    yaml_node_t *init = mget(p, model, "init");
+    if (st == SR_OK && init)
+        st = get_str(p, init, "path", mf->init_path, sizeof mf->init_path);
+    if (st == SR_OK && init)
+        st = get_str(p, init, "sha256", mf->init_sha256, sizeof mf->init_sha256);
     if (st != SR_OK)
         return st;
     /* a shape a job file could not have is refused before anything is sized by it */

@@ -48,6 +48,10 @@ typedef struct {
     sr_model_dims dims;
     uint64_t n_params;
     char model_hash[65];
+    /* model.init of the run that started this lineage: the weights file's
+     * path and SHA-256 ("" when it started from the seed; recorded under
+     * model.init, optional when parsed) */
+    char init_path[1024], init_sha256[65];
     char created[64], job[128], host[128];
     uint64_t chunk_bytes;
     sr_dtype state_dtype[SR_NSTATE];

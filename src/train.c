@@ -10,7 +10,9 @@
 
 #include "train.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -32,10 +34,12 @@
 #include "memplan.h"
 #include "metrics.h"
 #include "model.h"
+#include "modelfile.h"
 #include "ops.h"
 #include "optim.h"
 #include "preempt.h"
 #include "rlimits.h"
+#include "sample.h"
 #include "testhook.h"
 
 extern char **environ;
@@ -62,6 +66,9 @@ typedef struct {
     sr_ckpt_progress start; /* where this run starts (a resume point or 0) */
     sr_memplan plan;
     char resumed[64];
+    char weights[1400];                     /* where the weights came from, for the banner */
+    bool init_loaded;                       /* model.init read into the shard */
+    char init_path[PATH_MAX], init_sha[65]; /* what it was, for the manifests */
     double peak, flops_tok;
     char peak_how[256];
     /* loop state */
@@ -188,10 +195,116 @@ static sr_status open_engine(run *r) {
     return st;
 }
 
+/* model.init on a fresh run (collective): every rank maps the file onto the
+ * model and reads only its own slices of the parameter vector (through a
+ * host piece and an upload where the shard lives in device memory); with
+ * lm_head.weight in the file each rank checks its part of the tie; rank 0
+ * hashes the whole file for the manifest; one agreement. */
+static sr_status load_init(run *r) {
+    const char *path = r->cfg->model_init;
+    double t0 = now_s();
+    sr_fsdp_shard_state s;
+    sr_fsdp_shard_state_view(r->fsdp, &s);
+    bool staged = s.dev && s.dev->separate_memory;
+    enum { PIECE = 1 << 20 };
+    float *piece = staged ? sr_malloc(PIECE * sizeof(float)) : NULL;
+    sr_modelfile mf = {.fd = -1};
+    bool tied = true, opened = false;
+    uint64_t bytes = 0;
+    char sha[65] = "";
+    sr_status mine = staged && !piece ? sr_error_oom("the model.init read piece") : SR_OK;
+    if (mine == SR_OK)
+        mine = sr_modelfile_open(&mf, path, &r->model, "model.init");
+    opened = mine == SR_OK;
+    for (int i = 0; i < s.nslices && mine == SR_OK; i++)
+        for (size_t b = s.slices[i].begin; b < s.slices[i].end && mine == SR_OK; b += PIECE) {
+            size_t e = b + PIECE < s.slices[i].end ? b + PIECE : s.slices[i].end;
+            float *dst = s.params + s.slices[i].local + (b - s.slices[i].begin);
+            mine = sr_modelfile_read(&mf, b, e, staged ? piece : dst);
+            if (mine == SR_OK && staged)
+                mine = sr_dev_upload(s.dev, dst, piece, (e - b) * sizeof(float), "upload");
+            bool eq = true;
+            if (mine == SR_OK)
+                mine = sr_modelfile_head_tied(&mf, b, e, &eq);
+            tied = tied && eq;
+            bytes += (e - b) * sizeof(float);
+        }
+    if (mine == SR_OK && !tied)
+        mine = sr_error(SR_ERR_DATA,
+                        "model.init: %s: lm_head.weight differs from the token embedding (transformer.wte.weight); "
+                        "this model ties its output head to the embedding (hint: a GPT-2 with an untied head cannot "
+                        "be loaded)",
+                        path);
+    if (mine == SR_OK && r->w->rank == 0)
+        mine = sr_modelfile_sha256(&mf, sha);
+    sr_ctl_word *all = NULL;
+    sr_status st = sr_ctl_agree(r->ctl, mine, 0, bytes, mine == SR_OK ? NULL : sr_error_message(), &all);
+    int64_t words[8] = {0};
+    if (st == SR_OK) {
+        memcpy(words, sha, 64);
+        st = sr_ctl_broadcast(r->ctl, words, 8, 0);
+    }
+    if (st == SR_OK) {
+        memcpy(sha, words, 64);
+        sha[64] = '\0';
+        uint64_t total = 0;
+        for (int k = 0; k < r->w->size; k++)
+            total += all[k].value;
+        char abs[PATH_MAX];
+        const char *where = realpath(path, abs) ? abs : path;
+        sr_fmt(r->init_path, sizeof r->init_path, "%s", where);
+        sr_fmt(r->init_sha, sizeof r->init_sha, "%s", sha);
+        r->init_loaded = true;
+        sr_log_info("model.init: loaded %s (%s); %.1f MB read by %d rank%s in %.2f s; sha256 %s", where, mf.what,
+                    (double)total / 1e6, r->w->size, r->w->size == 1 ? "" : "s", now_s() - t0, sha);
+        st = sr_fsdp_state_loaded(r->fsdp);
+    }
+    free(all);
+    free(piece);
+    if (opened)
+        sr_modelfile_close(&mf);
+    return st;
+}
+
+/* Whether this run will certainly start fresh (rank 0 looks): checkpoint.resume
+ * never, or auto with no step_* in checkpoint.dir (or no dir). */
+static bool fresh_for_sure(const sr_config *cfg) {
+    const char *mode = cfg->ckpt_resume && cfg->ckpt_resume[0] ? cfg->ckpt_resume : "auto";
+    if (strcmp(mode, "never") == 0)
+        return true;
+    if (strcmp(mode, "auto") != 0)
+        return false;
+    if (!cfg->ckpt_dir || !cfg->ckpt_dir[0])
+        return true;
+    DIR *d = opendir(cfg->ckpt_dir);
+    if (!d)
+        return errno == ENOENT;
+    bool any = false;
+    for (struct dirent *e; !any && (e = readdir(d));)
+        any = strncmp(e->d_name, "step_", 5) == 0;
+    closedir(d);
+    return !any;
+}
+
+/* model.init on a run that will start fresh is read before anything is
+ * written — the metrics file, the checkpoint directory — so a bad file
+ * changes nothing on disk (a run that turns out fresh only after the
+ * resume scan reads it then). */
+static sr_status precheck_init(run *r) {
+    const sr_config *cfg = r->cfg;
+    if (!cfg->model_init || !cfg->model_init[0])
+        return SR_OK;
+    int64_t fresh = r->w->rank == 0 && fresh_for_sure(cfg);
+    sr_status st = sr_ctl_broadcast(r->ctl, &fresh, 1, 0);
+    return st != SR_OK || !fresh ? st : load_init(r);
+}
+
 /* Metrics file, signal handlers, checkpoint directory, resume. */
 static sr_status open_run_state(run *r) {
     const sr_config *cfg = r->cfg;
-    sr_status st = SR_OK;
+    sr_status st = precheck_init(r);
+    if (st != SR_OK)
+        return st;
     if (r->w->rank == 0) {
         /* a resumed run appends (checkpoint.resume is decided below; the
          * file is truncated only when no checkpoint could apply) */
@@ -209,6 +322,20 @@ static sr_status open_run_state(run *r) {
     snprintf(r->resumed, sizeof r->resumed, "fresh");
     if (st == SR_OK)
         st = sr_ckpt_resume(r->ck, &r->start, r->resumed, sizeof r->resumed);
+    bool init = cfg->model_init && cfg->model_init[0];
+    if (st == SR_OK && r->start.step > 0)
+        snprintf(r->weights, sizeof r->weights, "checkpoint step %lld", (long long)r->start.step);
+    else
+        snprintf(r->weights, sizeof r->weights, "seed %lld", (long long)cfg->seed);
+    if (st == SR_OK && init && r->start.step > 0)
+        sr_log_info("model.init: ignored (%s): the run resumes from the checkpoint of step %lld", cfg->model_init,
+                    (long long)r->start.step);
+    else if (st == SR_OK && init && !r->init_loaded)
+        st = load_init(r);
+    if (st == SR_OK && r->init_loaded) {
+        sr_ckpt_set_init(r->ck, r->init_path, r->init_sha);
+        sr_fmt(r->weights, sizeof r->weights, "model.init %s", r->init_path);
+    }
     /* a fresh start (no checkpoint applied) begins a new metrics file */
     if (st == SR_OK && r->start.step == 0 && r->metrics)
         st = sr_metrics_restart(r->metrics);
@@ -444,9 +571,10 @@ static void banner(run *r) {
                     sr_isa_name(sr_isa_current()), w->job_id, transport, restart && *restart ? restart : "0",
                     r->resumed);
     const sr_model_dims *d = &r->model.d;
-    sr_log_info("model %s: n_layer %d, n_head %d, n_embd %d, vocab_size %d (padded %d), seq_len %d; %.2fM parameters",
+    sr_log_info("model %s: n_layer %d, n_head %d, n_embd %d, vocab_size %d (padded %d), seq_len %d; %.2fM parameters; "
+                "weights from %s",
                 sr_config_enum_name("model.preset", cfg->model_preset), d->L, d->NH, d->C, d->V, d->Vp, d->T,
-                (double)r->model.n_params_real / 1e6);
+                (double)r->model.n_params_real / 1e6, r->weights);
     sr_log_info("batch %lld sequences/step = %d rank%s x micro_batch %d x %d accumulation step%s; %lld steps; "
                 "threads %d per rank (one OpenMP pool, OpenBLAS single-threaded)",
                 (long long)cfg->batch_size, w->size, w->size == 1 ? "" : "s", r->mb, r->accum, r->accum == 1 ? "" : "s",
@@ -733,6 +861,67 @@ static void log_step(run *r, int64_t s, const step_out *o, bool evaluated) {
     sr_metrics_step(r->metrics, &rec);
 }
 
+/* log.sample_every: SAMPLE_TOKENS tokens from the sharded model.  Every
+ * rank runs the same evaluation forwards (one sequence: the newest seq_len
+ * tokens of the text so far) and downloads the last position's logits;
+ * rank 0 draws the next token (temperature 0.8, top-k 40, seeded by
+ * train.seed and the step) and broadcasts it, so the ranks stay in
+ * lockstep whatever their thread counts; rank 0 logs the text. */
+enum { SAMPLE_TOKENS = 64 };
+static sr_status log_sample(run *r, int64_t step) {
+    const sr_model_dims *d = &r->model.d;
+    int V = d->V, T = d->T, n = 0;
+    int tok[SAMPLE_TOKENS + 1];
+    tok[n++] = V == 50257 ? 50256 : V == 256 ? '\n' : 0;
+    size_t es = sr_dtype_size(r->ops->act);
+    void *row = sr_malloc((size_t)V * es);
+    float *logits = sr_malloc(sizeof(float) * (size_t)V), *scratch = sr_malloc(2 * sizeof(float) * (size_t)V);
+    sr_status st = row && logits && scratch ? SR_OK : sr_error_oom("the training sample");
+    double t0 = now_s();
+    for (int i = 0; i < SAMPLE_TOKENS && st == SR_OK; i++) {
+        int ctx = n < T ? n : T;
+        for (int t = 0; t < T; t++) {
+            r->in[t] = t < ctx ? tok[n - ctx + t] : 0;
+            r->tg[t] = 0;
+        }
+        double discard;
+        st = sr_fsdp_eval(r->fsdp, r->in, r->tg, 1);
+        /* the host waits for the forward (the evaluation loss), which
+         * orders the download after the logits */
+        if (st == SR_OK)
+            st = sr_fsdp_take_loss_sum(r->fsdp, &discard);
+        if (st == SR_OK)
+            st = sr_dev_download(r->dev, row, (const char *)r->model.logits + (size_t)(ctx - 1) * d->Vp * es,
+                                 (size_t)V * es, "download");
+        int64_t next = 0;
+        if (st == SR_OK && r->w->rank == 0) {
+            for (int v = 0; v < V; v++)
+                logits[v] =
+                    r->ops->act == SR_DT_BF16 ? sr_bf16_to_f32(((const uint16_t *)row)[v]) : ((const float *)row)[v];
+            next = sr_sample_pick(logits, V, 0.8, 40, (uint64_t)r->cfg->seed + (uint64_t)step, (uint64_t)i, scratch);
+        }
+        if (st == SR_OK)
+            st = sr_ctl_broadcast(r->ctl, &next, 1, 0);
+        tok[n++] = (int)next;
+    }
+    if (st == SR_OK && r->w->rank == 0) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        if (f) {
+            sr_sample_write(f, tok + 1, n - 1, V, NULL, true, true);
+            fclose(f);
+        }
+        sr_log_info("sample at step %lld (%d tokens, temperature 0.8, top-k 40, %.2f s): \"%s\"", (long long)step,
+                    n - 1, now_s() - t0, text ? text : "?");
+        free(text);
+    }
+    free(row);
+    free(logits);
+    free(scratch);
+    return st;
+}
+
 /* Evaluation, the progress line and record, a preemption stop, a periodic
  * save.  SR_PREEMPTED (with *exit_code) ends the run. */
 static sr_status after_step(run *r, int64_t s, step_out *o, int *exit_code) {
@@ -754,6 +943,11 @@ static sr_status after_step(run *r, int64_t s, step_out *o, int *exit_code) {
     }
     if ((s + 1) % cfg->log_every == 0 || s == 0 || last)
         log_step(r, s, o, evaluated);
+    if (!o->stop && cfg->log_sample_every > 0 && (s + 1) % cfg->log_sample_every == 0) {
+        sr_status st = log_sample(r, s + 1);
+        if (st != SR_OK)
+            return st;
+    }
     if (o->stop && !last)
         return preempt_stop(r, s, o, exit_code);
     /* an asynchronous save in flight commits once every rank has written */

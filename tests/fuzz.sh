@@ -14,7 +14,7 @@ fi
 cd "$B" || exit 99
 FUZZ_SECONDS=${SHARDRUN_FUZZ_SECONDS:-10} sh "$SR_SRCDIR/tests/fuzz/run.sh" >"$T/fuzz.out" 2>&1
 rc=$?
-for h in fuzz_config fuzz_manifest fuzz_shardfile fuzz_token_shard fuzz_transport fuzz_env; do
+for h in fuzz_config fuzz_manifest fuzz_shardfile fuzz_token_shard fuzz_transport fuzz_env fuzz_safetensors; do
     line=$(grep "^$h:" "$T/fuzz.out")
     check "$h: ${line#*: }" sh -c "echo '$line' | grep -q 'DONE.*(status 0[;)]'"
 done

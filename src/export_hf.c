@@ -1,0 +1,235 @@
+/* export_hf.c — the Hugging Face exporter and the export dispatcher; see
+ * export_hf.h. */
+#include "srconfig.h"
+
+#include "export_hf.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt_tools.h"
+#include "export_llmc.h"
+#include "fsio.h"
+#include "mem.h"
+#include "safetensors.h"
+
+#define MARK "shardrun_export"
+
+int sr_export_format_parse(const char *name) {
+    return strcmp(name, "hf") == 0            ? SR_EXPORT_HF
+           : strcmp(name, "safetensors") == 0 ? SR_EXPORT_SAFETENSORS
+           : strcmp(name, "llmc") == 0        ? SR_EXPORT_LLMC
+                                              : -1;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+sr_status sr_export_resolve(const char *dest, sr_export_format *fmt) {
+    struct stat sb;
+    if (ends_with(dest, "/") || (stat(dest, &sb) == 0 && S_ISDIR(sb.st_mode)))
+        *fmt = SR_EXPORT_HF;
+    else if (ends_with(dest, ".safetensors"))
+        *fmt = SR_EXPORT_SAFETENSORS;
+    else if (ends_with(dest, ".bin"))
+        *fmt = SR_EXPORT_LLMC;
+    else
+        return sr_error(SR_ERR_USAGE,
+                        "ckpt export: cannot tell the format from -o %s: expected DIR/ (model.safetensors and "
+                        "config.json for Hugging Face), FILE.safetensors, or FILE.bin (an llm.c model file); or "
+                        "give --format hf|safetensors|llmc",
+                        dest);
+    return SR_OK;
+}
+
+typedef struct {
+    const sr_model *model;
+    const float *all;
+} st_ctx;
+
+/* The Hugging Face name and shape of tensor i (Conv1D weights transposed,
+ * the token embedding without its padded rows). */
+static void hf_entry(const sr_model *m, int i, char *name, size_t n, sr_st_entry *e) {
+    const sr_tensor *t = &m->tensors[i];
+    snprintf(name, n, "transformer.%s", t->name);
+    int root = m->d.L * SR_NBLOCK_TENSORS;
+    e->name = name;
+    e->dtype = SR_ST_F32;
+    if (t->ndim == 1) {
+        e->ndim = 1;
+        e->shape[0] = t->cols;
+    } else if (i == root + SR_WTE || i == root + SR_WPE) {
+        e->ndim = 2;
+        e->shape[0] = i == root + SR_WTE ? m->d.V : t->rows;
+        e->shape[1] = t->cols;
+    } else {
+        e->ndim = 2;
+        e->shape[0] = t->cols;
+        e->shape[1] = t->rows;
+    }
+}
+
+static sr_status write_safetensors(int fd, const char *tmp, void *arg) {
+    const st_ctx *x = arg;
+    const sr_model *m = x->model;
+    int n = m->n_tensors;
+    sr_st_entry *e = sr_calloc((size_t)n, sizeof *e);
+    char(*names)[96] = sr_calloc((size_t)n, sizeof *names);
+    size_t largest = 0;
+    for (int i = 0; i < n; i++)
+        largest = m->tensors[i].numel > largest ? m->tensors[i].numel : largest;
+    float *tr = sr_malloc(largest * sizeof(float));
+    char *hdr = NULL;
+    size_t hlen = 0;
+    sr_status st = e && names && tr ? SR_OK : sr_error_oom("the safetensors export");
+    for (int i = 0; i < n && st == SR_OK; i++)
+        hf_entry(m, i, names[i], sizeof names[i], &e[i]);
+    if (st == SR_OK)
+        st = sr_st_render_header(e, n, &hdr, &hlen);
+    int rc = st == SR_OK ? sr_fsio_write_all(fd, hdr, hlen) : 0;
+    for (int i = 0; i < n && st == SR_OK && rc == 0; i++) {
+        const sr_tensor *t = &m->tensors[i];
+        const float *src = x->all + t->offset;
+        size_t count = (size_t)e[i].shape[0] * (size_t)(e[i].ndim == 2 ? e[i].shape[1] : 1);
+        if (e[i].ndim == 2 && i < m->d.L * SR_NBLOCK_TENSORS) {
+            /* a Conv1D weight: [rows, cols] -> [cols, rows] (also the square attn.c_proj) */
+            for (size_t r = 0; r < (size_t)t->rows; r++)
+                for (size_t c = 0; c < (size_t)t->cols; c++)
+                    tr[c * (size_t)t->rows + r] = src[r * (size_t)t->cols + c];
+            src = tr;
+        }
+        rc = sr_fsio_write_all(fd, src, count * sizeof(float));
+    }
+    if (st == SR_OK && rc != 0)
+        st = sr_fsio_write_error(tmp, errno);
+    free(hdr);
+    free(tr);
+    free(names);
+    free(e);
+    return st;
+}
+
+typedef struct {
+    const char *text;
+} text_ctx;
+
+static sr_status write_text(int fd, const char *tmp, void *arg) {
+    const text_ctx *x = arg;
+    return sr_fsio_write_all(fd, x->text, strlen(x->text)) == 0 ? SR_OK : sr_fsio_write_error(tmp, errno);
+}
+
+/* config.json as transformers' GPT2Config reads it. */
+static char *render_config(const sr_manifest *mf, const char *ckpt) {
+    const sr_model_dims *d = &mf->dims;
+    json_t *c =
+        json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:n, s:s, s:f, s:b, s:f, s:f, s:f, s:f, s:s}",
+                  "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", d->V, "n_positions", d->T,
+                  "n_ctx", d->T, "n_embd", d->C, "n_layer", d->L, "n_head", d->NH, "n_inner", "activation_function",
+                  "gelu_new", "layer_norm_epsilon", 1e-5, "tie_word_embeddings", 1, "resid_pdrop", 0.0, "embd_pdrop",
+                  0.0, "attn_pdrop", 0.0, "initializer_range", 0.02, "torch_dtype", "float32");
+    if (c && d->V == 50257 &&
+        (json_object_set_new(c, "bos_token_id", json_integer(50256)) != 0 ||
+         json_object_set_new(c, "eos_token_id", json_integer(50256)) != 0)) {
+        json_decref(c);
+        c = NULL;
+    }
+    char abs[PATH_MAX];
+    if (c && json_object_set_new(c, MARK,
+                                 json_pack("{s:s, s:s, s:I}", "version", PACKAGE_VERSION, "checkpoint",
+                                           realpath(ckpt, abs) ? abs : ckpt, "step", (json_int_t)mf->step)) != 0) {
+        json_decref(c);
+        c = NULL;
+    }
+    char *text = c ? json_dumps(c, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(c);
+    if (!text)
+        return NULL;
+    char *out = sr_malloc(strlen(text) + 2);
+    if (out)
+        sprintf(out, "%s\n", text);
+    free(text);
+    return out;
+}
+
+/* DIR/config.json may be replaced only when absent or written by us. */
+static sr_status check_config_ours(const char *dir, const char *cfgpath) {
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return sr_error(SR_ERR_CANTCREAT, "ckpt export: %s exists and is not a directory", dir);
+    if (lstat(cfgpath, &sb) != 0)
+        return errno == ENOENT ? SR_OK : sr_error(SR_ERR_CANTCREAT, "ckpt export: %s: %s", cfgpath, strerror(errno));
+    json_error_t jerr;
+    json_t *j = S_ISREG(sb.st_mode) ? json_load_file(cfgpath, 0, &jerr) : NULL;
+    bool ours = j && json_is_object(j) && json_object_get(j, MARK);
+    json_decref(j);
+    return ours ? SR_OK
+                : sr_error(SR_ERR_CANTCREAT,
+                           "ckpt export: refusing to overwrite %s: shardrun did not write it (no \"" MARK
+                           "\" entry) (hint: export to a new or empty directory)",
+                           cfgpath);
+}
+
+static sr_status export_hf(const char *path, const char *dest, sr_export_format fmt, FILE *out) {
+    char dir[PATH_MAX], stpath[PATH_MAX], cfgpath[PATH_MAX];
+    size_t dl = strlen(dest);
+    if (fmt == SR_EXPORT_HF) {
+        while (dl > 1 && dest[dl - 1] == '/')
+            dl--;
+        if (dl >= sizeof dir - 32)
+            return sr_error(SR_ERR_USAGE, "ckpt export: -o %s: path too long", dest);
+        memcpy(dir, dest, dl);
+        dir[dl] = '\0';
+        sr_fmt(stpath, sizeof stpath, "%s/model.safetensors", dir);
+        sr_fmt(cfgpath, sizeof cfgpath, "%s/config.json", dir);
+        sr_status st = check_config_ours(dir, cfgpath);
+        if (st != SR_OK)
+            return st;
+    } else {
+        snprintf(stpath, sizeof stpath, "%s", dest);
+    }
+    sr_manifest mf;
+    sr_model model;
+    float *all;
+    sr_status st = sr_ckpt_tool_read_model(path, &mf, &model, &all);
+    if (st != SR_OK)
+        return st;
+    char *cfg = fmt == SR_EXPORT_HF ? render_config(&mf, path) : NULL;
+    if (fmt == SR_EXPORT_HF && !cfg)
+        st = sr_error_oom("config.json");
+    if (st == SR_OK && fmt == SR_EXPORT_HF && sr_fsio_mkdir_p(dir) != 0)
+        st = sr_fsio_create_error(dir, errno);
+    st_ctx x = {&model, all};
+    if (st == SR_OK)
+        st = sr_fsio_atomic_write(stpath, write_safetensors, &x);
+    text_ctx tc = {cfg};
+    if (st == SR_OK && cfg)
+        st = sr_fsio_atomic_write(cfgpath, write_text, &tc);
+    if (st == SR_OK)
+        fprintf(out,
+                "shardrun: wrote %s%s: %zu fp32 parameters under Hugging Face GPT-2 names (n_layer %d, n_head %d, "
+                "n_embd %d, vocab_size %d, n_positions %d), step %lld%s\n",
+                stpath, cfg ? " and config.json" : "", model.n_params_real, mf.dims.L, mf.dims.NH, mf.dims.C, mf.dims.V,
+                mf.dims.T, (long long)mf.step,
+                cfg ? "; load it with GPT2LMHeadModel.from_pretrained (no tokenizer files are written)" : "");
+    free(cfg);
+    free(all);
+    sr_model_free(&model);
+    sr_manifest_free(&mf);
+    return st;
+}
+
+sr_status sr_export(const char *path, const char *dest, sr_export_format fmt, FILE *out) {
+    if (fmt == SR_EXPORT_AUTO) {
+        sr_status st = sr_export_resolve(dest, &fmt);
+        if (st != SR_OK)
+            return st;
+    }
+    return fmt == SR_EXPORT_LLMC ? sr_export_llmc(path, dest, out) : export_hf(path, dest, fmt, out);
+}

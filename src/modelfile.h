@@ -1,0 +1,82 @@
+/* modelfile.h — pretrained weights in: a model file's tensors mapped onto the
+ * model's parameter vector (`model.init`, `shardrun sample`).
+ *
+ * modelfile owns reading two formats: safetensors with Hugging Face
+ * GPT2LMHeadModel names (`transformer.h.N.attn.c_attn.weight`, ... — the
+ * `transformer.` prefix optional, as the hub's own GPT-2 file lacks it;
+ * Conv1D weights stored [in, out], the model's [out, in]; the unpadded
+ * vocabulary; f32, bf16 or f16 widened to f32; the causal-mask buffers
+ * `h.N.attn.bias` / `h.N.attn.masked_bias` skipped; `lm_head.weight`
+ * allowed when bit-equal to the token embedding), and llm.c's model file
+ * (version 3 fp32, version 5 bf16; header {20240326, version, max_seq_len,
+ * vocab_size, n_layer, n_head, n_embd, padded_vocab_size}).  Opening
+ * checks every tensor's presence and shape against the model (SR_ERR_DATA
+ * naming the tensor and both shapes); a position embedding with at least
+ * seq_len rows contributes its first seq_len.  Reading fills any range of
+ * the unit-major parameter vector, touching only the file bytes of that
+ * range (strided for the transposed weights), so each rank reads just its
+ * shard. */
+#ifndef SR_MODELFILE_H
+#define SR_MODELFILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "status.h"
+
+typedef enum { SR_MODELFILE_SAFETENSORS, SR_MODELFILE_LLMC } sr_modelfile_kind;
+
+/* Where one model tensor's values are in the file. */
+typedef struct {
+    uint64_t offset;    /* file offset of element [0][0] */
+    int dtype;          /* SR_MF_F32, SR_MF_BF16, SR_MF_F16 */
+    bool transposed;    /* stored [cols, rows] (Conv1D) for the model's [rows, cols] */
+    uint64_t file_rows; /* rows stored in the model's orientation (the file's columns when transposed) */
+} sr_mf_source;
+
+enum { SR_MF_F32, SR_MF_BF16, SR_MF_F16 };
+
+typedef struct {
+    sr_modelfile_kind kind;
+    int fd;
+    char *path;
+    uint64_t size;
+    const sr_model *model;
+    sr_mf_source *src; /* model->n_tensors entries */
+    bool has_head;     /* lm_head.weight present: must equal the token embedding */
+    sr_mf_source head; /* where it is */
+    int64_t wpe_rows;  /* position-embedding rows in the file */
+    char what[200];    /* one line for logs: format, tensors, dtypes */
+} sr_modelfile;
+
+/* Opens `path` and maps it onto `model`'s tensor table (`model` must
+ * outlive mf).  The format is the file's: an llm.c header magic, else
+ * safetensors.  SR_ERR_NOINPUT when the file cannot be opened,
+ * SR_ERR_DATA for anything malformed or not matching the model (the
+ * message names the tensor, its shape in the file and the model's).
+ * `key` prefixes messages (e.g. "model.init").  On failure nothing is
+ * left. */
+sr_status sr_modelfile_open(sr_modelfile *mf, const char *path, const sr_model *model, const char *key);
+void sr_modelfile_close(sr_modelfile *mf);
+
+/* Floats [begin, end) of the unit-major parameter vector into dst[0 ..
+ * end-begin) (padded vocabulary rows zero).  SR_ERR_DATA when the file
+ * cannot be read (truncated under us), SR_ERR_INTERNAL when out of
+ * memory. */
+sr_status sr_modelfile_read(const sr_modelfile *mf, size_t begin, size_t end, float *dst);
+
+/* With lm_head.weight in the file: whether its rows in the part of the
+ * token embedding that [begin, end) covers equal the embedding's bit for
+ * bit (*equal true without a head).  As sr_modelfile_read. */
+sr_status sr_modelfile_head_tied(const sr_modelfile *mf, size_t begin, size_t end, bool *equal);
+
+/* SHA-256 of the whole file as 64 hex digits. */
+sr_status sr_modelfile_sha256(const sr_modelfile *mf, char out[65]);
+
+/* IEEE half to float, exact (no library in C11 does it; F16C is an ISA
+ * extension). */
+float sr_f16_to_f32(uint16_t h);
+
+#endif

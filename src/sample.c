@@ -1,0 +1,443 @@
+/* sample.c — generation with a key/value cache, token choice, llm.c
+ * tokenizer files and `shardrun sample`; see sample.h. */
+#include "srconfig.h"
+
+#include "sample.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt_tools.h"
+#include "fsio.h"
+#include "mem.h"
+#include "ops.h"
+#include "rng.h"
+
+#define TOKENIZER_MAGIC 20240328u
+
+/* ------------------------------------------------------------------------ */
+/* choosing the next token */
+
+typedef struct {
+    float logit;
+    int id;
+} cand;
+
+static int by_logit(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->logit != y->logit)
+        return x->logit > y->logit ? -1 : 1;
+    return x->id - y->id;
+}
+
+int sr_sample_pick(const float *logits, int V, double temperature, int top_k, uint64_t seed, uint64_t index,
+                   float *scratch) {
+    if (temperature <= 0.0 || top_k == 1) {
+        int best = 0;
+        for (int i = 1; i < V; i++)
+            if (logits[i] > logits[best])
+                best = i;
+        return best;
+    }
+    cand *c = (cand *)scratch; /* 2 V floats: V {float, int} pairs */
+    for (int i = 0; i < V; i++)
+        c[i] = (cand){logits[i], i};
+    int k = top_k > 0 && top_k < V ? top_k : V;
+    if (k < V)
+        qsort(c, (size_t)V, sizeof *c, by_logit);
+    double mx = -INFINITY, sum = 0.0;
+    for (int i = 0; i < k; i++)
+        mx = c[i].logit > mx ? c[i].logit : mx;
+    for (int i = 0; i < k; i++)
+        sum += exp(((double)c[i].logit - mx) / temperature);
+    double u = sr_rng_uniform(seed, SR_SAMPLE_STREAM, index) * sum, acc = 0.0;
+    for (int i = 0; i < k; i++) {
+        acc += exp(((double)c[i].logit - mx) / temperature);
+        if (u < acc)
+            return c[i].id;
+    }
+    return c[k - 1].id; /* rounding left u at the very top */
+}
+
+/* ------------------------------------------------------------------------ */
+/* the generator */
+
+struct sr_generator {
+    const sr_model *m;
+    const float *p;
+    const sr_ops *o;
+    int pos;   /* tokens in the cache */
+    int *hist; /* the cache's tokens (for the window's restart) */
+    float *kc; /* [L][T][C] keys */
+    float *vc; /* [L][T][C] values */
+    float *x, *ln, *qkv, *y, *o_, *h, *hg, *logits, *att, *mean, *rstd;
+};
+
+void sr_generator_free(sr_generator *g) {
+    if (!g)
+        return;
+    free(g->hist);
+    free(g->kc);
+    free(g->vc);
+    free(g->x);
+    free(g->ln);
+    free(g->qkv);
+    free(g->y);
+    free(g->o_);
+    free(g->h);
+    free(g->hg);
+    free(g->logits);
+    free(g->att);
+    free(g->mean);
+    free(g->rstd);
+    free(g);
+}
+
+sr_status sr_generator_new(sr_generator **out, const sr_model *m, const float *params) {
+    const sr_model_dims *d = &m->d;
+    sr_generator *g = sr_calloc(1, sizeof *g);
+    *out = NULL;
+    if (!g)
+        return sr_error_oom("the generator");
+    size_t cache = (size_t)d->L * (size_t)d->T * (size_t)d->C;
+    g->m = m;
+    g->p = params;
+    g->o = &sr_ops_cpu;
+    g->hist = sr_malloc(sizeof(int) * (size_t)d->T);
+    g->kc = sr_malloc(sizeof(float) * cache);
+    g->vc = sr_malloc(sizeof(float) * cache);
+    g->x = sr_malloc(sizeof(float) * (size_t)d->C);
+    g->ln = sr_malloc(sizeof(float) * (size_t)d->C);
+    g->qkv = sr_malloc(sizeof(float) * 3 * (size_t)d->C);
+    g->y = sr_malloc(sizeof(float) * (size_t)d->C);
+    g->o_ = sr_malloc(sizeof(float) * (size_t)d->C);
+    g->h = sr_malloc(sizeof(float) * 4 * (size_t)d->C);
+    g->hg = sr_malloc(sizeof(float) * 4 * (size_t)d->C);
+    g->logits = sr_malloc(sizeof(float) * (size_t)d->Vp);
+    g->att = sr_malloc(sizeof(float) * (size_t)d->T);
+    g->mean = sr_malloc(sizeof(float));
+    g->rstd = sr_malloc(sizeof(float));
+    if (!g->hist || !g->kc || !g->vc || !g->x || !g->ln || !g->qkv || !g->y || !g->o_ || !g->h || !g->hg ||
+        !g->logits || !g->att || !g->mean || !g->rstd) {
+        sr_generator_free(g);
+        return sr_error_oom("the generator's key/value cache");
+    }
+    *out = g;
+    return SR_OK;
+}
+
+static const float *tensor(const sr_generator *g, int layer, int k) {
+    int i = layer < g->m->d.L ? layer * SR_NBLOCK_TENSORS + k : g->m->d.L * SR_NBLOCK_TENSORS + k;
+    return g->p + g->m->tensors[i].offset;
+}
+
+/* One token at position pos: the cache gains its keys and values, g->x
+ * ends as the final LayerNorm's input. */
+static void step(sr_generator *g, int token, int pos) {
+    const sr_model_dims *d = &g->m->d;
+    const sr_ops *o = g->o;
+    int C = d->C, NH = d->NH, hs = C / NH, L = d->L;
+    const float *wte = tensor(g, L, SR_WTE), *wpe = tensor(g, L, SR_WPE);
+    for (int c = 0; c < C; c++)
+        g->x[c] = wte[(size_t)token * C + c] + wpe[(size_t)pos * C + c];
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int l = 0; l < L; l++) {
+        o->layernorm_forward(g->ln, g->mean, g->rstd, g->x, tensor(g, l, SR_LN1W), tensor(g, l, SR_LN1B), 1, C);
+        o->matmul_forward(g->qkv, g->ln, tensor(g, l, SR_QKVW), tensor(g, l, SR_QKVB), 1, C, 3 * C);
+        float *kc = g->kc + ((size_t)l * d->T) * C, *vc = g->vc + ((size_t)l * d->T) * C;
+        memcpy(kc + (size_t)pos * C, g->qkv + C, sizeof(float) * (size_t)C);
+        memcpy(vc + (size_t)pos * C, g->qkv + 2 * C, sizeof(float) * (size_t)C);
+        for (int h = 0; h < NH; h++) {
+            const float *q = g->qkv + h * hs;
+            float mx = -INFINITY;
+            for (int t = 0; t <= pos; t++) {
+                const float *k = kc + (size_t)t * C + h * hs;
+                float s = 0.0f;
+                for (int i = 0; i < hs; i++)
+                    s += q[i] * k[i];
+                g->att[t] = s * scale;
+                mx = g->att[t] > mx ? g->att[t] : mx;
+            }
+            float sum = 0.0f;
+            for (int t = 0; t <= pos; t++) {
+                g->att[t] = expf(g->att[t] - mx);
+                sum += g->att[t];
+            }
+            float *y = g->y + h * hs;
+            for (int i = 0; i < hs; i++)
+                y[i] = 0.0f;
+            for (int t = 0; t <= pos; t++) {
+                const float *v = vc + (size_t)t * C + h * hs;
+                float w = g->att[t] / sum;
+                for (int i = 0; i < hs; i++)
+                    y[i] += w * v[i];
+            }
+        }
+        o->matmul_forward(g->o_, g->y, tensor(g, l, SR_ATTPROJW), tensor(g, l, SR_ATTPROJB), 1, C, C);
+        o->residual_forward(g->x, g->x, g->o_, (size_t)C);
+        o->layernorm_forward(g->ln, g->mean, g->rstd, g->x, tensor(g, l, SR_LN2W), tensor(g, l, SR_LN2B), 1, C);
+        o->matmul_forward(g->h, g->ln, tensor(g, l, SR_FCW), tensor(g, l, SR_FCB), 1, C, 4 * C);
+        o->gelu_forward(g->hg, g->h, (size_t)4 * C);
+        o->matmul_forward(g->o_, g->hg, tensor(g, l, SR_FCPROJW), tensor(g, l, SR_FCPROJB), 1, 4 * C, C);
+        o->residual_forward(g->x, g->x, g->o_, (size_t)C);
+    }
+}
+
+const float *sr_generator_feed(sr_generator *g, int token) {
+    const sr_model_dims *d = &g->m->d;
+    if (g->pos == d->T) {
+        /* the window is full: restart the cache from the newest T/2 tokens */
+        int keep = d->T / 2;
+        memmove(g->hist, g->hist + d->T - keep, sizeof(int) * (size_t)keep);
+        g->pos = 0;
+        for (int i = 0; i < keep; i++)
+            step(g, g->hist[i], g->pos++);
+    }
+    g->hist[g->pos] = token;
+    step(g, token, g->pos++);
+    int L = d->L;
+    g->o->layernorm_forward(g->ln, g->mean, g->rstd, g->x, tensor(g, L, SR_LNFW), tensor(g, L, SR_LNFB), 1, d->C);
+    /* the tied head over the real vocabulary */
+    g->o->matmul_forward(g->logits, g->ln, tensor(g, L, SR_WTE), NULL, 1, d->C, d->V);
+    return g->logits;
+}
+
+/* ------------------------------------------------------------------------ */
+/* tokenizer files */
+
+void sr_tokenizer_free(sr_tokenizer *t) {
+    for (int i = 0; t->piece && i < t->n; i++)
+        free(t->piece[i]);
+    free(t->piece);
+    free(t->len);
+    memset(t, 0, sizeof *t);
+}
+
+sr_status sr_tokenizer_load(sr_tokenizer *t, const char *path, int V) {
+    memset(t, 0, sizeof *t);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return sr_error(SR_ERR_NOINPUT, "--tokenizer %s: %s", path, strerror(errno));
+    uint32_t h[256];
+    sr_status st = SR_OK;
+    if (fread(h, sizeof h, 1, f) != 1 || h[0] != TOKENIZER_MAGIC || (h[1] != 1 && h[1] != 2))
+        st = sr_error(SR_ERR_DATA,
+                      "--tokenizer %s: not an llm.c tokenizer file (expected a 1024-byte header starting with "
+                      "magic %u and version 1 or 2)",
+                      path, TOKENIZER_MAGIC);
+    if (st == SR_OK && (h[2] < (uint32_t)V || h[2] > (1u << 24)))
+        st = sr_error(SR_ERR_DATA, "--tokenizer %s: %u tokens; the model's vocabulary has %d", path, h[2], V);
+    if (st == SR_OK) {
+        t->n = (int)h[2];
+        t->eot = h[1] == 2 && h[3] < h[2] ? (int)h[3] : -1;
+        t->piece = sr_calloc((size_t)t->n, sizeof *t->piece);
+        t->len = sr_calloc((size_t)t->n, 1);
+        if (!t->piece || !t->len)
+            st = sr_error_oom("the tokenizer");
+    }
+    for (int i = 0; st == SR_OK && i < t->n; i++) {
+        unsigned char n;
+        if (fread(&n, 1, 1, f) != 1 || n == 0 || !(t->piece[i] = sr_malloc(n)) || fread(t->piece[i], n, 1, f) != 1) {
+            st = sr_error(SR_ERR_DATA, "--tokenizer %s: token %d: %s", path, i,
+                          n == 0 ? "a zero length" : "the file ends early");
+            break;
+        }
+        t->len[i] = n;
+    }
+    fclose(f);
+    if (st != SR_OK)
+        sr_tokenizer_free(t);
+    return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* showing tokens */
+
+static int put_bytes(FILE *out, const unsigned char *b, size_t n, bool escape) {
+    for (size_t i = 0; i < n; i++) {
+        int rc;
+        if (!escape || (b[i] >= 0x20 && b[i] < 0x7f && b[i] != '\\'))
+            rc = fputc(b[i], out);
+        else
+            rc = b[i] == '\n' ? fputs("\\n", out) : b[i] == '\\' ? fputs("\\\\", out) : fprintf(out, "\\x%02x", b[i]);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int sr_sample_write(FILE *out, const int *tok, int n, int V, const sr_tokenizer *t, bool escape, bool first) {
+    for (int i = 0; i < n; i++) {
+        int rc;
+        if (t && t->piece && tok[i] < t->n) {
+            rc = put_bytes(out, (const unsigned char *)t->piece[tok[i]], t->len[tok[i]], escape);
+        } else if (V == 256) {
+            unsigned char b = (unsigned char)tok[i];
+            rc = put_bytes(out, &b, 1, escape);
+        } else {
+            rc = fprintf(out, first && i == 0 ? "%d" : " %d", tok[i]) < 0 ? -1 : 0;
+        }
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the command */
+
+/* "1,2,3" -> ids (syntax only; the range is checked against V). */
+static sr_status parse_ids(const char *s, int **ids, int *n) {
+    *n = 0;
+    *ids = sr_malloc(sizeof(int) * (strlen(s) / 2 + 1));
+    if (!*ids)
+        return sr_error_oom("the prompt");
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',') || (*end == ',' && !end[1])) {
+            free(*ids);
+            *ids = NULL;
+            return sr_error(SR_ERR_USAGE,
+                            "--prompt-tokens %s: expected token ids separated by commas, e.g. 50256,464,3290", s);
+        }
+        (*ids)[(*n)++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    if (*n == 0) {
+        free(*ids);
+        *ids = NULL;
+        return sr_error(SR_ERR_USAGE, "%s", "--prompt-tokens: expected at least one token id");
+    }
+    return SR_OK;
+}
+
+static double mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The prompt as ids for vocabulary V (the default start token without
+ * one: the tokenizer's end-of-text, GPT-2's 50256, a newline for bytes,
+ * else 0). */
+static sr_status make_prompt(const sr_sample_opts *o, int V, const sr_tokenizer *t, int **ids, int *n,
+                             const char **how) {
+    sr_status st = SR_OK;
+    if (o->prompt_tokens) {
+        st = parse_ids(o->prompt_tokens, ids, n);
+        for (int i = 0; st == SR_OK && i < *n; i++)
+            if ((*ids)[i] >= V) {
+                st = sr_error(SR_ERR_USAGE, "--prompt-tokens: token %d is outside the vocabulary (0..%d)", (*ids)[i],
+                              V - 1);
+                free(*ids);
+                *ids = NULL;
+            }
+        *how = "--prompt-tokens";
+        return st;
+    }
+    if (o->prompt) {
+        if (V != 256)
+            return sr_error(SR_ERR_USAGE,
+                            "--prompt: the model's vocabulary has %d tokens, not the 256 bytes of the byte-level "
+                            "vocabulary, and shardrun cannot encode text for it (use --prompt-tokens with ids from "
+                            "the model's tokenizer)",
+                            V);
+        size_t len = strlen(o->prompt);
+        if (len == 0)
+            return sr_error(SR_ERR_USAGE, "%s", "--prompt: empty (omit it to start from a newline)");
+        *ids = sr_malloc(sizeof(int) * len);
+        if (!*ids)
+            return sr_error_oom("the prompt");
+        for (size_t i = 0; i < len; i++)
+            (*ids)[i] = (unsigned char)o->prompt[i];
+        *n = (int)len;
+        *how = "--prompt";
+        return SR_OK;
+    }
+    *ids = sr_malloc(sizeof(int));
+    if (!*ids)
+        return sr_error_oom("the prompt");
+    *n = 1;
+    (*ids)[0] = t && t->eot >= 0 && t->eot < V ? t->eot : V == 50257 ? 50256 : V == 256 ? '\n' : 0;
+    *how = t && t->eot >= 0 ? "the tokenizer's end-of-text token"
+           : V == 50257     ? "GPT-2's <|endoftext|> (50256)"
+           : V == 256       ? "a newline"
+                            : "token 0";
+    return SR_OK;
+}
+
+sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FILE *log) {
+    sr_manifest mf;
+    sr_model model;
+    float *all = NULL;
+    sr_tokenizer tok = {0};
+    sr_generator *g = NULL;
+    int *prompt = NULL, n = 0, V = 0;
+    float *scratch = NULL;
+    const char *how = "";
+    double t0 = mono();
+    /* a bad prompt syntax before reading anything */
+    if (o->prompt_tokens) {
+        sr_status st = parse_ids(o->prompt_tokens, &prompt, &n);
+        free(prompt);
+        prompt = NULL;
+        if (st != SR_OK)
+            return st;
+    }
+    sr_status st = sr_ckpt_tool_read_model(ckpt, &mf, &model, &all);
+    if (st != SR_OK)
+        return st;
+    V = model.d.V;
+    if (o->tokenizer)
+        st = sr_tokenizer_load(&tok, o->tokenizer, V);
+    if (st == SR_OK)
+        st = make_prompt(o, V, o->tokenizer ? &tok : NULL, &prompt, &n, &how);
+    if (st == SR_OK)
+        st = sr_generator_new(&g, &model, all);
+    if (st == SR_OK && !(scratch = sr_malloc(sizeof(float) * 2 * (size_t)V)))
+        st = sr_error_oom("the sampler");
+    double t1 = mono();
+    const float *logits = NULL;
+    for (int i = 0; st == SR_OK && i < n; i++)
+        logits = sr_generator_feed(g, prompt[i]);
+    for (long i = 0; st == SR_OK && i < o->tokens; i++) {
+        int next = sr_sample_pick(logits, V, o->temperature, o->top_k, o->seed, (uint64_t)i, scratch);
+        if (sr_sample_write(out, &next, 1, V, o->tokenizer ? &tok : NULL, false, i == 0) != 0 || fflush(out) != 0)
+            st = sr_error(SR_ERR_IO, "write to standard output failed: %s", strerror(errno));
+        else if (i + 1 < o->tokens)
+            logits = sr_generator_feed(g, next);
+    }
+    if (st == SR_OK && !o->tokenizer && V != 256 && fputc('\n', out) == EOF)
+        st = sr_error(SR_ERR_IO, "write to standard output failed: %s", strerror(errno));
+    double t2 = mono();
+    if (st == SR_OK) {
+        char topk[32];
+        snprintf(topk, sizeof topk, o->top_k > 0 ? "%d" : "off", o->top_k);
+        fprintf(log,
+                "shardrun: sampled %ld tokens from %s (step %lld, vocab %d%s) after a %d-token prompt (%s); "
+                "temperature %g, top-k %s, seed %llu; loaded in %.2f s, %.1f tokens/s\n",
+                o->tokens, ckpt, (long long)mf.step, V,
+                o->tokenizer ? ", decoded by the tokenizer"
+                : V == 256   ? ", bytes"
+                             : ", token ids",
+                n, how, o->temperature, topk, (unsigned long long)o->seed, t1 - t0,
+                (double)(o->tokens + n) / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
+    }
+    free(scratch);
+    free(prompt);
+    sr_generator_free(g);
+    sr_tokenizer_free(&tok);
+    free(all);
+    sr_model_free(&model);
+    sr_manifest_free(&mf);
+    return st;
+}
