@@ -67,7 +67,11 @@ static bool is_checkpoint(int dirfd, const char *path) {
     return sr_ckpt_parse_step_name(base, &step);
 }
 
-sr_status sr_ckpt_tool_open(const char *path, int *dirfd, sr_manifest *mf, sr_model *model) {
+/* PATH is a directory (resolved once into *dirfd, symbolic links
+ * followed) whose manifest parses, and the model's tensor table for its
+ * dims.  On success close *dirfd and free both; on failure nothing is
+ * left. */
+static sr_status tool_open(const char *path, int *dirfd, sr_manifest *mf, sr_model *model) {
     sr_status st = need_dir(path, dirfd);
     if (st != SR_OK)
         return st;
@@ -89,7 +93,7 @@ sr_status sr_ckpt_tool_open(const char *path, int *dirfd, sr_manifest *mf, sr_mo
 sr_status sr_ckpt_tool_read_model(const char *path, sr_manifest *mf, sr_model *model, float **all) {
     int dirfd;
     *all = NULL;
-    sr_status st = sr_ckpt_tool_open(path, &dirfd, mf, model);
+    sr_status st = tool_open(path, &dirfd, mf, model);
     if (st != SR_OK)
         return st;
     *all = sr_malloc(model->n_params * sizeof(float));
@@ -276,7 +280,7 @@ sr_status sr_ckpt_inspect(const char *path, FILE *out) {
     sr_manifest mf;
     sr_model model;
     int dirfd;
-    sr_status st = sr_ckpt_tool_open(path, &dirfd, &mf, &model);
+    sr_status st = tool_open(path, &dirfd, &mf, &model);
     if (st != SR_OK)
         return st;
     close(dirfd);

@@ -3,7 +3,8 @@
  *
  * ckpt_tools owns what a person sees of checkpoints without running a job:
  * one process, no PMIx, output on the stream given.  The exporters
- * (export_llmc.h) start from sr_ckpt_tool_open too. */
+ * (export_llmc.h, export_hf.h) and sample (sample.h) start from
+ * sr_ckpt_tool_read_model. */
 #ifndef SR_CKPT_TOOLS_H
 #define SR_CKPT_TOOLS_H
 
@@ -23,18 +24,13 @@ sr_status sr_ckpt_list(const char *dir, FILE *out);
 sr_status sr_ckpt_verify(const char *path, FILE *out);
 sr_status sr_ckpt_inspect(const char *path, FILE *out);
 
-/* The offline tools' start: PATH is a directory (resolved once into
- * *dirfd, symbolic links followed) whose manifest parses (SR_ERR_DATA, or
- * SR_ERR_NOINPUT when it is not a checkpoint at all), and the model's
- * tensor table (no activations) for its dims.  On success close *dirfd
- * and free both (sr_model_free, sr_manifest_free); on failure nothing is
- * left. */
-sr_status sr_ckpt_tool_open(const char *path, int *dirfd, sr_manifest *mf, sr_model *model);
-
-/* sr_ckpt_tool_open, then the whole fp32 model (the unit-major parameter
- * vector, padded vocabulary rows zero) read and verified from every shard
- * into *all (malloc'd).  On success free all three; on failure nothing is
- * left. */
+/* The offline tools' start: PATH is a directory whose manifest parses
+ * (SR_ERR_DATA, or SR_ERR_NOINPUT when it is not a checkpoint at all), the
+ * model's tensor table (no activations) for its dims, and the whole fp32
+ * model (the unit-major parameter vector, padded vocabulary rows zero)
+ * read and verified from every shard into *all (malloc'd).  On success
+ * free all three (free, sr_model_free, sr_manifest_free); on failure
+ * nothing is left. */
 sr_status sr_ckpt_tool_read_model(const char *path, sr_manifest *mf, sr_model *model, float **all);
 
 #endif

@@ -32,7 +32,7 @@ static bool ends_with(const char *s, const char *suffix) {
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-sr_status sr_export_resolve(const char *dest, sr_export_format *fmt) {
+static sr_status resolve(const char *dest, sr_export_format *fmt) {
     struct stat sb;
     if (ends_with(dest, "/") || (stat(dest, &sb) == 0 && S_ISDIR(sb.st_mode)))
         *fmt = SR_EXPORT_HF;
@@ -227,7 +227,7 @@ static sr_status export_hf(const char *path, const char *dest, sr_export_format 
 
 sr_status sr_export(const char *path, const char *dest, sr_export_format fmt, FILE *out) {
     if (fmt == SR_EXPORT_AUTO) {
-        sr_status st = sr_export_resolve(dest, &fmt);
+        sr_status st = resolve(dest, &fmt);
         if (st != SR_OK)
             return st;
     }

@@ -24,13 +24,11 @@ typedef enum { SR_EXPORT_AUTO, SR_EXPORT_HF, SR_EXPORT_SAFETENSORS, SR_EXPORT_LL
  * name is none of them. */
 int sr_export_format_parse(const char *name);
 
-/* What `dest` asks for under SR_EXPORT_AUTO: a directory (a trailing '/'
- * or an existing directory) is hf, *.safetensors safetensors, *.bin llmc;
- * anything else SR_ERR_USAGE with a hint. */
-sr_status sr_export_resolve(const char *dest, sr_export_format *fmt);
-
 /* Verifies the checkpoint at `path` and writes its model to `dest` in
- * `fmt` (resolved first when SR_EXPORT_AUTO); one line on `out` when done.
+ * `fmt`; with SR_EXPORT_AUTO the format follows from dest: a directory (a
+ * trailing '/' or an existing directory) is hf, *.safetensors
+ * safetensors, *.bin llmc, anything else SR_ERR_USAGE with a hint.  One
+ * line on `out` when done.
  * SR_ERR_DATA / SR_ERR_NOINPUT for the checkpoint, SR_ERR_CANTCREAT for
  * dest (a config.json not written by shardrun among them, checked before
  * anything is written), SR_ERR_IO while writing. */

@@ -164,7 +164,9 @@ static sr_status parse_metadata(const char *path, const json_t *v, sr_st_header 
     return SR_OK;
 }
 
-sr_status sr_st_parse(const char *text, size_t n, uint64_t data_len, const char *path, sr_st_header *out) {
+/* The JSON header text[0, n) of a file whose data area holds data_len
+ * bytes. */
+static sr_status parse(const char *text, size_t n, uint64_t data_len, const char *path, sr_st_header *out) {
     memset(out, 0, sizeof *out);
     out->data_start = 8 + (uint64_t)n;
     out->data_len = data_len;
@@ -234,7 +236,7 @@ sr_status sr_st_parse_image(const unsigned char *img, size_t size, const char *p
     memset(out, 0, sizeof *out);
     uint64_t n = size >= 8 ? le64(img) : 0;
     sr_status st = check_length(n, size, path);
-    return st != SR_OK ? st : sr_st_parse((const char *)img + 8, (size_t)n, size - 8 - n, path, out);
+    return st != SR_OK ? st : parse((const char *)img + 8, (size_t)n, size - 8 - n, path, out);
 }
 
 sr_status sr_st_read_header(int fd, uint64_t file_size, const char *path, sr_st_header *out) {
@@ -254,7 +256,7 @@ sr_status sr_st_read_header(int fd, uint64_t file_size, const char *path, sr_st_
         free(text);
         return st;
     }
-    st = sr_st_parse(text, (size_t)n, file_size - 8 - n, path, out);
+    st = parse(text, (size_t)n, file_size - 8 - n, path, out);
     free(text);
     return st;
 }

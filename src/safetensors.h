@@ -63,13 +63,9 @@ typedef struct {
 size_t sr_st_dtype_size(sr_st_dtype dt);
 const char *sr_st_dtype_name(sr_st_dtype dt);
 
-/* Parses and validates the JSON header text[0, n) of a file whose data
- * area holds data_len bytes.  `path` names the file in messages.  On
- * failure nothing is left to free. */
-sr_status sr_st_parse(const char *text, size_t n, uint64_t data_len, const char *path, sr_st_header *out);
-
-/* Parses a whole file image (header length, header, data) held in memory:
- * the fuzzer's entry point and the tests'.  As sr_st_parse. */
+/* Parses and validates a whole file image (header length, header, data)
+ * held in memory: the fuzzer's entry point and the tests'.  `path` names
+ * the file in messages.  On failure nothing is left to free. */
 sr_status sr_st_parse_image(const unsigned char *img, size_t size, const char *path, sr_st_header *out);
 
 /* Reads and parses the header of the open file fd of file_size bytes.

@@ -16,6 +16,7 @@
 #include "ckpt_tools.h"
 #include "fsio.h"
 #include "mem.h"
+#include "model.h"
 #include "ops.h"
 #include "rng.h"
 
@@ -66,7 +67,19 @@ int sr_sample_pick(const float *logits, int V, double temperature, int top_k, ui
 }
 
 /* ------------------------------------------------------------------------ */
-/* the generator */
+/* the generator: over a model's tensor table and its parameters (the
+ * unit-major fp32 vector in host memory, kept by the caller); each token
+ * fed at the next position (the window restarting when the cache is
+ * full) gives the logits of the next one */
+
+typedef struct sr_tokenizer {
+    int n;        /* tokens */
+    int eot;      /* end-of-text token (version 2), else -1 */
+    char **piece; /* n byte strings */
+    unsigned char *len;
+} sr_tokenizer;
+
+typedef struct sr_generator sr_generator;
 
 struct sr_generator {
     const sr_model *m;
@@ -79,7 +92,7 @@ struct sr_generator {
     float *x, *ln, *qkv, *y, *o_, *h, *hg, *logits, *att, *mean, *rstd;
 };
 
-void sr_generator_free(sr_generator *g) {
+static void sr_generator_free(sr_generator *g) {
     if (!g)
         return;
     free(g->hist);
@@ -99,7 +112,7 @@ void sr_generator_free(sr_generator *g) {
     free(g);
 }
 
-sr_status sr_generator_new(sr_generator **out, const sr_model *m, const float *params) {
+static sr_status sr_generator_new(sr_generator **out, const sr_model *m, const float *params) {
     const sr_model_dims *d = &m->d;
     sr_generator *g = sr_calloc(1, sizeof *g);
     *out = NULL;
@@ -189,7 +202,7 @@ static void step(sr_generator *g, int token, int pos) {
     }
 }
 
-const float *sr_generator_feed(sr_generator *g, int token) {
+static const float *sr_generator_feed(sr_generator *g, int token) {
     const sr_model_dims *d = &g->m->d;
     if (g->pos == d->T) {
         /* the window is full: restart the cache from the newest T/2 tokens */
@@ -211,7 +224,7 @@ const float *sr_generator_feed(sr_generator *g, int token) {
 /* ------------------------------------------------------------------------ */
 /* tokenizer files */
 
-void sr_tokenizer_free(sr_tokenizer *t) {
+static void sr_tokenizer_free(sr_tokenizer *t) {
     for (int i = 0; t->piece && i < t->n; i++)
         free(t->piece[i]);
     free(t->piece);
@@ -219,7 +232,7 @@ void sr_tokenizer_free(sr_tokenizer *t) {
     memset(t, 0, sizeof *t);
 }
 
-sr_status sr_tokenizer_load(sr_tokenizer *t, const char *path, int V) {
+static sr_status sr_tokenizer_load(sr_tokenizer *t, const char *path, int V) {
     memset(t, 0, sizeof *t);
     FILE *f = fopen(path, "rb");
     if (!f)

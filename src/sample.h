@@ -17,7 +17,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "model.h"
 #include "status.h"
 
 /* The next token from logits[0 .. V): argmax when temperature is 0 or
@@ -29,26 +28,14 @@
 int sr_sample_pick(const float *logits, int V, double temperature, int top_k, uint64_t seed, uint64_t index,
                    float *scratch);
 
-/* A tokenizer file in llm.c's format (header of 256 uint32 {20240328,
- * version 1 or 2, vocab_size, eot (version 2)}, then per token a length
- * byte and the bytes). */
-typedef struct {
-    int n;        /* tokens */
-    int eot;      /* end-of-text token (version 2), else -1 */
-    char **piece; /* n byte strings */
-    unsigned char *len;
-} sr_tokenizer;
-
-/* Loads `path` for a vocabulary of V: SR_ERR_NOINPUT when unreadable,
- * SR_ERR_DATA when malformed or holding fewer than V tokens. */
-sr_status sr_tokenizer_load(sr_tokenizer *t, const char *path, int V);
-void sr_tokenizer_free(sr_tokenizer *t);
-
-/* Writes tokens as text: with a tokenizer its pieces, for V == 256 the
+/* Writes tokens as text: with a tokenizer (llm.c's format: a header of 256
+ * uint32 {20240328, version 1 or 2, vocab_size, eot (version 2)}, then per
+ * token a length byte and the bytes; NULL for none) its pieces, for V == 256 the
  * bytes, else the ids separated by spaces (a space before each id when
  * `first` is false).  `escape` shows control bytes and non-ASCII as C
  * escapes (for one-line logs).  Returns 0 or -1 on a write error. */
-int sr_sample_write(FILE *out, const int *tok, int n, int V, const sr_tokenizer *t, bool escape, bool first);
+struct sr_tokenizer;
+int sr_sample_write(FILE *out, const int *tok, int n, int V, const struct sr_tokenizer *t, bool escape, bool first);
 
 /* The command: generation on the CPU from the checkpoint at `ckpt` (any
  * world size; verified as it is read). */
@@ -67,15 +54,5 @@ typedef struct {
  * take (text with a non-byte vocabulary: "use --prompt-tokens"; ids out of
  * range), the checkpoint's and tokenizer's statuses otherwise. */
 sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FILE *log);
-
-/* A generator over `m`'s tensor table and `params` (the unit-major fp32
- * vector, host memory, kept by the caller). */
-typedef struct sr_generator sr_generator;
-sr_status sr_generator_new(sr_generator **out, const sr_model *m, const float *params);
-void sr_generator_free(sr_generator *g);
-/* Feeds `token` at the next position (restarting the window when the
- * cache is full) and returns the logits of the next token (V floats,
- * valid until the next call). */
-const float *sr_generator_feed(sr_generator *g, int token);
 
 #endif

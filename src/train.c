@@ -216,6 +216,8 @@ static sr_status load_init(run *r) {
     if (mine == SR_OK)
         mine = sr_modelfile_open(&mf, path, &r->model, "model.init");
     opened = mine == SR_OK;
+    if (opened)
+        sr_log_info("model.init: reading this rank's shard of %s (%.1f MB file)", path, (double)mf.size / 1e6);
     for (int i = 0; i < s.nslices && mine == SR_OK; i++)
         for (size_t b = s.slices[i].begin; b < s.slices[i].end && mine == SR_OK; b += PIECE) {
             size_t e = b + PIECE < s.slices[i].end ? b + PIECE : s.slices[i].end;
