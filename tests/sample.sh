@@ -7,7 +7,7 @@
 # at least 3 of the corpus's 10 most frequent words; a tokenizer file in
 # llm.c's format made here decodes; every refusal has its status.
 # log.sample_every prints samples in the training log, the same text on 1
-# and 2 ranks.
+# and 2 ranks and on the fake device.
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 PROBE=${SR_BUILDDIR:-.}/tests/model_probe
@@ -114,6 +114,11 @@ expect_status 65 "a checkpoint that does not verify" "$S" sample bad.$D
 "$S" train $DIMS $FROZEN --set train.steps=2 --set log.sample_every=2 --set model.init="$HF/tiny/model.safetensors" \
     >one.out 2>one.err
 grep 'sample at step' one.err | sed 's/.*s): //' >one.sample
+SHARDRUN_TEST_DEVICE=fake "$S" train $DIMS $FROZEN --set train.steps=2 --set log.sample_every=2 \
+    --set model.init="$HF/tiny/model.safetensors" >fake.out 2>fake.err
+grep 'sample at step' fake.err | sed 's/.*s): //' >fake.sample
+check "log.sample_every on the fake device (logits downloaded from device memory): the CPU run's text" \
+    sh -c "[ -s one.sample ] && cmp -s one.sample fake.sample"
 if command -v mpirun >/dev/null 2>&1; then
     mpirun --allow-run-as-root --oversubscribe -n 2 "$S" train $DIMS $FROZEN --set train.steps=2 \
         --set log.sample_every=2 --set model.init="$HF/tiny/model.safetensors" </dev/null >two.out 2>two.err
