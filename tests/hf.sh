@@ -16,7 +16,7 @@
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 PROBE=${SR_BUILDDIR:-.}/tests/model_probe
-HF=$SR_SRCDIR/tests/hf
+HF=$(cd "$SR_SRCDIR/tests/hf" && pwd -P) # absolute and resolved, as the logs print it
 cd "$T" || exit 99
 export OMP_WAIT_POLICY=PASSIVE
 TOK=$(cat "$HF/tokens.txt")

@@ -11,7 +11,7 @@
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 PROBE=${SR_BUILDDIR:-.}/tests/model_probe
-HF=$SR_SRCDIR/tests/hf
+HF=$(cd "$SR_SRCDIR/tests/hf" && pwd -P) # absolute and resolved, as the logs print it
 cd "$T" || exit 99
 export OMP_WAIT_POLICY=PASSIVE
 DIMS="--set model.n_layer=2 --set model.n_head=4 --set model.n_embd=48 --set model.vocab_size=300 --set model.seq_len=32"
