@@ -63,6 +63,9 @@ struct sr_ckpt {
     /* model.init of this lineage (sr_ckpt_set_init, or the resumed
      * manifest's), recorded in every manifest */
     char init_path[1024], init_sha256[65];
+    char resumed_from[PATH_MAX]; /* the checkpoint sr_ckpt_resume loaded, or "" */
+    sr_ckpt_commit commit;       /* the newest commit not yet taken (sr_ckpt_take_commit) */
+    bool have_commit;
 };
 
 static sr_status setup_async(sr_ckpt *c);
@@ -241,19 +244,24 @@ static sr_status resolve_dir(sr_ckpt *c) {
     return SR_OK;
 }
 
-/* The bytes one checkpoint of this job takes: every shard file (header and
- * three fp32 states per element) and a generous bound for the manifest
- * (64 KiB for the job's keys and the model, 100 bytes per chunk digest). */
+uint64_t sr_ckpt_planned_bytes(const sr_shardplan *plan, int S, uint64_t *largest_file) {
+    uint64_t total = (uint64_t)64 << 10, largest = 0;
+    for (int s = 0; s < S; s++) {
+        uint64_t file =
+            SR_SHARD_HEADER_BYTES + (uint64_t)SR_NSTATE * sizeof(float) * sr_shardplan_shard_elements(plan, s);
+        largest = file > largest ? file : largest;
+        total += file + 100 * ((file + SR_SHARD_CHUNK_BYTES - 1) / SR_SHARD_CHUNK_BYTES);
+    }
+    if (largest_file)
+        *largest_file = largest;
+    return total;
+}
+
+/* The bytes one checkpoint of this job takes (sr_ckpt_planned_bytes). */
 static uint64_t checkpoint_bytes(const sr_ckpt *c) {
     sr_fsdp_shard_state v;
     sr_fsdp_shard_state_view(c->f, &v);
-    uint64_t total = (uint64_t)64 << 10;
-    for (int s = 0; s < v.mesh->S; s++) {
-        uint64_t file =
-            SR_SHARD_HEADER_BYTES + (uint64_t)SR_NSTATE * sizeof(float) * sr_shardplan_shard_elements(v.plan, s);
-        total += file + 100 * ((file + SR_SHARD_CHUNK_BYTES - 1) / SR_SHARD_CHUNK_BYTES);
-    }
-    return total;
+    return sr_ckpt_planned_bytes(v.plan, v.mesh->S, NULL);
 }
 
 /* "12.3 MiB" or "4.56 GiB" into buf. */
@@ -503,6 +511,16 @@ static void log_loaded(sr_ckpt *c, const char *path, const sr_manifest *mf, cons
         log_config_changes(c, mf, path);
 }
 
+const char *sr_ckpt_resumed_from(const sr_ckpt *c) { return c && c->resumed_from[0] ? c->resumed_from : NULL; }
+
+bool sr_ckpt_take_commit(sr_ckpt *c, sr_ckpt_commit *out) {
+    if (!c || !c->have_commit)
+        return false;
+    *out = c->commit;
+    c->have_commit = false;
+    return true;
+}
+
 sr_status sr_ckpt_resume(sr_ckpt *c, sr_ckpt_progress *p, char *how, size_t how_len) {
     *p = (sr_ckpt_progress){0, 0};
     snprintf(how, how_len, "fresh");
@@ -547,6 +565,7 @@ sr_status sr_ckpt_resume(sr_ckpt *c, sr_ckpt_progress *p, char *how, size_t how_
             *p = (sr_ckpt_progress){mf.step, mf.cursor};
             c->last_step = mf.step;
             snprintf(how, how_len, "%lld", (long long)mf.step);
+            FMT(c->resumed_from, "%s", path);
             FMT(c->init_path, "%s", mf.init_path);
             FMT(c->init_sha256, "%s", mf.init_sha256);
             sr_manifest_free(&mf);
@@ -956,6 +975,8 @@ sr_status sr_ckpt_save(sr_ckpt *c, const sr_ckpt_progress *p, uint64_t *bytes_ou
                              (long long)p->step);
     double dt = now_s() - t0;
     c->last_step = p->step;
+    c->commit = (sr_ckpt_commit){p->step, p->step, dt, total, false};
+    c->have_commit = true;
     if (bytes_out)
         *bytes_out = total;
     sr_log_info("checkpoint: step %lld saved: %.1f MB in %.2f s (%.0f MB/s, SHA-256 per 4 MiB chunk)",
@@ -1216,6 +1237,8 @@ sr_status sr_ckpt_poll(sr_ckpt *c, int64_t now_step, bool wait) {
                    : sr_error_wrap(st, "checkpoint at step %lld not saved (earlier checkpoints are untouched)",
                                    (long long)p.step);
     c->last_step = p.step;
+    c->commit = (sr_ckpt_commit){p.step, now_step, took, total, true};
+    c->have_commit = true;
     sr_log_info("checkpoint: step %lld saved (asynchronous: started at step %lld, committed at step %lld): %.1f MB; "
                 "training stalled %.3f s for the snapshot, the background write took %.2f s (%.0f MB/s), %.2f s from "
                 "start to commit",

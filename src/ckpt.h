@@ -110,6 +110,29 @@ uint64_t sr_ckpt_async_max_bytes(const sr_ckpt_opts *o, int local_size);
 /* Whether saves are asynchronous; the step of the save in flight (-1 none). */
 bool sr_ckpt_async(const sr_ckpt *c);
 int64_t sr_ckpt_pending_step(const sr_ckpt *c);
+/* The bytes one checkpoint of a job with this shard plan over a shard
+ * group of S takes on disk: every shard file (header and three fp32
+ * states per element) and a generous bound for the manifest (64 KiB for
+ * the job's keys and the model, 100 bytes per chunk digest);
+ * *largest_file (may be NULL) gets the largest shard file, the most one
+ * rank writes. */
+uint64_t sr_ckpt_planned_bytes(const sr_shardplan *plan, int S, uint64_t *largest_file);
+
+/* A committed save: the step it holds, the step at which it committed
+ * (later than the first for an asynchronous save), the seconds from its
+ * start to the commit, the bytes of its shard files (all ranks). */
+typedef struct {
+    int64_t started_step, committed_step;
+    double duration_s;
+    uint64_t bytes;
+    bool async;
+} sr_ckpt_commit;
+/* The newest commit since the last call (each is handed out once), for
+ * the metrics file's checkpoint events: true with *out set, false when
+ * none. */
+bool sr_ckpt_take_commit(sr_ckpt *c, sr_ckpt_commit *out);
+/* The checkpoint directory sr_ckpt_resume loaded, or NULL (fresh). */
+const char *sr_ckpt_resumed_from(const sr_ckpt *c);
 /* Step of the newest checkpoint this run saved or resumed from; -1 none. */
 int64_t sr_ckpt_last_step(const sr_ckpt *c);
 

@@ -87,7 +87,7 @@ static const sr_key keys[] = {
  {"data.train", T_STRLIST, OFF(data_train), "\"\"", 0, 0, NULL, true, "training token shards: a path, a glob, or a list of them; empty = the embedded corpus"},
  {"data.val", T_STRLIST, OFF(data_val), "\"\"", 0, 0, NULL, true, "validation token shards; empty = the embedded corpus's held-out tail when data.train is empty, none otherwise"},
  {"log.every", T_INT, OFF(log_every), "1", 1, 1e12, NULL, true, "progress line and metrics record every N steps"},
- {"log.metrics", T_STR, OFF(log_metrics), "\"\"", 0, 0, NULL, true, "JSON-lines metrics file written by rank 0; empty = none"},
+ {"log.metrics", T_STR, OFF(log_metrics), "\"\"", 0, 0, NULL, true, "JSON-lines metrics file written by rank 0: one step record per logged step and one event record per start, resume, checkpoint, preemption and evaluation; a resumed run appends; shardrun report draws it; empty = none"},
  {"log.sample_every", T_INT, OFF(log_sample_every), "0", 0, 1e12, NULL, true, "every N steps rank 0 prints a short sample of generated text (64 tokens, temperature 0.8, top-k 40); every rank decodes in lockstep; 0 = off"},
  {"threads", T_INT, OFF(threads), "0", 0, 4096, NULL, true, "compute threads per rank; 0 = all cores available to the rank"},
  {"comm.backend", T_ENUM, OFF(comm_backend), "auto", 0, 0, backend_names, true, "data plane: auto (nccl for GPU runs of more than one rank, tcp for CPU runs), tcp or nccl; the control plane is always tcp"},

@@ -187,6 +187,18 @@ const sr_ops *sr_device_ops(const sr_dev *d, sr_dtype param_dtype) {
     return &sr_ops_cpu;
 }
 
+const sr_ops *sr_device_plan_ops(bool gpu, sr_dtype param_dtype) {
+#ifdef SR_HAVE_CUDA
+    if (gpu)
+        return param_dtype == SR_DT_BF16 ? &sr_ops_cuda_bf16 : &sr_ops_cuda_f32;
+#else
+    (void)param_dtype;
+    if (gpu)
+        return NULL;
+#endif
+    return &sr_ops_cpu;
+}
+
 void sr_device_close(sr_dev *d) {
     if (!d)
         return;

@@ -178,6 +178,10 @@ sr_status sr_device_open(sr_dev **out, sr_device_want want, int world_size, int 
 /* The op table that computes on `d` in `param_dtype`: the CPU ops (f32) on
  * the cpu and fake tables, the CUDA ops of that dtype on the cuda table. */
 const struct sr_ops *sr_device_ops(const sr_dev *d, sr_dtype param_dtype);
+/* The op table a run would use on a GPU (gpu true) or on the CPU, without
+ * opening a device (`shardrun plan`); NULL for a GPU in a build without
+ * CUDA. */
+const struct sr_ops *sr_device_plan_ops(bool gpu, sr_dtype param_dtype);
 void sr_device_close(sr_dev *d);
 /* The cpu and fake tables themselves, for tests (sr_device_close frees
  * them too).  NULL when out of memory. */

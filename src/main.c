@@ -1,13 +1,14 @@
 /* main.c — the command line (getopt_long) and the only place that exits.
  *
  * Commands: train, config check|show|keys, data prepare, ckpt
- * list|verify|inspect|export, sample; --help, --version.
+ * list|verify|inspect|export, sample, report, plan; --help, --version.
  * Every failure is one message on stderr and an exit status from the
  * sysexits table in status.h (ARCHITECTURE.md §6). */
 #include "srconfig.h"
 
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,61 +22,77 @@
 #include "job.h"
 #include "mem.h"
 #include "ops.h"
+#include "plan.h"
+#include "report.h"
 #include "sample.h"
 #include "status.h"
 #include "testhook.h"
 #include "train.h"
 #include "world.h"
 
-static const char usage_text[] = "usage: shardrun train [JOB.yaml] [--set KEY=VALUE]...\n"
-                                 "       shardrun config check JOB.yaml [--ranks N] [--set KEY=VALUE]...\n"
-                                 "       shardrun config show [JOB.yaml] [--ranks N] [--set KEY=VALUE]...\n"
-                                 "       shardrun config keys [--mdoc]\n"
-                                 "       shardrun data prepare [-o OUT] FILE...\n"
-                                 "       shardrun ckpt list DIR | verify PATH | inspect PATH\n"
-                                 "       shardrun ckpt export PATH -o DIR/|FILE.safetensors|FILE.bin [--format F]\n"
-                                 "       shardrun sample CKPT [--prompt TEXT | --prompt-tokens 1,2,3] [--tokens N]\n"
-                                 "                [--temperature T] [--top-k K] [--seed S] [--tokenizer FILE]\n"
-                                 "       shardrun --help | --version\n"
-                                 "\n"
-                                 "Train a GPT-2 style transformer with fully sharded data parallelism.\n"
-                                 "\n"
-                                 "commands:\n"
-                                 "  train           train per JOB.yaml (without one: the embedded default job)\n"
-                                 "  config check    validate a job file; exit 0 when it is valid\n"
-                                 "  config show     print the effective job with every default filled in\n"
-                                 "  config keys     list every job-file key with type, default and meaning\n"
-                                 "  data prepare    turn text files into a byte-level llm.c token shard\n"
-                                 "  ckpt list       list the checkpoints of a checkpoint.dir\n"
-                                 "  ckpt verify     check every SHA-256 of a checkpoint (or of all in a dir)\n"
-                                 "  ckpt inspect    summarize a checkpoint's manifest\n"
-                                 "  ckpt export     write a checkpoint's model for Hugging Face (-o DIR/:\n"
-                                 "                  model.safetensors + config.json), as a safetensors file\n"
-                                 "                  (-o FILE.safetensors) or as an llm.c model file (-o FILE.bin)\n"
-                                 "  sample          generate text from a checkpoint on the CPU\n"
-                                 "\n"
-                                 "options:\n"
-                                 "  -s, --set KEY=VALUE   override a job-file key (VALUE is YAML), repeatable\n"
-                                 "  -o, --output OUT      data prepare: output shard (default: data.bin);\n"
-                                 "                        ckpt export: the directory or file to write\n"
-                                 "      --format F        ckpt export: hf, safetensors or llmc (default: from -o)\n"
-                                 "      --prompt TEXT     sample: start from TEXT (byte-level vocabulary only)\n"
-                                 "      --prompt-tokens L sample: start from these token ids (comma list)\n"
-                                 "      --tokens N        sample: tokens to generate (default 256)\n"
-                                 "      --temperature T   sample: softmax temperature, 0 = greedy (default 0.8)\n"
-                                 "      --top-k K         sample: draw among the K likeliest (default 40; 0 = off)\n"
-                                 "      --seed S          sample: the seed of the draws (default 1)\n"
-                                 "      --tokenizer FILE  sample: an llm.c tokenizer file to decode with\n"
-                                 "      --ranks N         config check|show: also check the rules that depend on\n"
-                                 "                        the number of ranks (mesh, reshard N, batch split)\n"
-                                 "      --mdoc            config keys: print the list as an mdoc section\n"
-                                 "  -h, --help            print this help and exit\n"
-                                 "  -V, --version         print the version and exit\n"
-                                 "\n"
-                                 "exit status: 0 done, 1 training failed, 64 usage, 65 bad data or checkpoint,\n"
-                                 "66 missing input, 69 peer failed, 70 internal, 73 cannot create output,\n"
-                                 "74 I/O error, 75 preempted (run again), 78 bad job file or launch.\n"
-                                 "See shardrun(1) and shardrun.yaml(5).\n";
+static const char usage_text[] =
+    "usage: shardrun train [JOB.yaml] [--set KEY=VALUE]...\n"
+    "       shardrun config check JOB.yaml [--ranks N] [--set KEY=VALUE]...\n"
+    "       shardrun config show [JOB.yaml] [--ranks N] [--set KEY=VALUE]...\n"
+    "       shardrun config keys [--mdoc]\n"
+    "       shardrun data prepare [-o OUT] FILE...\n"
+    "       shardrun ckpt list DIR | verify PATH | inspect PATH\n"
+    "       shardrun ckpt export PATH -o DIR/|FILE.safetensors|FILE.bin [--format F]\n"
+    "       shardrun sample CKPT [--prompt TEXT | --prompt-tokens 1,2,3] [--tokens N]\n"
+    "                [--temperature T] [--top-k K] [--seed S] [--tokenizer FILE]\n"
+    "       shardrun report METRICS.jsonl [-o REPORT.html]\n"
+    "       shardrun plan JOB.yaml [--ranks N|A-B] [--gpus-per-node G] [--device-mem GiB]\n"
+    "                [--host-mem GiB] [--disk-mbps M] [--tflops T] [--set KEY=VALUE]...\n"
+    "       shardrun --help | --version\n"
+    "\n"
+    "Train a GPT-2 style transformer with fully sharded data parallelism.\n"
+    "\n"
+    "commands:\n"
+    "  train           train per JOB.yaml (without one: the embedded default job)\n"
+    "  config check    validate a job file; exit 0 when it is valid\n"
+    "  config show     print the effective job with every default filled in\n"
+    "  config keys     list every job-file key with type, default and meaning\n"
+    "  data prepare    turn text files into a byte-level llm.c token shard\n"
+    "  ckpt list       list the checkpoints of a checkpoint.dir\n"
+    "  ckpt verify     check every SHA-256 of a checkpoint (or of all in a dir)\n"
+    "  ckpt inspect    summarize a checkpoint's manifest\n"
+    "  ckpt export     write a checkpoint's model for Hugging Face (-o DIR/:\n"
+    "                  model.safetensors + config.json), as a safetensors file\n"
+    "                  (-o FILE.safetensors) or as an llm.c model file (-o FILE.bin)\n"
+    "  sample          generate text from a checkpoint on the CPU\n"
+    "  report          a metrics file as one HTML page with charts, and a summary\n"
+    "  plan            size a job without running it: memory per rank and space,\n"
+    "                  fit, throughput, checkpoint size and the --signal lead\n"
+    "\n"
+    "options:\n"
+    "  -s, --set KEY=VALUE   override a job-file key (VALUE is YAML), repeatable\n"
+    "  -o, --output OUT      data prepare: output shard (default: data.bin);\n"
+    "                        ckpt export: the directory or file to write;\n"
+    "                        report: the page (default: METRICS.jsonl.html)\n"
+    "      --format F        ckpt export: hf, safetensors or llmc (default: from -o)\n"
+    "      --prompt TEXT     sample: start from TEXT (byte-level vocabulary only)\n"
+    "      --prompt-tokens L sample: start from these token ids (comma list)\n"
+    "      --tokens N        sample: tokens to generate (default 256)\n"
+    "      --temperature T   sample: softmax temperature, 0 = greedy (default 0.8)\n"
+    "      --top-k K         sample: draw among the K likeliest (default 40; 0 = off)\n"
+    "      --seed S          sample: the seed of the draws (default 1)\n"
+    "      --tokenizer FILE  sample: an llm.c tokenizer file to decode with\n"
+    "      --ranks N         config check|show: also check the rules that depend on\n"
+    "                        the number of ranks (mesh, reshard N, batch split);\n"
+    "                        plan: the ranks to plan for (A-B: a table)\n"
+    "      --gpus-per-node G plan: a GPU plan with G ranks per node\n"
+    "      --device-mem GiB  plan: memory per GPU (default 80)\n"
+    "      --host-mem GiB    plan: memory per node (default: this node's)\n"
+    "      --disk-mbps M     plan: checkpoint write speed, MB/s, all ranks (default 1000)\n"
+    "      --tflops T        plan: sustained TFLOP/s per rank (default: 40% of peak)\n"
+    "      --mdoc            config keys: print the list as an mdoc section\n"
+    "  -h, --help            print this help and exit\n"
+    "  -V, --version         print the version and exit\n"
+    "\n"
+    "exit status: 0 done, 1 training failed, 64 usage, 65 bad data or checkpoint,\n"
+    "66 missing input, 69 peer failed, 70 internal, 73 cannot create output,\n"
+    "74 I/O error, 75 preempted (run again), 78 bad job file or launch.\n"
+    "See shardrun(1) and shardrun.yaml(5).\n";
 
 enum {
     OPT_MDOC = 1000,
@@ -87,7 +104,12 @@ enum {
     OPT_TEMPERATURE,
     OPT_TOP_K,
     OPT_SEED,
-    OPT_TOKENIZER
+    OPT_TOKENIZER,
+    OPT_GPUS_PER_NODE,
+    OPT_DEVICE_MEM,
+    OPT_HOST_MEM,
+    OPT_DISK_MBPS,
+    OPT_TFLOPS
 };
 
 static const struct option long_options[] = {
@@ -103,6 +125,11 @@ static const struct option long_options[] = {
     {"top-k", required_argument, NULL, OPT_TOP_K},
     {"seed", required_argument, NULL, OPT_SEED},
     {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
+    {"gpus-per-node", required_argument, NULL, OPT_GPUS_PER_NODE},
+    {"device-mem", required_argument, NULL, OPT_DEVICE_MEM},
+    {"host-mem", required_argument, NULL, OPT_HOST_MEM},
+    {"disk-mbps", required_argument, NULL, OPT_DISK_MBPS},
+    {"tflops", required_argument, NULL, OPT_TFLOPS},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -113,8 +140,11 @@ typedef struct {
     int nsets;
     const char *output;
     bool mdoc;
-    int ranks;  /* --ranks N; 0 = not given */
-    int format; /* --format: sr_export_format (SR_EXPORT_AUTO when not given) */
+    int ranks;    /* --ranks N; 0 = not given */
+    int ranks_hi; /* --ranks A-B: B (ranks is A); else = ranks */
+    sr_plan_opts plan;
+    const char *plan_opt; /* the first plan-only option given, for refusals elsewhere */
+    int format;           /* --format: sr_export_format (SR_EXPORT_AUTO when not given) */
     sr_sample_opts sample;
     const char *sample_opt; /* the first sample option given, for refusals elsewhere */
     char **args;            /* positional arguments after the command words */
@@ -200,6 +230,45 @@ static int sample_option(cli *c, int ch, const char *arg, const char *given) {
     return 0;
 }
 
+/* One of `shardrun plan`'s options into c->plan. */
+static int plan_option(cli *c, int ch, const char *arg, const char *given) {
+    char *end;
+    errno = 0;
+    if (!c->plan_opt)
+        c->plan_opt = given;
+    double v = strtod(arg, &end);
+    bool ok = *arg && !*end && !errno && isfinite(v) && v > 0;
+    switch (ch) {
+    case OPT_GPUS_PER_NODE:
+        if (!ok || v != floor(v) || v > 1024)
+            return usage_error("--gpus-per-node %s: expected a whole number of GPUs per node from 1 to 1024", arg);
+        c->plan.gpus_per_node = (int)v;
+        break;
+    case OPT_DEVICE_MEM:
+        if (!ok || v > 1e6)
+            return usage_error("--device-mem %s: expected the memory of one GPU in GiB (a number above 0)", arg);
+        c->plan.device_mem_gib = v;
+        break;
+    case OPT_HOST_MEM:
+        if (!ok || v > 1e9)
+            return usage_error("--host-mem %s: expected the memory of one node in GiB (a number above 0)", arg);
+        c->plan.host_mem_gib = v;
+        break;
+    case OPT_DISK_MBPS:
+        if (!ok || v > 1e9)
+            return usage_error("--disk-mbps %s: expected the checkpoint file system's write speed in MB/s (above 0)",
+                               arg);
+        c->plan.disk_mbps = v;
+        break;
+    case OPT_TFLOPS:
+        if (!ok || v > 1e6)
+            return usage_error("--tflops %s: expected the sustained TFLOP/s of one rank (a number above 0)", arg);
+        c->plan.tflops = v;
+        break;
+    }
+    return 0;
+}
+
 /* Parses options after the command words; positional arguments collected. */
 static int parse_options(int argc, char **argv, cli *c) {
     memset(c, 0, sizeof *c);
@@ -224,10 +293,25 @@ static int parse_options(int argc, char **argv, cli *c) {
             break;
         case OPT_RANKS: {
             char *end;
-            long v = strtol(optarg, &end, 10);
-            if (!*optarg || *end || v < 1 || v > 1048576)
-                return usage_error("--ranks %s: expected a number of ranks from 1 to 1048576", optarg);
+            long v = strtol(optarg, &end, 10), w = v;
+            if (*end == '-' && end > optarg) /* A-B: plan's table */
+                w = strtol(end + 1, &end, 10);
+            if (!*optarg || *end || v < 1 || v > 1048576 || w < v || w > 1048576)
+                return usage_error("--ranks %s: expected a number of ranks from 1 to 1048576, or a range A-B "
+                                   "(plan)",
+                                   optarg);
             c->ranks = (int)v;
+            c->ranks_hi = (int)w;
+            break;
+        }
+        case OPT_GPUS_PER_NODE:
+        case OPT_DEVICE_MEM:
+        case OPT_HOST_MEM:
+        case OPT_DISK_MBPS:
+        case OPT_TFLOPS: {
+            int rc = plan_option(c, ch, optarg, argv[optind - 1]);
+            if (rc)
+                return rc;
             break;
         }
         case OPT_FORMAT:
@@ -416,6 +500,38 @@ static int cmd_sample(const cli *c) {
     return st == SR_OK ? 0 : fail(st);
 }
 
+static int cmd_report(const cli *c) {
+    if (c->nargs != 1)
+        return usage_error("%s", "report: expected exactly one metrics file (log.metrics of a run)");
+    if (c->nsets || c->ranks || c->format || c->mdoc)
+        return usage_error("%s", "report: takes -o only");
+    sr_status st = sr_report(c->args[0], c->output, stdout, stderr);
+    if (st == SR_OK && fflush(stdout) != 0)
+        st = sr_error(SR_ERR_IO, "standard output: %s", strerror(errno));
+    return st == SR_OK ? 0 : fail(st);
+}
+
+static int cmd_plan(const cli *c) {
+    if (c->nargs != 1)
+        return usage_error("%s", "plan: expected exactly one JOB.yaml");
+    if (c->output || c->format || c->mdoc)
+        return usage_error("%s", "plan: takes --ranks, --gpus-per-node, --device-mem, --host-mem, --disk-mbps, "
+                                 "--tflops and --set");
+    sr_config cfg;
+    int rc = load_job(&cfg, c->args[0], c, 0);
+    if (rc == 0) {
+        sr_plan_opts o = c->plan;
+        o.ranks_lo = c->ranks ? c->ranks : 1;
+        o.ranks_hi = c->ranks ? c->ranks_hi : 1;
+        sr_status st = sr_plan_run(&cfg, c->args[0], &o, stdout);
+        if (st == SR_OK && fflush(stdout) != 0)
+            st = sr_error(SR_ERR_IO, "standard output: %s", strerror(errno));
+        rc = st == SR_OK ? 0 : fail(st);
+    }
+    sr_config_free(&cfg);
+    return rc;
+}
+
 /* SHARDRUN_TEST_SKIP_WAIT: "list" prints the wait sites (returns 0);
  * otherwise every entry must name one (else -1 after the message). */
 static int check_skip_wait(void) {
@@ -462,7 +578,7 @@ int main(int argc, char **argv) {
         cli_free(&c);
         if (rc)
             return rc;
-        return usage_error("%s", "expected a command: train, config, data, ckpt or sample");
+        return usage_error("%s", "expected a command: train, config, data, ckpt, sample, report or plan");
     }
     int words = 1; /* command words consumed */
     const char *sub = NULL;
@@ -476,8 +592,9 @@ int main(int argc, char **argv) {
         }
         sub = argv[2];
         words = 2;
-    } else if (strcmp(cmd, "train") != 0 && strcmp(cmd, "sample") != 0) {
-        return usage_error("unknown command '%s'; expected train, config, data, ckpt or sample", cmd);
+    } else if (strcmp(cmd, "train") != 0 && strcmp(cmd, "sample") != 0 && strcmp(cmd, "report") != 0 &&
+               strcmp(cmd, "plan") != 0) {
+        return usage_error("unknown command '%s'; expected train, config, data, ckpt, sample, report or plan", cmd);
     }
     cli c;
     int rc = parse_options(argc - words, argv + words, &c);
@@ -485,11 +602,19 @@ int main(int argc, char **argv) {
         rc = usage_error("%s applies to shardrun sample only", c.sample_opt);
     if (rc == 0 && c.format && !(sub && strcmp(cmd, "ckpt") == 0))
         rc = usage_error("%s", "--format applies to ckpt export only");
+    if (rc == 0 && c.plan_opt && strcmp(cmd, "plan") != 0)
+        rc = usage_error("%s applies to shardrun plan only", c.plan_opt);
+    if (rc == 0 && c.ranks && c.ranks_hi != c.ranks && strcmp(cmd, "plan") != 0)
+        rc = usage_error("%s", "--ranks A-B (a range) applies to shardrun plan only");
     if (rc == 0) {
         if (strcmp(cmd, "train") == 0)
             rc = cmd_train(&c);
         else if (strcmp(cmd, "sample") == 0)
             rc = cmd_sample(&c);
+        else if (strcmp(cmd, "report") == 0)
+            rc = cmd_report(&c);
+        else if (strcmp(cmd, "plan") == 0)
+            rc = cmd_plan(&c);
         else if (strcmp(cmd, "config") == 0)
             rc = cmd_config(sub, &c);
         else if (strcmp(cmd, "ckpt") == 0)

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "ckpt.h"
 #include "config.h"
 #include "ops.h"
 #include "shardplan.h"
@@ -52,7 +53,8 @@ static size_t full_units(const sr_shardplan *pl, const sr_fsdp_opts *o, size_t e
  * pool (fsdp.c alloc_pools): a root slot and two block slots, each the
  * full gradient (per-micro-batch reductions), the bf16 cast (bf16
  * reductions) and the reduced shard; none for fp32 per-step reductions. */
-static size_t comm_buffers(const sr_shardplan *pl, const sr_fsdp_opts *o) {
+static size_t comm_buffers(const sr_shardplan *pl, const sr_fsdp_opts *o, size_t *transport) {
+    *transport = 0;
     size_t P = 0, Proot = 0;
     for (int ui = 0; ui < pl->nunits; ui++) {
         if (pl->units[ui].root)
@@ -60,8 +62,8 @@ static size_t comm_buffers(const sr_shardplan *pl, const sr_fsdp_opts *o) {
         P = pl->units[ui].P > P ? pl->units[ui].P : P;
     }
     size_t S = (size_t)pl->S, res = sr_dtype_size(o->reduce_dtype), total = 0;
-    if (S > 1)
-        total = mul(2, add(mul(P, res > 8 ? res : 8), 16)); /* ring chunks; all-reduces of fp64 scalars too */
+    if (S > 1) /* the ring reduce-scatter's two chunk buffers (comm.c scratch_reserve): one unit's shard */
+        total = *transport = mul(2, add(mul(P, res), 16));
     /* offload lands every reduction in a slot before its copy to the host */
     if (o->grad_sync_per_step && o->reduce_dtype != SR_DT_BF16 && !o->offload_optimizer)
         return total;
@@ -81,8 +83,10 @@ static size_t comm_buffers(const sr_shardplan *pl, const sr_fsdp_opts *o) {
     return total;
 }
 
-sr_status sr_memplan_compute(sr_memplan *p, const sr_model_dims *d, int micro_batch, const sr_mesh *mesh,
-                             const sr_fsdp_opts *o, int threads, const sr_ops *ops) {
+/* The categories of one rank from the model's dims and the engine's
+ * options (sr_memplan_job adds the run's rules). */
+static sr_status plan_categories(sr_memplan *p, const sr_model_dims *d, int micro_batch, const sr_mesh *mesh,
+                                 const sr_fsdp_opts *o, int threads, const sr_ops *ops) {
     *p = (sr_memplan){0};
     sr_model m;
     if (!ops)
@@ -97,18 +101,22 @@ sr_status sr_memplan_compute(sr_memplan *p, const sr_model_dims *d, int micro_ba
     }
     size_t f = sizeof(float), es = sr_dtype_size(o->param_dtype);
     p->bytes[SR_MEM_PARAM_SHARD] = mul(pl.local_size, f);
+    p->state_shard = p->bytes[SR_MEM_PARAM_SHARD];
     p->bytes[SR_MEM_GRAD_SHARD] = mul(pl.local_size, f);
     p->bytes[SR_MEM_OPTIM_SHARD] = mul(mul(pl.local_size, f), 2);
     p->bytes[SR_MEM_ACCUM] = o->grad_sync_per_step ? mul(pl.accum_size, f) : 0;
     p->bytes[SR_MEM_FULL_UNITS] = full_units(&pl, o, es);
     p->bytes[SR_MEM_ACTIVATIONS] = sr_model_activation_bytes(d, ops, micro_batch);
-    p->bytes[SR_MEM_COMM] = comm_buffers(&pl, o);
+    p->bytes[SR_MEM_COMM] = comm_buffers(&pl, o, &p->comm_transport);
     if (o->param_dtype != ops->act) { /* the ops widen each gathered unit (fsdp.c's stage) */
         size_t largest = 0;
         for (int ui = 0; ui < pl.nunits; ui++)
             largest = pl.units[ui].n > largest ? pl.units[ui].n : largest;
         p->bytes[SR_MEM_OTHER] = mul(largest, f);
     }
+    /* the step's scalars: the engine's sum of squares and loss sum, the
+     * model's loss accumulator */
+    p->bytes[SR_MEM_OTHER] = add(p->bytes[SR_MEM_OTHER], 3 * sizeof(double));
     for (int c = 0; c < SR_MEM_NCAT; c++)
         p->total = add(p->total, p->bytes[c]);
     /* the attention backward's per-thread T x T scratch is short-lived and
@@ -117,6 +125,63 @@ sr_status sr_memplan_compute(sr_memplan *p, const sr_model_dims *d, int micro_ba
     p->overhead = add(add(SR_MEMPLAN_OVERHEAD, mul(SR_MEMPLAN_PER_THREAD, (size_t)(threads + 3))), scratch);
     sr_shardplan_free(&pl);
     sr_model_free(&m);
+    return SR_OK;
+}
+
+static void retotal(sr_memplan *p) {
+    p->total = 0;
+    for (int c = 0; c < SR_MEM_NCAT; c++)
+        p->total = add(p->total, p->bytes[c]);
+}
+
+sr_status sr_memplan_job(sr_memplan *p, sr_memplan *offloaded, const sr_config *cfg, const sr_job *job,
+                         const sr_mesh *mesh, int micro_batch, int threads, const sr_ops *ops, bool separate_memory,
+                         int local_size, bool nccl) {
+    sr_model_dims dims = {(int)cfg->n_layer, (int)cfg->n_head,   (int)cfg->n_embd, (int)cfg->vocab_size, 0,
+                          (int)cfg->seq_len, (int)cfg->recompute};
+    if (offloaded)
+        *offloaded = (sr_memplan){0};
+    sr_status st = plan_categories(p, &dims, micro_batch, mesh, &job->fsdp, threads, ops);
+    if (st != SR_OK)
+        return st;
+    if (nccl) { /* NCCL reduces in its own buffers */
+        p->bytes[SR_MEM_COMM] -= p->comm_transport;
+        p->comm_transport = 0;
+        retotal(p);
+    }
+    /* the asynchronous checkpoint's snapshot (params, m, v of the shard)
+     * is host memory: part of the plan where the plan is host memory */
+    if (!separate_memory && cfg->ckpt_dir && cfg->ckpt_dir[0] && cfg->ckpt_async) {
+        size_t snap = mul(p->bytes[SR_MEM_PARAM_SHARD], 3);
+        if (snap != SIZE_MAX && snap <= sr_ckpt_async_max_bytes(&job->ckpt, local_size)) {
+            p->bytes[SR_MEM_CKPT_STAGING] = snap;
+            retotal(p);
+        }
+    }
+    /* offload (fsdp.c alloc_buffers): the host keeps the fp32 master, the
+     * gradient shard, Adam's m and v (and the bf16 copy the gathers
+     * upload with params offloaded, the landing of bf16 reductions); the
+     * device drops the optimizer state, the gradient shard of per-step
+     * reductions and, with params offloaded, its parameter shard */
+    if (separate_memory && cfg->offload_optimizer) {
+        size_t shard = p->bytes[SR_MEM_PARAM_SHARD], half = shard / 2;
+        bool per_step = cfg->grad_sync == SR_GRADSYNC_PER_STEP;
+        if (offloaded) {
+            offloaded->bytes[SR_MEM_PARAM_SHARD] =
+                add(shard, cfg->offload_params && cfg->param_dtype == SR_DT_BF16 ? half : 0);
+            offloaded->bytes[SR_MEM_GRAD_SHARD] = p->bytes[SR_MEM_GRAD_SHARD];
+            offloaded->bytes[SR_MEM_OPTIM_SHARD] = p->bytes[SR_MEM_OPTIM_SHARD];
+            offloaded->bytes[SR_MEM_COMM] = per_step && cfg->reduce_dtype == SR_DT_BF16 ? half : 0;
+            offloaded->bytes[SR_MEM_OTHER] = sizeof(double); /* the host's copy of the step's norm */
+            retotal(offloaded);
+        }
+        p->bytes[SR_MEM_OPTIM_SHARD] = 0;
+        if (per_step)
+            p->bytes[SR_MEM_GRAD_SHARD] = 0;
+        if (cfg->offload_params)
+            p->bytes[SR_MEM_PARAM_SHARD] = 0;
+        retotal(p);
+    }
     return SR_OK;
 }
 

@@ -14,7 +14,9 @@
 
 #include <stddef.h>
 
+#include "config.h"
 #include "fsdp.h"
+#include "job.h"
 #include "mem.h"
 #include "mesh.h"
 #include "model.h"
@@ -30,13 +32,26 @@ typedef struct {
     size_t bytes[SR_MEM_NCAT]; /* planned peak per category (saturating) */
     size_t total;              /* their sum */
     size_t overhead;           /* fixed + per thread */
+    size_t state_shard;        /* one fp32 state (params, m or v) of this rank's shard */
+    size_t comm_transport;     /* of comm: the TCP transport's chunk buffers (host memory) */
 } sr_memplan;
 
-/* Plans one rank of a run computing with `ops` (NULL: the CPU ops; the
- * activations, the ops' workspace and the widening stage depend on them).
- * SR_ERR_INTERNAL when out of memory for the (small) tables it builds. */
-sr_status sr_memplan_compute(sr_memplan *p, const sr_model_dims *d, int micro_batch, const sr_mesh *mesh,
-                             const sr_fsdp_opts *o, int threads, const sr_ops *ops);
+/* The plan a run of this job makes (train.c's check before it allocates,
+ * and `shardrun plan`): one rank of a run computing with `ops` (NULL: the
+ * CPU ops; the activations, the ops' workspace and the widening stage
+ * depend on them), from the job's dims and engine options, plus the
+ * asynchronous checkpoint's snapshot (ckpt_staging) where the plan is host
+ * memory and it fits checkpoint.async_max_mb, and with the offloaded
+ * categories taken out of a device's plan (`separate_memory`: a GPU or
+ * the fake device).  `offloaded` (may be NULL) receives the host memory
+ * offload adds (the master, the gradient shard and landing buffers in
+ * pinned memory unless sharding.offload.pin_memory is false; Adam's m and
+ * v in plain host memory).  `nccl`: the data plane is NCCL (a multi-GPU run), so
+ * the TCP transport's chunk buffers are not allocated.  SR_ERR_INTERNAL
+ * when out of memory for the (small) tables it builds. */
+sr_status sr_memplan_job(sr_memplan *p, sr_memplan *offloaded, const sr_config *cfg, const sr_job *job,
+                         const sr_mesh *mesh, int micro_batch, int threads, const sr_ops *ops, bool separate_memory,
+                         int local_size, bool nccl);
 
 /* Refuses a plan above a hard limit of this process (SR_ERR_CONFIG naming
  * the limit, the largest categories and the cheapest fix: a smaller

@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "mem.h"
 
 struct sr_metrics {
@@ -50,6 +52,12 @@ sr_status sr_metrics_restart(sr_metrics *m) {
     return SR_OK;
 }
 
+static double wall_now(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+}
+
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
 void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
@@ -64,10 +72,8 @@ void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
         fprintf(f, "%.6g", r->mfu);
     else
         fputs("null", f); /* no peak known for this device */
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
     fprintf(f, ",\"step_ms\":%.6g,\"comm_exposed_ms\":%.6g,\"tokens\":%lld,\"ranks\":%d,\"time\":%.3f", r->step_ms,
-            r->comm_exposed_ms, (long long)r->tokens, r->ranks, (double)now.tv_sec + 1e-9 * (double)now.tv_nsec);
+            r->comm_exposed_ms, (long long)r->tokens, r->ranks, wall_now());
     if (r->has_val)
         fprintf(f, ",\"val_loss\":%.17g", r->val_loss);
     if (r->nccl)
@@ -81,6 +87,31 @@ void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
                 sr_mem_space_name(sp), sr_mem_space_peak(sp));
     fputs("}\n", f);
     fflush(f);
+}
+
+void sr_metrics_event(sr_metrics *m, const char *kind, int64_t step, json_t *fields) {
+    if (!m) {
+        json_decref(fields);
+        return;
+    }
+    /* jansson writes the strings (paths, job ids) escaped; the event's
+     * three keys come first */
+    json_t *o = json_object();
+    if (o) {
+        json_object_set_new(o, "event", json_string(kind));
+        json_object_set_new(o, "step", json_integer((json_int_t)step));
+        json_object_set_new(o, "time", json_real(round(wall_now() * 1000.0) / 1000.0));
+        if (fields)
+            json_object_update(o, fields);
+        char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
+        if (line) {
+            fprintf(m->f, "%s\n", line);
+            fflush(m->f);
+            free(line);
+        }
+    }
+    json_decref(o);
+    json_decref(fields);
 }
 
 sr_status sr_metrics_close(sr_metrics *m) {

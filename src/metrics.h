@@ -5,7 +5,9 @@
  * the format of its records (shardrun(1), METRICS): one JSON object per
  * logged step with step, loss, lr, grad_norm, tokens_per_s, mfu, step_ms,
  * comm_exposed_ms, tokens, ranks, val_loss after an evaluation, and every memory category
- * current and peak from mem.h's accounting. */
+ * current and peak from mem.h's accounting; and one event record per
+ * start, resume, checkpoint commit, preemption and evaluation, with event,
+ * step and time first (`shardrun report` reads both kinds). */
 #ifndef SR_METRICS_H
 #define SR_METRICS_H
 
@@ -37,6 +39,11 @@ sr_status sr_metrics_open(sr_metrics **out, const char *path, bool append);
 sr_status sr_metrics_restart(sr_metrics *m);
 /* Writes one record and flushes it.  NULL is fine (no file). */
 void sr_metrics_step(sr_metrics *m, const sr_step_record *r);
+/* Writes one event record {"event": kind, "step": step, "time": now,
+ * ...fields} and flushes it; `fields` (a JSON object or NULL) is consumed.
+ * NULL m is fine (no file; fields still freed). */
+struct json_t;
+void sr_metrics_event(sr_metrics *m, const char *kind, int64_t step, struct json_t *fields);
 /* Closes; SR_ERR_IO when buffered records could not be written.  NULL is
  * fine. */
 sr_status sr_metrics_close(sr_metrics *m);

@@ -86,6 +86,12 @@ bool sr_preempt_pending(void) {
     return seen(&t) != 0;
 }
 
+const char *sr_preempt_signal_name(void) {
+    struct timespec t;
+    int sig = seen(&t);
+    return sig ? signame(sig) : NULL;
+}
+
 double sr_preempt_time(void) {
     struct timespec t;
     seen(&t);

@@ -20,6 +20,8 @@
 sr_status sr_preempt_install(char *const *names, int n);
 
 bool sr_preempt_pending(void);
+/* The first signal this rank received ("SIGUSR1"), or NULL. */
+const char *sr_preempt_signal_name(void);
 /* The wall-clock time of the first signal received. */
 double sr_preempt_time(void);
 

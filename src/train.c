@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "ckpt.h"
 #include "comm_nccl.h"
 #include "ctl.h"
@@ -366,33 +368,8 @@ static void log_recompute(const run *r) {
 /* The planned peak against the process's limits, before anything sized by
  * the model is allocated (memplan.h). */
 static sr_status check_memory(run *r) {
-    sr_model_dims dims = {
-        (int)r->cfg->n_layer,  (int)r->cfg->n_head, (int)r->cfg->n_embd, (int)r->cfg->vocab_size, 0, r->T,
-        (int)r->cfg->recompute};
-    sr_status st = sr_memplan_compute(&r->plan, &dims, r->mb, &r->mesh, &r->job.fsdp, r->threads, r->ops);
-    /* the asynchronous checkpoint's snapshot (params, m, v of the shard)
-     * is host memory: part of the plan where the plan is host memory */
-    const sr_config *cfg = r->cfg;
-    if (st == SR_OK && !r->dev->separate_memory && cfg->ckpt_dir && cfg->ckpt_dir[0] && cfg->ckpt_async) {
-        size_t snap = r->plan.bytes[SR_MEM_PARAM_SHARD] * 3;
-        if (snap / 3 == r->plan.bytes[SR_MEM_PARAM_SHARD] &&
-            snap <= sr_ckpt_async_max_bytes(&r->job.ckpt, r->w->local_size)) {
-            r->plan.bytes[SR_MEM_CKPT_STAGING] = snap;
-            r->plan.total = r->plan.total + snap < r->plan.total ? SIZE_MAX : r->plan.total + snap;
-        }
-    }
-    /* offload: the offloaded categories leave the device's plan */
-    if (st == SR_OK && r->dev->separate_memory && cfg->offload_optimizer) {
-        r->plan.bytes[SR_MEM_OPTIM_SHARD] = 0;
-        if (cfg->grad_sync == SR_GRADSYNC_PER_STEP)
-            r->plan.bytes[SR_MEM_GRAD_SHARD] = 0;
-        if (cfg->offload_params)
-            r->plan.bytes[SR_MEM_PARAM_SHARD] = 0;
-        r->plan.total = 0;
-        for (int c = 0; c < SR_MEM_NCAT; c++)
-            r->plan.total =
-                r->plan.total + r->plan.bytes[c] < r->plan.total ? SIZE_MAX : r->plan.total + r->plan.bytes[c];
-    }
+    sr_status st = sr_memplan_job(&r->plan, NULL, r->cfg, &r->job, &r->mesh, r->mb, r->threads, r->ops,
+                                  r->dev->separate_memory, r->w->local_size, needs_nccl(r));
     /* on a GPU the plan is device memory; the host keeps only staging */
     if (st == SR_OK && r->dev->kind != SR_DEV_CUDA)
         st = sr_memplan_check(&r->plan, r->w->local_size);
@@ -760,6 +737,33 @@ static sr_status evaluate(run *r, double *out, bool *interrupted) {
     return st;
 }
 
+/* The metrics file's checkpoint events: one per save committed since the
+ * last call (rank 0 only writes; the others have no file). */
+static void checkpoint_events(run *r) {
+    sr_ckpt_commit c;
+    while (sr_ckpt_take_commit(r->ck, &c))
+        if (r->metrics)
+            sr_metrics_event(r->metrics, "checkpoint", c.committed_step,
+                             json_pack("{sI sI sf sI sb}", "started_step", (json_int_t)c.started_step, "committed_step",
+                                       (json_int_t)c.committed_step, "duration_s", c.duration_s, "bytes",
+                                       (json_int_t)c.bytes, "async", c.async));
+}
+
+/* The start event (and the resume event of a run that loaded a
+ * checkpoint): what `shardrun report` splits the file's runs by. */
+static void start_events(run *r) {
+    if (!r->metrics)
+        return;
+    const char *restart = getenv("SLURM_RESTART_COUNT");
+    long long restarts = restart && *restart ? strtoll(restart, NULL, 10) : 0;
+    sr_metrics_event(r->metrics, "start", r->start.step,
+                     json_pack("{sI sI si ss}", "restart", (json_int_t)restarts, "resume_step",
+                               (json_int_t)r->start.step, "world_size", r->w->size, "job_id", r->w->job_id));
+    const char *from = sr_ckpt_resumed_from(r->ck);
+    if (from)
+        sr_metrics_event(r->metrics, "resume", r->start.step, json_pack("{ss}", "from", from));
+}
+
 /* preemption.requeue scontrol: rank 0 asks Slurm to requeue this job.
  * Returns true when scontrol succeeded. */
 static bool scontrol_requeue(const char *job) {
@@ -806,11 +810,18 @@ static sr_status preempt_stop(run *r, int64_t s, const step_out *o, int *exit_co
     sr_preempt_notice(r->w->rank, ctx);
     sr_log_info("preemption: ranks agreed to stop after step %lld (%d of %d rank%s saw a signal)", (long long)(s + 1),
                 o->signalled, r->w->size, r->w->size == 1 ? "" : "s");
+    if (r->metrics) {
+        const char *sig = sr_preempt_signal_name();
+        sr_metrics_event(
+            r->metrics, "preempt", s + 1,
+            json_pack("{so si}", "signal", sig ? json_string(sig) : json_null(), "ranks_signalled", o->signalled));
+    }
     uint64_t bytes = 0;
     double ts = now_s();
     /* an asynchronous save in flight finishes and commits first */
     int64_t inflight = sr_ckpt_pending_step(r->ck);
     sr_status st = sr_ckpt_poll(r->ck, s + 1, true);
+    checkpoint_events(r);
     if (st != SR_OK)
         return st;
     if (inflight >= 0)
@@ -822,6 +833,7 @@ static sr_status preempt_stop(run *r, int64_t s, const step_out *o, int *exit_co
     } else {
         ts = now_s();
         st = sr_ckpt_save(r->ck, &now, &bytes);
+        checkpoint_events(r);
         if (st != SR_OK)
             return st;
     }
@@ -941,6 +953,8 @@ static sr_status after_step(run *r, int64_t s, step_out *o, int *exit_code) {
         } else {
             evaluated = true;
             sr_log_info("step %lld: val_loss %.4f", (long long)(s + 1), r->last_val);
+            if (r->metrics)
+                sr_metrics_event(r->metrics, "eval", s + 1, json_pack("{sf}", "val_loss", r->last_val));
         }
     }
     if ((s + 1) % cfg->log_every == 0 || s == 0 || last)
@@ -954,6 +968,7 @@ static sr_status after_step(run *r, int64_t s, step_out *o, int *exit_code) {
         return preempt_stop(r, s, o, exit_code);
     /* an asynchronous save in flight commits once every rank has written */
     sr_status pst = sr_ckpt_poll(r->ck, s + 1, false);
+    checkpoint_events(r);
     if (pst != SR_OK)
         return pst;
     bool periodic = sr_ckpt_enabled(r->ck) && !last &&
@@ -961,6 +976,7 @@ static sr_status after_step(run *r, int64_t s, step_out *o, int *exit_code) {
     if (periodic) {
         sr_ckpt_progress now = {s + 1, r->cursor};
         sr_status st = sr_ckpt_save_async(r->ck, &now, NULL);
+        checkpoint_events(r);
         if (st != SR_OK)
             return st;
         r->last_save = now_s();
@@ -972,11 +988,13 @@ static sr_status after_step(run *r, int64_t s, step_out *o, int *exit_code) {
 static sr_status finish(run *r) {
     const sr_config *cfg = r->cfg;
     sr_status pst = sr_ckpt_poll(r->ck, cfg->steps, true);
+    checkpoint_events(r);
     if (pst != SR_OK)
         return pst;
     if (sr_ckpt_enabled(r->ck) && sr_ckpt_last_step(r->ck) != cfg->steps) {
         sr_ckpt_progress fin = {cfg->steps, r->cursor};
         sr_status st = sr_ckpt_save(r->ck, &fin, NULL);
+        checkpoint_events(r);
         if (st != SR_OK)
             return st;
     }
@@ -1012,6 +1030,7 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
         r.peak = sr_metrics_peak_flops(r.threads, r.peak_how, sizeof r.peak_how);
     r.flops_tok = sr_model_flops_per_token(&r.model);
     banner(&r);
+    start_events(&r);
     const char *dump = sr_testhook()->dump_params;
     if (r.start.step >= cfg->steps) {
         sr_log_info("resume: the checkpoint is at step %lld and train.steps is %lld: nothing left to train",

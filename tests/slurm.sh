@@ -5,7 +5,8 @@
 #   a. 4 tasks, scancel --signal=USR1 mid-run -> agreed step -> checkpoint ->
 #      requeue (RequeueExit=75, and preemption.requeue: scontrol) -> rerun
 #      with SLURM_RESTART_COUNT=1 -> final parameters bitwise equal to an
-#      uninterrupted run
+#      uninterrupted run; the metrics file's events across the requeue and
+#      `shardrun report` of it
 #   b. preemption by a job in the higher-priority partition -> same
 #   c. a time-limit warning (--time=1 --signal=USR1@20) -> checkpoint before
 #      the kill -> resume
@@ -115,6 +116,27 @@ for mode in exit scontrol; do
         sh -c "grep -q '== job $J run 1' $n.out && [ \$(grep -c 'restart=1 resume=$stop\$' $n.out) -eq 4 ]"
     result $n "  Slurm counts one restart" sh -c "scontrol show job $J | grep -q 'Restarts=1'"
     result $n "  final parameters are bitwise those of the uninterrupted run" cmp -s $n.params ref.params
+    if [ $mode = exit ]; then
+        # the metrics file of a preemption, a requeue and a resume, as a report
+        result $n "  the metrics file has both runs' start events (restart 0 and 1), the preemption, its checkpoint and the resume" \
+            python3 -c "
+import json, sys
+ev = [json.loads(l) for l in open('$n.jsonl') if '\"event\"' in l]
+st = [e for e in ev if e['event'] == 'start']
+assert [(e['restart'], e['job_id'], e['world_size']) for e in st] == [(0, '$J', 4), (1, '$J', 4)], st
+pre = [e for e in ev if e['event'] == 'preempt']
+assert len(pre) == 1 and pre[0]['signal'] == 'SIGUSR1' and pre[0]['step'] == $stop, pre
+assert [e['resume_step'] for e in st] == [0, $stop]
+assert any(e['event'] == 'checkpoint' and e['committed_step'] == $stop for e in ev)
+assert [e['from'].endswith('step_%08d' % $stop) for e in ev if e['event'] == 'resume'] == [True]
+"
+        shardrun report $n.jsonl -o $n.html >$n.report 2>&1
+        result $n "  shardrun report draws it: one polyline point per step record" \
+            python3 "$SR_SRCDIR/tests/report_check.py" points $n.jsonl $n.html
+        result $n "  one event-KIND element per event" python3 "$SR_SRCDIR/tests/report_check.py" events $n.jsonl $n.html
+        result $n "  the summary, time lost to the preemption included" \
+            python3 "$SR_SRCDIR/tests/report_check.py" summary $n.jsonl $n.report
+    fi
 done
 
 # b. preemption by a job in the urgent partition

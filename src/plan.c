@@ -1,0 +1,405 @@
+/* plan.c — `shardrun plan`: a job sized without running it; see plan.h.
+ *
+ * Every memory figure comes from sr_memplan_job, the function the run
+ * itself checks its limits with, so the persistent categories are exact;
+ * the rest is arithmetic on the job (FLOPs from the model's own count,
+ * checkpoint bytes from the checkpoint module's own formula) at the speeds
+ * the user gives or the defaults the output names. */
+#include "srconfig.h"
+
+#include "plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "device.h"
+#include "memplan.h"
+#include "metrics.h"
+#include "ops.h"
+#include "shardplan.h"
+#include "testhook.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define MIB (1024.0 * 1024.0)
+
+/* Defaults, named in the output when used. */
+#define DEFAULT_DEVICE_GIB 80.0  /* an 80 GB H100/A100 */
+#define DEFAULT_DISK_MBPS 1000.0 /* a modest parallel file system's share */
+#define DEFAULT_UTIL 0.4         /* sustained fraction of the nominal peak */
+#define NCCL_PER_COMM_MIB 256.0  /* NCCL's buffers per communicator (estimate) */
+#define CUDA_CONTEXT_MIB 512.0   /* the CUDA context and modules (estimate) */
+#define LT_WORKSPACE ((size_t)32 << 20)
+
+/* One rank count planned. */
+typedef struct {
+    int ranks, per_node, threads, mb, accum;
+    sr_mesh mesh;
+    bool valid;
+    char why[512];                     /* when !valid */
+    sr_memplan plan;                   /* what sr_memplan_job plans (device memory on a GPU) */
+    sr_memplan offloaded;              /* the categories offload moves to the host */
+    size_t at[SR_MEM_NCAT][SR_NSPACE]; /* per category and space, as the run allocates */
+    size_t space[SR_NSPACE];
+    size_t host_need, device_need; /* per rank, with overheads and reserves */
+    bool fits_host, fits_device;
+    double flops_tok, flops_step, tokens_s, step_s;
+    uint64_t ckpt_total, ckpt_rank;
+    double save_s;
+    long lead_s;
+    char fix[512]; /* the cheapest change that fits, or "" */
+} plan_row;
+
+typedef struct {
+    const sr_plan_opts *o;
+    bool gpu, fake, separate;
+    double device_bytes, host_bytes, disk_mbps, tflops; /* resolved */
+    const char *device_how, *host_how, *disk_how;
+    char tflops_how[256];
+} plan_ctx;
+
+static size_t node_memory(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && size > 0 ? (size_t)pages * (size_t)size : 0;
+}
+
+/* Plans `ranks` ranks of cfg into *r (memory only; fit is decided by the
+ * caller).  An invalid rank count sets r->valid false and r->why. */
+static sr_status plan_memory(const plan_ctx *x, const sr_config *cfg, int ranks, plan_row *r) {
+    memset(r, 0, sizeof *r);
+    r->ranks = ranks;
+    sr_status st = sr_job_check_world(cfg, ranks, 0, &r->mesh);
+    if (st != SR_OK) {
+        snprintf(r->why, sizeof r->why, "%s", sr_error_message());
+        return SR_OK;
+    }
+    r->valid = true;
+    r->per_node = x->gpu ? (x->o->gpus_per_node > 0 ? x->o->gpus_per_node : 1) : ranks;
+    if (r->per_node > ranks)
+        r->per_node = ranks;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    r->threads = cfg->threads > 0 ? (int)cfg->threads : (int)(cores > r->per_node ? cores / r->per_node : 1);
+    r->mb = (int)sr_config_micro_batch(cfg, ranks);
+    r->accum = (int)sr_config_accum_steps(cfg, ranks);
+    const sr_ops *ops = sr_device_plan_ops(x->gpu, (sr_dtype)cfg->param_dtype);
+    sr_job job;
+    st = sr_job_init(&job, cfg);
+    if (st == SR_OK)
+        st = sr_memplan_job(&r->plan, &r->offloaded, cfg, &job, &r->mesh, r->mb, r->threads, ops, x->separate,
+                            r->per_node, x->gpu && ranks > 1);
+    /* a device run's asynchronous snapshot (ckpt.c setup_async): the
+     * shard's three states in pinned buffers, or plain host memory when
+     * the state is offloaded to the host already; when it fits the cap */
+    size_t staging = 0;
+    if (st == SR_OK && x->separate && cfg->ckpt_dir && cfg->ckpt_dir[0] && cfg->ckpt_async &&
+        r->plan.state_shard * 3 <= sr_ckpt_async_max_bytes(&job.ckpt, r->per_node))
+        staging = r->plan.state_shard * 3;
+    sr_job_free(&job);
+    if (st != SR_OK)
+        return st;
+    if (x->gpu) /* the device table's own: cuBLASLt's workspace, the reduction scratch */
+        r->plan.bytes[SR_MEM_OTHER] += LT_WORKSPACE + (size_t)SR_NSTREAMS * 256 * sizeof(double);
+    r->plan.total = 0;
+    for (int c = 0; c < SR_MEM_NCAT; c++)
+        r->plan.total += r->plan.bytes[c];
+    /* where each part lives (fsdp.c alloc_buffers, comm.c, ckpt.c): the
+     * plan on the device (all host memory on the CPU), the TCP transport's
+     * chunks in host memory, the offloaded master, gradient shard and
+     * landing buffers in pinned memory (host without pin_memory), Adam's m
+     * and v in host memory (the host optimizer's own table) */
+    sr_mem_space dev = x->separate ? SR_SPACE_DEVICE : SR_SPACE_HOST;
+    sr_mem_space off = cfg->pin_memory ? SR_SPACE_PINNED : SR_SPACE_HOST;
+    bool offload = x->separate && cfg->offload_optimizer;
+    for (int c = 0; c < SR_MEM_NCAT; c++) {
+        r->at[c][dev] += r->plan.bytes[c];
+        r->at[c][c == SR_MEM_OPTIM_SHARD ? SR_SPACE_HOST : off] += r->offloaded.bytes[c];
+    }
+    if (x->separate) {
+        r->at[SR_MEM_COMM][dev] -= r->plan.comm_transport;
+        r->at[SR_MEM_COMM][SR_SPACE_HOST] += r->plan.comm_transport;
+    }
+    r->at[SR_MEM_CKPT_STAGING][offload ? SR_SPACE_HOST : SR_SPACE_PINNED] += staging;
+    for (int c = 0; c < SR_MEM_NCAT; c++)
+        for (int sp = 0; sp < SR_NSPACE; sp++)
+            r->space[sp] += r->at[c][sp];
+    if (x->separate) {
+        double comms = r->mesh.R > 1 && r->mesh.S > 1 ? 3 : 1;
+        double reserve = x->gpu ? CUDA_CONTEXT_MIB * MIB + (ranks > 1 ? comms * NCCL_PER_COMM_MIB * MIB : 0) : 0;
+        r->device_need = r->space[SR_SPACE_DEVICE] + (size_t)reserve;
+        r->host_need = r->space[SR_SPACE_HOST] + r->space[SR_SPACE_PINNED] + r->plan.overhead;
+    } else
+        r->host_need = r->space[SR_SPACE_HOST] + r->plan.overhead;
+    r->fits_host = (double)r->host_need * r->per_node <= x->host_bytes;
+    r->fits_device = !x->separate || (double)r->device_need <= x->device_bytes;
+
+    /* compute: the model's FLOPs per token (as MFU counts them) */
+    sr_model m;
+    sr_model_dims d = {(int)cfg->n_layer, (int)cfg->n_head,   (int)cfg->n_embd, (int)cfg->vocab_size, 0,
+                       (int)cfg->seq_len, (int)cfg->recompute};
+    st = sr_model_init(&m, d, ops ? ops : &sr_ops_cpu, NULL, 0, false);
+    if (st != SR_OK)
+        return st;
+    r->flops_tok = sr_model_flops_per_token(&m);
+    /* recompute runs the blocks' forward again: about a third more */
+    double work = r->flops_tok * (cfg->recompute == SR_RECOMPUTE_BLOCKS ? 4.0 / 3.0 : 1.0);
+    r->flops_step = r->flops_tok * (double)cfg->batch_size * (double)cfg->seq_len;
+    r->tokens_s = x->tflops > 0 ? ranks * x->tflops * 1e12 / work : 0;
+    r->step_s = r->tokens_s > 0 ? (double)cfg->batch_size * cfg->seq_len / r->tokens_s : 0;
+    sr_shardplan pl = {0};
+    st = sr_shardplan_init(&pl, m.layer_offset, d.L, (int)cfg->blocks_per_unit, r->mesh.S);
+    sr_model_free(&m);
+    if (st != SR_OK)
+        return st;
+    r->ckpt_total = sr_ckpt_planned_bytes(&pl, r->mesh.S, &r->ckpt_rank);
+    sr_shardplan_free(&pl);
+    r->save_s = (double)r->ckpt_total / (x->disk_mbps * 1e6);
+    /* the lead: the step in flight and the save, twice over, + 30 s for
+     * the agreement, the exit and a slow file system's first write */
+    r->lead_s = (long)ceil(2.0 * (r->step_s + r->save_s) + 30.0);
+    return SR_OK;
+}
+
+static bool fits(const plan_row *r) { return r->valid && r->fits_host && r->fits_device; }
+
+/* The cheapest change (in throughput) that makes a run fit: reshard the
+ * blocks after the forward, a smaller micro-batch (the largest that fits),
+ * recompute, offload the optimizer, offload the parameters too — alone,
+ * then each added to the ones before. */
+static sr_status cheapest_fix(const plan_ctx *x, const sr_config *cfg, plan_row *row) {
+    sr_config c = *cfg;
+    char sets[512] = "";
+    size_t used = 0;
+    plan_row t;
+    for (int stage = 0; stage < 5; stage++) {
+        for (int pass = 0; pass < 2; pass++) {
+            /* pass 0: this change alone; pass 1: added to the earlier ones */
+            sr_config k = pass ? c : *cfg;
+            char what[160] = "";
+            if (stage == 0) {
+                if (k.reshard_blocks == SR_RESHARD_TRUE)
+                    continue;
+                k.reshard_blocks = SR_RESHARD_TRUE;
+                snprintf(what, sizeof what, "--set sharding.reshard_after_forward.blocks=true");
+            } else if (stage == 1) {
+                int mb = (int)sr_config_micro_batch(&k, row->ranks), found = 0;
+                for (int m = mb - 1; m >= 1 && !found; m--) {
+                    if ((k.batch_size / row->ranks) % m)
+                        continue;
+                    sr_config y = k;
+                    y.micro_batch = m;
+                    sr_status st = plan_memory(x, &y, row->ranks, &t);
+                    if (st != SR_OK)
+                        return st;
+                    if (fits(&t) || (pass && m == 1))
+                        found = m;
+                }
+                if (!found)
+                    continue;
+                k.micro_batch = found;
+                snprintf(what, sizeof what, "--set train.micro_batch=%d", found);
+            } else if (stage == 2) {
+                if (k.recompute == SR_RECOMPUTE_BLOCKS)
+                    continue;
+                k.recompute = SR_RECOMPUTE_BLOCKS;
+                snprintf(what, sizeof what, "--set model.recompute=blocks");
+            } else if (stage == 3) {
+                if (!x->separate || k.offload_optimizer)
+                    continue;
+                k.offload_optimizer = true;
+                snprintf(what, sizeof what, "--set sharding.offload.optimizer=true");
+            } else {
+                if (!x->separate || k.offload_params)
+                    continue;
+                k.offload_optimizer = k.offload_params = true;
+                snprintf(what, sizeof what, "--set sharding.offload.optimizer=true --set sharding.offload.params=true");
+            }
+            sr_status st = plan_memory(x, &k, row->ranks, &t);
+            if (st != SR_OK)
+                return st;
+            if (fits(&t)) {
+                snprintf(row->fix, sizeof row->fix, "%s%s%s", pass ? sets : "", pass && used ? " " : "", what);
+                return SR_OK;
+            }
+            if (pass) {
+                c = k;
+                used += (size_t)snprintf(sets + used, sizeof sets - used, "%s%s", used ? " " : "", what);
+                if (used >= sizeof sets)
+                    used = sizeof sets - 1;
+            }
+        }
+    }
+    snprintf(row->fix, sizeof row->fix,
+             "none of micro_batch, reshard, recompute%s fits: run on more ranks (the shards shrink with the shard "
+             "group) or a smaller model",
+             x->separate ? ", offload" : "");
+    return SR_OK;
+}
+
+static const char *human(double bytes, char *buf, size_t n) {
+    if (bytes >= GIB)
+        snprintf(buf, n, "%.2f GiB", bytes / GIB);
+    else
+        snprintf(buf, n, "%.1f MiB", bytes / MIB);
+    return buf;
+}
+
+static void print_one(const plan_ctx *x, const sr_config *cfg, const char *job, const plan_row *r, FILE *out) {
+    char a[32], b[32], c[32];
+    fprintf(out, "plan: %s: model %s: n_layer %lld, n_head %lld, n_embd %lld, vocab_size %lld, seq_len %lld\n", job,
+            sr_config_enum_name("model.preset", cfg->model_preset), (long long)cfg->n_layer, (long long)cfg->n_head,
+            (long long)cfg->n_embd, (long long)cfg->vocab_size, (long long)cfg->seq_len);
+    fprintf(out,
+            "  %d rank%s on %s (%d per node, %d thread%s each): mesh shard %d x replicate %d; batch %lld = %d x "
+            "micro_batch %d x %d accumulation step%s; param %s, reduce %s\n",
+            r->ranks, r->ranks == 1 ? "" : "s",
+            x->gpu    ? "GPUs"
+            : x->fake ? "the fake device (test hook)"
+                      : "CPUs",
+            r->per_node, r->threads, r->threads == 1 ? "" : "s", r->mesh.S, r->mesh.R, (long long)cfg->batch_size,
+            r->ranks, r->mb, r->accum, r->accum == 1 ? "" : "s",
+            sr_config_enum_name("sharding.mixed_precision.param_dtype", cfg->param_dtype),
+            sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype));
+    fprintf(out, "memory per rank, as the run accounts it (rank 0; bytes exact for the persistent categories):\n");
+    fprintf(out, "  %-14s %-7s %15s %12s\n", "category", "space", "bytes", "MiB");
+    for (int k = 0; k < SR_MEM_NCAT; k++) {
+        bool any = false;
+        for (int sp = 0; sp < SR_NSPACE; sp++)
+            if (r->at[k][sp]) {
+                fprintf(out, "  %-14s %-7s %15zu %12.1f\n", sr_mem_name(k), sr_mem_space_name(sp), r->at[k][sp],
+                        (double)r->at[k][sp] / MIB);
+                any = true;
+            }
+        if (!any)
+            fprintf(out, "  %-14s %-7s %15d %12.1f\n", sr_mem_name(k), "-", 0, 0.0);
+    }
+    size_t total = r->space[0] + r->space[1] + r->space[2];
+    fprintf(out, "  %-14s %-7s %15zu %12.1f\n", "total", "", total, (double)total / MIB);
+    fprintf(out, "  per space: host %s, pinned %s, device %s\n", human((double)r->space[SR_SPACE_HOST], a, sizeof a),
+            human((double)r->space[SR_SPACE_PINNED], b, sizeof b),
+            human((double)r->space[SR_SPACE_DEVICE], c, sizeof c));
+    fprintf(out, "  outside the accounting: code, libraries and threads %s (host)",
+            human((double)r->plan.overhead, a, sizeof a));
+    if (x->gpu)
+        fprintf(out,
+                "; CUDA context ~%.0f MiB and NCCL ~%.0f MiB per communicator (device, estimates; the run logs "
+                "what it finds)",
+                CUDA_CONTEXT_MIB, NCCL_PER_COMM_MIB);
+    fputs("\n", out);
+    fprintf(out, "fit: host %s per rank x %d per node = %s of %s (%s): %s\n", human((double)r->host_need, a, sizeof a),
+            r->per_node, human((double)r->host_need * r->per_node, b, sizeof b), human(x->host_bytes, c, sizeof c),
+            x->host_how, r->fits_host ? "fits" : "does NOT fit");
+    if (x->separate)
+        fprintf(out, "     device %s per rank of %s (%s): %s\n", human((double)r->device_need, a, sizeof a),
+                human(x->device_bytes, b, sizeof b), x->device_how, r->fits_device ? "fits" : "does NOT fit");
+    if (!fits(r))
+        fprintf(out, "     cheapest change that fits: %s\n", r->fix);
+    fprintf(out,
+            "compute: %.4g GFLOP per token (6N + 12 L T C, as MFU counts it), %.4g TFLOP per step (%lld tokens)%s\n",
+            r->flops_tok / 1e9, r->flops_step / 1e12, (long long)(cfg->batch_size * cfg->seq_len),
+            cfg->recompute == SR_RECOMPUTE_BLOCKS ? "; recompute adds about a third" : "");
+    fprintf(out, "  at %.4g TFLOP/s sustained per rank (%s): %.0f tokens/s, %.3f s per step\n", x->tflops,
+            x->tflops_how, r->tokens_s, r->step_s);
+    fprintf(out,
+            "checkpoint: %s in all (%llu bytes), %s per rank at most (%llu bytes, the largest shard file); save "
+            "%.1f s at %.0f MB/s (%s)\n",
+            human((double)r->ckpt_total, a, sizeof a), (unsigned long long)r->ckpt_total,
+            human((double)r->ckpt_rank, b, sizeof b), (unsigned long long)r->ckpt_rank, r->save_s, x->disk_mbps,
+            x->disk_how);
+    fprintf(out, "preemption: #SBATCH --signal=USR1@%ld  (one step %.3g s + one save %.3g s, twice over, + 30 s)\n",
+            r->lead_s, r->step_s, r->save_s);
+}
+
+static void print_table_head(const plan_ctx *x, const sr_config *cfg, const char *job, FILE *out) {
+    fprintf(out, "plan: %s: model %s (n_layer %lld, n_embd %lld, seq_len %lld), batch %lld, on %s\n", job,
+            sr_config_enum_name("model.preset", cfg->model_preset), (long long)cfg->n_layer, (long long)cfg->n_embd,
+            (long long)cfg->seq_len, (long long)cfg->batch_size,
+            x->gpu    ? "GPUs"
+            : x->fake ? "the fake device (test hook)"
+                      : "CPUs");
+    fprintf(out, "%6s %4s %5s %12s %12s %12s %5s %12s %10s %12s %8s %8s\n", "ranks", "mb", "accum", "host/rank",
+            "device/rank", "shards", "fits", "tokens/s", "step_s", "ckpt/rank", "save_s", "signal");
+}
+
+static void print_table_row(const plan_ctx *x, const plan_row *r, FILE *out) {
+    char a[32], b[32], c[32], d[32];
+    if (!r->valid) {
+        fprintf(out, "%6d   invalid: %s\n", r->ranks, r->why);
+        return;
+    }
+    size_t shards = r->plan.bytes[SR_MEM_PARAM_SHARD] + r->plan.bytes[SR_MEM_GRAD_SHARD] +
+                    r->plan.bytes[SR_MEM_OPTIM_SHARD] + r->offloaded.total;
+    fprintf(out, "%6d %4d %5d %12s %12s %12s %5s %12.0f %10.3f %12s %8.1f   USR1@%ld\n", r->ranks, r->mb, r->accum,
+            human((double)r->host_need, a, sizeof a), x->separate ? human((double)r->device_need, b, sizeof b) : "-",
+            human((double)shards, c, sizeof c), fits(r) ? "yes" : "NO", r->tokens_s, r->step_s,
+            human((double)r->ckpt_rank, d, sizeof d), r->save_s, r->lead_s);
+}
+
+sr_status sr_plan_run(const sr_config *cfg, const char *job, const sr_plan_opts *o, FILE *out) {
+    plan_ctx x = {.o = o};
+    x.fake = strcmp(sr_testhook()->device, "fake") == 0;
+    x.gpu = o->gpus_per_node > 0 || cfg->device == SR_DEVICE_CUDA;
+    x.separate = x.gpu || x.fake;
+    if (x.gpu && !sr_device_plan_ops(true, (sr_dtype)cfg->param_dtype))
+        return sr_error(SR_ERR_CONFIG,
+                        "plan: a GPU plan (%s) needs the CUDA op table, and this build has none (hint: plan with a "
+                        "shardrun configured --with-cuda, or drop --gpus-per-node for a CPU plan)",
+                        o->gpus_per_node > 0 ? "--gpus-per-node" : "device: cuda");
+    x.device_bytes = (o->device_mem_gib > 0 ? o->device_mem_gib : DEFAULT_DEVICE_GIB) * GIB;
+    x.device_how = o->device_mem_gib > 0 ? "--device-mem" : "assumed 80 GiB; give --device-mem";
+    size_t node = node_memory();
+    x.host_bytes = o->host_mem_gib > 0 ? o->host_mem_gib * GIB : (double)node;
+    x.host_how = o->host_mem_gib > 0 ? "--host-mem" : "this node's memory; give --host-mem for another";
+    x.disk_mbps = o->disk_mbps > 0 ? o->disk_mbps : DEFAULT_DISK_MBPS;
+    x.disk_how = o->disk_mbps > 0 ? "--disk-mbps" : "assumed; give --disk-mbps";
+    if (o->tflops > 0) {
+        x.tflops = o->tflops;
+        snprintf(x.tflops_how, sizeof x.tflops_how, "--tflops");
+    } else if (x.gpu) {
+        char how[256];
+        double peak = sr_metrics_gpu_peak_flops("H100 SXM", cfg->param_dtype == SR_DT_BF16, how, sizeof how);
+        x.tflops = DEFAULT_UTIL * peak / 1e12;
+        snprintf(x.tflops_how, sizeof x.tflops_how, "assumed %.0f%% of the H100 SXM peak; give --tflops",
+                 DEFAULT_UTIL * 100);
+    } else {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int per_node = o->ranks_lo > 0 ? o->ranks_lo : 1;
+        int threads = cfg->threads > 0 ? (int)cfg->threads : (int)(cores > per_node ? cores / per_node : 1);
+        char how[256];
+        double peak = sr_metrics_peak_flops(threads, how, sizeof how);
+        x.tflops = DEFAULT_UTIL * peak / 1e12;
+        snprintf(x.tflops_how, sizeof x.tflops_how,
+                 "assumed %.0f%% of this node's nominal peak for %d thread%s; give "
+                 "--tflops",
+                 DEFAULT_UTIL * 100, threads, threads == 1 ? "" : "s");
+    }
+    int lo = o->ranks_lo > 0 ? o->ranks_lo : 1, hi = o->ranks_hi >= lo ? o->ranks_hi : lo;
+    plan_row r;
+    if (lo == hi) {
+        sr_status st = plan_memory(&x, cfg, lo, &r);
+        if (st == SR_OK && !r.valid)
+            return sr_error(SR_ERR_CONFIG, "%s", r.why);
+        if (st == SR_OK && !fits(&r))
+            st = cheapest_fix(&x, cfg, &r);
+        if (st == SR_OK)
+            print_one(&x, cfg, job, &r, out);
+        return st;
+    }
+    print_table_head(&x, cfg, job, out);
+    int valid = 0;
+    for (int n = lo; n <= hi; n++) {
+        sr_status st = plan_memory(&x, cfg, n, &r);
+        if (st != SR_OK)
+            return st;
+        valid += r.valid;
+        print_table_row(&x, &r, out);
+    }
+    fprintf(out,
+            "%d of %d rank counts are valid for this job (batch_size = ranks x micro_batch x accumulation "
+            "steps; the mesh divides the ranks); `shardrun plan --ranks N` details one, with the cheapest change "
+            "when it does not fit\n",
+            valid, hi - lo + 1);
+    return SR_OK;
+}

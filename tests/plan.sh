@@ -1,0 +1,180 @@
+#!/bin/sh
+# plan.sh — `shardrun plan` against real runs: for tiny and gpt2-124m
+# (seq_len 128, batch = ranks, one step) at 1, 2 and 4 ranks under mpirun,
+# with and without bf16, reshard N, HSDP, recompute, and offload on the fake
+# device, every memory category the plan prints equals the peak the run's
+# metrics record (persistent categories byte for byte; activations,
+# communication and the small rest within 1 %), and so do the spaces; the
+# checkpoint's largest shard file is the plan's per-rank figure; a plan that
+# does not fit names a change after which it fits; the range table; the
+# arithmetic of tokens/s and the signal lead; bad input.
+. "${SR_SRCDIR:-.}/tests/tap.sh"
+S=$SHARDRUN
+command -v python3 >/dev/null 2>&1 || require_or_skip python3 "python3 not found"
+command -v mpirun >/dev/null 2>&1 || require_or_skip mpirun "mpirun not installed (apt-get install openmpi-bin)"
+MPI="mpirun --allow-run-as-root --oversubscribe"
+cd "$T" || exit 99
+export OMP_WAIT_POLICY=PASSIVE
+
+cat >cmp.py <<'EOF'
+import json, os, re, sys
+plan, metrics, ck = sys.argv[1], sys.argv[2], sys.argv[3]
+cats, spaces = {}, {}
+text = open(plan).read()
+for m in re.finditer(r'^  (\w+)\s+(host|pinned|device|-)\s+(\d+)\s+[\d.]+$', text, re.M):
+    if m.group(1) != 'total':
+        cats[m.group(1)] = cats.get(m.group(1), 0) + int(m.group(3))
+        if m.group(2) != '-':
+            spaces[m.group(2)] = spaces.get(m.group(2), 0) + int(m.group(3))
+last = [json.loads(l) for l in open(metrics) if '"event"' not in l][-1]
+exact = ('param_shard', 'grad_shard', 'optim_shard', 'grad_accum', 'full_units', 'ckpt_staging')
+bad = []
+if len(cats) != 9:
+    bad.append('plan lists %d categories' % len(cats))
+for c, v in cats.items():
+    got = last['mem_%s_peak' % c]
+    if (c in exact and v != got) or abs(v - got) > 0.01 * max(got, 1):
+        bad.append('%s: plan %d, run %d' % (c, v, got))
+for sp in ('host', 'pinned', 'device'):
+    v, got = spaces.get(sp, 0), last['mem_%s_total_peak' % sp]
+    if abs(v - got) > 0.01 * max(got, 1):
+        bad.append('space %s: plan %d, run %d' % (sp, v, got))
+m = re.search(r'(\d+) bytes, the largest shard file', text)
+files = [os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(ck) for f in fs if f.startswith('shard_')]
+if not m or not files or int(m.group(1)) != max(files):
+    bad.append('largest shard file: plan %s, checkpoint %s' % (m and m.group(1), max(files) if files else None))
+tot = re.search(r'in all \((\d+) bytes\)', text)
+if not tot or int(tot.group(1)) < sum(files):
+    bad.append('checkpoint total: plan %s < files %d' % (tot and tot.group(1), sum(files)))
+if bad:
+    print('\n'.join(bad))
+sys.exit(1 if bad else 0)
+EOF
+
+# compare NAME MODEL RANKS [--set ...]: plan, then the run, then the figures
+compare() {
+    name=$1 model=$2 n=$3
+    shift 3
+    rm -rf ck_$name
+    {
+        echo "model: $model"
+        echo "train: {steps: 1, batch_size: $n}"
+        echo "log: {metrics: $T/$name.jsonl}"
+        echo "checkpoint: {dir: $T/ck_$name}"
+        echo "threads: 1"
+    } >$name.yaml
+    $S plan $name.yaml --ranks $n "$@" >$name.plan 2>$name.plan.err
+    prc=$?
+    if [ "$n" = 1 ]; then
+        $S train $name.yaml "$@" >$name.out 2>&1
+    else
+        $MPI -x SHARDRUN_TEST_DEVICE -n "$n" "$S" train $name.yaml "$@" >$name.out 2>&1 </dev/null
+    fi
+    rrc=$?
+    desc="$name: $n rank$([ "$n" = 1 ] || echo s)${SHARDRUN_TEST_DEVICE:+ (fake device)} $*"
+    if [ $prc -ne 0 ] || [ $rrc -ne 0 ]; then
+        not_ok "$desc: plan exited $prc, the run $rrc"
+        diag "$(tail -5 $name.plan.err $name.out)"
+        return
+    fi
+    check "$desc: the plan's categories, spaces and checkpoint = the run's" python3 cmp.py $name.plan $name.jsonl ck_$name
+}
+
+TINY="{preset: tiny, n_layer: 2, n_embd: 64, n_head: 4, seq_len: 128}"
+GPT2="{preset: gpt2-124m, seq_len: 128}"
+export SHARDRUN_TEST_DEVICE=
+compare t1 "$TINY" 1
+compare t2 "$TINY" 2
+compare t4 "$TINY" 4
+compare t2bf "$TINY" 2 --set sharding.mixed_precision.param_dtype=bf16 --set sharding.mixed_precision.reduce_dtype=bf16
+compare t4rs "$TINY" 4 --set sharding.reshard_after_forward.blocks=2
+compare t4h "$TINY" 4 --set sharding.mesh.shard=2 --set sharding.mesh.replicate=2
+compare t2rc "$TINY" 2 --set model.recompute=blocks
+compare t2pm "$TINY" 2 --set sharding.grad_sync=per_micro_batch --set checkpoint.async=false
+compare t4kp "$TINY" 4 --set sharding.reshard_after_forward.blocks=false --set sharding.prefetch.forward=2
+export SHARDRUN_TEST_DEVICE=fake
+compare f1 "$TINY" 1
+compare f2o "$TINY" 2 --set sharding.offload.optimizer=true
+compare f2op "$TINY" 2 --set sharding.offload.optimizer=true --set sharding.offload.params=true \
+    --set sharding.mixed_precision.param_dtype=bf16 --set sharding.mixed_precision.reduce_dtype=bf16
+compare f4oh "$TINY" 4 --set sharding.offload.optimizer=true --set sharding.mesh.replicate=2 \
+    --set sharding.grad_sync=per_micro_batch --set sharding.offload.pin_memory=false
+export SHARDRUN_TEST_DEVICE=
+if [ -n "${ASAN_OPTIONS:-}" ]; then
+    # gpt2-124m's step takes minutes under the sanitizers; the plain check phase runs these
+    skip "gpt2-124m runs: a sanitizer build (ASAN_OPTIONS set) plans tiny only"
+else
+    compare g1 "$GPT2" 1
+    compare g2bf "$GPT2" 2 --set sharding.mixed_precision.param_dtype=bf16 --set sharding.mixed_precision.reduce_dtype=bf16
+    compare g4h "$GPT2" 4 --set sharding.mesh.shard=2 --set sharding.mesh.replicate=2 --set model.recompute=blocks
+fi
+
+# a plan that does not fit, and the change it names
+cat >big.yaml <<EOF
+model: {preset: gpt2-124m, seq_len: 1024}
+train: {batch_size: 64, micro_batch: 16}
+sharding: {reshard_after_forward: {blocks: false}}
+EOF
+$S plan big.yaml --ranks 4 --host-mem 12 >big.plan 2>big.err
+check "a plan over --host-mem exits 0 and says it does not fit" sh -c "[ $? = 0 ] && grep -q 'does NOT fit' big.plan"
+fix=$(sed -n 's/.*cheapest change that fits: //p' big.plan)
+check "  it names the cheapest change ($fix)" sh -c "echo '$fix' | grep -q -- '--set '"
+# shellcheck disable=SC2086 # the change is a list of options
+$S plan big.yaml --ranks 4 --host-mem 12 $fix >fixed.plan 2>&1
+check "  after which the plan fits" sh -c "grep -q ': fits' fixed.plan && ! grep -q 'NOT fit' fixed.plan"
+
+# the range table
+$S plan big.yaml --ranks 1-8 >table.out 2>&1
+check "--ranks 1-8: a table of 8 rows, the invalid counts with their reason" sh -c "
+    [ \$(grep -cE '^ +[1-8] ' table.out) -eq 8 ] && grep -qE '^ +3 +invalid: .*batch_size \(64\)' table.out &&
+    grep -qE '^ +4 +16 +1 ' table.out && grep -q '3 of 8 rank counts are valid' table.out"
+
+# arithmetic: tokens/s = ranks x tflops / FLOPs per token; the lead covers a step and a save
+$S plan t2.yaml --ranks 2 --tflops 2 --disk-mbps 100 >a.plan 2>&1
+$S plan t2.yaml --ranks 2 --tflops 4 --disk-mbps 100 >b.plan 2>&1
+check "tokens/s = ranks x --tflops / (FLOPs per token); the signal lead = 2 (step + save) + 30 s, rounded up" python3 -c "
+import math, re, sys
+for f, tf in (('a.plan', 2), ('b.plan', 4)):
+    t = open(f).read()
+    g = float(re.search(r'compute: ([0-9.e+-]+) GFLOP per token', t).group(1))
+    tok = float(re.search(r'([0-9]+) tokens/s, ([0-9.]+) s per step', t).group(1))
+    tot = int(re.search(r'in all \((\d+) bytes\)', t).group(1))
+    save = float(re.search(r'save ([0-9.]+) s at 100 MB/s', t).group(1))
+    lead = int(re.search(r'--signal=USR1@(\d+)', t).group(1))
+    step = 2 * 128 / tok
+    assert abs(tok - 2 * tf * 1e12 / (g * 1e9)) <= 1e-3 * tok, (tok, g)
+    assert abs(save - tot / 100e6) < 0.06, (save, tot)
+    assert lead == math.ceil(2 * (step + tot / 100e6) + 30) or abs(lead - (2 * (step + tot / 100e6) + 30)) < 1.01, lead
+"
+check "a GPU plan lists device memory, CUDA and NCCL reserves and --device-mem" sh -c "
+    if grep -q '^#define SR_HAVE_CUDA 1' '${SR_BUILDDIR:-.}/srconfig.h'; then
+        $S plan big.yaml --ranks 4 --gpus-per-node 4 --device-mem 8 >gpu.plan 2>&1 &&
+        grep -qE '^  activations +device' gpu.plan && grep -q 'NCCL' gpu.plan &&
+        grep -q 'device .* of 8.00 GiB (--device-mem): does NOT fit' gpu.plan &&
+        grep -q 'cheapest change that fits: --set' gpu.plan
+    else
+        $S plan big.yaml --ranks 4 --gpus-per-node 4 >gpu.plan 2>&1; [ \$? = 78 ] && grep -q 'this build has none' gpu.plan
+    fi"
+
+# bad input
+$S plan missing.yaml >e1 2>&1
+check "plan: a missing job file is 66" test $? -eq 66
+$S plan big.yaml --ranks 3 >e2 2>&1
+check "plan: a rank count the batch does not split: 78 with the job file's place" \
+    sh -c "[ $? = 78 ] && grep -q 'big.yaml:2:.*batch_size (64)' e2"
+$S plan big.yaml --ranks 4-2 >e3 2>&1
+check "plan: --ranks 4-2 is a usage error (64)" sh -c "[ $? = 64 ] && grep -q 'a range A-B' e3"
+$S plan big.yaml --tflops -1 >e4 2>&1
+check "plan: --tflops -1 is a usage error (64)" sh -c "[ $? = 64 ] && grep -q -- '--tflops -1: expected' e4"
+$S plan big.yaml --device-mem lots >e5 2>&1
+check "plan: --device-mem lots is a usage error (64)" test $? -eq 64
+$S plan >e6 2>&1
+check "plan without a job file: 64" test $? -eq 64
+$S train big.yaml --tflops 3 >e7 2>&1
+check "--tflops outside plan: 64" sh -c "[ $? = 64 ] && grep -q 'applies to shardrun plan only' e7"
+$S config check big.yaml --ranks 1-4 >e8 2>&1
+check "--ranks A-B outside plan: 64" sh -c "[ $? = 64 ] && grep -q 'applies to shardrun plan only' e8"
+printf 'model: {preset: gpt2-124m\n' >broken.yaml
+$S plan broken.yaml >e9 2>&1
+check "plan: a broken job file is 78 with its place" sh -c "[ $? = 78 ] && grep -q 'broken.yaml:' e9"
+done_testing
