@@ -92,7 +92,8 @@ check "resumed final parameters are bitwise the uninterrupted run's" same res re
 field ref.jsonl loss | tail -6 >ref.tail
 field res.jsonl loss | tail -6 >res.tail
 check "losses of steps 7..12 are bitwise the uninterrupted run's" cmp -s ref.tail res.tail
-check "the resumed run appends to the metrics file (12 records)" test "$(wc -l <res.jsonl)" -eq 12
+check "the resumed run appends to the metrics file (12 step records, 2 start events)" \
+    sh -c "[ \$(grep -vc '\"event\"' res.jsonl) -eq 12 ] && [ \$(grep -c '\"event\":\"start\"' res.jsonl) -eq 2 ]"
 run again --set checkpoint.dir="$T/preck"
 check "a rerun after the end has nothing left to train (status 0)" sh -c "[ $rc -eq 0 ] && grep -q 'nothing left to train' again.err"
 

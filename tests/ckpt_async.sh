@@ -133,7 +133,8 @@ check "checkpoint.async: maybe is refused with 78" sh -c "[ $? -eq 78 ] && grep 
 run fr -- --set checkpoint.dir="$T/freshck"
 rm -rf freshck
 run fr -- --set checkpoint.dir="$T/freshck"
-check "a fresh start with checkpoint.dir begins a new metrics file (12 records, not 24)" test "$(wc -l <fr.jsonl)" -eq 12
+check "a fresh start with checkpoint.dir begins a new metrics file (12 step records, not 24; one start)" \
+    sh -c "[ \$(grep -vc '\"event\"' fr.jsonl) -eq 12 ] && [ \$(grep -c '\"event\":\"start\"' fr.jsonl) -eq 1 ]"
 
 # 10. 2 ranks under mpirun, one writer slowed: the commit waits for both; resume bitwise
 if command -v mpirun >/dev/null 2>&1; then

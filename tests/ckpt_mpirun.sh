@@ -30,7 +30,8 @@ train() {
 }
 # losses A B TOL: the steps A logged equal B's same steps within TOL (relative)
 losses() {
-    field "$1.jsonl" step >a.s
+    grep -v '"event"' "$1.jsonl" >a.steps
+    field a.steps step >a.s
     field "$1.jsonl" loss >a.l
     field "$2.jsonl" loss >b.l
     [ -s a.l ] && paste a.s a.l | awk -v tol="$3" 'NR == FNR { ref[FNR] = $1; next }

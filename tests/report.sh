@@ -91,8 +91,8 @@ check "  one event-KIND element per event, titles name step and detail" $CHECK e
 check "  summary: validation loss, tokens, wall time, time lost to preemption" $CHECK summary m.jsonl sum.out
 check "  summary counts the records and events" \
     grep -q "report: m.jsonl: 30 step records, 12 events (2 starts, 1 resume, 1 preemption, 5 checkpoints, 3 evaluations), 0 lines skipped" sum.out
-check "  self-contained: no script, no external link or source" \
-    sh -c "! grep -Eiq '<script|<link|src=|href=|@import|url\(' m.jsonl.html"
+check "  self-contained: no script, no external link or source, no URL at all" \
+    sh -c "! grep -Eiq '<script|<link|<iframe|<img|src=|href=|@import|url\(|https?:|ftp:' m.jsonl.html"
 check "  charts for loss, lr, gradient norm, tokens/s, MFU, exposed communication, memory" \
     sh -c "for c in loss lr grad-norm tokens-per-s mfu comm memory; do grep -q \"id=\\\"chart-\$c\\\"\" m.jsonl.html || exit 1; done"
 check "  memory stacked: each category's line is at or above the one before" \

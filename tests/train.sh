@@ -18,9 +18,10 @@ first=$(field m40.jsonl loss | head -1)
 last=$(field m40.jsonl loss | tail -1)
 diag "loss $first -> $last"
 check "the last loss ($last) is below 0.85 x the first ($first)" awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.85 * a) }'
-check "one metrics record per step" test "$(wc -l <m40.jsonl)" -eq 40
+grep -v '"event"' m40.jsonl >steps.jsonl
+check "one step record per step, and one start event first" sh -c "[ \$(wc -l <steps.jsonl) -eq 40 ] && [ \$(grep -c '\"event\":\"start\"' m40.jsonl) -eq 1 ] && head -1 m40.jsonl | grep -q '^{\"event\":\"start\",\"step\":0,'"
 for f in step loss lr grad_norm tokens_per_s mfu mem_total mem_activations mem_param_shard; do
-    check "metrics records carry '$f'" sh -c "[ \$(grep -c '\"$f\":' m40.jsonl) -eq 40 ]"
+    check "step records carry '$f'" sh -c "[ \$(grep -c '\"$f\":' steps.jsonl) -eq 40 ]"
 done
 check "progress lines carry step, loss, lr, norm, tok/s, mfu, memory" \
     grep -Eq 'step +40/40 \| loss [0-9.]+ \| lr [0-9.e+-]+ \| norm [0-9.]+ \| [0-9]+ tok/s \| mfu [0-9.]+% \| mem [0-9.]+ MiB' err.txt

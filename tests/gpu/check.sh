@@ -465,6 +465,29 @@ st_memory() {
         fail memory.big "a run failed ($(tail -1 "$LOGS/mem-big-n.err") $(tail -1 "$LOGS/mem-big-o.err") $(tail -1 "$LOGS/mem-big-r.err"))"
         return
     fi
+    # shardrun plan against these runs: every category the plan prints is
+    # the run's peak (persistent ones exact; activations, comm and the
+    # device table's own workspace within 1 %); NCCL is not in play (1 rank)
+    for v in n: o:"--set sharding.offload.optimizer=true" r:"--set model.recompute=blocks"; do
+        k=${v%%:*}
+        # shellcheck disable=SC2086
+        "$S" config show $big ${v#*:} --set threads=0 $DEV >"$LOGS/mem-big-$k.yaml" 2>"$LOGS/mem-big-$k.plan.err" &&
+            "$S" plan "$LOGS/mem-big-$k.yaml" $([ $rehearse = 1 ] || echo --gpus-per-node 1) >"$LOGS/mem-big-$k.plan" 2>>"$LOGS/mem-big-$k.plan.err"
+        if bad=$(awk -v metrics="$LOGS/mem-big-$k.jsonl" '
+            BEGIN { while ((getline l < metrics) > 0) if (l !~ /"event"/) last = l
+                    n = split(last, kv, /[,{}]/); for (i = 1; i <= n; i++) { split(kv[i], p, ":"); gsub(/"/, "", p[1]); run[p[1]] = p[2] } }
+            /^  [a-z_]+ +(host|pinned|device|-) +[0-9]+ +[0-9.]+$/ && $1 != "total" { plan[$1] += $3 }
+            END { for (c in plan) { got = run["mem_" c "_peak"]; d = plan[c] - got; if (d < 0) d = -d
+                    exact = c ~ /^(param_shard|grad_shard|optim_shard|grad_accum|full_units|ckpt_staging)$/
+                    if ((exact && d != 0) || d > 0.01 * (got > 1 ? got : 1)) { printf "%s plan %d run %d; ", c, plan[c], got; bad = 1 }
+                    m++ }
+                  if (m != 9) { printf "the plan lists %d categories", m; bad = 1 }
+                  exit bad }' "$LOGS/mem-big-$k.plan"); then
+            pass memory.plan-$k "shardrun plan = the run's peaks, every category (${v#*:})"
+        else
+            fail memory.plan-$k "plan against the run: $bad $(tail -1 "$LOGS/mem-big-$k.plan.err")"
+        fi
+    done
     dn=$(field "$LOGS/mem-big-n.jsonl" mem_device_total_peak | tail -1)
     do_=$(field "$LOGS/mem-big-o.jsonl" mem_device_total_peak | tail -1)
     g=$(field "$LOGS/mem-big-n.jsonl" mem_grad_shard | tail -1)
