@@ -395,8 +395,7 @@ static void chart(FILE *f, const records *rs, const char *id, const char *title,
     if (!(b.x1 > b.x0))
         b.x0 -= 0.5, b.x1 += 0.5;
     /* inline SVG in HTML5 needs no namespace: the page names no URL at all */
-    fprintf(f, "<svg width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\">\n", W, H, W,
-            H);
+    fprintf(f, "<svg width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\">\n", W, H, W, H);
     axes(f, &b, title, ylabel);
     if (marks)
         for (int i = 0; i < rs->n; i++) {
