@@ -374,10 +374,20 @@ static int load_job(sr_config *cfg, const char *path, const cli *c, int ranks) {
 }
 
 /* SHARDRUN_TEST_ALLOC_FAIL sweeps need to know how many allocations a run
- * makes: with the hook set, the count goes to stderr at the end. */
+ * makes, and the first allocation of each call site: with the hook set,
+ * both go to stderr at the end. */
 static int report_allocations(int rc) {
-    if (sr_testhook()->alloc_fail > 0)
-        sr_log_info_all("test: %lld allocations counted", sr_mem_allocations());
+    if (sr_testhook()->alloc_fail <= 0)
+        return rc;
+    sr_log_info_all("test: %lld allocations counted", sr_mem_allocations());
+    static long long first[4096];
+    int n = sr_mem_alloc_sites(first, 4096);
+    char line[7000]; /* inside the log's own line */
+    size_t at = 0;
+    for (int i = 0; i < n && at + 24 < sizeof line; i++)
+        at += (size_t)snprintf(line + at, sizeof line - at, " %lld", first[i]);
+    line[at] = 0;
+    sr_log_info_all("test: %d allocation sites, first allocations:%s", n, line);
     return rc;
 }
 

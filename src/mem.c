@@ -3,6 +3,7 @@
 
 #include "mem.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,13 +56,42 @@ typedef union {
 #define HEADER_CTX(h) (*(sr_mem_ctx **)((h)->pad + 32))
 _Static_assert(sizeof(block_header) == 64, "the block header keeps 64-byte alignment");
 
-/* Counts one allocation; false when SHARDRUN_TEST_ALLOC_FAIL says this one
- * must fail. */
-static int count_one(void) {
+/* The allocation sites of a run with SHARDRUN_TEST_ALLOC_FAIL set: each
+ * call site (the return address into the caller of a counted function) with
+ * the number of its first allocation, so the test sweep can fail every site
+ * once (tests/alloc_fail.sh) instead of every allocation.  Only a hooked run
+ * records them; a bounded table (sites past it are not recorded). */
+#define MAX_SITES 4096
+static struct {
+    pthread_mutex_t lock;
+    int n;
+    const void *site[MAX_SITES];
+    long long first[MAX_SITES];
+} sites = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void record_site(const void *site, long long n) {
+    pthread_mutex_lock(&sites.lock);
+    int i = 0;
+    while (i < sites.n && sites.site[i] != site)
+        i++;
+    if (i == sites.n && sites.n < MAX_SITES) {
+        sites.site[sites.n] = site;
+        sites.first[sites.n++] = n;
+    }
+    pthread_mutex_unlock(&sites.lock);
+}
+
+/* Counts one allocation made from `site`; false when SHARDRUN_TEST_ALLOC_FAIL
+ * says this one must fail. */
+static int count_one(const void *site) {
     long long n = __atomic_add_fetch(&allocations, 1, __ATOMIC_RELAXED);
     const sr_testhooks *h = sr_testhook();
-    return h->alloc_fail <= 0 || n != h->alloc_fail || (h->alloc_fail_rank >= 0 && h->alloc_fail_rank != sr_log_rank());
+    if (h->alloc_fail <= 0)
+        return 1;
+    record_site(site, n);
+    return n != h->alloc_fail || (h->alloc_fail_rank >= 0 && h->alloc_fail_rank != sr_log_rank());
 }
+#define CALLER __builtin_return_address(0)
 
 static void raise_peak(size_t *pk, size_t now) {
     size_t old = __atomic_load_n(pk, __ATOMIC_RELAXED);
@@ -81,13 +111,13 @@ static void unaccount(sr_mem_ctx *c, sr_mem_space space, sr_mem_cat cat, size_t 
     __atomic_sub_fetch(&c->total_current, bytes, __ATOMIC_RELAXED);
 }
 
-void *sr_mem_alloc_in(sr_mem_space space, sr_mem_cat cat, size_t bytes, bool zero) {
+static void *alloc_in(sr_mem_space space, sr_mem_cat cat, size_t bytes, bool zero, const void *site) {
     void *p = NULL;
     size_t rounded = (bytes + 63) & ~(size_t)63;
     if (rounded == 0)
         rounded = 64;
     size_t whole = rounded + sizeof(block_header);
-    if (!count_one() || rounded < bytes || whole < rounded || posix_memalign(&p, 64, whole) != 0) {
+    if (!count_one(site) || rounded < bytes || whole < rounded || posix_memalign(&p, 64, whole) != 0) {
         sr_error(SR_ERR_INTERNAL, "out of memory allocating %zu bytes for %s", bytes, names[cat]);
         return NULL;
     }
@@ -100,7 +130,11 @@ void *sr_mem_alloc_in(sr_mem_space space, sr_mem_cat cat, size_t bytes, bool zer
     return h + 1;
 }
 
-void *sr_mem_alloc(sr_mem_cat cat, size_t bytes) { return sr_mem_alloc_in(SR_SPACE_HOST, cat, bytes, true); }
+void *sr_mem_alloc_in(sr_mem_space space, sr_mem_cat cat, size_t bytes, bool zero) {
+    return alloc_in(space, cat, bytes, zero, CALLER);
+}
+
+void *sr_mem_alloc(sr_mem_cat cat, size_t bytes) { return alloc_in(SR_SPACE_HOST, cat, bytes, true, CALLER); }
 
 size_t sr_mem_block_bytes(const void *ptr) { return ptr ? (size_t)((const block_header *)ptr - 1)->h.bytes : 0; }
 
@@ -148,20 +182,29 @@ void sr_mem_reset(void) {
     __atomic_store_n(&c->total_peak, 0, __ATOMIC_RELAXED);
 }
 
-void *sr_malloc(size_t bytes) { return count_one() ? malloc(bytes ? bytes : 1) : NULL; }
+void *sr_malloc(size_t bytes) { return count_one(CALLER) ? malloc(bytes ? bytes : 1) : NULL; }
 
-void *sr_calloc(size_t n, size_t size) { return count_one() ? calloc(n ? n : 1, size ? size : 1) : NULL; }
+void *sr_calloc(size_t n, size_t size) { return count_one(CALLER) ? calloc(n ? n : 1, size ? size : 1) : NULL; }
 
-void *sr_realloc(void *p, size_t bytes) { return count_one() ? realloc(p, bytes ? bytes : 1) : NULL; }
+void *sr_realloc(void *p, size_t bytes) { return count_one(CALLER) ? realloc(p, bytes ? bytes : 1) : NULL; }
 
-char *sr_strdup(const char *s) { return count_one() ? strdup(s) : NULL; }
+char *sr_strdup(const char *s) { return count_one(CALLER) ? strdup(s) : NULL; }
 
 void *sr_aligned_alloc(size_t bytes) {
     void *p = NULL;
     size_t rounded = (bytes + 4095) & ~(size_t)4095;
-    if (!count_one() || posix_memalign(&p, 4096, rounded ? rounded : 4096) != 0)
+    if (!count_one(CALLER) || posix_memalign(&p, 4096, rounded ? rounded : 4096) != 0)
         return NULL;
     return p;
 }
 
 long long sr_mem_allocations(void) { return __atomic_load_n(&allocations, __ATOMIC_RELAXED); }
+
+int sr_mem_alloc_sites(long long *first, int max) {
+    pthread_mutex_lock(&sites.lock);
+    int n = sites.n < max ? sites.n : max;
+    for (int i = 0; i < n; i++)
+        first[i] = sites.first[i];
+    pthread_mutex_unlock(&sites.lock);
+    return n;
+}

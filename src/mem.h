@@ -107,5 +107,9 @@ char *sr_strdup(const char *s);
 void *sr_aligned_alloc(size_t bytes);
 /* Allocations counted so far in this process (for the test sweep). */
 long long sr_mem_allocations(void);
+/* With SHARDRUN_TEST_ALLOC_FAIL set: the number of the first allocation of
+ * each call site seen so far, in order, at most `max` into `first`; returns
+ * how many it wrote (0 without the hook). */
+int sr_mem_alloc_sites(long long *first, int max);
 
 #endif

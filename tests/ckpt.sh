@@ -9,15 +9,9 @@
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 cd "$T" || exit 99
-export OMP_WAIT_POLICY=PASSIVE
 
-cat >job.yaml <<'EOF'
-model: {preset: tiny, n_layer: 2, n_embd: 64, n_head: 2, seq_len: 64}
-train: {steps: 12, batch_size: 4, warmup_steps: 2, eval_every: 6, eval_batches: 1}
-log: {every: 1}
-threads: 1
-checkpoint: {every_steps: 4, keep: 3}
-EOF
+tiny_job job.yaml model.n_head=2 train.steps=12 train.batch_size=4 train.warmup_steps=2 train.eval_every=6 \
+    train.eval_batches=1 checkpoint.every_steps=4 checkpoint.keep=3
 field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
 # run NAME [args]: trains job.yaml; params in NAME.params, log in NAME.err, status in $rc
 run() {

@@ -16,15 +16,9 @@
 S=$SHARDRUN
 CMP=${SR_BUILDDIR:-.}/tests/cmp_params
 cd "$T" || exit 99
-export OMP_WAIT_POLICY=PASSIVE
 
-cat >job.yaml <<'EOF2'
-model: {preset: tiny, n_layer: 2, n_embd: 64, n_head: 2, seq_len: 64}
-train: {steps: 12, batch_size: 4, warmup_steps: 2}
-log: {every: 1}
-threads: 1
-checkpoint: {every_steps: 4, keep: 5}
-EOF2
+tiny_job job.yaml model.n_head=2 train.steps=12 train.batch_size=4 train.warmup_steps=2 checkpoint.every_steps=4 \
+    checkpoint.keep=5
 field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
 last() { field "$1" "$2" | tail -1; }
 run() { # NAME [ENV=V...] -- [--set ...]
@@ -137,8 +131,7 @@ check "a fresh start with checkpoint.dir begins a new metrics file (12 step reco
     sh -c "[ \$(grep -vc '\"event\"' fr.jsonl) -eq 12 ] && [ \$(grep -c '\"event\":\"start\"' fr.jsonl) -eq 1 ]"
 
 # 10. 2 ranks under mpirun, one writer slowed: the commit waits for both; resume bitwise
-if command -v mpirun >/dev/null 2>&1; then
-    MPI="mpirun --allow-run-as-root --oversubscribe"
+if have_mpirun; then
     SHARDRUN_TEST_DUMP_PARAMS="$T/m2.params" timeout 300 $MPI -n 2 "$S" train job.yaml \
         --set checkpoint.async=false </dev/null >m2.out 2>m2.err
     SHARDRUN_TEST_CKPT_WRITE_DELAY_MS=1000 SHARDRUN_TEST_DUMP_PARAMS="$T/m2a.params" timeout 300 $MPI -n 2 \
@@ -152,9 +145,6 @@ if command -v mpirun >/dev/null 2>&1; then
         --set checkpoint.dir="$T/m2ck" </dev/null >m2r.out 2>m2r.err
     check "  ...a 2-rank resume from step 4 ends bitwise equal" sh -c "grep -q 'resume=4' m2r.err && cmp -s m2r.params m2.params"
 else
-    case ",${SHARDRUN_TEST_REQUIRE:-}," in
-    *,mpirun,*) not_ok "asynchronous saves on 2 ranks: mpirun not installed (and SHARDRUN_TEST_REQUIRE requires mpirun)" ;;
-    *) skip "asynchronous saves on 2 ranks: mpirun not installed (apt-get install openmpi-bin)" ;;
-    esac
+    skip_mpirun "asynchronous saves on 2 ranks"
 fi
 done_testing

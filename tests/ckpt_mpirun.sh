@@ -7,18 +7,11 @@
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 CMP=${SR_BUILDDIR:-.}/tests/cmp_params
-command -v mpirun >/dev/null 2>&1 || require_or_skip mpirun "mpirun not installed (apt-get install openmpi-bin)"
+need_mpirun
 cd "$T" || exit 99
-export OMP_WAIT_POLICY=PASSIVE
-MPI="timeout 300 mpirun --allow-run-as-root --oversubscribe"
+MPI="timeout 300 $MPI"
 STEPS=16
-cat >job.yaml <<EOF
-model: {preset: tiny, n_layer: 2, n_embd: 64, n_head: 2, seq_len: 64}
-train: {steps: $STEPS, batch_size: 12}
-log: {every: 1}
-threads: 1
-checkpoint: {every_steps: 0}
-EOF
+tiny_job job.yaml model.n_head=2 train.steps=$STEPS train.batch_size=12 checkpoint.every_steps=0
 field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
 # train NAME RANKS [--set ...]: params NAME.params, metrics NAME.jsonl, log NAME.err, status $rc
 train() {

@@ -12,7 +12,10 @@ S=$SHARDRUN
 CMP=${SR_BUILDDIR:-.}/tests/cmp_params
 cd "$T" || exit 99
 
-common="--set train.steps=12 --set train.batch_size=4 --set threads=2 --set log.every=1 --set train.eval_every=0"
+# the fast tier trains tiny at width 128 and 64 positions, the long tier as
+# it is; FREE_MB is below either's planned device memory
+if long_tier; then dims="" FREE_MB=40; else dims="--set model.n_embd=128 --set model.seq_len=64" FREE_MB=8; fi
+common="--set train.steps=12 --set train.batch_size=4 --set threads=2 --set log.every=1 --set train.eval_every=0 $dims"
 field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
 last() { field "$1" "$2" | tail -1; }
 # run NAME [ENV=VALUE...] -- [--set ...]: metrics NAME.jsonl, params NAME.params, log NAME.err, status in $rc
@@ -95,9 +98,9 @@ check "  ...and both equal the uninterrupted run" "$CMP" cpu.params cc.params 0
 
 # 5. planned memory above the fake device's free memory: 78, naming the categories, nothing written
 expect_status 78 "planned memory above SHARDRUN_TEST_DEVICE_FREE_MB is refused" env SHARDRUN_TEST_DEVICE=fake \
-    SHARDRUN_TEST_DEVICE_FREE_MB=40 "$S" train $common --set checkpoint.dir="$T/nock"
+    SHARDRUN_TEST_DEVICE_FREE_MB=$FREE_MB "$S" train $common --set checkpoint.dir="$T/nock"
 check "  ...naming the device memory and the categories" \
-    grep -q "of device memory per rank (.*activations.*), more than the 40.0 MiB free on the device (hint:" "$T/err"
+    grep -q "of device memory per rank (.*activations.*), more than the $FREE_MB.0 MiB free on the device (hint:" "$T/err"
 check "  ...before anything is written (no checkpoint directory)" test ! -e "$T/nock"
 run roomy SHARDRUN_TEST_DEVICE=fake SHARDRUN_TEST_DEVICE_FREE_MB=4096 -- --set train.steps=2
 check "the same job with 4096 MiB free trains" test "$rc" -eq 0
@@ -115,8 +118,8 @@ if grep -q '^#define SR_HAVE_CUDA 1' "${SR_BUILDDIR:-.}/srconfig.h" && ! nvidia-
     check "  ...saying cudaGetDeviceCount's answer, with a hint" grep -q "no usable GPU: cudaGetDeviceCount says .*hint" "$T/err"
     expect_status 0 "config check accepts device: cuda in a CUDA build (the GPU is the run's question)" \
         "$S" config check cuda.yaml
-    if command -v mpirun >/dev/null 2>&1; then
-        timeout 300 mpirun --allow-run-as-root --oversubscribe -n 2 "$S" train cuda.yaml </dev/null >mr.out 2>mr.err
+    if have_mpirun; then
+        timeout 300 $MPI -n 2 "$S" train cuda.yaml </dev/null >mr.out 2>mr.err
         if grep -q '^#define SR_HAVE_NCCL 1' "${SR_BUILDDIR:-.}/srconfig.h"; then
             check "device: cuda with 2 ranks (NCCL built) fails for want of a GPU, not of multi-GPU support" \
                 sh -c "grep -q 'no usable GPU' mr.err && ! grep -q 'not implemented' mr.err" || diag "$(tail -3 mr.err)"
@@ -144,26 +147,23 @@ check "given a GPU it cannot use, a run warns with cudaGetDeviceCount's answer a
     "[ $rc = 0 ] && grep -Eq 'warning: this task was given GPUs \(CUDA_VISIBLE_DEVICES=0\) but none is usable \((cudaGetDeviceCount: .*|this shardrun was built without CUDA)\)' given.err"
 
 # 7. ranks that disagree on the device (mpirun)
-if command -v mpirun >/dev/null 2>&1; then
+if have_mpirun; then
     cat >mixed.sh <<'EOF'
 #!/bin/sh
 [ "${OMPI_COMM_WORLD_RANK:-0}" = 1 ] && export SHARDRUN_TEST_DEVICE=fake
 exec "$@"
 EOF
-    expect_status 78 "ranks that disagree on the device are refused" timeout 120 mpirun --allow-run-as-root \
-        --oversubscribe -n 2 sh "$T/mixed.sh" "$S" train $common
+    expect_status 78 "ranks that disagree on the device are refused" timeout 120 $MPI \
+        -n 2 sh "$T/mixed.sh" "$S" train $common
     check "  ...naming the ranks and their devices" grep -q "the ranks do not agree on the device: rank 0 uses cpu; rank 1 uses fake" "$T/err"
-    SHARDRUN_TEST_DUMP_PARAMS="$T/m2cpu.params" timeout 300 mpirun --allow-run-as-root --oversubscribe -n 2 "$S" \
+    SHARDRUN_TEST_DUMP_PARAMS="$T/m2cpu.params" timeout 300 $MPI -n 2 "$S" \
         train $common --set sharding.reshard_after_forward.blocks=2 >m2.out 2>m2cpu.err
-    SHARDRUN_TEST_DEVICE=fake SHARDRUN_TEST_DUMP_PARAMS="$T/m2fake.params" timeout 300 mpirun --allow-run-as-root \
-        --oversubscribe -n 2 -x SHARDRUN_TEST_DEVICE "$S" train $common --set sharding.reshard_after_forward.blocks=2 \
+    SHARDRUN_TEST_DEVICE=fake SHARDRUN_TEST_DUMP_PARAMS="$T/m2fake.params" timeout 300 $MPI \
+        -n 2 -x SHARDRUN_TEST_DEVICE "$S" train $common --set sharding.reshard_after_forward.blocks=2 \
         >m2.out 2>m2fake.err
     check "2 ranks, reshard_after_forward 2: the fake run is bitwise the CPU run" "$CMP" m2cpu.params m2fake.params 0
 else
-    case ",${SHARDRUN_TEST_REQUIRE:-}," in
-    *,mpirun,*) not_ok "mpirun not installed (and SHARDRUN_TEST_REQUIRE requires mpirun)" ;;
-    *) skip "mixed devices and 2-rank fake runs: mpirun not installed" ;;
-    esac
+    skip_mpirun "mixed devices and 2-rank fake runs"
 fi
 
 done_testing

@@ -19,12 +19,7 @@ CMP=${SR_BUILDDIR:-.}/tests/cmp_params
 cd "$T" || exit 99
 export SHARDRUN_TEST_HB=1
 
-cat >job.yaml <<'EOF'
-model: {preset: tiny, n_layer: 2, n_embd: 64, n_head: 4, seq_len: 32}
-train: {steps: 4, batch_size: 4, eval_every: 2, eval_batches: 1}
-log: {every: 1}
-threads: 1
-EOF
+tiny_job job.yaml model.seq_len=32 train.steps=4 train.batch_size=4 train.eval_every=2 train.eval_batches=1
 # configurations that between them use every wait site (D: offload on
 # the fake device)
 cfgA="--set train.micro_batch=2 --set checkpoint.dir=$T/ck --set checkpoint.every_steps=2"
@@ -64,9 +59,9 @@ check "  ...and the progress line says it" grep -Eq 'step +4/4 \| .* \| comm exp
 
 # 3. every wait removed is reported (C, 4 ranks: HSDP 2x2 with reshard 2,
 # for the sites only several ranks use)
-have_mpirun=false
-command -v mpirun >/dev/null 2>&1 && have_mpirun=true
-mpi() { timeout 300 mpirun --allow-run-as-root --oversubscribe -n "$@"; }
+hb_mpi=false
+have_mpirun && hb_mpi=true
+mpi() { timeout 300 $MPI -n "$@"; }
 hsdp="--set sharding.mesh.replicate=2 --set train.batch_size=8"
 cfgC="$cfgB $hsdp --set sharding.reshard_after_forward.blocks=2"
 for site in $sites; do
@@ -74,9 +69,9 @@ for site in $sites; do
     for c in A B D C; do
         fresh
         eval "cfg=\$cfg$c"
-        [ $c = C ] && ! $have_mpirun && continue
+        [ $c = C ] && ! $hb_mpi && continue
         launch=""
-        [ $c = C ] && launch="mpirun --allow-run-as-root --oversubscribe -n 4"
+        [ $c = C ] && launch="$MPI -n 4"
         dev=""
         [ $c = D ] && dev=fake
         # shellcheck disable=SC2086
@@ -106,7 +101,7 @@ done
 expect_status 78 "a malformed delay is refused" env SHARDRUN_TEST_COMM_DELAY_US=5:disk "$S" train job.yaml
 check "  ...naming the variable and the form" grep -q "SHARDRUN_TEST_COMM_DELAY_US.*N\[:comm|compute\]" "$T/err"
 
-if $have_mpirun; then
+if $hb_mpi; then
     fresh
     # shellcheck disable=SC2086
     SHARDRUN_TEST_DUMP_PARAMS="$T/m0.params" mpi 4 "$S" train job.yaml $cfgB $hsdp >/dev/null 2>m0.err
@@ -128,10 +123,7 @@ if $have_mpirun; then
             "$n.params" 0
     done
 else
-    case ",${SHARDRUN_TEST_REQUIRE:-}," in
-    *,mpirun,*) not_ok "mpirun not installed (and SHARDRUN_TEST_REQUIRE requires mpirun)" ;;
-    *) skip "HSDP under the checker and delays on 4 ranks: mpirun not installed" ;;
-    esac
+    skip_mpirun "HSDP under the checker and delays on 4 ranks"
 fi
 
 done_testing

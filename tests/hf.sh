@@ -18,7 +18,6 @@ S=$SHARDRUN
 PROBE=${SR_BUILDDIR:-.}/tests/model_probe
 HF=$(cd "$SR_SRCDIR/tests/hf" && pwd -P) # absolute and resolved, as the logs print it
 cd "$T" || exit 99
-export OMP_WAIT_POLICY=PASSIVE
 TOK=$(cat "$HF/tokens.txt")
 DIMS="--set model.n_layer=2 --set model.n_head=4 --set model.n_embd=48 --set model.vocab_size=300 --set model.seq_len=32"
 FROZEN="--set train.steps=1 --set train.lr=0 --set train.min_lr=0 --set train.warmup_steps=0 --set train.batch_size=6"
@@ -69,20 +68,17 @@ SHARDRUN_TEST_DEVICE=fake "$S" train $DIMS $FROZEN --set checkpoint.dir="$T/fake
     --set model.init="$HF/tiny/model.safetensors" --set sharding.offload.optimizer=true >fake.out 2>fake.err
 "$S" ckpt export fake.ck/step_00000001 -o fake.safetensors 2>/dev/null
 check "model.init on the fake device with offload: the same weights bitwise" cmp -s one.safetensors fake.safetensors
-if command -v mpirun >/dev/null 2>&1; then
+if have_mpirun; then
     init hub1 "$HF/hub/model.safetensors"
     "$S" ckpt export hub1.ck/step_00000001 -o hub1.safetensors 2>/dev/null
     for n in 2 3; do
-        mpirun --allow-run-as-root --oversubscribe -n $n "$S" train $DIMS $FROZEN --set checkpoint.dir="$T/r$n.ck" \
+        $MPI -n $n "$S" train $DIMS $FROZEN --set checkpoint.dir="$T/r$n.ck" \
             --set model.init="$HF/hub/model.safetensors" </dev/null >r$n.out 2>r$n.err
         "$S" ckpt export r$n.ck/step_00000001 -o r$n.safetensors 2>/dev/null
         check "model.init on $n ranks (mpirun): the 1-rank weights bitwise" cmp -s r$n.safetensors hub1.safetensors
     done
 else
-    case ",${SHARDRUN_TEST_REQUIRE:-}," in
-    *,mpirun,*) not_ok "model.init on 2 and 3 ranks: mpirun not installed (and SHARDRUN_TEST_REQUIRE requires mpirun)" ;;
-    *) skip "model.init on 2 and 3 ranks: mpirun not installed" ;;
-    esac
+    skip_mpirun "model.init on 2 and 3 ranks"
 fi
 
 # 3. export -> model.init -> export, bitwise; the directory form; llm.c v3

@@ -11,7 +11,6 @@
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 cd "$T" || exit 99
-export OMP_WAIT_POLICY=PASSIVE
 small="--set model.n_layer=1 --set model.seq_len=32 --set threads=1 --set train.batch_size=2 --set log.every=1"
 # sha256 of a manifest's body, for manifests edited on purpose
 resign() { # FILE: replaces the last line with a fresh manifest_sha256 line

@@ -8,7 +8,6 @@
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 cd "$T" || exit 99
-export OMP_WAIT_POLICY=PASSIVE
 native=no
 grep -q '^#define SR_ISA_NATIVE 1' "${SR_BUILDDIR:-.}/srconfig.h" 2>/dev/null && native=yes
 
@@ -37,11 +36,8 @@ sed -n 's/.*"loss":\([^,]*\),"lr":[^,]*,"grad_norm":\([^,]*\),.*/\1 \2/p' auto.j
 sed -n 's/.*"loss":\([^,]*\),"lr":[^,]*,"grad_norm":\([^,]*\),.*/\1 \2/p' v2.jsonl >v2.l
 check "losses and gradient norms at x86-64-v2 equal those at $level, bitwise" sh -c "[ -s auto.l ] && cmp -s auto.l v2.l"
 
-if ! command -v mpirun >/dev/null 2>&1; then
-    case ",${SHARDRUN_TEST_REQUIRE:-}," in
-    *",mpirun,"*) not_ok "the agreement between ranks needs mpirun (SHARDRUN_TEST_REQUIRE requires it)" ;;
-    *) skip "the agreement between ranks: mpirun not installed (apt-get install openmpi-bin)" ;;
-    esac
+if ! have_mpirun; then
+    skip_mpirun "the agreement between ranks"
     done_testing
     exit 0
 fi
@@ -50,7 +46,7 @@ cat >capped.sh <<EOS
 [ "\$OMPI_COMM_WORLD_RANK" = 1 ] && export SHARDRUN_TEST_ISA=x86-64-v2
 exec "$S" "\$@"
 EOS
-mpirun --allow-run-as-root --oversubscribe -n 2 sh capped.sh train $job --set threads=1 --set checkpoint.dir=ck 2>mpi.err
+$MPI -n 2 sh capped.sh train $job --set threads=1 --set checkpoint.dir=ck 2>mpi.err
 rc=$?
 want=x86-64-v2
 [ $native = yes ] && want=native

@@ -11,18 +11,20 @@
 # every step_* verifies; the next start resumes, leaves no temporary
 # directory behind, and ends with final parameters bitwise equal to an
 # uninterrupted run's (same world size and threads: doc/ARCHITECTURE.md §3).
-# make check runs N = 10 (SHARDRUN_KILL_N, SHARDRUN_KILL_SEED override).
+# make check-long runs N = 10, make check N = 2 (one kill inside an
+# asynchronous save, one between steps); SHARDRUN_KILL_N, SHARDRUN_KILL_SEED
+# override.
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
-N=${1:-${SHARDRUN_KILL_N:-10}}
+N=2
+long_tier && N=10
+N=${1:-${SHARDRUN_KILL_N:-$N}}
 SEED=${2:-${SHARDRUN_KILL_SEED:-20261201}}
-command -v mpirun >/dev/null 2>&1 || require_or_skip mpirun "mpirun not installed (apt-get install openmpi-bin)"
+need_mpirun -x WRAPDIR -x SHARDRUN_TEST_PAUSE_AT -x SHARDRUN_TEST_DUMP_PARAMS
 cd "$T" || exit 99
-export OMP_WAIT_POLICY=PASSIVE
 STEPS=12
 job="--set model.n_layer=1 --set model.seq_len=32 --set threads=1 --set train.batch_size=4 --set log.every=1
      --set train.steps=$STEPS --set train.eval_every=0 --set checkpoint.every_steps=2 --set checkpoint.keep=2"
-MPI="mpirun --allow-run-as-root --oversubscribe -x OMP_WAIT_POLICY -x WRAPDIR -x SHARDRUN_TEST_PAUSE_AT -x SHARDRUN_TEST_DUMP_PARAMS"
 SITES="after_shard_write before_manifest after_manifest before_rename after_rename before_latest after_latest"
 
 SHARDRUN_TEST_DUMP_PARAMS="$T/ref.params" $MPI -n 2 "$S" train $job </dev/null >ref.out 2>ref.err

@@ -16,11 +16,9 @@
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 cd "$T" || exit 99
-command -v mpirun >/dev/null 2>&1 || require_or_skip mpirun "mpirun not installed (apt-get install openmpi-bin)"
-export OMP_WAIT_POLICY=PASSIVE
+need_mpirun -x WRAPDIR -x SHARDRUN_TEST_NO_PMIX_EVENTS
 job="--set model.n_layer=1 --set model.seq_len=32 --set threads=1 --set train.batch_size=2 --set log.every=1
      --set checkpoint.every_steps=3 --set comm.timeout_s=10"
-MPI="mpirun --allow-run-as-root --oversubscribe -x OMP_WAIT_POLICY -x WRAPDIR -x SHARDRUN_TEST_NO_PMIX_EVENTS"
 
 # start MODE DIR: a 2-rank job writing checkpoints to DIR/ck, each rank's
 # pid, status and stderr in DIR (wrap: tests/rank_wrap.sh; exec: sh -c exec,

@@ -9,7 +9,6 @@
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 cd "$T" || exit 99
-export OMP_WAIT_POLICY=PASSIVE
 small="--set model.n_layer=1 --set model.seq_len=32 --set threads=1 --set train.batch_size=2"
 
 # --- open files --------------------------------------------------------------
@@ -24,8 +23,7 @@ rc=$?
 check "a soft limit of 24 under a higher hard limit is raised and the run ends well (status $rc)" \
     sh -c "[ $rc -eq 0 ] && grep -q 'raised the open-file limit (RLIMIT_NOFILE) from 24 to' err"
 
-if command -v mpirun >/dev/null 2>&1; then
-    MPI="mpirun --allow-run-as-root --oversubscribe -x OMP_WAIT_POLICY"
+if have_mpirun; then
     mkdir -p w2
     LIMIT_RANK=1 LIMIT_NOFILE=30 WRAPDIR="$T/w2" timeout 120 $MPI -x LIMIT_RANK -x LIMIT_NOFILE -x WRAPDIR -n 2 \
         sh "$SR_SRCDIR/tests/rank_wrap.sh" "$S" train $small --set train.steps=1 >w2/mpirun.out 2>&1
@@ -34,10 +32,7 @@ if command -v mpirun >/dev/null 2>&1; then
     check "  ...rank 1 names its limit, rank 0 names rank 1" \
         sh -c "grep -q 'RLIMIT_NOFILE) is 30, below the' w2/err.1 && grep -q \"rank 1's open-file limit\" w2/err.0"
 else
-    case ",${SHARDRUN_TEST_REQUIRE:-}," in
-    *",mpirun,"*) not_ok "2 ranks need mpirun (SHARDRUN_TEST_REQUIRE requires it)" ;;
-    *) skip "2-rank open-file limit: mpirun not installed (apt-get install openmpi-bin)" ;;
-    esac
+    skip_mpirun "2-rank open-file limit"
 fi
 
 # --- descriptors running out later (prlimit on a stopped rank) ----------------
@@ -72,10 +67,10 @@ if command -v prlimit >/dev/null 2>&1; then
     check "  ...naming EMFILE and the shard file, with the ulimit -n hint; step 2 stays" \
         sh -c "grep -q 'shard_00000.bin: cannot create: Too many open files (EMFILE) (hint: raise the open-file limit, ulimit -n)' emf.err &&
                \"$S\" ckpt verify emf_ck/step_00000002 >/dev/null"
-    if command -v mpirun >/dev/null 2>&1; then
+    if have_mpirun; then
         mkdir -p wc
         WRAPDIR="$T/wc" SHARDRUN_TEST_PAUSE_AT=before_connect@1 timeout 120 \
-            mpirun --allow-run-as-root --oversubscribe -x OMP_WAIT_POLICY -x WRAPDIR -x SHARDRUN_TEST_PAUSE_AT -n 2 \
+            $MPI -x WRAPDIR -x SHARDRUN_TEST_PAUSE_AT -n 2 \
             sh "$SR_SRCDIR/tests/rank_wrap.sh" "$S" train $small --set train.steps=1 --set comm.timeout_s=5 \
             </dev/null >wc/mpirun.out 2>&1 &
         mp=$!

@@ -8,9 +8,8 @@
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 BOOT=${SR_BUILDDIR:-.}/tests/test_nccl_boot
 [ -x "$BOOT" ] || require_or_skip nccl "this build has no NCCL (configure --with-nccl; CUDA's NCCL or libnccl-dev)"
-command -v mpirun >/dev/null 2>&1 || require_or_skip mpirun "mpirun not installed (apt-get install openmpi-bin)"
+need_mpirun
 cd "$T" || exit 99
-MPI="mpirun --allow-run-as-root --oversubscribe"
 
 for n in 2 4; do
     timeout 300 $MPI -n "$n" "$BOOT" </dev/null >boot$n.tap 2>boot$n.err

@@ -11,7 +11,7 @@
 S=$SHARDRUN
 CMP=${SR_BUILDDIR:-.}/tests/cmp_params
 cd "$T" || exit 99
-export OMP_WAIT_POLICY=PASSIVE SHARDRUN_TEST_DEVICE=fake
+export SHARDRUN_TEST_DEVICE=fake
 
 field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
 last() { field "$1" "$2" | tail -1; }
@@ -97,8 +97,8 @@ run res2 --set train.steps=8 --set checkpoint.dir="$T/ck2"
 check "  ...and so does a resume without offload" sh -c "[ $rc -eq 0 ] && cmp -s res2.params full.params"
 
 # 5. 2 and 4 ranks under mpirun (and HSDP 2 x 2): bitwise
-if command -v mpirun >/dev/null 2>&1; then
-    MPI="mpirun --allow-run-as-root --oversubscribe -x SHARDRUN_TEST_DEVICE -x OMP_WAIT_POLICY"
+if have_mpirun; then
+    MPI="$MPI -x SHARDRUN_TEST_DEVICE"
     mrun() { # NAME N [--set ...]
         name=$1 n=$2
         shift 2
@@ -114,9 +114,6 @@ if command -v mpirun >/dev/null 2>&1; then
     mrun ho 4 --set sharding.mesh.shard=2 --set sharding.mesh.replicate=2 $BF $OPT
     check "HSDP 2 x 2 in bf16: offload bitwise no offload" same ho hn
 else
-    case ",${SHARDRUN_TEST_REQUIRE:-}," in
-    *,mpirun,*) not_ok "offload on 2 and 4 ranks: mpirun not installed (and SHARDRUN_TEST_REQUIRE requires mpirun)" ;;
-    *) skip "offload on 2 and 4 ranks: mpirun not installed (apt-get install openmpi-bin)" ;;
-    esac
+    skip_mpirun "offload on 2 and 4 ranks"
 fi
 done_testing

@@ -7,14 +7,13 @@
 # communication and the small rest within 1 %), and so do the spaces; the
 # checkpoint's largest shard file is the plan's per-rank figure; a plan that
 # does not fit names a change after which it fits; the range table; the
-# arithmetic of tokens/s and the signal lead; bad input.
+# arithmetic of tokens/s and the signal lead; bad input.  The gpt2-124m runs
+# are the long tier's.
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 command -v python3 >/dev/null 2>&1 || require_or_skip python3 "python3 not found"
-command -v mpirun >/dev/null 2>&1 || require_or_skip mpirun "mpirun not installed (apt-get install openmpi-bin)"
-MPI="mpirun --allow-run-as-root --oversubscribe"
+need_mpirun -x SHARDRUN_TEST_DEVICE
 cd "$T" || exit 99
-export OMP_WAIT_POLICY=PASSIVE
 
 cat >cmp.py <<'EOF'
 import json, os, re, sys
@@ -68,7 +67,7 @@ compare() {
     if [ "$n" = 1 ]; then
         $S train $name.yaml "$@" >$name.out 2>&1
     else
-        $MPI -x SHARDRUN_TEST_DEVICE -n "$n" "$S" train $name.yaml "$@" >$name.out 2>&1 </dev/null
+        $MPI -n "$n" "$S" train $name.yaml "$@" >$name.out 2>&1 </dev/null
     fi
     rrc=$?
     desc="$name: $n rank$([ "$n" = 1 ] || echo s)${SHARDRUN_TEST_DEVICE:+ (fake device)} $*"
@@ -100,10 +99,7 @@ compare f2op "$TINY" 2 --set sharding.offload.optimizer=true --set sharding.offl
 compare f4oh "$TINY" 4 --set sharding.offload.optimizer=true --set sharding.mesh.replicate=2 \
     --set sharding.grad_sync=per_micro_batch --set sharding.offload.pin_memory=false
 export SHARDRUN_TEST_DEVICE=
-if [ -n "${ASAN_OPTIONS:-}" ]; then
-    # gpt2-124m's step takes minutes under the sanitizers; the plain check phase runs these
-    skip "gpt2-124m runs: a sanitizer build (ASAN_OPTIONS set) plans tiny only"
-else
+if group --long "gpt2-124m"; then
     compare g1 "$GPT2" 1
     compare g2bf "$GPT2" 2 --set sharding.mixed_precision.param_dtype=bf16 --set sharding.mixed_precision.reduce_dtype=bf16
     compare g4h "$GPT2" 4 --set sharding.mesh.shard=2 --set sharding.mesh.replicate=2 --set model.recompute=blocks

@@ -10,7 +10,6 @@
 S=$SHARDRUN
 CMP=${SR_BUILDDIR:-.}/tests/cmp_params
 cd "$T" || exit 99
-export OMP_WAIT_POLICY=PASSIVE
 
 field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
 last() { field "$1" "$2" | tail -1; }
@@ -82,8 +81,7 @@ check "model.recompute: layers is refused with status 78 ($st)" test "$st" -eq 7
 check "  ...naming the allowed values" grep -q "none.*blocks" bad.err
 
 # 5. 2 and 4 ranks under mpirun: bitwise recompute none at the same rank count
-if command -v mpirun >/dev/null 2>&1; then
-    MPI="mpirun --allow-run-as-root --oversubscribe"
+if have_mpirun; then
     for n in 2 4; do
         for r in none blocks; do
             SHARDRUN_TEST_DUMP_PARAMS="$T/m${n}_$r.params" timeout 300 $MPI -n $n "$S" train $common \
@@ -93,9 +91,6 @@ if command -v mpirun >/dev/null 2>&1; then
         check "recompute blocks on $n ranks: bitwise recompute none" same m${n}_blocks m${n}_none
     done
 else
-    case ",${SHARDRUN_TEST_REQUIRE:-}," in
-    *,mpirun,*) not_ok "recompute on 2 and 4 ranks: mpirun not installed (and SHARDRUN_TEST_REQUIRE requires mpirun)" ;;
-    *) skip "recompute on 2 and 4 ranks: mpirun not installed (apt-get install openmpi-bin)" ;;
-    esac
+    skip_mpirun "recompute on 2 and 4 ranks"
 fi
 done_testing

@@ -20,14 +20,8 @@ command -v python3 >/dev/null 2>&1 || require_or_skip python3 "python3 not found
 cd "$T" || exit 99
 
 $S data prepare -o val.bin "$SR_SRCDIR/data/corpus.txt" >/dev/null 2>&1
-cat >job.yaml <<EOF
-model: {preset: tiny, n_layer: 2, n_embd: 64, n_head: 4, seq_len: 64}
-train: {steps: 30, batch_size: 4, eval_every: 10, eval_batches: 1}
-data: {val: $T/val.bin}
-log: {every: 1, metrics: $T/m.jsonl}
-checkpoint: {dir: $T/ck, every_steps: 8}
-threads: 1
-EOF
+tiny_job job.yaml train.steps=30 train.batch_size=4 train.eval_every=10 train.eval_batches=1 data.val="$T/val.bin" \
+    log.metrics="$T/m.jsonl" checkpoint.dir="$T/ck" checkpoint.every_steps=8
 
 # 1. events
 SHARDRUN_TEST_PREEMPT_AT=13 $S train job.yaml >run1.out 2>&1

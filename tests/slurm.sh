@@ -16,6 +16,7 @@
 #   f. scancel --full --signal=KILL, resubmission -> resume from the last
 #      periodic checkpoint
 #   g. srun without --mpi=pmix -> one error, status 78
+# The fast tier runs the reference, a (exit) and g; the long tier all.
 # Needs root and Debian's slurm-wlm, slurmctld, slurmd, slurm-client and
 # munge; every wait is bounded, and a failure prints the job's output and the
 # daemons' log tails.
@@ -32,7 +33,6 @@ done
 cd "$T" || exit 99
 trap 'cluster_stop; rm -rf "$T"' EXIT
 trap 'exit 1' INT TERM
-export OMP_WAIT_POLICY=PASSIVE
 mkdir -p bin && ln -s "$S" bin/shardrun
 export PATH="$T/bin:$PATH"
 
@@ -88,7 +88,8 @@ result() {
     if "$@"; then ok "$desc"; else not_ok "$desc"; failure "$name"; fi
 }
 
-# the reference: one uninterrupted 4-task run under srun --mpi=pmix
+# the reference: one uninterrupted 4-task run under srun --mpi=pmix (every
+# group compares with it)
 mkjob ref
 timeout 300 env SHARDRUN_TEST_DUMP_PARAMS="$T/ref.params" srun --mpi=pmix -n 4 shardrun train ref.yaml >ref.out 2>&1
 result ref "reference: $STEPS steps on 4 tasks under srun --mpi=pmix" test $? -eq 0
@@ -97,6 +98,7 @@ result ref "  srun gives every task its rank: 4 start lines, one per rank" \
 
 # a. scancel --signal=USR1 -> 75 -> RequeueExit=75 -> resume, bitwise
 for mode in exit scontrol; do
+    if [ $mode = exit ]; then group "a (exit)"; else group --long "a (scontrol)"; fi || continue
     n=a_$mode
     mkjob $n "preemption: {requeue: $mode}"
     J=$(submit $n shardrun-cpu.sbatch --requeue)
@@ -140,6 +142,7 @@ assert [e['from'].endswith('step_%08d' % $stop) for e in ev if e['event'] == 're
 done
 
 # b. preemption by a job in the urgent partition
+if group --long "b: preemption"; then
 n=b_preempt
 mkjob $n
 J=$(submit $n shardrun-cpu.sbatch --requeue --signal=USR1@600)
@@ -154,7 +157,10 @@ result $n "  the urgent job ran ($ust)" test "$ust" = COMPLETED
 result $n "  the rerun resumed (restart=1) and ended bitwise equal" \
     sh -c "grep -q 'restart=1 resume=[0-9]' $n.out && cmp -s $n.params ref.params"
 
+fi
+
 # c. a time-limit warning: --time=1 --signal=USR1@20 (Slurm sends it up to ~30 s early)
+if group --long "c: time-limit warning"; then
 n=c_timelimit
 TRAIN="{steps: 1000000, batch_size: 8, schedule: constant}" mkjob $n
 J=$(submit $n shardrun-cpu.sbatch --requeue --time=1 --signal=USR1@20)
@@ -177,7 +183,10 @@ else
     scancel "$J"
 fi
 
+fi
+
 # d. resume on another task count: 4 tasks, then 2
+if group --long "d: resume on 2 tasks"; then
 n=d_reshard
 mkjob $n
 J=$(submit $n shardrun-cpu.sbatch --no-requeue)
@@ -196,10 +205,13 @@ result $n2 "  2 tasks resume it (resharded 4 -> 2) and finish (state $st)" \
     sh -c "[ '$st' = COMPLETED ] && grep -q 'resharded from 4 ranks' $n2.out && [ \$(grep -c 'resume=$stop' $n2.out) -eq 2 ]"
 result $n2 "  parameters within 1e-5 x max of the uninterrupted 4-task run" "$CMP" $n2.params ref.params 1e-5
 
+fi
+
 # e. fake GPUs: --gpus-per-task=1 gives each task its own CUDA_VISIBLE_DEVICES.
 # The template asks for device=cuda, so on GPUs nobody can use the job fails
 # at once (78) instead of crawling on the CPU; with SHARDRUN_DEVICE=auto it
 # trains on the CPU and logs the GPU each task would have picked.
+if group --long "e: fake GPUs"; then
 n=e_gpu
 TRAIN="{steps: 1, batch_size: 8}" mkjob $n
 J=$(sbatch --parsable -N 1 --ntasks-per-node=4 --gpus-per-task=1 --cpus-per-task=1 -o "$T/$n.out" \
@@ -218,7 +230,10 @@ result $n "  each task picks the GPU its CUDA_VISIBLE_DEVICES names, all 4 diffe
     sh -c "[ \$(echo '$picks' | awk '\$2 == \$3' | wc -l) -eq 4 ] && [ \$(echo '$picks' | awk '{ print \$2 }' | sort -u | wc -l) -eq 4 ]"
 diag "$picks"
 
+fi
+
 # f. a hard kill without warning, then a resubmission resumes from the last periodic checkpoint
+if group --long "f: hard kill"; then
 n=f_kill
 # (only USR1 is a preemption signal here: the SIGTERM with which slurmstepd
 # ends the step after the batch shell's SIGKILL would otherwise be a warning)
@@ -238,17 +253,23 @@ result $n2 "  the resubmitted job resumes from the last periodic checkpoint (ste
     sh -c "[ '$st' = COMPLETED ] && [ \$(grep -c 'resume=$last\$' $n2.out) -eq 4 ] && [ \$(($last % 5)) -eq 0 ]"
 result $n2 "  final parameters bitwise equal the uninterrupted run" cmp -s $n2.params ref.params
 
+fi
+
 # g. srun without --mpi=pmix: one clear error, status 78, not four runs
+if group "g: srun without --mpi=pmix"; then
 timeout 120 srun -n 4 shardrun train ref.yaml >g.out 2>&1
 rc=$?
 result g "g: srun -n 4 without --mpi=pmix exits 78 (srun: $rc)" test "$rc" -eq 78
 result g "  with one error message, and no training" \
     sh -c "[ \$(grep -c 'launched by srun without --mpi=pmix' g.out) -eq 1 ] && ! grep -Eq 'step +[0-9]+/' g.out"
 
+fi
+
 # h. status 69 under the GPU template (on the CPU here): a stalled collective
 # ends every rank with 69; the template resubmits the job (a new job: Slurm
 # cannot change a running job's excluded nodes) under the MAX_RESTARTS
 # guard, and the resubmitted job, at the guard, does not
+if group --long "h: status 69 resubmits"; then
 n=h_69
 mkjob $n "comm: {timeout_s: 2}"
 J=$(sbatch --parsable -N 1 --ntasks-per-node=2 --cpus-per-task=1 -o "$T/$n.out" \
@@ -264,6 +285,7 @@ if [ -n "$J2" ]; then
         sh -c "grep -q '== job $J2 run 1 on' $n.out && grep -q 'rank 1/2 local 1/2 .* job $J2 ' $n.out && grep -q 'status 69 after 1 restarts (MAX_RESTARTS=1): not resubmitting' $n.out"
 else
     result $n "  the resubmitted job is not resubmitted again at MAX_RESTARTS" false
+fi
 fi
 
 done_testing

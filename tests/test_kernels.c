@@ -257,7 +257,7 @@ static void primitives(void) {
     cpu->loss_sum(cpu, SR_STREAM_COMPUTE, &hl, a, n);
     dev->loss_sum(dev, SR_STREAM_COMPUTE, ds, da, n);
     sr_dev_download(dev, &gl, ds, sizeof gl, "download");
-    tap_ok(fabs(gl - hl) <= 1e-9 * fabs(hl) + 1e-9, "loss_sum adds to the accumulator: %.17g vs host %.17g", gl, hl);
+    tap_is_close(gl, hl, 1e-9, 1e-9, "loss_sum adds to the accumulator: %.17g vs host %.17g", gl, hl);
     /* AdamW: bitwise, decaying and not */
     float *p = rnd(n, 32, 1.0f), *g = rnd(n, 33, 0.01f), *m = rnd(n, 34, 0.001f), *v = rnd(n, 35, 1e-4f);
     for (size_t i = 0; i < n; i++)

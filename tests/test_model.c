@@ -146,8 +146,8 @@ static void test_layout(void) {
     for (size_t i = 0; i < proj->numel; i++)
         p2 += (double)full[proj->offset + i] * full[proj->offset + i];
     double sd = sqrt(s2 / qkv->numel), pd = sqrt(p2 / proj->numel);
-    tap_ok(fabs(sd - 0.02) < 0.001, "weights are N(0, 0.02) (std %.4f)", sd);
-    tap_ok(fabs(pd - 0.02 / sqrt(8.0)) < 0.0005, "residual projections are scaled by 1/sqrt(2L) (std %.5f)", pd);
+    tap_is_close(sd, 0.02, 0, 0.001, "weights are N(0, 0.02) (std %.4f)", sd);
+    tap_is_close(pd, 0.02 / sqrt(8.0), 0, 0.0005, "residual projections are scaled by 1/sqrt(2L) (std %.5f)", pd);
     tap_ok(full[ln->offset] == 1.0f && full[ln->offset + 255] == 1.0f && full[m.tensors[SR_LN1B].offset] == 0.0f,
            "LayerNorm weights 1, biases 0");
     size_t lo = m.n_params / 3 + 17, hi = 2 * m.n_params / 3 + 5;

@@ -8,7 +8,9 @@
 #   a. virtual ranks (tests/test_vranks stall S): 2 and 4 ranks
 #   b. mpirun, 2 and 4 ranks, each rank's status recorded
 #      (tests/rank_wrap.sh)
-# and a malformed SHARDRUN_TEST_STALL_SEQ is refused (78).
+# and a malformed SHARDRUN_TEST_STALL_SEQ is refused (78).  The fast tier
+# stalls 4 virtual ranks and 2 under mpirun; the long tier also 2 virtual
+# ranks and 4 under mpirun.
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 VR=${SR_BUILDDIR:-.}/tests/test_vranks
@@ -16,6 +18,7 @@ cd "$T" || exit 99
 
 named='watchdog: collective 40 (all-gather of [0-9]* bytes on group shard) has not completed'
 for n in 2 4; do
+    if [ $n = 2 ]; then group --long "virtual ranks (2)"; else group "virtual ranks (4)"; fi || continue
     t0=$(date +%s)
     SHARDRUN_TEST_STALL_SEQ=40 timeout 60 "$VR" stall "$n" >vr$n.out 2>vr$n.err
     rc=$? took=$(($(date +%s) - t0))
@@ -27,22 +30,17 @@ for n in 2 4; do
     check "  ...and every other rank ends with 69" sh -c "[ \$(grep -c '^rank [1-9]: status 69: ' vr$n.out) -eq $((n - 1)) ]"
 done
 
-cat >job.yaml <<'EOF'
-model: {preset: tiny, n_layer: 2, n_embd: 64, n_head: 4, seq_len: 32}
-train: {steps: 200, batch_size: 8, eval_every: 0}
-log: {every: 1}
-threads: 1
-comm: {timeout_s: 3}
-EOF
+tiny_job job.yaml model.seq_len=32 train.steps=200 train.batch_size=8 train.eval_every=0 comm.timeout_s=3
 expect_status 78 "a malformed SHARDRUN_TEST_STALL_SEQ is refused" env SHARDRUN_TEST_STALL_SEQ=soon "$S" train job.yaml
 check "  ...naming the variable" grep -q "SHARDRUN_TEST_STALL_SEQ" "$T/err"
 
-if command -v mpirun >/dev/null 2>&1; then
+if have_mpirun; then
     WRAP="sh $SR_SRCDIR/tests/rank_wrap.sh"
     for n in 2 4; do
+        if [ $n = 2 ]; then group "mpirun, 2 ranks"; else group --long "mpirun, 4 ranks"; fi || continue
         rm -rf w && mkdir w
         t0=$(date +%s)
-        SHARDRUN_TEST_STALL_SEQ=60 WRAPDIR=$T/w timeout 120 mpirun --allow-run-as-root --oversubscribe \
+        SHARDRUN_TEST_STALL_SEQ=60 WRAPDIR=$T/w timeout 120 $MPI \
             --enable-recovery -n $n -x WRAPDIR=$T/w -x SHARDRUN_TEST_STALL_SEQ $WRAP "$S" train "$T/job.yaml" \
             </dev/null >w/mpirun.out 2>&1
         took=$(($(date +%s) - t0))
@@ -55,10 +53,7 @@ if command -v mpirun >/dev/null 2>&1; then
             diag "$(grep error: w/err.0)"
     done
 else
-    case ",${SHARDRUN_TEST_REQUIRE:-}," in
-    *,mpirun,*) not_ok "mpirun not installed (and SHARDRUN_TEST_REQUIRE requires mpirun)" ;;
-    *) skip "the watchdog under mpirun: mpirun not installed" ;;
-    esac
+    skip_mpirun "the watchdog under mpirun"
 fi
 
 done_testing
