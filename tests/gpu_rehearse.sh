@@ -3,13 +3,13 @@
 # of the GPU check run on this machine with the fake device standing in for
 # the GPU, so the script, its timeouts and its OUTDIR layout are tested
 # where there is no GPU.  The fast tier rehearses the short stages (env,
-# build, gemm, ops, sanitize, step, nccl, vranks); the long tier every
-# stage (also curves, determinism, overhead, memory, throughput).  Asserts
+# build, gemm, ops, step, vranks); the long tier every stage (also
+# sanitize, curves, determinism, nccl, overhead, memory, throughput).  Asserts
 # the summary line, no FAIL line, a PASS from each stage, and that OUTDIR
 # holds at most 8 files.
 . "${SR_SRCDIR:-.}/tests/tap.sh"
-fast="env build gemm ops sanitize step nccl vranks"
-long="curves determinism overhead memory throughput"
+fast="env build gemm ops step vranks"
+long="sanitize curves determinism nccl overhead memory throughput"
 stages=$fast
 long_tier && stages="$fast $long"
 SR_BUILDDIR=${SR_BUILDDIR:-.} sh "$SR_SRCDIR/tests/gpu/check.sh" --rehearse "$T/out" $stages >"$T/stdout" 2>&1

@@ -23,7 +23,8 @@
 # Selection (tests/run NAME PATTERN): SHARDRUN_TEST_PATTERN is an extended
 # regular expression; only checks whose descriptions match it are reported.
 # Every check's command still runs inside a group that runs (a check may be
-# the set-up of the next); a group runs when the pattern matches its label,
+# the set-up of the next); a group runs, and reports all its checks, when
+# the pattern matches its label; it runs and reports the matching checks
 # when SHARDRUN_TEST_GROUPS (a newline list tests/run made from the last
 # full run's log) names it, or when SHARDRUN_TEST_ALL_GROUPS is set.  A
 # failing check prints the tests/run command that reruns just it.
@@ -34,7 +35,7 @@ tap_failed=0
 tap_pattern=${SHARDRUN_TEST_PATTERN:-}
 tap_name=${SR_TEST_NAME:-$0}
 tap_name=${tap_name##*/}
-tap_group=""
+tap_group="" tap_group_all=false
 T=$(mktemp -d "${TMPDIR:-/tmp}/shardrun-test.XXXXXX") || exit 99
 trap 'rm -rf "$T"' EXIT
 
@@ -50,6 +51,7 @@ selected() {
     *) tap_cont=0 tap_parent=$1 ;;
     esac
     [ -z "$tap_pattern" ] && return 0
+    $tap_group_all && return 0
     if [ $tap_cont = 1 ]; then
         [ $tap_parent_sel = 0 ] && return 0
         printf '%s\n' "$1" | grep -Eq -- "$tap_pattern"
@@ -125,9 +127,13 @@ group() {
         [ -z "$tap_pattern" ] && echo "# group: $1 (long tier: make check-long)"
         return 1
     fi
-    if [ -n "$tap_pattern" ] && [ -z "${SHARDRUN_TEST_ALL_GROUPS:-}" ]; then
-        printf '%s\n' "$1" | grep -Eq -- "$tap_pattern" ||
+    tap_group_all=false
+    if [ -n "$tap_pattern" ]; then
+        if printf '%s\n' "$1" | grep -Eq -- "$tap_pattern"; then
+            tap_group_all=true # the label matches: every check of the group
+        elif [ -z "${SHARDRUN_TEST_ALL_GROUPS:-}" ]; then
             printf '%s\n' "${SHARDRUN_TEST_GROUPS:-}" | grep -Fqx -- "$1" || return 1
+        fi
     fi
     echo "# group: $1"
     return 0
