@@ -12,7 +12,6 @@ cd "$T" || exit 99
 
 tiny_job job.yaml model.n_head=2 train.steps=12 train.batch_size=4 train.warmup_steps=2 train.eval_every=6 \
     train.eval_batches=1 checkpoint.every_steps=4 checkpoint.keep=3
-field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
 # run NAME [args]: trains job.yaml; params in NAME.params, log in NAME.err, status in $rc
 run() {
     name=$1

@@ -19,8 +19,6 @@ cd "$T" || exit 99
 
 tiny_job job.yaml model.n_head=2 train.steps=12 train.batch_size=4 train.warmup_steps=2 checkpoint.every_steps=4 \
     checkpoint.keep=5
-field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
-last() { field "$1" "$2" | tail -1; }
 run() { # NAME [ENV=V...] -- [--set ...]
     name=$1
     shift

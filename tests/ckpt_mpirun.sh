@@ -12,7 +12,6 @@ cd "$T" || exit 99
 MPI="timeout 300 $MPI"
 STEPS=16
 tiny_job job.yaml model.n_head=2 train.steps=$STEPS train.batch_size=12 checkpoint.every_steps=0
-field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
 # train NAME RANKS [--set ...]: params NAME.params, metrics NAME.jsonl, log NAME.err, status $rc
 train() {
     name=$1 n=$2

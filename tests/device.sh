@@ -16,8 +16,6 @@ cd "$T" || exit 99
 # it is; FREE_MB is below either's planned device memory
 if long_tier; then dims="" FREE_MB=40; else dims="--set model.n_embd=128 --set model.seq_len=64" FREE_MB=8; fi
 common="--set train.steps=12 --set train.batch_size=4 --set threads=2 --set log.every=1 --set train.eval_every=0 $dims"
-field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
-last() { field "$1" "$2" | tail -1; }
 # run NAME [ENV=VALUE...] -- [--set ...]: metrics NAME.jsonl, params NAME.params, log NAME.err, status in $rc
 run() {
     name=$1

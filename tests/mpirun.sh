@@ -22,8 +22,6 @@ common="--set train.steps=$STEPS --set train.batch_size=12 --set threads=1 --set
 # LayerNorms: 4 C) and of the root (wte V C, wpe T C, the last LayerNorm 2 C)
 blk=$((12 * C * C + 13 * C)) root=$((256 * C + TP * C + 2 * C))
 
-field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
-last() { field "$1" "$2" | tail -1; }
 
 # train NAME RANKS [--set ...]: metrics in NAME.jsonl, params in NAME.params, log in NAME.err
 train() {

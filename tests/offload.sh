@@ -13,8 +13,6 @@ CMP=${SR_BUILDDIR:-.}/tests/cmp_params
 cd "$T" || exit 99
 export SHARDRUN_TEST_DEVICE=fake
 
-field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
-last() { field "$1" "$2" | tail -1; }
 common="--set train.steps=4 --set train.batch_size=4 --set model.n_layer=2 --set log.every=1 --set threads=1"
 common="$common --set train.eval_every=0"
 OPT="--set sharding.offload.optimizer=true"

@@ -11,8 +11,6 @@ S=$SHARDRUN
 CMP=${SR_BUILDDIR:-.}/tests/cmp_params
 cd "$T" || exit 99
 
-field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
-last() { field "$1" "$2" | tail -1; }
 common="--set train.steps=4 --set train.batch_size=4 --set log.every=1 --set threads=2 --set train.eval_every=0"
 
 # run NAME [ENV=V ...] -- [--set ...]: params NAME.params, metrics NAME.jsonl

@@ -13,6 +13,7 @@
 #   skip_mpirun WHAT             a skipped check for WHAT without mpirun (a
 #                                failure when SHARDRUN_TEST_REQUIRE lists it)
 #   tiny_job FILE [KEY=VALUE...] the small model every multi-rank test trains
+#   field FILE KEY / last ...    a metrics file's values of KEY / the last
 #   is_close A B RTOL            |A - B| <= RTOL x |B|
 #   done_testing                 prints the plan
 #
@@ -202,6 +203,11 @@ tiny_job() {
           }
         }' >"$out"
 }
+
+# field FILE KEY: the numeric or quoted value of KEY on each line of a
+# metrics file (one per line); last FILE KEY: the last of them
+field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
+last() { field "$1" "$2" | tail -1; }
 
 # is_close A B RTOL: |A - B| <= RTOL x |B| (numbers as awk reads them)
 is_close() {

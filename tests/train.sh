@@ -7,10 +7,6 @@
 S=$SHARDRUN
 cd "$T" || exit 99
 
-field() { # FILE FIELD -> one value per line
-    sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"
-}
-
 # 1. 40 tiny steps: the last loss is below 0.85 x the first (the fast tier
 # at 64 positions, the long tier at the preset's 256)
 dims="--set model.seq_len=64"
