@@ -22,7 +22,7 @@ which_n() { # ERRFILE K
         sed -n 's/.*test: [0-9]* allocation sites, first allocations://p' "$1" | tr ' ' '\n' | grep . | sort -nu
     fi
 }
-what=$(long_tier && echo "each of the allocations" || echo "the first allocation of each site of the")
+what=$(long_tier && echo "each of the" || echo "the first allocation of each site of the")
 
 # one rank
 SHARDRUN_TEST_ALLOC_FAIL=100000000 "$S" train $job >/dev/null 2>count1.err
@@ -39,7 +39,7 @@ for n in $(cat n1.txt); do
     echo "$n $(grep 'error:' e1.$n | head -1)" >>msgs1.txt
     if [ "$rc" -ne 70 ] || [ "$lines" -ne 1 ]; then bad="$bad $n(status $rc, $lines errors)"; else rm -f e1.$n; fi
 done
-check "1 rank: failing $what $K allocations ($(wc -l <n1.txt) runs) ends with status 70 and one message${bad:+; not:$bad}" test -z "$bad"
+check "1 rank: failing $what $K allocations ends with status 70 and one message ($(wc -l <n1.txt) runs)${bad:+; not:$bad}" test -z "$bad"
 for f in e1.*; do [ -e "$f" ] && diag "$f: $(head -3 "$f")"; done
 
 # two ranks under mpirun: every rank's own status through rank_wrap.sh
@@ -98,7 +98,7 @@ nok=$(grep -c ' ok$' sweep2.txt)
 bad2=$(grep -v ' ok$' sweep2.txt | head -10 | tr '\n' ';')
 first=$(grep -v ' ok$' sweep2.txt | head -1 | cut -d' ' -f1)
 [ -n "$first" ] && diag "N=$first:" "$(cat "$T/r.$first"/mpirun.out "$T/r.$first"/err.* 2>/dev/null | head -20)"
-check "2 ranks: failing $what $K2 allocations on both ranks ends with 70 (a peer 69), one message each, no signal or hang ($nok of $seq2 runs ok)${bad2:+; not: $bad2}" \
+check "2 ranks: failing $what $K2 allocations on both ranks ends with 70 (a peer 69), one message each, no signal or hang ($nok ok of $seq2 runs)${bad2:+; not: $bad2}" \
     sh -c "[ -z '$bad2' ] && [ $nok -eq $seq2 ] && [ $nok -gt 0 ]"
 
 # one rank fails in set-up, before the address exchange through PMIx: the
