@@ -164,7 +164,8 @@ lose() {
         diag "$(grep 'error:' $name.out | head -6)"
     st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 120)
     check "  ...the job ends ($st) and node 1's tasks exited 69" sh -c "grep -q 'node1: tasks 0-1: Exited with exit code 69' $name.out ||
-           { grep -q 'node1: task 0: Exited with exit code 69' $name.out && grep -q 'node1: task 1: Exited with exit code 69' $name.out; }"
+           { grep -q 'node1: task 0: Exited with exit code 69' $name.out && grep -q 'node1: task 1: Exited with exit code 69' $name.out; }" ||
+        diag "$name.out (srun's and the ranks' last lines):" "$(grep -E 'srun|error' $name.out | tail -12)"
     [ "$how" = link ] && ip -n "$(node_ns 2)" link set eth0 up
     last=$(newest "$T/ck_$name")
     sed -i "s/steps: 100000/steps: $((last + 3))/" "$name.yaml"
