@@ -36,7 +36,7 @@ tap_failed=0
 tap_pattern=${SHARDRUN_TEST_PATTERN:-}
 tap_name=${SR_TEST_NAME:-$0}
 tap_name=${tap_name##*/}
-tap_group="" tap_group_all=false
+tap_group_all=false
 T=$(mktemp -d "${TMPDIR:-/tmp}/shardrun-test.XXXXXX") || exit 99
 trap 'rm -rf "$T"' EXIT
 
@@ -123,9 +123,8 @@ done_testing() {
 group() {
     glong=false
     [ "$1" = --long ] && glong=true && shift
-    tap_group=$1
     if $glong && ! long_tier; then
-        [ -z "$tap_pattern" ] && echo "# group: $1 (long tier: make check-long)"
+        echo "# group: $1 (long tier: make check-long, tests/run --long)"
         return 1
     fi
     tap_group_all=false
