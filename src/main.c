@@ -380,14 +380,16 @@ static int report_allocations(int rc) {
     if (sr_testhook()->alloc_fail <= 0)
         return rc;
     sr_log_info_all("test: %lld allocations counted", sr_mem_allocations());
-    static long long first[4096];
-    int n = sr_mem_alloc_sites(first, 4096);
+    static long long first[SR_MEM_MAX_SITES];
+    int n = sr_mem_alloc_sites(first, SR_MEM_MAX_SITES), shown = 0;
     char line[7000]; /* inside the log's own line */
     size_t at = 0;
-    for (int i = 0; i < n && at + 24 < sizeof line; i++)
-        at += (size_t)snprintf(line + at, sizeof line - at, " %lld", first[i]);
+    for (; shown < n && at + 24 < sizeof line; shown++)
+        at += (size_t)snprintf(line + at, sizeof line - at, " %lld", first[shown]);
     line[at] = 0;
-    sr_log_info_all("test: %d allocation sites, first allocations:%s", n, line);
+    if (shown < n)
+        sr_log_warn("test: only the first %d of %d allocation sites fit the line below", shown, n);
+    sr_log_info_all("test: %d allocation sites, first allocations:%s", shown, line);
     return rc;
 }
 

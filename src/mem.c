@@ -61,12 +61,11 @@ _Static_assert(sizeof(block_header) == 64, "the block header keeps 64-byte align
  * the number of its first allocation, so the test sweep can fail every site
  * once (tests/alloc_fail.sh) instead of every allocation.  Only a hooked run
  * records them; a bounded table (sites past it are not recorded). */
-#define MAX_SITES 4096
 static struct {
     pthread_mutex_t lock;
     int n;
-    const void *site[MAX_SITES];
-    long long first[MAX_SITES];
+    const void *site[SR_MEM_MAX_SITES];
+    long long first[SR_MEM_MAX_SITES];
 } sites = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void record_site(const void *site, long long n) {
@@ -74,7 +73,7 @@ static void record_site(const void *site, long long n) {
     int i = 0;
     while (i < sites.n && sites.site[i] != site)
         i++;
-    if (i == sites.n && sites.n < MAX_SITES) {
+    if (i == sites.n && sites.n < SR_MEM_MAX_SITES) {
         sites.site[sites.n] = site;
         sites.first[sites.n++] = n;
     }

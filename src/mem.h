@@ -109,7 +109,9 @@ void *sr_aligned_alloc(size_t bytes);
 long long sr_mem_allocations(void);
 /* With SHARDRUN_TEST_ALLOC_FAIL set: the number of the first allocation of
  * each call site seen so far, in order, at most `max` into `first`; returns
- * how many it wrote (0 without the hook). */
+ * how many it wrote (0 without the hook).  At most SR_MEM_MAX_SITES sites
+ * are recorded. */
+#define SR_MEM_MAX_SITES 4096
 int sr_mem_alloc_sites(long long *first, int max);
 
 #endif
