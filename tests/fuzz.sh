@@ -29,7 +29,7 @@ if group --long "libFuzzer"; then
         ! echo 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }' |
         clang -x c -fsanitize=fuzzer - -o "$T/probe" >/dev/null 2>&1; then
         why="clang with libFuzzer not installed (apt-get install clang libclang-rt-14-dev)"
-        if required fuzz; then not_ok "libFuzzer: $why (SHARDRUN_TEST_REQUIRE requires fuzz)"; else skip "libFuzzer: $why"; fi
+        skip_or_fail fuzz "libFuzzer: $why"
     else
         cd "$B" || exit 99
         FUZZ_SECONDS=${SHARDRUN_FUZZ_SECONDS:-10} sh "$SR_SRCDIR/tests/fuzz/run.sh" >"$T/fuzz.out" 2>&1

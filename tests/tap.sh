@@ -12,6 +12,7 @@
 #   have_mpirun [-x VAR...]      $MPI and true, or false (the script goes on)
 #   skip_mpirun WHAT             a skipped check for WHAT without mpirun (a
 #                                failure when SHARDRUN_TEST_REQUIRE lists it)
+#   skip_or_fail KIND REASON     the same for any prerequisite KIND
 #   tiny_job FILE [KEY=VALUE...] the small model every multi-rank test trains
 #   field FILE KEY / last ...    a metrics file's values of KEY / the last
 #   is_close A B RTOL            |A - B| <= RTOL x |B|
@@ -42,6 +43,8 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/shardrun-test.XXXXXX") || exit 99
 trap 'rm -rf "$T"' EXIT
 
 long_tier() { [ "${SHARDRUN_TEST_TIER:-fast}" = long ]; }
+# matches TEXT: whether TEXT matches the selection pattern
+matches() { printf '%s\n' "$1" | grep -Eq -- "$tap_pattern"; }
 
 # selected DESC: whether this run reports the check DESC.  A continuation
 # ("  ...and the parameters") is reported with the check before it, or
@@ -56,10 +59,10 @@ selected() {
     $tap_group_all && return 0
     if [ $tap_cont = 1 ]; then
         [ $tap_parent_sel = 0 ] && return 0
-        printf '%s\n' "$1" | grep -Eq -- "$tap_pattern"
+        matches "$1"
         return
     fi
-    printf '%s\n' "$1" | grep -Eq -- "$tap_pattern"
+    matches "$1"
     tap_parent_sel=$?
     return $tap_parent_sel
 }
@@ -130,7 +133,7 @@ group() {
     fi
     tap_group_all=false
     if [ -n "$tap_pattern" ]; then
-        if printf '%s\n' "$1" | grep -Eq -- "$tap_pattern"; then
+        if matches "$1"; then
             tap_group_all=true # the label matches: every check of the group
         elif [ -z "${SHARDRUN_TEST_ALL_GROUPS:-}" ]; then
             # a group the last log names, or whose label begins the
@@ -154,6 +157,11 @@ newest() { ls -d "$1"/step_* 2>/dev/null | sed 's/.*step_0*//' | sort -n | tail 
 # is listed in SHARDRUN_TEST_REQUIRE (a comma list: mpirun, slurm, fuzz,
 # mount), where a missing prerequisite is a failure instead.
 required() { case ",${SHARDRUN_TEST_REQUIRE:-}," in *",$1,"*) return 0 ;; esac; return 1; }
+# skip_or_fail KIND REASON: one skipped check with REASON, or a failing one
+# when SHARDRUN_TEST_REQUIRE names KIND (the rest of the script goes on)
+skip_or_fail() {
+    if required "$1"; then not_ok "$2 (SHARDRUN_TEST_REQUIRE requires $1)"; else skip "$2"; fi
+}
 require_or_skip() {
     if required "$1"; then
         echo "1..1"
@@ -174,9 +182,7 @@ have_mpirun() {
     return 0
 }
 need_mpirun() { have_mpirun "$@" || require_or_skip mpirun "$MPI_WHY"; }
-skip_mpirun() {
-    if required mpirun; then not_ok "$1: $MPI_WHY (SHARDRUN_TEST_REQUIRE requires mpirun)"; else skip "$1: $MPI_WHY"; fi
-}
+skip_mpirun() { skip_or_fail mpirun "$1: $MPI_WHY"; }
 
 # tiny_job FILE [KEY=VALUE...]: a job file for the small model the
 # multi-rank tests train (tiny with 2 blocks of width 64, 4 heads, 64
