@@ -204,8 +204,39 @@ static sr_status take_lock(sr_ckpt *c) {
     return SR_OK;
 }
 
-/* Removes leftovers of interrupted saves and deletions (lock holder only);
- * a leftover that is not a real directory is unlinked, never followed. */
+void sr_ckpt_guard_outputs(void) { sr_fsio_guard_marker(SR_MANIFEST_NAME, "a checkpoint's step directory"); }
+
+/* Names a save writes into a step directory (a leftover's files). */
+static bool written_by_save(const char *name, void *ctx) {
+    (void)ctx;
+    return strcmp(name, SR_MANIFEST_NAME) == 0 || sr_manifest_shard_name(name);
+}
+
+/* Names a committed checkpoint's manifest lists, and the manifest. */
+static bool named_by_manifest(const char *name, void *ctx) {
+    const sr_manifest *mf = ctx;
+    for (int i = 0; i < mf->nfiles; i++)
+        if (strcmp(name, mf->files[i].name) == 0)
+            return true;
+    return strcmp(name, SR_MANIFEST_NAME) == 0;
+}
+
+/* Removes step directory `name` of the checkpoint directory: the files
+ * `owned` accepts, then the directory; what else is there stays, named in a
+ * warning.  Returns sr_fsio_remove_dir_at's result (0: gone). */
+static int remove_step_dir(const sr_ckpt *c, const char *name, sr_fsio_owned owned, void *ctx) {
+    char left[512];
+    int rc = sr_fsio_remove_dir_at(c->dirfd, name, owned, ctx, left, sizeof left);
+    if (rc != 0 && errno == ENOTEMPTY)
+        sr_log_warn("checkpoint: %s/%s holds files no checkpoint wrote (%s); they and the directory are left in "
+                    "place",
+                    c->dir, name, left);
+    return rc;
+}
+
+/* Removes leftovers of interrupted saves and deletions (lock holder only):
+ * the files a save writes; a leftover that is not a real directory is
+ * unlinked, never followed. */
 static sr_status remove_leftovers(sr_ckpt *c) {
     DIR *d = sr_fsio_list_dir(c->dirfd);
     if (!d)
@@ -218,11 +249,11 @@ static sr_status remove_leftovers(sr_ckpt *c) {
             struct stat sb;
             if (fstatat(c->dirfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
                 continue;
-            int rc = S_ISDIR(sb.st_mode) ? sr_fsio_remove_flat_dir_at(c->dirfd, de->d_name)
+            int rc = S_ISDIR(sb.st_mode) ? remove_step_dir(c, de->d_name, written_by_save, NULL)
                                          : unlinkat(c->dirfd, de->d_name, 0);
             if (rc == 0)
                 sr_log_info("checkpoint: removed %s left by an interrupted save", path);
-            else
+            else if (errno != ENOTEMPTY)
                 sr_log_warn("checkpoint: cannot remove %s left by an interrupted save: %s", path, strerror(errno));
         }
     closedir(d);
@@ -629,14 +660,30 @@ static void retain(sr_ckpt *c, int64_t committed) {
             i < c->o->keep || steps[i] == committed || (c->o->keep_every > 0 && steps[i] % c->o->keep_every == 0);
         if (keep)
             continue;
-        char from[32], to[32];
+        char from[32], to[32], path[PATH_MAX];
         FMT(from, "step_%08lld", (long long)steps[i]);
         FMT(to, ".step_%08lld.del", (long long)steps[i]);
+        FMT(path, "%s/%s", c->dir, from);
+        /* only the files its manifest names: read it before anything moves */
+        sr_manifest mf = {0};
+        int sub = sr_fsio_open_subdir(c->dirfd, from);
+        sr_status ms = sub < 0 ? sr_error(SR_ERR_NOINPUT, "%s: %s", path, strerror(errno))
+                               : sr_manifest_load(sub, path, &mf);
+        if (sub >= 0)
+            close(sub);
+        if (ms != SR_OK) {
+            sr_log_warn("checkpoint: retention leaves %s alone: its manifest cannot be read (%s)", path,
+                        sr_error_message());
+            sr_manifest_free(&mf);
+            continue;
+        }
         /* names only: renameat moves the entry itself, and the removal opens
          * it with O_NOFOLLOW, so nothing outside the directory is touched */
-        if (renameat(c->dirfd, from, c->dirfd, to) != 0 || sr_fsio_remove_flat_dir_at(c->dirfd, to) != 0)
+        int rc = renameat(c->dirfd, from, c->dirfd, to) != 0 ? -1 : remove_step_dir(c, to, named_by_manifest, &mf);
+        sr_manifest_free(&mf);
+        if (rc != 0 && errno != ENOTEMPTY)
             sr_log_warn("checkpoint: cannot remove %s/%s: %s", c->dir, from, strerror(errno));
-        else
+        else if (rc == 0)
             sr_log_info("checkpoint: removed %s/%s (checkpoint.keep %lld%s)", c->dir, from, (long long)c->o->keep,
                         c->o->keep_every ? ", keep_every" : "");
     }
@@ -649,12 +696,12 @@ static void retain(sr_ckpt *c, int64_t committed) {
 static sr_status write_small_file(const char *path, const char *text, size_t len) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, SR_FSIO_FILE_MODE);
     if (fd < 0)
-        return sr_fsio_create_error(path, errno);
+        return sr_fsio_create_error_ckpt(path, errno);
     sr_status st = SR_OK;
     if (sr_fsio_write_all(fd, text, len) != 0 || fsync(fd) != 0)
-        st = sr_fsio_write_error(path, errno);
+        st = sr_fsio_write_error_ckpt(path, errno);
     if (close(fd) != 0 && st == SR_OK)
-        st = sr_fsio_write_error(path, errno);
+        st = sr_fsio_write_error_ckpt(path, errno);
     return st;
 }
 
@@ -669,7 +716,7 @@ static sr_status update_latest(sr_ckpt *c, int64_t step) {
         sr_log_warn("checkpoint: cannot update %s: %s (the checkpoint itself is committed)", link, strerror(errno));
         return SR_OK;
     }
-    return sr_fsio_fsync_dir(c->dir) == 0 ? SR_OK : sr_fsio_write_error(c->dir, errno);
+    return sr_fsio_fsync_dir(c->dir) == 0 ? SR_OK : sr_fsio_write_error_ckpt(c->dir, errno);
 }
 
 /* Rank 0's half of the commit: manifest, rename, parent fsync, latest,
@@ -692,7 +739,7 @@ static sr_status commit_rank0(sr_ckpt *c, const sr_ckpt_progress *p, const char 
         return st;
     crash_site("after_manifest", p->step);
     if (sr_fsio_fsync_dir(tmp) != 0)
-        return sr_fsio_write_error(tmp, errno);
+        return sr_fsio_write_error_ckpt(tmp, errno);
     crash_site("before_rename", p->step);
     /* an older run's checkpoint of the same step is replaced: its entry is
      * moved aside by name and removed without following it (a symbolic link
@@ -716,10 +763,11 @@ static sr_status commit_rank0(sr_ckpt *c, const sr_ckpt_progress *p, const char 
     if (rename(tmp, final) != 0)
         return sr_error(SR_ERR_CANTCREAT, "%s: cannot rename into place: %s", final, strerror(errno));
     if (sr_fsio_fsync_dir(c->dir) != 0)
-        return sr_fsio_write_error(c->dir, errno);
+        return sr_fsio_write_error_ckpt(c->dir, errno);
     crash_site("after_rename", p->step);
     if (replaced &&
-        (replaced_dir ? sr_fsio_remove_flat_dir_at(c->dirfd, old_name) : unlinkat(c->dirfd, old_name, 0)) != 0)
+        (replaced_dir ? remove_step_dir(c, old_name, written_by_save, NULL) : unlinkat(c->dirfd, old_name, 0)) != 0 &&
+        errno != ENOTEMPTY)
         sr_log_warn("checkpoint: cannot remove %s/%s: %s", c->dir, old_name, strerror(errno));
     crash_site("before_latest", p->step);
     st = update_latest(c, p->step);
@@ -734,9 +782,9 @@ static sr_status commit_rank0(sr_ckpt *c, const sr_ckpt_progress *p, const char 
 static sr_status save_begin(sr_ckpt *c, const char *tmp) {
     sr_status st = SR_OK;
     if (sr_ctl_rank(c->ctl) == 0) {
-        sr_fsio_remove_flat_dir(tmp);
+        sr_fsio_remove_dir(tmp, written_by_save, NULL, NULL, 0);
         if (mkdir(tmp, SR_FSIO_DIR_MODE) != 0)
-            st = sr_fsio_create_error(tmp, errno);
+            st = sr_fsio_create_error_ckpt(tmp, errno);
     }
     return sr_ctl_agree(c->ctl, st, 0, 0, st == SR_OK ? NULL : sr_error_message(), NULL);
 }
@@ -935,7 +983,7 @@ static sr_status save_commit(sr_ckpt *c, const sr_ckpt_progress *p, const char *
         drop_manifest(&mf);
     }
     if (st != SR_OK)
-        sr_fsio_remove_flat_dir(tmp); /* keeps the error message: it does not record one */
+        sr_fsio_remove_dir(tmp, written_by_save, NULL, NULL, 0); /* keeps the error message: records none */
     return st;
 }
 

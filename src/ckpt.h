@@ -65,6 +65,10 @@ sr_status sr_ckpt_open(sr_ckpt **out, const sr_ckpt_opts *o, const sr_world *w, 
                        sr_fsdp *f);
 /* Releases the lock and frees.  NULL is fine. */
 void sr_ckpt_close(sr_ckpt *c);
+/* Marks a checkpoint's step directory (it holds the manifest) as one no
+ * output of this process is written into (sr_fsio_guard_marker): its
+ * files are deleted with it by retention.  main() calls it first. */
+void sr_ckpt_guard_outputs(void);
 bool sr_ckpt_enabled(const sr_ckpt *c);
 /* Records the weights file a fresh run started from (model.init: its
  * path and SHA-256) for every later manifest; a resume takes them from

@@ -21,6 +21,7 @@
 #include <yaml.h>
 
 #include "dtype.h"
+#include "fsio.h"
 #include "mem.h"
 #include "yamlload.h"
 
@@ -815,9 +816,10 @@ sr_status sr_config_load_text(sr_config *cfg, const char *text, size_t len, cons
 sr_status sr_config_load_file(sr_config *cfg, const char *path) {
     if (!path)
         return sr_config_load_text(cfg, sr_default_job, sr_default_job_len, "<default job>");
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return sr_error(SR_ERR_NOINPUT, "%s: cannot open job file: %s", path, strerror(errno));
+    FILE *f;
+    sr_status ost = sr_fsio_open_input_file(path, "the job file", NULL, &f);
+    if (ost != SR_OK)
+        return ost;
     size_t cap = 1 << 16, len = 0;
     char *buf = sr_malloc(cap);
     if (!buf) {

@@ -336,11 +336,11 @@ static sr_status write_prepared(int fd, const char *tmp, void *arg) {
     if (sr_fsio_write_all(fd, header, sizeof header) != 0)
         return sr_fsio_write_error(tmp, errno);
     for (int i = 0; i < x->nfiles; i++) {
-        FILE *f = fopen(x->files[i], "rb");
-        if (!f)
-            return sr_error(SR_ERR_NOINPUT, "%s: cannot read input: %s", x->files[i], strerror(errno));
+        FILE *f;
+        sr_status st = sr_fsio_open_input_file(x->files[i], "the input", NULL, &f);
+        if (st != SR_OK)
+            return st;
         size_t n;
-        sr_status st = SR_OK;
         while (st == SR_OK && (n = fread(in, 1, sizeof in, f)) > 0) {
             for (size_t j = 0; j < n; j++)
                 tok[j] = in[j];
@@ -367,17 +367,23 @@ sr_status sr_data_prepare(const char *out, char *const *files, int nfiles, uint6
     *tokens_written = 0;
     if (nfiles < 1)
         return sr_error(SR_ERR_USAGE, "data prepare: expected at least one input FILE");
-    /* Check every input first: a missing one must leave nothing on disk. */
+    /* Check every input first (opened as they will be read, never
+     * blocking): a missing one must leave nothing on disk.  A pipe is
+     * checked when it is read. */
     uint64_t total = 0;
     for (int i = 0; i < nfiles; i++) {
         struct stat st;
-        if (stat(files[i], &st) != 0)
-            return sr_error(SR_ERR_NOINPUT, "%s: cannot read input: %s", files[i], strerror(errno));
-        if (S_ISDIR(st.st_mode))
-            return sr_error(SR_ERR_NOINPUT, "%s: is a directory; expected a text file", files[i]);
-        if (access(files[i], R_OK) != 0)
-            return sr_error(SR_ERR_NOINPUT, "%s: cannot read input: %s", files[i], strerror(errno));
-        total += (uint64_t)st.st_size;
+        if (stat(files[i], &st) == 0 && S_ISFIFO(st.st_mode))
+            continue;
+        int fd;
+        sr_status os = sr_fsio_open_input(files[i], "the input", true, "a text file", &fd, &st);
+        if (os != SR_OK)
+            return os;
+        close(fd);
+        if ((os = sr_fsio_guard_input(files[i])) != SR_OK)
+            return os;
+        if (S_ISREG(st.st_mode))
+            total += (uint64_t)st.st_size;
     }
     if (total > INT32_MAX)
         return sr_error(SR_ERR_DATA,

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,20 +89,43 @@ int sr_fsio_mkdir_p(const char *path) {
     return 0;
 }
 
-int sr_fsio_remove_flat_dir(const char *path) {
+int sr_fsio_remove_dir(const char *path, sr_fsio_owned owned, void *ctx, char *left, size_t nleft) {
     char parent[PATH_MAX];
     const char *slash = strrchr(path, '/');
     if (!slash)
-        return sr_fsio_remove_flat_dir_at(AT_FDCWD, path);
+        return sr_fsio_remove_dir_at(AT_FDCWD, path, owned, ctx, left, nleft);
     snprintf(parent, sizeof parent, "%.*s", slash == path ? 1 : (int)(slash - path), path);
     int pfd = sr_fsio_open_dir(parent);
     if (pfd < 0)
         return errno == ENOENT ? 0 : -1;
-    int rc = sr_fsio_remove_flat_dir_at(pfd, slash + 1);
+    int rc = sr_fsio_remove_dir_at(pfd, slash + 1, owned, ctx, left, nleft);
     int err = errno;
     close(pfd);
     errno = err;
     return rc;
+}
+
+const char *sr_fsio_escape(const char *s, char *out, size_t n) {
+    size_t used = 0;
+    if (n == 0)
+        return out;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char one[8];
+        if (c < 0x20 || c == 0x7f || c == '\\')
+            snprintf(one, sizeof one, c == '\n' ? "\\n" : c == '\\' ? "\\\\" : "\\x%02x", c);
+        else
+            one[0] = (char)c, one[1] = '\0';
+        size_t k = strlen(one);
+        if (used + k + 4 > n) {
+            snprintf(out + used, n - used, "...");
+            return out;
+        }
+        memcpy(out + used, one, k);
+        used += k;
+    }
+    out[used] = '\0';
+    return out;
 }
 
 int sr_fsio_open_dir(const char *path) { return open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC); }
@@ -146,7 +170,9 @@ DIR *sr_fsio_list_dir(int dirfd) {
     return d;
 }
 
-int sr_fsio_remove_flat_dir_at(int dirfd, const char *name) {
+int sr_fsio_remove_dir_at(int dirfd, const char *name, sr_fsio_owned owned, void *ctx, char *left, size_t nleft) {
+    if (nleft)
+        left[0] = '\0';
     int fd = sr_fsio_open_subdir(dirfd, name);
     if (fd < 0)
         return errno == ENOENT ? 0 : -1;
@@ -159,36 +185,64 @@ int sr_fsio_remove_flat_dir_at(int dirfd, const char *name) {
     }
     struct dirent *de;
     int rc = 0, err = 0;
-    while ((de = readdir(d)))
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && unlinkat(fd, de->d_name, 0) != 0 &&
-            errno != ENOENT) {
+    size_t used = 0;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        struct stat sb;
+        bool mine = fstatat(fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
+                    owned(de->d_name, ctx);
+        if (mine && unlinkat(fd, de->d_name, 0) == 0)
+            continue;
+        if (mine && errno == ENOENT)
+            continue;
+        if (mine) {
             rc = -1;
             err = errno;
         }
+        if (used + 1 < nleft) {
+            char e[96];
+            used += (size_t)snprintf(left + used, nleft - used, "%s%s", used ? ", " : "",
+                                     sr_fsio_escape(de->d_name, e, sizeof e));
+            used = used < nleft ? used : nleft - 1;
+        }
+    }
     closedir(d);
-    if (unlinkat(dirfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT) {
+    if (unlinkat(dirfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT && rc == 0) {
         rc = -1;
-        err = errno;
+        err = errno == EEXIST ? ENOTEMPTY : errno;
     }
     errno = err;
     return rc;
 }
 
-sr_status sr_fsio_write_error(const char *path, int err) {
-    const char *hint = err == ENOSPC || err == EDQUOT ? " (hint: the file system is full or over quota; free space "
-                                                        "or lower checkpoint.keep)"
-                       : err == EFBIG                 ? " (hint: a file-size limit applies; see ulimit -f)"
-                                                      : "";
+static sr_status write_error(const char *path, int err, const char *space) {
+    const char *hint = err == EFBIG ? " (hint: a file-size limit applies; see ulimit -f)" : "";
+    if (err == ENOSPC || err == EDQUOT)
+        return sr_error(SR_ERR_IO, "%s: write failed: %s (hint: the file system is full or over quota; %s)", path,
+                        strerror(err), space);
     return sr_error(SR_ERR_IO, "%s: write failed: %s%s", path, strerror(err), hint);
 }
 
-sr_status sr_fsio_create_error(const char *path, int err) {
-    if (err == ENOSPC || err == EDQUOT)
-        return sr_fsio_write_error(path, err);
+sr_status sr_fsio_write_error(const char *path, int err) { return write_error(path, err, "free space"); }
+
+sr_status sr_fsio_write_error_ckpt(const char *path, int err) {
+    return write_error(path, err, "free space or lower checkpoint.keep");
+}
+
+static sr_status create_error(const char *path, int err, const char *space) {
+    if (err == ENOSPC || err == EDQUOT || err == EFBIG)
+        return write_error(path, err, space);
     if (err == EMFILE || err == ENFILE)
         return sr_error(SR_ERR_IO, "%s: cannot create: %s (%s) (hint: raise the open-file limit, ulimit -n)", path,
                         strerror(err), err == EMFILE ? "EMFILE" : "ENFILE");
     return sr_error(SR_ERR_CANTCREAT, "%s: cannot create: %s", path, strerror(err));
+}
+
+sr_status sr_fsio_create_error(const char *path, int err) { return create_error(path, err, "free space"); }
+
+sr_status sr_fsio_create_error_ckpt(const char *path, int err) {
+    return create_error(path, err, "free space or lower checkpoint.keep");
 }
 
 /* The directory part of path ("." for a bare name). */
@@ -202,34 +256,241 @@ static void parent_of(const char *path, char *out, size_t n) {
         snprintf(out, n, "%.*s", (int)(slash - path), path);
 }
 
+sr_status sr_fsio_output_target(const char *path, char *out, size_t n) {
+    struct stat lsb, sb;
+    if (snprintf(out, n, "%s", path) >= (int)n)
+        return sr_error(SR_ERR_CANTCREAT, "%s: cannot create: %s", path, strerror(ENAMETOOLONG));
+    if (lstat(path, &lsb) != 0)
+        return SR_OK; /* nothing there (or the directory is missing: the create says so) */
+    if (S_ISREG(lsb.st_mode))
+        return SR_OK;
+    if (!S_ISLNK(lsb.st_mode))
+        return sr_error(SR_ERR_CANTCREAT,
+                        "%s: %s is there; an output replaces only a regular file (hint: name a file, or remove "
+                        "what is there)",
+                        path, sr_fsio_kind(lsb.st_mode));
+    if (stat(path, &sb) != 0)
+        return sr_error(SR_ERR_CANTCREAT,
+                        "%s: a symbolic link to nothing (%s); an output replaces only a regular file or writes "
+                        "through a link to one",
+                        path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return sr_error(SR_ERR_CANTCREAT,
+                        "%s: a symbolic link to %s; an output replaces only a regular file (hint: name a file)", path,
+                        sr_fsio_kind(sb.st_mode));
+    char real[PATH_MAX];
+    if (!realpath(path, real))
+        return sr_error(SR_ERR_CANTCREAT, "%s: cannot resolve the symbolic link: %s", path, strerror(errno));
+    if (snprintf(out, n, "%s", real) >= (int)n)
+        return sr_error(SR_ERR_CANTCREAT, "%s: cannot create: %s", path, strerror(ENAMETOOLONG));
+    return SR_OK;
+}
+
+/* the guards: inputs by device and inode, and one directory marker */
+static struct {
+    dev_t dev;
+    ino_t ino;
+    char *path;
+} *guard_in;
+static int nguard_in;
+static const char *guard_name, *guard_what;
+
+sr_status sr_fsio_guard_input(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return sr_error(SR_ERR_NOINPUT, "%s: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return SR_OK;
+    void *more = sr_realloc(guard_in, (size_t)(nguard_in + 1) * sizeof *guard_in);
+    char *name = sr_strdup(path);
+    if (!more || !name) {
+        free(name);
+        if (more)
+            guard_in = more;
+        return sr_error_oom("the list of inputs");
+    }
+    guard_in = more;
+    guard_in[nguard_in].dev = sb.st_dev;
+    guard_in[nguard_in].ino = sb.st_ino;
+    guard_in[nguard_in++].path = name;
+    return SR_OK;
+}
+
+void sr_fsio_guard_marker(const char *name, const char *what) {
+    guard_name = name;
+    guard_what = what;
+}
+
+/* SR_ERR_CANTCREAT when target (in directory dir) is a guarded input or
+ * dir is a marked directory; `path` is the output's name for messages. */
+static sr_status check_guards(const char *path, const char *target, const char *dir) {
+    struct stat sb;
+    if (stat(target, &sb) == 0)
+        for (int i = 0; i < nguard_in; i++)
+            if (guard_in[i].dev == sb.st_dev && guard_in[i].ino == sb.st_ino)
+                return sr_error(SR_ERR_CANTCREAT,
+                                "%s: this output is the input %s (the same file); refusing to replace it (hint: "
+                                "name another output with -o)",
+                                path, guard_in[i].path);
+    if (guard_name) {
+        char mark[PATH_MAX];
+        if (snprintf(mark, sizeof mark, "%s/%s", dir, guard_name) < (int)sizeof mark && lstat(mark, &sb) == 0 &&
+            S_ISREG(sb.st_mode))
+            return sr_error(SR_ERR_CANTCREAT,
+                            "%s: %s is %s (it holds %s); no output is written into one, whose files are deleted "
+                            "with it (hint: name a directory outside the checkpoint with -o)",
+                            path, dir, guard_what, guard_name);
+    }
+    return SR_OK;
+}
+
+/* The process's umask, read without changing it (umask(2) both sets and
+ * reads, which would race with files other threads create). */
+static mode_t current_umask(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[128];
+    unsigned m = 022;
+    bool found = false;
+    while (f && !found && fgets(line, sizeof line, f))
+        found = sscanf(line, "Umask: %o", &m) == 1;
+    if (f)
+        fclose(f);
+    if (!found) {
+        mode_t old = umask(022);
+        umask(old);
+        m = old;
+    }
+    return (mode_t)m;
+}
+
 sr_status sr_fsio_atomic_write(const char *path, sr_fsio_writer write_fn, void *ctx) {
-    size_t len = strlen(path) + 32;
+    char target[PATH_MAX], dir[PATH_MAX];
+    sr_status st = sr_fsio_output_target(path, target, sizeof target);
+    if (st != SR_OK)
+        return st;
+    parent_of(target, dir, sizeof dir);
+    st = check_guards(path, target, dir);
+    if (st != SR_OK)
+        return st;
+    const char *base = strrchr(target, '/') ? strrchr(target, '/') + 1 : target;
+    size_t len = strlen(dir) + strlen(base) + 16;
     char *tmp = sr_malloc(len);
     if (!tmp)
         return sr_error_oom("the name of a temporary file");
-    snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, SR_FSIO_FILE_MODE);
+    snprintf(tmp, len, "%s/.%s.XXXXXX", dir, base);
+    int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0) {
-        sr_status st =
-            errno == ENOSPC || errno == EDQUOT ? sr_fsio_create_error(tmp, errno) : sr_fsio_create_error(path, errno);
+        int err = errno;
+        /* the directory is the problem: name it, and the output */
+        st = err == ENOSPC || err == EDQUOT || err == EMFILE || err == ENFILE
+                 ? sr_fsio_create_error(path, err)
+                 : sr_error(SR_ERR_CANTCREAT, "%s: cannot create a temporary file in %s: %s", path, dir,
+                            strerror(err));
         free(tmp);
         return st;
     }
-    sr_status st = write_fn(fd, tmp, ctx);
+    if (fchmod(fd, SR_FSIO_FILE_MODE & ~current_umask()) != 0)
+        st = sr_error(SR_ERR_CANTCREAT, "%s: cannot set the mode of %s: %s", path, tmp, strerror(errno));
+    if (st == SR_OK)
+        st = write_fn(fd, path, ctx);
     if (st == SR_OK && fsync(fd) != 0)
         st = sr_fsio_write_error(path, errno);
     if (close(fd) != 0 && st == SR_OK)
         st = sr_fsio_write_error(path, errno);
-    if (st == SR_OK && rename(tmp, path) != 0)
-        st = sr_error(SR_ERR_CANTCREAT, "%s: cannot rename into place: %s", path, strerror(errno));
-    if (st == SR_OK) {
-        char dir[PATH_MAX];
-        parent_of(path, dir, sizeof dir);
-        if (sr_fsio_fsync_dir(dir) != 0)
-            st = sr_fsio_write_error(dir, errno);
-    }
+    if (st == SR_OK && rename(tmp, target) != 0)
+        st = sr_error(SR_ERR_CANTCREAT, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
+    if (st == SR_OK && sr_fsio_fsync_dir(dir) != 0)
+        st = sr_fsio_write_error(dir, errno);
     if (st != SR_OK)
         unlink(tmp);
     free(tmp);
     return st;
+}
+
+sr_status sr_fsio_open_append(const char *path, const char *what, bool truncate, int *fd) {
+    *fd = -1;
+    struct stat sb;
+    /* the kind first: opening a FIFO without a reader fails (ENXIO), a
+     * socket cannot be opened at all */
+    bool there = stat(path, &sb) == 0;
+    int f = -1;
+    if (!there || S_ISREG(sb.st_mode) || S_ISCHR(sb.st_mode)) {
+        f = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC, SR_FSIO_FILE_MODE);
+        if (f < 0)
+            return sr_error(SR_ERR_CANTCREAT, "%s: cannot create %s: %s", path, what, strerror(errno));
+        if (fstat(f, &sb) != 0) {
+            close(f);
+            return sr_error(SR_ERR_CANTCREAT, "%s: cannot create %s: %s", path, what, strerror(errno));
+        }
+    }
+    if (!S_ISREG(sb.st_mode) && !S_ISCHR(sb.st_mode)) {
+        if (f >= 0)
+            close(f);
+        return sr_error(SR_ERR_CANTCREAT,
+                        "%s: %s is there; %s is appended to a regular file (or a character device such as "
+                        "/dev/null)",
+                        path, sr_fsio_kind(sb.st_mode), what);
+    }
+    int flags = fcntl(f, F_GETFL);
+    if (flags < 0 || fcntl(f, F_SETFL, flags & ~O_NONBLOCK) != 0 ||
+        (truncate && S_ISREG(sb.st_mode) && ftruncate(f, 0) != 0)) {
+        sr_status st = sr_error(SR_ERR_CANTCREAT, "%s: cannot create %s: %s", path, what, strerror(errno));
+        close(f);
+        return st;
+    }
+    *fd = f;
+    return SR_OK;
+}
+
+sr_status sr_fsio_open_input(const char *path, const char *what, bool stream, const char *hint, int *fd,
+                             struct stat *sb) {
+    *fd = -1;
+    char more[512] = "";
+    if (hint)
+        snprintf(more, sizeof more, " (hint: %s)", hint);
+    int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (f < 0)
+        return sr_error(errno == EMFILE || errno == ENFILE ? SR_ERR_IO : SR_ERR_NOINPUT, "%s: cannot open %s: %s%s",
+                        path, what, strerror(errno), more);
+    if (fstat(f, sb) != 0) {
+        sr_status st = sr_error(SR_ERR_NOINPUT, "%s: cannot open %s: %s%s", path, what, strerror(errno), more);
+        close(f);
+        return st;
+    }
+    bool ok = S_ISREG(sb->st_mode) || (stream && (S_ISFIFO(sb->st_mode) || S_ISCHR(sb->st_mode)));
+    if (!ok) {
+        close(f);
+        return sr_error(SR_ERR_NOINPUT, "%s: %s is %s; expected a regular file%s%s", path, what,
+                        sr_fsio_kind(sb->st_mode), stream ? " or a pipe" : "", more);
+    }
+    int flags = fcntl(f, F_GETFL);
+    if (flags < 0 || fcntl(f, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        sr_status st = sr_error(SR_ERR_NOINPUT, "%s: cannot open %s: %s%s", path, what, strerror(errno), more);
+        close(f);
+        return st;
+    }
+    if (S_ISFIFO(sb->st_mode)) {
+        /* a FIFO opened without blocking reads end-of-file until a writer
+         * comes: wait in poll() for its first bytes or its close instead */
+        struct pollfd p = {.fd = f, .events = POLLIN};
+        while (poll(&p, 1, -1) < 0 && errno == EINTR)
+            ;
+    }
+    *fd = f;
+    return SR_OK;
+}
+
+sr_status sr_fsio_open_input_file(const char *path, const char *what, const char *hint, FILE **out) {
+    *out = NULL;
+    int fd;
+    struct stat sb;
+    sr_status st = sr_fsio_open_input(path, what, true, hint, &fd, &sb);
+    if (st != SR_OK)
+        return st;
+    *out = fdopen(fd, "rb");
+    if (!*out) {
+        close(fd);
+        return sr_error_oom("an input stream");
+    }
+    return SR_OK;
 }

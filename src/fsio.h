@@ -1,13 +1,28 @@
 /* fsio.h — bytes on disk: whole writes and reads, fsync of files and
  * directories, the one atomic-write helper, and write errors with hints.
  *
- * fsio owns the file-system rules every output follows (ARCHITECTURE.md §3
- * and §6, "Atomic outputs"): a file appears under its name only when complete — written
- * to a temporary name in the same directory, fsynced, renamed into place,
- * the directory fsynced — and files are created with the user's umask from
- * mode 0664 (never world-writable).  `data prepare`, both model exports and
- * the test suite's parameter dump write through sr_fsio_atomic_write;
- * checkpoints use the same primitives on whole directories (ckpt.c). */
+ * fsio owns the file-system rules every output and input follows
+ * (ARCHITECTURE.md §3 and §6, "Atomic outputs"):
+ *  - a file appears under its name only when complete: written to a
+ *    temporary `.NAME.XXXXXX` (mkstemp) in the target's directory, fsynced,
+ *    renamed into place, the directory fsynced; a stale temporary (a kill
+ *    -9) is never in the way of a later writer and never removed by guess;
+ *  - an output replaces only a regular file: a directory, FIFO, socket or
+ *    device under the name is refused (73), and a symbolic link to a
+ *    regular file has its target replaced and stays a link;
+ *  - appended outputs (the metrics file) open without blocking; FIFOs,
+ *    sockets and directories are refused, character devices (/dev/null)
+ *    accepted;
+ *  - no open() blocks: inputs that are mapped or seeked must be regular
+ *    files (opened with O_NONBLOCK, refused at once otherwise); streamed
+ *    inputs (job file, `data prepare` inputs, the report's metrics file, a
+ *    tokenizer) also accept pipes and FIFOs, whose reads then wait for a
+ *    writer as `cat` does;
+ *  - files are created with the user's umask from mode 0664 (never
+ *    world-writable).
+ * `data prepare`, both model exports, `report` and the test suite's
+ * parameter dump write through sr_fsio_atomic_write; checkpoints use the
+ * same primitives on whole directories (ckpt.c). */
 #ifndef SR_FSIO_H
 #define SR_FSIO_H
 
@@ -15,6 +30,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 
@@ -33,11 +49,6 @@ int sr_fsio_pread_all(int fd, void *buf, size_t n, uint64_t off);
 int sr_fsio_fsync_dir(const char *path);
 /* mkdir -p with SR_FSIO_DIR_MODE; ENOTDIR when the path is not a directory. */
 int sr_fsio_mkdir_p(const char *path);
-/* Removes a directory holding only files (a checkpoint), by path: the last
- * component must be a real directory (never followed); see
- * sr_fsio_remove_flat_dir_at.  0 (also when it does not exist), or -1 with
- * errno. */
-int sr_fsio_remove_flat_dir(const char *path);
 
 /* Inside directories the program did not name itself (a checkpoint's
  * step_* entries, its manifest and shard files), nothing is followed: the
@@ -62,31 +73,90 @@ const char *sr_fsio_kind(mode_t mode);
  * file description (a dup() would share dirfd's offset, so a second listing
  * would start at the end).  NULL with errno; closedir() it. */
 DIR *sr_fsio_list_dir(int dirfd);
-/* Removes entry `name` of dirfd if it is a real directory holding only
- * files: its entries are unlinked by name (a symbolic link among them is
- * removed, never followed), then the directory.  0, or -1 with errno
- * (ENOTDIR/ELOOP when `name` is not a real directory: nothing removed). */
-int sr_fsio_remove_flat_dir_at(int dirfd, const char *name);
+/* Whether a removal may unlink entry `name` of a directory: true for a
+ * name the directory's owner wrote there. */
+typedef bool (*sr_fsio_owned)(const char *name, void *ctx);
+/* Removes entry `name` of dirfd if it is a real directory: the regular
+ * files in it that `owned` accepts are unlinked by name (nothing is
+ * followed), then the directory, if that left it empty.  Nothing is
+ * deleted that its owner did not write.  0 (also when it does not exist),
+ * or -1 with errno: ENOTDIR/ELOOP when `name` is not a real directory
+ * (nothing removed); ENOTEMPTY when other entries remain, their names
+ * (comma-separated, escaped, cut at nleft bytes) in `left`. */
+int sr_fsio_remove_dir_at(int dirfd, const char *name, sr_fsio_owned owned, void *ctx, char *left, size_t nleft);
+/* The same by path (the last component is never followed). */
+int sr_fsio_remove_dir(const char *path, sr_fsio_owned owned, void *ctx, char *left, size_t nleft);
+/* `s` with control characters and backslashes escaped (\n, \xHH) into
+ * out[0..n), cut with "..." when it does not fit: a name read from a file
+ * or a directory, fit for a message on a terminal. */
+const char *sr_fsio_escape(const char *s, char *out, size_t n);
 
 /* SR_ERR_IO "PATH: write failed: <errno>" with a hint for a full disk,
- * quota or file-size limit; returns the status. */
+ * quota or file-size limit; returns the status.  The _ckpt form is for a
+ * checkpoint's files: its full-disk hint also names checkpoint.keep. */
 sr_status sr_fsio_write_error(const char *path, int err);
+sr_status sr_fsio_write_error_ckpt(const char *path, int err);
 /* A file or directory that could not be created, by its errno: a full disk
  * or quota as sr_fsio_write_error; out of descriptors (EMFILE, ENFILE)
  * SR_ERR_IO naming the errno with the ulimit -n hint; anything else
  * SR_ERR_CANTCREAT "PATH: cannot create: <errno>".  Returns the status. */
 sr_status sr_fsio_create_error(const char *path, int err);
+sr_status sr_fsio_create_error_ckpt(const char *path, int err);
 
-/* Fills an open file.  `fd` is the temporary file, `tmp` its name (for
- * messages).  Returns SR_OK or a recorded failure. */
-typedef sr_status (*sr_fsio_writer)(int fd, const char *tmp, void *ctx);
+/* Fills an open file.  `fd` is the temporary file; `name` is the output's
+ * name as the user gave it (messages name it, never the temporary).
+ * Returns SR_OK or a recorded failure. */
+typedef sr_status (*sr_fsio_writer)(int fd, const char *name, void *ctx);
 
-/* Writes `path` atomically: `write` fills PATH.tmp.<pid> (created
- * exclusively with SR_FSIO_FILE_MODE), which is then fsynced, closed,
- * renamed onto `path`, and the directory fsynced.  On any failure the
- * temporary file is removed and `path` is untouched.  SR_ERR_CANTCREAT
- * when the temporary file cannot be created or renamed, SR_ERR_IO for a
- * failed write or fsync, or what `write` returned. */
+/* Where an output named `path` is written: `path` itself when nothing or a
+ * regular file is there, or the file a symbolic link there resolves to
+ * when that is a regular file (out, n bytes).  Anything else there (a
+ * directory, FIFO, socket, device, a link to one or to nothing) is
+ * SR_ERR_CANTCREAT naming `path` and its kind; nothing is touched. */
+sr_status sr_fsio_output_target(const char *path, char *out, size_t n);
+
+/* Guards every later sr_fsio_atomic_write of this process (commands set
+ * them before they write).  sr_fsio_guard_input: an input the command
+ * reads; an output that resolves to it (same device and inode) is refused,
+ * so `report run.jsonl -o run.jsonl` cannot replace its own input.
+ * SR_ERR_NOINPUT when it cannot be stat()ed (a pipe is fine: never a
+ * target).  sr_fsio_guard_marker: a directory holding a regular file
+ * named `name` is `what` (a checkpoint's step directory holds its
+ * manifest) and no output is written into it.  Both SR_ERR_CANTCREAT at
+ * the write, naming the output. */
+sr_status sr_fsio_guard_input(const char *path);
+void sr_fsio_guard_marker(const char *name, const char *what);
+
+/* Writes `path` atomically: sr_fsio_output_target picks the file and the
+ * guards are checked; `write`
+ * fills `.NAME.XXXXXX` (mkstemp, in that file's directory, mode
+ * SR_FSIO_FILE_MODE under the umask), which is then fsynced, closed,
+ * renamed onto the file, and the directory fsynced.  On any failure the
+ * temporary file is removed and the target is untouched.  SR_ERR_CANTCREAT
+ * when the target is refused or the temporary cannot be created or
+ * renamed, SR_ERR_IO for a failed write or fsync, or what `write`
+ * returned. */
 sr_status sr_fsio_atomic_write(const char *path, sr_fsio_writer write, void *ctx);
+
+/* An appended output (the metrics file): opened write-only, created with
+ * SR_FSIO_FILE_MODE, O_APPEND, never blocking; `truncate` empties a
+ * regular file.  A directory, FIFO, socket or block device is refused
+ * (SR_ERR_CANTCREAT naming `what`, the path and its kind); a character
+ * device (/dev/null) is accepted.  *fd on success. */
+sr_status sr_fsio_open_append(const char *path, const char *what, bool truncate, int *fd);
+
+/* Inputs.  sr_fsio_open_input opens `path` read-only without blocking.
+ * `stream` false (the file is mapped or seeked: model.init): only a
+ * regular file.  `stream` true (read front to back: the job file, `data
+ * prepare` inputs, a metrics file, a tokenizer): also a FIFO, a pipe
+ * (/dev/fd/N, `<(...)`) or a character device; a FIFO's descriptor is
+ * made blocking and waits for its writer's first bytes (or its close).
+ * Refused: SR_ERR_NOINPUT "PATH: cannot open WHAT: <errno>" or "PATH: WHAT
+ * is KIND; expected ...", with `hint` (may be NULL) appended.  *fd and
+ * *sb (what it is) on success. */
+sr_status sr_fsio_open_input(const char *path, const char *what, bool stream, const char *hint, int *fd,
+                             struct stat *sb);
+/* The same, as a stdio stream ("rb"). */
+sr_status sr_fsio_open_input_file(const char *path, const char *what, const char *hint, FILE **f);
 
 #endif

@@ -89,8 +89,7 @@ uint64_t sr_manifest_file_bytes(const sr_manifest *mf, uint64_t elements) {
     return sr_manifest_section(mf, elements, SR_NSTATE);
 }
 
-/* True for exactly shard_NNNNN.bin: never a path, never a dot file. */
-static bool safe_name(const char *s) {
+bool sr_manifest_shard_name(const char *s) {
     if (strlen(s) != 15 || strncmp(s, "shard_", 6) != 0 || strcmp(s + 11, ".bin") != 0)
         return false;
     for (int i = 6; i < 11; i++)
@@ -685,7 +684,7 @@ static sr_status parse_file(pctx *p, yaml_node_t *fn, sr_manifest *mf, int i) {
     const char *full = sval(name);
     if (!full)
         return perr(p, name ? name : fn, "expected key 'name' with a string");
-    if (!safe_name(full)) /* the whole name in the message, however long */
+    if (!sr_manifest_shard_name(full)) /* the whole name in the message, however long */
         return perr(p, name,
                     "files: name '%s' is not a shard file name (shard_NNNNN.bin); a manifest may not name paths "
                     "outside its checkpoint directory",

@@ -14,6 +14,7 @@
 #ifndef SR_MANIFEST_H
 #define SR_MANIFEST_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dtype.h"
@@ -64,6 +65,9 @@ typedef struct {
 
 /* Frees what parse allocated (files, slices, digests, config). */
 void sr_manifest_free(sr_manifest *mf);
+/* True for exactly the name a shard file has (shard_NNNNN.bin): never a
+ * path, never a dot file. */
+bool sr_manifest_shard_name(const char *name);
 
 /* The model hash recorded for dims (64 hex digits + NUL). */
 void sr_manifest_model_hash(const sr_model_dims *d, char out[65]);

@@ -9,17 +9,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
+#include "fsio.h"
 #include "mem.h"
 
 struct sr_metrics {
     FILE *f;
     char *path;
+    int err; /* the first failed write's errno (0: none) */
 };
+
+/* Flushes a record; the first failure is kept for sr_metrics_close. */
+static void flush_record(sr_metrics *m) {
+    if ((fflush(m->f) != 0 || ferror(m->f)) && !m->err)
+        m->err = errno ? errno : EIO;
+}
 
 sr_status sr_metrics_open(sr_metrics **out, const char *path, bool append) {
     *out = NULL;
@@ -32,10 +41,13 @@ sr_status sr_metrics_open(sr_metrics **out, const char *path, bool append) {
         free(name);
         return sr_error_oom("the metrics file");
     }
-    m->f = fopen(path, append ? "a" : "w");
-    if (!m->f) {
-        sr_status st =
-            sr_error(SR_ERR_CANTCREAT, "%s: cannot create metrics file (log.metrics): %s", path, strerror(errno));
+    int fd;
+    sr_status st = sr_fsio_open_append(path, "the metrics file (log.metrics)", !append, &fd);
+    if (st == SR_OK && !(m->f = fdopen(fd, "a"))) {
+        close(fd);
+        st = sr_error_oom("the metrics file");
+    }
+    if (st != SR_OK) {
         free(m);
         free(name);
         return st;
@@ -46,7 +58,8 @@ sr_status sr_metrics_open(sr_metrics **out, const char *path, bool append) {
 }
 
 sr_status sr_metrics_restart(sr_metrics *m) {
-    if (fflush(m->f) != 0 || ftruncate(fileno(m->f), 0) != 0)
+    struct stat sb;
+    if (fflush(m->f) != 0 || fstat(fileno(m->f), &sb) != 0 || (S_ISREG(sb.st_mode) && ftruncate(fileno(m->f), 0) != 0))
         return sr_error(SR_ERR_IO, "%s: cannot empty the metrics file for a fresh start (log.metrics): %s", m->path,
                         strerror(errno));
     return SR_OK;
@@ -86,7 +99,7 @@ void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
         fprintf(f, ",\"mem_%s_total\":%zu,\"mem_%s_total_peak\":%zu", sr_mem_space_name(sp), sr_mem_space_current(sp),
                 sr_mem_space_name(sp), sr_mem_space_peak(sp));
     fputs("}\n", f);
-    fflush(f);
+    flush_record(m);
 }
 
 void sr_metrics_event(sr_metrics *m, const char *kind, int64_t step, json_t *fields) {
@@ -106,7 +119,7 @@ void sr_metrics_event(sr_metrics *m, const char *kind, int64_t step, json_t *fie
         char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
         if (line) {
             fprintf(m->f, "%s\n", line);
-            fflush(m->f);
+            flush_record(m);
             free(line);
         }
     }
@@ -118,8 +131,10 @@ sr_status sr_metrics_close(sr_metrics *m) {
     if (!m)
         return SR_OK;
     sr_status st = SR_OK;
-    if (fclose(m->f) != 0)
-        st = sr_error(SR_ERR_IO, "%s: write failed: %s", m->path, strerror(errno));
+    if (fclose(m->f) != 0 && !m->err)
+        m->err = errno;
+    if (m->err)
+        st = sr_fsio_write_error(m->path, m->err);
     free(m->path);
     free(m);
     return st;

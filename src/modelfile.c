@@ -277,13 +277,14 @@ static sr_status map_llmc(sr_modelfile *mf, const int32_t *hd, const char *key) 
 sr_status sr_modelfile_open(sr_modelfile *mf, const char *path, const sr_model *model, const char *key) {
     memset(mf, 0, sizeof *mf);
     mf->model = model;
-    mf->fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
-    if (mf->fd < 0 || fstat(mf->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        sr_status st = sr_error(SR_ERR_NOINPUT, "%s: %s: %s (hint: a .safetensors file or an llm.c model file)", key,
-                                path, mf->fd < 0 ? strerror(errno) : "not a regular file");
+    char what[64];
+    snprintf(what, sizeof what, "%s", key);
+    sr_status ost =
+        sr_fsio_open_input(path, what, false, "a .safetensors file or an llm.c model file", &mf->fd, &sb);
+    if (ost != SR_OK) {
         sr_modelfile_close(mf);
-        return st;
+        return ost;
     }
     mf->size = (uint64_t)sb.st_size;
     mf->path = sr_strdup(path);

@@ -41,7 +41,6 @@ static const char *signame(int sig) {
 }
 
 sr_status sr_preempt_install(char *const *names, int n) {
-    signal(SIGXFSZ, SIG_IGN);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;

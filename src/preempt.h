@@ -3,9 +3,9 @@
  * preempt owns the signal handlers for preemption.signals: the handler only
  * records which signal came first and when (async-signal-safe); the
  * training loop asks sr_preempt_pending() at every micro-batch and during
- * evaluation and makes the ranks agree on a stop step.  SIGXFSZ is ignored
- * so a file-size limit fails a write with EFBIG (an I/O error with a
- * message) instead of killing the process mid-checkpoint. */
+ * evaluation and makes the ranks agree on a stop step.  (SIGXFSZ is
+ * ignored by main() for every command, so a file-size limit fails a write
+ * with EFBIG instead of killing the process mid-checkpoint.) */
 #ifndef SR_PREEMPT_H
 #define SR_PREEMPT_H
 

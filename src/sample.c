@@ -234,9 +234,10 @@ static void sr_tokenizer_free(sr_tokenizer *t) {
 
 static sr_status sr_tokenizer_load(sr_tokenizer *t, const char *path, int V) {
     memset(t, 0, sizeof *t);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return sr_error(SR_ERR_NOINPUT, "--tokenizer %s: %s", path, strerror(errno));
+    FILE *f;
+    sr_status ost = sr_fsio_open_input_file(path, "the tokenizer (--tokenizer)", NULL, &f);
+    if (ost != SR_OK)
+        return ost;
     uint32_t h[256];
     sr_status st = SR_OK;
     if (fread(h, sizeof h, 1, f) != 1 || h[0] != TOKENIZER_MAGIC || (h[1] != 1 && h[1] != 2))

@@ -98,7 +98,7 @@ static void *writer_main(void *arg) {
         pthread_mutex_unlock(&w->mu);
         if (sr_sticky_status(&w->err) == SR_OK) {
             if (sr_fsio_write_all(w->fd, w->buf[k], w->len[k]) != 0) {
-                sr_status st = sr_fsio_write_error(w->path, errno);
+                sr_status st = sr_fsio_write_error_ckpt(w->path, errno);
                 sr_sticky_set(&w->err, st, "%s", sr_error_message());
             } else { /* a hint: a failure here changes nothing, fsync still decides */
                 sync_file_range(w->fd, (off_t)w->off, (off_t)w->len[k], SYNC_FILE_RANGE_WRITE);
@@ -163,7 +163,7 @@ sr_status sr_shardfile_write(const char *path, int shard, int shard_count, int n
                              const sr_shardfile_piece *pieces, int npieces, unsigned char (*hashes)[32]) {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, SR_FSIO_FILE_MODE);
     if (fd < 0)
-        return sr_fsio_create_error(path, errno);
+        return sr_fsio_create_error_ckpt(path, errno);
     shard_writer w = {.fd = fd, .path = path};
     sr_sticky_init(&w.err);
     w.buf[0] = batch_alloc();
@@ -213,9 +213,9 @@ sr_status sr_shardfile_write(const char *path, int shard, int shard_count, int n
     free(w.buf[0]);
     free(w.buf[1]);
     if (st == SR_OK && fsync(fd) != 0)
-        st = sr_fsio_write_error(path, errno);
+        st = sr_fsio_write_error_ckpt(path, errno);
     if (close(fd) != 0 && st == SR_OK)
-        st = sr_fsio_write_error(path, errno);
+        st = sr_fsio_write_error_ckpt(path, errno);
     return st;
 }
 
