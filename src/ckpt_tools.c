@@ -90,14 +90,16 @@ static sr_status tool_open(const char *path, int *dirfd, sr_manifest *mf, sr_mod
     return st;
 }
 
-sr_status sr_ckpt_tool_read_model(const char *path, sr_manifest *mf, sr_model *model, float **all) {
+sr_status sr_ckpt_tool_read_model(const char *path, sr_manifest *mf, sr_model *model, float **all,
+                                  sr_ckpt_tool_check before, void *ctx) {
     int dirfd;
     *all = NULL;
     sr_status st = tool_open(path, &dirfd, mf, model);
     if (st != SR_OK)
         return st;
-    *all = sr_malloc(model->n_params * sizeof(float));
-    if (!*all)
+    if (before)
+        st = before(mf, ctx);
+    if (st == SR_OK && !(*all = sr_malloc(model->n_params * sizeof(float))))
         st = sr_error_oom("the checkpoint's model");
     if (st == SR_OK) {
         sr_slice whole = {0, model->n_params, 0};

@@ -28,9 +28,13 @@ sr_status sr_ckpt_inspect(const char *path, FILE *out);
  * (SR_ERR_DATA, or SR_ERR_NOINPUT when it is not a checkpoint at all), the
  * model's tensor table (no activations) for its dims, and the whole fp32
  * model (the unit-major parameter vector, padded vocabulary rows zero)
- * read and verified from every shard into *all (malloc'd).  On success
- * free all three (free, sr_model_free, sr_manifest_free); on failure
- * nothing is left. */
-sr_status sr_ckpt_tool_read_model(const char *path, sr_manifest *mf, sr_model *model, float **all);
+ * read and verified from every shard into *all (malloc'd).  `before`
+ * (may be NULL) sees the parsed manifest before any shard is read; what
+ * it returns other than SR_OK is returned at once.  On success free all
+ * three (free, sr_model_free, sr_manifest_free); on failure nothing is
+ * left. */
+typedef sr_status (*sr_ckpt_tool_check)(const sr_manifest *mf, void *ctx);
+sr_status sr_ckpt_tool_read_model(const char *path, sr_manifest *mf, sr_model *model, float **all,
+                                  sr_ckpt_tool_check before, void *ctx);
 
 #endif

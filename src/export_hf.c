@@ -197,7 +197,7 @@ static sr_status export_hf(const char *path, const char *dest, sr_export_format 
     sr_manifest mf;
     sr_model model;
     float *all;
-    sr_status st = sr_ckpt_tool_read_model(path, &mf, &model, &all);
+    sr_status st = sr_ckpt_tool_read_model(path, &mf, &model, &all, NULL, NULL);
     if (st != SR_OK)
         return st;
     char *cfg = fmt == SR_EXPORT_HF ? render_config(&mf, path) : NULL;

@@ -105,29 +105,6 @@ int sr_fsio_remove_dir(const char *path, sr_fsio_owned owned, void *ctx, char *l
     return rc;
 }
 
-const char *sr_fsio_escape(const char *s, char *out, size_t n) {
-    size_t used = 0;
-    if (n == 0)
-        return out;
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char one[8];
-        if (c < 0x20 || c == 0x7f || c == '\\')
-            snprintf(one, sizeof one, c == '\n' ? "\\n" : c == '\\' ? "\\\\" : "\\x%02x", c);
-        else
-            one[0] = (char)c, one[1] = '\0';
-        size_t k = strlen(one);
-        if (used + k + 4 > n) {
-            snprintf(out + used, n - used, "...");
-            return out;
-        }
-        memcpy(out + used, one, k);
-        used += k;
-    }
-    out[used] = '\0';
-    return out;
-}
-
 int sr_fsio_open_dir(const char *path) { return open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC); }
 
 int sr_fsio_open_subdir(int dirfd, const char *name) {
@@ -203,7 +180,7 @@ int sr_fsio_remove_dir_at(int dirfd, const char *name, sr_fsio_owned owned, void
         if (used + 1 < nleft) {
             char e[96];
             used += (size_t)snprintf(left + used, nleft - used, "%s%s", used ? ", " : "",
-                                     sr_fsio_escape(de->d_name, e, sizeof e));
+                                     sr_escape(de->d_name, e, sizeof e));
             used = used < nleft ? used : nleft - 1;
         }
     }

@@ -86,10 +86,6 @@ typedef bool (*sr_fsio_owned)(const char *name, void *ctx);
 int sr_fsio_remove_dir_at(int dirfd, const char *name, sr_fsio_owned owned, void *ctx, char *left, size_t nleft);
 /* The same by path (the last component is never followed). */
 int sr_fsio_remove_dir(const char *path, sr_fsio_owned owned, void *ctx, char *left, size_t nleft);
-/* `s` with control characters and backslashes escaped (\n, \xHH) into
- * out[0..n), cut with "..." when it does not fit: a name read from a file
- * or a directory, fit for a message on a terminal. */
-const char *sr_fsio_escape(const char *s, char *out, size_t n);
 
 /* SR_ERR_IO "PATH: write failed: <errno>" with a hint for a full disk,
  * quota or file-size limit; returns the status.  The _ckpt form is for a

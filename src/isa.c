@@ -14,8 +14,7 @@ static int level = -1;
 
 static const char *const names[SR_ISA_COUNT] = {"x86-64-v2", "x86-64-v3", "x86-64-v4"};
 
-/* Parses a name as printed by sr_isa_name (also "v2", "v3", "v4"). */
-static bool parse_level(const char *name, sr_isa *out) {
+bool sr_isa_parse(const char *name, sr_isa *out) {
     for (int i = 0; i < SR_ISA_COUNT; i++)
         if (strcmp(name, names[i]) == 0 || strcmp(name, names[i] + 7) == 0) {
             *out = (sr_isa)i;
@@ -66,7 +65,7 @@ sr_isa sr_isa_detect(void) {
     got = detect_cpuid();
 #endif
     sr_isa cap;
-    if (sr_testhook()->isa[0] && parse_level(sr_testhook()->isa, &cap) && cap < got)
+    if (sr_testhook()->isa[0] && sr_isa_parse(sr_testhook()->isa, &cap) && cap < got)
         got = cap;
     return got;
 }

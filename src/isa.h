@@ -32,6 +32,10 @@ typedef enum { SR_ISA_V2, SR_ISA_V3, SR_ISA_V4, SR_ISA_COUNT } sr_isa;
 /* The widest level this CPU supports (SR_ISA_V2 off x86-64), lowered to
  * SHARDRUN_TEST_ISA when that test hook names a lower one. */
 sr_isa sr_isa_detect(void);
+/* A level by name: as sr_isa_name prints it (x86-64-v2 .. v4), "v2" ..
+ * "v4", or "generic" (v2).  False for anything else. */
+#define SR_ISA_NAMES "x86-64-v2, x86-64-v3, x86-64-v4 (or v2, v3, v4, generic)"
+bool sr_isa_parse(const char *name, sr_isa *out);
 /* Sets the level every dispatched loop uses from now on (before any thread
  * runs one). */
 void sr_isa_set(sr_isa level);

@@ -21,6 +21,7 @@
 #include "export_hf.h"
 #include "job.h"
 #include "mem.h"
+#include "metrics.h"
 #include "ops.h"
 #include "plan.h"
 #include "report.h"
@@ -221,7 +222,7 @@ static int sample_option(cli *c, int ch, const char *arg, const char *given) {
     }
     case OPT_SEED: {
         unsigned long long v = strtoull(arg, &end, 10);
-        if (!*arg || *end || errno || arg[0] == '-')
+        if (!*arg || *end || errno || arg[0] < '0' || arg[0] > '9') /* strtoull takes " -1" as 2^64 - 1 */
             return usage_error("--seed %s: expected a non-negative integer", arg);
         c->sample.seed = v;
         break;
@@ -255,16 +256,23 @@ static int plan_option(cli *c, int ch, const char *arg, const char *given) {
         c->plan.host_mem_gib = v;
         break;
     case OPT_DISK_MBPS:
-        if (!ok || v > 1e9)
-            return usage_error("--disk-mbps %s: expected the checkpoint file system's write speed in MB/s (above 0)",
+    case OPT_TFLOPS: {
+        bool disk = ch == OPT_DISK_MBPS;
+        const char *what = disk ? "the checkpoint file system's write speed per rank in MB/s"
+                                : "the sustained TFLOP/s of one rank";
+        double lo = disk ? SR_PLAN_DISK_MBPS_MIN : SR_PLAN_TFLOPS_MIN,
+               hi = disk ? SR_PLAN_DISK_MBPS_MAX : SR_PLAN_TFLOPS_MAX;
+        if (!*arg || *end || errno == EINVAL || isnan(v))
+            return usage_error(disk ? "--disk-mbps %s: expected a number: the checkpoint file system's write speed "
+                                      "per rank in MB/s"
+                                    : "--tflops %s: expected a number: the sustained TFLOP/s of one rank",
                                arg);
-        c->plan.disk_mbps = v;
+        if (!(v >= lo && v <= hi))
+            return fail(sr_error(SR_ERR_CONFIG, "%s %s: outside the plausible range %g to %g of %s",
+                                 disk ? "--disk-mbps" : "--tflops", arg, lo, hi, what));
+        *(disk ? &c->plan.disk_mbps : &c->plan.tflops) = v;
         break;
-    case OPT_TFLOPS:
-        if (!ok || v > 1e6)
-            return usage_error("--tflops %s: expected the sustained TFLOP/s of one rank (a number above 0)", arg);
-        c->plan.tflops = v;
-        break;
+    }
     }
     return 0;
 }
@@ -399,8 +407,11 @@ static int cmd_train(const cli *c) {
             "%s", "train: --ranks applies to config check and config show (a run takes its ranks from the launcher)");
     if (c->nargs > 1)
         return usage_error("train: expected at most one job file, got extra argument '%s'", c->args[1]);
+    sr_status st = sr_metrics_check_env();
+    if (st != SR_OK)
+        return fail(st);
     sr_world world;
-    sr_status st = sr_world_init(&world);
+    st = sr_world_init(&world);
     if (st != SR_OK) {
         /* srun without --mpi=pmix: every task fails alike; task 0 says why */
         const char *procid = getenv("SLURM_PROCID");
@@ -529,6 +540,9 @@ static int cmd_plan(const cli *c) {
     if (c->output || c->format || c->mdoc)
         return usage_error("%s", "plan: takes --ranks, --gpus-per-node, --device-mem, --host-mem, --disk-mbps, "
                                  "--tflops and --set");
+    sr_status est = sr_metrics_check_env();
+    if (est != SR_OK)
+        return fail(est);
     sr_config cfg;
     int rc = load_job(&cfg, c->args[0], c, 0);
     if (rc == 0) {

@@ -18,6 +18,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* X(enum, short name used in logs and metrics) */
 #define SR_MEM_TABLE(X)                                                                                                \
@@ -113,5 +114,11 @@ long long sr_mem_allocations(void);
  * are recorded. */
 #define SR_MEM_MAX_SITES 4096
 int sr_mem_alloc_sites(long long *first, int max);
+
+/* Saturating size arithmetic for plans (memplan.c, plan.c): a sum or
+ * product past SIZE_MAX stays SIZE_MAX, so a plan that overflows is "too
+ * big", never small. */
+static inline size_t sr_size_add(size_t a, size_t b) { return a + b < a ? SIZE_MAX : a + b; }
+static inline size_t sr_size_mul(size_t a, size_t b) { return b && a > SIZE_MAX / b ? SIZE_MAX : a * b; }
 
 #endif

@@ -15,8 +15,8 @@
 #include "shardplan.h"
 #include "testhook.h"
 
-static size_t add(size_t a, size_t b) { return a + b < a ? SIZE_MAX : a + b; }
-static size_t mul(size_t a, size_t b) { return b && a > SIZE_MAX / b ? SIZE_MAX : a * b; }
+#define add sr_size_add
+#define mul sr_size_mul
 
 const char *sr_memplan_size(size_t bytes, char *buf, size_t n) {
     if (bytes >= (size_t)1 << 40)

@@ -158,14 +158,33 @@ void sr_metrics_log_memory(const char *when) {
     sr_log_info("memory %s (MiB current/peak):%s", when, line);
 }
 
+/* SHARDRUN_PEAK_GFLOPS in GFLOP/s; false when it is not a number in range. */
+static bool parse_peak(const char *env, double *g) {
+    char *end;
+    errno = 0;
+    *g = strtod(env, &end);
+    return end != env && *end == '\0' && !errno && isfinite(*g) && *g >= SR_PEAK_GFLOPS_MIN &&
+           *g <= SR_PEAK_GFLOPS_MAX;
+}
+
+sr_status sr_metrics_check_env(void) {
+    const char *env = getenv("SHARDRUN_PEAK_GFLOPS");
+    double g;
+    if (env && *env && !parse_peak(env, &g))
+        return sr_error(SR_ERR_CONFIG,
+                        "SHARDRUN_PEAK_GFLOPS='%s' is not a peak in GFLOP/s from %g to %g (hint: unset it for the "
+                        "data-sheet or nominal peak)",
+                        env, SR_PEAK_GFLOPS_MIN, SR_PEAK_GFLOPS_MAX);
+    return SR_OK;
+}
+
 /* SHARDRUN_PEAK_GFLOPS in FLOP/s (saying so in `how`), or 0 when unset
- * or not a positive number. */
+ * (sr_metrics_check_env has refused a bad value). */
 static double env_peak(char *how, size_t how_len) {
     const char *env = getenv("SHARDRUN_PEAK_GFLOPS");
     if (env && *env) {
-        char *end;
-        double g = strtod(env, &end);
-        if (*end == '\0' && g > 0) {
+        double g;
+        if (parse_peak(env, &g)) {
             snprintf(how, how_len, "%.1f GFLOP/s from SHARDRUN_PEAK_GFLOPS", g);
             return g * 1e9;
         }

@@ -51,6 +51,12 @@ sr_status sr_metrics_close(sr_metrics *m);
 /* Logs every memory category, current and peak, on rank 0's stderr. */
 void sr_metrics_log_memory(const char *when);
 
+/* SHARDRUN_PEAK_GFLOPS, when set, must be a number of GFLOP/s from 1 to
+ * 1e9: SR_ERR_CONFIG naming the value and the accepted form otherwise
+ * (train and plan check it before they start). */
+#define SR_PEAK_GFLOPS_MIN 1.0
+#define SR_PEAK_GFLOPS_MAX 1e9
+sr_status sr_metrics_check_env(void);
 /* Nominal peak FLOP/s of `threads` cores, used for MFU: cores x clock x
  * FLOP/cycle of the widest FMA unit found (AVX-512: 64, AVX2+FMA: 32,
  * else 8); SHARDRUN_PEAK_GFLOPS overrides.  `how` describes the figure. */

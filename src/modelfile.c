@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,10 +173,11 @@ static sr_status map_safetensors(sr_modelfile *mf, const char *key) {
         }
         int i = find_tensor(m, name);
         if (i < 0) {
+            char shown[160]; /* a name from the file, control characters escaped */
             st = sr_error(SR_ERR_DATA,
                           "%s: %s: unexpected tensor '%s': not part of this model (n_layer %d: h.0 .. h.%d; GPT-2 "
                           "names, e.g. transformer.h.0.attn.c_attn.weight)",
-                          key, mf->path, t->name, m->d.L, m->d.L - 1);
+                          key, mf->path, sr_escape(t->name, shown, sizeof shown), m->d.L, m->d.L - 1);
             break;
         }
         if (from[i]) {
@@ -295,7 +297,20 @@ sr_status sr_modelfile_open(sr_modelfile *mf, const char *path, const sr_model *
     }
     int32_t hd[8] = {0};
     sr_status st;
-    if (mf->size >= 1024 && sr_fsio_pread_all(mf->fd, hd, sizeof hd, 0) == 0 && hd[0] == LLMC_MAGIC) {
+    static const unsigned char zip[4] = {'P', 'K', 3, 4};
+    bool head = mf->size >= 4 && sr_fsio_pread_all(mf->fd, hd, mf->size >= sizeof hd ? sizeof hd : 4, 0) == 0;
+    if (head && memcmp(hd, zip, 4) == 0) {
+        st = sr_error(SR_ERR_DATA,
+                      "%s: %s: a zip file (PyTorch's pytorch_model.bin format), which is not read here (hint: save "
+                      "the model as safetensors: model.save_pretrained(DIR, safe_serialization=True), or convert "
+                      "it with the safetensors package)",
+                      key, path);
+    } else if (head && hd[0] == LLMC_MAGIC && mf->size < 1024) {
+        st = sr_error(SR_ERR_DATA,
+                      "%s: %s: truncated llm.c file: %llu bytes, shorter than its 1024-byte header (hint: copy the "
+                      "file again)",
+                      key, path, (unsigned long long)mf->size);
+    } else if (head && mf->size >= 1024 && hd[0] == LLMC_MAGIC) {
         mf->kind = SR_MODELFILE_LLMC;
         st = map_llmc(mf, hd, key);
     } else {
@@ -363,6 +378,14 @@ sr_status sr_modelfile_read(const sr_modelfile *mf, size_t begin, size_t end, fl
         size_t lo = begin > t->offset ? begin : t->offset, hi = end < t->offset + t->numel ? end : t->offset + t->numel;
         if (lo < hi)
             st = read_tensor(mf, &mf->src[i], t, lo - t->offset, hi - t->offset, buf, tmp, dst + (lo - begin));
+        /* a NaN or infinity would poison every rank's first step: refused
+         * here, naming where it is */
+        for (size_t e = lo; e < hi && st == SR_OK; e++)
+            if (!isfinite(dst[e - begin]))
+                st = sr_error(SR_ERR_DATA,
+                              "%s: tensor %s holds %s at element %zu; expected finite weights (hint: the file is "
+                              "damaged or from a diverged run)",
+                              mf->path, t->name, isnan(dst[e - begin]) ? "NaN" : "an infinity", e - t->offset);
     }
     free(buf);
     free(tmp);
@@ -396,27 +419,64 @@ sr_status sr_modelfile_head_tied(const sr_modelfile *mf, size_t begin, size_t en
     return st;
 }
 
-sr_status sr_modelfile_sha256(const sr_modelfile *mf, char out[65]) {
+/* SHA-256 of `prefix` (n bytes) then the file's bytes in ranges[0..nr)
+ * (begin, end; in order) into md. */
+static sr_status hash_ranges(const sr_modelfile *mf, const void *prefix, size_t n, const uint64_t (*ranges)[2],
+                             int nr, unsigned char md[32]) {
     enum { CHUNK = 4 << 20 };
-    unsigned char *buf = sr_malloc(CHUNK), md[32];
+    unsigned char *buf = sr_malloc(CHUNK);
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     sr_status st =
         buf && ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1 ? SR_OK : sr_error_oom("the model file's digest");
-    for (uint64_t at = 0; at < mf->size && st == SR_OK; at += CHUNK) {
-        size_t n = mf->size - at < CHUNK ? (size_t)(mf->size - at) : CHUNK;
-        errno = 0;
-        if (sr_fsio_pread_all(mf->fd, buf, n, at) != 0)
-            st = sr_error(SR_ERR_DATA, "%s: read failed at byte %llu: %s", mf->path, (unsigned long long)at,
-                          errno ? strerror(errno) : "unexpected end of file");
-        else if (EVP_DigestUpdate(ctx, buf, n) != 1)
-            st = sr_error(SR_ERR_INTERNAL, "SHA-256 of %s failed", mf->path);
-    }
+    if (st == SR_OK && n && EVP_DigestUpdate(ctx, prefix, n) != 1)
+        st = sr_error(SR_ERR_INTERNAL, "SHA-256 of %s failed", mf->path);
+    for (int r = 0; r < nr; r++)
+        for (uint64_t at = ranges[r][0]; at < ranges[r][1] && st == SR_OK; at += CHUNK) {
+            size_t k = ranges[r][1] - at < CHUNK ? (size_t)(ranges[r][1] - at) : CHUNK;
+            errno = 0;
+            if (sr_fsio_pread_all(mf->fd, buf, k, at) != 0)
+                st = sr_error(SR_ERR_DATA, "%s: read failed at byte %llu: %s", mf->path, (unsigned long long)at,
+                              errno ? strerror(errno) : "unexpected end of file");
+            else if (EVP_DigestUpdate(ctx, buf, k) != 1)
+                st = sr_error(SR_ERR_INTERNAL, "SHA-256 of %s failed", mf->path);
+        }
     unsigned int len = 0;
     if (st == SR_OK && EVP_DigestFinal_ex(ctx, md, &len) != 1)
         st = sr_error(SR_ERR_INTERNAL, "SHA-256 of %s failed", mf->path);
-    for (int i = 0; st == SR_OK && i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", md[i]);
     EVP_MD_CTX_free(ctx);
     free(buf);
     return st;
+}
+
+sr_status sr_modelfile_sha256(const sr_modelfile *mf, char out[65]) {
+    uint64_t whole[1][2] = {{0, mf->size}};
+    unsigned char md[32];
+    sr_status st = hash_ranges(mf, NULL, 0, whole, 1, md);
+    for (int i = 0; st == SR_OK && i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+    return st;
+}
+
+sr_status sr_modelfile_fingerprint(const sr_modelfile *mf, unsigned char out[32]) {
+    enum { MIB = 1 << 20 };
+    uint64_t head = MIB;
+    if (mf->kind == SR_MODELFILE_SAFETENSORS && mf->size >= 8) {
+        unsigned char b[8];
+        uint64_t n = 0;
+        if (sr_fsio_pread_all(mf->fd, b, 8, 0) == 0)
+            for (int i = 7; i >= 0; i--)
+                n = n << 8 | b[i];
+        if (n <= mf->size - 8 && n + 8 > head)
+            head = n + 8; /* the whole header, however long */
+    }
+    if (head > mf->size)
+        head = mf->size;
+    uint64_t tail = mf->size > MIB ? mf->size - MIB : 0;
+    if (tail < head)
+        tail = head;
+    uint64_t ranges[2][2] = {{0, head}, {tail, mf->size}};
+    unsigned char size_le[8];
+    for (int i = 0; i < 8; i++)
+        size_le[i] = (unsigned char)(mf->size >> (8 * i));
+    return hash_ranges(mf, size_le, sizeof size_le, ranges, 2, out);
 }

@@ -74,6 +74,10 @@ sr_status sr_modelfile_head_tied(const sr_modelfile *mf, size_t begin, size_t en
 
 /* SHA-256 of the whole file as 64 hex digits. */
 sr_status sr_modelfile_sha256(const sr_modelfile *mf, char out[65]);
+/* A cheap fingerprint for ranks to compare: SHA-256 of the file's size
+ * (8 bytes, little-endian), its header (a safetensors header however long)
+ * or first MiB, whichever is longer, and its last MiB. */
+sr_status sr_modelfile_fingerprint(const sr_modelfile *mf, unsigned char out[32]);
 
 /* IEEE half to float, exact (no library in C11 does it; F16C is an ISA
  * extension). */

@@ -32,6 +32,7 @@
 #define DEFAULT_UTIL 0.4         /* sustained fraction of the nominal peak */
 #define NCCL_PER_COMM_MIB 256.0  /* NCCL's buffers per communicator (estimate) */
 #define CUDA_CONTEXT_MIB 512.0   /* the CUDA context and modules (estimate) */
+#define add sr_size_add
 #define LT_WORKSPACE ((size_t)32 << 20)
 
 /* One rank count planned. */
@@ -49,7 +50,7 @@ typedef struct {
     double flops_tok, flops_step, tokens_s, step_s;
     uint64_t ckpt_total, ckpt_rank;
     double save_s;
-    long lead_s;
+    double lead_s; /* the --signal lead, s (may exceed what sbatch accepts) */
     char fix[512]; /* the cheapest change that fits, or "" */
 } plan_row;
 
@@ -101,10 +102,11 @@ static sr_status plan_memory(const plan_ctx *x, const sr_config *cfg, int ranks,
     if (st != SR_OK)
         return st;
     if (x->gpu) /* the device table's own: cuBLASLt's workspace, the reduction scratch */
-        r->plan.bytes[SR_MEM_OTHER] += LT_WORKSPACE + (size_t)SR_NSTREAMS * 256 * sizeof(double);
+        r->plan.bytes[SR_MEM_OTHER] =
+            add(r->plan.bytes[SR_MEM_OTHER], LT_WORKSPACE + (size_t)SR_NSTREAMS * 256 * sizeof(double));
     r->plan.total = 0;
     for (int c = 0; c < SR_MEM_NCAT; c++)
-        r->plan.total += r->plan.bytes[c];
+        r->plan.total = add(r->plan.total, r->plan.bytes[c]);
     /* where each part lives (fsdp.c alloc_buffers, comm.c, ckpt.c): the
      * plan on the device (all host memory on the CPU), the TCP transport's
      * chunks in host memory, the offloaded master, gradient shard and
@@ -114,24 +116,27 @@ static sr_status plan_memory(const plan_ctx *x, const sr_config *cfg, int ranks,
     sr_mem_space off = cfg->pin_memory ? SR_SPACE_PINNED : SR_SPACE_HOST;
     bool offload = x->separate && cfg->offload_optimizer;
     for (int c = 0; c < SR_MEM_NCAT; c++) {
-        r->at[c][dev] += r->plan.bytes[c];
-        r->at[c][c == SR_MEM_OPTIM_SHARD ? SR_SPACE_HOST : off] += r->offloaded.bytes[c];
+        r->at[c][dev] = add(r->at[c][dev], r->plan.bytes[c]);
+        size_t *o = &r->at[c][c == SR_MEM_OPTIM_SHARD ? SR_SPACE_HOST : off];
+        *o = add(*o, r->offloaded.bytes[c]);
     }
     if (x->separate) {
-        r->at[SR_MEM_COMM][dev] -= r->plan.comm_transport;
-        r->at[SR_MEM_COMM][SR_SPACE_HOST] += r->plan.comm_transport;
+        size_t *d = &r->at[SR_MEM_COMM][dev];
+        *d = *d == SIZE_MAX ? SIZE_MAX : *d - r->plan.comm_transport; /* the plan counted it there */
+        r->at[SR_MEM_COMM][SR_SPACE_HOST] = add(r->at[SR_MEM_COMM][SR_SPACE_HOST], r->plan.comm_transport);
     }
-    r->at[SR_MEM_CKPT_STAGING][offload ? SR_SPACE_HOST : SR_SPACE_PINNED] += staging;
+    size_t *g = &r->at[SR_MEM_CKPT_STAGING][offload ? SR_SPACE_HOST : SR_SPACE_PINNED];
+    *g = add(*g, staging);
     for (int c = 0; c < SR_MEM_NCAT; c++)
         for (int sp = 0; sp < SR_NSPACE; sp++)
-            r->space[sp] += r->at[c][sp];
+            r->space[sp] = add(r->space[sp], r->at[c][sp]);
     if (x->separate) {
         double comms = r->mesh.R > 1 && r->mesh.S > 1 ? 3 : 1;
         double reserve = x->gpu ? CUDA_CONTEXT_MIB * MIB + (ranks > 1 ? comms * NCCL_PER_COMM_MIB * MIB : 0) : 0;
-        r->device_need = r->space[SR_SPACE_DEVICE] + (size_t)reserve;
-        r->host_need = r->space[SR_SPACE_HOST] + r->space[SR_SPACE_PINNED] + r->plan.overhead;
+        r->device_need = add(r->space[SR_SPACE_DEVICE], (size_t)reserve);
+        r->host_need = add(add(r->space[SR_SPACE_HOST], r->space[SR_SPACE_PINNED]), r->plan.overhead);
     } else
-        r->host_need = r->space[SR_SPACE_HOST] + r->plan.overhead;
+        r->host_need = add(r->space[SR_SPACE_HOST], r->plan.overhead);
     r->fits_host = (double)r->host_need * r->per_node <= x->host_bytes;
     r->fits_device = !x->separate || (double)r->device_need <= x->device_bytes;
 
@@ -158,7 +163,7 @@ static sr_status plan_memory(const plan_ctx *x, const sr_config *cfg, int ranks,
     r->save_s = (double)r->ckpt_total / (x->disk_mbps * 1e6);
     /* the lead: the step in flight and the save, twice over, + 30 s for
      * the agreement, the exit and a slow file system's first write */
-    r->lead_s = (long)ceil(2.0 * (r->step_s + r->save_s) + 30.0);
+    r->lead_s = ceil(2.0 * (r->step_s + r->save_s) + 30.0);
     return SR_OK;
 }
 
@@ -275,7 +280,7 @@ static void print_one(const plan_ctx *x, const sr_config *cfg, const char *job, 
         if (!any)
             fprintf(out, "  %-14s %-7s %15d %12.1f\n", sr_mem_name(k), "-", 0, 0.0);
     }
-    size_t total = r->space[0] + r->space[1] + r->space[2];
+    size_t total = add(add(r->space[0], r->space[1]), r->space[2]);
     fprintf(out, "  %-14s %-7s %15zu %12.1f\n", "total", "", total, (double)total / MIB);
     fprintf(out, "  per space: host %s, pinned %s, device %s\n", human((double)r->space[SR_SPACE_HOST], a, sizeof a),
             human((double)r->space[SR_SPACE_PINNED], b, sizeof b),
@@ -308,8 +313,16 @@ static void print_one(const plan_ctx *x, const sr_config *cfg, const char *job, 
             human((double)r->ckpt_total, a, sizeof a), (unsigned long long)r->ckpt_total,
             human((double)r->ckpt_rank, b, sizeof b), (unsigned long long)r->ckpt_rank, r->save_s, x->disk_mbps,
             x->disk_how);
-    fprintf(out, "preemption: #SBATCH --signal=USR1@%ld  (one step %.3g s + one save %.3g s, twice over, + 30 s)\n",
-            r->lead_s, r->step_s, r->save_s);
+    if (r->lead_s <= SR_PLAN_SIGNAL_MAX_S)
+        fprintf(out,
+                "preemption: #SBATCH --signal=USR1@%.0f  (one step %.3g s + one save %.3g s, twice over, + 30 s)\n",
+                r->lead_s, r->step_s, r->save_s);
+    else
+        fprintf(out,
+                "preemption: no #SBATCH --signal line: the lead would be %.4g s (one step %.3g s + one save %.3g s, "
+                "twice over, + 30 s), above the %d s sbatch accepts (hint: a faster checkpoint file system, "
+                "--disk-mbps, or more ranks)\n",
+                r->lead_s, r->step_s, r->save_s, SR_PLAN_SIGNAL_MAX_S);
 }
 
 static void print_table_head(const plan_ctx *x, const sr_config *cfg, const char *job, FILE *out) {
@@ -329,12 +342,17 @@ static void print_table_row(const plan_ctx *x, const plan_row *r, FILE *out) {
         fprintf(out, "%6d   invalid: %s\n", r->ranks, r->why);
         return;
     }
-    size_t shards = r->plan.bytes[SR_MEM_PARAM_SHARD] + r->plan.bytes[SR_MEM_GRAD_SHARD] +
-                    r->plan.bytes[SR_MEM_OPTIM_SHARD] + r->offloaded.total;
-    fprintf(out, "%6d %4d %5d %12s %12s %12s %5s %12.0f %10.3f %12s %8.1f   USR1@%ld\n", r->ranks, r->mb, r->accum,
+    size_t shards = add(add(r->plan.bytes[SR_MEM_PARAM_SHARD], r->plan.bytes[SR_MEM_GRAD_SHARD]),
+                        add(r->plan.bytes[SR_MEM_OPTIM_SHARD], r->offloaded.total));
+    char sig[32];
+    if (r->lead_s <= SR_PLAN_SIGNAL_MAX_S)
+        snprintf(sig, sizeof sig, "USR1@%.0f", r->lead_s);
+    else
+        snprintf(sig, sizeof sig, "over %d s", SR_PLAN_SIGNAL_MAX_S);
+    fprintf(out, "%6d %4d %5d %12s %12s %12s %5s %12.0f %10.3f %12s %8.1f   %s\n", r->ranks, r->mb, r->accum,
             human((double)r->host_need, a, sizeof a), x->separate ? human((double)r->device_need, b, sizeof b) : "-",
             human((double)shards, c, sizeof c), fits(r) ? "yes" : "NO", r->tokens_s, r->step_s,
-            human((double)r->ckpt_rank, d, sizeof d), r->save_s, r->lead_s);
+            human((double)r->ckpt_rank, d, sizeof d), r->save_s, sig);
 }
 
 sr_status sr_plan_run(const sr_config *cfg, const char *job, const sr_plan_opts *o, FILE *out) {

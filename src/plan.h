@@ -16,6 +16,17 @@
 #include "config.h"
 #include "status.h"
 
+/* The plausible ranges of --disk-mbps (MB/s of the checkpoint file
+ * system, one rank's share) and --tflops (sustained TFLOP/s of one rank);
+ * a number outside is SR_ERR_CONFIG.  The longest --signal lead sbatch
+ * accepts, s (a 16-bit field): a longer one is flagged, never printed as
+ * an #SBATCH line. */
+#define SR_PLAN_DISK_MBPS_MIN 1.0
+#define SR_PLAN_DISK_MBPS_MAX 1e7
+#define SR_PLAN_TFLOPS_MIN 0.01
+#define SR_PLAN_TFLOPS_MAX 1e5
+#define SR_PLAN_SIGNAL_MAX_S 65535
+
 typedef struct {
     int ranks_lo, ranks_hi;                                 /* --ranks N or A-B (0: 1) */
     int gpus_per_node;                                      /* > 0: a GPU plan with this many ranks per node */

@@ -65,11 +65,12 @@ static sr_status parse_tensor(const char *path, const char *name, const json_t *
     int k = 0;
     while (k < SR_ST_NDTYPES && strcmp(dtypes[k].name, json_string_value(dt)) != 0)
         k++;
+    char shown[48];
     if (k == SR_ST_NDTYPES)
         return sr_error(SR_ERR_DATA,
-                        "%s: safetensors header: tensor '%s': unknown dtype '%.32s' (expected one of BOOL, U8, I8, "
+                        "%s: safetensors header: tensor '%s': unknown dtype '%s' (expected one of BOOL, U8, I8, "
                         "F8_E5M2, F8_E4M3, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64)",
-                        path, name, json_string_value(dt));
+                        path, name, sr_escape(json_string_value(dt), shown, sizeof shown));
     t->dtype = (sr_st_dtype)k;
     size_t nd = json_array_size(shape);
     if (nd > SR_ST_MAX_DIMS)
@@ -131,15 +132,17 @@ static sr_status check_tiling(const char *path, sr_st_header *h) {
     sr_status st = SR_OK;
     uint64_t at = 0;
     for (int i = 0; i < h->ntensors && st == SR_OK; i++) {
+        char a[160], b[160];
         if (order[i]->begin < at)
             st = sr_error(SR_ERR_DATA, "%s: safetensors header: tensor '%s' (bytes %llu..%llu) overlaps tensor '%s'",
-                          path, order[i]->name, (unsigned long long)order[i]->begin, (unsigned long long)order[i]->end,
-                          order[i - 1]->name);
+                          path, sr_escape(order[i]->name, a, sizeof a), (unsigned long long)order[i]->begin,
+                          (unsigned long long)order[i]->end, sr_escape(order[i - 1]->name, b, sizeof b));
         else if (order[i]->begin > at)
             st = sr_error(SR_ERR_DATA,
                           "%s: safetensors header: bytes %llu..%llu of the data belong to no tensor (a hole before "
                           "'%s')",
-                          path, (unsigned long long)at, (unsigned long long)order[i]->begin, order[i]->name);
+                          path, (unsigned long long)at, (unsigned long long)order[i]->begin,
+                          sr_escape(order[i]->name, a, sizeof a));
         at = order[i]->end;
     }
     if (st == SR_OK && at != h->data_len)
@@ -156,8 +159,10 @@ static sr_status parse_metadata(const char *path, const json_t *v, sr_st_header 
     const char *k;
     json_t *s;
     json_object_foreach((json_t *)v, k, s) {
+        char shown[96];
         if (!json_is_string(s))
-            return sr_error(SR_ERR_DATA, "%s: safetensors header: __metadata__.%.64s is not a string", path, k);
+            return sr_error(SR_ERR_DATA, "%s: safetensors header: __metadata__.%s is not a string", path,
+                            sr_escape(k, shown, sizeof shown));
         if (strcmp(k, "format") == 0)
             snprintf(h->format, sizeof h->format, "%s", json_string_value(s));
     }
@@ -195,8 +200,9 @@ static sr_status parse(const char *text, size_t n, uint64_t data_len, const char
                     st = sr_error_oom("the safetensors header");
                 else
                     out->ntensors++;
+                char shown[160]; /* the name as messages print it */
                 if (st == SR_OK)
-                    st = parse_tensor(path, key, v, data_len, t);
+                    st = parse_tensor(path, sr_escape(key, shown, sizeof shown), v, data_len, t);
             }
             if (st != SR_OK)
                 break;

@@ -389,6 +389,21 @@ static sr_status make_prompt(const sr_sample_opts *o, int V, const sr_tokenizer 
     return SR_OK;
 }
 
+/* What sr_ckpt_tool_read_model's check reads and fills. */
+typedef struct {
+    const sr_sample_opts *o;
+    sr_tokenizer *tok;
+    int **prompt, *n;
+    const char **how;
+} prompt_check;
+
+static sr_status check_prompt(const sr_manifest *mf, void *ctx) {
+    prompt_check *pc = ctx;
+    int V = mf->dims.V;
+    sr_status st = pc->o->tokenizer ? sr_tokenizer_load(pc->tok, pc->o->tokenizer, V) : SR_OK;
+    return st == SR_OK ? make_prompt(pc->o, V, pc->o->tokenizer ? pc->tok : NULL, pc->prompt, pc->n, pc->how) : st;
+}
+
 sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FILE *log) {
     sr_manifest mf;
     sr_model model;
@@ -399,22 +414,16 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
     float *scratch = NULL;
     const char *how = "";
     double t0 = mono();
-    /* a bad prompt syntax before reading anything */
-    if (o->prompt_tokens) {
-        sr_status st = parse_ids(o->prompt_tokens, &prompt, &n);
+    /* the prompt and the tokenizer checked against the manifest before
+     * any shard is read */
+    prompt_check pc = {o, &tok, &prompt, &n, &how};
+    sr_status st = sr_ckpt_tool_read_model(ckpt, &mf, &model, &all, check_prompt, &pc);
+    if (st != SR_OK) {
+        sr_tokenizer_free(&tok);
         free(prompt);
-        prompt = NULL;
-        if (st != SR_OK)
-            return st;
-    }
-    sr_status st = sr_ckpt_tool_read_model(ckpt, &mf, &model, &all);
-    if (st != SR_OK)
         return st;
+    }
     V = model.d.V;
-    if (o->tokenizer)
-        st = sr_tokenizer_load(&tok, o->tokenizer, V);
-    if (st == SR_OK)
-        st = make_prompt(o, V, o->tokenizer ? &tok : NULL, &prompt, &n, &how);
     if (st == SR_OK)
         st = sr_generator_new(&g, &model, all);
     if (st == SR_OK && !(scratch = sr_malloc(sizeof(float) * 2 * (size_t)V)))

@@ -168,3 +168,26 @@ void sr_log_error(const char *fmt, ...) {
     log_line("error: ", fmt, ap);
     va_end(ap);
 }
+
+const char *sr_escape(const char *s, char *out, size_t n) {
+    size_t used = 0;
+    if (n == 0)
+        return out;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char one[8];
+        if (c < 0x20 || c == 0x7f || c == '\\')
+            snprintf(one, sizeof one, c == '\n' ? "\\n" : c == '\\' ? "\\\\" : "\\x%02x", c);
+        else
+            one[0] = (char)c, one[1] = '\0';
+        size_t k = strlen(one);
+        if (used + k + 4 > n) {
+            snprintf(out + used, n - used, "...");
+            return out;
+        }
+        memcpy(out + used, one, k);
+        used += k;
+    }
+    out[used] = '\0';
+    return out;
+}

@@ -103,4 +103,9 @@ void sr_log_info_all(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 void sr_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void sr_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* `s` with control characters and backslashes escaped (\n, \xHH) into
+ * out[0..n), cut with "..." when it does not fit: a name read from a file
+ * or a directory, fit for a message on a terminal. */
+const char *sr_escape(const char *s, char *out, size_t n);
+
 #endif

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "isa.h"
+
 static sr_testhooks hooks;
 static sr_status init_status = SR_OK;
 static char init_message[512];
@@ -86,6 +88,21 @@ static bool parse_site(const char *v, char *site, size_t n, int64_t *step, int *
     return true;
 }
 
+/* Whether `site` is a crash site in SR_TESTHOOK_CRASH_SITES (or, for a
+ * pause, before_connect). */
+static bool known_site(const char *site, bool pause) {
+    const char *list = SR_TESTHOOK_CRASH_SITES;
+    size_t n = strlen(site);
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        if (len == n && strncmp(p, site, n) == 0)
+            return true;
+        p += len;
+        p += strspn(p, ", ");
+    }
+    return pause && strcmp(site, "before_connect") == 0;
+}
+
 sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
     *h = (sr_testhooks){0};
     parse_state ps = {SR_OK, why, why_len};
@@ -101,12 +118,18 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
     h->device_free_mb = -1;
     h->stall_seq = -1;
     const char *v;
+    char expected[512];
+    snprintf(expected, sizeof expected, "SITE[:STEP][@RANK] with SITE one of %s", SR_TESTHOOK_CRASH_SITES);
     if ((v = getenv("SHARDRUN_TEST_CRASH_AT")) && *v &&
-        !parse_site(v, h->crash_site, sizeof h->crash_site, &h->crash_step, &h->crash_rank))
-        bad(&ps, "SHARDRUN_TEST_CRASH_AT", v, "SITE[:STEP][@RANK]");
+        (!parse_site(v, h->crash_site, sizeof h->crash_site, &h->crash_step, &h->crash_rank) ||
+         !known_site(h->crash_site, false)))
+        bad(&ps, "SHARDRUN_TEST_CRASH_AT", v, expected);
+    snprintf(expected, sizeof expected, "SITE[:STEP][@RANK] with SITE one of %s, before_connect",
+             SR_TESTHOOK_CRASH_SITES);
     if ((v = getenv("SHARDRUN_TEST_PAUSE_AT")) && *v &&
-        !parse_site(v, h->pause_site, sizeof h->pause_site, &h->pause_step, &h->pause_rank))
-        bad(&ps, "SHARDRUN_TEST_PAUSE_AT", v, "SITE[:STEP][@RANK]");
+        (!parse_site(v, h->pause_site, sizeof h->pause_site, &h->pause_step, &h->pause_rank) ||
+         !known_site(h->pause_site, true)))
+        bad(&ps, "SHARDRUN_TEST_PAUSE_AT", v, expected);
     if ((v = getenv("SHARDRUN_TEST_PREEMPT_AT")) && *v) {
         long n = split_rank(v, &h->preempt_rank);
         if (n < 0 || !parse_i64(v, (size_t)n, 1, &h->preempt_step))
@@ -126,8 +149,9 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
             bad(&ps, "SHARDRUN_TEST_ALLOC_FAIL", v, "N[@RANK], an allocation number >= 1");
     }
     if ((v = getenv("SHARDRUN_TEST_ISA")) && *v) {
-        if (strlen(v) >= sizeof h->isa)
-            bad(&ps, "SHARDRUN_TEST_ISA", v, "x86-64-v2, x86-64-v3 or x86-64-v4");
+        sr_isa level;
+        if (strlen(v) >= sizeof h->isa || !sr_isa_parse(v, &level))
+            bad(&ps, "SHARDRUN_TEST_ISA", v, SR_ISA_NAMES);
         else
             snprintf(h->isa, sizeof h->isa, "%s", v);
     }
@@ -247,6 +271,10 @@ void sr_testhook_warn_active(void) {
 
 bool sr_testhook_crash_here(const char *site, int64_t step, int rank) {
     const sr_testhooks *h = sr_testhook();
+    if (!known_site(site, false)) { /* a site the list does not name: the program's bug */
+        fprintf(stderr, "shardrun: internal error: crash site %s is not in SR_TESTHOOK_CRASH_SITES\n", site);
+        abort();
+    }
     return h->crash_site[0] && strcmp(h->crash_site, site) == 0 && (h->crash_step < 0 || h->crash_step == step) &&
            (h->crash_rank < 0 || h->crash_rank == rank);
 }

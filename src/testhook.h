@@ -39,6 +39,12 @@
 #ifndef SR_TESTHOOK_H
 #define SR_TESTHOOK_H
 
+/* The crash sites of a checkpoint save, in the order a save reaches them
+ * (ckpt.c calls them; SHARDRUN_TEST_CRASH_AT and PAUSE_AT name one;
+ * PAUSE_AT also takes before_connect, train.c's). */
+#define SR_TESTHOOK_CRASH_SITES                                                                                        \
+    "after_shard_write, before_manifest, after_manifest, before_rename, after_rename, before_latest, after_latest"
+
 #include <stdbool.h>
 #include <stdint.h>
 

@@ -197,11 +197,60 @@ static sr_status open_engine(run *r) {
     return st;
 }
 
+/* One rank's view of model.init, for the ranks to compare. */
+typedef struct {
+    uint64_t size;
+    unsigned char fp[32];
+    int32_t opened;
+    char host[60];
+} init_view;
+
+/* Whether every rank that opened model.init opened the same file (size
+ * and fingerprint, one all-gather, every rank calls it: a rank that failed
+ * to open contributes nothing to compare).  SR_ERR_CONFIG naming the ranks
+ * and hosts whose file differs from the lowest opened rank's. */
+static sr_status same_init_file(run *r, const sr_modelfile *mf) {
+    init_view me = {0};
+    sr_status st = mf->fd >= 0 ? sr_modelfile_fingerprint(mf, me.fp) : SR_OK;
+    me.opened = mf->fd >= 0 && st == SR_OK;
+    me.size = mf->size;
+    snprintf(me.host, sizeof me.host, "%.59s", r->w->host);
+    init_view *all = sr_calloc((size_t)r->w->size, sizeof *all);
+    sr_status gs = all ? sr_ctl_allgather(r->ctl, all, &me, sizeof me) : sr_error_oom("the model.init comparison");
+    if (gs != SR_OK) {
+        free(all);
+        return gs;
+    }
+    int ref = 0;
+    while (ref < r->w->size && !all[ref].opened)
+        ref++;
+    char list[768] = "";
+    size_t used = 0;
+    int differ = 0;
+    for (int k = ref + 1; k < r->w->size; k++)
+        if (all[k].opened && (all[k].size != all[ref].size || memcmp(all[k].fp, all[ref].fp, 32) != 0)) {
+            if (++differ <= 8 && used < sizeof list)
+                used += (size_t)snprintf(list + used, sizeof list - used, "%srank %d on %.60s (%llu bytes)",
+                                         differ > 1 ? ", " : "", k, all[k].host, (unsigned long long)all[k].size);
+        }
+    if (differ)
+        st = sr_error(SR_ERR_CONFIG,
+                      "model.init: %s is not the same file on every rank: %s%s differ%s from rank %d on %.60s (%llu "
+                      "bytes; compared: size, header, first and last MiB) (hint: a stale node-local copy? give "
+                      "every node the same file)",
+                      r->cfg->model_init, list, differ > 8 ? " and more" : "", differ == 1 ? "s" : "", ref,
+                      all[ref].host, (unsigned long long)all[ref].size);
+    free(all);
+    return st;
+}
+
 /* model.init on a fresh run (collective): every rank maps the file onto the
  * model and reads only its own slices of the parameter vector (through a
  * host piece and an upload where the shard lives in device memory); with
  * lm_head.weight in the file each rank checks its part of the tie; rank 0
- * hashes the whole file for the manifest; one agreement. */
+ * hashes the whole file for the manifest; one agreement.  Before reading,
+ * the ranks compare the file's size and fingerprint (same_init_file), so
+ * ranks that see different files under one path never train a hybrid. */
 static sr_status load_init(run *r) {
     const char *path = r->cfg->model_init;
     double t0 = now_s();
@@ -218,7 +267,10 @@ static sr_status load_init(run *r) {
     if (mine == SR_OK)
         mine = sr_modelfile_open(&mf, path, &r->model, "model.init");
     opened = mine == SR_OK;
-    if (opened)
+    sr_status same = same_init_file(r, &mf); /* collective: every rank, opened or not */
+    if (mine == SR_OK)
+        mine = same;
+    if (mine == SR_OK)
         sr_log_info("model.init: reading this rank's shard of %s (%.1f MB file)", path, (double)mf.size / 1e6);
     for (int i = 0; i < s.nslices && mine == SR_OK; i++)
         for (size_t b = s.slices[i].begin; b < s.slices[i].end && mine == SR_OK; b += PIECE) {

@@ -149,6 +149,12 @@ static bool on_scalar(loader *l, const yaml_event_t *ev) {
     const yaml_char_t *tag = ev->data.scalar.tag;
     bool explicit_tag = tag && !ev->data.scalar.plain_implicit && !ev->data.scalar.quoted_implicit;
     char buf[256];
+    /* every reader treats a value as a C string: a NUL ("\0" in a quoted
+     * scalar) would cut it silently */
+    if (memchr(ev->data.scalar.value, '\0', ev->data.scalar.length))
+        return fail(l, ev->start_mark,
+                    "a NUL character (\\0) inside a value; expected text without NUL (hint: remove the \\0 "
+                    "escape)");
     if (explicit_tag)
         snprintf(buf, sizeof buf, EXPLICIT "%s", (const char *)tag);
     int node = yaml_document_add_scalar(l->doc, explicit_tag ? (yaml_char_t *)buf : NULL, ev->data.scalar.value,
