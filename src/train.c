@@ -803,14 +803,31 @@ static void checkpoint_events(run *r) {
 
 /* The start event (and the resume event of a run that loaded a
  * checkpoint): what `shardrun report` splits the file's runs by. */
+/* reshard_after_forward as the job file says it: true, false or N. */
+static json_t *reshard_json(int64_t v) {
+    return v == SR_RESHARD_TRUE ? json_true() : v == 0 ? json_false() : json_integer((json_int_t)v);
+}
+
 static void start_events(run *r) {
     if (!r->metrics)
         return;
     const char *restart = getenv("SLURM_RESTART_COUNT");
     long long restarts = restart && *restart ? strtoll(restart, NULL, 10) : 0;
-    sr_metrics_event(r->metrics, "start", r->start.step,
-                     json_pack("{sI sI si ss}", "restart", (json_int_t)restarts, "resume_step",
-                               (json_int_t)r->start.step, "world_size", r->w->size, "job_id", r->w->job_id));
+    const sr_config *cfg = r->cfg;
+    /* the run's configuration, as the report shows it */
+    sr_metrics_event(
+        r->metrics, "start", r->start.step,
+        json_pack("{sI sI si ss ss sI sI sI sI sI ss ss ss si si so so sb ss}", "restart", (json_int_t)restarts,
+                  "resume_step", (json_int_t)r->start.step, "world_size", r->w->size, "job_id", r->w->job_id,
+                  "preset", sr_config_enum_name("model.preset", cfg->model_preset), "n_layer",
+                  (json_int_t)cfg->n_layer, "n_head", (json_int_t)cfg->n_head, "n_embd", (json_int_t)cfg->n_embd,
+                  "seq_len", (json_int_t)cfg->seq_len, "vocab_size", (json_int_t)cfg->vocab_size, "device",
+                  r->dev->line[0] ? r->dev->line : r->dev->name, "param_dtype",
+                  sr_config_enum_name("sharding.mixed_precision.param_dtype", cfg->param_dtype), "reduce_dtype",
+                  sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype), "mesh_shard",
+                  r->mesh.S, "mesh_replicate", r->mesh.R, "reshard_blocks", reshard_json(cfg->reshard_blocks),
+                  "reshard_root", reshard_json(cfg->reshard_root), "offload_optimizer", (int)cfg->offload_optimizer,
+                  "recompute", sr_config_enum_name("model.recompute", cfg->recompute)));
     const char *from = sr_ckpt_resumed_from(r->ck);
     if (from)
         sr_metrics_event(r->metrics, "resume", r->start.step, json_pack("{ss}", "from", from));

@@ -12,6 +12,15 @@
 #      --screenshot) into a non-blank image of the size asked for
 #   4. bad and truncated lines are named by number and skipped; bad input
 #      to the command: one message, a documented status, nothing written
+#   5. every string from the file is inert: hostile strings in every field
+#      that reaches the page (and in the file's name) leave Chromium's DOM
+#      with only what the report writes; legends never meet their plot and
+#      coincident event markers stay apart (bounding boxes in Chromium)
+#   6. any finite input ends: values within an ulp, a step of 1e17; a file
+#      of 30,000 records over three runs (a crash, a preemption) and 2,500
+#      events, plus a 1 MB line: at most 4,096 points per series, 1,000
+#      markers, no segment stepping back, a page under 4 MiB, memory within
+#      64 MiB of a tiny file's; crashes and preemptions counted apart
 # (The same checks run on a file made under real Slurm with a requeue: slurm.sh.)
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
@@ -33,7 +42,9 @@ import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 ev = [r for r in recs if "event" in r]
 steps = [r for r in recs if "event" not in r]
-want = {"start": ["restart", "resume_step", "world_size", "job_id"],
+want = {"start": ["restart", "resume_step", "world_size", "job_id", "preset", "n_layer", "n_head", "n_embd", "seq_len",
+                  "vocab_size", "device", "param_dtype", "reduce_dtype", "mesh_shard", "mesh_replicate",
+                  "reshard_blocks", "reshard_root", "offload_optimizer", "recompute"],
         "checkpoint": ["started_step", "committed_step", "duration_s", "bytes", "async"],
         "preempt": ["signal"], "resume": ["from"], "eval": ["val_loss"]}
 bad = []
@@ -71,7 +82,7 @@ if bad:
     print("\n".join(bad))
 sys.exit(1 if bad else 0)
 EOF
-check "start, eval, preempt, checkpoint and resume events with event/step/time first and their keys; step records unchanged; the rerun appends" \
+check "start (with the run's configuration), eval, preempt, checkpoint and resume events with event/step/time first and their keys; step records unchanged; the rerun appends" \
     python3 events.py m.jsonl
 check "the preemption's event precedes its checkpoint's" \
     sh -c "grep -n '\"event\"' m.jsonl | grep -A1 '\"preempt\"' | tail -1 | grep -q '\"checkpoint\"'"
@@ -89,13 +100,16 @@ check "  self-contained: no script, no external link or source, no URL at all" \
     sh -c "! grep -Eiq '<script|<link|<iframe|<img|src=|href=|@import|url\(|https?:|ftp:' m.jsonl.html"
 check "  charts for loss, lr, gradient norm, tokens/s, MFU, exposed communication, memory" \
     sh -c "for c in loss lr grad-norm tokens-per-s mfu comm memory; do grep -q \"id=\\\"chart-\$c\\\"\" m.jsonl.html || exit 1; done"
-check "  memory stacked: each category's line is at or above the one before" \
+check "  memory stacked and filled: each category's line is at or above the one before, one filled band each" \
     python3 -c "
 import re,sys
 h=open('m.jsonl.html').read()
 sec=h[h.index('id=\"chart-memory\"'):]
-ys=[[float(p.split(',')[1]) for p in m.split()] for m in re.findall(r'data-series=\"mem_[a-z_]*_peak\"[^>]*points=\"([^\"]*)\"', sec)]
-sys.exit(0 if len(ys)>=4 and all(a>=b-1e-9 for u,v in zip(ys,ys[1:]) for a,b in zip(u,v)) else 1)"
+ys=[[float(p.split(',')[1]) for p in m.replace('M','').replace('L','').split()] for m in re.findall(r'class=\"series series-mem_[a-z_]*_peak\" data-series=\"[^\"]*\" stroke=\"[^\"]*\" d=\"([^\"]*)\"', sec)]
+fills=re.findall(r'class=\"fill fill-mem_', sec)
+sys.exit(0 if len(ys)>=4 and len(fills)==len(ys) and all(a>=b-1e-9 for u,v in zip(ys,ys[1:]) for a,b in zip(u,v)) else 1)"
+check "  the newest start's configuration in a table" \
+    sh -c "grep -q '<th>preset</th><td>tiny</td>' m.jsonl.html && grep -q '<th>param_dtype</th><td>fp32</td>' m.jsonl.html && grep -q '<th>mesh_shard</th>' m.jsonl.html"
 $S report m.jsonl -o "$T/sub.html" >/dev/null 2>&1
 check "  -o writes where asked" test -s sub.html
 
@@ -111,6 +125,93 @@ else
     *) skip "chromium not found (apt-get install chromium): the page is not rendered" ;;
     esac
 fi
+
+# 5. strings from the file are inert; the layout in a real browser engine
+cat >hostile.py <<'EOF'
+import json, sys
+bad = ['<script>document.body.setAttribute("data-pwned", "1")</script>', '"><img src=x onerror=alert(1)>',
+       "'><svg onload=alert(1)>", '</title><script>document.title="x"</script>', '<iframe src="javascript:1">',
+       '&lt;b&gt;&#x3c;b&#62;', 'bell\u0007escape\u001b[31mred', '<style>body{display:none}</style>']
+out = open(sys.argv[1], "w")
+t = 1000.0
+for i, b in enumerate(bad):
+    cfg = {k: b for k in ("job_id", "preset", "device", "param_dtype", "reduce_dtype", "recompute")}
+    cfg.update(restart=i, resume_step=3 * i, world_size=b, reshard_blocks=b, mesh_shard=b)
+    out.write(json.dumps(dict({"event": "start", "step": 3 * i, "time": t}, **cfg)) + "\n")
+    out.write(json.dumps({"event": "resume", "step": 3 * i, "time": t, "from": b}) + "\n")
+    for s in range(3 * i + 1, 3 * i + 4):
+        t += 1
+        out.write(json.dumps({"step": s, "loss": 5.0 - s / 10, "lr": 1e-3, "time": t, "step_ms": 10, "nccl": b}) + "\n")
+    out.write(json.dumps({"event": "preempt", "step": 3 * i + 3, "time": t, "signal": b}) + "\n")
+    out.write(json.dumps({"event": b, "step": 3 * i + 3, "time": t}) + "\n")
+    out.write(json.dumps({"event": "eval", "step": 3 * i + 3, "time": t, "val_loss": b}) + "\n")
+EOF
+hostile='x"<b>&y.jsonl'
+python3 hostile.py "$hostile"
+$S report "$hostile" -o hostile.html >hostile.out 2>hostile.err
+check "hostile strings in every field and in the file's name: the report is written" test $? -eq 0
+esc=$(printf '\033')
+check "  each appears as text, escaped; no control character reaches the page" \
+    sh -c "grep -q '&lt;script&gt;document.body.setAttribute(&quot;data-pwned&quot;' hostile.html && grep -q 'x&quot;&lt;b&gt;&amp;y.jsonl' hostile.html && ! grep -q '$esc' hostile.html"
+if command -v chromium >/dev/null 2>&1; then
+    HOME=$T timeout 120 chromium --headless --no-sandbox --disable-gpu --virtual-time-budget=3000 --dump-dom \
+        "file://$T/hostile.html" >hostile.dom 2>chromium.err
+    check "  Chromium's DOM of that page: only the elements and attributes the report writes" $CHECK dom hostile.html hostile.dom
+    $CHECK probe m.jsonl.html probe.html
+    HOME=$T timeout 120 chromium --headless --no-sandbox --disable-gpu --window-size=1400,2400 --virtual-time-budget=3000 \
+        --dump-dom "file://$T/probe.html" >probe.dom 2>chromium.err
+    check "  in Chromium: no legend meets its plot; coincident events (start, resume, preemption, checkpoint at step 13) in boxes of their own" \
+        $CHECK layout probe.dom
+else
+    skip_or_fail chromium "chromium not found (apt-get install chromium): the DOM and layout checks"
+fi
+
+# 6. any finite input ends; the file's size does not matter
+printf '%s\n' '{"step": 1, "loss": 4.0, "lr": 4.0, "time": 1}' \
+    '{"step": 2, "loss": 4.000000000000001, "lr": 4.000000000000001, "time": 2}' \
+    '{"step": 1e17, "loss": 4.0, "time": 3}' '{"event": "eval", "step": 1e17, "val_loss": 1e308, "time": 4}' >ulp.jsonl
+timeout 30 $S report ulp.jsonl -o ulp.html >ulp.out 2>ulp.err
+rc=$?
+check "values within an ulp and a step of 1e17: the report ends (status $rc)" test "$rc" -eq 0
+check "  with a small page" sh -c "[ \$(wc -c <ulp.html) -lt 200000 ]"
+cat >big.py <<'EOF'
+import json, sys
+out = open(sys.argv[1], "w")
+t = 0.0
+def rec(o):
+    out.write(json.dumps(o) + "\n")
+mem = {"mem_%s_peak" % c: 1000 * (k + 1) for k, c in enumerate(("param_shard", "optim_shard", "activations"))}
+# run 1: steps 1..12000, then a crash; run 2 resumes at 10000 (2000 redone), preempted at 20000; run 3 resumes there
+for run, (first, last, resume) in enumerate(((1, 12000, 0), (10001, 20000, 10000), (20001, 30000, 20000))):
+    rec({"event": "start", "step": resume, "time": t, "resume_step": resume, "restart": run, "world_size": 1})
+    for s in range(first, last + 1):
+        t += 0.1
+        rec(dict({"step": s, "loss": 5 + ((s * 7919) % 1000) / 1000, "lr": 1e-3, "grad_norm": 1, "tokens_per_s": 1e4,
+                  "mfu": 0.3, "step_ms": 100 + s % 7, "comm_exposed_ms": 1, "time": t, "tokens": s * 1024}, **mem))
+        if s % 12 == 0:
+            rec({"event": "checkpoint", "step": s, "time": t, "started_step": s, "committed_step": s,
+                 "duration_s": 0.5, "bytes": 1e6, "async": True})
+    if run == 1:
+        rec({"event": "preempt", "step": last, "time": t, "signal": "SIGUSR1"})
+    t += 30
+out.write('{"step": 1, "loss": 1, "pad": "' + "x" * 1000000 + '"}\n')
+EOF
+python3 big.py big.jsonl
+printf '%s\n' '{"step": 1, "loss": 4.0, "time": 1}' >tiny.jsonl
+/usr/bin/time -f '%M' -o tiny.rss $S report tiny.jsonl -o tiny.html >/dev/null 2>&1
+/usr/bin/time -f '%M' -o big.rss timeout 120 $S report big.jsonl -o big.html >big.out 2>big.err
+rc=$?
+check "30,000 records over three runs, 2,500 events and a 1 MB line: the report ends well (status $rc)" test "$rc" -eq 0
+check "  the 1 MB line is named and skipped" grep -q "big.jsonl:$(wc -l <big.jsonl): longer than 65536 bytes; line skipped" big.err
+check "  at most 4,096 points per series, at most 1,000 markers, no segment stepping back" $CHECK bounded big.html 4096
+check "  the events beyond 1,000 counted" sh -c "grep -q 'more events, counted per step range' big.html && grep -q 'class=\"event-count' big.html"
+check "  the redone steps drawn as their own (dashed) segment" grep -q 'class="series series-loss redone"' big.html
+check "  a page under 4 MiB ($(wc -c <big.html) bytes)" sh -c "[ \$(wc -c <big.html) -lt 4194304 ]"
+check "  memory within 64 MiB of a tiny file's ($(cat big.rss) KiB, tiny $(cat tiny.rss) KiB)" \
+    sh -c "[ \$(cat big.rss) -le \$((\$(cat tiny.rss) + 65536)) ]"
+check "  a crash and a preemption counted apart" \
+    sh -c "grep -q 'time lost to preemption: .* (1 resume after a preemption)' big.out && grep -q 'time lost to crashes: .* 2000 steps redone .* (1 restart without a preemption)' big.out"
+check "  the summary's figures recomputed" $CHECK summary big.jsonl big.out
 
 # 4. bad lines, bad input
 cp m.jsonl bad.jsonl
@@ -139,6 +240,20 @@ check "  nothing written" test ! -e junk.jsonl.html
 $S report m.jsonl -o "$T/no/such/dir/r.html" >dir.out 2>dir.err
 rc=$?
 check "an output in a missing directory: 73 naming it" sh -c "[ $rc = 73 ] && grep -q 'no/such/dir' dir.err"
+mkdir adir
+$S report adir >d.out 2>d.err
+check "a directory: 66 naming its kind" sh -c "[ $? = 66 ] && grep -q 'adir: the metrics file is a directory' d.err && [ ! -e adir.html ]"
+$S report m.jsonl -o m.jsonl >same.out 2>same.err
+check "an output that is the input: 73, the metrics file untouched" \
+    sh -c "[ $? = 73 ] && grep -q 'this output is the input m.jsonl' same.err && head -1 m.jsonl | grep -q '\"event\":\"start\"'"
+ln -s m.jsonl mlink
+$S report m.jsonl -o mlink >same.out 2>same.err
+check "  ...also through a symbolic link to it" sh -c "[ $? = 73 ] && head -1 m.jsonl | grep -q '\"event\":\"start\"'"
+mkfifo fifo.html
+timeout 20 $S report m.jsonl -o fifo.html >fifo.out 2>fifo.err
+check "an output that is a FIFO: 73 naming its kind, at once" sh -c "[ $? = 73 ] && grep -q 'fifo.html: a FIFO is there' fifo.err"
+timeout 20 $S report /dev/stdin -o piped.html <m.jsonl >piped.out 2>piped.err
+check "a pipe as the input works (a streamed input)" sh -c "[ $? = 0 ] && grep -q '30 step records' piped.out"
 $S report >u.out 2>u.err
 check "no argument: usage error 64" test $? -eq 64
 $S report m.jsonl --ranks 2 >u.out 2>u.err

@@ -2,8 +2,9 @@
 """report_check.py — checks a `shardrun report` page and summary against the
 metrics file it was made from (stdlib only: json, html.parser).
 
-  report_check.py points METRICS HTML   every series polyline has one point per
-                                        record that carries its key
+  report_check.py points METRICS HTML   every series path has one point per
+                                        record that carries its key, and no
+                                        segment steps backwards (no spike)
   report_check.py events METRICS HTML   one element of class event-KIND per
                                         event record, in file order, each with
                                         a <title> naming its step
@@ -11,8 +12,20 @@ metrics file it was made from (stdlib only: json, html.parser).
                                         validation loss, tokens, wall time and
                                         time lost, recomputed here
   report_check.py png FILE W H          a PNG of W x H that is not blank
-
+  report_check.py dom HTML DUMPED       the DOM Chromium built (--dump-dom) has
+                                        only elements and attributes the
+                                        report writes: nothing from the file
+                                        became markup or ran
+  report_check.py layout DUMPED         the result the layout probe (below)
+                                        left in the DOM: no legend box meets
+                                        its plot's frame, no two event
+                                        markers share a box
+  report_check.py probe HTML OUT        a copy of HTML with the layout probe
+                                        (a script; the report has none)
+  report_check.py bounded HTML N        at most N points per series path, at
+                                        most 1000 event markers
 Exit status 0 when the check holds; otherwise the reasons on stdout."""
+import html
 import html.parser
 import json
 import math
@@ -25,6 +38,8 @@ import zlib
 def records(path):
     out = []
     for line in open(path, encoding="utf-8", errors="replace"):
+        if len(line.rstrip("\n").encode()) > 65536:  # the report skips longer lines
+            continue
         try:
             o = json.loads(line)
         except ValueError:
@@ -39,11 +54,26 @@ def records(path):
     return out
 
 
+def path_points(d):
+    """The points of a path's d attribute, as segments (lists of (x, y))."""
+    segs = []
+    for tok in d.split():
+        if tok[0] in "MLZ":
+            if tok[0] == "Z":
+                continue
+            if tok[0] == "M":
+                segs.append([])
+            x, y = tok[1:].split(",")
+            segs[-1].append((float(x), float(y)))
+    return segs
+
+
 class Page(html.parser.HTMLParser):
     def __init__(self):
         super().__init__()
-        self.polylines = {}  # series key -> list of points
+        self.paths = {}  # series key -> list of segments
         self.events = []  # (kind, title text)
+        self.marks = 0
         self._in_event = None
         self._in_title = False
         self._title = ""
@@ -51,11 +81,11 @@ class Page(html.parser.HTMLParser):
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         cls = (a.get("class") or "").split()
-        if tag == "polyline" and "series" in cls:
-            pts = (a.get("points") or "").split()
-            self.polylines[a.get("data-series")] = pts
-        kinds = [c[len("event-"):] for c in cls if c.startswith("event-")]
+        if tag == "path" and "series" in cls:
+            self.paths.setdefault(a.get("data-series"), []).extend(path_points(a.get("d") or ""))
+        kinds = [c[len("event-"):] for c in cls if c.startswith("event-") and tag == "g"]
         if kinds:
+            self.marks += 1
             self._in_event = kinds[0]
             self._title = ""
         if tag == "title" and self._in_event:
@@ -91,11 +121,15 @@ def check_points(metrics, html_path):
     for c in ("param_shard", "optim_shard", "activations"):
         want["mem_%s_peak" % c] = len(steps)
     for key, n in want.items():
-        got = p.polylines.get(key)
+        got = p.paths.get(key)
         if got is None:
-            bad.append("no polyline for %s" % key)
-        elif len(got) != n:
-            bad.append("%s: %d points, %d records" % (key, len(got), n))
+            bad.append("no path for %s" % key)
+        elif sum(len(g) for g in got) != n:
+            bad.append("%s: %d points, %d records" % (key, sum(len(g) for g in got), n))
+        for seg in got or []:
+            if any(b[0] < a[0] for a, b in zip(seg, seg[1:])):
+                bad.append("%s: a segment steps backwards (a spike)" % key)
+                break
     if not steps:
         bad.append("no step records in %s" % metrics)
     return bad
@@ -105,9 +139,13 @@ def check_events(metrics, html_path):
     recs = [r for r in records(metrics) if "event" in r]
     p = page(html_path)
     bad = []
-    if [k for k, _ in p.events] != [r["event"] for r in recs]:
-        bad.append("event elements %s != event records %s" % ([k for k, _ in p.events], [r["event"] for r in recs]))
-    for (k, title), r in zip(p.events, recs):
+    # the markers are drawn preemptions last (on top): compared as a set,
+    # each marker paired with its record by kind and step
+    marks = sorted(p.events, key=lambda e: (e[0], int(re.search(r"at step (-?\d+)", e[1]).group(1)), e[1]))
+    recs = sorted(recs, key=lambda r: (r["event"], r["step"]))
+    if [k for k, _ in marks] != [r["event"] for r in recs]:
+        bad.append("event elements %s != event records %s" % ([k for k, _ in marks], [r["event"] for r in recs]))
+    for (k, title), r in zip(marks, recs):
         if "at step %d" % r["step"] not in title:
             bad.append("event %s: title %r does not name step %d" % (k, title, r["step"]))
         if k == "checkpoint" and "%.2f s" % r["duration_s"] not in title:
@@ -145,19 +183,32 @@ def check_summary(metrics, out_path):
     ms = sorted(r["step_ms"] for r in steps)
     n = len(ms)
     med = (ms[n // 2] if n % 2 else 0.5 * (ms[n // 2 - 1] + ms[n // 2])) / 1000.0
-    redone, gap, prev_max, prev_last, run_max, run_last = 0, 0.0, None, None, None, None
+    lost = {True: [0, 0.0, 0], False: [0, 0.0, 0]}  # preempted? -> redone, gap, resumes
+    prev_max, prev_last, run_max, run_last, preempted = None, None, None, None, False
     for r in recs:
         if r.get("event") == "start":
             prev_max, prev_last = run_max, run_last
             if prev_max is not None:
-                redone += max(0, prev_max - r["resume_step"])
+                acc = lost[preempted]
+                acc[0] += max(0, prev_max - r["resume_step"])
                 if prev_last is not None and r["time"] > prev_last:
-                    gap += r["time"] - prev_last
-            run_max = None
+                    acc[1] += r["time"] - prev_last
+                acc[2] += 1
+            run_max, preempted = None, False
+        if r.get("event") == "preempt":
+            preempted = True
         run_max = r["step"] if run_max is None else max(run_max, r["step"])
         run_last = r.get("time", run_last)
-    want = "time lost to preemption: %.1f s = %d step%s redone x %.3f s (median step) + %.1f s" % (
-        redone * med + gap, redone, "" if redone == 1 else "s", med, gap)
+    redone, gap, n = lost[True]
+    want = "time lost to preemption: %.1f s = %d step%s redone x %.3f s (median step) + %.1f s between an exit " \
+           "and the next start (%d resume%s after a preemption)" % (
+               redone * med + gap, redone, "" if redone == 1 else "s", med, gap, n, "" if n == 1 else "s")
+    if want not in text:
+        bad.append("want %r in %r" % (want, text))
+    redone, gap, n = lost[False]
+    want = "time lost to crashes: %.1f s = %d step%s redone x %.3f s + %.1f s between the last record and the " \
+           "next start (%d restart%s without a preemption)" % (
+               redone * med + gap, redone, "" if redone == 1 else "s", med, gap, n, "" if n == 1 else "s")
     if want not in text:
         bad.append("want %r in %r" % (want, text))
     return bad
@@ -217,13 +268,115 @@ def check_png(path, w, h):
     return bad
 
 
+# What the report writes: every element and attribute name on its pages.
+TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "table", "tbody", "tr", "th", "td",
+        "section", "svg", "text", "rect", "line", "path", "g", "circle"}
+ATTRS = {"lang", "charset", "class", "id", "width", "height", "viewbox", "x", "y", "x1", "x2", "y1", "y2", "d",
+         "fill", "stroke", "data-series", "data-step", "transform", "cx", "cy", "r", "colspan"}
+
+
+class Elements(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags, self.attrs, self.text = [], set(), []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attrs.update(k for k, _ in attrs)
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def check_dom(html_path, dumped):
+    src, dom = Elements(), Elements()
+    src.feed(open(html_path, encoding="utf-8").read())
+    dom.feed(open(dumped, encoding="utf-8", errors="replace").read())
+    bad = []
+    for name, e in (("page", src), ("DOM", dom)):
+        tags = set(e.tags) - TAGS
+        attrs = e.attrs - ATTRS
+        if tags:
+            bad.append("the %s has elements the report never writes: %s" % (name, sorted(tags)))
+        if attrs:
+            bad.append("the %s has attributes the report never writes: %s" % (name, sorted(attrs)))
+    if len(dom.tags) < len(src.tags) - 1:
+        bad.append("the DOM has %d elements, the page %d" % (len(dom.tags), len(src.tags)))
+    return bad
+
+
+PROBE = """<script>
+(function () {
+  function box(e) { var r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; }
+  function meet(a, b) { return a[0] < b[2] && b[0] < a[2] && a[1] < b[3] && b[1] < a[3]; }
+  var out = {charts: 0, legends: 0, overlaps: [], marks: 0, same: []};
+  document.querySelectorAll("svg").forEach(function (svg) {
+    var frame = svg.querySelector("rect.frame");
+    if (!frame) return;
+    out.charts++;
+    var f = box(frame);
+    svg.querySelectorAll("rect.swatch, text.legend").forEach(function (l) {
+      out.legends++;
+      if (meet(box(l), f)) out.overlaps.push(svg.parentNode.id + ": " + (l.textContent || "swatch"));
+    });
+    var seen = {};
+    svg.querySelectorAll(".mark").forEach(function (m) {
+      out.marks++;
+      var k = box(m).map(function (v) { return v.toFixed(1); }).join(",");
+      if (seen[k]) out.same.push(k);
+      seen[k] = 1;
+    });
+  });
+  var pre = document.createElement("pre");
+  pre.id = "sr-probe";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>"""
+
+
+def probe(html_path, out):
+    text = open(html_path, encoding="utf-8").read()
+    open(out, "w", encoding="utf-8").write(text.replace("</body>", PROBE + "</body>"))
+    return []
+
+
+def check_layout(dumped):
+    text = open(dumped, encoding="utf-8", errors="replace").read()
+    m = re.search(r'<pre id="sr-probe">(.*?)</pre>', text, re.S)
+    if not m:
+        return ["the layout probe left no result (did the page render?)"]
+    r = json.loads(html.unescape(m.group(1)))
+    bad = []
+    if r["charts"] < 7 or r["legends"] < 14:
+        bad.append("probe saw %d charts, %d legend elements" % (r["charts"], r["legends"]))
+    if r["overlaps"]:
+        bad.append("legends overlapping their plot: %s" % r["overlaps"][:5])
+    if r["marks"] == 0:
+        bad.append("no event markers rendered")
+    if r["same"]:
+        bad.append("%d event markers share a box with another: %s" % (len(r["same"]), r["same"][:3]))
+    return bad
+
+
+def check_bounded(html_path, n):
+    p = page(html_path)
+    bad = ["%s: %d points" % (k, sum(len(g) for g in v)) for k, v in p.paths.items()
+           if sum(len(g) for g in v) > int(n)]
+    if p.marks > 1000:
+        bad.append("%d event markers" % p.marks)
+    return bad
+
+
 def main():
     what = sys.argv[1]
     if what == "png":
         bad = check_png(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif what == "layout":
+        bad = check_layout(sys.argv[2])
     else:
-        bad = {"points": check_points, "events": check_events, "summary": check_summary}[what](sys.argv[2],
-                                                                                                sys.argv[3])
+        bad = {"points": check_points, "events": check_events, "summary": check_summary, "dom": check_dom,
+               "probe": probe, "bounded": check_bounded}[what](sys.argv[2], sys.argv[3])
     for b in bad:
         print(b)
     sys.exit(1 if bad else 0)
