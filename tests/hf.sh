@@ -6,6 +6,7 @@
 # real training start on 1, 2 and 3 ranks and on the fake device; export ->
 # model.init -> export is bitwise (safetensors and llm.c v3; a bf16 v5 file
 # gives its rounded values); the manifest records the file and its SHA-256;
+# ranks that see different files under one path refuse to start (78);
 # every refusal (export's and model.init's) has its status and changes
 # nothing on disk.  With the Python of tests/hf/setup-venv.sh
 # (SHARDRUN_HF_PYTHON, default $SR_SRCDIR/.venv-hf/bin/python): the
@@ -77,8 +78,21 @@ if have_mpirun; then
         "$S" ckpt export r$n.ck/step_00000001 -o r$n.safetensors 2>/dev/null
         check "model.init on $n ranks (mpirun): the 1-rank weights bitwise" cmp -s r$n.safetensors hub1.safetensors
     done
+    # ranks that see different files under one path (a stale node-local
+    # copy): each rank runs in its own directory, init.safetensors is the
+    # hub file for rank 0 and the tiny one for rank 1
+    mkdir -p d0 d1
+    cp "$HF/hub/model.safetensors" d0/init.safetensors
+    cp "$HF/tiny/model.safetensors" d1/init.safetensors
+    $MPI -n 2 sh -c 'cd "d$OMPI_COMM_WORLD_RANK" && exec "$@"' sh "$S" train $DIMS $FROZEN \
+        --set checkpoint.dir="$T/mixed.ck" --set model.init=init.safetensors </dev/null >mixed.out 2>mixed.err
+    rc=$?
+    check "model.init differing between ranks under one path: 78 before any weight is loaded (status $rc)" \
+        sh -c "[ $rc = 78 ] && [ ! -e mixed.ck/latest ]"
+    check "  ...naming the ranks and hosts whose file differs" \
+        grep -q "model.init: init.safetensors is not the same file on every rank: rank 1 on $(hostname) ([0-9]* bytes) differs from rank 0 on $(hostname)" mixed.err
 else
-    skip_mpirun "model.init on 2 and 3 ranks"
+    skip_mpirun "model.init on 2 and 3 ranks, and differing between ranks"
 fi
 
 # 3. export -> model.init -> export, bitwise; the directory form; llm.c v3

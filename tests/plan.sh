@@ -152,6 +152,24 @@ check "a GPU plan lists device memory, CUDA and NCCL reserves and --device-mem" 
         $S plan big.yaml --ranks 4 --gpus-per-node 4 >gpu.plan 2>&1; [ \$? = 78 ] && grep -q 'this build has none' gpu.plan
     fi"
 
+# the planner's arithmetic is the run's: a category that saturates keeps
+# the total saturated (never a wrapped small sum that "fits"); a --signal
+# lead above what sbatch takes is flagged, not printed as an #SBATCH line
+huge="--set model.n_layer=2 --set model.n_embd=64 --set model.n_head=4 --set model.seq_len=1048576 --set train.batch_size=1048576 --set model.vocab_size=16777216"
+printf 'model: {preset: tiny}\n' >sat.yaml
+$S plan sat.yaml $huge >sat.plan 2>&1
+check "plan: activations that saturate: the total saturates too, and it does not fit" \
+    sh -c "grep -Eq '^  activations +[a-z]+ +18446744073709551615 ' sat.plan && grep -Eq '^  total +18446744073709551615 ' sat.plan && grep -q 'does NOT fit' sat.plan"
+check "  ...every category at or below the total" awk '
+    $1 == "total" { t = $2 }
+    /^  [a-z_]+ +(host|pinned|device|-) +[0-9]+ / { if ($3 + 0 > m) m = $3 + 0 }
+    END { exit !(t != "" && m <= t + 0) }' sat.plan
+$S plan big.yaml --set model.n_layer=1024 --set model.n_embd=65536 --set model.n_head=64 --disk-mbps 1 >lead.plan 2>&1
+check "plan: a --signal lead above 65535 s is flagged, no #SBATCH line" \
+    sh -c "grep -q 'preemption: no #SBATCH --signal line: the lead would be .* above the 65535 s sbatch accepts' lead.plan && ! grep -q 'SBATCH --signal=USR1@' lead.plan"
+$S plan big.yaml --set model.n_layer=1024 --set model.n_embd=65536 --set model.n_head=64 --disk-mbps 1 --ranks 1-2 >lead.plan 2>&1
+check "  ...and in the table as 'over 65535 s'" sh -c "grep -q 'over 65535 s' lead.plan && ! grep -q 'USR1@' lead.plan"
+
 # bad input
 $S plan missing.yaml >e1 2>&1
 check "plan: a missing job file is 66" test $? -eq 66
@@ -161,7 +179,15 @@ check "plan: a rank count the batch does not split: 78 with the job file's place
 $S plan big.yaml --ranks 4-2 >e3 2>&1
 check "plan: --ranks 4-2 is a usage error (64)" sh -c "[ $? = 64 ] && grep -q 'a range A-B' e3"
 $S plan big.yaml --tflops -1 >e4 2>&1
-check "plan: --tflops -1 is a usage error (64)" sh -c "[ $? = 64 ] && grep -q -- '--tflops -1: expected' e4"
+check "plan: --tflops -1 is outside its plausible range: 78 naming it" \
+    sh -c "[ $? = 78 ] && grep -q -- '--tflops -1: outside the plausible range 0.01 to 100000' e4"
+for v in 0 1e-300 2e7; do
+    $S plan big.yaml --disk-mbps $v >e4 2>&1
+    check "plan: --disk-mbps $v is outside its plausible range: 78" \
+        sh -c "[ $? = 78 ] && grep -q -- '--disk-mbps $v: outside the plausible range 1 to 1e+07' e4"
+done
+$S plan big.yaml --tflops abc >e4 2>&1
+check "plan: --tflops abc is not a number: 64" sh -c "[ $? = 64 ] && grep -q -- '--tflops abc: expected a number' e4"
 $S plan big.yaml --device-mem lots >e5 2>&1
 check "plan: --device-mem lots is a usage error (64)" test $? -eq 64
 $S plan >e6 2>&1
