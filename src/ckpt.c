@@ -667,8 +667,8 @@ static void retain(sr_ckpt *c, int64_t committed) {
         /* only the files its manifest names: read it before anything moves */
         sr_manifest mf = {0};
         int sub = sr_fsio_open_subdir(c->dirfd, from);
-        sr_status ms = sub < 0 ? sr_error(SR_ERR_NOINPUT, "%s: %s", path, strerror(errno))
-                               : sr_manifest_load(sub, path, &mf);
+        sr_status ms =
+            sub < 0 ? sr_error(SR_ERR_NOINPUT, "%s: %s", path, strerror(errno)) : sr_manifest_load(sub, path, &mf);
         if (sub >= 0)
             close(sub);
         if (ms != SR_OK) {

@@ -167,8 +167,8 @@ int sr_fsio_remove_dir_at(int dirfd, const char *name, sr_fsio_owned owned, void
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
             continue;
         struct stat sb;
-        bool mine = fstatat(fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
-                    owned(de->d_name, ctx);
+        bool mine =
+            fstatat(fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) && owned(de->d_name, ctx);
         if (mine && unlinkat(fd, de->d_name, 0) == 0)
             continue;
         if (mine && errno == ENOENT)
@@ -233,7 +233,8 @@ static void parent_of(const char *path, char *out, size_t n) {
         snprintf(out, n, "%.*s", (int)(slash - path), path);
 }
 
-sr_status sr_fsio_output_target(const char *path, char *out, size_t n) {
+/* Where an output named `path` is written (see sr_fsio_atomic_write). */
+static sr_status output_target(const char *path, char *out, size_t n) {
     struct stat lsb, sb;
     if (snprintf(out, n, "%s", path) >= (int)n)
         return sr_error(SR_ERR_CANTCREAT, "%s: cannot create: %s", path, strerror(ENAMETOOLONG));
@@ -268,7 +269,7 @@ static struct {
     dev_t dev;
     ino_t ino;
     char *path;
-} *guard_in;
+} * guard_in;
 static int nguard_in;
 static const char *guard_name, *guard_what;
 
@@ -342,7 +343,7 @@ static mode_t current_umask(void) {
 
 sr_status sr_fsio_atomic_write(const char *path, sr_fsio_writer write_fn, void *ctx) {
     char target[PATH_MAX], dir[PATH_MAX];
-    sr_status st = sr_fsio_output_target(path, target, sizeof target);
+    sr_status st = output_target(path, target, sizeof target);
     if (st != SR_OK)
         return st;
     parent_of(target, dir, sizeof dir);
@@ -361,8 +362,7 @@ sr_status sr_fsio_atomic_write(const char *path, sr_fsio_writer write_fn, void *
         /* the directory is the problem: name it, and the output */
         st = err == ENOSPC || err == EDQUOT || err == EMFILE || err == ENFILE
                  ? sr_fsio_create_error(path, err)
-                 : sr_error(SR_ERR_CANTCREAT, "%s: cannot create a temporary file in %s: %s", path, dir,
-                            strerror(err));
+                 : sr_error(SR_ERR_CANTCREAT, "%s: cannot create a temporary file in %s: %s", path, dir, strerror(err));
         free(tmp);
         return st;
     }
@@ -425,11 +425,16 @@ sr_status sr_fsio_open_input(const char *path, const char *what, bool stream, co
     char more[512] = "";
     if (hint)
         snprintf(more, sizeof more, " (hint: %s)", hint);
-    int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    /* mapped inputs: the one primitive for regular files (also the
+     * checkpoint's, relative to its directory) */
+    int f = stream ? open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC) : sr_fsio_open_file(AT_FDCWD, path, true, sb);
+    if (f < 0 && !stream && errno == EINVAL)
+        return sr_error(SR_ERR_NOINPUT, "%s: %s is %s; expected a regular file%s", path, what,
+                        sr_fsio_kind(sb->st_mode), more);
     if (f < 0)
         return sr_error(errno == EMFILE || errno == ENFILE ? SR_ERR_IO : SR_ERR_NOINPUT, "%s: cannot open %s: %s%s",
                         path, what, strerror(errno), more);
-    if (fstat(f, sb) != 0) {
+    if (stream && fstat(f, sb) != 0) {
         sr_status st = sr_error(SR_ERR_NOINPUT, "%s: cannot open %s: %s%s", path, what, strerror(errno), more);
         close(f);
         return st;

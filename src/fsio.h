@@ -104,13 +104,6 @@ sr_status sr_fsio_create_error_ckpt(const char *path, int err);
  * Returns SR_OK or a recorded failure. */
 typedef sr_status (*sr_fsio_writer)(int fd, const char *name, void *ctx);
 
-/* Where an output named `path` is written: `path` itself when nothing or a
- * regular file is there, or the file a symbolic link there resolves to
- * when that is a regular file (out, n bytes).  Anything else there (a
- * directory, FIFO, socket, device, a link to one or to nothing) is
- * SR_ERR_CANTCREAT naming `path` and its kind; nothing is touched. */
-sr_status sr_fsio_output_target(const char *path, char *out, size_t n);
-
 /* Guards every later sr_fsio_atomic_write of this process (commands set
  * them before they write).  sr_fsio_guard_input: an input the command
  * reads; an output that resolves to it (same device and inode) is refused,
@@ -123,7 +116,11 @@ sr_status sr_fsio_output_target(const char *path, char *out, size_t n);
 sr_status sr_fsio_guard_input(const char *path);
 void sr_fsio_guard_marker(const char *name, const char *what);
 
-/* Writes `path` atomically: sr_fsio_output_target picks the file and the
+/* Writes `path` atomically.  The file written is `path` itself when
+ * nothing or a regular file is there, or the file a symbolic link there
+ * resolves to when that is a regular file; anything else there (a
+ * directory, FIFO, socket, device, a link to one or to nothing) is
+ * SR_ERR_CANTCREAT naming `path` and its kind, nothing touched.  The
  * guards are checked; `write`
  * fills `.NAME.XXXXXX` (mkstemp, in that file's directory, mode
  * SR_FSIO_FILE_MODE under the umask), which is then fsynced, closed,

@@ -258,8 +258,8 @@ static int plan_option(cli *c, int ch, const char *arg, const char *given) {
     case OPT_DISK_MBPS:
     case OPT_TFLOPS: {
         bool disk = ch == OPT_DISK_MBPS;
-        const char *what = disk ? "the checkpoint file system's write speed per rank in MB/s"
-                                : "the sustained TFLOP/s of one rank";
+        const char *what =
+            disk ? "the checkpoint file system's write speed per rank in MB/s" : "the sustained TFLOP/s of one rank";
         double lo = disk ? SR_PLAN_DISK_MBPS_MIN : SR_PLAN_TFLOPS_MIN,
                hi = disk ? SR_PLAN_DISK_MBPS_MAX : SR_PLAN_TFLOPS_MAX;
         if (!*arg || *end || errno == EINVAL || isnan(v))

@@ -163,8 +163,7 @@ static bool parse_peak(const char *env, double *g) {
     char *end;
     errno = 0;
     *g = strtod(env, &end);
-    return end != env && *end == '\0' && !errno && isfinite(*g) && *g >= SR_PEAK_GFLOPS_MIN &&
-           *g <= SR_PEAK_GFLOPS_MAX;
+    return end != env && *end == '\0' && !errno && isfinite(*g) && *g >= SR_PEAK_GFLOPS_MIN && *g <= SR_PEAK_GFLOPS_MAX;
 }
 
 sr_status sr_metrics_check_env(void) {

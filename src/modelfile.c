@@ -282,8 +282,7 @@ sr_status sr_modelfile_open(sr_modelfile *mf, const char *path, const sr_model *
     struct stat sb;
     char what[64];
     snprintf(what, sizeof what, "%s", key);
-    sr_status ost =
-        sr_fsio_open_input(path, what, false, "a .safetensors file or an llm.c model file", &mf->fd, &sb);
+    sr_status ost = sr_fsio_open_input(path, what, false, "a .safetensors file or an llm.c model file", &mf->fd, &sb);
     if (ost != SR_OK) {
         sr_modelfile_close(mf);
         return ost;
@@ -421,8 +420,8 @@ sr_status sr_modelfile_head_tied(const sr_modelfile *mf, size_t begin, size_t en
 
 /* SHA-256 of `prefix` (n bytes) then the file's bytes in ranges[0..nr)
  * (begin, end; in order) into md. */
-static sr_status hash_ranges(const sr_modelfile *mf, const void *prefix, size_t n, const uint64_t (*ranges)[2],
-                             int nr, unsigned char md[32]) {
+static sr_status hash_ranges(const sr_modelfile *mf, const void *prefix, size_t n, const uint64_t (*ranges)[2], int nr,
+                             unsigned char md[32]) {
     enum { CHUNK = 4 << 20 };
     unsigned char *buf = sr_malloc(CHUNK);
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();

@@ -277,7 +277,7 @@ typedef struct {
     int kind;
     double step;
     long long line;
-    char *title; /* as text, strings from the file cut to MAX_STR */
+    char *title;  /* as text, strings from the file cut to MAX_STR */
     char cls[24]; /* the kind as a class name: letters, digits, - and _ */
 } mark;
 
@@ -381,7 +381,8 @@ static char *event_title(const json_t *o, const char *event, double step) {
     if (!f)
         return NULL;
     char cut[MAX_STR + 8];
-#define CUT(s) (snprintf(cut, sizeof cut, "%.*s%s", MAX_STR, (s) ? (s) : "?", (s) && strlen(s) > MAX_STR ? "..." : ""), cut)
+#define CUT(s)                                                                                                         \
+    (snprintf(cut, sizeof cut, "%.*s%s", MAX_STR, (s) ? (s) : "?", (s) && strlen(s) > MAX_STR ? "..." : ""), cut)
     fprintf(f, "%s at step %.0f", CUT(event), step);
     if (strcmp(event, "checkpoint") == 0)
         fprintf(f, ": step %.0f committed at step %.0f, %.2f s, %.1f MB%s", num(o, "started_step"),
@@ -563,8 +564,8 @@ static long next_line(FILE *f, char *buf, bool *too_long, bool *complete) {
 
 static sr_status read_stream(const char *path, state *s, FILE *err) {
     FILE *f;
-    sr_status st = sr_fsio_open_input_file(path, "the metrics file", "give the file a run wrote with log.metrics: PATH",
-                                           &f);
+    sr_status st =
+        sr_fsio_open_input_file(path, "the metrics file", "give the file a run wrote with log.metrics: PATH", &f);
     if (st != SR_OK)
         return st;
     char *line = sr_malloc(MAX_LINE + 1);
@@ -841,8 +842,8 @@ static void draw_marks(FILE *f, const box *b, const state *s) {
                 fprintf(f,
                         "<text class=\"event-count count-%s\" x=\"%.1f\" y=\"%d\"><title>%lld more %s events at steps "
                         "%.0f..%.0f</title>%lld</text>\n",
-                        kind_names[k], px(b, h->lo + (i + 0.5) * h->w), b->mt + PH - 4 - 10 * k, h->c[i],
-                        kind_names[k], h->lo + i * h->w, h->lo + (i + 1) * h->w, h->c[i]);
+                        kind_names[k], px(b, h->lo + (i + 0.5) * h->w), b->mt + PH - 4 - 10 * k, h->c[i], kind_names[k],
+                        h->lo + i * h->w, h->lo + (i + 1) * h->w, h->c[i]);
     }
 }
 
@@ -914,10 +915,10 @@ static void chart(FILE *f, const state *s, const char *id, const char *title, co
 
 /* The newest start event's configuration as table rows. */
 static void config_rows(FILE *f, const json_t *o) {
-    static const char *const keys[] = {"preset",       "n_layer",        "n_head",         "n_embd",
-                                       "seq_len",      "vocab_size",     "device",         "param_dtype",
-                                       "reduce_dtype", "mesh_shard",     "mesh_replicate", "reshard_blocks",
-                                       "reshard_root", "offload_optimizer", "recompute",   "world_size"};
+    static const char *const keys[] = {"preset",       "n_layer",           "n_head",         "n_embd",
+                                       "seq_len",      "vocab_size",        "device",         "param_dtype",
+                                       "reduce_dtype", "mesh_shard",        "mesh_replicate", "reshard_blocks",
+                                       "reshard_root", "offload_optimizer", "recompute",      "world_size"};
     fputs("<table class=\"config\"><tr><th colspan=\"2\">configuration (the newest start)</th></tr>\n", f);
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         const json_t *v = json_object_get(o, keys[i]);

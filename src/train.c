@@ -818,16 +818,16 @@ static void start_events(run *r) {
     sr_metrics_event(
         r->metrics, "start", r->start.step,
         json_pack("{sI sI si ss ss sI sI sI sI sI ss ss ss si si so so sb ss}", "restart", (json_int_t)restarts,
-                  "resume_step", (json_int_t)r->start.step, "world_size", r->w->size, "job_id", r->w->job_id,
-                  "preset", sr_config_enum_name("model.preset", cfg->model_preset), "n_layer",
-                  (json_int_t)cfg->n_layer, "n_head", (json_int_t)cfg->n_head, "n_embd", (json_int_t)cfg->n_embd,
-                  "seq_len", (json_int_t)cfg->seq_len, "vocab_size", (json_int_t)cfg->vocab_size, "device",
-                  r->dev->line[0] ? r->dev->line : r->dev->name, "param_dtype",
-                  sr_config_enum_name("sharding.mixed_precision.param_dtype", cfg->param_dtype), "reduce_dtype",
-                  sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype), "mesh_shard",
-                  r->mesh.S, "mesh_replicate", r->mesh.R, "reshard_blocks", reshard_json(cfg->reshard_blocks),
-                  "reshard_root", reshard_json(cfg->reshard_root), "offload_optimizer", (int)cfg->offload_optimizer,
-                  "recompute", sr_config_enum_name("model.recompute", cfg->recompute)));
+                  "resume_step", (json_int_t)r->start.step, "world_size", r->w->size, "job_id", r->w->job_id, "preset",
+                  sr_config_enum_name("model.preset", cfg->model_preset), "n_layer", (json_int_t)cfg->n_layer, "n_head",
+                  (json_int_t)cfg->n_head, "n_embd", (json_int_t)cfg->n_embd, "seq_len", (json_int_t)cfg->seq_len,
+                  "vocab_size", (json_int_t)cfg->vocab_size, "device", r->dev->line[0] ? r->dev->line : r->dev->name,
+                  "param_dtype", sr_config_enum_name("sharding.mixed_precision.param_dtype", cfg->param_dtype),
+                  "reduce_dtype", sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype),
+                  "mesh_shard", r->mesh.S, "mesh_replicate", r->mesh.R, "reshard_blocks",
+                  reshard_json(cfg->reshard_blocks), "reshard_root", reshard_json(cfg->reshard_root),
+                  "offload_optimizer", (int)cfg->offload_optimizer, "recompute",
+                  sr_config_enum_name("model.recompute", cfg->recompute)));
     const char *from = sr_ckpt_resumed_from(r->ck);
     if (from)
         sr_metrics_event(r->metrics, "resume", r->start.step, json_pack("{ss}", "from", from));

@@ -145,7 +145,7 @@ if unshare -p -f true 2>/dev/null; then
     unshare -p -f "$S" data prepare in.txt -o tmpd/out.bin >t.out 2>t.err
     check "  ...also for a writer that is PID 1 of a PID namespace (out.bin.tmp.1 once blocked it)" test $? -eq 0
 else
-    skip_or_fail netns "unshare -p (a PID namespace) is not available: the PID 1 case"
+    skip_or_fail mount "unshare -p (a PID namespace, root) is not available: the PID 1 case"
 fi
 
 # --- 5. nothing deleted that its owner did not write ---------------------------

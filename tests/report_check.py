@@ -122,7 +122,7 @@ def check_points(metrics, html_path):
         want["mem_%s_peak" % c] = len(steps)
     for key, n in want.items():
         got = p.paths.get(key)
-        if got is None:
+        if got is None and n:
             bad.append("no path for %s" % key)
         elif sum(len(g) for g in got) != n:
             bad.append("%s: %d points, %d records" % (key, sum(len(g) for g in got), n))
@@ -139,13 +139,23 @@ def check_events(metrics, html_path):
     recs = [r for r in records(metrics) if "event" in r]
     p = page(html_path)
     bad = []
-    # the markers are drawn preemptions last (on top): compared as a set,
-    # each marker paired with its record by kind and step
-    marks = sorted(p.events, key=lambda e: (e[0], int(re.search(r"at step (-?\d+)", e[1]).group(1)), e[1]))
-    recs = sorted(recs, key=lambda r: (r["event"], r["step"]))
-    if [k for k, _ in marks] != [r["event"] for r in recs]:
-        bad.append("event elements %s != event records %s" % ([k for k, _ in marks], [r["event"] for r in recs]))
-    for (k, title), r in zip(marks, recs):
+    # the markers are drawn preemptions last (on top): compared as a
+    # multiset, each record paired with a marker of its kind and step
+    pool = list(p.events)
+    if sorted(k for k, _ in pool) != sorted(r["event"] for r in recs):
+        bad.append("event elements %s != event records %s" % (sorted(k for k, _ in pool),
+                                                              sorted(r["event"] for r in recs)))
+    pairs = []
+    for r in recs:
+        same = [e for e in pool if e[0] == r["event"] and re.search(r"at step %d\b" % r["step"], e[1])]
+        detail = [e for e in same if (r["event"] != "checkpoint" or "%.2f s" % r["duration_s"] in e[1])]
+        pick = (detail or same or [None])[0]
+        if pick is None:
+            bad.append("no %s marker at step %d" % (r["event"], r["step"]))
+            continue
+        pool.remove(pick)
+        pairs.append((pick, r))
+    for (k, title), r in pairs:
         if "at step %d" % r["step"] not in title:
             bad.append("event %s: title %r does not name step %d" % (k, title, r["step"]))
         if k == "checkpoint" and "%.2f s" % r["duration_s"] not in title:

@@ -133,7 +133,7 @@ assert any(e['event'] == 'checkpoint' and e['committed_step'] == $stop for e in 
 assert [e['from'].endswith('step_%08d' % $stop) for e in ev if e['event'] == 'resume'] == [True]
 "
         shardrun report $n.jsonl -o $n.html >$n.report 2>&1
-        result $n "  shardrun report draws it: one polyline point per step record" \
+        result $n "  shardrun report draws it: one point per step record" \
             python3 "$SR_SRCDIR/tests/report_check.py" points $n.jsonl $n.html
         result $n "  one event-KIND element per event" python3 "$SR_SRCDIR/tests/report_check.py" events $n.jsonl $n.html
         result $n "  the summary, time lost to the preemption included" \
