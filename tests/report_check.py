@@ -121,8 +121,8 @@ def check_points(metrics, html_path):
     for c in ("param_shard", "optim_shard", "activations"):
         want["mem_%s_peak" % c] = len(steps)
     for key, n in want.items():
-        got = p.paths.get(key)
-        if got is None and n:
+        got = p.paths.get(key, [])
+        if not got and n:
             bad.append("no path for %s" % key)
         elif sum(len(g) for g in got) != n:
             bad.append("%s: %d points, %d records" % (key, sum(len(g) for g in got), n))
