@@ -24,10 +24,16 @@ struct sr_metrics {
     int err; /* the first failed write's errno (0: none) */
 };
 
-/* Flushes a record; the first failure is kept for sr_metrics_close. */
+/* Flushes a record; the first failure is kept for sr_metrics_close (the
+ * run's status then is 74) and said at once: training goes on, so the
+ * steps and checkpoints since the last save are not lost to a full disk or
+ * a file-size limit on the metrics file's file system. */
 static void flush_record(sr_metrics *m) {
-    if ((fflush(m->f) != 0 || ferror(m->f)) && !m->err)
+    if ((fflush(m->f) != 0 || ferror(m->f)) && !m->err) {
         m->err = errno ? errno : EIO;
+        sr_log_warn("%s: write failed: %s; training goes on without metrics and the run will end with status 74",
+                    m->path, strerror(m->err));
+    }
 }
 
 sr_status sr_metrics_open(sr_metrics **out, const char *path, bool append) {

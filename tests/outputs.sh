@@ -133,6 +133,8 @@ check "  ...and nothing left, no temporary file either" test -z "$(ls -A fsz)"
 rc=$(cat f.rc)
 check "train with only log.metrics under ulimit -f 1: 74 naming the metrics file, not signal 25 (status $rc)" \
     sh -c "[ $rc = 74 ] && grep -q 'fsz/m.jsonl: write failed: File too large' f.err"
+check "  ...said at the first failed record, training going on (its progress is not lost)" \
+    sh -c "grep -q 'warning: fsz/m.jsonl: write failed: File too large; training goes on without metrics' f.err && grep -q 'done: 3 steps' f.err"
 
 # --- 4. temporaries ------------------------------------------------------------
 mkdir tmpd

@@ -209,18 +209,14 @@ def check_summary(metrics, out_path):
             preempted = True
         run_max = r["step"] if run_max is None else max(run_max, r["step"])
         run_last = r.get("time", run_last)
-    redone, gap, n = lost[True]
-    want = "time lost to preemption: %.1f s = %d step%s redone x %.3f s (median step) + %.1f s between an exit " \
-           "and the next start (%d resume%s after a preemption)" % (
-               redone * med + gap, redone, "" if redone == 1 else "s", med, gap, n, "" if n == 1 else "s")
-    if want not in text:
-        bad.append("want %r in %r" % (want, text))
-    redone, gap, n = lost[False]
-    want = "time lost to crashes: %.1f s = %d step%s redone x %.3f s + %.1f s between the last record and the " \
-           "next start (%d restart%s without a preemption)" % (
-               redone * med + gap, redone, "" if redone == 1 else "s", med, gap, n, "" if n == 1 else "s")
-    if want not in text:
-        bad.append("want %r in %r" % (want, text))
+    for preempted, fmt in ((True, "time lost to preemption: %.1f s = %d step%s redone x %.3f s (median step) + %.1f s "
+                                  "between an exit and the next start (%d resume%s after a preemption)"),
+                           (False, "time lost to crashes: %.1f s = %d step%s redone x %.3f s + %.1f s between the "
+                                   "last record and the next start (%d restart%s without a preemption)")):
+        redone, gap, n = lost[preempted]
+        want = fmt % (redone * med + gap, redone, "" if redone == 1 else "s", med, gap, n, "" if n == 1 else "s")
+        if want not in text:
+            bad.append("want %r in %r" % (want, text))
     return bad
 
 
