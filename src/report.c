@@ -64,28 +64,17 @@ static void esc_n(FILE *f, const char *s, size_t max) {
             fputs("\xE2\x80\xA6", f);
             return;
         }
-        switch (c) {
-        case '<':
-            fputs("&lt;", f);
-            break;
-        case '>':
-            fputs("&gt;", f);
-            break;
-        case '&':
-            fputs("&amp;", f);
-            break;
-        case '"':
-            fputs("&quot;", f);
-            break;
-        case '\'':
-            fputs("&#39;", f);
-            break;
-        default:
-            if (c < 0x20 || c == 0x7f)
-                fputs("\xEF\xBF\xBD", f);
-            else
-                fputc(c, f);
-        }
+        const char *entity = c == '<'                ? "&lt;"
+                             : c == '>'              ? "&gt;"
+                             : c == '&'              ? "&amp;"
+                             : c == '"'              ? "&quot;"
+                             : c == '\''             ? "&#39;"
+                             : c < 0x20 || c == 0x7f ? "\xEF\xBF\xBD" /* U+FFFD */
+                                                     : NULL;
+        if (entity)
+            fputs(entity, f);
+        else
+            fputc(c, f);
     }
 }
 

@@ -128,7 +128,9 @@ int main(void) {
                "a character device (a copy of /dev/null) is refused and stays a device (73)");
         unlink(sub);
     } else
-        tap_ok(true, "# SKIP mknod needs root: %s", strerror(errno));
+        /* root's case: SHARDRUN_TEST_REQUIRE=mount (CI) makes it a failure */
+        tap_ok(!strstr(getenv("SHARDRUN_TEST_REQUIRE") ? getenv("SHARDRUN_TEST_REQUIRE") : "", "mount"),
+               "# SKIP mknod needs root: %s", strerror(errno));
     tap_ok(others("out.bin") == 0, "  ...no temporary left");
 
     /* a symbolic link to a regular file: the file is replaced, the link kept */
