@@ -47,20 +47,18 @@ template <typename T> __global__ void softmax_bwd_k(T *datt, const T *att, long 
 }
 
 template <typename T> static int softmax_fwd(cudaStream_t s, void *att, long long rows, int T_) {
-    softmax_fwd_k<T><<<(unsigned)((rows + 7) / 8), 256, 0, s>>>((T *)att, rows, T_);
-    return SR_CHECK_LAUNCH();
+    return SR_LAUNCH(softmax_fwd_k<T>, (unsigned)((rows + 7) / 8), 256, 0, s, (T *)att, rows, T_);
 }
 template <typename T> static int softmax_bwd(cudaStream_t s, void *datt, const void *att, long long rows, int T_) {
-    softmax_bwd_k<T><<<(unsigned)((rows + 7) / 8), 256, 0, s>>>((T *)datt, (const T *)att, rows, T_);
-    return SR_CHECK_LAUNCH();
+    return SR_LAUNCH(softmax_bwd_k<T>, (unsigned)((rows + 7) / 8), 256, 0, s, (T *)datt, (const T *)att, rows, T_);
 }
 
 extern "C" int sr_k_softmax_causal_forward(cudaStream_t s, void *att, long long rows, int T, int bf16) {
-    SR_COUNT(softmax_causal_forward);
+    SR_ENTER(softmax_causal_forward);
     return SR_DISPATCH(bf16, softmax_fwd, s, att, rows, T);
 }
 extern "C" int sr_k_softmax_causal_backward(cudaStream_t s, void *datt, const void *att, long long rows, int T,
                                             int bf16) {
-    SR_COUNT(softmax_causal_backward);
+    SR_ENTER(softmax_causal_backward);
     return SR_DISPATCH(bf16, softmax_bwd, s, datt, att, rows, T);
 }

@@ -17,15 +17,13 @@ template <typename T> __global__ void bias_cols_k(float *partial, const T *dout,
 
 template <typename T> static int bias_bwd(cudaStream_t s, float *dbias, const void *dout, int N, int OC, void *ws) {
     int chunks = sr_colsum_chunks(N);
-    bias_cols_k<T><<<dim3((OC + 255) / 256, chunks), 256, 0, s>>>((float *)ws, (const T *)dout, N, OC);
-    int e = SR_CHECK_LAUNCH();
+    int e = SR_LAUNCH(bias_cols_k<T>, dim3((OC + 255) / 256, chunks), 256, 0, s, (float *)ws, (const T *)dout, N, OC);
     if (e)
         return e;
-    sr_colsum_finish_k<<<(OC + 255) / 256, 256, 0, s>>>(dbias, (const float *)ws, chunks, OC, OC);
-    return SR_CHECK_LAUNCH();
+    return SR_LAUNCH(sr_colsum_finish_k, (OC + 255) / 256, 256, 0, s, dbias, (const float *)ws, chunks, OC, OC);
 }
 
 extern "C" int sr_k_bias_backward(cudaStream_t s, float *dbias, const void *dout, int N, int OC, int bf16, void *ws) {
-    SR_COUNT(bias_backward);
+    SR_ENTER(bias_backward);
     return SR_DISPATCH(bf16, bias_bwd, s, dbias, dout, N, OC, ws);
 }

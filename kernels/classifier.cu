@@ -50,23 +50,21 @@ __global__ void xent_bwd_k(T *logits, const float *lse, const int *targets, floa
 template <typename T>
 static int xent_fwd(cudaStream_t s, float *losses, float *lse, const void *logits, const int *targets, int N, int V,
                     int Vp) {
-    xent_fwd_k<T><<<N, XENT_THREADS, 0, s>>>(losses, lse, (const T *)logits, targets, V, Vp);
-    return SR_CHECK_LAUNCH();
+    return SR_LAUNCH(xent_fwd_k<T>, N, XENT_THREADS, 0, s, losses, lse, (const T *)logits, targets, V, Vp);
 }
 template <typename T>
 static int xent_bwd(cudaStream_t s, void *logits, const float *lse, const int *targets, float dloss, int N, int V,
                     int Vp) {
-    xent_bwd_k<T><<<N, XENT_THREADS, 0, s>>>((T *)logits, lse, targets, dloss, V, Vp);
-    return SR_CHECK_LAUNCH();
+    return SR_LAUNCH(xent_bwd_k<T>, N, XENT_THREADS, 0, s, (T *)logits, lse, targets, dloss, V, Vp);
 }
 
 extern "C" int sr_k_crossentropy_forward(cudaStream_t s, float *losses, float *lse, const void *logits,
                                          const int *targets, int N, int V, int Vp, int bf16) {
-    SR_COUNT(crossentropy_forward);
+    SR_ENTER(crossentropy_forward);
     return SR_DISPATCH(bf16, xent_fwd, s, losses, lse, logits, targets, N, V, Vp);
 }
 extern "C" int sr_k_crossentropy_backward(cudaStream_t s, void *logits, const float *lse, const int *targets,
                                           float dloss, int N, int V, int Vp, int bf16) {
-    SR_COUNT(crossentropy_backward);
+    SR_ENTER(crossentropy_backward);
     return SR_DISPATCH(bf16, xent_bwd, s, logits, lse, targets, dloss, N, V, Vp);
 }

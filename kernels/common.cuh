@@ -1,6 +1,6 @@
 /* common.cuh — what every kernel file shares: element loads and stores for
  * float and bf16, warp and block reductions in a fixed order, the launch
- * check, and the index helpers.
+ * macro, and the index helpers.
  *
  * The index helpers are __host__ __device__ and free of CUDA types, so
  * tests/gpu/index_math.cu runs them on the host (no GPU needed) against
@@ -130,11 +130,34 @@ __global__ static void sr_colsum_finish_k(float *acc, const float *partial, int 
 
 /* ---- launches ---------------------------------------------------------- */
 
-/* The check that follows every <<<>>> (tests/cuda_static.sh enforces it):
- * the launch's error as an int, 0 when it was enqueued. */
-#define SR_CHECK_LAUNCH() ((int)cudaGetLastError())
-/* Counts one call of a launcher (sr_cuda_calls). */
-#define SR_COUNT(name) (void)__atomic_add_fetch(&sr_cuda_calls[SR_CUDA_L_##name], 1, __ATOMIC_RELAXED)
+/* The one launch macro, used by every launch (tests/cuda_static.sh rejects
+ * a bare triple-chevron launch anywhere else): it clears the thread's
+ * last-error first, so a stale one (cudaErrorNotReady left by a query, an
+ * allocation failure) is never reported as this launch's, then launches,
+ * then reads the launch's own error as an int (0 when it was enqueued).
+ * A sticky error (an illegal address, ...) still shows: every call answers
+ * it.  The CUDA emulator retargets this one macro. */
+#ifndef SR_LAUNCH
+#define SR_LAUNCH(kernel, grid, block, shmem, stream, ...)                                                             \
+    ((void)cudaGetLastError(), kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__), (int)cudaGetLastError())
+#endif
+/* The same hygiene around a library call that launches kernels and checks
+ * the last-error itself (CUB's radix sort calls cudaPeekAtLastError): the
+ * stale state is cleared before it, its own status returned. */
+#ifndef SR_LAUNCH_LIB
+#define SR_LAUNCH_LIB(call) ((void)cudaGetLastError(), (int)(call))
+#endif
+
+/* Enters launcher `name`: counts the call (sr_cuda_calls) and, when
+ * SHARDRUN_TEST_KERNEL_SKIP names this launcher, returns 0 without
+ * launching (the kernel test's mutation check: a skipped launcher must
+ * fail it). */
+#define SR_ENTER(name)                                                                                                 \
+    do {                                                                                                               \
+        (void)__atomic_add_fetch(&sr_cuda_calls[SR_CUDA_L_##name], 1, __ATOMIC_RELAXED);                               \
+        if (sr_cuda_skipped(SR_CUDA_L_##name))                                                                         \
+            return 0;                                                                                                  \
+    } while (0)
 
 /* Calls the float or the bf16 instance of a templated launch body. */
 #define SR_DISPATCH(bf16, F, ...) ((bf16) ? F<__nv_bfloat16>(__VA_ARGS__) : F<float>(__VA_ARGS__))

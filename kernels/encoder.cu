@@ -24,14 +24,12 @@ __global__ void encoder_fwd_k(T *out, const int *inp, const T *wte, const T *wpe
 template <typename T> static int encoder_fwd(cudaStream_t s, void *out, const int *inp, const void *wte,
                                              const void *wpe, int B, int T_, int C) {
     size_t n = (size_t)B * T_ * C;
-    encoder_fwd_k<T><<<sr_grid_1d(n, 256, 65535u * 8), 256, 0, s>>>((T *)out, inp, (const T *)wte, (const T *)wpe,
-                                                                    B * T_, T_, C);
-    return SR_CHECK_LAUNCH();
+    return SR_LAUNCH(encoder_fwd_k<T>, sr_grid_1d(n, 256, 65535u * 8), 256, 0, s, (T *)out, inp, (const T *)wte, (const T *)wpe, B * T_, T_, C);
 }
 
 extern "C" int sr_k_encoder_forward(cudaStream_t s, void *out, const int *inp, const void *wte, const void *wpe, int B,
                                     int T, int C, int bf16) {
-    SR_COUNT(encoder_forward);
+    SR_ENTER(encoder_forward);
     return SR_DISPATCH(bf16, encoder_fwd, s, out, inp, wte, wpe, B, T, C);
 }
 
@@ -76,35 +74,32 @@ extern "C" int sr_cuda_sort_bytes(size_t n, size_t *bytes) {
     unsigned long long *a = nullptr, *b = nullptr;
     cub::DoubleBuffer<unsigned long long> keys(a, b);
     size_t tmp = 0;
-    cudaError_t e = cub::DeviceRadixSort::SortKeys(nullptr, tmp, keys, (int)n);
-    if (e == cudaSuccess)
+    int e = SR_LAUNCH_LIB(cub::DeviceRadixSort::SortKeys(nullptr, tmp, keys, (int)n));
+    if (e == 0)
         *bytes = keys_bytes(n) + tmp;
-    return (int)e;
+    return e;
 }
 
 template <typename T>
 static int encoder_bwd(cudaStream_t s, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T_,
                        int C, void *ws, size_t ws_bytes) {
     int n = B * T_;
-    encoder_bwd_wpe_k<T><<<sr_grid_1d((size_t)T_ * C, 256, 65535u * 8), 256, 0, s>>>(dwpe, (const T *)dout, B, T_, C);
-    int e = SR_CHECK_LAUNCH();
+    int e = SR_LAUNCH(encoder_bwd_wpe_k<T>, sr_grid_1d((size_t)T_ * C, 256, 65535u * 8), 256, 0, s, dwpe, (const T *)dout, B, T_, C);
     if (e)
         return e;
     unsigned long long *k0 = (unsigned long long *)ws, *k1 = k0 + n;
-    make_keys_k<<<(n + 255) / 256, 256, 0, s>>>(k0, inp, n);
-    if ((e = SR_CHECK_LAUNCH()))
+    if ((e = SR_LAUNCH(make_keys_k, (n + 255) / 256, 256, 0, s, k0, inp, n)))
         return e;
     cub::DoubleBuffer<unsigned long long> keys(k0, k1);
     size_t tmp = ws_bytes > keys_bytes((size_t)n) ? ws_bytes - keys_bytes((size_t)n) : 0;
-    e = (int)cub::DeviceRadixSort::SortKeys((char *)ws + keys_bytes((size_t)n), tmp, keys, n, 0, 64, s);
+    e = SR_LAUNCH_LIB(cub::DeviceRadixSort::SortKeys((char *)ws + keys_bytes((size_t)n), tmp, keys, n, 0, 64, s));
     if (e)
         return e;
-    encoder_bwd_wte_k<T><<<n, 256, 0, s>>>(dwte, (const T *)dout, keys.Current(), n, C);
-    return SR_CHECK_LAUNCH();
+    return SR_LAUNCH(encoder_bwd_wte_k<T>, n, 256, 0, s, dwte, (const T *)dout, keys.Current(), n, C);
 }
 
 extern "C" int sr_k_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const void *dout, const int *inp, int B,
                                      int T, int C, int bf16, void *ws, size_t ws_bytes) {
-    SR_COUNT(encoder_backward);
+    SR_ENTER(encoder_backward);
     return SR_DISPATCH(bf16, encoder_bwd, s, dwte, dwpe, dout, inp, B, T, C, ws, ws_bytes);
 }

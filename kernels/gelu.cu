@@ -30,27 +30,24 @@ template <typename T> __global__ void residual_k(T *out, const T *a, const T *b,
 #define GRID(n) sr_grid_1d((n), 256, 65535u * 16)
 
 template <typename T> static int gelu_fwd(cudaStream_t s, void *out, const void *inp, size_t n) {
-    gelu_fwd_k<T><<<GRID(n), 256, 0, s>>>((T *)out, (const T *)inp, n);
-    return SR_CHECK_LAUNCH();
+    return SR_LAUNCH(gelu_fwd_k<T>, GRID(n), 256, 0, s, (T *)out, (const T *)inp, n);
 }
 template <typename T> static int gelu_bwd(cudaStream_t s, void *dinp, const void *inp, const void *dout, size_t n) {
-    gelu_bwd_k<T><<<GRID(n), 256, 0, s>>>((T *)dinp, (const T *)inp, (const T *)dout, n);
-    return SR_CHECK_LAUNCH();
+    return SR_LAUNCH(gelu_bwd_k<T>, GRID(n), 256, 0, s, (T *)dinp, (const T *)inp, (const T *)dout, n);
 }
 template <typename T> static int residual(cudaStream_t s, void *out, const void *a, const void *b, size_t n) {
-    residual_k<T><<<GRID(n), 256, 0, s>>>((T *)out, (const T *)a, (const T *)b, n);
-    return SR_CHECK_LAUNCH();
+    return SR_LAUNCH(residual_k<T>, GRID(n), 256, 0, s, (T *)out, (const T *)a, (const T *)b, n);
 }
 
 extern "C" int sr_k_gelu_forward(cudaStream_t s, void *out, const void *inp, size_t n, int bf16) {
-    SR_COUNT(gelu_forward);
+    SR_ENTER(gelu_forward);
     return SR_DISPATCH(bf16, gelu_fwd, s, out, inp, n);
 }
 extern "C" int sr_k_gelu_backward(cudaStream_t s, void *dinp, const void *inp, const void *dout, size_t n, int bf16) {
-    SR_COUNT(gelu_backward);
+    SR_ENTER(gelu_backward);
     return SR_DISPATCH(bf16, gelu_bwd, s, dinp, inp, dout, n);
 }
 extern "C" int sr_k_residual_forward(cudaStream_t s, void *out, const void *a, const void *b, size_t n, int bf16) {
-    SR_COUNT(residual_forward);
+    SR_ENTER(residual_forward);
     return SR_DISPATCH(bf16, residual, s, out, a, b, n);
 }

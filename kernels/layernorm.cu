@@ -78,40 +78,33 @@ __global__ void ln_bwd_cols_k(float *partial, const T *dout, const T *inp, const
 template <typename T>
 static int ln_fwd(cudaStream_t s, void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b,
                   int N, int C) {
-    ln_fwd_k<T><<<(N + 7) / 8, 256, 0, s>>>((T *)out, mean, rstd, (const T *)inp, (const T *)w, (const T *)b, N, C);
-    return SR_CHECK_LAUNCH();
+    return SR_LAUNCH(ln_fwd_k<T>, (N + 7) / 8, 256, 0, s, (T *)out, mean, rstd, (const T *)inp, (const T *)w, (const T *)b, N, C);
 }
 
 template <typename T>
 static int ln_bwd(cudaStream_t s, void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w,
                   const float *mean, const float *rstd, int N, int C, void *ws) {
-    ln_bwd_rows_k<T><<<(N + 7) / 8, 256, 0, s>>>((T *)dinp, (const T *)dout, (const T *)inp, (const T *)w, mean, rstd,
-                                                 N, C);
-    int e = SR_CHECK_LAUNCH();
+    int e = SR_LAUNCH(ln_bwd_rows_k<T>, (N + 7) / 8, 256, 0, s, (T *)dinp, (const T *)dout, (const T *)inp, (const T *)w, mean, rstd, N, C);
     if (e)
         return e;
     int chunks = sr_colsum_chunks(N);
     float *partial = (float *)ws;
-    ln_bwd_cols_k<T><<<dim3((C + 255) / 256, chunks), 256, 0, s>>>(partial, (const T *)dout, (const T *)inp, mean, rstd,
-                                                                    N, C);
-    if ((e = SR_CHECK_LAUNCH()))
+    if ((e = SR_LAUNCH(ln_bwd_cols_k<T>, dim3((C + 255) / 256, chunks), 256, 0, s, partial, (const T *)dout, (const T *)inp, mean, rstd, N, C)))
         return e;
-    sr_colsum_finish_k<<<(C + 255) / 256, 256, 0, s>>>(dw, partial, chunks, C, 2 * C);
-    if ((e = SR_CHECK_LAUNCH()))
+    if ((e = SR_LAUNCH(sr_colsum_finish_k, (C + 255) / 256, 256, 0, s, dw, partial, chunks, C, 2 * C)))
         return e;
-    sr_colsum_finish_k<<<(C + 255) / 256, 256, 0, s>>>(db, partial + C, chunks, C, 2 * C);
-    return SR_CHECK_LAUNCH();
+    return SR_LAUNCH(sr_colsum_finish_k, (C + 255) / 256, 256, 0, s, db, partial + C, chunks, C, 2 * C);
 }
 
 extern "C" int sr_k_layernorm_forward(cudaStream_t s, void *out, float *mean, float *rstd, const void *inp,
                                       const void *w, const void *b, int N, int C, int bf16) {
-    SR_COUNT(layernorm_forward);
+    SR_ENTER(layernorm_forward);
     return SR_DISPATCH(bf16, ln_fwd, s, out, mean, rstd, inp, w, b, N, C);
 }
 
 extern "C" int sr_k_layernorm_backward(cudaStream_t s, void *dinp, float *dw, float *db, const void *dout,
                                        const void *inp, const void *w, const float *mean, const float *rstd, int N,
                                        int C, int bf16, void *ws) {
-    SR_COUNT(layernorm_backward);
+    SR_ENTER(layernorm_backward);
     return SR_DISPATCH(bf16, ln_bwd, s, dinp, dw, db, dout, inp, w, mean, rstd, N, C, ws);
 }

@@ -3,8 +3,9 @@
  * This header is the whole interface between the C host code (ops_cuda.c,
  * device_cuda.c, compiled by gcc -std=c11) and the kernels (compiled by
  * nvcc): plain C declarations, no C++.  Every launcher enqueues its
- * kernel(s) on `stream` and returns cudaGetLastError() as an int (0 =
- * cudaSuccess): a launch that could not be enqueued is reported at once,
+ * kernel(s) on `stream` through SR_LAUNCH (common.cuh) and returns the
+ * launch's own error as an int (0 = cudaSuccess), never a stale one left
+ * by an earlier call: a launch that could not be enqueued is reported at once,
  * an error inside a kernel at the next synchronisation.  Launchers assert
  * nothing: their preconditions are checked by the caller (ops_cuda.c,
  * sr_cuda_launch_ok), so a bad shape is a message, never an abort.
@@ -59,6 +60,9 @@ enum {
 };
 extern long long sr_cuda_calls[SR_CUDA_NLAUNCHERS];
 extern const char *const sr_cuda_launcher_names[SR_CUDA_NLAUNCHERS];
+/* Whether launcher `l` (SR_CUDA_L_*) returns without launching: the one
+ * SHARDRUN_TEST_KERNEL_SKIP names (a test hook; read once). */
+int sr_cuda_skipped(int l);
 
 /* Workspace bytes the launchers below need for B sequences of T tokens of
  * C channels with NH heads (the maximum over every op; one op runs at a

@@ -12,7 +12,6 @@ __global__ void spin_k(long long ns) {
 }
 
 extern "C" int sr_k_spin(cudaStream_t s, long long ns) {
-    SR_COUNT(spin);
-    spin_k<<<1, 1, 0, s>>>(ns);
-    return SR_CHECK_LAUNCH();
+    SR_ENTER(spin);
+    return SR_LAUNCH(spin_k, 1, 1, 0, s, ns);
 }

@@ -6,7 +6,8 @@
  * ncclInProgress is polled with ncclCommGetAsyncError, the mutex released
  * between polls, up to comm.timeout_s, and nothing else is enqueued on the
  * comm stream meanwhile.  The watchdog thread (0.5 s tick) binds the GPU,
- * advances the ring of issued collectives with cudaEventQuery, asks every
+ * advances the ring of issued collectives with sr_cuda_query (which clears
+ * the NotReady it may leave as the last error), asks every
  * communicator for an asynchronous error, and fails the plane when the
  * oldest incomplete collective is comm.timeout_s old or NCCL reports an
  * error.  Failing is: abort every communicator (children first, then the
@@ -411,7 +412,7 @@ static void fail_plane(sr_nccl *n, const char *what) {
  * CUDA error of a failed one, else cudaSuccess. */
 static cudaError_t advance(sr_nccl *n) {
     while (n->tail < n->head) {
-        cudaError_t q = cudaEventQuery(n->ev[n->tail % RING]);
+        cudaError_t q = sr_cuda_query(n->ev[n->tail % RING]);
         if (q == cudaErrorNotReady)
             return cudaSuccess;
         if (q != cudaSuccess)

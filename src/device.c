@@ -310,6 +310,17 @@ sr_status sr_dev_download(sr_dev *d, void *host_dst, const void *src, size_t byt
     return st;
 }
 
+sr_status sr_dev_download_step(sr_dev *d, void *host_dst, const void *src, size_t bytes, const char *site) {
+    if (!d->bounce || bytes > d->bounce_bytes) {
+        sr_status st = d->pageable_check ? d->pageable_check(d, host_dst, bytes, site) : SR_OK;
+        return st != SR_OK ? st : sr_dev_download(d, host_dst, src, bytes, site);
+    }
+    sr_status st = sr_dev_download(d, d->bounce, src, bytes, site);
+    if (st == SR_OK)
+        memcpy(host_dst, d->bounce, bytes);
+    return st;
+}
+
 sr_status sr_dev_upload(sr_dev *d, void *dst, const void *host_src, size_t bytes, const char *site) {
     /* ordered after all work issued before, on every stream, as a
      * synchronous copy is (uploads are set-up and resume, never a step) */

@@ -44,6 +44,14 @@ typedef enum { SR_DEV_CPU, SR_DEV_FAKE, SR_DEV_CUDA } sr_dev_kind;
  * folds), h2d and d2h (offload and checkpoints). */
 typedef enum { SR_STREAM_COMPUTE, SR_STREAM_COMM, SR_STREAM_H2D, SR_STREAM_D2H, SR_NSTREAMS } sr_stream;
 
+/* What the cuda table allocates for itself when it opens (device_cuda.c
+ * allocates these, plan.c plans them): cuBLASLt's workspace and one
+ * reduction scratch per stream on the device, the pinned bounce buffer of
+ * step-path downloads (sr_dev_download_step) on the host. */
+#define SR_CUDA_LT_WORKSPACE_BYTES ((size_t)32 << 20)
+#define SR_CUDA_SCRATCH_BYTES ((size_t)256 * sizeof(double))
+#define SR_CUDA_BOUNCE_BYTES ((size_t)64 << 10)
+
 /* An event: a point in one stream's order.  Zero-initialise ({0}) before
  * first use.  A *transport event* completes with a transport request
  * instead: `req` and the function that waits for it on the host (the
@@ -141,6 +149,13 @@ struct sr_dev {
      * requests, whichever stream waited, since the host is the compute
      * stream there. */
     uint64_t comm_wait_ns;
+    /* Pinned host memory of bounce_bytes for step-path downloads
+     * (sr_dev_download_step), NULL where host memory is the device's; and
+     * the table's refusal of a step-path download into pageable memory
+     * (cuda with SHARDRUN_CUDA_SYNC=1; NULL: none). */
+    void *bounce;
+    size_t bounce_bytes;
+    sr_status (*pageable_check)(sr_dev *d, const void *host, size_t bytes, const char *site);
     /* The device part of the start line ("cuda:0 (GPU 3, NVIDIA H200,
      * sm_90, ...)"); empty for the cpu tables (sr_device_describe). */
     char line[512];
@@ -195,6 +210,11 @@ sr_dev *sr_dev_fake_open(void);
  * upload is ordered after all work issued before it on every stream (set-up
  * and resume only); a download only after its own stream's past. */
 sr_status sr_dev_download(sr_dev *d, void *host_dst, const void *src, size_t bytes, const char *site);
+/* A download on the step path (the once-per-step scalars, the eval loss):
+ * through the table's pinned bounce buffer when it fits, so the host's
+ * wait polls up to its deadline (an async copy into pageable memory
+ * returns only when done); a larger one is checked by pageable_check. */
+sr_status sr_dev_download_step(sr_dev *d, void *host_dst, const void *src, size_t bytes, const char *site);
 sr_status sr_dev_upload(sr_dev *d, void *dst, const void *host_src, size_t bytes, const char *site);
 
 /* For the tables: the host waits for a transport event's request (the

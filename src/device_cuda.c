@@ -8,14 +8,25 @@
  * sr_event.tick the record's sequence number, so a wait on an event whose
  * ring slot was reused since (a record more than RING records ago, long
  * complete in practice) waits for the later record: more order, never
- * less.  Host waits poll cudaEventQuery with a backoff up to the deadline
- * (comm.timeout_s), never block inside the driver, so a hung GPU becomes a
- * message and status 70.  Primitives are the kernels of kernels/reduce.cu
- * and kernels/adamw.cu.
+ * less.  Host waits poll cudaEventQuery (sr_cuda_query, which clears the
+ * cudaErrorNotReady it may leave as the thread's last error) with a
+ * backoff up to the deadline (comm.timeout_s), never block inside the
+ * driver.  Step-path downloads (sr_dev_download_step) land in a small
+ * pinned bounce buffer the table owns, since an async copy into pageable
+ * memory returns only when it is done.  Primitives are the kernels of
+ * kernels/reduce.cu and kernels/adamw.cu.
  *
  * Errors: a failed CUDA call of a stream-ordered primitive (they return
  * void) is kept as the table's first error and returned by the next wait
- * or sync, so the engine reports it at its one host wait per step. */
+ * or sync, so the engine reports it at its one host wait per step.  A
+ * sticky error (illegal address, launch failure, ECC, ...) or a host wait
+ * past its deadline ends the process at once (sr_cuda_fatal): the message
+ * first, then _exit with the status, no cudaFree, destroy or NCCL
+ * finalize, each of which can wait for a hung kernel forever.
+ *
+ * Exposed communication (comm_wait_ns): each compute-stream wait on a comm
+ * event is bracketed by two timing events; the host wait that ends a step
+ * sums the completed pairs' cudaEventElapsedTime. */
 #include "srconfig.h"
 
 #include "cuda_backend.h"
@@ -30,6 +41,7 @@
 #include "testhook.h"
 
 #define RING 8192
+#define TIMED 256 /* timing-event pairs in flight */
 
 typedef struct {
     void *p;
@@ -54,6 +66,10 @@ typedef struct {
     cudaError_t first_error;
     char first_what[160];
     const char *last_op;
+    /* exposed communication: pairs of timing events around compute-stream
+     * waits on comm events, [head, tail) pending */
+    cudaEvent_t timed[TIMED][2];
+    unsigned timed_head, timed_tail;
 } cuda_dev;
 
 static cuda_dev *cd(sr_dev *d) { return (cuda_dev *)d; }
@@ -75,25 +91,72 @@ sr_status sr_cuda_status(cudaError_t e) {
     }
 }
 
+bool sr_cuda_sticky(cudaError_t e) {
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorPriorLaunchFailure:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorContained:
+    case cudaErrorExternalDevice:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorUnknown:
+        return true;
+    default:
+        return false;
+    }
+}
+
+_Noreturn void sr_cuda_fatal(sr_status st) {
+    const char *msg = sr_error_message();
+    sr_log_error("%s (the GPU may be unusable: exiting without freeing its memory)", msg[0] ? msg : sr_status_str(st));
+    fflush(NULL);
+    _exit(sr_status_exit_code(st));
+}
+
 sr_status sr_cuda_fail(cudaError_t e, const char *bus, const char *what) {
     sr_status st = sr_cuda_status(e);
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     if (st == SR_ERR_PEER)
-        return sr_error(st,
-                        "GPU hardware error on rank %d (host %s, bus %s) in %s: %s (%s); the node is at fault "
-                        "(hint: exclude it, e.g. sbatch --exclude=%s, and requeue)",
-                        sr_log_rank(), host, bus ? bus : "?", what, cudaGetErrorString(e), cudaGetErrorName(e), host);
-    return sr_error(st,
-                    "CUDA error on rank %d (bus %s) in %s: %s (%s) (hint: SHARDRUN_CUDA_SYNC=1 reports the op "
-                    "that failed)",
-                    sr_log_rank(), bus ? bus : "?", what, cudaGetErrorString(e), cudaGetErrorName(e));
+        sr_error(st,
+                 "GPU hardware error on rank %d (host %s, bus %s) in %s: %s (%s); the node is at fault "
+                 "(hint: exclude it, e.g. sbatch --exclude=%s, and requeue)",
+                 sr_log_rank(), host, bus ? bus : "?", what, cudaGetErrorString(e), cudaGetErrorName(e), host);
+    else if (sr_cuda_sticky(e))
+        sr_error(st,
+                 "CUDA error on rank %d (host %s, bus %s) in %s: %s (%s) (hint: a GPU fault or a kernel bug: see "
+                 "nvidia-smi -q and the kernel log (Xid); SHARDRUN_CUDA_SYNC=1 names the op that failed)",
+                 sr_log_rank(), host, bus ? bus : "?", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    else
+        sr_error(st,
+                 "CUDA error on rank %d (bus %s) in %s: %s (%s) (hint: SHARDRUN_CUDA_SYNC=1 reports the op "
+                 "that failed)",
+                 sr_log_rank(), bus ? bus : "?", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    if (sr_cuda_sticky(e))
+        sr_cuda_fatal(st);
+    return st;
 }
 
-cudaError_t sr_cuda_sync_stream(cudaStream_t stream) {
-    cudaError_t e = cudaStreamSynchronize(stream);
-    return e != cudaSuccess ? e : cudaGetLastError();
+cudaError_t sr_cuda_query(cudaEvent_t e) {
+    cudaError_t q = cudaEventQuery(e);
+    /* Whether CUDA keeps NotReady as the thread's last error is not
+     * documented (HIP does; PyTorch clears it after every query): clear it
+     * here, so the next launch check never reports it as its own. */
+    if (q == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady)
+        (void)cudaGetLastError();
+    return q;
 }
+
+cudaError_t sr_cuda_sync_stream(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
 
 /* The first error of a primitive, kept for the next wait. */
 static void keep(cuda_dev *c, int e, const char *what) {
@@ -106,7 +169,7 @@ static void keep(cuda_dev *c, int e, const char *what) {
 static sr_status kept(cuda_dev *c) {
     if (c->first_error == cudaSuccess)
         return SR_OK;
-    return sr_cuda_fail(c->first_error, c->bus, c->first_what);
+    return sr_cuda_fail(c->first_error, c->bus, c->first_what); /* a sticky one does not return */
 }
 
 /* The start of one primitive on stream s: the test hook's delay (a spin
@@ -218,32 +281,68 @@ static uint64_t now_ns(void) {
 static sr_status cuda_wait(sr_dev *d, sr_stream s, sr_event *ev) {
     cuda_dev *c = cd(d);
     sr_status st = sr_dev_transport_wait(d, ev);
-    if (st == SR_OK && ev->impl)
-        keep(c, cudaStreamWaitEvent(c->st[s], (cudaEvent_t)ev->impl, 0), "cudaStreamWaitEvent");
-    return st != SR_OK ? st : kept(c);
+    if (st != SR_OK || !ev->impl)
+        return st != SR_OK ? st : kept(c);
+    /* a compute wait on communication: bracketed by timing events (exposed
+     * communication), when a pair is free */
+    cudaEvent_t *pair = NULL;
+    if (s == SR_STREAM_COMPUTE && ev->stream == SR_STREAM_COMM && c->timed_head - c->timed_tail < TIMED) {
+        pair = c->timed[c->timed_head % TIMED];
+        if ((!pair[0] && cudaEventCreate(&pair[0]) != cudaSuccess) ||
+            (!pair[1] && cudaEventCreate(&pair[1]) != cudaSuccess)) {
+            keep(c, cudaGetLastError(), "cudaEventCreate (timing)");
+            pair = NULL;
+        }
+    }
+    if (pair)
+        keep(c, cudaEventRecord(pair[0], c->st[s]), "cudaEventRecord (timing)");
+    keep(c, cudaStreamWaitEvent(c->st[s], (cudaEvent_t)ev->impl, 0), "cudaStreamWaitEvent");
+    if (pair) {
+        keep(c, cudaEventRecord(pair[1], c->st[s]), "cudaEventRecord (timing)");
+        c->timed_head++;
+    }
+    return kept(c);
+}
+
+/* Sums the exposed-communication pairs whose second event completed. */
+static void timed_collect(cuda_dev *c) {
+    while (c->timed_tail != c->timed_head) {
+        cudaEvent_t *p = c->timed[c->timed_tail % TIMED];
+        if (sr_cuda_query(p[1]) != cudaSuccess)
+            return;
+        float ms = 0.0f;
+        if (cudaEventElapsedTime(&ms, p[0], p[1]) == cudaSuccess && ms > 0.0f)
+            c->base.comm_wait_ns += (uint64_t)((double)ms * 1e6);
+        c->timed_tail++;
+    }
 }
 
 /* Polls `e` until it completes or the deadline passes: spins for the first
- * 50 us, then sleeps 20 us growing to 1 ms. */
+ * 50 us, then sleeps 20 us growing to 1 ms.  Past the deadline the process
+ * ends (sr_cuda_fatal): a hung kernel would also hang every teardown. */
 static sr_status poll_event(cuda_dev *c, cudaEvent_t e) {
     double timeout = c->base.timeout_s;
     uint64_t t0 = now_ns(), sleep_us = 20;
     for (;;) {
-        cudaError_t q = cudaEventQuery(e);
-        if (q == cudaSuccess)
+        cudaError_t q = sr_cuda_query(e);
+        if (q == cudaSuccess) {
+            timed_collect(c);
             return kept(c);
+        }
         if (q != cudaErrorNotReady) {
             keep(c, q, c->last_op ? c->last_op : "a kernel");
             return kept(c);
         }
         uint64_t waited = now_ns() - t0;
-        if (timeout > 0 && (double)waited / 1e9 > timeout && c->base.on_deadline)
-            c->base.on_deadline(c->base.on_deadline_arg);
-        if (timeout > 0 && (double)waited / 1e9 > timeout)
-            return sr_error(SR_ERR_INTERNAL,
-                            "the GPU (bus %s) did not finish step %lld within comm.timeout_s = %g s; the last op "
-                            "enqueued was %s (hint: SHARDRUN_CUDA_SYNC=1 names the op that hangs)",
-                            c->bus, c->base.step, timeout, c->last_op ? c->last_op : "(none)");
+        if (timeout > 0 && (double)waited / 1e9 > timeout) {
+            if (c->base.on_deadline)
+                c->base.on_deadline(c->base.on_deadline_arg);
+            sr_cuda_fatal(sr_error(SR_ERR_INTERNAL,
+                                   "the GPU (bus %s) did not finish step %lld within comm.timeout_s = %g s; the last "
+                                   "op enqueued was %s (hint: SHARDRUN_CUDA_SYNC=1 names the op that hangs; a GPU "
+                                   "fault shows in nvidia-smi -q and the kernel log (Xid))",
+                                   c->bus, c->base.step, timeout, c->last_op ? c->last_op : "(none)"));
+        }
         if (waited > 50000) {
             usleep((useconds_t)sleep_us);
             sleep_us = sleep_us < 1000 ? sleep_us * 2 : 1000;
@@ -263,6 +362,25 @@ static sr_status cuda_sync(sr_dev *d, sr_stream s) {
     sr_event ev = {0};
     cuda_record(d, &ev, s);
     return cuda_host_wait(d, &ev);
+}
+
+/* With SHARDRUN_CUDA_SYNC=1: refuses a step-path download into pageable
+ * host memory (the copy would block inside the driver, past the deadline). */
+static sr_status cuda_pageable_check(sr_dev *d, const void *host, size_t bytes, const char *site) {
+    cuda_dev *c = cd(d);
+    if (!c->ctx.sync_each)
+        return SR_OK;
+    struct cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, host);
+    if (e != cudaSuccess)
+        (void)cudaGetLastError(); /* an unknown pointer: pageable memory */
+    if (e == cudaSuccess && a.type != cudaMemoryTypeUnregistered)
+        return SR_OK;
+    return sr_error(SR_ERR_INTERNAL,
+                    "step-path download at %s: %zu bytes into pageable host memory, larger than the %zu-byte pinned "
+                    "bounce buffer; the copy would block inside the driver and the step's deadline would never run "
+                    "(a bug, please report it; found by SHARDRUN_CUDA_SYNC=1)",
+                    site, bytes, d->bounce_bytes);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -376,6 +494,7 @@ sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical) {
                     .sum_squares = cuda_sum_squares,
                     .loss_sum = cuda_loss_sum,
                     .adamw = cuda_adamw,
+                    .pageable_check = cuda_pageable_check,
                     .state_space = SR_SPACE_DEVICE,
                     .poison = h->poison,
                     .device_free_bytes = -1,
@@ -394,8 +513,7 @@ sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical) {
         TRY(cudaStreamCreateWithPriority(&c->st[s], cudaStreamNonBlocking, s == SR_STREAM_COMM ? hi : lo),
             "cudaStreamCreateWithPriority");
     for (int s = 0; s < SR_NSTREAMS; s++)
-        if (!(c->partial[s] =
-                  cuda_alloc(&c->base, SR_SPACE_DEVICE, SR_MEM_OTHER, SR_CUDA_REDUCE_BLOCKS * sizeof(double)))) {
+        if (!(c->partial[s] = cuda_alloc(&c->base, SR_SPACE_DEVICE, SR_MEM_OTHER, SR_CUDA_SCRATCH_BYTES))) {
             sr_dev_cuda_close(&c->base);
             return SR_ERR_INTERNAL;
         }
@@ -405,11 +523,13 @@ sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical) {
         sr_dev_cuda_close(&c->base);
         return sr_error(SR_ERR_INTERNAL, "cublasLtCreate failed on bus %s: %s", c->bus, cublasLtGetStatusString(ls));
     }
-    const size_t lt_ws = (size_t)32 << 20; /* cuBLASLt's workspace: 32 MiB */
-    if (!(c->lt_ws = cuda_alloc(&c->base, SR_SPACE_DEVICE, SR_MEM_OTHER, lt_ws))) {
+    const size_t lt_ws = SR_CUDA_LT_WORKSPACE_BYTES;
+    if (!(c->lt_ws = cuda_alloc(&c->base, SR_SPACE_DEVICE, SR_MEM_OTHER, lt_ws)) ||
+        !(c->base.bounce = cuda_alloc(&c->base, SR_SPACE_PINNED, SR_MEM_OTHER, SR_CUDA_BOUNCE_BYTES))) {
         sr_dev_cuda_close(&c->base);
         return SR_ERR_INTERNAL;
     }
+    c->base.bounce_bytes = SR_CUDA_BOUNCE_BYTES;
     c->ctx = (sr_cuda_ctx){.ordinal = ordinal,
                            .stream = c->st[SR_STREAM_COMPUTE],
                            .gemm = sr_gemm_cache_new(c->lt, c->lt_ws, lt_ws),
@@ -452,6 +572,10 @@ void sr_dev_cuda_close(sr_dev *d) {
     for (int i = 0; i < RING; i++)
         if (c->ring[i])
             cudaEventDestroy(c->ring[i]);
+    for (int i = 0; i < TIMED; i++)
+        for (int k = 0; k < 2; k++)
+            if (c->timed[i][k])
+                cudaEventDestroy(c->timed[i][k]);
     for (int s = 0; s < SR_NSTREAMS; s++)
         if (c->st[s])
             cudaStreamDestroy(c->st[s]);

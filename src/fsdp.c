@@ -1157,7 +1157,7 @@ sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *loss_sum, double *grad_norm) 
         d->record(d, &sum_done, SR_STREAM_COMPUTE);
         sr_dev_wait(d, SR_STREAM_D2H, &sum_done, "scalars_ready");
         double both[2] = {0.0, 0.0};
-        st = sr_dev_download(d, both, f->sumsq, sizeof both, "step_scalars");
+        st = sr_dev_download_step(d, both, f->sumsq, sizeof both, "step_scalars");
         ss = both[0];
         *loss_sum = both[1];
     }

@@ -441,7 +441,7 @@ sr_status sr_model_take_loss_sum(sr_model *m, double *sum) {
     sr_event done = {0};
     dev->record(dev, &done, SR_STREAM_COMPUTE);
     sr_dev_wait(dev, SR_STREAM_D2H, &done, "loss_ready");
-    sr_status st = sr_dev_download(dev, sum, m->loss_acc, sizeof(double), "eval_loss");
+    sr_status st = sr_dev_download_step(dev, sum, m->loss_acc, sizeof(double), "eval_loss");
     dev->memset(dev, SR_STREAM_COMPUTE, m->loss_acc, 0, sizeof(double));
     return st;
 }

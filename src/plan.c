@@ -33,7 +33,6 @@
 #define NCCL_PER_COMM_MIB 256.0  /* NCCL's buffers per communicator (estimate) */
 #define CUDA_CONTEXT_MIB 512.0   /* the CUDA context and modules (estimate) */
 #define add sr_size_add
-#define LT_WORKSPACE ((size_t)32 << 20)
 
 /* One rank count planned. */
 typedef struct {
@@ -103,7 +102,7 @@ static sr_status plan_memory(const plan_ctx *x, const sr_config *cfg, int ranks,
         return st;
     if (x->gpu) /* the device table's own: cuBLASLt's workspace, the reduction scratch */
         r->plan.bytes[SR_MEM_OTHER] =
-            add(r->plan.bytes[SR_MEM_OTHER], LT_WORKSPACE + (size_t)SR_NSTREAMS * 256 * sizeof(double));
+            add(r->plan.bytes[SR_MEM_OTHER], SR_CUDA_LT_WORKSPACE_BYTES + (size_t)SR_NSTREAMS * SR_CUDA_SCRATCH_BYTES);
     r->plan.total = 0;
     for (int c = 0; c < SR_MEM_NCAT; c++)
         r->plan.total = add(r->plan.total, r->plan.bytes[c]);
@@ -127,6 +126,8 @@ static sr_status plan_memory(const plan_ctx *x, const sr_config *cfg, int ranks,
     }
     size_t *g = &r->at[SR_MEM_CKPT_STAGING][offload ? SR_SPACE_HOST : SR_SPACE_PINNED];
     *g = add(*g, staging);
+    if (x->gpu) /* the cuda table's pinned bounce buffer */
+        r->at[SR_MEM_OTHER][SR_SPACE_PINNED] = add(r->at[SR_MEM_OTHER][SR_SPACE_PINNED], SR_CUDA_BOUNCE_BYTES);
     for (int c = 0; c < SR_MEM_NCAT; c++)
         for (int sp = 0; sp < SR_NSPACE; sp++)
             r->space[sp] = add(r->space[sp], r->at[c][sp]);

@@ -2,8 +2,13 @@
 # cuda_static.sh — static checks of the CUDA back end that need no GPU:
 #   - ptxas (nvcc -Xptxas -v) reports no register spills and no kernel
 #     above 255 registers, for every kernels/*.cu;
-#   - every kernel launch (<<<...>>>) is followed by its check
-#     (SR_CHECK_LAUNCH) within three lines;
+#   - every kernel launch goes through the one launch macro (SR_LAUNCH of
+#     kernels/common.cuh: clear the last-error, launch, read it): no bare
+#     triple-chevron launch outside that macro, and every CUB call inside
+#     SR_LAUNCH_LIB;
+#   - the query-site rule: cudaEventQuery / cudaStreamQuery appear only in
+#     sr_cuda_query (src/device_cuda.c), which clears the NotReady they
+#     may leave as the thread's last error;
 #   - no synchronous CUDA call (cudaMemcpy(, *Synchronize(, cudaMalloc(,
 #     cudaFree() in the step-path files (src/fsdp.c src/model.c src/comm_nccl.c
 #     src/ops_cuda.c src/gemm_cuda.c kernels/*.cu): the one synchronising
@@ -24,12 +29,18 @@ if ! grep -q '^#define SR_HAVE_CUDA 1' "$B/srconfig.h" 2>/dev/null; then
 fi
 NVCC=$(sed -n 's/^NVCC = //p' "$B/Makefile")
 
-# launch_checks FILE...: prints each <<< not followed by SR_CHECK_LAUNCH within 3 lines
-launch_checks() {
-    awk '/<<</ { pending = FILENAME ":" FNR; left = 4 }
-         pending && /SR_CHECK_LAUNCH\(\)/ { pending = ""; next }
-         pending { if (--left == 0) { print pending; pending = "" } }
-         ENDFILE { if (pending) print pending; pending = "" }' "$@"
+# bare_launches FILE...: prints each triple-chevron launch outside the
+# definition of SR_LAUNCH (the one line of common.cuh that holds it)
+bare_launches() {
+    grep -n '<<<' "$@" /dev/null | grep -v '^[^:]*common\.cuh:[0-9]*: *((void)cudaGetLastError(), kernel<<<'
+}
+# bare_lib FILE...: prints each cub:: call not wrapped in SR_LAUNCH_LIB
+bare_lib() {
+    grep -n 'cub::Device' "$@" /dev/null | grep -v 'SR_LAUNCH_LIB(cub::Device'
+}
+# queries FILE...: prints each cudaEventQuery/cudaStreamQuery call outside sr_cuda_query
+queries() {
+    grep -nE '(cudaEventQuery|cudaStreamQuery)\(' "$@" /dev/null | grep -v '^[^:]*device_cuda\.c:[0-9]*:    cudaError_t q = cudaEventQuery(e);$'
 }
 # sync_calls FILE...: prints synchronous CUDA calls
 sync_calls() {
@@ -59,12 +70,26 @@ done
 if [ -z "$bad" ]; then ok "ptxas: every kernel of kernels/*.cu without spills, within 255 registers"; else not_ok "ptxas:$bad"; fi
 
 # --- launch checks -------------------------------------------------------------------
-missing=$(launch_checks "$K"/*.cu)
-check "every kernel launch in kernels/*.cu is followed by SR_CHECK_LAUNCH()" test -z "$missing" || diag "$missing"
-launches=$(grep -c '<<<' "$K"/*.cu | awk -F: '{ s += $2 } END { print s }')
-check "the launch check saw the launches ($launches)" test "$launches" -ge 19
-printf 'x<<<1, 1>>>();\nint y;\nint z;\nint w;\nreturn 0;\n' >"$T/planted.cu"
-check "a launch without its check is reported (planted)" test -n "$(launch_checks "$T/planted.cu")"
+launches=$(grep -c 'SR_LAUNCH(' "$K"/*.cu | awk -F: '{ s += $2 } END { print s }')
+missing=$(bare_launches "$K"/*.cu "$K"/*.cuh "$K"/*.h "$SR_SRCDIR"/src/*.c "$SR_SRCDIR"/src/*.h "$SR_SRCDIR"/tests/*.c)
+check "every kernel launch goes through SR_LAUNCH ($launches launches; no bare <<<)" test -z "$missing" -a "$launches" -ge 25 ||
+    diag "$missing"
+check "the SR_LAUNCH macro clears the last-error, launches, then reads it" \
+    grep -q '((void)cudaGetLastError(), kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__), (int)cudaGetLastError())' "$K/common.cuh"
+libs=$(bare_lib "$K"/*.cu)
+check "every CUB call runs inside SR_LAUNCH_LIB ($(grep -c 'SR_LAUNCH_LIB(cub::' "$K/encoder.cu") calls)" test -z "$libs" || diag "$libs"
+q=$(queries "$SR_SRCDIR"/src/*.c "$K"/*.cu)
+check "cudaEventQuery/cudaStreamQuery only in sr_cuda_query (the NotReady it leaves is cleared)" test -z "$q" || diag "$q"
+check "sr_cuda_query clears a NotReady last-error" \
+    grep -q 'if (q == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady)' "$SR_SRCDIR/src/device_cuda.c"
+# planted violations: each rule reports them
+printf 'static int f(cudaStream_t s) {\n    k<<<1, 1, 0, s>>>();\n    return SR_CHECK_LAUNCH();\n}\n' >"$T/planted.cu"
+check "a bare <<< launch is reported (planted)" test -n "$(bare_launches "$T/planted.cu")"
+printf '    e = (int)cub::DeviceRadixSort::SortKeys(ws, tmp, keys, n, 0, 64, s);\n' >"$T/planted_cub.cu"
+check "a CUB call outside SR_LAUNCH_LIB is reported (planted)" test -n "$(bare_lib "$T/planted_cub.cu")"
+printf 'static void f(cudaEvent_t e) {\n    if (cudaEventQuery(e) == cudaSuccess)\n        g();\n}\nstatic void h(cudaStream_t s) { (void)cudaStreamQuery(s); }\n' >"$T/planted_query.c"
+check "raw cudaEventQuery and cudaStreamQuery calls are reported (planted)" \
+    test "$(queries "$T/planted_query.c" | wc -l)" = 2
 
 # --- synchronous calls on the step path ------------------------------------------------
 step="$SR_SRCDIR/src/fsdp.c $SR_SRCDIR/src/model.c $SR_SRCDIR/src/ops_cuda.c $SR_SRCDIR/src/gemm_cuda.c $SR_SRCDIR/src/comm_nccl.c $K/*.cu"
@@ -74,8 +99,8 @@ check "no synchronous CUDA call (cudaMemcpy/Synchronize/cudaMalloc/cudaFree) in 
     test -z "$found" || diag "$found"
 printf 'void f(void) { cudaStreamSynchronize(s); }\n' >"$T/planted.c"
 check "a synchronous call is reported (planted)" test -n "$(sync_calls "$T/planted.c")"
-check "the one synchronising helper is where the docs say (device_cuda.c: sr_cuda_sync_stream)" \
-    grep -q 'cudaError_t sr_cuda_sync_stream' "$SR_SRCDIR/src/device_cuda.c"
+check "the one synchronising helper is where the docs say (device_cuda.c: sr_cuda_sync_stream), returning the synchronisation's own status" \
+    grep -q '^cudaError_t sr_cuda_sync_stream(cudaStream_t stream) { return cudaStreamSynchronize(stream); }$' "$SR_SRCDIR/src/device_cuda.c"
 
 # --- every launcher is in the library -----------------------------------------------------
 launchers=$(sed -n 's/^int \(sr_k_[a-z0-9_]*\)(.*/\1/p' "$K/sr_cuda.h")
