@@ -25,5 +25,6 @@ extern "C" int sr_k_adamw(cudaStream_t s, float *p, const float *g, float *m, fl
     SR_ENTER(adamw);
     if (n == 0)
         return 0;
-    return SR_LAUNCH(adamw_k, sr_grid_1d(n, 256, 65535u * 16), 256, 0, s, p, g, m, v, n, b1, b2, eps, bc1, bc2, lr, decay, grad_scale);
+    return SR_LAUNCH(adamw_k, sr_grid_1d(n, 256, 65535u * 16), 256, 0, s, p, g, m, v, n, b1, b2, eps, bc1, bc2, lr,
+                     decay, grad_scale);
 }

@@ -21,10 +21,12 @@ __global__ void encoder_fwd_k(T *out, const int *inp, const T *wte, const T *wpe
     }
 }
 
-template <typename T> static int encoder_fwd(cudaStream_t s, void *out, const int *inp, const void *wte,
-                                             const void *wpe, int B, int T_, int C) {
+template <typename T>
+static int encoder_fwd(cudaStream_t s, void *out, const int *inp, const void *wte, const void *wpe, int B, int T_,
+                       int C) {
     size_t n = (size_t)B * T_ * C;
-    return SR_LAUNCH(encoder_fwd_k<T>, sr_grid_1d(n, 256, 65535u * 8), 256, 0, s, (T *)out, inp, (const T *)wte, (const T *)wpe, B * T_, T_, C);
+    return SR_LAUNCH(encoder_fwd_k<T>, sr_grid_1d(n, 256, 65535u * 8), 256, 0, s, (T *)out, inp, (const T *)wte,
+                     (const T *)wpe, B * T_, T_, C);
 }
 
 extern "C" int sr_k_encoder_forward(cudaStream_t s, void *out, const int *inp, const void *wte, const void *wpe, int B,
@@ -81,10 +83,11 @@ extern "C" int sr_cuda_sort_bytes(size_t n, size_t *bytes) {
 }
 
 template <typename T>
-static int encoder_bwd(cudaStream_t s, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T_,
-                       int C, void *ws, size_t ws_bytes) {
+static int encoder_bwd(cudaStream_t s, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T_, int C,
+                       void *ws, size_t ws_bytes) {
     int n = B * T_;
-    int e = SR_LAUNCH(encoder_bwd_wpe_k<T>, sr_grid_1d((size_t)T_ * C, 256, 65535u * 8), 256, 0, s, dwpe, (const T *)dout, B, T_, C);
+    int e = SR_LAUNCH(encoder_bwd_wpe_k<T>, sr_grid_1d((size_t)T_ * C, 256, 65535u * 8), 256, 0, s, dwpe,
+                      (const T *)dout, B, T_, C);
     if (e)
         return e;
     unsigned long long *k0 = (unsigned long long *)ws, *k1 = k0 + n;

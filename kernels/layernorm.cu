@@ -78,18 +78,21 @@ __global__ void ln_bwd_cols_k(float *partial, const T *dout, const T *inp, const
 template <typename T>
 static int ln_fwd(cudaStream_t s, void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b,
                   int N, int C) {
-    return SR_LAUNCH(ln_fwd_k<T>, (N + 7) / 8, 256, 0, s, (T *)out, mean, rstd, (const T *)inp, (const T *)w, (const T *)b, N, C);
+    return SR_LAUNCH(ln_fwd_k<T>, (N + 7) / 8, 256, 0, s, (T *)out, mean, rstd, (const T *)inp, (const T *)w,
+                     (const T *)b, N, C);
 }
 
 template <typename T>
 static int ln_bwd(cudaStream_t s, void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w,
                   const float *mean, const float *rstd, int N, int C, void *ws) {
-    int e = SR_LAUNCH(ln_bwd_rows_k<T>, (N + 7) / 8, 256, 0, s, (T *)dinp, (const T *)dout, (const T *)inp, (const T *)w, mean, rstd, N, C);
+    int e = SR_LAUNCH(ln_bwd_rows_k<T>, (N + 7) / 8, 256, 0, s, (T *)dinp, (const T *)dout, (const T *)inp,
+                      (const T *)w, mean, rstd, N, C);
     if (e)
         return e;
     int chunks = sr_colsum_chunks(N);
     float *partial = (float *)ws;
-    if ((e = SR_LAUNCH(ln_bwd_cols_k<T>, dim3((C + 255) / 256, chunks), 256, 0, s, partial, (const T *)dout, (const T *)inp, mean, rstd, N, C)))
+    if ((e = SR_LAUNCH(ln_bwd_cols_k<T>, dim3((C + 255) / 256, chunks), 256, 0, s, partial, (const T *)dout,
+                       (const T *)inp, mean, rstd, N, C)))
         return e;
     if ((e = SR_LAUNCH(sr_colsum_finish_k, (C + 255) / 256, 256, 0, s, dw, partial, chunks, C, 2 * C)))
         return e;

@@ -34,9 +34,9 @@ extern "C" int sr_cuda_skipped(int l) {
 
 extern "C" size_t sr_cuda_ws_bytes(int B, int T, int C, int NH, size_t sort_bytes) {
     size_t BT = (size_t)B * T;
-    size_t att = (size_t)NH * T * T * sizeof(float);                              /* attention backward, per sequence */
-    size_t cols = (size_t)sr_colsum_chunks((int)BT) * 4 * C * sizeof(float);      /* LayerNorm / bias partials */
-    size_t sort = sort_bytes ? sort_bytes : 2 * BT * 8 + ((size_t)1 << 20);       /* encoder keys + CUB's storage */
+    size_t att = (size_t)NH * T * T * sizeof(float);                         /* attention backward, per sequence */
+    size_t cols = (size_t)sr_colsum_chunks((int)BT) * 4 * C * sizeof(float); /* LayerNorm / bias partials */
+    size_t sort = sort_bytes ? sort_bytes : 2 * BT * 8 + ((size_t)1 << 20);  /* encoder keys + CUB's storage */
     size_t ws = att > cols ? att : cols;
     return (ws > sort ? ws : sort) + 256;
 }
