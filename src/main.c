@@ -156,7 +156,9 @@ typedef struct {
  * printed by rank 0 only; peer, I/O and internal errors by every rank. */
 static bool quiet_rank = false;
 
-static int fail(sr_status st) {
+/* Prints the recorded error of st as this rank reports it (the printer of
+ * sr_error_emit). */
+static void print_error(sr_status st) {
     const char *msg = sr_error_message();
     char launcher[512];
     /* the launcher's death reaches sibling ranks a few milliseconds apart:
@@ -166,7 +168,7 @@ static int fail(sr_status st) {
      * wait, so a rank whose peer on another node died reports at once) */
     if (st == SR_ERR_PEER && sr_world_launcher_gone(launcher, sizeof launcher, 0)) {
         sr_log_error("%s (then: %s)", launcher, msg[0] ? msg : sr_status_str(st));
-        return sr_status_exit_code(st);
+        return;
     }
     bool same_everywhere =
         st == SR_ERR_CONFIG || st == SR_ERR_DATA || st == SR_ERR_NOINPUT || st == SR_ERR_USAGE || st == SR_ERR_TRAIN;
@@ -174,6 +176,11 @@ static int fail(sr_status st) {
         sr_log_error("%s", msg[0] ? msg : sr_status_str(st));
     if (st == SR_ERR_USAGE)
         fputs("Try 'shardrun --help'.\n", stderr);
+}
+
+static int fail(sr_status st) {
+    if (!sr_error_emitted())
+        print_error(st);
     return sr_status_exit_code(st);
 }
 
@@ -592,6 +599,7 @@ int main(int argc, char **argv) {
      * temporary file; the default action would kill the process and leave
      * the temporary behind. */
     signal(SIGXFSZ, SIG_IGN);
+    sr_error_set_printer(print_error);
     sr_ckpt_guard_outputs();
     if (sr_testhook_init() != SR_OK)
         return fail(SR_ERR_CONFIG);

@@ -68,6 +68,21 @@ sr_status sr_error_oom(const char *what) { return sr_error(SR_ERR_INTERNAL, "out
 
 const char *sr_error_message(void) { return error_buf; }
 
+static void (*error_printer)(sr_status);
+static bool error_emitted;
+
+void sr_error_set_printer(void (*printer)(sr_status st)) { error_printer = printer; }
+
+void sr_error_emit(sr_status st) {
+    if (!error_printer || error_emitted || st == SR_OK)
+        return;
+    error_emitted = true;
+    error_printer(st);
+    fflush(NULL);
+}
+
+bool sr_error_emitted(void) { return error_emitted; }
+
 void sr_sticky_init(sr_sticky *s) {
     pthread_mutex_init(&s->mu, NULL);
     s->st = SR_OK;

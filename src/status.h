@@ -73,6 +73,15 @@ void sr_fmt(char *buf, size_t n, const char *fmt, ...) __attribute__((format(pri
  * sr_error() on this thread. */
 const char *sr_error_message(void);
 
+/* A failed run prints its error before any teardown (which may block on a
+ * broken device): main registers the printer of its command's errors
+ * (sr_error_set_printer); sr_error_emit(st) prints the recorded error
+ * through it once, now; sr_error_emitted() tells main's own report that
+ * it was printed already.  Without a printer, emit does nothing. */
+void sr_error_set_printer(void (*printer)(sr_status st));
+void sr_error_emit(sr_status st);
+bool sr_error_emitted(void);
+
 /* A background thread's first failure; see the file comment. */
 typedef struct {
     pthread_mutex_t mu;

@@ -518,9 +518,12 @@ static sr_status setup(run *r) {
 }
 
 static sr_status teardown(run *r, sr_status st) {
-    /* The preemption handlers stay until the process exits: a late SIGTERM
-     * (Slurm's, after GraceTime) must not turn a committed preemption into
-     * a death by signal. */
+    /* A failed run prints its error first: freeing a broken device's
+     * memory can block.  The preemption handlers stay until the process
+     * exits: a late SIGTERM (Slurm's, after GraceTime) must not turn a
+     * committed preemption into a death by signal. */
+    if (st != SR_PREEMPTED)
+        sr_error_emit(st);
     sr_ckpt_close(r->ck);
     sr_status mst = sr_metrics_close(r->metrics);
     if (st == SR_OK)
