@@ -1,7 +1,11 @@
 /* bias.cu — the bias gradient dbias[OC] += sum over N rows of dout, in two
  * fixed-order passes (chunks of SR_COLSUM_ROWS rows into the workspace,
  * then the chunks in order): no atomics, bitwise reproducible.  cuBLASLt's
- * BGRADB epilogue would overwrite dbias; the op contract is +=. */
+ * BGRADB epilogue would overwrite dbias; the op contract is +=.
+ *
+ * And the forward bias add, out[n, c] += bias[c], for a bias that is not
+ * 16-byte aligned (cuBLASLt's BIAS epilogue wants it aligned; ops_cuda.c
+ * runs the GEMM without the epilogue, then this). */
 #include "common.cuh"
 
 template <typename T> __global__ void bias_cols_k(float *partial, const T *dout, int N, int OC) {
@@ -13,6 +17,21 @@ template <typename T> __global__ void bias_cols_k(float *partial, const T *dout,
     for (int r = lo; r < hi; r++)
         sum += sr_ld(dout + (size_t)r * OC + c);
     partial[(size_t)chunk * OC + c] = sum;
+}
+
+template <typename T> __global__ void bias_fwd_k(T *out, const T *bias, size_t n, int OC) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        sr_st(out + i, sr_ld(out + i) + sr_ld(bias + i % OC));
+}
+
+template <typename T> static int bias_fwd(cudaStream_t s, void *out, const void *bias, int N, int OC) {
+    size_t n = (size_t)N * OC;
+    return SR_LAUNCH(bias_fwd_k<T>, sr_grid_1d(n, 256, 65535u * 8), 256, 0, s, (T *)out, (const T *)bias, n, OC);
+}
+
+extern "C" int sr_k_bias_forward(cudaStream_t s, void *out, const void *bias, int N, int OC, int bf16) {
+    SR_ENTER(bias_forward);
+    return SR_DISPATCH(bf16, bias_fwd, s, out, bias, N, OC);
 }
 
 template <typename T> static int bias_bwd(cudaStream_t s, float *dbias, const void *dout, int N, int OC, void *ws) {

@@ -40,6 +40,7 @@ extern "C" {
     X(gelu_backward)                                                                                                   \
     X(residual_forward)                                                                                                \
     X(bias_backward)                                                                                                   \
+    X(bias_forward)                                                                                                    \
     X(softmax_causal_forward)                                                                                          \
     X(softmax_causal_backward)                                                                                         \
     X(crossentropy_forward)                                                                                            \
@@ -93,8 +94,10 @@ int sr_k_gelu_forward(cudaStream_t s, void *out, const void *inp, size_t n, int 
 int sr_k_gelu_backward(cudaStream_t s, void *dinp, const void *inp, const void *dout, size_t n, int bf16);
 int sr_k_residual_forward(cudaStream_t s, void *out, const void *a, const void *b, size_t n, int bf16);
 
-/* bias.cu: dbias[OC] += sum_n dout[n, OC], in fixed row chunks through ws. */
+/* bias.cu: dbias[OC] += sum_n dout[n, OC], in fixed row chunks through ws;
+ * out[n, c] += bias[c] (the forward add for a bias cuBLASLt cannot take). */
 int sr_k_bias_backward(cudaStream_t s, float *dbias, const void *dout, int N, int OC, int bf16, void *ws);
+int sr_k_bias_forward(cudaStream_t s, void *out, const void *bias, int N, int OC, int bf16);
 
 /* attention.cu: causal softmax over `rows` rows of T (row r is query t = r
  * % T), in place, the scores already scaled; zeros above the diagonal.

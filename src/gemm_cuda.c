@@ -185,16 +185,24 @@ void sr_gemm_cache_free(sr_gemm_cache *c) {
 
 int sr_gemm_cache_size(const sr_gemm_cache *c) { return c ? c->n : 0; }
 
-static bool same_key(const sr_gemm_key *a, const sr_gemm_key *b) {
-    /* keys are built from zeroed structs (no padding garbage) */
-    return memcmp(a, b, sizeof *a) == 0;
+bool sr_gemm_key_equal(const sr_gemm_key *a, const sr_gemm_key *b) {
+    return a->transa == b->transa && a->transb == b->transb && a->m == b->m && a->n == b->n && a->k == b->k &&
+           a->lda == b->lda && a->ldb == b->ldb && a->ldd == b->ldd && a->batch == b->batch && a->sa == b->sa &&
+           a->sb == b->sb && a->sd == b->sd && a->ab_bf16 == b->ab_bf16 && a->d_f32 == b->d_f32 &&
+           a->bias == b->bias && a->accumulate == b->accumulate && a->align_a == b->align_a &&
+           a->align_b == b->align_b && a->align_d == b->align_d && a->align_bias == b->align_bias;
+}
+
+static sr_status set_bias(sr_gemm_plan *p, const void *bias) {
+    LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    return SR_OK;
 }
 
 sr_status sr_gemm_run(sr_gemm_cache *c, cudaStream_t stream, const sr_gemm_key *k, const void *A, const void *B,
                       void *D, const void *bias, float alpha) {
     sr_gemm_plan *p = NULL;
     for (int i = 0; i < c->n && !p; i++)
-        if (same_key(&c->plans[i].key, k))
+        if (sr_gemm_key_equal(&c->plans[i].key, k))
             p = &c->plans[i];
     if (!p) {
         if (c->n == c->cap) {
@@ -207,6 +215,8 @@ sr_status sr_gemm_run(sr_gemm_cache *c, cudaStream_t stream, const sr_gemm_key *
         }
         p = &c->plans[c->n];
         sr_status st = sr_gemm_plan_build(p, k, c->ws_bytes);
+        if (st == SR_OK && k->bias) /* the heuristic reads the bias pointer's alignment */
+            st = set_bias(p, bias);
         if (st == SR_OK)
             st = plan_choose(p, c->h);
         if (st != SR_OK) {
@@ -215,8 +225,11 @@ sr_status sr_gemm_run(sr_gemm_cache *c, cudaStream_t stream, const sr_gemm_key *
         }
         c->n++;
     }
-    if (k->bias)
-        LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (k->bias) {
+        sr_status st = set_bias(p, bias);
+        if (st != SR_OK)
+            return st;
+    }
     float beta = k->accumulate ? 1.0f : 0.0f;
     cublasStatus_t st = cublasLtMatmul(c->h, p->op, &alpha, A, p->a, B, p->b, &beta, D, p->d, D, p->d, &p->algo, c->ws,
                                        c->ws_bytes, stream);

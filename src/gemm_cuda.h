@@ -6,7 +6,7 @@
  * leading dimensions, a batch count and strides, the element types (A and
  * B bf16 or f32, D the same or f32), an optional bias epilogue and the
  * pointers' alignment.  ops_cuda.c maps the model's row-major tensors onto
- * keys (GPU.md §3.4).  Compute is always CUBLAS_COMPUTE_32F with f32
+ * keys (doc/ARCHITECTURE.md, the CUDA back end).  Compute is always CUBLAS_COMPUTE_32F with f32
  * scales: fp32 accumulation, and no TF32 in exact (f32) mode.
  *
  * Plans are split so CI tests them without a GPU: sr_gemm_plan_build makes
@@ -37,7 +37,12 @@ typedef struct {
     bool bias;                     /* BIAS epilogue: D += bias[m] broadcast over n (bias of D's type) */
     bool accumulate;               /* beta = 1 (D += ...) */
     int align_a, align_b, align_d; /* alignment of the pointers, bytes (16 at most) */
+    int align_bias;                /* the bias pointer's (0 without bias; ops_cuda.c passes 16 only) */
 } sr_gemm_key;
+
+/* Whether two keys describe the same GEMM, field by field (the padding
+ * bytes of a struct are unspecified in C11: never memcmp). */
+bool sr_gemm_key_equal(const sr_gemm_key *a, const sr_gemm_key *b);
 
 typedef struct {
     sr_gemm_key key;
@@ -66,7 +71,8 @@ sr_gemm_cache *sr_gemm_cache_new(cublasLtHandle_t h, void *workspace, size_t wor
 void sr_gemm_cache_free(sr_gemm_cache *c);
 int sr_gemm_cache_size(const sr_gemm_cache *c);
 /* D = alpha op(A) op(B) + (accumulate ? D : 0) [+ bias], on `stream`, with
- * the cached plan for `k` (built and chosen on first use).  SR_OK, or
+ * the cached plan for `k` (built and chosen on first use; the bias pointer
+ * is set before the heuristic, which reads its alignment).  SR_OK, or
  * SR_ERR_INTERNAL with a message naming the shape and cuBLASLt's status. */
 sr_status sr_gemm_run(sr_gemm_cache *c, cudaStream_t stream, const sr_gemm_key *k, const void *A, const void *B,
                       void *D, const void *bias, float alpha);

@@ -91,7 +91,7 @@ sr_gemm_key sr_cuda_rm_key(int ta, int tb, int M, int N, int K, long long lda, l
                            long long sB, long long ldd, long long sD, int batch, bool bf16, bool accumulate,
                            bool d_f32) {
     sr_gemm_key k;
-    memset(&k, 0, sizeof k); /* keys are compared bytewise (the plan cache) */
+    memset(&k, 0, sizeof k); /* every field, align_* included, starts 0 */
     k.transa = tb;
     k.transb = ta;
     k.m = N;
@@ -162,13 +162,18 @@ static void matmul_forward(int bf16, void *out, const void *inp, const void *w, 
     sr_cuda_ctx *c = ctx();
     if (!c)
         return;
-    /* out[N,OC] = inp[N,C] W[OC,C]^T (+ bias over the OC columns) */
+    /* out[N,OC] = inp[N,C] W[OC,C]^T (+ bias over the OC columns): the
+     * BIAS epilogue for a 16-byte aligned bias, else a bias kernel after */
+    bool epilogue = bias && sr_gemm_align(bias) == 16;
     sr_gemm_key k = sr_cuda_rm_key(0, 1, N, OC, C, C, 0, C, 0, OC, 0, 1, bf16, false, false);
-    k.bias = bias != NULL;
+    k.bias = epilogue;
+    k.align_bias = epilogue ? 16 : 0;
     k.align_a = sr_gemm_align(w);
     k.align_b = sr_gemm_align(inp);
     k.align_d = sr_gemm_align(out);
-    gemm_done(c, sr_gemm_run(c->gemm, c->stream, &k, w, inp, out, bias, 1.0f), "matmul_forward");
+    gemm_done(c, sr_gemm_run(c->gemm, c->stream, &k, w, inp, out, epilogue ? bias : NULL, 1.0f), "matmul_forward");
+    if (bias && !epilogue && op_error == SR_OK)
+        done(c, sr_k_bias_forward(c->stream, out, bias, N, OC, bf16), "matmul_forward (bias)", "N=%d OC=%d", N, OC);
 }
 
 static void matmul_backward(int bf16, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,

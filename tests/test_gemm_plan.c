@@ -195,6 +195,30 @@ int main(void) {
     k.align_b = sr_gemm_align((void *)(uintptr_t)0x1006);
     tap_ok(k.align_a == 16 && k.align_b == 2,
            "pointer alignment for the plan: 16 at most, else the largest power of 2");
+    /* plan keys compare field by field: padding bytes do not count */
+    sr_gemm_key a, b;
+    memset(&a, 0x00, sizeof a);
+    memset(&b, 0xa5, sizeof b); /* garbage in b's padding */
+    a = sr_cuda_rm_key(0, 1, 8, 16, 32, 32, 0, 32, 0, 16, 0, 1, true, false, false);
+    sr_gemm_key fields = a;
+    b.transa = fields.transa, b.transb = fields.transb, b.m = fields.m, b.n = fields.n, b.k = fields.k;
+    b.lda = fields.lda, b.ldb = fields.ldb, b.ldd = fields.ldd, b.batch = fields.batch, b.sa = fields.sa;
+    b.sb = fields.sb, b.sd = fields.sd, b.ab_bf16 = fields.ab_bf16, b.d_f32 = fields.d_f32, b.bias = fields.bias;
+    b.accumulate = fields.accumulate, b.align_a = fields.align_a, b.align_b = fields.align_b;
+    b.align_d = fields.align_d, b.align_bias = fields.align_bias;
+    bool same = sr_gemm_key_equal(&a, &b);
+    b.align_bias = 16;
+    bool differs_bias = !sr_gemm_key_equal(&a, &b);
+    b.align_bias = a.align_bias, b.ldd = a.ldd + 1;
+    tap_ok(same && differs_bias && !sr_gemm_key_equal(&a, &b),
+           "plan keys compare field by field: equal despite different padding bytes, unequal on the bias alignment "
+           "or a leading dimension");
+    tap_ok(sr_cuda_sticky(cudaErrorIllegalAddress) && sr_cuda_sticky(cudaErrorLaunchFailure) &&
+               sr_cuda_sticky(cudaErrorECCUncorrectable) && sr_cuda_sticky(cudaErrorUnknown) &&
+               !sr_cuda_sticky(cudaErrorNotReady) && !sr_cuda_sticky(cudaErrorMemoryAllocation) &&
+               !sr_cuda_sticky(cudaErrorInvalidValue),
+           "sticky CUDA errors (illegal address, launch failure, ECC, unknown) end the process; NotReady, "
+           "allocation failures and invalid values do not");
     tap_ok(sr_cuda_status(cudaErrorECCUncorrectable) == SR_ERR_PEER &&
                sr_cuda_status(cudaErrorNoDevice) == SR_ERR_PEER &&
                sr_cuda_status(cudaErrorIllegalAddress) == SR_ERR_INTERNAL &&
