@@ -3,11 +3,21 @@
  *
  * Needs a GPU: without one the whole test is a SKIP carrying
  * cudaGetDeviceCount's answer (a failure when SHARDRUN_TEST_REQUIRE names
- * gpu, as tests/gpu/check.sh sets).  Shapes: small ones always; with
- * SHARDRUN_TEST_REAL_SHAPES=1 also B=8, T=1024, C=768, V=50257.
- * Tolerances are GPU.md §8's: max|gpu - ref| / max|ref| per tensor, where
- * in bf16 mode the reference is the CPU op on the same bf16-rounded
- * inputs.  AdamW must be bitwise equal to the host's. */
+ * gpu, as tests/gpu/check.sh sets).  Shapes: small ones always (a
+ * vocabulary of 300 padded to 320); with SHARDRUN_TEST_REAL_SHAPES=1 also
+ * B=8, T=1024, C=768, V=50257.
+ *
+ * A test that can fail: every output an op writes is filled with NaN (all
+ * ones bytes) before the op and compared after it, statistics (mean, rstd,
+ * lse) and losses included; CPU results are uploaded only where they are
+ * a later op's input, into buffers of their own.  Outputs an op adds to
+ * (+=) start from random values and are compared by what the op added.
+ * SHARDRUN_TEST_KERNEL_SKIP=<launcher> makes that launcher return without
+ * launching: every forward launcher skipped must fail this test.
+ * Tolerances are those of doc/ARCHITECTURE.md (the CUDA back end):
+ * max|gpu - ref| / max|ref| per tensor, where in bf16 mode the reference
+ * is the CPU op on the same bf16-rounded inputs.  AdamW must be bitwise
+ * equal to the host's. */
 #include "srconfig.h"
 
 #include <math.h>
@@ -61,13 +71,23 @@ static float *down(const void *d, size_t n, int bf16) {
     return x;
 }
 
+/* A device output of n elements, filled with NaN on the compute stream
+ * (the ops' stream): an op that writes nothing leaves NaN behind. */
+static void *out_nan(size_t n, int bf16) {
+    size_t bytes = n * (bf16 ? 2 : 4);
+    void *d = dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, bytes);
+    dev->memset(dev, SR_STREAM_COMPUTE, d, 0xff, bytes);
+    return d;
+}
+
+/* max|g - r| / max|r|, or infinity when g holds a NaN */
 static double rel(const float *g, const float *r, size_t n) {
     double md = 0.0, mr = 0.0;
     for (size_t i = 0; i < n; i++) {
+        if (isnan(g[i]) || isnan(r[i]))
+            return INFINITY;
         md = fmax(md, fabs((double)g[i] - r[i]));
         mr = fmax(mr, fabs((double)r[i]));
-        if (isnan(g[i]))
-            return INFINITY;
     }
     return mr > 0 ? md / mr : md;
 }
@@ -79,12 +99,32 @@ static void check(const char *what, const void *dgot, const float *ref, size_t n
     free(g);
 }
 
+/* An accumulated output (+=): what the GPU added (got - init) against what
+ * the CPU added (ref - init), so an op that adds nothing fails. */
+static void check_added(const char *what, const void *dgot, const float *ref, const float *init, size_t n, int bf16,
+                        int act, double tol) {
+    float *g = down(dgot, n, act ? bf16 : 0), *dg = malloc(n * 4), *dr = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) {
+        dg[i] = g[i] - init[i];
+        dr[i] = ref[i] - init[i];
+    }
+    double r = rel(dg, dr, n);
+    tap_ok(r <= tol, "%s %s (what it added): rel %.2e <= %.0e", bf16 ? "bf16" : "f32", what, r, tol);
+    free(g), free(dg), free(dr);
+}
+
+static float *copy_of(const float *x, size_t n) {
+    float *c = malloc(n * 4);
+    memcpy(c, x, n * 4);
+    return c;
+}
+
 static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     const sr_ops *o = bf16 ? &sr_ops_cuda_bf16 : &sr_ops_cuda_f32, *cpu = &sr_ops_cpu;
     int Vp = sr_model_padded_vocab(V), N = B * T;
     size_t NC = (size_t)N * C;
     double t_ew = bf16 ? 1e-2 : 2e-6, t_ln = bf16 ? 2e-2 : 1e-5, t_mm = bf16 ? 1e-2 : 1e-5;
-    tap_diag("%s ops at B=%d T=%d C=%d NH=%d V=%d", bf16 ? "bf16" : "f32", B, T, C, NH, V);
+    tap_diag("%s ops at B=%d T=%d C=%d NH=%d V=%d (Vp %d)", bf16 ? "bf16" : "f32", B, T, C, NH, V, Vp);
     size_t wsb = o->workspace_bytes(B, T, C, NH);
     void *ws = dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_ACTIVATIONS, wsb);
     o->bind_workspace(ws, wsb);
@@ -101,62 +141,96 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     void *dwte_p = up(wte, (size_t)Vp * C, bf16), *dwpe_p = up(wpe, (size_t)T * C, bf16);
     float *enc = malloc(NC * 4);
     cpu->encoder_forward(enc, inp, wte, wpe, B, T, C);
-    void *denc = up(enc, NC, bf16);
+    void *denc = out_nan(NC, bf16);
     o->encoder_forward(denc, dinp_ids, dwte_p, dwpe_p, B, T, C);
     check("encoder_forward", denc, enc, NC, bf16, 1, t_ew);
     float *dout = rnd(NC, 3, 1.0f);
     round_to(dout, NC, bf16);
     void *ddout = up(dout, NC, bf16);
     float *gwte = rnd((size_t)Vp * C, 4, 1.0f), *gwpe = rnd((size_t)T * C, 5, 1.0f);
+    float *gwte0 = copy_of(gwte, (size_t)Vp * C), *gwpe0 = copy_of(gwpe, (size_t)T * C);
     float *dgwte = up(gwte, (size_t)Vp * C, 0), *dgwpe = up(gwpe, (size_t)T * C, 0);
     cpu->encoder_backward(gwte, gwpe, dout, inp, B, T, C);
     o->encoder_backward(dgwte, dgwpe, ddout, dinp_ids, B, T, C);
-    check("encoder_backward dwte", dgwte, gwte, (size_t)Vp * C, bf16, 0, t_ew);
-    check("encoder_backward dwpe", dgwpe, gwpe, (size_t)T * C, bf16, 0, t_ew);
+    check_added("encoder_backward dwte", dgwte, gwte, gwte0, (size_t)Vp * C, bf16, 0, t_ew);
+    check_added("encoder_backward dwpe", dgwpe, gwpe, gwpe0, (size_t)T * C, bf16, 0, t_ew);
 
-    /* layernorm */
+    /* layernorm: out, mean and rstd written; backward from the CPU's statistics */
     float *x = rnd(NC, 6, 1.0f), *w = rnd((size_t)C, 7, 1.0f), *b = rnd((size_t)C, 8, 0.5f);
     round_to(x, NC, bf16), round_to(w, (size_t)C, bf16), round_to(b, (size_t)C, bf16);
     void *dx = up(x, NC, bf16), *dw = up(w, (size_t)C, bf16), *db = up(b, (size_t)C, bf16);
     float *y = malloc(NC * 4), *mean = malloc((size_t)N * 4), *rstd = malloc((size_t)N * 4);
     cpu->layernorm_forward(y, mean, rstd, x, w, b, N, C);
-    void *dy = up(y, NC, bf16);
-    float *dmean = up(mean, (size_t)N, 0), *drstd = up(rstd, (size_t)N, 0);
+    void *dy = out_nan(NC, bf16);
+    float *dmean = out_nan((size_t)N, 0), *drstd = out_nan((size_t)N, 0);
     o->layernorm_forward(dy, dmean, drstd, dx, dw, db, N, C);
     check("layernorm_forward", dy, y, NC, bf16, 1, t_ln);
+    check("layernorm_forward mean", dmean, mean, (size_t)N, bf16, 0, t_ln);
     check("layernorm_forward rstd", drstd, rstd, (size_t)N, bf16, 0, t_ln);
+    float *mean_in = up(mean, (size_t)N, 0), *rstd_in = up(rstd, (size_t)N, 0);
     float *gx = rnd(NC, 9, 0.1f), *gw = rnd((size_t)C, 10, 0.1f), *gb = rnd((size_t)C, 11, 0.1f);
     round_to(gx, NC, bf16);
+    float *gx0 = copy_of(gx, NC), *gw0 = copy_of(gw, (size_t)C), *gb0 = copy_of(gb, (size_t)C);
     void *dgx = up(gx, NC, bf16);
     float *dgw = up(gw, (size_t)C, 0), *dgb = up(gb, (size_t)C, 0);
     cpu->layernorm_backward(gx, gw, gb, dout, x, w, mean, rstd, N, C);
-    o->layernorm_backward(dgx, dgw, dgb, ddout, dx, dw, dmean, drstd, N, C);
-    check("layernorm_backward dinp", dgx, gx, NC, bf16, 1, t_ln);
-    check("layernorm_backward dw", dgw, gw, (size_t)C, bf16, 0, t_ln);
-    check("layernorm_backward db", dgb, gb, (size_t)C, bf16, 0, t_ln);
+    o->layernorm_backward(dgx, dgw, dgb, ddout, dx, dw, mean_in, rstd_in, N, C);
+    check_added("layernorm_backward dinp", dgx, gx, gx0, NC, bf16, 1, t_ln);
+    check_added("layernorm_backward dw", dgw, gw, gw0, (size_t)C, bf16, 0, t_ln);
+    check_added("layernorm_backward db", dgb, gb, gb0, (size_t)C, bf16, 0, t_ln);
 
-    /* matmul with bias: out[N,3C] */
+    /* matmul with bias: out[N,3C], the bias 16-byte aligned (the BIAS
+     * epilogue) and not (the bias kernel after the GEMM) */
     int OC = 3 * C;
     float *W = rnd((size_t)OC * C, 12, 0.05f), *bias = rnd((size_t)OC, 13, 0.1f);
     round_to(W, (size_t)OC * C, bf16), round_to(bias, (size_t)OC, bf16);
     void *dW = up(W, (size_t)OC * C, bf16), *dbias_p = up(bias, (size_t)OC, bf16);
+    float *bias_shifted = malloc((size_t)(OC + 1) * 4);
+    bias_shifted[0] = 0.0f;
+    memcpy(bias_shifted + 1, bias, (size_t)OC * 4);
+    void *dbias_odd = up(bias_shifted, (size_t)OC + 1, bf16);
+    const void *dbias_un = (const char *)dbias_odd + (bf16 ? 2 : 4); /* 2- or 4-byte aligned */
     float *mo = malloc((size_t)N * OC * 4);
     cpu->matmul_forward(mo, x, W, bias, N, C, OC);
-    void *dmo = up(mo, (size_t)N * OC, bf16);
+    void *dmo = out_nan((size_t)N * OC, bf16);
     o->matmul_forward(dmo, dx, dW, dbias_p, N, C, OC);
-    check("matmul_forward (+bias)", dmo, mo, (size_t)N * OC, bf16, 1, t_mm);
+    check("matmul_forward (+bias, epilogue)", dmo, mo, (size_t)N * OC, bf16, 1, t_mm);
+    void *dmo2 = out_nan((size_t)N * OC, bf16);
+    o->matmul_forward(dmo2, dx, dW, dbias_un, N, C, OC);
+    check("matmul_forward (+bias not 16-byte aligned, bias kernel)", dmo2, mo, (size_t)N * OC, bf16, 1, t_mm);
     float *mdout = rnd((size_t)N * OC, 14, 1.0f);
     round_to(mdout, (size_t)N * OC, bf16);
     void *dmdout = up(mdout, (size_t)N * OC, bf16);
     float *mdin = rnd(NC, 15, 0.1f), *mdw = rnd((size_t)OC * C, 16, 0.1f), *mdb = rnd((size_t)OC, 17, 0.1f);
     round_to(mdin, NC, bf16);
+    float *mdin0 = copy_of(mdin, NC), *mdw0 = copy_of(mdw, (size_t)OC * C), *mdb0 = copy_of(mdb, (size_t)OC);
     void *dmdin = up(mdin, NC, bf16);
     float *dmdw = up(mdw, (size_t)OC * C, 0), *dmdb = up(mdb, (size_t)OC, 0);
     cpu->matmul_backward(mdin, mdw, mdb, mdout, x, W, N, C, OC);
     o->matmul_backward(dmdin, dmdw, dmdb, dmdout, dx, dW, N, C, OC);
-    check("matmul_backward dinp", dmdin, mdin, NC, bf16, 1, t_mm);
-    check("matmul_backward dW", dmdw, mdw, (size_t)OC * C, bf16, 0, t_mm);
-    check("matmul_backward dbias", dmdb, mdb, (size_t)OC, bf16, 0, t_mm);
+    check_added("matmul_backward dinp", dmdin, mdin, mdin0, NC, bf16, 1, t_mm);
+    check_added("matmul_backward dW", dmdw, mdw, mdw0, (size_t)OC * C, bf16, 0, t_mm);
+    check_added("matmul_backward dbias", dmdb, mdb, mdb0, (size_t)OC, bf16, 0, t_mm);
+
+    /* the lm head: no bias, OC = Vp (ldd = Vp), and its backward with
+     * dbias == NULL, over the padded vocabulary */
+    float *lh = malloc((size_t)N * Vp * 4);
+    cpu->matmul_forward(lh, x, wte, NULL, N, C, Vp);
+    void *dlh = out_nan((size_t)N * Vp, bf16);
+    o->matmul_forward(dlh, dx, dwte_p, NULL, N, C, Vp);
+    check("matmul_forward (lm head: no bias, OC = Vp)", dlh, lh, (size_t)N * Vp, bf16, 1, t_mm);
+    float *ldout = rnd((size_t)N * Vp, 23, 1.0f);
+    round_to(ldout, (size_t)N * Vp, bf16);
+    void *dldout = up(ldout, (size_t)N * Vp, bf16);
+    float *ldin = rnd(NC, 24, 0.1f), *ldw = rnd((size_t)Vp * C, 25, 0.1f);
+    round_to(ldin, NC, bf16);
+    float *ldin0 = copy_of(ldin, NC), *ldw0 = copy_of(ldw, (size_t)Vp * C);
+    void *dldin = up(ldin, NC, bf16);
+    float *dldw = up(ldw, (size_t)Vp * C, 0);
+    cpu->matmul_backward(ldin, ldw, NULL, ldout, x, wte, N, C, Vp);
+    o->matmul_backward(dldin, dldw, NULL, dldout, dx, dwte_p, N, C, Vp);
+    check_added("matmul_backward dinp (lm head, dbias NULL)", dldin, ldin, ldin0, NC, bf16, 1, t_mm);
+    check_added("matmul_backward dW (lm head, dbias NULL)", dldw, ldw, ldw0, (size_t)Vp * C, bf16, 0, t_mm);
 
     /* attention over qkv = mo */
     round_to(mo, (size_t)N * OC, bf16);
@@ -164,34 +238,39 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     size_t attn = (size_t)B * NH * T * T;
     float *att = malloc(attn * 4), *ao = malloc(NC * 4);
     cpu->attention_forward(ao, att, mo, B, T, C, NH);
-    void *datt = dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_ACTIVATIONS, o->attention_save_bytes(B, T, NH));
-    void *dao = up(ao, NC, bf16);
+    void *datt = out_nan(o->attention_save_bytes(B, T, NH) / (bf16 ? 2 : 4), bf16);
+    void *dao = out_nan(NC, bf16);
     o->attention_forward(dao, datt, dqkv_in, B, T, C, NH);
     check("attention_forward", dao, ao, NC, bf16, 1, t_ln);
     check("attention_forward probabilities", datt, att, attn, bf16, 1, t_ln);
+    round_to(att, attn, bf16);
+    void *att_in = up(att, attn, bf16);
     float *dq = rnd((size_t)N * OC, 18, 0.1f);
     round_to(dq, (size_t)N * OC, bf16);
+    float *dq0 = copy_of(dq, (size_t)N * OC);
     void *ddq = up(dq, (size_t)N * OC, bf16);
     cpu->attention_backward(dq, dout, mo, att, B, T, C, NH);
-    o->attention_backward(ddq, ddout, dqkv_in, datt, B, T, C, NH);
-    check("attention_backward", ddq, dq, (size_t)N * OC, bf16, 1, t_ln);
+    o->attention_backward(ddq, ddout, dqkv_in, att_in, B, T, C, NH);
+    check_added("attention_backward", ddq, dq, dq0, (size_t)N * OC, bf16, 1, t_ln);
 
     /* gelu, residual */
     size_t n4 = 4 * NC;
     float *gi = rnd(n4, 19, 3.0f), *go = malloc(n4 * 4), *gd = rnd(n4, 20, 1.0f), *gg = rnd(n4, 21, 0.1f);
     round_to(gi, n4, bf16), round_to(gd, n4, bf16), round_to(gg, n4, bf16);
-    void *dgi = up(gi, n4, bf16), *dgo = up(gi, n4, bf16), *dgd = up(gd, n4, bf16), *dgg = up(gg, n4, bf16);
+    float *gg0 = copy_of(gg, n4);
+    void *dgi = up(gi, n4, bf16), *dgo = out_nan(n4, bf16), *dgd = up(gd, n4, bf16), *dgg = up(gg, n4, bf16);
     cpu->gelu_forward(go, gi, n4);
     o->gelu_forward(dgo, dgi, n4);
     check("gelu_forward", dgo, go, n4, bf16, 1, t_ew);
     cpu->gelu_backward(gg, gi, gd, n4);
     o->gelu_backward(dgg, dgi, dgd, n4);
-    check("gelu_backward", dgg, gg, n4, bf16, 1, t_ew);
+    check_added("gelu_backward", dgg, gg, gg0, n4, bf16, 1, t_ew);
+    void *dro = out_nan(n4, bf16);
     cpu->residual_forward(go, gi, gd, n4);
-    o->residual_forward(dgo, dgi, dgd, n4);
-    check("residual_forward", dgo, go, n4, bf16, 1, t_ew);
+    o->residual_forward(dro, dgi, dgd, n4);
+    check("residual_forward", dro, go, n4, bf16, 1, t_ew);
 
-    /* classifier */
+    /* classifier: losses and lse written; the backward from the CPU's lse */
     float *lg = rnd((size_t)N * Vp, 22, 4.0f);
     round_to(lg, (size_t)N * Vp, bf16);
     int *tg = malloc((size_t)N * sizeof *tg);
@@ -202,19 +281,53 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     void *dlg = up(lg, (size_t)N * Vp, bf16);
     float *loss = malloc((size_t)N * 4), *lse = malloc((size_t)N * 4);
     cpu->crossentropy_forward(loss, lse, lg, tg, N, V, Vp);
-    float *dloss_p = up(loss, (size_t)N, 0), *dlse = up(lse, (size_t)N, 0);
+    float *dloss_p = out_nan((size_t)N, 0), *dlse = out_nan((size_t)N, 0);
     o->crossentropy_forward(dloss_p, dlse, dlg, dtg, N, V, Vp);
     check("crossentropy_forward losses", dloss_p, loss, (size_t)N, bf16, 0, bf16 ? 2e-3 : 1e-6);
+    check("crossentropy_forward lse", dlse, lse, (size_t)N, bf16, 0, bf16 ? 2e-3 : 1e-6);
+    float *lse_in = up(lse, (size_t)N, 0);
     float dl = 1.0f / N;
     cpu->crossentropy_backward(lg, lse, tg, dl, N, V, Vp);
-    o->crossentropy_backward(dlg, dlse, dtg, dl, N, V, Vp);
+    o->crossentropy_backward(dlg, lse_in, dtg, dl, N, V, Vp);
     check("crossentropy_backward dlogits", dlg, lg, (size_t)N * Vp, bf16, 1, bf16 ? 2e-2 : 1e-5);
     sr_status st = o->take_error();
     tap_ok(st == SR_OK, "%s ops: no CUDA error (%s)", bf16 ? "bf16" : "f32", st == SR_OK ? "none" : sr_error_message());
-    free(inp), free(wte), free(wpe), free(enc), free(dout), free(gwte), free(gwpe), free(x), free(w), free(b);
-    free(y), free(mean), free(rstd), free(gx), free(gw), free(gb), free(W), free(bias), free(mo), free(mdout);
-    free(mdin), free(mdw), free(mdb), free(att), free(ao), free(dq), free(gi), free(go), free(gd), free(gg);
-    free(lg), free(tg), free(loss), free(lse);
+    free(inp), free(wte), free(wpe), free(enc), free(dout), free(gwte), free(gwpe), free(gwte0), free(gwpe0);
+    free(x), free(w), free(b), free(y), free(mean), free(rstd), free(gx), free(gw), free(gb), free(gx0), free(gw0);
+    free(gb0), free(W), free(bias), free(bias_shifted), free(mo), free(mdout), free(mdin), free(mdw), free(mdb);
+    free(mdin0), free(mdw0), free(mdb0), free(lh), free(ldout), free(ldin), free(ldw), free(ldin0), free(ldw0);
+    free(att), free(ao), free(dq), free(dq0), free(gi), free(go), free(gd), free(gg), free(gg0), free(lg), free(tg);
+    free(loss), free(lse);
+}
+
+/* Step-path downloads: through the pinned bounce buffer; a larger one into
+ * pageable memory refused (70, naming the site) under SHARDRUN_CUDA_SYNC=1,
+ * into pinned memory accepted. */
+static void step_downloads(void) {
+    sr_cuda_ctx *cx = sr_dev_cuda_ctx(dev);
+    bool was = cx->sync_each;
+    cx->sync_each = true;
+    size_t big = dev->bounce_bytes * 2;
+    void *src = dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, big);
+    dev->memset(dev, SR_STREAM_D2H, src, 0, big);
+    double two[2] = {1.0, 1.0};
+    sr_status st = sr_dev_download_step(dev, two, src, sizeof two, "step_scalars");
+    tap_ok(st == SR_OK && two[0] == 0.0 && two[1] == 0.0, "a step-path download of 16 bytes goes through the bounce "
+                                                          "buffer into pageable memory");
+    char *pageable = malloc(big);
+    st = sr_dev_download_step(dev, pageable, src, big, "step_scalars");
+    const char *msg = sr_error_message();
+    tap_ok(st == SR_ERR_INTERNAL && strstr(msg, "step_scalars") && strstr(msg, "pageable"),
+           "SHARDRUN_CUDA_SYNC=1: a step-path download of %zu bytes into pageable memory is refused, 70 naming the "
+           "site (%s)",
+           big, msg);
+    void *pinned = dev->alloc(dev, SR_SPACE_PINNED, SR_MEM_OTHER, big);
+    st = sr_dev_download_step(dev, pinned, src, big, "step_scalars");
+    tap_ok(st == SR_OK, "... and into pinned memory accepted");
+    dev->free(dev, pinned);
+    dev->free(dev, src);
+    free(pageable);
+    cx->sync_each = was;
 }
 
 /* the device table's primitives against the cpu table's */
@@ -310,11 +423,28 @@ int main(void) {
                 dev ? dev->line : sr_error_message()))
         return tap_done();
     dev->timeout_s = 60;
+    const char *skip = getenv("SHARDRUN_TEST_KERNEL_SKIP");
+    if (skip && *skip) {
+        int known = 0;
+        for (int i = 0; i < SR_CUDA_NLAUNCHERS; i++)
+            known += strcmp(skip, sr_cuda_launcher_names[i]) == 0;
+        if (!tap_ok(known == 1, "SHARDRUN_TEST_KERNEL_SKIP=%s names a launcher of sr_cuda.h", skip))
+            return tap_done();
+        tap_diag("SHARDRUN_TEST_KERNEL_SKIP=%s: that launcher launches nothing; this test must fail", skip);
+    }
+    int plans_after_first = 0;
     for (int bf16 = 0; bf16 <= 1; bf16++) {
         ops_at(bf16, 2, 16, 64, 4, 300);
         if (getenv("SHARDRUN_TEST_REAL_SHAPES") && strcmp(getenv("SHARDRUN_TEST_REAL_SHAPES"), "1") == 0)
             ops_at(bf16, 8, 1024, 768, 12, 50257);
     }
+    plans_after_first = sr_gemm_cache_size(sr_dev_cuda_ctx(dev)->gemm);
+    for (int bf16 = 0; bf16 <= 1; bf16++) /* the same shapes again: every plan reused */
+        ops_at(bf16, 2, 16, 64, 4, 300);
+    tap_ok(sr_gemm_cache_size(sr_dev_cuda_ctx(dev)->gemm) == plans_after_first,
+           "the same GEMM shapes a second time build no plan: %d plans, one per distinct shape",
+           sr_gemm_cache_size(sr_dev_cuda_ctx(dev)->gemm));
+    step_downloads();
     primitives();
     tap_ok(sr_cuda_bound() == sr_dev_cuda_ctx(dev) && sr_gemm_cache_size(sr_dev_cuda_ctx(dev)->gemm) >= 8,
            "the table's context is bound to this thread; its plan cache kept %d plans",
