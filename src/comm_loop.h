@@ -7,9 +7,9 @@
  * shape as comm_tcp.h (framed sends and receives by world rank and
  * operation sequence number, a deadline of comm.timeout_s without a
  * message, a lost peer named), so comm.c runs the very same ring
- * algorithms and offset arithmetic over it — what the NCCL plane will
- * share — and the watchdog watches it the same way.  On one GPU it will
- * carry virtual ranks where NCCL cannot run two ranks.
+ * algorithms and offset arithmetic over it, and the watchdog watches it
+ * the same way.  On one GPU it carries the virtual ranks of
+ * tests/test_vranks (NCCL cannot run two ranks on one GPU).
  *
  * A hub holds one mailbox per ordered pair of ranks; a send copies the
  * message into the receiver's mailbox (never blocks), a receive takes the

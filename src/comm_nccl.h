@@ -16,7 +16,7 @@
  * tests/test_nccl_boot runs them under mpirun in CI; in a build without
  * NCCL the NCCL-only functions return SR_ERR_CONFIG (78) saying so.
  *
- * Errors map to statuses as ../shared/GPU.md §5 says: NCCL system, remote
+ * Errors map to statuses as doc/ARCHITECTURE.md §3c says: NCCL system, remote
  * and internal errors, watchdog timeouts and an init past its deadline are
  * SR_ERR_PEER (69); invalid argument or usage and unhandled CUDA errors
  * are SR_ERR_INTERNAL (70); a duplicate GPU, a bad interface and planned

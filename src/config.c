@@ -108,7 +108,7 @@ static const sr_key keys[] = {
  {"sharding.offload.grads", T_BOOL, OFF(offload_grads), "false", 0, 0, NULL, true, "the gradient shard in host memory; implied by offload.optimizer (an explicit false beside it is refused; true alone is refused: it would only move state out and back)"},
  {"sharding.offload.optimizer", T_BOOL, OFF(offload_optimizer), "false", 0, 0, NULL, true, "GPU runs: the fp32 master weights, Adam m and v and the gradient shard in host memory and AdamW on the host; each unit's reduced gradients are copied to the host as its reduction ends; training is bitwise that without offload"},
  {"sharding.offload.pin_memory", T_BOOL, OFF(pin_memory), "true", 0, 0, NULL, true, "pin the offloaded host memory (false: pageable memory, allowed with a warning: every copy becomes synchronous)"},
- {"device", T_ENUM, OFF(device), "auto", 0, 0, device_names, true, "compute device: auto (a GPU when this build has CUDA and one is usable, else the CPU; one rank only in this release), cpu, or cuda (one GPU; fails with 78 when none is usable)"},
+ {"device", T_ENUM, OFF(device), "auto", 0, 0, device_names, true, "compute device: auto (a GPU when this build has CUDA and one is usable, and with several ranks NCCL too; else the CPU), cpu, or cuda (one GPU per rank, picked from the local rank; several ranks need a build with NCCL; fails with 78 when none is usable)"},
  {"checkpoint.dir", T_STR, OFF(ckpt_dir), "\"\"", 0, 0, NULL, true, "directory of sharded checkpoints; empty = no checkpoints"},
  {"checkpoint.every_steps", T_INT, OFF(ckpt_every_steps), "0", 0, 1e12, NULL, true, "checkpoint every N steps; 0 = off"},
  {"checkpoint.every_minutes", T_FLOAT, OFF(ckpt_every_minutes), "0", 0, 1e7, NULL, true, "checkpoint every N minutes; 0 = off"},

@@ -186,9 +186,9 @@ typedef enum { SR_DEVICE_AUTO, SR_DEVICE_CPU, SR_DEVICE_CUDA } sr_device_want;
  * fake table under SHARDRUN_TEST_DEVICE=fake, the cuda table for `want`
  * cuda, and for `want` auto when a usable GPU is seen.  cuda is SR_ERR_CONFIG
  * (78) in a build without CUDA, when no GPU is usable, when the GPU cannot
- * be picked from the local rank, and for a world size above 1 (multi-GPU
- * is not implemented yet); auto with a world size above 1 runs on the CPU
- * with a warning.  *out is set on success; free with sr_device_close. */
+ * be picked from the local rank, and for a world size above 1 in a build
+ * without NCCL; auto with a world size above 1 in such a build runs on the
+ * CPU with a warning.  *out is set on success; free with sr_device_close. */
 sr_status sr_device_open(sr_dev **out, sr_device_want want, int world_size, int local_rank, int local_size);
 /* The op table that computes on `d` in `param_dtype`: the CPU ops (f32) on
  * the cpu and fake tables, the CUDA ops of that dtype on the cuda table. */

@@ -6,7 +6,7 @@
  * cuBLASLt by the usual identity: row-major C = op(A) op(B) is column-major
  * C^T = op(B)^T op(A)^T, so a row-major GEMM (M, N, K) is the column-major
  * GEMM (N, M, K) with A and B swapped (rm_gemm).  Attention is materialized
- * (GPU.md §3.5): per sequence, a strided-batched GEMM over the heads for
+ * (doc/ARCHITECTURE.md §3c): per sequence, a strided-batched GEMM over the heads for
  * the scores (scale folded into alpha), the causal softmax kernel over
  * every row at once, a second batched GEMM for the values; the backward
  * recomputes nothing and keeps one sequence's score gradient in the

@@ -69,4 +69,17 @@ while read -r n; do grep -q "^## §$n " "$DOC" || dangling="$dangling §$n"; don
 check "every ARCHITECTURE.md §N cited in the code exists ($(wc -l <"$T/refs") sections cited)${dangling:+; missing:$dangling}" \
     sh -c "[ -z '$dangling' ] && [ $(wc -l <"$T/refs") -ge 3 ]"
 check "no comment cites DESIGN §N (a document outside the repository)" sh -c "! grep -rn 'DESIGN §' '$SRC' '$SR_SRCDIR/tests' '$SR_SRCDIR/bench' --include='*.[ch]' --include='*.sh' --exclude=layers.sh"
+# outside_refs FILE...: lines citing a document outside the repository (the
+# design notes GPU.md and DESIGN.md, the shared/ folder beside a checkout)
+outside_refs() {
+    grep -nE 'GPU\.md|DESIGN\.md|\.\./shared/|shared/reference' "$@" /dev/null 2>/dev/null
+}
+found=$(find "$SRC" "$SR_SRCDIR/tests" "$SR_SRCDIR/bench" "$SR_SRCDIR/kernels" "$SR_SRCDIR/doc" "$SR_SRCDIR/man" \
+    -maxdepth 2 -type f \( -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' -o -name '*.sh' -o -name '*.py' -o -name '*.md' \
+    -o -name '*.in' -o -name '*.[15]' \) ! -name layers.sh ! -path '*/hf/hub/*' -print 2>/dev/null |
+    while read -r f; do outside_refs "$f"; done)
+found="$found$(outside_refs "$SR_SRCDIR/README.md" "$SR_SRCDIR/configure.ac" "$SR_SRCDIR/Makefile.am")"
+check "no file cites a document outside the repository (GPU.md, DESIGN.md, ../shared)" test -z "$found" || diag "$found"
+printf '/* see GPU.md §8 for the tolerances */\n' >"$T/planted.c"
+check "a citation of a document outside the repository is reported (planted)" test -n "$(outside_refs "$T/planted.c")"
 done_testing

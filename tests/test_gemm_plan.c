@@ -76,7 +76,7 @@ static void linear(int N, int C, int OC) {
     tap_ok(maxdiff(dinp, dinp_ref, (size_t)N * C) < 1e-5, "linear dinp += dout W (beta 1) matches the CPU op");
     tap_ok(maxdiff(dw, dw_ref, (size_t)OC * C) < 1e-5, "linear dW += dout^T inp (beta 1, fp32 D) matches the CPU op");
     tap_ok(f.transa == 1 && f.transb == 0 && f.m == OC && f.n == N && f.k == C && f.ldd == OC,
-           "forward key: W transposed, m = OC, n = N, k = C (GPU.md §3.4)");
+           "forward key: W transposed, m = OC, n = N, k = C (doc/ARCHITECTURE.md §3c)");
     tap_ok(dwk.transa == 0 && dwk.transb == 1 && dwk.m == C && dwk.n == OC && dwk.k == N && dwk.d_f32,
            "dW key: m = C, n = OC, k = N, dout transposed, D in fp32");
     free(inp), free(w), free(dout), free(out_ref), free(out), free(dinp_ref), free(dinp), free(dw_ref), free(dw);

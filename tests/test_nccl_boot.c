@@ -4,7 +4,7 @@
  * rank through the PMIx exchange; the group-declaration check passes when
  * every rank declared the same groups and refuses, on every rank, naming
  * the odd rank, when one declared a group more; the NCCL result codes map
- * to the statuses of ../shared/GPU.md §5.  Rank 0 prints TAP; every rank's
+ * to the statuses of doc/ARCHITECTURE.md §3c.  Rank 0 prints TAP; every rank's
  * verdict is gathered so a failure anywhere fails the test.
  *
  * With `busid` as its argument it runs only the duplicate-GPU check with
@@ -120,7 +120,7 @@ int main(int argc, char **argv) {
     free(ranks);
     sr_transport_close(tp);
 
-    /* 3. NCCL's results as statuses (../shared/GPU.md §5) */
+    /* 3. NCCL's results as statuses (doc/ARCHITECTURE.md §3c) */
     if (me == 0) {
         tap_ok(sr_nccl_status(0) == SR_OK && sr_nccl_status(7) == SR_OK,
                "ncclSuccess and ncclInProgress are not errors");

@@ -608,7 +608,7 @@ static int case_primitives(const backend *b, float **out, size_t *n) {
     return 4;
 }
 
-/* Per-op tolerances: max|got - ref| / max|ref| per output (GPU.md §8, exact
+/* Per-op tolerances: max|got - ref| / max|ref| per output (doc/ARCHITECTURE.md §3c, exact
  * mode; the cpu and fake tables run the same code and must agree to 0). */
 static const struct {
     const char *name;

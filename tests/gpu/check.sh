@@ -210,7 +210,7 @@ st_ops() {
 st_sanitize() {
     if [ -f "$LOGS/build.path" ]; then
         # the rebuild took the time: drop this stage so the whole stays within 7 minutes
-        skip sanitize.memcheck "dropped: the build stage had to rebuild (GPU.md §8)" allowed
+        skip sanitize.memcheck "dropped: the build stage had to rebuild" allowed
         return
     fi
     if ! command -v compute-sanitizer >/dev/null 2>&1; then
