@@ -1261,6 +1261,26 @@ static sr_status write_dump(int fd, const char *tmp, void *arg) {
     return SR_OK;
 }
 
+sr_status sr_fsdp_dump_grads(sr_fsdp *f, const char *path) {
+    const sr_model *m = f->m;
+    if (f->S != 1 || f->mesh.world != 1 || !f->gshard)
+        return sr_error(SR_ERR_CONFIG, "the gradient dump (SHARDRUN_TEST_ORACLE) needs one rank and no offload");
+    float *full = sr_malloc(m->n_params * sizeof(float));
+    if (!full)
+        return sr_error_oom("the gradient dump");
+    sr_status st = SR_OK;
+    for (int ui = 0; ui < f->nunits && st == SR_OK; ui++) {
+        const sr_unit_plan *u = &f->plan.units[ui];
+        st = sr_dev_download(f->dev, full + u->off, f->gshard + u->local, u->n * sizeof(float), "download");
+    }
+    if (st == SR_OK) {
+        dump_ctx d = {m, full};
+        st = sr_fsio_atomic_write(path, write_dump, &d);
+    }
+    free(full);
+    return st;
+}
+
 sr_status sr_fsdp_dump_params(sr_fsdp *f, const char *path) {
     hopt_wait_all(f);
     const sr_model *m = f->m;

@@ -143,6 +143,12 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
         else
             snprintf(h->dump_params, sizeof h->dump_params, "%s", v);
     }
+    if ((v = getenv("SHARDRUN_TEST_ORACLE")) && *v) {
+        if (strlen(v) >= sizeof h->oracle_dir - 32)
+            bad(&ps, "SHARDRUN_TEST_ORACLE", v, "a directory path shorter than 4064 bytes");
+        else
+            snprintf(h->oracle_dir, sizeof h->oracle_dir, "%s", v);
+    }
     if ((v = getenv("SHARDRUN_TEST_ALLOC_FAIL")) && *v) {
         long n = split_rank(v, &h->alloc_fail_rank);
         if (n < 0 || !parse_i64(v, (size_t)n, 1, &h->alloc_fail))
@@ -238,6 +244,8 @@ void sr_testhook_warn_active(void) {
         ADD(" SHARDRUN_TEST_NAN_AT_STEP=%lld", (long long)h->nan_step);
     if (h->dump_params[0])
         ADD(" SHARDRUN_TEST_DUMP_PARAMS=%s", h->dump_params);
+    if (h->oracle_dir[0])
+        ADD(" SHARDRUN_TEST_ORACLE=%s", h->oracle_dir);
     if (h->alloc_fail > 0)
         ADD(" SHARDRUN_TEST_ALLOC_FAIL=%s", getenv("SHARDRUN_TEST_ALLOC_FAIL"));
     if (h->isa[0])

@@ -14,6 +14,10 @@
  *   SHARDRUN_TEST_PREEMPT_AT=STEP[@RANK]       raise the first preemption signal at STEP
  *   SHARDRUN_TEST_NAN_AT_STEP=N                make the loss of step N non-finite
  *   SHARDRUN_TEST_DUMP_PARAMS=PATH             write the final full model to PATH
+ *   SHARDRUN_TEST_ORACLE=DIR                   the first step's batch, a logits row, the
+ *                                              full gradient and the step's constants into
+ *                                              DIR (tests/gpu/oracle.py compares them with
+ *                                              PyTorch; one rank, no offload)
  *   SHARDRUN_TEST_ALLOC_FAIL=N[@RANK]          fail the N-th allocation (1-based)
  *   SHARDRUN_TEST_ISA=LEVEL                    pretend the CPU supports at most LEVEL
  *   SHARDRUN_TEST_MEM_AVAILABLE=BYTES          pretend /proc/meminfo's MemAvailable is BYTES
@@ -64,6 +68,7 @@ typedef struct {
     int preempt_rank;
     int64_t nan_step;       /* -1 = off */
     char dump_params[4096]; /* "" = off */
+    char oracle_dir[4096];  /* SHARDRUN_TEST_ORACLE: "" = off */
     int64_t alloc_fail;     /* 0 = off */
     int alloc_fail_rank;    /* -1 = every rank */
     char isa[16];           /* "" = off */

@@ -30,6 +30,7 @@
 #include "data.h"
 #include "device.h"
 #include "fsdp.h"
+#include "fsio.h"
 #include "isa.h"
 #include "job.h"
 #include "mem.h"
@@ -77,6 +78,7 @@ typedef struct {
     double first_loss, last_loss, last_val, t_start, last_save;
     uint64_t cursor;
     long long hb_steps, hb_step_waits; /* the happens-before checker's count of host waits in steps */
+    int *oracle_in, *oracle_tg;        /* SHARDRUN_TEST_ORACLE: the first step's whole batch */
 } run;
 
 /* What one step produced, and what the ranks agreed on with it. */
@@ -530,6 +532,8 @@ static sr_status teardown(run *r, sr_status st) {
         st = mst;
     free(r->in);
     free(r->tg);
+    free(r->oracle_in);
+    free(r->oracle_tg);
     sr_nccl_close(r->nccl);
     sr_fsdp_free(r->fsdp);
     sr_ctl_close(r->ctl);
@@ -674,6 +678,108 @@ static void banner(run *r) {
 
 /* The micro-batches of step s, the reductions, and one control-plane sum
  * of (loss, ranks that saw a signal, rank 0's clock); then AdamW. */
+/* ---- SHARDRUN_TEST_ORACLE: the first step laid out for an independent
+ * reference (tests/gpu/oracle.py, PyTorch): into DIR, batch.bin (int32
+ * inputs then targets, batch_size x seq_len each), logits.bin (float32: the
+ * logits over the real vocabulary of the first sequence's last position,
+ * after the forward), grads.params (sr_fsdp_dump_grads) and step.json (the
+ * shapes, loss, gradient norm, learning rate, AdamW constants, clipping and
+ * which tensors decay).  One rank without offload. */
+
+static bool oracle_on(const run *r, int64_t s) { return sr_testhook()->oracle_dir[0] && s == r->start.step; }
+
+static void oracle_path(char *buf, size_t n, const char *name) {
+    sr_fmt(buf, n, "%s/%s", sr_testhook()->oracle_dir, name);
+}
+
+typedef struct {
+    const void *p;
+    size_t bytes;
+} blob;
+
+static sr_status write_blobs(int fd, const char *tmp, void *arg) {
+    for (const blob *b = arg; b->p; b++)
+        if (sr_fsio_write_all(fd, b->p, b->bytes) != 0)
+            return sr_fsio_write_error(tmp, errno);
+    return SR_OK;
+}
+
+static sr_status write_text(int fd, const char *tmp, void *arg) {
+    return sr_fsio_write_all(fd, arg, strlen(arg)) == 0 ? SR_OK : sr_fsio_write_error(tmp, errno);
+}
+
+/* After micro-batch a's forward: its tokens, and for a = 0 the logits row. */
+static sr_status oracle_forward(run *r, int a) {
+    const sr_config *cfg = r->cfg;
+    size_t n = (size_t)r->mb * (size_t)r->T, es = r->ops->act == SR_DT_BF16 ? 2 : 4;
+    if (r->w->size != 1 || cfg->offload_optimizer)
+        return sr_error(SR_ERR_CONFIG, "SHARDRUN_TEST_ORACLE needs one rank and sharding.offload.optimizer: false");
+    if (!r->oracle_in) {
+        r->oracle_in = sr_malloc((size_t)cfg->batch_size * (size_t)r->T * sizeof(int));
+        r->oracle_tg = sr_malloc((size_t)cfg->batch_size * (size_t)r->T * sizeof(int));
+        if (!r->oracle_in || !r->oracle_tg)
+            return sr_error_oom("the oracle's batch");
+    }
+    memcpy(r->oracle_in + (size_t)a * n, r->in, n * sizeof(int));
+    memcpy(r->oracle_tg + (size_t)a * n, r->tg, n * sizeof(int));
+    if (a != 0)
+        return SR_OK;
+    const sr_model_dims *d = &r->model.d;
+    void *row = sr_malloc((size_t)d->V * es);
+    float *f = sr_malloc((size_t)d->V * sizeof(float));
+    sr_status st = row && f ? SR_OK : sr_error_oom("the oracle's logits row");
+    /* the download waits for the forward on the compute stream (the
+     * backward turns the logits into their gradient in place later) */
+    sr_event ev = {0};
+    if (st == SR_OK) {
+        r->dev->record(r->dev, &ev, SR_STREAM_COMPUTE);
+        st = r->dev->wait(r->dev, SR_STREAM_D2H, &ev);
+    }
+    if (st == SR_OK)
+        st = sr_dev_download(r->dev, row, (const char *)r->model.logits + (size_t)(r->T - 1) * d->Vp * es,
+                             (size_t)d->V * es, "download");
+    for (int v = 0; st == SR_OK && v < d->V; v++)
+        f[v] = es == 2 ? sr_bf16_to_f32(((const uint16_t *)row)[v]) : ((const float *)row)[v];
+    char path[PATH_MAX];
+    oracle_path(path, sizeof path, "logits.bin");
+    blob b[] = {{f, (size_t)d->V * sizeof(float)}, {NULL, 0}};
+    if (st == SR_OK)
+        st = sr_fsio_atomic_write(path, write_blobs, b);
+    free(row);
+    free(f);
+    return st;
+}
+
+/* After the step's gradients are final and its constants known. */
+static sr_status oracle_step(run *r, const step_out *o) {
+    const sr_config *cfg = r->cfg;
+    const sr_model_dims *d = &r->model.d;
+    char path[PATH_MAX];
+    oracle_path(path, sizeof path, "grads.params");
+    sr_status st = sr_fsdp_dump_grads(r->fsdp, path);
+    size_t n = (size_t)cfg->batch_size * (size_t)r->T * sizeof(int);
+    blob b[] = {{r->oracle_in, n}, {r->oracle_tg, n}, {NULL, 0}};
+    oracle_path(path, sizeof path, "batch.bin");
+    if (st == SR_OK)
+        st = sr_fsio_atomic_write(path, write_blobs, b);
+    json_t *decay = json_array();
+    for (int i = 0; i < r->model.n_tensors; i++)
+        if (r->model.tensors[i].decay)
+            json_array_append_new(decay, json_string(r->model.tensors[i].name));
+    json_t *j = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:o}", "L",
+                          d->L, "NH", d->NH, "C", d->C, "V", d->V, "Vp", d->Vp, "T", r->T, "B", (int)cfg->batch_size,
+                          "loss", o->loss, "grad_norm", o->norm, "lr", o->lr, "beta1", cfg->beta1, "beta2", cfg->beta2,
+                          "eps", cfg->eps, "weight_decay", cfg->weight_decay, "grad_clip", cfg->grad_clip, "act",
+                          r->ops->act == SR_DT_BF16 ? "bf16" : "f32", "decay", decay);
+    char *text = j ? json_dumps(j, JSON_INDENT(1)) : NULL;
+    oracle_path(path, sizeof path, "step.json");
+    if (st == SR_OK)
+        st = text ? sr_fsio_atomic_write(path, write_text, text) : sr_error_oom("the oracle's step.json");
+    free(text);
+    json_decref(j);
+    return st;
+}
+
 static sr_status train_step(run *r, int64_t s, step_out *o) {
     const sr_config *cfg = r->cfg;
     const sr_world *w = r->w;
@@ -697,6 +803,8 @@ static sr_status train_step(run *r, int64_t s, step_out *o) {
         uint64_t first = r->cursor + (uint64_t)(w->rank * rank_seqs) + (uint64_t)a * (uint64_t)r->mb;
         sr_data_batch(r->train, first, r->mb, true, (uint64_t)cfg->seed, r->in, r->tg);
         st = sr_fsdp_forward(r->fsdp, r->in, r->tg, r->mb);
+        if (st == SR_OK && oracle_on(r, s))
+            st = oracle_forward(r, a);
         if (st == SR_OK)
             st = sr_fsdp_backward(r->fsdp, (float)dloss, a == r->accum - 1);
     }
@@ -723,6 +831,8 @@ static sr_status train_step(run *r, int64_t s, step_out *o) {
                         (long long)(s + 1), isfinite(o->loss) ? "gradient norm" : "loss", o->loss, o->norm);
     float scale = cfg->grad_clip > 0 && o->norm > cfg->grad_clip ? (float)(cfg->grad_clip / o->norm) : 1.0f;
     o->lr = sr_lr_at(&r->job.schedule, s);
+    if (oracle_on(r, s) && (st = oracle_step(r, o)) != SR_OK)
+        return st;
     sr_fsdp_optimizer_step(r->fsdp, s + 1, o->lr, &r->job.adamw, scale);
     if (r->dev->hb) {
         /* the engine's rule: the host waits for the device once per step */

@@ -1,0 +1,236 @@
+#!/usr/bin/python3
+"""oracle.py — one training step of shardrun against an independent PyTorch GPT-2.
+
+tests/gpu/check.sh's `oracle` stage runs shardrun for one step with
+SHARDRUN_TEST_ORACLE=DIR (the batch, a logits row, the full gradient and the
+step's constants: src/train.c) and SHARDRUN_TEST_DUMP_PARAMS=DIR/after.params,
+from initial weights it exported as safetensors.  This script loads the same
+weights into bench/bench_torch.py's GPT (read with json and struct alone: no
+safetensors package), feeds it the same batch and takes the same step:
+TF32 off, the math attention in exact mode, global-norm clipping at
+grad_clip, AdamW with weight decay on the tensors of 2+ dimensions (the
+step.json's list must say the same).  In bf16 mode the reference computes in
+float32 on the bf16-rounded weights (what shardrun's gathered parameters
+are) and updates the float32 master.
+
+Compared, with the tolerances of doc/ARCHITECTURE.md §3c:
+  loss                       relative          1e-5 exact / 1e-2 bf16
+  one logits row             max|d| / max|ref| 1e-4       / 2e-2
+  gradients, per tensor      max|d| / max|ref| 1e-4       / 5e-2
+  parameters after the step  relative L2 per tensor <= 1e-3 (exact mode;
+                             never element by element: Adam turns gradient
+                             noise near 0 into +-lr)
+Prints one line per check ("ok ..." / "FAIL ...") and a summary; exit 0 when
+every check holds, 1 when one does not, 2 on bad input.
+
+usage: oracle.py DIR INIT.safetensors --mode exact|bf16 [--device cuda|cpu]
+"""
+import contextlib
+import json
+import math
+import os
+import struct
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from bench_torch import GPT  # noqa: E402  (the same model as the PyTorch rows of the benchmarks)
+
+TOL = {"exact": dict(loss=1e-5, logits=1e-4, grads=1e-4, params=1e-3),
+       "bf16": dict(loss=1e-2, logits=2e-2, grads=5e-2, params=None)}
+
+
+def die(msg):
+    print(f"oracle: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def read_safetensors(path):
+    """{name: float32 tensor} from a safetensors file of F32 tensors."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 8:
+        die(f"{path}: not a safetensors file")
+    (hlen,) = struct.unpack_from("<Q", data, 0)
+    header = json.loads(data[8:8 + hlen])
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        if e["dtype"] != "F32":
+            die(f"{path}: {name} is {e['dtype']}, expected F32")
+        a, b = e["data_offsets"]
+        t = torch.frombuffer(bytearray(data[8 + hlen + a:8 + hlen + b]), dtype=torch.float32)
+        out[name] = t.reshape(e["shape"])
+    return out
+
+
+def read_params(path):
+    """{name: flat float32 tensor} from a shardrun parameter or gradient dump."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:8] != b"SRPARAMS":
+        die(f"{path}: not a shardrun parameter dump")
+    (n,) = struct.unpack_from("<i", data, 8)
+    off, names = 12, []
+    for _ in range(n):
+        name = data[off:off + 64].split(b"\0")[0].decode()
+        (numel,) = struct.unpack_from("<q", data, off + 64)
+        names.append((name, numel))
+        off += 72
+    flat = torch.frombuffer(bytearray(data[off:]), dtype=torch.float32)
+    out, at = {}, 0
+    for name, numel in names:
+        out[name] = flat[at:at + numel]
+        at += numel
+    return out
+
+
+def module_param(model, name):
+    """The model's parameter for a shardrun tensor name (h.3.attn.c_attn.weight ...)."""
+    parts = name.split(".")
+    if parts[0] == "h":
+        blk = model.h[int(parts[1])]
+        rest = ".".join(parts[2:])
+        mod = {"ln_1": blk.ln_1, "attn.c_attn": blk.c_attn, "attn.c_proj": blk.c_proj, "ln_2": blk.ln_2,
+               "mlp.c_fc": blk.c_fc, "mlp.c_proj": blk.mlp_proj}[rest.rsplit(".", 1)[0]]
+        return getattr(mod, rest.rsplit(".", 1)[1])
+    return getattr({"wte": model.wte, "wpe": model.wpe, "ln_f": model.ln_f}[parts[0]], parts[1])
+
+
+def load_init(model, st, V):
+    """The Hugging Face GPT-2 names and layouts (Conv1D weights [in, out]) into the model."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        for hf, t in st.items():
+            name = hf[len("transformer."):] if hf.startswith("transformer.") else hf
+            p = module_param(model, name)
+            if name == "wte.weight":
+                p[:V].copy_(t)
+            elif t.dim() == 2 and name.startswith("h."):
+                p.copy_(t.t())
+            else:
+                p.copy_(t.reshape(p.shape))
+
+
+def max_rel(got, ref):
+    d = (got.double() - ref.double()).abs().max().item()
+    m = ref.double().abs().max().item()
+    return d / m if m > 0 else d
+
+
+def main():
+    args = sys.argv[1:]
+    if len(args) < 4 or "--mode" not in args:
+        die("usage: oracle.py DIR INIT.safetensors --mode exact|bf16 [--device cuda|cpu]")
+    d, init = args[0], args[1]
+    mode = args[args.index("--mode") + 1]
+    device = args[args.index("--device") + 1] if "--device" in args else "cpu"
+    if mode not in TOL:
+        die(f"--mode {mode}: expected exact or bf16")
+    tol = TOL[mode]
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    with open(os.path.join(d, "step.json")) as f:
+        s = json.load(f)
+    L, NH, C, V, T, B = s["L"], s["NH"], s["C"], s["V"], s["T"], s["B"]
+    batch = torch.frombuffer(bytearray(open(os.path.join(d, "batch.bin"), "rb").read()), dtype=torch.int32)
+    if batch.numel() != 2 * B * T:
+        die(f"batch.bin holds {batch.numel()} tokens, expected {2 * B * T}")
+    idx = batch[:B * T].reshape(B, T).long().to(device)
+    tgt = batch[B * T:].reshape(B, T).long().to(device)
+
+    model = GPT(L, NH, C, V, T)
+    if model.Vp != s["Vp"]:
+        die(f"padded vocabulary {model.Vp} here, {s['Vp']} in shardrun")
+    load_init(model, read_safetensors(init), V)
+    model = model.to(device)
+    names = [n for n, _ in read_params(os.path.join(d, "grads.params")).items()]
+    params = {n: module_param(model, n) for n in names}
+    decay = {n for n, p in params.items() if p.dim() >= 2}
+    if decay != set(s["decay"]):
+        die(f"shardrun decays {sorted(set(s['decay']) ^ decay)} differently from the 2+ dimension rule")
+    master = {n: p.detach().clone() for n, p in params.items()}
+    if mode == "bf16":  # the forward sees the bf16-rounded weights
+        with torch.no_grad():
+            for p in params.values():
+                p.copy_(p.to(torch.bfloat16).float())
+
+    # forward and backward: the model's own modules, the logits kept
+    # (on the CPU the model's attention is the math one already; an older
+    # torch without torch.nn.attention runs here only on the CPU)
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        attention = sdpa_kernel([SDPBackend.MATH] if mode == "exact" else
+                                [SDPBackend.MATH, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION])
+    except ImportError:
+        if device != "cpu":
+            die("this torch has no torch.nn.attention.sdpa_kernel to pick the math attention on the GPU")
+        attention = contextlib.nullcontext()
+    with attention:
+        x = model.wte(idx) + model.wpe(torch.arange(T, device=device))
+        for blk in model.h:
+            x = blk(x, model.mask)
+        logits = model.ln_f(x) @ model.wte.weight[:V].T
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
+        loss.backward()
+
+    results = []
+
+    def report(what, value, limit, note=""):
+        ok = limit is None or value <= limit
+        results.append(ok)
+        bound = "reported" if limit is None else f"<= {limit:g}"
+        print(f"{'ok' if ok else 'FAIL'} {what}: {value:.3e} ({bound}){note}")
+
+    report("loss, relative", abs(s["loss"] - loss.item()) / abs(loss.item()), tol["loss"],
+           f"; shardrun {s['loss']:.7f}, PyTorch {loss.item():.7f}")
+    row = torch.frombuffer(bytearray(open(os.path.join(d, "logits.bin"), "rb").read()), dtype=torch.float32)
+    report("logits of sequence 0, position T-1, max-relative", max_rel(row, logits[0, T - 1].detach().cpu()),
+           tol["logits"])
+    grads = read_params(os.path.join(d, "grads.params"))
+    worst, worst_name = 0.0, ""
+    for n, g in grads.items():
+        ref = params[n].grad.detach().cpu().reshape(-1)
+        if n == "wte.weight":  # the padded rows: zero in both
+            ref = torch.cat([ref, torch.zeros(g.numel() - ref.numel())]) if ref.numel() < g.numel() else ref
+        r = max_rel(g, ref)
+        if not r <= worst:
+            worst, worst_name = r, n
+    report(f"gradients, per tensor max-relative, worst of {len(grads)}", worst, tol["grads"], f" ({worst_name})")
+    norm = math.sqrt(sum(p.grad.double().pow(2).sum().item() for p in params.values()))
+    report("gradient norm, relative", abs(s["grad_norm"] - norm) / norm, tol["grads"])
+
+    # the step: clip by the global norm, AdamW on the float32 master
+    scale = s["grad_clip"] / norm if s["grad_clip"] > 0 and norm > s["grad_clip"] else 1.0
+    with torch.no_grad():
+        for n, p in params.items():
+            p.copy_(master[n])
+            p.grad.mul_(scale)
+    groups = [{"params": [params[n] for n in names if n in decay], "weight_decay": s["weight_decay"]},
+              {"params": [params[n] for n in names if n not in decay], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=s["lr"], betas=(s["beta1"], s["beta2"]), eps=s["eps"], foreach=False)
+    opt.step()
+    after = read_params(os.path.join(d, "after.params"))
+    worst, worst_name, worst_upd = 0.0, "", 0.0
+    for n, p in params.items():
+        got, ref, before = after[n], p.detach().cpu().reshape(-1), master[n].cpu().reshape(-1)
+        if got.numel() != ref.numel():
+            got = got[:ref.numel()]
+        r = (got.double() - ref.double()).norm().item() / max(ref.double().norm().item(), 1e-30)
+        du = (ref.double() - before.double()).norm().item()
+        u = (got.double() - ref.double()).norm().item() / du if du > 0 else 0.0
+        worst_upd = max(worst_upd, u)
+        if not r <= worst:
+            worst, worst_name = r, n
+    report("parameters after one AdamW step, relative L2 per tensor, worst", worst, tol["params"],
+           f" ({worst_name}; the update itself differs by at most {worst_upd:.2e} of its L2 norm, reported)")
+    print(f"oracle ({mode}, {device}): {sum(results)} of {len(results)} checks hold")
+    sys.exit(0 if all(results) else 1)
+
+
+if __name__ == "__main__":
+    main()
