@@ -4,13 +4,42 @@
  * the denominator of tests/gpu/check.sh's "MFU vs measured GEMM".  Prints
  * one row per shape with the median of 10 timed runs (after 3 warm-ups),
  * the spread and the ratio to 8192^3, and a last line `GEMM_TFLOPS=<x>`.
- * Exit 77 without a GPU. */
+ * The operands are random bf16 in [-1, 1) (a GPU's tensor cores run
+ * measurably faster on zeros); D is random too, since the dW shape
+ * accumulates into it (beta = 1).  Exit 77 without a GPU. */
 #include "srconfig.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_backend.h"
+#include "dtype.h"
+
+/* Fills `bytes` of device memory at dst with copies of a 64 MiB host chunk
+ * of random values in [-1, 1): bf16 when bf16, else f32. */
+static int fill_random(sr_dev *dev, void *dst, size_t bytes, bool bf16, uint64_t seed) {
+    const size_t chunk = (size_t)64 << 20;
+    unsigned char *h = malloc(chunk);
+    if (!h)
+        return -1;
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (size_t i = 0; i < chunk / 4; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        float v = (float)((double)(x >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+        if (bf16) {
+            uint16_t b[2] = {sr_f32_to_bf16(v), sr_f32_to_bf16(-v * 0.5f)};
+            memcpy(h + 4 * i, b, 4);
+        } else
+            memcpy(h + 4 * i, &v, 4);
+    }
+    size_t first = bytes < chunk ? bytes : chunk;
+    sr_status st = sr_dev_upload(dev, dst, h, first, "upload");
+    for (size_t at = first; st == SR_OK && at < bytes; at += chunk)
+        dev->copy(dev, SR_STREAM_COMPUTE, (char *)dst + at, dst, bytes - at < chunk ? bytes - at : chunk);
+    free(h);
+    return st == SR_OK && dev->sync(dev, SR_STREAM_COMPUTE) == SR_OK ? 0 : -1;
+}
 
 static int cmp(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
@@ -52,13 +81,16 @@ int main(void) {
     void *D = dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, maxe * 4);
     if (!A || !B || !D)
         return 1;
-    dev->memset(dev, SR_STREAM_COMPUTE, A, 0x3c, maxe * 2);
-    dev->memset(dev, SR_STREAM_COMPUTE, B, 0x3c, maxe * 2);
+    if (fill_random(dev, A, maxe * 2, true, 1) != 0 || fill_random(dev, B, maxe * 2, true, 2) != 0 ||
+        fill_random(dev, D, maxe * 4, false, 3) != 0) {
+        fprintf(stderr, "gpu_gemm: filling the operands failed: %s\n", sr_error_message());
+        return 1;
+    }
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     double base = 0.0;
-    printf("| GEMM (bf16 in, fp32 accumulate) | TFLOP/s median | spread | vs 8192^3 |\n|---|---|---|---|\n");
+    printf("| GEMM (random bf16 in, fp32 accumulate) | TFLOP/s median | spread | vs 8192^3 |\n|---|---|---|---|\n");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         int M = shapes[i].M, N = shapes[i].N, K = shapes[i].K, ta = shapes[i].ta, tb = shapes[i].tb;
         bool dw = ta == 1;

@@ -116,6 +116,11 @@ static sr_status write_safetensors(int fd, const char *tmp, void *arg) {
     return st;
 }
 
+sr_status sr_export_safetensors(const sr_model *m, const float *all, const char *path) {
+    st_ctx x = {m, all};
+    return sr_fsio_atomic_write(path, write_safetensors, &x);
+}
+
 typedef struct {
     const char *text;
 } text_ctx;

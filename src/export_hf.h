@@ -16,6 +16,7 @@
 
 #include <stdio.h>
 
+#include "model.h"
 #include "status.h"
 
 typedef enum { SR_EXPORT_AUTO, SR_EXPORT_HF, SR_EXPORT_SAFETENSORS, SR_EXPORT_LLMC } sr_export_format;
@@ -33,5 +34,11 @@ int sr_export_format_parse(const char *name);
  * dest (a config.json not written by shardrun among them, checked before
  * anything is written), SR_ERR_IO while writing. */
 sr_status sr_export(const char *path, const char *dest, sr_export_format fmt, FILE *out);
+
+/* The model's full parameters `all` (unit-major, n_params floats) as one
+ * safetensors file at `path` under the Hugging Face names and layouts
+ * above, written atomically (the oracle's initial weights: train.c).
+ * SR_ERR_CANTCREAT / SR_ERR_IO naming path. */
+sr_status sr_export_safetensors(const sr_model *m, const float *all, const char *path);
 
 #endif

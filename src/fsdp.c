@@ -1281,19 +1281,14 @@ sr_status sr_fsdp_dump_grads(sr_fsdp *f, const char *path) {
     return st;
 }
 
-sr_status sr_fsdp_dump_params(sr_fsdp *f, const char *path) {
+sr_status sr_fsdp_gather_params(sr_fsdp *f, float *full) {
     hopt_wait_all(f);
-    const sr_model *m = f->m;
     size_t biggest = 0;
     for (int ui = 0; ui < f->nunits; ui++)
         biggest = f->plan.units[ui].P > biggest ? f->plan.units[ui].P : biggest;
-    float *full = sr_malloc(m->n_params * sizeof(float));
     float *unit_buf = dalloc(f, SR_MEM_OTHER, (size_t)f->S * biggest * sizeof(float));
-    if (!full || !unit_buf) {
-        free(full);
-        dfree(f, (void **)&unit_buf);
-        return sr_error_oom("the parameter dump");
-    }
+    if (!unit_buf)
+        return sr_error_oom("the parameter gather");
     sr_status st = SR_OK;
     for (int ui = 0; ui < f->nunits && st == SR_OK; ui++) {
         const sr_unit_plan *u = &f->plan.units[ui];
@@ -1312,11 +1307,20 @@ sr_status sr_fsdp_dump_params(sr_fsdp *f, const char *path) {
         if (st == SR_OK)
             st = sr_dev_download(f->dev, full + u->off, unit_buf, u->n * sizeof(float), "download");
     }
+    dfree(f, (void **)&unit_buf);
+    return st;
+}
+
+sr_status sr_fsdp_dump_params(sr_fsdp *f, const char *path) {
+    const sr_model *m = f->m;
+    float *full = sr_malloc(m->n_params * sizeof(float));
+    if (!full)
+        return sr_error_oom("the parameter dump");
+    sr_status st = sr_fsdp_gather_params(f, full);
     if (st == SR_OK && f->mesh.rank == 0) {
         dump_ctx d = {m, full};
         st = sr_fsio_atomic_write(path, write_dump, &d);
     }
     free(full);
-    dfree(f, (void **)&unit_buf);
     return st;
 }

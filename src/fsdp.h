@@ -106,6 +106,9 @@ int sr_fsdp_units(const sr_fsdp *f);
  * numel}, then the floats of every tensor in table order.
  * SR_ERR_CANTCREAT / SR_ERR_IO on rank 0, SR_ERR_PEER anywhere. */
 sr_status sr_fsdp_dump_params(sr_fsdp *f, const char *path);
+/* The full model (n_params floats, unit-major) into `full` on every rank:
+ * collectives over the shard group, so every rank calls it, outside a step. */
+sr_status sr_fsdp_gather_params(sr_fsdp *f, float *full);
 /* The full gradient of the step (mean loss, before clipping) in the same
  * format, after sr_fsdp_finish_grads and before the optimizer step: one
  * rank without offload only (SHARDRUN_TEST_ORACLE), else SR_ERR_CONFIG. */

@@ -30,6 +30,7 @@
 #include "data.h"
 #include "device.h"
 #include "fsdp.h"
+#include "export_hf.h"
 #include "fsio.h"
 #include "isa.h"
 #include "job.h"
@@ -679,7 +680,8 @@ static void banner(run *r) {
 /* The micro-batches of step s, the reductions, and one control-plane sum
  * of (loss, ranks that saw a signal, rank 0's clock); then AdamW. */
 /* ---- SHARDRUN_TEST_ORACLE: the first step laid out for an independent
- * reference (tests/gpu/oracle.py, PyTorch): into DIR, batch.bin (int32
+ * reference (tests/gpu/oracle.py, PyTorch): into DIR, init.safetensors (the
+ * weights the step starts from, as `ckpt export` writes them), batch.bin (int32
  * inputs then targets, batch_size x seq_len each), logits.bin (float32: the
  * logits over the real vocabulary of the first sequence's last position,
  * after the forward), grads.params (sr_fsdp_dump_grads) and step.json (the
@@ -708,12 +710,26 @@ static sr_status write_text(int fd, const char *tmp, void *arg) {
     return sr_fsio_write_all(fd, arg, strlen(arg)) == 0 ? SR_OK : sr_fsio_write_error(tmp, errno);
 }
 
+/* Before the step: the weights it starts from. */
+static sr_status oracle_init(run *r) {
+    if (r->w->size != 1 || r->cfg->offload_optimizer)
+        return sr_error(SR_ERR_CONFIG, "SHARDRUN_TEST_ORACLE needs one rank and sharding.offload.optimizer: false");
+    float *full = sr_malloc(r->model.n_params * sizeof(float));
+    if (!full)
+        return sr_error_oom("the oracle's initial weights");
+    char path[PATH_MAX];
+    oracle_path(path, sizeof path, "init.safetensors");
+    sr_status st = sr_fsdp_gather_params(r->fsdp, full);
+    if (st == SR_OK)
+        st = sr_export_safetensors(&r->model, full, path);
+    free(full);
+    return st;
+}
+
 /* After micro-batch a's forward: its tokens, and for a = 0 the logits row. */
 static sr_status oracle_forward(run *r, int a) {
     const sr_config *cfg = r->cfg;
     size_t n = (size_t)r->mb * (size_t)r->T, es = r->ops->act == SR_DT_BF16 ? 2 : 4;
-    if (r->w->size != 1 || cfg->offload_optimizer)
-        return sr_error(SR_ERR_CONFIG, "SHARDRUN_TEST_ORACLE needs one rank and sharding.offload.optimizer: false");
     if (!r->oracle_in) {
         r->oracle_in = sr_malloc((size_t)cfg->batch_size * (size_t)r->T * sizeof(int));
         r->oracle_tg = sr_malloc((size_t)cfg->batch_size * (size_t)r->T * sizeof(int));
@@ -766,11 +782,13 @@ static sr_status oracle_step(run *r, const step_out *o) {
     for (int i = 0; i < r->model.n_tensors; i++)
         if (r->model.tensors[i].decay)
             json_array_append_new(decay, json_string(r->model.tensors[i].name));
-    json_t *j = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:o}", "L",
+    json_t *j = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:s, s:o}",
+                          "L",
                           d->L, "NH", d->NH, "C", d->C, "V", d->V, "Vp", d->Vp, "T", r->T, "B", (int)cfg->batch_size,
                           "loss", o->loss, "grad_norm", o->norm, "lr", o->lr, "beta1", cfg->beta1, "beta2", cfg->beta2,
                           "eps", cfg->eps, "weight_decay", cfg->weight_decay, "grad_clip", cfg->grad_clip, "act",
-                          r->ops->act == SR_DT_BF16 ? "bf16" : "f32", "decay", decay);
+                          r->ops->act == SR_DT_BF16 ? "bf16" : "f32", "param_dtype",
+                          cfg->param_dtype == SR_DT_BF16 ? "bf16" : "fp32", "decay", decay);
     char *text = j ? json_dumps(j, JSON_INDENT(1)) : NULL;
     oracle_path(path, sizeof path, "step.json");
     if (st == SR_OK)
@@ -788,6 +806,11 @@ static sr_status train_step(run *r, int64_t s, step_out *o) {
     uint64_t comm0 = r->dev->comm_wait_ns;
     sr_preempt_test_hook(s + 1, w->rank);
     r->dev->step = s + 1; /* for a GPU deadline's message */
+    if (oracle_on(r, s)) {
+        sr_status ost = oracle_init(r);
+        if (ost != SR_OK)
+            return ost;
+    }
     sr_fsdp_begin_step(r->fsdp);
     const double dloss = 1.0 / ((double)cfg->batch_size * r->T);
     const int64_t rank_seqs = (int64_t)r->mb * r->accum; /* this rank's slice of every global batch */

@@ -1,18 +1,30 @@
 #!/bin/sh
 # check.sh — the GPU check: every stage that needs a GPU, in one call.
 #
-# usage: tests/gpu/check.sh [--rehearse] OUTDIR [STAGE...]
-#   stages: env build gemm ops sanitize step curves determinism nccl vranks
-#   overhead memory throughput
-#   (default: all, in that order).  Also `make gpu-check OUT=DIR`.
+# usage: tests/gpu/check.sh [--rehearse] [--quick] OUTDIR [STAGE...]
+#   --quick: env build ops step oracle curves nccl, the short form of each
+#   (ops small and real shapes, step and curves tiny, nccl size-1 and the
+#   stall), within 3 minutes on an H200: the first minutes on a GPU answer
+#   most questions.  Run it first.
+#   full (default): env build ops step oracle curves determinism nccl
+#   vranks gemm throughput overhead memory sanitize.  A full run on an
+#   OUTDIR whose check.txt holds an earlier run resumes: stages that passed
+#   are not run again (a stage passed in its --quick form runs only the rest
+#   of it), and a resumed run ends within 6 minutes, a fresh one within 9.
+#   Also `make gpu-check OUT=DIR`.
 #
-# Each stage runs under `timeout` (budgets below; the whole fits 8 minutes
-# on one H200) and writes `PASS|FAIL|SKIP <stage>.<check>: <detail>` lines
-# to OUTDIR/check.txt as it goes; the last line is `N passed, N failed, N
-# skipped`; exit 0 only when nothing failed.  When `nvidia-smi -L` lists a
-# GPU, a SKIP counts as a FAIL, except compute-sanitizer saying the device
-# is unsupported and the torch.compile row.  OUTDIR ends with at most 8
-# files: check.txt, env.txt, gemm.md, throughput.md, logs.tar.gz.
+# Each stage runs under `timeout` (its budget, or what is left of the
+# whole) and writes `PASS|FAIL|SKIP <stage>.<check>: <detail> [N s]` lines
+# (N: the stage's seconds so far) to OUTDIR/check.txt as it goes, then a
+# `STAGE <stage> <part> <pass|fail> N s` line; the last line is `N passed,
+# N failed, N skipped`; exit 0 only when nothing failed.  When `ops` fails
+# every training stage is reported FAIL "skipped: ops failed" without
+# running.  When `nvidia-smi -L` lists a GPU, a SKIP counts as a FAIL,
+# except compute-sanitizer saying the device is unsupported and the
+# torch.compile row.  The logs live in a temporary folder and are packed
+# into OUTDIR/logs.tar.gz after every stage, so a killed check still leaves
+# them; OUTDIR holds at most 8 files: check.txt, env.txt, gemm.md,
+# throughput.md, logs.tar.gz.
 #
 # --rehearse runs every stage on a machine without a GPU: the fake device
 # (SHARDRUN_TEST_DEVICE=fake) stands in for the GPU against the CPU, so the
@@ -20,33 +32,46 @@
 # anywhere (make check runs it).
 #
 # Binaries: $SHARDRUN_BUILD (default: build-gpu/ when it holds a shardrun,
-# else the build directory this runs from); runtime libraries a bundle
-# carries in .deps/ are found through LD_LIBRARY_PATH.  References for the
-# loss curves come from `make gpu-refs` (gpu-refs/, made on a CPU).
+# else the build directory this runs from); they are never rebuilt here (a
+# GPU machine's image is not Debian 12).  Runtime libraries a bundle
+# carries in .deps/ are found through LD_LIBRARY_PATH; CUDA libraries the
+# loader does not find (libnccl, libcudart, libcublasLt) are taken from the
+# lib folders of the Python environment's NVIDIA packages (nvidia.nccl,
+# ...), and env.txt says so.  References for the loss curves come from
+# `make gpu-refs` (gpu-refs/, made on a CPU).
 set -u
-rehearse=0
-make_refs_only=0
+rehearse=0 quick=0 make_refs_only=0
 if [ "${1:-}" = --make-refs ]; then
     make_refs_only=1 # make gpu-refs: only the CPU references, into gpu-refs/
     shift
 fi
-if [ "${1:-}" = --rehearse ]; then
-    rehearse=1
+while [ $# -gt 0 ]; do
+    case $1 in
+    --rehearse) rehearse=1 ;;
+    --quick) quick=1 ;;
+    *) break ;;
+    esac
     shift
-fi
-[ $# -ge 1 ] || { echo "usage: $0 [--rehearse] OUTDIR [STAGE...]" >&2; exit 64; }
+done
+[ $# -ge 1 ] || { echo "usage: $0 [--rehearse] [--quick] OUTDIR [STAGE...]" >&2; exit 64; }
 OUT=$1
 shift
-STAGES=${*:-env build gemm ops sanitize step curves determinism nccl vranks overhead memory throughput}
+ALL_STAGES="env build ops step oracle curves determinism nccl vranks gemm throughput overhead memory sanitize"
+QUICK_STAGES="env build ops step oracle curves nccl"
+TRAINING_STAGES="step oracle curves determinism nccl vranks throughput overhead memory"
+if [ $# -gt 0 ]; then STAGES=$*; elif [ $quick = 1 ]; then STAGES=$QUICK_STAGES; else STAGES=$ALL_STAGES; fi
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$OUT" || exit 73
 OUT=$(cd "$OUT" && pwd)
-LOGS=$OUT/logs
-mkdir -p "$LOGS"
-[ -n "${SR_CHECK_STAGE:-}" ] || : >"$OUT/check.txt"
-if [ -f "$LOGS/build.path" ]; then
-    BUILD=$(cat "$LOGS/build.path") # a rebuild of the build stage
-elif [ -n "${SHARDRUN_BUILD:-}" ]; then
+# the logs: a folder of its own outside OUTDIR (packed after every stage)
+if [ -z "${SR_CHECK_LOGS:-}" ]; then
+    SR_CHECK_TMP=$(mktemp -d "${TMPDIR:-/tmp}/shardrun-check.XXXXXX") || exit 73
+    SR_CHECK_LOGS=$SR_CHECK_TMP/logs
+    mkdir -p "$SR_CHECK_LOGS"
+    export SR_CHECK_TMP SR_CHECK_LOGS
+fi
+LOGS=$SR_CHECK_LOGS
+if [ -n "${SHARDRUN_BUILD:-}" ]; then
     BUILD=$SHARDRUN_BUILD
 elif [ -x "$SRC/build-gpu/shardrun" ]; then
     BUILD=$SRC/build-gpu
@@ -54,7 +79,31 @@ else
     BUILD=${SR_BUILDDIR:-$SRC}
 fi
 BUILD=$(cd "$BUILD" && pwd)
-[ -d "$SRC/.deps" ] && export LD_LIBRARY_PATH="$(find "$SRC/.deps" -name '*.so*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' :)${LD_LIBRARY_PATH:-}"
+if [ -z "${SR_CHECK_STAGE:-}" ]; then
+    # once, in the parent: the library path every stage inherits
+    SR_ORIG_LD=${LD_LIBRARY_PATH:-}
+    export SR_ORIG_LD
+    [ -d "$SRC/.deps" ] && LD_LIBRARY_PATH="$(find "$SRC/.deps" -name '*.so*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' :)${LD_LIBRARY_PATH:-}"
+    [ -d /usr/local/cuda/lib64 ] && LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64"
+    export LD_LIBRARY_PATH
+    : >"$LOGS/libs.txt"
+    for lib in $(ldd "$BUILD/shardrun" "$BUILD/tests/test_kernels" 2>/dev/null | awk '/not found/ { print $1 }' | sort -u); do
+        dir=$(python3 -c 'import os, sys
+import nvidia
+for p in nvidia.__path__:
+    for d in sorted(os.listdir(p)):
+        if os.path.exists(os.path.join(p, d, "lib", sys.argv[1])):
+            print(os.path.join(p, d, "lib")); sys.exit(0)' "$lib" 2>/dev/null)
+        if [ -n "$dir" ]; then
+            LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$dir"
+            pkg=$(basename "$(dirname "$dir")")
+            echo "$lib: not found by the loader; using the torch environment's nvidia.$pkg package ($dir)" >>"$LOGS/libs.txt"
+        else
+            echo "$lib: not found by the loader, nor in the Python environment's NVIDIA packages" >>"$LOGS/libs.txt"
+        fi
+    done
+    export LD_LIBRARY_PATH
+fi
 REFS=${SHARDRUN_GPU_REFS:-$SRC/gpu-refs}
 [ $rehearse = 1 ] && REFS=$LOGS/refs # made by the curves stage itself (rehearsal shapes)
 gpu=0
@@ -67,11 +116,17 @@ else
     DEV="--set device=cuda"
     export SHARDRUN_TEST_REQUIRE=gpu
 fi
+# the part of a stage to run: all, quick (its --quick form) or rest (what
+# --quick left out), set by the loop below
+PART=${SR_CHECK_PART:-all}
 S=$BUILD/shardrun
 CMP=$BUILD/tests/cmp_params
 passed=0 failed=0 skipped=0
 
-line() { echo "$1 $2: $3" | tee -a "$OUT/check.txt"; }
+line() { echo "$1 $2: $3 [$(($(date +%s) - ${SR_STAGE_T0:-$(date +%s)})) s]" | tee -a "$OUT/check.txt"; }
+# part NAME: whether this run of the stage includes the part NAME (quick:
+# what --quick runs; rest: what it leaves out)
+part() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
 pass() { passed=$((passed + 1)); line PASS "$@"; }
 fail() { failed=$((failed + 1)); line FAIL "$@"; }
 # skip CHECK DETAIL [allowed]: a SKIP; with a GPU present it is a FAIL
@@ -117,34 +172,54 @@ stage_timeout() {
     # a rehearsal runs the device's part on two CPU cores: twice the budget
     [ $rehearse = 1 ] && { rehearse=0 stage_timeout "$1" | awk '{ print 2 * $1 }'; return; }
     case $1 in
-    env) echo 10 ;; build) echo 240 ;; gemm) echo 30 ;; ops) echo 90 ;; sanitize) echo 120 ;; step) echo 60 ;;
-    curves) echo 90 ;; determinism) echo 60 ;; nccl) echo 75 ;; vranks) echo 60 ;; overhead) echo 45 ;; memory) echo 40 ;;
-    throughput) echo 150 ;; *) echo 60 ;;
+    env) echo 15 ;; build) echo 10 ;; ops) echo 60 ;; step) echo 40 ;; oracle) echo 75 ;; curves) echo 60 ;;
+    determinism) echo 45 ;; nccl) echo 60 ;; vranks) echo 45 ;; gemm) echo 20 ;; throughput) echo 90 ;;
+    overhead) echo 40 ;; memory) echo 90 ;; sanitize) echo 60 ;; *) echo 60 ;;
     esac
 }
+
+# the binaries the check runs (a bundle's build-gpu/ holds these)
+BINARIES="shardrun tests/cmp_params tests/test_kernels tests/test_gemm_plan tests/test_ops tests/test_vranks tests/cuda_probe bench/gpu_gemm bench/bench_train"
 
 # ---------------------------------------------------------------------------------------
 st_env() {
     {
         echo "date: $(date -u)"
         echo "mode: $([ $rehearse = 1 ] && echo rehearsal \(fake device\) || echo gpu)"
+        echo "os-release: $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME (ID=$ID VERSION_ID=${VERSION_ID:-?})")"
         nvidia-smi -L 2>&1 | head -8
         nvidia-smi --query-gpu=name,driver_version,memory.total,pci.bus_id --format=csv 2>&1 | head -4
         echo "nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo absent)"
-        grep -E 'nvcc|cuBLASLt|NCCL|CUDA ' "$BUILD/config.log" 2>/dev/null | grep -E '^  (nvcc|cuBLASLt|NCCL|CUDA) ' | head -4
-        ls /usr/local/cuda/lib64/libcublasLt.so* /usr/local/cuda/lib64/libcudart.so* 2>/dev/null | head -4
-        grep -h 'define CUDNN_M[AI]' /usr/include/cudnn_version.h /usr/local/cuda/include/cudnn_version.h 2>/dev/null | head -2
+        grep -E '^  (nvcc|cuBLASLt|NCCL|CUDA) ' "$BUILD/config.log" 2>/dev/null | head -4
         echo "compute-sanitizer: $(compute-sanitizer --version 2>/dev/null | tail -1 || echo absent)"
         for py in python3 /usr/bin/python3; do
-            echo "$py: $($py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else "-")' 2>&1 | tail -1)"
+            echo "$py: $(LD_LIBRARY_PATH=$SR_ORIG_LD $py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else "-")' 2>&1 | tail -1)"
         done
-        echo "shardrun: $S"
-        ldd "$S" 2>&1 | grep -E 'not found|cuda|cublas|yaml|pmix|openblas' | head -10
+        echo "binaries: $BUILD"
+        echo "libraries the loader did not find:"
+        if [ -s "$LOGS/libs.txt" ]; then sed 's/^/  /' "$LOGS/libs.txt"; else echo "  (none)"; fi
+        echo "ldd 'not found', per bundled binary (with the fallbacks above):"
+        for b in $BINARIES; do
+            [ -x "$BUILD/$b" ] || { echo "  $b: absent"; continue; }
+            nf=$(ldd "$BUILD/$b" 2>&1 | awk '/not found/ { printf "%s ", $1 }')
+            echo "  $b: ${nf:-all found}"
+        done
+        echo "shardrun links:"
+        ldd "$S" 2>&1 | grep -E 'not found|cuda|cublas|nccl|yaml|pmix|openblas' | sed 's/^/  /' | head -12
+        echo "probe (tests/cuda_probe: what the back end is built around):"
+        timeout 10 "$BUILD/tests/cuda_probe" 2>&1 | sed 's/^/  /'
     } >"$OUT/env.txt" 2>&1
+    if grep -q 'not found by the loader, nor' "$LOGS/libs.txt" 2>/dev/null; then
+        fail env.libraries "$(grep -m1 'nor in' "$LOGS/libs.txt")"
+    elif grep -q 'using the torch environment' "$LOGS/libs.txt" 2>/dev/null; then
+        pass env.libraries "$(grep 'using the torch' "$LOGS/libs.txt" | sed 's/: not found by the loader;/:/' | tr '\n' ' ')"
+    else
+        pass env.libraries "every library of the binaries found (env.txt)"
+    fi
     if [ $rehearse = 1 ]; then
         pass env.report "rehearsal: no GPU asked for; environment in env.txt"
     elif [ $gpu = 1 ]; then
-        pass env.gpu "$(nvidia-smi -L | head -1)"
+        pass env.gpu "$(nvidia-smi -L | head -1); $(grep -c '^  probe:' "$OUT/env.txt") probe answers in env.txt"
     else
         fail env.gpu "nvidia-smi lists no GPU"
     fi
@@ -155,18 +230,10 @@ st_build() {
         pass build.runs "$(head -1 "$LOGS/version.out") from $BUILD"
         return
     fi
-    # the prebuilt tree does not run here: rebuild next to it
-    diag=$(tail -2 "$LOGS/version.out" | tr '\n' ' ')
-    mkdir -p "$SRC/build-gpu-local" && cd "$SRC/build-gpu-local" || return
-    if { [ -x "$SRC/configure" ] || (cd "$SRC" && autoreconf -fi); } >"$LOGS/rebuild.out" 2>&1 &&
-        "$SRC/configure" --with-cuda >>"$LOGS/rebuild.out" 2>&1 && make -j16 >>"$LOGS/rebuild.out" 2>&1 &&
-        make -j16 tests/cmp_params tests/test_kernels tests/test_vranks bench/gpu_gemm bench/bench_train >>"$LOGS/rebuild.out" 2>&1; then
-        echo "$SRC/build-gpu-local" >"$LOGS/build.path"
-        pass build.rebuilt "the prebuilt tree did not run ($diag); rebuilt in build-gpu-local"
-    else
-        fail build.rebuilt "the prebuilt tree did not run ($diag) and the rebuild failed (logs/rebuild.out)"
-    fi
-    cd "$LOGS" || true
+    # no rebuild here: the GPU machine's image is not Debian 12 (its -dev
+    # packages would not link); what the loader misses says what to bundle
+    nf=$(ldd "$S" 2>&1 | awk '/not found/ { printf "%s ", $1 }')
+    fail build.runs "the prebuilt $S does not run ($(tail -1 "$LOGS/version.out")); ldd: ${nf:-nothing missing} (make gpu-bundle carries the libraries)"
 }
 
 st_gemm() {
@@ -208,11 +275,6 @@ st_ops() {
 }
 
 st_sanitize() {
-    if [ -f "$LOGS/build.path" ]; then
-        # the rebuild took the time: drop this stage so the whole stays within 7 minutes
-        skip sanitize.memcheck "dropped: the build stage had to rebuild" allowed
-        return
-    fi
     if ! command -v compute-sanitizer >/dev/null 2>&1; then
         skip sanitize.memcheck "compute-sanitizer is not installed on this machine"
         return
@@ -230,9 +292,15 @@ st_sanitize() {
     done
 }
 
-# one step on the device against the CPU: loss and gradient norm
+# one step on the device against the CPU: loss and gradient norm (tiny in
+# the quick part, gpt2-124m in the rest); then a device that hangs: a 60 s
+# kernel before every compute op with comm.timeout_s = 5 must end the run,
+# message first, status 70, within timeout + 10 s
 st_step() {
-    for m in tiny gpt2; do
+    models=""
+    part quick && models="tiny"
+    part rest && models="$models gpt2"
+    for m in $models; do
         if [ $m = tiny ]; then args="$TINY --set sharding.mixed_precision.param_dtype=fp32"; tl=1e-5; tn=1e-4; else
             args="$GPT --set sharding.mixed_precision.param_dtype=bf16"; tl=1e-2; tn=5e-2; fi
         # shellcheck disable=SC2086
@@ -248,22 +316,97 @@ st_step() {
             fail step.$m "status $rc; loss ${l:-?}; norm ${n:-?} ($(tail -1 "$LOGS/step-$m-dev.err"))"
         fi
     done
+    part rest || return 0
+    if [ $rehearse = 1 ]; then
+        skip step.hang "rehearsal: the fake device has no GPU deadline"
+        return
+    fi
+    t0=$(date +%s)
+    # shellcheck disable=SC2086
+    train hang SHARDRUN_TEST_COMM_DELAY_US=60000000:compute -- $TINY --set train.steps=2 --set comm.timeout_s=5
+    rh=$?
+    took=$(($(date +%s) - t0))
+    if [ $rh = 70 ] && [ $took -le 20 ] && grep -q 'did not finish step 1 within comm.timeout_s' "$LOGS/hang.err"; then
+        pass step.hang "a hung kernel: status 70 after $took s, the message first (bound: start + 5 + 10 s)"
+    else
+        fail step.hang "status $rh after $took s: $(grep -m1 'error:' "$LOGS/hang.err")"
+    fi
+}
+
+# one training step against an independent PyTorch GPT-2 (tests/gpu/oracle.py):
+# tiny and gpt2-124m at T = 256, exact and bf16 modes; each run writes the
+# weights it starts from (safetensors), its batch, a logits row, its
+# gradient and its parameters after the step, and one PyTorch process
+# checks the four; the rehearsal runs it on the CPU against the CPU run
+st_oracle() {
+    py=""
+    for p in python3 /usr/bin/python3; do
+        if LD_LIBRARY_PATH=$SR_ORIG_LD $p -c 'import torch' 2>/dev/null; then py=$p; break; fi
+    done
+    if [ -z "$py" ]; then
+        skip oracle.torch "no python3 here imports torch"
+        return
+    fi
+    pydev=cuda
+    [ $rehearse = 1 ] && pydev=cpu
+    dirs=""
+    for m in tiny gpt2; do
+        if [ $m = tiny ]; then args=$TINY; else args=$GPT; fi
+        for mode in exact bf16; do
+            dt=fp32
+            [ $mode = bf16 ] && dt=bf16
+            d=$LOGS/oracle-$m-$mode
+            rm -rf "$d" && mkdir -p "$d"
+            # shellcheck disable=SC2086
+            if train oracle-$m-$mode SHARDRUN_TEST_HB= SHARDRUN_TEST_ORACLE="$d" \
+                SHARDRUN_TEST_DUMP_PARAMS="$d/after.params" -- $args --set train.steps=1 \
+                --set sharding.mixed_precision.param_dtype=$dt; then
+                dirs="$dirs $d"
+            else
+                fail oracle.$m-$mode "shardrun status $?: $(tail -1 "$LOGS/oracle-$m-$mode.err")"
+            fi
+        done
+    done
+    [ -n "$dirs" ] || return 0
+    # shellcheck disable=SC2086
+    LD_LIBRARY_PATH=$SR_ORIG_LD $py "$SRC/tests/gpu/oracle.py" --device $pydev $dirs >"$LOGS/oracle.py.out" 2>&1
+    rp=$?
+    for d in $dirs; do
+        name=${d##*/oracle-}
+        r=$(grep "^oracle $d " "$LOGS/oracle.py.out")
+        if [ -n "$r" ] && ! echo "$r" | grep -q FAIL && [ $rp != 2 ]; then
+            pass oracle.$name "vs PyTorch ($pydev): ${r#*: }"
+        else
+            fail oracle.$name "${r:-no result (status $rp): $(grep -m1 'oracle:\|Error' "$LOGS/oracle.py.out")}"
+        fi
+        rm -f "$d/after.params" "$d/grads.params" "$d/init.safetensors"
+    done
 }
 
 # the CPU references of the curves stage (make gpu-refs; the rehearsal makes
 # its own): tiny fp32 50 steps, gpt2-124m bf16 20 steps
 make_refs() {
     mkdir -p "$REFS"
-    # shellcheck disable=SC2086
-    cpu ref-tiny $TINY --set sharding.mixed_precision.param_dtype=fp32 --set train.steps=50 \
-        --set log.metrics="$REFS/tiny-fp32-50.jsonl" &&
-        cpu ref-gpt2 $GPT --set sharding.mixed_precision.param_dtype=bf16 --set train.steps=20 \
-            --set log.metrics="$REFS/gpt2-bf16-20.jsonl"
+    for m in ${*:-tiny gpt2}; do
+        if [ $m = tiny ]; then
+            # shellcheck disable=SC2086
+            cpu ref-tiny $TINY --set sharding.mixed_precision.param_dtype=fp32 --set train.steps=50 \
+                --set log.metrics="$REFS/tiny-fp32-50.jsonl" || return 1
+        else
+            # shellcheck disable=SC2086
+            cpu ref-gpt2 $GPT --set sharding.mixed_precision.param_dtype=bf16 --set train.steps=20 \
+                --set log.metrics="$REFS/gpt2-bf16-20.jsonl" || return 1
+        fi
+    done
 }
 
 st_curves() {
-    [ $rehearse = 1 ] && make_refs
-    for m in tiny gpt2; do
+    models=""
+    part quick && models="tiny"
+    part rest && models="$models gpt2"
+    # shellcheck disable=SC2086
+    [ $rehearse = 1 ] && make_refs $models
+    for m in $models; do
         if [ $m = tiny ]; then args="$TINY --set sharding.mixed_precision.param_dtype=fp32 --set train.steps=50"; ref=$REFS/tiny-fp32-50.jsonl; else
             args="$GPT --set sharding.mixed_precision.param_dtype=bf16 --set train.steps=20"; ref=$REFS/gpt2-bf16-20.jsonl; fi
         if [ ! -f "$ref" ]; then
@@ -332,12 +475,22 @@ st_determinism() {
 # accounting and NCCL explain against cudaMemGetInfo
 st_nccl() {
     args="$TINY --set sharding.mixed_precision.param_dtype=fp32 --set train.steps=12"
-    # shellcheck disable=SC2086
-    train nccl-a SHARDRUN_TEST_DUMP_PARAMS="$LOGS/nccl-a.params" -- $args
-    ra=$?
-    # shellcheck disable=SC2086
-    train nccl-b SHARDRUN_TEST_NCCL_SIZE1=1 CUDA_MODULE_LOADING=EAGER SHARDRUN_TEST_DUMP_PARAMS="$LOGS/nccl-b.params" -- $args
-    rb=$?
+    ra=0 rb=0
+    if [ $rehearse = 0 ]; then # (the fake device has no NCCL plane: nothing to run)
+        # shellcheck disable=SC2086
+        train nccl-a SHARDRUN_TEST_DUMP_PARAMS="$LOGS/nccl-a.params" -- $args
+        ra=$?
+        # shellcheck disable=SC2086
+        train nccl-b SHARDRUN_TEST_NCCL_SIZE1=1 CUDA_MODULE_LOADING=EAGER SHARDRUN_TEST_DUMP_PARAMS="$LOGS/nccl-b.params" -- $args
+        rb=$?
+    fi
+    part quick && nccl_quick
+    part rest && nccl_rest
+    return 0
+}
+
+# the quick part: size 1 bitwise, every kind of call, the stall
+nccl_quick() {
     if [ $rehearse = 1 ]; then
         skip nccl.size1 "rehearsal: NCCL needs a GPU (the fake device has no NCCL plane)"
     elif [ $ra = 0 ] && [ $rb = 0 ] && "$CMP" "$LOGS/nccl-b.params" "$LOGS/nccl-a.params" 0 >"$LOGS/nccl-ab.cmp" 2>&1; then
@@ -345,23 +498,13 @@ st_nccl() {
     else
         fail nccl.size1 "status $ra/$rb; $(tail -1 "$LOGS/nccl-ab.cmp" 2>/dev/null) ($(tail -1 "$LOGS/nccl-b.err"))"
     fi
-    counts=$(grep -m1 'NCCL ran' "$LOGS/nccl-b.err")
+    counts=$(grep -m1 'NCCL ran' "$LOGS/nccl-b.err" 2>/dev/null)
     if [ $rehearse = 1 ]; then
         skip nccl.calls "rehearsal: no NCCL"
     elif echo "$counts" | grep -q 'ran [1-9][0-9]* all-gathers, [1-9][0-9]* reduce-scatters, [1-9][0-9]* all-reduces over [1-9][0-9]* split'; then
         pass nccl.calls "${counts#*: }"
     else
         fail nccl.calls "not every kind of call ran: ${counts:-no NCCL count line}"
-    fi
-    # shellcheck disable=SC2086
-    train nccl-c SHARDRUN_TEST_NCCL_SIZE1=1 SHARDRUN_TEST_COMM_DELAY_US=3000 SHARDRUN_TEST_DUMP_PARAMS="$LOGS/nccl-c.params" -- $args
-    rc=$?
-    if [ $rehearse = 1 ]; then
-        skip nccl.delay "rehearsal: no NCCL"
-    elif [ $rc = 0 ] && "$CMP" "$LOGS/nccl-c.params" "$LOGS/nccl-a.params" 0 >"$LOGS/nccl-ac.cmp" 2>&1; then
-        pass nccl.delay "3 ms on the comm stream before every collective: bitwise the same"
-    else
-        fail nccl.delay "status $rc; $(tail -1 "$LOGS/nccl-ac.cmp" 2>/dev/null)"
     fi
     t0=$(date +%s)
     # shellcheck disable=SC2086
@@ -374,6 +517,20 @@ st_nccl() {
         pass nccl.stall "collective 20 stalled: aborted, status 69 after $took s (bound: start + 5 + 12 s)"
     else
         fail nccl.stall "status $rd after $took s: $(grep -m1 'error:' "$LOGS/nccl-d.err")"
+    fi
+}
+
+# the rest: delay injection bitwise, device memory against cudaMemGetInfo
+nccl_rest() {
+    # shellcheck disable=SC2086
+    [ $rehearse = 1 ] || train nccl-c SHARDRUN_TEST_NCCL_SIZE1=1 SHARDRUN_TEST_COMM_DELAY_US=3000 SHARDRUN_TEST_DUMP_PARAMS="$LOGS/nccl-c.params" -- $args
+    rc=$?
+    if [ $rehearse = 1 ]; then
+        skip nccl.delay "rehearsal: no NCCL"
+    elif [ $rc = 0 ] && "$CMP" "$LOGS/nccl-c.params" "$LOGS/nccl-a.params" 0 >"$LOGS/nccl-ac.cmp" 2>&1; then
+        pass nccl.delay "3 ms on the comm stream before every collective: bitwise the same"
+    else
+        fail nccl.delay "status $rc; $(tail -1 "$LOGS/nccl-ac.cmp" 2>/dev/null)"
     fi
     mem=$(grep -m1 'device memory after the first step' "$LOGS/nccl-b.err")
     if [ $rehearse = 1 ]; then
@@ -544,7 +701,7 @@ st_throughput() {
     fi
     py=""
     for p in python3 /usr/bin/python3; do
-        if $p -c 'import torch' 2>/dev/null; then py=$p; break; fi
+        if LD_LIBRARY_PATH=$SR_ORIG_LD $p -c 'import torch' 2>/dev/null; then py=$p; break; fi
     done
     if [ -z "$py" ]; then
         skip throughput.torch "no python3 here imports torch"
@@ -553,7 +710,7 @@ st_throughput() {
         set -- $tb
         dev=cuda
         [ $rehearse = 1 ] && dev=cpu
-        $py "$SRC/bench/bench_torch.py" "$1" 2 $steps --device $dev --batch "$2" --seq "$3" $4 >"$LOGS/torch.out" 2>&1
+        LD_LIBRARY_PATH=$SR_ORIG_LD $py "$SRC/bench/bench_torch.py" "$1" 2 $steps --device $dev --batch "$2" --seq "$3" $4 >"$LOGS/torch.out" 2>&1
         tms=$(sed -n 's/.* ms=//p' "$LOGS/torch.out" | tr ',' '\n' | sort -n | awk '{ a[NR] = $1 } END { if (NR) print (a[int((NR + 1) / 2)] + a[int(NR / 2) + 1]) / 2 }')
         if [ -n "$tms" ]; then
             tpk=$(sed -n 's/.*peak_gib=\([0-9.]*\).*/\1/p' "$LOGS/torch.out")
@@ -574,6 +731,7 @@ if [ $make_refs_only = 1 ]; then
     REFS=$SRC/gpu-refs
     if make_refs; then
         echo "gpu-refs: $(ls "$REFS" | tr '\n' ' ')(B, T and seed: tiny batch 8 x 64, gpt2-124m batch 2 x 256, seed 1)"
+        rm -rf "$SR_CHECK_TMP"
         exit 0
     fi
     echo "gpu-refs: a reference run failed (see $LOGS)" >&2
@@ -587,44 +745,105 @@ if [ -n "${SR_CHECK_STAGE:-}" ]; then
     exit 0
 fi
 
-# the whole check ends within 8 minutes (16 in a rehearsal on two CPU
-# cores): each stage gets its own budget or what is left, whichever is less
-total=460
-[ $rehearse = 1 ] && total=920
+# pack LOGS into OUTDIR/logs.tar.gz (the text logs, each under 4 MiB)
+pack_logs() {
+    (cd "$SR_CHECK_TMP" && find logs -type f -size -4M \( -name '*.out' -o -name '*.err' -o -name '*.jsonl' -o \
+        -name '*.txt' -o -name '*.cmp' -o -name '*.json' -o -name '*.yaml' -o -name '*.plan' -o -name '*.py' -o \
+        -name '*.ptxas' \) -print | tar -czf "$OUT/logs.tar.gz.tmp" -T - 2>/dev/null) &&
+        mv "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"
+}
+
+# A resumed run: the stages an earlier run of this OUTDIR passed (STAGE
+# lines), whole or in their quick part; their lines are kept, the rest of
+# the old file dropped.
+declared_parts() {
+    # --quick: the stages with a quick part run only it
+    case " step curves nccl " in *" $1 "*) [ $quick = 1 ] && { echo quick; return; } ;; esac
+    echo all
+}
+resumed=0
+: >"$LOGS/done.txt"
+if [ -s "$OUT/check.txt" ] && grep -q '^STAGE ' "$OUT/check.txt" && [ $quick = 0 ]; then
+    # STAGE NAME PART pass|fail N s: the last record of each stage wins
+    awk '/^STAGE / { st[$2] = $4 == "pass" ? $3 : "" } END { for (k in st) if (st[k] != "") print k, st[k] }' \
+        "$OUT/check.txt" >"$LOGS/done.txt"
+    awk -v done="$LOGS/done.txt" 'BEGIN { while ((getline l < done) > 0) { split(l, f, " "); keep[f[1]] = 1 } }
+        /^(PASS|FAIL|SKIP) / { split($2, a, "."); if (a[1] in keep) print; next }
+        /^STAGE / { if (($2 in keep) && $4 == "pass") print }' "$OUT/check.txt" >"$LOGS/kept.txt"
+    cp "$LOGS/kept.txt" "$OUT/check.txt"
+    [ -s "$LOGS/done.txt" ] && resumed=1
+else
+    : >"$OUT/check.txt"
+fi
+[ $resumed = 1 ] && echo "resuming from $OUT/check.txt: passed before: $(tr '\n' ' ' <"$LOGS/done.txt")"
+
+# the whole check's time: --quick 3 minutes, a resumed full run 6, a fresh
+# one 9 (twice as long in a rehearsal on two CPU cores)
+if [ $quick = 1 ]; then total=180; elif [ $resumed = 1 ]; then total=360; else total=540; fi
+[ $rehearse = 1 ] && total=$((2 * total))
 t0=$(date +%s)
 rflag=""
 [ $rehearse = 1 ] && rflag=--rehearse
+ops_failed=0
 for stage in $STAGES; do
-    case $stage in
-    env | build | gemm | ops | sanitize | step | curves | determinism | nccl | vranks | overhead | memory | throughput) ;;
+    case " $ALL_STAGES " in
+    *" $stage "*) ;;
     *)
-        fail "$stage.stage" "unknown stage (expected env build gemm ops sanitize step curves determinism nccl vranks overhead memory throughput)"
+        fail "$stage.stage" "unknown stage (expected $ALL_STAGES)"
         continue
+        ;;
+    esac
+    part=$(declared_parts "$stage")
+    before=$(awk -v s="$stage" '$1 == s { print $2 }' "$LOGS/done.txt")
+    if [ "$before" = all ] || { [ "$before" = quick ] && [ "$part" = quick ]; }; then
+        echo "stage $stage: passed before, not run again"
+        continue
+    fi
+    [ "$before" = quick ] && part=rest
+    case " $TRAINING_STAGES " in
+    *" $stage "*)
+        if [ $ops_failed = 1 ]; then
+            SR_STAGE_T0=$(date +%s) fail "$stage.run" "skipped: ops failed"
+            echo "STAGE $stage $part fail 0 s" >>"$OUT/check.txt"
+            continue
+        fi
         ;;
     esac
     budget=$(stage_timeout "$stage")
     left=$((total - ($(date +%s) - t0)))
     if [ "$left" -le 5 ]; then
-        fail "$stage.time" "no time left of the check's ${total} s"
+        SR_STAGE_T0=$(date +%s) fail "$stage.time" "no time left of the check's ${total} s"
+        echo "STAGE $stage $part fail 0 s" >>"$OUT/check.txt"
         continue
     fi
     [ "$left" -lt "$budget" ] && budget=$left
     start=$(date +%s)
     n0=$(wc -l <"$OUT/check.txt")
-    SR_CHECK_STAGE=$stage timeout -k 5 "$budget" "$0" $rflag "$OUT"
+    SR_CHECK_STAGE=$stage SR_CHECK_PART=$part SR_STAGE_T0=$start timeout -k 5 "$budget" "$0" $rflag "$OUT"
     rc=$?
     n1=$(wc -l <"$OUT/check.txt")
     if [ $rc = 124 ] || [ $rc = 137 ]; then
-        fail "$stage.timeout" "the stage ran past its ${budget} s budget"
+        SR_STAGE_T0=$start fail "$stage.timeout" "the stage ran past its ${budget} s budget"
     elif [ "$n1" = "$n0" ]; then
-        fail "$stage.ran" "the stage wrote no result (status $rc)"
+        SR_STAGE_T0=$start fail "$stage.ran" "the stage wrote no result (status $rc)"
     fi
-    echo "stage $stage: $(($(date +%s) - start)) s of $budget" >>"$LOGS/times.txt"
+    took=$(($(date +%s) - start))
+    # the stage passed when it wrote no FAIL line
+    if tail -n +"$((n0 + 1))" "$OUT/check.txt" | grep -q '^FAIL'; then
+        verdict=fail
+        [ "$stage" = ops ] && ops_failed=1
+    else
+        verdict=pass
+    fi
+    [ "$part" = rest ] && [ $verdict = pass ] && part=all # the rest of a stage passed: the whole stage has
+    echo "STAGE $stage $part $verdict $took s" >>"$OUT/check.txt"
+    echo "stage $stage ($part): $verdict, $took s of $budget"
+    pack_logs
 done
 passed=$(grep -c '^PASS' "$OUT/check.txt")
 failed=$(grep -c '^FAIL' "$OUT/check.txt")
 skipped=$(grep -c '^SKIP' "$OUT/check.txt")
-cat "$LOGS/times.txt" 2>/dev/null
-tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs 2>/dev/null && rm -rf "$LOGS"
+pack_logs
+rm -rf "$SR_CHECK_TMP"
 echo "$passed passed, $failed failed, $skipped skipped" | tee -a "$OUT/check.txt"
 [ "$failed" = 0 ]

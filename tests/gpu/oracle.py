@@ -20,10 +20,14 @@ Compared, with the tolerances of doc/ARCHITECTURE.md §3c:
   parameters after the step  relative L2 per tensor <= 1e-3 (exact mode;
                              never element by element: Adam turns gradient
                              noise near 0 into +-lr)
-Prints one line per check ("ok ..." / "FAIL ...") and a summary; exit 0 when
-every check holds, 1 when one does not, 2 on bad input.
+Each DIR holds one run's files (SHARDRUN_TEST_ORACLE, with init.safetensors
+and after.params); its step.json's param_dtype picks the mode (fp32: exact,
+bf16: bf16).  Prints one line per check ("ok ..." / "FAIL ...") and a
+summary line per DIR ("oracle DIR (mode, device): N of M checks hold;
+loss .., logits .., grads .., params .."); exit 0 when every check of every
+DIR holds, 1 when one does not, 2 on bad input.
 
-usage: oracle.py DIR INIT.safetensors --mode exact|bf16 [--device cuda|cpu]
+usage: oracle.py [--device cuda|cpu] DIR...
 """
 import contextlib
 import json
@@ -32,6 +36,7 @@ import os
 import struct
 import sys
 
+import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
@@ -49,11 +54,11 @@ def die(msg):
 def read_safetensors(path):
     """{name: float32 tensor} from a safetensors file of F32 tensors."""
     with open(path, "rb") as f:
-        data = f.read()
-    if len(data) < 8:
-        die(f"{path}: not a safetensors file")
-    (hlen,) = struct.unpack_from("<Q", data, 0)
-    header = json.loads(data[8:8 + hlen])
+        head = f.read(8)
+        if len(head) < 8:
+            die(f"{path}: not a safetensors file")
+        (hlen,) = struct.unpack("<Q", head)
+        header = json.loads(f.read(hlen))
     out = {}
     for name, e in header.items():
         if name == "__metadata__":
@@ -61,25 +66,25 @@ def read_safetensors(path):
         if e["dtype"] != "F32":
             die(f"{path}: {name} is {e['dtype']}, expected F32")
         a, b = e["data_offsets"]
-        t = torch.frombuffer(bytearray(data[8 + hlen + a:8 + hlen + b]), dtype=torch.float32)
-        out[name] = t.reshape(e["shape"])
+        t = np.fromfile(path, dtype="<f4", count=(b - a) // 4, offset=8 + hlen + a)
+        out[name] = torch.from_numpy(t).reshape(e["shape"])
     return out
 
 
 def read_params(path):
     """{name: flat float32 tensor} from a shardrun parameter or gradient dump."""
     with open(path, "rb") as f:
-        data = f.read()
-    if data[:8] != b"SRPARAMS":
-        die(f"{path}: not a shardrun parameter dump")
-    (n,) = struct.unpack_from("<i", data, 8)
-    off, names = 12, []
-    for _ in range(n):
-        name = data[off:off + 64].split(b"\0")[0].decode()
-        (numel,) = struct.unpack_from("<q", data, off + 64)
+        head = f.read(12)
+        if head[:8] != b"SRPARAMS":
+            die(f"{path}: not a shardrun parameter dump")
+        (n,) = struct.unpack_from("<i", head, 8)
+        table = f.read(72 * n)
+    names = []
+    for i in range(n):
+        name = table[72 * i:72 * i + 64].split(b"\0")[0].decode()
+        (numel,) = struct.unpack_from("<q", table, 72 * i + 64)
         names.append((name, numel))
-        off += 72
-    flat = torch.frombuffer(bytearray(data[off:]), dtype=torch.float32)
+    flat = torch.from_numpy(np.fromfile(path, dtype="<f4", offset=12 + 72 * n))
     out, at = {}, 0
     for name, numel in names:
         out[name] = flat[at:at + numel]
@@ -123,21 +128,29 @@ def max_rel(got, ref):
 
 def main():
     args = sys.argv[1:]
-    if len(args) < 4 or "--mode" not in args:
-        die("usage: oracle.py DIR INIT.safetensors --mode exact|bf16 [--device cuda|cpu]")
-    d, init = args[0], args[1]
-    mode = args[args.index("--mode") + 1]
-    device = args[args.index("--device") + 1] if "--device" in args else "cpu"
-    if mode not in TOL:
-        die(f"--mode {mode}: expected exact or bf16")
-    tol = TOL[mode]
+    device = "cpu"
+    if args[:1] == ["--device"]:
+        if len(args) < 2 or args[1] not in ("cuda", "cpu"):
+            die("--device: expected cuda or cpu")
+        device, args = args[1], args[2:]
+    if not args:
+        die("usage: oracle.py [--device cuda|cpu] DIR...")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
+    ok = [one(d, device) for d in args]
+    sys.exit(0 if all(ok) else 1)
+
+
+def one(d, device):
+    """The checks of one run's DIR; whether they all hold."""
+    init = os.path.join(d, "init.safetensors")
     with open(os.path.join(d, "step.json")) as f:
         s = json.load(f)
+    mode = "exact" if s["param_dtype"] == "fp32" else "bf16"
+    tol = TOL[mode]
     L, NH, C, V, T, B = s["L"], s["NH"], s["C"], s["V"], s["T"], s["B"]
-    batch = torch.frombuffer(bytearray(open(os.path.join(d, "batch.bin"), "rb").read()), dtype=torch.int32)
+    batch = torch.from_numpy(np.fromfile(os.path.join(d, "batch.bin"), dtype="<i4"))
     if batch.numel() != 2 * B * T:
         die(f"batch.bin holds {batch.numel()} tokens, expected {2 * B * T}")
     idx = batch[:B * T].reshape(B, T).long().to(device)
@@ -178,19 +191,21 @@ def main():
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
         loss.backward()
 
-    results = []
+    results, short = [], []
 
-    def report(what, value, limit, note=""):
+    def report(what, value, limit, note="", key=""):
         ok = limit is None or value <= limit
         results.append(ok)
         bound = "reported" if limit is None else f"<= {limit:g}"
         print(f"{'ok' if ok else 'FAIL'} {what}: {value:.3e} ({bound}){note}")
+        if key:
+            short.append(f"{key} {value:.1e}{'' if ok else ' FAIL'}")
 
     report("loss, relative", abs(s["loss"] - loss.item()) / abs(loss.item()), tol["loss"],
-           f"; shardrun {s['loss']:.7f}, PyTorch {loss.item():.7f}")
-    row = torch.frombuffer(bytearray(open(os.path.join(d, "logits.bin"), "rb").read()), dtype=torch.float32)
+           f"; shardrun {s['loss']:.7f}, PyTorch {loss.item():.7f}", "loss")
+    row = torch.from_numpy(np.fromfile(os.path.join(d, "logits.bin"), dtype="<f4"))
     report("logits of sequence 0, position T-1, max-relative", max_rel(row, logits[0, T - 1].detach().cpu()),
-           tol["logits"])
+           tol["logits"], key="logits")
     grads = read_params(os.path.join(d, "grads.params"))
     worst, worst_name = 0.0, ""
     for n, g in grads.items():
@@ -200,7 +215,8 @@ def main():
         r = max_rel(g, ref)
         if not r <= worst:
             worst, worst_name = r, n
-    report(f"gradients, per tensor max-relative, worst of {len(grads)}", worst, tol["grads"], f" ({worst_name})")
+    report(f"gradients, per tensor max-relative, worst of {len(grads)}", worst, tol["grads"], f" ({worst_name})",
+           "grads")
     norm = math.sqrt(sum(p.grad.double().pow(2).sum().item() for p in params.values()))
     report("gradient norm, relative", abs(s["grad_norm"] - norm) / norm, tol["grads"])
 
@@ -227,9 +243,10 @@ def main():
         if not r <= worst:
             worst, worst_name = r, n
     report("parameters after one AdamW step, relative L2 per tensor, worst", worst, tol["params"],
-           f" ({worst_name}; the update itself differs by at most {worst_upd:.2e} of its L2 norm, reported)")
-    print(f"oracle ({mode}, {device}): {sum(results)} of {len(results)} checks hold")
-    sys.exit(0 if all(results) else 1)
+           f" ({worst_name}; the update itself differs by at most {worst_upd:.2e} of its L2 norm, reported)",
+           "params")
+    print(f"oracle {d} ({mode}, {device}): {sum(results)} of {len(results)} checks hold; {', '.join(short)}")
+    return all(results)
 
 
 if __name__ == "__main__":
