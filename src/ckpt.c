@@ -1183,7 +1183,7 @@ static sr_status take_snapshot(sr_ckpt *c) {
             if (!s.dev || !s.dev->separate_memory) /* host memory (the CPU, offload) */
                 sr_vec_copy_par(c->snap[k] + at, from, n * sizeof(float));
             else if (sr_dev_download(s.dev, c->snap[k] + at, from, n * sizeof(float), "download") != SR_OK)
-                return SR_ERR_INTERNAL;
+                return SR_ERR_INTERNAL; /* (synchronous, into pageable memory: a step boundary, not a step) */
             at += n;
         }
     }

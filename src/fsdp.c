@@ -203,6 +203,9 @@ static sr_status staged_collective(sr_fsdp *f, coll_kind kind, sr_group *g, void
         f->hstage = p;
         f->hstage_bytes = sb + rb;
     }
+    /* pageable staging: a synchronous path (virtual ranks are a test of the
+     * engine on one GPU, not a production step), so its downloads block
+     * inside the driver and are not sr_dev_download_step's */
     char *hs = f->hstage, *hr = hs + sb;
     sr_event before = {0};
     d->record(d, &before, SR_STREAM_COMM);

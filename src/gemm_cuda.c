@@ -188,9 +188,9 @@ int sr_gemm_cache_size(const sr_gemm_cache *c) { return c ? c->n : 0; }
 bool sr_gemm_key_equal(const sr_gemm_key *a, const sr_gemm_key *b) {
     return a->transa == b->transa && a->transb == b->transb && a->m == b->m && a->n == b->n && a->k == b->k &&
            a->lda == b->lda && a->ldb == b->ldb && a->ldd == b->ldd && a->batch == b->batch && a->sa == b->sa &&
-           a->sb == b->sb && a->sd == b->sd && a->ab_bf16 == b->ab_bf16 && a->d_f32 == b->d_f32 &&
-           a->bias == b->bias && a->accumulate == b->accumulate && a->align_a == b->align_a &&
-           a->align_b == b->align_b && a->align_d == b->align_d && a->align_bias == b->align_bias;
+           a->sb == b->sb && a->sd == b->sd && a->ab_bf16 == b->ab_bf16 && a->d_f32 == b->d_f32 && a->bias == b->bias &&
+           a->accumulate == b->accumulate && a->align_a == b->align_a && a->align_b == b->align_b &&
+           a->align_d == b->align_d && a->align_bias == b->align_bias;
 }
 
 static sr_status set_bias(sr_gemm_plan *p, const void *bias) {

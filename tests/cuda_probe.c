@@ -59,9 +59,9 @@ int main(void) {
     printf("probe: cudaEventQuery while pending answers %s; the last error after it is %s: NotReady %s as the "
            "last error\n",
            cudaGetErrorName(q), cudaGetErrorName(last),
-           q != cudaErrorNotReady           ? "was not observed (the kernel ended first)"
-           : last == cudaErrorNotReady      ? "IS left"
-                                            : "is not left");
+           q != cudaErrorNotReady      ? "was not observed (the kernel ended first)"
+           : last == cudaErrorNotReady ? "IS left"
+                                       : "is not left");
     (void)cudaGetLastError();
     if ((e = cudaStreamSynchronize(s)) != cudaSuccess)
         return bad("cudaStreamSynchronize", e);
