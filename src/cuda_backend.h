@@ -64,17 +64,15 @@ sr_gemm_key sr_cuda_rm_key(int ta, int tb, int M, int N, int K, long long lda, l
 sr_status sr_cuda_status(cudaError_t e);
 /* Records the error of `what` (op, shapes) on this rank with its status
  * and a hint; returns the status, or, for a sticky error, ends the
- * process (sr_cuda_fatal). */
+ * process. */
 sr_status sr_cuda_fail(cudaError_t e, const char *bus, const char *what);
 
 /* Whether `e` is sticky: the context is unusable (an illegal address, a
  * launch failure, uncorrectable ECC, an unknown error, ...) and every later
- * call answers it.  sr_cuda_fail ends the process on one (sr_cuda_fatal). */
+ * call answers it.  sr_cuda_fail ends the process on one: the message
+ * first, then _exit with the status, calling no cudaFree, cudaFreeHost,
+ * destroy or ncclCommFinalize (each can wait for a hung kernel forever). */
 bool sr_cuda_sticky(cudaError_t e);
-/* Never returns: prints the recorded error (sr_error_message) first, then
- * _exit with st's exit status, calling no cudaFree, cudaFreeHost, destroy
- * or ncclCommFinalize (each can wait for a hung kernel forever). */
-_Noreturn void sr_cuda_fatal(sr_status st);
 /* cudaEventQuery(e), with the cudaErrorNotReady it may leave as the
  * thread's last error cleared: the one query site of the back end
  * (tests/cuda_static.sh rejects cudaEventQuery and cudaStreamQuery

@@ -20,7 +20,7 @@
  * void) is kept as the table's first error and returned by the next wait
  * or sync, so the engine reports it at its one host wait per step.  A
  * sticky error (illegal address, launch failure, ECC, ...) or a host wait
- * past its deadline ends the process at once (sr_cuda_fatal): the message
+ * past its deadline ends the process at once (fatal): the message
  * first, then _exit with the status, no cudaFree, destroy or NCCL
  * finalize, each of which can wait for a hung kernel forever.
  *
@@ -115,7 +115,10 @@ bool sr_cuda_sticky(cudaError_t e) {
     }
 }
 
-_Noreturn void sr_cuda_fatal(sr_status st) {
+/* Never returns: prints the recorded error (sr_error_message) first, then
+ * _exit with st's exit status, calling no cudaFree, cudaFreeHost, destroy
+ * or ncclCommFinalize (each can wait for a hung kernel forever). */
+static _Noreturn void fatal(sr_status st) {
     const char *msg = sr_error_message();
     sr_log_error("%s (the GPU may be unusable: exiting without freeing its memory)", msg[0] ? msg : sr_status_str(st));
     fflush(NULL);
@@ -142,7 +145,7 @@ sr_status sr_cuda_fail(cudaError_t e, const char *bus, const char *what) {
                  "that failed)",
                  sr_log_rank(), bus ? bus : "?", what, cudaGetErrorString(e), cudaGetErrorName(e));
     if (sr_cuda_sticky(e))
-        sr_cuda_fatal(st);
+        fatal(st);
     return st;
 }
 
@@ -319,7 +322,7 @@ static void timed_collect(cuda_dev *c) {
 
 /* Polls `e` until it completes or the deadline passes: spins for the first
  * 50 us, then sleeps 20 us growing to 1 ms.  Past the deadline the process
- * ends (sr_cuda_fatal): a hung kernel would also hang every teardown. */
+ * ends (fatal): a hung kernel would also hang every teardown. */
 static sr_status poll_event(cuda_dev *c, cudaEvent_t e) {
     double timeout = c->base.timeout_s;
     uint64_t t0 = now_ns(), sleep_us = 20;
@@ -337,7 +340,7 @@ static sr_status poll_event(cuda_dev *c, cudaEvent_t e) {
         if (timeout > 0 && (double)waited / 1e9 > timeout) {
             if (c->base.on_deadline)
                 c->base.on_deadline(c->base.on_deadline_arg);
-            sr_cuda_fatal(sr_error(SR_ERR_INTERNAL,
+            fatal(sr_error(SR_ERR_INTERNAL,
                                    "the GPU (bus %s) did not finish step %lld within comm.timeout_s = %g s; the last "
                                    "op enqueued was %s (hint: SHARDRUN_CUDA_SYNC=1 names the op that hangs; a GPU "
                                    "fault shows in nvidia-smi -q and the kernel log (Xid))",
