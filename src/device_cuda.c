@@ -341,10 +341,10 @@ static sr_status poll_event(cuda_dev *c, cudaEvent_t e) {
             if (c->base.on_deadline)
                 c->base.on_deadline(c->base.on_deadline_arg);
             fatal(sr_error(SR_ERR_INTERNAL,
-                                   "the GPU (bus %s) did not finish step %lld within comm.timeout_s = %g s; the last "
-                                   "op enqueued was %s (hint: SHARDRUN_CUDA_SYNC=1 names the op that hangs; a GPU "
-                                   "fault shows in nvidia-smi -q and the kernel log (Xid))",
-                                   c->bus, c->base.step, timeout, c->last_op ? c->last_op : "(none)"));
+                           "the GPU (bus %s) did not finish step %lld within comm.timeout_s = %g s; the last "
+                           "op enqueued was %s (hint: SHARDRUN_CUDA_SYNC=1 names the op that hangs; a GPU "
+                           "fault shows in nvidia-smi -q and the kernel log (Xid))",
+                           c->bus, c->base.step, timeout, c->last_op ? c->last_op : "(none)"));
         }
         if (waited > 50000) {
             usleep((useconds_t)sleep_us);
