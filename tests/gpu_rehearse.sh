@@ -4,54 +4,93 @@
 # the GPU (and PyTorch on the CPU for the oracle), so the script, its
 # timeouts, its resume and its OUTDIR layout are tested where there is no
 # GPU.  The fast tier rehearses --quick's first stages (env, build, ops,
-# step, oracle); the long tier the whole --quick, then a full run on the
+# step) and the oracle on one tiny step (it holds, and a planted gradient
+# error fails it); the long tier the whole --quick, then a full run on the
 # same OUTDIR, which must resume: run only what --quick left out (the rest
 # of step, curves and nccl, the other stages) and end with every stage
 # passed.  Asserts the summary line, no FAIL line, a PASS from each stage,
 # the seconds on every line, and that OUTDIR holds at most 8 files.
 . "${SR_SRCDIR:-.}/tests/tap.sh"
-rehearse() { # LOG ARGS...: check.sh --rehearse ARGS into $T/out
+rehearse() { # LOG ARGS...: check.sh --rehearse ARGS into $T/check
     log=$1
     shift
     SR_BUILDDIR=${SR_BUILDDIR:-.} sh "$SR_SRCDIR/tests/gpu/check.sh" --rehearse "$@" >"$T/$log" 2>&1
 }
 if long_tier; then
-    rehearse quick.out --quick "$T/out"
+    rehearse quick.out --quick "$T/check"
 else
-    rehearse quick.out --quick "$T/out" env build ops step oracle
+    rehearse quick.out --quick "$T/check" env build ops step
 fi
 rc=$?
-check "check.sh --rehearse --quick exits 0 (status $rc)" test $rc = 0 || diag "$(grep FAIL "$T/out/check.txt")"
+check "check.sh --rehearse --quick exits 0 (status $rc)" test $rc = 0 || diag "$(grep FAIL "$T/check/check.txt")"
 check "the last line of check.txt is the summary" \
-    sh -c "tail -1 '$T/out/check.txt' | grep -Eq '^[0-9]+ passed, 0 failed, [0-9]+ skipped$'"
-check "no FAIL line" sh -c "! grep -q '^FAIL' '$T/out/check.txt'"
-for s in env build ops step oracle; do
-    check "stage $s reported a PASS" grep -q "^PASS $s\." "$T/out/check.txt"
+    sh -c "tail -1 '$T/check/check.txt' | grep -Eq '^[0-9]+ passed, 0 failed, [0-9]+ skipped$'"
+check "no FAIL line" sh -c "! grep -q '^FAIL' '$T/check/check.txt'"
+for s in env build ops step; do
+    check "stage $s reported a PASS" grep -q "^PASS $s\." "$T/check/check.txt"
 done
-check "the oracle compared tiny and gpt2 in both modes with PyTorch" \
-    test "$(grep -c '^PASS oracle\.\(tiny\|gpt2\)-\(exact\|bf16\): vs PyTorch' "$T/out/check.txt")" = 4
+if long_tier; then
+    check "the oracle stage compared tiny and gpt2 in both modes with PyTorch" \
+        test "$(grep -c '^PASS oracle\.\(tiny\|gpt2\)-\(exact\|bf16\): vs PyTorch' "$T/check/check.txt")" = 4
+fi
 check "every result line carries the stage's seconds" \
-    sh -c "! grep -E '^(PASS|FAIL|SKIP) ' '$T/out/check.txt' | grep -qv '\[[0-9]* s\]$'"
-check "the quick form of step ran tiny only" sh -c "grep -q '^PASS step.tiny' '$T/out/check.txt' && ! grep -q '^PASS step.gpt2' '$T/out/check.txt'"
+    sh -c "! grep -E '^(PASS|FAIL|SKIP) ' '$T/check/check.txt' | grep -qv '\[[0-9]* s\]$'"
+check "the quick form of step ran tiny only" sh -c "grep -q '^PASS step.tiny' '$T/check/check.txt' && ! grep -q '^PASS step.gpt2' '$T/check/check.txt'"
 check "the logs are packed into OUTDIR/logs.tar.gz after the stages" \
-    sh -c "tar -tzf '$T/out/logs.tar.gz' | grep -q 'logs/step-tiny-dev.err'"
+    sh -c "tar -tzf '$T/check/logs.tar.gz' | grep -q 'logs/step-tiny-dev.err'"
 if group --long "the full check resumes after --quick"; then
-    rehearse full.out "$T/out"
+    rehearse full.out "$T/check"
     rc=$?
-    check "the full run after --quick exits 0 (status $rc)" test $rc = 0 || diag "$(grep FAIL "$T/out/check.txt")"
+    check "the full run after --quick exits 0 (status $rc)" test $rc = 0 || diag "$(grep FAIL "$T/check/check.txt")"
     check "it resumed: env, build, ops and oracle were not run again" \
         sh -c "grep -q 'resuming from' '$T/full.out' && [ \$(grep -c 'passed before, not run again' '$T/full.out') = 4 ]"
     check "it ran the rest of step, curves and nccl (step.gpt2, curves.gpt2)" \
-        sh -c "grep -q '^PASS step.gpt2' '$T/out/check.txt' && grep -q '^PASS curves.gpt2' '$T/out/check.txt' && grep -q '^STAGE step all pass' '$T/out/check.txt'"
+        sh -c "grep -q '^PASS step.gpt2' '$T/check/check.txt' && grep -q '^PASS curves.gpt2' '$T/check/check.txt' && grep -q '^STAGE step all pass' '$T/check/check.txt'"
     for s in curves determinism overhead memory throughput vranks gemm; do
-        check "stage $s reported a PASS" grep -q "^PASS $s\." "$T/out/check.txt"
+        check "stage $s reported a PASS" grep -q "^PASS $s\." "$T/check/check.txt"
     done
     check "every stage has a passing STAGE line" \
-        sh -c "[ \$(grep -c '^STAGE [a-z]* all pass' '$T/out/check.txt') -ge 13 ]"
-    check "the throughput table has its header and a shardrun row" grep -q '^| shardrun bf16 |' "$T/out/throughput.md"
+        sh -c "[ \$(grep -c '^STAGE [a-z]* all pass' '$T/check/check.txt') -ge 13 ]"
+    check "the throughput table has its header and a shardrun row" grep -q '^| shardrun bf16 |' "$T/check/throughput.md"
     check "the summary counts the lines of both runs, no FAIL" \
-        sh -c "tail -1 '$T/out/check.txt' | grep -Eq '^[0-9]+ passed, 0 failed, [0-9]+ skipped$'"
+        sh -c "tail -1 '$T/check/check.txt' | grep -Eq '^[0-9]+ passed, 0 failed, [0-9]+ skipped$'"
 fi
-check "OUTDIR holds at most 8 files ($(ls "$T/out" | wc -l))" test "$(ls "$T/out" | wc -l)" -le 8
-diag "$(cat "$T/out/check.txt")"
+# The oracle can fail: a step whose gradient or update is off is caught.
+if group "the oracle can fail"; then
+    py=""
+    for p in python3 /usr/bin/python3; do
+        if $p -c 'import torch' 2>/dev/null; then py=$p; break; fi
+    done
+    if [ -z "$py" ]; then
+        skip_or_fail transformers "no python3 here imports torch (the oracle's reference)"
+    else
+        mkdir -p "$T/or"
+        env -u SHARDRUN_TEST_HB SHARDRUN_TEST_ORACLE="$T/or" SHARDRUN_TEST_DUMP_PARAMS="$T/or/after.params" \
+            "$SHARDRUN" train --set model.preset=tiny --set model.n_embd=64 --set model.seq_len=32 --set train.batch_size=2 \
+            --set train.steps=1 --set train.eval_every=0 --set device=cpu >"$T/or.out" 2>&1
+        check "SHARDRUN_TEST_ORACLE writes the step's files" \
+            sh -c "cd '$T/or' && ls init.safetensors batch.bin logits.bin grads.params step.json after.params >/dev/null"
+        expect_status 0 "oracle.py: the step holds against PyTorch" $py "$SR_SRCDIR/tests/gpu/oracle.py" "$T/or"
+        # one gradient value off by 1 % of its tensor's largest: the per-tensor check fails
+        cp "$T/or/grads.params" "$T/or/grads.good"
+        $py -c 'import sys, numpy as np
+g = np.fromfile(sys.argv[1], dtype="<f4", offset=12 + 72 * int(np.fromfile(sys.argv[1], dtype="<i4", count=1, offset=8)[0]))
+i = int(np.argmax(np.abs(g[:4096])))
+g[i] *= 1.5
+with open(sys.argv[1], "r+b") as f:
+    f.seek(-4 * g.size, 2)
+    f.write(g.tobytes())' "$T/or/grads.params"
+        $py "$SR_SRCDIR/tests/gpu/oracle.py" "$T/or" >"$T/or.bad" 2>&1
+        rc=$?
+        check "a gradient off by half of one element is caught (status $rc, FAIL gradients)" \
+            sh -c "[ $rc = 1 ] && grep -q '^FAIL gradients' '$T/or.bad'"
+        cp "$T/or/grads.good" "$T/or/grads.params"
+        expect_status 78 "SHARDRUN_TEST_ORACLE with the optimizer offloaded is refused (78)" env -u SHARDRUN_TEST_HB \
+            SHARDRUN_TEST_ORACLE="$T/or2" "$SHARDRUN" train --set model.preset=tiny --set model.n_embd=64 \
+            --set model.seq_len=32 --set train.batch_size=2 --set train.steps=1 --set sharding.offload.optimizer=true \
+            --set device=cpu
+    fi
+fi
+check "OUTDIR holds at most 8 files ($(ls "$T/check" | wc -l))" test "$(ls "$T/check" | wc -l)" -le 8
+diag "$(cat "$T/check/check.txt")"
 done_testing
