@@ -48,5 +48,5 @@ sh "$SRC/tests/gpu/needed.sh" "$W/stage/shardrun" >"$W/needed.txt" || { cat "$W/
 cat "$W/needed.txt"
 tar -C "$W/stage" -czf gpu-bundle.tar.gz shardrun
 size=$(stat -c %s gpu-bundle.tar.gz)
-echo "gpu-bundle.tar.gz: $((size / 1048576)) MiB ($size bytes): tar -xzf it on the GPU machine, cd shardrun, run tests/gpu/check.sh OUTDIR"
+echo "gpu-bundle.tar.gz: $((size / 1048576)) MiB ($size bytes): tar -xzf it on the GPU machine, cd shardrun, run tests/gpu/check.sh --quick OUTDIR first"
 [ "$size" -le $((48 * 1048576)) ] || { echo "gpu-bundle: above 48 MiB" >&2; exit 1; }
