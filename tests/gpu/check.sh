@@ -157,6 +157,16 @@ cpu() {
     shift
     env -u SHARDRUN_TEST_DEVICE "$S" train --set log.every=1 --set train.eval_every=0 --set threads=0 --set device=cpu "$@" >"$LOGS/$log.out" 2>"$LOGS/$log.err"
 }
+# torch_python: the first python3 here that imports torch (nothing: none),
+# run with the library path the check was started with
+torch_python() {
+    for p in python3 /usr/bin/python3; do
+        if LD_LIBRARY_PATH=$SR_ORIG_LD $p -c 'import torch' 2>/dev/null; then
+            echo "$p"
+            return
+        fi
+    done
+}
 # close A B TOL: every pair of numbers within TOL (relative to max |b|)
 close() {
     paste -d' ' "$1" "$2" | awk -v tol="$3" '{ d = $1 - $2; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2;
@@ -339,10 +349,7 @@ st_step() {
 # gradient and its parameters after the step, and one PyTorch process
 # checks the four; the rehearsal runs it on the CPU against the CPU run
 st_oracle() {
-    py=""
-    for p in python3 /usr/bin/python3; do
-        if LD_LIBRARY_PATH=$SR_ORIG_LD $p -c 'import torch' 2>/dev/null; then py=$p; break; fi
-    done
+    py=$(torch_python)
     if [ -z "$py" ]; then
         skip oracle.torch "no python3 here imports torch"
         return
@@ -699,10 +706,7 @@ st_throughput() {
     else
         fail throughput.shardrun "status $rc ($(tail -1 "$LOGS/tput.err"))"
     fi
-    py=""
-    for p in python3 /usr/bin/python3; do
-        if LD_LIBRARY_PATH=$SR_ORIG_LD $p -c 'import torch' 2>/dev/null; then py=$p; break; fi
-    done
+    py=$(torch_python)
     if [ -z "$py" ]; then
         skip throughput.torch "no python3 here imports torch"
     else
