@@ -527,10 +527,10 @@ static void log_loaded(sr_ckpt *c, const char *path, const sr_manifest *mf, cons
     uint64_t total = 0;
     for (int r = 0; r < sr_ctl_size(c->ctl); r++)
         total += all[r].value;
-    sr_log_info("resume: loaded %s: step %lld, %llu sequences consumed, written by %d rank%s (mesh shard %d x "
+    sr_log_info("resume: loaded %s: step %lld, %llu sequence%s consumed, written by %d rank%s (mesh shard %d x "
                 "replicate %d) on %s; %.1f MB read and verified in %.2f s (%.0f MB/s)",
-                path, (long long)mf->step, (unsigned long long)mf->cursor, mf->world, mf->world == 1 ? "" : "s",
-                mf->mesh_shard, mf->mesh_replicate, mf->created, (double)total / 1e6, dt,
+                path, (long long)mf->step, (unsigned long long)mf->cursor, mf->cursor == 1 ? "" : "s", mf->world,
+                mf->world == 1 ? "" : "s", mf->mesh_shard, mf->mesh_replicate, mf->created, (double)total / 1e6, dt,
                 (double)total / 1e6 / (dt > 0 ? dt : 1e-9));
     sr_fsdp_shard_state s;
     sr_fsdp_shard_state_view(c->f, &s);

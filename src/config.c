@@ -998,6 +998,29 @@ static int64_t nearest_divisor(int64_t n, int64_t want) {
     return best;
 }
 
+const char *sr_config_model_name(const sr_config *cfg, char *buf, size_t n) {
+    int p = (int)cfg->model_preset;
+    const char *name = preset_names[p];
+    const struct {
+        const char *key;
+        int64_t have, preset;
+    } dims[] = {{"n_layer", cfg->n_layer, presets[p].n_layer},
+                {"n_head", cfg->n_head, presets[p].n_head},
+                {"n_embd", cfg->n_embd, presets[p].n_embd},
+                {"vocab_size", cfg->vocab_size, presets[p].vocab_size},
+                {"seq_len", cfg->seq_len, presets[p].seq_len}};
+    char changed[160] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].have != dims[i].preset && len < sizeof changed)
+            len += (size_t)snprintf(changed + len, sizeof changed - len, "%s%s", len ? ", " : "", dims[i].key);
+    if (!changed[0])
+        snprintf(buf, n, "%s", name);
+    else
+        snprintf(buf, n, "custom (%s with %s changed)", name, changed);
+    return buf;
+}
+
 sr_status sr_config_finalize(sr_config *cfg) {
     char w[1200], w2[1200];
     int p = (int)cfg->model_preset;

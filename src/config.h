@@ -103,6 +103,10 @@ sr_status sr_config_set(sr_config *cfg, const char *assignment);
  * checks every cross-field rule that holds for any number of ranks (the
  * world-size rules are job.h's).  Returns SR_ERR_CONFIG naming the keys. */
 sr_status sr_config_finalize(sr_config *cfg);
+/* The model's name for the start line, after sr_config_finalize: the
+ * preset's ("gpt2-124m") when every dimension is the preset's, else
+ * "custom (gpt2-124m with n_layer, seq_len changed)".  Returns buf. */
+const char *sr_config_model_name(const sr_config *cfg, char *buf, size_t n);
 /* Refuses non-default values of keys whose feature has not landed yet
  * ("not implemented yet", SR_ERR_CONFIG). */
 sr_status sr_config_check_landed(const sr_config *cfg);

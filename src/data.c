@@ -167,8 +167,9 @@ static sr_status finish(sr_data *d, const char *what) {
                         "%s: %llu tokens in all is fewer than model.seq_len + 1 = %d; expected at least one "
                         "sequence (hint: use more data or a smaller seq_len)",
                         what, (unsigned long long)n, d->T + 1);
-    snprintf(d->desc, sizeof d->desc, "%s: %d shard%s, %llu tokens, %llu sequences of %d", what, d->nshards,
-             d->nshards == 1 ? "" : "s", (unsigned long long)n, (unsigned long long)w, d->T);
+    snprintf(d->desc, sizeof d->desc, "%s: %d shard%s, %llu token%s, %llu sequence%s of %d", what, d->nshards,
+             d->nshards == 1 ? "" : "s", (unsigned long long)n, n == 1 ? "" : "s", (unsigned long long)w,
+             w == 1 ? "" : "s", d->T);
     return SR_OK;
 }
 

@@ -298,6 +298,19 @@ static int parse_options(int argc, char **argv, cli *c) {
     while ((ch = getopt_long(argc, argv, ":s:o:hV", long_options, NULL)) != -1) {
         switch (ch) {
         case 's':
+            if (!strchr(optarg, '=')) {
+                /* `--set train.lr 3e-4`: the value would become the job file */
+                char buf[800];
+                const char *next = optind < argc && argv[optind][0] != '-' ? argv[optind] : NULL;
+                if (next)
+                    snprintf(buf, sizeof buf,
+                             "--set %.200s: expected key=value, with no space around '=' (hint: --set %.200s=%.200s)",
+                             optarg, optarg, next);
+                else
+                    snprintf(buf, sizeof buf, "--set %.200s: expected key=value (hint: --set %.200s=VALUE)", optarg,
+                             optarg);
+                return usage_error("%s", buf);
+            }
             c->sets[c->nsets++] = optarg;
             break;
         case 'o':

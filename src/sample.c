@@ -432,14 +432,22 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
     const float *logits = NULL;
     for (int i = 0; st == SR_OK && i < n; i++)
         logits = sr_generator_feed(g, prompt[i]);
+    int last = -1; /* the last token written */
     for (long i = 0; st == SR_OK && i < o->tokens; i++) {
         int next = sr_sample_pick(logits, V, o->temperature, o->top_k, o->seed, (uint64_t)i, scratch);
+        last = next;
         if (sr_sample_write(out, &next, 1, V, o->tokenizer ? &tok : NULL, false, i == 0) != 0 || fflush(out) != 0)
             st = sr_error(SR_ERR_IO, "write to standard output failed: %s", strerror(errno));
         else if (i + 1 < o->tokens)
             logits = sr_generator_feed(g, next);
     }
-    if (st == SR_OK && !o->tokenizer && V != 256 && fputc('\n', out) == EOF)
+    /* the output ends with a newline (ids always; text unless its last byte is one) */
+    bool text = o->tokenizer || V == 256, ends_line = false;
+    if (text && last >= 0)
+        ends_line = o->tokenizer && tok.piece && last < tok.n
+                        ? tok.len[last] > 0 && tok.piece[last][tok.len[last] - 1] == '\n'
+                        : last == '\n';
+    if (st == SR_OK && !ends_line && fputc('\n', out) == EOF)
         st = sr_error(SR_ERR_IO, "write to standard output failed: %s", strerror(errno));
     double t2 = mono();
     if (st == SR_OK) {

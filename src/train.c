@@ -610,14 +610,15 @@ static void banner(run *r) {
                     sr_isa_name(sr_isa_current()), w->job_id, transport, restart && *restart ? restart : "0",
                     r->resumed);
     const sr_model_dims *d = &r->model.d;
+    char model_name[256];
     sr_log_info("model %s: n_layer %d, n_head %d, n_embd %d, vocab_size %d (padded %d), seq_len %d; %.2fM parameters; "
                 "weights from %s",
-                sr_config_enum_name("model.preset", cfg->model_preset), d->L, d->NH, d->C, d->V, d->Vp, d->T,
+                sr_config_model_name(cfg, model_name, sizeof model_name), d->L, d->NH, d->C, d->V, d->Vp, d->T,
                 (double)r->model.n_params_real / 1e6, r->weights);
-    sr_log_info("batch %lld sequences/step = %d rank%s x micro_batch %d x %d accumulation step%s; %lld steps; "
+    sr_log_info("batch %lld sequence%s/step = %d rank%s x micro_batch %d x %d accumulation step%s; %lld step%s; "
                 "threads %d per rank (one OpenMP pool, OpenBLAS single-threaded)",
-                (long long)cfg->batch_size, w->size, w->size == 1 ? "" : "s", r->mb, r->accum, r->accum == 1 ? "" : "s",
-                (long long)cfg->steps, r->threads);
+                (long long)cfg->batch_size, cfg->batch_size == 1 ? "" : "s", w->size, w->size == 1 ? "" : "s", r->mb,
+                r->accum, r->accum == 1 ? "" : "s", (long long)cfg->steps, cfg->steps == 1 ? "" : "s", r->threads);
     char comm[96];
     if (r->nccl)
         snprintf(comm, sizeof comm, "nccl %s (control plane tcp)", sr_nccl_version());

@@ -95,4 +95,15 @@ expect_status 66 "data prepare with a missing input is status 66" "$S" data prep
 check "  ...and writes nothing" sh -c "! ls '$T' | grep -q '^e.bin'"
 expect_status 73 "data prepare into a missing directory is status 73" "$S" data prepare -o "$T/no/dir/x.bin" "$T/a.txt"
 expect_status 64 "data prepare without inputs is a usage error" "$S" data prepare -o "$T/f.bin"
+
+# small things a new user meets
+expect_status 64 "--set KEY VALUE (no =) is a usage error, not a missing job file" "$S" train --set train.lr 3e-4
+check "  ...naming the missing '=' with the fix" grep -q -- "--set train.lr: expected key=value, with no space around '=' (hint: --set train.lr=3e-4)" "$T/err"
+"$S" train --set train.steps=1 --set train.batch_size=1 --set train.micro_batch=1 --set model.n_embd=64 \
+    --set model.seq_len=32 >"$T/one.out" 2>"$T/one.err"
+check "one sequence, one step: singular words on the start line" grep -q 'batch 1 sequence/step = .*; 1 step;' "$T/one.err"
+check "a preset with a dimension changed is named custom, with what changed" \
+    grep -q 'model custom (tiny with n_embd, seq_len changed): n_layer 4' "$T/one.err"
+"$S" train --set train.steps=1 --set train.batch_size=2 --set model.seq_len=256 >"$T/two.out" 2>"$T/two.err"
+check "  ...and by the preset's name when nothing changed" grep -q 'model tiny: n_layer 4' "$T/two.err"
 done_testing

@@ -38,6 +38,9 @@ else
         [ -s "$T/lint" ] && diag "$(cat "$T/lint")"
     done
     "$MANDOC" -Tascii "$M1" | sed "s/.\x08//g" >"$T/man1.txt"
+    # an option rendered with three dashes (.Fl -a --b renders ---b)
+    three=$(for m in "$M1" "$M5" "$MC"; do "$MANDOC" -Tascii "$m" | sed "s/.\x08//g" | grep -n -- '---[a-z]'; done)
+    check "no option renders with three dashes in the man pages" test -z "$three" || diag "$three"
     "$MANDOC" -Tascii "$M5" | sed "s/.\x08//g" >"$T/man5.txt"
     "$S" --help | grep -o -- '--[a-z][a-z-]*' | sort -u >"$T/opts"
     missing=""
