@@ -333,8 +333,11 @@ static sr_status check_space(sr_ckpt *c) {
 }
 
 static sr_status open_dir_rank0(sr_ckpt *c) {
-    if (sr_fsio_mkdir_p(c->dir) != 0)
+    char created[1024];
+    if (sr_fsio_mkdir_p_created(c->dir, created, sizeof created) != 0)
         return sr_error(SR_ERR_CANTCREAT, "%s: cannot create checkpoint.dir: %s", c->dir, strerror(errno));
+    if (created[0])
+        sr_log_info("checkpoint: created %s (checkpoint.dir did not exist)", created);
     sr_status st = resolve_dir(c);
     if (st == SR_OK)
         st = take_lock(c);

@@ -63,8 +63,23 @@ int sr_fsio_fsync_dir(const char *path) {
     return rc;
 }
 
-int sr_fsio_mkdir_p(const char *path) {
+/* Notes dir in created[n] (", "-separated; "..." once full). */
+static void note_created(char *created, size_t n, const char *dir) {
+    if (!created || !n)
+        return;
+    size_t len = strlen(created);
+    if (len + strlen(dir) + 6 < n)
+        snprintf(created + len, n - len, "%s%s", len ? ", " : "", dir);
+    else if (len + 5 < n && (len < 3 || strcmp(created + len - 3, "...") != 0))
+        snprintf(created + len, n - len, ", ...");
+}
+
+int sr_fsio_mkdir_p(const char *path) { return sr_fsio_mkdir_p_created(path, NULL, 0); }
+
+int sr_fsio_mkdir_p_created(const char *path, char *created, size_t n) {
     char tmp[PATH_MAX];
+    if (created && n)
+        created[0] = '\0';
     if (strlen(path) >= sizeof tmp) {
         errno = ENAMETOOLONG;
         return -1;
@@ -73,11 +88,15 @@ int sr_fsio_mkdir_p(const char *path) {
     for (char *p = tmp + 1; *p; p++)
         if (*p == '/') {
             *p = '\0';
-            if (mkdir(tmp, SR_FSIO_DIR_MODE) != 0 && errno != EEXIST)
+            if (mkdir(tmp, SR_FSIO_DIR_MODE) == 0)
+                note_created(created, n, tmp);
+            else if (errno != EEXIST)
                 return -1;
             *p = '/';
         }
-    if (mkdir(tmp, SR_FSIO_DIR_MODE) != 0 && errno != EEXIST)
+    if (mkdir(tmp, SR_FSIO_DIR_MODE) == 0)
+        note_created(created, n, tmp);
+    else if (errno != EEXIST)
         return -1;
     struct stat sb;
     if (stat(tmp, &sb) != 0)

@@ -49,6 +49,9 @@ int sr_fsio_pread_all(int fd, void *buf, size_t n, uint64_t off);
 int sr_fsio_fsync_dir(const char *path);
 /* mkdir -p with SR_FSIO_DIR_MODE; ENOTDIR when the path is not a directory. */
 int sr_fsio_mkdir_p(const char *path);
+/* The same, naming in created[n] the directories it made (", "-separated,
+ * "" when none). */
+int sr_fsio_mkdir_p_created(const char *path, char *created, size_t n);
 
 /* Inside directories the program did not name itself (a checkpoint's
  * step_* entries, its manifest and shard files), nothing is followed: the
