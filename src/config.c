@@ -50,9 +50,10 @@ static const char *const schedule_names[] = {"cosine", "linear", "constant", NUL
 static const char *const backend_names[] = {"auto", "tcp", "nccl", NULL};
 /* indexed by sr_device_want */
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
-/* indexed by sr_dtype: the job file's names of SR_DT_F32 and SR_DT_BF16 */
-static const char *const dtype_names[] = {"fp32", "bf16", NULL};
-_Static_assert(SR_DT_F32 == 0 && SR_DT_BF16 == 1, "dtype_names is indexed by sr_dtype");
+/* indexed by sr_dtype: the job file's names of SR_DT_F32 and SR_DT_BF16,
+ * then SR_MP_DTYPE_AUTO (resolved by sr_job_resolve_precision) */
+static const char *const dtype_names[] = {"fp32", "bf16", "auto", NULL};
+_Static_assert(SR_DT_F32 == 0 && SR_DT_BF16 == 1 && SR_MP_DTYPE_AUTO == 2, "dtype_names is indexed by sr_dtype");
 static const char *const gradsync_names[] = {"per_step", "per_micro_batch", NULL};
 static const char *const requeue_names[] = {"exit", "scontrol", NULL};
 
@@ -97,8 +98,8 @@ static const sr_key keys[] = {
  {"sharding.blocks_per_unit", T_INT, OFF(blocks_per_unit), "1", 1, 1024, NULL, true, "transformer blocks per sharded unit"},
  {"sharding.reshard_after_forward.blocks", T_RESHARD, OFF(reshard_blocks), "true", 2, 1048576, NULL, true, "free block units' full parameters after forward: true, false, or N (keep a copy sharded over N ranks)"},
  {"sharding.reshard_after_forward.root", T_RESHARD, OFF(reshard_root), "false", 2, 1048576, NULL, true, "the same for the root unit (embeddings, final norm, head)"},
- {"sharding.mixed_precision.param_dtype", T_ENUM, OFF(param_dtype), "fp32", 0, 0, dtype_names, true, "dtype of gathered parameters for compute: fp32 or bf16 (the fp32 master shard is always kept)"},
- {"sharding.mixed_precision.reduce_dtype", T_ENUM, OFF(reduce_dtype), "fp32", 0, 0, dtype_names, true, "dtype of gradient reduce-scatter: fp32 or bf16"},
+ {"sharding.mixed_precision.param_dtype", T_ENUM, OFF(param_dtype), "auto", 0, 0, dtype_names, true, "dtype of gathered parameters for compute: fp32, bf16, or auto (bf16 on a GPU, fp32 on the CPU and the fake device, so a fake-device run stays bitwise a CPU run); the fp32 master shard is always kept; the start line and shardrun plan name the dtype a run uses"},
+ {"sharding.mixed_precision.reduce_dtype", T_ENUM, OFF(reduce_dtype), "fp32", 0, 0, dtype_names, true, "dtype of gradient reduce-scatter: fp32, bf16, or auto (fp32)"},
  {"sharding.mesh.shard", T_INT, OFF(mesh_shard), "0", 0, 1048576, NULL, true, "ranks a unit is sharded over; 0 = ranks / replicate"},
  {"sharding.mesh.replicate", T_INT, OFF(mesh_replicate), "1", 1, 1048576, NULL, true, "replica groups (HSDP); shard x replicate = ranks"},
  {"sharding.prefetch.forward", T_INT, OFF(prefetch_forward), "1", 0, 16, NULL, true, "units gathered ahead during forward"},
@@ -109,7 +110,7 @@ static const sr_key keys[] = {
  {"sharding.offload.optimizer", T_BOOL, OFF(offload_optimizer), "false", 0, 0, NULL, true, "GPU runs: the fp32 master weights, Adam m and v and the gradient shard in host memory and AdamW on the host; each unit's reduced gradients are copied to the host as its reduction ends; training is bitwise that without offload"},
  {"sharding.offload.pin_memory", T_BOOL, OFF(pin_memory), "true", 0, 0, NULL, true, "pin the offloaded host memory (false: pageable memory, allowed with a warning: every copy becomes synchronous)"},
  {"device", T_ENUM, OFF(device), "auto", 0, 0, device_names, true, "compute device: auto (a GPU when this build has CUDA and one is usable, and with several ranks NCCL too; else the CPU), cpu, or cuda (one GPU per rank, picked from the local rank; several ranks need a build with NCCL; fails with 78 when none is usable)"},
- {"checkpoint.dir", T_STR, OFF(ckpt_dir), "\"\"", 0, 0, NULL, true, "directory of sharded checkpoints; empty = no checkpoints"},
+ {"checkpoint.dir", T_STR, OFF(ckpt_dir), "\"\"", 0, 0, NULL, true, "directory of sharded checkpoints, created with its missing parents (one notice line names them); empty = no checkpoints"},
  {"checkpoint.every_steps", T_INT, OFF(ckpt_every_steps), "0", 0, 1e12, NULL, true, "checkpoint every N steps; 0 = off"},
  {"checkpoint.every_minutes", T_FLOAT, OFF(ckpt_every_minutes), "0", 0, 1e7, NULL, true, "checkpoint every N minutes; 0 = off"},
  {"checkpoint.async", T_BOOL, OFF(ckpt_async), "true", 0, 0, NULL, true, "periodic saves snapshot the shard into host memory and write it in a background thread while training goes on; the commit follows at a later step boundary (false: training waits for every save)"},

@@ -23,6 +23,10 @@ enum { SR_GRADSYNC_PER_STEP, SR_GRADSYNC_PER_MICRO_BATCH };
 enum { SR_REQUEUE_EXIT, SR_REQUEUE_SCONTROL };
 enum { SR_PRESET_TINY, SR_PRESET_GPT2_124M, SR_PRESET_GPT2_350M, SR_PRESET_GPT2_774M, SR_PRESET_GPT2_1_5B };
 
+/* sharding.mixed_precision's `auto`, until a run or a plan resolves it
+ * for its device table (sr_job_resolve_precision). */
+#define SR_MP_DTYPE_AUTO 2
+
 /* reshard_after_forward values: true, false, or N >= 2. */
 #define SR_RESHARD_TRUE (-1)
 #define SR_RESHARD_FALSE 0
@@ -59,7 +63,7 @@ typedef struct {
     /* sharding */
     int64_t blocks_per_unit;
     int64_t reshard_blocks, reshard_root;
-    int64_t param_dtype, reduce_dtype; /* sr_dtype: SR_DT_F32 or SR_DT_BF16 */
+    int64_t param_dtype, reduce_dtype; /* sr_dtype: SR_DT_F32 or SR_DT_BF16, or SR_MP_DTYPE_AUTO */
     int64_t mesh_shard, mesh_replicate;
     int64_t prefetch_forward, prefetch_backward;
     int64_t grad_sync;

@@ -176,6 +176,8 @@ sr_status sr_device_open(sr_dev **out, sr_device_want want, int world_size, int 
     return *out ? SR_OK : sr_error_oom("the device table");
 }
 
+sr_dtype sr_device_auto_dtype(bool cuda_table) { return cuda_table ? SR_DT_BF16 : SR_DT_F32; }
+
 const sr_ops *sr_device_ops(const sr_dev *d, sr_dtype param_dtype) {
 #ifdef SR_HAVE_CUDA
     if (d && d->kind == SR_DEV_CUDA)

@@ -190,6 +190,10 @@ typedef enum { SR_DEVICE_AUTO, SR_DEVICE_CPU, SR_DEVICE_CUDA } sr_device_want;
  * without NCCL; auto with a world size above 1 in such a build runs on the
  * CPU with a warning.  *out is set on success; free with sr_device_close. */
 sr_status sr_device_open(sr_dev **out, sr_device_want want, int world_size, int local_rank, int local_size);
+/* The compute dtype the job's `auto` means on a table: bf16 on the cuda
+ * table (tensor-core GEMMs), fp32 on the cpu and fake tables (the CPU ops
+ * compute in fp32, and a fake-device run stays bitwise a CPU run). */
+sr_dtype sr_device_auto_dtype(bool cuda_table);
 /* The op table that computes on `d` in `param_dtype`: the CPU ops (f32) on
  * the cpu and fake tables, the CUDA ops of that dtype on the cuda table. */
 const struct sr_ops *sr_device_ops(const sr_dev *d, sr_dtype param_dtype);

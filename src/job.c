@@ -58,6 +58,15 @@ sr_status sr_job_init(sr_job *j, const sr_config *cfg) {
     return SR_OK;
 }
 
+bool sr_job_resolve_precision(sr_config *cfg, bool cuda_table) {
+    bool automatic = cfg->param_dtype == SR_MP_DTYPE_AUTO;
+    if (automatic)
+        cfg->param_dtype = sr_device_auto_dtype(cuda_table);
+    if (cfg->reduce_dtype == SR_MP_DTYPE_AUTO)
+        cfg->reduce_dtype = SR_DT_F32;
+    return automatic;
+}
+
 void sr_job_free(sr_job *j) {
     for (int i = 0; j->values && i < j->nkeys; i++)
         free(j->values[i]);

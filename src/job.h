@@ -39,6 +39,12 @@ typedef struct {
 sr_status sr_job_init(sr_job *j, const sr_config *cfg);
 void sr_job_free(sr_job *j);
 
+/* Resolves sharding.mixed_precision's `auto` values for a run on (or a
+ * plan for) the cuda table or not: param_dtype auto becomes the device's
+ * choice (sr_device_auto_dtype), reduce_dtype auto fp32.  Returns whether
+ * param_dtype was auto (the start line and plan say so). */
+bool sr_job_resolve_precision(sr_config *cfg, bool cuda_table);
+
 /* The world-size rules for `ranks` ranks, seen from `rank`: the mesh
  * (shard x replicate = ranks), every reshard_after_forward N dividing the
  * shard group, batch_size = micro_batch x ranks x accumulation steps.

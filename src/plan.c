@@ -56,6 +56,7 @@ typedef struct {
 typedef struct {
     const sr_plan_opts *o;
     bool gpu, fake, separate;
+    bool param_auto;                                    /* param_dtype was auto (sr_job_resolve_precision) */
     double device_bytes, host_bytes, disk_mbps, tflops; /* resolved */
     const char *device_how, *host_how, *disk_how;
     char tflops_how[256];
@@ -259,7 +260,7 @@ static void print_one(const plan_ctx *x, const sr_config *cfg, const char *job, 
             (long long)cfg->n_embd, (long long)cfg->vocab_size, (long long)cfg->seq_len);
     fprintf(out,
             "  %d rank%s on %s (%d per node, %d thread%s each): mesh shard %d x replicate %d; batch %lld = %d x "
-            "micro_batch %d x %d accumulation step%s; param %s, reduce %s\n",
+            "micro_batch %d x %d accumulation step%s; param %s%s, reduce %s\n",
             r->ranks, r->ranks == 1 ? "" : "s",
             x->gpu    ? "GPUs"
             : x->fake ? "the fake device (test hook)"
@@ -267,6 +268,7 @@ static void print_one(const plan_ctx *x, const sr_config *cfg, const char *job, 
             r->per_node, r->threads, r->threads == 1 ? "" : "s", r->mesh.S, r->mesh.R, (long long)cfg->batch_size,
             r->ranks, r->mb, r->accum, r->accum == 1 ? "" : "s",
             sr_config_enum_name("sharding.mixed_precision.param_dtype", cfg->param_dtype),
+            x->param_auto ? " (auto)" : "",
             sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype));
     fprintf(out, "memory per rank, as the run accounts it (rank 0; bytes exact for the persistent categories):\n");
     fprintf(out, "  %-14s %-7s %15s %12s\n", "category", "space", "bytes", "MiB");
@@ -327,12 +329,15 @@ static void print_one(const plan_ctx *x, const sr_config *cfg, const char *job, 
 }
 
 static void print_table_head(const plan_ctx *x, const sr_config *cfg, const char *job, FILE *out) {
-    fprintf(out, "plan: %s: model %s (n_layer %lld, n_embd %lld, seq_len %lld), batch %lld, on %s\n", job,
-            sr_config_enum_name("model.preset", cfg->model_preset), (long long)cfg->n_layer, (long long)cfg->n_embd,
-            (long long)cfg->seq_len, (long long)cfg->batch_size,
-            x->gpu    ? "GPUs"
-            : x->fake ? "the fake device (test hook)"
-                      : "CPUs");
+    fprintf(
+        out, "plan: %s: model %s (n_layer %lld, n_embd %lld, seq_len %lld), batch %lld, on %s; param %s%s, reduce %s\n",
+        job, sr_config_enum_name("model.preset", cfg->model_preset), (long long)cfg->n_layer, (long long)cfg->n_embd,
+        (long long)cfg->seq_len, (long long)cfg->batch_size,
+        x->gpu    ? "GPUs"
+        : x->fake ? "the fake device (test hook)"
+                  : "CPUs",
+        sr_config_enum_name("sharding.mixed_precision.param_dtype", cfg->param_dtype), x->param_auto ? " (auto)" : "",
+        sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype));
     fprintf(out, "%6s %4s %5s %12s %12s %12s %5s %12s %10s %12s %8s %8s\n", "ranks", "mb", "accum", "host/rank",
             "device/rank", "shards", "fits", "tokens/s", "step_s", "ckpt/rank", "save_s", "signal");
 }
@@ -356,11 +361,14 @@ static void print_table_row(const plan_ctx *x, const plan_row *r, FILE *out) {
             human((double)r->ckpt_rank, d, sizeof d), r->save_s, sig);
 }
 
-sr_status sr_plan_run(const sr_config *cfg, const char *job, const sr_plan_opts *o, FILE *out) {
+sr_status sr_plan_run(const sr_config *job_cfg, const char *job, const sr_plan_opts *o, FILE *out) {
     plan_ctx x = {.o = o};
     x.fake = strcmp(sr_testhook()->device, "fake") == 0;
-    x.gpu = o->gpus_per_node > 0 || cfg->device == SR_DEVICE_CUDA;
+    x.gpu = o->gpus_per_node > 0 || job_cfg->device == SR_DEVICE_CUDA;
     x.separate = x.gpu || x.fake;
+    sr_config resolved = *job_cfg; /* the job with its auto dtypes resolved as the run would */
+    x.param_auto = sr_job_resolve_precision(&resolved, x.gpu);
+    const sr_config *cfg = &resolved;
     if (x.gpu && !sr_device_plan_ops(true, (sr_dtype)cfg->param_dtype))
         return sr_error(SR_ERR_CONFIG,
                         "plan: a GPU plan (%s) needs the CUDA op table, and this build has none (hint: plan with a "

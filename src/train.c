@@ -50,7 +50,9 @@ extern char **environ;
 
 /* Everything one run holds. */
 typedef struct {
-    const sr_config *cfg;
+    const sr_config *cfg; /* = &resolved */
+    sr_config resolved;   /* the job with sharding.mixed_precision's auto resolved for the device */
+    bool param_auto;      /* param_dtype was auto */
     sr_world *w;
     sr_job job;
     sr_mesh mesh;
@@ -445,6 +447,7 @@ static sr_status open_device(run *r) {
     if (st == SR_OK)
         st = sr_device_open(&r->dev, (sr_device_want)r->cfg->device, r->w->size, r->w->local_rank, r->w->local_size);
     if (st == SR_OK) {
+        r->param_auto = sr_job_resolve_precision(&r->resolved, r->dev->kind == SR_DEV_CUDA);
         r->ops = sr_device_ops(r->dev, (sr_dtype)r->cfg->param_dtype);
         r->dev->timeout_s = r->cfg->comm_timeout_s;
     }
@@ -624,15 +627,15 @@ static void banner(run *r) {
         snprintf(comm, sizeof comm, "nccl %s (control plane tcp)", sr_nccl_version());
     else
         snprintf(comm, sizeof comm, "%s", w->size > 1 ? "tcp" : "none (1 rank)");
-    sr_log_info("sharding: mesh shard %d x replicate %d, %d units (%lld block%s each + root), reshard_after_forward "
-                "blocks %s root %s, param %s, reduce %s, prefetch %lld/%lld, grad_sync %s, comm %s",
-                r->mesh.S, r->mesh.R, sr_fsdp_units(r->fsdp), (long long)cfg->blocks_per_unit,
-                cfg->blocks_per_unit == 1 ? "" : "s", reshard_name(cfg->reshard_blocks),
-                reshard_name(cfg->reshard_root),
-                sr_config_enum_name("sharding.mixed_precision.param_dtype", cfg->param_dtype),
-                sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype),
-                (long long)cfg->prefetch_forward, (long long)cfg->prefetch_backward,
-                sr_config_enum_name("sharding.grad_sync", cfg->grad_sync), comm);
+    sr_log_info(
+        "sharding: mesh shard %d x replicate %d, %d units (%lld block%s each + root), reshard_after_forward "
+        "blocks %s root %s, param %s%s, reduce %s, prefetch %lld/%lld, grad_sync %s, comm %s",
+        r->mesh.S, r->mesh.R, sr_fsdp_units(r->fsdp), (long long)cfg->blocks_per_unit,
+        cfg->blocks_per_unit == 1 ? "" : "s", reshard_name(cfg->reshard_blocks), reshard_name(cfg->reshard_root),
+        sr_config_enum_name("sharding.mixed_precision.param_dtype", cfg->param_dtype), r->param_auto ? " (auto)" : "",
+        sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype),
+        (long long)cfg->prefetch_forward, (long long)cfg->prefetch_backward,
+        sr_config_enum_name("sharding.grad_sync", cfg->grad_sync), comm);
     if (w->size > 1)
         log_groups(r);
     sr_log_info("data %s", sr_data_describe(r->train));
@@ -1223,7 +1226,8 @@ static sr_status finish(run *r) {
 /* ------------------------------------------------------------------------ */
 
 sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) {
-    run r = {.cfg = cfg, .w = w, .first_loss = NAN, .last_loss = NAN, .last_val = NAN};
+    run r = {.resolved = *cfg, .w = w, .first_loss = NAN, .last_loss = NAN, .last_val = NAN};
+    r.cfg = &r.resolved;
     sr_status st = setup(&r);
     if (st != SR_OK)
         return teardown(&r, st);

@@ -6,7 +6,7 @@
 # checkpoint written by either resumes on the other bitwise like a CPU-only
 # resume, planned memory above the fake device's free memory is refused
 # (78, naming the categories), and ranks that disagree on the device are
-# refused (78, naming them).  NaN-poisoned allocations change nothing.
+# refused (78, naming them).  param_dtype auto (the default) is fp32 on both.  NaN-poisoned allocations change nothing.
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 CMP=${SR_BUILDDIR:-.}/tests/cmp_params
@@ -45,11 +45,14 @@ check "the start and end logs show the spaces" sh -c \
     "grep -q 'memory at start.*spaces: host [0-9.]*/[0-9.]*, pinned 0.0/0.0, device 0.0/0.0' cpu.err &&
      grep -q 'memory at end.*spaces: host' cpu.err"
 check "the start line says device=cpu" grep -q "device=cpu " cpu.err
+check "param_dtype auto (the default) is fp32 on the CPU, and the start line says so" \
+    grep -q "param fp32 (auto), reduce fp32" cpu.err
 
 # 2. the fake device: bitwise a CPU run, its memory in the device space
 run fake SHARDRUN_TEST_DEVICE=fake --
 check "a fake-device run finishes" test "$rc" -eq 0
 check "  ...the start line says device=fake" grep -q "device=fake (test hook SHARDRUN_TEST_DEVICE" fake.err
+check "  ...param_dtype auto is fp32 there too (the start line)" grep -q "param fp32 (auto), reduce fp32" fake.err
 check "  ...final parameters are bitwise those of the CPU run" "$CMP" cpu.params fake.params 0
 check "  ...and so are the losses" sh -c "[ \"$(field cpu.jsonl loss | tr '\n' ' ')\" = \"$(field fake.jsonl loss | tr '\n' ' ')\" ]"
 check "  ...its state lives in the device space (host 0, device = total)" sh -c \
@@ -66,6 +69,13 @@ run cpu16 -- --set sharding.mixed_precision.param_dtype=bf16 --set sharding.mixe
 run fake16 SHARDRUN_TEST_DEVICE=fake -- --set sharding.mixed_precision.param_dtype=bf16 \
     --set sharding.mixed_precision.reduce_dtype=bf16 --set sharding.grad_sync=per_micro_batch --set train.micro_batch=2
 check "bf16, per-micro-batch reductions: the fake run is bitwise the CPU run" "$CMP" cpu16.params fake16.params 0
+
+# auto spelled out is the default; reduce_dtype auto is fp32: the same run
+run auto SHARDRUN_TEST_DEVICE=fake -- --set sharding.mixed_precision.param_dtype=auto \
+    --set sharding.mixed_precision.reduce_dtype=auto
+check "param_dtype auto and reduce_dtype auto on the fake device: bitwise the CPU run" "$CMP" cpu.params auto.params 0
+run f32 SHARDRUN_TEST_DEVICE=fake -- --set sharding.mixed_precision.param_dtype=fp32
+check "  ...and an explicit fp32 is named without (auto)" grep -q "param fp32, reduce fp32" f32.err
 
 # 3. NaN-poisoned allocations (make check sets SHARDRUN_TEST_POISON=1) change nothing
 run nopoison SHARDRUN_TEST_POISON=0 SHARDRUN_TEST_DEVICE=fake --

@@ -38,6 +38,15 @@ check "every result line carries the stage's seconds" \
 check "the quick form of step ran tiny only" sh -c "grep -q '^PASS step.tiny' '$T/check/check.txt' && ! grep -q '^PASS step.gpt2' '$T/check/check.txt'"
 check "the logs are packed into OUTDIR/logs.tar.gz after the stages" \
     sh -c "tar -tzf '$T/check/logs.tar.gz' | grep -q 'logs/step-tiny-dev.err'"
+# every train call names both dtypes (check.sh's explicit_dtypes records
+# them), so no stage runs the auto default by accident
+calls() {
+    tar -xzOf "$T/check/logs.tar.gz" logs/train-calls.txt 2>/dev/null >"$T/calls"
+    check "every train call of the check passed param_dtype and reduce_dtype ($(wc -l <"$T/calls") calls)" \
+        sh -c "[ -s '$T/calls' ] && ! awk '\$2 == \"-\" || \$3 == \"-\"' '$T/calls' | grep -q ."
+    diag "$(awk '$2 == "-" || $3 == "-"' "$T/calls")"
+}
+calls
 if group --long "the full check resumes after --quick"; then
     rehearse full.out "$T/check"
     rc=$?
@@ -52,6 +61,7 @@ if group --long "the full check resumes after --quick"; then
     check "every stage has a passing STAGE line" \
         sh -c "[ \$(grep -c '^STAGE [a-z]* all pass' '$T/check/check.txt') -ge 13 ]"
     check "the throughput table has its header and a shardrun row" grep -q '^| shardrun bf16 |' "$T/check/throughput.md"
+    calls
     check "the summary counts the lines of both runs, no FAIL" \
         sh -c "tail -1 '$T/check/check.txt' | grep -Eq '^[0-9]+ passed, 0 failed, [0-9]+ skipped$'"
 fi

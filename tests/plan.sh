@@ -113,6 +113,7 @@ sharding: {reshard_after_forward: {blocks: false}}
 EOF
 $S plan big.yaml --ranks 4 --host-mem 12 >big.plan 2>big.err
 check "a plan over --host-mem exits 0 and says it does not fit" sh -c "[ $? = 0 ] && grep -q 'does NOT fit' big.plan"
+check "  it names the precision the run would use: param fp32 (auto) on CPUs" grep -q "param fp32 (auto), reduce fp32" big.plan
 fix=$(sed -n 's/.*cheapest change that fits: //p' big.plan)
 check "  it names the cheapest change ($fix)" sh -c "echo '$fix' | grep -q -- '--set '"
 # shellcheck disable=SC2086 # the change is a list of options
@@ -142,9 +143,10 @@ for f, tf in (('a.plan', 2), ('b.plan', 4)):
     assert abs(save - tot / 100e6) < 0.06, (save, tot)
     assert lead == math.ceil(2 * (step + tot / 100e6) + 30) or abs(lead - (2 * (step + tot / 100e6) + 30)) < 1.01, lead
 "
-check "a GPU plan lists device memory, CUDA and NCCL reserves and --device-mem" sh -c "
+check "a GPU plan names param bf16 (auto), lists device memory, CUDA and NCCL reserves and --device-mem" sh -c "
     if grep -q '^#define SR_HAVE_CUDA 1' '${SR_BUILDDIR:-.}/srconfig.h'; then
         $S plan big.yaml --ranks 4 --gpus-per-node 4 --device-mem 8 >gpu.plan 2>&1 &&
+        grep -q 'param bf16 (auto), reduce fp32' gpu.plan &&
         grep -qE '^  activations +device' gpu.plan && grep -q 'NCCL' gpu.plan &&
         grep -q 'device .* of 8.00 GiB (--device-mem): does NOT fit' gpu.plan &&
         grep -q 'cheapest change that fits: --set' gpu.plan

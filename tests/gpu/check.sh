@@ -141,6 +141,24 @@ skip() {
 }
 # field FILE KEY: every value of KEY in a metrics file
 field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
+# explicit_dtypes LOG ARGS: every train call names both dtypes, so what a
+# stage measures does not follow the default (param_dtype auto is bf16 on
+# a GPU, fp32 on the fake device); records "LOG PARAM REDUCE" in
+# LOGS/train-calls.txt (the rehearsal reads it) and refuses a call without them
+explicit_dtypes() {
+    l=$1 p=- r=-
+    shift
+    for a in "$@"; do
+        case $a in
+        sharding.mixed_precision.param_dtype=*) p=${a#*=} ;;
+        sharding.mixed_precision.reduce_dtype=*) r=${a#*=} ;;
+        esac
+    done
+    echo "$l $p $r" >>"$LOGS/train-calls.txt"
+    [ "$p" != - ] && [ "$r" != - ] && return 0
+    echo "check.sh: $l: a train call without explicit sharding.mixed_precision dtypes (param $p, reduce $r)" >"$LOGS/$l.err"
+    return 1
+}
 # run LOG [ENV=V...] -- ARGS: shardrun train with the stage's device
 train() {
     log=$1
@@ -148,6 +166,7 @@ train() {
     envs=""
     while [ $# -gt 0 ] && [ "$1" != -- ]; do envs="$envs $1"; shift; done
     [ $# -gt 0 ] && shift
+    explicit_dtypes "$log" "$@" || return 64
     # shellcheck disable=SC2086
     env $envs "$S" train --set log.every=1 --set train.eval_every=0 --set threads=0 $DEV "$@" >"$LOGS/$log.out" 2>"$LOGS/$log.err"
 }
@@ -155,6 +174,7 @@ train() {
 cpu() {
     log=$1
     shift
+    explicit_dtypes "$log" "$@" || return 64
     env -u SHARDRUN_TEST_DEVICE "$S" train --set log.every=1 --set train.eval_every=0 --set threads=0 --set device=cpu "$@" >"$LOGS/$log.out" 2>"$LOGS/$log.err"
 }
 # torch_python: the first python3 here that imports torch (nothing: none),
@@ -174,6 +194,9 @@ close() {
         printf "max rel %.2e over %d values", r, n; exit !(r <= tol) }'
 }
 TINY="--set model.preset=tiny --set train.batch_size=8 --set train.seed=1"
+# the two precisions the stages run (exact mode and the GPU's bf16 mode)
+F32="--set sharding.mixed_precision.param_dtype=fp32 --set sharding.mixed_precision.reduce_dtype=fp32"
+BF16="--set sharding.mixed_precision.param_dtype=bf16 --set sharding.mixed_precision.reduce_dtype=fp32"
 GPT="--set model.preset=gpt2-124m --set model.seq_len=256 --set train.batch_size=2 --set train.micro_batch=2 --set train.seed=1"
 # a rehearsal keeps gpt2-124m's width and vocabulary but not its depth and
 # length, so two CPU cores finish within the stage budgets
@@ -311,8 +334,8 @@ st_step() {
     part quick && models="tiny"
     part rest && models="$models gpt2"
     for m in $models; do
-        if [ $m = tiny ]; then args="$TINY --set sharding.mixed_precision.param_dtype=fp32"; tl=1e-5; tn=1e-4; else
-            args="$GPT --set sharding.mixed_precision.param_dtype=bf16"; tl=1e-2; tn=5e-2; fi
+        if [ $m = tiny ]; then args="$TINY $F32"; tl=1e-5; tn=1e-4; else
+            args="$GPT $BF16"; tl=1e-2; tn=5e-2; fi
         # shellcheck disable=SC2086
         cpu step-$m-cpu $args --set train.steps=1 --set log.metrics="$LOGS/step-$m-cpu.jsonl"
         # shellcheck disable=SC2086
@@ -333,7 +356,7 @@ st_step() {
     fi
     t0=$(date +%s)
     # shellcheck disable=SC2086
-    train hang SHARDRUN_TEST_COMM_DELAY_US=60000000:compute -- $TINY --set train.steps=2 --set comm.timeout_s=5
+    train hang SHARDRUN_TEST_COMM_DELAY_US=60000000:compute -- $TINY $F32 --set train.steps=2 --set comm.timeout_s=5
     rh=$?
     took=$(($(date +%s) - t0))
     if [ $rh = 70 ] && [ $took -le 20 ] && grep -q 'did not finish step 1 within comm.timeout_s' "$LOGS/hang.err"; then
@@ -367,7 +390,7 @@ st_oracle() {
             # shellcheck disable=SC2086
             if train oracle-$m-$mode SHARDRUN_TEST_HB= SHARDRUN_TEST_ORACLE="$d" \
                 SHARDRUN_TEST_DUMP_PARAMS="$d/after.params" -- $args --set train.steps=1 \
-                --set sharding.mixed_precision.param_dtype=$dt; then
+                --set sharding.mixed_precision.param_dtype=$dt --set sharding.mixed_precision.reduce_dtype=fp32; then
                 dirs="$dirs $d"
             else
                 fail oracle.$m-$mode "shardrun status $?: $(tail -1 "$LOGS/oracle-$m-$mode.err")"
@@ -397,11 +420,11 @@ make_refs() {
     for m in ${*:-tiny gpt2}; do
         if [ $m = tiny ]; then
             # shellcheck disable=SC2086
-            cpu ref-tiny $TINY --set sharding.mixed_precision.param_dtype=fp32 --set train.steps=50 \
+            cpu ref-tiny $TINY $F32 --set train.steps=50 \
                 --set log.metrics="$REFS/tiny-fp32-50.jsonl" || return 1
         else
             # shellcheck disable=SC2086
-            cpu ref-gpt2 $GPT --set sharding.mixed_precision.param_dtype=bf16 --set train.steps=20 \
+            cpu ref-gpt2 $GPT $BF16 --set train.steps=20 \
                 --set log.metrics="$REFS/gpt2-bf16-20.jsonl" || return 1
         fi
     done
@@ -414,8 +437,8 @@ st_curves() {
     # shellcheck disable=SC2086
     [ $rehearse = 1 ] && make_refs $models
     for m in $models; do
-        if [ $m = tiny ]; then args="$TINY --set sharding.mixed_precision.param_dtype=fp32 --set train.steps=50"; ref=$REFS/tiny-fp32-50.jsonl; else
-            args="$GPT --set sharding.mixed_precision.param_dtype=bf16 --set train.steps=20"; ref=$REFS/gpt2-bf16-20.jsonl; fi
+        if [ $m = tiny ]; then args="$TINY $F32 --set train.steps=50"; ref=$REFS/tiny-fp32-50.jsonl; else
+            args="$GPT $BF16 --set train.steps=20"; ref=$REFS/gpt2-bf16-20.jsonl; fi
         if [ ! -f "$ref" ]; then
             skip curves.$m "no reference $ref (make gpu-refs on a CPU first)"
             continue
@@ -442,7 +465,7 @@ st_curves() {
 }
 
 st_determinism() {
-    args="$TINY --set sharding.mixed_precision.param_dtype=bf16"
+    args="$TINY $BF16"
     # shellcheck disable=SC2086
     train det-a SHARDRUN_TEST_DUMP_PARAMS="$LOGS/det-a.params" -- $args --set train.steps=6
     # shellcheck disable=SC2086
@@ -481,7 +504,7 @@ st_determinism() {
 # aborted with 69 within comm.timeout_s + 12 s, and the device memory the
 # accounting and NCCL explain against cudaMemGetInfo
 st_nccl() {
-    args="$TINY --set sharding.mixed_precision.param_dtype=fp32 --set train.steps=12"
+    args="$TINY $F32 --set train.steps=12"
     ra=0 rb=0
     if [ $rehearse = 0 ]; then # (the fake device has no NCCL plane: nothing to run)
         # shellcheck disable=SC2086
@@ -577,7 +600,7 @@ st_overhead() {
     rb=$?
     # shellcheck disable=SC2086
     train overhead -- --set model.preset=$m --set model.seq_len=256 --set train.batch_size=4 --set train.micro_batch=4 \
-        --set sharding.mixed_precision.param_dtype=fp32 --set train.steps=13 --set log.metrics="$LOGS/overhead.jsonl"
+        $F32 --set train.steps=13 --set log.metrics="$LOGS/overhead.jsonl"
     rs=$?
     bms=$(sed -n 's/.* ms=//p' "$LOGS/bench.out" | tr ',' '\n' | sort -n | awk '{ a[NR] = $1 } END { if (NR) print (a[int((NR + 1) / 2)] + a[int(NR / 2) + 1]) / 2 }')
     sms=$(field "$LOGS/overhead.jsonl" step_ms | tail -n 10 | sort -n | awk '{ a[NR] = $1 } END { if (NR) print (a[int((NR + 1) / 2)] + a[int(NR / 2) + 1]) / 2 }')
@@ -599,7 +622,7 @@ st_overhead() {
 # device; then gpt2-350m, micro-batch 8, T 1024, bf16 (a rehearsal: tiny):
 # step time and device memory of none, offload.optimizer, recompute blocks
 st_memory() {
-    args="$TINY --set train.micro_batch=8 --set train.steps=4"
+    args="$TINY $F32 --set train.micro_batch=8 --set train.steps=4"
     train mem-a SHARDRUN_TEST_DUMP_PARAMS="$LOGS/mem-a.params" -- $args --set log.metrics="$LOGS/mem-a.jsonl"
     train mem-r SHARDRUN_TEST_DUMP_PARAMS="$LOGS/mem-r.params" -- $args --set model.recompute=blocks --set log.metrics="$LOGS/mem-r.jsonl"
     train mem-o SHARDRUN_TEST_DUMP_PARAMS="$LOGS/mem-o.params" -- $args --set sharding.offload.optimizer=true --set log.metrics="$LOGS/mem-o.jsonl"
@@ -617,7 +640,7 @@ st_memory() {
     else
         big="--set model.preset=gpt2-350m --set model.seq_len=1024 --set train.batch_size=8 --set train.micro_batch=8"
     fi
-    big="$big --set sharding.mixed_precision.param_dtype=bf16 --set train.steps=6"
+    big="$big $BF16 --set train.steps=6"
     for v in n: o:"--set sharding.offload.optimizer=true" r:"--set model.recompute=blocks"; do
         k=${v%%:*}
         # shellcheck disable=SC2086
@@ -675,12 +698,12 @@ st_memory() {
 st_throughput() {
     steps=20
     if [ $rehearse = 1 ]; then
-        args="$TINY --set train.micro_batch=8 --set sharding.mixed_precision.param_dtype=bf16"
+        args="$TINY --set train.micro_batch=8 $BF16"
         # PyTorch's bf16 autocast on two CPU cores takes ~18 s a step: the
         # rehearsal's row is fp32 (the script's path, not a comparison)
         tb="tiny 8 256"
     else
-        args="--set model.preset=gpt2-124m --set model.seq_len=1024 --set train.batch_size=16 --set train.micro_batch=16 --set sharding.mixed_precision.param_dtype=bf16"
+        args="--set model.preset=gpt2-124m --set model.seq_len=1024 --set train.batch_size=16 --set train.micro_batch=16 $BF16"
         tb="gpt2-124m 16 1024 --bf16"
     fi
     # shellcheck disable=SC2086
