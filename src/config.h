@@ -50,6 +50,7 @@ typedef struct {
     int64_t seed, eval_every, eval_batches;
     /* data */
     sr_strlist data_train, data_val;
+    bool data_embedded_any_vocab;
     /* log */
     int64_t log_every;
     char *log_metrics;

@@ -214,7 +214,7 @@ sr_status sr_data_open(sr_data **out, const sr_strlist *paths, int T, int64_t vo
 
 sr_status sr_data_open_embedded(sr_data **out, int part, int T, int64_t vocab) {
     *out = NULL;
-    if (vocab < 256)
+    if (vocab < SR_DATA_EMBEDDED_VOCAB)
         return sr_error(SR_ERR_CONFIG,
                         "the embedded corpus is byte-level and needs model.vocab_size >= 256, not %lld (hint: set "
                         "data.train to shards for your vocabulary)",

@@ -41,6 +41,8 @@ sr_status sr_data_open(sr_data **out, const sr_strlist *paths, int T, int64_t vo
  * *ntok describe it.  SR_ERR_DATA naming what is wrong. */
 sr_status sr_data_check_shard(const char *path, const void *bytes, size_t len, int64_t vocab, int *tok_bytes,
                               uint64_t *ntok);
+/* The vocabulary of the embedded corpus (bytes). */
+#define SR_DATA_EMBEDDED_VOCAB 256
 /* The embedded corpus (byte-level, vocabulary 256): SR_DATA_TRAIN is the
  * first 90 %, SR_DATA_VAL the last 10 %. */
 sr_status sr_data_open_embedded(sr_data **out, int part, int T, int64_t vocab);

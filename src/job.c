@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data.h"
 #include "mem.h"
 
 sr_status sr_job_init(sr_job *j, const sr_config *cfg) {
@@ -185,4 +186,15 @@ sr_status sr_job_check_cpu_run(const sr_config *cfg) {
 #endif
         );
     return SR_OK;
+}
+
+sr_status sr_job_check_data(const sr_config *cfg) {
+    if (cfg->data_train.count || cfg->vocab_size == SR_DATA_EMBEDDED_VOCAB || cfg->data_embedded_any_vocab)
+        return SR_OK;
+    return at_key(cfg, sr_config_was_set(cfg, "model.vocab_size") ? "model.vocab_size" : "model.preset",
+                  "the model's vocabulary is %lld tokens but data.train is empty, so the run would train on the "
+                  "embedded byte corpus (vocabulary %d): its tokens mean bytes, not your tokenizer's (hint: set "
+                  "data.train to token shards made with the model's tokenizer, or data.embedded_any_vocab: true to "
+                  "train on the bytes anyway)",
+                  (long long)cfg->vocab_size, SR_DATA_EMBEDDED_VOCAB);
 }

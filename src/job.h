@@ -66,6 +66,11 @@ sr_status sr_job_check_gpu_run(const sr_config *cfg, int world_size);
 /* What a CPU run cannot do: offload (everything already lives in host
  * memory) and the NCCL transport.  SR_ERR_CONFIG with the place. */
 sr_status sr_job_check_cpu_run(const sr_config *cfg);
+/* data.train empty trains on the embedded byte corpus: a model.vocab_size
+ * other than its 256 is refused (SR_ERR_CONFIG naming both vocabularies
+ * and data.train, at the key that set the vocabulary) unless
+ * data.embedded_any_vocab is true. */
+sr_status sr_job_check_data(const sr_config *cfg);
 /* `device: cuda` in a build without CUDA is refused (SR_ERR_CONFIG at the
  * key); in a CUDA build the device itself decides (sr_device_open). */
 sr_status sr_job_check_device(const sr_config *cfg);

@@ -381,10 +381,11 @@ static void cli_free(cli *c) {
 }
 
 /* Loads the job (file or embedded), applies --set, finalizes, refuses
- * features that have not landed (device: cuda among them), and with
- * ranks > 0 checks the world-size rules for that many ranks.  Returns an
- * exit code (0 on success). */
-static int load_job(sr_config *cfg, const char *path, const cli *c, int ranks) {
+ * features that have not landed (device: cuda among them), with `data`
+ * the data rules (sr_job_check_data: train and config check; config show
+ * prints any job, a plan reads no data), and with ranks > 0 checks the world-size rules for that many
+ * ranks.  Returns an exit code (0 on success). */
+static int load_job(sr_config *cfg, const char *path, const cli *c, int ranks, bool data) {
     sr_status st = sr_config_init(cfg);
     if (st == SR_OK)
         st = sr_config_load_file(cfg, path);
@@ -396,6 +397,8 @@ static int load_job(sr_config *cfg, const char *path, const cli *c, int ranks) {
         st = sr_config_check_landed(cfg);
     if (st == SR_OK)
         st = sr_job_check_device(cfg);
+    if (st == SR_OK && data)
+        st = sr_job_check_data(cfg);
     if (st == SR_OK && ranks > 0)
         st = sr_job_check_world(cfg, ranks, 0, NULL);
     return st == SR_OK ? 0 : fail(st);
@@ -442,7 +445,7 @@ static int cmd_train(const cli *c) {
     quiet_rank = world.rank != 0;
     sr_testhook_warn_active();
     sr_config cfg;
-    int rc = load_job(&cfg, c->nargs ? c->args[0] : NULL, c, 0);
+    int rc = load_job(&cfg, c->nargs ? c->args[0] : NULL, c, 0, true);
     if (rc == 0) {
         sr_train_result res = {0};
         st = sr_train_run(&cfg, &world, &res);
@@ -468,7 +471,7 @@ static int cmd_config(const char *sub, const cli *c) {
     if (c->nargs > 1)
         return usage_error("config show: expected at most one job file, got extra argument '%s'", c->args[1]);
     sr_config cfg;
-    int rc = load_job(&cfg, c->nargs ? c->args[0] : NULL, c, c->ranks);
+    int rc = load_job(&cfg, c->nargs ? c->args[0] : NULL, c, c->ranks, check);
     if (rc == 0) {
         char ranks[160];
         if (c->ranks)
@@ -564,7 +567,7 @@ static int cmd_plan(const cli *c) {
     if (est != SR_OK)
         return fail(est);
     sr_config cfg;
-    int rc = load_job(&cfg, c->args[0], c, 0);
+    int rc = load_job(&cfg, c->args[0], c, 0, false);
     if (rc == 0) {
         sr_plan_opts o = c->plan;
         o.ranks_lo = c->ranks ? c->ranks : 1;

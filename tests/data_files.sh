@@ -1,8 +1,10 @@
 #!/bin/sh
 # data_files.sh — bad data files: wrong magic, bad version, truncated,
 # trailing bytes, token >= vocab_size, too few tokens -> status 65; missing
-# file or glob without a match -> 66.  One message naming the file, and
-# nothing created on disk (the metrics file is not even opened).
+# file or glob without a match -> 66; a vocabulary other than 256 with
+# data.train empty (the embedded byte corpus) -> 78 unless
+# data.embedded_any_vocab.  One message naming the file, and nothing
+# created on disk (the metrics file is not even opened).
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 cd "$T" || exit 99
@@ -64,4 +66,26 @@ bad_data 66 "no file matches" "glob without a match" --set 'data.train=nomatch_*
 bad_data 65 "magic.bin" "a bad validation shard" --set data.train=good.bin --set data.val=magic.bin
 mkdir adir
 bad_data 66 "not a regular file" "a directory as data" --set data.train=adir
+
+# no silent wrong data: a vocabulary other than the embedded corpus's 256
+# with data.train empty is 78 naming both vocabularies and data.train, at
+# the key that set the vocabulary; nothing is created (checkpoint dir,
+# metrics); data.embedded_any_vocab: true trains on the bytes anyway
+rm -rf ck
+bad_data 78 "--set model.vocab_size=300: the model's vocabulary is 300 tokens but data.train is empty" \
+    "vocab_size 300, data.train empty: refused" --set model.vocab_size=300 --set checkpoint.dir=ck
+check "  ...the message names the embedded corpus's vocabulary 256 and the way out" \
+    sh -c "grep -q 'embedded byte corpus (vocabulary 256)' err.txt && grep -q 'data.embedded_any_vocab: true' err.txt"
+check "  ...and creates no checkpoint directory" test ! -e ck
+printf 'model:\n  preset: gpt2-124m\n' >gpt2.yaml
+"$S" train gpt2.yaml --set log.metrics=metrics.jsonl >out.txt 2>err.txt
+rc=$?
+check "a gpt2-124m job (50257 tokens) without data.train is 78 at model.preset (status $rc)" \
+    sh -c "[ $rc = 78 ] && grep -q 'gpt2.yaml:2:11: the model.s vocabulary is 50257 tokens' err.txt && [ ! -e metrics.jsonl ]"
+expect_status 78 "  ...config check refuses it too" "$S" config check gpt2.yaml
+expect_status 0 "  ...config show still prints it" "$S" config show gpt2.yaml
+run_train --set model.vocab_size=300 --set data.embedded_any_vocab=true >out.txt 2>err.txt
+check "data.embedded_any_vocab: true trains vocab_size 300 on the embedded bytes" test $? -eq 0
+run_train --set model.vocab_size=300 --set data.train=good.bin >out.txt 2>err.txt
+check "vocab_size 300 with data.train set trains" test $? -eq 0
 done_testing

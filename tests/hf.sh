@@ -20,7 +20,7 @@ PROBE=${SR_BUILDDIR:-.}/tests/model_probe
 HF=$(cd "$SR_SRCDIR/tests/hf" && pwd -P) # absolute and resolved, as the logs print it
 cd "$T" || exit 99
 TOK=$(cat "$HF/tokens.txt")
-DIMS="--set model.n_layer=2 --set model.n_head=4 --set model.n_embd=48 --set model.vocab_size=300 --set model.seq_len=32"
+DIMS="--set model.n_layer=2 --set model.n_head=4 --set model.n_embd=48 --set model.vocab_size=300 --set model.seq_len=32 --set data.embedded_any_vocab=true"
 FROZEN="--set train.steps=1 --set train.lr=0 --set train.min_lr=0 --set train.warmup_steps=0 --set train.batch_size=6"
 FROZEN="$FROZEN --set threads=1 --set train.eval_every=0 --set log.every=1"
 
@@ -123,7 +123,7 @@ for kv in '"model_type": "gpt2"' '"GPT2LMHeadModel"' '"vocab_size": 300' '"n_pos
     check "config.json has $kv" grep -q "$kv" $j
 done
 check "config.json has no bos/eos for a vocabulary other than GPT-2's" sh -c "! grep -q 'bos_token_id\|eos_token_id' $j"
-"$S" train --set model.n_layer=1 --set model.n_head=2 --set model.n_embd=32 --set model.vocab_size=50257 \
+"$S" train --set model.n_layer=1 --set model.n_head=2 --set model.n_embd=32 --set model.vocab_size=50257 --set data.embedded_any_vocab=true \
     --set model.seq_len=16 --set train.steps=1 --set train.batch_size=2 --set threads=1 --set train.eval_every=0 \
     --set checkpoint.dir="$T/g.ck" >g.out 2>g.err
 "$S" ckpt export g.ck/step_00000001 -o g/ 2>/dev/null

@@ -15,7 +15,7 @@ S=$SHARDRUN
 PROBE=${SR_BUILDDIR:-.}/tests/model_probe
 HF=$(cd "$SR_SRCDIR/tests/hf" && pwd -P) # absolute and resolved, as the logs print it
 cd "$T" || exit 99
-DIMS="--set model.n_layer=2 --set model.n_head=4 --set model.n_embd=48 --set model.vocab_size=300 --set model.seq_len=32"
+DIMS="--set model.n_layer=2 --set model.n_head=4 --set model.n_embd=48 --set model.vocab_size=300 --set model.seq_len=32 --set data.embedded_any_vocab=true"
 FROZEN="--set train.steps=1 --set train.lr=0 --set train.min_lr=0 --set train.warmup_steps=0 --set train.batch_size=6"
 FROZEN="$FROZEN --set threads=1 --set train.eval_every=0"
 

@@ -197,7 +197,7 @@ TINY="--set model.preset=tiny --set train.batch_size=8 --set train.seed=1"
 # the two precisions the stages run (exact mode and the GPU's bf16 mode)
 F32="--set sharding.mixed_precision.param_dtype=fp32 --set sharding.mixed_precision.reduce_dtype=fp32"
 BF16="--set sharding.mixed_precision.param_dtype=bf16 --set sharding.mixed_precision.reduce_dtype=fp32"
-GPT="--set model.preset=gpt2-124m --set model.seq_len=256 --set train.batch_size=2 --set train.micro_batch=2 --set train.seed=1"
+GPT="--set model.preset=gpt2-124m --set model.seq_len=256 --set train.batch_size=2 --set train.micro_batch=2 --set train.seed=1 --set data.embedded_any_vocab=true"
 # a rehearsal keeps gpt2-124m's width and vocabulary but not its depth and
 # length, so two CPU cores finish within the stage budgets
 [ $rehearse = 1 ] && GPT="$GPT --set model.n_layer=1 --set model.seq_len=32"
@@ -599,7 +599,7 @@ st_overhead() {
     "$BUILD/bench/bench_train" $m 1 10 --device $bdev >"$LOGS/bench.out" 2>"$LOGS/bench.err"
     rb=$?
     # shellcheck disable=SC2086
-    train overhead -- --set model.preset=$m --set model.seq_len=256 --set train.batch_size=4 --set train.micro_batch=4 \
+    train overhead -- --set model.preset=$m --set model.seq_len=256 --set train.batch_size=4 --set train.micro_batch=4 --set data.embedded_any_vocab=true \
         $F32 --set train.steps=13 --set log.metrics="$LOGS/overhead.jsonl"
     rs=$?
     bms=$(sed -n 's/.* ms=//p' "$LOGS/bench.out" | tr ',' '\n' | sort -n | awk '{ a[NR] = $1 } END { if (NR) print (a[int((NR + 1) / 2)] + a[int(NR / 2) + 1]) / 2 }')
@@ -638,7 +638,7 @@ st_memory() {
     if [ $rehearse = 1 ]; then
         big="$TINY --set train.micro_batch=8"
     else
-        big="--set model.preset=gpt2-350m --set model.seq_len=1024 --set train.batch_size=8 --set train.micro_batch=8"
+        big="--set model.preset=gpt2-350m --set model.seq_len=1024 --set train.batch_size=8 --set train.micro_batch=8 --set data.embedded_any_vocab=true"
     fi
     big="$big $BF16 --set train.steps=6"
     for v in n: o:"--set sharding.offload.optimizer=true" r:"--set model.recompute=blocks"; do
@@ -703,7 +703,7 @@ st_throughput() {
         # rehearsal's row is fp32 (the script's path, not a comparison)
         tb="tiny 8 256"
     else
-        args="--set model.preset=gpt2-124m --set model.seq_len=1024 --set train.batch_size=16 --set train.micro_batch=16 $BF16"
+        args="--set model.preset=gpt2-124m --set model.seq_len=1024 --set train.batch_size=16 --set train.micro_batch=16 --set data.embedded_any_vocab=true $BF16"
         tb="gpt2-124m 16 1024 --bf16"
     fi
     # shellcheck disable=SC2086
