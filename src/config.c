@@ -18,11 +18,13 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <yaml.h>
 
 #include "dtype.h"
 #include "fsio.h"
 #include "mem.h"
+#include "suggest.h"
 #include "yamlload.h"
 
 typedef enum { T_INT, T_FLOAT, T_BOOL, T_STR, T_ENUM, T_RESHARD, T_STRLIST, T_SIGLIST } key_type;
@@ -642,27 +644,82 @@ static const char *type_name(const sr_key *k, char *buf, size_t n) {
     return buf;
 }
 
-/* Levenshtein distance, for "did you mean" (no library here offers one). */
-static int edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 64 || lb > 64)
-        return 99;
-    int d[65][65];
-    for (size_t i = 0; i <= la; i++)
-        d[i][0] = (int)i;
-    for (size_t j = 0; j <= lb; j++)
-        d[0][j] = (int)j;
-    for (size_t i = 1; i <= la; i++)
-        for (size_t j = 1; j <= lb; j++) {
-            int c = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]) ? 0 : 1;
-            int m = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < m)
-                m = d[i][j - 1] + 1;
-            if (d[i - 1][j - 1] + c < m)
-                m = d[i - 1][j - 1] + c;
-            d[i][j] = m;
-        }
-    return d[la][lb];
+/* Names other trainers (nanoGPT, llm.c, Hugging Face, Megatron) give what
+ * a key here holds: an unknown key whose last component is one of them is
+ * pointed at ours. */
+static const struct {
+    const char *name, *key;
+} aliases[] = {
+    {"learning_rate", "train.lr"},
+    {"max_lr", "train.lr"},
+    {"min_learning_rate", "train.min_lr"},
+    {"max_steps", "train.steps"},
+    {"max_iters", "train.steps"},
+    {"num_steps", "train.steps"},
+    {"train_steps", "train.steps"},
+    {"total_steps", "train.steps"},
+    {"block_size", "model.seq_len"},
+    {"n_positions", "model.seq_len"},
+    {"n_ctx", "model.seq_len"},
+    {"max_seq_len", "model.seq_len"},
+    {"seq_length", "model.seq_len"},
+    {"sequence_length", "model.seq_len"},
+    {"context_length", "model.seq_len"},
+    {"n_layers", "model.n_layer"},
+    {"num_layers", "model.n_layer"},
+    {"num_hidden_layers", "model.n_layer"},
+    {"n_heads", "model.n_head"},
+    {"num_heads", "model.n_head"},
+    {"num_attention_heads", "model.n_head"},
+    {"n_embed", "model.n_embd"},
+    {"d_model", "model.n_embd"},
+    {"hidden_size", "model.n_embd"},
+    {"embed_dim", "model.n_embd"},
+    {"vocab", "model.vocab_size"},
+    {"init_from", "model.init"},
+    {"gradient_checkpointing", "model.recompute"},
+    {"activation_checkpointing", "model.recompute"},
+    {"warmup_iters", "train.warmup_steps"},
+    {"lr_warmup_steps", "train.warmup_steps"},
+    {"lr_scheduler", "train.schedule"},
+    {"lr_scheduler_type", "train.schedule"},
+    {"max_grad_norm", "train.grad_clip"},
+    {"gradient_clipping", "train.grad_clip"},
+    {"clip_grad", "train.grad_clip"},
+    {"adam_beta1", "train.beta1"},
+    {"adam_beta2", "train.beta2"},
+    {"adam_epsilon", "train.eps"},
+    {"micro_batch_size", "train.micro_batch"},
+    {"per_device_train_batch_size", "train.micro_batch"},
+    {"global_batch_size", "train.batch_size"},
+    {"total_batch_size", "train.batch_size"},
+    {"eval_interval", "train.eval_every"},
+    {"eval_steps", "train.eval_every"},
+    {"eval_iters", "train.eval_batches"},
+    {"dataset", "data.train"},
+    {"train_data", "data.train"},
+    {"train_files", "data.train"},
+    {"val_data", "data.val"},
+    {"log_interval", "log.every"},
+    {"logging_steps", "log.every"},
+    {"num_threads", "threads"},
+    {"dtype", "sharding.mixed_precision.param_dtype"},
+    {"save_interval", "checkpoint.every_steps"},
+    {"save_steps", "checkpoint.every_steps"},
+    {"checkpoint_interval", "checkpoint.every_steps"},
+    {"out_dir", "checkpoint.dir"},
+    {"output_dir", "checkpoint.dir"},
+    {"save_dir", "checkpoint.dir"},
+    {"checkpoint_dir", "checkpoint.dir"},
+    {"resume_from_checkpoint", "checkpoint.resume"},
+};
+
+/* The key another trainer's `name` (any case) means, or NULL. */
+static const char *alias_of(const char *name) {
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (strcasecmp(name, aliases[i].name) == 0)
+            return aliases[i].key;
+    return NULL;
 }
 
 /* Suggests the closest key for an unknown `name` under section `prefix`
@@ -670,6 +727,11 @@ static int edit_distance(const char *a, const char *b) {
  * whose last component matches. */
 static void suggest(const char *prefix, const char *name, char *out, size_t n) {
     out[0] = '\0';
+    const char *alias = alias_of(name);
+    if (alias) {
+        snprintf(out, n, "%s", alias);
+        return;
+    }
     size_t pl = strlen(prefix);
     int best = 99;
     char cand[256];
@@ -683,22 +745,21 @@ static void suggest(const char *prefix, const char *name, char *out, size_t n) {
             continue;
         memcpy(cand, rest, cl);
         cand[cl] = '\0';
-        int d = edit_distance(name, cand);
+        int d = sr_suggest_distance(name, cand);
         if (d < best) {
             best = d;
             snprintf(out, n, "%s%s%s", prefix, pl ? "." : "", cand);
         }
     }
     size_t nl = strlen(name);
-    int limit = nl <= 3 ? 1 : nl <= 6 ? 2 : 3;
-    if (best <= limit)
+    if (sr_suggest_close(name, best))
         return;
     out[0] = '\0';
     /* A key placed in the wrong section: match on the last component. */
     for (int i = 0; i < NKEYS; i++) {
         const char *last = strrchr(keys[i].key, '.');
         last = last ? last + 1 : keys[i].key;
-        if (edit_distance(name, last) <= (nl <= 3 ? 0 : 1)) {
+        if (sr_suggest_distance(name, last) <= (nl <= 3 ? 0 : 1)) {
             snprintf(out, n, "%s", keys[i].key);
             return;
         }
@@ -894,15 +955,21 @@ sr_status sr_config_set(sr_config *cfg, const char *assignment) {
         prefix[dot - path] = '\0';
     }
     if (dot && prefix[0] && !is_section(prefix)) {
-        /* Unknown section: suggest from the full key list. */
+        /* Unknown section: another trainer's name for a key, else the
+         * closest of the full key list. */
         char hint[300] = "";
         int best = 99;
-        for (int i = 0; i < NKEYS; i++) {
-            int d = edit_distance(path, keys[i].key);
+        const char *alias = alias_of(dot + 1);
+        for (int i = 0; i < NKEYS && !alias; i++) {
+            int d = sr_suggest_distance(path, keys[i].key);
             if (d < best) {
                 best = d;
                 snprintf(hint, sizeof hint, "%s", keys[i].key);
             }
+        }
+        if (alias) {
+            snprintf(hint, sizeof hint, "%s", alias);
+            best = 0;
         }
         yaml_document_delete(&doc);
         if (best <= 3)

@@ -1,9 +1,13 @@
 /* main.c — the command line (getopt_long) and the only place that exits.
  *
- * Commands: train, config check|show|keys, data prepare, ckpt
- * list|verify|inspect|export, sample, report, plan; --help, --version.
- * Every failure is one message on stderr and an exit status from the
- * sysexits table in status.h (ARCHITECTURE.md §6). */
+ * main owns two tables: the options (name, letter, argument, help; the
+ * getopt_long table is built from it) and the commands (name, subcommand,
+ * the options it takes, handler, usage, summary).  Dispatch, --help,
+ * `shardrun help [COMMAND]`, `COMMAND --help`, the subcommand lists and
+ * the refusal of an option a command does not take all read them, so a
+ * command is written down once.  Every failure is one message on stderr
+ * and an exit status from the sysexits table in status.h
+ * (ARCHITECTURE.md §6). */
 #include "srconfig.h"
 
 #include <errno.h>
@@ -27,128 +31,107 @@
 #include "report.h"
 #include "sample.h"
 #include "status.h"
+#include "suggest.h"
 #include "testhook.h"
 #include "train.h"
 #include "world.h"
 
-static const char usage_text[] =
-    "usage: shardrun train [JOB.yaml] [--set KEY=VALUE]...\n"
-    "       shardrun config check JOB.yaml [--ranks N] [--set KEY=VALUE]...\n"
-    "       shardrun config show [JOB.yaml] [--ranks N] [--set KEY=VALUE]...\n"
-    "       shardrun config keys [--mdoc]\n"
-    "       shardrun data prepare [-o OUT] FILE...\n"
-    "       shardrun ckpt list DIR | verify PATH | inspect PATH\n"
-    "       shardrun ckpt export PATH -o DIR/|FILE.safetensors|FILE.bin [--format F]\n"
-    "       shardrun sample CKPT [--prompt TEXT | --prompt-tokens 1,2,3] [--tokens N]\n"
-    "                [--temperature T] [--top-k K] [--seed S] [--tokenizer FILE]\n"
-    "       shardrun report METRICS.jsonl [-o REPORT.html]\n"
-    "       shardrun plan JOB.yaml [--ranks N|A-B] [--gpus-per-node G] [--device-mem GiB]\n"
-    "                [--host-mem GiB] [--disk-mbps M] [--tflops T] [--set KEY=VALUE]...\n"
-    "       shardrun --help | --version\n"
-    "\n"
-    "Train a GPT-2 style transformer with fully sharded data parallelism.\n"
-    "\n"
-    "commands:\n"
-    "  train           train per JOB.yaml (without one: the embedded default job)\n"
-    "  config check    validate a job file; exit 0 when it is valid\n"
-    "  config show     print the effective job with every default filled in\n"
-    "  config keys     list every job-file key with type, default and meaning\n"
-    "  data prepare    turn text files into a byte-level llm.c token shard\n"
-    "  ckpt list       list the checkpoints of a checkpoint.dir\n"
-    "  ckpt verify     check every SHA-256 of a checkpoint (or of all in a dir)\n"
-    "  ckpt inspect    summarize a checkpoint's manifest\n"
-    "  ckpt export     write a checkpoint's model for Hugging Face (-o DIR/:\n"
-    "                  model.safetensors + config.json), as a safetensors file\n"
-    "                  (-o FILE.safetensors) or as an llm.c model file (-o FILE.bin)\n"
-    "  sample          generate text from a checkpoint on the CPU\n"
-    "  report          a metrics file as one HTML page with charts, and a summary\n"
-    "  plan            size a job without running it: memory per rank and space,\n"
-    "                  fit, throughput, checkpoint size and the --signal lead\n"
-    "\n"
-    "options:\n"
-    "  -s, --set KEY=VALUE   override a job-file key (VALUE is YAML), repeatable\n"
-    "  -o, --output OUT      data prepare: output shard (default: data.bin);\n"
-    "                        ckpt export: the directory or file to write;\n"
-    "                        report: the page (default: METRICS.jsonl.html)\n"
-    "      --format F        ckpt export: hf, safetensors or llmc (default: from -o)\n"
-    "      --prompt TEXT     sample: start from TEXT (byte-level vocabulary only)\n"
-    "      --prompt-tokens L sample: start from these token ids (comma list)\n"
-    "      --tokens N        sample: tokens to generate (default 256)\n"
-    "      --temperature T   sample: softmax temperature, 0 = greedy (default 0.8)\n"
-    "      --top-k K         sample: draw among the K likeliest (default 40; 0 = off)\n"
-    "      --seed S          sample: the seed of the draws (default 1)\n"
-    "      --tokenizer FILE  sample: an llm.c tokenizer file to decode with\n"
-    "      --ranks N         config check|show: also check the rules that depend on\n"
-    "                        the number of ranks (mesh, reshard N, batch split);\n"
-    "                        plan: the ranks to plan for (A-B: a table)\n"
-    "      --gpus-per-node G plan: a GPU plan with G ranks per node\n"
-    "      --device-mem GiB  plan: memory per GPU (default 80)\n"
-    "      --host-mem GiB    plan: memory per node (default: this node's)\n"
-    "      --disk-mbps M     plan: checkpoint write speed, MB/s, all ranks (default 1000)\n"
-    "      --tflops T        plan: sustained TFLOP/s per rank (default: 40% of peak)\n"
-    "      --mdoc            config keys: print the list as an mdoc section\n"
-    "  -h, --help            print this help and exit\n"
-    "  -V, --version         print the version and exit\n"
-    "\n"
-    "exit status: 0 done, 1 training failed, 64 usage, 65 bad data or checkpoint,\n"
-    "66 missing input, 69 peer failed, 70 internal, 73 cannot create output,\n"
-    "74 I/O error, 75 preempted (run again), 78 bad job file or launch.\n"
-    "See shardrun(1) and shardrun.yaml(5).\n";
+/* ------------------------------------------------------------------------ */
+/* the option table: every option once, with its help; getopt_long's table
+ * is built from it */
 
 enum {
-    OPT_MDOC = 1000,
-    OPT_RANKS,
-    OPT_FORMAT,
-    OPT_PROMPT,
-    OPT_PROMPT_TOKENS,
-    OPT_TOKENS,
-    OPT_TEMPERATURE,
-    OPT_TOP_K,
-    OPT_SEED,
-    OPT_TOKENIZER,
-    OPT_GPUS_PER_NODE,
-    OPT_DEVICE_MEM,
-    OPT_HOST_MEM,
-    OPT_DISK_MBPS,
-    OPT_TFLOPS
+    X_SET,
+    X_OUTPUT,
+    X_FORMAT,
+    X_PROMPT,
+    X_PROMPT_TOKENS,
+    X_TOKENS,
+    X_TEMPERATURE,
+    X_TOP_K,
+    X_SEED,
+    X_TOKENIZER,
+    X_THREADS,
+    X_RANKS,
+    X_GPUS_PER_NODE,
+    X_DEVICE_MEM,
+    X_HOST_MEM,
+    X_DISK_MBPS,
+    X_TFLOPS,
+    X_MDOC,
+    X_HELP,
+    X_VERSION,
+    X_COUNT
+};
+#define B(x) (1u << (x))
+#define OPT_LONG_BASE 1000 /* getopt_long's value of an option without a letter: base + X_* */
+
+typedef struct {
+    const char *name; /* the long name */
+    char letter;      /* its short form, 0: none */
+    const char *arg;  /* the argument as the help names it, NULL: takes none */
+    const char *help; /* lines separated by \n */
+    bool named_short; /* messages name it by its letter (-o), else by its long name */
+} option_row;
+
+static const option_row options[X_COUNT] = {
+    [X_SET] = {"set", 's', "KEY=VALUE", "override a job-file key (VALUE is YAML), repeatable"},
+    [X_OUTPUT] = {"output", 'o', "OUT",
+                  "data prepare: output shard (default: data.bin);\nckpt export: the directory or file to write;\n"
+                  "report: the page (default: METRICS.jsonl.html)",
+                  true},
+    [X_FORMAT] = {"format", 0, "F", "ckpt export: hf, safetensors or llmc (default: from -o)"},
+    [X_PROMPT] = {"prompt", 0, "TEXT", "sample: start from TEXT (byte-level vocabulary only)"},
+    [X_PROMPT_TOKENS] = {"prompt-tokens", 0, "L", "sample: start from these token ids (comma list)"},
+    [X_TOKENS] = {"tokens", 0, "N", "sample: tokens to generate (default 256)"},
+    [X_TEMPERATURE] = {"temperature", 0, "T", "sample: softmax temperature, 0 = greedy (default 0.8)"},
+    [X_TOP_K] = {"top-k", 0, "K", "sample: draw among the K likeliest (default 40; 0 = off)"},
+    [X_SEED] = {"seed", 0, "S", "sample: the seed of the draws (default 1)"},
+    [X_TOKENIZER] = {"tokenizer", 0, "FILE", "sample: an llm.c tokenizer file to decode with"},
+    [X_THREADS] = {"threads", 0, "N",
+                   "sample: compute threads (default: the threads key of the\ncheckpoint's job, else OMP_NUM_THREADS "
+                   "or all cores)"},
+    [X_RANKS] = {"ranks", 0, "N",
+                 "config check|show: also check the rules that depend on\nthe number of ranks (mesh, reshard N, batch "
+                 "split);\nplan: the ranks to plan for (A-B: a table)"},
+    [X_GPUS_PER_NODE] = {"gpus-per-node", 0, "G", "plan: a GPU plan with G ranks per node"},
+    [X_DEVICE_MEM] = {"device-mem", 0, "GiB", "plan: memory per GPU (default 80)"},
+    [X_HOST_MEM] = {"host-mem", 0, "GiB", "plan: memory per node (default: this node's)"},
+    [X_DISK_MBPS] = {"disk-mbps", 0, "M", "plan: checkpoint write speed, MB/s, all ranks (default 1000)"},
+    [X_TFLOPS] = {"tflops", 0, "T", "plan: sustained TFLOP/s per rank (default: 40% of peak)"},
+    [X_MDOC] = {"mdoc", 0, NULL, "config keys: print the list as an mdoc section"},
+    [X_HELP] = {"help", 'h', NULL, "print this help (or a command's) and exit"},
+    [X_VERSION] = {"version", 'V', NULL, "print the version and exit"},
 };
 
-static const struct option long_options[] = {
-    {"set", required_argument, NULL, 's'},
-    {"output", required_argument, NULL, 'o'},
-    {"mdoc", no_argument, NULL, OPT_MDOC},
-    {"ranks", required_argument, NULL, OPT_RANKS},
-    {"format", required_argument, NULL, OPT_FORMAT},
-    {"prompt", required_argument, NULL, OPT_PROMPT},
-    {"prompt-tokens", required_argument, NULL, OPT_PROMPT_TOKENS},
-    {"tokens", required_argument, NULL, OPT_TOKENS},
-    {"temperature", required_argument, NULL, OPT_TEMPERATURE},
-    {"top-k", required_argument, NULL, OPT_TOP_K},
-    {"seed", required_argument, NULL, OPT_SEED},
-    {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
-    {"gpus-per-node", required_argument, NULL, OPT_GPUS_PER_NODE},
-    {"device-mem", required_argument, NULL, OPT_DEVICE_MEM},
-    {"host-mem", required_argument, NULL, OPT_HOST_MEM},
-    {"disk-mbps", required_argument, NULL, OPT_DISK_MBPS},
-    {"tflops", required_argument, NULL, OPT_TFLOPS},
-    {"help", no_argument, NULL, 'h'},
-    {"version", no_argument, NULL, 'V'},
-    {NULL, 0, NULL, 0},
-};
+/* "-o" or "--set": how a message names option x. */
+static const char *option_brief(int x) {
+    static char buf[X_COUNT][40];
+    if (options[x].named_short)
+        snprintf(buf[x], sizeof buf[x], "-%c", options[x].letter);
+    else
+        snprintf(buf[x], sizeof buf[x], "--%s", options[x].name);
+    return buf[x];
+}
+
+static const char exit_text[] = "exit status: 0 done, 1 training failed, 64 usage, 65 bad data or checkpoint,\n"
+                                "66 missing input, 69 peer failed, 70 internal, 73 cannot create output,\n"
+                                "74 I/O error, 75 preempted (run again), 78 bad job file or launch.\n"
+                                "See shardrun(1) and shardrun.yaml(5).\n";
 
 typedef struct {
     char **sets;
     int nsets;
     const char *output;
-    bool mdoc;
+    bool mdoc, help;
     int ranks;    /* --ranks N; 0 = not given */
     int ranks_hi; /* --ranks A-B: B (ranks is A); else = ranks */
     sr_plan_opts plan;
-    const char *plan_opt; /* the first plan-only option given, for refusals elsewhere */
-    int format;           /* --format: sr_export_format (SR_EXPORT_AUTO when not given) */
+    int format; /* --format: sr_export_format (SR_EXPORT_AUTO when not given) */
     sr_sample_opts sample;
-    const char *sample_opt; /* the first sample option given, for refusals elsewhere */
-    char **args;            /* positional arguments after the command words */
+    const char *given[X_COUNT]; /* each option given: its name for messages (option_brief), NULL: not given */
+    int order[X_COUNT];         /* the argv index just after its first use */
+    char **args;                /* positional arguments after the command words */
     int nargs;
 } cli;
 
@@ -185,49 +168,54 @@ static int fail(sr_status st) {
 }
 
 static int usage_error(const char *fmt, const char *arg) {
-    char buf[512];
+    char buf[1024];
     snprintf(buf, sizeof buf, fmt, arg);
     return fail(sr_error(SR_ERR_USAGE, "%s", buf));
 }
 
 /* One of `shardrun sample`'s options into c->sample. */
-static int sample_option(cli *c, int ch, const char *arg, const char *given) {
+static int sample_option(cli *c, int x, const char *arg) {
     char *end;
     errno = 0;
-    if (!c->sample_opt)
-        c->sample_opt = given;
-    switch (ch) {
-    case OPT_PROMPT:
+    switch (x) {
+    case X_PROMPT:
         c->sample.prompt = arg;
         break;
-    case OPT_PROMPT_TOKENS:
+    case X_PROMPT_TOKENS:
         c->sample.prompt_tokens = arg;
         break;
-    case OPT_TOKENIZER:
+    case X_TOKENIZER:
         c->sample.tokenizer = arg;
         break;
-    case OPT_TOKENS: {
+    case X_TOKENS: {
         long v = strtol(arg, &end, 10);
         if (!*arg || *end || errno || v < 1 || v > 100000000)
             return usage_error("--tokens %s: expected a number of tokens from 1 to 100000000", arg);
         c->sample.tokens = v;
         break;
     }
-    case OPT_TEMPERATURE: {
+    case X_THREADS: {
+        long v = strtol(arg, &end, 10);
+        if (!*arg || *end || errno || v < 1 || v > 4096)
+            return usage_error("--threads %s: expected a number of threads from 1 to 4096", arg);
+        c->sample.threads = (int)v;
+        break;
+    }
+    case X_TEMPERATURE: {
         double v = strtod(arg, &end);
         if (!*arg || *end || errno || !(v >= 0.0 && v <= 1e6))
             return usage_error("--temperature %s: expected a number from 0 (greedy) to 1e6", arg);
         c->sample.temperature = v;
         break;
     }
-    case OPT_TOP_K: {
+    case X_TOP_K: {
         long v = strtol(arg, &end, 10);
         if (!*arg || *end || errno || v < 0 || v > 16777216)
             return usage_error("--top-k %s: expected 0 (off) or a number of tokens up to 16777216", arg);
         c->sample.top_k = (int)v;
         break;
     }
-    case OPT_SEED: {
+    case X_SEED: {
         unsigned long long v = strtoull(arg, &end, 10);
         if (!*arg || *end || errno || arg[0] < '0' || arg[0] > '9') /* strtoull takes " -1" as 2^64 - 1 */
             return usage_error("--seed %s: expected a non-negative integer", arg);
@@ -239,32 +227,30 @@ static int sample_option(cli *c, int ch, const char *arg, const char *given) {
 }
 
 /* One of `shardrun plan`'s options into c->plan. */
-static int plan_option(cli *c, int ch, const char *arg, const char *given) {
+static int plan_option(cli *c, int x, const char *arg) {
     char *end;
     errno = 0;
-    if (!c->plan_opt)
-        c->plan_opt = given;
     double v = strtod(arg, &end);
     bool ok = *arg && !*end && !errno && isfinite(v) && v > 0;
-    switch (ch) {
-    case OPT_GPUS_PER_NODE:
+    switch (x) {
+    case X_GPUS_PER_NODE:
         if (!ok || v != floor(v) || v > 1024)
             return usage_error("--gpus-per-node %s: expected a whole number of GPUs per node from 1 to 1024", arg);
         c->plan.gpus_per_node = (int)v;
         break;
-    case OPT_DEVICE_MEM:
+    case X_DEVICE_MEM:
         if (!ok || v > 1e6)
             return usage_error("--device-mem %s: expected the memory of one GPU in GiB (a number above 0)", arg);
         c->plan.device_mem_gib = v;
         break;
-    case OPT_HOST_MEM:
+    case X_HOST_MEM:
         if (!ok || v > 1e9)
             return usage_error("--host-mem %s: expected the memory of one node in GiB (a number above 0)", arg);
         c->plan.host_mem_gib = v;
         break;
-    case OPT_DISK_MBPS:
-    case OPT_TFLOPS: {
-        bool disk = ch == OPT_DISK_MBPS;
+    case X_DISK_MBPS:
+    case X_TFLOPS: {
+        bool disk = x == X_DISK_MBPS;
         const char *what =
             disk ? "the checkpoint file system's write speed per rank in MB/s" : "the sustained TFLOP/s of one rank";
         double lo = disk ? SR_PLAN_DISK_MBPS_MIN : SR_PLAN_TFLOPS_MIN,
@@ -284,20 +270,69 @@ static int plan_option(cli *c, int ch, const char *arg, const char *given) {
     return 0;
 }
 
-/* Parses options after the command words; positional arguments collected. */
+/* An option getopt_long does not know: a usage error with the closest
+ * option's name when one is close. */
+static int unknown_option(const char *given) {
+    const char *names[X_COUNT];
+    for (int x = 0; x < X_COUNT; x++)
+        names[x] = options[x].name;
+    const char *word = given;
+    while (*word == '-')
+        word++;
+    char name[128];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(word, "="), word);
+    const char *near = name[0] && given[1] == '-' ? sr_suggest(name, names, X_COUNT) : NULL;
+    char buf[400];
+    if (near)
+        snprintf(buf, sizeof buf, "unknown option '%.120s'; did you mean '--%s'?", given, near);
+    else
+        snprintf(buf, sizeof buf, "unknown option '%.120s'", given);
+    return usage_error("%s", buf);
+}
+
+/* Parses options after the command words; positional arguments collected.
+ * Which options the command takes is checked by the caller (the command
+ * table). */
 static int parse_options(int argc, char **argv, cli *c) {
     memset(c, 0, sizeof *c);
     c->sets = sr_calloc((size_t)argc + 1, sizeof *c->sets);
     c->args = sr_calloc((size_t)argc + 1, sizeof *c->args);
     if (!c->sets || !c->args)
         return fail(sr_error_oom("the command line"));
-    c->sample = (sr_sample_opts){NULL, NULL, 256, 0.8, 40, 1, NULL};
+    c->sample = (sr_sample_opts){NULL, NULL, 256, 0.8, 40, 1, NULL, 0};
+    struct option longopts[X_COUNT + 1];
+    char shortopts[2 * X_COUNT + 2] = ":";
+    size_t ns = 1;
+    for (int x = 0; x < X_COUNT; x++) {
+        longopts[x] = (struct option){options[x].name, options[x].arg ? required_argument : no_argument, NULL,
+                                      options[x].letter ? options[x].letter : OPT_LONG_BASE + x};
+        if (options[x].letter) {
+            shortopts[ns++] = options[x].letter;
+            if (options[x].arg)
+                shortopts[ns++] = ':';
+        }
+    }
+    shortopts[ns] = '\0';
+    longopts[X_COUNT] = (struct option){NULL, 0, NULL, 0};
     optind = 1;
     opterr = 0;
     int ch;
-    while ((ch = getopt_long(argc, argv, ":s:o:hV", long_options, NULL)) != -1) {
-        switch (ch) {
-        case 's':
+    while ((ch = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        if (ch == ':')
+            return usage_error("option '%s' needs an argument", argv[optind - 1]);
+        int x = -1;
+        for (int k = 0; k < X_COUNT && x < 0; k++)
+            if (ch == (options[k].letter ? options[k].letter : OPT_LONG_BASE + k))
+                x = k;
+        if (x < 0)
+            return unknown_option(argv[optind - 1]);
+        if (!c->given[x]) {
+            c->given[x] = option_brief(x);
+            c->order[x] = optind;
+        }
+        int rc = 0;
+        switch (x) {
+        case X_SET:
             if (!strchr(optarg, '=')) {
                 /* `--set train.lr 3e-4`: the value would become the job file */
                 char buf[800];
@@ -313,13 +348,19 @@ static int parse_options(int argc, char **argv, cli *c) {
             }
             c->sets[c->nsets++] = optarg;
             break;
-        case 'o':
+        case X_OUTPUT:
             c->output = optarg;
             break;
-        case OPT_MDOC:
+        case X_MDOC:
             c->mdoc = true;
             break;
-        case OPT_RANKS: {
+        case X_HELP:
+            c->help = true;
+            break;
+        case X_VERSION:
+            printf("shardrun %s\n", PACKAGE_VERSION);
+            exit(0);
+        case X_RANKS: {
             char *end;
             long v = strtol(optarg, &end, 10), w = v;
             if (*end == '-' && end > optarg) /* A-B: plan's table */
@@ -332,43 +373,23 @@ static int parse_options(int argc, char **argv, cli *c) {
             c->ranks_hi = (int)w;
             break;
         }
-        case OPT_GPUS_PER_NODE:
-        case OPT_DEVICE_MEM:
-        case OPT_HOST_MEM:
-        case OPT_DISK_MBPS:
-        case OPT_TFLOPS: {
-            int rc = plan_option(c, ch, optarg, argv[optind - 1]);
-            if (rc)
-                return rc;
+        case X_GPUS_PER_NODE:
+        case X_DEVICE_MEM:
+        case X_HOST_MEM:
+        case X_DISK_MBPS:
+        case X_TFLOPS:
+            rc = plan_option(c, x, optarg);
             break;
-        }
-        case OPT_FORMAT:
+        case X_FORMAT:
             if ((c->format = sr_export_format_parse(optarg)) < 0)
                 return usage_error("--format %s: expected hf, safetensors or llmc", optarg);
             break;
-        case OPT_PROMPT:
-        case OPT_PROMPT_TOKENS:
-        case OPT_TOKENS:
-        case OPT_TEMPERATURE:
-        case OPT_TOP_K:
-        case OPT_SEED:
-        case OPT_TOKENIZER: {
-            int rc = sample_option(c, ch, optarg, argv[optind - 1]);
-            if (rc)
-                return rc;
+        default: /* the sample options */
+            rc = sample_option(c, x, optarg);
             break;
         }
-        case 'h':
-            fputs(usage_text, stdout);
-            exit(0);
-        case 'V':
-            printf("shardrun %s\n", PACKAGE_VERSION);
-            exit(0);
-        case ':':
-            return usage_error("option '%s' needs an argument", argv[optind - 1]);
-        default:
-            return usage_error("unknown option '%s'", argv[optind - 1]);
-        }
+        if (rc)
+            return rc;
     }
     for (int i = optind; i < argc; i++)
         c->args[c->nargs++] = argv[i];
@@ -424,10 +445,8 @@ static int report_allocations(int rc) {
     return rc;
 }
 
-static int cmd_train(const cli *c) {
-    if (c->ranks)
-        return usage_error(
-            "%s", "train: --ranks applies to config check and config show (a run takes its ranks from the launcher)");
+static int cmd_train(const char *sub, const cli *c) {
+    (void)sub;
     if (c->nargs > 1)
         return usage_error("train: expected at most one job file, got extra argument '%s'", c->args[1]);
     sr_status st = sr_metrics_check_env();
@@ -464,8 +483,6 @@ static int cmd_config(const char *sub, const cli *c) {
         return 0;
     }
     bool check = strcmp(sub, "check") == 0;
-    if (!check && strcmp(sub, "show") != 0)
-        return usage_error("config: unknown subcommand '%s'; expected check, show or keys", sub);
     if (check && c->nargs != 1)
         return usage_error("%s", "config check: expected exactly one JOB.yaml");
     if (c->nargs > 1)
@@ -490,10 +507,7 @@ static int cmd_config(const char *sub, const cli *c) {
 }
 
 static int cmd_data(const char *sub, const cli *c) {
-    if (c->ranks)
-        return usage_error("%s", "data: --ranks applies to config check and config show");
-    if (strcmp(sub, "prepare") != 0)
-        return usage_error("data: unknown subcommand '%s'; expected prepare", sub);
+    (void)sub;
     if (c->nargs < 1)
         return usage_error("%s", "data prepare: expected at least one input FILE");
     const char *out = c->output ? c->output : "data.bin";
@@ -507,21 +521,13 @@ static int cmd_data(const char *sub, const cli *c) {
 }
 
 static int cmd_ckpt(const char *sub, const cli *c) {
-    bool list = strcmp(sub, "list") == 0, verify = strcmp(sub, "verify") == 0, inspect = strcmp(sub, "inspect") == 0,
-         export = strcmp(sub, "export") == 0;
-    if (!list && !verify && !inspect && !export)
-        return usage_error("ckpt: unknown subcommand '%s'; expected list, verify, inspect or export", sub);
+    bool list = strcmp(sub, "list") == 0, verify = strcmp(sub, "verify") == 0, inspect = strcmp(sub, "inspect") == 0;
+    bool export = !list && !verify && !inspect;
     if (c->nargs != 1)
         return usage_error("ckpt %s: expected exactly one checkpoint path", sub);
     if (export && !c->output)
         return usage_error("%s", "ckpt export: expected -o DIR/ (Hugging Face: model.safetensors and config.json), "
                                  "-o FILE.safetensors or -o FILE.bin (llm.c)");
-    if (!export && c->output)
-        return usage_error("ckpt %s: -o applies to ckpt export only", sub);
-    if (!export && c->format)
-        return usage_error("ckpt %s: --format applies to ckpt export only", sub);
-    if (c->ranks)
-        return usage_error("ckpt %s: --ranks applies to config check and config show", sub);
     sr_testhook_warn_active();
     sr_status st = list      ? sr_ckpt_list(c->args[0], stdout)
                    : verify  ? sr_ckpt_verify(c->args[0], stdout)
@@ -532,12 +538,10 @@ static int cmd_ckpt(const char *sub, const cli *c) {
     return st == SR_OK ? 0 : fail(st);
 }
 
-static int cmd_sample(const cli *c) {
+static int cmd_sample(const char *sub, const cli *c) {
+    (void)sub;
     if (c->nargs != 1)
         return usage_error("%s", "sample: expected exactly one checkpoint (a step_* directory)");
-    if (c->nsets || c->output || c->ranks || c->format || c->mdoc)
-        return usage_error("%s", "sample: takes --prompt, --prompt-tokens, --tokens, --temperature, --top-k, --seed "
-                                 "and --tokenizer only");
     if (c->sample.prompt && c->sample.prompt_tokens)
         return usage_error("%s", "sample: give --prompt or --prompt-tokens, not both");
     sr_testhook_warn_active();
@@ -546,23 +550,20 @@ static int cmd_sample(const cli *c) {
     return st == SR_OK ? 0 : fail(st);
 }
 
-static int cmd_report(const cli *c) {
+static int cmd_report(const char *sub, const cli *c) {
+    (void)sub;
     if (c->nargs != 1)
         return usage_error("%s", "report: expected exactly one metrics file (log.metrics of a run)");
-    if (c->nsets || c->ranks || c->format || c->mdoc)
-        return usage_error("%s", "report: takes -o only");
     sr_status st = sr_report(c->args[0], c->output, stdout, stderr);
     if (st == SR_OK && fflush(stdout) != 0)
         st = sr_error(SR_ERR_IO, "standard output: %s", strerror(errno));
     return st == SR_OK ? 0 : fail(st);
 }
 
-static int cmd_plan(const cli *c) {
+static int cmd_plan(const char *sub, const cli *c) {
+    (void)sub;
     if (c->nargs != 1)
         return usage_error("%s", "plan: expected exactly one JOB.yaml");
-    if (c->output || c->format || c->mdoc)
-        return usage_error("%s", "plan: takes --ranks, --gpus-per-node, --device-mem, --host-mem, --disk-mbps, "
-                                 "--tflops and --set");
     sr_status est = sr_metrics_check_env();
     if (est != SR_OK)
         return fail(est);
@@ -579,6 +580,332 @@ static int cmd_plan(const cli *c) {
     }
     sr_config_free(&cfg);
     return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the command table: dispatch, usage, --help and the options each command
+ * takes come from here alone */
+
+static int cmd_help(const char *sub, const cli *c);
+
+#define SAMPLE_OPTS                                                                                                    \
+    (B(X_PROMPT) | B(X_PROMPT_TOKENS) | B(X_TOKENS) | B(X_TEMPERATURE) | B(X_TOP_K) | B(X_SEED) | B(X_TOKENIZER) |     \
+     B(X_THREADS))
+#define PLAN_OPTS                                                                                                      \
+    (B(X_SET) | B(X_RANKS) | B(X_GPUS_PER_NODE) | B(X_DEVICE_MEM) | B(X_HOST_MEM) | B(X_DISK_MBPS) | B(X_TFLOPS))
+
+typedef struct {
+    const char *name, *sub; /* "ckpt", "export"; sub NULL: a one-word command */
+    unsigned opts;          /* the options it takes (B(X_*)); --help always */
+    int (*run)(const char *sub, const cli *c);
+    const char *args;    /* its usage after the command words; \n continues the line */
+    const char *summary; /* one line for the command list; \n continues */
+} command_row;
+
+static const command_row commands[] = {
+    {"train", NULL, B(X_SET), cmd_train, "[JOB.yaml] [--set KEY=VALUE]...",
+     "train per JOB.yaml (without one: the embedded default job)"},
+    {"config", "check", B(X_SET) | B(X_RANKS), cmd_config, "JOB.yaml [--ranks N] [--set KEY=VALUE]...",
+     "validate a job file; exit 0 when it is valid"},
+    {"config", "show", B(X_SET) | B(X_RANKS), cmd_config, "[JOB.yaml] [--ranks N] [--set KEY=VALUE]...",
+     "print the effective job with every default filled in"},
+    {"config", "keys", B(X_MDOC), cmd_config, "[--mdoc]", "list every job-file key with type, default and meaning"},
+    {"data", "prepare", B(X_OUTPUT), cmd_data, "[-o OUT] FILE...",
+     "turn text files into a byte-level llm.c token shard"},
+    {"ckpt", "list", 0, cmd_ckpt, "DIR", "list the checkpoints of a checkpoint.dir"},
+    {"ckpt", "verify", 0, cmd_ckpt, "PATH", "check every SHA-256 of a checkpoint (or of all in a dir)"},
+    {"ckpt", "inspect", 0, cmd_ckpt, "PATH", "summarize a checkpoint's manifest"},
+    {"ckpt", "export", B(X_OUTPUT) | B(X_FORMAT), cmd_ckpt, "CKPT -o DIR/|FILE.safetensors|FILE.bin [--format F]",
+     "write a checkpoint's model (CKPT: a step_* directory or a\ncheckpoint.dir, its newest that verifies) for Hugging "
+     "Face\n(-o DIR/: model.safetensors + config.json), as a safetensors\nfile (-o FILE.safetensors) or as an llm.c "
+     "model file\n(-o FILE.bin)"},
+    {"sample", NULL, SAMPLE_OPTS, cmd_sample,
+     "CKPT [--prompt TEXT | --prompt-tokens 1,2,3] [--tokens N]\n[--temperature T] [--top-k K] [--seed S] "
+     "[--tokenizer FILE] [--threads N]",
+     "generate text on the CPU from CKPT: a checkpoint, a\ncheckpoint.dir (its newest that verifies) or a Hugging "
+     "Face\nGPT-2 directory (config.json + model.safetensors)"},
+    {"report", NULL, B(X_OUTPUT), cmd_report, "METRICS.jsonl [-o REPORT.html]",
+     "a metrics file as one HTML page with charts, and a summary"},
+    {"plan", NULL, PLAN_OPTS, cmd_plan,
+     "JOB.yaml [--ranks N|A-B] [--gpus-per-node G] [--device-mem GiB]\n[--host-mem GiB] [--disk-mbps M] [--tflops T] "
+     "[--set KEY=VALUE]...",
+     "size a job without running it: memory per rank and space,\nfit, throughput, checkpoint size and the --signal "
+     "lead"},
+    {"help", NULL, 0, cmd_help, "[COMMAND [SUBCOMMAND]]", "print the usage of every command, or of one"},
+};
+#define NCOMMANDS ((int)(sizeof commands / sizeof commands[0]))
+
+/* Names other tools give a command here. */
+static const struct {
+    const char *name, *means;
+} command_aliases[] = {
+    {"fit", "train"},
+    {"run", "train"},
+    {"pretrain", "train"},
+    {"finetune", "train"},
+    {"generate", "sample"},
+    {"infer", "sample"},
+    {"convert", "ckpt export"},
+    {"validate", "config check"},
+    {"tokenize", "data prepare"},
+    {"size", "plan"},
+    {"estimate", "plan"},
+};
+
+/* "ckpt export" or "train" into buf. */
+static const char *row_name(const command_row *r, char *buf, size_t n) {
+    snprintf(buf, n, "%s%s%s", r->name, r->sub ? " " : "", r->sub ? r->sub : "");
+    return buf;
+}
+
+/* Writes text whose lines after the first are indented by `indent`. */
+static void put_indented(FILE *f, const char *text, int indent) {
+    for (const char *p = text; *p;) {
+        size_t n = strcspn(p, "\n");
+        fprintf(f, "%.*s\n", (int)n, p);
+        p += n;
+        if (*p == '\n' && *++p)
+            fprintf(f, "%*s", indent, "");
+    }
+}
+
+/* The usage of rows matching `name` (and `sub`; NULL: all of them; name
+ * NULL: every command), then unless `brief` their summaries and the
+ * options they take. */
+static void print_usage(FILE *f, const char *name, const char *sub, bool brief) {
+    unsigned takes = B(X_HELP);
+    bool first = true;
+    for (int i = 0; i < NCOMMANDS; i++) {
+        const command_row *r = &commands[i];
+        if ((name && strcmp(r->name, name) != 0) || (sub && (!r->sub || strcmp(r->sub, sub) != 0)))
+            continue;
+        char words[64];
+        row_name(r, words, sizeof words);
+        int lead = fprintf(f, "%s shardrun %s ", first ? "usage:" : "      ", words);
+        put_indented(f, r->args, lead);
+        takes |= r->opts;
+        first = false;
+    }
+    if (brief)
+        return;
+    if (!name) {
+        fputs("       shardrun --help | --version\n\nTrain a GPT-2 style transformer with fully sharded data "
+              "parallelism.\n",
+              f);
+        takes |= B(X_VERSION);
+    }
+    fputs("\ncommands:\n", f);
+    for (int i = 0; i < NCOMMANDS; i++) {
+        const command_row *r = &commands[i];
+        if ((name && strcmp(r->name, name) != 0) || (sub && (!r->sub || strcmp(r->sub, sub) != 0)))
+            continue;
+        char words[64];
+        fprintf(f, "  %-15s ", row_name(r, words, sizeof words));
+        put_indented(f, r->summary, 18);
+    }
+    fputs("\noptions:\n", f);
+    for (int x = 0; x < X_COUNT; x++) {
+        if (!(takes & B(x)))
+            continue;
+        char head[64];
+        if (options[x].letter)
+            snprintf(head, sizeof head, "-%c, --%s%s%s", options[x].letter, options[x].name, options[x].arg ? " " : "",
+                     options[x].arg ? options[x].arg : "");
+        else
+            snprintf(head, sizeof head, "    --%s%s%s", options[x].name, options[x].arg ? " " : "",
+                     options[x].arg ? options[x].arg : "");
+        fprintf(f, "  %-22s", head);
+        if (strlen(head) > 22)
+            fprintf(f, "\n  %-22s", "");
+        put_indented(f, options[x].help, 24);
+    }
+    fputc('\n', f);
+    fputs(exit_text, f);
+}
+
+/* The rows named `name` (count in *n; the first returned), or NULL. */
+static const command_row *find_command(const char *name, int *n) {
+    const command_row *first = NULL;
+    *n = 0;
+    for (int i = 0; i < NCOMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0) {
+            first = first ? first : &commands[i];
+            (*n)++;
+        }
+    return first;
+}
+
+/* "list, verify, inspect or export": the subcommands of `name`. */
+static const char *sub_list(const char *name, char *buf, size_t n) {
+    int k = 0, count = 0;
+    find_command(name, &count);
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < NCOMMANDS && at < n; i++)
+        if (strcmp(commands[i].name, name) == 0 && commands[i].sub) {
+            k++;
+            at += (size_t)snprintf(buf + at, n - at, "%s%s", k == 1 ? "" : k == count ? " or " : ", ", commands[i].sub);
+        }
+    return buf;
+}
+
+/* An unknown command word: 64, naming the closest command (or the one
+ * another tool's word means) and the commands there are. */
+static int unknown_command(const char *word) {
+    char names[NCOMMANDS + 16][64], list[256] = "";
+    const char *cand[NCOMMANDS + 16];
+    int n = 0;
+    size_t at = 0;
+    for (int i = 0; i < NCOMMANDS; i++) {
+        bool seen = false;
+        for (int k = 0; k < i; k++)
+            seen = seen || strcmp(commands[k].name, commands[i].name) == 0;
+        if (!seen) {
+            snprintf(names[n], sizeof names[n], "%s", commands[i].name);
+            cand[n] = names[n];
+            n++;
+            at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", at ? ", " : "", commands[i].name);
+        }
+    }
+    for (int i = 0; i < NCOMMANDS; i++) /* a subcommand typed alone: "shardrun export" */
+        if (commands[i].sub && strcmp(commands[i].sub, word) == 0) {
+            char buf[300];
+            snprintf(buf, sizeof buf, "unknown command '%.64s'; did you mean 'shardrun %s'?", word,
+                     row_name(&commands[i], names[0], sizeof names[0]));
+            return usage_error("%s", buf);
+        }
+    for (size_t i = 0; i < sizeof command_aliases / sizeof command_aliases[0]; i++)
+        if (strcasecmp(word, command_aliases[i].name) == 0) {
+            char buf[300];
+            snprintf(buf, sizeof buf, "unknown command '%.64s'; did you mean 'shardrun %s'?", word,
+                     command_aliases[i].means);
+            return usage_error("%s", buf);
+        }
+    const char *near = sr_suggest(word, cand, n);
+    char buf[600];
+    if (near)
+        snprintf(buf, sizeof buf, "unknown command '%.64s'; did you mean '%s'? (commands: %s)", word, near, list);
+    else
+        snprintf(buf, sizeof buf, "unknown command '%.64s'; expected one of %s", word, list);
+    return usage_error("%s", buf);
+}
+
+/* The row for argv[1] (and argv[2] when the command has subcommands), or
+ * an exit code in *rc: `ckpt` alone lists its subcommands (64), `ckpt
+ * --help` prints their usage (0). */
+static const command_row *pick_command(int argc, char **argv, int *rc) {
+    int n;
+    const command_row *r = find_command(argv[1], &n);
+    *rc = 0;
+    if (!r) {
+        *rc = unknown_command(argv[1]);
+        return NULL;
+    }
+    if (!r->sub)
+        return r;
+    char subs[200];
+    sub_list(r->name, subs, sizeof subs);
+    if (argc < 3 || argv[2][0] == '-') {
+        if (argc >= 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+            print_usage(stdout, r->name, NULL, false);
+            return NULL;
+        }
+        char buf[300];
+        snprintf(buf, sizeof buf, "%s: expected a subcommand: %s", r->name, subs);
+        *rc = fail(sr_error(SR_ERR_USAGE, "%s", buf));
+        print_usage(stderr, r->name, NULL, true);
+        return NULL;
+    }
+    const char *names[NCOMMANDS];
+    int k = 0;
+    for (int i = 0; i < NCOMMANDS; i++)
+        if (strcmp(commands[i].name, r->name) == 0) {
+            if (strcmp(commands[i].sub, argv[2]) == 0)
+                return &commands[i];
+            names[k++] = commands[i].sub;
+        }
+    const char *near = sr_suggest(argv[2], names, k);
+    char buf[400];
+    if (near)
+        snprintf(buf, sizeof buf, "%s: unknown subcommand '%.64s'; did you mean '%s %s'? (expected %s)", r->name,
+                 argv[2], r->name, near, subs);
+    else
+        snprintf(buf, sizeof buf, "%s: unknown subcommand '%.64s'; expected %s", r->name, argv[2], subs);
+    *rc = usage_error("%s", buf);
+    return NULL;
+}
+
+/* The first option given that `r` does not take: 64 naming what it
+ * takes and which commands the option applies to; 0 when none. */
+static int refuse_options(const command_row *r, const cli *c) {
+    int bad = -1;
+    for (int x = 0; x < X_COUNT; x++)
+        if (c->given[x] && !(r->opts & B(x)) && x != X_HELP && (bad < 0 || c->order[x] < c->order[bad]))
+            bad = x;
+    if (bad < 0)
+        return 0;
+    char words[64], takes[400] = "", where[400] = "";
+    size_t at = 0;
+    int k = 0, total = __builtin_popcount(r->opts);
+    for (int x = 0; x < X_COUNT; x++)
+        if (r->opts & B(x)) {
+            k++;
+            at += (size_t)snprintf(takes + at, sizeof takes - at, "%s%s",
+                                   k == 1       ? ""
+                                   : k == total ? " and "
+                                                : ", ",
+                                   option_brief(x));
+        }
+    int owners = 0;
+    for (int i = 0; i < NCOMMANDS; i++)
+        owners += (commands[i].opts & B(bad)) != 0;
+    at = 0;
+    k = 0;
+    for (int i = 0; i < NCOMMANDS; i++)
+        if (commands[i].opts & B(bad)) {
+            k++;
+            at += (size_t)snprintf(where + at, sizeof where - at, "%s%s",
+                                   k == 1        ? ""
+                                   : k == owners ? " and "
+                                                 : ", ",
+                                   row_name(&commands[i], words, sizeof words));
+        }
+    char buf[1000];
+    snprintf(buf, sizeof buf, "%s: takes %s%s; %s applies to shardrun %s only", row_name(r, words, sizeof words),
+             total ? takes : "no options", total ? " only" : "", c->given[bad], where);
+    return usage_error("%s", buf);
+}
+
+/* `shardrun help [COMMAND [SUBCOMMAND]]`: the usage on stdout. */
+static int cmd_help(const char *sub, const cli *c) {
+    (void)sub;
+    if (c->nargs == 0) {
+        print_usage(stdout, NULL, NULL, false);
+        return 0;
+    }
+    if (c->nargs > 2)
+        return usage_error("help: expected at most COMMAND and SUBCOMMAND, got extra argument '%s'", c->args[2]);
+    int n;
+    const command_row *r = find_command(c->args[0], &n);
+    if (!r)
+        return unknown_command(c->args[0]);
+    if (c->nargs == 2) {
+        bool found = false;
+        for (int i = 0; i < NCOMMANDS; i++)
+            found = found || (commands[i].sub && strcmp(commands[i].name, r->name) == 0 &&
+                              strcmp(commands[i].sub, c->args[1]) == 0);
+        if (!found) {
+            char subs[200], buf[400];
+            if (r->sub)
+                snprintf(buf, sizeof buf, "help: %s has no subcommand '%.64s'; expected %s", r->name, c->args[1],
+                         sub_list(r->name, subs, sizeof subs));
+            else
+                snprintf(buf, sizeof buf, "help: %s has no subcommands", r->name);
+            return usage_error("%s", buf);
+        }
+    }
+    print_usage(stdout, r->name, c->nargs == 2 ? c->args[1] : NULL, false);
+    return 0;
 }
 
 /* SHARDRUN_TEST_SKIP_WAIT: "list" prints the wait sites (returns 0);
@@ -623,7 +950,7 @@ int main(int argc, char **argv) {
     if (skip <= 0)
         return skip == 0 ? 0 : fail(SR_ERR_CONFIG);
     if (argc < 2) {
-        fputs(usage_text, stderr);
+        print_usage(stderr, NULL, NULL, false);
         return sr_status_exit_code(SR_ERR_USAGE);
     }
     /* Global options before any command. */
@@ -631,53 +958,34 @@ int main(int argc, char **argv) {
     if (cmd[0] == '-') {
         cli c;
         int rc = parse_options(argc, argv, &c);
+        bool help = c.help;
         cli_free(&c);
         if (rc)
             return rc;
-        return usage_error("%s", "expected a command: train, config, data, ckpt, sample, report or plan");
-    }
-    int words = 1; /* command words consumed */
-    const char *sub = NULL;
-    if (strcmp(cmd, "config") == 0 || strcmp(cmd, "data") == 0 || strcmp(cmd, "ckpt") == 0) {
-        if (argc < 3 || argv[2][0] == '-') {
-            if (argc >= 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
-                fputs(usage_text, stdout);
-                return 0;
-            }
-            return usage_error("%s: expected a subcommand", cmd);
+        if (help) {
+            print_usage(stdout, NULL, NULL, false);
+            return 0;
         }
-        sub = argv[2];
-        words = 2;
-    } else if (strcmp(cmd, "train") != 0 && strcmp(cmd, "sample") != 0 && strcmp(cmd, "report") != 0 &&
-               strcmp(cmd, "plan") != 0) {
-        return usage_error("unknown command '%s'; expected train, config, data, ckpt, sample, report or plan", cmd);
+        return usage_error("%s", "expected a command: train, config, data, ckpt, sample, report, plan or help");
     }
+    int rc;
+    const command_row *r = pick_command(argc, argv, &rc);
+    if (!r)
+        return rc;
+    int words = r->sub ? 2 : 1; /* command words consumed */
     cli c;
-    int rc = parse_options(argc - words, argv + words, &c);
-    if (rc == 0 && c.sample_opt && strcmp(cmd, "sample") != 0)
-        rc = usage_error("%s applies to shardrun sample only", c.sample_opt);
-    if (rc == 0 && c.format && !(sub && strcmp(cmd, "ckpt") == 0))
-        rc = usage_error("%s", "--format applies to ckpt export only");
-    if (rc == 0 && c.plan_opt && strcmp(cmd, "plan") != 0)
-        rc = usage_error("%s applies to shardrun plan only", c.plan_opt);
-    if (rc == 0 && c.ranks && c.ranks_hi != c.ranks && strcmp(cmd, "plan") != 0)
-        rc = usage_error("%s", "--ranks A-B (a range) applies to shardrun plan only");
-    if (rc == 0) {
-        if (strcmp(cmd, "train") == 0)
-            rc = cmd_train(&c);
-        else if (strcmp(cmd, "sample") == 0)
-            rc = cmd_sample(&c);
-        else if (strcmp(cmd, "report") == 0)
-            rc = cmd_report(&c);
-        else if (strcmp(cmd, "plan") == 0)
-            rc = cmd_plan(&c);
-        else if (strcmp(cmd, "config") == 0)
-            rc = cmd_config(sub, &c);
-        else if (strcmp(cmd, "ckpt") == 0)
-            rc = cmd_ckpt(sub, &c);
-        else
-            rc = cmd_data(sub, &c);
+    rc = parse_options(argc - words, argv + words, &c);
+    if (rc == 0 && c.help) {
+        print_usage(stdout, r->name, r->sub, false);
+        cli_free(&c);
+        return 0;
     }
+    if (rc == 0)
+        rc = refuse_options(r, &c);
+    if (rc == 0 && c.ranks && c.ranks_hi != c.ranks && strcmp(r->name, "plan") != 0)
+        rc = usage_error("%s", "--ranks A-B (a range) applies to shardrun plan only");
+    if (rc == 0)
+        rc = r->run(r->sub, &c);
     cli_free(&c);
     return report_allocations(rc);
 }

@@ -47,6 +47,7 @@ typedef struct {
     int top_k;
     uint64_t seed;
     const char *tokenizer; /* or NULL */
+    int threads;           /* compute threads; 0: the job's, else OMP_NUM_THREADS or all cores */
 } sr_sample_opts;
 
 /* Generated tokens go to `out` (only them: the prompt is not echoed), one

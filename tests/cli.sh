@@ -1,7 +1,9 @@
 #!/bin/sh
 # cli.sh — the command line: help, version, usage errors and their exit
-# statuses (shardrun(1), EXIT STATUS), --set, config show/check round trip, config keys,
-# data prepare.
+# statuses (shardrun(1), EXIT STATUS), the command table (help COMMAND,
+# COMMAND --help, subcommand lists, options a command does not take,
+# suggestions for commands, options and keys), --set, config show/check
+# round trip, config keys, data prepare.
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 
@@ -13,6 +15,57 @@ expect_status 64 "no command is a usage error" "$S"
 expect_status 64 "an unknown command is a usage error" "$S" frobnicate
 check "  ...and says so" grep -q "unknown command 'frobnicate'" "$T/err"
 expect_status 64 "an unknown option is a usage error" "$S" train --frobnicate
+
+# the command table drives dispatch, --help and the options each command
+# takes: every usage line of --help is a command whose own --help works
+"$S" --help | sed -n 's/^\(usage:\)\{0,1\} *shardrun \([a-z][a-z]*\)\( \([a-z][a-z]*\)\)\{0,1\} .*/\2 \4/p' >"$T/cmds"
+check "--help lists the 13 usage lines of the 8 commands ($(wc -l <"$T/cmds"))" test "$(wc -l <"$T/cmds")" -eq 13
+bad=""
+while read -r cmd sub; do
+    # shellcheck disable=SC2086
+    "$S" $cmd $sub --help >"$T/h" 2>&1 && grep -q "^usage: shardrun $cmd${sub:+ $sub}" "$T/h" || bad="$bad $cmd${sub:+-$sub}"
+    # shellcheck disable=SC2086
+    "$S" help $cmd $sub >"$T/h2" 2>&1 && cmp -s "$T/h" "$T/h2" || bad="$bad help:$cmd${sub:+-$sub}"
+done <"$T/cmds"
+check "each command's --help and 'shardrun help COMMAND' print its usage, the same text${bad:+; not:$bad}" test -z "$bad"
+expect_status 0 "shardrun help exits 0" "$S" help
+check "  ...with every command (as --help)" sh -c "'$S' --help | cmp -s - '$T/out'"
+expect_status 0 "shardrun help plan" "$S" help plan
+check "  ...names plan's options only (--gpus-per-node, not --prompt)" \
+    sh -c "grep -q -- '--gpus-per-node' '$T/out' && ! grep -q -- '--prompt' '$T/out' && ! grep -q 'shardrun train' '$T/out'"
+expect_status 64 "help of an unknown command is 64" "$S" help trian
+check "  ...with a suggestion" grep -q "did you mean 'train'" "$T/err"
+expect_status 64 "ckpt alone is a usage error" "$S" ckpt
+check "  ...that lists its subcommands with their usage" sh -c "grep -q 'expected a subcommand: list, verify, inspect or export' '$T/err' &&
+    grep -q 'shardrun ckpt export CKPT -o' '$T/err' && grep -q 'shardrun ckpt verify PATH' '$T/err'"
+expect_status 0 "ckpt --help prints the subcommands' usage" "$S" ckpt --help
+check "  ...every one" sh -c "[ \$(grep -c 'shardrun ckpt ' '$T/out') = 4 ]"
+expect_status 64 "a mistyped command is 64" "$S" trian
+check "  ...suggesting the command" grep -q "unknown command 'trian'; did you mean 'train'" "$T/err"
+expect_status 64 "another tool's command word (fit)" "$S" fit job.yaml
+check "  ...suggests ours" grep -q "did you mean 'shardrun train'" "$T/err"
+expect_status 64 "a subcommand typed alone (export)" "$S" export x
+check "  ...suggests its command" grep -q "did you mean 'shardrun ckpt export'" "$T/err"
+expect_status 64 "a mistyped subcommand (ckpt exprot)" "$S" ckpt exprot x
+check "  ...suggests it" grep -q "did you mean 'ckpt export'" "$T/err"
+expect_status 64 "a mistyped option (--promt)" "$S" sample x --promt hi
+check "  ...suggests it" grep -q "did you mean '--prompt'" "$T/err"
+expect_status 64 "an option the command does not take (report --ranks)" "$S" report m.jsonl --ranks 2
+check "  ...names what report takes and where --ranks applies" \
+    grep -q "report: takes -o only; --ranks applies to shardrun config check, config show and plan only" "$T/err"
+expect_status 64 "ckpt list -o" "$S" ckpt list d -o x
+check "  ...ckpt list takes no options" grep -q "ckpt list: takes no options; -o applies to" "$T/err"
+expect_status 64 "train --ranks" "$S" train --ranks 2
+check "  ...is refused before anything runs" grep -q "train: takes --set only; --ranks applies" "$T/err"
+# unknown keys: the closest key, and the names other trainers use
+for kv in learning_rate:train.lr train.max_steps:train.steps model.block_size:model.seq_len n_layers:model.n_layer \
+    max_iters:train.steps training.learning_rate:train.lr; do
+    expect_status 78 "--set ${kv%%:*}=1 is 78" "$S" config show --set "${kv%%:*}=1"
+    check "  ...suggesting ${kv#*:}" grep -q "did you mean '${kv#*:}'" "$T/err"
+done
+printf 'train:\n  max_steps: 10\n' >"$T/other.yaml"
+expect_status 78 "max_steps in a job file" "$S" config check "$T/other.yaml"
+check "  ...at its place, suggesting train.steps" grep -q "other.yaml:2:3: unknown key 'train.max_steps'; did you mean 'train.steps'" "$T/err"
 expect_status 64 "--set without '=' is a usage error" "$S" config show --set train.lr
 check "  ...naming the expected form" grep -q "expected key=value" "$T/err"
 expect_status 64 "--set without an argument is a usage error" "$S" config show --set
