@@ -1145,9 +1145,8 @@ static sr_status setup_async(sr_ckpt *c) {
 uint64_t sr_ckpt_async_max_bytes(const sr_ckpt_opts *o, int local_size) {
     if (o->async_max_mb > 0)
         return (uint64_t)o->async_max_mb << 20;
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    int local = local_size > 0 ? local_size : 1;
-    return pages > 0 && page > 0 ? (uint64_t)((double)pages * (double)page * 0.25 / local) : UINT64_MAX;
+    size_t cap = sr_mem_side_copy_cap(local_size);
+    return cap == SIZE_MAX ? UINT64_MAX : (uint64_t)cap;
 }
 
 bool sr_ckpt_async(const sr_ckpt *c) { return c && c->async; }

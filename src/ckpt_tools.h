@@ -24,8 +24,12 @@ sr_status sr_ckpt_list(const char *dir, FILE *out);
 sr_status sr_ckpt_verify(const char *path, FILE *out);
 sr_status sr_ckpt_inspect(const char *path, FILE *out);
 
-/* The offline tools' start: PATH is a directory whose manifest parses
- * (SR_ERR_DATA, or SR_ERR_NOINPUT when it is not a checkpoint at all), the
+/* The offline tools' start: PATH is a checkpoint directory whose manifest
+ * parses (SR_ERR_DATA, or SR_ERR_NOINPUT when it is not a checkpoint at
+ * all), or a checkpoint.dir, whose newest checkpoint that verifies is
+ * used (a notice names it on stderr; one that does not verify is warned
+ * about and the next older tried; none: SR_ERR_DATA); `used` (may be
+ * NULL) receives the checkpoint directory read.  Then the
  * model's tensor table (no activations) for its dims, and the whole fp32
  * model (the unit-major parameter vector, padded vocabulary rows zero)
  * read and verified from every shard into *all (malloc'd).  `before`
@@ -35,6 +39,6 @@ sr_status sr_ckpt_inspect(const char *path, FILE *out);
  * left. */
 typedef sr_status (*sr_ckpt_tool_check)(const sr_manifest *mf, void *ctx);
 sr_status sr_ckpt_tool_read_model(const char *path, sr_manifest *mf, sr_model *model, float **all,
-                                  sr_ckpt_tool_check before, void *ctx);
+                                  sr_ckpt_tool_check before, void *ctx, char *used, size_t used_len);
 
 #endif

@@ -202,10 +202,11 @@ static sr_status export_hf(const char *path, const char *dest, sr_export_format 
     sr_manifest mf;
     sr_model model;
     float *all;
-    sr_status st = sr_ckpt_tool_read_model(path, &mf, &model, &all, NULL, NULL);
+    char used[PATH_MAX];
+    sr_status st = sr_ckpt_tool_read_model(path, &mf, &model, &all, NULL, NULL, used, sizeof used);
     if (st != SR_OK)
         return st;
-    char *cfg = fmt == SR_EXPORT_HF ? render_config(&mf, path) : NULL;
+    char *cfg = fmt == SR_EXPORT_HF ? render_config(&mf, used) : NULL;
     if (fmt == SR_EXPORT_HF && !cfg)
         st = sr_error_oom("config.json");
     if (st == SR_OK && fmt == SR_EXPORT_HF && sr_fsio_mkdir_p(dir) != 0)

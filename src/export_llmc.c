@@ -43,7 +43,7 @@ sr_status sr_export_llmc(const char *path, const char *dest, FILE *out) {
     sr_manifest mf;
     sr_model model;
     float *all;
-    sr_status st = sr_ckpt_tool_read_model(path, &mf, &model, &all, NULL, NULL);
+    sr_status st = sr_ckpt_tool_read_model(path, &mf, &model, &all, NULL, NULL, NULL, 0);
     if (st != SR_OK)
         return st;
     llmc_ctx x = {&model, all};

@@ -541,11 +541,11 @@ static int cmd_ckpt(const char *sub, const cli *c) {
 static int cmd_sample(const char *sub, const cli *c) {
     (void)sub;
     if (c->nargs != 1)
-        return usage_error("%s", "sample: expected exactly one checkpoint (a step_* directory)");
+        return usage_error("%s", "sample: expected exactly one model: a step_* directory, a checkpoint.dir or a "
+                                 "Hugging Face GPT-2 directory");
     if (c->sample.prompt && c->sample.prompt_tokens)
         return usage_error("%s", "sample: give --prompt or --prompt-tokens, not both");
     sr_testhook_warn_active();
-    sr_ops_set_threads(0);
     sr_status st = sr_sample_run(c->args[0], &c->sample, stdout, stderr);
     return st == SR_OK ? 0 : fail(st);
 }

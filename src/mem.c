@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "status.h"
 #include "testhook.h"
@@ -206,4 +207,16 @@ int sr_mem_alloc_sites(long long *first, int max) {
         first[i] = sites.first[i];
     pthread_mutex_unlock(&sites.lock);
     return n;
+}
+
+size_t sr_mem_node_bytes(void) {
+    if (sr_testhook()->node_mem > 0)
+        return (size_t)sr_testhook()->node_mem;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+}
+
+size_t sr_mem_side_copy_cap(int local_size) {
+    size_t node = sr_mem_node_bytes();
+    return node ? (size_t)((double)node * 0.25 / (local_size > 0 ? local_size : 1)) : SIZE_MAX;
 }

@@ -100,6 +100,14 @@ sr_mem_ctx *sr_mem_bound(void);
 
 /* Counted libc allocation: NULL on failure (no message recorded: the
  * caller says what it was allocating).  Free with free(). */
+/* The node's physical memory in bytes (sysconf; SHARDRUN_TEST_NODE_MEM
+ * pretends), 0 when unknown. */
+size_t sr_mem_node_bytes(void);
+/* The host memory one of `local_size` ranks may take for a copy it makes
+ * on the side (an async checkpoint snapshot, a training sample's model):
+ * 25% of the node's memory divided by its ranks; SIZE_MAX when unknown. */
+size_t sr_mem_side_copy_cap(int local_size);
+
 void *sr_malloc(size_t bytes);
 void *sr_calloc(size_t n, size_t size);
 void *sr_realloc(void *p, size_t bytes);

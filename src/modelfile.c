@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <openssl/evp.h>
@@ -15,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "dtype.h"
 #include "fsio.h"
 #include "mem.h"
@@ -478,4 +480,90 @@ sr_status sr_modelfile_fingerprint(const sr_modelfile *mf, unsigned char out[32]
     for (int i = 0; i < 8; i++)
         size_le[i] = (unsigned char)(mf->size >> (8 * i));
     return hash_ranges(mf, size_le, sizeof size_le, ranges, 2, out);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Hugging Face GPT-2 directories */
+
+bool sr_modelfile_is_hf_dir(const char *dir) {
+    char p[PATH_MAX];
+    struct stat sb;
+    sr_fmt(p, sizeof p, "%s/config.json", dir);
+    if (stat(p, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return false;
+    sr_fmt(p, sizeof p, "%s/manifest.yaml", dir);
+    return stat(p, &sb) != 0;
+}
+
+/* config.json's integer `name` (the first of two names present when alt
+ * is not NULL) into *v. */
+static sr_status hf_int(json_t *c, const char *path, const char *name, const char *alt, int *v) {
+    json_t *j = json_object_get(c, name);
+    if (!j && alt)
+        j = json_object_get(c, alt);
+    if (!j)
+        return sr_error(SR_ERR_DATA, "%s: no \"%s\"%s%s%s (expected a GPT-2 config as transformers writes it)", path,
+                        name, alt ? " or \"" : "", alt ? alt : "", alt ? "\"" : "");
+    if (!json_is_integer(j) || json_integer_value(j) < 1 || json_integer_value(j) > 16777216)
+        return sr_error(SR_ERR_DATA, "%s: \"%s\" is not a positive integer", path,
+                        json_object_get(c, name) ? name : alt);
+    *v = (int)json_integer_value(j);
+    return SR_OK;
+}
+
+sr_status sr_modelfile_hf_dir(const char *dir, sr_model_dims *d, char *weights, size_t weights_len) {
+    char path[PATH_MAX];
+    sr_fmt(path, sizeof path, "%s/config.json", dir);
+    FILE *f;
+    sr_status st = sr_fsio_open_input_file(path, "the model's config.json", NULL, &f);
+    if (st != SR_OK)
+        return st;
+    json_error_t jerr;
+    json_t *c = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    fclose(f);
+    if (!c || !json_is_object(c)) {
+        json_decref(c);
+        return sr_error(SR_ERR_DATA, "%s:%d:%d: not a JSON object (%s)", path, jerr.line, jerr.column,
+                        c ? "another JSON value" : jerr.text);
+    }
+    *d = (sr_model_dims){0};
+    const char *type = json_string_value(json_object_get(c, "model_type"));
+    if (!type || strcmp(type, "gpt2") != 0)
+        st = sr_error(SR_ERR_DATA,
+                      "%s: model_type is %s%s%s, and shardrun's model is GPT-2 (hint: a directory that "
+                      "GPT2LMHeadModel.save_pretrained or shardrun ckpt export -o DIR/ wrote)",
+                      path, type ? "\"" : "", type ? type : "missing", type ? "\"" : "");
+    if (st == SR_OK)
+        st = hf_int(c, path, "n_layer", NULL, &d->L);
+    if (st == SR_OK)
+        st = hf_int(c, path, "n_head", NULL, &d->NH);
+    if (st == SR_OK)
+        st = hf_int(c, path, "n_embd", NULL, &d->C);
+    if (st == SR_OK)
+        st = hf_int(c, path, "vocab_size", NULL, &d->V);
+    if (st == SR_OK)
+        st = hf_int(c, path, "n_positions", "n_ctx", &d->T);
+    const char *act = json_string_value(json_object_get(c, "activation_function"));
+    if (st == SR_OK && json_object_get(c, "activation_function") && (!act || strcmp(act, "gelu_new") != 0))
+        st = sr_error(SR_ERR_DATA, "%s: activation_function is %s%s%s; shardrun's GELU is GPT-2's gelu_new", path,
+                      act ? "\"" : "", act ? act : "not a string", act ? "\"" : "");
+    json_t *eps = json_object_get(c, "layer_norm_epsilon");
+    if (st == SR_OK && eps && (!json_is_number(eps) || fabs(json_number_value(eps) - 1e-5) > 1e-12))
+        st = sr_error(SR_ERR_DATA, "%s: layer_norm_epsilon is not 1e-5, the epsilon of shardrun's LayerNorm", path);
+    json_t *tie = json_object_get(c, "tie_word_embeddings");
+    if (st == SR_OK && tie && !json_is_true(tie))
+        st = sr_error(SR_ERR_DATA, "%s: tie_word_embeddings is not true; shardrun's head is the token embedding", path);
+    json_t *inner = json_object_get(c, "n_inner");
+    if (st == SR_OK && inner && !json_is_null(inner) &&
+        !(json_is_integer(inner) && json_integer_value(inner) == 4 * (json_int_t)d->C))
+        st = sr_error(SR_ERR_DATA, "%s: n_inner is not 4 x n_embd, the width of shardrun's MLP", path);
+    json_decref(c);
+    if (st == SR_OK) {
+        st = sr_config_check_model(d->L, d->NH, d->C, d->V, d->T);
+        if (st != SR_OK)
+            st = sr_error_wrap(SR_ERR_DATA, "%s", path);
+    }
+    if (st == SR_OK)
+        sr_fmt(weights, weights_len, "%s/model.safetensors", dir);
+    return st;
 }

@@ -72,6 +72,19 @@ sr_status sr_modelfile_read(const sr_modelfile *mf, size_t begin, size_t end, fl
  * bit (*equal true without a head).  As sr_modelfile_read. */
 sr_status sr_modelfile_head_tied(const sr_modelfile *mf, size_t begin, size_t end, bool *equal);
 
+/* Whether `dir` is a Hugging Face model directory: it has config.json and
+ * no checkpoint manifest. */
+bool sr_modelfile_is_hf_dir(const char *dir);
+/* A Hugging Face GPT-2 directory (`shardrun sample DIR`): its config.json
+ * as transformers' GPT2Config reads it (model_type gpt2; n_layer, n_head,
+ * n_embd, vocab_size, n_positions or n_ctx; activation_function gelu_new
+ * and layer_norm_epsilon 1e-5 when given; tied embeddings) into *d
+ * (recompute none) and the path of its weights, DIR/model.safetensors,
+ * into weights.  SR_ERR_NOINPUT when config.json or the weights cannot be
+ * read, SR_ERR_DATA naming the field that is missing, malformed, out of
+ * range or not what the model computes. */
+sr_status sr_modelfile_hf_dir(const char *dir, sr_model_dims *d, char *weights, size_t weights_len);
+
 /* SHA-256 of the whole file as 64 hex digits. */
 sr_status sr_modelfile_sha256(const sr_modelfile *mf, char out[65]);
 /* A cheap fingerprint for ranks to compare: SHA-256 of the file's size

@@ -122,6 +122,31 @@ static inline SR_ISA_INLINE float fast_tanhf(float x) { return 1.0f - 2.0f / (fa
  * thread; the ops below split rows or ranges over the OpenMP team and call
  * them, so the vector code is the clone's. */
 
+/* out[o] = bias[o] + x . w[o] for rows o of w in [o0, o1): one input row
+ * times the weight (a one-token forward).  Sixteen lanes over k, summed
+ * as a tree, so each output's value does not depend on which thread or
+ * how many compute it. */
+static inline SR_ISA_INLINE void gemv_rows_body(float *out, const float *x, const float *w, const float *bias, int C,
+                                                int o0, int o1) {
+    for (int o = o0; o < o1; o++) {
+        const float *r = w + (size_t)o * C;
+        float acc[16] = {0.0f};
+        int c = 0;
+        for (; c + 16 <= C; c += 16)
+            for (int j = 0; j < 16; j++)
+                acc[j] += x[c + j] * r[c + j];
+        float tail = 0.0f;
+        for (; c < C; c++)
+            tail += x[c] * r[c];
+        for (int half = 8; half; half >>= 1)
+            for (int j = 0; j < half; j++)
+                acc[j] += acc[j + half];
+        out[o] = (bias ? bias[o] : 0.0f) + (acc[0] + tail);
+    }
+}
+SR_ISA_KERNEL(gemv_rows, (float *out, const float *x, const float *w, const float *bias, int C, int o0, int o1),
+              (out, x, w, bias, C, o0, o1))
+
 /* out[i] = a[i] + b[i] */
 static inline SR_ISA_INLINE void vadd_body(float *out, const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -367,6 +392,18 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
 }
 
 static void matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC) {
+    if (N == 1) {
+        /* one row (a one-token forward): split the output columns, 64 at a
+         * time, so every thread works */
+#pragma omp parallel
+        {
+            int o0, o1;
+            split_range(OC, thread_id(), team_size(), 64, &o0, &o1);
+            if (o1 > o0)
+                gemv_rows(out, inp, w, bias, C, o0, o1);
+        }
+        return;
+    }
 #pragma omp parallel
     {
         int n0, n1;

@@ -17,6 +17,7 @@
 
 #include "ckpt.h"
 #include "device.h"
+#include "mem.h"
 #include "memplan.h"
 #include "metrics.h"
 #include "ops.h"
@@ -61,11 +62,6 @@ typedef struct {
     const char *device_how, *host_how, *disk_how;
     char tflops_how[256];
 } plan_ctx;
-
-static size_t node_memory(void) {
-    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && size > 0 ? (size_t)pages * (size_t)size : 0;
-}
 
 /* Plans `ranks` ranks of cfg into *r (memory only; fit is decided by the
  * caller).  An invalid rank count sets r->valid false and r->why. */
@@ -376,7 +372,7 @@ sr_status sr_plan_run(const sr_config *job_cfg, const char *job, const sr_plan_o
                         o->gpus_per_node > 0 ? "--gpus-per-node" : "device: cuda");
     x.device_bytes = (o->device_mem_gib > 0 ? o->device_mem_gib : DEFAULT_DEVICE_GIB) * GIB;
     x.device_how = o->device_mem_gib > 0 ? "--device-mem" : "assumed 80 GiB; give --device-mem";
-    size_t node = node_memory();
+    size_t node = sr_mem_node_bytes();
     x.host_bytes = o->host_mem_gib > 0 ? o->host_mem_gib * GIB : (double)node;
     x.host_how = o->host_mem_gib > 0 ? "--host-mem" : "this node's memory; give --host-mem for another";
     x.disk_mbps = o->disk_mbps > 0 ? o->disk_mbps : DEFAULT_DISK_MBPS;

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "fsio.h"
 #include "mem.h"
 #include "model.h"
+#include "modelfile.h"
 #include "ops.h"
 #include "rng.h"
 
@@ -37,8 +39,10 @@ static int by_logit(const void *a, const void *b) {
     return x->id - y->id;
 }
 
-int sr_sample_pick(const float *logits, int V, double temperature, int top_k, uint64_t seed, uint64_t index,
-                   float *scratch) {
+/* The next token from logits[0 .. V) (the draw sample.h describes);
+ * `scratch` holds 2 V floats. */
+static int sr_sample_pick(const float *logits, int V, double temperature, int top_k, uint64_t seed, uint64_t index,
+                          float *scratch) {
     if (temperature <= 0.0 || top_k == 1) {
         int best = 0;
         for (int i = 1; i < V; i++)
@@ -133,7 +137,7 @@ static sr_status sr_generator_new(sr_generator **out, const sr_model *m, const f
     g->h = sr_malloc(sizeof(float) * 4 * (size_t)d->C);
     g->hg = sr_malloc(sizeof(float) * 4 * (size_t)d->C);
     g->logits = sr_malloc(sizeof(float) * (size_t)d->Vp);
-    g->att = sr_malloc(sizeof(float) * (size_t)d->T);
+    g->att = sr_malloc(sizeof(float) * (size_t)d->NH * (size_t)d->T); /* one row per head */
     g->mean = sr_malloc(sizeof(float));
     g->rstd = sr_malloc(sizeof(float));
     if (!g->hist || !g->kc || !g->vc || !g->x || !g->ln || !g->qkv || !g->y || !g->o_ || !g->h || !g->hg ||
@@ -166,28 +170,31 @@ static void step(sr_generator *g, int token, int pos) {
         float *kc = g->kc + ((size_t)l * d->T) * C, *vc = g->vc + ((size_t)l * d->T) * C;
         memcpy(kc + (size_t)pos * C, g->qkv + C, sizeof(float) * (size_t)C);
         memcpy(vc + (size_t)pos * C, g->qkv + 2 * C, sizeof(float) * (size_t)C);
+        /* the heads are independent: one per thread, each with its own row */
+#pragma omp parallel for
         for (int h = 0; h < NH; h++) {
             const float *q = g->qkv + h * hs;
+            float *att = g->att + (size_t)h * d->T;
             float mx = -INFINITY;
             for (int t = 0; t <= pos; t++) {
                 const float *k = kc + (size_t)t * C + h * hs;
                 float s = 0.0f;
                 for (int i = 0; i < hs; i++)
                     s += q[i] * k[i];
-                g->att[t] = s * scale;
-                mx = g->att[t] > mx ? g->att[t] : mx;
+                att[t] = s * scale;
+                mx = att[t] > mx ? att[t] : mx;
             }
             float sum = 0.0f;
             for (int t = 0; t <= pos; t++) {
-                g->att[t] = expf(g->att[t] - mx);
-                sum += g->att[t];
+                att[t] = expf(att[t] - mx);
+                sum += att[t];
             }
             float *y = g->y + h * hs;
             for (int i = 0; i < hs; i++)
                 y[i] = 0.0f;
             for (int t = 0; t <= pos; t++) {
                 const float *v = vc + (size_t)t * C + h * hs;
-                float w = g->att[t] / sum;
+                float w = att[t] / sum;
                 for (int i = 0; i < hs; i++)
                     y[i] += w * v[i];
             }
@@ -381,7 +388,7 @@ static sr_status make_prompt(const sr_sample_opts *o, int V, const sr_tokenizer 
     if (!*ids)
         return sr_error_oom("the prompt");
     *n = 1;
-    (*ids)[0] = t && t->eot >= 0 && t->eot < V ? t->eot : V == 50257 ? 50256 : V == 256 ? '\n' : 0;
+    (*ids)[0] = t && t->eot >= 0 && t->eot < V ? t->eot : sr_sample_start_token(V);
     *how = t && t->eot >= 0 ? "the tokenizer's end-of-text token"
            : V == 50257     ? "GPT-2's <|endoftext|> (50256)"
            : V == 256       ? "a newline"
@@ -389,7 +396,31 @@ static sr_status make_prompt(const sr_sample_opts *o, int V, const sr_tokenizer 
     return SR_OK;
 }
 
-/* What sr_ckpt_tool_read_model's check reads and fills. */
+sr_status sr_sample_generate(const sr_model *m, const float *params, const int *prompt, int n, const sr_sample_opts *o,
+                             sr_sample_emit emit, void *ctx) {
+    sr_generator *g = NULL;
+    float *scratch = NULL;
+    int V = m->d.V;
+    sr_status st = sr_generator_new(&g, m, params);
+    if (st == SR_OK && !(scratch = sr_malloc(sizeof(float) * 2 * (size_t)V)))
+        st = sr_error_oom("the sampler");
+    const float *logits = NULL;
+    for (int i = 0; st == SR_OK && i < n; i++)
+        logits = sr_generator_feed(g, prompt[i]);
+    for (long i = 0; st == SR_OK && i < o->tokens; i++) {
+        int next = sr_sample_pick(logits, V, o->temperature, o->top_k, o->seed, (uint64_t)i, scratch);
+        st = emit(ctx, next, i);
+        if (st == SR_OK && i + 1 < o->tokens)
+            logits = sr_generator_feed(g, next);
+    }
+    free(scratch);
+    sr_generator_free(g);
+    return st;
+}
+
+int sr_sample_start_token(int V) { return V == 50257 ? 50256 : V == 256 ? '\n' : 0; }
+
+/* What the prompt check reads and fills (once per model tried). */
 typedef struct {
     const sr_sample_opts *o;
     sr_tokenizer *tok;
@@ -397,52 +428,140 @@ typedef struct {
     const char **how;
 } prompt_check;
 
-static sr_status check_prompt(const sr_manifest *mf, void *ctx) {
-    prompt_check *pc = ctx;
-    int V = mf->dims.V;
+static sr_status check_prompt_v(prompt_check *pc, int V) {
+    sr_tokenizer_free(pc->tok);
+    free(*pc->prompt);
+    *pc->prompt = NULL;
     sr_status st = pc->o->tokenizer ? sr_tokenizer_load(pc->tok, pc->o->tokenizer, V) : SR_OK;
     return st == SR_OK ? make_prompt(pc->o, V, pc->o->tokenizer ? pc->tok : NULL, pc->prompt, pc->n, pc->how) : st;
 }
 
+static sr_status check_prompt(const sr_manifest *mf, void *ctx) { return check_prompt_v(ctx, mf->dims.V); }
+
+/* The threads of `shardrun sample`: --threads, else the job's `threads`
+ * key as the checkpoint recorded it (when above 0), else OMP_NUM_THREADS,
+ * else every core this process may use.  *how names the source. */
+static int pick_threads(const sr_sample_opts *o, const sr_manifest *mf, const char **how) {
+    if (o->threads > 0) {
+        *how = "--threads";
+        return o->threads;
+    }
+    for (int i = 0; mf && i < mf->nconfig; i++)
+        if (strcmp(mf->ckeys[i], "threads") == 0) {
+            long v = strtol(mf->cvals[i], NULL, 10);
+            if (v > 0 && v <= 4096) {
+                *how = "the checkpoint's threads key";
+                return (int)v;
+            }
+        }
+    const char *env = getenv("OMP_NUM_THREADS");
+    char *end;
+    long v = env && *env ? strtol(env, &end, 10) : 0;
+    if (v > 0 && v <= 4096 && *end == '\0') {
+        *how = "OMP_NUM_THREADS";
+        return (int)v;
+    }
+    *how = "the cores available";
+    return 0;
+}
+
+/* A Hugging Face GPT-2 directory: its dims, the prompt checked against
+ * them, its weights read whole. */
+static sr_status read_hf(const char *dir, sr_model *model, float **all, prompt_check *pc, char *what, size_t what_len) {
+    sr_model_dims d;
+    char weights[PATH_MAX];
+    *all = NULL;
+    sr_status st = sr_modelfile_hf_dir(dir, &d, weights, sizeof weights);
+    if (st == SR_OK)
+        st = check_prompt_v(pc, d.V);
+    if (st != SR_OK)
+        return st;
+    st = sr_model_init(model, d, &sr_ops_cpu, NULL, 0, false);
+    sr_modelfile mf;
+    bool opened = false;
+    if (st == SR_OK) {
+        st = sr_modelfile_open(&mf, weights, model, dir);
+        opened = st == SR_OK;
+    }
+    if (st == SR_OK && !(*all = sr_malloc(model->n_params * sizeof(float))))
+        st = sr_error_oom("the model");
+    if (st == SR_OK)
+        st = sr_modelfile_read(&mf, 0, model->n_params, *all);
+    bool tied = true;
+    if (st == SR_OK)
+        st = sr_modelfile_head_tied(&mf, 0, model->n_params, &tied);
+    if (st == SR_OK && !tied)
+        st = sr_error(SR_ERR_DATA, "%s: lm_head.weight differs from the token embedding; shardrun's head is tied",
+                      weights);
+    if (st == SR_OK)
+        sr_fmt(what, what_len, "%s", mf.what);
+    if (opened)
+        sr_modelfile_close(&mf);
+    if (st != SR_OK) {
+        free(*all);
+        *all = NULL;
+        sr_model_free(model);
+    }
+    return st;
+}
+
+/* `shardrun sample`'s writer: each token to `out` as it is drawn. */
+typedef struct {
+    FILE *out;
+    int V;
+    const sr_tokenizer *tok;
+    int last;
+} stream_ctx;
+
+static sr_status stream_token(void *ctx, int token, long i) {
+    stream_ctx *x = ctx;
+    x->last = token;
+    if (sr_sample_write(x->out, &token, 1, x->V, x->tok, false, i == 0) != 0 || fflush(x->out) != 0)
+        return sr_error(SR_ERR_IO, "write to standard output failed: %s", strerror(errno));
+    return SR_OK;
+}
+
 sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FILE *log) {
     sr_manifest mf;
+    bool have_mf = false;
     sr_model model;
     float *all = NULL;
     sr_tokenizer tok = {0};
-    sr_generator *g = NULL;
-    int *prompt = NULL, n = 0, V = 0;
-    float *scratch = NULL;
+    int *prompt = NULL, n = 0;
     const char *how = "";
+    char from[PATH_MAX + 64], what[256] = "";
+    int64_t step = -1;
     double t0 = mono();
-    /* the prompt and the tokenizer checked against the manifest before
-     * any shard is read */
+    /* the prompt and the tokenizer checked against the model's dims before
+     * any weight is read */
     prompt_check pc = {o, &tok, &prompt, &n, &how};
-    sr_status st = sr_ckpt_tool_read_model(ckpt, &mf, &model, &all, check_prompt, &pc);
+    sr_status st;
+    if (sr_modelfile_is_hf_dir(ckpt)) {
+        st = read_hf(ckpt, &model, &all, &pc, what, sizeof what);
+        sr_fmt(from, sizeof from, "%s", ckpt);
+    } else {
+        char used[PATH_MAX];
+        st = sr_ckpt_tool_read_model(ckpt, &mf, &model, &all, check_prompt, &pc, used, sizeof used);
+        have_mf = st == SR_OK;
+        if (have_mf) {
+            step = mf.step;
+            sr_fmt(from, sizeof from, "%s (step %lld", used, (long long)step);
+        }
+    }
     if (st != SR_OK) {
         sr_tokenizer_free(&tok);
         free(prompt);
         return st;
     }
-    V = model.d.V;
-    if (st == SR_OK)
-        st = sr_generator_new(&g, &model, all);
-    if (st == SR_OK && !(scratch = sr_malloc(sizeof(float) * 2 * (size_t)V)))
-        st = sr_error_oom("the sampler");
+    const char *thow;
+    int threads = sr_ops_set_threads(pick_threads(o, have_mf ? &mf : NULL, &thow));
+    int V = model.d.V;
     double t1 = mono();
-    const float *logits = NULL;
-    for (int i = 0; st == SR_OK && i < n; i++)
-        logits = sr_generator_feed(g, prompt[i]);
-    int last = -1; /* the last token written */
-    for (long i = 0; st == SR_OK && i < o->tokens; i++) {
-        int next = sr_sample_pick(logits, V, o->temperature, o->top_k, o->seed, (uint64_t)i, scratch);
-        last = next;
-        if (sr_sample_write(out, &next, 1, V, o->tokenizer ? &tok : NULL, false, i == 0) != 0 || fflush(out) != 0)
-            st = sr_error(SR_ERR_IO, "write to standard output failed: %s", strerror(errno));
-        else if (i + 1 < o->tokens)
-            logits = sr_generator_feed(g, next);
-    }
+    stream_ctx sx = {out, V, o->tokenizer ? &tok : NULL, -1};
+    st = sr_sample_generate(&model, all, prompt, n, o, stream_token, &sx);
     /* the output ends with a newline (ids always; text unless its last byte is one) */
     bool text = o->tokenizer || V == 256, ends_line = false;
+    int last = sx.last;
     if (text && last >= 0)
         ends_line = o->tokenizer && tok.piece && last < tok.n
                         ? tok.len[last] > 0 && tok.piece[last][tok.len[last] - 1] == '\n'
@@ -454,21 +573,21 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
         char topk[32];
         snprintf(topk, sizeof topk, o->top_k > 0 ? "%d" : "off", o->top_k);
         fprintf(log,
-                "shardrun: sampled %ld tokens from %s (step %lld, vocab %d%s) after a %d-token prompt (%s); "
-                "temperature %g, top-k %s, seed %llu; loaded in %.2f s, %.1f tokens/s\n",
-                o->tokens, ckpt, (long long)mf.step, V,
+                "shardrun: sampled %ld tokens from %s%s, vocab %d%s) after a %d-token prompt (%s); "
+                "temperature %g, top-k %s, seed %llu; %d thread%s (%s); loaded in %.2f s, %.1f tokens/s\n",
+                o->tokens, from, have_mf ? "" : " (Hugging Face GPT-2", V,
                 o->tokenizer ? ", decoded by the tokenizer"
                 : V == 256   ? ", bytes"
                              : ", token ids",
-                n, how, o->temperature, topk, (unsigned long long)o->seed, t1 - t0,
-                (double)(o->tokens + n) / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
+                n, how, o->temperature, topk, (unsigned long long)o->seed, threads, threads == 1 ? "" : "s", thow,
+                t1 - t0, (double)(o->tokens + n) / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
     }
-    free(scratch);
+    (void)what;
     free(prompt);
-    sr_generator_free(g);
     sr_tokenizer_free(&tok);
     free(all);
     sr_model_free(&model);
-    sr_manifest_free(&mf);
+    if (have_mf)
+        sr_manifest_free(&mf);
     return st;
 }

@@ -19,15 +19,6 @@
 
 #include "status.h"
 
-/* The next token from logits[0 .. V): argmax when temperature is 0 or
- * top_k is 1 (the lowest id among equals); else softmax(logits /
- * temperature) over the top_k largest (all when top_k is 0 or >= V),
- * drawn with sr_rng_uniform(seed, SR_SAMPLE_STREAM, index).  `scratch`
- * holds 2 V floats. */
-#define SR_SAMPLE_STREAM 0x53414d50u
-int sr_sample_pick(const float *logits, int V, double temperature, int top_k, uint64_t seed, uint64_t index,
-                   float *scratch);
-
 /* Writes tokens as text: with a tokenizer (llm.c's format: a header of 256
  * uint32 {20240328, version 1 or 2, vocab_size, eot (version 2)}, then per
  * token a length byte and the bytes; NULL for none) its pieces, for V == 256 the
@@ -50,10 +41,36 @@ typedef struct {
     int threads;           /* compute threads; 0: the job's, else OMP_NUM_THREADS or all cores */
 } sr_sample_opts;
 
-/* Generated tokens go to `out` (only them: the prompt is not echoed), one
- * summary line to `log`.  SR_ERR_USAGE for a prompt the vocabulary cannot
- * take (text with a non-byte vocabulary: "use --prompt-tokens"; ids out of
- * range), the checkpoint's and tokenizer's statuses otherwise. */
+/* The command: `ckpt` is a checkpoint, a checkpoint.dir (its newest
+ * checkpoint that verifies, sr_ckpt_tool_read_model) or a Hugging Face
+ * GPT-2 directory (config.json + model.safetensors, sr_modelfile_hf_dir).
+ * Threads: o->threads, else the checkpoint's `threads` key when above 0,
+ * else OMP_NUM_THREADS, else every core.  Generated tokens go to `out`
+ * (only them: the prompt is not echoed), one summary line to `log`.
+ * SR_ERR_USAGE for a prompt the vocabulary cannot take (text with a
+ * non-byte vocabulary: "use --prompt-tokens"; ids out of range), the
+ * model's and tokenizer's statuses otherwise. */
 sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FILE *log);
+
+/* The start token without a prompt: GPT-2's <|endoftext|> (50256) for a
+ * vocabulary of 50257, a newline for bytes, else 0. */
+int sr_sample_start_token(int V);
+
+/* The one generator behind `shardrun sample` and the training log's
+ * samples: the model `m` (its tensor table) with its full unit-major fp32
+ * parameters `params` in host memory, on the CPU op table with the threads
+ * set (sr_ops_set_threads; the result does not depend on their number),
+ * fed prompt[0 .. n) (n >= 1), then o->tokens tokens drawn, each handed to
+ * emit(ctx, token, i) (a status other than SR_OK stops it and is
+ * returned).  The i-th draw: argmax when o->temperature is 0 or o->top_k
+ * is 1 (the lowest id among equals); else softmax(logits / temperature)
+ * over the top_k largest (all when top_k is 0 or >= V), drawn with
+ * sr_rng_uniform(o->seed, SR_SAMPLE_STREAM, i): the same seed gives the
+ * same text. */
+#define SR_SAMPLE_STREAM 0x53414d50u
+struct sr_model;
+typedef sr_status (*sr_sample_emit)(void *ctx, int token, long i);
+sr_status sr_sample_generate(const struct sr_model *m, const float *params, const int *prompt, int n,
+                             const sr_sample_opts *o, sr_sample_emit emit, void *ctx);
 
 #endif

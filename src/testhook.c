@@ -115,6 +115,7 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
     h->nan_step = -1;
     h->alloc_fail_rank = -1;
     h->mem_available = -1;
+    h->node_mem = -1;
     h->device_free_mb = -1;
     h->stall_seq = -1;
     const char *v;
@@ -163,6 +164,8 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
     }
     if ((v = getenv("SHARDRUN_TEST_MEM_AVAILABLE")) && *v && !parse_i64(v, strlen(v), 0, &h->mem_available))
         bad(&ps, "SHARDRUN_TEST_MEM_AVAILABLE", v, "a number of bytes >= 0");
+    if ((v = getenv("SHARDRUN_TEST_NODE_MEM")) && *v && !parse_i64(v, strlen(v), 1, &h->node_mem))
+        bad(&ps, "SHARDRUN_TEST_NODE_MEM", v, "a number of bytes >= 1");
     flag(&ps, "SHARDRUN_TEST_NO_PMIX_EVENTS", &h->no_pmix_events);
     if ((v = getenv("SHARDRUN_TEST_DEVICE")) && *v) {
         if (strcmp(v, "fake") == 0)
@@ -252,6 +255,8 @@ void sr_testhook_warn_active(void) {
         ADD(" SHARDRUN_TEST_ISA=%s", h->isa);
     if (h->mem_available >= 0)
         ADD(" SHARDRUN_TEST_MEM_AVAILABLE=%lld", (long long)h->mem_available);
+    if (h->node_mem > 0)
+        ADD(" SHARDRUN_TEST_NODE_MEM=%lld", (long long)h->node_mem);
     if (h->no_pmix_events)
         ADD(" SHARDRUN_TEST_NO_PMIX_EVENTS=1");
     if (h->device[0])

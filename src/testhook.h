@@ -21,6 +21,7 @@
  *   SHARDRUN_TEST_ALLOC_FAIL=N[@RANK]          fail the N-th allocation (1-based)
  *   SHARDRUN_TEST_ISA=LEVEL                    pretend the CPU supports at most LEVEL
  *   SHARDRUN_TEST_MEM_AVAILABLE=BYTES          pretend /proc/meminfo's MemAvailable is BYTES
+ *   SHARDRUN_TEST_NODE_MEM=BYTES               pretend the node's physical memory is BYTES
  *   SHARDRUN_TEST_NO_PMIX_EVENTS=1             register no PMIx event handler (the parent
  *                                              watch alone must notice a dead launcher)
  *   SHARDRUN_TEST_DEVICE=fake                  the fake device table (device.h)
@@ -73,6 +74,7 @@ typedef struct {
     int alloc_fail_rank;    /* -1 = every rank */
     char isa[16];           /* "" = off */
     int64_t mem_available;  /* -1 = off */
+    int64_t node_mem;       /* -1 = off */
     bool no_pmix_events;
     char device[8];         /* "" = off, "fake" */
     int64_t device_free_mb; /* -1 = off */

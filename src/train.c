@@ -77,6 +77,7 @@ typedef struct {
     char init_path[PATH_MAX], init_sha[65]; /* what it was, for the manifests */
     double peak, flops_tok;
     char peak_how[256];
+    bool sample_skipped; /* log.sample_every skipped once already (warned) */
     /* loop state */
     double first_loss, last_loss, last_val, t_start, last_save;
     uint64_t cursor;
@@ -1083,69 +1084,83 @@ static void log_step(run *r, int64_t s, const step_out *o, bool evaluated) {
     sr_metrics_step(r->metrics, &rec);
 }
 
-/* log.sample_every: SAMPLE_TOKENS tokens from the sharded model.  Every
- * rank runs the same evaluation forwards (one sequence: the newest seq_len
- * tokens of the text so far) and downloads the last position's logits;
- * rank 0 draws the next token (temperature 0.8, top-k 40, seeded by
- * train.seed and the step) and broadcasts it, so the ranks stay in
- * lockstep whatever their thread counts; rank 0 logs the text. */
+/* log.sample_every: the sample `shardrun sample` draws from that step's
+ * checkpoint with --tokens 64 --seed (train.seed + step): every rank
+ * all-gathers the fp32 master to the host (sr_fsdp_gather_params, as the
+ * parameter dump), rank 0 runs the cached generator of `shardrun sample`
+ * (sr_sample_generate: the start token, temperature 0.8, top-k 40) with
+ * the run's threads while the others wait in one agreement, and logs the
+ * text.  When the full model and its key/value cache do not fit
+ * sr_mem_side_copy_cap on some rank, every rank skips it (a warning the
+ * first time). */
 enum { SAMPLE_TOKENS = 64 };
+
+typedef struct {
+    int tok[SAMPLE_TOKENS];
+    int n;
+} sample_buf;
+
+static sr_status keep_token(void *ctx, int token, long i) {
+    sample_buf *b = ctx;
+    b->tok[i] = token;
+    b->n = (int)i + 1;
+    return SR_OK;
+}
+
 static sr_status log_sample(run *r, int64_t step) {
-    const sr_model_dims *d = &r->model.d;
-    int V = d->V, T = d->T, n = 0;
-    int tok[SAMPLE_TOKENS + 1];
-    tok[n++] = V == 50257 ? 50256 : V == 256 ? '\n' : 0;
-    size_t es = sr_dtype_size(r->ops->act);
-    void *row = sr_malloc((size_t)V * es);
-    float *logits = sr_malloc(sizeof(float) * (size_t)V), *scratch = sr_malloc(2 * sizeof(float) * (size_t)V);
-    sr_status st = row && logits && scratch ? SR_OK : sr_error_oom("the training sample");
-    double t0 = now_s();
-    for (int i = 0; i < SAMPLE_TOKENS && st == SR_OK; i++) {
-        int ctx = n < T ? n : T;
-        for (int t = 0; t < T; t++) {
-            r->in[t] = t < ctx ? tok[n - ctx + t] : 0;
-            r->tg[t] = 0;
-        }
-        double discard;
-        st = sr_fsdp_eval(r->fsdp, r->in, r->tg, 1);
-        /* the host waits for the forward (the evaluation loss), which
-         * orders the download after the logits */
-        if (st == SR_OK)
-            st = sr_fsdp_take_loss_sum(r->fsdp, &discard);
-        if (st == SR_OK)
-            st = sr_dev_download(r->dev, row, (const char *)r->model.logits + (size_t)(ctx - 1) * d->Vp * es,
-                                 (size_t)V * es, "download");
-        int64_t next = 0;
-        if (st == SR_OK && r->w->rank == 0) {
-            for (int v = 0; v < V; v++)
-                logits[v] =
-                    r->ops->act == SR_DT_BF16 ? sr_bf16_to_f32(((const uint16_t *)row)[v]) : ((const float *)row)[v];
-            next = sr_sample_pick(logits, V, 0.8, 40, (uint64_t)r->cfg->seed + (uint64_t)step, (uint64_t)i, scratch);
-        }
-        if (st == SR_OK)
-            st = sr_ctl_broadcast(r->ctl, &next, 1, 0);
-        tok[n++] = (int)next;
+    const sr_model *m = &r->model;
+    const sr_model_dims *d = &m->d;
+    size_t need = m->n_params * sizeof(float) + 2 * (size_t)d->L * d->T * d->C * sizeof(float) +
+                  (size_t)d->Vp * 3 * sizeof(float);
+    size_t cap = sr_mem_side_copy_cap(r->w->local_size);
+    int64_t fits = need <= cap;
+    sr_status st = sr_ctl_min(r->ctl, &fits);
+    if (st != SR_OK)
+        return st;
+    if (!fits) {
+        if (!r->sample_skipped)
+            sr_log_warn("log.sample_every: a sample needs %.1f MiB of host memory on every rank (the full fp32 model "
+                        "and its key/value cache), above the cap of 25%% of the node's memory divided by its ranks "
+                        "(%.1f MiB here) on some rank: samples skipped (hint: shardrun sample CKPT on a node of its "
+                        "own)",
+                        mib(need), mib(cap));
+        r->sample_skipped = true;
+        return SR_OK;
     }
+    float *full = sr_malloc(m->n_params * sizeof(float));
+    st = full ? SR_OK : sr_error_oom("the training sample's model");
+    st = sr_ctl_agree(r->ctl, st, 0, 0, st == SR_OK ? NULL : sr_error_message(), NULL);
+    if (st == SR_OK)
+        st = sr_fsdp_gather_params(r->fsdp, full);
+    sample_buf b = {.n = 0};
+    double t0 = now_s();
+    sr_status mine = SR_OK;
+    if (st == SR_OK && r->w->rank == 0) {
+        int start = sr_sample_start_token(d->V);
+        sr_sample_opts o = {
+            .tokens = SAMPLE_TOKENS, .temperature = 0.8, .top_k = 40, .seed = (uint64_t)r->cfg->seed + (uint64_t)step};
+        mine = sr_sample_generate(m, full, &start, 1, &o, keep_token, &b);
+    }
+    free(full);
+    if (st == SR_OK)
+        st = sr_ctl_agree(r->ctl, mine, 0, 0, mine == SR_OK ? NULL : sr_error_message(), NULL);
     if (st == SR_OK && r->w->rank == 0) {
         char *text = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&text, &len);
         if (f) {
-            sr_sample_write(f, tok + 1, n - 1, V, NULL, true, true);
+            sr_sample_write(f, b.tok, b.n, d->V, NULL, true, true);
             fclose(f);
         }
-        sr_log_info("sample at step %lld (%d tokens, temperature 0.8, top-k 40, %.2f s): \"%s\"", (long long)step,
-                    n - 1, now_s() - t0, text ? text : "?");
+        sr_log_info("sample at step %lld (%d tokens, temperature 0.8, top-k 40, seed %llu, %d thread%s, %.2f s): "
+                    "\"%s\"",
+                    (long long)step, b.n, (unsigned long long)((uint64_t)r->cfg->seed + (uint64_t)step), r->threads,
+                    r->threads == 1 ? "" : "s", now_s() - t0, text ? text : "?");
         free(text);
     }
-    free(row);
-    free(logits);
-    free(scratch);
     return st;
 }
 
-/* Evaluation, the progress line and record, a preemption stop, a periodic
- * save.  SR_PREEMPTED (with *exit_code) ends the run. */
 static sr_status after_step(run *r, int64_t s, step_out *o, int *exit_code) {
     const sr_config *cfg = r->cfg;
     bool last = s + 1 == cfg->steps;

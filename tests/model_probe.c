@@ -39,7 +39,7 @@ static int load(const char *source, sr_model_dims *d, float **params) {
     if (strncmp(source, "ckpt:", 5) == 0) {
         sr_manifest mf;
         sr_model m;
-        if (sr_ckpt_tool_read_model(source + 5, &mf, &m, params, NULL, NULL) != SR_OK) {
+        if (sr_ckpt_tool_read_model(source + 5, &mf, &m, params, NULL, NULL, NULL, 0) != SR_OK) {
             fprintf(stderr, "model_probe: %s\n", sr_error_message());
             return -1;
         }

@@ -7,7 +7,10 @@
 # at least 3 of the corpus's 10 most frequent words; a tokenizer file in
 # llm.c's format made here decodes; every refusal has its status.
 # log.sample_every prints samples in the training log, the same text on 1
-# and 2 ranks and on the fake device.  The fast tier trains the default job
+# and 2 ranks and on the fake device, and the text shardrun sample prints
+# for that step's checkpoint.  sample takes a checkpoint.dir (its newest
+# checkpoint that verifies, older ones when not) and a Hugging Face GPT-2
+# directory; its tokens do not depend on --threads.  The fast tier trains the default job
 # 20 steps (the sampling checks need a checkpoint, not a good model); the
 # long tier trains 200 and checks the sample's quality.
 . "${SR_SRCDIR:-.}/tests/tap.sh"
@@ -114,7 +117,67 @@ cp -r d.ck bad.d.ck
 printf 'X' | dd of=bad.$D/shard_00000.bin bs=1 seek=5000 conv=notrunc 2>/dev/null
 expect_status 65 "a checkpoint that does not verify" "$S" sample bad.$D
 
-# 4. log.sample_every on 2 ranks: the same sample as 1 rank (rank 0 prints)
+# 4. what users have: a checkpoint.dir (its newest checkpoint that
+# verifies), a Hugging Face GPT-2 directory; the threads
+"$S" sample d.ck --tokens 500 --seed 1 >dir.txt 2>dir.err
+check "sample of a checkpoint.dir: its newest checkpoint's text" cmp -s s1.txt dir.txt
+check "  ...with a notice naming it" grep -q "d.ck: using $D, the newest checkpoint that verifies" dir.err
+"$S" train $DIMS $FROZEN --set train.steps=2 --set checkpoint.dir="$T/two.ck" --set checkpoint.every_steps=1 \
+    --set model.init="$HF/tiny/model.safetensors" >two.ck.out 2>&1
+"$S" sample two.ck/step_00000001 --prompt-tokens 5,299,17 --tokens 20 >one.ref 2>/dev/null
+printf 'X' | dd of=two.ck/step_00000002/shard_00000.bin bs=1 seek=3000 conv=notrunc 2>/dev/null
+"$S" sample two.ck --prompt-tokens 5,299,17 --tokens 20 >fb.ids 2>fb.err
+check "a checkpoint.dir whose newest does not verify: the older one's text" sh -c "[ -s one.ref ] && cmp -s one.ref fb.ids"
+check "  ...with a warning naming the one skipped" grep -q "two.ck/step_00000002 does not verify" fb.err
+printf 'X' | dd of=two.ck/step_00000001/shard_00000.bin bs=1 seek=3000 conv=notrunc 2>/dev/null
+expect_status 65 "a checkpoint.dir none of whose checkpoints verifies" "$S" sample two.ck
+check "  ...says so" grep -q "none of its 2 checkpoints verifies" "$T/err"
+mkdir empty.ck
+expect_status 66 "a directory with no checkpoint" "$S" sample empty.ck
+"$S" ckpt export d.ck -o dexp.safetensors 2>/dev/null && "$S" ckpt export $D -o sexp.safetensors 2>/dev/null
+check "ckpt export of a checkpoint.dir writes its newest checkpoint" sh -c "[ -s dexp.safetensors ] && cmp -s dexp.safetensors sexp.safetensors"
+"$S" sample "$HF/tiny" --prompt-tokens 5,299,17 --top-k 1 --tokens 25 >hfdir.ids 2>hfdir.err
+check "sample of a Hugging Face GPT-2 directory (transformers' save_pretrained): the checkpoint's tokens" \
+    cmp -s hfdir.ids v.ids || diag "$(cat hfdir.err)"
+check "  ...its summary names it" grep -q "sampled 25 tokens from $HF/tiny (Hugging Face GPT-2, vocab 300" hfdir.err
+"$S" ckpt export $V -o exp/ 2>/dev/null
+"$S" sample exp --prompt-tokens 5,299,17 --top-k 1 --tokens 25 >exp.ids 2>/dev/null
+check "  ...and of ckpt export -o DIR/'s output" cmp -s exp.ids v.ids
+mkdir llama && cp "$HF/tiny/model.safetensors" llama/ && sed 's/"gpt2"/"llama"/' "$HF/tiny/config.json" >llama/config.json
+expect_status 65 "a Hugging Face directory of another architecture" "$S" sample llama
+check "  ...names model_type" grep -q 'model_type is "llama"' "$T/err"
+mkdir nolayer && cp "$HF/tiny/model.safetensors" nolayer/ && grep -v '"n_layer"' "$HF/tiny/config.json" >nolayer/config.json
+expect_status 65 "a config.json without n_layer" "$S" sample nolayer
+mkdir noweights && cp "$HF/tiny/config.json" noweights/
+expect_status 66 "a Hugging Face directory without model.safetensors" "$S" sample noweights
+"$S" sample $V --prompt-tokens 5 --tokens 100 --threads 1 >t1.ids 2>t1.err
+"$S" sample $V --prompt-tokens 5 --tokens 100 --threads 2 >t2.ids 2>t2.err
+check "--threads 1 and --threads 2 give the same tokens (a one-token forward splits columns)" \
+    sh -c "[ -s t1.ids ] && cmp -s t1.ids t2.ids"
+check "  ...and the summary says where the threads came from" grep -q "2 threads (--threads)" t2.err
+"$S" sample $V --prompt-tokens 5 --tokens 3 >/dev/null 2>tk.err
+check "without --threads the checkpoint's threads key (1) decides" grep -q "1 thread (the checkpoint's threads key)" tk.err
+expect_status 64 "--threads 0" "$S" sample $V --threads 0
+expect_status 64 "--threads on train" "$S" train --threads 2
+
+# 5. log.sample_every at step N is shardrun sample of step N's checkpoint
+# with --tokens 64 --seed (train.seed + N)
+"$S" train $DIMS $FROZEN --set train.steps=2 --set log.sample_every=2 --set checkpoint.dir="$T/ls.ck" \
+    --set model.init="$HF/tiny/model.safetensors" --set train.seed=7 >ls.out 2>ls.err
+grep 'sample at step 2' ls.err | sed 's/.*s): "//; s/"$//' >ls.sample
+"$S" sample ls.ck/step_00000002 --tokens 64 --seed 9 >ls.ids 2>/dev/null
+check "the training log's sample at step 2 = shardrun sample of step 2's checkpoint, --tokens 64 --seed 7+2" \
+    sh -c "[ -s ls.sample ] && [ \"\$(cat ls.sample)\" = \"\$(cat ls.ids)\" ]" || diag "log: $(cat ls.sample)" "sample: $(cat ls.ids)"
+
+# above the cap (25% of the node's memory over its ranks) the sample is
+# skipped with one warning, and training goes on
+SHARDRUN_TEST_NODE_MEM=1000000 "$S" train $DIMS $FROZEN --set train.steps=3 --set log.sample_every=1 \
+    --set model.init="$HF/tiny/model.safetensors" >cap.out 2>cap.err
+check "a sample above the host-memory cap is skipped: status 0, no sample line" \
+    sh -c "[ $? = 0 ] && ! grep -q 'sample at step' cap.err"
+check "  ...one warning naming the cap" test "$(grep -c 'samples skipped' cap.err)" = 1
+
+# 6. log.sample_every on 2 ranks: the same sample as 1 rank (rank 0 prints)
 "$S" train $DIMS $FROZEN --set train.steps=2 --set log.sample_every=2 --set model.init="$HF/tiny/model.safetensors" \
     >one.out 2>one.err
 grep 'sample at step' one.err | sed 's/.*s): //' >one.sample
@@ -128,7 +191,7 @@ if have_mpirun; then
         --set log.sample_every=2 --set model.init="$HF/tiny/model.safetensors" </dev/null >two.out 2>two.err
     check "log.sample_every on 2 ranks: one sample line (rank 0)" test "$(grep -c 'sample at step 2' two.err)" -eq 1
     grep 'sample at step' two.err | sed 's/.*s): //' >two.sample
-    check "  ...the 1-rank run's text (the ranks decode in lockstep)" cmp -s one.sample two.sample
+    check "  ...the 1-rank run's text (rank 0 samples the gathered model)" cmp -s one.sample two.sample
 else
     skip_mpirun "log.sample_every on 2 ranks"
 fi

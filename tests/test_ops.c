@@ -368,6 +368,48 @@ static void test_thread_split(void) {
     free(inp), free(w), free(b), free(o1), free(o2);
 }
 
+/* One row (a one-token forward) splits the output columns, 64 at a time:
+ * with 3 threads the work lands on more than one of them, and 1, 2 and 3
+ * threads give bitwise the same row (each column is one fixed dot
+ * product). */
+static int omp_threads_used(void) {
+    int used = 0;
+#pragma omp parallel reduction(+ : used)
+    used += 1;
+    return used;
+}
+static void test_one_row(void) {
+    int C = 200, OC = 300;
+    float *inp = fnew(C), *w = fnew((size_t)OC * C), *b = fnew(OC), *out[3];
+    fill(inp, C, 5, 1), fill(w, (size_t)OC * C, 6, 1), fill(b, OC, 7, 1);
+    for (int t = 0; t < 3; t++) {
+        out[t] = fnew(OC);
+        sr_ops_set_threads(t + 1);
+        o->matmul_forward(out[t], inp, w, b, 1, C, OC);
+    }
+    tap_ok(omp_threads_used() == 3, "one-row matmul: the team has 3 threads (%d)", omp_threads_used());
+    tap_ok(memcmp(out[0], out[1], sizeof(float) * OC) == 0 && memcmp(out[0], out[2], sizeof(float) * OC) == 0,
+           "one-row matmul: 1, 2 and 3 threads give bitwise the same row");
+    float *nob = fnew(OC);
+    o->matmul_forward(nob, inp, w, NULL, 1, C, OC);
+    double e = 0, en = 0;
+    for (int oc = 0; oc < OC; oc++) {
+        double s = 0;
+        for (int k = 0; k < C; k++)
+            s += (double)inp[k] * w[(size_t)oc * C + k];
+        e = fmax(e, fabs(s + b[oc] - out[2][oc]));
+        en = fmax(en, fabs(s - nob[oc]));
+    }
+    tap_ok(e < 1e-4 && en < 1e-4,
+           "one-row matmul equals a naive double-precision product, with and without bias "
+           "(err %.2g, %.2g)",
+           e, en);
+    sr_ops_set_threads(2);
+    free(inp), free(w), free(b), free(nob);
+    for (int t = 0; t < 3; t++)
+        free(out[t]);
+}
+
 /* ==== part 2: back ends against the CPU table ================================ */
 
 typedef struct {
@@ -806,6 +848,8 @@ int main(void) {
     test_residual();
     test_crossentropy();
     test_thread_split();
+    test_one_row();
+    test_matmul(1, 70, 130); /* one row: the column split, its gradients by finite differences */
     test_backends();
     return tap_done();
 }
