@@ -669,6 +669,34 @@ static void put_indented(FILE *f, const char *text, int indent) {
     }
 }
 
+/* Whether row r is one of `name` (NULL: any) and `sub` (NULL: any). */
+static bool row_matches(const command_row *r, const char *name, const char *sub) {
+    return (!name || strcmp(r->name, name) == 0) && (!sub || (r->sub && strcmp(r->sub, sub) == 0));
+}
+
+/* "train, config, ... or help": the command names, each once. */
+static const char *command_list(char *buf, size_t n) {
+    size_t at = 0;
+    int count = 0, k = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < NCOMMANDS; i++) {
+            bool seen = false;
+            for (int j = 0; j < i; j++)
+                seen = seen || strcmp(commands[j].name, commands[i].name) == 0;
+            if (seen)
+                continue;
+            if (pass == 0)
+                count++;
+            else if (at < n)
+                at += (size_t)snprintf(buf + at, n - at, "%s%s",
+                                       k++ == 0     ? ""
+                                       : k == count ? " or "
+                                                    : ", ",
+                                       commands[i].name);
+        }
+    return buf;
+}
+
 /* The usage of rows matching `name` (and `sub`; NULL: all of them; name
  * NULL: every command), then unless `brief` their summaries and the
  * options they take. */
@@ -677,7 +705,7 @@ static void print_usage(FILE *f, const char *name, const char *sub, bool brief) 
     bool first = true;
     for (int i = 0; i < NCOMMANDS; i++) {
         const command_row *r = &commands[i];
-        if ((name && strcmp(r->name, name) != 0) || (sub && (!r->sub || strcmp(r->sub, sub) != 0)))
+        if (!row_matches(r, name, sub))
             continue;
         char words[64];
         row_name(r, words, sizeof words);
@@ -697,7 +725,7 @@ static void print_usage(FILE *f, const char *name, const char *sub, bool brief) 
     fputs("\ncommands:\n", f);
     for (int i = 0; i < NCOMMANDS; i++) {
         const command_row *r = &commands[i];
-        if ((name && strcmp(r->name, name) != 0) || (sub && (!r->sub || strcmp(r->sub, sub) != 0)))
+        if (!row_matches(r, name, sub))
             continue;
         char words[64];
         fprintf(f, "  %-15s ", row_name(r, words, sizeof words));
@@ -752,26 +780,18 @@ static const char *sub_list(const char *name, char *buf, size_t n) {
 /* An unknown command word: 64, naming the closest command (or the one
  * another tool's word means) and the commands there are. */
 static int unknown_command(const char *word) {
-    char names[NCOMMANDS + 16][64], list[256] = "";
-    const char *cand[NCOMMANDS + 16];
+    const char *cand[NCOMMANDS];
+    char names[64], list[256];
     int n = 0;
-    size_t at = 0;
-    for (int i = 0; i < NCOMMANDS; i++) {
-        bool seen = false;
-        for (int k = 0; k < i; k++)
-            seen = seen || strcmp(commands[k].name, commands[i].name) == 0;
-        if (!seen) {
-            snprintf(names[n], sizeof names[n], "%s", commands[i].name);
-            cand[n] = names[n];
-            n++;
-            at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", at ? ", " : "", commands[i].name);
-        }
-    }
+    for (int i = 0; i < NCOMMANDS; i++)
+        if (i == 0 || strcmp(commands[i - 1].name, commands[i].name) != 0) /* rows of a command are adjacent */
+            cand[n++] = commands[i].name;
+    command_list(list, sizeof list);
     for (int i = 0; i < NCOMMANDS; i++) /* a subcommand typed alone: "shardrun export" */
         if (commands[i].sub && strcmp(commands[i].sub, word) == 0) {
             char buf[300];
             snprintf(buf, sizeof buf, "unknown command '%.64s'; did you mean 'shardrun %s'?", word,
-                     row_name(&commands[i], names[0], sizeof names[0]));
+                     row_name(&commands[i], names, sizeof names));
             return usage_error("%s", buf);
         }
     for (size_t i = 0; i < sizeof command_aliases / sizeof command_aliases[0]; i++)
@@ -786,7 +806,7 @@ static int unknown_command(const char *word) {
     if (near)
         snprintf(buf, sizeof buf, "unknown command '%.64s'; did you mean '%s'? (commands: %s)", word, near, list);
     else
-        snprintf(buf, sizeof buf, "unknown command '%.64s'; expected one of %s", word, list);
+        snprintf(buf, sizeof buf, "unknown command '%.64s'; expected %s", word, list);
     return usage_error("%s", buf);
 }
 
@@ -966,7 +986,8 @@ int main(int argc, char **argv) {
             print_usage(stdout, NULL, NULL, false);
             return 0;
         }
-        return usage_error("%s", "expected a command: train, config, data, ckpt, sample, report, plan or help");
+        char list[256];
+        return usage_error("expected a command: %s", command_list(list, sizeof list));
     }
     int rc;
     const command_row *r = pick_command(argc, argv, &rc);
