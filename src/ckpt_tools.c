@@ -91,19 +91,19 @@ static sr_status tool_open(const char *path, int *dirfd, sr_manifest *mf, sr_mod
 }
 
 /* One checkpoint directory into the outputs of sr_ckpt_tool_read_model;
- * *checked: `before` ran and passed (a failure after it is the
- * checkpoint's). */
+ * *caller_failed: `before` ran and failed (the caller's check, not the
+ * checkpoint, is at fault). */
 static sr_status read_one(const char *path, sr_manifest *mf, sr_model *model, float **all, sr_ckpt_tool_check before,
-                          void *ctx, bool *checked) {
+                          void *ctx, bool *caller_failed) {
     int dirfd;
     *all = NULL;
-    *checked = false;
+    *caller_failed = false;
     sr_status st = tool_open(path, &dirfd, mf, model);
     if (st != SR_OK)
         return st;
     if (before)
         st = before(mf, ctx);
-    *checked = st == SR_OK;
+    *caller_failed = st != SR_OK;
     if (st == SR_OK && !(*all = sr_malloc(model->n_params * sizeof(float))))
         st = sr_error_oom("the checkpoint's model");
     if (st == SR_OK) {
@@ -126,7 +126,7 @@ static sr_status read_one(const char *path, sr_manifest *mf, sr_model *model, fl
 sr_status sr_ckpt_tool_read_model(const char *path, sr_manifest *mf, sr_model *model, float **all,
                                   sr_ckpt_tool_check before, void *ctx, char *used, size_t used_len) {
     int dirfd;
-    bool checked;
+    bool caller_failed;
     *all = NULL;
     if (used && used_len)
         snprintf(used, used_len, "%s", path);
@@ -135,7 +135,7 @@ sr_status sr_ckpt_tool_read_model(const char *path, sr_manifest *mf, sr_model *m
         return st;
     if (is_checkpoint(dirfd, path)) {
         close(dirfd);
-        return read_one(path, mf, model, all, before, ctx, &checked);
+        return read_one(path, mf, model, all, before, ctx, &caller_failed);
     }
     /* a checkpoint.dir: its newest checkpoint whose manifest and model
      * verify, older ones tried in turn when one does not */
@@ -158,7 +158,7 @@ sr_status sr_ckpt_tool_read_model(const char *path, sr_manifest *mf, sr_model *m
     st = SR_ERR_DATA;
     for (int i = 0; i < n; i++) {
         sr_fmt(step_path, sizeof step_path, "%s/step_%08lld", path, (long long)steps[i]);
-        st = read_one(step_path, mf, model, all, before, ctx, &checked);
+        st = read_one(step_path, mf, model, all, before, ctx, &caller_failed);
         if (st == SR_OK) {
             fprintf(stderr, "shardrun: %s: using %s, the newest checkpoint that verifies%s\n", path, step_path,
                     i ? " (newer ones do not)" : "");
@@ -167,14 +167,14 @@ sr_status sr_ckpt_tool_read_model(const char *path, sr_manifest *mf, sr_model *m
             break;
         }
         /* the caller's check failing, or no memory, is not the checkpoint's fault */
-        if ((before && !checked && st != SR_ERR_DATA && st != SR_ERR_NOINPUT) || st == SR_ERR_INTERNAL)
+        if (caller_failed || st == SR_ERR_INTERNAL)
             break;
         if (!newest_why[0])
             sr_fmt(newest_why, sizeof newest_why, "%s", sr_error_message());
         sr_log_warn("%s does not verify (%s); trying an older checkpoint", step_path, sr_error_message());
     }
     free(steps);
-    if (st == SR_ERR_DATA || st == SR_ERR_NOINPUT)
+    if (!caller_failed && (st == SR_ERR_DATA || st == SR_ERR_NOINPUT))
         return sr_error(SR_ERR_DATA, "%s: none of its %d checkpoint%s verifies (the newest: %s)", path, n,
                         n == 1 ? "" : "s", newest_why);
     return st;

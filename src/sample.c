@@ -467,7 +467,7 @@ static int pick_threads(const sr_sample_opts *o, const sr_manifest *mf, const ch
 
 /* A Hugging Face GPT-2 directory: its dims, the prompt checked against
  * them, its weights read whole. */
-static sr_status read_hf(const char *dir, sr_model *model, float **all, prompt_check *pc, char *what, size_t what_len) {
+static sr_status read_hf(const char *dir, sr_model *model, float **all, prompt_check *pc) {
     sr_model_dims d;
     char weights[PATH_MAX];
     *all = NULL;
@@ -493,8 +493,6 @@ static sr_status read_hf(const char *dir, sr_model *model, float **all, prompt_c
     if (st == SR_OK && !tied)
         st = sr_error(SR_ERR_DATA, "%s: lm_head.weight differs from the token embedding; shardrun's head is tied",
                       weights);
-    if (st == SR_OK)
-        sr_fmt(what, what_len, "%s", mf.what);
     if (opened)
         sr_modelfile_close(&mf);
     if (st != SR_OK) {
@@ -529,7 +527,7 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
     sr_tokenizer tok = {0};
     int *prompt = NULL, n = 0;
     const char *how = "";
-    char from[PATH_MAX + 64], what[256] = "";
+    char from[PATH_MAX + 64];
     int64_t step = -1;
     double t0 = mono();
     /* the prompt and the tokenizer checked against the model's dims before
@@ -537,7 +535,7 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
     prompt_check pc = {o, &tok, &prompt, &n, &how};
     sr_status st;
     if (sr_modelfile_is_hf_dir(ckpt)) {
-        st = read_hf(ckpt, &model, &all, &pc, what, sizeof what);
+        st = read_hf(ckpt, &model, &all, &pc);
         sr_fmt(from, sizeof from, "%s", ckpt);
     } else {
         char used[PATH_MAX];
@@ -582,7 +580,6 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
                 n, how, o->temperature, topk, (unsigned long long)o->seed, threads, threads == 1 ? "" : "s", thow,
                 t1 - t0, (double)(o->tokens + n) / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
     }
-    (void)what;
     free(prompt);
     sr_tokenizer_free(&tok);
     free(all);
