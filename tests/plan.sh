@@ -60,6 +60,7 @@ compare() {
         echo "train: {steps: 1, batch_size: $n}"
         echo "log: {metrics: $T/$name.jsonl}"
         echo "checkpoint: {dir: $T/ck_$name}"
+        echo "data: {embedded_any_vocab: true}" # gpt2-124m's 50257 tokens train on the bytes here
         echo "threads: 1"
     } >$name.yaml
     $S plan $name.yaml --ranks $n "$@" >$name.plan 2>$name.plan.err
