@@ -5,13 +5,17 @@
  * streams only by events (and the legacy default stream), events (query,
  * synchronize, elapsed time), the per-thread last error and the NotReady
  * switch, pageable copies that return when done, cudaFree synchronising
- * the device, pointer attributes. */
+ * the device, pointer attributes; the emulated cuBLASLt against a
+ * double-precision loop (transposes, padded leading dimensions, strided
+ * batches, the bias epilogue, beta, f32 and bf16) and its refusals. */
 #include "srconfig.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <cublasLt.h>
 
 #include "cudaemu.h"
 #include "tap.h"
@@ -49,6 +53,182 @@ static void *other_thread(void *arg) {
     cudaSetDevice(1);
     cudaGetDevice(d);
     return NULL;
+}
+
+/* ---- the emulated cuBLASLt against the documented product ---- */
+
+static uint16_t bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+static float unbf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* D = alpha op(A) op(B) + beta C (+ bias) for m x n x k, batches of 2,
+ * inputs bf16 or f32, D bf16 or f32, against a double-precision loop.
+ * Returns the largest relative error (or 1e9 on a failed call). */
+static double lt_case(int ta, int tb, int m, int n, int k, int in_bf16, int out_bf16, int with_bias, float beta) {
+    cublasLtHandle_t h;
+    cublasLtCreate(&h);
+    int batch = 2;
+    int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    int lda = ar + 1, ldb = br + 2, ldc = m + 3;
+    size_t sa = (size_t)lda * ac, sb = (size_t)ldb * bc, sc = (size_t)ldc * n, ei = in_bf16 ? 2 : 4,
+           eo = out_bf16 ? 2 : 4;
+    float *ha = malloc(sa * batch * 4), *hb = malloc(sb * batch * 4), *hc = malloc(sc * batch * 4), bias[64];
+    void *hai = malloc(sa * batch * ei), *hbi = malloc(sb * batch * ei), *hco = malloc(sc * batch * eo);
+    for (size_t i = 0; i < sa * batch; i++) {
+        ha[i] = (float)((i * 37 % 101) - 50) / 50.0f;
+        if (in_bf16) {
+            ((uint16_t *)hai)[i] = bf16(ha[i]);
+            ha[i] = unbf16(((uint16_t *)hai)[i]);
+        } else
+            ((float *)hai)[i] = ha[i];
+    }
+    for (size_t i = 0; i < sb * batch; i++) {
+        hb[i] = (float)((i * 53 % 97) - 48) / 48.0f;
+        if (in_bf16) {
+            ((uint16_t *)hbi)[i] = bf16(hb[i]);
+            hb[i] = unbf16(((uint16_t *)hbi)[i]);
+        } else
+            ((float *)hbi)[i] = hb[i];
+    }
+    for (size_t i = 0; i < sc * batch; i++) {
+        hc[i] = (float)((i * 29 % 89) - 44) / 44.0f;
+        if (out_bf16) {
+            ((uint16_t *)hco)[i] = bf16(hc[i]);
+            hc[i] = unbf16(((uint16_t *)hco)[i]);
+        } else
+            ((float *)hco)[i] = hc[i];
+    }
+    for (int i = 0; i < m; i++)
+        bias[i] = (float)i / 8.0f - 1.0f;
+    void *A, *B, *C, *bd;
+    cudaMalloc(&A, sa * batch * ei);
+    cudaMalloc(&B, sb * batch * ei);
+    cudaMalloc(&C, sc * batch * eo);
+    cudaMalloc(&bd, sizeof bias);
+    cudaMemcpy(A, hai, sa * batch * ei, cudaMemcpyHostToDevice);
+    cudaMemcpy(B, hbi, sb * batch * ei, cudaMemcpyHostToDevice);
+    cudaMemcpy(C, hco, sc * batch * eo, cudaMemcpyHostToDevice);
+    cudaMemcpy(bd, bias, sizeof bias, cudaMemcpyHostToDevice);
+    cublasLtMatmulDesc_t op;
+    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+    cublasLtEpilogue_t epi = with_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (with_bias)
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bd, sizeof bd);
+    cudaDataType_t ti = in_bf16 ? CUDA_R_16BF : CUDA_R_32F, to = out_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatrixLayoutCreate(&la, ti, (uint64_t)ar, (uint64_t)ac, lda);
+    cublasLtMatrixLayoutCreate(&lb, ti, (uint64_t)br, (uint64_t)bc, ldb);
+    cublasLtMatrixLayoutCreate(&lc, to, (uint64_t)m, (uint64_t)n, ldc);
+    int64_t strides[3] = {(int64_t)sa, (int64_t)sb, (int64_t)sc};
+    cublasLtMatrixLayout_t ls[3] = {la, lb, lc};
+    for (int i = 0; i < 3; i++) {
+        cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch);
+        cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+                                         sizeof strides[i]);
+    }
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    uint64_t ws = 1 << 20;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulHeuristicResult_t res;
+    int got = 0;
+    double worst = 1e9;
+    float alpha = 0.75f;
+    if (cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &res, &got) == CUBLAS_STATUS_SUCCESS &&
+        got == 1 && res.workspaceSize <= ws &&
+        cublasLtMatmul(h, op, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &res.algo, NULL, 0, 0) ==
+            CUBLAS_STATUS_SUCCESS) {
+        cudaMemcpy(hco, C, sc * batch * eo, cudaMemcpyDeviceToHost);
+        worst = 0;
+        for (int bt = 0; bt < batch; bt++)
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < m; i++) {
+                    double want = 0;
+                    for (int l = 0; l < k; l++) {
+                        double x = ta ? ha[bt * sa + l + (size_t)i * lda] : ha[bt * sa + i + (size_t)l * lda];
+                        double y = tb ? hb[bt * sb + j + (size_t)l * ldb] : hb[bt * sb + l + (size_t)j * ldb];
+                        want += x * y;
+                    }
+                    size_t ic = bt * sc + i + (size_t)j * ldc;
+                    want = alpha * want + beta * hc[ic] + (with_bias ? bias[i] : 0.0);
+                    double v = out_bf16 ? unbf16(((uint16_t *)hco)[ic]) : ((float *)hco)[ic];
+                    double e = fabs(v - want) / (fabs(want) > 1 ? fabs(want) : 1);
+                    worst = e > worst ? e : worst;
+                }
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    for (int i = 0; i < 3; i++)
+        cublasLtMatrixLayoutDestroy(ls[i]);
+    cublasLtMatmulDescDestroy(op);
+    cublasLtDestroy(h);
+    cudaFree(A), cudaFree(B), cudaFree(C), cudaFree(bd);
+    free(ha), free(hb), free(hc), free(hai), free(hbi), free(hco);
+    return worst;
+}
+
+static void test_cublaslt(void) {
+    double e;
+    e = lt_case(1, 0, 13, 7, 21, 0, 0, 1, 0.0f);
+    tap_ok(e < 1e-5, "cublasLtMatmul: A transposed, f32, bias epilogue, 2 strided batches, padded ld (err %.2g)", e);
+    e = lt_case(0, 1, 9, 11, 17, 0, 0, 0, 1.0f);
+    tap_ok(e < 1e-5, "cublasLtMatmul: B transposed, f32, beta 1 accumulates into C in place (err %.2g)", e);
+    e = lt_case(0, 0, 16, 8, 32, 1, 0, 1, 0.0f);
+    tap_ok(e < 1e-5, "cublasLtMatmul: bf16 inputs, f32 output and compute (err %.2g)", e);
+    e = lt_case(1, 1, 12, 10, 24, 1, 1, 1, 0.5f);
+    tap_ok(e < 1e-2, "cublasLtMatmul: bf16 in and out (round to nearest even), both transposed (err %.2g)", e);
+
+    /* misuse the heuristic and the product refuse */
+    cublasLtHandle_t h;
+    cublasLtCreate(&h);
+    cublasLtMatmulDesc_t op;
+    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtMatrixLayout_t la, lb, lc, bad;
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, 8, 4, 8);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, 4, 8, 4);
+    cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, 8, 8, 8);
+    cublasLtMatrixLayoutCreate(&bad, CUDA_R_32F, 5, 8, 8);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    uint32_t al = 16;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al);
+    cublasLtMatmulHeuristicResult_t res;
+    int got = 0;
+    tap_ok(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, bad, pref, 1, &res, &got) == CUBLAS_STATUS_INVALID_VALUE &&
+               got == 0,
+           "cuBLASLt heuristic: a D layout that is not m x n is refused");
+    tap_ok(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &res, &got) == CUBLAS_STATUS_SUCCESS &&
+               got == 1,
+           "cuBLASLt heuristic: one algorithm for a consistent product");
+    float *A, *B, *C, one = 1.0f, zero = 0.0f;
+    cudaMalloc((void **)&A, 40 * 4);
+    cudaMalloc((void **)&B, 32 * 4);
+    cudaMalloc((void **)&C, 64 * 4);
+    tap_ok(cublasLtMatmul(h, op, &one, A + 1, la, B, lb, &zero, C, lc, C, lc, &res.algo, NULL, 0, 0) ==
+               CUBLAS_STATUS_INVALID_VALUE,
+           "cublasLtMatmul: A below the 16-byte alignment the preference promised is refused");
+    int32_t badattr = 0;
+    tap_ok(cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &badattr, 2) ==
+               CUBLAS_STATUS_INVALID_VALUE,
+           "cuBLASLt attributes: a buffer of the wrong size is refused");
+    cudaFree(A), cudaFree(B), cudaFree(C);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatrixLayoutDestroy(bad);
+    cublasLtMatmulDescDestroy(op);
+    cublasLtDestroy(h);
 }
 
 int main(void) {
@@ -196,5 +376,6 @@ int main(void) {
     cudaFree(a);
     tap_ok(cudaMemGetInfo(&fr, &tot) == cudaSuccess && fr == tot, "everything freed: all memory free again");
     free(pageable);
+    test_cublaslt();
     return tap_done();
 }

@@ -1,6 +1,6 @@
-/* cudaemu.h — the emulated CUDA runtime's own interface: what the kernel
- * grid and the emulated cuBLASLt (later parts of tests/cudaemu) need from
- * the runtime, and its configuration.
+/* cudaemu.h — the emulated CUDA runtime's own interface: what the emulated
+ * cuBLASLt (cublaslt.c) and the kernel grid (a later part) need from the
+ * runtime, and its configuration.
  *
  * The emulator implements the CUDA runtime entry points shardrun uses with
  * the toolkit's own declarations (cuda_runtime_api.h), so host code
