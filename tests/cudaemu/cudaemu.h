@@ -30,7 +30,7 @@ extern "C" {
  * stream's own thread; `free_arg` (may be NULL) frees arg afterwards.
  * stream 0 is the legacy default stream (it waits for every stream of the
  * device first).  Returns cudaSuccess or the error (recorded as the last
- * error). */
+ * error; nothing was enqueued and arg is still the caller's). */
 cudaError_t cudaemu_enqueue(cudaStream_t stream, void (*fn)(void *), void *arg, void (*free_arg)(void *));
 
 /* Sets whether a cudaErrorNotReady answer is recorded as the thread's last

@@ -278,23 +278,32 @@ static void ready(void) {
     pthread_once(&legacy_once, make_legacy);
 }
 
-cudaError_t cudaemu_enqueue(cudaStream_t stream, void (*fn)(void *), void *arg, void (*free_arg)(void *)) {
-    ready();
-    pthread_mutex_lock(&mu);
-    int bad;
-    struct CUstream_st *s = target(stream, &bad);
-    int rc = s ? push_fn(s, fn, arg, free_arg) : -1;
-    pthread_mutex_unlock(&mu);
-    if (rc)
-        return fail(bad == 1 ? cudaErrorInvalidDevice : cudaErrorMemoryAllocation);
-    return cudaSuccess;
-}
-
 /* Waits until s has done everything enqueued so far (caller holds mu). */
 static void drain(struct CUstream_st *s) {
     uint64_t n = s->enqueued;
     while (s->done < n)
         pthread_cond_wait(&progress, &mu);
+}
+
+/* Puts fn(arg) on `stream` (target's ordering; caller holds mu); with
+ * `sync` the host then waits for it.  On failure nothing was enqueued (the
+ * caller still owns arg) and the error is recorded and returned. */
+static cudaError_t submit(cudaStream_t stream, void (*fn)(void *), void *arg, void (*free_arg)(void *), int sync) {
+    int bad;
+    struct CUstream_st *s = target(stream, &bad);
+    if (!s || push_fn(s, fn, arg, free_arg))
+        return fail(bad == 1 ? cudaErrorInvalidDevice : cudaErrorMemoryAllocation);
+    if (sync)
+        drain(s);
+    return cudaSuccess;
+}
+
+cudaError_t cudaemu_enqueue(cudaStream_t stream, void (*fn)(void *), void *arg, void (*free_arg)(void *)) {
+    ready();
+    pthread_mutex_lock(&mu);
+    cudaError_t e = submit(stream, fn, arg, free_arg, 0);
+    pthread_mutex_unlock(&mu);
+    return e;
 }
 
 static void drain_device(int device) {
@@ -602,17 +611,11 @@ static cudaError_t enqueue_mem(cudaStream_t stream, void (*fn)(void *), copy_op 
         return fail(cudaErrorMemoryAllocation);
     *a = c;
     pthread_mutex_lock(&mu);
-    int bad;
-    struct CUstream_st *s = target(stream, &bad);
-    if (!s || push_fn(s, fn, a, free)) {
-        pthread_mutex_unlock(&mu);
-        free(a);
-        return fail(bad == 1 ? cudaErrorInvalidDevice : cudaErrorMemoryAllocation);
-    }
-    if (sync)
-        drain(s);
+    cudaError_t e = submit(stream, fn, a, free, sync);
     pthread_mutex_unlock(&mu);
-    return cudaSuccess;
+    if (e != cudaSuccess)
+        free(a);
+    return e;
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t stream) {
@@ -764,18 +767,14 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
     if (!m)
         return fail(cudaErrorMemoryAllocation);
     pthread_mutex_lock(&mu);
-    int bad;
-    struct CUstream_st *s = target(stream, &bad);
-    m->e = e;
-    m->n = e->recorded + 1;
-    if (!s || push_fn(s, mark_event, m, free)) {
-        pthread_mutex_unlock(&mu);
-        free(m);
-        return fail(bad == 1 ? cudaErrorInvalidDevice : cudaErrorMemoryAllocation);
-    }
-    e->recorded++;
+    *m = (event_mark){e, e->recorded + 1};
+    cudaError_t err = submit(stream, mark_event, m, free, 0);
+    if (err == cudaSuccess)
+        e->recorded++;
     pthread_mutex_unlock(&mu);
-    return cudaSuccess;
+    if (err != cudaSuccess)
+        free(m);
+    return err;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t e) {
@@ -819,17 +818,13 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned int
     if (!w)
         return fail(cudaErrorMemoryAllocation);
     pthread_mutex_lock(&mu);
-    int bad;
-    struct CUstream_st *s = target(stream, &bad);
     /* the wait is for the event's newest record at the time of the call */
     *w = (event_wait){e, e->recorded};
-    if (!s || push_fn(s, wait_event_op, w, free)) {
-        pthread_mutex_unlock(&mu);
-        free(w);
-        return fail(bad == 1 ? cudaErrorInvalidDevice : cudaErrorMemoryAllocation);
-    }
+    cudaError_t err = submit(stream, wait_event_op, w, free, 0);
     pthread_mutex_unlock(&mu);
-    return cudaSuccess;
+    if (err != cudaSuccess)
+        free(w);
+    return err;
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
