@@ -418,6 +418,16 @@ sr_status sr_sample_generate(const sr_model *m, const float *params, const int *
     return st;
 }
 
+size_t sr_sample_host_bytes(const sr_model *m) {
+    const sr_model_dims *d = &m->d;
+    size_t C = (size_t)d->C;
+    return m->n_params * sizeof(float) +                                /* the parameters */
+           sizeof(float) * 2 * (size_t)d->L * (size_t)d->T * C +        /* keys and values */
+           sizeof(float) * (13 * C + (size_t)d->Vp + 2 * (size_t)d->V + /* the buffers, logits, scratch */
+                            (size_t)d->NH * (size_t)d->T) +
+           sizeof(int) * (size_t)d->T;
+}
+
 int sr_sample_start_token(int V) { return V == 50257 ? 50256 : V == 256 ? '\n' : 0; }
 
 /* What the prompt check reads and fills (once per model tried). */

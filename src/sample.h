@@ -52,6 +52,11 @@ typedef struct {
  * model's and tokenizer's statuses otherwise. */
 sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FILE *log);
 
+struct sr_model;
+/* Host bytes sr_sample_generate needs for model m: its full fp32
+ * parameters (the caller's) and the generator's cache and buffers. */
+size_t sr_sample_host_bytes(const struct sr_model *m);
+
 /* The start token without a prompt: GPT-2's <|endoftext|> (50256) for a
  * vocabulary of 50257, a newline for bytes, else 0. */
 int sr_sample_start_token(int V);
@@ -68,7 +73,6 @@ int sr_sample_start_token(int V);
  * sr_rng_uniform(o->seed, SR_SAMPLE_STREAM, i): the same seed gives the
  * same text. */
 #define SR_SAMPLE_STREAM 0x53414d50u
-struct sr_model;
 typedef sr_status (*sr_sample_emit)(void *ctx, int token, long i);
 sr_status sr_sample_generate(const struct sr_model *m, const float *params, const int *prompt, int n,
                              const sr_sample_opts *o, sr_sample_emit emit, void *ctx);

@@ -1110,8 +1110,7 @@ static sr_status keep_token(void *ctx, int token, long i) {
 static sr_status log_sample(run *r, int64_t step) {
     const sr_model *m = &r->model;
     const sr_model_dims *d = &m->d;
-    size_t need = m->n_params * sizeof(float) + 2 * (size_t)d->L * d->T * d->C * sizeof(float) +
-                  (size_t)d->Vp * 3 * sizeof(float);
+    size_t need = sr_sample_host_bytes(m);
     size_t cap = sr_mem_side_copy_cap(r->w->local_size);
     int64_t fits = need <= cap;
     sr_status st = sr_ctl_min(r->ctl, &fits);
