@@ -12,8 +12,8 @@
 
 template <typename T>
 __global__ void xent_fwd_k(float *losses, float *lse, const T *logits, const int *targets, int V, int Vp) {
-    __shared__ float shf[32];
-    __shared__ double shd[32];
+    SR_SHARED(float, shf, 32);
+    SR_SHARED(double, shd, 32);
     const T *l = logits + (size_t)blockIdx.x * Vp;
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < V; j += blockDim.x)
@@ -32,7 +32,7 @@ __global__ void xent_fwd_k(float *losses, float *lse, const T *logits, const int
 
 template <typename T>
 __global__ void xent_bwd_k(T *logits, const float *lse, const int *targets, float dloss, int V, int Vp) {
-    __shared__ double shd[32];
+    SR_SHARED(double, shd, 32);
     T *l = logits + (size_t)blockIdx.x * Vp;
     float ls = lse[blockIdx.x];
     int target = targets[blockIdx.x];

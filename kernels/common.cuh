@@ -2,6 +2,11 @@
  * float and bf16, warp and block reductions in a fixed order, the launch
  * macro, and the index helpers.
  *
+ * Under nvcc this is CUDA C++; in an emulator tree (configure
+ * --with-cuda=emulator) the host C++ compiler builds the same code with
+ * SR_CUDAEMU defined and tests/cudaemu/kernel.h included first, which
+ * retargets SR_LAUNCH and SR_SHARED.
+ *
  * The index helpers are __host__ __device__ and free of CUDA types, so
  * tests/gpu/index_math.cu runs them on the host (no GPU needed) against
  * plain loops: an off-by-one in an index shows in CI, not on the GPU.
@@ -73,13 +78,20 @@ __host__ __device__ inline uint16_t sr_bf16_bits_rne(float f) {
     return (uint16_t)((v.u + rounding) >> 16);
 }
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(SR_CUDAEMU)
 /* ---- element access ---------------------------------------------------- */
 
 __device__ inline float sr_ld(const float *p) { return *p; }
 __device__ inline float sr_ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
 __device__ inline void sr_st(float *p, float v) { *p = v; }
 __device__ inline void sr_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+/* A block's shared array of n T: __shared__ under nvcc; the CUDA emulator
+ * (tests/cudaemu/kernel.h) gives each emulated block its own.  Every
+ * kernel declares shared memory through it (tests/cuda_static.sh). */
+#ifndef SR_SHARED
+#define SR_SHARED(T, name, n) __shared__ T name[n]
+#endif
 
 /* ---- reductions in a fixed order --------------------------------------- */
 

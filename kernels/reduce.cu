@@ -59,7 +59,7 @@ __global__ void add_k(float *acc, const float *src, size_t n) {
 /* partial[block] = sum of x[i]^2 (squares) or x[i] over the block's
  * grid-stride share, in double */
 __global__ void partial_k(double *partial, const float *x, size_t n, int squares) {
-    __shared__ double sh[32];
+    SR_SHARED(double, sh, 32);
     double s = 0.0;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         s += squares ? (double)x[i] * x[i] : (double)x[i];
@@ -69,7 +69,7 @@ __global__ void partial_k(double *partial, const float *x, size_t n, int squares
 }
 /* *out = (add ? *out : 0) + the partials, summed by one block */
 __global__ void finish_k(double *out, const double *partial, int add) {
-    __shared__ double sh[32];
+    SR_SHARED(double, sh, 32);
     double s = sr_block_sum(partial[threadIdx.x], sh);
     if (threadIdx.x == 0)
         *out = add ? *out + s : s;

@@ -84,7 +84,14 @@ void sr_device_describe(char *buf, size_t n, int local_rank, int local_size) {
     else if (count == 0)
         snprintf(cuda_why, sizeof cuda_why, "no usable GPU");
     else
-        snprintf(cuda_why, sizeof cuda_why, "%d GPU%s usable; device: cpu was asked for", count, count == 1 ? "" : "s");
+        snprintf(cuda_why, sizeof cuda_why, "%d %s usable; %s", count,
+#ifdef SR_CUDA_EMULATED
+                 count == 1 ? "emulated GPU" : "emulated GPUs",
+                 "in a CUDA emulator tree device: auto is the CPU, device: cuda the emulator"
+#else
+                 count == 1 ? "GPU" : "GPUs", "device: cpu was asked for"
+#endif
+        );
     why = cuda_why;
     if (e == cudaSuccess && count > 0 && n_visible == 0)
         n_visible = count;
@@ -149,7 +156,9 @@ sr_status sr_device_open(sr_dev **out, sr_device_want want, int world_size, int 
 #endif
     }
     bool fake = strcmp(sr_testhook()->device, "fake") == 0;
-#ifdef SR_HAVE_CUDA
+#if defined(SR_HAVE_CUDA) && !defined(SR_CUDA_EMULATED)
+    /* (an emulator tree's auto is the CPU: only device: cuda asks for the
+     * emulated GPU) */
     if (want == SR_DEVICE_AUTO && !fake) {
         int count = 0;
         if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) {

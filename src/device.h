@@ -96,6 +96,9 @@ struct sr_dev {
     /* true when device memory is not host memory to the engine: model state
      * lives in SR_SPACE_DEVICE and the host reaches it only by copies
      * (fake, cuda).  false: the cpu table, where every space is host. */
+    /* The CUDA emulator of tests/cudaemu runs this table, not a GPU (an
+     * emulator tree): the run labels its lines and records with `name`. */
+    bool emulated;
     bool separate_memory;
 
     /* Memory: `bytes` in (space, cat), 64-byte aligned, not zeroed (NaN

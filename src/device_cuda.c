@@ -66,6 +66,7 @@ typedef struct {
     cudaError_t first_error;
     char first_what[160];
     const char *last_op;
+    long long hang_step; /* SHARDRUN_TEST_GPU_HANG_AT (0: off) */
     /* exposed communication: pairs of timing events around compute-stream
      * waits on comm events, [head, tail) pending */
     cudaEvent_t timed[TIMED][2];
@@ -181,6 +182,10 @@ static void begin(cuda_dev *c, sr_stream s, const char *what) {
     c->last_op = what;
     if (c->base.delay_us[s] > 0)
         keep(c, sr_k_spin(c->st[s], c->base.delay_us[s] * 1000), "the delay kernel");
+    if (s == SR_STREAM_COMPUTE && c->hang_step > 0 && c->base.step == c->hang_step) {
+        c->hang_step = 0; /* SHARDRUN_TEST_GPU_HANG_AT: once */
+        keep(c, sr_k_spin(c->st[s], 3600ll * 1000000000ll), "the hang kernel");
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -480,8 +485,14 @@ sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical) {
     const sr_testhooks *h = sr_testhook();
     c->ordinal = ordinal;
     snprintf(c->bus, sizeof c->bus, "?");
-    sr_dev proto = {.name = "cuda",
+#ifdef SR_CUDA_EMULATED
+    const bool emulated = true;
+#else
+    const bool emulated = false;
+#endif
+    sr_dev proto = {.name = emulated ? "cuda-emulated" : "cuda",
                     .kind = SR_DEV_CUDA,
+                    .emulated = emulated,
                     .separate_memory = true,
                     .alloc = cuda_alloc,
                     .free = cuda_free,
@@ -505,6 +516,7 @@ sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical) {
     c->base = proto;
     if (h->comm_delay_us > 0)
         c->base.delay_us[h->comm_delay_stream == 1 ? SR_STREAM_COMPUTE : SR_STREAM_COMM] = h->comm_delay_us;
+    c->hang_step = h->gpu_hang_step > 0 ? h->gpu_hang_step : 0;
     TRY(cudaSetDevice(ordinal), "cudaSetDevice");
     TRY(cudaDeviceGetPCIBusId(c->bus, (int)sizeof c->bus, ordinal), "cudaDeviceGetPCIBusId");
     snprintf(c->base.pci_bus, sizeof c->base.pci_bus, "%s", c->bus);
@@ -555,7 +567,8 @@ sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical) {
     int rt = 0;
     cudaRuntimeGetVersion(&rt);
     snprintf(c->base.line, sizeof c->base.line,
-             "cuda:%d (GPU %.32s, %.96s, sm_%d%d, %.1f GiB, bus %.31s, driver %.79s, CUDA %d.%d)", ordinal,
+             "%s:%d (%sGPU %.32s, %.96s, sm_%d%d, %.1f GiB, bus %.31s, driver %.79s, CUDA %d.%d)", c->base.name,
+             ordinal, emulated ? "the CUDA emulator of tests/cudaemu, not a GPU: " : "",
              physical && *physical ? physical : "?", prop.name, prop.major, prop.minor,
              (double)prop.totalGlobalMem / (1 << 30), c->bus, drv, rt / 1000, rt % 1000 / 10);
     *out = &c->base;

@@ -21,7 +21,8 @@
 struct sr_metrics {
     FILE *f;
     char *path;
-    int err; /* the first failed write's errno (0: none) */
+    char device[32]; /* a label for every record ("" none: sr_metrics_label_device) */
+    int err;         /* the first failed write's errno (0: none) */
 };
 
 /* Flushes a record; the first failure is kept for sr_metrics_close (the
@@ -63,6 +64,11 @@ sr_status sr_metrics_open(sr_metrics **out, const char *path, bool append) {
     return SR_OK;
 }
 
+void sr_metrics_label_device(sr_metrics *m, const char *device) {
+    if (m)
+        snprintf(m->device, sizeof m->device, "%s", device ? device : "");
+}
+
 sr_status sr_metrics_restart(sr_metrics *m) {
     struct stat sb;
     if (fflush(m->f) != 0 || fstat(fileno(m->f), &sb) != 0 || (S_ISREG(sb.st_mode) && ftruncate(fileno(m->f), 0) != 0))
@@ -97,6 +103,8 @@ void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
         fprintf(f, ",\"val_loss\":%.17g", r->val_loss);
     if (r->nccl)
         fprintf(f, ",\"nccl\":\"%s\"", r->nccl);
+    if (m->device[0])
+        fprintf(f, ",\"device\":\"%s\"", m->device);
     for (int c = 0; c < SR_MEM_NCAT; c++)
         fprintf(f, ",\"mem_%s\":%zu,\"mem_%s_peak\":%zu", sr_mem_name(c), sr_mem_current(c), sr_mem_name(c),
                 sr_mem_peak(c));
@@ -120,6 +128,8 @@ void sr_metrics_event(sr_metrics *m, const char *kind, int64_t step, json_t *fie
         json_object_set_new(o, "event", json_string(kind));
         json_object_set_new(o, "step", json_integer((json_int_t)step));
         json_object_set_new(o, "time", json_real(round(wall_now() * 1000.0) / 1000.0));
+        if (m->device[0])
+            json_object_set_new(o, "device", json_string(m->device)); /* the start event's line replaces it */
         if (fields)
             json_object_update(o, fields);
         char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));

@@ -37,6 +37,10 @@ sr_status sr_metrics_open(sr_metrics **out, const char *path, bool append);
 /* Empties a file opened for appending (a run that could have resumed but
  * starts fresh): later records start it anew.  SR_ERR_IO when it cannot. */
 sr_status sr_metrics_restart(sr_metrics *m);
+/* Labels every later record with "device": `device` (a device name
+ * without quotes or backslashes; NULL or "" none): an emulated device's
+ * records say so.  NULL m is fine. */
+void sr_metrics_label_device(sr_metrics *m, const char *device);
 /* Writes one record and flushes it.  NULL is fine (no file). */
 void sr_metrics_step(sr_metrics *m, const sr_step_record *r);
 /* Writes one event record {"event": kind, "step": step, "time": now,

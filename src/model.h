@@ -166,7 +166,12 @@ void sr_model_free(sr_model *m);
 void sr_model_init_params(const sr_model *m, uint64_t seed, float *dst, size_t begin, size_t end);
 
 /* Forward over B sequences of T = d.T tokens.  `inputs` and `targets` are
- * host arrays of [B,T] token ids (all < V), copied to the device.  The
+ * host arrays of [B,T] token ids (all < V), copied to the device
+ * asynchronously: on a table with memory of its own they must be the
+ * table's pinned memory (a copy from pageable memory may wait for the
+ * device inside the driver, where no deadline runs; the CUDA emulator
+ * found the step doing that), and the caller leaves them unchanged until a
+ * host wait ordered after this forward (the step's, an evaluation's).  The
  * per-token losses (m->losses) are added on the device to the loss sum
  * that sr_model_take_loss_sum reads.  `src` NULL uses m->params.  Returns
  * SR_OK or the first failure of an op (SR_ERR_INTERNAL when a scratch

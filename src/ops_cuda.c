@@ -46,6 +46,22 @@ static sr_cuda_ctx *ctx(void) {
     return bound;
 }
 
+/* The context of an op whose kernels take the ops' workspace (encoder,
+ * LayerNorm and bias backward, attention backward), or NULL with an
+ * internal error when none is bound: on a GPU the kernels would write
+ * through a null pointer (the emulator found a test that bound none).  How
+ * much is enough is sr_cuda_ws_bytes's, for the shapes bind_workspace's
+ * caller sized it for. */
+static sr_cuda_ctx *ctx_ws(const char *op) {
+    sr_cuda_ctx *c = ctx();
+    if (c && (!c->ws || !c->ws_bytes)) {
+        if (op_error == SR_OK)
+            op_error = sr_error(SR_ERR_INTERNAL, "%s needs the ops' workspace, and none is bound (bind_workspace)", op);
+        return NULL;
+    }
+    return c;
+}
+
 /* Ends one op: its launch error (or, with SHARDRUN_CUDA_SYNC=1, the error
  * of the synchronised stream) is kept with "op (shapes)". */
 static void done(sr_cuda_ctx *c, int e, const char *op, const char *fmt, ...) {
@@ -135,7 +151,7 @@ static void encoder_forward(int bf16, void *out, const int *inp, const void *wte
 
 static void encoder_backward(int bf16, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T,
                              int C) {
-    sr_cuda_ctx *c = ctx();
+    sr_cuda_ctx *c = ctx_ws("encoder_backward");
     if (c)
         done(c, sr_k_encoder_backward(c->stream, dwte, dwpe, dout, inp, B, T, C, bf16, c->ws, c->ws_bytes),
              "encoder_backward", "B=%d T=%d C=%d", B, T, C);
@@ -151,7 +167,7 @@ static void layernorm_forward(int bf16, void *out, float *mean, float *rstd, con
 
 static void layernorm_backward(int bf16, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                                const void *w, const float *mean, const float *rstd, int N, int C) {
-    sr_cuda_ctx *c = ctx();
+    sr_cuda_ctx *c = ctx_ws("layernorm_backward");
     if (c)
         done(c, sr_k_layernorm_backward(c->stream, dinp, dw, db, dout, inp, w, mean, rstd, N, C, bf16, c->ws),
              "layernorm_backward", "N=%d C=%d", N, C);
@@ -178,7 +194,7 @@ static void matmul_forward(int bf16, void *out, const void *inp, const void *w, 
 
 static void matmul_backward(int bf16, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
                             const void *w, int N, int C, int OC) {
-    sr_cuda_ctx *c = ctx();
+    sr_cuda_ctx *c = dbias ? ctx_ws("matmul_backward (dbias)") : ctx();
     if (!c)
         return;
     /* dinp[N,C] += dout[N,OC] W[OC,C] */
@@ -220,7 +236,7 @@ static void attention_forward(int bf16, void *out, void *att, const void *qkv, i
 
 static void attention_backward(int bf16, void *dqkv, const void *dout, const void *qkv, const void *att, int B, int T,
                                int C, int NH) {
-    sr_cuda_ctx *c = ctx();
+    sr_cuda_ctx *c = ctx_ws("attention_backward");
     if (!c)
         return;
     int hs = C / NH;

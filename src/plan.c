@@ -123,8 +123,11 @@ static sr_status plan_memory(const plan_ctx *x, const sr_config *cfg, int ranks,
     }
     size_t *g = &r->at[SR_MEM_CKPT_STAGING][offload ? SR_SPACE_HOST : SR_SPACE_PINNED];
     *g = add(*g, staging);
-    if (x->gpu) /* the cuda table's pinned bounce buffer */
-        r->at[SR_MEM_OTHER][SR_SPACE_PINNED] = add(r->at[SR_MEM_OTHER][SR_SPACE_PINNED], SR_CUDA_BOUNCE_BYTES);
+    if (x->gpu) { /* the cuda table's pinned bounce buffer, and the run's token buffers (train.c) */
+        size_t tokens = 2 * (size_t)r->accum * (size_t)r->mb * (size_t)cfg->seq_len * sizeof(int);
+        r->at[SR_MEM_OTHER][SR_SPACE_PINNED] =
+            add(r->at[SR_MEM_OTHER][SR_SPACE_PINNED], add(SR_CUDA_BOUNCE_BYTES, tokens));
+    }
     for (int c = 0; c < SR_MEM_NCAT; c++)
         for (int sp = 0; sp < SR_NSPACE; sp++)
             r->space[sp] = add(r->space[sp], r->at[c][sp]);

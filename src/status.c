@@ -134,13 +134,22 @@ void sr_log_bind_rank(int rank, int world_size) {
 
 int sr_log_rank(void) { return log_rank; }
 
+static char log_tag[40];
+
+void sr_log_set_tag(const char *tag) {
+    if (tag && *tag)
+        snprintf(log_tag, sizeof log_tag, "[%s] ", tag);
+    else
+        log_tag[0] = '\0';
+}
+
 static void log_line(const char *level, const char *fmt, va_list ap) {
     char line[8192];
     int n = 0;
     if (log_world > 1)
-        n = snprintf(line, sizeof line, "shardrun[rank %d]: %s", log_rank, level);
+        n = snprintf(line, sizeof line, "shardrun[rank %d]: %s%s", log_rank, log_tag, level);
     else
-        n = snprintf(line, sizeof line, "shardrun: %s", level);
+        n = snprintf(line, sizeof line, "shardrun: %s%s", log_tag, level);
     if (n < 0 || (size_t)n >= sizeof line)
         n = 0;
     vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);

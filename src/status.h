@@ -103,6 +103,10 @@ sr_status sr_sticky_raise(sr_sticky *s);
  * when the job has more than one rank (sr_log_set_rank).  Info lines are
  * printed by rank 0 only unless `all_ranks` is set. */
 void sr_log_set_rank(int rank, int world_size);
+/* Every later line of the process starts with "[tag] " after the program
+ * name (an emulated device's run says so on every line); NULL or "": no
+ * tag.  Set once, before threads log. */
+void sr_log_set_tag(const char *tag);
 /* The calling thread's own rank (a virtual rank's threads, tests; -1:
  * the process's again).  sr_log_rank answers it on that thread. */
 void sr_log_bind_rank(int rank, int world_size);

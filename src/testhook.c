@@ -118,6 +118,7 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
     h->node_mem = -1;
     h->device_free_mb = -1;
     h->stall_seq = -1;
+    h->gpu_hang_step = -1;
     const char *v;
     char expected[512];
     snprintf(expected, sizeof expected, "SITE[:STEP][@RANK] with SITE one of %s", SR_TESTHOOK_CRASH_SITES);
@@ -136,6 +137,8 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
         if (n < 0 || !parse_i64(v, (size_t)n, 1, &h->preempt_step))
             bad(&ps, "SHARDRUN_TEST_PREEMPT_AT", v, "STEP[@RANK]");
     }
+    if ((v = getenv("SHARDRUN_TEST_GPU_HANG_AT")) && *v && !parse_i64(v, strlen(v), 1, &h->gpu_hang_step))
+        bad(&ps, "SHARDRUN_TEST_GPU_HANG_AT", v, "a step number >= 1");
     if ((v = getenv("SHARDRUN_TEST_NAN_AT_STEP")) && *v && !parse_i64(v, strlen(v), 1, &h->nan_step))
         bad(&ps, "SHARDRUN_TEST_NAN_AT_STEP", v, "a step number >= 1");
     if ((v = getenv("SHARDRUN_TEST_DUMP_PARAMS")) && *v) {
@@ -271,6 +274,8 @@ void sr_testhook_warn_active(void) {
         ADD(" SHARDRUN_TEST_COMM_DELAY_US=%s", getenv("SHARDRUN_TEST_COMM_DELAY_US"));
     if (h->stall_seq >= 0)
         ADD(" SHARDRUN_TEST_STALL_SEQ=%lld", (long long)h->stall_seq);
+    if (h->gpu_hang_step >= 0)
+        ADD(" SHARDRUN_TEST_GPU_HANG_AT=%lld", (long long)h->gpu_hang_step);
     if (h->bench_no_sha256)
         ADD(" SHARDRUN_BENCH_NO_SHA256=1");
     if (h->nccl_size1)

@@ -36,6 +36,9 @@
  *   SHARDRUN_TEST_COMM_DELAY_US=N[:comm|compute]
  *                                              sleep N us before every operation on that
  *                                              stream (default comm); results stay bitwise
+ *   SHARDRUN_TEST_GPU_HANG_AT=STEP             the cuda table stalls its compute stream at step
+ *                                              STEP (a kernel that spins for an hour): the
+ *                                              host wait's deadline must end the run
  *   SHARDRUN_TEST_STALL_SEQ=K                  collective K of the transport never completes on
  *                                              world rank 0 (the watchdog must end the run)
  *   SHARDRUN_TEST_CKPT_WRITE_DELAY_MS=N        the background checkpoint writer sleeps N ms
@@ -84,6 +87,7 @@ typedef struct {
     int64_t comm_delay_us; /* 0 = off */
     int comm_delay_stream; /* 0: comm, 1: compute */
     int64_t stall_seq;     /* -1 = off */
+    int64_t gpu_hang_step; /* SHARDRUN_TEST_GPU_HANG_AT: -1 = off */
     bool bench_no_sha256;
     int64_t ckpt_write_delay_ms; /* 0 = off */
     bool nccl_size1;             /* SHARDRUN_TEST_NCCL_SIZE1=1: size-1 groups get an NCCL communicator */

@@ -375,6 +375,8 @@ static sr_status open_run_state(run *r) {
         st = sr_metrics_open(&r->metrics, cfg->log_metrics, may_resume);
         if (st != SR_OK)
             return st;
+        if (r->dev->emulated)
+            sr_metrics_label_device(r->metrics, r->dev->name); /* and every record */
     }
     /* preemption handlers first, so a signal during the resume is kept */
     if (cfg->ckpt_dir && cfg->ckpt_dir[0])
@@ -447,6 +449,8 @@ static sr_status open_device(run *r) {
     sr_status st = sr_job_check_device(r->cfg);
     if (st == SR_OK)
         st = sr_device_open(&r->dev, (sr_device_want)r->cfg->device, r->w->size, r->w->local_rank, r->w->local_size);
+    if (st == SR_OK && r->dev->emulated)
+        sr_log_set_tag(r->dev->name); /* every line of an emulated run says so */
     if (st == SR_OK) {
         r->param_auto = sr_job_resolve_precision(&r->resolved, r->dev->kind == SR_DEV_CUDA);
         r->ops = sr_device_ops(r->dev, (sr_dtype)r->cfg->param_dtype);
@@ -517,8 +521,13 @@ static sr_status setup(run *r) {
         st = open_engine(r);
     if (st != SR_OK)
         return st;
-    r->in = sr_malloc((size_t)r->mb * r->T * sizeof(int));
-    r->tg = sr_malloc((size_t)r->mb * r->T * sizeof(int));
+    /* every micro-batch of a step its own slot; on the cuda table in its
+     * pinned memory: the forward's copies read them asynchronously until
+     * the step's one host wait (sr_model_forward) */
+    size_t tokens = (size_t)r->accum * (size_t)r->mb * (size_t)r->T * sizeof(int);
+    bool pinned = r->dev->kind == SR_DEV_CUDA;
+    r->in = pinned ? r->dev->alloc(r->dev, SR_SPACE_PINNED, SR_MEM_OTHER, tokens) : sr_malloc(tokens);
+    r->tg = pinned ? r->dev->alloc(r->dev, SR_SPACE_PINNED, SR_MEM_OTHER, tokens) : sr_malloc(tokens);
     if (!r->in || !r->tg)
         return sr_error_oom("the token buffers");
     return open_run_state(r);
@@ -535,8 +544,13 @@ static sr_status teardown(run *r, sr_status st) {
     sr_status mst = sr_metrics_close(r->metrics);
     if (st == SR_OK)
         st = mst;
-    free(r->in);
-    free(r->tg);
+    if (r->dev && r->dev->kind == SR_DEV_CUDA) {
+        r->dev->free(r->dev, r->in);
+        r->dev->free(r->dev, r->tg);
+    } else {
+        free(r->in);
+        free(r->tg);
+    }
     free(r->oracle_in);
     free(r->oracle_tg);
     sr_nccl_close(r->nccl);
@@ -741,8 +755,8 @@ static sr_status oracle_forward(run *r, int a) {
         if (!r->oracle_in || !r->oracle_tg)
             return sr_error_oom("the oracle's batch");
     }
-    memcpy(r->oracle_in + (size_t)a * n, r->in, n * sizeof(int));
-    memcpy(r->oracle_tg + (size_t)a * n, r->tg, n * sizeof(int));
+    memcpy(r->oracle_in + (size_t)a * n, r->in + (size_t)a * n, n * sizeof(int));
+    memcpy(r->oracle_tg + (size_t)a * n, r->tg + (size_t)a * n, n * sizeof(int));
     if (a != 0)
         return SR_OK;
     const sr_model_dims *d = &r->model.d;
@@ -828,8 +842,9 @@ static sr_status train_step(run *r, int64_t s, step_out *o) {
          * (cursor = s*batch in a run that never changed batch_size);
          * rank r takes the fixed slice r*mb*accum .. of it */
         uint64_t first = r->cursor + (uint64_t)(w->rank * rank_seqs) + (uint64_t)a * (uint64_t)r->mb;
-        sr_data_batch(r->train, first, r->mb, true, (uint64_t)cfg->seed, r->in, r->tg);
-        st = sr_fsdp_forward(r->fsdp, r->in, r->tg, r->mb);
+        int *in = r->in + (size_t)a * r->mb * r->T, *tg = r->tg + (size_t)a * r->mb * r->T;
+        sr_data_batch(r->train, first, r->mb, true, (uint64_t)cfg->seed, in, tg);
+        st = sr_fsdp_forward(r->fsdp, in, tg, r->mb);
         if (st == SR_OK && oracle_on(r, s))
             st = oracle_forward(r, a);
         if (st == SR_OK)

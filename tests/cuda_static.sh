@@ -13,9 +13,13 @@
 #     cudaFree() in the step-path files (src/fsdp.c src/model.c src/comm_nccl.c
 #     src/ops_cuda.c src/gemm_cuda.c kernels/*.cu): the one synchronising
 #     helper is sr_cuda_sync_stream in device_cuda.c;
+#   - shared memory only through SR_SHARED (common.cuh: __shared__ under
+#     nvcc, a block's own array on the CUDA emulator): no bare __shared__;
 #   - every launcher of kernels/sr_cuda.h is defined in libshardrun.a (nm);
 #   - the checks can fail: planted violations are reported.
 # SKIP (a failure under SHARDRUN_TEST_REQUIRE=cuda) in a build without CUDA.
+# An emulator tree (configure --with-cuda=emulator) builds the kernels with
+# the host compiler: ptxas is asked of the toolkit's nvcc when there is one.
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 B=${SR_BUILDDIR:-.}
 K=$SR_SRCDIR/kernels
@@ -28,6 +32,9 @@ if ! grep -q '^#define SR_HAVE_CUDA 1' "$B/srconfig.h" 2>/dev/null; then
     exit 0
 fi
 NVCC=$(sed -n 's/^NVCC = //p' "$B/Makefile")
+case $NVCC in
+*'$(CXX)'*) NVCC=$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc") ;;
+esac
 
 # bare_launches FILE...: prints each triple-chevron launch outside the
 # definition of SR_LAUNCH (the one line of common.cuh that holds it)
@@ -49,7 +56,8 @@ sync_calls() {
 
 # --- ptxas: spills and registers ---------------------------------------------------
 bad=""
-for f in "$K"/*.cu; do
+[ -x "$NVCC" ] || skip_or_fail cuda "ptxas: no nvcc here ($NVCC) for this emulator tree's kernels"
+[ -x "$NVCC" ] && for f in "$K"/*.cu; do
     name=$(basename "$f" .cu)
     extra=""
     [ "$name" = adamw ] && extra=-fmad=false
@@ -67,7 +75,23 @@ for f in "$K"/*.cu; do
     kernels=$(grep -c 'Compiling entry function' "$T/$name.ptxas")
     diag "$name.cu: $kernels kernels, at most $regs registers, no spills${spills:+ (NOT: $spills)}"
 done
-if [ -z "$bad" ]; then ok "ptxas: every kernel of kernels/*.cu without spills, within 255 registers"; else not_ok "ptxas:$bad"; fi
+if [ ! -x "$NVCC" ]; then
+    :
+elif [ -z "$bad" ]; then ok "ptxas: every kernel of kernels/*.cu without spills, within 255 registers"; else not_ok "ptxas:$bad"; fi
+
+# --- shared memory through SR_SHARED ---------------------------------------------------
+# bare_shared FILE...: prints each __shared__ outside SR_SHARED's definition
+# (and comments)
+bare_shared() {
+    grep -n '__shared__' "$@" /dev/null | grep -v '^[^:]*:[0-9]*: *\(/\*\|\*\)' |
+        grep -v '^[^:]*common\.cuh:[0-9]*:#define SR_SHARED(T, name, n) __shared__ T name\[n\]$'
+}
+shared=$(grep -c 'SR_SHARED(' "$K"/*.cu | awk -F: '{ s += $2 } END { print s }')
+found=$(bare_shared "$K"/*.cu "$K"/*.cuh)
+check "every shared array is declared through SR_SHARED ($shared; no bare __shared__)" test -z "$found" -a "$shared" -ge 5 ||
+    diag "$found"
+printf '__global__ void k(float *x) {\n    __shared__ float s[32];\n}\n' >"$T/planted_shared.cu"
+check "a bare __shared__ is reported (planted)" test -n "$(bare_shared "$T/planted_shared.cu")"
 
 # --- launch checks -------------------------------------------------------------------
 launches=$(grep -c 'SR_LAUNCH(' "$K"/*.cu | awk -F: '{ s += $2 } END { print s }')

@@ -120,7 +120,13 @@ cat >cuda.yaml <<'EOF'
 train: {steps: 2}
 device: cuda
 EOF
-if grep -q '^#define SR_HAVE_CUDA 1' "${SR_BUILDDIR:-.}/srconfig.h" && ! nvidia-smi -L >/dev/null 2>&1; then
+emulated=false
+grep -q '^#define SR_CUDA_EMULATED 1' "${SR_BUILDDIR:-.}/srconfig.h" && emulated=true
+if $emulated; then
+    # a CUDA emulator tree: device: cuda is the emulated GPU (tests/cudaemu.sh)
+    expect_status 0 "device: cuda in a CUDA emulator tree trains on the emulated GPU" "$S" train cuda.yaml
+    check "  ...saying so on the start line" grep -q "device=cuda-emulated:0" "$T/err"
+elif grep -q '^#define SR_HAVE_CUDA 1' "${SR_BUILDDIR:-.}/srconfig.h" && ! nvidia-smi -L >/dev/null 2>&1; then
     # a CUDA build on a machine without a GPU: the job file is fine, the machine is not
     expect_status 78 "device: cuda without a usable GPU fails at once" "$S" train cuda.yaml
     check "  ...saying cudaGetDeviceCount's answer, with a hint" grep -q "no usable GPU: cudaGetDeviceCount says .*hint" "$T/err"
@@ -151,8 +157,13 @@ check "  ...naming the values it takes" grep -q "auto.*cpu.*cuda" "$T/err"
 run devcpu -- --set device=cpu --set train.steps=2
 check "device: cpu trains" test "$rc" -eq 0
 run given CUDA_VISIBLE_DEVICES=0 -- --set train.steps=2
-check "given a GPU it cannot use, a run warns with cudaGetDeviceCount's answer and trains" sh -c \
-    "[ $rc = 0 ] && grep -Eq 'warning: this task was given GPUs \(CUDA_VISIBLE_DEVICES=0\) but none is usable \((cudaGetDeviceCount: .*|this shardrun was built without CUDA)\)' given.err"
+if $emulated; then
+    check "given GPU 0 in a CUDA emulator tree, device: auto trains on the CPU, saying why" sh -c \
+        "[ $rc = 0 ] && grep -q 'device=cpu (.*in a CUDA emulator tree device: auto is the CPU' given.err"
+else
+    check "given a GPU it cannot use, a run warns with cudaGetDeviceCount's answer and trains" sh -c \
+        "[ $rc = 0 ] && grep -Eq 'warning: this task was given GPUs \(CUDA_VISIBLE_DEVICES=0\) but none is usable \((cudaGetDeviceCount: .*|this shardrun was built without CUDA)\)' given.err"
+fi
 
 # 7. ranks that disagree on the device (mpirun)
 if have_mpirun; then

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef __CUDACC__ /* the .cu tests (nvcc, C++) use the TAP part alone */
+#if !defined(__CUDACC__) && !defined(SR_CUDAEMU) /* the .cu tests (nvcc, C++) use the TAP part alone */
 #include "world.h"
 #endif
 
@@ -104,12 +104,22 @@ static inline void tap_diag(const char *fmt, ...) {
     printf("\n");
 }
 
+/* A check that cannot run here: "ok N # SKIP why", or a failure when
+ * SHARDRUN_TEST_REQUIRE names `need` (the caller's kind: gpu, ...). */
+static inline int tap_skip(const char *need, const char *what, const char *why) {
+    const char *req = getenv("SHARDRUN_TEST_REQUIRE");
+    if (req && need && strstr(req, need))
+        return tap_ok(0, "%s: SHARDRUN_TEST_REQUIRE has %s, but %s", what, need, why);
+    printf("ok %d - %s # SKIP %s\n", ++tap_n, what, why);
+    return 1;
+}
+
 static inline int tap_done(void) {
     printf("1..%d\n", tap_n);
     return 0;
 }
 
-#ifndef __CUDACC__
+#if !defined(__CUDACC__) && !defined(SR_CUDAEMU)
 /* tap_world_open: the preamble of a C test that runs on every rank of a
  * world (mpirun.sh starts them): joins the world, tags log lines with the
  * rank, and sends stdout of every rank but 0 to /dev/null (the TAP comes

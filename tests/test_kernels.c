@@ -60,11 +60,31 @@ static void *up(const float *x, size_t n, int bf16) {
     return d;
 }
 
+/* Orders the d2h stream after everything issued on the others: a download
+ * is ordered only after its own stream's past (device.h), and the ops run
+ * on the compute and comm streams (the emulator found this test reading
+ * results before the kernels that wrote them had run). */
+static void d2h_after_all(void) {
+    for (int s = 0; s < SR_NSTREAMS; s++) {
+        sr_event ev = {0};
+        if (s == SR_STREAM_D2H)
+            continue;
+        dev->record(dev, &ev, (sr_stream)s);
+        dev->wait(dev, SR_STREAM_D2H, &ev);
+    }
+}
+
+/* A download ordered after all the device's work so far. */
+static void fetch(void *h, const void *d, size_t bytes) {
+    d2h_after_all();
+    sr_dev_download(dev, h, d, bytes, "download");
+}
+
 static float *down(const void *d, size_t n, int bf16) {
     size_t es = bf16 ? 2 : 4;
     void *h = malloc(n * es);
     float *x = malloc(n * sizeof *x);
-    sr_dev_download(dev, h, d, n * es, "download");
+    fetch(h, d, n * es);
     for (size_t i = 0; i < n; i++)
         x[i] = bf16 ? sr_bf16_to_f32(((uint16_t *)h)[i]) : ((float *)h)[i];
     free(h);
@@ -340,28 +360,28 @@ static void primitives(void) {
     void *db16 = dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, n * 2);
     dev->cast_f32_bf16(dev, SR_STREAM_COMM, db16, da, n);
     cpu->cast_f32_bf16(cpu, SR_STREAM_COMM, hb, a, n);
-    sr_dev_download(dev, gb, db16, n * 2, "download");
+    fetch(gb, db16, n * 2);
     tap_ok(memcmp(hb, gb, n * 2) == 0, "cast_f32_bf16: bitwise the host's rounding");
     float *acc = malloc(n * 4), *gacc = malloc(n * 4);
     memcpy(acc, c, n * 4);
     cpu->fold_bf16(cpu, SR_STREAM_COMM, acc, hb, n, true);
     dev->fold_bf16(dev, SR_STREAM_COMM, dc, db16, n, true);
-    sr_dev_download(dev, gacc, dc, n * 4, "download");
+    fetch(gacc, dc, n * 4);
     tap_ok(memcmp(acc, gacc, n * 4) == 0, "fold_bf16 (add): bitwise the host's");
     cpu->fold_bf16(cpu, SR_STREAM_COMM, acc, hb, n, false);
     dev->fold_bf16(dev, SR_STREAM_COMM, dc, db16, n, false);
-    sr_dev_download(dev, gacc, dc, n * 4, "download");
+    fetch(gacc, dc, n * 4);
     tap_ok(memcmp(acc, gacc, n * 4) == 0, "fold_bf16 (set): bitwise the host's");
     cpu->add_f32(cpu, SR_STREAM_COMM, acc, a, n);
     dev->add_f32(dev, SR_STREAM_COMM, dc, da, n);
-    sr_dev_download(dev, gacc, dc, n * 4, "download");
+    fetch(gacc, dc, n * 4);
     tap_ok(memcmp(acc, gacc, n * 4) == 0, "add_f32: bitwise the host's");
     double hs, gs1, gs2, *ds = dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, 2 * sizeof(double));
     cpu->sum_squares(cpu, SR_STREAM_COMPUTE, &hs, a, n);
     dev->sum_squares(dev, SR_STREAM_COMPUTE, ds, da, n);
-    sr_dev_download(dev, &gs1, ds, sizeof gs1, "download");
+    fetch(&gs1, ds, sizeof gs1);
     dev->sum_squares(dev, SR_STREAM_COMPUTE, ds, da, n);
-    sr_dev_download(dev, &gs2, ds, sizeof gs2, "download");
+    fetch(&gs2, ds, sizeof gs2);
     tap_ok(fabs(gs1 - hs) <= 1e-12 * hs && memcmp(&gs1, &gs2, sizeof gs1) == 0,
            "sum_squares: %.17g vs host %.17g, and bitwise the same twice", gs1, hs);
     double hl = 1.5, gl;
@@ -369,7 +389,7 @@ static void primitives(void) {
     sr_dev_upload(dev, ds, &hl, sizeof hl, "upload");
     cpu->loss_sum(cpu, SR_STREAM_COMPUTE, &hl, a, n);
     dev->loss_sum(dev, SR_STREAM_COMPUTE, ds, da, n);
-    sr_dev_download(dev, &gl, ds, sizeof gl, "download");
+    fetch(&gl, ds, sizeof gl);
     tap_is_close(gl, hl, 1e-9, 1e-9, "loss_sum adds to the accumulator: %.17g vs host %.17g", gl, hl);
     /* AdamW: bitwise, decaying and not */
     float *p = rnd(n, 32, 1.0f), *g = rnd(n, 33, 0.01f), *m = rnd(n, 34, 0.001f), *v = rnd(n, 35, 1e-4f);
@@ -382,9 +402,9 @@ static void primitives(void) {
     cpu->adamw(cpu, SR_STREAM_COMPUTE, &hl_);
     dev->adamw(dev, SR_STREAM_COMPUTE, &dl_);
     float *gp = malloc(n * 4), *gm = malloc(n * 4), *gv = malloc(n * 4);
-    sr_dev_download(dev, gp, dp, n * 4, "download");
-    sr_dev_download(dev, gm, dm, n * 4, "download");
-    sr_dev_download(dev, gv, dv, n * 4, "download");
+    fetch(gp, dp, n * 4);
+    fetch(gm, dm, n * 4);
+    fetch(gv, dv, n * 4);
     tap_ok(memcmp(gp, p, n * 4) == 0 && memcmp(gm, m, n * 4) == 0 && memcmp(gv, v, n * 4) == 0,
            "adamw (-fmad=false): params, m and v bitwise the host's");
     /* events order streams */
@@ -393,7 +413,7 @@ static void primitives(void) {
     dev->record(dev, &ev, SR_STREAM_COMM);
     sr_dev_wait(dev, SR_STREAM_COMPUTE, &ev, "reduce_done");
     dev->copy(dev, SR_STREAM_COMPUTE, dc, da, n * 4);
-    sr_dev_download(dev, gacc, dc, n * 4, "download");
+    fetch(gacc, dc, n * 4);
     bool zero = true;
     for (size_t i = 0; i < n; i++)
         zero = zero && gacc[i] == 0.0f;

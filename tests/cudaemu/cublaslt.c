@@ -9,8 +9,9 @@
  * matrices at b x CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET elements,
  *     D = alpha op(A) op(B) + beta C  (+ bias[i] in row i with
  *     CUBLASLT_EPILOGUE_BIAS),
- * A and B f32 or bf16 (widened exactly), products summed in f32 in the
- * order of k, alpha and beta f32 on the host (the default pointer mode),
+ * A and B f32 or bf16 (widened exactly), products summed in f32 by
+ * OpenBLAS's SGEMM (an independent implementation of the same maths), alpha
+ * and beta f32 on the host (the default pointer mode),
  * D stored f32 or bf16 (round to nearest even).  The heuristic offers one
  * algorithm when the shapes agree; it needs no workspace and records the
  * minimum alignments the preference promised, which cublasLtMatmul then
@@ -18,8 +19,11 @@
  * product runs on the stream (cudaemu_enqueue), in stream order. */
 #include "srconfig.h"
 
+#include <cblas.h>
 #include <cublasLt.h>
+#include <omp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -336,26 +340,55 @@ typedef struct {
     void *D;
 } product;
 
+/* op(X) of a layout as a row-major f32 matrix of r rows and c columns
+ * (bf16 widened exactly): row i of op(A) is output row i's operand, row j
+ * of op(B)^T output column j's. */
+static void pack(float *dst, const char *src, cudaDataType_t t, uint64_t ld, int trans_rows, uint64_t r, uint64_t c) {
+    for (uint64_t i = 0; i < r; i++)
+        for (uint64_t l = 0; l < c; l++)
+            dst[i * c + l] = load(src, t, trans_rows ? l + i * ld : i + l * ld);
+}
+
+/* D = alpha op(A) op(B) + beta C (+ bias), one batch after another.  The
+ * products are summed by OpenBLAS's SGEMM over packed f32 copies, a
+ * slice of D's columns per OpenMP thread (what cuBLASLt's kernels sum in
+ * what order is not documented; the documented maths is the product), and
+ * the epilogue applied in f32 before D is stored (bf16: rounded to nearest
+ * even). */
 static void run_product(void *arg) {
     const product *x = arg;
     uint64_t m, k, k2, n;
     op_dims(&x->a, x->d.transa, &m, &k);
     op_dims(&x->b, x->d.transb, &k2, &n);
     size_t ea = x->a.type == CUDA_R_16BF ? 2 : 4, ec = x->c.type == CUDA_R_16BF ? 2 : 4;
+    float *Ap = malloc((m * k + n * k + m * n) * sizeof(float) + 4);
+    if (!Ap) {
+        fprintf(stderr, "cudaemu: cublasLtMatmul: no host memory for a %llu x %llu x %llu product\n",
+                (unsigned long long)m, (unsigned long long)n, (unsigned long long)k);
+        abort();
+    }
+    float *Bp = Ap + m * k, *S = Bp + n * k;
     for (int32_t bt = 0; bt < x->dd.batch; bt++) {
         const char *A = (const char *)x->A + (size_t)bt * x->a.stride * ea;
         const char *B = (const char *)x->B + (size_t)bt * x->b.stride * ea;
         const char *C = (const char *)x->C + (size_t)bt * x->c.stride * ec;
         char *D = (char *)x->D + (size_t)bt * x->dd.stride * ec;
+        pack(Ap, A, x->a.type, (uint64_t)x->a.ld, x->d.transa != CUBLAS_OP_N, m, k);
+        pack(Bp, B, x->b.type, (uint64_t)x->b.ld, x->d.transb == CUBLAS_OP_N, n, k);
+        /* S[j][i] = sum_l Bp[j][l] Ap[i][l]: column j of D is row j of S */
+        int nt = n >= 64 && m * n * k >= (1u << 18) ? omp_get_max_threads() : 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int t = 0; t < nt; t++) {
+            uint64_t lo = n * (uint64_t)t / (uint64_t)nt, hi = n * (uint64_t)(t + 1) / (uint64_t)nt;
+            if (hi > lo && m && k)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(hi - lo), (int)m, (int)k, 1.0f, Bp + lo * k,
+                            (int)k, Ap, (int)k, 0.0f, S + lo * m, (int)m);
+            else if (hi > lo)
+                memset(S + lo * m, 0, (hi - lo) * m * sizeof(float));
+        }
         for (uint64_t j = 0; j < n; j++)
             for (uint64_t i = 0; i < m; i++) {
-                float s = 0.0f;
-                for (uint64_t l = 0; l < k; l++) {
-                    size_t ia = x->d.transa == CUBLAS_OP_N ? i + l * (size_t)x->a.ld : l + i * (size_t)x->a.ld;
-                    size_t ib = x->d.transb == CUBLAS_OP_N ? l + j * (size_t)x->b.ld : j + l * (size_t)x->b.ld;
-                    s += load(A, x->a.type, ia) * load(B, x->b.type, ib);
-                }
-                float v = x->alpha * s;
+                float v = x->alpha * S[j * m + i];
                 if (x->beta != 0.0f)
                     v += x->beta * load(C, x->c.type, i + j * (size_t)x->c.ld);
                 if (x->d.epilogue == CUBLASLT_EPILOGUE_BIAS)
@@ -367,6 +400,7 @@ static void run_product(void *arg) {
                     ((float *)D)[id] = v;
             }
     }
+    free(Ap);
 }
 
 static int aligned(const void *p, uint32_t a) { return a == 0 || (uintptr_t)p % a == 0; }

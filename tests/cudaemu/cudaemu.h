@@ -39,6 +39,10 @@ cudaError_t cudaemu_enqueue(cudaStream_t stream, void (*fn)(void *), void *arg, 
  * previous, asynchronous launches" read strictly).  Returns the old value. */
 int cudaemu_set_notready_error(int on);
 
+/* Records e as the calling thread's last error (what a failing call does:
+ * cudaErrorNotReady only while that switch is on); returns e. */
+cudaError_t cudaemu_fail(cudaError_t e);
+
 /* Whether [p, p + bytes) lies in device memory of the calling thread's
  * device (kernel arguments are checked against it). */
 int cudaemu_is_device(const void *p, size_t bytes);

@@ -91,6 +91,11 @@ static cudaError_t fail(cudaError_t e) {
     return e;
 }
 
+cudaError_t cudaemu_fail(cudaError_t e) {
+    init();
+    return fail(e);
+}
+
 int cudaemu_set_notready_error(int on) {
     init();
     int old = notready_records;

@@ -1,0 +1,118 @@
+#!/bin/sh
+# cudaemu.sh — shardrun train with device: cuda on the CUDA emulator of
+# tests/cudaemu (an emulator tree: configure --with-cuda=emulator; the
+# sanitizer tree of .ci/run), against the CPU, at n_layer 2, n_head 4,
+# n_embd 64, seq_len 64, batch 8, within doc/ARCHITECTURE.md's GPU-vs-CPU
+# tolerances: 20 steps exact mode (1e-4 per step), 20 steps bf16 (3e-2
+# absolute at step 20); a checkpoint the emulated GPU wrote resumes on the
+# CPU and back (exact mode, 1e-4 per step against the run that never
+# stopped); every line and metrics record says cuda-emulated; 78 for a
+# job the emulated GPU's memory cannot hold, before anything is written;
+# and a hung GPU (SHARDRUN_TEST_GPU_HANG_AT) ends at the host wait's
+# deadline with 70 and its message, in bounded time; make install refuses
+# the tree.  Elsewhere the whole
+# test skips (a failure when SHARDRUN_TEST_REQUIRE has cudaemu).
+. "${SR_SRCDIR:-.}/tests/tap.sh"
+S=$SHARDRUN
+if ! grep -q '^#define SR_CUDA_EMULATED 1' "${SR_BUILDDIR:-.}/srconfig.h"; then
+    if required cudaemu; then
+        not_ok "SHARDRUN_TEST_REQUIRE has cudaemu, but this is not a CUDA emulator tree (configure --with-cuda=emulator)"
+        done_testing
+        exit 0
+    fi
+    echo "1..0 # SKIP not a CUDA emulator tree (configure --with-cuda=emulator)"
+    exit 0
+fi
+cd "$T" || exit 99
+cat >job.yaml <<'YAML'
+model: {n_layer: 2, n_head: 4, n_embd: 64, seq_len: 64, vocab_size: 256}
+train: {steps: 20, batch_size: 8, seed: 7}
+log: {every: 1, sample_every: 0}
+YAML
+F32="--set sharding.mixed_precision.param_dtype=fp32"
+# train NAME ARGS...: a run into NAME.jsonl, its stderr in NAME.err, status in $rc
+train() {
+    n=$1
+    shift
+    "$S" train job.yaml --set log.metrics="$n.jsonl" "$@" >"$n.out" 2>"$n.err"
+    rc=$?
+    [ $rc -eq 0 ] || [ $rc -eq 75 ] || diag "$n: status $rc" "$(tail -3 "$n.err")"
+}
+# losses_close A B TOL: per-step losses of A.jsonl and B.jsonl agree within
+# TOL relative, over the same number of steps
+losses_close() {
+    field "$1.jsonl" loss >"$1.loss"
+    field "$2.jsonl" loss >"$2.loss"
+    [ -s "$1.loss" ] && [ "$(wc -l <"$1.loss")" -eq "$(wc -l <"$2.loss")" ] || return 1
+    paste "$1.loss" "$2.loss" | awk -v tol="$3" '
+        { d = $1 - $2; if (d < 0) d = -d; s = $2 < 0 ? -$2 : $2; if (d > tol * s) bad++
+          if (d / s > worst) worst = d / s }
+        END { printf "worst relative difference %.3g over %d steps\n", worst, NR; exit bad > 0 }'
+}
+
+train cpu --set device=cpu $F32
+train gpu --set device=cuda $F32
+check "device: cuda trains 20 steps on the emulated GPU in exact mode (status $rc)" test "$rc" -eq 0
+losses_close gpu cpu 1e-4 >close.txt
+check "  ...every step's loss within 1e-4 of the CPU's" test $? -eq 0
+diag "$(cat close.txt)"
+check "  ...the start line names the emulated device" \
+    grep -q "device=cuda-emulated:0 (the CUDA emulator of tests/cudaemu, not a GPU" gpu.err
+check "  ...every line it prints says cuda-emulated" sh -c '! grep -v "^shardrun: \[cuda-emulated\] " gpu.err'
+check "  ...every metrics record says cuda-emulated" \
+    sh -c '[ -s gpu.jsonl ] && [ "$(grep -c "\"device\":\"cuda-emulated" gpu.jsonl)" -eq "$(wc -l <gpu.jsonl)" ]'
+check "  ...and the CPU run's say nothing of it" sh -c '! grep -q "cuda-emulated" cpu.jsonl && ! grep -q "^shardrun: \[" cpu.err'
+
+train bf16 --set device=cuda
+check "bf16 mode (param_dtype auto on the cuda table) trains 20 steps (status $rc)" \
+    sh -c "[ $rc -eq 0 ] && grep -q 'param bf16 (auto)' bf16.err"
+cpu20=$(last cpu.jsonl loss) bf20=$(last bf16.jsonl loss)
+check "  ...its loss at step 20 within 3e-2 of the CPU's exact-mode loss ($bf20 vs $cpu20)" \
+    awk -v a="$bf20" -v b="$cpu20" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 3e-2) }'
+
+# a checkpoint of the emulated GPU resumes on the CPU, and the CPU's on the
+# GPU: preempted (the test hook's SIGUSR1 through the real handler: 75, a
+# checkpoint at that step) at 10 and 15
+CK="--set checkpoint.dir=ck --set checkpoint.every_steps=100"
+SHARDRUN_TEST_PREEMPT_AT=10 train r1 --set device=cuda $F32 $CK
+check "a run on the emulated GPU preempted at step 10 checkpoints and exits 75 (status $rc)" \
+    sh -c "[ $rc -eq 75 ] && [ -d ck/step_00000010 ]"
+SHARDRUN_TEST_PREEMPT_AT=15 train r2 --set device=cpu $F32 $CK
+check "  ...resumes on the CPU (step 10 -> 15, preempted again)" \
+    sh -c "[ $rc -eq 75 ] && grep -q 'resume=10' r2.err && [ -d ck/step_00000015 ]"
+train r3 --set device=cuda $F32 $CK
+check "  ...and back on the emulated GPU to step 20" sh -c "[ $rc -eq 0 ] && grep -q 'resume=15' r3.err"
+cat r1.jsonl r2.jsonl r3.jsonl | grep '^{"step"' >resumed.jsonl
+losses_close resumed cpu 1e-4 >close.txt
+check "  ...every step's loss within 1e-4 of the run that never stopped" test $? -eq 0
+diag "$(cat close.txt)"
+
+# memory: a job the emulated GPU cannot hold (CUDAEMU_MEM_MB)
+CUDAEMU_MEM_MB=600 "$S" train job.yaml --set device=cuda --set model.n_layer=8 --set model.n_embd=512 \
+    --set checkpoint.dir=oomck >oom.out 2>oom.err
+rc=$?
+check "a job the emulated GPU's memory cannot hold is refused with 78 (status $rc)" test "$rc" -eq 78
+check "  ...naming the device memory it needs and has" grep -q "of device memory per rank" oom.err
+check "  ...before anything is written" test ! -e oomck
+
+# a hung GPU: at step 3 the compute stream runs a kernel that spins for an
+# hour (SHARDRUN_TEST_GPU_HANG_AT); the host wait gives up at comm.timeout_s
+# (2 s) and the process exits at once, freeing nothing that would wait
+t0=$(date +%s)
+SHARDRUN_TEST_GPU_HANG_AT=3 timeout 60 "$S" train job.yaml --set device=cuda $F32 --set comm.timeout_s=2 \
+    >hang.out 2>hang.err
+rc=$?
+t1=$(date +%s)
+check "a hung GPU ends the run with 70 (status $rc)" test "$rc" -eq 70
+check "  ...saying it did not finish step 3 within comm.timeout_s, naming the last op" \
+    grep -q "did not finish step 3 within comm.timeout_s = 2 s; the last op enqueued was" hang.err
+check "  ...within comm.timeout_s + 10 s ($((t1 - t0)) s)" test $((t1 - t0)) -le 12
+
+# an emulator tree is never installed (its install steps, run alone: make
+# install would also build)
+make -s -C "${SR_BUILDDIR:-.}" install-exec-local install-data-local DESTDIR="$T/inst" >inst.out 2>inst.err
+rc=$?
+check "make install refuses a CUDA emulator tree (status $rc)" test "$rc" -ne 0
+check "  ...saying why, and installs nothing" \
+    sh -c 'grep -q "this is a CUDA emulator tree (configure --with-cuda=emulator), a test build that is never installed" inst.err && [ ! -e "$0/inst" ]' "$T"
+done_testing

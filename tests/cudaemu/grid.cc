@@ -1,0 +1,411 @@
+/* grid.cc — the emulated kernel grid: runs a launch (kernel.h's
+ * cudaemu_launch_raw) on its stream's worker, every block on a host thread
+ * (OpenMP over the blocks: CUDAEMU_THREADS, else OpenMP's default), every
+ * thread of a block a fiber.
+ *
+ * Why fibers, and why our own switch: __syncthreads must stop a thread
+ * mid-function until the block arrives, so each CUDA thread needs its own
+ * stack; swapcontext() makes a system call per switch (the signal mask),
+ * far too slow for a reduction that switches at every shuffle, so the
+ * switch is six registers of x86-64 code (the only host the emulator
+ * builds on).  A thread starts as a call on its own stack and gives the
+ * stack back when it ends, so a thread that never waits (every thread of
+ * an element-wise kernel) costs a function call.
+ *
+ * The block scheduler runs in passes: each runnable fiber runs until it
+ * waits (a shuffle, a barrier) or exits.  A shuffle posts the lane's value
+ * and waits one pass, so every lane of the warp has posted before any
+ * reads (lockstep); the slots alternate by shuffle count, so a lane that
+ * runs ahead to its next shuffle never overwrites a value a slower lane
+ * still reads.  A barrier releases when no fiber of the block is runnable
+ * and at least one waits at it (threads that exited do not hold it).  A
+ * shuffle whose partner lane did not post the same shuffle is a fault the
+ * emulator reports and aborts on (issue 31 makes misuse a report).
+ *
+ * AddressSanitizer is told of every switch (start/finish_switch_fiber). */
+#include "kernel.h"
+
+#include <omp.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CUDAEMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CUDAEMU_ASAN 1
+#endif
+#endif
+#ifdef CUDAEMU_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
+#if !defined(__x86_64__)
+#error "the CUDA emulator's fibers switch with x86-64 code (configure refuses --with-cuda=emulator elsewhere)"
+#endif
+
+__thread cudaemu_regs cudaemu_r;
+
+namespace {
+
+#ifdef CUDAEMU_ASAN
+const size_t STACK_BYTES = 256 * 1024; /* a kernel thread's stack, sanitizer frames included */
+#else
+const size_t STACK_BYTES = 64 * 1024;
+#endif
+const int MAX_THREADS = 1024;
+
+/* A context waiting to resume is its stack pointer; on its stack lie the
+ * address to resume at and rbp.  switch_to(&save, target) saves the
+ * caller there and jumps into `target`; every other register is declared
+ * clobbered, so the compiler keeps only what is live, and the jump (not a
+ * return) of each site has one or two targets the CPU predicts: no
+ * mispredicted returns per switch.  cudaemu_run_on(&sched_sp, top, fn, arg)
+ * saves the scheduler the same way (callee-saved registers first: it is
+ * called from C++), then calls fn(arg) on the stack that ends at `top`;
+ * when fn returns (the thread ended) it resumes whatever sched_sp holds
+ * then: its own caller when the thread never waited, else the scheduler's
+ * switch_to that last resumed it.  So a thread that never waits costs a
+ * call on another stack.  Floating-point control words are not switched:
+ * kernels never change them.  grid.cc is built with -mno-red-zone: the
+ * switch pushes below the stack pointer. */
+extern "C" void cudaemu_run_on(void **sched_sp, void *top, void (*fn)(void *), void *arg);
+asm(".text\n"
+    ".globl cudaemu_run_on\n"
+    ".type cudaemu_run_on,@function\n"
+    "cudaemu_run_on:\n"
+    "  pushq %rbx\n"
+    "  pushq %r12\n"
+    "  pushq %r13\n"
+    "  pushq %r14\n"
+    "  pushq %r15\n"
+    "  leaq 1f(%rip), %rax\n"
+    "  pushq %rbp\n"
+    "  pushq %rax\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rdi, %r12\n"
+    "  movq %rsi, %rsp\n"
+    "  movq %rcx, %rdi\n"
+    "  call *%rdx\n"
+    "  movq (%r12), %rsp\n"
+    "  popq %rax\n"
+    "  popq %rbp\n"
+    "  jmp *%rax\n"
+    "1:\n"
+    "  popq %r15\n"
+    "  popq %r14\n"
+    "  popq %r13\n"
+    "  popq %r12\n"
+    "  popq %rbx\n"
+    "  ret\n"
+    ".size cudaemu_run_on, .-cudaemu_run_on\n"
+    ".section .note.GNU-stack,\"\",@progbits\n"
+    ".text\n");
+
+inline void switch_to(void **save, void *target) {
+    asm volatile("leaq 1f(%%rip), %%rax\n\t"
+                 "pushq %%rbp\n\t"
+                 "pushq %%rax\n\t"
+                 "movq %%rsp, (%%rdi)\n\t"
+                 "movq %%rsi, %%rsp\n\t"
+                 "popq %%rax\n\t"
+                 "popq %%rbp\n\t"
+                 "jmp *%%rax\n"
+                 "1:"
+                 : "+D"(save), "+S"(target)
+                 :
+                 : "rax", "rbx", "rcx", "rdx", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "memory", "cc",
+                   "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+                   "xmm12", "xmm13", "xmm14", "xmm15", "st", "st(1)", "st(2)", "st(3)", "st(4)", "st(5)", "st(6)",
+                   "st(7)");
+}
+
+enum state { RUN, BARRIER, DONE };
+
+struct fiber {
+    char *stack; /* while it waits somewhere (a stack is taken back when a thread ends) */
+    void *sp;    /* where it waits */
+    uint3 tid;
+    state st;
+    unsigned shfl; /* shuffles done */
+};
+
+struct launch {
+    const char *name;
+    dim3 grid, block;
+    void (*fn)(void *);
+    void *ctx;
+    void (*free_ctx)(void *);
+};
+
+/* One host thread's block runner: its fibers and stacks, reused. */
+struct runner {
+    launch *l = nullptr;
+    int n = 0, cur = 0;
+    std::vector<fiber> f;
+    std::vector<int> runq, next, barrier; /* this pass, the next, waiting at __syncthreads */
+    std::vector<char *> free_stacks;
+    void *sched_sp = nullptr;
+    /* shuffle slots, by shuffle-count parity: value and count per thread */
+    std::vector<uint64_t> val[2];
+    std::vector<unsigned> gen[2];
+    /* shared memory: declaration keys and their arrays */
+    std::vector<std::pair<const void *, size_t>> shared_keys;
+    std::vector<char> shared;
+    size_t shared_used = 0;
+#ifdef CUDAEMU_ASAN
+    void *fake = nullptr;
+    const void *sched_bottom = nullptr;
+    size_t sched_size = 0;
+#endif
+};
+
+__thread runner *me;
+
+/* Frees a host thread's runner and stacks when the thread ends (an OpenMP
+ * team of a stream's worker ends with the stream). */
+struct runner_owner {
+    runner *r = nullptr;
+    ~runner_owner();
+};
+thread_local runner_owner owner;
+
+[[noreturn]] void fault(const char *what) {
+    launch *l = me->l;
+    fprintf(stderr,
+            "cudaemu: kernel %s, block (%u,%u,%u), thread (%u,%u,%u): %s (the emulator stops here; on a GPU this "
+            "is undefined behaviour)\n",
+            l->name, cudaemu_r.bid.x, cudaemu_r.bid.y, cudaemu_r.bid.z, cudaemu_r.tid.x, cudaemu_r.tid.y,
+            cudaemu_r.tid.z, what);
+    abort();
+}
+
+char *new_stack(runner *r) {
+    if (!r->free_stacks.empty()) {
+        char *s = r->free_stacks.back();
+        r->free_stacks.pop_back();
+        return s;
+    }
+    void *p = mmap(nullptr, STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        fprintf(stderr, "cudaemu: cannot map a %zu-byte fiber stack\n", STACK_BYTES);
+        abort();
+    }
+    return static_cast<char *>(p);
+}
+
+runner_owner::~runner_owner() {
+    if (!r)
+        return;
+    for (char *s : r->free_stacks)
+        munmap(s, STACK_BYTES);
+    delete r;
+    me = nullptr;
+}
+
+/* A thread, on its own stack: the kernel, then back to the scheduler by
+ * returning (cudaemu_run_on). */
+void thread_main(void *arg) {
+    runner *r = static_cast<runner *>(arg);
+#ifdef CUDAEMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &r->sched_bottom, &r->sched_size);
+#endif
+    r->l->fn(r->l->ctx);
+    r->f[r->cur].st = DONE;
+#ifdef CUDAEMU_ASAN
+    __sanitizer_start_switch_fiber(nullptr, r->sched_bottom, r->sched_size); /* this fiber's frames end */
+#endif
+}
+
+/* Scheduler -> fiber i (its first run, or where it waits), and back when
+ * it waits or ends. */
+void run(runner *r, int i) {
+    fiber &f = r->f[i];
+    r->cur = i;
+    cudaemu_r.tid = f.tid;
+    if (!f.stack) {
+        f.stack = new_stack(r);
+#ifdef CUDAEMU_ASAN
+        __sanitizer_start_switch_fiber(&r->fake, f.stack, STACK_BYTES);
+#endif
+        cudaemu_run_on(&r->sched_sp, f.stack + STACK_BYTES, thread_main, r);
+    } else {
+#ifdef CUDAEMU_ASAN
+        __sanitizer_start_switch_fiber(&r->fake, f.stack, STACK_BYTES);
+#endif
+        switch_to(&r->sched_sp, f.sp);
+    }
+#ifdef CUDAEMU_ASAN
+    __sanitizer_finish_switch_fiber(r->fake, nullptr, nullptr);
+#endif
+    if (f.st == DONE) {
+        r->free_stacks.push_back(f.stack);
+        f.stack = nullptr;
+    }
+}
+
+/* Fiber -> scheduler (the fiber has set its state); returns when resumed. */
+void wait(runner *r) {
+    fiber &f = r->f[r->cur];
+#ifdef CUDAEMU_ASAN
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, r->sched_bottom, r->sched_size);
+#endif
+    switch_to(&f.sp, r->sched_sp);
+#ifdef CUDAEMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+}
+
+void run_block(runner *r, unsigned long long b) {
+    launch *l = r->l;
+    cudaemu_r.bid.x = (unsigned)(b % l->grid.x);
+    cudaemu_r.bid.y = (unsigned)((b / l->grid.x) % l->grid.y);
+    cudaemu_r.bid.z = (unsigned)(b / ((unsigned long long)l->grid.x * l->grid.y));
+    int n = r->n;
+    unsigned bx = l->block.x, by = l->block.y;
+    r->runq.clear();
+    r->barrier.clear();
+    for (int i = 0; i < n; i++) {
+        uint3 tid = {(unsigned)i % bx, ((unsigned)i / bx) % by, (unsigned)i / (bx * by)};
+        r->f[i] = fiber{nullptr, nullptr, tid, RUN, 0};
+        r->gen[0][i] = r->gen[1][i] = ~0u;
+        r->runq.push_back(i);
+    }
+    r->shared_keys.clear();
+    r->shared_used = 0;
+    for (;;) {
+        r->next.clear();
+        for (int i : r->runq) {
+            run(r, i);
+            state st = r->f[i].st;
+            if (st == RUN)
+                r->next.push_back(i); /* at a shuffle */
+            else if (st == BARRIER)
+                r->barrier.push_back(i);
+        }
+        if (!r->next.empty()) {
+            r->runq.swap(r->next);
+            continue;
+        }
+        if (r->barrier.empty())
+            break;
+        /* every thread still running waits at the barrier: release it */
+        r->runq.swap(r->barrier);
+        r->barrier.clear();
+        for (int i : r->runq)
+            r->f[i].st = RUN;
+    }
+}
+
+int threads(void) {
+    static int n = -1;
+    if (n < 0) {
+        const char *v = getenv("CUDAEMU_THREADS");
+        int t = v && *v ? atoi(v) : 0;
+        n = t > 0 ? t : omp_get_max_threads();
+    }
+    return n;
+}
+
+void run_grid(void *arg) {
+    launch *l = static_cast<launch *>(arg);
+    unsigned long long blocks = (unsigned long long)l->grid.x * l->grid.y * l->grid.z;
+    int n = (int)(l->block.x * l->block.y * l->block.z);
+    int nt = blocks < (unsigned long long)threads() ? (int)blocks : threads();
+#pragma omp parallel num_threads(nt)
+    {
+        if (!me)
+            me = owner.r = new runner; /* kept for the host thread's life: its stacks are reused */
+        runner *r = me;
+        r->l = l;
+        r->n = n;
+        if ((int)r->f.size() < n) {
+            r->f.resize(n);
+            for (int p = 0; p < 2; p++)
+                r->val[p].resize(n), r->gen[p].resize(n);
+        }
+        cudaemu_r.bdim = {l->block.x, l->block.y, l->block.z};
+        cudaemu_r.gdim = {l->grid.x, l->grid.y, l->grid.z};
+#pragma omp for schedule(dynamic, 1)
+        for (unsigned long long b = 0; b < blocks; b++)
+            run_block(r, b);
+    }
+}
+
+void drop_launch(void *arg) {
+    launch *l = static_cast<launch *>(arg);
+    l->free_ctx(l->ctx);
+    delete l;
+}
+
+} // namespace
+
+extern "C" void cudaemu_syncthreads(void) {
+    runner *r = me;
+    r->f[r->cur].st = BARRIER;
+    wait(r);
+}
+
+extern "C" uint64_t cudaemu_shfl_xor_bits(unsigned mask, uint64_t bits, int lane_mask) {
+    runner *r = me;
+    if (mask != 0xffffffffu)
+        fault("__shfl_xor_sync with a mask other than the full warp (out of the emulator's scope)");
+    int i = r->cur;
+    fiber &f = r->f[i];
+    unsigned g = f.shfl++, p = g & 1u;
+    r->val[p][i] = bits;
+    r->gen[p][i] = g;
+    wait(r); /* every lane of the warp posts in this pass */
+    int j = (i & ~31) | ((i & 31) ^ (lane_mask & 31));
+    if (j >= r->n || r->gen[p][j] != g)
+        fault("__shfl_xor_sync: the partner lane did not reach the same shuffle");
+    return r->val[p][j];
+}
+
+extern "C" void *cudaemu_shared(const void *key, size_t bytes) {
+    runner *r = me;
+    size_t off = 0;
+    for (auto &k : r->shared_keys) {
+        if (k.first == key)
+            return r->shared.data() + off;
+        off += (k.second + 15) / 16 * 16;
+    }
+    size_t need = r->shared_used + (bytes + 15) / 16 * 16;
+    if (need > 48 * 1024)
+        fault("more than 48 KiB of static shared memory");
+    if (r->shared.size() < 48 * 1024)
+        r->shared.resize(48 * 1024);
+    char *p = r->shared.data() + r->shared_used;
+    memset(p, 0xff, bytes);
+    r->shared_keys.push_back({key, bytes});
+    r->shared_used = need;
+    return p;
+}
+
+extern "C" void cudaemu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream,
+                                   void (*fn)(void *), void *ctx, void (*free_ctx)(void *)) {
+    unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
+    bool ok = grid.x >= 1 && grid.y >= 1 && grid.z >= 1 && grid.x <= 2147483647u && grid.y <= 65535u &&
+              grid.z <= 65535u && block.x >= 1 && block.y >= 1 && block.z >= 1 && block.x <= 1024u &&
+              block.y <= 1024u && block.z <= 64u && nt <= (unsigned long long)MAX_THREADS && shmem <= 48 * 1024;
+    if (!ok) {
+        free_ctx(ctx);
+        cudaemu_fail(cudaErrorInvalidConfiguration);
+        return;
+    }
+    launch *l = new launch{name, grid, block, fn, ctx, free_ctx};
+    if (cudaemu_enqueue(stream, run_grid, l, drop_launch) != cudaSuccess)
+        drop_launch(l);
+}
+
+extern "C" unsigned long long cudaemu_globaltimer(void) {
+    struct timespec ts = {0, 50000}; /* 50 us */
+    nanosleep(&ts, nullptr);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
