@@ -51,7 +51,7 @@ losses_close() {
 }
 
 train cpu --set device=cpu $F32
-train gpu --set device=cuda $F32
+train gpu --set device=cuda $F32 --set checkpoint.dir=ck --set checkpoint.every_steps=10 --set checkpoint.keep=2
 check "device: cuda trains 20 steps on the emulated GPU in exact mode (status $rc)" test "$rc" -eq 0
 losses_close gpu cpu 1e-4 >close.txt
 check "  ...every step's loss within 1e-4 of the CPU's" test $? -eq 0
@@ -70,19 +70,16 @@ cpu20=$(last cpu.jsonl loss) bf20=$(last bf16.jsonl loss)
 check "  ...its loss at step 20 within 3e-2 of the CPU's exact-mode loss ($bf20 vs $cpu20)" \
     awk -v a="$bf20" -v b="$cpu20" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 3e-2) }'
 
-# a checkpoint of the emulated GPU resumes on the CPU, and the CPU's on the
-# GPU: preempted (the test hook's SIGUSR1 through the real handler: 75, a
-# checkpoint at that step) at 10 and 15
-CK="--set checkpoint.dir=ck --set checkpoint.every_steps=100"
-SHARDRUN_TEST_PREEMPT_AT=10 train r1 --set device=cuda $F32 $CK
-check "a run on the emulated GPU preempted at step 10 checkpoints and exits 75 (status $rc)" \
-    sh -c "[ $rc -eq 75 ] && [ -d ck/step_00000010 ]"
-SHARDRUN_TEST_PREEMPT_AT=15 train r2 --set device=cpu $F32 $CK
-check "  ...resumes on the CPU (step 10 -> 15, preempted again)" \
-    sh -c "[ $rc -eq 75 ] && grep -q 'resume=10' r2.err && [ -d ck/step_00000015 ]"
-train r3 --set device=cuda $F32 $CK
-check "  ...and back on the emulated GPU to step 20" sh -c "[ $rc -eq 0 ] && grep -q 'resume=15' r3.err"
-cat r1.jsonl r2.jsonl r3.jsonl | grep '^{"step"' >resumed.jsonl
+# the emulated GPU's checkpoint at step 10 resumes on the CPU, preempted at
+# 15 (the test hook's SIGUSR1 through the real handler: 75, a checkpoint),
+# and that one on the emulated GPU again, to step 20
+SHARDRUN_TEST_PREEMPT_AT=15 train r2 --set device=cpu $F32 --set checkpoint.dir=ck2 \
+    --set checkpoint.resume=ck/step_00000010 --set checkpoint.every_steps=100
+check "the emulated GPU's checkpoint of step 10 resumes on the CPU (preempted at 15: status $rc)" \
+    sh -c "[ $rc -eq 75 ] && grep -q 'resume=10' r2.err && [ -d ck2/step_00000015 ]"
+train r3 --set device=cuda $F32 --set checkpoint.dir=ck2 --set checkpoint.every_steps=100
+check "  ...and the CPU's of step 15 on the emulated GPU, to step 20" sh -c "[ $rc -eq 0 ] && grep -q 'resume=15' r3.err"
+{ grep '^{"step"' gpu.jsonl | awk -F'[:,]' '$2 <= 10'; grep '^{"step"' r2.jsonl r3.jsonl | sed 's/^[^:]*://'; } >resumed.jsonl
 losses_close resumed cpu 1e-4 >close.txt
 check "  ...every step's loss within 1e-4 of the run that never stopped" test $? -eq 0
 diag "$(cat close.txt)"

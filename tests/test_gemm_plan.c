@@ -10,7 +10,10 @@
  * 2. Every plan the model needs (GPT-2 124M and the tiny shapes, bf16 and
  *    f32, with and without the bias epilogue, fp32 D for dW) builds, and its
  *    descriptors read back what was asked (types, transposes, compute 32F,
- *    epilogue, batch).  Only the heuristic needs a GPU (tests/gpu/check.sh). */
+ *    epilogue, batch).
+ * Where a GPU (or the CUDA emulator of an emulator tree) is usable, every
+ * GEMM of part 1 runs through the plan cache and cublasLtMatmul
+ * (sr_gemm_run: the heuristic included) instead of the host emulation. */
 #include "srconfig.h"
 
 #include <math.h>
@@ -18,11 +21,12 @@
 #include <string.h>
 
 #include "cuda_backend.h"
+#include "device.h"
 #include "ops.h"
 #include "tap.h"
 
 /* cuBLASLt's D = alpha op(A) op(B) + beta D, column-major, on the host. */
-static void emulate(const sr_gemm_key *k, const float *A, const float *B, float *D, float alpha) {
+static void host_gemm(const sr_gemm_key *k, const float *A, const float *B, float *D, float alpha) {
     for (int b = 0; b < k->batch; b++)
         for (int j = 0; j < k->n; j++)
             for (int i = 0; i < k->m; i++) {
@@ -37,6 +41,47 @@ static void emulate(const sr_gemm_key *k, const float *A, const float *B, float 
                 float *d = &D[b * k->sd + i + (long long)j * k->ldd];
                 *d = (float)(alpha * s + (k->accumulate ? *d : 0.0));
             }
+}
+
+/* The device's plan cache when cudaGetDeviceCount finds one (a GPU or the
+ * emulator), and how many GEMMs ran through it. */
+static sr_gemm_cache *gpu;
+static cublasLtHandle_t lt;
+static void *lt_ws;
+static int gpu_runs, gpu_failed;
+
+/* Elements from a matrix's first to its last, column-major with `ld`, over
+ * `batch` strides */
+static size_t extent(long long rows, long long cols, long long ld, int batch, long long stride) {
+    return (size_t)((batch - 1) * stride + (cols - 1) * ld + rows);
+}
+
+/* One device copy of host floats [p, p + n) */
+static float *up(const float *p, size_t n) {
+    void *d = NULL;
+    if (cudaMalloc(&d, n * sizeof(float)) != cudaSuccess || cudaMemcpy(d, p, n * 4, cudaMemcpyHostToDevice))
+        return NULL;
+    return d;
+}
+
+/* D = alpha op(A) op(B) (+ D): through sr_gemm_run and cublasLtMatmul on the
+ * device when there is one, else the host emulation. */
+static void emulate(const sr_gemm_key *k, const float *A, const float *B, float *D, float alpha) {
+    if (!gpu) {
+        host_gemm(k, A, B, D, alpha);
+        return;
+    }
+    size_t na = extent(k->transa ? k->k : k->m, k->transa ? k->m : k->k, k->lda, k->batch, k->sa);
+    size_t nb = extent(k->transb ? k->n : k->k, k->transb ? k->k : k->n, k->ldb, k->batch, k->sb);
+    size_t nd = extent(k->m, k->n, k->ldd, k->batch, k->sd);
+    float *dA = up(A, na), *dB = up(B, nb), *dD = up(D, nd);
+    sr_status st = dA && dB && dD ? sr_gemm_run(gpu, 0, k, dA, dB, dD, NULL, alpha) : SR_ERR_INTERNAL;
+    if (st != SR_OK || cudaMemcpy(D, dD, nd * 4, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        gpu_failed++;
+        tap_diag("sr_gemm_run m=%d n=%d k=%d: %s", k->m, k->n, k->k, st != SR_OK ? sr_error_message() : "copy failed");
+    }
+    gpu_runs++;
+    cudaFree(dA), cudaFree(dB), cudaFree(dD);
 }
 
 static float *rnd(size_t n, unsigned seed) {
@@ -184,6 +229,13 @@ static void plans(const char *name, int B, int T, int C, int NH, int Vp) {
 }
 
 int main(void) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0 && cudaSetDevice(0) == cudaSuccess &&
+        cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS && cudaMalloc(&lt_ws, SR_CUDA_LT_WORKSPACE_BYTES) == cudaSuccess)
+        gpu = sr_gemm_cache_new(lt, lt_ws, SR_CUDA_LT_WORKSPACE_BYTES);
+    (void)cudaGetLastError();
+    tap_diag("part 1's GEMMs run %s", gpu ? "through sr_gemm_run and cublasLtMatmul on device 0"
+                                          : "through the host emulation of cuBLASLt (no device)");
     linear(6, 8, 12);
     linear(5, 16, 3);
     attention(5, 8, 2);
@@ -224,5 +276,13 @@ int main(void) {
                sr_cuda_status(cudaErrorIllegalAddress) == SR_ERR_INTERNAL &&
                sr_cuda_status(cudaErrorLaunchFailure) == SR_ERR_INTERNAL,
            "hardware-class CUDA errors (ECC, device lost) are 69, others (a kernel fault) 70");
+    if (gpu) {
+        tap_ok(gpu_runs >= 16 && gpu_failed == 0 && sr_gemm_cache_size(gpu) > 0,
+               "part 1's %d GEMMs ran through sr_gemm_run and cublasLtMatmul (%d plans, %d failed)", gpu_runs,
+               sr_gemm_cache_size(gpu), gpu_failed);
+        sr_gemm_cache_free(gpu);
+        cudaFree(lt_ws);
+        cublasLtDestroy(lt);
+    }
     return tap_done();
 }

@@ -13,7 +13,8 @@
  * an element-wise kernel) costs a function call.
  *
  * The block scheduler runs in passes: each runnable fiber runs until it
- * waits (a shuffle, a barrier) or exits.  A shuffle posts the lane's value
+ * waits (a shuffle, a barrier) or exits, then hands over to the pass's
+ * next fiber directly (or to the scheduler, which starts new ones).  A shuffle posts the lane's value
  * and waits one pass, so every lane of the warp has posted before any
  * reads (lockstep); the slots alternate by shuffle count, so a lane that
  * runs ahead to its next shuffle never overwrites a value a slower lane
@@ -146,6 +147,7 @@ struct launch {
 struct runner {
     launch *l = nullptr;
     int n = 0, cur = 0;
+    size_t pos = 0; /* the running thread's place in runq */
     std::vector<fiber> f;
     std::vector<int> runq, next, barrier; /* this pass, the next, waiting at __syncthreads */
     std::vector<char *> free_stacks;
@@ -207,6 +209,24 @@ runner_owner::~runner_owner() {
     me = nullptr;
 }
 
+/* The thread that just stopped (r->cur, its state set) leaves the pass:
+ * into the next pass's queue (at a shuffle), the barrier's (waiting), or
+ * done, its stack free again (it is still on it, but only the scheduler
+ * starts threads, after this one has left it). */
+void settle(runner *r) {
+    int i = r->cur;
+    fiber &f = r->f[i];
+    if (f.st == RUN)
+        r->next.push_back(i);
+    else if (f.st == BARRIER)
+        r->barrier.push_back(i);
+    else {
+        r->free_stacks.push_back(f.stack);
+        f.stack = nullptr;
+    }
+    r->pos++;
+}
+
 /* A thread, on its own stack: the kernel, then back to the scheduler by
  * returning (cudaemu_run_on). */
 void thread_main(void *arg) {
@@ -216,14 +236,15 @@ void thread_main(void *arg) {
 #endif
     r->l->fn(r->l->ctx);
     r->f[r->cur].st = DONE;
+    settle(r);
 #ifdef CUDAEMU_ASAN
     __sanitizer_start_switch_fiber(nullptr, r->sched_bottom, r->sched_size); /* this fiber's frames end */
 #endif
 }
 
-/* Scheduler -> fiber i (its first run, or where it waits), and back when
- * it waits or ends. */
-void run(runner *r, int i) {
+/* Scheduler -> fiber i (its first run, or where it waits); returns when a
+ * thread hands control back to the scheduler. */
+void enter(runner *r, int i) {
     fiber &f = r->f[i];
     r->cur = i;
     cudaemu_r.tid = f.tid;
@@ -242,17 +263,35 @@ void run(runner *r, int i) {
 #ifdef CUDAEMU_ASAN
     __sanitizer_finish_switch_fiber(r->fake, nullptr, nullptr);
 #endif
-    if (f.st == DONE) {
-        r->free_stacks.push_back(f.stack);
-        f.stack = nullptr;
-    }
 }
 
-/* Fiber -> scheduler (the fiber has set its state); returns when resumed. */
+/* A thread stops here (its state set): it leaves the pass and hands over
+ * to the pass's next thread directly when that one waits somewhere (a
+ * switch instead of two through the scheduler), else to the scheduler
+ * (which starts new threads and ends passes).  Returns when resumed. */
 void wait(runner *r) {
     fiber &f = r->f[r->cur];
+    settle(r);
 #ifdef CUDAEMU_ASAN
     void *fake = nullptr;
+#endif
+    if (r->pos < r->runq.size()) {
+        int j = r->runq[r->pos];
+        fiber &g = r->f[j];
+        if (g.stack) {
+            r->cur = j;
+            cudaemu_r.tid = g.tid;
+#ifdef CUDAEMU_ASAN
+            __sanitizer_start_switch_fiber(&fake, g.stack, STACK_BYTES);
+#endif
+            switch_to(&f.sp, g.sp);
+#ifdef CUDAEMU_ASAN
+            __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+            return;
+        }
+    }
+#ifdef CUDAEMU_ASAN
     __sanitizer_start_switch_fiber(&fake, r->sched_bottom, r->sched_size);
 #endif
     switch_to(&f.sp, r->sched_sp);
@@ -280,14 +319,9 @@ void run_block(runner *r, unsigned long long b) {
     r->shared_used = 0;
     for (;;) {
         r->next.clear();
-        for (int i : r->runq) {
-            run(r, i);
-            state st = r->f[i].st;
-            if (st == RUN)
-                r->next.push_back(i); /* at a shuffle */
-            else if (st == BARRIER)
-                r->barrier.push_back(i);
-        }
+        r->pos = 0;
+        while (r->pos < r->runq.size())
+            enter(r, r->runq[r->pos]);
         if (!r->next.empty()) {
             r->runq.swap(r->next);
             continue;
