@@ -9,12 +9,13 @@
 # caches and plans).  Reported per shape: the CPU's and the emulator's
 # ms/step, median (min..max) over ROUNDS rounds, and emulated / CPU, the
 # ratio per round (median and spread).  Issue 30 asks at most 10x at the
-# dimensions the tests name; the emulator's cost is per CUDA thread and per
-# shuffle, the CPU's per FLOP, so the ratio falls as the model widens.
+# dimensions tests/cudaemu.sh trains (n_embd 256, the last row); the
+# emulator's cost is per CUDA thread and per shuffle, the CPU's per FLOP,
+# so the ratio falls as the model widens (about 40x at n_embd 64).
 #
 # usage: bench/run_cudaemu.sh [STEPS [ROUNDS]]
 #   env: SHARDRUN (./shardrun of an emulator tree), SR_BUILDDIR (.), THREADS
-#        (train.threads of both; default 2)
+#        (the threads key of both; default 2)
 set -u
 STEPS=${1:-${BENCH_STEPS:-12}}
 ROUNDS=${2:-${BENCH_ROUNDS:-3}}
@@ -48,7 +49,7 @@ for shape in "2 4 64" "2 4 128" "2 4 256"; do
         for dev in cpu cuda; do
             # shellcheck disable=SC2086
             "$S" train $dims --set model.vocab_size=256 --set data.embedded_any_vocab=true --set train.steps="$STEPS" \
-                --set train.batch_size=8 --set train.threads="$THREADS" --set device=$dev \
+                --set train.batch_size=8 --set threads="$THREADS" --set device=$dev \
                 --set sharding.mixed_precision.param_dtype=fp32 --set log.sample_every=0 --set log.every=1 \
                 --set log.metrics="$d/$dev.jsonl" >"$d/$dev.out" 2>"$d/$dev.err" ||
                 { echo "emulator bench: device $dev failed: $(tail -2 "$d/$dev.err")" >&2; exit 1; }

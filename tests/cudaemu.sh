@@ -2,7 +2,7 @@
 # cudaemu.sh — shardrun train with device: cuda on the CUDA emulator of
 # tests/cudaemu (an emulator tree: configure --with-cuda=emulator; the
 # sanitizer tree of .ci/run), against the CPU, at n_layer 2, n_head 4,
-# n_embd 64, seq_len 64, batch 8, within doc/ARCHITECTURE.md's GPU-vs-CPU
+# n_embd 256, seq_len 64, batch 8, within doc/ARCHITECTURE.md's GPU-vs-CPU
 # tolerances: 20 steps exact mode (1e-4 per step), 20 steps bf16 (3e-2
 # absolute at step 20); a checkpoint the emulated GPU wrote resumes on the
 # CPU and back (exact mode, 1e-4 per step against the run that never
@@ -25,7 +25,7 @@ if ! grep -q '^#define SR_CUDA_EMULATED 1' "${SR_BUILDDIR:-.}/srconfig.h"; then
 fi
 cd "$T" || exit 99
 cat >job.yaml <<'YAML'
-model: {n_layer: 2, n_head: 4, n_embd: 64, seq_len: 64, vocab_size: 256}
+model: {n_layer: 2, n_head: 4, n_embd: 256, seq_len: 64, vocab_size: 256}
 train: {steps: 20, batch_size: 8, seed: 7}
 log: {every: 1, sample_every: 0}
 YAML

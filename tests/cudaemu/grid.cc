@@ -14,14 +14,15 @@
  *
  * The block scheduler runs in passes: each runnable fiber runs until it
  * waits (a shuffle, a barrier) or exits, then hands over to the pass's
- * next fiber directly (or to the scheduler, which starts new ones).  A shuffle posts the lane's value
- * and waits one pass, so every lane of the warp has posted before any
- * reads (lockstep); the slots alternate by shuffle count, so a lane that
- * runs ahead to its next shuffle never overwrites a value a slower lane
- * still reads.  A barrier releases when no fiber of the block is runnable
- * and at least one waits at it (threads that exited do not hold it).  A
- * shuffle whose partner lane did not post the same shuffle is a fault the
- * emulator reports and aborts on (issue 31 makes misuse a report).
+ * next fiber directly (or to the scheduler, which starts new ones).  A
+ * shuffle posts the lane's value and waits one pass, so every lane of the
+ * warp has posted before any reads (lockstep); the slots alternate by
+ * shuffle count, so a lane that runs ahead to its next shuffle never
+ * overwrites a value a slower lane still reads.  A barrier releases when
+ * no fiber of the block is runnable and at least one waits at it (threads
+ * that exited do not hold it).  A shuffle whose partner lane did not post
+ * the same shuffle is a fault the emulator reports and aborts on (issue
+ * 31 makes misuse a report).
  *
  * AddressSanitizer is told of every switch (start/finish_switch_fiber). */
 #include "kernel.h"
@@ -337,12 +338,11 @@ void run_block(runner *r, unsigned long long b) {
 }
 
 int threads(void) {
-    static int n = -1;
-    if (n < 0) {
-        const char *v = getenv("CUDAEMU_THREADS");
-        int t = v && *v ? atoi(v) : 0;
-        n = t > 0 ? t : omp_get_max_threads();
-    }
+    static const int n = [] { /* once, whichever stream's worker asks first */
+                              const char *v = getenv("CUDAEMU_THREADS");
+                              int t = v && *v ? atoi(v) : 0;
+                              return t > 0 ? t : omp_get_max_threads();
+    }();
     return n;
 }
 

@@ -735,14 +735,18 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
 
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
 
-cudaError_t cudaEventDestroy(cudaEvent_t e) {
-    if (!e)
-        return fail(cudaErrorInvalidResourceHandle);
-    /* a record still pending completes first (its marker points here) */
+/* Waits until every record of e so far has completed. */
+static void wait_records(cudaEvent_t e) {
     pthread_mutex_lock(&mu);
     while (e->completed < e->recorded)
         pthread_cond_wait(&progress, &mu);
     pthread_mutex_unlock(&mu);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    if (!e)
+        return fail(cudaErrorInvalidResourceHandle);
+    wait_records(e); /* a record still pending completes first (its marker points here) */
     free(e);
     return cudaSuccess;
 }
@@ -794,10 +798,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     if (!e)
         return fail(cudaErrorInvalidResourceHandle);
-    pthread_mutex_lock(&mu);
-    while (e->completed < e->recorded)
-        pthread_cond_wait(&progress, &mu);
-    pthread_mutex_unlock(&mu);
+    wait_records(e);
     return cudaSuccess;
 }
 
