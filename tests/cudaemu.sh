@@ -71,18 +71,21 @@ check "a job the emulated GPU's memory cannot hold is refused with 78 (status $r
 check "  ...naming the device memory it needs and has" grep -q "of device memory per rank" oom.err
 check "  ...before anything is written" test ! -e oomck
 
-# a hung GPU: at step 3 the compute stream runs a kernel that spins for an
-# hour (SHARDRUN_TEST_GPU_HANG_AT); the host wait gives up at comm.timeout_s
-# (4 s; a step under the sanitizers takes up to a second) and the process exits at once, freeing nothing that would wait
+# a hung GPU: at step 1 the compute stream runs a kernel that spins for an
+# hour (SHARDRUN_TEST_GPU_HANG_AT; step 1, so no earlier step's host wait
+# can meet the deadline on a loaded machine first); the host wait gives up
+# at comm.timeout_s (4 s) and the process exits at once, freeing nothing
+# that would wait
 t0=$(date +%s)
-SHARDRUN_TEST_GPU_HANG_AT=3 timeout 60 "$S" train job.yaml --set device=cuda $F32 --set comm.timeout_s=4 \
+SHARDRUN_TEST_GPU_HANG_AT=1 timeout 60 "$S" train job.yaml --set device=cuda $F32 --set comm.timeout_s=4 \
     >hang.out 2>hang.err
 rc=$?
 t1=$(date +%s)
 check "a hung GPU ends the run with 70 (status $rc)" test "$rc" -eq 70
-check "  ...saying it did not finish step 3 within comm.timeout_s, naming the last op" \
-    grep -q "did not finish step 3 within comm.timeout_s = 4 s; the last op enqueued was" hang.err
+check "  ...saying it did not finish step 1 within comm.timeout_s, naming the last op" \
+    grep -q "did not finish step 1 within comm.timeout_s = 4 s; the last op enqueued was" hang.err
 check "  ...within comm.timeout_s + 10 s ($((t1 - t0)) s)" test $((t1 - t0)) -le 14
+check "  ...and only the hang kernel held it: no step finished" sh -c '! grep -q "step  *1/20 |" hang.err'
 
 # an emulator tree is never installed (its install steps, run alone: make
 # install would also build)
