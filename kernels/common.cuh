@@ -106,8 +106,9 @@ __device__ inline float sr_warp_max(float v) {
     return v;
 }
 /* Sum over a block of blockDim.x (a multiple of 32, <= 1024) threads; every
- * thread gets the result.  `sh` holds 32 values of A. */
-template <typename A> __device__ inline A sr_block_sum(A v, A *sh) {
+ * thread gets the result.  `sh` is an SR_SHARED array of 32 A (a pointer
+ * under nvcc; the emulator's race-checked array there). */
+template <typename A, typename S> __device__ inline A sr_block_sum(A v, S sh) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     v = sr_warp_sum(v);
     __syncthreads();
@@ -117,7 +118,7 @@ template <typename A> __device__ inline A sr_block_sum(A v, A *sh) {
     A t = lane < nw ? sh[lane] : (A)0;
     return sr_warp_sum(t);
 }
-__device__ inline float sr_block_max(float v, float *sh) {
+template <typename S> __device__ inline float sr_block_max(float v, S sh) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     v = sr_warp_max(v);
     __syncthreads();

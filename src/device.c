@@ -322,7 +322,8 @@ sr_status sr_dev_download(sr_dev *d, void *host_dst, const void *src, size_t byt
 }
 
 sr_status sr_dev_download_step(sr_dev *d, void *host_dst, const void *src, size_t bytes, const char *site) {
-    if (!d->bounce || bytes > d->bounce_bytes) {
+    bool skip_bounce = strcmp(sr_testhook()->mutate, "pageable_step") == 0; /* (the mutation suite's planted bug) */
+    if (!d->bounce || bytes > d->bounce_bytes || skip_bounce) {
         sr_status st = d->pageable_check ? d->pageable_check(d, host_dst, bytes, site) : SR_OK;
         return st != SR_OK ? st : sr_dev_download(d, host_dst, src, bytes, site);
     }
@@ -370,4 +371,104 @@ bool sr_device_gpus_unusable(char *buf, size_t n) {
     snprintf(buf, n, "this shardrun was built without CUDA");
 #endif
     return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* What every table's primitives tell the happens-before checker: one owner
+ * of the accesses each call declares, so the cpu, fake and cuda tables are
+ * held to the same ordering. */
+
+static void hb_op(sr_dev *d, sr_stream s) {
+    if (d->hb)
+        sr_hb_issue(d->hb, (int)s, -1);
+}
+static void hb_rd(sr_dev *d, sr_stream s, const void *p, size_t bytes, const char *what) {
+    if (d->hb)
+        sr_hb_access(d->hb, (int)s, p, bytes, false, what);
+}
+static void hb_wr(sr_dev *d, sr_stream s, const void *p, size_t bytes, const char *what) {
+    if (d->hb)
+        sr_hb_access(d->hb, (int)s, p, bytes, true, what);
+}
+
+sr_status sr_dev_hb_alloc(sr_dev *d, const void *p, size_t bytes) {
+    return p && d->hb ? sr_hb_track(d->hb, p, bytes) : SR_OK;
+}
+void sr_dev_hb_free(sr_dev *d, const void *p, size_t bytes) {
+    if (p && d->hb)
+        sr_hb_forget(d->hb, p, bytes);
+}
+void sr_dev_hb_memset(sr_dev *d, sr_stream s, const void *dst, size_t bytes) {
+    hb_op(d, s);
+    hb_wr(d, s, dst, bytes, "memset");
+}
+void sr_dev_hb_copy(sr_dev *d, sr_stream s, const void *dst, const void *src, size_t bytes) {
+    hb_op(d, s);
+    hb_rd(d, s, src, bytes, "copy (source)");
+    hb_wr(d, s, dst, bytes, "copy (destination)");
+}
+void sr_dev_hb_record(sr_dev *d, sr_stream s, sr_event *ev) {
+    if (d->hb) {
+        sr_hb_issue(d->hb, (int)s, -1);
+        sr_hb_stamp(d->hb, (int)s, &ev->hb);
+    }
+}
+void sr_dev_hb_wait(sr_dev *d, sr_stream s, const sr_event *ev) {
+    if (d->hb) {
+        sr_hb_issue(d->hb, (int)s, -1);
+        sr_hb_merge(d->hb, (int)s, &ev->hb);
+    }
+}
+void sr_dev_hb_host_wait(sr_dev *d, const sr_event *ev) {
+    if (d->hb)
+        sr_hb_host_wait(d->hb, &ev->hb, "host_wait");
+}
+void sr_dev_hb_sync(sr_dev *d, sr_stream s) {
+    if (d->hb) {
+        sr_hb_clock c;
+        sr_hb_stamp(d->hb, (int)s, &c);
+        sr_hb_host_wait(d->hb, &c, "sync");
+    }
+}
+void sr_dev_hb_cast(sr_dev *d, sr_stream s, const void *dst, const float *src, size_t n) {
+    hb_op(d, s);
+    hb_rd(d, s, src, n * 4, "cast_f32_bf16 (source)");
+    hb_wr(d, s, dst, n * 2, "cast_f32_bf16 (destination)");
+}
+void sr_dev_hb_fold(sr_dev *d, sr_stream s, const float *acc, const void *src, size_t n, bool add) {
+    hb_op(d, s);
+    hb_rd(d, s, src, n * 2, "fold_bf16 (source)");
+    if (add)
+        hb_rd(d, s, acc, n * 4, "fold_bf16 (accumulator)");
+    hb_wr(d, s, acc, n * 4, "fold_bf16 (accumulator)");
+}
+void sr_dev_hb_add(sr_dev *d, sr_stream s, const float *acc, const float *src, size_t n) {
+    hb_op(d, s);
+    hb_rd(d, s, src, n * 4, "add_f32 (source)");
+    hb_rd(d, s, acc, n * 4, "add_f32 (accumulator)");
+    hb_wr(d, s, acc, n * 4, "add_f32 (accumulator)");
+}
+void sr_dev_hb_sum_squares(sr_dev *d, sr_stream s, const double *out, const float *x, size_t n) {
+    hb_op(d, s);
+    hb_rd(d, s, x, n * 4, "sum_squares (source)");
+    hb_wr(d, s, out, sizeof *out, "sum_squares (result)");
+}
+void sr_dev_hb_loss_sum(sr_dev *d, sr_stream s, const double *acc, const float *losses, size_t n) {
+    hb_op(d, s);
+    hb_rd(d, s, losses, n * 4, "loss_sum (losses)");
+    hb_rd(d, s, acc, sizeof *acc, "loss_sum (accumulator)");
+    hb_wr(d, s, acc, sizeof *acc, "loss_sum (accumulator)");
+}
+void sr_dev_hb_adamw(sr_dev *d, sr_stream s, const sr_adamw_launch *l) {
+    hb_op(d, s);
+    for (int i = 0; d->hb && i < l->nsegs; i++) {
+        const sr_adamw_segment *g = &l->segs[i];
+        hb_rd(d, s, l->grads + g->off, g->n * 4, "adamw (gradients)");
+        hb_rd(d, s, l->params + g->off, g->n * 4, "adamw (parameters)");
+        hb_wr(d, s, l->params + g->off, g->n * 4, "adamw (parameters)");
+        hb_rd(d, s, l->m + g->off, g->n * 4, "adamw (m)");
+        hb_wr(d, s, l->m + g->off, g->n * 4, "adamw (m)");
+        hb_rd(d, s, l->v + g->off, g->n * 4, "adamw (v)");
+        hb_wr(d, s, l->v + g->off, g->n * 4, "adamw (v)");
+    }
 }

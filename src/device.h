@@ -257,6 +257,29 @@ void sr_dev_collective(sr_dev *d, sr_stream on, const void *send, size_t sbytes,
 void sr_dev_collective_event(sr_dev *d, sr_event *ev);
 long long sr_dev_host_waits(const sr_dev *d);
 
+/* For the tables: what each primitive tells the happens-before checker,
+ * one owner for every table (device.c): its operation on stream s (after
+ * the host's past) and the memory it reads and writes, the same for the
+ * cpu, fake and cuda tables; no-ops without the checker.  Each is called
+ * by the table's primitive of the same name before it runs or enqueues
+ * the work.  alloc tracks a new allocation (SR_OK, or out of memory);
+ * free forgets one; record/wait/host_wait/sync mirror the event calls
+ * (host_wait and sync count a host wait). */
+sr_status sr_dev_hb_alloc(sr_dev *d, const void *p, size_t bytes);
+void sr_dev_hb_free(sr_dev *d, const void *p, size_t bytes);
+void sr_dev_hb_memset(sr_dev *d, sr_stream s, const void *dst, size_t bytes);
+void sr_dev_hb_copy(sr_dev *d, sr_stream s, const void *dst, const void *src, size_t bytes);
+void sr_dev_hb_record(sr_dev *d, sr_stream s, sr_event *ev);
+void sr_dev_hb_wait(sr_dev *d, sr_stream s, const sr_event *ev);
+void sr_dev_hb_host_wait(sr_dev *d, const sr_event *ev);
+void sr_dev_hb_sync(sr_dev *d, sr_stream s);
+void sr_dev_hb_cast(sr_dev *d, sr_stream s, const void *dst, const float *src, size_t n);
+void sr_dev_hb_fold(sr_dev *d, sr_stream s, const float *acc, const void *src, size_t n, bool add);
+void sr_dev_hb_add(sr_dev *d, sr_stream s, const float *acc, const float *src, size_t n);
+void sr_dev_hb_sum_squares(sr_dev *d, sr_stream s, const double *out, const float *x, size_t n);
+void sr_dev_hb_loss_sum(sr_dev *d, sr_stream s, const double *acc, const float *losses, size_t n);
+void sr_dev_hb_adamw(sr_dev *d, sr_stream s, const sr_adamw_launch *l);
+
 /* When the task was given GPUs (CUDA_VISIBLE_DEVICES non-empty) but none
  * is usable, describes why in `buf` (cudaGetDeviceCount's answer) and
  * returns true; false otherwise. */

@@ -24,21 +24,11 @@
 #include "testhook.h"
 
 /* The start of one call on stream s: the delay of SHARDRUN_TEST_COMM_DELAY_US
- * when it names this stream, and the checker's operation; then the call
- * declares its accesses (no-ops without the checker). */
-static void hb_op(sr_dev *d, sr_stream s) {
+ * when it names this stream; the call then tells the checker what it does
+ * (sr_dev_hb_*, no-ops without it). */
+static void delay(sr_dev *d, sr_stream s) {
     if (d->delay_us[s] > 0)
         usleep((useconds_t)d->delay_us[s]);
-    if (d->hb)
-        sr_hb_issue(d->hb, (int)s, -1);
-}
-static void hb_rd(sr_dev *d, sr_stream s, const void *p, size_t bytes, const char *what) {
-    if (d->hb)
-        sr_hb_access(d->hb, (int)s, p, bytes, false, what);
-}
-static void hb_wr(sr_dev *d, sr_stream s, const void *p, size_t bytes, const char *what) {
-    if (d->hb)
-        sr_hb_access(d->hb, (int)s, p, bytes, true, what);
 }
 
 static void *cpu_alloc(sr_dev *d, sr_mem_space space, sr_mem_cat cat, size_t bytes) {
@@ -48,7 +38,7 @@ static void *cpu_alloc(sr_dev *d, sr_mem_space space, sr_mem_cat cat, size_t byt
     void *p = sr_mem_alloc_in(space, cat, bytes, false);
     if (p && d->poison)
         memset(p, 0xff, bytes); /* all ones: a NaN in f32, bf16 and f64 */
-    if (p && d->hb && sr_hb_track(d->hb, p, bytes) != SR_OK) {
+    if (p && sr_dev_hb_alloc(d, p, bytes) != SR_OK) {
         sr_mem_free(p);
         return NULL;
     }
@@ -56,70 +46,54 @@ static void *cpu_alloc(sr_dev *d, sr_mem_space space, sr_mem_cat cat, size_t byt
 }
 
 static void cpu_free(sr_dev *d, void *p) {
-    if (p && d->hb)
-        sr_hb_forget(d->hb, p, sr_mem_block_bytes(p));
+    if (p)
+        sr_dev_hb_free(d, p, sr_mem_block_bytes(p));
     sr_mem_free(p);
 }
 
 static void cpu_memset(sr_dev *d, sr_stream s, void *dst, int byte, size_t bytes) {
-    hb_op(d, s);
-    hb_wr(d, s, dst, bytes, "memset");
+    delay(d, s);
+    sr_dev_hb_memset(d, s, dst, bytes);
     if (bytes)
         memset(dst, byte, bytes);
 }
 
 static void cpu_copy(sr_dev *d, sr_stream s, void *dst, const void *src, size_t bytes) {
-    hb_op(d, s);
-    hb_rd(d, s, src, bytes, "copy (source)");
-    hb_wr(d, s, dst, bytes, "copy (destination)");
+    delay(d, s);
+    sr_dev_hb_copy(d, s, dst, src, bytes);
     if (bytes && dst != src)
         memcpy(dst, src, bytes);
 }
 
 static void cpu_record(sr_dev *d, sr_event *ev, sr_stream s) {
     *ev = (sr_event){.tick = ++d->ticks[s], .stream = (int)s};
-    if (d->hb) {
-        sr_hb_issue(d->hb, (int)s, -1);
-        sr_hb_stamp(d->hb, (int)s, &ev->hb);
-    }
+    sr_dev_hb_record(d, s, ev);
 }
 
 static sr_status cpu_wait(sr_dev *d, sr_stream s, sr_event *ev) {
-    if (d->hb) {
-        sr_hb_issue(d->hb, (int)s, -1);
-        sr_hb_merge(d->hb, (int)s, &ev->hb);
-    }
+    sr_dev_hb_wait(d, s, ev);
     return sr_dev_transport_wait(d, ev);
 }
 
 static sr_status cpu_host_wait(sr_dev *d, sr_event *ev) {
-    if (d->hb)
-        sr_hb_host_wait(d->hb, &ev->hb, "host_wait");
+    sr_dev_hb_host_wait(d, ev);
     return sr_dev_transport_wait(d, ev);
 }
 
 static sr_status cpu_sync(sr_dev *d, sr_stream s) {
-    if (d->hb) {
-        sr_hb_clock c;
-        sr_hb_stamp(d->hb, (int)s, &c);
-        sr_hb_host_wait(d->hb, &c, "sync");
-    }
+    sr_dev_hb_sync(d, s);
     return SR_OK;
 }
 
 static void cpu_cast_f32_bf16(sr_dev *d, sr_stream s, void *dst, const float *src, size_t n) {
-    hb_op(d, s);
-    hb_rd(d, s, src, n * 4, "cast_f32_bf16 (source)");
-    hb_wr(d, s, dst, n * 2, "cast_f32_bf16 (destination)");
+    delay(d, s);
+    sr_dev_hb_cast(d, s, dst, src, n);
     sr_vec_f32_to_bf16_par(dst, src, n);
 }
 
 static void cpu_fold_bf16(sr_dev *d, sr_stream s, float *acc, const void *src, size_t n, bool add) {
-    hb_op(d, s);
-    hb_rd(d, s, src, n * 2, "fold_bf16 (source)");
-    if (add)
-        hb_rd(d, s, acc, n * 4, "fold_bf16 (accumulator)");
-    hb_wr(d, s, acc, n * 4, "fold_bf16 (accumulator)");
+    delay(d, s);
+    sr_dev_hb_fold(d, s, acc, src, n, add);
     if (add)
         sr_vec_add_bf16_to_f32(acc, src, n);
     else
@@ -127,25 +101,20 @@ static void cpu_fold_bf16(sr_dev *d, sr_stream s, float *acc, const void *src, s
 }
 
 static void cpu_add_f32(sr_dev *d, sr_stream s, float *acc, const float *src, size_t n) {
-    hb_op(d, s);
-    hb_rd(d, s, src, n * 4, "add_f32 (source)");
-    hb_rd(d, s, acc, n * 4, "add_f32 (accumulator)");
-    hb_wr(d, s, acc, n * 4, "add_f32 (accumulator)");
+    delay(d, s);
+    sr_dev_hb_add(d, s, acc, src, n);
     sr_vec_add_f32(acc, src, n);
 }
 
 static void cpu_sum_squares(sr_dev *d, sr_stream s, double *out, const float *x, size_t n) {
-    hb_op(d, s);
-    hb_rd(d, s, x, n * 4, "sum_squares (source)");
-    hb_wr(d, s, out, sizeof *out, "sum_squares (result)");
+    delay(d, s);
+    sr_dev_hb_sum_squares(d, s, out, x, n);
     *out = sr_vec_sum_squares(x, n);
 }
 
 static void cpu_loss_sum(sr_dev *d, sr_stream s, double *acc, const float *losses, size_t n) {
-    hb_op(d, s);
-    hb_rd(d, s, losses, n * 4, "loss_sum (losses)");
-    hb_rd(d, s, acc, sizeof *acc, "loss_sum (accumulator)");
-    hb_wr(d, s, acc, sizeof *acc, "loss_sum (accumulator)");
+    delay(d, s);
+    sr_dev_hb_loss_sum(d, s, acc, losses, n);
     double sum = 0.0;
     for (size_t i = 0; i < n; i++)
         sum += losses[i];
@@ -187,17 +156,8 @@ static void adamw_segments(const sr_adamw_launch *l) {
 }
 
 static void cpu_adamw(sr_dev *d, sr_stream s, const sr_adamw_launch *l) {
-    hb_op(d, s);
-    for (int i = 0; d->hb && i < l->nsegs; i++) {
-        const sr_adamw_segment *g = &l->segs[i];
-        hb_rd(d, s, l->grads + g->off, g->n * 4, "adamw (gradients)");
-        hb_rd(d, s, l->params + g->off, g->n * 4, "adamw (parameters)");
-        hb_wr(d, s, l->params + g->off, g->n * 4, "adamw (parameters)");
-        hb_rd(d, s, l->m + g->off, g->n * 4, "adamw (m)");
-        hb_wr(d, s, l->m + g->off, g->n * 4, "adamw (m)");
-        hb_rd(d, s, l->v + g->off, g->n * 4, "adamw (v)");
-        hb_wr(d, s, l->v + g->off, g->n * 4, "adamw (v)");
-    }
+    delay(d, s);
+    sr_dev_hb_adamw(d, s, l);
     adamw_segments(l);
 }
 

@@ -155,8 +155,9 @@ cudaError_t sr_cuda_query(cudaEvent_t e) {
     /* Whether CUDA keeps NotReady as the thread's last error is not
      * documented (HIP does; PyTorch clears it after every query): clear it
      * here, so the next launch check never reports it as its own. */
+    bool mutant = strcmp(sr_testhook()->mutate, "keep_notready") == 0; /* the mutation suite's planted bug */
     if (q == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady)
-        (void)cudaGetLastError();
+        (void)(mutant ? cudaSuccess : cudaGetLastError());
     return q;
 }
 
@@ -210,8 +211,14 @@ static void *cuda_alloc(sr_dev *d, sr_mem_space space, sr_mem_cat cat, size_t by
         e = cudaMalloc(&p, n);
     else if (space == SR_SPACE_PINNED)
         e = cudaMallocHost(&p, n);
-    else
-        return sr_mem_alloc_in(SR_SPACE_HOST, cat, bytes, false);
+    else {
+        p = sr_mem_alloc_in(SR_SPACE_HOST, cat, bytes, false);
+        if (p && sr_dev_hb_alloc(d, p, bytes) != SR_OK) {
+            sr_mem_free(p);
+            return NULL;
+        }
+        return p;
+    }
     if (e != cudaSuccess) {
         (void)cudaGetLastError(); /* an allocation failure is not sticky */
         sr_error(SR_ERR_INTERNAL, "out of %s memory allocating %zu bytes for %s: %s (bus %s)", sr_mem_space_name(space),
@@ -226,6 +233,10 @@ static void *cuda_alloc(sr_dev *d, sr_mem_space space, sr_mem_cat cat, size_t by
         cudaDeviceSynchronize();
     } else if (d->poison)
         memset(p, 0xff, n);
+    if (sr_dev_hb_alloc(d, p, bytes) != SR_OK) {
+        (void)(space == SR_SPACE_DEVICE ? cudaFree(p) : cudaFreeHost(p));
+        return NULL;
+    }
     c->allocs[c->nallocs++] = (allocation){p, bytes, space, cat};
     sr_mem_account_external(space, cat, bytes, true);
     return p;
@@ -240,12 +251,14 @@ static void cuda_free(sr_dev *d, void *p) {
             allocation a = c->allocs[i];
             c->allocs[i] = c->allocs[--c->nallocs];
             sr_mem_account_external(a.space, a.cat, a.bytes, false);
+            sr_dev_hb_free(d, p, a.bytes);
             if (a.space == SR_SPACE_DEVICE)
                 cudaFree(p);
             else
                 cudaFreeHost(p);
             return;
         }
+    sr_dev_hb_free(d, p, sr_mem_block_bytes(p));
     sr_mem_free(p); /* host memory of the accounted allocator */
 }
 
@@ -255,6 +268,7 @@ static void cuda_free(sr_dev *d, void *p) {
 static void cuda_memset(sr_dev *d, sr_stream s, void *dst, int byte, size_t bytes) {
     cuda_dev *c = cd(d);
     begin(c, s, "memset");
+    sr_dev_hb_memset(d, s, dst, bytes);
     if (bytes)
         keep(c, cudaMemsetAsync(dst, byte, bytes, c->st[s]), "cudaMemsetAsync");
 }
@@ -262,12 +276,13 @@ static void cuda_memset(sr_dev *d, sr_stream s, void *dst, int byte, size_t byte
 static void cuda_copy(sr_dev *d, sr_stream s, void *dst, const void *src, size_t bytes) {
     cuda_dev *c = cd(d);
     begin(c, s, "copy");
+    sr_dev_hb_copy(d, s, dst, src, bytes);
     if (bytes && dst != src)
         keep(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->st[s]), "cudaMemcpyAsync");
 }
 
-static void cuda_record(sr_dev *d, sr_event *ev, sr_stream s) {
-    cuda_dev *c = cd(d);
+/* Records ev at the end of stream s (the checker is told by the caller). */
+static void record(cuda_dev *c, sr_event *ev, sr_stream s) {
     uint64_t seq = ++c->seq;
     cudaEvent_t *e = &c->ring[seq % RING];
     *ev = (sr_event){.tick = seq, .stream = (int)s};
@@ -280,6 +295,11 @@ static void cuda_record(sr_dev *d, sr_event *ev, sr_stream s) {
     ev->impl = *e;
 }
 
+static void cuda_record(sr_dev *d, sr_event *ev, sr_stream s) {
+    record(cd(d), ev, s);
+    sr_dev_hb_record(d, s, ev);
+}
+
 static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -288,6 +308,7 @@ static uint64_t now_ns(void) {
 
 static sr_status cuda_wait(sr_dev *d, sr_stream s, sr_event *ev) {
     cuda_dev *c = cd(d);
+    sr_dev_hb_wait(d, s, ev);
     sr_status st = sr_dev_transport_wait(d, ev);
     if (st != SR_OK || !ev->impl)
         return st != SR_OK ? st : kept(c);
@@ -358,25 +379,32 @@ static sr_status poll_event(cuda_dev *c, cudaEvent_t e) {
     }
 }
 
-static sr_status cuda_host_wait(sr_dev *d, sr_event *ev) {
-    cuda_dev *c = cd(d);
-    sr_status st = sr_dev_transport_wait(d, ev);
+/* The host waits for ev (the checker is told by the caller). */
+static sr_status host_wait(cuda_dev *c, sr_event *ev) {
+    sr_status st = sr_dev_transport_wait(&c->base, ev);
     if (st != SR_OK)
         return st;
     return ev->impl ? poll_event(c, (cudaEvent_t)ev->impl) : kept(c);
 }
 
-static sr_status cuda_sync(sr_dev *d, sr_stream s) {
-    sr_event ev = {0};
-    cuda_record(d, &ev, s);
-    return cuda_host_wait(d, &ev);
+static sr_status cuda_host_wait(sr_dev *d, sr_event *ev) {
+    sr_dev_hb_host_wait(d, ev);
+    return host_wait(cd(d), ev);
 }
 
-/* With SHARDRUN_CUDA_SYNC=1: refuses a step-path download into pageable
- * host memory (the copy would block inside the driver, past the deadline). */
+static sr_status cuda_sync(sr_dev *d, sr_stream s) {
+    sr_dev_hb_sync(d, s);
+    sr_event ev;
+    record(cd(d), &ev, s);
+    return host_wait(cd(d), &ev);
+}
+
+/* With SHARDRUN_CUDA_SYNC=1, and always on the CUDA emulator: refuses a
+ * step-path download into pageable host memory (the copy would block
+ * inside the driver, past the deadline). */
 static sr_status cuda_pageable_check(sr_dev *d, const void *host, size_t bytes, const char *site) {
     cuda_dev *c = cd(d);
-    if (!c->ctx.sync_each)
+    if (!c->ctx.sync_each && !d->emulated)
         return SR_OK;
     struct cudaPointerAttributes a;
     cudaError_t e = cudaPointerGetAttributes(&a, host);
@@ -385,10 +413,10 @@ static sr_status cuda_pageable_check(sr_dev *d, const void *host, size_t bytes, 
     if (e == cudaSuccess && a.type != cudaMemoryTypeUnregistered)
         return SR_OK;
     return sr_error(SR_ERR_INTERNAL,
-                    "step-path download at %s: %zu bytes into pageable host memory, larger than the %zu-byte pinned "
+                    "step-path download at %s: %zu bytes into pageable host memory, not through the %zu-byte pinned "
                     "bounce buffer; the copy would block inside the driver and the step's deadline would never run "
-                    "(a bug, please report it; found by SHARDRUN_CUDA_SYNC=1)",
-                    site, bytes, d->bounce_bytes);
+                    "(a bug, please report it; found by %s)",
+                    site, bytes, d->bounce_bytes, d->emulated ? "the CUDA emulator" : "SHARDRUN_CUDA_SYNC=1");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -397,31 +425,37 @@ static sr_status cuda_pageable_check(sr_dev *d, const void *host, size_t bytes, 
 static void cuda_cast(sr_dev *d, sr_stream s, void *dst, const float *src, size_t n) {
     cuda_dev *c = cd(d);
     begin(c, s, "cast_f32_bf16");
+    sr_dev_hb_cast(d, s, dst, src, n);
     keep(c, sr_k_cast_f32_bf16(c->st[s], dst, src, n), "cast_f32_bf16");
 }
 static void cuda_fold(sr_dev *d, sr_stream s, float *acc, const void *src, size_t n, bool add) {
     cuda_dev *c = cd(d);
     begin(c, s, "fold_bf16");
+    sr_dev_hb_fold(d, s, acc, src, n, add);
     keep(c, sr_k_fold_bf16(c->st[s], acc, src, n, add), "fold_bf16");
 }
 static void cuda_add(sr_dev *d, sr_stream s, float *acc, const float *src, size_t n) {
     cuda_dev *c = cd(d);
     begin(c, s, "add_f32");
+    sr_dev_hb_add(d, s, acc, src, n);
     keep(c, sr_k_add_f32(c->st[s], acc, src, n), "add_f32");
 }
 static void cuda_sum_squares(sr_dev *d, sr_stream s, double *out, const float *x, size_t n) {
     cuda_dev *c = cd(d);
     begin(c, s, "sum_squares");
+    sr_dev_hb_sum_squares(d, s, out, x, n);
     keep(c, sr_k_sum_squares(c->st[s], out, x, n, c->partial[s]), "sum_squares");
 }
 static void cuda_loss_sum(sr_dev *d, sr_stream s, double *acc, const float *losses, size_t n) {
     cuda_dev *c = cd(d);
     begin(c, s, "loss_sum");
+    sr_dev_hb_loss_sum(d, s, acc, losses, n);
     keep(c, sr_k_loss_sum(c->st[s], acc, losses, n, c->partial[s]), "loss_sum");
 }
 static void cuda_adamw(sr_dev *d, sr_stream s, const sr_adamw_launch *l) {
     cuda_dev *c = cd(d);
     begin(c, s, "adamw");
+    sr_dev_hb_adamw(d, s, l);
     const sr_adamw_args *a = &l->a;
     for (int i = 0; i < l->nsegs; i++) {
         const sr_adamw_segment *g = &l->segs[i];
@@ -517,6 +551,10 @@ sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical) {
     if (h->comm_delay_us > 0)
         c->base.delay_us[h->comm_delay_stream == 1 ? SR_STREAM_COMPUTE : SR_STREAM_COMM] = h->comm_delay_us;
     c->hang_step = h->gpu_hang_step > 0 ? h->gpu_hang_step : 0;
+    if (h->hb && !(c->base.hb = sr_hb_open(true))) {
+        free(c);
+        return sr_error_oom("the happens-before checker");
+    }
     TRY(cudaSetDevice(ordinal), "cudaSetDevice");
     TRY(cudaDeviceGetPCIBusId(c->bus, (int)sizeof c->bus, ordinal), "cudaDeviceGetPCIBusId");
     snprintf(c->base.pci_bus, sizeof c->base.pci_bus, "%s", c->bus);
@@ -597,5 +635,6 @@ void sr_dev_cuda_close(sr_dev *d) {
             cudaStreamDestroy(c->st[s]);
     if (sr_cuda_bound() == &c->ctx)
         sr_cuda_bind(NULL);
+    sr_hb_close(c->base.hb);
     free(c);
 }

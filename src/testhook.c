@@ -139,6 +139,12 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
     }
     if ((v = getenv("SHARDRUN_TEST_GPU_HANG_AT")) && *v && !parse_i64(v, strlen(v), 1, &h->gpu_hang_step))
         bad(&ps, "SHARDRUN_TEST_GPU_HANG_AT", v, "a step number >= 1");
+    if ((v = getenv("SHARDRUN_TEST_MUTATE")) && *v) {
+        if (strcmp(v, "keep_notready") == 0 || strcmp(v, "pageable_step") == 0)
+            snprintf(h->mutate, sizeof h->mutate, "%s", v);
+        else
+            bad(&ps, "SHARDRUN_TEST_MUTATE", v, "keep_notready or pageable_step");
+    }
     if ((v = getenv("SHARDRUN_TEST_NAN_AT_STEP")) && *v && !parse_i64(v, strlen(v), 1, &h->nan_step))
         bad(&ps, "SHARDRUN_TEST_NAN_AT_STEP", v, "a step number >= 1");
     if ((v = getenv("SHARDRUN_TEST_DUMP_PARAMS")) && *v) {
@@ -276,6 +282,8 @@ void sr_testhook_warn_active(void) {
         ADD(" SHARDRUN_TEST_STALL_SEQ=%lld", (long long)h->stall_seq);
     if (h->gpu_hang_step >= 0)
         ADD(" SHARDRUN_TEST_GPU_HANG_AT=%lld", (long long)h->gpu_hang_step);
+    if (h->mutate[0])
+        ADD(" SHARDRUN_TEST_MUTATE=%s", h->mutate);
     if (h->bench_no_sha256)
         ADD(" SHARDRUN_BENCH_NO_SHA256=1");
     if (h->nccl_size1)

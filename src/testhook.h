@@ -39,6 +39,11 @@
  *   SHARDRUN_TEST_GPU_HANG_AT=STEP             the cuda table stalls its compute stream at step
  *                                              STEP (a kernel that spins for an hour): the
  *                                              host wait's deadline must end the run
+ *   SHARDRUN_TEST_MUTATE=keep_notready|pageable_step
+ *                                              a bug planted for the mutation suite
+ *                                              (tests/mutants.sh): sr_cuda_query leaves
+ *                                              cudaErrorNotReady as the last error; step-path
+ *                                              downloads skip the pinned bounce buffer
  *   SHARDRUN_TEST_STALL_SEQ=K                  collective K of the transport never completes on
  *                                              world rank 0 (the watchdog must end the run)
  *   SHARDRUN_TEST_CKPT_WRITE_DELAY_MS=N        the background checkpoint writer sleeps N ms
@@ -88,6 +93,7 @@ typedef struct {
     int comm_delay_stream; /* 0: comm, 1: compute */
     int64_t stall_seq;     /* -1 = off */
     int64_t gpu_hang_step; /* SHARDRUN_TEST_GPU_HANG_AT: -1 = off */
+    char mutate[16];       /* SHARDRUN_TEST_MUTATE: "" = off, "keep_notready", "pageable_step" */
     bool bench_no_sha256;
     int64_t ckpt_write_delay_ms; /* 0 = off */
     bool nccl_size1;             /* SHARDRUN_TEST_NCCL_SIZE1=1: size-1 groups get an NCCL communicator */

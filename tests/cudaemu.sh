@@ -14,15 +14,7 @@
 # cudaemu).
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
-if ! grep -q '^#define SR_CUDA_EMULATED 1' "${SR_BUILDDIR:-.}/srconfig.h"; then
-    if required cudaemu; then
-        not_ok "SHARDRUN_TEST_REQUIRE has cudaemu, but this is not a CUDA emulator tree (configure --with-cuda=emulator)"
-        done_testing
-        exit 0
-    fi
-    echo "1..0 # SKIP not a CUDA emulator tree (configure --with-cuda=emulator)"
-    exit 0
-fi
+need_cudaemu
 cd "$T" || exit 99
 cat >job.yaml <<'YAML'
 model: {n_layer: 2, n_head: 4, n_embd: 256, seq_len: 64, vocab_size: 256}

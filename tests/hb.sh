@@ -1,13 +1,14 @@
 #!/bin/sh
-# hb.sh — the engine's stream ordering, proven on the CPU by the
+# hb.sh — the engine's stream ordering, proven without a GPU by the
 # happens-before checker (SHARDRUN_TEST_HB=1, which `make check` sets for
 # every test):
 #   1. SHARDRUN_TEST_SKIP_WAIT=list names every wait site; an unknown site
 #      is refused (78, with the hint)
 #   2. clean runs (fp32 with micro-batches, evaluation, checkpoints and the
 #      parameter dump; bf16 with per-micro-batch reductions; the fake
-#      device) report no race, and their steps make exactly one host wait
-#      each (a host-synchronous engine would pass every other CPU test);
+#      device; in an emulator tree the emulated GPU too, and a skipped
+#      wait there) report no race, and their steps make exactly one host
+#      wait each (a host-synchronous engine would pass every other CPU test);
 #      comm_exposed_ms is in every record and the progress line
 #   3. every wait site, skipped, is reported as a race (70) naming both
 #      accesses; the replicas' reduction under mpirun too
@@ -52,6 +53,24 @@ for c in A B fake D; do
     check "clean run ($c): no race, status 0 ($hw)" sh -c "[ $rc = 0 ] && [ -n '$hw' ]" || diag "$(tail -3 clean$c.err)"
     check "  ...one host wait per step" sh -c "set -- $hw; [ \$1 = 4 ] && [ \$2 = 4 ]"
 done
+
+# 2b. the cuda table on the CUDA emulator (an emulator tree): the checker
+# runs there as on the others (tests/mutants.sh skips every wait site there)
+if emulator_tree; then
+    fresh
+    # shellcheck disable=SC2086
+    "$S" train job.yaml $cfgA --set device=cuda >/dev/null 2>cleanE.err
+    rc=$?
+    hw=$(hostwaits cleanE.err)
+    check "clean run on the emulated GPU: no race, status 0 ($hw)" sh -c "[ $rc = 0 ] && [ -n '$hw' ]" ||
+        diag "$(tail -3 cleanE.err)"
+    check "  ...one host wait per step" sh -c "set -- $hw; [ \$1 = 4 ] && [ \$2 = 4 ]"
+    fresh
+    # shellcheck disable=SC2086
+    SHARDRUN_TEST_SKIP_WAIT=gather_ready "$S" train job.yaml $cfgA --set device=cuda >/dev/null 2>skipE.err
+    check "skipping gather_ready on the emulated GPU is reported as a race (status $?)" \
+        grep -q "happens-before violation: compute reads .* with no ordering after the write by comm" skipE.err
+fi
 
 check "every metrics record carries comm_exposed_ms (>= 0)" \
     sh -c "[ \$(grep -c '\"comm_exposed_ms\":[0-9.e-]*,' A.jsonl) -eq 4 ] && ! grep -q '\"comm_exposed_ms\":-' A.jsonl"

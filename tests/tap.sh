@@ -13,6 +13,8 @@
 #   skip_mpirun WHAT             a skipped check for WHAT without mpirun (a
 #                                failure when SHARDRUN_TEST_REQUIRE lists it)
 #   skip_or_fail KIND REASON     the same for any prerequisite KIND
+#   emulator_tree / need_cudaemu a CUDA emulator tree: true or false / or
+#                                the whole script skips
 #   tiny_job FILE [KEY=VALUE...] the small model every multi-rank test trains
 #   field FILE KEY / last ...    a metrics file's values of KEY / the last
 #   is_close A B RTOL            |A - B| <= RTOL x |B|
@@ -170,6 +172,14 @@ require_or_skip() {
     fi
     echo "1..0 # SKIP $2"
     exit 0
+}
+
+# emulator_tree: true in a CUDA emulator tree (configure --with-cuda=emulator);
+# need_cudaemu: else the whole script skips (a failure when
+# SHARDRUN_TEST_REQUIRE has cudaemu)
+emulator_tree() { grep -q '^#define SR_CUDA_EMULATED 1' "${SR_BUILDDIR:-.}/srconfig.h" 2>/dev/null; }
+need_cudaemu() {
+    emulator_tree || require_or_skip cudaemu "not a CUDA emulator tree (configure --with-cuda=emulator)"
 }
 
 # The launcher: one mpirun command line for every test ($MPI).  The ranks

@@ -298,7 +298,8 @@ int main(void) {
     tap_ok(seen == 0, "another stream's work does not wait for this one's");
     atomic_store(&gate, 1);
     cudaStreamSynchronize(s1);
-    tap_ok(atomic_load(&flag) == 1 && memcmp(a, pinned, 1024 * sizeof(float)) == 0,
+    tap_ok(atomic_load(&flag) == 1 &&
+               memcmp(cudaemu_device_view(a, 1024 * sizeof(float), "the test"), pinned, 1024 * sizeof(float)) == 0,
            "cudaStreamSynchronize returns after the stream's work, in order");
 
     /* an event orders them */

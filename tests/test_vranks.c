@@ -344,8 +344,12 @@ int main(int argc, char **argv) {
         }
         /* fp32: DESIGN's contract.  bf16 parameters: a master that differs
          * in the last fp32 bits (summation order) can round to another
-         * bf16 copy, so the bound is the bf16 step's order, not 1e-5. */
-        double tol = cases[c].pdt == SR_DT_F32 ? 1e-5 : 1e-3;
+         * bf16 copy, so the bound is the bf16 step's order, not 1e-5; on
+         * the cuda table bf16 parameters also mean bf16 activations (its
+         * GEMMs and kernels take bf16 inputs), so one bf16 unit, 2^-8
+         * (the emulated GPU's HSDP 2x2 parts by 1.08e-3 after 20 steps). */
+        bool cuda = o.device && strcmp(o.device, "cuda") == 0;
+        double tol = cases[c].pdt == SR_DT_F32 ? 1e-5 : cuda ? 1.0 / 256 : 1e-3;
         double w = worst(&d, ref), dl = fabs(args[0].loss_last - *lref) / *lref;
         tap_ok(w <= tol, "%s: final parameters per tensor within %g x max of 1 rank (worst %.2e)", cases[c].what, tol,
                w);

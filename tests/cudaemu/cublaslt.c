@@ -403,6 +403,16 @@ static void run_product(void *arg) {
     free(Ap);
 }
 
+/* A layout's element size and the bytes its matrices span. */
+static size_t A_elem(const lt_layout *l) { return l->type == CUDA_R_16BF ? 2 : 4; }
+static size_t extent(const lt_layout *l, size_t e) {
+    if (!l->rows || !l->cols)
+        return 0;
+    return ((size_t)(l->batch > 1 ? l->batch - 1 : 0) * (size_t)l->stride + (size_t)(l->cols - 1) * (size_t)l->ld +
+            (size_t)l->rows) *
+           e;
+}
+
 static int aligned(const void *p, uint32_t a) { return a == 0 || (uintptr_t)p % a == 0; }
 
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
@@ -436,11 +446,26 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
             !aligned(D, al.align[3]))
             return CUBLAS_STATUS_INVALID_VALUE;
     }
+    lt_layout la = *(lt_layout *)Adesc;
+    if (strcmp(cudaemu_mutation(NULL, NULL), "lda") == 0)
+        la.ld += 1; /* the mutation suite: a wrong leading dimension */
+    /* every operand's extent lies in its allocation (else a report) */
+    A = cudaemu_device_view(A, extent(&la, A_elem(&la)), "cublasLtMatmul: matrix A");
+    B = cudaemu_device_view(B, extent((lt_layout *)Bdesc, A_elem((lt_layout *)Bdesc)), "cublasLtMatmul: matrix B");
+    if (C)
+        C = cudaemu_device_view(C, extent((lt_layout *)Cdesc, A_elem((lt_layout *)Cdesc)), "cublasLtMatmul: matrix C");
+    D = cudaemu_device_view(D, extent((lt_layout *)Ddesc, A_elem((lt_layout *)Ddesc)), "cublasLtMatmul: matrix D");
+    lt_desc dv = *d;
+    if (dv.epilogue == CUBLASLT_EPILOGUE_BIAS) {
+        uint64_t m, k;
+        op_dims(&la, d->transa, &m, &k);
+        dv.bias = cudaemu_device_view(dv.bias, m * (dv.bias_type == CUDA_R_16BF ? 2 : 4), "cublasLtMatmul: bias");
+    }
     product *x = malloc(sizeof *x);
     if (!x)
         return CUBLAS_STATUS_ALLOC_FAILED;
-    *x = (product){*d,
-                   *(lt_layout *)Adesc,
+    *x = (product){dv,
+                   la,
                    *(lt_layout *)Bdesc,
                    *(lt_layout *)Cdesc,
                    *(lt_layout *)Ddesc,

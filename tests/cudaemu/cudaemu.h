@@ -14,7 +14,27 @@
  *   CUDAEMU_NAME=TEXT        the devices' name (default "NVIDIA H100 80GB HBM3")
  *   CUDAEMU_NOTREADY_ERROR=0 a cudaErrorNotReady answer (cudaEventQuery,
  *                            cudaStreamQuery) is not recorded as the
- *                            thread's last error (default 1: recorded) */
+ *                            thread's last error (default 1: recorded)
+ *   CUDAEMU_DELAY_SEED=N     a random delay of 0..CUDAEMU_DELAY_MAX_US (200)
+ *                            microseconds before every stream operation,
+ *                            each stream's sequence seeded from N (0: off):
+ *                            other interleavings of the streams, repeatable
+ *   CUDAEMU_MUTATE=KIND[:KERNEL[:ARG]]
+ *                            a mutation the emulator applies, for the
+ *                            mutation suite (tests/mutants.sh; a warning
+ *                            says so): drop_sync:K:N (the N-th __syncthreads
+ *                            each thread of kernel K reaches is skipped),
+ *                            narrow_mask:K (K's shuffles use mask
+ *                            0x0000ffff), grid_minus_one:K (K's grid one
+ *                            block smaller in x), shift_out:K:I (K's pointer
+ *                            argument I one element further on), lda (every
+ *                            cuBLASLt product reads A with its leading
+ *                            dimension plus one), launch_keeps_error
+ *                            (SR_LAUNCH does not clear the last error first)
+ *
+ * Misuse is reported ("cudaemu: error: ...", naming the call, kernel,
+ * block, thread or stream and the calling site) and the process aborts:
+ * see the detectors in tests/cudaemu/README. */
 #ifndef CUDAEMU_H
 #define CUDAEMU_H
 
@@ -44,8 +64,43 @@ int cudaemu_set_notready_error(int on);
 cudaError_t cudaemu_fail(cudaError_t e);
 
 /* Whether [p, p + bytes) lies in device memory of the calling thread's
- * device (kernel arguments are checked against it). */
+ * device. */
 int cudaemu_is_device(const void *p, size_t bytes);
+
+/* Where the bytes of [p, p + bytes) are, for code that runs as the device
+ * (cuBLASLt, CUB, the runtime): device memory is handed out at tagged
+ * addresses the host faults on (runtime.c), this is the untagged one;
+ * host pointers come back unchanged.  A device pointer that no live
+ * allocation holds (freed, or never allocated) or a range past its
+ * allocation's end is reported, naming `what`, and the process aborts. */
+void *cudaemu_device_view(const void *p, size_t bytes, const char *what);
+
+/* A kernel's pointer argument `index` at its launch: translated like
+ * cudaemu_device_view (its start checked), and pageable host memory is
+ * reported (a kernel reaches device, pinned and registered memory only). */
+void *cudaemu_kernel_arg(const char *kernel, int index, const void *p);
+
+/* A device allocation a kernel had as argument `arg` (-1: none): its
+ * bytes, size and end (guard included).  cudaemu_kernel_arg records one per
+ * device argument; cudaemu_take_guards moves the launch's to `out` (at
+ * most max, the count returned); cudaemu_check_guards reports a write past
+ * an allocation's size (outside AddressSanitizer, which reports it at the
+ * access), naming `what`. */
+typedef struct {
+    const char *real;
+    size_t n, end;
+    int arg;
+} cudaemu_guard;
+int cudaemu_take_guards(cudaemu_guard *out, int max);
+void cudaemu_check_guards(const char *what, const cudaemu_guard *g, int n);
+
+/* Reports misuse found by the emulator ("cudaemu: error: ...") and aborts. */
+cudaError_t cudaemu_report(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+/* The mutation CUDAEMU_MUTATE names for `kernel` (NULL: any; a template
+ * kernel "k<T>" is named "k"): its kind ("" when none applies) and *arg
+ * its number. */
+const char *cudaemu_mutation(const char *kernel, int *arg);
 
 #ifdef __cplusplus
 }

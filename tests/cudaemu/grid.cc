@@ -19,10 +19,20 @@
  * warp has posted before any reads (lockstep); the slots alternate by
  * shuffle count, so a lane that runs ahead to its next shuffle never
  * overwrites a value a slower lane still reads.  A barrier releases when
- * no fiber of the block is runnable and at least one waits at it (threads
- * that exited do not hold it).  A shuffle whose partner lane did not post
- * the same shuffle is a fault the emulator reports and aborts on (issue
- * 31 makes misuse a report).
+ * no fiber of the block is runnable and at least one waits at it.
+ *
+ * Misuse is reported, naming the kernel, block and thread, and the
+ * process aborts (on a GPU each is undefined behaviour): a barrier that
+ * not every thread reaches (one exited before it, or threads wait at
+ * different __syncthreads); a shuffle whose mask omits the calling lane,
+ * or that reads a lane outside the mask or inactive there; a race on
+ * shared memory (every SR_SHARED access goes through
+ * cudaemu_shared_access: two threads touching a byte between barriers,
+ * one of them writing) and a shared index out of bounds.  The scheduler
+ * runs the threads of a barrier interval one after another, so a race is
+ * found in any order, not only an unlucky one.  Kernel arguments are
+ * checked at the launch (kernel.h, runtime.c).  CUDAEMU_MUTATE's kernel
+ * mutations (cudaemu.h) are applied here and in kernel.h.
  *
  * AddressSanitizer is told of every switch (start/finish_switch_fiber). */
 #include "kernel.h"
@@ -31,6 +41,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -133,7 +144,10 @@ struct fiber {
     void *sp;    /* where it waits */
     uint3 tid;
     state st;
-    unsigned shfl; /* shuffles done */
+    unsigned shfl;     /* shuffles done */
+    unsigned barriers; /* __syncthreads reached */
+    const char *file;  /* the __syncthreads it waits at */
+    int line;
 };
 
 struct launch {
@@ -142,6 +156,19 @@ struct launch {
     void (*fn)(void *);
     void *ctx;
     void (*free_ctx)(void *);
+    cudaemu_guard guards[16]; /* its device arguments' allocations */
+    int nguards;
+    bool narrow;       /* CUDAEMU_MUTATE narrow_mask names this kernel */
+    unsigned drop_bar; /* drop_sync: the barrier (1-based, per thread) to skip; 0: none */
+};
+
+/* The race detector's shadow of one byte of shared memory: the thread that
+ * last wrote it and the first that read it in the current barrier
+ * interval (epoch), and whether more than one thread read it. */
+struct shadow {
+    unsigned w_epoch, r_epoch;
+    int16_t writer, reader;
+    bool readers;
 };
 
 /* One host thread's block runner: its fibers and stacks, reused. */
@@ -160,6 +187,8 @@ struct runner {
     std::vector<std::pair<const void *, size_t>> shared_keys;
     std::vector<char> shared;
     size_t shared_used = 0;
+    std::vector<shadow> sh; /* one per byte of `shared` */
+    unsigned epoch = 0;     /* barrier intervals so far (every block starts a new one) */
 #ifdef CUDAEMU_ASAN
     void *fake = nullptr;
     const void *sched_bottom = nullptr;
@@ -177,15 +206,29 @@ struct runner_owner {
 };
 thread_local runner_owner owner;
 
-[[noreturn]] void fault(const char *what) {
+[[noreturn]] __attribute__((format(printf, 1, 2))) void fault(const char *fmt, ...) {
     launch *l = me->l;
+    char what[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
     fprintf(stderr,
-            "cudaemu: kernel %s, block (%u,%u,%u), thread (%u,%u,%u): %s (the emulator stops here; on a GPU this "
-            "is undefined behaviour)\n",
+            "cudaemu: error: kernel %s, block (%u,%u,%u), thread (%u,%u,%u): %s (the emulator stops here; on a GPU "
+            "this is undefined behaviour)\n",
             l->name, cudaemu_r.bid.x, cudaemu_r.bid.y, cudaemu_r.bid.z, cudaemu_r.tid.x, cudaemu_r.tid.y,
             cudaemu_r.tid.z, what);
     abort();
 }
+
+/* "(x,y,z)" of thread i of the running block. */
+struct tname {
+    char s[40];
+    tname(const runner *r, int i) {
+        const uint3 &t = r->f[i].tid;
+        snprintf(s, sizeof s, "(%u,%u,%u)", t.x, t.y, t.z);
+    }
+};
 
 char *new_stack(runner *r) {
     if (!r->free_stacks.empty()) {
@@ -301,6 +344,30 @@ void wait(runner *r) {
 #endif
 }
 
+/* At a barrier's release: every waiting thread is at the same
+ * __syncthreads, and every thread of the block waits (one that exited
+ * never arrives: on a GPU the block hangs or runs on undefined). */
+void check_barrier(runner *r) {
+    const fiber &w = r->f[r->barrier[0]];
+    for (int i : r->barrier) {
+        const fiber &f = r->f[i];
+        if (f.line != w.line || strcmp(f.file, w.file) != 0) {
+            cudaemu_r.tid = f.tid;
+            fault("divergent __syncthreads: this thread waits at %s:%d, thread %s at %s:%d", f.file, f.line,
+                  tname(r, r->barrier[0]).s, w.file, w.line);
+        }
+    }
+    if ((int)r->barrier.size() == r->n)
+        return;
+    for (int i = 0; i < r->n; i++)
+        if (r->f[i].st == DONE) {
+            cudaemu_r.tid = w.tid;
+            fault("__syncthreads at %s:%d not reached by every thread of the block: %zu of %d wait there, thread %s "
+                  "exited without reaching it",
+                  w.file, w.line, r->barrier.size(), r->n, tname(r, i).s);
+        }
+}
+
 void run_block(runner *r, unsigned long long b) {
     launch *l = r->l;
     cudaemu_r.bid.x = (unsigned)(b % l->grid.x);
@@ -312,12 +379,13 @@ void run_block(runner *r, unsigned long long b) {
     r->barrier.clear();
     for (int i = 0; i < n; i++) {
         uint3 tid = {(unsigned)i % bx, ((unsigned)i / bx) % by, (unsigned)i / (bx * by)};
-        r->f[i] = fiber{nullptr, nullptr, tid, RUN, 0};
+        r->f[i] = fiber{nullptr, nullptr, tid, RUN, 0, 0, nullptr, 0};
         r->gen[0][i] = r->gen[1][i] = ~0u;
         r->runq.push_back(i);
     }
     r->shared_keys.clear();
     r->shared_used = 0;
+    r->epoch++;
     for (;;) {
         r->next.clear();
         r->pos = 0;
@@ -329,7 +397,10 @@ void run_block(runner *r, unsigned long long b) {
         }
         if (r->barrier.empty())
             break;
-        /* every thread still running waits at the barrier: release it */
+        /* every thread still running waits at a barrier: the same one, and
+         * no thread of the block exited before it (else a report) */
+        check_barrier(r);
+        r->epoch++;
         r->runq.swap(r->barrier);
         r->barrier.clear();
         for (int i : r->runq)
@@ -373,31 +444,48 @@ void run_grid(void *arg) {
 
 void drop_launch(void *arg) {
     launch *l = static_cast<launch *>(arg);
+    char what[160];
+    snprintf(what, sizeof what, "kernel %s", l->name);
+    cudaemu_check_guards(what, l->guards, l->nguards); /* after the grid ran */
     l->free_ctx(l->ctx);
     delete l;
 }
 
 } // namespace
 
-extern "C" void cudaemu_syncthreads(void) {
+extern "C" void cudaemu_syncthreads(const char *file, int line) {
     runner *r = me;
-    r->f[r->cur].st = BARRIER;
+    fiber &f = r->f[r->cur];
+    if (++f.barriers == r->l->drop_bar)
+        return; /* CUDAEMU_MUTATE drop_sync: this __syncthreads removed */
+    f.st = BARRIER;
+    f.file = file;
+    f.line = line;
     wait(r);
 }
 
 extern "C" uint64_t cudaemu_shfl_xor_bits(unsigned mask, uint64_t bits, int lane_mask) {
     runner *r = me;
-    if (mask != 0xffffffffu)
-        fault("__shfl_xor_sync with a mask other than the full warp (out of the emulator's scope)");
+    if (r->l->narrow)
+        mask &= 0x0000ffffu; /* CUDAEMU_MUTATE narrow_mask */
     int i = r->cur;
+    unsigned lane = (unsigned)i & 31u;
+    if (!(mask >> lane & 1u))
+        fault("__shfl_xor_sync with mask 0x%08x, which omits lane %u: this lane executes the shuffle", mask, lane);
     fiber &f = r->f[i];
     unsigned g = f.shfl++, p = g & 1u;
     r->val[p][i] = bits;
     r->gen[p][i] = g;
     wait(r); /* every lane of the warp posts in this pass */
     int j = (i & ~31) | ((i & 31) ^ (lane_mask & 31));
+    unsigned src = (unsigned)j & 31u;
+    if (!(mask >> src & 1u))
+        fault("__shfl_xor_sync (mask 0x%08x, lane mask %d): lane %u reads lane %u, outside the mask", mask, lane_mask,
+              lane, src);
     if (j >= r->n || r->gen[p][j] != g)
-        fault("__shfl_xor_sync: the partner lane did not reach the same shuffle");
+        fault("__shfl_xor_sync (mask 0x%08x, lane mask %d): lane %u reads lane %u, which is inactive (it exited or "
+              "is not at this shuffle)",
+              mask, lane_mask, lane, src);
     return r->val[p][j];
 }
 
@@ -412,13 +500,57 @@ extern "C" void *cudaemu_shared(const void *key, size_t bytes) {
     size_t need = r->shared_used + (bytes + 15) / 16 * 16;
     if (need > 48 * 1024)
         fault("more than 48 KiB of static shared memory");
-    if (r->shared.size() < 48 * 1024)
+    if (r->shared.size() < 48 * 1024) {
         r->shared.resize(48 * 1024);
+        r->sh.assign(48 * 1024, shadow{0, 0, -1, -1, false});
+    }
     char *p = r->shared.data() + r->shared_used;
     memset(p, 0xff, bytes);
     r->shared_keys.push_back({key, bytes});
     r->shared_used = need;
     return p;
+}
+
+extern "C" void cudaemu_shared_access(const void *p, size_t bytes, int write, const char *name) {
+    runner *r = me;
+    int t = r->cur;
+    unsigned e = r->epoch;
+    size_t off = (size_t)(static_cast<const char *>(p) - r->shared.data());
+    for (size_t b = off; b < off + bytes; b++) {
+        shadow &s = r->sh[b];
+        int other = -1;
+        const char *how = nullptr;
+        if (s.w_epoch == e && s.writer != t) {
+            other = s.writer;
+            how = "wrote";
+        } else if (write && s.r_epoch == e && (s.reader != t || s.readers)) {
+            other = s.reader != t ? s.reader : -1;
+            how = "read";
+        }
+        if (how) {
+            char who[64];
+            if (other >= 0)
+                snprintf(who, sizeof who, "thread %s", tname(r, other).s);
+            else
+                snprintf(who, sizeof who, "another thread");
+            fault("shared-memory race on %s (byte %zu of the block's shared memory): this thread %s it after %s %s it, "
+                  "with no __syncthreads between",
+                  name, b, write ? "writes" : "reads", who, how);
+        }
+        if (write) {
+            s.w_epoch = e;
+            s.writer = (int16_t)t;
+        } else if (s.r_epoch != e) {
+            s.r_epoch = e;
+            s.reader = (int16_t)t;
+            s.readers = false;
+        } else if (s.reader != t)
+            s.readers = true;
+    }
+}
+
+extern "C" void cudaemu_shared_oob(const char *name, long long i, size_t n) {
+    fault("shared array %s[%zu] indexed at %lld, out of bounds", name, n, i);
 }
 
 extern "C" void cudaemu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream,
@@ -428,11 +560,28 @@ extern "C" void cudaemu_launch_raw(const char *name, dim3 grid, dim3 block, size
               grid.z <= 65535u && block.x >= 1 && block.y >= 1 && block.z >= 1 && block.x <= 1024u &&
               block.y <= 1024u && block.z <= 64u && nt <= (unsigned long long)MAX_THREADS && shmem <= 48 * 1024;
     if (!ok) {
+        cudaemu_guard none[16];
+        (void)cudaemu_take_guards(none, 16);
         free_ctx(ctx);
         cudaemu_fail(cudaErrorInvalidConfiguration);
         return;
     }
-    launch *l = new launch{name, grid, block, fn, ctx, free_ctx};
+    int arg = 0;
+    const char *m = cudaemu_mutation(name, &arg);
+    if (strcmp(m, "grid_minus_one") == 0 && grid.x > 1)
+        grid.x -= 1; /* the mutation suite: a grid one block too small */
+    bool drop = strcmp(m, "drop_sync") == 0;
+    launch *l = new launch{name,
+                           grid,
+                           block,
+                           fn,
+                           ctx,
+                           free_ctx,
+                           {},
+                           0,
+                           strcmp(m, "narrow_mask") == 0,
+                           drop ? (unsigned)(arg > 0 ? arg : 1) : 0u};
+    l->nguards = cudaemu_take_guards(l->guards, 16);
     if (cudaemu_enqueue(stream, run_grid, l, drop_launch) != cudaSuccess)
         drop_launch(l);
 }

@@ -14,13 +14,23 @@
 
 #include "cudaemu.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+#endif
 
 #define MAX_DEVICES 16
 
@@ -32,7 +42,9 @@ typedef struct op {
 } op;
 
 struct CUstream_st {
+    int id; /* the order of creation (reports name streams by it) */
     int device, priority;
+    unsigned seed; /* CUDAEMU_DELAY_SEED: this stream's delay sequence */
     unsigned flags;
     pthread_t thread;
     op *head, *tail;
@@ -42,6 +54,8 @@ struct CUstream_st {
 };
 
 struct CUevent_st {
+    int id;
+    int warned; /* a wait before any record was reported */
     int device;
     unsigned flags;
     uint64_t recorded, completed; /* record count; the newest completed record */
@@ -49,12 +63,33 @@ struct CUevent_st {
 };
 
 typedef enum { MEM_DEVICE, MEM_PINNED, MEM_REGISTERED } mem_kind;
+/* An allocation: `p` is the address the program holds (tagged, for
+ * device memory), `real` where its bytes are, `n` the size asked for and
+ * `span` what it covers (n rounded up to 256 bytes). */
 typedef struct {
-    char *p;
-    size_t n;
+    char *p, *real;
+    size_t n, span;
+    size_t end; /* device memory: bytes allocated, guard included */
     mem_kind kind;
     int device;
+    void *site; /* the allocating call's caller */
 } region;
+
+/* Device memory is host memory the program sees through a tagged address:
+ * bit 62 set makes it non-canonical on x86-64, so host code that
+ * dereferences it faults (the SIGSEGV handler names the allocation), while
+ * every runtime call, the kernels' arguments and cuBLASLt translate it
+ * (cudaemu_device_view).  Why not a second mapping: a mapping is per
+ * process, and kernels run on host threads beside the host code. */
+#define TAG ((uintptr_t)1 << 62)
+#define TAGGED(p) (((uintptr_t)(p) & (TAG | ((uintptr_t)1 << 63))) == TAG)
+#define FREED_KEPT 4096 /* freed device allocations remembered, for use-after-free reports */
+/* Every device allocation ends in at least GUARD bytes past its size: under
+ * AddressSanitizer they are poisoned (a read or write there is its report),
+ * elsewhere filled with GUARD_BYTE and checked after every kernel that had
+ * the allocation as an argument, and at cudaFree (a write there is ours). */
+#define GUARD 256
+#define GUARD_BYTE 0xa5
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t progress = PTHREAD_COND_INITIALIZER;
@@ -65,9 +100,150 @@ static char dev_name[256] = "NVIDIA H100 80GB HBM3";
 static struct CUstream_st *streams, *legacy[MAX_DEVICES];
 static region *regions;
 static size_t nregions, cap_regions;
+static region freed[FREED_KEPT]; /* a ring of freed device allocations */
+static size_t nfreed;
+static int nstreams_made, nevents_made;
+static unsigned delay_seed; /* CUDAEMU_DELAY_SEED (0: off) */
+static long delay_max_us = 200;
+static struct {
+    char kind[32], kernel[96];
+    int arg;
+} mutation; /* CUDAEMU_MUTATE */
 
 static __thread cudaError_t last_error = cudaSuccess;
+static __thread cudaemu_guard guards[16]; /* the kernel arguments of the launch being prepared */
+static __thread int nguards;
 static __thread int current = 0;
+
+/* ------------------------------------------------------------------------ */
+/* reports */
+
+static void init(void);
+
+/* The symbol of a code address ("func+0x12 (binary)"), best effort. */
+static void describe_site(const void *pc, char *buf, size_t n) {
+    Dl_info di;
+    if (pc && dladdr(pc, &di) && di.dli_fname) {
+        const char *bin = strrchr(di.dli_fname, '/');
+        bin = bin ? bin + 1 : di.dli_fname;
+        if (di.dli_sname)
+            snprintf(buf, n, "%s+0x%lx in %s", di.dli_sname,
+                     (unsigned long)((const char *)pc - (const char *)di.dli_saddr), bin);
+        else
+            snprintf(buf, n, "%s+0x%lx", bin, (unsigned long)((const char *)pc - (const char *)di.dli_fbase));
+    } else
+        snprintf(buf, n, "%p", pc);
+}
+
+/* A misuse report: "cudaemu: error: <what> (at <site>)", the host stack,
+ * then the process aborts (on a GPU each of these is undefined behaviour
+ * or a fault far from its cause). */
+static _Noreturn void misuse(const void *site, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static _Noreturn void misuse(const void *site, const char *fmt, ...) {
+    char where[256], msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    describe_site(site, where, sizeof where);
+    fprintf(stderr, "cudaemu: error: %s (called from %s; the emulator stops here)\n", msg, where);
+    void *frames[24];
+    int nf = backtrace(frames, 24);
+    backtrace_symbols_fd(frames, nf, 2);
+    abort();
+}
+
+const char *cudaemu_mutation(const char *kernel, int *arg) {
+    init();
+    if (arg)
+        *arg = mutation.arg;
+    size_t kl = strlen(mutation.kernel);
+    if (!mutation.kind[0] ||
+        (kernel && kl && !(strncmp(kernel, mutation.kernel, kl) == 0 && (kernel[kl] == 0 || kernel[kl] == '<'))))
+        return "";
+    return mutation.kind;
+}
+
+cudaError_t cudaemu_report(const char *fmt, ...) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "cudaemu: error: %s (the emulator stops here)\n", msg);
+    abort();
+}
+
+/* The region holding address p (device regions by their tagged address),
+ * or NULL (caller holds mu, or is the fault handler). */
+static region *holding(const void *p) {
+    const char *c = p;
+    for (size_t i = 0; i < nregions; i++)
+        if (c >= regions[i].p && c < regions[i].p + (regions[i].span ? regions[i].span : 1))
+            return &regions[i];
+    return NULL;
+}
+
+/* The freed device allocation that held p, newest first, or NULL. */
+static region *freed_holding(const void *p) {
+    const char *c = p;
+    size_t n = nfreed < FREED_KEPT ? nfreed : FREED_KEPT;
+    for (size_t k = 0; k < n; k++) {
+        region *r = &freed[(nfreed - 1 - k) % FREED_KEPT];
+        if (c >= r->p && c < r->p + (r->span ? r->span : 1))
+            return r;
+    }
+    return NULL;
+}
+
+/* Host code dereferenced a tagged (device) address: the fault of a
+ * non-canonical address carries no address, so the registers are searched
+ * for a device address to name; anything else goes to the previous
+ * handler. */
+static struct sigaction old_segv;
+static void on_segv(int sig, siginfo_t *si, void *uc_) {
+    ucontext_t *uc = uc_;
+    for (int i = 0; i < NGREG; i++) {
+        uintptr_t v = (uintptr_t)uc->uc_mcontext.gregs[i];
+        if (!TAGGED(v))
+            continue;
+        region *r = holding((void *)v);
+        region *f = r ? NULL : freed_holding((void *)v);
+        if (!r && !f)
+            continue;
+        char where[256];
+        describe_site((void *)uc->uc_mcontext.gregs[REG_RIP], where, sizeof where);
+        fprintf(stderr,
+                "cudaemu: error: host code touched device memory at %s: the faulting access used device address %p "
+                "(%zu bytes into a%s device allocation of %zu bytes); host code reaches device memory only by "
+                "cudaMemcpy (on a GPU this faults or reads garbage)\n",
+                where, (void *)v, (size_t)(v - (uintptr_t)(r ? r->p : f->p)), r ? "" : " freed", r ? r->n : f->n);
+        void *frames[24];
+        int nf = backtrace(frames, 24);
+        backtrace_symbols_fd(frames, nf, 2);
+        signal(SIGABRT, SIG_DFL);
+        abort();
+    }
+    if (old_segv.sa_flags & SA_SIGINFO) {
+        if (old_segv.sa_sigaction) {
+            old_segv.sa_sigaction(sig, si, uc_);
+            return;
+        }
+    } else if (old_segv.sa_handler != SIG_DFL && old_segv.sa_handler != SIG_IGN) {
+        old_segv.sa_handler(sig);
+        return;
+    }
+    signal(sig, SIG_DFL); /* the fault repeats with the default action */
+}
+
+static void install_segv(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &old_segv);
+}
 
 static void configure(void) {
     const char *v;
@@ -79,6 +255,25 @@ static void configure(void) {
         snprintf(dev_name, sizeof dev_name, "%s", v);
     if ((v = getenv("CUDAEMU_NOTREADY_ERROR")) && *v)
         notready_records = atoi(v) != 0;
+    if ((v = getenv("CUDAEMU_DELAY_SEED")) && *v)
+        delay_seed = (unsigned)strtoul(v, NULL, 10);
+    if ((v = getenv("CUDAEMU_DELAY_MAX_US")) && atol(v) > 0)
+        delay_max_us = atol(v);
+    if ((v = getenv("CUDAEMU_MUTATE")) && *v) {
+        /* KIND[:KERNEL[:ARG]] */
+        char buf[160];
+        snprintf(buf, sizeof buf, "%s", v);
+        char *k = strchr(buf, ':'), *a = k ? strchr(k + 1, ':') : NULL;
+        if (k)
+            *k++ = 0;
+        if (a)
+            *a++ = 0;
+        snprintf(mutation.kind, sizeof mutation.kind, "%.31s", buf);
+        snprintf(mutation.kernel, sizeof mutation.kernel, "%.95s", k ? k : "");
+        mutation.arg = a ? atoi(a) : 0;
+        fprintf(stderr, "cudaemu: warning: CUDAEMU_MUTATE=%s: the emulator applies this mutation (a test)\n", v);
+    }
+    install_segv();
 }
 
 static void init(void) { pthread_once(&once, configure); }
@@ -112,16 +307,15 @@ static double now_ns(void) {
 /* ------------------------------------------------------------------------ */
 /* memory regions */
 
-/* The region holding [p, p + n), or NULL (caller holds mu). */
+/* The live region holding all of [p, p + n) (n 0: p), or NULL (caller
+ * holds mu). */
 static region *find(const void *p, size_t n) {
-    const char *c = p;
-    for (size_t i = 0; i < nregions; i++)
-        if (c >= regions[i].p && c < regions[i].p + regions[i].n && (size_t)(regions[i].p + regions[i].n - c) >= n)
-            return &regions[i];
-    return NULL;
+    region *r = holding(p);
+    return r && (size_t)(r->p + r->span - (const char *)p) >= n ? r : NULL;
 }
 
-static int add_region(char *p, size_t n, mem_kind kind, int device) {
+static int add_region(char *p, char *real, size_t n, size_t span, mem_kind kind, int device, void *site) {
+    size_t end = kind == MEM_DEVICE ? span + GUARD : span;
     if (nregions == cap_regions) {
         size_t c = cap_regions ? 2 * cap_regions : 64;
         region *r = realloc(regions, c * sizeof *r);
@@ -130,11 +324,97 @@ static int add_region(char *p, size_t n, mem_kind kind, int device) {
         regions = r;
         cap_regions = c;
     }
-    regions[nregions++] = (region){p, n, kind, device};
+    regions[nregions++] = (region){p, real, n, span, end, kind, device, site};
     return 0;
 }
 
-static void drop_region(region *r) { *r = regions[--nregions]; }
+static void drop_region(region *r) {
+    if (r->kind == MEM_DEVICE)
+        freed[nfreed++ % FREED_KEPT] = *r;
+    *r = regions[--nregions];
+}
+
+/* Where [p, p + bytes) of a device pointer lies, checked: the reports of
+ * use after free, of an address no allocation gave, and of a range past
+ * an allocation's end (caller holds mu; `what` names the call). */
+static char *checked_real(const void *p, size_t bytes, const char *what, const void *site) {
+    region *r = holding(p);
+    if (!r) {
+        region *f = freed_holding(p);
+        pthread_mutex_unlock(&mu);
+        if (f)
+            misuse(site,
+                   "%s: %p is %zu bytes into a device allocation of %zu bytes that was freed (use after cudaFree)",
+                   what, p, (size_t)((const char *)p - f->p), f->n);
+        misuse(site, "%s: %p is a device address no live allocation holds", what, p);
+    }
+    size_t off = (size_t)((const char *)p - r->p);
+    if (r->kind == MEM_DEVICE && off + bytes > r->n) {
+        size_t n = r->n;
+        pthread_mutex_unlock(&mu);
+        misuse(site, "%s: %zu bytes at offset %zu of a device allocation of %zu bytes run %zu bytes past its end", what,
+               bytes, off, n, off + bytes - n);
+    }
+    return r->real + off;
+}
+
+void *cudaemu_device_view(const void *p, size_t bytes, const char *what) {
+    if (!p || !TAGGED(p))
+        return (void *)p;
+    init();
+    pthread_mutex_lock(&mu);
+    char *real = checked_real(p, bytes, what, __builtin_return_address(0));
+    pthread_mutex_unlock(&mu);
+    return real;
+}
+
+void *cudaemu_kernel_arg(const char *kernel, int index, const void *p) {
+    if (!p)
+        return NULL;
+    init();
+    char what[160];
+    snprintf(what, sizeof what, "kernel %s, argument %d", kernel, index);
+    pthread_mutex_lock(&mu);
+    if (TAGGED(p)) {
+        char *real = checked_real(p, 0, what, __builtin_return_address(0));
+        region *r = holding(p);
+        if (nguards < (int)(sizeof guards / sizeof guards[0]))
+            guards[nguards++] = (cudaemu_guard){r->real, r->n, r->end, index};
+        pthread_mutex_unlock(&mu);
+        return real;
+    }
+    region *r = holding(p);
+    pthread_mutex_unlock(&mu);
+    if (!r)
+        cudaemu_report("%s: %p is pageable host memory; a kernel reaches only device memory and pinned or registered "
+                       "host memory (on a GPU this faults)",
+                       what, p);
+    return (void *)p;
+}
+
+int cudaemu_take_guards(cudaemu_guard *out, int max) {
+    int n = nguards < max ? nguards : max;
+    memcpy(out, guards, (size_t)n * sizeof *out);
+    nguards = 0;
+    return n;
+}
+
+void cudaemu_check_guards(const char *what, const cudaemu_guard *g, int n) {
+#ifndef __SANITIZE_ADDRESS__
+    for (int i = 0; i < n; i++)
+        for (size_t b = g[i].n; b < g[i].end; b++)
+            if ((unsigned char)g[i].real[b] != GUARD_BYTE) {
+                char arg[48] = "";
+                if (g[i].arg >= 0)
+                    snprintf(arg, sizeof arg, ", argument %d", g[i].arg);
+                cudaemu_report("%s%s: byte %zu past the end of a device allocation of %zu bytes was written (its guard "
+                               "bytes changed; on a GPU this corrupts a neighbour or faults)",
+                               what, arg, b - g[i].n, g[i].n);
+            }
+#else
+    (void)what, (void)g, (void)n; /* AddressSanitizer poisons the guard: it reports the access itself */
+#endif
+}
 
 int cudaemu_is_device(const void *p, size_t bytes) {
     init();
@@ -143,12 +423,6 @@ int cudaemu_is_device(const void *p, size_t bytes) {
     int yes = r && r->kind == MEM_DEVICE && r->device == current;
     pthread_mutex_unlock(&mu);
     return yes;
-}
-
-/* Host memory the device can reach directly (pinned or registered). */
-static int page_locked(const void *p, size_t n) {
-    region *r = find(p, n ? n : 1);
-    return r && r->kind != MEM_DEVICE;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -164,6 +438,8 @@ static void *worker(void *arg) {
             break;
         op *o = s->head;
         pthread_mutex_unlock(&mu);
+        if (delay_seed) /* CUDAEMU_DELAY_SEED: a seeded random delay before each operation */
+            usleep((useconds_t)(rand_r(&s->seed) % (unsigned)(delay_max_us + 1)));
         o->fn(o->arg);
         if (o->free_arg)
             o->free_arg(o->arg);
@@ -186,6 +462,10 @@ static struct CUstream_st *new_stream(int device, unsigned flags, int priority) 
     s->device = device;
     s->flags = flags;
     s->priority = priority;
+    pthread_mutex_lock(&mu);
+    s->id = nstreams_made++;
+    s->seed = delay_seed * 2654435761u + (unsigned)s->id;
+    pthread_mutex_unlock(&mu);
     if (pthread_create(&s->thread, NULL, worker, s) != 0) {
         free(s);
         return NULL;
@@ -485,14 +765,21 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     cudaError_t e = cudaSuccess;
     if (rounded > mem_bytes - used[current])
         e = cudaErrorMemoryAllocation;
-    char *m = e == cudaSuccess ? aligned_alloc(256, rounded) : NULL;
-    if (e == cudaSuccess && (!m || add_region(m, rounded, MEM_DEVICE, current))) {
+    char *m = e == cudaSuccess ? aligned_alloc(256, rounded + GUARD) : NULL;
+    char *tagged = (char *)((uintptr_t)m | TAG);
+    if (e == cudaSuccess &&
+        (!m || add_region(tagged, m, n, rounded, MEM_DEVICE, current, __builtin_return_address(0)))) {
         free(m);
         e = cudaErrorMemoryAllocation;
     }
     if (e == cudaSuccess) {
         used[current] += rounded;
-        *p = m;
+        *p = tagged;
+#ifdef __SANITIZE_ADDRESS__
+        ASAN_POISON_MEMORY_REGION(m + n, rounded + GUARD - n); /* past the size: nobody's to touch */
+#else
+        memset(m + n, GUARD_BYTE, rounded + GUARD - n);
+#endif
     }
     pthread_mutex_unlock(&mu);
     return e == cudaSuccess ? e : fail(e);
@@ -500,6 +787,7 @@ cudaError_t cudaMalloc(void **p, size_t n) {
 
 cudaError_t cudaFree(void *p) {
     ready();
+    void *site = __builtin_return_address(0);
     pthread_mutex_lock(&mu);
     /* cudaFree synchronises the device */
     drain_device(current);
@@ -507,15 +795,36 @@ cudaError_t cudaFree(void *p) {
         pthread_mutex_unlock(&mu);
         return cudaSuccess;
     }
-    region *r = find(p, 1);
+    region *r = holding(p);
+    if (TAGGED(p) && (!r || r->p != p)) {
+        region *f = r ? NULL : freed_holding(p);
+        size_t fn = f ? f->n : 0, off = r ? (size_t)((char *)p - r->p) : 0;
+        int was_freed = f && f->p == p;
+        pthread_mutex_unlock(&mu);
+        if (was_freed)
+            misuse(site, "cudaFree(%p): a device allocation of %zu bytes freed twice", p, fn);
+        if (r)
+            misuse(site, "cudaFree(%p): %zu bytes into an allocation, not its start", p, off);
+        misuse(site, "cudaFree(%p): a device address no allocation gave", p);
+    }
     if (!r || r->p != p || r->kind != MEM_DEVICE) {
         pthread_mutex_unlock(&mu);
         return fail(cudaErrorInvalidDevicePointer);
     }
-    used[r->device] -= r->n;
+    cudaemu_guard g = {r->real, r->n, r->end, -1};
+    char *real = r->real;
+    size_t span = r->end;
+    used[r->device] -= r->span;
+    r->site = site;
     drop_region(r);
     pthread_mutex_unlock(&mu);
-    free(p);
+    cudaemu_check_guards("cudaFree", &g, 1);
+#ifdef __SANITIZE_ADDRESS__
+    ASAN_UNPOISON_MEMORY_REGION(real, span);
+#else
+    (void)span;
+#endif
+    free(real);
     return cudaSuccess;
 }
 
@@ -526,7 +835,7 @@ cudaError_t cudaMallocHost(void **p, size_t n) {
     size_t rounded = (n + 255) / 256 * 256;
     char *m = aligned_alloc(256, rounded ? rounded : 256);
     pthread_mutex_lock(&mu);
-    int rc = m ? add_region(m, rounded ? rounded : 256, MEM_PINNED, current) : -1;
+    int rc = m ? add_region(m, m, n, rounded ? rounded : 256, MEM_PINNED, current, __builtin_return_address(0)) : -1;
     pthread_mutex_unlock(&mu);
     if (rc) {
         free(m);
@@ -560,7 +869,7 @@ cudaError_t cudaHostRegister(void *p, size_t n, unsigned int flags) {
         return fail(cudaErrorInvalidValue);
     pthread_mutex_lock(&mu);
     cudaError_t e = find(p, 1) || find((char *)p + n - 1, 1) ? cudaErrorHostMemoryAlreadyRegistered : cudaSuccess;
-    if (e == cudaSuccess && add_region(p, n, MEM_REGISTERED, current))
+    if (e == cudaSuccess && add_region(p, p, n, n, MEM_REGISTERED, current, __builtin_return_address(0)))
         e = cudaErrorMemoryAllocation;
     pthread_mutex_unlock(&mu);
     return e == cudaSuccess ? e : fail(e);
@@ -583,7 +892,7 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
         return fail(cudaErrorInvalidValue);
     memset(a, 0, sizeof *a);
     pthread_mutex_lock(&mu);
-    region *r = find(p, 1);
+    region *r = holding(p);
     a->type = !r ? cudaMemoryTypeUnregistered : r->kind == MEM_DEVICE ? cudaMemoryTypeDevice : cudaMemoryTypeHost;
     a->device = r ? r->device : -2;
     a->devicePointer = r ? (void *)p : NULL;
@@ -623,43 +932,78 @@ static cudaError_t enqueue_mem(cudaStream_t stream, void (*fn)(void *), copy_op 
     return e;
 }
 
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t stream) {
+/* One side of a copy or set: whether it is device memory, where its bytes
+ * are (checked: cudaemu_device_view's reports) and whether host memory is
+ * page-locked (caller holds mu). */
+typedef struct {
+    int dev, locked;
+    char *real;
+} side;
+static side classify(const void *p, size_t n, const char *what, const void *site) {
+    side x = {0, 0, (char *)p};
+    if (TAGGED(p)) {
+        x.real = checked_real(p, n, what, site);
+        x.dev = 1;
+        return x;
+    }
+    region *r = holding(p);
+    if (r && (size_t)((const char *)p - r->p) + n > r->span) {
+        size_t off = (size_t)((const char *)p - r->p), span = r->span;
+        pthread_mutex_unlock(&mu);
+        misuse(site, "%s: %zu bytes at offset %zu of %zu bytes of %s host memory run past its end", what, n, off, span,
+               r->kind == MEM_PINNED ? "pinned" : "registered");
+    }
+    x.locked = r != NULL;
+    return x;
+}
+
+static cudaError_t copy_async(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t stream,
+                              const char *call, const void *site) {
     ready();
     if (n == 0)
         return cudaSuccess;
     if (!dst || !src)
         return fail(cudaErrorInvalidValue);
+    char wd[96], ws[96];
+    snprintf(wd, sizeof wd, "%s (destination)", call);
+    snprintf(ws, sizeof ws, "%s (source)", call);
     pthread_mutex_lock(&mu);
-    region *rd = find(dst, n), *rs = find(src, n);
-    int dev_dst = rd && rd->kind == MEM_DEVICE, dev_src = rs && rs->kind == MEM_DEVICE;
-    int ok = kind == cudaMemcpyDefault || (kind == cudaMemcpyHostToDevice && dev_dst && !dev_src) ||
-             (kind == cudaMemcpyDeviceToHost && dev_src && !dev_dst) ||
-             (kind == cudaMemcpyDeviceToDevice && dev_src && dev_dst) ||
-             (kind == cudaMemcpyHostToHost && !dev_src && !dev_dst);
+    side d = classify(dst, n, wd, site), sr = classify(src, n, ws, site);
+    int ok = kind == cudaMemcpyDefault || (kind == cudaMemcpyHostToDevice && d.dev && !sr.dev) ||
+             (kind == cudaMemcpyDeviceToHost && sr.dev && !d.dev) ||
+             (kind == cudaMemcpyDeviceToDevice && sr.dev && d.dev) ||
+             (kind == cudaMemcpyHostToHost && !sr.dev && !d.dev);
     /* a copy to or from pageable host memory returns only when done */
-    int pageable = (!dev_dst && !page_locked(dst, n)) || (!dev_src && !page_locked(src, n));
+    int pageable = (!d.dev && !d.locked) || (!sr.dev && !sr.locked);
     pthread_mutex_unlock(&mu);
     if (!ok)
         return fail(cudaErrorInvalidValue);
-    return enqueue_mem(stream, do_copy, (copy_op){dst, src, n, 0}, pageable && (dev_dst || dev_src));
+    return enqueue_mem(stream, do_copy, (copy_op){d.real, sr.real, n, 0}, pageable && (d.dev || sr.dev));
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t stream) {
+    return copy_async(dst, src, n, kind, stream, "cudaMemcpyAsync", __builtin_return_address(0));
+}
+
+static cudaError_t set(void *dst, int value, size_t n, cudaStream_t stream, int sync, const char *call,
+                       const void *site) {
+    ready();
+    if (n == 0)
+        return cudaSuccess;
+    if (!TAGGED(dst))
+        return fail(cudaErrorInvalidValue);
+    pthread_mutex_lock(&mu);
+    char *real = checked_real(dst, n, call, site);
+    pthread_mutex_unlock(&mu);
+    return enqueue_mem(stream, do_set, (copy_op){real, NULL, n, value}, sync);
 }
 
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t n, cudaStream_t stream) {
-    ready();
-    if (n == 0)
-        return cudaSuccess;
-    if (!cudaemu_is_device(dst, n))
-        return fail(cudaErrorInvalidValue);
-    return enqueue_mem(stream, do_set, (copy_op){dst, NULL, n, value}, 0);
+    return set(dst, value, n, stream, 0, "cudaMemsetAsync", __builtin_return_address(0));
 }
 
 cudaError_t cudaMemset(void *dst, int value, size_t n) {
-    ready();
-    if (n == 0)
-        return cudaSuccess;
-    if (!cudaemu_is_device(dst, n))
-        return fail(cudaErrorInvalidValue);
-    return enqueue_mem(0, do_set, (copy_op){dst, NULL, n, value}, 1);
+    return set(dst, value, n, 0, 1, "cudaMemset", __builtin_return_address(0));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -730,6 +1074,9 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
         return fail(cudaErrorMemoryAllocation);
     (*e)->device = current;
     (*e)->flags = flags;
+    pthread_mutex_lock(&mu);
+    (*e)->id = nevents_made++;
+    pthread_mutex_unlock(&mu);
     return cudaSuccess;
 }
 
@@ -795,9 +1142,27 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
     return done ? cudaSuccess : fail(cudaErrorNotReady);
 }
 
+/* A wait on an event never recorded: CUDA documents it as a no-op (it
+ * completes at once), so a missing or late record orders nothing: a
+ * warning, once per event (caller holds mu). */
+static void never_recorded(cudaEvent_t e, const char *call, const char *stream, const void *site) {
+    if (e->recorded || e->warned)
+        return;
+    e->warned = 1;
+    char where[256];
+    describe_site(site, where, sizeof where);
+    fprintf(stderr,
+            "cudaemu: warning: %s%s on event #%d, which was never recorded, called from %s: CUDA makes the wait a "
+            "no-op, so it orders nothing (a record is missing, or comes after the wait)\n",
+            call, stream, e->id, where);
+}
+
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     if (!e)
         return fail(cudaErrorInvalidResourceHandle);
+    pthread_mutex_lock(&mu);
+    never_recorded(e, "cudaEventSynchronize", "", __builtin_return_address(0));
+    pthread_mutex_unlock(&mu);
     wait_records(e);
     return cudaSuccess;
 }
@@ -824,6 +1189,15 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned int
     if (!w)
         return fail(cudaErrorMemoryAllocation);
     pthread_mutex_lock(&mu);
+    if (!e->recorded) {
+        char on[48];
+        struct CUstream_st *t = stream && stream != cudaStreamLegacy && stream != cudaStreamPerThread ? stream : NULL;
+        snprintf(on, sizeof on, " (stream #%d)",
+                 t                                   ? t->id
+                 : current < ndev && legacy[current] ? legacy[current]->id
+                                                     : -1);
+        never_recorded(e, "cudaStreamWaitEvent", on, __builtin_return_address(0));
+    }
     /* the wait is for the event's newest record at the time of the call */
     *w = (event_wait){e, e->recorded};
     cudaError_t err = submit(stream, wait_event_op, w, free, 0);
@@ -850,6 +1224,6 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
     /* on the legacy default stream, returning when done */
-    cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, 0);
+    cudaError_t e = copy_async(dst, src, n, kind, 0, "cudaMemcpy", __builtin_return_address(0));
     return e == cudaSuccess ? cudaStreamSynchronize(0) : e;
 }

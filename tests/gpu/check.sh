@@ -1,7 +1,7 @@
 #!/bin/sh
 # check.sh — the GPU check: every stage that needs a GPU, in one call.
 #
-# usage: tests/gpu/check.sh [--rehearse] [--quick] OUTDIR [STAGE...]
+# usage: tests/gpu/check.sh [--rehearse | --emulate] [--quick] OUTDIR [STAGE...]
 #   --quick: env build ops step oracle curves nccl, the short form of each
 #   (ops small and real shapes, step and curves tiny, nccl size-1 and the
 #   stall), within 3 minutes on an H200: the first minutes on a GPU answer
@@ -31,6 +31,14 @@
 # stages, their timeouts, the table and the OUTDIR layout are exercised
 # anywhere (make check runs it).
 #
+# --emulate runs env build ops step oracle curves determinism vranks with
+# device: cuda on the CUDA emulator (the binaries of an emulator tree,
+# configure --with-cuda=emulator; tests/cudaemu/README): the CUDA back end's
+# kernels, runtime and cuBLASLt calls execute, at the rehearsal's small
+# dimensions, against the CPU and PyTorch on the CPU, within 4 minutes on
+# two cores (tests/gpu_emulate.sh, the long tier).  Every line says
+# "emulated": an emulated pass is not a GPU pass.
+#
 # Binaries: $SHARDRUN_BUILD (default: build-gpu/ when it holds a shardrun,
 # else the build directory this runs from); they are never rebuilt here (a
 # GPU machine's image is not Debian 12).  Runtime libraries a bundle
@@ -40,7 +48,7 @@
 # ...), and env.txt says so.  References for the loss curves come from
 # `make gpu-refs` (gpu-refs/, made on a CPU).
 set -u
-rehearse=0 quick=0 make_refs_only=0
+rehearse=0 quick=0 make_refs_only=0 emulate=0
 if [ "${1:-}" = --make-refs ]; then
     make_refs_only=1 # make gpu-refs: only the CPU references, into gpu-refs/
     shift
@@ -48,18 +56,22 @@ fi
 while [ $# -gt 0 ]; do
     case $1 in
     --rehearse) rehearse=1 ;;
+    --emulate) emulate=1 ;;
     --quick) quick=1 ;;
     *) break ;;
     esac
     shift
 done
-[ $# -ge 1 ] || { echo "usage: $0 [--rehearse] [--quick] OUTDIR [STAGE...]" >&2; exit 64; }
+[ $# -ge 1 ] || { echo "usage: $0 [--rehearse | --emulate] [--quick] OUTDIR [STAGE...]" >&2; exit 64; }
+[ $rehearse = 1 ] && [ $emulate = 1 ] && { echo "check.sh: --rehearse and --emulate exclude each other" >&2; exit 64; }
 OUT=$1
 shift
 ALL_STAGES="env build ops step oracle curves determinism nccl vranks gemm throughput overhead memory sanitize"
 QUICK_STAGES="env build ops step oracle curves nccl"
 TRAINING_STAGES="step oracle curves determinism nccl vranks throughput overhead memory"
-if [ $# -gt 0 ]; then STAGES=$*; elif [ $quick = 1 ]; then STAGES=$QUICK_STAGES; else STAGES=$ALL_STAGES; fi
+EMULATE_STAGES="env build ops step oracle curves determinism vranks"
+if [ $# -gt 0 ]; then STAGES=$*; elif [ $emulate = 1 ] && [ $quick = 1 ]; then STAGES="env build ops step oracle curves"
+elif [ $emulate = 1 ]; then STAGES=$EMULATE_STAGES; elif [ $quick = 1 ]; then STAGES=$QUICK_STAGES; else STAGES=$ALL_STAGES; fi
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$OUT" || exit 73
 OUT=$(cd "$OUT" && pwd)
@@ -79,6 +91,10 @@ else
     BUILD=${SR_BUILDDIR:-$SRC}
 fi
 BUILD=$(cd "$BUILD" && pwd)
+if [ $emulate = 1 ] && ! grep -q '^#define SR_CUDA_EMULATED 1' "$BUILD/srconfig.h" 2>/dev/null; then
+    echo "check.sh --emulate: $BUILD is not a CUDA emulator tree (configure --with-cuda=emulator; SHARDRUN_BUILD names the tree)" >&2
+    exit 64
+fi
 if [ -z "${SR_CHECK_STAGE:-}" ]; then
     # once, in the parent: the library path every stage inherits
     SR_ORIG_LD=${LD_LIBRARY_PATH:-}
@@ -105,13 +121,16 @@ for p in nvidia.__path__:
     export LD_LIBRARY_PATH
 fi
 REFS=${SHARDRUN_GPU_REFS:-$SRC/gpu-refs}
-[ $rehearse = 1 ] && REFS=$LOGS/refs # made by the curves stage itself (rehearsal shapes)
+[ $rehearse = 1 ] || [ $emulate = 1 ] && REFS=$LOGS/refs # made by the curves stage itself (small shapes)
 gpu=0
 if [ $rehearse = 0 ] && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then gpu=1; fi
 if [ $rehearse = 1 ]; then
     DEV="--set device=cpu"
     export SHARDRUN_TEST_DEVICE=fake
     export SHARDRUN_TEST_REQUIRE=
+elif [ $emulate = 1 ]; then
+    DEV="--set device=cuda"
+    export SHARDRUN_TEST_REQUIRE=cudaemu
 else
     DEV="--set device=cuda"
     export SHARDRUN_TEST_REQUIRE=gpu
@@ -123,7 +142,10 @@ S=$BUILD/shardrun
 CMP=$BUILD/tests/cmp_params
 passed=0 failed=0 skipped=0
 
-line() { echo "$1 $2: $3 [$(($(date +%s) - ${SR_STAGE_T0:-$(date +%s)})) s]" | tee -a "$OUT/check.txt"; }
+# (an emulated check says so on every line)
+EMU=""
+[ $emulate = 1 ] && EMU="emulated: "
+line() { echo "$1 $2: $EMU$3 [$(($(date +%s) - ${SR_STAGE_T0:-$(date +%s)})) s]" | tee -a "$OUT/check.txt"; }
 # part NAME: whether this run of the stage includes the part NAME (quick:
 # what --quick runs; rest: what it leaves out)
 part() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
@@ -194,16 +216,31 @@ close() {
         printf "max rel %.2e over %d values", r, n; exit !(r <= tol) }'
 }
 TINY="--set model.preset=tiny --set train.batch_size=8 --set train.seed=1"
+# the emulated GPU runs the CUDA code on the CPU: tiny at a quarter of its
+# length, a 20-step curve (past step 25 this run's loss spikes and any two
+# summation orders part by 1e-3: the 50-step curve is a GPU's), and the
+# emulated device memory gpt2-124m's width needs
+CURVE_STEPS=50 GPT_CURVE_STEPS=20
+if [ $emulate = 1 ]; then
+    TINY="$TINY --set model.seq_len=64"
+    CURVE_STEPS=20 GPT_CURVE_STEPS=10
+    export CUDAEMU_MEM_MB=${CUDAEMU_MEM_MB:-4096}
+fi
+# an emulator tree built with AddressSanitizer (CI's sanitizer tree) runs
+# several times slower: its stage budgets and the whole are scaled
+san=1
+[ $emulate = 1 ] && grep -q 'fsanitize=address' "$BUILD/config.log" 2>/dev/null && san=3
 # the two precisions the stages run (exact mode and the GPU's bf16 mode)
 F32="--set sharding.mixed_precision.param_dtype=fp32 --set sharding.mixed_precision.reduce_dtype=fp32"
 BF16="--set sharding.mixed_precision.param_dtype=bf16 --set sharding.mixed_precision.reduce_dtype=fp32"
 GPT="--set model.preset=gpt2-124m --set model.seq_len=256 --set train.batch_size=2 --set train.micro_batch=2 --set train.seed=1 --set data.embedded_any_vocab=true"
 # a rehearsal keeps gpt2-124m's width and vocabulary but not its depth and
 # length, so two CPU cores finish within the stage budgets
-[ $rehearse = 1 ] && GPT="$GPT --set model.n_layer=1 --set model.seq_len=32"
+[ $rehearse = 1 ] || [ $emulate = 1 ] && GPT="$GPT --set model.n_layer=1 --set model.seq_len=32"
 stage_timeout() {
     # a rehearsal runs the device's part on two CPU cores: twice the budget
     [ $rehearse = 1 ] && { rehearse=0 stage_timeout "$1" | awk '{ print 2 * $1 }'; return; }
+    [ $emulate = 1 ] && { emulate=0 stage_timeout "$1" | awk -v k=$san '{ print 2 * k * $1 }'; return; }
     case $1 in
     env) echo 15 ;; build) echo 10 ;; ops) echo 60 ;; step) echo 40 ;; oracle) echo 75 ;; curves) echo 60 ;;
     determinism) echo 45 ;; nccl) echo 60 ;; vranks) echo 45 ;; gemm) echo 20 ;; throughput) echo 90 ;;
@@ -218,7 +255,7 @@ BINARIES="shardrun tests/cmp_params tests/test_kernels tests/test_gemm_plan test
 st_env() {
     {
         echo "date: $(date -u)"
-        echo "mode: $([ $rehearse = 1 ] && echo rehearsal \(fake device\) || echo gpu)"
+        echo "mode: $([ $rehearse = 1 ] && echo rehearsal \(fake device\) || { [ $emulate = 1 ] && echo emulated \(the CUDA emulator of tests/cudaemu, not a GPU\); } || echo gpu)"
         echo "os-release: $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME (ID=$ID VERSION_ID=${VERSION_ID:-?})")"
         nvidia-smi -L 2>&1 | head -8
         nvidia-smi --query-gpu=name,driver_version,memory.total,pci.bus_id --format=csv 2>&1 | head -4
@@ -251,6 +288,8 @@ st_env() {
     fi
     if [ $rehearse = 1 ]; then
         pass env.report "rehearsal: no GPU asked for; environment in env.txt"
+    elif [ $emulate = 1 ]; then
+        pass env.emulator "binaries of a CUDA emulator tree ($BUILD); no GPU asked for; environment in env.txt"
     elif [ $gpu = 1 ]; then
         pass env.gpu "$(nvidia-smi -L | head -1); $(grep -c '^  probe:' "$OUT/env.txt") probe answers in env.txt"
     else
@@ -294,7 +333,9 @@ st_ops() {
         t=$BUILD/tests/test_kernels
         what="every CUDA op and primitive vs the CPU op, f32 and bf16, small and real shapes"
     fi
-    SHARDRUN_TEST_REAL_SHAPES=1 "$t" >"$LOGS/ops.out" 2>&1
+    real=1
+    [ $emulate = 1 ] && real=0 what="every CUDA op and primitive vs the CPU op, f32 and bf16, small shapes"
+    SHARDRUN_TEST_REAL_SHAPES=$real "$t" >"$LOGS/ops.out" 2>&1
     rc=$?
     nok=$(grep -c '^ok' "$LOGS/ops.out")
     bad=$(grep '^not ok' "$LOGS/ops.out" | head -3 | tr '\n' ' ')
@@ -326,9 +367,11 @@ st_sanitize() {
 }
 
 # one step on the device against the CPU: loss and gradient norm (tiny in
-# the quick part, gpt2-124m in the rest); then a device that hangs: a 60 s
-# kernel before every compute op with comm.timeout_s = 5 must end the run,
-# message first, status 70, within timeout + 10 s
+# the quick part, gpt2-124m in the rest); then a device that hangs
+# (SHARDRUN_TEST_GPU_HANG_AT=1: an hour-long kernel at step 1; the 60 s
+# SHARDRUN_TEST_COMM_DELAY_US this used is past that hook's 10 s bound, so
+# the run was refused before it started) with comm.timeout_s = 5 must end
+# the run, message first, status 70, within timeout + 10 s
 st_step() {
     models=""
     part quick && models="tiny"
@@ -356,7 +399,7 @@ st_step() {
     fi
     t0=$(date +%s)
     # shellcheck disable=SC2086
-    train hang SHARDRUN_TEST_COMM_DELAY_US=60000000:compute -- $TINY $F32 --set train.steps=2 --set comm.timeout_s=5
+    train hang SHARDRUN_TEST_GPU_HANG_AT=1 -- $TINY $F32 --set train.steps=2 --set comm.timeout_s=5
     rh=$?
     took=$(($(date +%s) - t0))
     if [ $rh = 70 ] && [ $took -le 20 ] && grep -q 'did not finish step 1 within comm.timeout_s' "$LOGS/hang.err"; then
@@ -378,7 +421,7 @@ st_oracle() {
         return
     fi
     pydev=cuda
-    [ $rehearse = 1 ] && pydev=cpu
+    [ $rehearse = 1 ] || [ $emulate = 1 ] && pydev=cpu
     dirs=""
     for m in tiny gpt2; do
         if [ $m = tiny ]; then args=$TINY; else args=$GPT; fi
@@ -420,12 +463,12 @@ make_refs() {
     for m in ${*:-tiny gpt2}; do
         if [ $m = tiny ]; then
             # shellcheck disable=SC2086
-            cpu ref-tiny $TINY $F32 --set train.steps=50 \
-                --set log.metrics="$REFS/tiny-fp32-50.jsonl" || return 1
+            cpu ref-tiny $TINY $F32 --set train.steps=$CURVE_STEPS \
+                --set log.metrics="$REFS/tiny-fp32-$CURVE_STEPS.jsonl" || return 1
         else
             # shellcheck disable=SC2086
-            cpu ref-gpt2 $GPT $BF16 --set train.steps=20 \
-                --set log.metrics="$REFS/gpt2-bf16-20.jsonl" || return 1
+            cpu ref-gpt2 $GPT $BF16 --set train.steps=$GPT_CURVE_STEPS \
+                --set log.metrics="$REFS/gpt2-bf16-$GPT_CURVE_STEPS.jsonl" || return 1
         fi
     done
 }
@@ -435,10 +478,10 @@ st_curves() {
     part quick && models="tiny"
     part rest && models="$models gpt2"
     # shellcheck disable=SC2086
-    [ $rehearse = 1 ] && make_refs $models
+    [ $rehearse = 1 ] || [ $emulate = 1 ] && make_refs $models
     for m in $models; do
-        if [ $m = tiny ]; then args="$TINY $F32 --set train.steps=50"; ref=$REFS/tiny-fp32-50.jsonl; else
-            args="$GPT $BF16 --set train.steps=20"; ref=$REFS/gpt2-bf16-20.jsonl; fi
+        if [ $m = tiny ]; then args="$TINY $F32 --set train.steps=$CURVE_STEPS"; ref=$REFS/tiny-fp32-$CURVE_STEPS.jsonl; else
+            args="$GPT $BF16 --set train.steps=$GPT_CURVE_STEPS"; ref=$REFS/gpt2-bf16-$GPT_CURVE_STEPS.jsonl; fi
         if [ ! -f "$ref" ]; then
             skip curves.$m "no reference $ref (make gpu-refs on a CPU first)"
             continue
@@ -453,7 +496,7 @@ st_curves() {
             ok=$?
         else
             r=$(tail -1 "$LOGS/a" >"$LOGS/a1"; tail -1 "$LOGS/b" >"$LOGS/b1"; paste -d' ' "$LOGS/b1" "$LOGS/a1" |
-                awk '{ d = $1 - $2; if (d < 0) d = -d; printf "step 20 loss %s vs %s: |d| %.3g", $1, $2, d; exit !(d <= 3e-2) }')
+                awk -v n=$GPT_CURVE_STEPS '{ d = $1 - $2; if (d < 0) d = -d; printf "step %d loss %s vs %s: |d| %.3g", n, $1, $2, d; exit !(d <= 3e-2) }')
             ok=$?
         fi
         if [ $rc = 0 ] && [ $ok = 0 ] && [ "$(wc -l <"$LOGS/b")" = "$(wc -l <"$LOGS/a")" ]; then
@@ -811,6 +854,10 @@ if [ $quick = 1 ]; then total=180; elif [ $resumed = 1 ]; then total=360; else t
 t0=$(date +%s)
 rflag=""
 [ $rehearse = 1 ] && rflag=--rehearse
+[ $emulate = 1 ] && rflag=--emulate
+# --emulate: within 4 minutes (the stages' budgets are twice a GPU's;
+# three times that under the sanitizers)
+[ $emulate = 1 ] && total=$((240 * san))
 ops_failed=0
 for stage in $STAGES; do
     case " $ALL_STAGES " in
@@ -831,7 +878,7 @@ for stage in $STAGES; do
     *" $stage "*)
         if [ $ops_failed = 1 ]; then
             SR_STAGE_T0=$(date +%s) fail "$stage.run" "skipped: ops failed"
-            echo "STAGE $stage $part fail 0 s" >>"$OUT/check.txt"
+            echo "STAGE $stage $part fail 0 s${EMU:+ emulated}" >>"$OUT/check.txt"
             continue
         fi
         ;;
@@ -840,7 +887,7 @@ for stage in $STAGES; do
     left=$((total - ($(date +%s) - t0)))
     if [ "$left" -le 5 ]; then
         SR_STAGE_T0=$(date +%s) fail "$stage.time" "no time left of the check's ${total} s"
-        echo "STAGE $stage $part fail 0 s" >>"$OUT/check.txt"
+        echo "STAGE $stage $part fail 0 s${EMU:+ emulated}" >>"$OUT/check.txt"
         continue
     fi
     [ "$left" -lt "$budget" ] && budget=$left
@@ -863,7 +910,7 @@ for stage in $STAGES; do
         verdict=pass
     fi
     [ "$part" = rest ] && [ $verdict = pass ] && part=all # the rest of a stage passed: the whole stage has
-    echo "STAGE $stage $part $verdict $took s" >>"$OUT/check.txt"
+    echo "STAGE $stage $part $verdict $took s${EMU:+ emulated}" >>"$OUT/check.txt"
     echo "stage $stage ($part): $verdict, $took s of $budget"
     pack_logs
 done
@@ -872,5 +919,5 @@ failed=$(grep -c '^FAIL' "$OUT/check.txt")
 skipped=$(grep -c '^SKIP' "$OUT/check.txt")
 pack_logs
 rm -rf "$SR_CHECK_TMP"
-echo "$passed passed, $failed failed, $skipped skipped" | tee -a "$OUT/check.txt"
+echo "$passed passed, $failed failed, $skipped skipped${EMU:+ (emulated)}" | tee -a "$OUT/check.txt"
 [ "$failed" = 0 ]

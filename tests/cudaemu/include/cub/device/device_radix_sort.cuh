@@ -66,7 +66,10 @@ struct DeviceRadixSort {
             (n && (!cudaemu_is_device(d_keys.Current(), n * sizeof(K)) ||
                    !cudaemu_is_device(d_keys.Alternate(), n * sizeof(K)))))
             return cudaemu_fail(cudaErrorInvalidValue);
-        job<K> *j = new job<K>{d_keys.Current(), d_keys.Alternate(), n, begin_bit, end_bit};
+        job<K> *j = new job<K>{
+            static_cast<K *>(cudaemu_device_view(d_keys.Current(), n * sizeof(K), "cub::DeviceRadixSort::SortKeys")),
+            static_cast<K *>(cudaemu_device_view(d_keys.Alternate(), n * sizeof(K), "cub::DeviceRadixSort::SortKeys")),
+            n, begin_bit, end_bit};
         cudaError_t e = cudaemu_enqueue(stream, &job<K>::run, j, &job<K>::drop);
         if (e != cudaSuccess) {
             delete j;

@@ -1,0 +1,137 @@
+/* misuse.cu — one planted mistake per case, for tests/cudaemu_misuse.sh: the
+ * emulator's detectors (tests/cudaemu/README) must report each, naming the
+ * kernel, block and thread (or the call and its site), and the process must
+ * end there; the clean cases must run silently.  Built only in an emulator
+ * tree: on a GPU several cases hang or fault.
+ *
+ * usage: misuse CASE   (misuse list: the cases) */
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <cuda_runtime.h>
+
+/* thread 5 leaves before the barrier the others wait at */
+__global__ void barrier_exit_k(float *out) {
+    if (threadIdx.x == 5)
+        return;
+    __syncthreads();
+    out[threadIdx.x] = 1.0f;
+}
+
+/* the lower half waits at one __syncthreads, the upper at another */
+__global__ void barrier_divergent_k(float *out) {
+    if (threadIdx.x < 16) {
+        __syncthreads();
+        out[threadIdx.x] = 1.0f;
+    } else {
+        __syncthreads();
+        out[threadIdx.x] = 2.0f;
+    }
+}
+
+/* thread 0 writes sh[0], every other thread reads it: a barrier is missing
+ * between them (sync: with it, the correct kernel) */
+__global__ void shared_k(float *out, int sync) {
+    SR_SHARED(float, sh, 32);
+    if (threadIdx.x == 0)
+        sh[0] = 3.0f;
+    if (sync)
+        __syncthreads();
+    out[threadIdx.x] = sh[0];
+}
+
+/* a shuffle: `mask`, `lane_mask`, and only threads below `active` take part */
+__global__ void shfl_k(float *out, unsigned mask, int lane_mask, int active) {
+    if ((int)threadIdx.x >= active)
+        return;
+    out[threadIdx.x] = __shfl_xor_sync(mask, (float)threadIdx.x, lane_mask);
+}
+
+/* writes out[0..n] (one past the end of n elements) */
+__global__ void past_end_k(float *out, int n) {
+    for (int i = threadIdx.x; i <= n; i += blockDim.x)
+        out[i] = 1.0f;
+}
+
+static void launch_failed(int e) {
+    if (e) {
+        fprintf(stderr, "misuse: launch failed: %s\n", cudaGetErrorString((cudaError_t)e));
+        exit(1);
+    }
+}
+
+#define CASES(X)                                                                                                       \
+    X(clean)                                                                                                           \
+    X(barrier_exit) X(barrier_divergent) X(shared_race) X(shfl_mask_omits) X(shfl_outside) X(shfl_inactive)            \
+        X(past_end) X(host_reads_device) X(kernel_pageable) X(use_after_free) X(double_free) X(copy_past_end)          \
+            X(event_unrecorded)
+
+int main(int argc, char **argv) {
+    const char *c = argc == 2 ? argv[1] : "";
+    if (strcmp(c, "list") == 0) {
+#define NAME(n) puts(#n);
+        CASES(NAME)
+        return 0;
+    }
+    float *d = nullptr, host[64] = {0};
+    cudaMalloc((void **)&d, 32 * sizeof(float));
+    cudaStream_t s = 0;
+    if (strcmp(c, "clean") == 0) {
+        /* the correct forms of the cases below */
+        launch_failed(SR_LAUNCH(shared_k, 1, 32, 0, s, d, 1));
+        launch_failed(SR_LAUNCH(shfl_k, 1, 32, 0, s, d, 0xffffffffu, 16, 32));
+        launch_failed(SR_LAUNCH(shfl_k, 1, 32, 0, s, d, 0x0000ffffu, 8, 16));
+        launch_failed(SR_LAUNCH(past_end_k, 1, 32, 0, s, d, 31));
+        cudaEvent_t e;
+        cudaEventCreate(&e);
+        cudaEventRecord(e, s);
+        cudaStreamWaitEvent(s, e, 0);
+        cudaMemcpy(host, d, 32 * sizeof(float), cudaMemcpyDeviceToHost);
+        cudaEventDestroy(e);
+        cudaFree(d);
+        printf("clean: every correct form ran; out[0] = %g\n", (double)host[0]);
+        return 0;
+    } else if (strcmp(c, "barrier_exit") == 0) {
+        launch_failed(SR_LAUNCH(barrier_exit_k, 1, 32, 0, s, d));
+    } else if (strcmp(c, "barrier_divergent") == 0) {
+        launch_failed(SR_LAUNCH(barrier_divergent_k, 1, 32, 0, s, d));
+    } else if (strcmp(c, "shared_race") == 0) {
+        launch_failed(SR_LAUNCH(shared_k, 1, 32, 0, s, d, 0));
+    } else if (strcmp(c, "shfl_mask_omits") == 0) {
+        launch_failed(SR_LAUNCH(shfl_k, 1, 32, 0, s, d, 0x0000ffffu, 1, 32));
+    } else if (strcmp(c, "shfl_outside") == 0) {
+        launch_failed(SR_LAUNCH(shfl_k, 1, 32, 0, s, d, 0x0000ffffu, 16, 16));
+    } else if (strcmp(c, "shfl_inactive") == 0) {
+        launch_failed(SR_LAUNCH(shfl_k, 1, 32, 0, s, d, 0xffffffffu, 16, 16));
+    } else if (strcmp(c, "past_end") == 0) {
+        launch_failed(SR_LAUNCH(past_end_k, 1, 32, 0, s, d, 32));
+    } else if (strcmp(c, "host_reads_device") == 0) {
+        volatile float *v = d + 3;
+        host[0] = *v;
+    } else if (strcmp(c, "kernel_pageable") == 0) {
+        launch_failed(SR_LAUNCH(shared_k, 1, 32, 0, s, host, 1));
+    } else if (strcmp(c, "use_after_free") == 0) {
+        cudaFree(d);
+        cudaMemcpy(host, d, 16, cudaMemcpyDeviceToHost);
+    } else if (strcmp(c, "double_free") == 0) {
+        cudaFree(d);
+        cudaFree(d);
+    } else if (strcmp(c, "copy_past_end") == 0) {
+        cudaMemcpy(d + 8, host, 32 * sizeof(float), cudaMemcpyHostToDevice);
+    } else if (strcmp(c, "event_unrecorded") == 0) {
+        cudaEvent_t e;
+        cudaEventCreate(&e);
+        cudaStreamWaitEvent(s, e, 0);
+        cudaDeviceSynchronize();
+        cudaEventDestroy(e);
+        cudaFree(d);
+        return 0; /* a warning, not an error: CUDA makes the wait a no-op */
+    } else {
+        fprintf(stderr, "usage: misuse CASE (misuse list)\n");
+        return 64;
+    }
+    cudaDeviceSynchronize();
+    fprintf(stderr, "misuse: %s: nothing was reported\n", c);
+    return 1;
+}

@@ -1,0 +1,60 @@
+#!/bin/sh
+# cudaemu_misuse.sh — the CUDA emulator's detectors (tests/cudaemu/README),
+# each against one planted mistake of tests/cudaemu/misuse: a __syncthreads
+# a thread exits before, two different __syncthreads waited at, a race on
+# shared memory, shuffle masks that omit the calling lane or read outside
+# the mask or an inactive lane, a kernel writing one element past its
+# allocation, host code reading device memory, a kernel given pageable host
+# memory, a use after cudaFree, a double cudaFree, a copy past an
+# allocation's end: each reported ("cudaemu: error:"), naming the kernel,
+# block and thread or the call and its site, and the process ends there.
+# An event waited before it was ever recorded is a warning (CUDA makes the
+# wait a no-op) and the run goes on; the correct forms of every case run
+# silently.  Elsewhere than an emulator tree the test skips (a failure when
+# SHARDRUN_TEST_REQUIRE has cudaemu).
+. "${SR_SRCDIR:-.}/tests/tap.sh"
+M=${SR_BUILDDIR:-.}/tests/cudaemu/misuse
+need_cudaemu
+cd "$T" || exit 99
+# a planted mistake's sanitizer report goes to its own stderr, not the
+# suite's report folder (.ci/run counts the reports there)
+[ -n "${ASAN_OPTIONS:-}" ] && ASAN_OPTIONS="$ASAN_OPTIONS:log_path=stderr" && export ASAN_OPTIONS
+# planted CASE PATTERN WHAT: the case ends abnormally with a report matching PATTERN
+planted() {
+    "$M" "$1" >"$1.out" 2>"$1.err"
+    rc=$?
+    check "$3 (status $rc)" sh -c "[ $rc -ne 0 ] && [ $rc -ne 1 ] && grep -Eq -- \"$2\" $1.err" ||
+        diag "$(grep -m2 'cudaemu\|misuse' "$1.err")"
+}
+"$M" clean >clean.out 2>clean.err
+check "the correct forms run silently (status $?)" sh -c "grep -q 'clean: every correct form ran' clean.out && ! grep -q cudaemu clean.err" ||
+    diag "$(head -3 clean.err)"
+planted barrier_exit "error: kernel barrier_exit_k, block \(0,0,0\), thread \(0,0,0\): __syncthreads at .*misuse.cu:[0-9]+ not reached by every thread of the block: 31 of 32 wait there, thread \(5,0,0\) exited" \
+    "a __syncthreads one thread exits before: reported with the kernel, block, thread and site"
+planted barrier_divergent "error: kernel barrier_divergent_k, block \(0,0,0\), thread \(16,0,0\): divergent __syncthreads: this thread waits at .*misuse.cu:[0-9]+, thread \(0,0,0\) at .*misuse.cu:[0-9]+" \
+    "threads waiting at two different __syncthreads: reported with both sites"
+planted shared_race "error: kernel shared_k, block \(0,0,0\), thread \(1,0,0\): shared-memory race on sh .*reads it after thread \(0,0,0\) wrote it, with no __syncthreads between" \
+    "a shared-memory race (a barrier missing between a write and the reads): both threads named"
+planted shfl_mask_omits "error: kernel shfl_k, block \(0,0,0\), thread \(16,0,0\): __shfl_xor_sync with mask 0x0000ffff, which omits lane 16" \
+    "a shuffle whose mask omits a lane that executes it"
+planted shfl_outside "thread \(0,0,0\): __shfl_xor_sync \(mask 0x0000ffff, lane mask 16\): lane 0 reads lane 16, outside the mask" \
+    "a shuffle reading a lane outside its mask"
+planted shfl_inactive "thread \(0,0,0\): __shfl_xor_sync \(mask 0xffffffff, lane mask 16\): lane 0 reads lane 16, which is inactive" \
+    "a shuffle reading an inactive lane"
+planted past_end "AddressSanitizer: (heap-buffer-overflow|use-after-poison)|error: kernel past_end_k, argument 0: byte 0 past the end of a device allocation of 128 bytes was written" \
+    "a kernel writing one element past its allocation (AddressSanitizer, or the guard bytes)"
+planted host_reads_device "error: host code touched device memory at .*: the faulting access used device address 0x[0-9a-f]+ \([0-9]+ bytes into a device allocation of 128 bytes\)" \
+    "host code reading device memory: the allocation and offset named"
+planted kernel_pageable "error: kernel shared_k, argument 0: 0x[0-9a-f]+ is pageable host memory" \
+    "a kernel given pageable host memory: the kernel and argument named"
+planted use_after_free "error: cudaMemcpy \(source\): 0x[0-9a-f]+ is 0 bytes into a device allocation of 128 bytes that was freed \(use after cudaFree\) \(called from " \
+    "a freed pointer used: the call and its site named"
+planted double_free "error: cudaFree\(0x[0-9a-f]+\): a device allocation of 128 bytes freed twice \(called from " \
+    "a double cudaFree"
+planted copy_past_end "error: cudaMemcpy \(destination\): 128 bytes at offset 32 of a device allocation of 128 bytes run 32 bytes past its end" \
+    "a copy past an allocation's end"
+"$M" event_unrecorded >ev.out 2>ev.err
+check "an event waited before it was ever recorded: a warning, and the run goes on (status $?)" \
+    sh -c "[ $? -eq 0 ] && grep -Eq 'cudaemu: warning: cudaStreamWaitEvent \(stream #[0-9]+\) on event #[0-9]+, which was never recorded, called from .*: CUDA makes the wait a no-op' ev.err" ||
+    diag "$(head -2 ev.err)"
+done_testing
