@@ -43,7 +43,7 @@ cfgB="--set train.micro_batch=1 --set sharding.grad_sync=per_micro_batch --set s
 cfgD="--set sharding.offload.optimizer=true --set train.micro_batch=2"
 fresh() { rm -rf "$T/ck" "$T/ckB"; }
 : >mutants.txt
-row() { printf '%-44s | %-34s | %s\n' "$1" "$2" "$3" >>mutants.txt; }
+row() { printf '%-44s | %-50s | %s\n' "$1" "$2" "$3" >>mutants.txt; }
 row "mutation" "caught by" "the message"
 # caught NAME DETECTOR PATTERN CMD...: CMD fails (a status other than 0,
 # or a TAP "not ok") and its output matches PATTERN
@@ -125,9 +125,9 @@ if group --long "the mutation suite on the emulated GPU"; then
                 }
                 if [ $rd != 0 ] || ! "$CMP" "ref$found.params" ds.params 0 >/dev/null 2>&1; then moved="$moved $seed"; fi
             done
-            row "stream wait '$site' skipped" "happens-before checker ($found)" "$ev"
-            row "" "delays alone: ${moved:+seed$moved changed the result}${moved:-no seed changed the result}" ""
-            ok "stream wait '$site' skipped: caught by the happens-before checker on the emulated GPU (config $found; delays alone:${moved:- none})"
+            if [ -n "$moved" ]; then delays="seed$moved"; else delays="none"; fi
+            row "stream wait '$site' skipped" "happens-before checker ($found); delays alone: $delays" "$ev"
+            ok "stream wait '$site' skipped: caught by the happens-before checker on the emulated GPU (config $found; delays alone: $delays)"
         else
             row "stream wait '$site' skipped" "NOT CAUGHT" "$(grep -m1 error skip.err | cut -c1-150)"
             not_ok "stream wait '$site' skipped: caught by the happens-before checker on the emulated GPU"
