@@ -9,7 +9,15 @@
  * own predicate.  Each stream has a thread that runs its operations in
  * order; streams are ordered against each other only by events
  * (cudaStreamWaitEvent) and by the legacy default stream, which waits for
- * every blocking stream of its device and is waited for by them. */
+ * every blocking stream of its device and is waited for by them.
+ *
+ * It also owns the runtime's misuse detectors (tests/cudaemu/README):
+ * device memory at tagged addresses the host faults on (the SIGSEGV
+ * handler names the allocation), guard bytes past every allocation,
+ * freed allocations remembered for use-after-free and double-free
+ * reports, copies checked against their allocations, waits on events
+ * never recorded; and the test knobs CUDAEMU_DELAY_SEED and
+ * CUDAEMU_MUTATE (cudaemu.h). */
 #include "srconfig.h"
 
 #include "cudaemu.h"
