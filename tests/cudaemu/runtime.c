@@ -344,8 +344,9 @@ static void drop_region(region *r) {
 
 /* Where [p, p + bytes) of a device pointer lies, checked: the reports of
  * use after free, of an address no allocation gave, and of a range past
- * an allocation's end (caller holds mu; `what` names the call). */
-static char *checked_real(const void *p, size_t bytes, const char *what, const void *site) {
+ * an allocation's end (caller holds mu; `what` names the call); *held
+ * (may be NULL) receives the allocation. */
+static char *checked_real(const void *p, size_t bytes, const char *what, const void *site, region **held) {
     region *r = holding(p);
     if (!r) {
         region *f = freed_holding(p);
@@ -363,6 +364,8 @@ static char *checked_real(const void *p, size_t bytes, const char *what, const v
         misuse(site, "%s: %zu bytes at offset %zu of a device allocation of %zu bytes run %zu bytes past its end", what,
                bytes, off, n, off + bytes - n);
     }
+    if (held)
+        *held = r;
     return r->real + off;
 }
 
@@ -371,7 +374,7 @@ void *cudaemu_device_view(const void *p, size_t bytes, const char *what) {
         return (void *)p;
     init();
     pthread_mutex_lock(&mu);
-    char *real = checked_real(p, bytes, what, __builtin_return_address(0));
+    char *real = checked_real(p, bytes, what, __builtin_return_address(0), NULL);
     pthread_mutex_unlock(&mu);
     return real;
 }
@@ -384,8 +387,8 @@ void *cudaemu_kernel_arg(const char *kernel, int index, const void *p) {
     snprintf(what, sizeof what, "kernel %s, argument %d", kernel, index);
     pthread_mutex_lock(&mu);
     if (TAGGED(p)) {
-        char *real = checked_real(p, 0, what, __builtin_return_address(0));
-        region *r = holding(p);
+        region *r;
+        char *real = checked_real(p, 0, what, __builtin_return_address(0), &r);
         if (nguards < (int)(sizeof guards / sizeof guards[0]))
             guards[nguards++] = (cudaemu_guard){r->real, r->n, r->end, index};
         pthread_mutex_unlock(&mu);
@@ -950,7 +953,7 @@ typedef struct {
 static side classify(const void *p, size_t n, const char *what, const void *site) {
     side x = {0, 0, (char *)p};
     if (TAGGED(p)) {
-        x.real = checked_real(p, n, what, site);
+        x.real = checked_real(p, n, what, site, NULL);
         x.dev = 1;
         return x;
     }
@@ -1001,7 +1004,7 @@ static cudaError_t set(void *dst, int value, size_t n, cudaStream_t stream, int 
     if (!TAGGED(dst))
         return fail(cudaErrorInvalidValue);
     pthread_mutex_lock(&mu);
-    char *real = checked_real(dst, n, call, site);
+    char *real = checked_real(dst, n, call, site, NULL);
     pthread_mutex_unlock(&mu);
     return enqueue_mem(stream, do_set, (copy_op){real, NULL, n, value}, sync);
 }
