@@ -1,9 +1,10 @@
 #!/bin/sh
 # gpu_emulate.sh — tests/gpu/check.sh --emulate: the GPU check's env, build,
-# ops, step, oracle, curves, determinism and vranks stages with device:
-# cuda on the CUDA emulator (an emulator tree), against the CPU and
-# PyTorch on the CPU, at the small dimensions: every stage passes, every
-# line of check.txt says "emulated", within 4 minutes on two cores (the
+# ops, step, oracle, curves, determinism, nccl (2 ranks under mpirun over
+# the emulated NCCL) and vranks stages with device: cuda on the CUDA
+# emulator (an emulator tree), against the CPU and PyTorch on the CPU, at
+# the small dimensions: every stage passes, every line of check.txt says
+# "emulated", within 5 minutes on two cores (the
 # long tier; .ci/run runs it in its emulator tree).  The fast tier checks
 # that --emulate refuses a tree that is not an emulator tree (64) and
 # --rehearse with --emulate.
@@ -30,12 +31,14 @@ if group --long "the GPU check on the emulated GPU"; then
     check "check.sh --emulate passes (status $rc, $took s; $(tail -1 emu/check.txt))" \
         sh -c "[ $rc = 0 ] && tail -1 emu/check.txt | grep -q '^[1-9][0-9]* passed, 0 failed, 0 skipped (emulated)$'" ||
         diag "$(grep '^FAIL' emu/check.txt | head -5)"
-    for st in env build ops step oracle curves determinism vranks; do
+    for st in env build ops step oracle curves determinism nccl vranks; do
         check "  ...stage $st ran and passed" grep -q "^STAGE $st all pass .* emulated$" emu/check.txt
     done
     check "  ...every line says emulated" sh -c "[ -s emu/check.txt ] && ! grep -v 'emulated' emu/check.txt | grep -q ."
     check "  ...the oracle ran against PyTorch on the CPU" grep -q '^PASS oracle.gpt2-exact: emulated: vs PyTorch (cpu)' emu/check.txt
+    check "  ...the nccl stage ran 2 ranks, each on its own emulated GPU, over the emulated NCCL" \
+        grep -q '^PASS nccl.ranks2: emulated: 2 ranks over NCCL, 2 emulated GPUs' emu/check.txt
     while IFS= read -r l; do diag "$l"; done <emu/check.txt
-    diag "check.sh --emulate took $took s (its budget: 240 s, three times that in a sanitizer tree)"
+    diag "check.sh --emulate took $took s (its budget: 300 s, three times that in a sanitizer tree)"
 fi
 done_testing

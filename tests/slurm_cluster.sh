@@ -27,7 +27,9 @@
 # SlurmdPidFile, SlurmdLogFile and TmpFS (the PMIx plugin's client
 # directory) keeps the nodes apart.  Client commands run on the bridge
 # through cl (cl sbatch ...).  cluster_stop also deletes the namespaces.
-#   cluster2_start DIR TAG   as cluster_start, for node1 and node2
+#   cluster2_start DIR TAG   as cluster_start, for node1 and node2; with
+#                       CL_GPUS=N each node has N fake GPUs (GRES, the
+#                       same character devices: nodes share one machine)
 #   cl CMD...                runs CMD where slurmctld is reachable
 #   node_ns N                the network namespace of node N
 
@@ -161,6 +163,14 @@ cluster2_start() {
     done
     CL_EXEC="nsenter --net=/run/netns/$br"
     host=$(hostname -s)
+    gres="" gpus=""
+    if [ "${CL_GPUS:-0}" -gt 0 ]; then
+        mkdir -p "$CL/gpu" || return 1
+        i=0
+        while [ $i -lt "$CL_GPUS" ]; do mknod "$CL/gpu/gpu$i" c 1 3 || return 1; i=$((i + 1)); done
+        gres="GresTypes=gpu" gpus="Gres=gpu:$CL_GPUS"
+        printf 'AutoDetect=off\nNodeName=node[1-2] Name=gpu File=%s/gpu/gpu[0-%d]\n' "$CL" $((CL_GPUS - 1)) >"$CL/gres.conf"
+    fi
     cat >"$CL/slurm.conf" <<CONF
 ClusterName=shardruntwo
 SlurmctldHost=$host(192.168.77.1)
@@ -189,6 +199,7 @@ SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
 ReturnToService=2
 MpiDefault=none
+$gres
 KillWait=5
 OverTimeLimit=0
 MinJobAge=300
@@ -196,8 +207,8 @@ JobRequeue=1
 RequeueExit=75
 SlurmdTimeout=10
 MessageTimeout=5
-NodeName=node1 NodeAddr=192.168.77.11 CPUs=4 Sockets=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN
-NodeName=node2 NodeAddr=192.168.77.12 CPUs=4 Sockets=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN
+NodeName=node1 NodeAddr=192.168.77.11 CPUs=4 Sockets=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=4000 $gpus State=UNKNOWN
+NodeName=node2 NodeAddr=192.168.77.12 CPUs=4 Sockets=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=4000 $gpus State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
     export SLURM_CONF="$CL/slurm.conf"

@@ -312,24 +312,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* f32 <-> bf16, exact (round to nearest even; NaN kept a NaN) */
-static float from_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-
 static float load(const void *p, cudaDataType_t t, size_t i) {
-    return t == CUDA_R_16BF ? from_bf16(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+    return t == CUDA_R_16BF ? cudaemu_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
 typedef struct {
@@ -395,7 +379,7 @@ static void run_product(void *arg) {
                     v += load(x->d.bias, x->d.bias_type, i);
                 size_t id = i + j * (size_t)x->dd.ld;
                 if (x->dd.type == CUDA_R_16BF)
-                    ((uint16_t *)D)[id] = to_bf16(v);
+                    ((uint16_t *)D)[id] = cudaemu_f32_to_bf16(v);
                 else
                     ((float *)D)[id] = v;
             }

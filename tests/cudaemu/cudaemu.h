@@ -1,5 +1,5 @@
 /* cudaemu.h — the emulated CUDA runtime's own interface: what the emulated
- * cuBLASLt (cublaslt.c) and the kernel grid (a later part) need from the
+ * cuBLASLt (cublaslt.c), NCCL (nccl.c) and the kernel grid need from the
  * runtime, and its configuration.
  *
  * The emulator implements the CUDA runtime entry points shardrun uses with
@@ -9,7 +9,9 @@
  * tests/cudaemu/README.
  *
  * Configuration (environment, read at the first call):
- *   CUDAEMU_DEVICES=N        devices (default 1, at most 16)
+ *   CUDAEMU_DEVICES=N        devices (default 1, at most 16); CUDA_VISIBLE_DEVICES
+ *                            selects among them by ordinal, each keeping its
+ *                            bus id
  *   CUDAEMU_MEM_MB=N         memory per device in MiB (default 1024)
  *   CUDAEMU_NAME=TEXT        the devices' name (default "NVIDIA H100 80GB HBM3")
  *   CUDAEMU_NOTREADY_ERROR=0 a cudaErrorNotReady answer (cudaEventQuery,
@@ -32,6 +34,9 @@
  *                            dimension plus one), launch_keeps_error
  *                            (SR_LAUNCH does not clear the last error first)
  *
+ * The emulated NCCL (nccl.c) has its own knobs: CUDAEMU_NCCL_ASYNC_ERROR,
+ * CUDAEMU_NCCL_INIT_HANG, CUDAEMU_NCCL_CALLS (its header comment).
+ *
  * Misuse is reported ("cudaemu: error: ...", naming the call, kernel,
  * block, thread or stream and the calling site) and the process aborts:
  * see the detectors in tests/cudaemu/README. */
@@ -40,6 +45,8 @@
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -101,6 +108,24 @@ cudaError_t cudaemu_report(const char *fmt, ...) __attribute__((noreturn, format
  * kernel "k<T>" is named "k"): its kind ("" when none applies) and *arg
  * its number. */
 const char *cudaemu_mutation(const char *kernel, int *arg);
+
+/* f32 <-> bf16 as the emulated device computes them (cuBLASLt's output,
+ * NCCL's reductions): widening is exact; narrowing rounds to nearest even,
+ * a NaN stays a NaN. */
+static inline float cudaemu_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint16_t cudaemu_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
 
 #ifdef __cplusplus
 }

@@ -103,6 +103,9 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t progress = PTHREAD_COND_INITIALIZER;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int ndev = 1, notready_records = 1;
+/* the physical device (of CUDAEMU_DEVICES) behind each visible ordinal
+ * (CUDA_VISIBLE_DEVICES): its bus id */
+static int phys[MAX_DEVICES];
 static size_t mem_bytes = (size_t)1024 << 20, used[MAX_DEVICES];
 static char dev_name[256] = "NVIDIA H100 80GB HBM3";
 static struct CUstream_st *streams, *legacy[MAX_DEVICES];
@@ -257,6 +260,26 @@ static void configure(void) {
     const char *v;
     if ((v = getenv("CUDAEMU_DEVICES")) && atoi(v) >= 0)
         ndev = atoi(v) > MAX_DEVICES ? MAX_DEVICES : atoi(v);
+    for (int d = 0; d < MAX_DEVICES; d++)
+        phys[d] = d;
+    if ((v = getenv("CUDA_VISIBLE_DEVICES"))) {
+        /* as the driver reads it: ordinals of the machine's devices, the
+         * list ending at the first entry that is not one (or repeats one);
+         * "" or Slurm's NoDevFiles: none.  (GPU-... UUIDs are not modelled.) */
+        int n = 0;
+        for (const char *q = v; *q && n < ndev;) {
+            char *end;
+            long d = strtol(q, &end, 10);
+            int dup = 0;
+            for (int i = 0; i < n; i++)
+                dup |= phys[i] == d;
+            if (end == q || d < 0 || d >= ndev || dup || (*end && *end != ','))
+                break;
+            phys[n++] = (int)d;
+            q = *end ? end + 1 : end;
+        }
+        ndev = n;
+    }
     if ((v = getenv("CUDAEMU_MEM_MB")) && atol(v) > 0)
         mem_bytes = (size_t)atol(v) << 20;
     if ((v = getenv("CUDAEMU_NAME")) && *v)
@@ -716,7 +739,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
     p->minor = 0;
     p->multiProcessorCount = 132;
     p->pciDomainID = 0;
-    p->pciBusID = 0x19 + d;
+    p->pciBusID = 0x19 + phys[d];
     p->pciDeviceID = 0;
     p->unifiedAddressing = 1;
     return cudaSuccess;
@@ -728,7 +751,7 @@ cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d) {
         return fail(cudaErrorInvalidValue);
     if (d < 0 || d >= ndev)
         return fail(cudaErrorInvalidDevice);
-    snprintf(id, (size_t)len, "00000000:%02X:00.0", 0x19 + d);
+    snprintf(id, (size_t)len, "00000000:%02X:00.0", 0x19 + phys[d]);
     return cudaSuccess;
 }
 
