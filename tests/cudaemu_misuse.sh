@@ -10,7 +10,9 @@
 # block and thread or the call and its site, and the process ends there.
 # An event waited before it was ever recorded is a warning (CUDA makes the
 # wait a no-op) and the run goes on; the correct forms of every case run
-# silently.  Elsewhere than an emulator tree the test skips (a failure when
+# silently.  With the emulated NCCL: an all-gather whose buffers overlap
+# off NCCL's in-place offset, a collective given host memory, ranks
+# disagreeing on a collective's count.  Elsewhere than an emulator tree the test skips (a failure when
 # SHARDRUN_TEST_REQUIRE has cudaemu).
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 M=${SR_BUILDDIR:-.}/tests/cudaemu/misuse
@@ -53,6 +55,17 @@ planted double_free "error: cudaFree\(0x[0-9a-f]+\): a device allocation of 128 
     "a double cudaFree"
 planted copy_past_end "error: cudaMemcpy \(destination\): 128 bytes at offset 32 of a device allocation of 128 bytes run 32 bytes past its end" \
     "a copy past an allocation's end"
+if grep -q '^#define SR_HAVE_NCCL 1' "${SR_BUILDDIR:-.}/srconfig.h"; then
+    "$M" nccl_clean >nc.out 2>nc.err
+    check "NCCL: 2 ranks gathering in place at NCCL's offsets run silently (status $?)" \
+        sh -c "grep -q 'nccl_clean: 2 ranks gathered in place' nc.out && ! grep -q cudaemu nc.err" || diag "$(head -3 nc.err)"
+    planted nccl_overlap "error: NCCL: ncclAllGather \(rank 0 of 1, 4 elements of f32\): sendbuff and recvbuff overlap but the call is not in place: in place is sendbuff == recvbuff \+ rank \* sendcount \(NCCL's rule\); here sendbuff - recvbuff = 4 bytes; called from " \
+        "NCCL: an all-gather whose buffers overlap off NCCL's in-place offset: the rule and the calling site"
+    planted nccl_host_buffer "error: NCCL: ncclAllGather \(rank 0, 4 elements of f32\): sendbuff \[0x[0-9a-f]+, \+16 bytes\) is not device memory of device 0 .*called from " \
+        "NCCL: a collective given pageable host memory"
+    planted nccl_mismatch "error: NCCL: collective 0 of a communicator of 2 ranks: rank [01] \(host .* pid [0-9]+\) calls ncclAllGather of [45] f32 elements, rank [01] called ncclAllGather of [45] f32 elements" \
+        "NCCL: ranks disagreeing on a collective's count: both ranks and both counts named"
+fi
 "$M" event_unrecorded >ev.out 2>ev.err
 check "an event waited before it was ever recorded: a warning, and the run goes on (status $?)" \
     sh -c "[ $? -eq 0 ] && grep -Eq 'cudaemu: warning: cudaStreamWaitEvent \(stream #[0-9]+\) on event #[0-9]+, which was never recorded, called from .*: CUDA makes the wait a no-op' ev.err" ||

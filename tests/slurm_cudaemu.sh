@@ -10,7 +10,8 @@
 #      ids), the final parameters within 1e-5 of a 1-task run
 #   b. 2 tasks given one GPU (srun --gpus=1): 78 naming both ranks and the bus
 #   c. two nodes (network namespaces) x 2 emulated GPUs (--gpus-per-node=2):
-#      NCCL between the nodes, bitwise the 4-task job of a
+#      NCCL between the nodes, bitwise the 4-task job of a; HSDP 2x2 with
+#      the replicas across the nodes, within 1e-5 of 1 task
 #   d. status 69 (an asynchronous NCCL error on rank 1,
 #      CUDAEMU_NCCL_ASYNC_ERROR): the template resubmits the job excluding
 #      the host the messages blame; the resubmitted job runs on the other
@@ -39,7 +40,7 @@ trap 'exit 1' INT TERM
 mkdir -p bin && ln -s "$S" bin/shardrun
 export PATH="$T/bin:$PATH" OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE CUDAEMU_DEVICES=4
 
-# mkjob NAME [YAML lines...]: NAME.yaml
+# mkjob NAME [YAML lines...]: NAME.yaml (exact mode; $MESH the mesh)
 mkjob() {
     name=$1
     shift
@@ -47,7 +48,7 @@ mkjob() {
         echo "model: {n_layer: 2, n_head: 4, n_embd: 64, seq_len: 32, vocab_size: 256}"
         echo "train: {steps: ${JOB_STEPS:-6}, batch_size: 8, seed: 7}"
         echo "log: {every: 1, sample_every: 0}"
-        echo "sharding: {mixed_precision: {param_dtype: fp32}}"
+        echo "sharding: {mixed_precision: {param_dtype: fp32}${MESH:+, mesh: $MESH}}"
         echo "threads: 1"
         for l in "$@"; do echo "$l"; done
     } >"$name.yaml"
@@ -105,6 +106,13 @@ if CL_GPUS=2 cluster2_start "$T/cl2" "$$"; then
     check "  ...the ranks on node1 and node2, NCCL between them" \
         sh -c "grep -q 'rank 0/4 local 0/2 node 0 host node1 ' c.out && grep -q 'rank 3/4 local 1/2 node 1 host node2 ' c.out && grep -q 'NCCL ran [1-9]' c.out"
     check "  ...bitwise the 4-task job on one node" sh -c "'$CMP' c.params a4.params 0 >c.cmp" || diag "$(tail -1 c.cmp)"
+    MESH="{replicate: 2}"
+    mkjob h "comm: {interface: eth0}"
+    MESH=""
+    gpujob h --nodes=2 --ntasks-per-node=2 --gpus-per-node=2
+    check "c: HSDP 2x2 over the nodes ($st): shard groups inside a node, replicas across, within 1e-5 of 1 task" \
+        sh -c "[ '$st' = COMPLETED ] && grep -q 'groups: shard \[0 1\] \[2 3\]; replicate \[0 2\] \[1 3\]' h.out && grep -q 'NCCL ran .* [1-9][0-9]* all-reduces' h.out && '$CMP' h.params ref.params 1e-5 >h.cmp" ||
+        show h
 
     JOB_STEPS=100 mkjob d "comm: {interface: eth0, timeout_s: 5}"
     J=$(cl sbatch --parsable -N 1 --ntasks-per-node=2 --gpus-per-node=2 --cpus-per-task=1 -o "$T/d.out" \

@@ -101,6 +101,10 @@ typedef struct {
 int cudaemu_take_guards(cudaemu_guard *out, int max);
 void cudaemu_check_guards(const char *what, const cudaemu_guard *g, int n);
 
+/* The symbol of a code address ("func+0x12 in binary"), best effort: the
+ * calling site a report names. */
+void cudaemu_describe_site(const void *pc, char *buf, size_t n);
+
 /* Reports misuse found by the emulator ("cudaemu: error: ...") and aborts. */
 cudaError_t cudaemu_report(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 

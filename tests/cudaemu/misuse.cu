@@ -2,14 +2,22 @@
  * emulator's detectors (tests/cudaemu/README) must report each, naming the
  * kernel, block and thread (or the call and its site), and the process must
  * end there; the clean cases must run silently.  Built only in an emulator
- * tree: on a GPU several cases hang or fault.
+ * tree: on a GPU several cases hang or fault.  The nccl_ cases (a tree with
+ * the emulated NCCL) break NCCL's buffer rules, the ranks as threads of
+ * this process, each on its own emulated GPU.
  *
  * usage: misuse CASE   (misuse list: the cases) */
+#include "srconfig.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include <cuda_runtime.h>
+#ifdef SR_HAVE_NCCL
+#include <nccl.h>
+#include <pthread.h>
+#endif
 
 /* thread 5 leaves before the barrier the others wait at */
 __global__ void barrier_exit_k(float *out) {
@@ -61,11 +69,64 @@ static void launch_failed(int e) {
     }
 }
 
+#ifdef SR_HAVE_NCCL
+/* One rank of an n-rank communicator: an in-place all-gather of `count`
+ * floats (sendbuff == recvbuff + rank * count, NCCL's rule). */
+struct nccl_rank {
+    ncclUniqueId id;
+    int rank, n;
+    size_t count;
+};
+static void *nccl_rank_main(void *arg) {
+    nccl_rank *r = (nccl_rank *)arg;
+    cudaSetDevice(r->rank);
+    ncclComm_t c;
+    float *buf = nullptr;
+    cudaMalloc((void **)&buf, 16 * sizeof(float));
+    if (ncclCommInitRankConfig(&c, r->n, r->id, r->rank, nullptr) != ncclSuccess ||
+        ncclAllGather(buf + r->rank * r->count, buf, r->count, ncclFloat32, c, 0) != ncclSuccess) {
+        fprintf(stderr, "misuse: an NCCL call failed: %s\n", ncclGetLastError(nullptr));
+        exit(1);
+    }
+    cudaDeviceSynchronize();
+    ncclCommDestroy(c);
+    cudaFree(buf);
+    return nullptr;
+}
+/* two ranks, rank 1 gathering count1 elements (rank 0: 4) */
+static void nccl_two_ranks(size_t count1) {
+    nccl_rank r[2];
+    ncclGetUniqueId(&r[0].id);
+    r[1].id = r[0].id;
+    r[0].rank = 0, r[1].rank = 1;
+    r[0].n = r[1].n = 2;
+    r[0].count = 4, r[1].count = count1;
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], nullptr, nccl_rank_main, &r[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], nullptr);
+}
+/* a one-rank communicator on device 0 */
+static ncclComm_t nccl_one_rank(void) {
+    ncclUniqueId id;
+    ncclComm_t c;
+    if (ncclGetUniqueId(&id) != ncclSuccess || ncclCommInitRankConfig(&c, 1, id, 0, nullptr) != ncclSuccess) {
+        fprintf(stderr, "misuse: NCCL init failed: %s\n", ncclGetLastError(nullptr));
+        exit(1);
+    }
+    return c;
+}
+#define NCCL_CASES(X) X(nccl_clean) X(nccl_overlap) X(nccl_host_buffer) X(nccl_mismatch)
+#else
+#define NCCL_CASES(X)
+#endif
+
 #define CASES(X)                                                                                                       \
     X(clean)                                                                                                           \
     X(barrier_exit) X(barrier_divergent) X(shared_race) X(shfl_mask_omits) X(shfl_outside) X(shfl_inactive)            \
         X(past_end) X(host_reads_device) X(kernel_pageable) X(use_after_free) X(double_free) X(copy_past_end)          \
-            X(event_unrecorded)
+            X(event_unrecorded) NCCL_CASES(X)
 
 int main(int argc, char **argv) {
     const char *c = argc == 2 ? argv[1] : "";
@@ -74,6 +135,7 @@ int main(int argc, char **argv) {
         CASES(NAME)
         return 0;
     }
+    setenv("CUDAEMU_DEVICES", "2", 0); /* (the nccl_ cases' second rank) */
     float *d = nullptr, host[64] = {0};
     cudaMalloc((void **)&d, 32 * sizeof(float));
     cudaStream_t s = 0;
@@ -127,6 +189,19 @@ int main(int argc, char **argv) {
         cudaEventDestroy(e);
         cudaFree(d);
         return 0; /* a warning, not an error: CUDA makes the wait a no-op */
+#ifdef SR_HAVE_NCCL
+    } else if (strcmp(c, "nccl_clean") == 0) {
+        nccl_two_ranks(4);
+        printf("nccl_clean: 2 ranks gathered in place\n");
+        return 0;
+    } else if (strcmp(c, "nccl_overlap") == 0) {
+        /* in place would be d + rank * 4 = d; d + 1 overlaps the result */
+        ncclAllGather(d + 1, d, 4, ncclFloat32, nccl_one_rank(), s);
+    } else if (strcmp(c, "nccl_host_buffer") == 0) {
+        ncclAllGather(host, d, 4, ncclFloat32, nccl_one_rank(), s);
+    } else if (strcmp(c, "nccl_mismatch") == 0) {
+        nccl_two_ranks(5);
+#endif
     } else {
         fprintf(stderr, "usage: misuse CASE (misuse list)\n");
         return 64;

@@ -174,7 +174,7 @@ enum { M_JOIN = 1, M_ATTACH, M_READY, M_SPLIT, M_SPLIT_OK, M_COLL, M_RESULT, M_L
 typedef struct {
     uint32_t type, comm;  /* the hub's communicator id (0: none yet) */
     int32_t rank, nranks; /* in that communicator */
-    int32_t a, b, c, pad; /* JOIN: world rank; COLL: kind, dtype; SPLIT: color, key; ERROR: result */
+    int32_t a, b, c, pad; /* JOIN/ATTACH: world rank, -, pid; COLL: kind, dtype; SPLIT: color, key; ERROR: result */
     uint64_t seq, count;  /* JOIN: the nonce; COLL/RESULT: the collective's number on its communicator */
     uint64_t len;         /* payload bytes that follow */
 } wire;
@@ -235,6 +235,7 @@ typedef struct {
     int fd;
     int comm, rank, world_rank; /* comm -1: not joined yet */
     bool left;
+    bool other;    /* a rank of another process (the exit drain waits for it) */
     char who[128]; /* "host H pid P" */
     wire in;
     size_t in_got; /* header bytes, then payload bytes */
@@ -269,8 +270,8 @@ typedef struct {
     hcomm *m;
     int nm;
     uint32_t next_id;
-    pthread_mutex_t mu; /* guards `busy` for the exit drain */
-    int open;           /* connections not yet left */
+    pthread_mutex_t mu; /* guards `open` (read by the exit drain) */
+    int open;           /* other processes' connections still open */
 } hub;
 
 static hub *the_hub; /* this process's (the one that made the unique id) */
@@ -573,6 +574,12 @@ static void hub_message(hub *h, int k, char *payload) {
         m->conn[w.rank] = k;
         m->joined++;
         m->live++;
+        if (w.c != (int32_t)getpid()) {
+            c->other = true;
+            pthread_mutex_lock(&h->mu);
+            h->open++;
+            pthread_mutex_unlock(&h->mu);
+        }
         hub_ready_if_all(h, m);
         return;
     }
@@ -617,9 +624,12 @@ static void hub_closed(hub *h, int k) {
     c->out = c->out_tail = NULL;
     free(c->payload);
     c->payload = NULL;
-    pthread_mutex_lock(&h->mu);
-    h->open--;
-    pthread_mutex_unlock(&h->mu);
+    if (c->other) {
+        pthread_mutex_lock(&h->mu);
+        h->open--;
+        pthread_mutex_unlock(&h->mu);
+        c->other = false;
+    }
     if (!m)
         return;
     m->conn[c->rank] = -1;
@@ -657,9 +667,6 @@ static void hub_accept(hub *h) {
     memset(&h->c[k], 0, sizeof h->c[k]);
     h->c[k].fd = fd;
     h->c[k].comm = -1;
-    pthread_mutex_lock(&h->mu);
-    h->open++;
-    pthread_mutex_unlock(&h->mu);
 }
 
 /* Reads what connection k has; false when it closed. */
@@ -746,9 +753,10 @@ static void *hub_main(void *arg) {
     return NULL;
 }
 
-/* At exit, the hub's process waits (at most 10 s) for the other ranks to
- * leave, so their last messages are delivered: NCCL's ranks do not
- * depend on the root's process once initialised; ours do, on its hub. */
+/* At exit, the hub's process waits (at most 10 s) for the ranks of other
+ * processes to leave, so their last messages are delivered: NCCL's ranks
+ * do not depend on the root's process once initialised; ours do, on its
+ * hub.  (Its own ranks' connections close with the process.) */
 static void hub_drain(void) {
     write_counts();
     hub *h = the_hub;
@@ -880,6 +888,7 @@ struct ncclComm {
     uint64_t next_seq; /* this rank's next collective on it */
     result *results;
     struct ncclComm *splitting; /* the child whose split is in progress */
+    bool nocolor_wait;          /* a NCCL_SPLIT_NOCOLOR split waits for its round */
     void *buffers;              /* device memory NCCL keeps (NCCL_BUFFSIZE) */
     size_t buffer_bytes;
     pthread_mutex_t send_mu;
@@ -1008,6 +1017,7 @@ static void *rx_main(void *arg) {
               .rank = c->rank,
               .nranks = c->nranks,
               .a = c->world_rank,
+              .c = (int32_t)getpid(),
               .seq = c->nonce,
               .len = strlen(who) + 1};
     if (send_msg(c, w, who) != 0) {
@@ -1033,8 +1043,13 @@ static void *rx_main(void *arg) {
             pthread_cond_broadcast(&c->cv);
             break;
         case M_SPLIT_OK: {
-            ncclComm_t child = c->splitting;
-            c->splitting = NULL;
+            /* (the hub answers each rank's splits in order; comm 0 is the
+             * answer to a NCCL_SPLIT_NOCOLOR one) */
+            ncclComm_t child = m.comm ? c->splitting : NULL;
+            if (m.comm)
+                c->splitting = NULL;
+            else
+                c->nocolor_wait = false;
             pthread_cond_broadcast(&c->cv);
             if (child) {
                 pthread_mutex_lock(&child->mu);
@@ -1148,8 +1163,8 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     if (!config_ok(config, "ncclCommSplit", &r))
         return r;
     pthread_mutex_lock(&comm->mu);
-    if (comm->async != ncclSuccess || comm->aborted || comm->splitting) {
-        r = comm->async == ncclInProgress || comm->splitting
+    if (comm->async != ncclSuccess || comm->aborted || comm->splitting || comm->nocolor_wait) {
+        r = comm->async == ncclInProgress || comm->splitting || comm->nocolor_wait
                 ? set_error(ncclInvalidUsage, "ncclCommSplit: the parent communicator has an operation in progress "
                                               "(poll ncclCommGetAsyncError until ncclSuccess first)")
             : comm->async != ncclSuccess ? comm->async
@@ -1165,20 +1180,23 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
             return set_error(ncclSystemError, "ncclCommSplit: out of memory");
         }
         comm->splitting = child;
-    }
+    } else
+        comm->nocolor_wait = true;
     pthread_mutex_unlock(&comm->mu);
     wire w = {.type = M_SPLIT, .comm = comm->id, .rank = comm->rank, .nranks = comm->nranks, .a = color, .b = key};
     if (send_msg(comm, w, NULL) != 0) {
         pthread_mutex_lock(&comm->mu);
         comm->splitting = NULL;
+        comm->nocolor_wait = false;
         pthread_mutex_unlock(&comm->mu);
-        free(child);
+        if (child)
+            unref(child);
         return set_error(ncclRemoteError, "ncclCommSplit: the connection to the bootstrap root is closed");
     }
     if (!child) {
-        /* NCCL_SPLIT_NOCOLOR: no communicator; wait for the round to end */
+        /* NCCL_SPLIT_NOCOLOR: no communicator; the round ends first */
         pthread_mutex_lock(&comm->mu);
-        while (comm->splitting && !comm->aborted && comm->async == ncclSuccess)
+        while (comm->nocolor_wait && !comm->aborted && comm->async == ncclSuccess)
             pthread_cond_wait(&comm->cv, &comm->mu);
         pthread_mutex_unlock(&comm->mu);
         return ncclSuccess;
@@ -1356,7 +1374,8 @@ static void coll_run(void *arg) {
     if (got->len != j->rbytes)
         cudaemu_report("NCCL: %s collective %llu: the hub returned %llu bytes for a receive buffer of %zu",
                        kind_names[j->kind], (unsigned long long)j->seq, (unsigned long long)got->len, j->rbytes);
-    memcpy(j->recv, got->data, got->len);
+    if (got->len)
+        memcpy(j->recv, got->data, got->len);
     free(got->data);
     free(got);
     pthread_mutex_lock(&c->mu);
@@ -1373,8 +1392,10 @@ static void coll_free(void *arg) {
 static bool overlap(const char *a, size_t an, const char *b, size_t bn) { return a < b + bn && b < a + an; }
 
 static ncclResult_t collective(int kind, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream, const void *caller) {
     const char *call = kind_names[kind];
+    char site[200];
+    cudaemu_describe_site(caller, site, sizeof site);
     if (!comm)
         return set_error(ncclInvalidArgument, "%s: comm is NULL", call);
     if (datatype != ncclFloat32 && datatype != ncclBfloat16 && datatype != ncclFloat64)
@@ -1401,8 +1422,8 @@ static ncclResult_t collective(int kind, const void *sendbuff, void *recvbuff, s
     cudaGetDevice(&dev);
     if (dev != comm->device)
         cudaemu_report("NCCL: %s on a communicator of device %d while device %d is current (NCCL's calls run on "
-                       "the communicator's device)",
-                       call, comm->device, dev);
+                       "the communicator's device), called from %s",
+                       call, comm->device, dev, site);
     size_t es = dtype_size(datatype);
     size_t sbytes = (kind == K_REDUCESCATTER ? (size_t)n : 1) * count * es;
     size_t rbytes = (kind == K_ALLGATHER ? (size_t)n : 1) * count * es;
@@ -1410,11 +1431,11 @@ static ncclResult_t collective(int kind, const void *sendbuff, void *recvbuff, s
      * in place exactly at the documented offset, or not overlapping */
     if (count && (!cudaemu_is_device(sendbuff, sbytes) || !cudaemu_is_device(recvbuff, rbytes)))
         cudaemu_report("NCCL: %s (rank %d, %zu elements of %s): %s [%p, +%zu bytes) is not device memory of device "
-                       "%d (NCCL's buffers are the communicator's device's)",
+                       "%d (NCCL's buffers are the communicator's device's), called from %s",
                        call, rank, count, dtype_name(datatype),
                        cudaemu_is_device(sendbuff, sbytes) ? "recvbuff" : "sendbuff",
                        cudaemu_is_device(sendbuff, sbytes) ? recvbuff : sendbuff,
-                       cudaemu_is_device(sendbuff, sbytes) ? rbytes : sbytes, comm->device);
+                       cudaemu_is_device(sendbuff, sbytes) ? rbytes : sbytes, comm->device, site);
     const char *s = count ? cudaemu_device_view(sendbuff, sbytes, call) : sendbuff;
     char *d = count ? cudaemu_device_view(recvbuff, rbytes, call) : recvbuff;
     if (count && overlap(s, sbytes, d, rbytes)) {
@@ -1423,12 +1444,13 @@ static ncclResult_t collective(int kind, const void *sendbuff, void *recvbuff, s
                                                   : s == d;
         if (!in_place)
             cudaemu_report("NCCL: %s (rank %d of %d, %zu elements of %s): sendbuff and recvbuff overlap but the call "
-                           "is not in place: in place is %s (NCCL's rule); here sendbuff - recvbuff = %td bytes",
+                           "is not in place: in place is %s (NCCL's rule); here sendbuff - recvbuff = %td bytes; "
+                           "called from %s",
                            call, rank, n, count, dtype_name(datatype),
                            kind == K_ALLGATHER       ? "sendbuff == recvbuff + rank * sendcount"
                            : kind == K_REDUCESCATTER ? "recvbuff == sendbuff + rank * recvcount"
                                                      : "sendbuff == recvbuff",
-                           s - d);
+                           s - d, site);
     }
     coll_job *j = calloc(1, sizeof *j);
     if (!j)
@@ -1455,19 +1477,21 @@ static ncclResult_t collective(int kind, const void *sendbuff, void *recvbuff, s
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t stream) {
     COUNT(C_ALLGATHER);
-    return collective(K_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, ncclSum, comm, stream);
+    return collective(K_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, ncclSum, comm, stream,
+                      __builtin_return_address(0));
 }
 
 ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
     COUNT(C_REDUCESCATTER);
-    return collective(K_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
+    return collective(K_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, comm, stream,
+                      __builtin_return_address(0));
 }
 
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {
     COUNT(C_ALLREDUCE);
-    return collective(K_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, comm, stream);
+    return collective(K_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, comm, stream, __builtin_return_address(0));
 }
 
 #endif /* SR_HAVE_NCCL */

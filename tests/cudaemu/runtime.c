@@ -131,8 +131,7 @@ static __thread int current = 0;
 
 static void init(void);
 
-/* The symbol of a code address ("func+0x12 (binary)"), best effort. */
-static void describe_site(const void *pc, char *buf, size_t n) {
+void cudaemu_describe_site(const void *pc, char *buf, size_t n) {
     Dl_info di;
     if (pc && dladdr(pc, &di) && di.dli_fname) {
         const char *bin = strrchr(di.dli_fname, '/');
@@ -156,7 +155,7 @@ static _Noreturn void misuse(const void *site, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    describe_site(site, where, sizeof where);
+    cudaemu_describe_site(site, where, sizeof where);
     fprintf(stderr, "cudaemu: error: %s (called from %s; the emulator stops here)\n", msg, where);
     void *frames[24];
     int nf = backtrace(frames, 24);
@@ -223,7 +222,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc_) {
         if (!r && !f)
             continue;
         char where[256];
-        describe_site((void *)uc->uc_mcontext.gregs[REG_RIP], where, sizeof where);
+        cudaemu_describe_site((void *)uc->uc_mcontext.gregs[REG_RIP], where, sizeof where);
         fprintf(stderr,
                 "cudaemu: error: host code touched device memory at %s: the faulting access used device address %p "
                 "(%zu bytes into a%s device allocation of %zu bytes); host code reaches device memory only by "
@@ -1184,7 +1183,7 @@ static void never_recorded(cudaEvent_t e, const char *call, const char *stream, 
         return;
     e->warned = 1;
     char where[256];
-    describe_site(site, where, sizeof where);
+    cudaemu_describe_site(site, where, sizeof where);
     fprintf(stderr,
             "cudaemu: warning: %s%s on event #%d, which was never recorded, called from %s: CUDA makes the wait a "
             "no-op, so it orders nothing (a record is missing, or comes after the wait)\n",
