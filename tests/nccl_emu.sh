@@ -3,7 +3,7 @@
 # with the emulated NCCL of tests/cudaemu/nccl.c), under OpenMPI's mpirun:
 # each rank a process with its own emulated GPU (CUDAEMU_DEVICES=4, a bus id
 # each), the NCCL plane of src/comm_nccl.c between them.  Small model
-# (2 blocks of width 64, 32 positions), 6 steps.
+# (tiny_job: 2 blocks of width 64; 32 positions), 6 steps.
 #   fast: 2 ranks in exact mode (fp32 parameters) equal 1 rank (losses
 #     relative 1e-5, parameters per tensor 1e-5 x max: ARCHITECTURE.md §3); two
 #     ranks on one emulated GPU: 78 naming both ranks and the bus id
@@ -30,12 +30,7 @@ grep -q '^#define SR_HAVE_NCCL 1' "${SR_BUILDDIR:-.}/srconfig.h" ||
     require_or_skip cudaemu "this emulator tree was configured --without-nccl"
 need_mpirun
 cd "$T" || exit 99
-cat >job.yaml <<'YAML'
-model: {n_layer: 2, n_head: 4, n_embd: 64, seq_len: 32, vocab_size: 256}
-train: {steps: 6, batch_size: 8, seed: 7}
-log: {every: 1, sample_every: 0}
-threads: 1
-YAML
+tiny_job job.yaml model.seq_len=32 train.steps=6 train.batch_size=8 train.seed=7 log.sample_every=0
 EXACT="--set sharding.mixed_precision.param_dtype=fp32"
 export CUDAEMU_DEVICES=4 CUDAEMU_NCCL_CALLS="$T/calls" OMP_NUM_THREADS=1
 # run NAME RANKS ARGS...: shardrun train on RANKS ranks (device: cuda unless

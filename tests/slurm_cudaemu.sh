@@ -40,18 +40,13 @@ trap 'exit 1' INT TERM
 mkdir -p bin && ln -s "$S" bin/shardrun
 export PATH="$T/bin:$PATH" OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE CUDAEMU_DEVICES=4
 
-# mkjob NAME [YAML lines...]: NAME.yaml (exact mode; $MESH the mesh)
+# mkjob NAME [KEY=VALUE...]: NAME.yaml, tiny_job's model at 32 positions,
+# 6 steps, exact mode (fp32 parameters), KEY=VALUE added or replaced
 mkjob() {
     name=$1
     shift
-    {
-        echo "model: {n_layer: 2, n_head: 4, n_embd: 64, seq_len: 32, vocab_size: 256}"
-        echo "train: {steps: ${JOB_STEPS:-6}, batch_size: 8, seed: 7}"
-        echo "log: {every: 1, sample_every: 0}"
-        echo "sharding: {mixed_precision: {param_dtype: fp32}${MESH:+, mesh: $MESH}}"
-        echo "threads: 1"
-        for l in "$@"; do echo "$l"; done
-    } >"$name.yaml"
+    tiny_job "$name.yaml" model.seq_len=32 train.steps=6 train.batch_size=8 train.seed=7 log.sample_every=0 \
+        sharding.mixed_precision.param_dtype=fp32 "$@"
 }
 # gpujob NAME SBATCH-OPTIONS...: the GPU template with JOB=NAME.yaml, its
 # parameters to NAME.params; waits (bounded) for the job's end: $st
@@ -100,21 +95,19 @@ fi
 if CL_GPUS=2 cluster2_start "$T/cl2" "$$"; then
     ok "two nodes start, 2 fake GPUs each (namespaces $CL_NETNS)"
     export CUDAEMU_DEVICES=2
-    mkjob c "comm: {interface: eth0}"
+    mkjob c comm.interface=eth0
     gpujob c --nodes=2 --ntasks-per-node=2 --gpus-per-node=2
     check "c: 2 nodes x 2 emulated GPUs ($st)" test "$st" = COMPLETED || show c
     check "  ...the ranks on node1 and node2, NCCL between them" \
         sh -c "grep -q 'rank 0/4 local 0/2 node 0 host node1 ' c.out && grep -q 'rank 3/4 local 1/2 node 1 host node2 ' c.out && grep -q 'NCCL ran [1-9]' c.out"
     check "  ...bitwise the 4-task job on one node" sh -c "'$CMP' c.params a4.params 0 >c.cmp" || diag "$(tail -1 c.cmp)"
-    MESH="{replicate: 2}"
-    mkjob h "comm: {interface: eth0}"
-    MESH=""
+    mkjob h comm.interface=eth0 sharding.mesh.replicate=2
     gpujob h --nodes=2 --ntasks-per-node=2 --gpus-per-node=2
     check "c: HSDP 2x2 over the nodes ($st): shard groups inside a node, replicas across, within 1e-5 of 1 task" \
         sh -c "[ '$st' = COMPLETED ] && grep -q 'groups: shard \[0 1\] \[2 3\]; replicate \[0 2\] \[1 3\]' h.out && grep -q 'NCCL ran .* [1-9][0-9]* all-reduces' h.out && '$CMP' h.params ref.params 1e-5 >h.cmp" ||
         show h
 
-    JOB_STEPS=100 mkjob d "comm: {interface: eth0, timeout_s: 5}"
+    mkjob d comm.interface=eth0 comm.timeout_s=5 train.steps=100
     J=$(cl sbatch --parsable -N 1 --ntasks-per-node=2 --gpus-per-node=2 --cpus-per-task=1 -o "$T/d.out" \
         --export="ALL,JOB=$T/d.yaml,CUDAEMU_NCCL_ASYNC_ERROR=1:10,MAX_RESTARTS=1" "$TEMPLATES/shardrun-gpu.sbatch")
     st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 120)
