@@ -1,8 +1,9 @@
 #!/bin/sh
 # nccl_emu.sh — multi-rank device: cuda on emulated GPUs (an emulator tree
 # with the emulated NCCL of tests/cudaemu/nccl.c), under OpenMPI's mpirun:
-# each rank a process with its own emulated GPU (CUDAEMU_DEVICES=4, a bus id
-# each), the NCCL plane of src/comm_nccl.c between them.  Small model
+# each rank a process with its own emulated GPU (the emulator's default 8
+# GPUs per node, a bus id each), the NCCL plane of src/comm_nccl.c between
+# them.  Small model
 # (tiny_job: 2 blocks of width 64; 32 positions), 6 steps.
 #   fast: 2 ranks in exact mode (fp32 parameters) equal 1 rank (losses
 #     relative 1e-5, parameters per tensor 1e-5 x max: ARCHITECTURE.md §3); two
@@ -32,7 +33,8 @@ need_mpirun
 cd "$T" || exit 99
 tiny_job job.yaml model.seq_len=32 train.steps=6 train.batch_size=8 train.seed=7 log.sample_every=0
 EXACT="--set sharding.mixed_precision.param_dtype=fp32"
-export CUDAEMU_DEVICES=4 CUDAEMU_NCCL_CALLS="$T/calls" OMP_NUM_THREADS=1
+unset CUDAEMU_DEVICES CUDA_VISIBLE_DEVICES
+export CUDAEMU_NCCL_CALLS="$T/calls" OMP_NUM_THREADS=1
 # run NAME RANKS ARGS...: shardrun train on RANKS ranks (device: cuda unless
 # ARGS say otherwise), metrics NAME.jsonl, parameters NAME.params, the
 # ranks' messages NAME.err; status in $rc
@@ -75,8 +77,9 @@ check "  ...each rank on its own emulated GPU: buses 19 and 1A, NCCL the plane" 
 check "  ...every kind of collective it needs ran over NCCL, split communicators included" \
     grep -q 'NCCL ran [1-9][0-9]* all-gathers, [1-9][0-9]* reduce-scatters, 0 all-reduces over 1 split' e2.err
 
-# 2. two ranks on one emulated GPU: refused before NCCL init
-CUDAEMU_DEVICES=1 run dup 2 $EXACT
+# 2. two ranks on one emulated GPU (CUDA_VISIBLE_DEVICES=0 for both):
+# refused before NCCL init
+CUDA_VISIBLE_DEVICES=0 run dup 2 $EXACT
 check "two ranks on one emulated GPU: 78 (status $rc)" test "$rc" -eq 78
 check "  ...naming both ranks and the bus id, with the hint" \
     sh -c "grep -q 'ranks 0 and 1 are both on the GPU at bus 00000000:19:00.0 of host' dup.err && grep -q 'gpus-per-task=1' dup.err" ||

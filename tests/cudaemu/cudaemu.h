@@ -9,7 +9,8 @@
  * tests/cudaemu/README.
  *
  * Configuration (environment, read at the first call):
- *   CUDAEMU_DEVICES=N        devices (default 1, at most 16); CUDA_VISIBLE_DEVICES
+ *   CUDAEMU_DEVICES=N        devices (default 8, a node's worth, so that one rank
+ *                            per GPU under mpirun just works; at most 16); CUDA_VISIBLE_DEVICES
  *                            selects among them by ordinal, each keeping its
  *                            bus id
  *   CUDAEMU_MEM_MB=N         memory per device in MiB (default 1024)

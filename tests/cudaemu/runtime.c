@@ -102,7 +102,7 @@ typedef struct {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t progress = PTHREAD_COND_INITIALIZER;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static int ndev = 1, notready_records = 1;
+static int ndev = 8, notready_records = 1; /* (ndev: a node of 8 GPUs, as HGX nodes have) */
 /* the physical device (of CUDAEMU_DEVICES) behind each visible ordinal
  * (CUDA_VISIBLE_DEVICES): its bus id */
 static int phys[MAX_DEVICES];
