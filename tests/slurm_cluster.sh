@@ -30,6 +30,11 @@
 #   cluster2_start DIR TAG   as cluster_start, for node1 and node2; with
 #                       CL_GPUS=N each node has N fake GPUs (GRES, the
 #                       same character devices: nodes share one machine)
+#   cluster2_need KIND [PROGRAM...]   its prerequisites (root, iproute2,
+#                       util-linux, Slurm, munge, the PROGRAMs, a network
+#                       namespace made and deleted), else the script
+#                       skips (require_or_skip KIND: a failure when
+#                       SHARDRUN_TEST_REQUIRE names KIND)
 #   cl CMD...                runs CMD where slurmctld is reachable
 #   node_ns N                the network namespace of node N
 
@@ -139,6 +144,18 @@ cluster_stop() {
 CL_EXEC=""
 cl() { $CL_EXEC "$@"; }
 node_ns() { echo "srn$1_$CL_TAG"; }
+
+cluster2_need() {
+    kind=$1
+    shift
+    [ "$(id -u)" = 0 ] || require_or_skip "$kind" "two nodes in network namespaces need root"
+    for b in ip nsenter unshare /usr/sbin/munged /usr/sbin/slurmctld /usr/sbin/slurmd sbatch srun scontrol squeue sinfo "$@"; do
+        command -v "$b" >/dev/null 2>&1 ||
+            require_or_skip "$kind" "$b not found (apt-get install iproute2 util-linux slurm-wlm slurmctld slurmd slurm-client munge)"
+    done
+    ip netns add "srprobe_$$" 2>/dev/null && ip netns del "srprobe_$$" ||
+        require_or_skip "$kind" "cannot create a network namespace here (ip netns add)"
+}
 
 cluster2_start() {
     CL=$1 CL_TAG=$2

@@ -27,13 +27,7 @@ long_tier || { echo "1..0 # SKIP the long tier only (make check-long, tests/run 
 need_cudaemu
 grep -q '^#define SR_HAVE_NCCL 1' "${SR_BUILDDIR:-.}/srconfig.h" ||
     require_or_skip cudaemu "this emulator tree was configured --without-nccl"
-[ "$(id -u)" = 0 ] || require_or_skip slurm "the private Slurm clusters need root"
-for b in ip nsenter unshare /usr/sbin/munged /usr/sbin/slurmctld /usr/sbin/slurmd sbatch srun scontrol squeue sinfo python3; do
-    command -v "$b" >/dev/null 2>&1 ||
-        require_or_skip slurm "$b not found (apt-get install iproute2 util-linux slurm-wlm slurmctld slurmd slurm-client munge)"
-done
-ip netns add "srprobe_$$" 2>/dev/null && ip netns del "srprobe_$$" ||
-    require_or_skip netns "cannot create a network namespace here (ip netns add)"
+cluster2_need slurm python3 # (python3: the single-node cluster's free ports)
 cd "$T" || exit 99
 trap 'cluster_stop; rm -rf "$T"' EXIT
 trap 'exit 1' INT TERM

@@ -25,13 +25,7 @@
 . "${SR_SRCDIR:-.}/tests/slurm_cluster.sh"
 S=$SHARDRUN
 TEMPLATES=$SR_SRCDIR/slurm
-[ "$(id -u)" = 0 ] || require_or_skip netns "two nodes in network namespaces need root"
-for b in ip nsenter unshare /usr/sbin/munged /usr/sbin/slurmctld /usr/sbin/slurmd sbatch srun scontrol squeue sinfo; do
-    command -v "$b" >/dev/null 2>&1 ||
-        require_or_skip netns "$b not found (apt-get install iproute2 util-linux slurm-wlm slurmctld slurmd slurm-client munge)"
-done
-ip netns add "srprobe_$$" 2>/dev/null && ip netns del "srprobe_$$" ||
-    require_or_skip netns "cannot create a network namespace here (ip netns add)"
+cluster2_need netns
 cd "$T" || exit 99
 trap 'cluster_stop; rm -rf "$T"' EXIT
 trap 'exit 1' INT TERM
