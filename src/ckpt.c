@@ -38,11 +38,9 @@
 #include <unistd.h>
 
 #include "fsio.h"
-#include "hbcheck.h"
 #include "mem.h"
 #include "shardfile.h"
 #include "testhook.h"
-#include "vec.h"
 
 #define MAX_CANDIDATES SR_CKPT_MAX_CANDIDATES
 
@@ -69,6 +67,7 @@ struct sr_ckpt {
 };
 
 static sr_status setup_async(sr_ckpt *c);
+static uint64_t sr_ckpt_async_max_bytes(const sr_ckpt_opts *o, int local_size);
 static void pending_free(sr_ckpt *c);
 
 /* Paths are bounded by PATH_MAX, messages by their buffers. */
@@ -92,8 +91,28 @@ static void crash_site(const char *site, int64_t step) {
 /* ------------------------------------------------------------------------ */
 /* reading state */
 
+/* The engine's state k as shard-file bytes: `at` is the byte offset in
+ * its local buffer (fsdp.h: the engine copies, stages and declares). */
+typedef struct {
+    sr_fsdp *f;
+    int k;
+} state_io;
+
+static sr_status state_put(void *ctx, uint64_t at, const void *src, size_t bytes) {
+    const state_io *io = ctx;
+    return sr_fsdp_state_write(io->f, io->k, (size_t)(at / sizeof(float)), bytes / sizeof(float), src);
+}
+
+static sr_status state_get(void *ctx, uint64_t at, void *dst, size_t bytes) {
+    const state_io *io = ctx;
+    return sr_fsdp_state_read(io->f, io->k, (size_t)(at / sizeof(float)), bytes / sizeof(float), dst);
+}
+
 sr_status sr_ckpt_read_slices(int dirfd, const char *dir, const sr_manifest *mf, const sr_slice *slices, int nslices,
-                              float *dst[SR_NSTATE], sr_dev *dev, uint64_t *verified) {
+                              float *dst[SR_NSTATE], sr_fsdp *into, uint64_t *verified) {
+    state_io io[SR_NSTATE];
+    for (int k = 0; k < SR_NSTATE; k++)
+        io[k] = (state_io){into, k};
     uint64_t dummy = 0;
     if (!verified)
         verified = &dummy;
@@ -112,7 +131,7 @@ sr_status sr_ckpt_read_slices(int dirfd, const char *dir, const sr_manifest *mf,
                 if (lo >= hi)
                     continue;
                 for (int k = 0; k < SR_NSTATE; k++) {
-                    if (!dst[k])
+                    if (!dst[k] && !into)
                         continue;
                     if (nreq == cap) {
                         cap = cap ? 2 * cap : 64;
@@ -123,9 +142,13 @@ sr_status sr_ckpt_read_slices(int dirfd, const char *dir, const sr_manifest *mf,
                         }
                         reqs = nr;
                     }
-                    reqs[nreq++] =
-                        (sr_shardfile_range){sr_manifest_section(mf, f->elements, k) + 4 * (e + lo - b), 4 * (hi - lo),
-                                             dst[k] + slices[q].local + (lo - slices[q].begin), dev};
+                    uint64_t local = slices[q].local + (lo - slices[q].begin);
+                    reqs[nreq++] = (sr_shardfile_range){sr_manifest_section(mf, f->elements, k) + 4 * (e + lo - b),
+                                                        4 * (hi - lo),
+                                                        into ? NULL : dst[k] + local,
+                                                        into ? state_put : NULL,
+                                                        &io[k],
+                                                        4 * local};
                 }
             }
             e += c;
@@ -290,9 +313,9 @@ uint64_t sr_ckpt_planned_bytes(const sr_shardplan *plan, int S, uint64_t *larges
 
 /* The bytes one checkpoint of this job takes (sr_ckpt_planned_bytes). */
 static uint64_t checkpoint_bytes(const sr_ckpt *c) {
-    sr_fsdp_shard_state v;
-    sr_fsdp_shard_state_view(c->f, &v);
-    return sr_ckpt_planned_bytes(v.plan, v.mesh->S, NULL);
+    sr_fsdp_layout l;
+    sr_fsdp_layout_get(c->f, &l);
+    return sr_ckpt_planned_bytes(l.plan, l.mesh->S, NULL);
 }
 
 /* "12.3 MiB" or "4.56 GiB" into buf. */
@@ -382,15 +405,9 @@ void sr_ckpt_close(sr_ckpt *c) {
     if (!c)
         return;
     pending_free(c); /* a failed run: its writer finishes; the next open removes the temporary directory */
-    sr_fsdp_shard_state s = {0};
-    if (c->f)
-        sr_fsdp_shard_state_view(c->f, &s);
-    for (int k = 0; k < SR_NSTATE; k++) {
-        if (s.dev && s.dev->separate_memory)
-            s.dev->free(s.dev, c->snap[k]);
-        else
-            sr_mem_free(c->snap[k]);
-    }
+    for (int k = 0; k < SR_NSTATE; k++)
+        if (c->snap[k])
+            sr_fsdp_host_free(c->f, c->snap[k]);
     if (c->lock_fd >= 0)
         close(c->lock_fd); /* releases the fcntl lock */
     if (c->dirfd >= 0)
@@ -489,10 +506,10 @@ static sr_status load_one(sr_ckpt *c, const char *path, int dirfd, sr_manifest *
         sr_manifest_free(mf);
         return st;
     }
-    sr_fsdp_shard_state s;
-    sr_fsdp_shard_state_view(c->f, &s);
-    float *dst[SR_NSTATE] = {s.params, s.m, s.v};
-    st = sr_ckpt_read_slices(dirfd, path, mf, s.slices, s.nslices, dst, s.dev, verified);
+    sr_fsdp_layout l;
+    sr_fsdp_layout_get(c->f, &l);
+    float *none[SR_NSTATE] = {NULL, NULL, NULL};
+    st = sr_ckpt_read_slices(dirfd, path, mf, l.slices, l.nslices, none, c->f, verified);
     if (st != SR_OK)
         sr_manifest_free(mf);
     return st;
@@ -535,8 +552,8 @@ static void log_loaded(sr_ckpt *c, const char *path, const sr_manifest *mf, cons
                 path, (long long)mf->step, (unsigned long long)mf->cursor, mf->cursor == 1 ? "" : "s", mf->world,
                 mf->world == 1 ? "" : "s", mf->mesh_shard, mf->mesh_replicate, mf->created, (double)total / 1e6, dt,
                 (double)total / 1e6 / (dt > 0 ? dt : 1e-9));
-    sr_fsdp_shard_state s;
-    sr_fsdp_shard_state_view(c->f, &s);
+    sr_fsdp_layout s;
+    sr_fsdp_layout_get(c->f, &s);
     if (mf->world != c->w->size || mf->mesh_shard != s.mesh->S)
         sr_log_info("resume: resharded from %d rank%s (shard %d x replicate %d) to %d (shard %d x replicate %d)",
                     mf->world, mf->world == 1 ? "" : "s", mf->mesh_shard, mf->mesh_replicate, c->w->size, s.mesh->S,
@@ -726,8 +743,8 @@ static sr_status update_latest(sr_ckpt *c, int64_t step) {
  * retention. */
 static sr_status commit_rank0(sr_ckpt *c, const sr_ckpt_progress *p, const char *tmp, const char *final,
                               const sr_manifest *mf) {
-    sr_fsdp_shard_state s;
-    sr_fsdp_shard_state_view(c->f, &s);
+    sr_fsdp_layout s;
+    sr_fsdp_layout_get(c->f, &s);
     char *text = NULL;
     size_t len = 0;
     sr_status st = sr_manifest_render(mf, c->model, s.plan, &text, &len);
@@ -806,8 +823,8 @@ static sr_ctl_word *record_word(const records *r, int rank) {
 /* The records of a save: room for every rank's word and digests, and this
  * rank's own record (*mine, freed by the caller). */
 static sr_status records_alloc(sr_ckpt *c, const sr_manifest *proto, records *rec, unsigned char **mine) {
-    sr_fsdp_shard_state s;
-    sr_fsdp_shard_state_view(c->f, &s);
+    sr_fsdp_layout s;
+    sr_fsdp_layout_get(c->f, &s);
     uint64_t max_bytes = sr_manifest_file_bytes(proto, sr_shardplan_shard_elements(s.plan, 0));
     rec->nchunks = (max_bytes + SR_SHARD_CHUNK_BYTES - 1) / SR_SHARD_CHUNK_BYTES;
     rec->bytes = sizeof(sr_ctl_word) + (size_t)rec->nchunks * 32;
@@ -823,14 +840,14 @@ static sr_status records_alloc(sr_ckpt *c, const sr_manifest *proto, records *re
     return SR_OK;
 }
 
-/* Replica 0 of a shard index writes its file from src[k] (the live state
- * on `dev`, slices at their shard-local offsets; or the snapshot in host
- * memory, dev NULL and `packed`: slices end to end) and fills its record
+/* Replica 0 of a shard index writes its file from the snapshot snap[k]
+ * (host memory, slices end to end) or, snap NULL, from the live state
+ * through the engine (after sr_fsdp_state_sync), and fills its record
  * (status, bytes, digests). */
 static void write_mine(sr_ckpt *c, const sr_ckpt_progress *p, const char *tmp, const sr_manifest *proto,
-                       unsigned char *mine, float *const src[SR_NSTATE], sr_dev *dev, bool packed) {
-    sr_fsdp_shard_state s;
-    sr_fsdp_shard_state_view(c->f, &s);
+                       unsigned char *mine, float *const *snap) {
+    sr_fsdp_layout s;
+    sr_fsdp_layout_get(c->f, &s);
     sr_ctl_word *me = (sr_ctl_word *)mine;
     if (s.mesh->rep_idx != 0)
         return;
@@ -841,12 +858,15 @@ static void write_mine(sr_ckpt *c, const sr_ckpt_progress *p, const char *tmp, c
     if (SR_NSTATE * s.nslices > (int)(sizeof pieces / sizeof pieces[0]))
         pc = sr_malloc(sizeof *pc * (size_t)(SR_NSTATE * s.nslices));
     sr_status ws = pc ? SR_OK : sr_error_oom("the checkpoint piece list");
+    state_io io[SR_NSTATE];
     for (int k = 0; pc && k < SR_NSTATE; k++) {
+        io[k] = (state_io){c->f, k};
         size_t at = 0;
         for (int i = 0; i < s.nslices; i++) {
             size_t n = s.slices[i].end - s.slices[i].begin;
-            pc[k * s.nslices + i] =
-                (sr_shardfile_piece){src[k] + (packed ? at : s.slices[i].local), n * sizeof(float), dev};
+            pc[k * s.nslices + i] = snap ? (sr_shardfile_piece){snap[k] + at, n * sizeof(float), NULL, NULL, 0}
+                                         : (sr_shardfile_piece){NULL, n * sizeof(float), state_get, &io[k],
+                                                                s.slices[i].local * sizeof(float)};
             at += n;
         }
     }
@@ -890,10 +910,12 @@ static sr_status save_shards(sr_ckpt *c, const sr_ckpt_progress *p, const char *
     sr_status st = records_alloc(c, proto, rec, &mine);
     if (st != SR_OK)
         return st;
-    sr_fsdp_shard_state s;
-    sr_fsdp_shard_state_view(c->f, &s);
-    float *const src[SR_NSTATE] = {s.params, s.m, s.v};
-    write_mine(c, p, tmp, proto, mine, src, s.dev, false);
+    st = sr_fsdp_state_sync(c->f);
+    if (st != SR_OK) {
+        free(mine);
+        return st;
+    }
+    write_mine(c, p, tmp, proto, mine, NULL);
     st = gather_records(c, rec, mine, total, transport_failed);
     free(mine);
     return st;
@@ -903,8 +925,8 @@ static sr_status save_shards(sr_ckpt *c, const sr_ckpt_progress *p, const char *
  * shard index (its slices from the shard plan, its digests from the
  * records of replica 0's ranks). */
 static sr_status build_manifest(sr_ckpt *c, const sr_ckpt_progress *p, const records *rec, sr_manifest *mf) {
-    sr_fsdp_shard_state s;
-    sr_fsdp_shard_state_view(c->f, &s);
+    sr_fsdp_layout s;
+    sr_fsdp_layout_get(c->f, &s);
     const sr_ckpt_opts *o = c->o;
     mf->step = p->step;
     mf->cursor = p->cursor;
@@ -1070,7 +1092,7 @@ static void *writer_main(void *arg) {
             ;
     }
     double t0 = now_s();
-    write_mine(pd->c, &pd->p, pd->tmp, pd->proto, pd->mine, pd->c->snap, NULL, true);
+    write_mine(pd->c, &pd->p, pd->tmp, pd->proto, pd->mine, pd->c->snap);
     pd->write_s = now_s() - t0;
     atomic_store(&pd->done, true);
     return NULL;
@@ -1104,13 +1126,14 @@ static sr_status setup_async(sr_ckpt *c) {
     const sr_ckpt_opts *o = c->o;
     if (!o->async)
         return SR_OK;
-    sr_fsdp_shard_state s;
-    sr_fsdp_shard_state_view(c->f, &s);
+    sr_fsdp_layout s;
+    sr_fsdp_layout_get(c->f, &s);
     uint64_t elements = 0;
     for (int i = 0; s.mesh->rep_idx == 0 && i < s.nslices; i++)
         elements += s.slices[i].end - s.slices[i].begin;
-    uint64_t bytes = (uint64_t)SR_NSTATE * sizeof(float) * elements, max = sr_ckpt_async_max_bytes(o, c->w->local_size);
-    double vals[2] = {bytes > max ? 1.0 : 0.0, (double)bytes};
+    uint64_t bytes = 0, max = sr_ckpt_async_max_bytes(o, c->w->local_size);
+    bool fits = sr_ckpt_snapshot_fits(o, sizeof(float) * elements, c->w->local_size, &bytes);
+    double vals[2] = {fits ? 0.0 : 1.0, (double)bytes};
     sr_status st = sr_ctl_sum(c->ctl, vals, 2);
     if (st != SR_OK)
         return st;
@@ -1126,8 +1149,7 @@ static sr_status setup_async(sr_ckpt *c) {
     sr_status mine = SR_OK;
     for (int k = 0; k < SR_NSTATE && elements > 0 && mine == SR_OK; k++) {
         size_t n = (size_t)elements * sizeof(float);
-        c->snap[k] = s.dev && s.dev->separate_memory ? s.dev->alloc(s.dev, SR_SPACE_PINNED, SR_MEM_CKPT_STAGING, n)
-                                                     : sr_mem_alloc_in(SR_SPACE_HOST, SR_MEM_CKPT_STAGING, n, false);
+        c->snap[k] = sr_fsdp_host_alloc(c->f, SR_MEM_CKPT_STAGING, n);
         if (!c->snap[k])
             mine = sr_error(SR_ERR_INTERNAL,
                             "out of memory for the checkpoint snapshot (%s; hint: "
@@ -1142,54 +1164,33 @@ static sr_status setup_async(sr_ckpt *c) {
     return st;
 }
 
-uint64_t sr_ckpt_async_max_bytes(const sr_ckpt_opts *o, int local_size) {
-    if (o->async_max_mb > 0)
-        return (uint64_t)o->async_max_mb << 20;
-    size_t cap = sr_mem_side_copy_cap(local_size);
-    return cap == SIZE_MAX ? UINT64_MAX : (uint64_t)cap;
+bool sr_ckpt_snapshot_fits(const sr_ckpt_opts *o, uint64_t state_bytes, int local_size, uint64_t *snapshot_bytes) {
+    uint64_t snap = state_bytes <= UINT64_MAX / SR_NSTATE ? SR_NSTATE * state_bytes : UINT64_MAX;
+    *snapshot_bytes = snap;
+    return o->dir && o->dir[0] && o->async && snap != UINT64_MAX && snap <= sr_ckpt_async_max_bytes(o, local_size);
 }
 
 bool sr_ckpt_async(const sr_ckpt *c) { return c && c->async; }
 int64_t sr_ckpt_pending_step(const sr_ckpt *c) { return c && c->pend ? c->pend->p.step : -1; }
 
-/* Copies this rank's state into the snapshot: on a device a download
- * (the copy stream after the step's update, host-waited), from host memory
- * (the CPU, offloaded state) a copy over the OpenMP team (the view's event
- * ordered it after the update: the CPU table's operations are done when
- * issued). */
+/* Copies this rank's state into the snapshot through the engine (a
+ * download where it is device memory; a copy over the OpenMP team where it
+ * is host memory), ordered after the step's update by sr_fsdp_state_sync. */
 static sr_status take_snapshot(sr_ckpt *c) {
-    sr_fsdp_shard_state s;
-    sr_fsdp_shard_state_view(c->f, &s);
+    sr_fsdp_layout s;
+    sr_fsdp_layout_get(c->f, &s);
     if (s.mesh->rep_idx != 0)
         return SR_OK;
-    const float *src[SR_NSTATE] = {s.params, s.m, s.v};
-    if (s.dev && !s.dev->separate_memory) {
-        /* the CPU table: its operations are done when issued, but the
-         * host copy below is ordered after the step's update through the
-         * view's wait and this host wait, which the checker proves */
-        sr_event ev = {0};
-        s.dev->record(s.dev, &ev, SR_STREAM_D2H);
-        if (sr_dev_host_wait(s.dev, &ev, "download") != SR_OK)
-            return SR_ERR_INTERNAL;
-        for (int k = 0; s.dev->hb && k < SR_NSTATE; k++)
-            for (int i = 0; i < s.nslices; i++)
-                sr_hb_access(s.dev->hb, SR_HB_HOST, src[k] + s.slices[i].local,
-                             (s.slices[i].end - s.slices[i].begin) * sizeof(float), false,
-                             "the checkpoint's snapshot (host copy)");
-    }
-    for (int k = 0; k < SR_NSTATE; k++) {
+    sr_status st = sr_fsdp_state_sync(c->f);
+    for (int k = 0; k < SR_NSTATE && st == SR_OK; k++) {
         size_t at = 0;
-        for (int i = 0; i < s.nslices; i++) {
+        for (int i = 0; i < s.nslices && st == SR_OK; i++) {
             size_t n = s.slices[i].end - s.slices[i].begin;
-            const float *from = src[k] + s.slices[i].local;
-            if (!s.dev || !s.dev->separate_memory) /* host memory (the CPU, offload) */
-                sr_vec_copy_par(c->snap[k] + at, from, n * sizeof(float));
-            else if (sr_dev_download(s.dev, c->snap[k] + at, from, n * sizeof(float), "download") != SR_OK)
-                return SR_ERR_INTERNAL; /* (synchronous, into pageable memory: a step boundary, not a step) */
+            st = sr_fsdp_state_read(c->f, k, s.slices[i].local, n, c->snap[k] + at);
             at += n;
         }
     }
-    return SR_OK;
+    return st == SR_OK ? SR_OK : SR_ERR_INTERNAL;
 }
 
 sr_status sr_ckpt_save_async(sr_ckpt *c, const sr_ckpt_progress *p, int64_t *waited_for) {
@@ -1295,4 +1296,40 @@ sr_status sr_ckpt_poll(sr_ckpt *c, int64_t now_step, bool wait) {
                 (long long)p.step, (long long)p.step, (long long)now_step, (double)total / 1e6, snap, write,
                 write > 0 ? (double)total / c->w->size / 1e6 / write : 0.0, took);
     return SR_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the resume policy before the directory is opened */
+
+/* checkpoint.resume: "never", "auto" (the default) or a PATH. */
+static bool resume_never(const sr_ckpt_opts *o) { return o->resume && strcmp(o->resume, "never") == 0; }
+static bool resume_auto(const sr_ckpt_opts *o) { return !o->resume || !o->resume[0] || strcmp(o->resume, "auto") == 0; }
+static bool has_dir(const sr_ckpt_opts *o) { return o->dir && o->dir[0]; }
+
+bool sr_ckpt_may_resume(const sr_ckpt_opts *o) { return !resume_never(o) && (!resume_auto(o) || has_dir(o)); }
+
+bool sr_ckpt_fresh_for_sure(const sr_ckpt_opts *o) {
+    if (resume_never(o))
+        return true;
+    if (!resume_auto(o))
+        return false;
+    if (!has_dir(o))
+        return true;
+    DIR *d = opendir(o->dir);
+    if (!d)
+        return errno == ENOENT;
+    bool any = false;
+    for (struct dirent *e; !any && (e = readdir(d));)
+        any = strncmp(e->d_name, "step_", 5) == 0;
+    closedir(d);
+    return !any;
+}
+
+/* checkpoint.async_max_mb in bytes: the key, or 25 % of the node's memory
+ * divided by its `local_size` ranks when it is 0. */
+static uint64_t sr_ckpt_async_max_bytes(const sr_ckpt_opts *o, int local_size) {
+    if (o->async_max_mb > 0)
+        return (uint64_t)o->async_max_mb << 20;
+    size_t cap = sr_mem_side_copy_cap(local_size);
+    return cap == SIZE_MAX ? UINT64_MAX : (uint64_t)cap;
 }

@@ -63,6 +63,13 @@ typedef struct {
  * object.  *out is set even on failure; close with sr_ckpt_close. */
 sr_status sr_ckpt_open(sr_ckpt **out, const sr_ckpt_opts *o, const sr_world *w, sr_ctl *ctl, const sr_model *m,
                        sr_fsdp *f);
+/* What the resume policy (checkpoint.resume: auto, never or PATH) allows
+ * before the directory is opened: whether the run may resume (not never;
+ * a PATH, or auto with a checkpoint.dir), and whether it will certainly
+ * start fresh (never, or auto with no step_* entry in checkpoint.dir or no
+ * directory).  The metrics file and model.init ask these. */
+bool sr_ckpt_may_resume(const sr_ckpt_opts *o);
+bool sr_ckpt_fresh_for_sure(const sr_ckpt_opts *o);
 /* Releases the lock and frees.  NULL is fine. */
 void sr_ckpt_close(sr_ckpt *c);
 /* Marks a checkpoint's step directory (it holds the manifest) as one no
@@ -108,9 +115,13 @@ sr_status sr_ckpt_save_async(sr_ckpt *c, const sr_ckpt_progress *p, int64_t *wai
  * save on every rank, removes its temporary directory and leaves earlier
  * checkpoints untouched.  No save in flight: SR_OK at once, no message. */
 sr_status sr_ckpt_poll(sr_ckpt *c, int64_t now_step, bool wait);
-/* checkpoint.async_max_mb in bytes: the key, or 25 % of the node's memory
- * divided by its `local_size` ranks when it is 0. */
-uint64_t sr_ckpt_async_max_bytes(const sr_ckpt_opts *o, int local_size);
+/* The one rule of the asynchronous snapshot: whether it fits, for a shard
+ * whose one state takes `state_bytes` (the snapshot holds params, m and v:
+ * *snapshot_bytes), on a node of `local_size` ranks — checkpoint.dir set,
+ * checkpoint.async on, at most checkpoint.async_max_mb (0: 25 % of the
+ * node's memory divided by its ranks).  The run's set-up,
+ * the memory plan and `shardrun plan` all ask it. */
+bool sr_ckpt_snapshot_fits(const sr_ckpt_opts *o, uint64_t state_bytes, int local_size, uint64_t *snapshot_bytes);
 /* Whether saves are asynchronous; the step of the save in flight (-1 none). */
 bool sr_ckpt_async(const sr_ckpt *c);
 int64_t sr_ckpt_pending_step(const sr_ckpt *c);
@@ -151,12 +162,13 @@ int sr_ckpt_scan(int dirfd, int64_t *steps, int max, char *odd, size_t odd_len);
 
 /* Reads the elements of `slices` (global [begin, end) at local offsets) of
  * the checkpoint directory dirfd (named `dir` in messages) described by mf
- * into dst[k] + local (k = params, adam_m, adam_v; a NULL dst[k] is
- * skipped), memory of `dev` (uploaded from the verified staging buffer) or
- * host memory (dev NULL), reading and verifying only the chunks that hold
+ * into host memory dst[k] + local (k = params, adam_m, adam_v; a NULL
+ * dst[k] is skipped) or, with `into`, every state into the engine's state
+ * at the slices' local offsets (sr_fsdp_state_write; the caller ends the
+ * load with sr_fsdp_state_loaded), reading and verifying only the chunks that hold
  * them; *verified (may be NULL) counts the bytes verified.  SR_ERR_DATA
  * naming the file and chunk. */
 sr_status sr_ckpt_read_slices(int dirfd, const char *dir, const sr_manifest *mf, const sr_slice *slices, int nslices,
-                              float *dst[SR_NSTATE], sr_dev *dev, uint64_t *verified);
+                              float *dst[SR_NSTATE], sr_fsdp *into, uint64_t *verified);
 
 #endif

@@ -267,6 +267,10 @@ static sr_status exchange(sr_group *g, uint32_t seq, const void *s, size_t sb, v
 }
 
 /* Grows the transport's two ping-pong chunk buffers (progress thread only). */
+size_t sr_transport_scratch_bytes(size_t chunk_elements, size_t es) {
+    return 2 * (chunk_elements * es + 16); /* two buffers, each a chunk and room for its alignment */
+}
+
 static bool scratch_reserve(sr_transport *tp, size_t bytes) {
     if (tp->scratch_bytes >= bytes)
         return true;
@@ -313,7 +317,7 @@ static sr_status ring_reduce_scatter(sr_group *g, uint32_t seq, const void *src,
         scale_copy(out, (const char *)src + mo * es, ml_me, dt, scale);
         return SR_OK;
     }
-    if (!scratch_reserve(g->tp, maxc * es + 16)) {
+    if (!scratch_reserve(g->tp, sr_transport_scratch_bytes(maxc, es) / 2)) {
         snprintf(msg, ml, "out of memory for transport buffers");
         return SR_ERR_INTERNAL;
     }

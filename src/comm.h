@@ -71,6 +71,9 @@ void sr_group_set_name(sr_group *g, const char *name);
 sr_status sr_transport_connect(sr_transport *tp);
 /* The ring neighbours of all declared groups: the sockets connect opens. */
 int sr_transport_peer_count(const sr_transport *tp);
+/* The host memory (SR_MEM_COMM) the ring reduce-scatter reserves for
+ * chunks of up to chunk_elements elements of es bytes: its two buffers. */
+size_t sr_transport_scratch_bytes(size_t chunk_elements, size_t es);
 /* Stops the threads and closes every socket.  NULL is fine. */
 void sr_transport_close(sr_transport *tp);
 /* "ip:port" this rank listens on ("(none)" for one rank). */

@@ -1,6 +1,8 @@
-/* device.c — the choice of the device table, the blocking copies, GPU
- * choice from the local rank and the run's device line; see device.h.  The
- * cpu and fake tables are in device_cpu.c. */
+/* device.c — the helpers every device table uses: the named waits and the
+ * happens-before declarations of each primitive, the blocking copies, the
+ * host buffers the device reads asynchronously; see device.h.  Choosing and
+ * opening a table is device_open.c's; the cpu and fake tables are in
+ * device_cpu.c, the cuda table in device_cuda.c. */
 #include "srconfig.h"
 
 #include "device.h"
@@ -13,215 +15,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#ifdef SR_HAVE_CUDA
-#include <cuda_runtime.h>
-
-#include "cuda_backend.h"
-#endif
-
-int sr_device_count_visible(const char *visible) {
-    if (!visible || !*visible)
-        return 0;
-    int n = 1;
-    for (const char *p = visible; *p; p++)
-        n += *p == ',';
-    return n;
-}
-
-/* The i-th comma-separated entry of `list`. */
-static void nth_entry(const char *list, int i, char *out, size_t n) {
-    out[0] = '\0';
-    if (!list)
-        return;
-    const char *p = list;
-    for (int k = 0; k < i && p; k++) {
-        p = strchr(p, ',');
-        if (p)
-            p++;
-    }
-    if (!p)
-        return;
-    size_t len = strcspn(p, ",");
-    if (len >= n)
-        len = n - 1;
-    memcpy(out, p, len);
-    out[len] = '\0';
-}
-
-int sr_device_pick(const char *visible, int n_visible, int local_rank, int local_size, char *physical,
-                   size_t physical_len, char *err, size_t err_len) {
-    int pick = -1;
-    if (n_visible == 1)
-        pick = 0;
-    else if (n_visible >= local_size && local_rank < n_visible)
-        pick = local_rank;
-    if (pick < 0) {
-        snprintf(err, err_len,
-                 "this task sees %d GPU%s (CUDA_VISIBLE_DEVICES=%s) but is local rank %d of %d on its node; expected "
-                 "exactly one GPU per task or at least one per local task (hint: srun --gpus-per-task=1)",
-                 n_visible, n_visible == 1 ? "" : "s", visible ? visible : "(unset)", local_rank, local_size);
-        return -1;
-    }
-    if (physical) {
-        if (visible && *visible)
-            nth_entry(visible, pick, physical, physical_len);
-        else
-            snprintf(physical, physical_len, "%d", pick);
-    }
-    return pick;
-}
-
-void sr_device_describe(char *buf, size_t n, int local_rank, int local_size) {
-    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
-    int n_visible = sr_device_count_visible(visible);
-    const char *why = "built without CUDA";
-#ifdef SR_HAVE_CUDA
-    char cuda_why[160];
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess)
-        snprintf(cuda_why, sizeof cuda_why, "no usable GPU: %s", cudaGetErrorString(e));
-    else if (count == 0)
-        snprintf(cuda_why, sizeof cuda_why, "no usable GPU");
-    else
-        snprintf(cuda_why, sizeof cuda_why, "%d %s usable; %s", count,
-#ifdef SR_CUDA_EMULATED
-                 count == 1 ? "emulated GPU" : "emulated GPUs",
-                 "in a CUDA emulator tree device: auto is the CPU, device: cuda the emulator"
-#else
-                 count == 1 ? "GPU" : "GPUs", "device: cpu was asked for"
-#endif
-        );
-    why = cuda_why;
-    if (e == cudaSuccess && count > 0 && n_visible == 0)
-        n_visible = count;
-#endif
-    char phys[64], err[512];
-    int pick = n_visible > 0
-                   ? sr_device_pick(visible, n_visible, local_rank, local_size, phys, sizeof phys, err, sizeof err)
-                   : -1;
-    if (pick >= 0)
-        snprintf(buf, n, "cpu (would pick GPU %s, ordinal %d, from CUDA_VISIBLE_DEVICES=%s; %s)", phys, pick,
-                 visible ? visible : "(unset)", why);
-    else if (n_visible > 0)
-        snprintf(buf, n, "cpu (would pick no GPU: %d visible for local rank %d of %d; %s)", n_visible, local_rank,
-                 local_size, why);
-    else
-        snprintf(buf, n, "cpu (no GPU visible; %s)", why);
-}
-
-#ifdef SR_HAVE_CUDA
-/* The cuda table on the GPU this task's local rank picks; `*usable` says
- * whether any GPU was seen at all. */
-static sr_status open_cuda(sr_dev **out, int local_rank, int local_size, bool *usable) {
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    *usable = e == cudaSuccess && count > 0;
-    if (!*usable) {
-        (void)cudaGetLastError();
-        return sr_error(SR_ERR_CONFIG,
-                        "device: cuda, but no usable GPU: cudaGetDeviceCount says %s (hint: ask Slurm for a GPU, "
-                        "e.g. --gpus-per-task=1, or set device: cpu)",
-                        e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    }
-    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
-    char phys[64], err[512];
-    int pick = sr_device_pick(visible, count, local_rank, local_size, phys, sizeof phys, err, sizeof err);
-    if (pick < 0)
-        return sr_error(SR_ERR_CONFIG, "device: cuda: %s", err);
-    return sr_dev_cuda_open(out, pick, phys);
-}
-#endif
-
-sr_status sr_device_open(sr_dev **out, sr_device_want want, int world_size, int local_rank, int local_size) {
-    *out = NULL;
-    if (want == SR_DEVICE_CUDA) {
-#ifdef SR_HAVE_CUDA
-        (void)world_size;
-#ifndef SR_HAVE_NCCL
-        if (world_size > 1)
-            return sr_error(SR_ERR_CONFIG,
-                            "device: cuda with %d ranks needs NCCL, and this shardrun was built without it (hint: "
-                            "configure --with-nccl, or one task, or device: cpu)",
-                            world_size);
-#endif
-        bool usable;
-        return open_cuda(out, local_rank, local_size, &usable);
-#else
-        (void)world_size;
-        (void)local_rank;
-        (void)local_size;
-        return sr_error(SR_ERR_CONFIG, "device: cuda, but this shardrun was built without CUDA (hint: device: auto "
-                                       "or cpu, or a build configured --with-cuda)");
-#endif
-    }
-    bool fake = strcmp(sr_testhook()->device, "fake") == 0;
-#if defined(SR_HAVE_CUDA) && !defined(SR_CUDA_EMULATED)
-    /* (an emulator tree's auto is the CPU: only device: cuda asks for the
-     * emulated GPU) */
-    if (want == SR_DEVICE_AUTO && !fake) {
-        int count = 0;
-        if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) {
-#ifndef SR_HAVE_NCCL
-            if (world_size > 1)
-                sr_log_warn("device: auto sees a GPU, but %d ranks on GPUs need NCCL, and this shardrun was built "
-                            "without it: training on the CPU (hint: configure --with-nccl)",
-                            world_size);
-            else
-#endif
-            {
-                bool usable;
-                return open_cuda(out, local_rank, local_size, &usable);
-            }
-        }
-        (void)cudaGetLastError();
-    }
-#else
-    (void)world_size;
-    (void)local_rank;
-    (void)local_size;
-#endif
-    *out = fake ? sr_dev_fake_open() : sr_dev_cpu_open();
-    return *out ? SR_OK : sr_error_oom("the device table");
-}
-
-sr_dtype sr_device_auto_dtype(bool cuda_table) { return cuda_table ? SR_DT_BF16 : SR_DT_F32; }
-
-const sr_ops *sr_device_ops(const sr_dev *d, sr_dtype param_dtype) {
-#ifdef SR_HAVE_CUDA
-    if (d && d->kind == SR_DEV_CUDA)
-        return param_dtype == SR_DT_BF16 ? &sr_ops_cuda_bf16 : &sr_ops_cuda_f32;
-#else
-    (void)d;
-#endif
-    (void)param_dtype;
-    return &sr_ops_cpu;
-}
-
-const sr_ops *sr_device_plan_ops(bool gpu, sr_dtype param_dtype) {
-#ifdef SR_HAVE_CUDA
-    if (gpu)
-        return param_dtype == SR_DT_BF16 ? &sr_ops_cuda_bf16 : &sr_ops_cuda_f32;
-#else
-    (void)param_dtype;
-    if (gpu)
-        return NULL;
-#endif
-    return &sr_ops_cpu;
-}
-
-void sr_device_close(sr_dev *d) {
-    if (!d)
-        return;
-#ifdef SR_HAVE_CUDA
-    if (d->kind == SR_DEV_CUDA) {
-        sr_dev_cuda_close(d);
-        return;
-    }
-#endif
-    sr_hb_close(d->hb);
-    free(d);
-}
 
 _Static_assert((int)SR_NSTREAMS == (int)SR_HB_TRANSPORT, "the checker's agents start with the streams");
 
@@ -354,25 +147,6 @@ sr_status sr_dev_upload(sr_dev *d, void *dst, const void *host_src, size_t bytes
     return st;
 }
 
-bool sr_device_gpus_unusable(char *buf, size_t n) {
-    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
-    if (!visible || !*visible)
-        return false;
-#ifdef SR_HAVE_CUDA
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e == cudaSuccess && count > 0)
-        return false;
-    if (e != cudaSuccess)
-        snprintf(buf, n, "cudaGetDeviceCount: %s (error %d)", cudaGetErrorString(e), (int)e);
-    else
-        snprintf(buf, n, "cudaGetDeviceCount: 0 devices");
-#else
-    snprintf(buf, n, "this shardrun was built without CUDA");
-#endif
-    return true;
-}
-
 /* ------------------------------------------------------------------------ */
 /* What every table's primitives tell the happens-before checker: one owner
  * of the accesses each call declares, so the cpu, fake and cuda tables are
@@ -471,4 +245,29 @@ void sr_dev_hb_adamw(sr_dev *d, sr_stream s, const sr_adamw_launch *l) {
         hb_rd(d, s, l->v + g->off, g->n * 4, "adamw (v)");
         hb_wr(d, s, l->v + g->off, g->n * 4, "adamw (v)");
     }
+}
+
+/* ------------------------------------------------------------------------ */
+/* host buffers the device reads asynchronously */
+
+void *sr_dev_io_alloc(sr_dev *d, size_t bytes) {
+    return d->kind == SR_DEV_CUDA ? d->alloc(d, SR_SPACE_PINNED, SR_MEM_OTHER, bytes) : sr_malloc(bytes);
+}
+
+void sr_dev_io_free(sr_dev *d, void *p) {
+    if (d && d->kind == SR_DEV_CUDA)
+        d->free(d, p);
+    else
+        free(p);
+}
+
+void sr_device_own_bytes(sr_dev_kind kind, size_t own[SR_NSPACE]) {
+    if (kind != SR_DEV_CUDA)
+        return;
+    own[SR_SPACE_DEVICE] += SR_CUDA_LT_WORKSPACE_BYTES + (size_t)SR_NSTREAMS * SR_CUDA_SCRATCH_BYTES;
+    own[SR_SPACE_PINNED] += SR_CUDA_BOUNCE_BYTES;
+}
+
+size_t sr_device_reserve_bytes(sr_dev_kind kind) {
+    return kind == SR_DEV_CUDA ? (size_t)512 << 20 : 0; /* the CUDA context and modules (estimate) */
 }

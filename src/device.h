@@ -33,10 +33,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "hbcheck.h"
 #include "mem.h"
 #include "status.h"
 #include "vec.h"
+#include "world.h"
 
 typedef enum { SR_DEV_CPU, SR_DEV_FAKE, SR_DEV_CUDA } sr_dev_kind;
 
@@ -44,8 +46,8 @@ typedef enum { SR_DEV_CPU, SR_DEV_FAKE, SR_DEV_CUDA } sr_dev_kind;
  * folds), h2d and d2h (offload and checkpoints). */
 typedef enum { SR_STREAM_COMPUTE, SR_STREAM_COMM, SR_STREAM_H2D, SR_STREAM_D2H, SR_NSTREAMS } sr_stream;
 
-/* What the cuda table allocates for itself when it opens (device_cuda.c
- * allocates these, plan.c plans them): cuBLASLt's workspace and one
+/* What the cuda table allocates for itself when it opens (device_cuda.c;
+ * sr_device_own_bytes reports them): cuBLASLt's workspace and one
  * reduction scratch per stream on the device, the pinned bounce buffer of
  * step-path downloads (sr_dev_download_step) on the host. */
 #define SR_CUDA_LT_WORKSPACE_BYTES ((size_t)32 << 20)
@@ -193,6 +195,33 @@ typedef enum { SR_DEVICE_AUTO, SR_DEVICE_CPU, SR_DEVICE_CUDA } sr_device_want;
  * without NCCL; auto with a world size above 1 in such a build runs on the
  * CPU with a warning.  *out is set on success; free with sr_device_close. */
 sr_status sr_device_open(sr_dev **out, sr_device_want want, int world_size, int local_rank, int local_size);
+/* The job's `device` key against this build: device: cuda in a build
+ * without CUDA is SR_ERR_CONFIG at its place in the job file. */
+sr_status sr_device_check_key(const sr_config *cfg);
+/* A run's table (every rank calls it, before the transport connects): a
+ * warning on a rank that was given GPUs it cannot use, the key checked,
+ * the table opened for the job's `device` (comm.timeout_s as its
+ * deadline; an emulated table tags every log line), and the same kind on
+ * every rank, compared through PMIx: SR_ERR_CONFIG naming the ranks of
+ * each kind when they differ.  *out is set when this rank's open succeeded
+ * (close it even on failure). */
+sr_status sr_device_open_run(sr_dev **out, const sr_config *cfg, sr_world *w);
+/* Host memory the device reads asynchronously (a run's token buffers):
+ * pinned on the cuda table, plain host memory (unaccounted) on the others;
+ * NULL when out of memory.  Free with sr_dev_io_free. */
+void *sr_dev_io_alloc(sr_dev *d, size_t bytes);
+/* What a table of `kind` allocates for itself when it opens, per space
+ * (category SR_MEM_OTHER), added into own[SR_NSPACE]: the cuda table's
+ * cuBLASLt workspace and per-stream reduction scratch (device) and its
+ * bounce buffer (pinned); nothing on the cpu and fake tables.  And the
+ * device memory a process on a table of `kind` needs outside the
+ * accounting (the CUDA context and modules: an estimate; 0 elsewhere). */
+void sr_device_own_bytes(sr_dev_kind kind, size_t own[SR_NSPACE]);
+size_t sr_device_reserve_bytes(sr_dev_kind kind);
+/* The device memory `shardrun plan` assumes without --device-mem-gib: an
+ * 80 GB H100 or A100. */
+#define SR_DEVICE_ASSUMED_BYTES ((size_t)80 << 30)
+void sr_dev_io_free(sr_dev *d, void *p);
 /* The compute dtype the job's `auto` means on a table: bf16 on the cuda
  * table (tensor-core GEMMs), fp32 on the cpu and fake tables (the CPU ops
  * compute in fp32, and a fake-device run stays bitwise a CPU run). */
@@ -279,11 +308,6 @@ void sr_dev_hb_add(sr_dev *d, sr_stream s, const float *acc, const float *src, s
 void sr_dev_hb_sum_squares(sr_dev *d, sr_stream s, const double *out, const float *x, size_t n);
 void sr_dev_hb_loss_sum(sr_dev *d, sr_stream s, const double *acc, const float *losses, size_t n);
 void sr_dev_hb_adamw(sr_dev *d, sr_stream s, const sr_adamw_launch *l);
-
-/* When the task was given GPUs (CUDA_VISIBLE_DEVICES non-empty) but none
- * is usable, describes why in `buf` (cudaGetDeviceCount's answer) and
- * returns true; false otherwise. */
-bool sr_device_gpus_unusable(char *buf, size_t n);
 
 /* Picks the CUDA ordinal for a task that sees `n_visible` GPUs, with
  * CUDA_VISIBLE_DEVICES = `visible` (NULL when unset): exactly one visible

@@ -75,6 +75,18 @@ typedef struct {
 
 static cuda_dev *cd(sr_dev *d) { return (cuda_dev *)d; }
 
+/* The CUDA context of this thread's table (cuda_backend.h): the ops of
+ * ops_cuda.c and the NCCL plane compute in it. */
+static _Thread_local sr_cuda_ctx *bound;
+
+void sr_cuda_bind(sr_cuda_ctx *ctx) {
+    bound = ctx;
+    if (ctx)
+        cudaSetDevice(ctx->ordinal);
+}
+
+sr_cuda_ctx *sr_cuda_bound(void) { return bound; }
+
 /* ------------------------------------------------------------------------ */
 /* errors */
 

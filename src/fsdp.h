@@ -17,10 +17,11 @@
 #include <stdint.h>
 
 #include "comm.h"
-#include "comm_nccl.h"
+#include "mem.h"
 #include "mesh.h"
 #include "model.h"
 #include "optim.h"
+#include "plane.h"
 #include "shardplan.h"
 
 typedef struct sr_fsdp sr_fsdp;
@@ -40,19 +41,14 @@ typedef struct {
     bool offload_optimizer, offload_params, pin_memory;
 } sr_fsdp_opts;
 
-/* Declares the engine's groups on the transport (shard, replicate,
- * reshard-N; call before sr_transport_connect), plans the units, allocates
- * the shard buffers and initialises the master shard from the seed.  The
- * mesh must be valid and every reshard N must divide S (checked by the
- * caller).  SR_ERR_INTERNAL when out of memory.  *out is set even on
+/* Declares the engine's groups through the data plane (shard, replicate,
+ * reshard-N; call before sr_transport_connect and sr_plane_start), plans
+ * the units, allocates the shard buffers and initialises the master shard
+ * from the seed.  The mesh must be valid and every reshard N must divide S
+ * (checked by the caller).  The engine's collectives travel as `plane`
+ * decides.  SR_ERR_INTERNAL when out of memory.  *out is set even on
  * failure; free with sr_fsdp_free. */
-sr_status sr_fsdp_init(sr_fsdp **out, sr_model *model, const sr_mesh *mesh, const sr_fsdp_opts *o, sr_transport *tp);
-/* The groups the engine declared, in declaration order (shard, replicate,
- * then the reshard-N groups): at most `max` into out; returns the count. */
-int sr_fsdp_groups(const sr_fsdp *f, sr_group **out, int max);
-/* Routes the engine's collectives over groups that have a device
- * communicator through the NCCL plane `n` (comm_nccl.h; NULL: none). */
-void sr_fsdp_set_nccl(sr_fsdp *f, sr_nccl *n);
+sr_status sr_fsdp_init(sr_fsdp **out, sr_model *model, const sr_mesh *mesh, const sr_fsdp_opts *o, sr_plane *plane);
 void sr_fsdp_free(sr_fsdp *f);
 
 /* Step protocol: begin_step zeroes gradients; for each micro-batch
@@ -74,44 +70,69 @@ void sr_fsdp_optimizer_step(sr_fsdp *f, int64_t step, double lr, const sr_adamw_
  * The losses join the sum that take_loss_sum reads. */
 sr_status sr_fsdp_eval(sr_fsdp *f, const int *inputs, const int *targets, int B);
 
-/* This rank's persistent state, for checkpoints: the slices of the global
- * parameter vector it owns (real elements, no padding) and where they sit
- * in the local buffers of master parameters and Adam moments — memory of
- * `dev` (device memory when dev->separate_memory: reach it by copies; NULL
- * with offload: host memory).
- * Replicas (HSDP) hold identical state.  Taking the view orders the d2h
- * stream after the last AdamW, so the state can be downloaded. */
+/* ---- where the persistent state lives (fsdp_state.c).  Checkpoints,
+ * model.init, samples and dumps reach the state only through these: the
+ * engine stages, copies its offloaded host state and declares the accesses
+ * to the happens-before checker. */
+
+/* This rank's slices of the global parameter vector (real elements, no
+ * padding) and where they sit in the local state buffers (`local`
+ * offsets, local_size floats per state); the plan of every shard index,
+ * the mesh.  Replicas (HSDP) hold identical state.  No side effect. */
 typedef struct {
-    sr_dev *dev;
     const sr_slice *slices;
     int nslices;
-    float *params, *m, *v; /* local_size floats each */
     size_t local_size;
-    const sr_shardplan *plan; /* every shard index's slices */
+    const sr_shardplan *plan;
     const sr_mesh *mesh;
-} sr_fsdp_shard_state;
-void sr_fsdp_shard_state_view(sr_fsdp *f, sr_fsdp_shard_state *out);
+} sr_fsdp_layout;
+void sr_fsdp_layout_get(const sr_fsdp *f, sr_fsdp_layout *out);
 
-/* After a checkpoint loaded the state into the view's buffers: refreshes
- * what derives from the master shard (with offload, the device copy of the
- * parameters; nothing otherwise). */
+/* The states: the fp32 master, Adam's m and v (manifest.h SR_NSTATE). */
+enum { SR_STATE_PARAMS, SR_STATE_M, SR_STATE_V, SR_STATE_COUNT };
+
+/* Orders the reads that follow after the last optimizer step (the host
+ * optimizer's job, the device's update; on the CPU tables one host wait).
+ * Call outside a step, before a series of sr_fsdp_state_read. */
+sr_status sr_fsdp_state_sync(sr_fsdp *f);
+/* n floats of state k from local offset `local` into host memory, or from
+ * host memory into the state (outside a step; a load ends with
+ * sr_fsdp_state_loaded).  SR_ERR_INTERNAL on a failed device copy. */
+sr_status sr_fsdp_state_read(sr_fsdp *f, int k, size_t local, size_t n, float *host);
+sr_status sr_fsdp_state_write(sr_fsdp *f, int k, size_t local, size_t n, const float *host);
+/* Host memory that state copies are fastest into (pinned where the state
+ * is device memory), accounted in `cat`; NULL when out of memory.  Free
+ * with sr_fsdp_host_free (before sr_fsdp_free). */
+void *sr_fsdp_host_alloc(sr_fsdp *f, sr_mem_cat cat, size_t bytes);
+void sr_fsdp_host_free(sr_fsdp *f, void *p);
+/* After state was written: refreshes what derives from the master shard
+ * (with offload, the device copy of the parameters; nothing otherwise). */
 sr_status sr_fsdp_state_loaded(sr_fsdp *f);
 
-/* Units (block units + the root) for logs. */
-int sr_fsdp_units(const sr_fsdp *f);
-
-/* Writes the full fp32 model (unit-major, padding stripped) to `path` on
- * world rank 0, atomically; every rank must call it (it gathers).  Format:
- * "SRPARAMS", int32 n_tensors, then per tensor {char name[64], int64
- * numel}, then the floats of every tensor in table order.
- * SR_ERR_CANTCREAT / SR_ERR_IO on rank 0, SR_ERR_PEER anywhere. */
-sr_status sr_fsdp_dump_params(sr_fsdp *f, const char *path);
 /* The full model (n_params floats, unit-major) into `full` on every rank:
  * collectives over the shard group, so every rank calls it, outside a step. */
 sr_status sr_fsdp_gather_params(sr_fsdp *f, float *full);
-/* The full gradient of the step (mean loss, before clipping) in the same
- * format, after sr_fsdp_finish_grads and before the optimizer step: one
- * rank without offload only (SHARDRUN_TEST_ORACLE), else SR_ERR_CONFIG. */
-sr_status sr_fsdp_dump_grads(sr_fsdp *f, const char *path);
+/* The step's full gradient into `full` (n_params floats), after
+ * sr_fsdp_finish_grads and before the optimizer step: one rank without
+ * offload only, else SR_ERR_CONFIG. */
+sr_status sr_fsdp_gather_grads(sr_fsdp *f, float *full);
+
+/* ---- the engine's memory (fsdp_plan.c): what sr_fsdp_init allocates for
+ * one rank, per category of mem.h, from the sizing functions its
+ * allocations use — on the device table (`device`: its state space) and,
+ * with offload on a table with separate memory, in host memory (`host`:
+ * pinned unless sharding.offload.pin_memory is false; Adam's m and v
+ * plain).  act: the dtype the ops compute in (a gathered unit of another
+ * dtype is widened into a stage).  state_shard: one fp32 state of the
+ * shard (the checkpoint snapshot holds three). */
+typedef struct {
+    size_t device[SR_MEM_NCAT], host[SR_MEM_NCAT];
+    size_t state_shard;
+} sr_fsdp_bytes;
+sr_status sr_fsdp_plan(const sr_shardplan *pl, const sr_fsdp_opts *o, sr_dtype act, bool separate_memory,
+                       sr_fsdp_bytes *out);
+
+/* Units (block units + the root) for logs. */
+int sr_fsdp_units(const sr_fsdp *f);
 
 #endif

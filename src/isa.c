@@ -14,19 +14,6 @@ static int level = -1;
 
 static const char *const names[SR_ISA_COUNT] = {"x86-64-v2", "x86-64-v3", "x86-64-v4"};
 
-bool sr_isa_parse(const char *name, sr_isa *out) {
-    for (int i = 0; i < SR_ISA_COUNT; i++)
-        if (strcmp(name, names[i]) == 0 || strcmp(name, names[i] + 7) == 0) {
-            *out = (sr_isa)i;
-            return true;
-        }
-    if (strcmp(name, "generic") == 0) {
-        *out = SR_ISA_V2;
-        return true;
-    }
-    return false;
-}
-
 #if defined(__x86_64__) && !defined(SR_ISA_NATIVE)
 /* The level from CPUID and XGETBV.  Read by hand (cpuid.h) rather than with
  * __builtin_cpu_supports because clang 14's builtin does not know bmi2,

@@ -120,18 +120,6 @@ sr_status sr_job_check_world(const sr_config *cfg, int ranks, int rank, sr_mesh 
     return SR_OK;
 }
 
-sr_status sr_job_check_device(const sr_config *cfg) {
-    if (cfg->device != SR_DEVICE_CUDA)
-        return SR_OK;
-#ifdef SR_HAVE_CUDA
-    return SR_OK; /* whether a GPU is usable is the device's question (sr_device_open) */
-#else
-    return at_key(cfg, "device",
-                  "device: cuda, but this shardrun was built without CUDA (hint: device: auto or cpu, "
-                  "or a build configured --with-cuda)");
-#endif
-}
-
 /* The first offload key set to true, or NULL. */
 static const char *offload_key(const sr_config *cfg) {
     return cfg->offload_params      ? "sharding.offload.params"
@@ -140,7 +128,7 @@ static const char *offload_key(const sr_config *cfg) {
                                     : NULL;
 }
 
-sr_status sr_job_check_offload(const sr_config *cfg, bool separate_memory) {
+static sr_status check_offload(const sr_config *cfg, bool separate_memory) {
     if (!offload_key(cfg))
         return SR_OK;
     if (!separate_memory)
@@ -161,7 +149,7 @@ sr_status sr_job_check_offload(const sr_config *cfg, bool separate_memory) {
     return SR_OK;
 }
 
-sr_status sr_job_check_gpu_run(const sr_config *cfg, int world_size) {
+static sr_status check_gpu_run(const sr_config *cfg, int world_size) {
 #ifndef SR_HAVE_NCCL
     if (cfg->comm_backend == SR_BACKEND_NCCL)
         return at_key(cfg, "comm.backend",
@@ -175,7 +163,7 @@ sr_status sr_job_check_gpu_run(const sr_config *cfg, int world_size) {
     return SR_OK;
 }
 
-sr_status sr_job_check_cpu_run(const sr_config *cfg) {
+static sr_status check_cpu_run(const sr_config *cfg) {
     if (cfg->comm_backend == SR_BACKEND_NCCL)
         return at_key(cfg, "comm.backend",
 #ifdef SR_HAVE_NCCL
@@ -186,6 +174,17 @@ sr_status sr_job_check_cpu_run(const sr_config *cfg) {
 #endif
         );
     return SR_OK;
+}
+
+sr_status sr_job_check(sr_config *cfg, int ranks, int rank, const sr_dev *dev, sr_mesh *mesh, bool *param_auto) {
+    sr_status st = sr_job_check_world(cfg, ranks, rank, mesh);
+    if (st != SR_OK || !dev)
+        return st;
+    bool automatic = sr_job_resolve_precision(cfg, dev->kind == SR_DEV_CUDA);
+    if (param_auto)
+        *param_auto = automatic;
+    st = dev->kind == SR_DEV_CUDA ? check_gpu_run(cfg, ranks) : check_cpu_run(cfg);
+    return st == SR_OK ? check_offload(cfg, dev->separate_memory) : st;
 }
 
 sr_status sr_job_check_data(const sr_config *cfg) {

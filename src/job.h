@@ -16,6 +16,7 @@
 #include "ckpt.h"
 #include "comm.h"
 #include "config.h"
+#include "device.h"
 #include "fsdp.h"
 #include "mesh.h"
 #include "optim.h"
@@ -52,27 +53,20 @@ bool sr_job_resolve_precision(sr_config *cfg, bool cuda_table);
  * key was set. */
 sr_status sr_job_check_world(const sr_config *cfg, int ranks, int rank, sr_mesh *mesh);
 
-/* sharding.offload.*: needs a device table with separate memory (a GPU
- * or the fake device; SR_ERR_CONFIG on the CPU); grads or params need
- * optimizer; an explicit grads: false beside optimizer: true is refused;
- * each with the key's file:line:col and why. */
-sr_status sr_job_check_offload(const sr_config *cfg, bool separate_memory);
-
-/* The keys a GPU run of world_size ranks refuses (SR_ERR_CONFIG at the
- * key): offload (a later release), comm.backend nccl in a build without
- * NCCL, and comm.backend tcp with more than one rank (GPU collectives run
- * over NCCL). */
-sr_status sr_job_check_gpu_run(const sr_config *cfg, int world_size);
-/* What a CPU run cannot do: offload (everything already lives in host
- * memory) and the NCCL transport.  SR_ERR_CONFIG with the place. */
-sr_status sr_job_check_cpu_run(const sr_config *cfg);
+/* The job checks of a run, in one entry: the world-size rules above; with
+ * the run's table `dev` (NULL before one is open: `config check`, `plan`)
+ * also sharding.mixed_precision's auto resolved for it (*param_auto, may be
+ * NULL, says whether param_dtype was auto), what a GPU run refuses
+ * (comm.backend nccl in a build without NCCL, comm.backend tcp with more
+ * than one rank) or a CPU run (comm.backend nccl), and sharding.offload.*
+ * (a table with separate memory; grads or params need optimizer; an
+ * explicit grads: false beside optimizer: true is refused).  SR_ERR_CONFIG
+ * with the key's file:line:col and why. */
+sr_status sr_job_check(sr_config *cfg, int ranks, int rank, const sr_dev *dev, sr_mesh *mesh, bool *param_auto);
 /* data.train empty trains on the embedded byte corpus: a model.vocab_size
  * other than its 256 is refused (SR_ERR_CONFIG naming both vocabularies
  * and data.train, at the key that set the vocabulary) unless
  * data.embedded_any_vocab is true. */
 sr_status sr_job_check_data(const sr_config *cfg);
-/* `device: cuda` in a build without CUDA is refused (SR_ERR_CONFIG at the
- * key); in a CUDA build the device itself decides (sr_device_open). */
-sr_status sr_job_check_device(const sr_config *cfg);
 
 #endif

@@ -417,7 +417,7 @@ static int load_job(sr_config *cfg, const char *path, const cli *c, int ranks, b
     if (st == SR_OK)
         st = sr_config_check_landed(cfg);
     if (st == SR_OK)
-        st = sr_job_check_device(cfg);
+        st = sr_device_check_key(cfg);
     if (st == SR_OK && data)
         st = sr_job_check_data(cfg);
     if (st == SR_OK && ranks > 0)

@@ -129,4 +129,10 @@ int sr_mem_alloc_sites(long long *first, int max);
 static inline size_t sr_size_add(size_t a, size_t b) { return a + b < a ? SIZE_MAX : a + b; }
 static inline size_t sr_size_mul(size_t a, size_t b) { return b && a > SIZE_MAX / b ? SIZE_MAX : a * b; }
 
+/* Binary units, for sizes in messages and plans. */
+#define SR_KIB ((size_t)1 << 10)
+#define SR_MIB ((size_t)1 << 20)
+#define SR_GIB ((size_t)1 << 30)
+#define SR_TIB ((size_t)1 << 40)
+
 #endif

@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "device.h"
 #include "fsdp.h"
 #include "job.h"
 #include "mem.h"
@@ -36,7 +37,7 @@ typedef struct {
     size_t comm_transport;     /* of comm: the TCP transport's chunk buffers (host memory) */
 } sr_memplan;
 
-/* The plan a run of this job makes (train.c's check before it allocates,
+/* The plan a run of this job makes (sr_memplan_run before it allocates,
  * and `shardrun plan`): one rank of a run computing with `ops` (NULL: the
  * CPU ops; the activations, the ops' workspace and the widening stage
  * depend on them), from the job's dims and engine options, plus the
@@ -46,23 +47,23 @@ typedef struct {
  * the fake device).  `offloaded` (may be NULL) receives the host memory
  * offload adds (the master, the gradient shard and landing buffers in
  * pinned memory unless sharding.offload.pin_memory is false; Adam's m and
- * v in plain host memory).  `nccl`: the data plane is NCCL (a multi-GPU run), so
- * the TCP transport's chunk buffers are not allocated.  SR_ERR_INTERNAL
- * when out of memory for the (small) tables it builds. */
+ * v in plain host memory).  A table of `kind` in a world of `world_size`
+ * whose data plane is NCCL (plane.h sr_plane_needs_nccl) allocates no TCP
+ * chunk buffers.  SR_ERR_INTERNAL when out of memory for the (small)
+ * tables it builds. */
 sr_status sr_memplan_job(sr_memplan *p, sr_memplan *offloaded, const sr_config *cfg, const sr_job *job,
-                         const sr_mesh *mesh, int micro_batch, int threads, const sr_ops *ops, bool separate_memory,
-                         int local_size, bool nccl);
+                         const sr_mesh *mesh, int micro_batch, int threads, const sr_ops *ops, sr_dev_kind kind,
+                         bool separate_memory, int local_size, int world_size);
 
-/* Refuses a plan above a hard limit of this process (SR_ERR_CONFIG naming
- * the limit, the largest categories and the cheapest fix: a smaller
- * micro-batch when activations dominate, more ranks when the shards do);
- * warns when it is above MemAvailable divided by the node's local ranks. */
-sr_status sr_memplan_check(const sr_memplan *p, int local_size);
-
-/* Refuses a plan whose categories (all of them live on the device in a
- * GPU run) exceed `free_bytes` of device memory: SR_ERR_CONFIG naming the
- * planned and free sizes, the largest categories and the cheapest fix. */
-sr_status sr_memplan_check_device(const sr_memplan *p, long long free_bytes);
+/* A run's plan on its table `dev` in world `w`, checked before anything
+ * sized by the model is allocated: sr_memplan_job, then, where the plan is
+ * host memory, the process's hard limits (RLIMIT_AS, RLIMIT_DATA, the
+ * cgroup's memory.max shared by the node's ranks: SR_ERR_CONFIG naming the
+ * limit, the largest categories and the cheapest fix; a warning above
+ * MemAvailable divided by the local ranks), and where the table has memory
+ * of its own its free memory (SR_ERR_CONFIG naming both sizes). */
+sr_status sr_memplan_run(sr_memplan *p, const sr_config *cfg, const sr_job *job, const sr_mesh *mesh, int micro_batch,
+                         int threads, const sr_ops *ops, const sr_dev *dev, const sr_world *w);
 
 /* "1.5 GiB", "320.0 MiB", for messages (buf of 32 bytes or more). */
 const char *sr_memplan_size(size_t bytes, char *buf, size_t n);

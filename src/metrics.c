@@ -4,6 +4,8 @@
 
 #include "metrics.h"
 
+#include "device.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -268,5 +270,14 @@ double sr_metrics_peak_flops(int threads, char *how, size_t how_len) {
     double peak = threads * mhz * 1e6 * per_cycle;
     snprintf(how, how_len, "%d core%s x %.2f GHz x %d FLOP/cycle (%s fp32) = %.1f GFLOP/s", threads,
              threads == 1 ? "" : "s", mhz / 1000.0, per_cycle, isa, peak / 1e9);
+    return peak;
+}
+
+double sr_metrics_device_peak(const sr_dev *d, bool bf16, int threads, char *how, size_t how_len) {
+    if (d->kind != SR_DEV_CUDA)
+        return sr_metrics_peak_flops(threads, how, how_len);
+    double peak = sr_metrics_gpu_peak_flops(d->line, bf16, how, how_len);
+    if (peak <= 0)
+        sr_log_warn("mfu: %s", how);
     return peak;
 }

@@ -70,5 +70,10 @@ double sr_metrics_peak_flops(int threads, char *how, size_t how_len);
  * H100 PCIe, A100), SHARDRUN_PEAK_GFLOPS overriding; `how` says which.
  * 0 for a GPU the table does not know (mfu is then null). */
 double sr_metrics_gpu_peak_flops(const char *device, bool bf16, char *how, size_t how_len);
+/* The peak of a run on table d (bf16: the ops compute in bf16): the GPU's
+ * data-sheet peak for its device line on the cuda table (a warning when
+ * none is known: MFU is then null), else the CPU's for `threads`. */
+struct sr_dev;
+double sr_metrics_device_peak(const struct sr_dev *d, bool bf16, int threads, char *how, size_t how_len);
 
 #endif

@@ -218,7 +218,7 @@ sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, sr_dev 
     }
     if (ops->bind_workspace)
         ops->bind_workspace(m->op_ws, row_bytes(bufs, nb, (void **)&m->op_ws));
-    m->loss_acc = dev->alloc(dev, dev->state_space, SR_MEM_OTHER, sizeof(double));
+    m->loss_acc = dev->alloc(dev, dev->state_space, SR_MEM_OTHER, sr_model_other_bytes());
     if (!m->loss_acc)
         return SR_ERR_INTERNAL;
     dev->memset(dev, SR_STREAM_COMPUTE, m->loss_acc, 0, sizeof(double));
@@ -516,3 +516,5 @@ double sr_model_flops_per_token(const sr_model *m) {
     double N = (double)m->n_params_real - (double)m->d.T * m->d.C;
     return 6.0 * N + 12.0 * m->d.L * m->d.C * m->d.T;
 }
+
+size_t sr_model_other_bytes(void) { return sizeof(double); }

@@ -145,6 +145,8 @@ size_t sr_model_n_params(const sr_model_dims *d);
  * sequences with `ops` (category SR_MEM_ACTIVATIONS), without allocating
  * them. */
 size_t sr_model_activation_bytes(const sr_model_dims *d, const sr_ops *ops, int max_B);
+/* Bytes sr_model_init allocates in SR_MEM_OTHER: the loss accumulator. */
+size_t sr_model_other_bytes(void);
 /* The split above for micro-batches of max_B sequences with `ops`. */
 sr_act_split sr_model_activation_split(const sr_model_dims *d, const sr_ops *ops, int max_B);
 

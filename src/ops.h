@@ -98,4 +98,8 @@ extern const sr_ops sr_ops_cpu;
  * on.  Returns the thread count in effect. */
 int sr_ops_set_threads(int n);
 
+/* The attention backward's per-thread scratch on the CPU (one T x T
+ * matrix of floats), allocated for the call and freed after it. */
+size_t sr_ops_scratch_bytes(int T);
+
 #endif

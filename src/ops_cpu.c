@@ -471,7 +471,7 @@ static void attention_backward(float *dqkv, const float *dout, const float *qkv,
      * allocation failure is reported (take_error) instead of crashing a
      * worker; counted but not accounted, like any short-lived buffer */
     int nt = n_threads;
-    float *scratch = sr_malloc((size_t)nt * T * T * sizeof(float));
+    float *scratch = sr_malloc((size_t)nt * sr_ops_scratch_bytes(T));
     if (!scratch) {
         fail(sr_error_oom("the attention backward scratch"));
         return;
@@ -601,3 +601,5 @@ const sr_ops sr_ops_cpu = {
     .crossentropy_backward = crossentropy_backward,
     .take_error = take_error,
 };
+
+size_t sr_ops_scratch_bytes(int T) { return (size_t)T * (size_t)T * sizeof(float); }

@@ -28,22 +28,15 @@
 
 #include "../kernels/sr_cuda.h"
 
-static _Thread_local sr_cuda_ctx *bound;
 static _Thread_local sr_status op_error;
-
-void sr_cuda_bind(sr_cuda_ctx *ctx) {
-    bound = ctx;
-    if (ctx)
-        cudaSetDevice(ctx->ordinal);
-}
-sr_cuda_ctx *sr_cuda_bound(void) { return bound; }
 
 /* The context, or NULL with the error kept (an op called on a thread that
  * never bound one: a bug in the caller). */
 static sr_cuda_ctx *ctx(void) {
-    if (!bound && op_error == SR_OK)
+    sr_cuda_ctx *c = sr_cuda_bound();
+    if (!c && op_error == SR_OK)
         op_error = sr_error(SR_ERR_INTERNAL, "a CUDA op ran on a thread with no CUDA context (sr_cuda_bind)");
-    return bound;
+    return c;
 }
 
 /* The context of an op whose kernels take the ops' workspace (encoder,
@@ -300,8 +293,8 @@ static size_t workspace_bytes(int B, int T, int C, int NH) {
         (void)cudaGetLastError(); /* no GPU here (a plan): the estimate */
         sort = 0;
     }
-    if (bound)
-        bound->sort_bytes = sort;
+    if (sr_cuda_bound())
+        sr_cuda_bound()->sort_bytes = sort;
     return sr_cuda_ws_bytes(B, T, C, NH, sort);
 }
 

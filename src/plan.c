@@ -21,18 +21,17 @@
 #include "memplan.h"
 #include "metrics.h"
 #include "ops.h"
+#include "plane.h"
 #include "shardplan.h"
 #include "testhook.h"
+#include "train.h"
 
-#define GIB (1024.0 * 1024.0 * 1024.0)
-#define MIB (1024.0 * 1024.0)
+#define GIB ((double)SR_GIB)
+#define MIB ((double)SR_MIB)
 
 /* Defaults, named in the output when used. */
-#define DEFAULT_DEVICE_GIB 80.0  /* an 80 GB H100/A100 */
 #define DEFAULT_DISK_MBPS 1000.0 /* a modest parallel file system's share */
 #define DEFAULT_UTIL 0.4         /* sustained fraction of the nominal peak */
-#define NCCL_PER_COMM_MIB 256.0  /* NCCL's buffers per communicator (estimate) */
-#define CUDA_CONTEXT_MIB 512.0   /* the CUDA context and modules (estimate) */
 #define add sr_size_add
 
 /* One rank count planned. */
@@ -57,6 +56,7 @@ typedef struct {
 typedef struct {
     const sr_plan_opts *o;
     bool gpu, fake, separate;
+    sr_dev_kind kind;                                   /* the table planned for */
     bool param_auto;                                    /* param_dtype was auto (sr_job_resolve_precision) */
     double device_bytes, host_bytes, disk_mbps, tflops; /* resolved */
     const char *device_how, *host_how, *disk_how;
@@ -85,29 +85,30 @@ static sr_status plan_memory(const plan_ctx *x, const sr_config *cfg, int ranks,
     sr_job job;
     st = sr_job_init(&job, cfg);
     if (st == SR_OK)
-        st = sr_memplan_job(&r->plan, &r->offloaded, cfg, &job, &r->mesh, r->mb, r->threads, ops, x->separate,
-                            r->per_node, x->gpu && ranks > 1);
-    /* a device run's asynchronous snapshot (ckpt.c setup_async): the
+        st = sr_memplan_job(&r->plan, &r->offloaded, cfg, &job, &r->mesh, r->mb, r->threads, ops, x->kind, x->separate,
+                            r->per_node, ranks);
+    /* a device run's asynchronous snapshot (sr_ckpt_snapshot_fits): the
      * shard's three states in pinned buffers, or plain host memory when
      * the state is offloaded to the host already; when it fits the cap */
-    size_t staging = 0;
-    if (st == SR_OK && x->separate && cfg->ckpt_dir && cfg->ckpt_dir[0] && cfg->ckpt_async &&
-        r->plan.state_shard * 3 <= sr_ckpt_async_max_bytes(&job.ckpt, r->per_node))
-        staging = r->plan.state_shard * 3;
+    uint64_t snap = 0;
+    size_t staging =
+        st == SR_OK && x->separate && sr_ckpt_snapshot_fits(&job.ckpt, r->plan.state_shard, r->per_node, &snap)
+            ? (size_t)snap
+            : 0;
     sr_job_free(&job);
     if (st != SR_OK)
         return st;
-    if (x->gpu) /* the device table's own: cuBLASLt's workspace, the reduction scratch */
-        r->plan.bytes[SR_MEM_OTHER] =
-            add(r->plan.bytes[SR_MEM_OTHER], SR_CUDA_LT_WORKSPACE_BYTES + (size_t)SR_NSTREAMS * SR_CUDA_SCRATCH_BYTES);
+    size_t own[SR_NSPACE] = {0}; /* what the device table allocates for itself */
+    sr_device_own_bytes(x->kind, own);
+    r->plan.bytes[SR_MEM_OTHER] = add(r->plan.bytes[SR_MEM_OTHER], own[SR_SPACE_DEVICE]);
     r->plan.total = 0;
     for (int c = 0; c < SR_MEM_NCAT; c++)
         r->plan.total = add(r->plan.total, r->plan.bytes[c]);
-    /* where each part lives (fsdp.c alloc_buffers, comm.c, ckpt.c): the
-     * plan on the device (all host memory on the CPU), the TCP transport's
-     * chunks in host memory, the offloaded master, gradient shard and
-     * landing buffers in pinned memory (host without pin_memory), Adam's m
-     * and v in host memory (the host optimizer's own table) */
+    /* where each part lives: the plan on the device (all host memory on
+     * the CPU), the TCP transport's chunks in host memory, the offloaded
+     * categories in pinned memory (host without pin_memory) but Adam's m
+     * and v in host memory, the snapshot in pinned memory (host memory
+     * with offload) */
     sr_mem_space dev = x->separate ? SR_SPACE_DEVICE : SR_SPACE_HOST;
     sr_mem_space off = cfg->pin_memory ? SR_SPACE_PINNED : SR_SPACE_HOST;
     bool offload = x->separate && cfg->offload_optimizer;
@@ -123,18 +124,18 @@ static sr_status plan_memory(const plan_ctx *x, const sr_config *cfg, int ranks,
     }
     size_t *g = &r->at[SR_MEM_CKPT_STAGING][offload ? SR_SPACE_HOST : SR_SPACE_PINNED];
     *g = add(*g, staging);
-    if (x->gpu) { /* the cuda table's pinned bounce buffer, and the run's token buffers (train.c) */
-        size_t tokens = 2 * (size_t)r->accum * (size_t)r->mb * (size_t)cfg->seq_len * sizeof(int);
+    r->at[SR_MEM_OTHER][SR_SPACE_PINNED] = add(r->at[SR_MEM_OTHER][SR_SPACE_PINNED], own[SR_SPACE_PINNED]);
+    if (x->gpu) /* the run's token buffers, pinned on the cuda table (sr_dev_io_alloc) */
         r->at[SR_MEM_OTHER][SR_SPACE_PINNED] =
-            add(r->at[SR_MEM_OTHER][SR_SPACE_PINNED], add(SR_CUDA_BOUNCE_BYTES, tokens));
-    }
+            add(r->at[SR_MEM_OTHER][SR_SPACE_PINNED], sr_train_io_bytes(r->accum, r->mb, (int)cfg->seq_len));
     for (int c = 0; c < SR_MEM_NCAT; c++)
         for (int sp = 0; sp < SR_NSPACE; sp++)
             r->space[sp] = add(r->space[sp], r->at[c][sp]);
     if (x->separate) {
-        double comms = r->mesh.R > 1 && r->mesh.S > 1 ? 3 : 1;
-        double reserve = x->gpu ? CUDA_CONTEXT_MIB * MIB + (ranks > 1 ? comms * NCCL_PER_COMM_MIB * MIB : 0) : 0;
-        r->device_need = add(r->space[SR_SPACE_DEVICE], (size_t)reserve);
+        int comms = r->mesh.R > 1 && r->mesh.S > 1 ? 3 : 1;
+        size_t reserve = add(sr_device_reserve_bytes(x->kind),
+                             sr_plane_reserve_bytes(x->kind, ranks, (int)cfg->comm_backend, comms));
+        r->device_need = add(r->space[SR_SPACE_DEVICE], reserve);
         r->host_need = add(add(r->space[SR_SPACE_HOST], r->space[SR_SPACE_PINNED]), r->plan.overhead);
     } else
         r->host_need = add(r->space[SR_SPACE_HOST], r->plan.overhead);
@@ -293,7 +294,8 @@ static void print_one(const plan_ctx *x, const sr_config *cfg, const char *job, 
         fprintf(out,
                 "; CUDA context ~%.0f MiB and NCCL ~%.0f MiB per communicator (device, estimates; the run logs "
                 "what it finds)",
-                CUDA_CONTEXT_MIB, NCCL_PER_COMM_MIB);
+                (double)sr_device_reserve_bytes(SR_DEV_CUDA) / MIB,
+                (double)sr_plane_reserve_bytes(SR_DEV_CUDA, 2, SR_BACKEND_AUTO, 1) / MIB);
     fputs("\n", out);
     fprintf(out, "fit: host %s per rank x %d per node = %s of %s (%s): %s\n", human((double)r->host_need, a, sizeof a),
             r->per_node, human((double)r->host_need * r->per_node, b, sizeof b), human(x->host_bytes, c, sizeof c),
@@ -365,6 +367,7 @@ sr_status sr_plan_run(const sr_config *job_cfg, const char *job, const sr_plan_o
     x.fake = strcmp(sr_testhook()->device, "fake") == 0;
     x.gpu = o->gpus_per_node > 0 || job_cfg->device == SR_DEVICE_CUDA;
     x.separate = x.gpu || x.fake;
+    x.kind = x.gpu ? SR_DEV_CUDA : x.fake ? SR_DEV_FAKE : SR_DEV_CPU;
     sr_config resolved = *job_cfg; /* the job with its auto dtypes resolved as the run would */
     x.param_auto = sr_job_resolve_precision(&resolved, x.gpu);
     const sr_config *cfg = &resolved;
@@ -373,7 +376,7 @@ sr_status sr_plan_run(const sr_config *job_cfg, const char *job, const sr_plan_o
                         "plan: a GPU plan (%s) needs the CUDA op table, and this build has none (hint: plan with a "
                         "shardrun configured --with-cuda, or drop --gpus-per-node for a CPU plan)",
                         o->gpus_per_node > 0 ? "--gpus-per-node" : "device: cuda");
-    x.device_bytes = (o->device_mem_gib > 0 ? o->device_mem_gib : DEFAULT_DEVICE_GIB) * GIB;
+    x.device_bytes = o->device_mem_gib > 0 ? o->device_mem_gib * GIB : (double)SR_DEVICE_ASSUMED_BYTES;
     x.device_how = o->device_mem_gib > 0 ? "--device-mem" : "assumed 80 GiB; give --device-mem";
     size_t node = sr_mem_node_bytes();
     x.host_bytes = o->host_mem_gib > 0 ? o->host_mem_gib * GIB : (double)node;

@@ -3,13 +3,19 @@
 
 #include "preempt.h"
 
+#include <errno.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "testhook.h"
+
+extern char **environ;
 
 static volatile sig_atomic_t got_signal;
 static struct timespec got_time;
@@ -123,4 +129,45 @@ void sr_preempt_test_hook(int64_t step, int rank) {
         sr_preempt_view_raise(view, installed[0]); /* a virtual rank: its own flag only */
     else
         raise(installed[0]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* after the preemption checkpoint */
+
+/* preemption.requeue scontrol: rank 0 asks Slurm to requeue this job.
+ * Returns true when scontrol succeeded. */
+static bool scontrol_requeue(const char *job) {
+    char *argv[] = {"scontrol", "requeue", (char *)job, NULL};
+    pid_t pid;
+    int rc = posix_spawnp(&pid, "scontrol", NULL, NULL, argv, environ);
+    if (rc != 0) {
+        sr_log_error("preemption: cannot run scontrol requeue %s: %s", job, strerror(rc));
+        return false;
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        sr_log_error("preemption: scontrol requeue %s failed (status %d)", job,
+                     WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+        return false;
+    }
+    sr_log_info("preemption: scontrol requeue %s: requested", job);
+    return true;
+}
+
+int sr_preempt_exit_status(const sr_config *cfg, const sr_world *w) {
+    int code = (int)cfg->preempt_exit_status;
+    if (cfg->preempt_requeue == SR_REQUEUE_SCONTROL) {
+        const char *job = getenv("SLURM_JOB_ID");
+        if (!job || !*job)
+            sr_log_warn("preemption.requeue is scontrol but SLURM_JOB_ID is not set (not a Slurm job): exiting "
+                        "with preemption.exit_status %d instead",
+                        code);
+        else if (w->rank != 0)
+            code = 0;
+        else
+            code = scontrol_requeue(job) ? 0 : code;
+    }
+    return code;
 }

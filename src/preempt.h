@@ -9,6 +9,9 @@
 #ifndef SR_PREEMPT_H
 #define SR_PREEMPT_H
 
+#include "config.h"
+#include "world.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
@@ -49,5 +52,12 @@ typedef struct {
 } sr_preempt_view;
 void sr_preempt_bind(sr_preempt_view *v);
 void sr_preempt_view_raise(sr_preempt_view *v, int sig);
+
+/* After the preemption checkpoint committed: the exit status per
+ * preemption.requeue — exit (preemption.exit_status), or scontrol: rank 0
+ * asks Slurm to requeue the job (`scontrol requeue $SLURM_JOB_ID`) and
+ * every rank exits 0 when that worked, preemption.exit_status when it did
+ * not or outside a Slurm job (a warning). */
+int sr_preempt_exit_status(const sr_config *cfg, const sr_world *w);
 
 #endif

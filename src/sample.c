@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -15,6 +16,8 @@
 #include <unistd.h>
 
 #include "ckpt_tools.h"
+#include "ctl.h"
+#include "fsdp.h"
 #include "fsio.h"
 #include "mem.h"
 #include "model.h"
@@ -23,6 +26,40 @@
 #include "rng.h"
 
 #define TOKENIZER_MAGIC 20240328u
+
+/* Writes tokens as text: with a tokenizer (llm.c's format: a header of 256
+ * uint32 {20240328, version 1 or 2, vocab_size, eot (version 2)}, then per
+ * token a length byte and the bytes; NULL for none) its pieces, for V == 256 the
+ * bytes, else the ids separated by spaces (a space before each id when
+ * `first` is false).  `escape` shows control bytes and non-ASCII as C
+ * escapes (for one-line logs).  Returns 0 or -1 on a write error. */
+struct sr_tokenizer;
+static int sr_sample_write(FILE *out, const int *tok, int n, int V, const struct sr_tokenizer *t, bool escape,
+                           bool first);
+
+/* Host bytes sr_sample_generate needs for model m: its full fp32
+ * parameters (the caller's) and the generator's cache and buffers. */
+static size_t sr_sample_host_bytes(const struct sr_model *m);
+
+/* The start token without a prompt: GPT-2's <|endoftext|> (50256) for a
+ * vocabulary of 50257, a newline for bytes, else 0. */
+static int sr_sample_start_token(int V);
+
+/* The one generator behind `shardrun sample` and the training log's
+ * samples: the model `m` (its tensor table) with its full unit-major fp32
+ * parameters `params` in host memory, on the CPU op table with the threads
+ * set (sr_ops_set_threads; the result does not depend on their number),
+ * fed prompt[0 .. n) (n >= 1), then o->tokens tokens drawn, each handed to
+ * emit(ctx, token, i) (a status other than SR_OK stops it and is
+ * returned).  The i-th draw: argmax when o->temperature is 0 or o->top_k
+ * is 1 (the lowest id among equals); else softmax(logits / temperature)
+ * over the top_k largest (all when top_k is 0 or >= V), drawn with
+ * sr_rng_uniform(o->seed, SR_SAMPLE_STREAM, i): the same seed gives the
+ * same text. */
+#define SR_SAMPLE_STREAM 0x53414d50u
+typedef sr_status (*sr_sample_emit)(void *ctx, int token, long i);
+static sr_status sr_sample_generate(const struct sr_model *m, const float *params, const int *prompt, int n,
+                                    const sr_sample_opts *o, sr_sample_emit emit, void *ctx);
 
 /* ------------------------------------------------------------------------ */
 /* choosing the next token */
@@ -293,7 +330,7 @@ static int put_bytes(FILE *out, const unsigned char *b, size_t n, bool escape) {
     return 0;
 }
 
-int sr_sample_write(FILE *out, const int *tok, int n, int V, const sr_tokenizer *t, bool escape, bool first) {
+static int sr_sample_write(FILE *out, const int *tok, int n, int V, const sr_tokenizer *t, bool escape, bool first) {
     for (int i = 0; i < n; i++) {
         int rc;
         if (t && t->piece && tok[i] < t->n) {
@@ -396,8 +433,8 @@ static sr_status make_prompt(const sr_sample_opts *o, int V, const sr_tokenizer 
     return SR_OK;
 }
 
-sr_status sr_sample_generate(const sr_model *m, const float *params, const int *prompt, int n, const sr_sample_opts *o,
-                             sr_sample_emit emit, void *ctx) {
+static sr_status sr_sample_generate(const sr_model *m, const float *params, const int *prompt, int n,
+                                    const sr_sample_opts *o, sr_sample_emit emit, void *ctx) {
     sr_generator *g = NULL;
     float *scratch = NULL;
     int V = m->d.V;
@@ -418,7 +455,7 @@ sr_status sr_sample_generate(const sr_model *m, const float *params, const int *
     return st;
 }
 
-size_t sr_sample_host_bytes(const sr_model *m) {
+static size_t sr_sample_host_bytes(const sr_model *m) {
     const sr_model_dims *d = &m->d;
     size_t C = (size_t)d->C;
     return m->n_params * sizeof(float) +                                /* the parameters */
@@ -428,7 +465,7 @@ size_t sr_sample_host_bytes(const sr_model *m) {
            sizeof(int) * (size_t)d->T;
 }
 
-int sr_sample_start_token(int V) { return V == 50257 ? 50256 : V == 256 ? '\n' : 0; }
+static int sr_sample_start_token(int V) { return V == 50257 ? 50256 : V == 256 ? '\n' : 0; }
 
 /* What the prompt check reads and fills (once per model tried). */
 typedef struct {
@@ -596,5 +633,79 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
     sr_model_free(&model);
     if (have_mf)
         sr_manifest_free(&mf);
+    return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the sample during training */
+
+/* log.sample_every (sample.h): every rank all-gathers the fp32 master to
+ * the host (sr_fsdp_gather_params, as the parameter dump), rank 0 runs the
+ * cached generator of `shardrun sample` (sr_sample_generate: the start
+ * token, temperature 0.8, top-k 40) with the run's threads while the
+ * others wait in one agreement, and logs the text. */
+enum { SAMPLE_TOKENS = 64 };
+
+typedef struct {
+    int tok[SAMPLE_TOKENS];
+    int n;
+} sample_buf;
+
+static sr_status keep_token(void *ctx, int token, long i) {
+    sample_buf *b = ctx;
+    b->tok[i] = token;
+    b->n = (int)i + 1;
+    return SR_OK;
+}
+
+sr_status sr_sample_during_training(sr_fsdp *f, const sr_model *m, sr_ctl *ctl, const sr_world *w, int64_t step,
+                                    uint64_t seed, int threads, bool *warned) {
+    const sr_model_dims *d = &m->d;
+    size_t need = sr_sample_host_bytes(m);
+    size_t cap = sr_mem_side_copy_cap(w->local_size);
+    int64_t fits = need <= cap;
+    sr_status st = sr_ctl_min(ctl, &fits);
+    if (st != SR_OK)
+        return st;
+    if (!fits) {
+        if (!*warned)
+            sr_log_warn("log.sample_every: a sample needs %.1f MiB of host memory on every rank (the full fp32 model "
+                        "and its key/value cache), above the cap of 25%% of the node's memory divided by its ranks "
+                        "(%.1f MiB here) on some rank: samples skipped (hint: shardrun sample CKPT on a node of its "
+                        "own)",
+                        (double)need / (1024.0 * 1024.0), (double)cap / (1024.0 * 1024.0));
+        *warned = true;
+        return SR_OK;
+    }
+    float *full = sr_malloc(m->n_params * sizeof(float));
+    st = full ? SR_OK : sr_error_oom("the training sample's model");
+    st = sr_ctl_agree(ctl, st, 0, 0, st == SR_OK ? NULL : sr_error_message(), NULL);
+    if (st == SR_OK)
+        st = sr_fsdp_gather_params(f, full);
+    sample_buf b = {.n = 0};
+    double t0 = mono();
+    sr_status mine = SR_OK;
+    if (st == SR_OK && w->rank == 0) {
+        int start = sr_sample_start_token(d->V);
+        sr_sample_opts o = {.tokens = SAMPLE_TOKENS, .temperature = 0.8, .top_k = 40, .seed = seed + (uint64_t)step};
+        mine = sr_sample_generate(m, full, &start, 1, &o, keep_token, &b);
+    }
+    free(full);
+    if (st == SR_OK)
+        st = sr_ctl_agree(ctl, mine, 0, 0, mine == SR_OK ? NULL : sr_error_message(), NULL);
+    if (st == SR_OK && w->rank == 0) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        if (f) {
+            sr_sample_write(f, b.tok, b.n, d->V, NULL, true, true);
+            fclose(f);
+        }
+        sr_log_info("sample at step %lld (%d tokens, temperature 0.8, top-k 40, seed %llu, %d thread%s, %.2f s): "
+                    "\"%s\"",
+                    (long long)step, b.n, (unsigned long long)(seed + (uint64_t)step), threads, threads == 1 ? "" : "s",
+                    mono() - t0, text ? text : "?");
+        free(text);
+    }
     return st;
 }

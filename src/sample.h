@@ -17,16 +17,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ctl.h"
+#include "fsdp.h"
 #include "status.h"
-
-/* Writes tokens as text: with a tokenizer (llm.c's format: a header of 256
- * uint32 {20240328, version 1 or 2, vocab_size, eot (version 2)}, then per
- * token a length byte and the bytes; NULL for none) its pieces, for V == 256 the
- * bytes, else the ids separated by spaces (a space before each id when
- * `first` is false).  `escape` shows control bytes and non-ASCII as C
- * escapes (for one-line logs).  Returns 0 or -1 on a write error. */
-struct sr_tokenizer;
-int sr_sample_write(FILE *out, const int *tok, int n, int V, const struct sr_tokenizer *t, bool escape, bool first);
+#include "world.h"
 
 /* The command: generation on the CPU from the checkpoint at `ckpt` (any
  * world size; verified as it is read). */
@@ -53,28 +47,13 @@ typedef struct {
 sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FILE *log);
 
 struct sr_model;
-/* Host bytes sr_sample_generate needs for model m: its full fp32
- * parameters (the caller's) and the generator's cache and buffers. */
-size_t sr_sample_host_bytes(const struct sr_model *m);
-
-/* The start token without a prompt: GPT-2's <|endoftext|> (50256) for a
- * vocabulary of 50257, a newline for bytes, else 0. */
-int sr_sample_start_token(int V);
-
-/* The one generator behind `shardrun sample` and the training log's
- * samples: the model `m` (its tensor table) with its full unit-major fp32
- * parameters `params` in host memory, on the CPU op table with the threads
- * set (sr_ops_set_threads; the result does not depend on their number),
- * fed prompt[0 .. n) (n >= 1), then o->tokens tokens drawn, each handed to
- * emit(ctx, token, i) (a status other than SR_OK stops it and is
- * returned).  The i-th draw: argmax when o->temperature is 0 or o->top_k
- * is 1 (the lowest id among equals); else softmax(logits / temperature)
- * over the top_k largest (all when top_k is 0 or >= V), drawn with
- * sr_rng_uniform(o->seed, SR_SAMPLE_STREAM, i): the same seed gives the
- * same text. */
-#define SR_SAMPLE_STREAM 0x53414d50u
-typedef sr_status (*sr_sample_emit)(void *ctx, int token, long i);
-sr_status sr_sample_generate(const struct sr_model *m, const float *params, const int *prompt, int n,
-                             const sr_sample_opts *o, sr_sample_emit emit, void *ctx);
+/* log.sample_every's sample at `step` (collective: every rank calls it
+ * between steps): the text `shardrun sample` draws from that step's
+ * checkpoint with --tokens 64 --seed (seed + step), generated on rank 0
+ * with `threads` threads and logged there.  When the full model and its
+ * key/value cache do not fit sr_mem_side_copy_cap on some rank, every rank
+ * skips it (a warning the first time: *warned).  SR_ERR_PEER, SR_ERR_INTERNAL. */
+sr_status sr_sample_during_training(sr_fsdp *f, const struct sr_model *m, sr_ctl *ctl, const sr_world *w, int64_t step,
+                                    uint64_t seed, int threads, bool *warned);
 
 #endif

@@ -135,14 +135,16 @@ static void stream_pieces(shard_writer *w, const sr_shardfile_piece *pieces, int
         size_t left = pieces[i].bytes;
         while (left > 0) {
             size_t n = left < BATCH_BYTES - fill ? left : BATCH_BYTES - fill;
-            if (!pieces[i].dev)
+            uint64_t at = pieces[i].at + (pieces[i].bytes - left);
+            if (!pieces[i].get)
                 memcpy(buf + fill, p, n);
-            else if (sr_dev_download(pieces[i].dev, buf + fill, p, n, "download") != SR_OK) {
+            else if (pieces[i].get(pieces[i].ctx, at, buf + fill, n) != SR_OK) {
                 sr_sticky_set(&w->err, SR_ERR_INTERNAL, "%s", sr_error_message());
                 return;
             }
             fill += n;
-            p += n;
+            if (p)
+                p += n;
             left -= n;
             bool last = i == npieces - 1 && left == 0;
             if (fill == BATCH_BYTES || last) {
@@ -195,7 +197,7 @@ sr_status sr_shardfile_write(const char *path, int shard, int shard_count, int n
     if (!list)
         list = sr_malloc(sizeof *list * (size_t)(npieces + 1));
     if (list) {
-        list[0] = (sr_shardfile_piece){&h, sizeof h, NULL};
+        list[0] = (sr_shardfile_piece){&h, sizeof h, NULL, NULL, 0};
         memcpy(list + 1, pieces, sizeof *pieces * (size_t)npieces);
         stream_pieces(&w, list, npieces + 1, hashes);
         if (list != all)
@@ -282,7 +284,7 @@ static int open_checked(int dirfd, const char *name, const sr_shardfile_expect *
 }
 
 /* Copies the parts of ranges[r0..] that fall in [off, end) out of buf
- * (uploads for ranges in device memory).  SR_OK, or a failed upload. */
+ * (through `put` for ranges that have one).  SR_OK, or a failed upload. */
 static sr_status copy_out(const sr_shardfile_range *ranges, size_t n, size_t r0, uint64_t off, uint64_t end,
                           const unsigned char *buf) {
     for (size_t r = r0; r < n && ranges[r].off < end; r++) {
@@ -290,10 +292,10 @@ static sr_status copy_out(const sr_shardfile_range *ranges, size_t n, size_t r0,
         uint64_t z = ranges[r].off + ranges[r].bytes < end ? ranges[r].off + ranges[r].bytes : end;
         if (a >= z)
             continue;
-        void *dst = (char *)ranges[r].dst + (a - ranges[r].off);
-        if (!ranges[r].dev)
-            memcpy(dst, buf + (a - off), (size_t)(z - a));
-        else if (sr_dev_upload(ranges[r].dev, dst, buf + (a - off), (size_t)(z - a), "upload") != SR_OK)
+        if (!ranges[r].put)
+            memcpy((char *)ranges[r].dst + (a - ranges[r].off), buf + (a - off), (size_t)(z - a));
+        else if (ranges[r].put(ranges[r].ctx, ranges[r].at + (a - ranges[r].off), buf + (a - off), (size_t)(z - a)) !=
+                 SR_OK)
             return SR_ERR_INTERNAL;
     }
     return SR_OK;

@@ -19,7 +19,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "device.h"
 #include "status.h"
 
 #define SR_SHARD_HEADER_BYTES 64
@@ -36,22 +35,31 @@ typedef struct {
     const unsigned char (*sha)[32]; /* nchunks digests */
 } sr_shardfile_expect;
 
-/* One piece of the file to read: bytes [off, off + bytes) into dst, which
- * is memory of `dev` (uploaded from the verified staging buffer) or, with
- * dev NULL, host memory. */
+/* Where bytes that are not plain host memory go to and come from (the
+ * engine's state: fsdp.h sr_fsdp_state_read/write): `at` is a byte
+ * position the callback's owner defines; the reader and writer hand over
+ * 4-byte-aligned pieces of at most a staging buffer. */
+typedef sr_status (*sr_shardfile_put)(void *ctx, uint64_t at, const void *src, size_t bytes);
+typedef sr_status (*sr_shardfile_get)(void *ctx, uint64_t at, void *dst, size_t bytes);
+
+/* One piece of the file to read: bytes [off, off + bytes) into host memory
+ * dst or, with `put`, to put(ctx, at + k, ...) for its byte k onwards. */
 typedef struct {
     uint64_t off, bytes;
     void *dst;
-    sr_dev *dev;
+    sr_shardfile_put put;
+    void *ctx;
+    uint64_t at;
 } sr_shardfile_range;
 
-/* A piece of memory to write: the states are written piece after piece.
- * `data` is memory of `dev` (downloaded into the staging buffers) or, with
- * dev NULL, host memory. */
+/* A piece to write: the states are written piece after piece, from host
+ * memory `data` or, with `get`, from get(ctx, at + k, ...) for byte k. */
 typedef struct {
     const void *data;
     size_t bytes;
-    sr_dev *dev;
+    sr_shardfile_get get;
+    void *ctx;
+    uint64_t at;
 } sr_shardfile_piece;
 
 /* Writes `path` (created exclusively): the header for (shard, count,

@@ -35,4 +35,8 @@ typedef struct {
  * verifies, SR_ERR_INTERNAL when out of memory.  `res` may be NULL. */
 sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res);
 
+/* The token buffers a run allocates (inputs and targets: a slot per
+ * micro-batch of a step), pinned on the cuda table (sr_dev_io_alloc). */
+size_t sr_train_io_bytes(int accum, int micro_batch, int T);
+
 #endif

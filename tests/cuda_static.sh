@@ -10,7 +10,8 @@
 #     sr_cuda_query (src/device_cuda.c), which clears the NotReady they
 #     may leave as the thread's last error;
 #   - no synchronous CUDA call (cudaMemcpy(, *Synchronize(, cudaMalloc(,
-#     cudaFree() in the step-path files (src/fsdp.c src/model.c src/comm_nccl.c
+#     cudaFree() in the step-path files (src/fsdp.c src/offload.c src/plane.c
+#     src/model.c src/comm_nccl.c
 #     src/ops_cuda.c src/gemm_cuda.c kernels/*.cu): the one synchronising
 #     helper is sr_cuda_sync_stream in device_cuda.c;
 #   - shared memory only through SR_SHARED (common.cuh: __shared__ under
@@ -116,7 +117,7 @@ check "raw cudaEventQuery and cudaStreamQuery calls are reported (planted)" \
     test "$(queries "$T/planted_query.c" | wc -l)" = 2
 
 # --- synchronous calls on the step path ------------------------------------------------
-step="$SR_SRCDIR/src/fsdp.c $SR_SRCDIR/src/model.c $SR_SRCDIR/src/ops_cuda.c $SR_SRCDIR/src/gemm_cuda.c $SR_SRCDIR/src/comm_nccl.c $K/*.cu"
+step="$SR_SRCDIR/src/fsdp.c $SR_SRCDIR/src/offload.c $SR_SRCDIR/src/plane.c $SR_SRCDIR/src/model.c $SR_SRCDIR/src/ops_cuda.c $SR_SRCDIR/src/gemm_cuda.c $SR_SRCDIR/src/comm_nccl.c $K/*.cu"
 # shellcheck disable=SC2086
 found=$(sync_calls $step)
 check "no synchronous CUDA call (cudaMemcpy/Synchronize/cudaMalloc/cudaFree) in the step-path files" \

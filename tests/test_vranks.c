@@ -47,6 +47,8 @@
 #include "model.h"
 #include "ops.h"
 #include "optim.h"
+#include "paramdump.h"
+#include "plane.h"
 #include "preempt.h"
 #include "rng.h"
 #include "tap.h"
@@ -147,8 +149,12 @@ static void *rank_main(void *p) {
                        .prefetch_backward = 1,
                        .grad_sync_per_step = true,
                        .seed = 1337};
+    sr_plane *plane = NULL;
+    sr_plane_opts po = {.timeout_s = o->timeout_s, .interface = ""}; /* no NCCL: one process (plane.h) */
     if (st == SR_OK)
-        st = sr_fsdp_init(&f, &m, &mesh, &fo, tp);
+        st = sr_plane_open(&plane, dev, tp, &po);
+    if (st == SR_OK)
+        st = sr_fsdp_init(&f, &m, &mesh, &fo, plane);
     if (st == SR_OK)
         st = sr_transport_connect(tp);
     /* the job file's defaults (lr 6e-4 after 100 warm-up steps, cosine;
@@ -178,11 +184,12 @@ static void *rank_main(void *p) {
     a->saw_preempt = sr_preempt_pending();
     sr_preempt_bind(NULL);
     if (st == SR_OK && o->dump)
-        st = sr_fsdp_dump_params(f, o->dump);
+        st = sr_paramdump_params(f, &m, o->dump);
     a->st = st;
     if (st != SR_OK)
         snprintf(a->msg, sizeof a->msg, "%s", sr_error_message());
     sr_fsdp_free(f);
+    sr_plane_close(plane);
     sr_transport_close(tp);
     if (model_ok)
         sr_model_free(&m);

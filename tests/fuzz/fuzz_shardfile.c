@@ -66,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         uint32_t a = data[size - 1 - i], b = data[size - 4 - i];
         uint64_t off = size ? (uint64_t)(a * 131u + b) % size : 0, len = 1 + (uint64_t)(b % 64);
         if (off + len <= size)
-            r[nr++] = (sr_shardfile_range){off, len, buf[i], NULL};
+            r[nr++] = (sr_shardfile_range){off, len, buf[i], NULL, NULL, 0};
     }
     uint64_t verified = 0;
     int problems = 0;

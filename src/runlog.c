@@ -1,0 +1,231 @@
+/* runlog.c — what a run says: the banner at start (each line from the
+ * module that owns its facts: the device's line, the data plane's, the
+ * engine's units, the memory plan, the checkpoint policy), the metrics
+ * file's start, resume and checkpoint events, and a step's log line and
+ * record.  Part of the run: train_impl.h. */
+#include "srconfig.h"
+
+#include "train_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "isa.h"
+#include "mem.h"
+
+static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
+
+/* The activation prediction of model.recompute (model.h sr_act_split). */
+static void log_recompute(const sr_run *r) {
+    sr_model_dims d = r->model.d;
+    sr_act_split sp = sr_model_activation_split(&d, r->ops, r->mb);
+    d.recompute = SR_RECOMPUTE_NONE;
+    size_t none = sr_model_activation_bytes(&d, r->ops, r->mb);
+    char a[32], b[32], c[32], t[32], n[32];
+    if (r->model.d.recompute == SR_RECOMPUTE_BLOCKS)
+        sr_log_info("recompute blocks: activations %s predicted = block inputs %s (L %d x B %d x T %d x C %d x %zu B) "
+                    "+ one block %s + root %s; none would need %s",
+                    sr_memplan_size(sp.inputs + sp.block + sp.root, t, sizeof t),
+                    sr_memplan_size(sp.inputs, a, sizeof a), d.L, r->mb, d.T, d.C, sr_dtype_size(r->ops->act),
+                    sr_memplan_size(sp.block, b, sizeof b), sr_memplan_size(sp.root, c, sizeof c),
+                    sr_memplan_size(none, n, sizeof n));
+    else
+        sr_log_info("recompute none: activations %s (model.recompute: blocks would need %s)",
+                    sr_memplan_size(none, n, sizeof n), sr_memplan_size(sp.inputs + sp.block + sp.root, t, sizeof t));
+}
+
+static const char *reshard_name(int64_t v) { return v == SR_RESHARD_TRUE ? "true" : v == 0 ? "false" : "N"; }
+
+/* "groups: shard [0 1] [2 3]; replicate [0 2] [1 3]" (world ranks; the
+ * first 16 groups of each kind, the rest counted). */
+static void log_groups(sr_run *r) {
+    const sr_mesh *m = &r->mesh;
+    char line[2048];
+    size_t used = 0;
+#define ADD(...)                                                                                                       \
+    do {                                                                                                               \
+        if (used < sizeof line)                                                                                        \
+            used += (size_t)snprintf(line + used, sizeof line - used, __VA_ARGS__);                                    \
+    } while (0)
+    ADD("groups: shard");
+    for (int rep = 0; rep < m->R && rep < 16; rep++) {
+        ADD(" [");
+        for (int k = 0; k < m->S; k++)
+            ADD(k ? " %d" : "%d", sr_mesh_world_rank(m, rep, k));
+        ADD("]");
+    }
+    if (m->R > 16)
+        ADD(" and %d more", m->R - 16);
+    ADD("; replicate");
+    for (int k = 0; k < m->S && k < 16; k++) {
+        ADD(" [");
+        for (int rep = 0; rep < m->R; rep++)
+            ADD(rep ? " %d" : "%d", sr_mesh_world_rank(m, rep, k));
+        ADD("]");
+    }
+    if (m->S > 16)
+        ADD(" and %d more", m->S - 16);
+#undef ADD
+    sr_log_info("%s", line);
+}
+
+void sr_run_banner(sr_run *r) {
+    const sr_config *cfg = r->cfg;
+    const sr_world *w = r->w;
+    char device[512];
+    sr_device_describe(device, sizeof device, w->local_rank, w->local_size);
+    if (r->dev->line[0])
+        snprintf(device, sizeof device, "%s", r->dev->line);
+    else if (r->dev->kind == SR_DEV_FAKE) {
+        /* "fake (test hook ...; <what the cpu line says>)" */
+        char cpu[512];
+        snprintf(cpu, sizeof cpu, "%s", device);
+        const char *paren = strchr(cpu, '(');
+        snprintf(device, sizeof device, "fake (test hook SHARDRUN_TEST_DEVICE: device memory in its own space; %s",
+                 paren ? paren + 1 : "cpu)");
+    }
+    const char *restart = getenv("SLURM_RESTART_COUNT");
+    char transport[128];
+    const char *nccl = sr_plane_nccl_version(r->plane);
+    snprintf(transport, sizeof transport, "%s%s%s", w->size > 1 ? sr_transport_address(r->tp) : "none",
+             nccl ? " nccl=" : "", nccl ? nccl : "");
+    sr_log_info_all("rank %d/%d local %d/%d node %d host %s device=%s isa=%s job %s transport %s restart=%s resume=%s",
+                    w->rank, w->size, w->local_rank, w->local_size, w->node_id, w->host, device,
+                    sr_isa_name(sr_isa_current()), w->job_id, transport, restart && *restart ? restart : "0",
+                    r->resumed);
+    const sr_model_dims *d = &r->model.d;
+    char model_name[256];
+    sr_log_info("model %s: n_layer %d, n_head %d, n_embd %d, vocab_size %d (padded %d), seq_len %d; %.2fM parameters; "
+                "weights from %s",
+                sr_config_model_name(cfg, model_name, sizeof model_name), d->L, d->NH, d->C, d->V, d->Vp, d->T,
+                (double)r->model.n_params_real / 1e6, r->weights);
+    sr_log_info("batch %lld sequence%s/step = %d rank%s x micro_batch %d x %d accumulation step%s; %lld step%s; "
+                "threads %d per rank (one OpenMP pool, OpenBLAS single-threaded)",
+                (long long)cfg->batch_size, cfg->batch_size == 1 ? "" : "s", w->size, w->size == 1 ? "" : "s", r->mb,
+                r->accum, r->accum == 1 ? "" : "s", (long long)cfg->steps, cfg->steps == 1 ? "" : "s", r->threads);
+    char comm[96];
+    sr_plane_describe(r->plane, w->size, comm, sizeof comm);
+    sr_log_info(
+        "sharding: mesh shard %d x replicate %d, %d units (%lld block%s each + root), reshard_after_forward "
+        "blocks %s root %s, param %s%s, reduce %s, prefetch %lld/%lld, grad_sync %s, comm %s",
+        r->mesh.S, r->mesh.R, sr_fsdp_units(r->fsdp), (long long)cfg->blocks_per_unit,
+        cfg->blocks_per_unit == 1 ? "" : "s", reshard_name(cfg->reshard_blocks), reshard_name(cfg->reshard_root),
+        sr_config_enum_name("sharding.mixed_precision.param_dtype", cfg->param_dtype), r->param_auto ? " (auto)" : "",
+        sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype),
+        (long long)cfg->prefetch_forward, (long long)cfg->prefetch_backward,
+        sr_config_enum_name("sharding.grad_sync", cfg->grad_sync), comm);
+    if (w->size > 1)
+        log_groups(r);
+    sr_log_info("data %s", sr_data_describe(r->train));
+    if (r->val)
+        sr_log_info("val  %s", sr_data_describe(r->val));
+    else if (cfg->eval_every > 0)
+        sr_log_warn("train.eval_every is %lld but data.val is empty: no evaluation (set data.val to validation shards)",
+                    (long long)cfg->eval_every);
+    sr_log_info("mfu peak: %s", r->peak_how);
+    log_recompute(r);
+    if (cfg->offload_optimizer) {
+        sr_log_info("offload: fp32 master weights, Adam m and v and the gradient shard in %s host memory; AdamW on the "
+                    "host (%d threads)%s; the device keeps %s",
+                    cfg->pin_memory ? "pinned" : "pageable", r->threads,
+                    cfg->grad_sync == SR_GRADSYNC_PER_STEP
+                        ? ", each unit's reduced gradients copied to the host as its "
+                          "reduction ends"
+                        : "; per_micro_batch: the device sums the gradient shard "
+                          "and copies it once per step",
+                    cfg->offload_params ? "no parameter shard (each gather uploads its part just in time)"
+                                        : "a copy of the parameter shard for the gathers");
+        if (!cfg->pin_memory)
+            sr_log_warn(
+                "sharding.offload.pin_memory is false: the offloaded state is pageable memory, so every copy to "
+                "and from the device is synchronous and slower (hint: pin_memory: true unless pinned memory is "
+                "scarce)");
+    }
+    char t[32], o[32];
+    sr_log_info("memory plan per rank: %s in accounted categories + %s for code, libraries and threads",
+                sr_memplan_size(r->plan.total, t, sizeof t), sr_memplan_size(r->plan.overhead, o, sizeof o));
+    if (sr_ckpt_enabled(r->ck))
+        sr_log_info("checkpoint: dir %s, every %lld steps / %g minutes, keep %lld%s, %s; preemption signals handled, "
+                    "requeue %s",
+                    cfg->ckpt_dir, (long long)cfg->ckpt_every_steps, cfg->ckpt_every_minutes, (long long)cfg->ckpt_keep,
+                    cfg->ckpt_keep_every ? " (+ keep_every)" : "",
+                    sr_ckpt_async(r->ck) ? "periodic saves asynchronous" : "saves synchronous",
+                    sr_config_enum_name("preemption.requeue", cfg->preempt_requeue));
+    else
+        sr_log_info("checkpoint: none (checkpoint.dir is empty); preemption signals keep their default action");
+    sr_metrics_log_memory("at start");
+}
+
+/* The metrics file's checkpoint events: one per save committed since the
+ * last call (rank 0 only writes; the others have no file). */
+void sr_run_checkpoint_events(sr_run *r) {
+    sr_ckpt_commit c;
+    while (sr_ckpt_take_commit(r->ck, &c))
+        if (r->metrics)
+            sr_metrics_event(r->metrics, "checkpoint", c.committed_step,
+                             json_pack("{sI sI sf sI sb}", "started_step", (json_int_t)c.started_step, "committed_step",
+                                       (json_int_t)c.committed_step, "duration_s", c.duration_s, "bytes",
+                                       (json_int_t)c.bytes, "async", c.async));
+}
+
+/* The start event (and the resume event of a run that loaded a
+ * checkpoint): what `shardrun report` splits the file's runs by. */
+/* reshard_after_forward as the job file says it: true, false or N. */
+static json_t *reshard_json(int64_t v) {
+    return v == SR_RESHARD_TRUE ? json_true() : v == 0 ? json_false() : json_integer((json_int_t)v);
+}
+
+void sr_run_start_events(sr_run *r) {
+    if (!r->metrics)
+        return;
+    const char *restart = getenv("SLURM_RESTART_COUNT");
+    long long restarts = restart && *restart ? strtoll(restart, NULL, 10) : 0;
+    const sr_config *cfg = r->cfg;
+    /* the run's configuration, as the report shows it */
+    sr_metrics_event(
+        r->metrics, "start", r->start.step,
+        json_pack("{sI sI si ss ss sI sI sI sI sI ss ss ss si si so so sb ss}", "restart", (json_int_t)restarts,
+                  "resume_step", (json_int_t)r->start.step, "world_size", r->w->size, "job_id", r->w->job_id, "preset",
+                  sr_config_enum_name("model.preset", cfg->model_preset), "n_layer", (json_int_t)cfg->n_layer, "n_head",
+                  (json_int_t)cfg->n_head, "n_embd", (json_int_t)cfg->n_embd, "seq_len", (json_int_t)cfg->seq_len,
+                  "vocab_size", (json_int_t)cfg->vocab_size, "device", r->dev->line[0] ? r->dev->line : r->dev->name,
+                  "param_dtype", sr_config_enum_name("sharding.mixed_precision.param_dtype", cfg->param_dtype),
+                  "reduce_dtype", sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype),
+                  "mesh_shard", r->mesh.S, "mesh_replicate", r->mesh.R, "reshard_blocks",
+                  reshard_json(cfg->reshard_blocks), "reshard_root", reshard_json(cfg->reshard_root),
+                  "offload_optimizer", (int)cfg->offload_optimizer, "recompute",
+                  sr_config_enum_name("model.recompute", cfg->recompute)));
+    const char *from = sr_ckpt_resumed_from(r->ck);
+    if (from)
+        sr_metrics_event(r->metrics, "resume", r->start.step, json_pack("{ss}", "from", from));
+}
+
+void sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evaluated) {
+    const sr_config *cfg = r->cfg;
+    double tps = (double)cfg->batch_size * r->T / o->seconds;
+    double mfu = r->peak > 0 ? 100.0 * tps * r->flops_tok / (r->peak * r->w->size) : NAN;
+    char mfu_s[32];
+    snprintf(mfu_s, sizeof mfu_s, isfinite(mfu) ? "%.1f%%" : "n/a", mfu);
+    sr_log_info("step %6lld/%lld | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | mfu %s | mem %.1f MiB | comm "
+                "exposed %.1f ms | %.1f ms",
+                (long long)(s + 1), (long long)cfg->steps, o->loss, o->lr, o->norm, tps, mfu_s,
+                mib(sr_mem_total_peak()), o->comm_exposed_ms, o->seconds * 1e3);
+    sr_step_record rec = {.step = s + 1,
+                          .loss = o->loss,
+                          .lr = o->lr,
+                          .grad_norm = o->norm,
+                          .tokens_per_s = tps,
+                          .mfu = mfu / 100.0,
+                          .step_ms = o->seconds * 1e3,
+                          .comm_exposed_ms = o->comm_exposed_ms,
+                          .tokens = (s + 1) * cfg->batch_size * r->T,
+                          .ranks = r->w->size,
+                          .has_val = evaluated,
+                          .val_loss = r->last_val,
+                          .nccl = sr_plane_nccl_version(r->plane)};
+    sr_metrics_step(r->metrics, &rec);
+}

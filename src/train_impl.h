@@ -1,0 +1,85 @@
+/* train_impl.h — the state of one rank's training run, shared by the files
+ * of the run: train.c (setup, the step, what follows a step, teardown),
+ * runlog.c (the banner, the metrics file's events and step records) and
+ * oracle.c (SHARDRUN_TEST_ORACLE).  Nothing outside the run includes it. */
+#ifndef SR_TRAIN_IMPL_H
+#define SR_TRAIN_IMPL_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ckpt.h"
+#include "ctl.h"
+#include "data.h"
+#include "device.h"
+#include "fsdp.h"
+#include "job.h"
+#include "memplan.h"
+#include "metrics.h"
+#include "model.h"
+#include "modelinit.h"
+#include "ops.h"
+#include "plane.h"
+#include "train.h"
+
+/* Everything one run holds. */
+typedef struct {
+    const sr_config *cfg; /* = &resolved */
+    sr_config resolved;   /* the job with sharding.mixed_precision's auto resolved for the device */
+    bool param_auto;      /* param_dtype was auto */
+    sr_world *w;
+    sr_job job;
+    sr_mesh mesh;
+    sr_dev *dev;
+    const sr_ops *ops; /* the op table computing on dev (sr_device_ops) */
+    int threads, mb, accum, T;
+    sr_data *train, *val;
+    sr_model model;
+    bool model_ok;
+    sr_transport *tp;
+    sr_ctl *ctl;
+    sr_fsdp *fsdp;
+    sr_plane *plane; /* how the engine's collectives travel (plane.h) */
+    sr_ckpt *ck;
+    sr_metrics *metrics;
+    int *in, *tg;
+    sr_ckpt_progress start; /* where this run starts (a resume point or 0) */
+    sr_memplan plan;
+    char resumed[64];
+    char weights[1400]; /* where the weights came from, for the banner */
+    sr_modelinit init;  /* model.init, when read into the shard */
+    double peak, flops_tok;
+    char peak_how[256];
+    bool sample_skipped; /* log.sample_every skipped once already (warned) */
+    /* loop state */
+    double first_loss, last_loss, last_val, t_start, last_save;
+    uint64_t cursor;
+    long long hb_steps, hb_step_waits; /* the happens-before checker's count of host waits in steps */
+    int *oracle_in, *oracle_tg;        /* SHARDRUN_TEST_ORACLE: the first step's whole batch */
+} sr_run;
+
+/* What one step produced, and what the ranks agreed on with it. */
+typedef struct {
+    double loss, norm, lr, seconds, comm_exposed_ms;
+    bool stop;      /* some rank saw a preemption signal */
+    int signalled;  /* how many ranks */
+    bool clock_due; /* rank 0's checkpoint.every_minutes clock ran out */
+} sr_step_out;
+
+/* runlog.c: the banner; the start (and resume) events; the checkpoint
+ * events of the saves committed since the last call; a step's line and
+ * record (`evaluated`: a validation loss was measured this step). */
+void sr_run_banner(sr_run *r);
+void sr_run_start_events(sr_run *r);
+void sr_run_checkpoint_events(sr_run *r);
+void sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evaluated);
+
+/* oracle.c (SHARDRUN_TEST_ORACLE): whether step s is the one laid out;
+ * before it, after micro-batch a's forward, after its gradients. */
+bool sr_oracle_on(const sr_run *r, int64_t s);
+sr_status sr_oracle_init(sr_run *r);
+sr_status sr_oracle_forward(sr_run *r, int a);
+sr_status sr_oracle_step(sr_run *r, const sr_step_out *o);
+
+#endif
