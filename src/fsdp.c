@@ -21,15 +21,12 @@
  * allocated on the step path, and the host waits for the device once per
  * step (sr_fsdp_finish_grads).
  *
- * Offload (sharding.offload.optimizer): the master shard, Adam m and v and
- * the gradient shard live in host memory.  Each unit's reduction lands in
- * a reduction slot and is copied to the host on the comm stream as its
- * reduce-scatter ends (per_step; per_micro_batch folds on the device and
- * copies the shard once per step); the host sums squares and runs AdamW
- * (the CPU table's, the same code as a CPU run, so results are bitwise
- * those without offload on the fake device), then uploads the updated
- * shard to the device copy the gathers read — or, with offload.params,
- * each gather uploads its unit's part just in time.
+ * Collectives travel as the data plane decides (plane.h); the engine's
+ * other parts are offload.c (the host state and optimizer thread of
+ * sharding.offload: here each unit's reduction is copied to the host as it
+ * ends, and a gather waits for its unit's update), fsdp_state.c (the
+ * persistent state's traffic to and from host memory) and fsdp_plan.c (the
+ * sizes alloc_buffers and alloc_pools allocate).
  *
  * Failures inside the model's hooks (which cannot return a status) are
  * kept in a sticky error (status.h) and returned by the pass. */
@@ -38,20 +35,12 @@
 #include "fsdp.h"
 #include "fsdp_impl.h"
 
-#include <errno.h>
 #include <math.h>
-#include <pthread.h>
-#include <sched.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
-#include "fsio.h"
-#include "hbcheck.h"
 #include "mem.h"
 #include "testhook.h"
 #include "vec.h"

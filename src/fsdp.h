@@ -9,7 +9,11 @@
  * soon as a unit's backward ends (overlapping the next unit's backward),
  * HSDP all-reduce across replicas (mesh.h), mixed precision (param dtype
  * for gathered parameters, reduce dtype for reductions).  It feeds the
- * model's forward and backward through an sr_param_source. */
+ * model's forward and backward through an sr_param_source.  Its
+ * collectives travel as the data plane decides (plane.h); checkpoints,
+ * model.init and dumps reach its state only through the calls below
+ * (fsdp_state.c), and it reports its own memory by category (fsdp_plan.c)
+ * for the plan. */
 #ifndef SR_FSDP_H
 #define SR_FSDP_H
 

@@ -61,10 +61,17 @@ sr_status sr_plane_start(sr_plane *p, sr_world *w) {
     return sr_nccl_open(&p->nccl, w, p->dev, p->tp, p->groups, p->ngroups, &no);
 }
 
-void sr_plane_close(sr_plane *p) {
+void sr_plane_stop(sr_plane *p) {
     if (!p)
         return;
     sr_nccl_close(p->nccl);
+    p->nccl = NULL;
+}
+
+void sr_plane_close(sr_plane *p) {
+    if (!p)
+        return;
+    sr_plane_stop(p);
     free(p->hstage);
     free(p);
 }

@@ -57,7 +57,10 @@ sr_status sr_plane_group(sr_plane *p, const int *ranks, int n, const char *name,
 /* After the transport is connected: opens NCCL over the declared groups
  * when sr_plane_needs_nccl says so (comm_nccl.h's statuses); else SR_OK. */
 sr_status sr_plane_start(sr_plane *p, sr_world *w);
-/* Stops NCCL (if open), frees the staging buffer.  NULL is fine. */
+/* Stops NCCL (if open: its watchdog, the communicators) — before the
+ * engine's buffers are freed, as the run's teardown does; then frees the
+ * plane.  NULL is fine for both. */
+void sr_plane_stop(sr_plane *p);
 void sr_plane_close(sr_plane *p);
 
 /* One collective on device buffers, on the comm stream, in comm.h's shapes

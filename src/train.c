@@ -232,6 +232,7 @@ static sr_status teardown(sr_run *r, sr_status st) {
     sr_dev_io_free(r->dev, r->tg);
     free(r->oracle_in);
     free(r->oracle_tg);
+    sr_plane_stop(r->plane); /* NCCL first: its watchdog may be ending the run */
     sr_fsdp_free(r->fsdp);
     sr_plane_close(r->plane);
     sr_ctl_close(r->ctl);

@@ -43,25 +43,30 @@ bad=$(awk 'NR == FNR { layer[$1] = $2; next }
 check "no module includes a module of a higher layer" test -z "$bad"
 [ -n "$bad" ] && diag "$bad"
 
-# the file-level include graph is acyclic: drop every file that includes
-# nothing left or that nothing left includes, until none drops; what
-# remains lies on a cycle
-awk '{ print $1, $2 ".h" }' "$T/includes" | sort -u >"$T/edges"
-cycle=$(awk '{ from[NR] = $1; to[NR] = $2; files[$1]; files[$2] }
-    END {
-        do {
-            removed = 0
-            for (f in files) {
-                out = 0; inc = 0
-                for (i in from) {
-                    if (from[i] == f && (to[i] in files)) out = 1
-                    if (to[i] == f && (from[i] in files)) inc = 1
+# on_cycle EDGES: the nodes of a "from to" edge list that lie on a cycle
+# (drop every node with no edge out or no edge in, until none drops; what
+# remains lies on a cycle)
+on_cycle() {
+    awk '{ from[NR] = $1; to[NR] = $2; files[$1]; files[$2] }
+        END {
+            do {
+                removed = 0
+                for (f in files) {
+                    out = 0; inc = 0
+                    for (i in from) {
+                        if (from[i] == f && (to[i] in files)) out = 1
+                        if (to[i] == f && (from[i] in files)) inc = 1
+                    }
+                    if (!out || !inc) { delete files[f]; removed = 1 }
                 }
-                if (!out || !inc) { delete files[f]; removed = 1 }
-            }
-        } while (removed)
-        for (f in files) printf "%s ", f
-    }' "$T/edges")
+            } while (removed)
+            for (f in files) printf "%s ", f
+        }' "$1"
+}
+
+# the file-level include graph is acyclic
+awk '{ print $1, $2 ".h" }' "$T/includes" | sort -u >"$T/edges"
+cycle=$(on_cycle "$T/edges")
 check "the #include graph of src/ has no cycle${cycle:+; on a cycle: $cycle}" test -z "$cycle"
 
 # section references
@@ -121,24 +126,7 @@ else
         test "$(wc -l <"$T/calls")" -ge 100
     up=$(called_up "$T/calls")
     check "no object file calls a module of a higher layer (nm -u)${up:+; $up}" test -z "$up"
-    # the object-level call graph is acyclic (the include check's pruning)
-    on_cycle() {
-        awk '{ from[NR] = $1; to[NR] = $2; files[$1]; files[$2] }
-        END {
-            do {
-                removed = 0
-                for (f in files) {
-                    out = 0; inc = 0
-                    for (i in from) {
-                        if (from[i] == f && (to[i] in files)) out = 1
-                        if (to[i] == f && (from[i] in files)) inc = 1
-                    }
-                    if (!out || !inc) { delete files[f]; removed = 1 }
-                }
-            } while (removed)
-            for (f in files) printf "%s ", f
-        }' "$1"
-    }
+    # the object-level call graph is acyclic
     ccycle=$(on_cycle "$T/calls")
     check "the call graph between src/'s object files has no cycle${ccycle:+; on a cycle: $ccycle}" test -z "$ccycle"
     printf 'device device_cpu\ndevice_cpu device\ndevice_cpu vec\n' >"$T/planted_cycle"
