@@ -67,7 +67,7 @@ struct sr_ckpt {
 };
 
 static sr_status setup_async(sr_ckpt *c);
-static uint64_t sr_ckpt_async_max_bytes(const sr_ckpt_opts *o, int local_size);
+static uint64_t async_max_bytes(const sr_ckpt_opts *o, int local_size);
 static void pending_free(sr_ckpt *c);
 
 /* Paths are bounded by PATH_MAX, messages by their buffers. */
@@ -1131,7 +1131,7 @@ static sr_status setup_async(sr_ckpt *c) {
     uint64_t elements = 0;
     for (int i = 0; s.mesh->rep_idx == 0 && i < s.nslices; i++)
         elements += s.slices[i].end - s.slices[i].begin;
-    uint64_t bytes = 0, max = sr_ckpt_async_max_bytes(o, c->w->local_size);
+    uint64_t bytes = 0, max = async_max_bytes(o, c->w->local_size);
     bool fits = sr_ckpt_snapshot_fits(o, sizeof(float) * elements, c->w->local_size, &bytes);
     double vals[2] = {fits ? 0.0 : 1.0, (double)bytes};
     sr_status st = sr_ctl_sum(c->ctl, vals, 2);
@@ -1167,7 +1167,7 @@ static sr_status setup_async(sr_ckpt *c) {
 bool sr_ckpt_snapshot_fits(const sr_ckpt_opts *o, uint64_t state_bytes, int local_size, uint64_t *snapshot_bytes) {
     uint64_t snap = state_bytes <= UINT64_MAX / SR_NSTATE ? SR_NSTATE * state_bytes : UINT64_MAX;
     *snapshot_bytes = snap;
-    return o->dir && o->dir[0] && o->async && snap != UINT64_MAX && snap <= sr_ckpt_async_max_bytes(o, local_size);
+    return o->dir && o->dir[0] && o->async && snap != UINT64_MAX && snap <= async_max_bytes(o, local_size);
 }
 
 bool sr_ckpt_async(const sr_ckpt *c) { return c && c->async; }
@@ -1327,7 +1327,7 @@ bool sr_ckpt_fresh_for_sure(const sr_ckpt_opts *o) {
 
 /* checkpoint.async_max_mb in bytes: the key, or 25 % of the node's memory
  * divided by its `local_size` ranks when it is 0. */
-static uint64_t sr_ckpt_async_max_bytes(const sr_ckpt_opts *o, int local_size) {
+static uint64_t async_max_bytes(const sr_ckpt_opts *o, int local_size) {
     if (o->async_max_mb > 0)
         return (uint64_t)o->async_max_mb << 20;
     size_t cap = sr_mem_side_copy_cap(local_size);
