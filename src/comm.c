@@ -30,7 +30,7 @@ struct sr_group {
     int n, me;
     int *ranks;
     char name[32]; /* for messages: "shard", "replicate", ... */
-    void *dcomm;   /* the device communicator (comm_nccl.c), or NULL */
+    void *dcomm;   /* the device communicator (comm_nccl_cuda.c), or NULL */
 };
 
 static const char *const op_names[] = {"all-gather", "reduce-scatter", "all-reduce", "broadcast"};

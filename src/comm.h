@@ -83,7 +83,7 @@ int sr_group_size(const sr_group *g);
 int sr_group_rank(const sr_group *g); /* this process's index in the group */
 const char *sr_group_name(const sr_group *g);
 const int *sr_group_ranks(const sr_group *g); /* world ranks in ring order */
-/* The group's device communicator (an NCCL communicator of comm_nccl.c;
+/* The group's device communicator (an NCCL communicator of comm_nccl_cuda.c;
  * NULL = none, the default): collectives on device memory over the group
  * go there instead of the host transport. */
 void sr_group_set_device_comm(sr_group *g, void *comm);

@@ -11,10 +11,12 @@
  * TCP transport and exit 69).  The TCP transport stays the control plane
  * (host all-reduces, barriers, the checkpoint agreement).
  *
- * The bootstrap pieces that need no GPU (the id exchange, the duplicate-GPU
- * and group checks, the status mapping) are built into every binary, so
- * tests/test_nccl_boot runs them under mpirun in CI; in a build without
- * NCCL the NCCL-only functions return SR_ERR_CONFIG (78) saying so.
+ * The pieces that link no NCCL (the duplicate-GPU and group checks, the
+ * status mapping) are the program's (comm_nccl.c), in every build, so
+ * tests/test_nccl_boot runs them under mpirun in CI.  Everything that calls
+ * NCCL is in the CUDA module (comm_nccl_cuda.c, an sr_nccl_impl, cudamod.h):
+ * the functions below that need it dispatch to the loaded module, and
+ * return SR_ERR_CONFIG (78) saying so when there is none with NCCL.
  *
  * Errors map to statuses as doc/ARCHITECTURE.md §3c says: NCCL system, remote
  * and internal errors, watchdog timeouts and an init past its deadline are
@@ -37,7 +39,7 @@
 
 typedef struct sr_nccl sr_nccl;
 
-/* "2.28.9", or NULL in a build without NCCL. */
+/* "2.28.9", or NULL when no module with NCCL is loaded. */
 const char *sr_nccl_version(void);
 
 /* The status of an ncclResult_t (an int, so builds without NCCL and the
@@ -107,5 +109,21 @@ typedef enum { SR_NCCL_ALLGATHER, SR_NCCL_REDUCE_SCATTER, SR_NCCL_ALLREDUCE } sr
  * ring.  Returns the plane's sticky status. */
 sr_status sr_nccl_collective(sr_nccl *n, sr_nccl_kind kind, sr_group *g, void *recv, size_t rbytes, const void *send,
                              size_t sbytes, size_t count, sr_dtype dt);
+
+/* The NCCL-calling half, as the CUDA module implements it
+ * (comm_nccl_cuda.c: sr_nccl_cuda_impl; cudamod.h's `nccl`): one entry per
+ * function above of the same name. */
+typedef struct {
+    const char *(*version)(void);
+    sr_status (*exchange_id)(sr_world *w, unsigned char id[SR_NCCL_ID_BYTES], double timeout_s);
+    sr_status (*open)(sr_nccl **out, sr_world *w, sr_dev *d, sr_transport *tp, sr_group *const *groups, int ngroups,
+                      const sr_nccl_opts *o);
+    void (*close)(sr_nccl *n);
+    size_t (*device_bytes)(const sr_nccl *n);
+    sr_status (*collective)(sr_nccl *n, sr_nccl_kind kind, sr_group *g, void *recv, size_t rbytes, const void *send,
+                            size_t sbytes, size_t count, sr_dtype dt);
+} sr_nccl_impl;
+/* (defined in the CUDA module only) */
+extern const sr_nccl_impl sr_nccl_cuda_impl;
 
 #endif

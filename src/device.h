@@ -18,8 +18,10 @@
  *           (SHARDRUN_TEST_DEVICE=fake) so GPU-run code paths are tested on
  *           any machine.
  *   - cuda: the CUDA back end (device_cuda.c, built when configure finds
- *           nvcc and the CUDA runtime): cudaMalloc'd memory, four CUDA
- *           streams, CUDA events, the primitives as kernels (kernels/).
+ *           nvcc and the CUDA runtime, into the CUDA module that
+ *           sr_device_open loads when a run needs a GPU, cudamod.h):
+ *           cudaMalloc'd memory, four CUDA streams, CUDA events, the
+ *           primitives as kernels (kernels/).
  * Allocations are never zeroed implicitly; under SHARDRUN_TEST_POISON=1
  * (which `make check` sets) the cpu and fake tables fill them with NaN, so a
  * read before a write shows on the CPU before any GPU.
@@ -171,7 +173,7 @@ struct sr_dev {
     long long step;
     void *impl; /* the back end's own state (cuda), or NULL */
     /* Called by a host wait whose deadline passed, before it fails with
-     * its own message (NULL: none): the NCCL plane (comm_nccl.c) aborts
+     * its own message (NULL: none): the NCCL plane (comm_nccl_cuda.c) aborts
      * and exits 69 when one of its collectives is what never completed,
      * and returns otherwise. */
     void (*on_deadline)(void *arg);
@@ -189,11 +191,14 @@ typedef enum { SR_DEVICE_AUTO, SR_DEVICE_CPU, SR_DEVICE_CUDA } sr_device_want;
 /* Opens the table for this process (rank `local_rank` of `local_size` on
  * its node, in a world of `world_size`): the cpu table for a CPU run, the
  * fake table under SHARDRUN_TEST_DEVICE=fake, the cuda table for `want`
- * cuda, and for `want` auto when a usable GPU is seen.  cuda is SR_ERR_CONFIG
- * (78) in a build without CUDA, when no GPU is usable, when the GPU cannot
- * be picked from the local rank, and for a world size above 1 in a build
- * without NCCL; auto with a world size above 1 in such a build runs on the
- * CPU with a warning.  *out is set on success; free with sr_device_close. */
+ * cuda, and for `want` auto when the detection (sr_cudamod_detect) sees a
+ * GPU and the CUDA runtime finds it usable; the cuda table loads the CUDA
+ * module first (cudamod.h).  cuda is SR_ERR_CONFIG (78) in a build without
+ * CUDA, when the module does not load or does not match, when no GPU is
+ * usable, when the GPU cannot be picked from the local rank, and for a
+ * world size above 1 in a build without NCCL; auto in those cases runs on
+ * the CPU with one warning (none when nothing was detected).  *out is set
+ * on success; free with sr_device_close. */
 sr_status sr_device_open(sr_dev **out, sr_device_want want, int world_size, int local_rank, int local_size);
 /* The job's `device` key against this build: device: cuda in a build
  * without CUDA is SR_ERR_CONFIG at its place in the job file. */
@@ -230,8 +235,9 @@ sr_dtype sr_device_auto_dtype(bool cuda_table);
  * the cpu and fake tables, the CUDA ops of that dtype on the cuda table. */
 const struct sr_ops *sr_device_ops(const sr_dev *d, sr_dtype param_dtype);
 /* The op table a run would use on a GPU (gpu true) or on the CPU, without
- * opening a device (`shardrun plan`); NULL for a GPU in a build without
- * CUDA. */
+ * opening a device (`shardrun plan`; a GPU's loads the CUDA module,
+ * cudamod.h); NULL with the message set for a GPU when the module does not
+ * load or the build has no CUDA. */
 const struct sr_ops *sr_device_plan_ops(bool gpu, sr_dtype param_dtype);
 void sr_device_close(sr_dev *d);
 /* The cpu and fake tables themselves, for tests (sr_device_close frees

@@ -13,14 +13,10 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "cudamod.h"
 #include "mem.h"
 #include "ops.h"
 #include "testhook.h"
-#ifdef SR_HAVE_CUDA
-#include <cuda_runtime.h>
-
-#include "cuda_backend.h"
-#endif
 
 int sr_device_count_visible(const char *visible) {
     if (!visible || !*visible)
@@ -79,24 +75,17 @@ void sr_device_describe(char *buf, size_t n, int local_rank, int local_size) {
     int n_visible = sr_device_count_visible(visible);
     const char *why = "built without CUDA";
 #ifdef SR_HAVE_CUDA
-    char cuda_why[160];
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess)
-        snprintf(cuda_why, sizeof cuda_why, "no usable GPU: %s", cudaGetErrorString(e));
-    else if (count == 0)
-        snprintf(cuda_why, sizeof cuda_why, "no usable GPU");
-    else
-        snprintf(cuda_why, sizeof cuda_why, "%d %s usable; %s", count,
+    /* (the detection, not the module: a CPU run maps no CUDA library) */
+    char cuda_why[600], seen[512];
+    int count = sr_cudamod_detect(seen, sizeof seen);
 #ifdef SR_CUDA_EMULATED
-                 count == 1 ? "emulated GPU" : "emulated GPUs",
-                 "in a CUDA emulator tree device: auto is the CPU, device: cuda the emulator"
+    snprintf(cuda_why, sizeof cuda_why,
+             "%s; in a CUDA emulator tree device: auto is the CPU, device: cuda the emulator", seen);
 #else
-                 count == 1 ? "GPU" : "GPUs", "device: cpu was asked for"
+    snprintf(cuda_why, sizeof cuda_why, "%s", seen);
 #endif
-        );
     why = cuda_why;
-    if (e == cudaSuccess && count > 0 && n_visible == 0)
+    if (count > 0 && n_visible == 0)
         n_visible = count;
 #endif
     char phys[64], err[512];
@@ -114,25 +103,21 @@ void sr_device_describe(char *buf, size_t n, int local_rank, int local_size) {
 }
 
 #ifdef SR_HAVE_CUDA
-/* The cuda table on the GPU this task's local rank picks; `*usable` says
- * whether any GPU was seen at all. */
-static sr_status open_cuda(sr_dev **out, int local_rank, int local_size, bool *usable) {
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    *usable = e == cudaSuccess && count > 0;
-    if (!*usable) {
-        (void)cudaGetLastError();
+/* The cuda table of module m on the GPU this task's local rank picks. */
+static sr_status open_cuda(sr_dev **out, const sr_cudamod *m, int local_rank, int local_size) {
+    char why[256] = "cudaGetDeviceCount says 0 devices";
+    int count = m->device_count(why, sizeof why);
+    if (count <= 0)
         return sr_error(SR_ERR_CONFIG,
-                        "device: cuda, but no usable GPU: cudaGetDeviceCount says %s (hint: ask Slurm for a GPU, "
-                        "e.g. --gpus-per-task=1, or set device: cpu)",
-                        e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    }
+                        "device: cuda, but no usable GPU: %s (hint: ask Slurm for a GPU, e.g. --gpus-per-task=1, or "
+                        "set device: cpu)",
+                        why);
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
     char phys[64], err[512];
     int pick = sr_device_pick(visible, count, local_rank, local_size, phys, sizeof phys, err, sizeof err);
     if (pick < 0)
         return sr_error(SR_ERR_CONFIG, "device: cuda: %s", err);
-    return sr_dev_cuda_open(out, pick, phys);
+    return m->open(out, pick, phys);
 }
 #endif
 
@@ -148,8 +133,11 @@ sr_status sr_device_open(sr_dev **out, sr_device_want want, int world_size, int 
                             "configure --with-nccl, or one task, or device: cpu)",
                             world_size);
 #endif
-        bool usable;
-        return open_cuda(out, local_rank, local_size, &usable);
+        const sr_cudamod *m;
+        sr_status st = sr_cudamod_get(&m);
+        if (st != SR_OK)
+            return sr_error_wrap(st, "device: cuda");
+        return open_cuda(out, m, local_rank, local_size);
 #else
         (void)world_size;
         (void)local_rank;
@@ -161,23 +149,28 @@ sr_status sr_device_open(sr_dev **out, sr_device_want want, int world_size, int 
     bool fake = strcmp(sr_testhook()->device, "fake") == 0;
 #if defined(SR_HAVE_CUDA) && !defined(SR_CUDA_EMULATED)
     /* (an emulator tree's auto is the CPU: only device: cuda asks for the
-     * emulated GPU) */
-    if (want == SR_DEVICE_AUTO && !fake) {
-        int count = 0;
-        if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) {
+     * emulated GPU).  The module is loaded only when the detection saw a
+     * GPU: a CPU node maps no CUDA library. */
+    char seen[512];
+    int detected = want == SR_DEVICE_AUTO && !fake ? sr_cudamod_detect(seen, sizeof seen) : 0;
 #ifndef SR_HAVE_NCCL
-            if (world_size > 1)
-                sr_log_warn("device: auto sees a GPU, but %d ranks on GPUs need NCCL, and this shardrun was built "
-                            "without it: training on the CPU (hint: configure --with-nccl)",
-                            world_size);
-            else
+    if (detected > 0 && world_size > 1) {
+        sr_log_warn("device: auto sees a GPU, but %d ranks on GPUs need NCCL, and this shardrun was built without "
+                    "it: training on the CPU (hint: configure --with-nccl)",
+                    world_size);
+        detected = 0;
+    }
 #endif
-            {
-                bool usable;
-                return open_cuda(out, local_rank, local_size, &usable);
-            }
-        }
-        (void)cudaGetLastError();
+    if (detected > 0) {
+        const sr_cudamod *m = NULL;
+        char why[256] = "cudaGetDeviceCount says 0 devices";
+        if (sr_cudamod_get(&m) != SR_OK)
+            sr_log_warn("device: auto: %s, but %s; training on the CPU", seen, sr_error_message());
+        else if (m->device_count(why, sizeof why) > 0)
+            return open_cuda(out, m, local_rank, local_size);
+        else
+            sr_log_warn("device: auto: %s, but the CUDA runtime finds no usable one (%s); training on the CPU", seen,
+                        why);
     }
 #else
     (void)world_size;
@@ -191,61 +184,52 @@ sr_status sr_device_open(sr_dev **out, sr_device_want want, int world_size, int 
 sr_dtype sr_device_auto_dtype(bool cuda_table) { return cuda_table ? SR_DT_BF16 : SR_DT_F32; }
 
 const sr_ops *sr_device_ops(const sr_dev *d, sr_dtype param_dtype) {
-#ifdef SR_HAVE_CUDA
-    if (d && d->kind == SR_DEV_CUDA)
-        return param_dtype == SR_DT_BF16 ? &sr_ops_cuda_bf16 : &sr_ops_cuda_f32;
-#else
-    (void)d;
-#endif
-    (void)param_dtype;
+    /* (a cuda table exists only when the module opened it) */
+    const sr_cudamod *m = d && d->kind == SR_DEV_CUDA ? sr_cudamod_loaded() : NULL;
+    if (m)
+        return param_dtype == SR_DT_BF16 ? m->ops_bf16 : m->ops_f32;
     return &sr_ops_cpu;
 }
 
 const sr_ops *sr_device_plan_ops(bool gpu, sr_dtype param_dtype) {
-#ifdef SR_HAVE_CUDA
-    if (gpu)
-        return param_dtype == SR_DT_BF16 ? &sr_ops_cuda_bf16 : &sr_ops_cuda_f32;
-#else
-    (void)param_dtype;
-    if (gpu)
+    if (!gpu)
+        return &sr_ops_cpu;
+    const sr_cudamod *m;
+    if (sr_cudamod_get(&m) != SR_OK)
         return NULL;
-#endif
-    return &sr_ops_cpu;
+    return param_dtype == SR_DT_BF16 ? m->ops_bf16 : m->ops_f32;
 }
 
 void sr_device_close(sr_dev *d) {
     if (!d)
         return;
-#ifdef SR_HAVE_CUDA
     if (d->kind == SR_DEV_CUDA) {
-        sr_dev_cuda_close(d);
+        sr_cudamod_loaded()->close(d);
         return;
     }
-#endif
     sr_hb_close(d->hb);
     free(d);
 }
 
-/* When the task was given GPUs (CUDA_VISIBLE_DEVICES non-empty) but none
- * is usable, describes why in `buf` (cudaGetDeviceCount's answer) and
- * returns true; false otherwise. */
+/* When the task was given GPUs (CUDA_VISIBLE_DEVICES non-empty) but the
+ * detection sees none, describes why in `buf` and returns true; false
+ * otherwise.  (The detection, not the module: a CPU run maps no CUDA
+ * library; a GPU the driver sees that the runtime cannot use is the
+ * open's to report.) */
 static bool gpus_unusable(char *buf, size_t n) {
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
     if (!visible || !*visible)
         return false;
-#ifdef SR_HAVE_CUDA
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e == cudaSuccess && count > 0)
-        return false;
-    if (e != cudaSuccess)
-        snprintf(buf, n, "cudaGetDeviceCount: %s (error %d)", cudaGetErrorString(e), (int)e);
-    else
-        snprintf(buf, n, "cudaGetDeviceCount: 0 devices");
+#if defined(SR_HAVE_CUDA) && !defined(SR_CUDA_EMULATED)
+    return sr_cudamod_detect(buf, n) == 0;
+#elif defined(SR_HAVE_CUDA)
+    (void)buf;
+    (void)n;
+    return false; /* the emulated GPUs are device: cuda's */
 #else
     snprintf(buf, n, "this shardrun was built without CUDA");
-#endif
     return true;
+#endif
 }
 
 /* The job's device key against this build, at its place in the job file. */

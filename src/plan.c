@@ -372,10 +372,8 @@ sr_status sr_plan_run(const sr_config *job_cfg, const char *job, const sr_plan_o
     x.param_auto = sr_job_resolve_precision(&resolved, x.gpu);
     const sr_config *cfg = &resolved;
     if (x.gpu && !sr_device_plan_ops(true, (sr_dtype)cfg->param_dtype))
-        return sr_error(SR_ERR_CONFIG,
-                        "plan: a GPU plan (%s) needs the CUDA op table, and this build has none (hint: plan with a "
-                        "shardrun configured --with-cuda, or drop --gpus-per-node for a CPU plan)",
-                        o->gpus_per_node > 0 ? "--gpus-per-node" : "device: cuda");
+        return sr_error_wrap(SR_ERR_CONFIG, "plan: a GPU plan (%s; without it a CPU plan) needs the CUDA op table",
+                             o->gpus_per_node > 0 ? "--gpus-per-node" : "device: cuda");
     x.device_bytes = o->device_mem_gib > 0 ? o->device_mem_gib * GIB : (double)SR_DEVICE_ASSUMED_BYTES;
     x.device_how = o->device_mem_gib > 0 ? "--device-mem" : "assumed 80 GiB; give --device-mem";
     size_t node = sr_mem_node_bytes();

@@ -117,6 +117,7 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
     h->mem_available = -1;
     h->node_mem = -1;
     h->device_free_mb = -1;
+    h->gpu_detect = -1;
     h->stall_seq = -1;
     h->gpu_hang_step = -1;
     const char *v;
@@ -185,6 +186,9 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
     if ((v = getenv("SHARDRUN_TEST_DEVICE_FREE_MB")) && *v &&
         (!parse_i64(v, strlen(v), 0, &h->device_free_mb) || h->device_free_mb > ((int64_t)1 << 40)))
         bad(&ps, "SHARDRUN_TEST_DEVICE_FREE_MB", v, "a number of MiB from 0 to 2^40");
+    if ((v = getenv("SHARDRUN_TEST_GPU_DETECT")) && *v &&
+        (!parse_i64(v, strlen(v), 0, &h->gpu_detect) || h->gpu_detect > 1024))
+        bad(&ps, "SHARDRUN_TEST_GPU_DETECT", v, "a number of GPUs from 0 to 1024");
     flag(&ps, "SHARDRUN_TEST_POISON", &h->poison);
     flag(&ps, "SHARDRUN_TEST_HB", &h->hb);
     if ((v = getenv("SHARDRUN_TEST_SKIP_WAIT")) && *v) {
@@ -272,6 +276,8 @@ void sr_testhook_warn_active(void) {
         ADD(" SHARDRUN_TEST_DEVICE=%s", h->device);
     if (h->device_free_mb >= 0)
         ADD(" SHARDRUN_TEST_DEVICE_FREE_MB=%lld", (long long)h->device_free_mb);
+    if (h->gpu_detect >= 0)
+        ADD(" SHARDRUN_TEST_GPU_DETECT=%lld", (long long)h->gpu_detect);
     if (h->skip_wait[0])
         ADD(" SHARDRUN_TEST_SKIP_WAIT=%s", h->skip_wait);
     if (h->ckpt_write_delay_ms > 0)

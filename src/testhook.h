@@ -26,6 +26,9 @@
  *                                              watch alone must notice a dead launcher)
  *   SHARDRUN_TEST_DEVICE=fake                  the fake device table (device.h)
  *   SHARDRUN_TEST_DEVICE_FREE_MB=N             the fake device's free memory (MiB)
+ *   SHARDRUN_TEST_GPU_DETECT=N                 device: auto's detection (cudamod.h) sees N
+ *                                              GPUs without asking the device nodes or the
+ *                                              driver
  *   SHARDRUN_TEST_POISON=1                     fill device-table allocations with NaN
  *                                              (make check sets it; changes no result of a
  *                                              correct program, so it is not warned about)
@@ -86,6 +89,7 @@ typedef struct {
     bool no_pmix_events;
     char device[8];         /* "" = off, "fake" */
     int64_t device_free_mb; /* -1 = off */
+    int64_t gpu_detect;     /* SHARDRUN_TEST_GPU_DETECT: -1 = off */
     bool poison;
     bool hb;               /* SHARDRUN_TEST_HB */
     char skip_wait[256];   /* "" = off; "list"; or a comma list of wait sites */

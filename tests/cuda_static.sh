@@ -11,12 +11,13 @@
 #     may leave as the thread's last error;
 #   - no synchronous CUDA call (cudaMemcpy(, *Synchronize(, cudaMalloc(,
 #     cudaFree() in the step-path files (src/fsdp.c src/offload.c src/plane.c
-#     src/model.c src/comm_nccl.c
+#     src/model.c src/comm_nccl.c src/comm_nccl_cuda.c
 #     src/ops_cuda.c src/gemm_cuda.c kernels/*.cu): the one synchronising
 #     helper is sr_cuda_sync_stream in device_cuda.c;
 #   - shared memory only through SR_SHARED (common.cuh: __shared__ under
 #     nvcc, a block's own array on the CUDA emulator): no bare __shared__;
-#   - every launcher of kernels/sr_cuda.h is defined in libshardrun.a (nm);
+#   - every launcher of kernels/sr_cuda.h is defined in libshardrun_cuda.a,
+#     the CUDA module's archive (nm);
 #   - the checks can fail: planted violations are reported.
 # SKIP (a failure under SHARDRUN_TEST_REQUIRE=cuda) in a build without CUDA.
 # An emulator tree (configure --with-cuda=emulator) builds the kernels with
@@ -117,7 +118,7 @@ check "raw cudaEventQuery and cudaStreamQuery calls are reported (planted)" \
     test "$(queries "$T/planted_query.c" | wc -l)" = 2
 
 # --- synchronous calls on the step path ------------------------------------------------
-step="$SR_SRCDIR/src/fsdp.c $SR_SRCDIR/src/offload.c $SR_SRCDIR/src/plane.c $SR_SRCDIR/src/model.c $SR_SRCDIR/src/ops_cuda.c $SR_SRCDIR/src/gemm_cuda.c $SR_SRCDIR/src/comm_nccl.c $K/*.cu"
+step="$SR_SRCDIR/src/fsdp.c $SR_SRCDIR/src/offload.c $SR_SRCDIR/src/plane.c $SR_SRCDIR/src/model.c $SR_SRCDIR/src/ops_cuda.c $SR_SRCDIR/src/gemm_cuda.c $SR_SRCDIR/src/comm_nccl.c $SR_SRCDIR/src/comm_nccl_cuda.c $K/*.cu"
 # shellcheck disable=SC2086
 found=$(sync_calls $step)
 check "no synchronous CUDA call (cudaMemcpy/Synchronize/cudaMalloc/cudaFree) in the step-path files" \
@@ -129,13 +130,13 @@ check "the one synchronising helper is where the docs say (device_cuda.c: sr_cud
 
 # --- every launcher is in the library -----------------------------------------------------
 launchers=$(sed -n 's/^int \(sr_k_[a-z0-9_]*\)(.*/\1/p' "$K/sr_cuda.h")
-nm -g --defined-only "$B/libshardrun.a" 2>/dev/null | awk '$2 == "T" { print $3 }' | sort -u >"$T/defined"
+nm -g --defined-only "$B/libshardrun_cuda.a" 2>/dev/null | awk '$2 == "T" { print $3 }' | sort -u >"$T/defined"
 absent=""
 n=0
 for l in $launchers; do
     n=$((n + 1))
     grep -qx "$l" "$T/defined" || absent="$absent $l"
 done
-check "every launcher of sr_cuda.h ($n) is defined in libshardrun.a" test -z "$absent" -a "$n" -ge 19 ||
+check "every launcher of sr_cuda.h ($n) is defined in libshardrun_cuda.a (the CUDA module's)" test -z "$absent" -a "$n" -ge 19 ||
     diag "absent:$absent"
 done_testing

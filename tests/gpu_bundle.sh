@@ -18,6 +18,8 @@ R=$T/bundle
 mkdir -p "$R/build-gpu/tests" "$R/.deps/usr/lib"
 cp "$B/shardrun" "$R/build-gpu/"
 cp "$B/tests/cmp_params" "$R/build-gpu/tests/"
+# the CUDA module, as bundle.sh carries it (a CUDA build's)
+[ -f "$B/shardrun-cuda.so" ] && cp "$B/shardrun-cuda.so" "$R/build-gpu/"
 # what the image is said to provide stays out of the bundle, as in bundle.sh
 ldd "$B/shardrun" | awk '/=> \// { print $1, $3 }' | while read -r name path; do
     case $name in
@@ -33,6 +35,11 @@ check "the report has a line per binary and library, and the summary" \
     sh -c "grep -q '^build-gpu/shardrun: .*libyaml-0.so.2 (bundle)' '$T/report' && grep -q '^needed: [0-9]* files, [0-9]* entries, all found' '$T/report'"
 check "the C runtime and the torch wheels' CUDA libraries are named as the image's" \
     sh -c "grep '^build-gpu/shardrun:' '$T/report' | grep -q 'libc.so.6 (image: C runtime)'"
+if [ -f "$B/shardrun-cuda.so" ] && ! emulator_tree; then
+    check "  ...the CUDA module's CUDA libraries among them (the program needs none)" \
+        sh -c "grep '^build-gpu/shardrun-cuda.so:' '$T/report' | grep -q 'libcudart.so.[0-9]* (image: torch wheels)' &&
+            ! grep '^build-gpu/shardrun:' '$T/report' | grep -q 'libcudart'"
+fi
 rm "$R/.deps/usr/lib/libjansson.so.4"
 sh "$N" "$R" >"$T/report2" 2>&1
 rc=$?

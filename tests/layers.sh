@@ -15,10 +15,11 @@ sed -n '/BEGIN LAYERS/,/END LAYERS/p' "$DOC" |
     awk -F'|' '$2 ~ /^ *[0-9]+ *$/ { n = split($4, m, ","); for (i = 1; i <= n; i++) { gsub(/ /, "", m[i]); print m[i], $2 + 0 } }' >"$T/layers"
 check "the layer table of ARCHITECTURE.md parses ($(wc -l <"$T/layers") modules)" test "$(wc -l <"$T/layers")" -ge 20
 
-# every file's includes: "file module target"
+# every file's includes: "file module target" (but the generated headers:
+# srconfig.h of configure, sr_abi.h of make)
 for f in "$SRC"/*.c "$SRC"/*.h; do
     b=$(basename "$f")
-    sed -n 's/^#include "\([a-z_0-9]*\)\.h".*/\1/p' "$f" | grep -v '^srconfig$' | sed "s|^|$b |"
+    sed -n 's/^#include "\([a-z_0-9]*\)\.h".*/\1/p' "$f" | grep -Ev '^(srconfig|sr_abi)$' | sed "s|^|$b |"
 done >"$T/includes"
 
 # every module is in the table, every table module exists
@@ -107,6 +108,7 @@ elif [ "$(ls "$B"/src/*.o 2>/dev/null | wc -l)" -lt 20 ]; then
 else
     for o in "$B"/src/*.o; do
         m=$(basename "$o" .o)
+        m=${m#libshardrun_cuda_a-} # the CUDA module's objects (Makefile.am: position-independent)
         nm "$o" | awk -v m="$m" '$1 == "U" && $2 ~ /^sr_/ { print "use", m, $2 } $2 ~ /^[TDBRC]$/ && $3 ~ /^sr_/ { print "def", m, $3 }'
     done >"$T/syms"
     # "caller callee" per call between two object files of a module of the table

@@ -2,7 +2,7 @@
 # nccl_emu.sh — multi-rank device: cuda on emulated GPUs (an emulator tree
 # with the emulated NCCL of tests/cudaemu/nccl.c), under OpenMPI's mpirun:
 # each rank a process with its own emulated GPU (the emulator's default 8
-# GPUs per node, a bus id each), the NCCL plane of src/comm_nccl.c between
+# GPUs per node, a bus id each), the NCCL plane of src/comm_nccl_cuda.c between
 # them.  Small model
 # (tiny_job: 2 blocks of width 64; 32 positions), 6 steps.
 #   fast: 2 ranks in exact mode (fp32 parameters) equal 1 rank (losses
@@ -191,7 +191,7 @@ if group --long "failures"; then
     check "  ...at the deadline, comm.timeout_s + 12 s ($took s), saying a rank did not join" \
         sh -c "[ $took -le 16 ] && grep -q 'ncclCommInitRankConfig (2 ranks) did not complete within comm.timeout_s = 4 s' init.err"
 
-    # every NCCL call src/comm_nccl.c makes, reached
+    # every NCCL call src/comm_nccl_cuda.c makes, reached
     awk '{ for (i = 3; i <= NF; i++) { split($i, kv, "="); n[kv[1]] += kv[2]; if (!(kv[1] in seen)) { seen[kv[1]] = 1; order[m++] = kv[1] } } }
          END { for (i = 0; i < m; i++) printf "%-24s %d\n", order[i], n[order[i]] }' calls >calls.txt
     diag "NCCL calls over every run above (the emulator's counts, all processes):" "$(cat calls.txt)"

@@ -152,7 +152,7 @@ check "a GPU plan names param bf16 (auto), lists device memory, CUDA and NCCL re
         grep -q 'device .* of 8.00 GiB (--device-mem): does NOT fit' gpu.plan &&
         grep -q 'cheapest change that fits: --set' gpu.plan
     else
-        $S plan big.yaml --ranks 4 --gpus-per-node 4 >gpu.plan 2>&1; [ \$? = 78 ] && grep -q 'this build has none' gpu.plan
+        $S plan big.yaml --ranks 4 --gpus-per-node 4 >gpu.plan 2>&1; [ \$? = 78 ] && grep -q 'needs the CUDA op table: this shardrun was built without CUDA' gpu.plan
     fi"
 
 # the planner's arithmetic is the run's: a category that saturates keeps

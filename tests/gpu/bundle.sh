@@ -28,11 +28,11 @@ mkdir -p "$W/src" "$W/build"
 git archive HEAD | tar -x -C "$W/src"
 (cd "$W/src" && autoreconf -fi >/dev/null 2>&1)
 (cd "$W/build" && "$W/src/configure" --with-cuda >configure.out 2>&1 &&
-    make -j"$(nproc)" shardrun tests/cmp_params tests/test_kernels tests/test_gemm_plan tests/test_ops \
+    make -j"$(nproc)" shardrun shardrun-cuda.so tests/cmp_params tests/test_kernels tests/test_gemm_plan tests/test_ops \
         tests/test_vranks tests/cuda_probe bench/gpu_gemm bench/bench_train >make.out 2>&1) || { tail -20 "$W/build/configure.out" "$W/build/make.out"; exit 1; }
 B=$W/stage/shardrun/build-gpu
 mkdir -p "$B/tests" "$B/bench"
-cp "$W/build/shardrun" "$W/build/config.log" "$W/build/srconfig.h" "$B/"
+cp "$W/build/shardrun" "$W/build/shardrun-cuda.so" "$W/build/config.log" "$W/build/srconfig.h" "$B/"
 cp "$W/build/tests/cmp_params" "$W/build/tests/test_kernels" "$W/build/tests/test_gemm_plan" \
     "$W/build/tests/test_ops" "$W/build/tests/test_vranks" "$W/build/tests/cuda_probe" "$B/tests/"
 cp "$W/build/bench/gpu_gemm" "$W/build/bench/bench_train" "$B/bench/"

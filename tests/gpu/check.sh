@@ -105,7 +105,12 @@ if [ -z "${SR_CHECK_STAGE:-}" ]; then
     [ -d /usr/local/cuda/lib64 ] && LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64"
     export LD_LIBRARY_PATH
     : >"$LOGS/libs.txt"
-    for lib in $(ldd "$BUILD/shardrun" "$BUILD/tests/test_kernels" 2>/dev/null | awk '/not found/ { print $1 }' | sort -u); do
+    # the CUDA module of the build (src/cudamod.h), wherever the bundle
+    # was unpacked: the program looks in its build tree only where it was
+    # configured
+    [ -f "$BUILD/shardrun-cuda.so" ] && SHARDRUN_CUDA_MODULE=${SHARDRUN_CUDA_MODULE:-$BUILD/shardrun-cuda.so} &&
+        export SHARDRUN_CUDA_MODULE
+    for lib in $(ldd "$BUILD/shardrun-cuda.so" "$BUILD/tests/test_kernels" 2>/dev/null | awk '/not found/ { print $1 }' | sort -u); do
         dir=$(python3 -c 'import os, sys
 import nvidia
 for p in nvidia.__path__:
@@ -251,7 +256,7 @@ stage_timeout() {
 }
 
 # the binaries the check runs (a bundle's build-gpu/ holds these)
-BINARIES="shardrun tests/cmp_params tests/test_kernels tests/test_gemm_plan tests/test_ops tests/test_vranks tests/cuda_probe bench/gpu_gemm bench/bench_train"
+BINARIES="shardrun shardrun-cuda.so tests/cmp_params tests/test_kernels tests/test_gemm_plan tests/test_ops tests/test_vranks tests/cuda_probe bench/gpu_gemm bench/bench_train"
 
 # ---------------------------------------------------------------------------------------
 st_env() {
@@ -278,6 +283,8 @@ st_env() {
         done
         echo "shardrun links:"
         ldd "$S" 2>&1 | grep -E 'not found|cuda|cublas|nccl|yaml|pmix|openblas' | sed 's/^/  /' | head -12
+        echo "the CUDA module (SHARDRUN_CUDA_MODULE=${SHARDRUN_CUDA_MODULE:-unset}) links:"
+        ldd "${SHARDRUN_CUDA_MODULE:-$BUILD/shardrun-cuda.so}" 2>&1 | grep -E 'not found|cuda|cublas|nccl' | sed 's/^/  /' | head -12
         echo "probe (tests/cuda_probe: what the back end is built around):"
         timeout 10 "$BUILD/tests/cuda_probe" 2>&1 | sed 's/^/  /'
     } >"$OUT/env.txt" 2>&1
@@ -300,6 +307,17 @@ st_env() {
 }
 
 st_build() {
+    # the CUDA module the runs will load, and whether the loader finds
+    # every library it needs (a 78 at the first GPU run otherwise)
+    m=${SHARDRUN_CUDA_MODULE:-$BUILD/shardrun-cuda.so}
+    mnf=$(ldd "$m" 2>&1 | awk '/not found/ { printf "%s ", $1 }')
+    if [ ! -f "$m" ]; then
+        fail build.module "no CUDA module at $m (make shardrun-cuda.so; make gpu-bundle carries it)"
+    elif [ -n "$mnf" ]; then
+        fail build.module "$m: the loader does not find $mnf(make gpu-bundle carries the libraries)"
+    else
+        pass build.module "$m: every library it needs found"
+    fi
     if "$S" --version >"$LOGS/version.out" 2>&1; then
         pass build.runs "$(head -1 "$LOGS/version.out") from $BUILD"
         return
