@@ -141,8 +141,6 @@ sr_status sr_cudamod_get(const sr_cudamod **out) {
         } else if (find_module()) {
             mod = load_module();
         }
-        if (mod)
-            sr_log_info("CUDA back end: %s (%s; %s)", mod_path, mod->build, mod->versions);
 #else
         snprintf(fail_msg, sizeof fail_msg,
                  "this shardrun was built without CUDA (hint: device: auto or cpu, or a build configured "
@@ -164,6 +162,13 @@ const sr_cudamod *sr_cudamod_loaded(void) {
 #endif
     pthread_mutex_unlock(&mu);
     return m;
+}
+
+const char *sr_cudamod_path(void) {
+    pthread_mutex_lock(&mu);
+    const char *p = mod ? mod_path : NULL;
+    pthread_mutex_unlock(&mu);
+    return p;
 }
 
 static int detect_count;

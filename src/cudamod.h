@@ -89,6 +89,10 @@ sr_status sr_cudamod_get(const sr_cudamod **out);
 /* The back end if it is loaded (or linked in), else NULL; never loads. */
 const sr_cudamod *sr_cudamod_loaded(void);
 
+/* Where the loaded back end came from: the module's path, or "linked in";
+ * NULL when none is loaded. */
+const char *sr_cudamod_path(void);
+
 /* The GPUs this task could use, asked without loading the module: 0 with
  * the reason in `why` when no /dev/nvidia<N> device node exists; otherwise
  * the driver's count (libcuda.so.1: cuInit, cuDeviceGetCount), or 0 with

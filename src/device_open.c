@@ -109,9 +109,9 @@ static sr_status open_cuda(sr_dev **out, const sr_cudamod *m, int local_rank, in
     int count = m->device_count(why, sizeof why);
     if (count <= 0)
         return sr_error(SR_ERR_CONFIG,
-                        "device: cuda, but no usable GPU: %s (hint: ask Slurm for a GPU, e.g. --gpus-per-task=1, or "
-                        "set device: cpu)",
-                        why);
+                        "device: cuda, but no usable GPU: %s (the CUDA back end: %s; hint: ask Slurm for a GPU, e.g. "
+                        "--gpus-per-task=1, or set device: cpu)",
+                        why, sr_cudamod_path());
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
     char phys[64], err[512];
     int pick = sr_device_pick(visible, count, local_rank, local_size, phys, sizeof phys, err, sizeof err);
@@ -260,6 +260,9 @@ sr_status sr_device_open_run(sr_dev **out, const sr_config *cfg, sr_world *w) {
         st = sr_device_open(out, (sr_device_want)cfg->device, w->size, w->local_rank, w->local_size);
     if (st == SR_OK && (*out)->emulated)
         sr_log_set_tag((*out)->name); /* every line of an emulated run says so */
+    const sr_cudamod *m = st == SR_OK && (*out)->kind == SR_DEV_CUDA ? sr_cudamod_loaded() : NULL;
+    if (m)
+        sr_log_info("CUDA back end: %s (%s; %s)", sr_cudamod_path(), m->build, m->versions);
     if (st == SR_OK)
         (*out)->timeout_s = cfg->comm_timeout_s;
     int32_t mine = *out ? (int32_t)(*out)->kind : -1, *all = sr_calloc((size_t)w->size, sizeof(int32_t));

@@ -74,6 +74,7 @@ check "a file that does not load: 78 with the loader's reason (status $rc)" sh -
 # device: cuda from the build tree loads the build tree's module (then the
 # GPU decides: the emulated one, or none on this machine)
 "$S" train $tiny --set device=cuda >tree.out 2>tree.err
+# (a run on a GPU logs "CUDA back end: PATH"; one without, the path in its 78)
 check "the build tree's program loads the build tree's module" grep -q "CUDA back end: $B/shardrun-cuda.so" tree.err
 cp "$M" copy.so
 SHARDRUN_CUDA_MODULE=$T/copy.so "$S" train $tiny --set device=cuda >env.out 2>env.err
