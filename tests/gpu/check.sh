@@ -233,6 +233,12 @@ if [ $emulate = 1 ]; then
     CURVE_STEPS=20 GPT_CURVE_STEPS=10
     export CUDAEMU_MEM_MB=${CUDAEMU_MEM_MB:-4096}
 fi
+# the tiny curve's model; a rehearsal (the device's part on two CPU cores,
+# beside make check-long's other tests) rehearses the stage, not the curve:
+# the emulator's lengths and tiny's quarter length (its references are its
+# own; make gpu-refs keeps a GPU's)
+CURVE_TINY=$TINY
+[ $rehearse = 1 ] && CURVE_STEPS=20 GPT_CURVE_STEPS=10 CURVE_TINY="$TINY --set model.seq_len=64"
 # an emulator tree built with AddressSanitizer (CI's sanitizer tree) runs
 # several times slower: its stage budgets and the whole are scaled
 san=1
@@ -483,7 +489,7 @@ make_refs() {
     for m in ${*:-tiny gpt2}; do
         if [ $m = tiny ]; then
             # shellcheck disable=SC2086
-            cpu ref-tiny $TINY $F32 --set train.steps=$CURVE_STEPS \
+            cpu ref-tiny $CURVE_TINY $F32 --set train.steps=$CURVE_STEPS \
                 --set log.metrics="$REFS/tiny-fp32-$CURVE_STEPS.jsonl" || return 1
         else
             # shellcheck disable=SC2086
@@ -500,7 +506,7 @@ st_curves() {
     # shellcheck disable=SC2086
     [ $rehearse = 1 ] || [ $emulate = 1 ] && make_refs $models
     for m in $models; do
-        if [ $m = tiny ]; then args="$TINY $F32 --set train.steps=$CURVE_STEPS"; ref=$REFS/tiny-fp32-$CURVE_STEPS.jsonl; else
+        if [ $m = tiny ]; then args="$CURVE_TINY $F32 --set train.steps=$CURVE_STEPS"; ref=$REFS/tiny-fp32-$CURVE_STEPS.jsonl; else
             args="$GPT $BF16 --set train.steps=$GPT_CURVE_STEPS"; ref=$REFS/gpt2-bf16-$GPT_CURVE_STEPS.jsonl; fi
         if [ ! -f "$ref" ]; then
             skip curves.$m "no reference $ref (make gpu-refs on a CPU first)"
