@@ -29,7 +29,7 @@ git archive HEAD | tar -x -C "$W/src"
 (cd "$W/src" && autoreconf -fi >/dev/null 2>&1)
 (cd "$W/build" && "$W/src/configure" --with-cuda >configure.out 2>&1 &&
     make -j"$(nproc)" shardrun shardrun-cuda.so tests/cmp_params tests/test_kernels tests/test_gemm_plan tests/test_ops \
-        tests/test_vranks tests/cuda_probe bench/gpu_gemm bench/bench_train >make.out 2>&1) || { tail -20 "$W/build/configure.out" "$W/build/make.out"; exit 1; }
+        tests/test_vranks tests/cuda_probe bench/gpu_gemm bench/bench_train >make.out 2>&1) || { tail -n 20 "$W/build/configure.out" "$W/build/make.out"; exit 1; }
 B=$W/stage/shardrun/build-gpu
 mkdir -p "$B/tests" "$B/bench"
 cp "$W/build/shardrun" "$W/build/shardrun-cuda.so" "$W/build/config.log" "$W/build/srconfig.h" "$B/"
