@@ -167,20 +167,20 @@ sr_status sr_nccl_open(sr_nccl **out, sr_world *w, sr_dev *d, sr_transport *tp, 
     return x ? x->open(out, w, d, tp, groups, ngroups, o) : SR_ERR_CONFIG;
 }
 
-/* (a plane exists only when a module opened it) */
+/* The NCCL half of the module that opened a plane (a plane exists only
+ * when a module with NCCL opened it). */
+static const sr_nccl_impl *plane_impl(void) { return sr_cudamod_loaded()->nccl; }
+
 void sr_nccl_close(sr_nccl *n) {
     if (n)
-        ((const sr_nccl_impl *)sr_cudamod_loaded()->nccl)->close(n);
+        plane_impl()->close(n);
 }
 
-size_t sr_nccl_device_bytes(const sr_nccl *n) {
-    return n ? ((const sr_nccl_impl *)sr_cudamod_loaded()->nccl)->device_bytes(n) : 0;
-}
+size_t sr_nccl_device_bytes(const sr_nccl *n) { return n ? plane_impl()->device_bytes(n) : 0; }
 
 sr_status sr_nccl_collective(sr_nccl *n, sr_nccl_kind kind, sr_group *g, void *recv, size_t rbytes, const void *send,
                              size_t sbytes, size_t count, sr_dtype dt) {
     if (!n)
         return sr_error(SR_ERR_INTERNAL, "an NCCL collective without an NCCL plane");
-    return ((const sr_nccl_impl *)sr_cudamod_loaded()->nccl)
-        ->collective(n, kind, g, recv, rbytes, send, sbytes, count, dt);
+    return plane_impl()->collective(n, kind, g, recv, rbytes, send, sbytes, count, dt);
 }
