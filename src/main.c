@@ -142,6 +142,8 @@ static bool quiet_rank = false;
 /* Prints the recorded error of st as this rank reports it (the printer of
  * sr_error_emit). */
 static void print_error(sr_status st) {
+    if (!sr_error_final_claim())
+        return; /* another thread's witness (world.c) has said why this rank ends */
     const char *msg = sr_error_message();
     char launcher[512];
     /* the launcher's death reaches sibling ranks a few milliseconds apart:
@@ -149,16 +151,15 @@ static void print_error(sr_status st) {
      * witnesses (synchronous: by the time a sibling's exit has been seen
      * and this run torn down, the launcher's sockets are long closed; no
      * wait, so a rank whose peer on another node died reports at once) */
-    if (st == SR_ERR_PEER && sr_world_launcher_gone(launcher, sizeof launcher, 0)) {
-        sr_log_error("%s (then: %s)", launcher, msg[0] ? msg : sr_status_str(st));
-        return;
-    }
     bool same_everywhere =
         st == SR_ERR_CONFIG || st == SR_ERR_DATA || st == SR_ERR_NOINPUT || st == SR_ERR_USAGE || st == SR_ERR_TRAIN;
-    if (!(quiet_rank && same_everywhere))
+    if (st == SR_ERR_PEER && sr_world_launcher_gone(launcher, sizeof launcher, 0))
+        sr_log_error("%s (then: %s)", launcher, msg[0] ? msg : sr_status_str(st));
+    else if (!(quiet_rank && same_everywhere))
         sr_log_error("%s", msg[0] ? msg : sr_status_str(st));
     if (st == SR_ERR_USAGE)
         fputs("Try 'shardrun --help'.\n", stderr);
+    sr_error_final_done();
 }
 
 static int fail(sr_status st) {

@@ -4,8 +4,10 @@
 
 #include "status.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static const struct {
     int code;
@@ -82,6 +84,24 @@ void sr_error_emit(sr_status st) {
 }
 
 bool sr_error_emitted(void) { return error_emitted; }
+
+/* 0: no final message yet; 1: claimed, being printed; 2: printed. */
+static atomic_int final_state;
+
+bool sr_error_final_claim(void) {
+    int none = 0;
+    if (atomic_compare_exchange_strong(&final_state, &none, 1))
+        return true;
+    const struct timespec tick = {0, 10 * 1000 * 1000};
+    for (int i = 0; i < 200 && atomic_load(&final_state) != 2; i++)
+        nanosleep(&tick, NULL);
+    return false;
+}
+
+void sr_error_final_done(void) {
+    fflush(stderr);
+    atomic_store(&final_state, 2);
+}
 
 void sr_sticky_init(sr_sticky *s) {
     pthread_mutex_init(&s->mu, NULL);

@@ -82,6 +82,17 @@ void sr_error_set_printer(void (*printer)(sr_status st));
 void sr_error_emit(sr_status st);
 bool sr_error_emitted(void);
 
+/* The one message a failing process ends with, when two threads witness
+ * the same failure (main reporting a peer's loss while the PMIx
+ * lost-connection handler or the parent watch sees the launcher die).
+ * sr_error_final_claim returns true to the first caller in the process,
+ * which prints and then calls sr_error_final_done; every later caller
+ * gets false after waiting (up to 2 s) for that message to be out, and
+ * prints nothing — so a rank's stderr ends with one error, and the
+ * process never exits between a claim and its message. */
+bool sr_error_final_claim(void);
+void sr_error_final_done(void);
+
 /* A background thread's first failure; see the file comment. */
 typedef struct {
     pthread_mutex_t mu;

@@ -198,10 +198,13 @@ static void lost_connection_handler(size_t id, pmix_status_t status, const pmix_
                                     pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata) {
     (void)id, (void)source, (void)info, (void)ninfo, (void)results, (void)nresults;
     const char *uri = getenv("PMIX_SERVER_URI41");
-    sr_log_error("lost the connection to the launcher's PMIx server%s%s (%s): the launcher (mpirun, or Slurm's "
-                 "slurmstepd) died; stopping without a checkpoint, the last committed one stays (hint: see the "
-                 "launcher's node and its log; resubmit to resume)",
-                 uri ? " at " : "", uri ? uri : "", PMIx_Error_string(status));
+    if (sr_error_final_claim()) {
+        sr_log_error("lost the connection to the launcher's PMIx server%s%s (%s): the launcher (mpirun, or Slurm's "
+                     "slurmstepd) died; stopping without a checkpoint, the last committed one stays (hint: see the "
+                     "launcher's node and its log; resubmit to resume)",
+                     uri ? " at " : "", uri ? uri : "", PMIx_Error_string(status));
+        sr_error_final_done();
+    }
     if (cbfunc)
         cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
     _exit(sr_status_exit_code(SR_ERR_PEER));
@@ -296,11 +299,14 @@ static void *parent_watch_main(void *arg) {
         t.tv_sec += 1;
         pthread_cond_timedwait(&parent_watch.stop_cv, &parent_watch.lock, &t);
         if (!parent_watch.stop && getppid() != parent_watch.parent) {
-            sr_log_error(
-                "the launcher (process %ld, this rank's parent and its PMIx server) exited: stopping without a "
-                "checkpoint, the last committed one stays (hint: see the launcher's node and its log; "
-                "resubmit to resume)",
-                (long)parent_watch.parent);
+            if (sr_error_final_claim()) {
+                sr_log_error(
+                    "the launcher (process %ld, this rank's parent and its PMIx server) exited: stopping without a "
+                    "checkpoint, the last committed one stays (hint: see the launcher's node and its log; "
+                    "resubmit to resume)",
+                    (long)parent_watch.parent);
+                sr_error_final_done();
+            }
             _exit(sr_status_exit_code(SR_ERR_PEER));
         }
     }

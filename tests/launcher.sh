@@ -83,7 +83,8 @@ check "a: kill -9 of mpirun: both ranks exit 69 ($st0, $st1) within comm.timeout
     sh -c "[ '$st0' = 69 ] && [ '$st1' = 69 ] && [ $took -le 22 ]"
 check "  ...each with one message naming the lost PMIx server, and nothing after it (no save)" \
     sh -c "for r in 0 1; do [ \$(grep -c 'error:' a/err.\$r) -eq 1 ] &&
-               tail -1 a/err.\$r | grep -q 'lost the connection to the launcher.s PMIx server' || exit 1; done"
+               tail -1 a/err.\$r | grep -q 'lost the connection to the launcher.s PMIx server' || exit 1; done" ||
+    diag "rank 0's stderr:" "$(tail -5 a/err.0)" "rank 1's stderr:" "$(tail -5 a/err.1)"
 resumes a
 
 # --- b. the parent is the PMIx server, and it dies ----------------------------
