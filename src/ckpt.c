@@ -39,6 +39,7 @@
 
 #include "fsio.h"
 #include "mem.h"
+#include "provenance.h"
 #include "shardfile.h"
 #include "testhook.h"
 
@@ -61,6 +62,8 @@ struct sr_ckpt {
     /* model.init of this lineage (sr_ckpt_set_init, or the resumed
      * manifest's), recorded in every manifest */
     char init_path[1024], init_sha256[65];
+    const sr_data_record *data; /* what this run trains on (sr_ckpt_set_data), or NULL */
+    bool data_allow_changed;
     char resumed_from[PATH_MAX]; /* the checkpoint sr_ckpt_resume loaded, or "" */
     sr_ckpt_commit commit;       /* the newest commit not yet taken (sr_ckpt_take_commit) */
     bool have_commit;
@@ -169,6 +172,11 @@ sr_status sr_ckpt_read_slices(int dirfd, const char *dir, const sr_manifest *mf,
 /* the directory and its lock */
 
 bool sr_ckpt_enabled(const sr_ckpt *c) { return c && c->dir; }
+
+void sr_ckpt_set_data(sr_ckpt *c, const sr_data_record *data, bool allow_changed) {
+    c->data = data;
+    c->data_allow_changed = allow_changed;
+}
 
 void sr_ckpt_set_init(sr_ckpt *c, const char *path, const char *sha256) {
     FMT(c->init_path, "%s", path);
@@ -506,6 +514,26 @@ static sr_status load_one(sr_ckpt *c, const char *path, int dirfd, sr_manifest *
         sr_manifest_free(mf);
         return st;
     }
+    /* the data it was trained on (data provenance), before any weight is read */
+    char diff[1400];
+    if (c->data && mf->has_data && sr_provenance_differs(c->data, &mf->data, diff, sizeof diff)) {
+        if (!c->data_allow_changed) {
+            st = sr_error(SR_ERR_CONFIG,
+                          "resume from %s: the data differs from what it was trained on: %s (hint: "
+                          "data.allow_changed: true resumes anyway; checkpoint.resume: never starts fresh)",
+                          path, diff);
+            sr_manifest_free(mf);
+            return st;
+        }
+        if (sr_ctl_rank(c->ctl) == 0)
+            sr_log_warn("resume from %s: the data differs from what it was trained on: %s (data.allow_changed: "
+                        "resuming anyway; the data order continues at the recorded cursor)",
+                        path, diff);
+    } else if (c->data && !mf->has_data && sr_ctl_rank(c->ctl) == 0) {
+        sr_log_info("resume: %s records no data fingerprint (written before shardrun recorded one): the data is "
+                    "not compared",
+                    path);
+    }
     sr_fsdp_layout l;
     sr_fsdp_layout_get(c->f, &l);
     float *none[SR_NSTATE] = {NULL, NULL, NULL};
@@ -631,7 +659,7 @@ sr_status sr_ckpt_resume(sr_ckpt *c, sr_ckpt_progress *p, char *how, size_t how_
             any_shape = any_shape || all[r].flag;
         free(all);
         result = st;
-        if (st == SR_ERR_PEER || st == SR_ERR_INTERNAL)
+        if (st == SR_ERR_PEER || st == SR_ERR_INTERNAL || st == SR_ERR_CONFIG) /* CONFIG: the data differs */
             break;
         /* the first failing rank's reason, kept for the final message */
         char reason[1100];
@@ -947,6 +975,9 @@ static sr_status build_manifest(sr_ckpt *c, const sr_ckpt_progress *p, const rec
     sr_manifest_model_hash(&mf->dims, mf->model_hash);
     FMT(mf->init_path, "%s", c->init_path);
     FMT(mf->init_sha256, "%s", c->init_sha256);
+    mf->has_data = c->data != NULL;
+    if (c->data)
+        mf->data = *c->data; /* borrowed: drop_manifest leaves it */
     mf->chunk_bytes = SR_SHARD_CHUNK_BYTES;
     time_t t = time(NULL);
     struct tm tm;

@@ -81,6 +81,13 @@ bool sr_ckpt_enabled(const sr_ckpt *c);
  * path and SHA-256) for every later manifest; a resume takes them from
  * the checkpoint it loads. */
 void sr_ckpt_set_init(sr_ckpt *c, const char *path, const char *sha256);
+/* The data this run trains on (provenance.h; borrowed, must outlive c):
+ * recorded in every manifest, and compared at resume with the record of
+ * the checkpoint tried (before its weights are read): a difference is
+ * SR_ERR_CONFIG naming the first one and data.allow_changed, or with
+ * `allow_changed` a warning.  A checkpoint without a record resumes with a
+ * notice. */
+void sr_ckpt_set_data(sr_ckpt *c, const sr_data_record *data, bool allow_changed);
 
 /* Applies the resume policy (collective): auto loads the newest step_* that
  * parses and verifies (falling back to older ones, each failure logged),

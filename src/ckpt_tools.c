@@ -307,7 +307,8 @@ sr_status sr_ckpt_list(const char *dir, FILE *out) {
     }
     if (odd[0])
         sr_log_warn("%s/%s is not a real checkpoint directory: skipped (never followed)", dir, odd);
-    fprintf(out, "%-15s %10s %6s %12s %-20s %s\n", "checkpoint", "step", "ranks", "MB", "created", "state");
+    fprintf(out, "%-15s %10s %6s %12s %-20s %-12s %s\n", "checkpoint", "step", "ranks", "MB", "created", "data",
+            "state");
     for (int i = 0; i < n; i++) {
         char p[PATH_MAX], name[32];
         snprintf(name, sizeof name, "step_%08lld", (long long)steps[i]);
@@ -315,12 +316,13 @@ sr_status sr_ckpt_list(const char *dir, FILE *out) {
         sr_manifest mf;
         int fd = sr_fsio_open_subdir(dirfd, name);
         if (fd >= 0 && sr_manifest_load(fd, p, &mf) == SR_OK) {
-            fprintf(out, "%-15s %10lld %6d %12.1f %-20s manifest ok%s\n", name, (long long)mf.step, mf.world,
-                    (double)mf.total_bytes / 1e6, mf.created, strcmp(latest, name) == 0 ? ", latest" : "");
+            fprintf(out, "%-15s %10lld %6d %12.1f %-20s %-12.12s manifest ok%s\n", name, (long long)mf.step, mf.world,
+                    (double)mf.total_bytes / 1e6, mf.created, mf.has_data ? mf.data.fingerprint : "-",
+                    strcmp(latest, name) == 0 ? ", latest" : "");
             sr_manifest_free(&mf);
         } else {
-            fprintf(out, "%-15s %10lld %6s %12s %-20s unusable: %s\n", name, (long long)steps[i], "-", "-", "-",
-                    fd < 0 ? strerror(errno) : sr_error_message());
+            fprintf(out, "%-15s %10lld %6s %12s %-20s %-12s unusable: %s\n", name, (long long)steps[i], "-", "-", "-",
+                    "-", fd < 0 ? strerror(errno) : sr_error_message());
         }
         if (fd >= 0)
             close(fd);
@@ -330,8 +332,9 @@ sr_status sr_ckpt_list(const char *dir, FILE *out) {
     struct dirent *de;
     while (d && (de = readdir(d)))
         if (strncmp(de->d_name, ".step_", 6) == 0)
-            fprintf(out, "%-15s %10s %6s %12s %-20s incomplete (interrupted save; ignored, removed by the next run)\n",
-                    de->d_name, "-", "-", "-", "-");
+            fprintf(out,
+                    "%-15s %10s %6s %12s %-20s %-12s incomplete (interrupted save; ignored, removed by the next run)\n",
+                    de->d_name, "-", "-", "-", "-", "-");
     if (d)
         closedir(d);
     if (n == 0)
@@ -369,6 +372,24 @@ sr_status sr_ckpt_inspect(const char *path, FILE *out) {
             (unsigned long long)(SR_SHARD_CHUNK_BYTES >> 20));
     if (mf.init_path[0])
         fprintf(out, "init         %s (model.init of the first run; sha256 %s)\n", mf.init_path, mf.init_sha256);
+    if (mf.has_data) {
+        int nval = 0;
+        uint64_t bytes = 0;
+        for (int i = 0; i < mf.data.n; i++) {
+            nval += strcmp(mf.data.shards[i].split, "val") == 0;
+            bytes += mf.data.shards[i].bytes;
+        }
+        fprintf(out, "data         fingerprint %s: %d training and %d validation shard%s, %.1f MB\n",
+                mf.data.fingerprint, mf.data.n - nval, nval, nval == 1 ? "" : "s", (double)bytes / 1e6);
+        if (mf.data.tokenizer_sha256[0])
+            fprintf(out, "tokenizer    %s (sha256 %s, pattern %s)\n", mf.data.tokenizer, mf.data.tokenizer_sha256,
+                    mf.data.tokenizer_pattern[0] ? mf.data.tokenizer_pattern : "none");
+        for (int i = 0; i < mf.data.n; i++)
+            fprintf(out, "  %-5s %s, %llu bytes, sha256 %s\n", mf.data.shards[i].split, mf.data.shards[i].path,
+                    (unsigned long long)mf.data.shards[i].bytes, mf.data.shards[i].sha256);
+    } else {
+        fprintf(out, "data         not recorded (a checkpoint written before shardrun recorded its data)\n");
+    }
     fprintf(out, "files:\n");
     for (int i = 0; i < mf.nfiles; i++)
         fprintf(out, "  %-16s shard %d, %llu bytes, %llu elements in %d slice%s, %llu chunk%s\n", mf.files[i].name,

@@ -90,6 +90,8 @@ static const sr_key keys[] = {
  {"train.eval_batches", T_INT, OFF(eval_batches), "4", 1, 1e6, NULL, true, "global batches of validation data per evaluation"},
  {"data.train", T_STRLIST, OFF(data_train), "\"\"", 0, 0, NULL, true, "training token shards: a path, a glob, or a list of them; empty = the embedded corpus (bytes, vocabulary 256: a model.vocab_size other than 256 is refused unless data.embedded_any_vocab)"},
  {"data.embedded_any_vocab", T_BOOL, OFF(data_embedded_any_vocab), "false", 0, 0, NULL, true, "with data.train empty, train on the embedded byte corpus (vocabulary 256) even when model.vocab_size is not 256 (tests, benchmarks); false: such a job is refused (78), since a model with another tokenizer would learn from bytes"},
+ {"data.tokenizer", T_STR, OFF(data_tokenizer), "\"\"", 0, 0, NULL, true, "the tokenizer the data was prepared with (what data prepare --tokenizer takes: a tokenizer.json, a vocab.json with merges.txt beside it, or [gpt2:|llama3:]RANKS.tiktoken): log.sample_every starts from its end-of-text token and prints decoded text, shardrun sample uses it when not given --tokenizer, and checkpoints record its fingerprint (a resume with another tokenizer is refused unless data.allow_changed); more ids than model.vocab_size is refused (78); empty = none"},
+ {"data.allow_changed", T_BOOL, OFF(data_allow_changed), "false", 0, 0, NULL, true, "resume even when the data differs from what the checkpoint recorded (a shard changed, added or removed, another tokenizer), with a warning naming the first difference; false: such a resume is refused (78)"},
  {"data.val", T_STRLIST, OFF(data_val), "\"\"", 0, 0, NULL, true, "validation token shards; empty = the embedded corpus's held-out tail when data.train is empty, none otherwise"},
  {"log.every", T_INT, OFF(log_every), "1", 1, 1e12, NULL, true, "progress line and metrics record every N steps"},
  {"log.metrics", T_STR, OFF(log_metrics), "\"\"", 0, 0, NULL, true, "JSON-lines metrics file written by rank 0: one step record per logged step and one event record per start, resume, checkpoint, preemption and evaluation; a resumed run appends; shardrun report draws it; empty = none"},
@@ -524,6 +526,35 @@ static void fmt_yaml_string(char *buf, size_t n, const char *s) {
     }
     buf[used++] = '"';
     buf[used] = '\0';
+}
+
+bool sr_config_unquote(const char *printed, char *out, size_t n) {
+    size_t len = strlen(printed), used = 0;
+    if (len < 2 || printed[0] != '"' || printed[len - 1] != '"' || n == 0)
+        return false;
+    for (size_t i = 1; i + 1 < len; i++) {
+        char c = printed[i];
+        if (c == '\\') {
+            char e = printed[++i];
+            if (e == '"' || e == '\\') {
+                c = e;
+            } else if (e == 'x' && i + 2 < len - 1) {
+                char hex[3] = {printed[i + 1], printed[i + 2], '\0'};
+                char *end;
+                c = (char)strtol(hex, &end, 16);
+                if (*end)
+                    return false;
+                i += 2;
+            } else {
+                return false;
+            }
+        }
+        if (used + 1 >= n)
+            return false;
+        out[used++] = c;
+    }
+    out[used] = '\0';
+    return true;
 }
 
 static void fmt_int(const void *f, const sr_key *k, char *buf, size_t n) {

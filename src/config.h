@@ -51,6 +51,8 @@ typedef struct {
     /* data */
     sr_strlist data_train, data_val;
     bool data_embedded_any_vocab;
+    char *data_tokenizer;
+    bool data_allow_changed;
     /* log */
     int64_t log_every;
     char *log_metrics;
@@ -127,6 +129,10 @@ sr_status sr_config_check_model(int64_t n_layer, int64_t n_head, int64_t n_embd,
 int sr_config_nkeys(void);
 const char *sr_config_key_name(int i);
 void sr_config_value_text(const sr_config *cfg, int i, char *buf, size_t n);
+/* The string a string key's printed value stands for (`"a\"b"` -> a"b),
+ * as sr_config_value_text writes it (a checkpoint's recorded keys): into
+ * out[n]; false when `printed` is not such a value or does not fit. */
+bool sr_config_unquote(const char *printed, char *out, size_t n);
 
 /* Writes the effective configuration as YAML that sr_config_load_* accepts;
  * `note` (may be NULL) ends the first (comment) line. */

@@ -28,6 +28,7 @@ typedef struct {
     uint64_t ntok;
     uint64_t nwin;      /* windows of T+1 tokens: (ntok - 1) / T */
     uint64_t first_win; /* global index of this shard's first window */
+    int64_t mtime_ns;   /* when opened (-1: the embedded corpus) */
 } shard;
 
 struct sr_data {
@@ -51,6 +52,17 @@ static void data_free(sr_data *d) {
 }
 
 void sr_data_close(sr_data *d) { data_free(d); }
+
+int sr_data_nshards(const sr_data *d) { return d ? d->nshards : 0; }
+
+void sr_data_shard(const sr_data *d, int i, sr_data_shard_info *out) {
+    const shard *s = &d->shards[i];
+    out->path = s->path;
+    out->embedded = s->map == NULL;
+    out->bytes = s->map ? s->map : s->tokens;
+    out->len = s->map ? s->map_len : (size_t)s->ntok;
+    out->mtime_ns = s->mtime_ns;
+}
 
 sr_status sr_data_check_shard(const char *path, const void *bytes, size_t len, int64_t vocab, int *tok_bytes_out,
                               uint64_t *ntok_out) {
@@ -145,6 +157,7 @@ static sr_status add_shard(sr_data *d, const char *path, int64_t vocab) {
     s->path = name;
     s->map = map;
     s->map_len = len;
+    s->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
     s->tokens = toks;
     s->tok_bytes = tok_bytes;
     s->ntok = ntok;
@@ -236,6 +249,7 @@ sr_status sr_data_open_embedded(sr_data **out, int part, int T, int64_t vocab) {
         return sr_error_oom("the data set");
     }
     s->tok_bytes = 1;
+    s->mtime_ns = -1;
     s->tokens = part == SR_DATA_TRAIN ? sr_corpus_data : sr_corpus_data + split;
     s->ntok = part == SR_DATA_TRAIN ? split : sr_corpus_size - split;
     sr_status st = finish(d, s->path);
@@ -319,80 +333,4 @@ void sr_data_batch(const sr_data *d, uint64_t first, int count, bool shuffle, ui
             targets[(size_t)b * T + t] = (int)token_at(s, start + t + 1);
         }
     }
-}
-
-/* Writes the shard: header (token count filled in at the end), then the
- * bytes of every input as uint16 tokens. */
-typedef struct {
-    char *const *files;
-    int nfiles;
-    uint64_t count;
-} prepare_ctx;
-
-static sr_status write_prepared(int fd, const char *tmp, void *arg) {
-    prepare_ctx *x = arg;
-    int32_t header[SR_DATA_HEADER_INTS] = {SR_DATA_MAGIC_U16, 1, 0};
-    static unsigned char in[1 << 16];
-    static uint16_t tok[1 << 16];
-    if (sr_fsio_write_all(fd, header, sizeof header) != 0)
-        return sr_fsio_write_error(tmp, errno);
-    for (int i = 0; i < x->nfiles; i++) {
-        FILE *f;
-        sr_status st = sr_fsio_open_input_file(x->files[i], "the input", NULL, &f);
-        if (st != SR_OK)
-            return st;
-        size_t n;
-        while (st == SR_OK && (n = fread(in, 1, sizeof in, f)) > 0) {
-            for (size_t j = 0; j < n; j++)
-                tok[j] = in[j];
-            if (x->count + n > INT32_MAX)
-                st = sr_error(SR_ERR_DATA, "inputs grew past %d tokens while reading", INT32_MAX);
-            else if (sr_fsio_write_all(fd, tok, n * sizeof(uint16_t)) != 0)
-                st = sr_fsio_write_error(tmp, errno);
-            else
-                x->count += n;
-        }
-        if (st == SR_OK && ferror(f))
-            st = sr_error(SR_ERR_NOINPUT, "%s: read error", x->files[i]);
-        fclose(f);
-        if (st != SR_OK)
-            return st;
-    }
-    header[2] = (int32_t)x->count;
-    if (pwrite(fd, header, sizeof header, 0) != (ssize_t)sizeof header)
-        return sr_fsio_write_error(tmp, errno ? errno : EIO);
-    return SR_OK;
-}
-
-sr_status sr_data_prepare(const char *out, char *const *files, int nfiles, uint64_t *tokens_written) {
-    *tokens_written = 0;
-    if (nfiles < 1)
-        return sr_error(SR_ERR_USAGE, "data prepare: expected at least one input FILE");
-    /* Check every input first (opened as they will be read, never
-     * blocking): a missing one must leave nothing on disk.  A pipe is
-     * checked when it is read. */
-    uint64_t total = 0;
-    for (int i = 0; i < nfiles; i++) {
-        struct stat st;
-        if (stat(files[i], &st) == 0 && S_ISFIFO(st.st_mode))
-            continue;
-        int fd;
-        sr_status os = sr_fsio_open_input(files[i], "the input", true, "a text file", &fd, &st);
-        if (os != SR_OK)
-            return os;
-        close(fd);
-        if ((os = sr_fsio_guard_input(files[i])) != SR_OK)
-            return os;
-        if (S_ISREG(st.st_mode))
-            total += (uint64_t)st.st_size;
-    }
-    if (total > INT32_MAX)
-        return sr_error(SR_ERR_DATA,
-                        "inputs hold %llu bytes; one shard holds at most %d tokens (hint: prepare several shards)",
-                        (unsigned long long)total, INT32_MAX);
-    prepare_ctx x = {files, nfiles, 0};
-    sr_status st = sr_fsio_atomic_write(out, write_prepared, &x);
-    if (st == SR_OK)
-        *tokens_written = x.count;
-    return st;
 }

@@ -1,5 +1,5 @@
 /* data.h — token shards, the embedded corpus, the seeded global data order,
- * and `shardrun data prepare`.
+ * and their header (`shardrun data prepare` writes them: prepare.h).
  *
  * Formats (llm.c's, so its data scripts work unchanged): a 256 x int32
  * header — magic, version, token count — then the tokens.  magic 20240520,
@@ -48,6 +48,20 @@ sr_status sr_data_check_shard(const char *path, const void *bytes, size_t len, i
 sr_status sr_data_open_embedded(sr_data **out, int part, int T, int64_t vocab);
 void sr_data_close(sr_data *d);
 
+/* The shards as opened: each one's path (the glob's match; the embedded
+ * corpus's "<embedded corpus, train|val>"), its bytes as mapped (the whole
+ * file; the embedded part's bytes), its modification time when opened
+ * (nanoseconds; -1 for the embedded corpus).  Valid until sr_data_close. */
+typedef struct {
+    const char *path;
+    const void *bytes;
+    size_t len;
+    int64_t mtime_ns;
+    bool embedded;
+} sr_data_shard_info;
+int sr_data_nshards(const sr_data *d);
+void sr_data_shard(const sr_data *d, int i, sr_data_shard_info *out);
+
 /* Windows (sequences per epoch) and tokens in the data set. */
 uint64_t sr_data_windows(const sr_data *d);
 uint64_t sr_data_tokens(const sr_data *d);
@@ -60,12 +74,6 @@ void sr_data_batch(const sr_data *d, uint64_t first, int count, bool shuffle, ui
 
 /* The window of global sequence i (exposed for tests). */
 uint64_t sr_data_window_of(const sr_data *d, uint64_t i, bool shuffle, uint64_t seed);
-
-/* Writes the bytes of `files` as one uint16 llm.c shard (vocabulary 256) at
- * `out`, atomically (temporary file, fsync, rename).  Nothing is written
- * when an input is missing (SR_ERR_NOINPUT).  SR_ERR_CANTCREAT when `out`
- * cannot be created, SR_ERR_IO on a write error. */
-sr_status sr_data_prepare(const char *out, char *const *files, int nfiles, uint64_t *tokens_written);
 
 /* The embedded corpus. */
 extern const unsigned char sr_corpus_data[];

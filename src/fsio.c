@@ -241,8 +241,7 @@ sr_status sr_fsio_create_error_ckpt(const char *path, int err) {
     return create_error(path, err, "free space or lower checkpoint.keep");
 }
 
-/* The directory part of path ("." for a bare name). */
-static void parent_of(const char *path, char *out, size_t n) {
+void sr_fsio_parent(const char *path, char *out, size_t n) {
     const char *slash = strrchr(path, '/');
     if (!slash)
         snprintf(out, n, ".");
@@ -360,47 +359,92 @@ static mode_t current_umask(void) {
     return (mode_t)m;
 }
 
-sr_status sr_fsio_atomic_write(const char *path, sr_fsio_writer write_fn, void *ctx) {
-    char target[PATH_MAX], dir[PATH_MAX];
-    sr_status st = output_target(path, target, sizeof target);
+sr_status sr_fsio_stage(const char *path, sr_fsio_staged *s) {
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    s->path = path;
+    sr_status st = output_target(path, s->target, sizeof s->target);
     if (st != SR_OK)
         return st;
-    parent_of(target, dir, sizeof dir);
-    st = check_guards(path, target, dir);
+    sr_fsio_parent(s->target, s->dir, sizeof s->dir);
+    st = check_guards(path, s->target, s->dir);
     if (st != SR_OK)
         return st;
-    const char *base = strrchr(target, '/') ? strrchr(target, '/') + 1 : target;
-    size_t len = strlen(dir) + strlen(base) + 16;
-    char *tmp = sr_malloc(len);
-    if (!tmp)
+    const char *base = strrchr(s->target, '/') ? strrchr(s->target, '/') + 1 : s->target;
+    size_t len = strlen(s->dir) + strlen(base) + 16;
+    s->tmp = sr_malloc(len);
+    if (!s->tmp)
         return sr_error_oom("the name of a temporary file");
-    snprintf(tmp, len, "%s/.%s.XXXXXX", dir, base);
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0) {
+    snprintf(s->tmp, len, "%s/.%s.XXXXXX", s->dir, base);
+    s->fd = mkostemp(s->tmp, O_CLOEXEC);
+    if (s->fd < 0) {
         int err = errno;
         /* the directory is the problem: name it, and the output */
         st = err == ENOSPC || err == EDQUOT || err == EMFILE || err == ENFILE
                  ? sr_fsio_create_error(path, err)
-                 : sr_error(SR_ERR_CANTCREAT, "%s: cannot create a temporary file in %s: %s", path, dir, strerror(err));
-        free(tmp);
+                 : sr_error(SR_ERR_CANTCREAT, "%s: cannot create a temporary file in %s: %s", path, s->dir,
+                            strerror(err));
+        free(s->tmp);
+        s->tmp = NULL;
         return st;
     }
-    if (fchmod(fd, SR_FSIO_FILE_MODE & ~current_umask()) != 0)
-        st = sr_error(SR_ERR_CANTCREAT, "%s: cannot set the mode of %s: %s", path, tmp, strerror(errno));
-    if (st == SR_OK)
-        st = write_fn(fd, path, ctx);
-    if (st == SR_OK && fsync(fd) != 0)
-        st = sr_fsio_write_error(path, errno);
-    if (close(fd) != 0 && st == SR_OK)
-        st = sr_fsio_write_error(path, errno);
-    if (st == SR_OK && rename(tmp, target) != 0)
-        st = sr_error(SR_ERR_CANTCREAT, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
-    if (st == SR_OK && sr_fsio_fsync_dir(dir) != 0)
-        st = sr_fsio_write_error(dir, errno);
-    if (st != SR_OK)
-        unlink(tmp);
-    free(tmp);
+    if (fchmod(s->fd, SR_FSIO_FILE_MODE & ~current_umask()) != 0) {
+        st = sr_error(SR_ERR_CANTCREAT, "%s: cannot set the mode of %s: %s", path, s->tmp, strerror(errno));
+        sr_fsio_stage_abort(s);
+    }
     return st;
+}
+
+sr_status sr_fsio_stage_finish(sr_fsio_staged *s) {
+    sr_status st = SR_OK;
+    if (s->fd < 0)
+        return st;
+    if (fsync(s->fd) != 0)
+        st = sr_fsio_write_error(s->path, errno);
+    if (close(s->fd) != 0 && st == SR_OK)
+        st = sr_fsio_write_error(s->path, errno);
+    s->fd = -1;
+    if (st != SR_OK)
+        sr_fsio_stage_abort(s);
+    return st;
+}
+
+sr_status sr_fsio_stage_commit(sr_fsio_staged *s) {
+    sr_status st = sr_fsio_stage_finish(s);
+    if (st != SR_OK)
+        return st;
+    if (rename(s->tmp, s->target) != 0)
+        st = sr_error(SR_ERR_CANTCREAT, "%s: cannot rename %s into place: %s", s->path, s->tmp, strerror(errno));
+    if (st == SR_OK && sr_fsio_fsync_dir(s->dir) != 0)
+        st = sr_fsio_write_error(s->dir, errno);
+    if (st != SR_OK)
+        unlink(s->tmp);
+    free(s->tmp);
+    s->tmp = NULL;
+    return st;
+}
+
+void sr_fsio_stage_abort(sr_fsio_staged *s) {
+    if (s->fd >= 0)
+        close(s->fd);
+    s->fd = -1;
+    if (s->tmp)
+        unlink(s->tmp);
+    free(s->tmp);
+    s->tmp = NULL;
+}
+
+sr_status sr_fsio_atomic_write(const char *path, sr_fsio_writer write_fn, void *ctx) {
+    sr_fsio_staged s;
+    sr_status st = sr_fsio_stage(path, &s);
+    if (st != SR_OK)
+        return st;
+    st = write_fn(s.fd, path, ctx);
+    if (st != SR_OK) {
+        sr_fsio_stage_abort(&s);
+        return st;
+    }
+    return sr_fsio_stage_commit(&s);
 }
 
 sr_status sr_fsio_open_append(const char *path, const char *what, bool truncate, int *fd) {

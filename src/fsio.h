@@ -47,6 +47,9 @@ int sr_fsio_write_all(int fd, const void *buf, size_t n);
 int sr_fsio_pread_all(int fd, void *buf, size_t n, uint64_t off);
 /* fsync of a directory.  0, or -1 with errno. */
 int sr_fsio_fsync_dir(const char *path);
+/* The directory part of path into out[n] ("." for a bare name, "/" for
+ * one at the root). */
+void sr_fsio_parent(const char *path, char *out, size_t n);
 /* mkdir -p with SR_FSIO_DIR_MODE; ENOTDIR when the path is not a directory. */
 int sr_fsio_mkdir_p(const char *path);
 /* The same, naming in created[n] the directories it made (", "-separated,
@@ -133,6 +136,26 @@ void sr_fsio_guard_marker(const char *name, const char *what);
  * renamed, SR_ERR_IO for a failed write or fsync, or what `write`
  * returned. */
 sr_status sr_fsio_atomic_write(const char *path, sr_fsio_writer write, void *ctx);
+
+/* The same in steps, for outputs written over a longer time or committed
+ * together (`data prepare`'s shards appear only when all are written):
+ * sr_fsio_stage checks the target and the guards and creates the
+ * temporary (s->fd, to write); sr_fsio_stage_finish fsyncs and closes it
+ * (still under its temporary name); sr_fsio_stage_commit finishes (if not
+ * yet) and renames it into place, then fsyncs the directory;
+ * sr_fsio_stage_abort closes and removes the temporary.  Every failure
+ * leaves the temporary removed and the target untouched; statuses as
+ * sr_fsio_atomic_write's. */
+typedef struct {
+    int fd;
+    const char *path; /* as the user gave it: messages */
+    char *tmp;
+    char target[4096], dir[4096];
+} sr_fsio_staged;
+sr_status sr_fsio_stage(const char *path, sr_fsio_staged *s);
+sr_status sr_fsio_stage_finish(sr_fsio_staged *s);
+sr_status sr_fsio_stage_commit(sr_fsio_staged *s);
+void sr_fsio_stage_abort(sr_fsio_staged *s);
 
 /* An appended output (the metrics file): opened write-only, created with
  * SR_FSIO_FILE_MODE, O_APPEND, never blocking; `truncate` empties a

@@ -28,6 +28,7 @@
 #include "metrics.h"
 #include "ops.h"
 #include "plan.h"
+#include "prepare.h"
 #include "report.h"
 #include "sample.h"
 #include "status.h"
@@ -52,6 +53,11 @@ enum {
     X_SEED,
     X_TOKENIZER,
     X_THREADS,
+    X_FIELD,
+    X_DOC_TOKEN,
+    X_VAL_TOKENS,
+    X_SHARD_TOKENS,
+    X_PREFIX,
     X_RANKS,
     X_GPUS_PER_NODE,
     X_DEVICE_MEM,
@@ -77,7 +83,9 @@ typedef struct {
 static const option_row options[X_COUNT] = {
     [X_SET] = {"set", 's', "KEY=VALUE", "override a job-file key (VALUE is YAML), repeatable"},
     [X_OUTPUT] = {"output", 'o', "OUT",
-                  "data prepare: output shard (default: data.bin);\nckpt export: the directory or file to write;\n"
+                  "data prepare: the output shard (default: data.bin), or the\ndirectory of shards (OUT/, or with "
+                  "--tokenizer,\n--val-tokens or --shard-tokens; default: .);\nckpt export: the directory or file to "
+                  "write;\n"
                   "report: the page (default: METRICS.jsonl.html)",
                   true},
     [X_FORMAT] = {"format", 0, "F", "ckpt export: hf, safetensors or llmc (default: from -o)"},
@@ -87,10 +95,20 @@ static const option_row options[X_COUNT] = {
     [X_TEMPERATURE] = {"temperature", 0, "T", "sample: softmax temperature, 0 = greedy (default 0.8)"},
     [X_TOP_K] = {"top-k", 0, "K", "sample: draw among the K likeliest (default 40; 0 = off)"},
     [X_SEED] = {"seed", 0, "S", "sample: the seed of the draws (default 1)"},
-    [X_TOKENIZER] = {"tokenizer", 0, "FILE", "sample: an llm.c tokenizer file to decode with"},
+    [X_TOKENIZER] = {"tokenizer", 0, "PATH",
+                     "data prepare: encode with this tokenizer (tokenizer.json,\nvocab.json + merges.txt, or "
+                     "[gpt2:|llama3:]RANKS.tiktoken);\nsample: the tokenizer of --prompt and of the output (also "
+                     "llm.c's\ntokenizer file, decoding only)"},
     [X_THREADS] = {"threads", 0, "N",
                    "sample: compute threads (default: the threads key of the\ncheckpoint's job, else OMP_NUM_THREADS "
-                   "or all cores)"},
+                   "or all cores);\ndata prepare: encoding threads (default: all cores)"},
+    [X_FIELD] = {"field", 0, "NAME", "data prepare: the inputs are JSON Lines; NAME is the\ndocument's text field"},
+    [X_DOC_TOKEN] = {"doc-token", 0, "NAME",
+                     "data prepare: the special token before each document\n(default <|endoftext|>; none: no "
+                     "separator)"},
+    [X_VAL_TOKENS] = {"val-tokens", 0, "N", "data prepare: the first N tokens form the validation shard"},
+    [X_SHARD_TOKENS] = {"shard-tokens", 0, "N", "data prepare: tokens per training shard (default 100000000)"},
+    [X_PREFIX] = {"prefix", 0, "NAME", "data prepare: the shards' name prefix (default data)"},
     [X_RANKS] = {"ranks", 0, "N",
                  "config check|show: also check the rules that depend on\nthe number of ranks (mesh, reshard N, batch "
                  "split);\nplan: the ranks to plan for (A-B: a table)"},
@@ -129,6 +147,7 @@ typedef struct {
     sr_plan_opts plan;
     int format; /* --format: sr_export_format (SR_EXPORT_AUTO when not given) */
     sr_sample_opts sample;
+    sr_prepare_opts prepare;    /* data prepare's own options (--tokenizer, --threads: in sample) */
     const char *given[X_COUNT]; /* each option given: its name for messages (option_brief), NULL: not given */
     int order[X_COUNT];         /* the argv index just after its first use */
     char **args;                /* positional arguments after the command words */
@@ -221,6 +240,39 @@ static int sample_option(cli *c, int x, const char *arg) {
         if (!*arg || *end || errno || arg[0] < '0' || arg[0] > '9') /* strtoull takes " -1" as 2^64 - 1 */
             return usage_error("--seed %s: expected a non-negative integer", arg);
         c->sample.seed = v;
+        break;
+    }
+    }
+    return 0;
+}
+
+/* One of `shardrun data prepare`'s own options into c->prepare. */
+static int prepare_option(cli *c, int x, const char *arg) {
+    switch (x) {
+    case X_FIELD:
+        if (!*arg)
+            return usage_error("%s", "--field: expected the name of the JSON Lines text field (e.g. text)");
+        c->prepare.field = arg;
+        break;
+    case X_DOC_TOKEN:
+        if (!*arg)
+            return usage_error("%s", "--doc-token: expected a special token's text (e.g. <|endoftext|>) or none");
+        c->prepare.doc_token = arg;
+        break;
+    case X_PREFIX:
+        c->prepare.prefix = arg;
+        break;
+    case X_VAL_TOKENS:
+    case X_SHARD_TOKENS: {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(arg, &end, 10);
+        if (!*arg || *end || errno || arg[0] < '0' || arg[0] > '9' || v < 1 || v > INT32_MAX)
+            return usage_error(x == X_VAL_TOKENS ? "--val-tokens %s: expected a number of tokens from 1 to 2147483647"
+                                                 : "--shard-tokens %s: expected a number of tokens from 1 to "
+                                                   "2147483647 (one shard's header holds an int32 count)",
+                               arg);
+        *(x == X_VAL_TOKENS ? &c->prepare.val_tokens : &c->prepare.shard_tokens) = v;
         break;
     }
     }
@@ -385,7 +437,14 @@ static int parse_options(int argc, char **argv, cli *c) {
             if ((c->format = sr_export_format_parse(optarg)) < 0)
                 return usage_error("--format %s: expected hf, safetensors or llmc", optarg);
             break;
-        default: /* the sample options */
+        case X_FIELD:
+        case X_DOC_TOKEN:
+        case X_VAL_TOKENS:
+        case X_SHARD_TOKENS:
+        case X_PREFIX:
+            rc = prepare_option(c, x, optarg);
+            break;
+        default: /* the sample options (--tokenizer, --threads: data prepare's too) */
             rc = sample_option(c, x, optarg);
             break;
         }
@@ -511,13 +570,29 @@ static int cmd_data(const char *sub, const cli *c) {
     (void)sub;
     if (c->nargs < 1)
         return usage_error("%s", "data prepare: expected at least one input FILE");
-    const char *out = c->output ? c->output : "data.bin";
-    uint64_t n = 0;
-    sr_status st = sr_data_prepare(out, c->args, c->nargs, &n);
+    sr_prepare_opts o = c->prepare;
+    o.out = c->output;
+    o.tokenizer = c->sample.tokenizer;
+    o.threads = c->sample.threads;
+    sr_prepare_result r;
+    sr_status st = sr_prepare(&o, c->args, c->nargs, &r);
     if (st != SR_OK)
         return fail(st);
-    fprintf(stderr, "shardrun: wrote %s: %llu tokens (byte-level, vocabulary 256, uint16 llm.c shard)\n", out,
-            (unsigned long long)n);
+    char what[200];
+    if (o.tokenizer)
+        snprintf(what, sizeof what, "tokenizer %s", o.tokenizer);
+    else
+        snprintf(what, sizeof what, "byte-level, vocabulary 256");
+    if (r.directory)
+        fprintf(stderr,
+                "shardrun: wrote %s/: %d shard%s%s and index.json: %llu tokens from %llu document%s (%.1f MB of "
+                "text; %s)\n",
+                r.out, r.shards, r.shards == 1 ? "" : "s", o.val_tokens ? " (the first for validation)" : "",
+                (unsigned long long)r.tokens, (unsigned long long)r.documents, r.documents == 1 ? "" : "s",
+                (double)r.bytes / 1e6, what);
+    else
+        fprintf(stderr, "shardrun: wrote %s: %llu tokens (%s, uint16 llm.c shard)\n", r.out,
+                (unsigned long long)r.tokens, what);
     return 0;
 }
 
@@ -611,8 +686,13 @@ static const command_row commands[] = {
     {"config", "show", B(X_SET) | B(X_RANKS), cmd_config, "[JOB.yaml] [--ranks N] [--set KEY=VALUE]...",
      "print the effective job with every default filled in"},
     {"config", "keys", B(X_MDOC), cmd_config, "[--mdoc]", "list every job-file key with type, default and meaning"},
-    {"data", "prepare", B(X_OUTPUT), cmd_data, "[-o OUT] FILE...",
-     "turn text files into a byte-level llm.c token shard"},
+    {"data", "prepare",
+     B(X_OUTPUT) | B(X_TOKENIZER) | B(X_FIELD) | B(X_DOC_TOKEN) | B(X_VAL_TOKENS) | B(X_SHARD_TOKENS) | B(X_PREFIX) |
+         B(X_THREADS),
+     cmd_data,
+     "[-o OUT] [--tokenizer PATH] [--field NAME] [--doc-token NAME]\n[--val-tokens N] [--shard-tokens N] "
+     "[--prefix NAME] [--threads N]\nFILE...",
+     "turn text (files, JSON Lines; gzip or not) into llm.c token\nshards: byte-level, or with a BPE tokenizer"},
     {"ckpt", "list", 0, cmd_ckpt, "DIR", "list the checkpoints of a checkpoint.dir"},
     {"ckpt", "verify", 0, cmd_ckpt, "PATH", "check every SHA-256 of a checkpoint (or of all in a dir)"},
     {"ckpt", "inspect", 0, cmd_ckpt, "PATH", "summarize a checkpoint's manifest"},

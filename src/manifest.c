@@ -39,16 +39,8 @@ void sr_manifest_free(sr_manifest *mf) {
     }
     free(mf->ckeys);
     free(mf->cvals);
+    free(mf->data.shards);
     *mf = (sr_manifest){0};
-}
-
-static void hex32(const unsigned char h[32], char out[65]) {
-    static const char digits[] = "0123456789abcdef";
-    for (int i = 0; i < 32; i++) {
-        out[2 * i] = digits[h[i] >> 4];
-        out[2 * i + 1] = digits[h[i] & 15];
-    }
-    out[64] = '\0';
 }
 
 static bool unhex32(const char *s, unsigned char out[32]) {
@@ -75,7 +67,7 @@ void sr_manifest_model_hash(const sr_model_dims *d, char out[65]) {
                      d->L, d->NH, d->C, d->V, sr_model_padded_vocab(d->V), d->T);
     unsigned char h[32];
     sr_sha256(text, (size_t)n, h);
-    hex32(h, out);
+    sr_hex(h, 32, out);
 }
 
 uint64_t sr_manifest_section(const sr_manifest *mf, uint64_t elements, int k) {
@@ -289,8 +281,34 @@ static void render_file(emitter *e, const sr_manifest *mf, const sr_manifest_fil
     e_seq(e, true, false);
     for (uint64_t c = 0; c < f->nchunks; c++) {
         char h[65];
-        hex32(f->sha[c], h);
+        sr_hex(f->sha[c], 32, h);
         e_str(e, h);
+    }
+    e_seq(e, false, false);
+    e_map(e, false, false);
+}
+
+static void render_data(emitter *e, const sr_data_record *d) {
+    e_str(e, "provenance");
+    e_map(e, true, false);
+    kv_str(e, "fingerprint", d->fingerprint);
+    if (d->tokenizer_sha256[0]) {
+        e_str(e, "tokenizer");
+        e_map(e, true, false);
+        kv_str(e, "path", d->tokenizer);
+        kv_str(e, "sha256", d->tokenizer_sha256);
+        kv_str(e, "pattern", d->tokenizer_pattern);
+        e_map(e, false, false);
+    }
+    e_str(e, "shards");
+    e_seq(e, true, false);
+    for (int i = 0; i < d->n; i++) {
+        e_map(e, true, true);
+        kv_str(e, "split", d->shards[i].split);
+        kv_str(e, "path", d->shards[i].path);
+        kv_u64(e, "bytes", d->shards[i].bytes);
+        kv_str(e, "sha256", d->shards[i].sha256);
+        e_map(e, false, true);
     }
     e_seq(e, false, false);
     e_map(e, false, false);
@@ -301,7 +319,7 @@ static void append_self_sum(membuf *mb) {
     unsigned char h[32];
     char hx[65], line[128];
     sr_sha256(mb->buf, mb->len, h);
-    hex32(h, hx);
+    sr_hex(h, 32, hx);
     int n = snprintf(line, sizeof line, "manifest_sha256: %s\n", hx);
     membuf_write(mb, (unsigned char *)line, (size_t)n);
 }
@@ -333,6 +351,8 @@ sr_status sr_manifest_render(const sr_manifest *mf, const sr_model *model, const
     for (int i = 0; i < mf->nconfig; i++)
         kv_str(&e, mf->ckeys[i], mf->cvals[i]);
     e_map(&e, false, false);
+    if (mf->has_data)
+        render_data(&e, &mf->data);
     render_tensors(&e, model, plan);
     kv_u64(&e, "chunk_bytes", mf->chunk_bytes);
     e_str(&e, "state");
@@ -604,6 +624,45 @@ static sr_status parse_state(pctx *p, yaml_node_t *root, sr_manifest *mf) {
     return SR_OK;
 }
 
+/* The data record: optional (checkpoints written before it have none). */
+static sr_status parse_data(pctx *p, yaml_node_t *root, sr_manifest *mf) {
+    yaml_node_t *n = mget(p, root, "provenance");
+    if (!n)
+        return SR_OK;
+    sr_data_record *d = &mf->data;
+    sr_status st = get_str(p, n, "fingerprint", d->fingerprint, sizeof d->fingerprint);
+    yaml_node_t *tok = mget(p, n, "tokenizer");
+    if (st == SR_OK && tok)
+        st = get_str(p, tok, "path", d->tokenizer, sizeof d->tokenizer);
+    if (st == SR_OK && tok)
+        st = get_str(p, tok, "sha256", d->tokenizer_sha256, sizeof d->tokenizer_sha256);
+    if (st == SR_OK && tok)
+        st = get_str(p, tok, "pattern", d->tokenizer_pattern, sizeof d->tokenizer_pattern);
+    yaml_node_t *sh = mget(p, n, "shards");
+    if (st == SR_OK && (!sh || sh->type != YAML_SEQUENCE_NODE))
+        return perr(p, sh ? sh : n, "provenance: expected a list 'shards'");
+    if (st != SR_OK)
+        return st;
+    size_t k = seq_len(sh);
+    d->shards = sr_calloc(k + 1, sizeof *d->shards);
+    if (!d->shards)
+        return sr_error_oom("the manifest's data record");
+    for (size_t i = 0; i < k && st == SR_OK; i++) {
+        yaml_node_t *item = seq_item(p, sh, i);
+        sr_data_shard_record *r = &d->shards[i];
+        st = get_str(p, item, "split", r->split, sizeof r->split);
+        if (st == SR_OK)
+            st = get_str(p, item, "path", r->path, sizeof r->path);
+        if (st == SR_OK)
+            st = get_u64(p, item, "bytes", UINT64_MAX / 2, &r->bytes);
+        if (st == SR_OK)
+            st = get_str(p, item, "sha256", r->sha256, sizeof r->sha256);
+        d->n = (int)i + 1;
+    }
+    mf->has_data = st == SR_OK;
+    return st;
+}
+
 static sr_status parse_config(pctx *p, yaml_node_t *root, sr_manifest *mf) {
     yaml_node_t *n = mget(p, root, "config");
     if (!n || n->type != YAML_MAPPING_NODE)
@@ -806,6 +865,8 @@ sr_status sr_manifest_parse(const char *text, size_t len, const char *path, sr_m
         st = parse_state(&p, root, mf);
     if (st == SR_OK)
         st = parse_config(&p, root, mf);
+    if (st == SR_OK)
+        st = parse_data(&p, root, mf);
     if (st == SR_OK)
         st = parse_files(&p, root, mf);
     yaml_document_delete(&p.doc);

@@ -4,7 +4,8 @@
  * manifest owns the manifest format (shardrun-checkpoint(5)): progress
  * (step, tokens, data cursor, seed, LR schedule), world size and mesh, the
  * agreed CPU ISA level, model dims and their hash, every job key's value,
- * the tensor table, each saved state's name and dtype, and per shard file
+ * the data it trained on (shards and tokenizer, with SHA-256s; optional
+ * when parsed), the tensor table, each saved state's name and dtype, and per shard file
  * its size, the slices of the global parameter vector it holds and one
  * SHA-256 per 4 MiB chunk.  The last line is the SHA-256 of every byte
  * before it.  Rendering uses libyaml's emitter, parsing its document API;
@@ -36,6 +37,25 @@ typedef struct {
     unsigned char (*sha)[32]; /* nchunks digests */
 } sr_manifest_file;
 
+/* The data a run trained on (provenance.h computes and compares it): the
+ * tokenizer (sr_tokenizer_spec, its file's SHA-256 and its pattern; ""
+ * all: none), every training and validation
+ * shard in the order the run reads them, and one fingerprint over all of
+ * it (64 hex digits: what `ckpt list` and `ckpt inspect` show). */
+typedef struct {
+    char split[8]; /* train | val */
+    char path[1024];
+    uint64_t bytes;
+    char sha256[65];
+} sr_data_shard_record;
+
+typedef struct {
+    char tokenizer[1024], tokenizer_sha256[65], tokenizer_pattern[16];
+    char fingerprint[65];
+    int n;
+    sr_data_shard_record *shards;
+} sr_data_record;
+
 typedef struct {
     int version;
     int64_t step;
@@ -60,7 +80,9 @@ typedef struct {
     sr_manifest_file *files;
     int nconfig;
     char **ckeys, **cvals; /* the job's keys and their values as `config show` prints them */
-    uint64_t total_bytes;  /* sum of the files' bytes (parse only) */
+    bool has_data;         /* the data record is there (not in checkpoints written before it) */
+    sr_data_record data;
+    uint64_t total_bytes; /* sum of the files' bytes (parse only) */
 } sr_manifest;
 
 /* Frees what parse allocated (files, slices, digests, config). */

@@ -112,6 +112,23 @@ void *sr_malloc(size_t bytes);
 void *sr_calloc(size_t n, size_t size);
 void *sr_realloc(void *p, size_t bytes);
 char *sr_strdup(const char *s);
+/* Grows *buf, an array of `elem`-byte elements with capacity *cap, to hold
+ * at least `need`: capacities double from `first`.  false when out of
+ * memory (*buf and *cap unchanged; the caller records what it was for).
+ * Inline, so each caller stays an allocation site of its own. */
+static inline bool sr_grow(void **buf, size_t *cap, size_t need, size_t elem, size_t first) {
+    if (need <= *cap)
+        return true;
+    size_t c = *cap ? *cap : first;
+    while (c < need)
+        c *= 2;
+    void *p = sr_realloc(*buf, c * elem);
+    if (!p)
+        return false;
+    *buf = p;
+    *cap = c;
+    return true;
+}
 /* Page-aligned (4096) memory, counted like sr_malloc; free with free(). */
 void *sr_aligned_alloc(size_t bytes);
 /* Allocations counted so far in this process (for the test sweep). */

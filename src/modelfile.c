@@ -453,8 +453,8 @@ sr_status sr_modelfile_sha256(const sr_modelfile *mf, char out[65]) {
     uint64_t whole[1][2] = {{0, mf->size}};
     unsigned char md[32];
     sr_status st = hash_ranges(mf, NULL, 0, whole, 1, md);
-    for (int i = 0; st == SR_OK && i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", md[i]);
+    if (st == SR_OK)
+        sr_hex(md, 32, out);
     return st;
 }
 

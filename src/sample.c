@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "ckpt_tools.h"
+#include "config.h"
 #include "ctl.h"
 #include "fsdp.h"
 #include "fsio.h"
@@ -24,18 +25,14 @@
 #include "modelfile.h"
 #include "ops.h"
 #include "rng.h"
+#include "tokenizer.h"
 
-#define TOKENIZER_MAGIC 20240328u
-
-/* Writes tokens as text: with a tokenizer (llm.c's format: a header of 256
- * uint32 {20240328, version 1 or 2, vocab_size, eot (version 2)}, then per
- * token a length byte and the bytes; NULL for none) its pieces, for V == 256 the
- * bytes, else the ids separated by spaces (a space before each id when
+/* Writes tokens as text: with a tokenizer (tokenizer.h; NULL for none)
+ * their bytes (an id the tokenizer has no token for as [ID]), for V == 256
+ * the bytes, else the ids separated by spaces (a space before each id when
  * `first` is false).  `escape` shows control bytes and non-ASCII as C
  * escapes (for one-line logs).  Returns 0 or -1 on a write error. */
-struct sr_tokenizer;
-static int sr_sample_write(FILE *out, const int *tok, int n, int V, const struct sr_tokenizer *t, bool escape,
-                           bool first);
+static int sr_sample_write(FILE *out, const int *tok, int n, int V, const sr_tokenizer *t, bool escape, bool first);
 
 /* Host bytes sr_sample_generate needs for model m: its full fp32
  * parameters (the caller's) and the generator's cache and buffers. */
@@ -112,13 +109,6 @@ static int sr_sample_pick(const float *logits, int V, double temperature, int to
  * unit-major fp32 vector in host memory, kept by the caller); each token
  * fed at the next position (the window restarting when the cache is
  * full) gives the logits of the next one */
-
-typedef struct sr_tokenizer {
-    int n;        /* tokens */
-    int eot;      /* end-of-text token (version 2), else -1 */
-    char **piece; /* n byte strings */
-    unsigned char *len;
-} sr_tokenizer;
 
 typedef struct sr_generator sr_generator;
 
@@ -266,55 +256,6 @@ static const float *sr_generator_feed(sr_generator *g, int token) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* tokenizer files */
-
-static void sr_tokenizer_free(sr_tokenizer *t) {
-    for (int i = 0; t->piece && i < t->n; i++)
-        free(t->piece[i]);
-    free(t->piece);
-    free(t->len);
-    memset(t, 0, sizeof *t);
-}
-
-static sr_status sr_tokenizer_load(sr_tokenizer *t, const char *path, int V) {
-    memset(t, 0, sizeof *t);
-    FILE *f;
-    sr_status ost = sr_fsio_open_input_file(path, "the tokenizer (--tokenizer)", NULL, &f);
-    if (ost != SR_OK)
-        return ost;
-    uint32_t h[256];
-    sr_status st = SR_OK;
-    if (fread(h, sizeof h, 1, f) != 1 || h[0] != TOKENIZER_MAGIC || (h[1] != 1 && h[1] != 2))
-        st = sr_error(SR_ERR_DATA,
-                      "--tokenizer %s: not an llm.c tokenizer file (expected a 1024-byte header starting with "
-                      "magic %u and version 1 or 2)",
-                      path, TOKENIZER_MAGIC);
-    if (st == SR_OK && (h[2] < (uint32_t)V || h[2] > (1u << 24)))
-        st = sr_error(SR_ERR_DATA, "--tokenizer %s: %u tokens; the model's vocabulary has %d", path, h[2], V);
-    if (st == SR_OK) {
-        t->n = (int)h[2];
-        t->eot = h[1] == 2 && h[3] < h[2] ? (int)h[3] : -1;
-        t->piece = sr_calloc((size_t)t->n, sizeof *t->piece);
-        t->len = sr_calloc((size_t)t->n, 1);
-        if (!t->piece || !t->len)
-            st = sr_error_oom("the tokenizer");
-    }
-    for (int i = 0; st == SR_OK && i < t->n; i++) {
-        unsigned char n;
-        if (fread(&n, 1, 1, f) != 1 || n == 0 || !(t->piece[i] = sr_malloc(n)) || fread(t->piece[i], n, 1, f) != 1) {
-            st = sr_error(SR_ERR_DATA, "--tokenizer %s: token %d: %s", path, i,
-                          n == 0 ? "a zero length" : "the file ends early");
-            break;
-        }
-        t->len[i] = n;
-    }
-    fclose(f);
-    if (st != SR_OK)
-        sr_tokenizer_free(t);
-    return st;
-}
-
-/* ------------------------------------------------------------------------ */
 /* showing tokens */
 
 static int put_bytes(FILE *out, const unsigned char *b, size_t n, bool escape) {
@@ -333,8 +274,12 @@ static int put_bytes(FILE *out, const unsigned char *b, size_t n, bool escape) {
 static int sr_sample_write(FILE *out, const int *tok, int n, int V, const sr_tokenizer *t, bool escape, bool first) {
     for (int i = 0; i < n; i++) {
         int rc;
-        if (t && t->piece && tok[i] < t->n) {
-            rc = put_bytes(out, (const unsigned char *)t->piece[tok[i]], t->len[tok[i]], escape);
+        size_t len;
+        const unsigned char *b = t ? sr_tokenizer_bytes(t, tok[i], &len) : NULL;
+        if (b) {
+            rc = put_bytes(out, b, len, escape);
+        } else if (t) {
+            rc = fprintf(out, "[%d]", tok[i]) < 0 ? -1 : 0;
         } else if (V == 256) {
             unsigned char b = (unsigned char)tok[i];
             rc = put_bytes(out, &b, 1, escape);
@@ -403,15 +348,31 @@ static sr_status make_prompt(const sr_sample_opts *o, int V, const sr_tokenizer 
         return st;
     }
     if (o->prompt) {
+        size_t len = strlen(o->prompt);
+        if (len == 0)
+            return sr_error(SR_ERR_USAGE, "%s", "--prompt: empty (omit it to start from the start token)");
+        if (t && sr_tokenizer_can_encode(t)) {
+            sr_tok_encoder *e;
+            sr_tok_ids v = {0};
+            st = sr_tok_encoder_new(t, &e);
+            if (st == SR_OK)
+                st = sr_tok_encode(e, (const unsigned char *)o->prompt, len, &v);
+            sr_tok_encoder_free(e);
+            if (st == SR_OK && !(*ids = sr_malloc(sizeof(int) * (v.n ? v.n : 1))))
+                st = sr_error_oom("the prompt");
+            for (size_t i = 0; st == SR_OK && i < v.n; i++)
+                (*ids)[i] = (int)v.ids[i];
+            *n = (int)v.n;
+            sr_tok_ids_free(&v);
+            *how = "--prompt, encoded by the tokenizer";
+            return st;
+        }
         if (V != 256)
             return sr_error(SR_ERR_USAGE,
                             "--prompt: the model's vocabulary has %d tokens, not the 256 bytes of the byte-level "
-                            "vocabulary, and shardrun cannot encode text for it (use --prompt-tokens with ids from "
-                            "the model's tokenizer)",
-                            V);
-        size_t len = strlen(o->prompt);
-        if (len == 0)
-            return sr_error(SR_ERR_USAGE, "%s", "--prompt: empty (omit it to start from a newline)");
+                            "vocabulary, and %s (hint: --tokenizer PATH with the model's tokenizer.json, or use "
+                            "--prompt-tokens with ids)",
+                            V, t ? "llm.c's tokenizer file decodes only" : "no tokenizer was given");
         *ids = sr_malloc(sizeof(int) * len);
         if (!*ids)
             return sr_error_oom("the prompt");
@@ -425,11 +386,12 @@ static sr_status make_prompt(const sr_sample_opts *o, int V, const sr_tokenizer 
     if (!*ids)
         return sr_error_oom("the prompt");
     *n = 1;
-    (*ids)[0] = t && t->eot >= 0 && t->eot < V ? t->eot : sr_sample_start_token(V);
-    *how = t && t->eot >= 0 ? "the tokenizer's end-of-text token"
-           : V == 50257     ? "GPT-2's <|endoftext|> (50256)"
-           : V == 256       ? "a newline"
-                            : "token 0";
+    int64_t eot = t ? sr_tokenizer_eot(t) : -1;
+    (*ids)[0] = eot >= 0 && eot < V ? (int)eot : sr_sample_start_token(V);
+    *how = eot >= 0 && eot < V ? "the tokenizer's end-of-text token"
+           : V == 50257        ? "GPT-2's <|endoftext|> (50256)"
+           : V == 256          ? "a newline"
+                               : "token 0";
     return SR_OK;
 }
 
@@ -470,20 +432,58 @@ static int sr_sample_start_token(int V) { return V == 50257 ? 50256 : V == 256 ?
 /* What the prompt check reads and fills (once per model tried). */
 typedef struct {
     const sr_sample_opts *o;
-    sr_tokenizer *tok;
+    sr_tokenizer **tok;
     int **prompt, *n;
     const char **how;
 } prompt_check;
 
-static sr_status check_prompt_v(prompt_check *pc, int V) {
-    sr_tokenizer_free(pc->tok);
+/* The tokenizer for vocabulary V: --tokenizer, else the job's
+ * data.tokenizer (`job_tok`, may be NULL: a warning and token ids when it
+ * cannot be read).  An llm.c file must cover V; one that encodes must not
+ * exceed it. */
+static sr_status check_prompt_v(prompt_check *pc, int V, const char *job_tok) {
+    sr_tokenizer_free(*pc->tok);
+    *pc->tok = NULL;
     free(*pc->prompt);
     *pc->prompt = NULL;
-    sr_status st = pc->o->tokenizer ? sr_tokenizer_load(pc->tok, pc->o->tokenizer, V) : SR_OK;
-    return st == SR_OK ? make_prompt(pc->o, V, pc->o->tokenizer ? pc->tok : NULL, pc->prompt, pc->n, pc->how) : st;
+    sr_status st = SR_OK;
+    if (pc->o->tokenizer) {
+        st = sr_tokenizer_load(pc->tok, pc->o->tokenizer, "--tokenizer");
+    } else if (job_tok && *job_tok) {
+        if (sr_tokenizer_load(pc->tok, job_tok, "the job's data.tokenizer") != SR_OK)
+            sr_log_warn("%s (printing token ids; hint: --tokenizer PATH)", sr_error_message());
+    }
+    sr_tokenizer *t = *pc->tok;
+    const char *name = pc->o->tokenizer ? pc->o->tokenizer : job_tok;
+    int64_t tv = t ? sr_tokenizer_vocab(t) : 0;
+    if (st == SR_OK && t && sr_tokenizer_can_encode(t) && tv > V)
+        st = sr_error(SR_ERR_DATA, "%s: the tokenizer has %lld ids; the model's vocabulary has %d", name, (long long)tv,
+                      V);
+    if (st == SR_OK && t && !sr_tokenizer_can_encode(t) && tv < V)
+        st = sr_error(SR_ERR_DATA, "%s: %lld tokens; the model's vocabulary has %d", name, (long long)tv, V);
+    return st == SR_OK ? make_prompt(pc->o, V, t, pc->prompt, pc->n, pc->how) : st;
 }
 
-static sr_status check_prompt(const sr_manifest *mf, void *ctx) { return check_prompt_v(ctx, mf->dims.V); }
+/* The job's tokenizer: the one the checkpoint's data record names (an
+ * absolute path, and its fingerprint: another file there is warned
+ * about), else the data.tokenizer key as the job gave it. */
+static sr_status check_prompt(const sr_manifest *mf, void *ctx) {
+    prompt_check *pc = ctx;
+    char job_tok[PATH_MAX + 64] = "";
+    if (mf->has_data && mf->data.tokenizer_sha256[0])
+        sr_fmt(job_tok, sizeof job_tok, "%s", mf->data.tokenizer);
+    for (int i = 0; !job_tok[0] && i < mf->nconfig; i++)
+        if (strcmp(mf->ckeys[i], "data.tokenizer") == 0 && !sr_config_unquote(mf->cvals[i], job_tok, sizeof job_tok))
+            job_tok[0] = '\0';
+    sr_status st = check_prompt_v(pc, mf->dims.V, job_tok);
+    if (st == SR_OK && !pc->o->tokenizer && *pc->tok && mf->has_data && mf->data.tokenizer_sha256[0] &&
+        (strcmp(sr_tokenizer_fingerprint(*pc->tok), mf->data.tokenizer_sha256) != 0 ||
+         strcmp(sr_tokenizer_pattern(*pc->tok), mf->data.tokenizer_pattern) != 0))
+        sr_log_warn("%s is not the tokenizer the checkpoint was trained with (fingerprint %.12s..., recorded "
+                    "%.12s...): its text may be wrong (hint: --tokenizer PATH)",
+                    job_tok, sr_tokenizer_fingerprint(*pc->tok), mf->data.tokenizer_sha256);
+    return st;
+}
 
 /* The threads of `shardrun sample`: --threads, else the job's `threads`
  * key as the checkpoint recorded it (when above 0), else OMP_NUM_THREADS,
@@ -520,7 +520,7 @@ static sr_status read_hf(const char *dir, sr_model *model, float **all, prompt_c
     *all = NULL;
     sr_status st = sr_modelfile_hf_dir(dir, &d, weights, sizeof weights);
     if (st == SR_OK)
-        st = check_prompt_v(pc, d.V);
+        st = check_prompt_v(pc, d.V, NULL);
     if (st != SR_OK)
         return st;
     st = sr_model_init(model, d, &sr_ops_cpu, NULL, 0, false);
@@ -571,7 +571,7 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
     bool have_mf = false;
     sr_model model;
     float *all = NULL;
-    sr_tokenizer tok = {0};
+    sr_tokenizer *tok = NULL;
     int *prompt = NULL, n = 0;
     const char *how = "";
     char from[PATH_MAX + 64];
@@ -594,7 +594,7 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
         }
     }
     if (st != SR_OK) {
-        sr_tokenizer_free(&tok);
+        sr_tokenizer_free(tok);
         free(prompt);
         return st;
     }
@@ -602,15 +602,15 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
     int threads = sr_ops_set_threads(pick_threads(o, have_mf ? &mf : NULL, &thow));
     int V = model.d.V;
     double t1 = mono();
-    stream_ctx sx = {out, V, o->tokenizer ? &tok : NULL, -1};
+    stream_ctx sx = {out, V, tok, -1};
     st = sr_sample_generate(&model, all, prompt, n, o, stream_token, &sx);
     /* the output ends with a newline (ids always; text unless its last byte is one) */
-    bool text = o->tokenizer || V == 256, ends_line = false;
+    bool text = tok || V == 256, ends_line = false;
     int last = sx.last;
+    size_t llen = 0;
+    const unsigned char *lb = tok && last >= 0 ? sr_tokenizer_bytes(tok, last, &llen) : NULL;
     if (text && last >= 0)
-        ends_line = o->tokenizer && tok.piece && last < tok.n
-                        ? tok.len[last] > 0 && tok.piece[last][tok.len[last] - 1] == '\n'
-                        : last == '\n';
+        ends_line = tok ? lb && llen > 0 && lb[llen - 1] == '\n' : last == '\n';
     if (st == SR_OK && !ends_line && fputc('\n', out) == EOF)
         st = sr_error(SR_ERR_IO, "write to standard output failed: %s", strerror(errno));
     double t2 = mono();
@@ -621,14 +621,14 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
                 "shardrun: sampled %ld tokens from %s%s, vocab %d%s) after a %d-token prompt (%s); "
                 "temperature %g, top-k %s, seed %llu; %d thread%s (%s); loaded in %.2f s, %.1f tokens/s\n",
                 o->tokens, from, have_mf ? "" : " (Hugging Face GPT-2", V,
-                o->tokenizer ? ", decoded by the tokenizer"
-                : V == 256   ? ", bytes"
-                             : ", token ids",
+                tok        ? ", decoded by the tokenizer"
+                : V == 256 ? ", bytes"
+                           : ", token ids",
                 n, how, o->temperature, topk, (unsigned long long)o->seed, threads, threads == 1 ? "" : "s", thow,
                 t1 - t0, (double)(o->tokens + n) / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
     }
     free(prompt);
-    sr_tokenizer_free(&tok);
+    sr_tokenizer_free(tok);
     free(all);
     sr_model_free(&model);
     if (have_mf)
@@ -659,7 +659,7 @@ static sr_status keep_token(void *ctx, int token, long i) {
 }
 
 sr_status sr_sample_during_training(sr_fsdp *f, const sr_model *m, sr_ctl *ctl, const sr_world *w, int64_t step,
-                                    uint64_t seed, int threads, bool *warned) {
+                                    uint64_t seed, int threads, const sr_tokenizer *tok, bool *warned) {
     const sr_model_dims *d = &m->d;
     size_t need = sr_sample_host_bytes(m);
     size_t cap = sr_mem_side_copy_cap(w->local_size);
@@ -686,7 +686,8 @@ sr_status sr_sample_during_training(sr_fsdp *f, const sr_model *m, sr_ctl *ctl, 
     double t0 = mono();
     sr_status mine = SR_OK;
     if (st == SR_OK && w->rank == 0) {
-        int start = sr_sample_start_token(d->V);
+        int64_t eot = tok ? sr_tokenizer_eot(tok) : -1;
+        int start = eot >= 0 && eot < d->V ? (int)eot : sr_sample_start_token(d->V);
         sr_sample_opts o = {.tokens = SAMPLE_TOKENS, .temperature = 0.8, .top_k = 40, .seed = seed + (uint64_t)step};
         mine = sr_sample_generate(m, full, &start, 1, &o, keep_token, &b);
     }
@@ -698,7 +699,7 @@ sr_status sr_sample_during_training(sr_fsdp *f, const sr_model *m, sr_ctl *ctl, 
         size_t len = 0;
         FILE *f = open_memstream(&text, &len);
         if (f) {
-            sr_sample_write(f, b.tok, b.n, d->V, NULL, true, true);
+            sr_sample_write(f, b.tok, b.n, d->V, tok, true, true);
             fclose(f);
         }
         sr_log_info("sample at step %lld (%d tokens, temperature 0.8, top-k 40, seed %llu, %d thread%s, %.2f s): "

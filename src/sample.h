@@ -5,9 +5,10 @@
  * key/value cache (one token at a time through the CPU op table's
  * LayerNorm, matmul and GELU, attention over the cache written here), the
  * choice of the next token (temperature, top-k, a counter-based draw from
- * (seed, position): the same seed gives the same text), llm.c's tokenizer
- * file (decoding only), and how tokens are shown (bytes for the byte-level
- * vocabulary of 256, a tokenizer's pieces, else token ids).  Beyond
+ * (seed, position): the same seed gives the same text), and how tokens
+ * are shown (bytes for the byte-level vocabulary of 256, a tokenizer's
+ * bytes (tokenizer.h: --tokenizer, or the job's data.tokenizer), else
+ * token ids).  Beyond
  * seq_len tokens of context the window slides: the cache restarts from the
  * newest seq_len/2 tokens. */
 #ifndef SR_SAMPLE_H
@@ -20,18 +21,19 @@
 #include "ctl.h"
 #include "fsdp.h"
 #include "status.h"
+#include "tokenizer.h"
 #include "world.h"
 
 /* The command: generation on the CPU from the checkpoint at `ckpt` (any
  * world size; verified as it is read). */
 typedef struct {
-    const char *prompt;        /* text (byte-level vocabulary only), or NULL */
+    const char *prompt;        /* text (bytes, or encoded by the tokenizer), or NULL */
     const char *prompt_tokens; /* "1,2,3", or NULL */
     long tokens;               /* to generate */
     double temperature;
     int top_k;
     uint64_t seed;
-    const char *tokenizer; /* or NULL */
+    const char *tokenizer; /* --tokenizer, or NULL: the job's data.tokenizer, if any */
     int threads;           /* compute threads; 0: the job's, else OMP_NUM_THREADS or all cores */
 } sr_sample_opts;
 
@@ -54,6 +56,6 @@ struct sr_model;
  * key/value cache do not fit sr_mem_side_copy_cap on some rank, every rank
  * skips it (a warning the first time: *warned).  SR_ERR_PEER, SR_ERR_INTERNAL. */
 sr_status sr_sample_during_training(sr_fsdp *f, const struct sr_model *m, sr_ctl *ctl, const sr_world *w, int64_t step,
-                                    uint64_t seed, int threads, bool *warned);
+                                    uint64_t seed, int threads, const sr_tokenizer *tok, bool *warned);
 
 #endif

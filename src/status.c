@@ -66,6 +66,16 @@ void sr_fmt(char *buf, size_t n, const char *fmt, ...) {
     va_end(ap);
 }
 
+void sr_hex(const void *bytes, size_t n, char *out) {
+    static const char digits[] = "0123456789abcdef";
+    const unsigned char *b = bytes;
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[b[i] >> 4];
+        out[2 * i + 1] = digits[b[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
 sr_status sr_error_oom(const char *what) { return sr_error(SR_ERR_INTERNAL, "out of memory (%s)", what); }
 
 const char *sr_error_message(void) { return error_buf; }

@@ -69,6 +69,10 @@ sr_status sr_error_oom(const char *what);
  * not trip -Wformat-truncation). */
 void sr_fmt(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* bytes[0 .. n) as 2n lowercase hex digits and a NUL into out (2n + 1
+ * bytes): digests in messages, manifests and index files. */
+void sr_hex(const void *bytes, size_t n, char *out);
+
 /* The newest recorded message ("" when none).  Valid until the next
  * sr_error() on this thread. */
 const char *sr_error_message(void);

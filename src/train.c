@@ -50,6 +50,17 @@ static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 static sr_status open_data(sr_run *r) {
     const sr_config *cfg = r->cfg;
     sr_status st;
+    if (cfg->data_tokenizer && *cfg->data_tokenizer) {
+        if ((st = sr_tokenizer_load(&r->tok, cfg->data_tokenizer, "data.tokenizer")) != SR_OK)
+            return sr_error_wrap(st, "data.tokenizer");
+        int64_t tv = sr_tokenizer_vocab(r->tok);
+        if (tv > cfg->vocab_size)
+            return sr_error(SR_ERR_CONFIG,
+                            "data.tokenizer %s has %lld ids, more than model.vocab_size %lld: its tokens would "
+                            "index past the embedding (hint: model.vocab_size: %lld, or the tokenizer the data was "
+                            "prepared with)",
+                            cfg->data_tokenizer, (long long)tv, (long long)cfg->vocab_size, (long long)tv);
+    }
     if (cfg->data_train.count)
         st = sr_data_open(&r->train, &cfg->data_train, r->T, cfg->vocab_size);
     else
@@ -163,6 +174,12 @@ static sr_status open_run_state(sr_run *r) {
         st = sr_preempt_install(cfg->preempt_signals.items, cfg->preempt_signals.count);
     if (st == SR_OK)
         st = sr_ckpt_open(&r->ck, &r->job.ckpt, r->w, r->ctl, &r->model, r->fsdp);
+    /* the data it trains on, recorded in and compared with checkpoints */
+    if (st == SR_OK && (sr_ckpt_enabled(r->ck) || sr_ckpt_may_resume(&r->job.ckpt))) {
+        st = sr_provenance_collect(&r->data_rec, r->train, r->val, r->tok, cfg->ckpt_dir, r->ctl);
+        if (st == SR_OK)
+            sr_ckpt_set_data(r->ck, &r->data_rec, cfg->data_allow_changed);
+    }
     snprintf(r->resumed, sizeof r->resumed, "fresh");
     if (st == SR_OK)
         st = sr_ckpt_resume(r->ck, &r->start, r->resumed, sizeof r->resumed);
@@ -241,6 +258,8 @@ static sr_status teardown(sr_run *r, sr_status st) {
         sr_model_free(&r->model);
     sr_data_close(r->train);
     sr_data_close(r->val);
+    sr_tokenizer_free(r->tok);
+    sr_provenance_free(&r->data_rec);
     sr_job_free(&r->job);
     sr_device_close(r->dev);
     return st;
@@ -446,7 +465,7 @@ static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code
         sr_run_log_step(r, s, o, evaluated);
     if (!o->stop && cfg->log_sample_every > 0 && (s + 1) % cfg->log_sample_every == 0) {
         sr_status st = sr_sample_during_training(r->fsdp, &r->model, r->ctl, r->w, s + 1, (uint64_t)cfg->seed,
-                                                 r->threads, &r->sample_skipped);
+                                                 r->threads, r->tok, &r->sample_skipped);
         if (st != SR_OK)
             return st;
     }

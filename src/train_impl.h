@@ -21,6 +21,8 @@
 #include "modelinit.h"
 #include "ops.h"
 #include "plane.h"
+#include "provenance.h"
+#include "tokenizer.h"
 #include "train.h"
 
 /* Everything one run holds. */
@@ -35,6 +37,8 @@ typedef struct {
     const sr_ops *ops; /* the op table computing on dev (sr_device_ops) */
     int threads, mb, accum, T;
     sr_data *train, *val;
+    sr_tokenizer *tok;       /* data.tokenizer, or NULL */
+    sr_data_record data_rec; /* what it trains on (provenance.h), when it checkpoints */
     sr_model model;
     bool model_ok;
     sr_transport *tp;

@@ -135,7 +135,7 @@ check "  ...says so" grep -q "none of its 2 checkpoints verifies" "$T/err"
 mkdir empty.ck
 expect_status 66 "a directory with no checkpoint" "$S" sample empty.ck
 expect_status 65 "a checkpoint.dir with a bad tokenizer file" "$S" sample d.ck --tokenizer zero.bin
-check "  ...is the tokenizer's error, not the checkpoints'" sh -c "grep -q 'not an llm.c tokenizer' '$T/err' && ! grep -q 'verif' '$T/err'"
+check "  ...is the tokenizer's error, not the checkpoints'" sh -c "grep -q 'not a tokenizer file' '$T/err' && ! grep -q 'verif' '$T/err'"
 "$S" ckpt export d.ck -o dexp.safetensors 2>/dev/null && "$S" ckpt export $D -o sexp.safetensors 2>/dev/null
 check "ckpt export of a checkpoint.dir writes its newest checkpoint" sh -c "[ -s dexp.safetensors ] && cmp -s dexp.safetensors sexp.safetensors"
 "$S" sample "$HF/tiny" --prompt-tokens 5,299,17 --top-k 1 --tokens 25 >hfdir.ids 2>hfdir.err

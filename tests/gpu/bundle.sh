@@ -37,7 +37,7 @@ cp "$W/build/tests/cmp_params" "$W/build/tests/test_kernels" "$W/build/tests/tes
     "$W/build/tests/test_ops" "$W/build/tests/test_vranks" "$W/build/tests/cuda_probe" "$B/tests/"
 cp "$W/build/bench/gpu_gemm" "$W/build/bench/bench_train" "$B/bench/"
 pkgs="libyaml-0-2 libjansson4 libssl3 libpmix2 libevent-core-2.1-7 libevent-pthreads-2.1-7 libhwloc15 libudev1 libmunge2
-zlib1g libopenblas0-pthread libgfortran5 libquadmath0 libgomp1"
+zlib1g libpcre2-8-0 libopenblas0-pthread libgfortran5 libquadmath0 libgomp1"
 # shellcheck disable=SC2086
 (cd "$W/debs" && apt-get download $pkgs >/dev/null 2>&1) ||
     { echo "gpu-bundle: apt-get download $pkgs failed" >&2; exit 1; }

@@ -1,0 +1,74 @@
+/* prepare.h — `shardrun data prepare`: text to llm.c token shards.
+ *
+ * Inputs are text files (one document each) or JSON Lines (--field NAME:
+ * one document per line, the named string field), each optionally gzip
+ * compressed (detected by content, read through zlib).  Documents are
+ * encoded by a tokenizer (tokenizer.h) as ordinary text, each preceded by
+ * a separator token (--doc-token, default <|endoftext|>, as llm.c's data
+ * scripts do), or without --tokenizer as bytes (vocabulary 256, no
+ * separator).  Threads encode documents in parallel; the output does not
+ * depend on their number.
+ *
+ * Outputs.  A file (the default without --tokenizer, --val-tokens or
+ * --shard-tokens, when -o does not end in '/'): one shard.  Else a
+ * directory: `<prefix>_val_000000.bin` holding the first --val-tokens
+ * tokens when asked for, then `<prefix>_train_NNNNNN.bin` of --shard-tokens
+ * tokens each (the last one shorter), numbered on from the validation
+ * shard, and `index.json` (each shard's tokens, bytes and SHA-256, the
+ * tokenizer's fingerprint).  uint16 shards (magic 20240520) up to a
+ * vocabulary of 65,536, uint32 (magic 20240801, version 7) above.  Every
+ * shard is written under a temporary name and synced; all are renamed into
+ * place only when every input has been read: a failure leaves nothing
+ * that looks complete.
+ *
+ * Memory is bounded independently of the corpus: per thread one batch of
+ * SR_PREPARE_BATCH_BYTES of text and its ids, plus the longest document
+ * piece held whole (a text file is cut only where pre-tokenization is known
+ * to split: after a non-space character and before a space or tab; at most
+ * SR_PREPARE_MAX_PIECE bytes are held before a cut is forced), a JSON
+ * Lines line (at most SR_PREPARE_MAX_LINE bytes), and the tokenizer. */
+#ifndef SR_PREPARE_H
+#define SR_PREPARE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "status.h"
+
+#define SR_PREPARE_BATCH_BYTES (4u << 20)
+#define SR_PREPARE_MAX_PIECE (16u << 20)
+#define SR_PREPARE_MAX_LINE (64u << 20)
+#define SR_PREPARE_DEFAULT_SHARD_TOKENS 100000000ull
+
+typedef struct {
+    const char *out;       /* -o; NULL: data.bin, or "." in directory mode */
+    const char *tokenizer; /* --tokenizer; NULL: bytes */
+    const char *field;     /* --field: JSON Lines inputs; NULL: text files */
+    const char *doc_token; /* --doc-token; NULL: <|endoftext|> ("none": no separator) */
+    const char *prefix;    /* --prefix; NULL: data */
+    uint64_t val_tokens;   /* --val-tokens; 0: none */
+    uint64_t shard_tokens; /* --shard-tokens; 0: not given (the default) */
+    int threads;           /* --threads; 0: every core */
+} sr_prepare_opts;
+
+typedef struct {
+    bool directory;     /* the output is a directory */
+    int shards;         /* shards written */
+    uint64_t tokens;    /* tokens written, separators included */
+    uint64_t documents; /* documents read */
+    uint64_t bytes;     /* bytes of text read (after decompression) */
+    char out[4096];     /* the output file or directory (no trailing '/') */
+} sr_prepare_result;
+
+/* Prepares `files` per `o`.  Every input is checked before anything is
+ * written: SR_ERR_NOINPUT (66) for a missing or unreadable one,
+ * SR_ERR_USAGE (64) for inconsistent options, SR_ERR_DATA (65) for a
+ * malformed input (a broken gzip stream, a JSON Lines line that is not an
+ * object with the string field: file and line named) or tokenizer,
+ * SR_ERR_CANTCREAT (73) when the output cannot be created or the
+ * directory already holds a prepared data set, SR_ERR_IO (74) for a
+ * failed write.  On failure nothing new is left under an output's name.
+ * A progress line on a terminal (stderr), and a summary line at the end. */
+sr_status sr_prepare(const sr_prepare_opts *o, char *const *files, int nfiles, sr_prepare_result *r);
+
+#endif
