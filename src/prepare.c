@@ -300,7 +300,9 @@ static sr_status shard_open(run *x) {
     int i = x->nshards;
     bool val = x->dir && i == 0 && x->o->val_tokens > 0;
     if (x->dir)
-        sr_fmt(x->names[i], sizeof x->names[i], "%s/%s_%s_%06d.bin", x->outdir, x->prefix, val ? "val" : "train", i);
+        /* llm.c's numbering: 0 is the validation shard's, training shards from 1 */
+        sr_fmt(x->names[i], sizeof x->names[i], "%s/%s_%s_%06d.bin", x->outdir, x->prefix, val ? "val" : "train",
+               x->o->val_tokens > 0 ? i : i + 1);
     else
         sr_fmt(x->names[i], sizeof x->names[i], "%s", x->outdir);
     x->quota = !x->dir ? (uint64_t)INT32_MAX

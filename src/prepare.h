@@ -13,8 +13,8 @@
  * --shard-tokens, when -o does not end in '/'): one shard.  Else a
  * directory: `<prefix>_val_000000.bin` holding the first --val-tokens
  * tokens when asked for, then `<prefix>_train_NNNNNN.bin` of --shard-tokens
- * tokens each (the last one shorter), numbered on from the validation
- * shard, and `index.json` (each shard's tokens, bytes and SHA-256, the
+ * tokens each (the last one shorter), numbered from 1 as llm.c's data
+ * scripts do (0 is the validation shard's), and `index.json` (each shard's tokens, bytes and SHA-256, the
  * tokenizer's fingerprint).  uint16 shards (magic 20240520) up to a
  * vocabulary of 65,536, uint32 (magic 20240801, version 7) above.  Every
  * shard is written under a temporary name and synced; all are renamed into

@@ -123,7 +123,7 @@ with open('big.tiktoken', 'w') as f:
 "
     "$S" data prepare --tokenizer gpt2:big.tiktoken -o out.big c/docs/0001.txt >/dev/null 2>big.err
     check "a vocabulary of 65,793 ids writes uint32 shards (magic 20240801, version 7)" \
-        sh -c "od -An -tu4 -N8 out.big/data_train_000000.bin | grep -q '20240801 *7'" || diag "$(cat big.err)"
+        sh -c "od -An -tu4 -N8 out.big/data_train_000001.bin | grep -q '20240801 *7'" || diag "$(cat big.err)"
     "$S" train --set data.train="out.big/data_train_*.bin" --set data.val=null --set model.vocab_size=65793 \
         --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set model.seq_len=32 \
         --set train.batch_size=2 --set train.steps=1 --set threads=1 --set log.every=1 >big.train 2>&1
@@ -302,6 +302,8 @@ for c in "--val-tokens 0" "--shard-tokens 3000000000" "--shard-tokens x" "--doc-
     rc=$?
     check "data prepare $c: 64, one message" sh -c "[ $rc -eq 64 ] && grep -q 'error:' bad.e" || diag "status $rc: $(cat bad.e)"
 done
+check "without --val-tokens the training shards are numbered from 1, as llm.c's (0 is the validation shard's)" \
+    sh -c "'$S' data prepare -o nums/ --shard-tokens 5 a.txt 2>/dev/null && [ -s nums/data_train_000001.bin ] && [ -s nums/data_train_000003.bin ] && ! [ -e nums/data_train_000000.bin ]"
 # an existing data set is not overwritten
 "$S" data prepare -o ds/ a.txt >/dev/null 2>&1
 "$S" data prepare -o ds/ a.txt >ds.o 2>ds.e
