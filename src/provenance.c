@@ -167,8 +167,8 @@ sr_status sr_provenance_collect(sr_data_record *rec, const sr_data *train, const
         sr_fmt(rec->tokenizer_pattern, sizeof rec->tokenizer_pattern, "%s", sr_tokenizer_pattern(tok));
     }
     /* which shards no record covers (every rank sees the same files) */
-    int todo = 0;
-    uint64_t todo_bytes = 0;
+    int unrecorded = 0;
+    uint64_t unrecorded_bytes = 0;
     for (int i = 0; st == SR_OK && i < n; i++) {
         sr_data_shard(i < nt ? train : val, i < nt ? i : i - nt, &info[i]);
         sr_data_shard_record *r = &rec->shards[i];
@@ -181,14 +181,14 @@ sr_status sr_provenance_collect(sr_data_record *rec, const sr_data *train, const
             sha256_hex(info[i].bytes, info[i].len, mine[i].sha);
         } else if (!cached(info[i].path, info[i].len, info[i].mtime_ns, ckpt_dir, mine[i].sha)) {
             mine[i].hashed = 1;
-            todo++;
-            todo_bytes += info[i].len;
+            unrecorded++;
+            unrecorded_bytes += info[i].len;
         }
     }
-    if (st == SR_OK && todo > 0 && rank == 0)
+    if (st == SR_OK && unrecorded > 0 && rank == 0)
         sr_log_info("data provenance: hashing %d shard%s (%.1f MB) that no index.json or cache records as they "
                     "are now%s",
-                    todo, todo == 1 ? "" : "s", (double)todo_bytes / 1e6,
+                    unrecorded, unrecorded == 1 ? "" : "s", (double)unrecorded_bytes / 1e6,
                     world > 1 ? " on this rank; the other ranks hash their share" : "");
     int done = 0;
     bool tty = rank == 0 && isatty(STDERR_FILENO);
@@ -198,8 +198,8 @@ sr_status sr_provenance_collect(sr_data_record *rec, const sr_data *train, const
         sha256_hex(info[i].bytes, info[i].len, mine[i].sha);
         done++;
         if (tty)
-            fprintf(stderr, "\rshardrun: data provenance: hashed %d of %d shards%s", done, todo,
-                    done == todo ? "\n" : "");
+            fprintf(stderr, "\rshardrun: data provenance: hashed %d of %d shards%s", done, unrecorded,
+                    done == unrecorded ? "\n" : "");
     }
     /* every rank's share to every rank */
     if (st == SR_OK)
