@@ -21,6 +21,7 @@
 
 #include "comm_loop.h"
 #include "comm_tcp.h"
+#include "flight.h"
 #include "mem.h"
 #include "testhook.h"
 #include "vec.h"
@@ -47,6 +48,7 @@ struct sr_req {
     sr_redop op;
     int root;
     uint32_t seq;
+    uint64_t flight; /* its flight-recorder entry (flight.h), or 0 */
     sr_status status;
     float scratch; /* barrier payload */
     char message[512];
@@ -455,10 +457,12 @@ static void *progress_main(void *arg) {
         if (st != SR_OK) {
             snprintf(r->message, sizeof r->message, "%s", sr_error_message());
         } else {
+            sr_flight_start(r->flight);
             st = run_op(r);
             if (st != SR_OK)
                 sr_sticky_set(&tp->broken, st, "%s", r->message);
         }
+        sr_flight_end(r->flight, st == SR_OK);
         pthread_mutex_lock(&tp->lock);
         r->status = st;
         r->done = true;
@@ -535,6 +539,7 @@ static void *watchdog_main(void *arg) {
         for (int i = 0; i < 50 && !__atomic_load_n(&tp->stopping, __ATOMIC_RELAXED); i++)
             usleep(100000);
         if (!__atomic_load_n(&tp->stopping, __ATOMIC_RELAXED)) {
+            sr_flight_dump("watchdog", tp->stall_msg);
             sr_log_error("%s (the run did not end within 5 s: exiting)", tp->stall_msg);
             _exit(sr_status_exit_code(SR_ERR_PEER));
         }
@@ -563,9 +568,14 @@ static sr_status submit(sr_group *g, op_kind kind, void *recv, const void *send,
                   .op = op,
                   .root = root};
     sr_transport *tp = g->tp;
+    const sr_testhooks *h = sr_testhook();
     if (g->n == 1 || !tp->started) {
         /* nothing to exchange: run inline */
+        r->flight =
+            sr_flight_enter(sr_flight_host_plane(), -1, op_names[kind], g->name, g->n, count * sr_dtype_size(dt));
+        sr_flight_start(r->flight);
         r->status = g->n == 1 ? run_op(r) : SR_ERR_INTERNAL;
+        sr_flight_end(r->flight, r->status == SR_OK);
         if (g->n != 1)
             snprintf(r->message, sizeof r->message, "transport not connected");
         r->done = true;
@@ -579,6 +589,10 @@ static sr_status submit(sr_group *g, op_kind kind, void *recv, const void *send,
         if (!tp->head && !tp->running)
             tp->oldest_since = mono_s();
         r->seq = tp->seq++;
+        if (h->mismatch_seq == (int64_t)r->seq && tp->world->rank == h->mismatch_rank)
+            r->count = count > 1 ? count - 1 : 0; /* SHARDRUN_TEST_MISMATCH_SEQ: this rank's size differs */
+        r->flight = sr_flight_enter(sr_flight_host_plane(), r->seq, op_names[kind], g->name, g->n,
+                                    r->count * sr_dtype_size(dt));
         if (tp->tail)
             tp->tail->next = r;
         else

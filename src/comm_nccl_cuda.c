@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flight.h"
 #include "mem.h"
 
 #include <arpa/inet.h>
@@ -95,7 +96,8 @@ typedef struct {
     sr_nccl_kind kind;
     const char *group;
     size_t bytes;
-    double issued; /* monotonic seconds */
+    double issued;   /* monotonic seconds */
+    uint64_t flight; /* its flight-recorder entry (flight.h), or 0 */
 } ring_op;
 
 struct sr_nccl {
@@ -246,11 +248,13 @@ static void fail_plane(sr_nccl *n, const char *what) {
         pthread_mutex_unlock(&abort_mu);
     }
     if (!aborted) {
+        sr_flight_dump("nccl watchdog", what);
         sr_log_error("%s; ncclCommAbort did not return within 5 s: exiting", what);
         fflush(NULL);
         _exit(sr_status_exit_code(SR_ERR_PEER));
     }
     int gone = sr_transport_closed_peer(n->tp, n->timeout_s < 5.0 ? n->timeout_s : 5.0);
+    sr_flight_dump("nccl watchdog", what);
     if (gone >= 0)
         sr_log_error("%s; communicators aborted; post-mortem: lost the connection to rank %d (it gave up or died)",
                      what, gone);
@@ -269,8 +273,11 @@ static cudaError_t advance(sr_nccl *n) {
         cudaError_t q = sr_cuda_query(n->ev[n->tail % RING]);
         if (q == cudaErrorNotReady)
             return cudaSuccess;
-        if (q != cudaSuccess)
+        if (q != cudaSuccess) {
+            sr_flight_end(n->ops[n->tail % RING].flight, false);
             return q;
+        }
+        sr_flight_end(n->ops[n->tail % RING].flight, true);
         n->tail++;
         n->oldest_since = mono_s();
     }
@@ -558,6 +565,8 @@ static sr_status nccl_collective(sr_nccl *n, sr_nccl_kind kind, sr_group *g, voi
     }
     long seq = n->seq++;
     pthread_mutex_unlock(&n->ring_mu);
+    uint64_t fl = sr_flight_enter(SR_FLIGHT_NCCL, seq, kind_names[kind], sr_group_name(g), (int)gs,
+                                  kind == SR_NCCL_ALLGATHER ? need_recv : need_send);
     const sr_testhooks *h = sr_testhook();
     if (h->stall_seq == seq && n->w->rank == 0) /* SHARDRUN_TEST_STALL_SEQ: this collective never completes */
         sr_k_spin(n->stream, (long long)((n->timeout_s + 120) * 1e9));
@@ -583,7 +592,9 @@ static sr_status nccl_collective(sr_nccl *n, sr_nccl_kind kind, sr_group *g, voi
     }
     r = settle(n, comm, r, deadline);
     pthread_mutex_unlock(&n->nccl_mu);
+    sr_flight_start(fl);
     if (r != ncclSuccess) {
+        sr_flight_end(fl, false);
         char what[128];
         snprintf(what, sizeof what, "%s %ld of %zu bytes on group %s", kind_names[kind], seq, need_recv,
                  sr_group_name(g));
@@ -600,7 +611,7 @@ static sr_status nccl_collective(sr_nccl *n, sr_nccl_kind kind, sr_group *g, voi
     }
     pthread_mutex_lock(&n->ring_mu);
     ring_op *o = &n->ops[n->head % RING];
-    *o = (ring_op){seq, kind, sr_group_name(g), kind == SR_NCCL_ALLGATHER ? need_recv : need_send, mono_s()};
+    *o = (ring_op){seq, kind, sr_group_name(g), kind == SR_NCCL_ALLGATHER ? need_recv : need_send, mono_s(), fl};
     if (n->tail == n->head)
         n->oldest_since = o->issued;
     cudaError_t ce = cudaEventRecord(n->ev[n->head % RING], n->stream);

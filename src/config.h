@@ -57,6 +57,9 @@ typedef struct {
     int64_t log_every;
     char *log_metrics;
     int64_t log_sample_every;
+    int64_t log_flight_recorder; /* ring entries; 0 = off */
+    char *log_flight_dir;        /* "" = the default (flight.h) */
+    double log_straggler_pct;
     /* threads */
     int64_t threads;
     /* comm */

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "../kernels/sr_cuda.h"
+#include "flight.h"
 #include "testhook.h"
 
 #define RING 8192
@@ -133,6 +134,7 @@ bool sr_cuda_sticky(cudaError_t e) {
  * or ncclCommFinalize (each can wait for a hung kernel forever). */
 static _Noreturn void fatal(sr_status st) {
     const char *msg = sr_error_message();
+    sr_flight_dump(st == SR_ERR_PEER ? "exit 69" : "exit 70", msg);
     sr_log_error("%s (the GPU may be unusable: exiting without freeing its memory)", msg[0] ? msg : sr_status_str(st));
     fflush(NULL);
     _exit(sr_status_exit_code(st));

@@ -23,6 +23,7 @@
 #include "data.h"
 #include "device.h"
 #include "export_hf.h"
+#include "flightcheck.h"
 #include "job.h"
 #include "mem.h"
 #include "metrics.h"
@@ -134,7 +135,9 @@ static const char *option_brief(int x) {
 
 static const char exit_text[] = "exit status: 0 done, 1 training failed, 64 usage, 65 bad data or checkpoint,\n"
                                 "66 missing input, 69 peer failed, 70 internal, 73 cannot create output,\n"
-                                "74 I/O error, 75 preempted (run again), 78 bad job file or launch.\n"
+                                "74 I/O error, 75 preempted (run again), 78 bad job file or launch;\n"
+                                "debug flight: 0 consistent, 2 a culprit named, 65 a malformed dump,\n"
+                                "66 a dump missing.\n"
                                 "See shardrun(1) and shardrun.yaml(5).\n";
 
 typedef struct {
@@ -657,6 +660,19 @@ static int cmd_plan(const char *sub, const cli *c) {
     sr_config_free(&cfg);
     return rc;
 }
+static int cmd_debug(const char *sub, const cli *c) {
+    (void)sub;
+    if (c->nargs != 1)
+        return usage_error("%s", "debug flight: expected exactly one directory of flight-recorder dumps "
+                                 "(log.flight_dir of a run)");
+    bool culprit = false;
+    sr_status st = sr_flight_check(c->args[0], stdout, &culprit);
+    if (fflush(stdout) != 0 && st == SR_OK)
+        st = sr_error(SR_ERR_IO, "write to standard output failed");
+    if (st != SR_OK)
+        return fail(st);
+    return culprit ? SR_FLIGHT_CULPRIT_EXIT : 0;
+}
 
 /* ------------------------------------------------------------------------ */
 /* the command table: dispatch, usage, --help and the options each command
@@ -712,6 +728,10 @@ static const command_row commands[] = {
      "[--set KEY=VALUE]...",
      "size a job without running it: memory per rank and space,\nfit, throughput, checkpoint size and the --signal "
      "lead"},
+    {"debug", "flight", 0, cmd_debug, "DIR",
+     "read every rank's flight-recorder dump in DIR and say what\nwent wrong: the last collective every rank "
+     "completed, the\nrank that never entered, started or matched the next one,\nranks whose steps lag (exit 2 "
+     "when it names one)"},
     {"help", NULL, 0, cmd_help, "[COMMAND [SUBCOMMAND]]", "print the usage of every command, or of one"},
 };
 #define NCOMMANDS ((int)(sizeof commands / sizeof commands[0]))
@@ -730,6 +750,8 @@ static const struct {
     {"validate", "config check"},
     {"tokenize", "data prepare"},
     {"size", "plan"},
+    {"flight", "debug flight"},
+    {"hang", "debug flight"},
     {"estimate", "plan"},
 };
 

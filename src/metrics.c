@@ -87,6 +87,48 @@ static double wall_now(void) {
 
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median of v[0..n) (sorted in a copy: on the stack up to 256 values,
+ * else on the heap; the mean of the two middle values for even n). */
+static double median_of(const double *v, int n) {
+    double small[256], *c = n <= 256 ? small : malloc(sizeof *c * (size_t)n);
+    if (!c)
+        return NAN;
+    memcpy(c, v, sizeof *c * (size_t)n);
+    qsort(c, (size_t)n, sizeof *c, cmp_dbl);
+    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+    if (c != small)
+        free(c);
+    return m;
+}
+
+void sr_rank_times_fill(sr_rank_times *t, const char *hosts, size_t host_len) {
+    if (t->n <= 0)
+        return;
+    t->busy_min = t->busy_max = t->busy_ms[0];
+    t->wait_min = t->wait_max = t->wait_ms[0];
+    t->slowest_rank = 0;
+    for (int i = 1; i < t->n; i++) {
+        if (t->busy_ms[i] > t->busy_max) {
+            t->busy_max = t->busy_ms[i];
+            t->slowest_rank = i;
+        }
+        if (t->busy_ms[i] < t->busy_min)
+            t->busy_min = t->busy_ms[i];
+        if (t->wait_ms[i] > t->wait_max)
+            t->wait_max = t->wait_ms[i];
+        if (t->wait_ms[i] < t->wait_min)
+            t->wait_min = t->wait_ms[i];
+    }
+    t->busy_median = median_of(t->busy_ms, t->n);
+    t->wait_median = median_of(t->wait_ms, t->n);
+    t->slowest_host = hosts ? hosts + (size_t)t->slowest_rank * host_len : NULL;
+}
+
 void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
     if (!m)
         return;
@@ -105,6 +147,22 @@ void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
         fprintf(f, ",\"val_loss\":%.17g", r->val_loss);
     if (r->nccl)
         fprintf(f, ",\"nccl\":\"%s\"", r->nccl);
+    const sr_rank_times *t = r->times;
+    if (t && t->n > 0) {
+        fprintf(f,
+                ",\"busy_ms_min\":%.6g,\"busy_ms_median\":%.6g,\"busy_ms_max\":%.6g,\"wait_ms_min\":%.6g,"
+                "\"wait_ms_median\":%.6g,\"wait_ms_max\":%.6g,\"slowest_rank\":%d,\"slowest_host\":",
+                t->busy_min, t->busy_median, t->busy_max, t->wait_min, t->wait_median, t->wait_max, t->slowest_rank);
+        json_t *h = json_string(t->slowest_host ? t->slowest_host : "");
+        char *hs = h ? json_dumps(h, JSON_ENCODE_ANY) : NULL;
+        fputs(hs ? hs : "null", f);
+        free(hs);
+        json_decref(h);
+        fputs(",\"busy_ms_ranks\":[", f);
+        for (int i = 0; i < t->n; i++)
+            fprintf(f, "%s%.4g", i ? "," : "", t->busy_ms[i]);
+        fputs("]", f);
+    }
     if (m->device[0])
         fprintf(f, ",\"device\":\"%s\"", m->device);
     for (int c = 0; c < SR_MEM_NCAT; c++)

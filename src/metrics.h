@@ -4,7 +4,9 @@
  * metrics owns log.metrics (written by rank 0; a resumed run appends) and
  * the format of its records (shardrun(1), METRICS): one JSON object per
  * logged step with step, loss, lr, grad_norm, tokens_per_s, mfu, step_ms,
- * comm_exposed_ms, tokens, ranks, val_loss after an evaluation, and every memory category
+ * comm_exposed_ms, tokens, ranks, val_loss after an evaluation, the ranks'
+ * busy and wait times (busy_ms_min/median/max, wait_ms_min/median/max,
+ * busy_ms_ranks, slowest_rank, slowest_host), and every memory category
  * current and peak from mem.h's accounting; and one event record per
  * start, resume, checkpoint commit, preemption and evaluation, with event,
  * step and time first (`shardrun report` reads both kinds). */
@@ -19,6 +21,22 @@
 
 typedef struct sr_metrics sr_metrics;
 
+/* Every rank's busy and wait time over one log interval (the straggler
+ * report): busy = step time - time waiting on collectives, in ms per step,
+ * gathered at the interval's last step (train.c). */
+typedef struct {
+    int n;                 /* ranks; 0 = not gathered (no keys written) */
+    const double *busy_ms; /* [n] */
+    const double *wait_ms; /* [n] */
+    double busy_min, busy_median, busy_max, wait_min, wait_median, wait_max;
+    int slowest_rank;         /* the rank of busy_max (the lowest one on a tie) */
+    const char *slowest_host; /* its host */
+} sr_rank_times;
+
+/* Fills t's statistics from its n, busy_ms and wait_ms; `hosts` holds n
+ * host names of `host_len` bytes each (slowest_host points into it). */
+void sr_rank_times_fill(sr_rank_times *t, const char *hosts, size_t host_len);
+
 /* One logged step. */
 typedef struct {
     int64_t step;
@@ -28,7 +46,8 @@ typedef struct {
     int ranks;
     bool has_val;
     double val_loss;
-    const char *nccl; /* the NCCL version of a run over NCCL, or NULL (no key) */
+    const char *nccl;           /* the NCCL version of a run over NCCL, or NULL (no key) */
+    const sr_rank_times *times; /* the straggler report's fields, or NULL */
 } sr_step_record;
 
 /* Opens `path` for records ("" or NULL: none, *out NULL): appended to when

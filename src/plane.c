@@ -10,6 +10,7 @@
 
 #include "comm_nccl.h"
 #include "config.h"
+#include "flight.h"
 #include "mem.h"
 #include "testhook.h"
 
@@ -118,10 +119,12 @@ static sr_status staged(sr_plane *p, sr_coll_kind kind, sr_group *g, void *recv,
     sr_status st = sr_dev_host_wait(d, &before, "download");
     if (st == SR_OK)
         st = sr_dev_download(d, hs, send, sb, "download");
+    sr_flight_plane was = sr_flight_set_host_plane(SR_FLIGHT_STAGING); /* the transport records it so */
     if (st == SR_OK)
         st = kind == SR_COLL_ALLGATHER        ? sr_allgather(g, hr, hs, count, dt, NULL)
              : kind == SR_COLL_REDUCE_SCATTER ? sr_reduce_scatter(g, hr, hs, count, dt, SR_OP_SUM, NULL)
                                               : sr_allreduce(g, hs, count, dt, SR_OP_SUM, NULL);
+    sr_flight_set_host_plane(was);
     if (st == SR_OK)
         st = sr_dev_upload(d, recv, kind == SR_COLL_ALLREDUCE ? hs : hr, rb, "upload");
     d->record(d, ev, SR_STREAM_COMM);
@@ -144,6 +147,9 @@ sr_status sr_plane_collective(sr_plane *p, sr_coll_kind kind, const char *what, 
         return st;
     }
     if (sr_group_size(g) == 1 && d->kind != SR_DEV_CPU) {
+        static const char *const names[] = {"all-gather", "reduce-scatter", "all-reduce"};
+        uint64_t fl = sr_flight_enter(SR_FLIGHT_COPY, -1, names[kind], sr_group_name(g), 1, count * sr_dtype_size(dt));
+        sr_flight_start(fl); /* issued on the comm stream; a copy waits on no peer */
         if (kind != SR_COLL_ALLREDUCE && recv != send)
             d->copy(d, SR_STREAM_COMM, recv, send, count * sr_dtype_size(dt));
         d->record(d, ev, SR_STREAM_COMM);

@@ -46,7 +46,28 @@ enum {
     MAX_EXACT = 65536, /* step times kept exactly for the median */
     NLOG = 20000,      /* log-scale bins of the median beyond that */
     MAX_STR = 64,      /* bytes of a string from the file shown */
+    GRID_RANKS = 256,  /* ranks of the busy-time grid drawn (the first ones) */
+    GRID_COLS = 96,    /* its columns: log intervals, merged in pairs when full */
+    MAX_STRAG = 50,    /* straggler events listed */
 };
+
+/* Busy time per rank and log interval (the straggler report's records):
+ * each cell sums a rank's busy_ms over the records of its column and the
+ * records' busy_ms_median; a column holds `span` records; when every
+ * column is full, neighbours merge and span doubles. */
+typedef struct {
+    int ranks, cols, span, n_in_col;
+    double first_step[GRID_COLS], last_step[GRID_COLS];
+    double med[GRID_COLS];
+    int cnt[GRID_COLS];
+    double cell[GRID_RANKS][GRID_COLS];
+} busy_grid;
+
+typedef struct {
+    double step, busy, median, over;
+    int rank;
+    char host[MAX_STR + 1];
+} straggler;
 
 /* ------------------------------------------------------------------------ */
 /* escaping */
@@ -311,7 +332,12 @@ typedef struct {
     int resumes_pre, resumes_crash;
     double redone_pre, redone_crash, gap_pre, gap_crash;
     median_acc step_ms;
-    json_t *config; /* the newest start event */
+    json_t *config;  /* the newest start event */
+    busy_grid *grid; /* NULL until a record has busy_ms_ranks */
+    int world;       /* ranks of the newest such record */
+    straggler strag[MAX_STRAG];
+    int nstrag;
+    long long strag_total;
 } state;
 
 static double num(const json_t *o, const char *key) {
@@ -360,6 +386,74 @@ static void state_free(state *s) {
     free(s->step_ms.exact);
     free(s->step_ms.bins);
     json_decref(s->config);
+    free(s->grid);
+}
+
+/* One record's busy_ms_ranks into the grid (false when out of memory). */
+static bool grid_add(state *s, const json_t *o, double step) {
+    const json_t *a = json_object_get(o, "busy_ms_ranks");
+    double med = num(o, "busy_ms_median");
+    if (!json_is_array(a) || !json_array_size(a) || !isfinite(med))
+        return true;
+    if (!s->grid) {
+        s->grid = sr_calloc(1, sizeof *s->grid);
+        if (!s->grid)
+            return false;
+        s->grid->span = 1;
+    }
+    busy_grid *g = s->grid;
+    s->world = (int)json_array_size(a);
+    if (g->n_in_col == g->span) { /* the column is full: the next one */
+        g->cols++;
+        g->n_in_col = 0;
+    }
+    if (g->cols == GRID_COLS) { /* every column full: merge neighbours */
+        for (int c = 0; c < GRID_COLS / 2; c++) {
+            g->first_step[c] = g->first_step[2 * c];
+            g->last_step[c] = g->last_step[2 * c + 1];
+            g->med[c] = g->med[2 * c] + g->med[2 * c + 1];
+            g->cnt[c] = g->cnt[2 * c] + g->cnt[2 * c + 1];
+            for (int r = 0; r < GRID_RANKS; r++)
+                g->cell[r][c] = g->cell[r][2 * c] + g->cell[r][2 * c + 1];
+        }
+        for (int c = GRID_COLS / 2; c < GRID_COLS; c++) {
+            g->med[c] = 0;
+            g->cnt[c] = 0;
+            for (int r = 0; r < GRID_RANKS; r++)
+                g->cell[r][c] = 0;
+        }
+        g->cols = GRID_COLS / 2;
+        g->span *= 2;
+        g->n_in_col = 0;
+    }
+    int c = g->cols;
+    if (!g->cnt[c])
+        g->first_step[c] = step;
+    g->last_step[c] = step;
+    g->med[c] += med;
+    g->cnt[c]++;
+    g->n_in_col++;
+    size_t n = json_array_size(a);
+    for (size_t r = 0; r < n && r < GRID_RANKS; r++) {
+        double v = json_number_value(json_array_get(a, r));
+        g->cell[r][c] += isfinite(v) ? v : 0;
+    }
+    if ((int)(n < GRID_RANKS ? n : GRID_RANKS) > g->ranks)
+        g->ranks = (int)(n < GRID_RANKS ? n : GRID_RANKS);
+    return true;
+}
+
+static void strag_add(state *s, const json_t *o, double step) {
+    s->strag_total++;
+    if (s->nstrag == MAX_STRAG)
+        return;
+    straggler *g = &s->strag[s->nstrag++];
+    g->step = step;
+    g->rank = (int)num(o, "rank");
+    g->busy = num(o, "busy_ms");
+    g->median = num(o, "median_ms");
+    g->over = num(o, "over_pct");
+    snprintf(g->host, sizeof g->host, "%.*s", MAX_STR, str(o, "host") ? str(o, "host") : "?");
 }
 
 /* A marker's title: what the event says, strings cut to MAX_STR. */
@@ -418,8 +512,13 @@ static bool fold(state *s, const json_t *o, long long lineno) {
     if (event) {
         s->events++;
         s->kinds[kind]++;
-    } else
+        if (strcmp(event, "straggler") == 0)
+            strag_add(s, o, step);
+    } else {
         s->steps++;
+        if (!grid_add(s, o, step))
+            return false;
+    }
     if (kind == K_START) {
         /* a run begins: how the previous one ended decides what its lost
          * time is counted as */
@@ -657,6 +756,15 @@ static void print_summary(FILE *out, const char *path, const state *s, const tot
             "next start (%d restart%s without a preemption)\n",
             t->lost_crash, s->redone_crash, plural(s->redone_crash), t->step_s, s->gap_crash, s->resumes_crash,
             plural(s->resumes_crash));
+    if (s->grid && !s->nstrag)
+        fprintf(out, "  stragglers: none named (log.straggler_pct)\n");
+    for (int i = 0; i < s->nstrag; i++)
+        fprintf(out,
+                "  straggler: rank %d (host %s) at step %.0f: busy %.1f ms per step, %.0f%% above the median %.1f ms\n",
+                s->strag[i].rank, s->strag[i].host, s->strag[i].step, s->strag[i].busy, s->strag[i].over,
+                s->strag[i].median);
+    if (s->strag_total > s->nstrag)
+        fprintf(out, "  ...and %lld more straggler warnings\n", s->strag_total - s->nstrag);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -929,6 +1037,50 @@ static void config_rows(FILE *f, const json_t *o) {
     fputs("</table>\n", f);
 }
 
+/* Busy time per rank and log interval as a grid of cells (rows: ranks,
+ * columns: intervals), coloured by the cell's busy time over the
+ * interval's median (white at or below it, dark red at twice it and
+ * above); then the stragglers named. */
+static void busy_chart(FILE *f, const state *s) {
+    const busy_grid *g = s->grid;
+    if (!g)
+        return;
+    int cols = g->cols + (g->cnt[g->cols] ? 1 : 0), rows = g->ranks;
+    double cw = 720.0 / (cols ? cols : 1), ch = rows > 64 ? 3.0 : 10.0;
+    fprintf(f,
+            "<h2>Busy time per rank</h2>\n<p>Busy time = step time minus time waiting on collectives, per rank and "
+            "log interval; colour: the cell over the interval's median (white: at most the median, dark red: twice "
+            "it or more).%s</p>\n<svg class=\"busy\" width=\"%.0f\" height=\"%.0f\">\n",
+            s->world > GRID_RANKS ? " The first 256 ranks." : "", 60 + cols * cw, 30 + rows * ch);
+    for (int r = 0; r < rows; r++) {
+        if (ch >= 10 || r % 16 == 0)
+            fprintf(f, "<text class=\"ytick\" x=\"56\" y=\"%.1f\">rank %d</text>\n", 20 + r * ch + ch - 1, r);
+        for (int c = 0; c < cols; c++) {
+            if (!g->cnt[c])
+                continue;
+            double busy = g->cell[r][c] / g->cnt[c], med = g->med[c] / g->cnt[c];
+            double x = med > 0 ? busy / med - 1.0 : 0.0;
+            x = x < 0 ? 0 : x > 1 ? 1 : x;
+            int gb = (int)(255 - 200 * x), rr = (int)(255 - 90 * x);
+            fprintf(f,
+                    "<rect class=\"cell\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                    "fill=\"#%02x%02x%02x\"><title>rank %d, steps %.0f-%.0f: busy %.2f ms per step (median "
+                    "%.2f)</title></rect>\n",
+                    60 + c * cw, 20 + r * ch, cw, ch, rr, gb, gb, r, g->first_step[c], g->last_step[c], busy, med);
+        }
+    }
+    fputs("</svg>\n<table class=\"stragglers\"><tr><th>step</th><th>straggler</th></tr>\n", f);
+    for (int i = 0; i < s->nstrag; i++) {
+        fprintf(f, "<tr><td>%.0f</td><td>rank %d (host ", s->strag[i].step, s->strag[i].rank);
+        esc(f, s->strag[i].host);
+        fprintf(f, "): busy %.1f ms per step, %.0f%% above the median %.1f ms</td></tr>\n", s->strag[i].busy,
+                s->strag[i].over, s->strag[i].median);
+    }
+    if (!s->nstrag)
+        fputs("<tr><td></td><td>none named</td></tr>\n", f);
+    fputs("</table>\n", f);
+}
+
 static void render(FILE *f, const char *path, const state *s, const totals *t) {
     fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>shardrun report: ", f);
     esc(f, path);
@@ -987,6 +1139,7 @@ static void render(FILE *f, const char *path, const state *s, const totals *t) {
     chart(f, s, "mfu", "Model FLOP utilization", "%", false);
     chart(f, s, "comm", "Exposed communication per step", "ms", false);
     chart(f, s, "memory", "Memory by category (peak so far, stacked)", "MiB", false);
+    busy_chart(f, s);
 
     fputs("<h2>Events</h2>\n<table class=\"events\"><tr><th>line</th><th>step</th><th>event</th></tr>\n", f);
     for (int i = 0; i < s->nmarks; i++) {

@@ -88,15 +88,14 @@ void sr_run_banner(sr_run *r) {
         snprintf(device, sizeof device, "fake (test hook SHARDRUN_TEST_DEVICE: device memory in its own space; %s",
                  paren ? paren + 1 : "cpu)");
     }
-    const char *restart = getenv("SLURM_RESTART_COUNT");
     char transport[128];
     const char *nccl = sr_plane_nccl_version(r->plane);
     snprintf(transport, sizeof transport, "%s%s%s", w->size > 1 ? sr_transport_address(r->tp) : "none",
              nccl ? " nccl=" : "", nccl ? nccl : "");
-    sr_log_info_all("rank %d/%d local %d/%d node %d host %s device=%s isa=%s job %s transport %s restart=%s resume=%s",
-                    w->rank, w->size, w->local_rank, w->local_size, w->node_id, w->host, device,
-                    sr_isa_name(sr_isa_current()), w->job_id, transport, restart && *restart ? restart : "0",
-                    r->resumed);
+    sr_log_info_all(
+        "rank %d/%d local %d/%d node %d host %s device=%s isa=%s job %s transport %s restart=%lld resume=%s", w->rank,
+        w->size, w->local_rank, w->local_size, w->node_id, w->host, device, sr_isa_name(sr_isa_current()), w->job_id,
+        transport, w->restart, r->resumed);
     const sr_model_dims *d = &r->model.d;
     char model_name[256];
     sr_log_info("model %s: n_layer %d, n_head %d, n_embd %d, vocab_size %d (padded %d), seq_len %d; %.2fM parameters; "
@@ -182,8 +181,7 @@ static json_t *reshard_json(int64_t v) {
 void sr_run_start_events(sr_run *r) {
     if (!r->metrics)
         return;
-    const char *restart = getenv("SLURM_RESTART_COUNT");
-    long long restarts = restart && *restart ? strtoll(restart, NULL, 10) : 0;
+    long long restarts = r->w->restart;
     const sr_config *cfg = r->cfg;
     /* the run's configuration, as the report shows it */
     sr_metrics_event(
@@ -226,6 +224,41 @@ void sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evaluated)
                           .ranks = r->w->size,
                           .has_val = evaluated,
                           .val_loss = r->last_val,
-                          .nccl = sr_plane_nccl_version(r->plane)};
+                          .nccl = sr_plane_nccl_version(r->plane),
+                          .times = r->times.n ? &r->times : NULL};
     sr_metrics_step(r->metrics, &rec);
+}
+
+bool sr_run_log_due(const sr_run *r, int64_t s) {
+    return (s + 1) % r->cfg->log_every == 0 || s == 0 || s + 1 == r->cfg->steps;
+}
+
+/* Straggler streaks: a rank over the median by more than log.straggler_pct
+ * for STRAGGLER_INTERVALS intervals in a row is named once per streak. */
+#define STRAGGLER_INTERVALS 3
+
+void sr_run_stragglers(sr_run *r, int64_t s) {
+    const sr_rank_times *t = &r->times;
+    if (t->n < 2)
+        return;
+    double limit = t->busy_median * (1.0 + r->cfg->log_straggler_pct / 100.0);
+    for (int i = 0; i < t->n; i++) {
+        if (!(t->busy_ms[i] > limit)) {
+            r->streak[i] = 0;
+            continue;
+        }
+        if (++r->streak[i] != STRAGGLER_INTERVALS)
+            continue;
+        const char *host = r->hosts + (size_t)i * RANK_HOST_LEN;
+        double over = t->busy_median > 0 ? 100.0 * (t->busy_ms[i] / t->busy_median - 1.0) : 0.0;
+        sr_log_warn("straggler: rank %d (host %s) was busy %.1f ms per step, %.0f%% above the median %.1f ms of the "
+                    "%d ranks, for %d log intervals in a row up to step %lld (log.straggler_pct %g; the others waited "
+                    "for it: see busy_ms_ranks in log.metrics, or shardrun report)",
+                    i, host, t->busy_ms[i], over, t->busy_median, t->n, STRAGGLER_INTERVALS, (long long)(s + 1),
+                    r->cfg->log_straggler_pct);
+        if (r->metrics)
+            sr_metrics_event(r->metrics, "straggler", s + 1,
+                             json_pack("{si ss sf sf sf}", "rank", i, "host", host, "busy_ms", t->busy_ms[i],
+                                       "median_ms", t->busy_median, "over_pct", over));
+    }
 }

@@ -119,6 +119,7 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
     h->device_free_mb = -1;
     h->gpu_detect = -1;
     h->stall_seq = -1;
+    h->mismatch_seq = -1;
     h->gpu_hang_step = -1;
     const char *v;
     char expected[512];
@@ -216,6 +217,16 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
         h->stall_seq = -1;
         bad(&ps, "SHARDRUN_TEST_STALL_SEQ", v, "a collective's sequence number from 0 to 4294967295");
     }
+    if ((v = getenv("SHARDRUN_TEST_MISMATCH_SEQ")) && *v) {
+        long n = split_rank(v, &h->mismatch_rank);
+        if (n < 0 || !parse_i64(v, (size_t)n, 0, &h->mismatch_seq) || h->mismatch_seq > UINT32_MAX) {
+            h->mismatch_seq = -1;
+            bad(&ps, "SHARDRUN_TEST_MISMATCH_SEQ", v,
+                "K[@RANK]: a collective's sequence number from 0 to 4294967295, and the world rank (default 0)");
+        }
+        if (h->mismatch_rank < 0)
+            h->mismatch_rank = 0;
+    }
     flag(&ps, "SHARDRUN_TEST_NCCL_SIZE1", &h->nccl_size1);
     flag(&ps, "SHARDRUN_TEST_STAGED_COLLECTIVES", &h->staged);
     flag(&ps, "SHARDRUN_BENCH_NO_SHA256", &h->bench_no_sha256);
@@ -286,6 +297,8 @@ void sr_testhook_warn_active(void) {
         ADD(" SHARDRUN_TEST_COMM_DELAY_US=%s", getenv("SHARDRUN_TEST_COMM_DELAY_US"));
     if (h->stall_seq >= 0)
         ADD(" SHARDRUN_TEST_STALL_SEQ=%lld", (long long)h->stall_seq);
+    if (h->mismatch_seq >= 0)
+        ADD(" SHARDRUN_TEST_MISMATCH_SEQ=%s", getenv("SHARDRUN_TEST_MISMATCH_SEQ"));
     if (h->gpu_hang_step >= 0)
         ADD(" SHARDRUN_TEST_GPU_HANG_AT=%lld", (long long)h->gpu_hang_step);
     if (h->mutate[0])

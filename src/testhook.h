@@ -49,6 +49,10 @@
  *                                              downloads skip the pinned bounce buffer
  *   SHARDRUN_TEST_STALL_SEQ=K                  collective K of the transport never completes on
  *                                              world rank 0 (the watchdog must end the run)
+ *   SHARDRUN_TEST_MISMATCH_SEQ=K[@RANK]        world rank RANK (default 0) issues host-transport
+ *                                              collective K with another size (one element
+ *                                              fewer): the ranks disagree, the run ends, and
+ *                                              shardrun debug flight must name the mismatch
  *   SHARDRUN_TEST_CKPT_WRITE_DELAY_MS=N        the background checkpoint writer sleeps N ms
  *                                              before it writes (asynchronous saves)
  *   SHARDRUN_BENCH_NO_SHA256=1                 checkpoints without checksums (benchmarks) */
@@ -96,6 +100,8 @@ typedef struct {
     int64_t comm_delay_us; /* 0 = off */
     int comm_delay_stream; /* 0: comm, 1: compute */
     int64_t stall_seq;     /* -1 = off */
+    int64_t mismatch_seq;  /* SHARDRUN_TEST_MISMATCH_SEQ: -1 = off */
+    int mismatch_rank;     /* its rank (default 0) */
     int64_t gpu_hang_step; /* SHARDRUN_TEST_GPU_HANG_AT: -1 = off */
     char mutate[16];       /* SHARDRUN_TEST_MUTATE: "" = off, "keep_notready", "pageable_step" */
     bool bench_no_sha256;

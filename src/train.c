@@ -22,6 +22,7 @@
 
 #include <jansson.h>
 
+#include "flight.h"
 #include "isa.h"
 #include "mem.h"
 #include "paramdump.h"
@@ -203,6 +204,42 @@ static sr_status open_run_state(sr_run *r) {
     return st;
 }
 
+/* The flight recorder (flight.h), before the planes start.  Its ring is a
+ * plain calloc, outside the accounting: a recorder that cannot have its
+ * memory is off with a warning, not a failed run (and a run under
+ * SHARDRUN_TEST_ALLOC_FAIL counts the same allocations with it or without). */
+static void start_flight(sr_run *r) {
+    const sr_config *cfg = r->cfg;
+    sr_flight_opts fo = {cfg->log_flight_recorder,
+                         cfg->log_flight_dir,
+                         cfg->ckpt_dir ? cfg->ckpt_dir : "",
+                         r->w->rank,
+                         r->w->size,
+                         r->w->host,
+                         r->w->job_id,
+                         r->w->restart,
+                         cfg->comm_timeout_s};
+    if (!sr_flight_init(&fo))
+        sr_log_warn("flight recorder: no memory for %lld entries: it is off", (long long)cfg->log_flight_recorder);
+    else
+        sr_flight_install_sigquit();
+}
+
+/* Every rank's host name, for the straggler report (one all-gather), and
+ * the report's per-rank arrays. */
+static sr_status gather_hosts(sr_run *r) {
+    int n = r->w->size;
+    r->hosts = sr_calloc((size_t)n, RANK_HOST_LEN);
+    r->busy_ms = sr_calloc((size_t)n, sizeof *r->busy_ms);
+    r->wait_ms = sr_calloc((size_t)n, sizeof *r->wait_ms);
+    r->streak = sr_calloc((size_t)n, sizeof *r->streak);
+    if (!r->hosts || !r->busy_ms || !r->wait_ms || !r->streak)
+        return sr_error_oom("the straggler report's per-rank arrays");
+    char mine[RANK_HOST_LEN] = {0};
+    snprintf(mine, sizeof mine, "%.*s", RANK_HOST_LEN - 1, r->w->host);
+    return sr_ctl_allgather(r->ctl, r->hosts, mine, RANK_HOST_LEN);
+}
+
 static sr_status setup(sr_run *r) {
     const sr_config *cfg = r->cfg;
     r->threads = sr_ops_set_threads((int)cfg->threads);
@@ -220,8 +257,12 @@ static sr_status setup(sr_run *r) {
         st = sr_memplan_run(&r->plan, cfg, &r->job, &r->mesh, r->mb, r->threads, r->ops, r->dev, r->w);
     if (st == SR_OK)
         st = open_data(r);
-    if (st == SR_OK)
+    if (st == SR_OK) {
+        start_flight(r);
         st = open_engine(r);
+    }
+    if (st == SR_OK)
+        st = gather_hosts(r);
     if (st != SR_OK)
         return st;
     /* every micro-batch of a step its own slot, in memory the forward's
@@ -239,6 +280,8 @@ static sr_status teardown(sr_run *r, sr_status st) {
      * memory can block.  The preemption handlers stay until the process
      * exits: a late SIGTERM (Slurm's, after GraceTime) must not turn a
      * committed preemption into a death by signal. */
+    if (st == SR_ERR_PEER || st == SR_ERR_INTERNAL) /* a lost peer, a stall, a bug: what each rank last did */
+        sr_flight_dump(st == SR_ERR_PEER ? "exit 69" : "exit 70", sr_error_message()); /* its line, then the error */
     if (st != SR_PREEMPTED)
         sr_error_emit(st);
     sr_ckpt_close(r->ck);
@@ -262,11 +305,48 @@ static sr_status teardown(sr_run *r, sr_status st) {
     sr_provenance_free(&r->data_rec);
     sr_job_free(&r->job);
     sr_device_close(r->dev);
+    sr_flight_shutdown();
+    free(r->hosts);
+    free(r->busy_ms);
+    free(r->wait_ms);
+    free(r->streak);
     return st;
 }
 
 /* ------------------------------------------------------------------------ */
 /* one step */
+
+/* The step's agreement on a logged step: every rank's {loss sum, signal
+ * flag, clock flag, busy and waiting seconds of the interval, its steps}
+ * all-gathered (one small collective in place of the sum), summed here in
+ * rank order for red[0..3) — the same on every rank — and the interval's
+ * busy and wait times per rank handed to the straggler report. */
+static sr_status agree_and_gather(sr_run *r, double red[3]) {
+    enum { W = 6 };
+    int n = r->w->size;
+    double mine[W] = {red[0], red[1], red[2], r->iv_busy, r->iv_wait, (double)r->iv_steps};
+    double *all = sr_malloc(sizeof *all * W * (size_t)n);
+    if (!all)
+        return sr_error_oom("the step agreement's gather");
+    sr_status st = sr_ctl_allgather(r->ctl, all, mine, sizeof mine);
+    if (st == SR_OK) {
+        red[0] = red[1] = red[2] = 0.0;
+        for (int i = 0; i < n; i++) {
+            const double *v = all + (size_t)i * W;
+            for (int k = 0; k < 3; k++)
+                red[k] += v[k];
+            double steps = v[5] > 0 ? v[5] : 1.0;
+            r->busy_ms[i] = v[3] / steps * 1e3;
+            r->wait_ms[i] = v[4] / steps * 1e3;
+        }
+        r->iv_busy = r->iv_wait = 0.0;
+        r->iv_steps = 0;
+        r->times = (sr_rank_times){.n = n, .busy_ms = r->busy_ms, .wait_ms = r->wait_ms};
+        sr_rank_times_fill(&r->times, r->hosts, RANK_HOST_LEN);
+    }
+    free(all);
+    return st;
+}
 
 static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
     const sr_config *cfg = r->cfg;
@@ -274,6 +354,7 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
     double t0 = now_s();
     long long waits0 = sr_dev_host_waits(r->dev);
     uint64_t comm0 = r->dev->comm_wait_ns;
+    sr_flight_step_begin(s + 1);
     sr_preempt_test_hook(s + 1, w->rank);
     r->dev->step = s + 1; /* for a GPU deadline's message */
     if (sr_oracle_on(r, s)) {
@@ -308,10 +389,19 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
     double clock_due =
         w->rank == 0 && cfg->ckpt_every_minutes > 0 && now_s() - r->last_save >= cfg->ckpt_every_minutes * 60.0;
     double red[3] = {loss_sum, sr_preempt_pending() ? 1.0 : 0.0, clock_due ? 1.0 : 0.0};
+    /* the straggler report: this rank's busy and waiting time so far in
+     * the log interval, gathered with the step's agreement on logged steps */
+    double ta = now_s(), waited = (double)(r->dev->comm_wait_ns - comm0) / 1e9;
+    r->iv_busy += ta - t0 - waited;
+    r->iv_wait += waited;
+    r->iv_steps++;
     if (st == SR_OK)
-        st = sr_ctl_sum(r->ctl, red, 3);
+        st = sr_run_log_due(r, s) ? agree_and_gather(r, red) : sr_ctl_sum(r->ctl, red, 3);
     if (st != SR_OK)
         return st;
+    double tb = now_s();
+    uint64_t comm1 = r->dev->comm_wait_ns;
+    r->iv_wait += tb - ta;                               /* the agreement waits for the slowest rank */
     o->loss = red[0] / ((double)cfg->batch_size * r->T); /* the mean per-token loss */
     o->stop = red[1] > 0;
     o->signalled = (int)red[1];
@@ -340,6 +430,10 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
                             (long long)(s + 1), waits);
     }
     r->cursor += (uint64_t)cfg->batch_size;
+    double tc = now_s(), waited_after = (double)(r->dev->comm_wait_ns - comm1) / 1e9;
+    r->iv_busy += tc - tb - waited_after;
+    r->iv_wait += waited_after;
+    sr_flight_step_end();
     o->seconds = now_s() - t0;
     o->comm_exposed_ms = (double)(r->dev->comm_wait_ns - comm0) / 1e6;
     if (s == r->start.step) {
@@ -436,6 +530,7 @@ static sr_status preempt_stop(sr_run *r, int64_t s, const sr_step_out *o, int *e
                 (double)bytes / 1e6 / (tdone - ts > 0 ? tdone - ts : 1e-9),
                 sr_preempt_pending() ? wall_now() - sr_preempt_time() : 0.0);
     *exit_code = sr_preempt_exit_status(r->cfg, r->w);
+    sr_flight_dump("preempt", "preemption: the ranks agreed to stop; checkpoint committed");
     sr_log_info("preemption: exiting with status %d (%s)", *exit_code,
                 *exit_code == 0 ? "requeue requested; checkpoint committed"
                                 : "checkpoint committed; run again to resume");
@@ -461,8 +556,10 @@ static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code
                 sr_metrics_event(r->metrics, "eval", s + 1, json_pack("{sf}", "val_loss", r->last_val));
         }
     }
-    if ((s + 1) % cfg->log_every == 0 || s == 0 || last)
+    if (sr_run_log_due(r, s)) {
+        sr_run_stragglers(r, s);
         sr_run_log_step(r, s, o, evaluated);
+    }
     if (!o->stop && cfg->log_sample_every > 0 && (s + 1) % cfg->log_sample_every == 0) {
         sr_status st = sr_sample_during_training(r->fsdp, &r->model, r->ctl, r->w, s + 1, (uint64_t)cfg->seed,
                                                  r->threads, r->tok, &r->sample_skipped);
@@ -512,6 +609,14 @@ static sr_status finish(sr_run *r) {
         sr_log_info("done: %lld steps in %.1f s; loss %.4f -> %.4f", (long long)trained, now_s() - r->t_start,
                     r->first_loss, r->last_loss);
     sr_metrics_log_memory("at end");
+    if (sr_flight_on() && sr_flight_steps() > 0) {
+        double per = (double)sr_flight_recorded() / (double)sr_flight_steps();
+        sr_log_info("flight recorder: %llu records in %lld steps (%.1f per step; its ring of %lld holds the last %.0f "
+                    "steps); dumps go to %s",
+                    (unsigned long long)sr_flight_recorded(), (long long)sr_flight_steps(), per,
+                    (long long)cfg->log_flight_recorder, per > 0 ? (double)cfg->log_flight_recorder / per : 0.0,
+                    sr_flight_dir());
+    }
     if (r->dev->hb)
         sr_log_info(
             "happens-before checker: no race found; %lld steps made %lld host waits for the device, %lld in all "

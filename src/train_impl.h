@@ -56,12 +56,22 @@ typedef struct {
     double peak, flops_tok;
     char peak_how[256];
     bool sample_skipped; /* log.sample_every skipped once already (warned) */
+    /* the straggler report (train.c gathers, runlog.c reports) */
+    char *hosts;               /* every rank's host name, RANK_HOST_LEN bytes each */
+    double *busy_ms, *wait_ms; /* [world size]: the last interval's, ms per step */
+    int *streak;               /* [world size]: intervals in a row over log.straggler_pct */
+    double iv_busy, iv_wait;   /* this rank's seconds in the current interval */
+    int64_t iv_steps;          /* steps in the current interval */
+    sr_rank_times times;       /* the last gathered interval (times.n = 0: none) */
     /* loop state */
     double first_loss, last_loss, last_val, t_start, last_save;
     uint64_t cursor;
     long long hb_steps, hb_step_waits; /* the happens-before checker's count of host waits in steps */
     int *oracle_in, *oracle_tg;        /* SHARDRUN_TEST_ORACLE: the first step's whole batch */
 } sr_run;
+
+/* Bytes of one rank's host name in sr_run.hosts. */
+#define RANK_HOST_LEN 64
 
 /* What one step produced, and what the ranks agreed on with it. */
 typedef struct {
@@ -78,6 +88,13 @@ void sr_run_banner(sr_run *r);
 void sr_run_start_events(sr_run *r);
 void sr_run_checkpoint_events(sr_run *r);
 void sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evaluated);
+/* Whether step s (0-based) is logged: a progress line, a metrics record
+ * and the straggler report's gather (log.every, the first and the last). */
+bool sr_run_log_due(const sr_run *r, int64_t s);
+/* The straggler report of the interval gathered at step s: r->times from
+ * r->busy_ms and r->wait_ms, and a warning (and a metrics event) naming a
+ * rank over log.straggler_pct for 3 intervals in a row. */
+void sr_run_stragglers(sr_run *r, int64_t s);
 
 /* oracle.c (SHARDRUN_TEST_ORACLE): whether step s is the one laid out;
  * before it, after micro-batch a's forward, after its gradients. */

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "flight.h"
 #include "testhook.h"
 
 static int env_int(const char *name, int fallback) {
@@ -198,6 +199,7 @@ static void lost_connection_handler(size_t id, pmix_status_t status, const pmix_
                                     pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata) {
     (void)id, (void)source, (void)info, (void)ninfo, (void)results, (void)nresults;
     const char *uri = getenv("PMIX_SERVER_URI41");
+    sr_flight_dump("lost launcher", "lost the connection to the launcher's PMIx server");
     if (sr_error_final_claim()) {
         sr_log_error("lost the connection to the launcher's PMIx server%s%s (%s): the launcher (mpirun, or Slurm's "
                      "slurmstepd) died; stopping without a checkpoint, the last committed one stays (hint: see the "
@@ -299,6 +301,7 @@ static void *parent_watch_main(void *arg) {
         t.tv_sec += 1;
         pthread_cond_timedwait(&parent_watch.stop_cv, &parent_watch.lock, &t);
         if (!parent_watch.stop && getppid() != parent_watch.parent) {
+            sr_flight_dump("lost launcher", "the launcher (this rank's parent) exited");
             if (sr_error_final_claim()) {
                 sr_log_error(
                     "the launcher (process %ld, this rank's parent and its PMIx server) exited: stopping without a "
@@ -405,6 +408,8 @@ sr_status sr_world_init(sr_world *w) {
         snprintf(w->host, sizeof w->host, "unknown");
     const char *jid = getenv("SLURM_JOB_ID");
     snprintf(w->job_id, sizeof w->job_id, "%s", jid && *jid ? jid : "-");
+    const char *restart = getenv("SLURM_RESTART_COUNT");
+    w->restart = restart && *restart ? strtoll(restart, NULL, 10) : 0;
 
     long init_timeout;
     sr_status st = init_timeout_from_env(&init_timeout);

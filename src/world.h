@@ -28,7 +28,8 @@ typedef struct {
     char host[256];
     char job_id[300]; /* SLURM_JOB_ID, else the PMIx job id, else "-" */
     char nspace[256];
-    bool pmix; /* true when a PMIx server answered */
+    long long restart; /* SLURM_RESTART_COUNT: how often Slurm requeued the job (0 when unset) */
+    bool pmix;         /* true when a PMIx server answered */
 } sr_world;
 
 /* Bootstraps.  Returns SR_OK (single process when no PMIx server and not in

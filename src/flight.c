@@ -1,0 +1,466 @@
+/* flight.c — the flight recorder's ring and its async-signal-safe dump; see
+ * flight.h for what it owns.
+ *
+ * The dump formats JSON by hand (put_* below): stdio and jansson are not
+ * async-signal-safe (they lock and allocate), and the dump runs in a
+ * SIGQUIT handler and in threads about to _exit while others may hold any
+ * lock.  Every number is an integer (nanoseconds, bytes), so no float
+ * formatting is needed. */
+#include "srconfig.h"
+
+#include "flight.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mem.h"
+
+/* One entry.  Every field is read by a dump that may run concurrently, so
+ * every access is atomic (relaxed; the id is the publication). */
+typedef struct {
+    uint64_t id; /* 1-based record number; 0 = being written */
+    int64_t seq, step;
+    uint64_t bytes;
+    int64_t t_enq, t_start, t_end; /* CLOCK_REALTIME ns; 0 = not yet */
+    const char *op;                /* a string literal of the recording module */
+    uint64_t group[2];             /* the group name, 15 bytes and a NUL */
+    int32_t group_size;
+    uint8_t plane, state;
+} entry;
+
+static struct {
+    entry *ring;
+    uint64_t cap;
+    uint64_t next; /* ids handed out */
+    uint64_t base; /* ids handed out before the first step mark */
+    int64_t step, steps;
+    uint64_t step_id;
+    int rank, world_size;
+    long long restart;
+    int64_t timeout_ms;
+    char host[128], job[128]; /* job: as given (the dump's "job") */
+    char dir[4096], path[4200], tmp[4200];
+    int dumping;
+} fr;
+
+static _Thread_local sr_flight_plane host_plane = SR_FLIGHT_HOST;
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* async-signal-safe */
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+#define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define ST(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+
+/* A name kept only in [A-Za-z0-9._-] (a job id in a directory name). */
+static void safe_name(char *dst, size_t n, const char *src) {
+    size_t i = 0;
+    for (; src && src[i] && i + 1 < n; i++) {
+        char c = src[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
+                  c == '_';
+        dst[i] = ok ? c : '_';
+    }
+    dst[i] = '\0';
+}
+
+bool sr_flight_init(const sr_flight_opts *o) {
+    if (o->entries <= 0)
+        return true;
+    if (!fr.ring) {
+        fr.ring = sr_calloc((size_t)o->entries, sizeof *fr.ring);
+        if (!fr.ring)
+            return false;
+        fr.cap = (uint64_t)o->entries;
+    }
+    fr.rank = o->rank;
+    fr.world_size = o->world_size;
+    fr.restart = o->restart;
+    fr.timeout_ms = (int64_t)(o->comm_timeout_s * 1000.0);
+    safe_name(fr.host, sizeof fr.host, o->host);
+    bool has_job = o->job_id && *o->job_id && strcmp(o->job_id, "-") != 0;
+    char job[128];
+    if (has_job)
+        safe_name(job, sizeof job, o->job_id);
+    else
+        snprintf(job, sizeof job, "%ld", (long)getpid());
+    snprintf(fr.job, sizeof fr.job, "%s", has_job ? o->job_id : job);
+    if (o->dir && *o->dir)
+        snprintf(fr.dir, sizeof fr.dir, "%s", o->dir);
+    else if (o->ckpt_dir && *o->ckpt_dir)
+        snprintf(fr.dir, sizeof fr.dir, "%s/flight/%s.%lld", o->ckpt_dir, job, o->restart);
+    else
+        snprintf(fr.dir, sizeof fr.dir, "./shardrun-flight.%s", job);
+    snprintf(fr.path, sizeof fr.path, "%s/rank%d.json", fr.dir, fr.rank);
+    snprintf(fr.tmp, sizeof fr.tmp, "%s/.rank%d.json.tmp", fr.dir, fr.rank);
+    return true;
+}
+
+void sr_flight_shutdown(void) {
+    entry *r = fr.ring;
+    __atomic_store_n(&fr.cap, 0, __ATOMIC_SEQ_CST);
+    fr.ring = NULL;
+    free(r);
+}
+
+const char *sr_flight_dir(void) { return fr.ring ? fr.dir : ""; }
+bool sr_flight_on(void) { return fr.ring != NULL; }
+uint64_t sr_flight_recorded(void) { return __atomic_load_n(&fr.next, __ATOMIC_RELAXED) - fr.base; }
+int64_t sr_flight_steps(void) { return __atomic_load_n(&fr.steps, __ATOMIC_RELAXED); }
+
+sr_flight_plane sr_flight_set_host_plane(sr_flight_plane p) {
+    sr_flight_plane old = host_plane;
+    host_plane = p;
+    return old;
+}
+sr_flight_plane sr_flight_host_plane(void) { return host_plane; }
+
+/* The slot of id, when it still holds it. */
+static entry *slot_of(uint64_t id) {
+    uint64_t cap = __atomic_load_n(&fr.cap, __ATOMIC_RELAXED);
+    if (!id || !cap)
+        return NULL;
+    entry *e = &fr.ring[(id - 1) % cap];
+    return __atomic_load_n(&e->id, __ATOMIC_ACQUIRE) == id ? e : NULL;
+}
+
+uint64_t sr_flight_enter(sr_flight_plane plane, int64_t seq, const char *op, const char *group, int group_size,
+                         uint64_t bytes) {
+    uint64_t cap = __atomic_load_n(&fr.cap, __ATOMIC_RELAXED);
+    if (!cap)
+        return 0;
+    uint64_t id = __atomic_add_fetch(&fr.next, 1, __ATOMIC_RELAXED);
+    entry *e = &fr.ring[(id - 1) % cap];
+    __atomic_store_n(&e->id, 0, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    uint64_t g[2] = {0, 0};
+    if (group)
+        for (size_t i = 0; i < 15 && group[i]; i++)
+            ((char *)g)[i] = group[i];
+    ST(e->seq, seq);
+    ST(e->step, LD(fr.step));
+    ST(e->bytes, bytes);
+    ST(e->t_enq, now_ns());
+    ST(e->t_start, 0);
+    ST(e->t_end, 0);
+    ST(e->op, op);
+    ST(e->group[0], g[0]);
+    ST(e->group[1], g[1]);
+    ST(e->group_size, (int32_t)group_size);
+    ST(e->plane, (uint8_t)plane);
+    ST(e->state, (uint8_t)SR_FLIGHT_QUEUED);
+    __atomic_store_n(&e->id, id, __ATOMIC_RELEASE);
+    return id;
+}
+
+void sr_flight_start(uint64_t id) {
+    entry *e = slot_of(id);
+    if (!e)
+        return;
+    ST(e->t_start, now_ns());
+    uint8_t p = LD(e->plane);
+    ST(e->state, (uint8_t)(p == SR_FLIGHT_NCCL || p == SR_FLIGHT_COPY ? SR_FLIGHT_ISSUED : SR_FLIGHT_RUNNING));
+}
+
+void sr_flight_end(uint64_t id, bool ok) {
+    entry *e = slot_of(id);
+    if (!e)
+        return;
+    ST(e->t_end, now_ns());
+    ST(e->state, (uint8_t)(ok ? SR_FLIGHT_DONE : SR_FLIGHT_FAILED));
+}
+
+void sr_flight_step_begin(int64_t step) {
+    ST(fr.step, step);
+    if (!__atomic_load_n(&fr.cap, __ATOMIC_RELAXED))
+        return;
+    if (__atomic_add_fetch(&fr.steps, 1, __ATOMIC_RELAXED) == 1)
+        fr.base = __atomic_load_n(&fr.next, __ATOMIC_RELAXED);
+    uint64_t id = sr_flight_enter(SR_FLIGHT_STEP, step, "step", "", 1, 0);
+    sr_flight_start(id);
+    fr.step_id = id;
+}
+
+void sr_flight_step_end(void) {
+    sr_flight_end(fr.step_id, true);
+    fr.step_id = 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the dump: async-signal-safe writers into a static buffer */
+
+typedef struct {
+    int fd;
+    bool ok;
+    size_t n;
+    char buf[16384];
+} out;
+
+static out dump_out; /* used by one dump at a time (fr.dumping) */
+
+static void flush_out(out *o) {
+    size_t off = 0;
+    while (o->ok && off < o->n) {
+        ssize_t w = write(o->fd, o->buf + off, o->n - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            o->ok = false;
+        else
+            off += (size_t)w;
+    }
+    o->n = 0;
+}
+
+static void put_raw(out *o, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (o->n == sizeof o->buf)
+            flush_out(o);
+        o->buf[o->n++] = s[i];
+    }
+}
+
+static void put(out *o, const char *s) { put_raw(o, s, strlen(s)); }
+
+static void put_int(out *o, int64_t v) {
+    char t[24];
+    int i = (int)sizeof t;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        t[--i] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        t[--i] = '-';
+    put_raw(o, t + i, sizeof t - (size_t)i);
+}
+
+/* A JSON string: quotes, backslashes and control bytes escaped; bytes of
+ * 0x80 and above as they are (a message's UTF-8). */
+static void put_str(out *o, const char *s) {
+    static const char hex[] = "0123456789abcdef";
+    put(o, "\"");
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            put_raw(o, e, 2);
+        } else if (c < 0x20) {
+            char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            put_raw(o, e, 6);
+        } else {
+            put_raw(o, (const char *)&c, 1);
+        }
+    }
+    put(o, "\"");
+}
+
+static void key(out *o, const char *k) {
+    put_str(o, k);
+    put(o, ": ");
+}
+
+/* mkdir -p of fr.dir (async-signal-safe: mkdir only). */
+static bool make_dir(void) {
+    char p[sizeof fr.dir];
+    size_t n = strlen(fr.dir);
+    memcpy(p, fr.dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (p[i] != '/' && p[i] != '\0')
+            continue;
+        char c = p[i];
+        p[i] = '\0';
+        if (mkdir(p, 0777) != 0 && errno != EEXIST)
+            return false;
+        p[i] = c;
+    }
+    return true;
+}
+
+/* One line on stderr by write(2). */
+static void say(const char *a, const char *b, const char *c, const char *d, const char *e) {
+    out *o = &dump_out;
+    o->fd = 2;
+    o->ok = true;
+    o->n = 0;
+    put(o, fr.world_size > 1 ? "shardrun[rank " : "shardrun: ");
+    if (fr.world_size > 1) {
+        put_int(o, fr.rank);
+        put(o, "]: ");
+    }
+    put(o, a);
+    put(o, b);
+    put(o, c);
+    put(o, d);
+    put(o, e);
+    put(o, "\n");
+    flush_out(o);
+}
+
+static void put_entry(out *o, const entry *e, bool first) {
+    static const char *const planes[] = SR_FLIGHT_PLANE_NAMES;
+    static const char *const states[] = SR_FLIGHT_STATE_NAMES;
+    char g[16];
+    memcpy(g, e->group, 16);
+    g[15] = '\0';
+    put(o, first ? "\n  {" : ",\n  {");
+    key(o, "id");
+    put_int(o, (int64_t)e->id);
+    put(o, ", ");
+    key(o, "seq");
+    put_int(o, e->seq);
+    put(o, ", ");
+    key(o, "step");
+    put_int(o, e->step);
+    put(o, ", ");
+    key(o, "plane");
+    put_str(o, e->plane < 5 ? planes[e->plane] : "?");
+    put(o, ", ");
+    key(o, "op");
+    put_str(o, e->op ? e->op : "?");
+    put(o, ", ");
+    key(o, "group");
+    put_str(o, g);
+    put(o, ", ");
+    key(o, "group_size");
+    put_int(o, e->group_size);
+    put(o, ", ");
+    key(o, "bytes");
+    put_int(o, (int64_t)e->bytes);
+    put(o, ", ");
+    key(o, "enqueue_ns");
+    put_int(o, e->t_enq);
+    put(o, ", ");
+    key(o, "start_ns");
+    put_int(o, e->t_start);
+    put(o, ", ");
+    key(o, "end_ns");
+    put_int(o, e->t_end);
+    put(o, ", ");
+    key(o, "state");
+    put_str(o, e->state < 5 ? states[e->state] : "?");
+    put(o, "}");
+}
+
+bool sr_flight_dump(const char *reason, const char *detail) {
+    uint64_t cap = __atomic_load_n(&fr.cap, __ATOMIC_ACQUIRE);
+    if (!cap || !fr.ring || !__atomic_load_n(&fr.next, __ATOMIC_RELAXED))
+        return false; /* off, or nothing recorded yet */
+    if (__atomic_exchange_n(&fr.dumping, 1, __ATOMIC_ACQ_REL))
+        return false; /* another thread is dumping */
+    int saved_errno = errno;
+    bool ok = make_dir();
+    out *o = &dump_out;
+    *o = (out){.fd = ok ? open(fr.tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666) : -1, .ok = true};
+    ok = o->fd >= 0;
+    if (ok) {
+        uint64_t last = __atomic_load_n(&fr.next, __ATOMIC_ACQUIRE);
+        put(o, "{");
+        key(o, "format");
+        put_str(o, SR_FLIGHT_FORMAT);
+        put(o, ",\n ");
+        key(o, "job");
+        put_str(o, fr.job);
+        put(o, ", ");
+        key(o, "restart");
+        put_int(o, fr.restart);
+        put(o, ", ");
+        key(o, "rank");
+        put_int(o, fr.rank);
+        put(o, ", ");
+        key(o, "world_size");
+        put_int(o, fr.world_size);
+        put(o, ",\n ");
+        key(o, "host");
+        put_str(o, fr.host);
+        put(o, ", ");
+        key(o, "pid");
+        put_int(o, (int64_t)getpid());
+        put(o, ", ");
+        key(o, "time_ns");
+        put_int(o, now_ns());
+        put(o, ",\n ");
+        key(o, "reason");
+        put_str(o, reason ? reason : "");
+        put(o, ", ");
+        key(o, "detail");
+        put_str(o, detail ? detail : "");
+        put(o, ",\n ");
+        key(o, "step");
+        put_int(o, LD(fr.step));
+        put(o, ", ");
+        key(o, "capacity");
+        put_int(o, (int64_t)cap);
+        put(o, ", ");
+        key(o, "recorded");
+        put_int(o, (int64_t)last);
+        put(o, ", ");
+        key(o, "comm_timeout_ms");
+        put_int(o, fr.timeout_ms);
+        put(o, ",\n ");
+        key(o, "entries");
+        put(o, "[");
+        bool first = true;
+        for (uint64_t id = last > cap ? last - cap + 1 : 1; id <= last; id++) {
+            entry *s = &fr.ring[(id - 1) % cap];
+            if (__atomic_load_n(&s->id, __ATOMIC_ACQUIRE) != id)
+                continue;
+            entry e = {.id = id,
+                       .seq = LD(s->seq),
+                       .step = LD(s->step),
+                       .bytes = LD(s->bytes),
+                       .t_enq = LD(s->t_enq),
+                       .t_start = LD(s->t_start),
+                       .t_end = LD(s->t_end),
+                       .op = LD(s->op),
+                       .group = {LD(s->group[0]), LD(s->group[1])},
+                       .group_size = LD(s->group_size),
+                       .plane = LD(s->plane),
+                       .state = LD(s->state)};
+            __atomic_thread_fence(__ATOMIC_ACQUIRE);
+            if (__atomic_load_n(&s->id, __ATOMIC_RELAXED) != id)
+                continue; /* rewritten while read */
+            put_entry(o, &e, first);
+            first = false;
+        }
+        put(o, "\n ]\n}\n");
+        flush_out(o);
+        ok = o->ok && fsync(o->fd) == 0;
+        ok = close(o->fd) == 0 && ok;
+        ok = ok && rename(fr.tmp, fr.path) == 0;
+        if (!ok)
+            unlink(fr.tmp);
+    }
+    if (ok)
+        say("flight recorder: wrote ", fr.path, " (", reason ? reason : "", ")");
+    else
+        say("flight recorder: could not write ", fr.path, " (check log.flight_dir: ", reason ? reason : "", ")");
+    errno = saved_errno;
+    __atomic_store_n(&fr.dumping, 0, __ATOMIC_RELEASE);
+    return ok;
+}
+
+static void on_sigquit(int sig) {
+    (void)sig;
+    sr_flight_dump("sigquit", "SIGQUIT: a dump on request; the run goes on");
+}
+
+void sr_flight_install_sigquit(void) {
+    if (!fr.ring)
+        return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigquit;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGQUIT, &sa, NULL);
+}

@@ -1,0 +1,34 @@
+/* flightcheck.h — `shardrun debug flight DIR`: the cross-rank analyser of
+ * the flight recorder's dumps.
+ *
+ * flightcheck owns reading a directory of dumps (flight.h's rank<N>.json)
+ * and the verdict: the last collective every rank completed; the first one
+ * some rank never entered, entered but never started, started only after
+ * its peers had given up, or entered with another operation, size or group
+ * (a mismatch, naming both sides); ranks whose last step mark lags.  A
+ * rank is blamed only when the evidence is older than a slack (half of
+ * comm.timeout_s, at most 1 s): dumps taken while the run was healthy (a
+ * SIGQUIT, a preemption) differ by that much and are consistent. */
+#ifndef SR_FLIGHTCHECK_H
+#define SR_FLIGHTCHECK_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "status.h"
+
+/* The exit status of `debug flight` when it names a culprit (0: the
+ * dumps are consistent; 65: a malformed dump or dumps of two runs; 66: a
+ * rank's dump missing, or none). */
+#define SR_FLIGHT_CULPRIT_EXIT 2
+
+/* Reads every rank<N>.json of dir and prints the verdict to out, a few
+ * lines.  Returns SR_OK with *culprit set (true: something went wrong and
+ * the lines say where; false: consistent); SR_ERR_DATA for a malformed
+ * dump (file:line:col where jansson gives one) or dumps of different runs,
+ * nothing printed to out; SR_ERR_NOINPUT for a missing or empty directory,
+ * or when a rank's dump is missing (the verdict is printed first, naming
+ * that rank). */
+sr_status sr_flight_check(const char *dir, FILE *out, bool *culprit);
+
+#endif
