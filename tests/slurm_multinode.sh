@@ -18,6 +18,10 @@
 #   f. the launcher lost: kill -9 of node 2's slurmstepd; its ranks exit 69
 #      naming the lost PMIx server, the others 69 naming a peer, no save;
 #      the lock is free and a resubmission resumes
+#   g. the flight recorder across nodes: rank 3 (on node 2) issues collective
+#      45 with another size (SHARDRUN_TEST_MISMATCH_SEQ=45@3); every rank
+#      dumps to <checkpoint.dir>/flight/<job id>.0/ and shardrun debug flight
+#      names the mismatch, rank 3 on host node2 (exit 2)
 # This is the one test whose traffic is not on loopback: it stays between
 # the test's own namespaces, which are deleted at the end, also on failure.
 # Needs root, iproute2, util-linux (nsenter, unshare) and Debian's Slurm.
@@ -205,4 +209,18 @@ J=$(submit stepd --nodes=2 --ntasks-per-node=2)
 st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 300)
 check "  ...the lock is free: a resubmission resumes from step $last and completes ($st)" \
     sh -c "[ '$st' = COMPLETED ] && grep -q 'resume=$last' stepd.out" || show stepd
+
+# --- g. the flight recorder across nodes ------------------------------------------
+mkjob fl "$iface"
+J=$(cl sbatch --parsable --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 --no-requeue -o "$T/fl.out" \
+    --export="ALL,JOB=$T/fl.yaml,SHARDRUN_TEST_MISMATCH_SEQ=45@3" "$TEMPLATES/shardrun-cpu.sbatch")
+st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 120)
+n=$(ls "$T/ck_fl/flight/$J.0" 2>/dev/null | grep -c '^rank[0-3].json$')
+check "g: rank 3 mismatches collective 45: the job fails ($st), every rank dumps its flight recorder ($n of 4)" \
+    sh -c "[ '$st' = FAILED ] && [ $n -eq 4 ]" || show fl
+"$S" debug flight "$T/ck_fl/flight/$J.0" >fl.txt 2>&1
+rc=$?
+check "  ...shardrun debug flight names the mismatch: rank 3 on host node2 (status $rc)" \
+    sh -c "[ $rc -eq 2 ] && grep -q '^culprit: a mismatch at host collective 45: rank 3 (host node2) issued' fl.txt" ||
+    diag "$(cat fl.txt)"
 done_testing
