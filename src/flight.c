@@ -20,7 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 /* One entry.  Every field is read by a dump that may run concurrently, so
  * every access is atomic (relaxed; the id is the publication). */
 typedef struct {

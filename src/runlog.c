@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "flight.h"
 #include "isa.h"
 #include "mem.h"
 
@@ -260,5 +261,86 @@ void sr_run_stragglers(sr_run *r, int64_t s) {
             sr_metrics_event(r->metrics, "straggler", s + 1,
                              json_pack("{si ss sf sf sf}", "rank", i, "host", host, "busy_ms", t->busy_ms[i],
                                        "median_ms", t->busy_median, "over_pct", over));
+    }
+}
+
+/* The flight recorder (flight.h), before the planes start.  Its ring is a
+ * plain calloc, outside the accounting: a recorder that cannot have its
+ * memory is off with a warning, not a failed run (and a run under
+ * SHARDRUN_TEST_ALLOC_FAIL counts the same allocations with it or without). */
+void sr_run_start_flight(sr_run *r) {
+    const sr_config *cfg = r->cfg;
+    sr_flight_opts fo = {cfg->log_flight_recorder,
+                         cfg->log_flight_dir,
+                         cfg->ckpt_dir ? cfg->ckpt_dir : "",
+                         r->w->rank,
+                         r->w->size,
+                         r->w->host,
+                         r->w->job_id,
+                         r->w->restart,
+                         cfg->comm_timeout_s};
+    if (!sr_flight_init(&fo))
+        sr_log_warn("flight recorder: no memory for %lld entries: it is off", (long long)cfg->log_flight_recorder);
+    else
+        sr_flight_install_sigquit();
+}
+
+/* Every rank's host name, for the straggler report (one all-gather), and
+ * the report's per-rank arrays. */
+sr_status sr_run_gather_hosts(sr_run *r) {
+    int n = r->w->size;
+    r->hosts = sr_calloc((size_t)n, RANK_HOST_LEN);
+    r->busy_ms = sr_calloc((size_t)n, sizeof *r->busy_ms);
+    r->wait_ms = sr_calloc((size_t)n, sizeof *r->wait_ms);
+    r->streak = sr_calloc((size_t)n, sizeof *r->streak);
+    if (!r->hosts || !r->busy_ms || !r->wait_ms || !r->streak)
+        return sr_error_oom("the straggler report's per-rank arrays");
+    char mine[RANK_HOST_LEN] = {0};
+    snprintf(mine, sizeof mine, "%.*s", RANK_HOST_LEN - 1, r->w->host);
+    return sr_ctl_allgather(r->ctl, r->hosts, mine, RANK_HOST_LEN);
+}
+
+/* The step's agreement on a logged step: every rank's {loss sum, signal
+ * flag, clock flag, busy and waiting seconds of the interval, its steps}
+ * all-gathered (one small collective in place of the sum), summed here in
+ * rank order for red[0..3) — the same on every rank — and the interval's
+ * busy and wait times per rank handed to the straggler report. */
+sr_status sr_run_agree_and_gather(sr_run *r, double red[3]) {
+    enum { W = 6 };
+    int n = r->w->size;
+    double mine[W] = {red[0], red[1], red[2], r->iv_busy, r->iv_wait, (double)r->iv_steps};
+    double *all = sr_malloc(sizeof *all * W * (size_t)n);
+    if (!all)
+        return sr_error_oom("the step agreement's gather");
+    sr_status st = sr_ctl_allgather(r->ctl, all, mine, sizeof mine);
+    if (st == SR_OK) {
+        red[0] = red[1] = red[2] = 0.0;
+        for (int i = 0; i < n; i++) {
+            const double *v = all + (size_t)i * W;
+            for (int k = 0; k < 3; k++)
+                red[k] += v[k];
+            double steps = v[5] > 0 ? v[5] : 1.0;
+            r->busy_ms[i] = v[3] / steps * 1e3;
+            r->wait_ms[i] = v[4] / steps * 1e3;
+        }
+        r->iv_busy = r->iv_wait = 0.0;
+        r->iv_steps = 0;
+        r->times = (sr_rank_times){.n = n, .busy_ms = r->busy_ms, .wait_ms = r->wait_ms};
+        sr_rank_times_fill(&r->times, r->hosts, RANK_HOST_LEN);
+    }
+    free(all);
+    return st;
+}
+
+/* The flight recorder's line at the end of a run: records per step and
+ * the history its ring holds. */
+void sr_run_flight_line(const sr_run *r) {
+    if (sr_flight_on() && sr_flight_steps() > 0) {
+        double per = (double)sr_flight_recorded() / (double)sr_flight_steps();
+        sr_log_info("flight recorder: %llu records in %lld steps (%.1f per step; its ring of %lld holds the last %.0f "
+                    "steps); dumps go to %s",
+                    (unsigned long long)sr_flight_recorded(), (long long)sr_flight_steps(), per,
+                    (long long)r->cfg->log_flight_recorder, per > 0 ? (double)r->cfg->log_flight_recorder / per : 0.0,
+                    sr_flight_dir());
     }
 }

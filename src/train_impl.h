@@ -88,6 +88,17 @@ void sr_run_banner(sr_run *r);
 void sr_run_start_events(sr_run *r);
 void sr_run_checkpoint_events(sr_run *r);
 void sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evaluated);
+/* The flight recorder started for this run (flight.h; before the planes
+ * start) and its SIGQUIT handler; its line at the end (done). */
+void sr_run_start_flight(sr_run *r);
+void sr_run_flight_line(const sr_run *r);
+/* Every rank's host name into r->hosts (one all-gather, after connect)
+ * and the straggler report's per-rank arrays. */
+sr_status sr_run_gather_hosts(sr_run *r);
+/* A logged step's agreement: red[0..3) summed over the ranks as
+ * sr_ctl_sum would, with every rank's busy and wait times of the interval
+ * gathered in the same collective into r->busy_ms, r->wait_ms, r->times. */
+sr_status sr_run_agree_and_gather(sr_run *r, double red[3]);
 /* Whether step s (0-based) is logged: a progress line, a metrics record
  * and the straggler report's gather (log.every, the first and the last). */
 bool sr_run_log_due(const sr_run *r, int64_t s);
