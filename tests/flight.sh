@@ -55,6 +55,14 @@ check "SIGQUIT dumps the ring (log.flight_dir) and training goes on" \
 check "  ...no core dump, and the dump holds the recorder's fields" \
     sh -c "[ ! -e core ] && grep -q '\"format\": \"shardrun-flight 1\"' q/rank0.json && grep -q '\"enqueue_ns\"' q/rank0.json"
 
+# a ring of 8 keeps the newest 8 entries, ids consecutive up to "recorded"
+SHARDRUN_TEST_PREEMPT_AT=3 "$S" train job.yaml --set train.steps=6 --set log.flight_dir=r8 \
+    --set log.flight_recorder=8 --set checkpoint.dir=ck4 >r8.out 2>r8.err
+rec=$(sed -n 's/.*"recorded": \([0-9]*\),.*/\1/p' r8/rank0.json)
+ids=$(grep -o '"id": [0-9]*' r8/rank0.json | cut -d' ' -f2 | tr '\n' ' ')
+want=$(seq $((rec - 7)) "$rec" | tr '\n' ' ')
+check "a ring of 8 entries dumps the newest 8 of the $rec recorded, oldest first ($ids)" \
+    sh -c "[ $rec -gt 8 ] && [ '$ids' = '$want' ] && grep -q '\"capacity\": 8,' r8/rank0.json"
 SHARDRUN_TEST_PREEMPT_AT=2 "$S" train job.yaml --set train.steps=4 --set checkpoint.dir=ck3 \
     --set log.flight_recorder=0 >off.out 2>off.err
 check "log.flight_recorder: 0 writes no dump" sh -c "[ ! -e ck3/flight ] && ! grep -q 'flight recorder' off.err"
