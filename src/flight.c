@@ -265,9 +265,19 @@ static void put_str(out *o, const char *s) {
     put(o, "\"");
 }
 
-static void key(out *o, const char *k) {
+/* SEP "KEY": VALUE (SEP: what separates it from the previous member). */
+static void kv_int(out *o, const char *sep, const char *k, int64_t v) {
+    put(o, sep);
     put_str(o, k);
     put(o, ": ");
+    put_int(o, v);
+}
+
+static void kv_str(out *o, const char *sep, const char *k, const char *v) {
+    put(o, sep);
+    put_str(o, k);
+    put(o, ": ");
+    put_str(o, v ? v : "");
 }
 
 /* mkdir -p of fr.dir (async-signal-safe: mkdir only). */
@@ -314,41 +324,18 @@ static void put_entry(out *o, const entry *e, bool first) {
     memcpy(g, e->group, 16);
     g[15] = '\0';
     put(o, first ? "\n  {" : ",\n  {");
-    key(o, "id");
-    put_int(o, (int64_t)e->id);
-    put(o, ", ");
-    key(o, "seq");
-    put_int(o, e->seq);
-    put(o, ", ");
-    key(o, "step");
-    put_int(o, e->step);
-    put(o, ", ");
-    key(o, "plane");
-    put_str(o, e->plane < 5 ? planes[e->plane] : "?");
-    put(o, ", ");
-    key(o, "op");
-    put_str(o, e->op ? e->op : "?");
-    put(o, ", ");
-    key(o, "group");
-    put_str(o, g);
-    put(o, ", ");
-    key(o, "group_size");
-    put_int(o, e->group_size);
-    put(o, ", ");
-    key(o, "bytes");
-    put_int(o, (int64_t)e->bytes);
-    put(o, ", ");
-    key(o, "enqueue_ns");
-    put_int(o, e->t_enq);
-    put(o, ", ");
-    key(o, "start_ns");
-    put_int(o, e->t_start);
-    put(o, ", ");
-    key(o, "end_ns");
-    put_int(o, e->t_end);
-    put(o, ", ");
-    key(o, "state");
-    put_str(o, e->state < 5 ? states[e->state] : "?");
+    kv_int(o, "", "id", (int64_t)e->id);
+    kv_int(o, ", ", "seq", e->seq);
+    kv_int(o, ", ", "step", e->step);
+    kv_str(o, ", ", "plane", e->plane < 5 ? planes[e->plane] : "?");
+    kv_str(o, ", ", "op", e->op ? e->op : "?");
+    kv_str(o, ", ", "group", g);
+    kv_int(o, ", ", "group_size", e->group_size);
+    kv_int(o, ", ", "bytes", (int64_t)e->bytes);
+    kv_int(o, ", ", "enqueue_ns", e->t_enq);
+    kv_int(o, ", ", "start_ns", e->t_start);
+    kv_int(o, ", ", "end_ns", e->t_end);
+    kv_str(o, ", ", "state", e->state < 5 ? states[e->state] : "?");
     put(o, "}");
 }
 
@@ -365,51 +352,21 @@ bool sr_flight_dump(const char *reason, const char *detail) {
     ok = o->fd >= 0;
     if (ok) {
         uint64_t last = __atomic_load_n(&fr.next, __ATOMIC_ACQUIRE);
-        put(o, "{");
-        key(o, "format");
-        put_str(o, SR_FLIGHT_FORMAT);
-        put(o, ",\n ");
-        key(o, "job");
-        put_str(o, fr.job);
-        put(o, ", ");
-        key(o, "restart");
-        put_int(o, fr.restart);
-        put(o, ", ");
-        key(o, "rank");
-        put_int(o, fr.rank);
-        put(o, ", ");
-        key(o, "world_size");
-        put_int(o, fr.world_size);
-        put(o, ",\n ");
-        key(o, "host");
-        put_str(o, fr.host);
-        put(o, ", ");
-        key(o, "pid");
-        put_int(o, (int64_t)getpid());
-        put(o, ", ");
-        key(o, "time_ns");
-        put_int(o, now_ns());
-        put(o, ",\n ");
-        key(o, "reason");
-        put_str(o, reason ? reason : "");
-        put(o, ", ");
-        key(o, "detail");
-        put_str(o, detail ? detail : "");
-        put(o, ",\n ");
-        key(o, "step");
-        put_int(o, LD(fr.step));
-        put(o, ", ");
-        key(o, "capacity");
-        put_int(o, (int64_t)cap);
-        put(o, ", ");
-        key(o, "recorded");
-        put_int(o, (int64_t)last);
-        put(o, ", ");
-        key(o, "comm_timeout_ms");
-        put_int(o, fr.timeout_ms);
-        put(o, ",\n ");
-        key(o, "entries");
-        put(o, "[");
+        kv_str(o, "{", "format", SR_FLIGHT_FORMAT);
+        kv_str(o, ",\n ", "job", fr.job);
+        kv_int(o, ", ", "restart", fr.restart);
+        kv_int(o, ", ", "rank", fr.rank);
+        kv_int(o, ", ", "world_size", fr.world_size);
+        kv_str(o, ",\n ", "host", fr.host);
+        kv_int(o, ", ", "pid", (int64_t)getpid());
+        kv_int(o, ", ", "time_ns", now_ns());
+        kv_str(o, ",\n ", "reason", reason);
+        kv_str(o, ", ", "detail", detail);
+        kv_int(o, ",\n ", "step", LD(fr.step));
+        kv_int(o, ", ", "capacity", (int64_t)cap);
+        kv_int(o, ", ", "recorded", (int64_t)last);
+        kv_int(o, ", ", "comm_timeout_ms", fr.timeout_ms);
+        put(o, ",\n \"entries\": [");
         bool first = true;
         for (uint64_t id = last > cap ? last - cap + 1 : 1; id <= last; id++) {
             entry *s = &fr.ring[(id - 1) % cap];
