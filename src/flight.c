@@ -45,7 +45,8 @@ static struct {
     int64_t timeout_ms;
     char host[128], job[128]; /* job: as given (the dump's "job") */
     char dir[4096], path[4200], tmp[4200];
-    int dumping;
+    int dumping;    /* a dump is being written */
+    int final_done; /* the last dump (an exit's) is written: no other follows */
 } fr;
 
 static _Thread_local sr_flight_plane host_plane = SR_FLIGHT_HOST;
@@ -339,12 +340,27 @@ static void put_entry(out *o, const entry *e, bool first) {
     put(o, "}");
 }
 
-bool sr_flight_dump(const char *reason, const char *detail) {
+/* The dump; `final`: the process exits after it (an error, a preemption),
+ * so a later call writes nothing; `wait`: when another thread is dumping,
+ * wait for it (up to 5 s, nanosleep) instead of returning at once.  Every
+ * exit path dumps before it prints its last message, so with waiting no
+ * dump's line can follow another thread's final message. */
+static bool dump(const char *reason, const char *detail, bool final, bool wait) {
     uint64_t cap = __atomic_load_n(&fr.cap, __ATOMIC_ACQUIRE);
     if (!cap || !fr.ring || !__atomic_load_n(&fr.next, __ATOMIC_RELAXED))
         return false; /* off, or nothing recorded yet */
-    if (__atomic_exchange_n(&fr.dumping, 1, __ATOMIC_ACQ_REL))
-        return false; /* another thread is dumping */
+    for (int i = 0; __atomic_exchange_n(&fr.dumping, 1, __ATOMIC_ACQ_REL); i++) {
+        if (!wait || i == 500)
+            return false; /* another thread is dumping */
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    if (__atomic_load_n(&fr.final_done, __ATOMIC_ACQUIRE)) {
+        __atomic_store_n(&fr.dumping, 0, __ATOMIC_RELEASE);
+        return false; /* the exit's dump is written */
+    }
+    if (final)
+        __atomic_store_n(&fr.final_done, 1, __ATOMIC_RELEASE);
     int saved_errno = errno;
     bool ok = make_dir();
     out *o = &dump_out;
@@ -407,9 +423,12 @@ bool sr_flight_dump(const char *reason, const char *detail) {
     return ok;
 }
 
+bool sr_flight_dump(const char *reason, const char *detail) { return dump(reason, detail, true, true); }
+
 static void on_sigquit(int sig) {
     (void)sig;
-    sr_flight_dump("sigquit", "SIGQUIT: a dump on request; the run goes on");
+    /* never waits: the thread it interrupted may be the one dumping */
+    dump("sigquit", "SIGQUIT: a dump on request; the run goes on", false, false);
 }
 
 void sr_flight_install_sigquit(void) {

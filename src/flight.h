@@ -98,14 +98,17 @@ int64_t sr_flight_steps(void);
 sr_flight_plane sr_flight_set_host_plane(sr_flight_plane p);
 sr_flight_plane sr_flight_host_plane(void);
 
-/* Writes this rank's ring to <dir>/rank<N>.json (through a temporary file
- * and a rename), creating dir and its parents.  `reason` says why
- * ("watchdog", "exit 69", "sigquit", "preempt", ...) and `detail` (may be
- * NULL) what the rank knew (its error message).  Async-signal-safe, takes
- * no lock; concurrent calls: the first writes, the others return false at
- * once.  Returns whether the dump was written; says so on stderr either
- * way (one line, also async-signal-safe).  Nothing happens, false, when
- * the recorder is off or has recorded nothing yet. */
+/* The process's last dump, before it exits (69, 70, a preemption): writes
+ * this rank's ring to <dir>/rank<N>.json (through a temporary file and a
+ * rename), creating dir and its parents.  `reason` says why ("watchdog",
+ * "exit 69", "preempt", ...) and `detail` (may be NULL) what the rank
+ * knew (its error message).  Async-signal-safe, takes no lock.  The first
+ * call writes; a call while it writes waits for it (up to 5 s) and, like
+ * every later one, writes nothing: call it before the exit's message, and
+ * no dump's line follows that message.  Returns whether this call wrote
+ * the dump; says so on stderr either way (one line, also
+ * async-signal-safe).  Nothing happens, false, when the recorder is off or
+ * has recorded nothing yet.  SIGQUIT's dumps (any number) are not final. */
 bool sr_flight_dump(const char *reason, const char *detail);
 /* Installs the SIGQUIT handler: a dump, then training goes on (no core
  * dump).  Only when the recorder is on. */

@@ -115,6 +115,9 @@ if have_mpirun; then
             diag "$(cat stall$n.fl)"
         check "  ...and the last collective every rank completed: 59" \
             grep -q "^last collective every rank completed: host collective 59 " stall$n.fl
+        check "  ...every rank's dump line comes before its error, which is its last line" \
+            sh -c "for r in \$(seq 0 $last); do grep -q 'flight recorder: wrote' wstall$n/err.\$r &&
+                   tail -1 wstall$n/err.\$r | grep -q 'error:' || exit 1; done" || diag "$(tail -n 2 wstall$n/err.*)"
         fl delay$n $n RANK_ENV_RANK=1 RANK_ENV=SHARDRUN_TEST_COMM_DELAY_US=3000000
         check "$n ranks, rank 1 delayed 3 s before each collective (comm.timeout_s 2): exit 2 ($frc)" test $frc -eq 2 ||
             diag "$(cat delay$n.fl delay$n.fle)"
