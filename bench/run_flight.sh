@@ -42,7 +42,7 @@ awk -v ns="$ns" -v lo="$ns_min" -v hi="$ns_max" -v ranks="$ranks" -v steps="$STE
     function mx(a, n,   i, m) { m = a[1]; for (i = 2; i <= n; i++) if (a[i] > m) m = a[i]; return m }
     END {
         n = NR
-        printf "flight recorder cost (%d runs of %d steps, %d rank%s, the embedded default job; median (min..max))\n", n, steps, ranks, ranks > 1 ? "s" : ""
+        printf "flight recorder cost (%d runs of %d steps, %d rank%s, the embedded default job; median (min..max))\n", n, steps, ranks, (ranks > 1 ? "s" : "")
         printf "  ns per record (enter+start+end)  %10.1f  (%.1f..%.1f)\n", ns, lo, hi
         printf "  records per step                 %10.1f  (%.1f..%.1f)\n", med(per, n), mn(per, n), mx(per, n)
         printf "  step time, ms                    %10.2f  (%.2f..%.2f)\n", med(ms, n), mn(ms, n), mx(ms, n)
