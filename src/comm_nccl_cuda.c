@@ -228,8 +228,15 @@ static void *abort_wrapper(void *arg) {
 }
 
 /* Never returns.  The first caller (the watchdog, or a host wait past its
- * deadline) aborts; a second one waits for the first to end the process. */
-static void fail_plane(sr_nccl *n, const char *what) {
+ * deadline) aborts; a second one waits for the first to end the process.
+ * remote: NCCL blamed a peer (ncclRemoteError).  The post-mortem then waits
+ * REMOTE_EXTRA_S longer for a closed transport connection than a rank whose
+ * own NCCL failed: that rank runs the same post-mortem before it exits, and
+ * with equal waits the two would each give up while the other still lives,
+ * so neither message would name the rank that failed (the job templates
+ * exclude the host that message names). */
+#define REMOTE_EXTRA_S 3.0
+static void fail_plane(sr_nccl *n, const char *what, bool remote) {
     static int failing;
     if (__atomic_exchange_n(&failing, 1, __ATOMIC_ACQ_REL))
         for (;;)
@@ -253,7 +260,8 @@ static void fail_plane(sr_nccl *n, const char *what) {
         fflush(NULL);
         _exit(sr_status_exit_code(SR_ERR_PEER));
     }
-    int gone = sr_transport_closed_peer(n->tp, n->timeout_s < 5.0 ? n->timeout_s : 5.0);
+    int gone =
+        sr_transport_closed_peer(n->tp, (n->timeout_s < 5.0 ? n->timeout_s : 5.0) + (remote ? REMOTE_EXTRA_S : 0));
     sr_flight_dump("nccl watchdog", what);
     if (gone >= 0)
         sr_log_error("%s; communicators aborted; post-mortem: lost the connection to rank %d (it gave up or died)",
@@ -285,7 +293,8 @@ static cudaError_t advance(sr_nccl *n) {
 }
 
 /* Whether the plane has failed; fills what. */
-static bool check_plane(sr_nccl *n, char *what, size_t size, bool deadline_passed) {
+static bool check_plane(sr_nccl *n, char *what, size_t size, bool deadline_passed, bool *remote) {
+    *remote = false;
     pthread_mutex_lock(&n->ring_mu);
     cudaError_t ce = advance(n);
     bool failed = false;
@@ -314,6 +323,7 @@ static bool check_plane(sr_nccl *n, char *what, size_t size, bool deadline_passe
         if (c && ncclCommGetAsyncError(c, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
             snprintf(what, size, "NCCL reported an asynchronous error: %s: %s", ncclGetErrorString(async),
                      ncclGetLastError(c));
+            *remote = async == ncclRemoteError;
             failed = true;
         }
     }
@@ -336,8 +346,9 @@ static void *watchdog_main(void *arg) {
             break;
         pthread_mutex_unlock(&n->ring_mu);
         char what[512];
-        if (check_plane(n, what, sizeof what, false))
-            fail_plane(n, what);
+        bool remote;
+        if (check_plane(n, what, sizeof what, false, &remote))
+            fail_plane(n, what, remote);
         pthread_mutex_lock(&n->ring_mu);
     }
     pthread_mutex_unlock(&n->ring_mu);
@@ -349,8 +360,9 @@ static void *watchdog_main(void *arg) {
 static void on_deadline(void *arg) {
     sr_nccl *n = arg;
     char what[512];
-    if (check_plane(n, what, sizeof what, true))
-        fail_plane(n, what);
+    bool remote;
+    if (check_plane(n, what, sizeof what, true, &remote))
+        fail_plane(n, what, remote);
 }
 
 /* ---- open and close ---------------------------------------------------- */
@@ -605,7 +617,7 @@ static sr_status nccl_collective(sr_nccl *n, sr_nccl_kind kind, sr_group *g, voi
         if (n->broken == SR_ERR_PEER) {
             char msg[600];
             snprintf(msg, sizeof msg, "%s", sr_error_message());
-            fail_plane(n, msg);
+            fail_plane(n, msg, r == ncclRemoteError);
         }
         return n->broken;
     }
