@@ -42,6 +42,7 @@
 #include "provenance.h"
 #include "shardfile.h"
 #include "testhook.h"
+#include "trace.h"
 
 #define MAX_CANDIDATES SR_CKPT_MAX_CANDIDATES
 
@@ -932,6 +933,16 @@ static sr_status gather_records(sr_ckpt *c, records *rec, const unsigned char *m
 
 /* Phase 2 of a synchronous save: replica 0 of every shard index writes its
  * file from the live state; the records are gathered. */
+/* write_mine as a span of log.trace_steps' window (a background write
+ * begun in the window may end after it: the trace file waits for it). */
+static void traced_write(sr_ckpt *c, const sr_ckpt_progress *p, const char *tmp, const sr_manifest *proto,
+                         unsigned char *mine, float *const *snap, const char *what, int64_t t0) {
+    write_mine(c, p, tmp, proto, mine, snap);
+    char detail[48];
+    snprintf(detail, sizeof detail, "step %lld", (long long)p->step);
+    sr_trace_late_end(SR_TRACE_CKPT, what, t0, detail);
+}
+
 static sr_status save_shards(sr_ckpt *c, const sr_ckpt_progress *p, const char *tmp, const sr_manifest *proto,
                              records *rec, uint64_t *total, bool *transport_failed) {
     unsigned char *mine = NULL;
@@ -943,7 +954,7 @@ static sr_status save_shards(sr_ckpt *c, const sr_ckpt_progress *p, const char *
         free(mine);
         return st;
     }
-    write_mine(c, p, tmp, proto, mine, NULL);
+    traced_write(c, p, tmp, proto, mine, NULL, "checkpoint write (synchronous)", sr_trace_late_begin());
     st = gather_records(c, rec, mine, total, transport_failed);
     free(mine);
     return st;
@@ -1105,6 +1116,7 @@ struct pending {
     bool thread_started;
     atomic_bool done;      /* the writer finished: mine holds its record */
     double t0, snapshot_s; /* start, and the stall of the snapshot */
+    int64_t trace_t0;      /* log.trace_steps: the write's span began (0: not traced) */
     double write_s;        /* the writer's time (set before done) */
     sr_mem_ctx *mem;       /* the starting thread's accounting (virtual ranks) */
     int log_rank, log_world;
@@ -1123,7 +1135,8 @@ static void *writer_main(void *arg) {
             ;
     }
     double t0 = now_s();
-    write_mine(pd->c, &pd->p, pd->tmp, pd->proto, pd->mine, pd->c->snap);
+    traced_write(pd->c, &pd->p, pd->tmp, pd->proto, pd->mine, pd->c->snap, "checkpoint write (background)",
+                 pd->trace_t0);
     pd->write_s = now_s() - t0;
     atomic_store(&pd->done, true);
     return NULL;
@@ -1268,14 +1281,18 @@ sr_status sr_ckpt_save_async(sr_ckpt *c, const sr_ckpt_progress *p, int64_t *wai
                              (long long)p->step);
     }
     sr_ctl_word *me = (sr_ctl_word *)pd->mine;
-    if (take_snapshot(c) != SR_OK) {
+    int64_t ts0 = sr_trace_on() ? sr_trace_now() : 0;
+    sr_status snap_st = take_snapshot(c);
+    if (ts0)
+        sr_trace_span(SR_TRACE_CKPT, "checkpoint snapshot", ts0, sr_trace_now(), -1, NULL);
+    if (snap_st != SR_OK) {
         /* reported through the records at the commit, like a failed write */
         me->status = SR_ERR_INTERNAL;
         FMT(me->msg, "%s", sr_error_message());
         atomic_store(&pd->done, true);
     } else if (c->snap_elements == 0) {
         atomic_store(&pd->done, true); /* nothing to write on this rank */
-    } else if (pthread_create(&pd->thread, NULL, writer_thread, pd) == 0) {
+    } else if ((pd->trace_t0 = sr_trace_late_begin()), pthread_create(&pd->thread, NULL, writer_thread, pd) == 0) {
         pd->thread_started = true;
     } else {
         writer_main(pd); /* no thread: write now (the save is then synchronous on this rank) */

@@ -99,6 +99,10 @@ static const sr_key keys[] = {
  {"log.flight_recorder", T_INT, OFF(log_flight_recorder), "2048", 0, 16777216, NULL, true, "entries of every rank's flight recorder: a ring of its last collectives and step marks (sequence number, operation, group, bytes, plane, enqueue/start/end times, state), dumped to log.flight_dir as rank<N>.json when the run ends with 69 or 70, on preemption and on SIGQUIT (which then lets training go on); shardrun debug flight reads the dumps; 0 = off"},
  {"log.flight_dir", T_STR, OFF(log_flight_dir), "\"\"", 0, 0, NULL, true, "where the flight recorder's dumps go; empty = <checkpoint.dir>/flight/<job id>.<restart>/, or ./shardrun-flight.<job id or pid>/ without a checkpoint.dir"},
  {"log.straggler_pct", T_FLOAT, OFF(log_straggler_pct), "20", 0.1, 1e6, NULL, true, "a rank whose busy time (step time minus time waiting on collectives) exceeds the median across ranks by more than this many percent for 3 log intervals in a row is named in a warning (a straggler)"},
+ {"log.trace_steps", T_STR, OFF(log_trace_steps), "\"\"", 0, 0, NULL, true, "A-B: every rank writes a Chrome trace-event file (rank<N>.json in log.trace_dir, for Perfetto or chrome://tracing) of steps A to B (1-based, inclusive; one step: A or A-A): host phases, the streams' waits, the blocks' forward and backward, the units' gathers and reductions, collectives with their sizes (from the flight recorder, so log.flight_recorder must not be 0), checkpoint snapshot and write; shardrun debug trace merges the ranks' files; empty = off"},
+ {"log.trace_dir", T_STR, OFF(log_trace_dir), "\"\"", 0, 0, NULL, true, "where log.trace_steps writes; empty = beside the flight recorder's directory: <checkpoint.dir>/trace/<job id>.<restart>/, or ./shardrun-trace.<job id or pid>/ without a checkpoint.dir"},
+ {"log.tensorboard", T_STR, OFF(log_tensorboard), "\"\"", 0, 0, NULL, true, "directory of TensorBoard event files written by rank 0 at each logged step: loss, val_loss, lr, grad_norm, tokens_per_s, mfu, memory, comm_exposed_ms and the straggler spread, with checkpoint, preempt and resume events as text; every start writes a new file with a session-start record at its first step, so a requeued or resumed run continues one curve with no redone step twice; empty = none"},
+ {"log.prometheus", T_STR, OFF(log_prometheus), "\"\"", 0, 0, NULL, true, "a node_exporter textfile-collector file (a .prom file in the collector's directory, on a node-local path) that local rank 0 of each node rewrites (a temporary file, then a rename) at each logged step with its node's ranks: step, loss, tokens/s, MFU, memory by space, the last committed checkpoint step and its age, exposed communication, labelled with the job id, rank and host; %h and %j expand to the host name and the Slurm job id; empty = none"},
  {"threads", T_INT, OFF(threads), "0", 0, 4096, NULL, true, "compute threads per rank; 0 = all cores available to the rank"},
  {"comm.backend", T_ENUM, OFF(comm_backend), "auto", 0, 0, backend_names, true, "data plane: auto (nccl for GPU runs of more than one rank, tcp for CPU runs), tcp or nccl; the control plane is always tcp"},
  {"comm.timeout_s", T_FLOAT, OFF(comm_timeout_s), "300", 0.001, 1e7, NULL, true, "deadline of every blocking wait on a peer, in seconds"},
@@ -1124,6 +1128,26 @@ const char *sr_config_model_name(const sr_config *cfg, char *buf, size_t n) {
     return buf;
 }
 
+/* "A-B" or "A" with 1 <= A <= B: log.trace_steps. */
+static bool parse_step_range(const char *s, int64_t *a, int64_t *b) {
+    char *end;
+    errno = 0;
+    if (!isdigit((unsigned char)*s))
+        return false;
+    long long x = strtoll(s, &end, 10), y = x;
+    if (*end == '-') {
+        const char *t = end + 1;
+        if (!isdigit((unsigned char)*t))
+            return false;
+        y = strtoll(t, &end, 10);
+    }
+    if (*end || errno || x < 1 || y < x)
+        return false;
+    *a = x;
+    *b = y;
+    return true;
+}
+
 sr_status sr_config_finalize(sr_config *cfg) {
     char w[1200], w2[1200];
     int p = (int)cfg->model_preset;
@@ -1157,6 +1181,22 @@ sr_status sr_config_finalize(sr_config *cfg) {
                         "%s: train.batch_size (%lld) is not a whole multiple of train.micro_batch (%lld); "
                         "micro_batch set at %s (hint: choose batch_size = micro_batch x ranks x accumulation steps)",
                         w, (long long)cfg->batch_size, (long long)cfg->micro_batch, w2);
+    }
+    cfg->log_trace_first = cfg->log_trace_last = 0;
+    if (cfg->log_trace_steps && cfg->log_trace_steps[0]) {
+        sr_config_where(cfg, "log.trace_steps", w, sizeof w);
+        if (!parse_step_range(cfg->log_trace_steps, &cfg->log_trace_first, &cfg->log_trace_last))
+            return sr_error(SR_ERR_CONFIG,
+                            "%s: log.trace_steps '%s' is not a range of steps A-B with 1 <= A <= B (hint: 10-12 traces "
+                            "steps 10, 11 and 12; a single step is 10)",
+                            w, cfg->log_trace_steps);
+        if (cfg->log_flight_recorder == 0) {
+            sr_config_where(cfg, "log.flight_recorder", w2, sizeof w2);
+            return sr_error(SR_ERR_CONFIG,
+                            "%s: log.trace_steps needs the flight recorder, whose records are the trace's collectives, "
+                            "but log.flight_recorder is 0 at %s (hint: remove log.flight_recorder: 0)",
+                            w, w2);
+        }
     }
     if (cfg->blocks_per_unit > cfg->n_layer) {
         sr_config_where(cfg, "sharding.blocks_per_unit", w, sizeof w);

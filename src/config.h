@@ -60,6 +60,11 @@ typedef struct {
     int64_t log_flight_recorder; /* ring entries; 0 = off */
     char *log_flight_dir;        /* "" = the default (flight.h) */
     double log_straggler_pct;
+    char *log_trace_steps;                   /* "A-B" as written; "" = off */
+    int64_t log_trace_first, log_trace_last; /* parsed by sr_config_finalize; 0 = off */
+    char *log_trace_dir;                     /* "" = the default (trace.h) */
+    char *log_tensorboard;                   /* "" = none */
+    char *log_prometheus;                    /* "" = none; %h %j expanded (promfile.h) */
     /* threads */
     int64_t threads;
     /* comm */

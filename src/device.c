@@ -7,6 +7,8 @@
 
 #include "device.h"
 
+#include "trace.h"
+
 #include "testhook.h"
 
 #include "ops.h"
@@ -65,16 +67,35 @@ sr_status sr_dev_transport_wait(sr_dev *d, sr_event *ev) {
     return st;
 }
 
+/* log.trace_steps: a wait on stream s's lane (the host lane for a host
+ * wait), named by its site.  On the cpu tables the span is the time the
+ * host blocked; on a GPU the stream waits on the device and the span
+ * marks where it was ordered. */
+static void trace_wait(int lane, const char *site, int64_t t0) {
+    if (t0) {
+        char name[48];
+        snprintf(name, sizeof name, "wait %s", site);
+        sr_trace_span((sr_trace_lane)lane, name, t0, sr_trace_now(), -1, NULL);
+    }
+}
+
 sr_status sr_dev_wait(sr_dev *d, sr_stream s, sr_event *ev, const char *site) {
     if (skipped(site))
         return SR_OK;
-    return d->wait(d, s, ev);
+    static const int lane[SR_NSTREAMS] = {SR_TRACE_COMPUTE, SR_TRACE_COMM, SR_TRACE_H2D, SR_TRACE_D2H};
+    int64_t t0 = sr_trace_on() ? sr_trace_now() : 0;
+    sr_status st = d->wait(d, s, ev);
+    trace_wait(lane[s], site, t0);
+    return st;
 }
 
 sr_status sr_dev_host_wait(sr_dev *d, sr_event *ev, const char *site) {
     if (skipped(site))
         return SR_OK;
-    return d->host_wait(d, ev);
+    int64_t t0 = sr_trace_on() ? sr_trace_now() : 0;
+    sr_status st = d->host_wait(d, ev);
+    trace_wait(SR_TRACE_HOST, site, t0);
+    return st;
 }
 
 void sr_dev_declare(sr_dev *d, sr_stream s, const void *p, size_t bytes, bool write, const char *site) {

@@ -10,6 +10,8 @@
 
 #include "flight.h"
 
+#include "trace.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -177,8 +179,15 @@ void sr_flight_end(uint64_t id, bool ok) {
     entry *e = slot_of(id);
     if (!e)
         return;
-    ST(e->t_end, now_ns());
+    int64_t t = now_ns();
+    ST(e->t_end, t);
     ST(e->state, (uint8_t)(ok ? SR_FLIGHT_DONE : SR_FLIGHT_FAILED));
+    uint8_t plane = LD(e->plane);
+    if (plane != SR_FLIGHT_STEP && sr_trace_on()) { /* log.trace_steps' window: the collective's span */
+        uint64_t g[2] = {LD(e->group[0]), LD(e->group[1])};
+        sr_trace_collective(plane, LD(e->op), (const char *)g, LD(e->group_size), LD(e->seq), (int64_t)LD(e->bytes),
+                            LD(e->t_enq), LD(e->t_start), t, ok);
+    }
 }
 
 void sr_flight_step_begin(int64_t step) {

@@ -142,8 +142,7 @@ static sr_status read_dump(const char *path, const char *file, int rank, fdump *
     return st;
 }
 
-/* "rank<N>.json" with N a decimal without leading zeros: N, else -1. */
-static long dump_rank(const char *name) {
+long sr_rank_file_index(const char *name) {
     if (strncmp(name, "rank", 4) != 0)
         return -1;
     const char *p = name + 4;
@@ -432,7 +431,7 @@ sr_status sr_flight_check(const char *dir, FILE *out, bool *culprit) {
     sr_status st = ds ? SR_OK : sr_error_oom("the flight dumps");
     struct dirent *de;
     while (st == SR_OK && (de = readdir(dh))) {
-        long r = dump_rank(de->d_name);
+        long r = sr_rank_file_index(de->d_name);
         if (r < 0) {
             others += de->d_name[0] != '.';
             continue;

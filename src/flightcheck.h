@@ -31,4 +31,9 @@
  * that rank). */
 sr_status sr_flight_check(const char *dir, FILE *out, bool *culprit);
 
+/* The rank of a per-rank file's name, "rank<N>.json" with N a decimal
+ * without leading zeros (the flight dumps' and the traces' names): N,
+ * else -1. */
+long sr_rank_file_index(const char *name);
+
 #endif

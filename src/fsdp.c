@@ -43,6 +43,7 @@
 #include "config.h"
 #include "mem.h"
 #include "testhook.h"
+#include "trace.h"
 #include "vec.h"
 
 /* ------------------------------------------------------------------------ */
@@ -186,7 +187,8 @@ static sr_param_view hook_params(void *ctx, int layer) {
             issue_gather(f, &f->units[f->order[k]], true);
     size_t rel = f->m->layer_offset[layer] - u->p->off;
     if (sr_fsdp_failed(f) || !u->full)
-        return (sr_param_view){NULL, f->pdt}; /* the pass ends; check() reports why */
+        return (sr_param_view){NULL, f->pdt};         /* the pass ends; check() reports why */
+    f->layer_t0 = sr_trace_on() ? sr_trace_now() : 0; /* the layer's compute, after its gather's wait */
     if (f->pdt == f->m->ops->act) {
         /* the model's kernels of this layer read the gathered unit */
         sr_dev_declare(f->dev, SR_STREAM_COMPUTE, u->full, u->p->n * sr_dtype_size(f->pdt), false,
@@ -203,8 +205,20 @@ static sr_param_view hook_params(void *ctx, int layer) {
     return (sr_param_view){f->stage + rel, SR_DT_F32};
 }
 
+/* log.trace_steps: the layer's compute on the compute stream's lane (the
+ * host's issue of it: on the cpu tables, its execution). */
+static void trace_layer(sr_fsdp *f, const char *pass, int layer) {
+    if (f->layer_t0) {
+        char name[40];
+        snprintf(name, sizeof name, "%s layer %d", pass, layer);
+        sr_trace_span(SR_TRACE_COMPUTE, name, f->layer_t0, sr_trace_now(), -1, NULL);
+        f->layer_t0 = 0;
+    }
+}
+
 static void hook_done_forward(void *ctx, int layer) {
     sr_fsdp *f = ctx;
+    trace_layer(f, f->backward ? "recompute" : "forward", layer);
     unit *u = &f->units[f->plan.unit_of_layer[layer]];
     if (layer == u->p->last_layer && !f->backward)
         reshard_after_forward(f, u);
@@ -345,6 +359,7 @@ static float *hook_grads(void *ctx, int layer) {
 
 static void hook_done_backward(void *ctx, int layer) {
     sr_fsdp *f = ctx;
+    trace_layer(f, "backward", layer);
     unit *u = &f->units[f->plan.unit_of_layer[layer]];
     if (layer != u->p->first_layer)
         return;

@@ -35,6 +35,7 @@
 #include "status.h"
 #include "suggest.h"
 #include "testhook.h"
+#include "tracecheck.h"
 #include "train.h"
 #include "world.h"
 
@@ -661,7 +662,15 @@ static int cmd_plan(const char *sub, const cli *c) {
     return rc;
 }
 static int cmd_debug(const char *sub, const cli *c) {
-    (void)sub;
+    if (strcmp(sub, "trace") == 0) {
+        if (c->nargs != 1 || !c->output)
+            return usage_error("%s", "debug trace: expected one directory of trace files (log.trace_dir of a run) "
+                                     "and -o MERGED.json");
+        sr_status st = sr_trace_merge(c->args[0], c->output, stdout);
+        if (fflush(stdout) != 0 && st == SR_OK)
+            st = sr_error(SR_ERR_IO, "write to standard output failed");
+        return st == SR_OK ? 0 : fail(st);
+    }
     if (c->nargs != 1)
         return usage_error("%s", "debug flight: expected exactly one directory of flight-recorder dumps "
                                  "(log.flight_dir of a run)");
@@ -732,6 +741,10 @@ static const command_row commands[] = {
      "read every rank's flight-recorder dump in DIR and say what\nwent wrong: the last collective every rank "
      "completed, the\nrank that never entered, started or matched the next one,\nranks whose steps lag (exit 2 "
      "when it names one)"},
+    {"debug", "trace", B(X_OUTPUT), cmd_debug, "DIR -o MERGED.json",
+     "merge every rank's trace file in DIR (log.trace_steps) into\none Chrome trace-event file, a process per rank, "
+     "for "
+     "Perfetto\nor chrome://tracing"},
     {"help", NULL, 0, cmd_help, "[COMMAND [SUBCOMMAND]]", "print the usage of every command, or of one"},
 };
 #define NCOMMANDS ((int)(sizeof commands / sizeof commands[0]))
@@ -752,6 +765,8 @@ static const struct {
     {"size", "plan"},
     {"flight", "debug flight"},
     {"hang", "debug flight"},
+    {"trace", "debug trace"},
+    {"timeline", "debug trace"},
     {"estimate", "plan"},
 };
 

@@ -19,9 +19,11 @@
 
 #include "fsio.h"
 #include "mem.h"
+#include "tboard.h"
 
 struct sr_metrics {
-    FILE *f;
+    FILE *f;   /* log.metrics, or NULL */
+    sr_tb *tb; /* log.tensorboard, or NULL */
     char *path;
     char device[32]; /* a label for every record ("" none: sr_metrics_label_device) */
     int err;         /* the first failed write's errno (0: none) */
@@ -39,44 +41,55 @@ static void flush_record(sr_metrics *m) {
     }
 }
 
-sr_status sr_metrics_open(sr_metrics **out, const char *path, bool append) {
+sr_status sr_metrics_open(sr_metrics **out, const char *path, const char *tensorboard, bool append) {
     *out = NULL;
-    if (!path || !path[0])
+    bool file = path && path[0], tb = tensorboard && tensorboard[0];
+    if (!file && !tb)
         return SR_OK;
     sr_metrics *m = sr_calloc(1, sizeof *m);
-    char *name = sr_strdup(path);
+    char *name = sr_strdup(file ? path : tensorboard);
     if (!m || !name) {
         free(m);
         free(name);
         return sr_error_oom("the metrics file");
     }
-    int fd;
-    sr_status st = sr_fsio_open_append(path, "the metrics file (log.metrics)", !append, &fd);
-    if (st == SR_OK && !(m->f = fdopen(fd, "a"))) {
-        close(fd);
-        st = sr_error_oom("the metrics file");
+    m->path = name;
+    /* the directory first: a bad one leaves the metrics file untouched */
+    sr_status st = tb ? sr_tb_prepare(&m->tb, tensorboard) : SR_OK;
+    if (st == SR_OK && file) {
+        int fd;
+        st = sr_fsio_open_append(path, "the metrics file (log.metrics)", !append, &fd);
+        if (st == SR_OK && !(m->f = fdopen(fd, "a"))) {
+            close(fd);
+            st = sr_error_oom("the metrics file");
+        }
     }
     if (st != SR_OK) {
+        sr_tb_close(m->tb);
+        free(m->path);
         free(m);
-        free(name);
         return st;
     }
-    m->path = name;
     *out = m;
     return SR_OK;
+}
+
+sr_status sr_metrics_begin(sr_metrics *m, int64_t start_step) {
+    if (!m)
+        return SR_OK;
+    if (start_step == 0 && m->f) {
+        struct stat sb;
+        if (fflush(m->f) != 0 || fstat(fileno(m->f), &sb) != 0 ||
+            (S_ISREG(sb.st_mode) && ftruncate(fileno(m->f), 0) != 0))
+            return sr_error(SR_ERR_IO, "%s: cannot empty the metrics file for a fresh start (log.metrics): %s", m->path,
+                            strerror(errno));
+    }
+    return m->tb ? sr_tb_begin(m->tb, start_step + 1) : SR_OK;
 }
 
 void sr_metrics_label_device(sr_metrics *m, const char *device) {
     if (m)
         snprintf(m->device, sizeof m->device, "%s", device ? device : "");
-}
-
-sr_status sr_metrics_restart(sr_metrics *m) {
-    struct stat sb;
-    if (fflush(m->f) != 0 || fstat(fileno(m->f), &sb) != 0 || (S_ISREG(sb.st_mode) && ftruncate(fileno(m->f), 0) != 0))
-        return sr_error(SR_ERR_IO, "%s: cannot empty the metrics file for a fresh start (log.metrics): %s", m->path,
-                        strerror(errno));
-    return SR_OK;
 }
 
 static double wall_now(void) {
@@ -129,10 +142,49 @@ void sr_rank_times_fill(sr_rank_times *t, const char *hosts, size_t host_len) {
     t->slowest_host = hosts ? hosts + (size_t)t->slowest_rank * host_len : NULL;
 }
 
+/* The record's scalars as TensorBoard tags: the metrics file's keys and
+ * units (so a reading compares with the file), mfu and val_loss when
+ * known, the straggler spread when gathered, and memory by space. */
+static void tb_step(sr_tb *tb, const sr_step_record *r) {
+    enum { MAXT = 16 + SR_NSPACE };
+    const char *tags[MAXT];
+    double v[MAXT];
+    int n = 0;
+#define TB(name, value) (tags[n] = (name), v[n++] = (value))
+    TB("loss", r->loss);
+    TB("lr", r->lr);
+    TB("grad_norm", r->grad_norm);
+    TB("tokens_per_s", r->tokens_per_s);
+    if (isfinite(r->mfu))
+        TB("mfu", r->mfu);
+    TB("step_ms", r->step_ms);
+    TB("comm_exposed_ms", r->comm_exposed_ms);
+    if (r->has_val)
+        TB("val_loss", r->val_loss);
+    if (r->times && r->times->n > 0) {
+        TB("busy_ms_min", r->times->busy_min);
+        TB("busy_ms_median", r->times->busy_median);
+        TB("busy_ms_max", r->times->busy_max);
+    }
+    TB("mem_total", (double)sr_mem_total_current());
+    TB("mem_total_peak", (double)sr_mem_total_peak());
+    static char space_tags[SR_NSPACE][48];
+    for (int sp = 0; sp < SR_NSPACE; sp++) {
+        snprintf(space_tags[sp], sizeof space_tags[sp], "mem_%s_total", sr_mem_space_name(sp));
+        TB(space_tags[sp], (double)sr_mem_space_current(sp));
+    }
+#undef TB
+    sr_tb_scalars(tb, r->step, n, tags, v);
+}
+
 void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
     if (!m)
         return;
+    if (m->tb)
+        tb_step(m->tb, r);
     FILE *f = m->f;
+    if (!f)
+        return;
     fprintf(f,
             "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,"
             "\"mfu\":",
@@ -193,11 +245,16 @@ void sr_metrics_event(sr_metrics *m, const char *kind, int64_t step, json_t *fie
         if (fields)
             json_object_update(o, fields);
         char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
-        if (line) {
+        if (line && m->f) {
             fprintf(m->f, "%s\n", line);
             flush_record(m);
-            free(line);
         }
+        if (line && m->tb) { /* the same record as the event's text */
+            char tag[64];
+            snprintf(tag, sizeof tag, "event/%s", kind);
+            sr_tb_text(m->tb, step, tag, line);
+        }
+        free(line);
     }
     json_decref(o);
     json_decref(fields);
@@ -207,10 +264,11 @@ sr_status sr_metrics_close(sr_metrics *m) {
     if (!m)
         return SR_OK;
     sr_status st = SR_OK;
-    if (fclose(m->f) != 0 && !m->err)
+    if (m->f && fclose(m->f) != 0 && !m->err)
         m->err = errno;
     if (m->err)
         st = sr_fsio_write_error(m->path, m->err);
+    sr_tb_close(m->tb); /* a failed write warned; TensorBoard's files are not the run's outcome */
     free(m->path);
     free(m);
     return st;

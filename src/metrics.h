@@ -1,5 +1,6 @@
-/* metrics.h — the run's records: the JSON-lines metrics file, memory lines,
- * and the FLOP/s peak that MFU is measured against.
+/* metrics.h — the run's records: the JSON-lines metrics file and its
+ * TensorBoard twin, memory lines, and the FLOP/s peak that MFU is measured
+ * against.
  *
  * metrics owns log.metrics (written by rank 0; a resumed run appends) and
  * the format of its records (shardrun(1), METRICS): one JSON object per
@@ -9,7 +10,11 @@
  * busy_ms_ranks, slowest_rank, slowest_host), and every memory category
  * current and peak from mem.h's accounting; and one event record per
  * start, resume, checkpoint commit, preemption and evaluation, with event,
- * step and time first (`shardrun report` reads both kinds). */
+ * step and time first (`shardrun report` reads both kinds).  With
+ * log.tensorboard the same step records go to TensorBoard as scalars under
+ * the file's keys (mfu and val_loss when known, busy_ms_min/median/max
+ * when gathered, mem_total, mem_total_peak and mem_<space>_total), and
+ * every event as a text summary "event/<kind>" holding its record. */
 #ifndef SR_METRICS_H
 #define SR_METRICS_H
 
@@ -50,12 +55,18 @@ typedef struct {
     const sr_rank_times *times; /* the straggler report's fields, or NULL */
 } sr_step_record;
 
-/* Opens `path` for records ("" or NULL: none, *out NULL): appended to when
- * `append` (a run that may resume), else truncated.  SR_ERR_CANTCREAT. */
-sr_status sr_metrics_open(sr_metrics **out, const char *path, bool append);
-/* Empties a file opened for appending (a run that could have resumed but
- * starts fresh): later records start it anew.  SR_ERR_IO when it cannot. */
-sr_status sr_metrics_restart(sr_metrics *m);
+/* Opens `path` for records and prepares the TensorBoard directory
+ * `tensorboard` (tboard.h); "" or NULL for both: none, *out NULL.  The
+ * file is appended to when `append` (a run that may resume), else
+ * truncated.  SR_ERR_CANTCREAT. */
+sr_status sr_metrics_open(sr_metrics **out, const char *path, const char *tensorboard, bool append);
+/* Once the run knows where it starts (`start_step` steps done, 0 fresh):
+ * a fresh start empties a file opened for appending (later records start
+ * it anew), and the TensorBoard writer opens this start's event file with
+ * its session-start record at step start_step + 1.  SR_ERR_IO when the
+ * file cannot be emptied, SR_ERR_CANTCREAT when the event file cannot be
+ * created.  NULL m is fine. */
+sr_status sr_metrics_begin(sr_metrics *m, int64_t start_step);
 /* Labels every later record with "device": `device` (a device name
  * without quotes or backslashes; NULL or "" none): an emulated device's
  * records say so.  NULL m is fine. */

@@ -30,6 +30,7 @@
 #include "rlimits.h"
 #include "sample.h"
 #include "testhook.h"
+#include "trace.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -164,7 +165,7 @@ static sr_status open_run_state(sr_run *r) {
     if (r->w->rank == 0) {
         /* a resumed run appends (checkpoint.resume is decided below; the
          * file is truncated only when no checkpoint could apply) */
-        st = sr_metrics_open(&r->metrics, cfg->log_metrics, sr_ckpt_may_resume(&r->job.ckpt));
+        st = sr_metrics_open(&r->metrics, cfg->log_metrics, cfg->log_tensorboard, sr_ckpt_may_resume(&r->job.ckpt));
         if (st != SR_OK)
             return st;
         if (r->dev->emulated)
@@ -198,9 +199,10 @@ static sr_status open_run_state(sr_run *r) {
         sr_ckpt_set_init(r->ck, r->init.path, r->init.sha256);
         sr_fmt(r->weights, sizeof r->weights, "model.init %s", r->init.path);
     }
-    /* a fresh start (no checkpoint applied) begins a new metrics file */
-    if (st == SR_OK && r->start.step == 0 && r->metrics)
-        st = sr_metrics_restart(r->metrics);
+    /* a fresh start (no checkpoint applied) begins a new metrics file; the
+     * TensorBoard session starts at the first step this run logs */
+    if (st == SR_OK)
+        st = sr_metrics_begin(r->metrics, r->start.step);
     return st;
 }
 
@@ -227,6 +229,8 @@ static sr_status setup(sr_run *r) {
     }
     if (st == SR_OK)
         st = sr_run_gather_hosts(r);
+    if (st == SR_OK)
+        st = sr_run_prometheus_init(r);
     if (st != SR_OK)
         return st;
     /* every micro-batch of a step its own slot, in memory the forward's
@@ -248,6 +252,7 @@ static sr_status teardown(sr_run *r, sr_status st) {
         sr_flight_dump(st == SR_ERR_PEER ? "exit 69" : "exit 70", sr_error_message()); /* its line, then the error */
     if (st != SR_PREEMPTED)
         sr_error_emit(st);
+    sr_trace_finish(); /* a run that ends inside log.trace_steps' window */
     sr_ckpt_close(r->ck);
     sr_status mst = sr_metrics_close(r->metrics);
     if (st == SR_OK)
@@ -287,6 +292,7 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
     long long waits0 = sr_dev_host_waits(r->dev);
     uint64_t comm0 = r->dev->comm_wait_ns;
     sr_flight_step_begin(s + 1);
+    sr_trace_step_begin(s + 1);
     sr_preempt_test_hook(s + 1, w->rank);
     r->dev->step = s + 1; /* for a GPU deadline's message */
     if (sr_oracle_on(r, s)) {
@@ -308,16 +314,16 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
          * rank r takes the fixed slice r*mb*accum .. of it */
         uint64_t first = r->cursor + (uint64_t)(w->rank * rank_seqs) + (uint64_t)a * (uint64_t)r->mb;
         int *in = r->in + (size_t)a * r->mb * r->T, *tg = r->tg + (size_t)a * r->mb * r->T;
-        sr_data_batch(r->train, first, r->mb, true, (uint64_t)cfg->seed, in, tg);
-        st = sr_fsdp_forward(r->fsdp, in, tg, r->mb);
+        SR_TRACE_PHASE("data", sr_data_batch(r->train, first, r->mb, true, (uint64_t)cfg->seed, in, tg));
+        SR_TRACE_PHASE("forward", st = sr_fsdp_forward(r->fsdp, in, tg, r->mb));
         if (st == SR_OK && sr_oracle_on(r, s))
             st = sr_oracle_forward(r, a);
         if (st == SR_OK)
-            st = sr_fsdp_backward(r->fsdp, (float)dloss, a == r->accum - 1);
+            SR_TRACE_PHASE("backward", st = sr_fsdp_backward(r->fsdp, (float)dloss, a == r->accum - 1));
     }
     o->norm = 0.0;
-    if (st == SR_OK)
-        st = sr_fsdp_finish_grads(r->fsdp, &loss_sum, &o->norm); /* the step's one host wait */
+    if (st == SR_OK) /* the step's one host wait */
+        SR_TRACE_PHASE("gradients (reductions, norm)", st = sr_fsdp_finish_grads(r->fsdp, &loss_sum, &o->norm));
     double clock_due =
         w->rank == 0 && cfg->ckpt_every_minutes > 0 && now_s() - r->last_save >= cfg->ckpt_every_minutes * 60.0;
     double red[3] = {loss_sum, sr_preempt_pending() ? 1.0 : 0.0, clock_due ? 1.0 : 0.0};
@@ -328,7 +334,8 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
     r->iv_wait += waited;
     r->iv_steps++;
     if (st == SR_OK)
-        st = sr_run_log_due(r, s) ? sr_run_agree_and_gather(r, red) : sr_ctl_sum(r->ctl, red, 3);
+        SR_TRACE_PHASE("agreement",
+                       st = sr_run_log_due(r, s) ? sr_run_agree_and_gather(r, red) : sr_ctl_sum(r->ctl, red, 3));
     if (st != SR_OK)
         return st;
     double tb = now_s();
@@ -349,7 +356,7 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
     o->lr = sr_lr_at(&r->job.schedule, s);
     if (sr_oracle_on(r, s) && (st = sr_oracle_step(r, o)) != SR_OK)
         return st;
-    sr_fsdp_optimizer_step(r->fsdp, s + 1, o->lr, &r->job.adamw, scale);
+    SR_TRACE_PHASE("optimizer", sr_fsdp_optimizer_step(r->fsdp, s + 1, o->lr, &r->job.adamw, scale));
     if (r->dev->hb) {
         /* the engine's rule: the host waits for the device once per step */
         long long waits = sr_dev_host_waits(r->dev) - waits0;
@@ -475,7 +482,8 @@ static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code
     bool evaluated = false;
     if (!o->stop && r->val && cfg->eval_every > 0 && ((s + 1) % cfg->eval_every == 0 || last)) {
         bool interrupted = false;
-        sr_status st = evaluate(r, &r->last_val, &interrupted);
+        sr_status st;
+        SR_TRACE_PHASE("evaluation", st = evaluate(r, &r->last_val, &interrupted));
         if (st != SR_OK)
             return st;
         if (interrupted) {
@@ -491,6 +499,9 @@ static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code
     if (sr_run_log_due(r, s)) {
         sr_run_stragglers(r, s);
         sr_run_log_step(r, s, o, evaluated);
+        sr_status st = sr_run_prometheus(r, s, o);
+        if (st != SR_OK)
+            return st;
     }
     if (!o->stop && cfg->log_sample_every > 0 && (s + 1) % cfg->log_sample_every == 0) {
         sr_status st = sr_sample_during_training(r->fsdp, &r->model, r->ctl, r->w, s + 1, (uint64_t)cfg->seed,
@@ -509,7 +520,8 @@ static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code
                     ((cfg->ckpt_every_steps > 0 && (s + 1) % cfg->ckpt_every_steps == 0) || o->clock_due);
     if (periodic) {
         sr_ckpt_progress now = {s + 1, r->cursor};
-        sr_status st = sr_ckpt_save_async(r->ck, &now, NULL);
+        sr_status st;
+        SR_TRACE_PHASE("checkpoint", st = sr_ckpt_save_async(r->ck, &now, NULL));
         sr_run_checkpoint_events(r);
         if (st != SR_OK)
             return st;

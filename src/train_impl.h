@@ -63,6 +63,11 @@ typedef struct {
     double iv_busy, iv_wait;   /* this rank's seconds in the current interval */
     int64_t iv_steps;          /* steps in the current interval */
     sr_rank_times times;       /* the last gathered interval (times.n = 0: none) */
+    /* log.prometheus (runlog.c) */
+    char prom_path[4096];   /* expanded; "" = off */
+    bool prom_warned;       /* a failed write warned once */
+    int64_t ckpt_seen_step; /* the newest committed checkpoint seen, and when it was committed */
+    double ckpt_seen_time;
     /* loop state */
     double first_loss, last_loss, last_val, t_start, last_save;
     uint64_t cursor;
@@ -106,6 +111,15 @@ bool sr_run_log_due(const sr_run *r, int64_t s);
  * r->busy_ms and r->wait_ms, and a warning (and a metrics event) naming a
  * rank over log.straggler_pct for 3 intervals in a row. */
 void sr_run_stragglers(sr_run *r, int64_t s);
+
+/* log.prometheus: its path expanded (%h, %j) on every rank
+ * (SR_ERR_CONFIG naming the key for a bad template), and on a logged step
+ * s every rank's sample gathered (one all-gather, every rank takes part)
+ * and written by local rank 0 of each node for its node's ranks; a failed
+ * write warns once and never fails the run.  No-ops when the key is
+ * empty. */
+sr_status sr_run_prometheus_init(sr_run *r);
+sr_status sr_run_prometheus(sr_run *r, int64_t s, const sr_step_out *o);
 
 /* oracle.c (SHARDRUN_TEST_ORACLE): whether step s is the one laid out;
  * before it, after micro-batch a's forward, after its gradients. */

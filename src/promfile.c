@@ -1,0 +1,142 @@
+/* promfile.c — the Prometheus textfile; see promfile.h.
+ *
+ * Written by hand: the exposition format is lines of text, and no C
+ * library here writes it (the Prometheus C clients serve HTTP, which a
+ * batch job on a compute node must not). */
+#include "srconfig.h"
+
+#include "promfile.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fsio.h"
+
+sr_status sr_prom_path(const char *tmpl, const char *host, const char *job, char *out, size_t n) {
+    size_t used = 0;
+    for (const char *p = tmpl; *p; p++) {
+        const char *add;
+        char one[2] = {*p, 0};
+        if (*p != '%')
+            add = one;
+        else if (p[1] == 'h')
+            add = host, p++;
+        else if (p[1] == 'j')
+            add = job, p++;
+        else if (p[1] == '%')
+            add = "%", p++;
+        else
+            return sr_error(SR_ERR_CONFIG,
+                            "log.prometheus '%s': %%%c is not a substitution (hint: %%h is the host name, %%j the job "
+                            "id, %%%% a percent sign)",
+                            tmpl, p[1] ? p[1] : ' ');
+        size_t k = strlen(add);
+        if (used + k + 1 > n)
+            return sr_error(SR_ERR_CONFIG, "log.prometheus '%s': the expanded path is longer than %zu bytes", tmpl,
+                            n - 1);
+        for (size_t i = 0; i < k; i++) {
+            /* a substituted name keeps [A-Za-z0-9._-] (mpirun's job ids
+             * hold brackets and commas); the template's own text is kept */
+            char c = add[i];
+            bool ok = add == one || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '-' || c == '_' || (c == '%' && p[0] == '%');
+            out[used++] = ok ? c : '_';
+        }
+    }
+    out[used] = '\0';
+    return SR_OK;
+}
+
+/* A label value as the exposition format quotes it: \, " and newline
+ * escaped. */
+static void put_label(FILE *f, const char *v) {
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            fputc('\\', f), fputc(*v, f);
+        else if (*v == '\n')
+            fputs("\\n", f);
+        else
+            fputc(*v, f);
+    }
+}
+
+static void labels(FILE *f, const sr_prom_sample *s, const sr_prom_rank *r, const char *extra_k, const char *extra_v) {
+    fputs("{slurm_job=\"", f);
+    put_label(f, s->job);
+    fprintf(f, "\",rank=\"%d\",host=\"", r->rank);
+    put_label(f, r->host);
+    fputc('"', f);
+    if (extra_k) {
+        fprintf(f, ",%s=\"", extra_k);
+        put_label(f, extra_v);
+        fputc('"', f);
+    }
+    fputc('}', f);
+}
+
+static void family(FILE *f, const char *name, const char *help) {
+    fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+}
+
+/* One family with one sample per rank: v for every rank, or get(rank)
+ * when get is given. */
+static void per_rank(FILE *f, const sr_prom_sample *s, const char *name, const char *help, double v,
+                     double (*get)(const sr_prom_rank *)) {
+    family(f, name, help);
+    for (int i = 0; i < s->n; i++) {
+        fputs(name, f);
+        labels(f, s, &s->ranks[i], NULL, NULL);
+        fprintf(f, " %.17g\n", get ? get(&s->ranks[i]) : v);
+    }
+}
+
+static double comm_of(const sr_prom_rank *r) { return r->comm_exposed_s; }
+
+static sr_status fill(int fd, const char *name, void *ctx) {
+    const sr_prom_sample *s = ctx;
+    int fd2 = dup(fd);
+    FILE *f = fd2 >= 0 ? fdopen(fd2, "w") : NULL;
+    if (!f) {
+        if (fd2 >= 0)
+            close(fd2);
+        return sr_fsio_write_error(name, errno ? errno : ENOMEM);
+    }
+    per_rank(f, s, "shardrun_step", "Training steps completed.", (double)s->step, NULL);
+    per_rank(f, s, "shardrun_steps_planned", "Training steps the job file plans (train.steps).", (double)s->steps,
+             NULL);
+    per_rank(f, s, "shardrun_loss", "Mean per-token training loss of the logged step.", s->loss, NULL);
+    per_rank(f, s, "shardrun_tokens_per_second", "Training throughput of the logged step, tokens per second.",
+             s->tokens_per_s, NULL);
+    if (isfinite(s->mfu))
+        per_rank(f, s, "shardrun_mfu_ratio", "Model FLOP utilization of the logged step (0 to 1).", s->mfu, NULL);
+    family(f, "shardrun_memory_bytes", "Accounted memory of the rank by space (host, pinned, device), now.");
+    for (int i = 0; i < s->n; i++)
+        for (int sp = 0; sp < SR_NSPACE; sp++) {
+            fputs("shardrun_memory_bytes", f);
+            labels(f, s, &s->ranks[i], "space", sr_mem_space_name(sp));
+            fprintf(f, " %.17g\n", s->ranks[i].mem_bytes[sp]);
+        }
+    if (s->ckpt_step >= 0) {
+        per_rank(f, s, "shardrun_checkpoint_step", "Step of the newest committed checkpoint.", (double)s->ckpt_step,
+                 NULL);
+        per_rank(f, s, "shardrun_checkpoint_age_seconds", "Seconds since the newest checkpoint was committed.",
+                 s->ckpt_age_s, NULL);
+    }
+    per_rank(f, s, "shardrun_comm_exposed_seconds",
+             "Time the logged step waited on communication (exposed communication), seconds.", 0.0, comm_of);
+    per_rank(f, s, "shardrun_last_update_timestamp_seconds", "When shardrun wrote this file (Unix time).", s->time_s,
+             NULL);
+    bool bad = fflush(f) != 0 || ferror(f);
+    int err = errno;
+    if (fclose(f) != 0 && !bad)
+        bad = true, err = errno;
+    return bad ? sr_fsio_write_error(name, err ? err : EIO) : SR_OK;
+}
+
+sr_status sr_prom_write(const char *path, const sr_prom_sample *s) {
+    return sr_fsio_atomic_write(path, fill, (void *)s);
+}
