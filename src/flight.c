@@ -191,6 +191,7 @@ void sr_flight_end(uint64_t id, bool ok) {
 }
 
 void sr_flight_step_begin(int64_t step) {
+    sr_trace_step_begin(step); /* log.trace_steps' window follows the step marks */
     ST(fr.step, step);
     if (!__atomic_load_n(&fr.cap, __ATOMIC_RELAXED))
         return;

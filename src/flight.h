@@ -79,11 +79,12 @@ uint64_t sr_flight_enter(sr_flight_plane plane, int64_t seq, const char *op, con
 /* The entry starts (start time now; state running, or issued for a
  * device plane). */
 void sr_flight_start(uint64_t id);
-/* The entry ends (end time now) done or failed. */
+/* The entry ends (end time now) done or failed; inside log.trace_steps'
+ * window the collective also becomes a span of the trace (trace.h). */
 void sr_flight_end(uint64_t id, bool ok);
 /* Step marks: step `step` begins (an entry of plane step, op "step",
  * running) and later ends (done).  The current step is what later
- * collectives record. */
+ * collectives record; the trace's window (trace.h) follows the marks. */
 void sr_flight_step_begin(int64_t step);
 void sr_flight_step_end(void);
 /* Entries recorded since the first step mark (not only those in the

@@ -219,42 +219,11 @@ static void step_rates(const sr_run *r, const sr_step_out *o, double *tps, doubl
     *mfu = r->peak > 0 ? 100.0 * *tps * r->flops_tok / (r->peak * r->w->size) : NAN;
 }
 
-void sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evaluated) {
-    const sr_config *cfg = r->cfg;
-    double tps, mfu;
-    step_rates(r, o, &tps, &mfu);
-    char mfu_s[32];
-    snprintf(mfu_s, sizeof mfu_s, isfinite(mfu) ? "%.1f%%" : "n/a", mfu);
-    sr_log_info("step %6lld/%lld | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | mfu %s | mem %.1f MiB | comm "
-                "exposed %.1f ms | %.1f ms",
-                (long long)(s + 1), (long long)cfg->steps, o->loss, o->lr, o->norm, tps, mfu_s,
-                mib(sr_mem_total_peak()), o->comm_exposed_ms, o->seconds * 1e3);
-    sr_step_record rec = {.step = s + 1,
-                          .loss = o->loss,
-                          .lr = o->lr,
-                          .grad_norm = o->norm,
-                          .tokens_per_s = tps,
-                          .mfu = mfu / 100.0,
-                          .step_ms = o->seconds * 1e3,
-                          .comm_exposed_ms = o->comm_exposed_ms,
-                          .tokens = (s + 1) * cfg->batch_size * r->T,
-                          .ranks = r->w->size,
-                          .has_val = evaluated,
-                          .val_loss = r->last_val,
-                          .nccl = sr_plane_nccl_version(r->plane),
-                          .times = r->times.n ? &r->times : NULL};
-    sr_metrics_step(r->metrics, &rec);
-}
-
-bool sr_run_log_due(const sr_run *r, int64_t s) {
-    return (s + 1) % r->cfg->log_every == 0 || s == 0 || s + 1 == r->cfg->steps;
-}
-
 /* Straggler streaks: a rank over the median by more than log.straggler_pct
  * for STRAGGLER_INTERVALS intervals in a row is named once per streak. */
 #define STRAGGLER_INTERVALS 3
 
-void sr_run_stragglers(sr_run *r, int64_t s) {
+static void stragglers(sr_run *r, int64_t s) {
     const sr_rank_times *t = &r->times;
     if (t->n < 2)
         return;
@@ -280,11 +249,138 @@ void sr_run_stragglers(sr_run *r, int64_t s) {
     }
 }
 
+/* ---- the Prometheus textfile (promfile.h) ------------------------------ */
+
+static sr_status prometheus_init(sr_run *r) {
+    const char *tmpl = r->cfg->log_prometheus;
+    r->prom_path[0] = '\0';
+    if (!tmpl || !tmpl[0])
+        return SR_OK;
+    sr_status st = sr_prom_path(tmpl, r->w->host, r->w->job_id, r->prom_path, sizeof r->prom_path);
+    if (st != SR_OK) {
+        char w[1200], msg[1200];
+        sr_config_where(r->cfg, "log.prometheus", w, sizeof w);
+        snprintf(msg, sizeof msg, "%s", sr_error_message());
+        return sr_error(st, "%s: %s", w, msg);
+    }
+    r->ckpt_seen_step = -1;
+    return SR_OK;
+}
+
+/* When the newest checkpoint was committed, as this rank saw it: a
+ * resumed run's by its directory's time, a save by when it showed. */
+static double checkpoint_time(sr_run *r) {
+    int64_t last = sr_ckpt_last_step(r->ck);
+    if (last != r->ckpt_seen_step) {
+        r->ckpt_seen_step = last;
+        r->ckpt_seen_time = wall_now();
+        const char *from = sr_ckpt_resumed_from(r->ck);
+        struct stat sb;
+        if (last == r->start.step && from && stat(from, &sb) == 0)
+            r->ckpt_seen_time = (double)sb.st_mtim.tv_sec + 1e-9 * (double)sb.st_mtim.tv_nsec;
+    }
+    return r->ckpt_seen_time;
+}
+
+static sr_status prometheus(sr_run *r, int64_t s, const sr_step_out *o) {
+    if (!r->prom_path[0])
+        return SR_OK;
+    /* every rank's node, memory by space and exposed communication: one
+     * all-gather; local rank 0 of each node writes its node's ranks */
+    enum { W = 2 + SR_NSPACE };
+    int n = r->w->size;
+    double mine[W];
+    mine[0] = (double)r->w->node_id;
+    mine[1] = o->comm_exposed_ms / 1e3;
+    for (int sp = 0; sp < SR_NSPACE; sp++)
+        mine[2 + sp] = (double)sr_mem_space_current(sp);
+    double *all = sr_malloc(sizeof *all * W * (size_t)n);
+    sr_prom_rank *ranks = sr_calloc((size_t)n, sizeof *ranks);
+    if (!all || !ranks) {
+        free(all);
+        free(ranks);
+        return sr_error_oom("the Prometheus sample");
+    }
+    sr_status st = sr_ctl_allgather(r->ctl, all, mine, sizeof mine);
+    double ckpt_time = checkpoint_time(r);
+    if (st == SR_OK && r->w->local_rank == 0) {
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            const double *v = all + (size_t)i * W;
+            if ((int)v[0] != r->w->node_id)
+                continue;
+            ranks[k] = (sr_prom_rank){.rank = i, .host = r->hosts + (size_t)i * RANK_HOST_LEN, .comm_exposed_s = v[1]};
+            for (int sp = 0; sp < SR_NSPACE; sp++)
+                ranks[k].mem_bytes[sp] = v[2 + sp];
+            k++;
+        }
+        double tps, mfu, now = wall_now();
+        step_rates(r, o, &tps, &mfu);
+        sr_prom_sample ps = {.job = r->w->job_id,
+                             .step = s + 1,
+                             .steps = r->cfg->steps,
+                             .loss = o->loss,
+                             .tokens_per_s = tps,
+                             .mfu = mfu / 100.0,
+                             .ckpt_step = sr_ckpt_last_step(r->ck),
+                             .ckpt_age_s = now - ckpt_time,
+                             .time_s = now,
+                             .n = k,
+                             .ranks = ranks};
+        sr_status wst = sr_prom_write(r->prom_path, &ps);
+        if (wst != SR_OK && !r->prom_warned) {
+            /* a monitoring file never fails the run */
+            sr_log_warn("log.prometheus: %s; training goes on (warned once)", sr_error_message());
+            r->prom_warned = true;
+        }
+    }
+    free(all);
+    free(ranks);
+    return st;
+}
+
+sr_status sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evaluated) {
+    const sr_config *cfg = r->cfg;
+    stragglers(r, s);
+    double tps, mfu;
+    step_rates(r, o, &tps, &mfu);
+    char mfu_s[32];
+    snprintf(mfu_s, sizeof mfu_s, isfinite(mfu) ? "%.1f%%" : "n/a", mfu);
+    sr_log_info("step %6lld/%lld | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | mfu %s | mem %.1f MiB | comm "
+                "exposed %.1f ms | %.1f ms",
+                (long long)(s + 1), (long long)cfg->steps, o->loss, o->lr, o->norm, tps, mfu_s,
+                mib(sr_mem_total_peak()), o->comm_exposed_ms, o->seconds * 1e3);
+    sr_step_record rec = {.step = s + 1,
+                          .loss = o->loss,
+                          .lr = o->lr,
+                          .grad_norm = o->norm,
+                          .tokens_per_s = tps,
+                          .mfu = mfu / 100.0,
+                          .step_ms = o->seconds * 1e3,
+                          .comm_exposed_ms = o->comm_exposed_ms,
+                          .tokens = (s + 1) * cfg->batch_size * r->T,
+                          .ranks = r->w->size,
+                          .has_val = evaluated,
+                          .val_loss = r->last_val,
+                          .nccl = sr_plane_nccl_version(r->plane),
+                          .times = r->times.n ? &r->times : NULL};
+    sr_metrics_step(r->metrics, &rec);
+    return prometheus(r, s, o);
+}
+
+sr_status sr_run_agree(sr_run *r, int64_t s, double red[3]) {
+    return sr_run_log_due(r, s) ? sr_run_agree_and_gather(r, red) : sr_ctl_sum(r->ctl, red, 3);
+}
+
+bool sr_run_log_due(const sr_run *r, int64_t s) {
+    return (s + 1) % r->cfg->log_every == 0 || s == 0 || s + 1 == r->cfg->steps;
+}
+
 /* The flight recorder (flight.h), before the planes start.  Its ring is a
  * plain calloc, outside the accounting: a recorder that cannot have its
  * memory is off with a warning, not a failed run (and a run under
  * SHARDRUN_TEST_ALLOC_FAIL counts the same allocations with it or without). */
-void sr_run_start_flight(sr_run *r) {
+sr_status sr_run_start_observers(sr_run *r) {
     const sr_config *cfg = r->cfg;
     sr_flight_opts fo = {cfg->log_flight_recorder,
                          cfg->log_flight_dir,
@@ -304,6 +400,7 @@ void sr_run_start_flight(sr_run *r) {
         r->w->rank,           r->w->size,          r->w->host,         r->w->job_id,
         r->w->restart};
     sr_trace_init(&to); /* its collectives come from the recorder's records */
+    return prometheus_init(r);
 }
 
 /* Every rank's host name, for the straggler report (one all-gather), and
@@ -364,94 +461,4 @@ void sr_run_flight_line(const sr_run *r) {
                     (long long)r->cfg->log_flight_recorder, per > 0 ? (double)r->cfg->log_flight_recorder / per : 0.0,
                     sr_flight_dir());
     }
-}
-
-/* ---- the Prometheus textfile (promfile.h) ------------------------------ */
-
-sr_status sr_run_prometheus_init(sr_run *r) {
-    const char *tmpl = r->cfg->log_prometheus;
-    r->prom_path[0] = '\0';
-    if (!tmpl || !tmpl[0])
-        return SR_OK;
-    sr_status st = sr_prom_path(tmpl, r->w->host, r->w->job_id, r->prom_path, sizeof r->prom_path);
-    if (st != SR_OK) {
-        char w[1200], msg[1200];
-        sr_config_where(r->cfg, "log.prometheus", w, sizeof w);
-        snprintf(msg, sizeof msg, "%s", sr_error_message());
-        return sr_error(st, "%s: %s", w, msg);
-    }
-    r->ckpt_seen_step = -1;
-    return SR_OK;
-}
-
-/* When the newest checkpoint was committed, as this rank saw it: a
- * resumed run's by its directory's time, a save by when it showed. */
-static double checkpoint_time(sr_run *r) {
-    int64_t last = sr_ckpt_last_step(r->ck);
-    if (last != r->ckpt_seen_step) {
-        r->ckpt_seen_step = last;
-        r->ckpt_seen_time = wall_now();
-        const char *from = sr_ckpt_resumed_from(r->ck);
-        struct stat sb;
-        if (last == r->start.step && from && stat(from, &sb) == 0)
-            r->ckpt_seen_time = (double)sb.st_mtim.tv_sec + 1e-9 * (double)sb.st_mtim.tv_nsec;
-    }
-    return r->ckpt_seen_time;
-}
-
-sr_status sr_run_prometheus(sr_run *r, int64_t s, const sr_step_out *o) {
-    if (!r->prom_path[0])
-        return SR_OK;
-    /* every rank's node, memory by space and exposed communication: one
-     * all-gather; local rank 0 of each node writes its node's ranks */
-    enum { W = 2 + SR_NSPACE };
-    int n = r->w->size;
-    double mine[W];
-    mine[0] = (double)r->w->node_id;
-    mine[1] = o->comm_exposed_ms / 1e3;
-    for (int sp = 0; sp < SR_NSPACE; sp++)
-        mine[2 + sp] = (double)sr_mem_space_current(sp);
-    double *all = sr_malloc(sizeof *all * W * (size_t)n);
-    sr_prom_rank *ranks = sr_calloc((size_t)n, sizeof *ranks);
-    if (!all || !ranks) {
-        free(all);
-        free(ranks);
-        return sr_error_oom("the Prometheus sample");
-    }
-    sr_status st = sr_ctl_allgather(r->ctl, all, mine, sizeof mine);
-    double ckpt_time = checkpoint_time(r);
-    if (st == SR_OK && r->w->local_rank == 0) {
-        int k = 0;
-        for (int i = 0; i < n; i++) {
-            const double *v = all + (size_t)i * W;
-            if ((int)v[0] != r->w->node_id)
-                continue;
-            ranks[k] = (sr_prom_rank){.rank = i, .host = r->hosts + (size_t)i * RANK_HOST_LEN, .comm_exposed_s = v[1]};
-            for (int sp = 0; sp < SR_NSPACE; sp++)
-                ranks[k].mem_bytes[sp] = v[2 + sp];
-            k++;
-        }
-        double tps, mfu, now = wall_now();
-        step_rates(r, o, &tps, &mfu);
-        sr_prom_sample ps = {.job = r->w->job_id,
-                             .step = s + 1,
-                             .steps = r->cfg->steps,
-                             .loss = o->loss,
-                             .tokens_per_s = tps,
-                             .mfu = mfu / 100.0,
-                             .ckpt_step = sr_ckpt_last_step(r->ck),
-                             .ckpt_age_s = now - ckpt_time,
-                             .time_s = now,
-                             .n = k,
-                             .ranks = ranks};
-        sr_status wst = sr_prom_write(r->prom_path, &ps);
-        if (wst != SR_OK && !r->prom_warned) {
-            /* a monitoring file never fails the run */
-            sr_log_warn("log.prometheus: %s; training goes on (warned once)", sr_error_message());
-            r->prom_warned = true;
-        }
-    }
-    free(all);
-    free(ranks);
-    return st;
 }

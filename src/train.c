@@ -199,8 +199,7 @@ static sr_status open_run_state(sr_run *r) {
         sr_ckpt_set_init(r->ck, r->init.path, r->init.sha256);
         sr_fmt(r->weights, sizeof r->weights, "model.init %s", r->init.path);
     }
-    /* a fresh start (no checkpoint applied) begins a new metrics file; the
-     * TensorBoard session starts at the first step this run logs */
+    /* a fresh start begins a new metrics file; TensorBoard, a session */
     if (st == SR_OK)
         st = sr_metrics_begin(r->metrics, r->start.step);
     return st;
@@ -223,14 +222,12 @@ static sr_status setup(sr_run *r) {
         st = sr_memplan_run(&r->plan, cfg, &r->job, &r->mesh, r->mb, r->threads, r->ops, r->dev, r->w);
     if (st == SR_OK)
         st = open_data(r);
-    if (st == SR_OK) {
-        sr_run_start_flight(r);
+    if (st == SR_OK)
+        st = sr_run_start_observers(r);
+    if (st == SR_OK)
         st = open_engine(r);
-    }
     if (st == SR_OK)
         st = sr_run_gather_hosts(r);
-    if (st == SR_OK)
-        st = sr_run_prometheus_init(r);
     if (st != SR_OK)
         return st;
     /* every micro-batch of a step its own slot, in memory the forward's
@@ -291,8 +288,7 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
     double t0 = now_s();
     long long waits0 = sr_dev_host_waits(r->dev);
     uint64_t comm0 = r->dev->comm_wait_ns;
-    sr_flight_step_begin(s + 1);
-    sr_trace_step_begin(s + 1);
+    sr_flight_step_begin(s + 1); /* and log.trace_steps' window */
     sr_preempt_test_hook(s + 1, w->rank);
     r->dev->step = s + 1; /* for a GPU deadline's message */
     if (sr_oracle_on(r, s)) {
@@ -334,8 +330,7 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
     r->iv_wait += waited;
     r->iv_steps++;
     if (st == SR_OK)
-        SR_TRACE_PHASE("agreement",
-                       st = sr_run_log_due(r, s) ? sr_run_agree_and_gather(r, red) : sr_ctl_sum(r->ctl, red, 3));
+        SR_TRACE_PHASE("agreement", st = sr_run_agree(r, s, red));
     if (st != SR_OK)
         return st;
     double tb = now_s();
@@ -496,13 +491,9 @@ static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code
                 sr_metrics_event(r->metrics, "eval", s + 1, json_pack("{sf}", "val_loss", r->last_val));
         }
     }
-    if (sr_run_log_due(r, s)) {
-        sr_run_stragglers(r, s);
-        sr_run_log_step(r, s, o, evaluated);
-        sr_status st = sr_run_prometheus(r, s, o);
-        if (st != SR_OK)
-            return st;
-    }
+    sr_status lst = sr_run_log_due(r, s) ? sr_run_log_step(r, s, o, evaluated) : SR_OK;
+    if (lst != SR_OK)
+        return lst;
     if (!o->stop && cfg->log_sample_every > 0 && (s + 1) % cfg->log_sample_every == 0) {
         sr_status st = sr_sample_during_training(r->fsdp, &r->model, r->ctl, r->w, s + 1, (uint64_t)cfg->seed,
                                                  r->threads, r->tok, &r->sample_skipped);
@@ -520,8 +511,7 @@ static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code
                     ((cfg->ckpt_every_steps > 0 && (s + 1) % cfg->ckpt_every_steps == 0) || o->clock_due);
     if (periodic) {
         sr_ckpt_progress now = {s + 1, r->cursor};
-        sr_status st;
-        SR_TRACE_PHASE("checkpoint", st = sr_ckpt_save_async(r->ck, &now, NULL));
+        sr_status st = sr_ckpt_save_async(r->ck, &now, NULL);
         sr_run_checkpoint_events(r);
         if (st != SR_OK)
             return st;

@@ -87,39 +87,39 @@ typedef struct {
 } sr_step_out;
 
 /* runlog.c: the banner; the start (and resume) events; the checkpoint
- * events of the saves committed since the last call; a step's line and
- * record (`evaluated`: a validation loss was measured this step). */
+ * events of the saves committed since the last call. */
 void sr_run_banner(sr_run *r);
 void sr_run_start_events(sr_run *r);
 void sr_run_checkpoint_events(sr_run *r);
-void sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evaluated);
-/* The flight recorder started for this run (flight.h; before the planes
- * start) and its SIGQUIT handler; its line at the end (done). */
-void sr_run_start_flight(sr_run *r);
+/* A logged step s (every rank calls it; `evaluated`: a validation loss was
+ * measured this step): the straggler report of the interval gathered with
+ * its agreement (r->times; a warning and a metrics event naming a rank
+ * over log.straggler_pct for 3 intervals in a row), the step's line and
+ * record, and log.prometheus's sample (every rank's gathered with one
+ * all-gather, written by local rank 0 of each node for its node's ranks;
+ * a failed write warns once and never fails the run).  The gather's
+ * status. */
+sr_status sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evaluated);
+/* What watches the run, before the planes start: the flight recorder
+ * (flight.h) and its SIGQUIT handler, log.trace_steps' window (trace.h),
+ * and log.prometheus's path with %h and %j expanded (SR_ERR_CONFIG naming
+ * the key for a bad template); the flight recorder's line at the end
+ * (done). */
+sr_status sr_run_start_observers(sr_run *r);
 void sr_run_flight_line(const sr_run *r);
 /* Every rank's host name into r->hosts (one all-gather, after connect)
  * and the straggler report's per-rank arrays. */
 sr_status sr_run_gather_hosts(sr_run *r);
-/* A logged step's agreement: red[0..3) summed over the ranks as
- * sr_ctl_sum would, with every rank's busy and wait times of the interval
- * gathered in the same collective into r->busy_ms, r->wait_ms, r->times. */
+/* The step's agreement on red[0..3) (loss sum, signal flag, clock flag),
+ * summed over the ranks: on a logged step (sr_run_log_due) with every
+ * rank's busy and wait times of the interval gathered in the same
+ * collective into r->busy_ms, r->wait_ms, r->times
+ * (sr_run_agree_and_gather), else a plain sum. */
+sr_status sr_run_agree(sr_run *r, int64_t s, double red[3]);
 sr_status sr_run_agree_and_gather(sr_run *r, double red[3]);
 /* Whether step s (0-based) is logged: a progress line, a metrics record
  * and the straggler report's gather (log.every, the first and the last). */
 bool sr_run_log_due(const sr_run *r, int64_t s);
-/* The straggler report of the interval gathered at step s: r->times from
- * r->busy_ms and r->wait_ms, and a warning (and a metrics event) naming a
- * rank over log.straggler_pct for 3 intervals in a row. */
-void sr_run_stragglers(sr_run *r, int64_t s);
-
-/* log.prometheus: its path expanded (%h, %j) on every rank
- * (SR_ERR_CONFIG naming the key for a bad template), and on a logged step
- * s every rank's sample gathered (one all-gather, every rank takes part)
- * and written by local rank 0 of each node for its node's ranks; a failed
- * write warns once and never fails the run.  No-ops when the key is
- * empty. */
-sr_status sr_run_prometheus_init(sr_run *r);
-sr_status sr_run_prometheus(sr_run *r, int64_t s, const sr_step_out *o);
 
 /* oracle.c (SHARDRUN_TEST_ORACLE): whether step s is the one laid out;
  * before it, after micro-batch a's forward, after its gradients. */
