@@ -368,10 +368,6 @@ sr_status sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evalu
     return prometheus(r, s, o);
 }
 
-sr_status sr_run_agree(sr_run *r, int64_t s, double red[3]) {
-    return sr_run_log_due(r, s) ? sr_run_agree_and_gather(r, red) : sr_ctl_sum(r->ctl, red, 3);
-}
-
 bool sr_run_log_due(const sr_run *r, int64_t s) {
     return (s + 1) % r->cfg->log_every == 0 || s == 0 || s + 1 == r->cfg->steps;
 }
@@ -423,7 +419,7 @@ sr_status sr_run_gather_hosts(sr_run *r) {
  * all-gathered (one small collective in place of the sum), summed here in
  * rank order for red[0..3) — the same on every rank — and the interval's
  * busy and wait times per rank handed to the straggler report. */
-sr_status sr_run_agree_and_gather(sr_run *r, double red[3]) {
+static sr_status agree_and_gather(sr_run *r, double red[3]) {
     enum { W = 6 };
     int n = r->w->size;
     double mine[W] = {red[0], red[1], red[2], r->iv_busy, r->iv_wait, (double)r->iv_steps};
@@ -448,6 +444,10 @@ sr_status sr_run_agree_and_gather(sr_run *r, double red[3]) {
     }
     free(all);
     return st;
+}
+
+sr_status sr_run_agree(sr_run *r, int64_t s, double red[3]) {
+    return sr_run_log_due(r, s) ? agree_and_gather(r, red) : sr_ctl_sum(r->ctl, red, 3);
 }
 
 /* The flight recorder's line at the end of a run: records per step and

@@ -34,7 +34,8 @@ struct sr_tb {
 
 /* ---- CRC32C and TFRecord framing ---------------------------------------- */
 
-uint32_t sr_tb_crc32c(const void *p, size_t n) {
+/* CRC32C (Castagnoli) of n bytes, and TFRecord's mask of it. */
+static uint32_t crc32c(const void *p, size_t n) {
     static uint32_t table[256];
     static int ready;
     if (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) {
@@ -53,8 +54,8 @@ uint32_t sr_tb_crc32c(const void *p, size_t n) {
     return c ^ 0xFFFFFFFFu;
 }
 
-uint32_t sr_tb_masked_crc(const void *p, size_t n) {
-    uint32_t c = sr_tb_crc32c(p, n);
+static uint32_t masked_crc(const void *p, size_t n) {
+    uint32_t c = crc32c(p, n);
     return ((c >> 15) | (c << 17)) + 0xA282EAD8u;
 }
 
@@ -154,9 +155,9 @@ static void emit(sr_tb *tb, const buf *ev) {
     for (int i = 0; i < 8; i++)
         len[i] = (unsigned char)((uint64_t)ev->n >> (8 * i));
     put(&rec, len, 8);
-    put_le(&rec, sr_tb_masked_crc(len, 8), 4);
+    put_le(&rec, masked_crc(len, 8), 4);
     put(&rec, ev->b, ev->n);
-    put_le(&rec, sr_tb_masked_crc(ev->b, ev->n), 4);
+    put_le(&rec, masked_crc(ev->b, ev->n), 4);
     if (rec.bad)
         tb->err = ENOMEM;
     else if (sr_fsio_write_all(tb->fd, rec.b, rec.n) != 0)
@@ -290,9 +291,6 @@ void sr_tb_text(sr_tb *tb, int64_t step, const char *tag, const char *text) {
     free(summary.b);
     free(ev.b);
 }
-
-int sr_tb_error(const sr_tb *tb) { return tb ? tb->err : 0; }
-const char *sr_tb_dir(const sr_tb *tb) { return tb ? tb->dir : ""; }
 
 void sr_tb_close(sr_tb *tb) {
     if (!tb)

@@ -34,18 +34,11 @@ sr_status sr_tb_prepare(sr_tb **out, const char *dir);
 sr_status sr_tb_begin(sr_tb *tb, int64_t first_step);
 /* One Event with `n` scalars at `step` (tags[i], values[i] as float). */
 void sr_tb_scalars(sr_tb *tb, int64_t step, int n, const char *const *tags, const double *values);
-/* One Event with a text summary at `step`. */
+/* One Event with a text summary at `step`.  A failed write (of either)
+ * warns once; later events are dropped and the run goes on. */
 void sr_tb_text(sr_tb *tb, int64_t step, const char *tag, const char *text);
-/* The first failed write's errno (0: none). */
-int sr_tb_error(const sr_tb *tb);
-/* The directory (for messages). */
-const char *sr_tb_dir(const sr_tb *tb);
-/* Closes; NULL is fine. */
+/* Closes; NULL is fine.  (TensorBoard's files are not the run's outcome:
+ * no status.) */
 void sr_tb_close(sr_tb *tb);
-
-/* CRC32C (Castagnoli) of n bytes and TFRecord's mask of it; exposed for
- * the unit test. */
-uint32_t sr_tb_crc32c(const void *p, size_t n);
-uint32_t sr_tb_masked_crc(const void *p, size_t n);
 
 #endif

@@ -63,7 +63,6 @@ int64_t sr_trace_now(void) {
 }
 
 bool sr_trace_on(void) { return __atomic_load_n(&tr.on, __ATOMIC_RELAXED) != 0; }
-const char *sr_trace_dir(void) { return tr.first > 0 ? tr.dir : ""; }
 
 /* A name kept only in [A-Za-z0-9._-] (a job id in a directory name). */
 static void safe_name(char *dst, size_t n, const char *src) {

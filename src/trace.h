@@ -77,8 +77,6 @@ void sr_trace_collective(int plane, const char *op, const char *group, int group
  * regardless). */
 int64_t sr_trace_late_begin(void);
 void sr_trace_late_end(sr_trace_lane lane, const char *name, int64_t t0, const char *detail);
-/* The directory of the trace files ("" when off). */
-const char *sr_trace_dir(void);
 
 /* A host phase: `stmt` runs, and its span is recorded while the window
  * is open. */

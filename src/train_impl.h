@@ -113,10 +113,8 @@ sr_status sr_run_gather_hosts(sr_run *r);
 /* The step's agreement on red[0..3) (loss sum, signal flag, clock flag),
  * summed over the ranks: on a logged step (sr_run_log_due) with every
  * rank's busy and wait times of the interval gathered in the same
- * collective into r->busy_ms, r->wait_ms, r->times
- * (sr_run_agree_and_gather), else a plain sum. */
+ * collective into r->busy_ms, r->wait_ms, r->times, else a plain sum. */
 sr_status sr_run_agree(sr_run *r, int64_t s, double red[3]);
-sr_status sr_run_agree_and_gather(sr_run *r, double red[3]);
 /* Whether step s (0-based) is logged: a progress line, a metrics record
  * and the straggler report's gather (log.every, the first and the last). */
 bool sr_run_log_due(const sr_run *r, int64_t s);
