@@ -67,10 +67,7 @@ sr_status sr_dev_transport_wait(sr_dev *d, sr_event *ev) {
     return st;
 }
 
-/* log.trace_steps: a wait on stream s's lane (the host lane for a host
- * wait), named by its site.  On the cpu tables the span is the time the
- * host blocked; on a GPU the stream waits on the device and the span
- * marks where it was ordered. */
+/* log.trace_steps: a host wait on the host lane, named by its site. */
 static void trace_wait(int lane, const char *site, int64_t t0) {
     if (t0) {
         char name[48];
@@ -79,13 +76,32 @@ static void trace_wait(int lane, const char *site, int64_t t0) {
     }
 }
 
+uint64_t sr_dev_trace_begin(sr_dev *d, sr_stream s) {
+    if (!sr_trace_on())
+        return 0;
+    return d->trace_begin ? d->trace_begin(d, s) : (uint64_t)sr_trace_now();
+}
+
+void sr_dev_trace_end(sr_dev *d, uint64_t handle, int lane, const char *name) {
+    if (!handle)
+        return;
+    if (d->trace_end)
+        d->trace_end(d, handle, lane, name);
+    else
+        sr_trace_span((sr_trace_lane)lane, name, (int64_t)handle, sr_trace_now(), -1, NULL);
+}
+
 sr_status sr_dev_wait(sr_dev *d, sr_stream s, sr_event *ev, const char *site) {
     if (skipped(site))
         return SR_OK;
     static const int lane[SR_NSTREAMS] = {SR_TRACE_COMPUTE, SR_TRACE_COMM, SR_TRACE_H2D, SR_TRACE_D2H};
-    int64_t t0 = sr_trace_on() ? sr_trace_now() : 0;
+    uint64_t h = sr_dev_trace_begin(d, s);
     sr_status st = d->wait(d, s, ev);
-    trace_wait(lane[s], site, t0);
+    if (h) {
+        char name[48];
+        snprintf(name, sizeof name, "wait %s", site);
+        sr_dev_trace_end(d, h, lane[s], name);
+    }
     return st;
 }
 

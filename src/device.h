@@ -178,6 +178,15 @@ struct sr_dev {
      * and returns otherwise. */
     void (*on_deadline)(void *arg);
     void *on_deadline_arg;
+    /* log.trace_steps' spans in device time (trace.h), the cuda table's
+     * (NULL on the cpu tables, whose spans are the host's time): begin
+     * records a timing event on stream s and returns a handle (0: none
+     * free); end records the closing one on the same stream.  The span
+     * reaches the trace once its closing event completes (collected at
+     * the table's host waits), its times from cudaEventElapsedTime against
+     * an anchor event whose host time the table measured. */
+    uint64_t (*trace_begin)(sr_dev *d, sr_stream s);
+    void (*trace_end)(sr_dev *d, uint64_t handle, int lane, const char *name);
     /* The device memory in use by anyone (cudaMemGetInfo's total - free),
      * now; NULL for the cpu tables.  used_at_open: the same when the table
      * opened (the context, and its modules when loaded eagerly). */
@@ -269,6 +278,12 @@ sr_status sr_dev_transport_wait(sr_dev *d, sr_event *ev);
  * those (a test proves the checker then reports the race), and the
  * checker counts host waits.  sr_dev_wait: stream s waits for ev (device
  * side); sr_dev_host_wait: the host waits for ev. */
+/* log.trace_steps: a span on stream s in the device's time, begun and
+ * ended around the work it times (lane a trace.h lane).  Outside the
+ * trace's window begin returns 0 and end does nothing; on the cpu tables
+ * the span is the host's time between the two calls. */
+uint64_t sr_dev_trace_begin(sr_dev *d, sr_stream s);
+void sr_dev_trace_end(sr_dev *d, uint64_t handle, int lane, const char *name);
 sr_status sr_dev_wait(sr_dev *d, sr_stream s, sr_event *ev, const char *site);
 sr_status sr_dev_host_wait(sr_dev *d, sr_event *ev, const char *site);
 /* The wait sites, NULL-terminated, each with a line saying what it orders

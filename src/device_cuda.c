@@ -26,7 +26,11 @@
  *
  * Exposed communication (comm_wait_ns): each compute-stream wait on a comm
  * event is bracketed by two timing events; the host wait that ends a step
- * sums the completed pairs' cudaEventElapsedTime. */
+ * sums the completed pairs' cudaEventElapsedTime.
+ *
+ * log.trace_steps (trace.h): spans in device time from pairs of timing
+ * events (trace_begin/trace_end), turned into host times at the host waits
+ * against an anchor event the host waited for once. */
 #include "srconfig.h"
 
 #include "cuda_backend.h"
@@ -40,9 +44,11 @@
 #include "../kernels/sr_cuda.h"
 #include "flight.h"
 #include "testhook.h"
+#include "trace.h"
 
 #define RING 8192
-#define TIMED 256 /* timing-event pairs in flight */
+#define TIMED 256   /* timing-event pairs in flight */
+#define TSPANS 1024 /* log.trace_steps' device-time spans in flight */
 
 typedef struct {
     void *p;
@@ -50,6 +56,14 @@ typedef struct {
     sr_mem_space space;
     sr_mem_cat cat;
 } allocation;
+
+/* One device-time span of log.trace_steps: its two timing events. */
+typedef struct {
+    cudaEvent_t a, b;
+    int stream, lane;
+    bool ended;
+    char name[40];
+} trace_span;
 
 typedef struct {
     sr_dev base;
@@ -72,6 +86,12 @@ typedef struct {
      * waits on comm events, [head, tail) pending */
     cudaEvent_t timed[TIMED][2];
     unsigned timed_head, timed_tail;
+    /* log.trace_steps: spans in device time, [head, tail) pending; the
+     * anchor is an event whose completion the host saw at anchor_ns */
+    trace_span tspan[TSPANS];
+    uint64_t ts_head, ts_tail;
+    cudaEvent_t anchor;
+    int64_t anchor_ns;
 } cuda_dev;
 
 static cuda_dev *cd(sr_dev *d) { return (cuda_dev *)d; }
@@ -393,12 +413,77 @@ static sr_status poll_event(cuda_dev *c, cudaEvent_t e) {
     }
 }
 
+/* ---- log.trace_steps: spans in device time ---------------------------- */
+
+/* The trace's spans whose closing event completed, with host times: the
+ * anchor's host time plus cudaEventElapsedTime from it (float ms: about a
+ * microsecond's resolution). */
+static void trace_collect(cuda_dev *c) {
+    while (c->ts_tail != c->ts_head) {
+        trace_span *t = &c->tspan[c->ts_tail % TSPANS];
+        if (!t->ended || sr_cuda_query(t->b) != cudaSuccess)
+            return;
+        float a = 0.0f, d = 0.0f;
+        if (cudaEventElapsedTime(&a, c->anchor, t->a) != cudaSuccess ||
+            cudaEventElapsedTime(&d, t->a, t->b) != cudaSuccess)
+            a = d = 0.0f, (void)cudaGetLastError();
+        int64_t t0 = c->anchor_ns + (int64_t)((double)a * 1e6);
+        sr_trace_late_span((sr_trace_lane)t->lane, t->name, t0, t0 + (int64_t)((double)d * 1e6));
+        t->ended = false;
+        c->ts_tail++;
+    }
+}
+
+static uint64_t cuda_trace_begin(sr_dev *d, sr_stream s) {
+    cuda_dev *c = cd(d);
+    trace_collect(c);
+    if (c->ts_head - c->ts_tail == TSPANS)
+        return 0;
+    if (!c->anchor) {
+        /* the clock's anchor: an event the host waits for (once; the first
+         * traced step pays for it) */
+        if (cudaEventCreate(&c->anchor) != cudaSuccess ||
+            cudaEventRecord(c->anchor, c->st[SR_STREAM_COMPUTE]) != cudaSuccess || poll_event(c, c->anchor) != SR_OK) {
+            (void)cudaGetLastError();
+            if (c->anchor)
+                cudaEventDestroy(c->anchor);
+            c->anchor = NULL;
+            return 0;
+        }
+        c->anchor_ns = sr_trace_now();
+    }
+    trace_span *t = &c->tspan[c->ts_head % TSPANS];
+    if ((!t->a && cudaEventCreate(&t->a) != cudaSuccess) || (!t->b && cudaEventCreate(&t->b) != cudaSuccess) ||
+        cudaEventRecord(t->a, c->st[s]) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (!sr_trace_late_begin()) /* the window closed: no span */
+        return 0;
+    t->stream = (int)s;
+    t->ended = false;
+    return ++c->ts_head; /* the handle: the slot's number + 1 */
+}
+
+static void cuda_trace_end(sr_dev *d, uint64_t handle, int lane, const char *name) {
+    cuda_dev *c = cd(d);
+    trace_span *t = &c->tspan[(handle - 1) % TSPANS];
+    if (cudaEventRecord(t->b, c->st[t->stream]) != cudaSuccess)
+        (void)cudaGetLastError(); /* an unrecorded event queries done: the span ends with no duration */
+    t->lane = lane;
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ended = true;
+}
+
 /* The host waits for ev (the checker is told by the caller). */
 static sr_status host_wait(cuda_dev *c, sr_event *ev) {
     sr_status st = sr_dev_transport_wait(&c->base, ev);
     if (st != SR_OK)
         return st;
-    return ev->impl ? poll_event(c, (cudaEvent_t)ev->impl) : kept(c);
+    st = ev->impl ? poll_event(c, (cudaEvent_t)ev->impl) : kept(c);
+    if (c->ts_head != c->ts_tail)
+        trace_collect(c);
+    return st;
 }
 
 static sr_status cuda_host_wait(sr_dev *d, sr_event *ev) {
@@ -557,6 +642,8 @@ sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical) {
                     .loss_sum = cuda_loss_sum,
                     .adamw = cuda_adamw,
                     .pageable_check = cuda_pageable_check,
+                    .trace_begin = cuda_trace_begin,
+                    .trace_end = cuda_trace_end,
                     .state_space = SR_SPACE_DEVICE,
                     .poison = h->poison,
                     .device_free_bytes = -1,
@@ -644,6 +731,14 @@ void sr_dev_cuda_close(sr_dev *d) {
         for (int k = 0; k < 2; k++)
             if (c->timed[i][k])
                 cudaEventDestroy(c->timed[i][k]);
+    for (int i = 0; i < TSPANS; i++) {
+        if (c->tspan[i].a)
+            cudaEventDestroy(c->tspan[i].a);
+        if (c->tspan[i].b)
+            cudaEventDestroy(c->tspan[i].b);
+    }
+    if (c->anchor)
+        cudaEventDestroy(c->anchor);
     for (int s = 0; s < SR_NSTREAMS; s++)
         if (c->st[s])
             cudaStreamDestroy(c->st[s]);

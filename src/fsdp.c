@@ -187,8 +187,8 @@ static sr_param_view hook_params(void *ctx, int layer) {
             issue_gather(f, &f->units[f->order[k]], true);
     size_t rel = f->m->layer_offset[layer] - u->p->off;
     if (sr_fsdp_failed(f) || !u->full)
-        return (sr_param_view){NULL, f->pdt};         /* the pass ends; check() reports why */
-    f->layer_t0 = sr_trace_on() ? sr_trace_now() : 0; /* the layer's compute, after its gather's wait */
+        return (sr_param_view){NULL, f->pdt};                      /* the pass ends; check() reports why */
+    f->layer_span = sr_dev_trace_begin(f->dev, SR_STREAM_COMPUTE); /* the layer's compute, after its gather's wait */
     if (f->pdt == f->m->ops->act) {
         /* the model's kernels of this layer read the gathered unit */
         sr_dev_declare(f->dev, SR_STREAM_COMPUTE, u->full, u->p->n * sr_dtype_size(f->pdt), false,
@@ -206,13 +206,13 @@ static sr_param_view hook_params(void *ctx, int layer) {
 }
 
 /* log.trace_steps: the layer's compute on the compute stream's lane (the
- * host's issue of it: on the cpu tables, its execution). */
+ * host's execution on the cpu tables, the stream's on a GPU). */
 static void trace_layer(sr_fsdp *f, const char *pass, int layer) {
-    if (f->layer_t0) {
+    if (f->layer_span) {
         char name[40];
         snprintf(name, sizeof name, "%s layer %d", pass, layer);
-        sr_trace_span(SR_TRACE_COMPUTE, name, f->layer_t0, sr_trace_now(), -1, NULL);
-        f->layer_t0 = 0;
+        sr_dev_trace_end(f->dev, f->layer_span, SR_TRACE_COMPUTE, name);
+        f->layer_span = 0;
     }
 }
 

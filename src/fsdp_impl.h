@@ -92,8 +92,8 @@ struct sr_fsdp {
     size_t accum_n;
     float *stage; /* the ops compute in another dtype than the gathered units: one unit widened */
     int staged_unit;
-    int64_t layer_t0; /* log.trace_steps: when the layer's compute began (0: not traced) */
-    double *sumsq;    /* the gradient shard's sum of squares and the loss sum, in the table's memory */
+    uint64_t layer_span; /* log.trace_steps: the layer's compute span (sr_dev_trace_begin; 0: none) */
+    double *sumsq;       /* the gradient shard's sum of squares and the loss sum, in the table's memory */
     sr_dtype pdt, rdt;
     bool per_step;
     slot *pool; /* full-unit pool: 1 + max prefetch slots (none when every block is kept) */

@@ -189,6 +189,20 @@ void sr_trace_late_end(sr_trace_lane lane, const char *name, int64_t t0, const c
     pthread_mutex_unlock(&tr.mu);
 }
 
+void sr_trace_late_span(sr_trace_lane lane, const char *name, int64_t t0, int64_t t1) {
+    pthread_mutex_lock(&tr.mu);
+    span *s = (tr.on || tr.closing) && !tr.written ? slot() : NULL;
+    if (s) {
+        s->lane = (uint8_t)lane;
+        s->t0 = t0;
+        s->t1 = t1 >= t0 ? t1 : t0;
+        s->bytes = -1;
+        snprintf(s->name, sizeof s->name, "%s", name);
+    }
+    __atomic_sub_fetch(&tr.inflight, 1, __ATOMIC_ACQ_REL);
+    pthread_mutex_unlock(&tr.mu);
+}
+
 /* A JSON string of a name this program made (escaped all the same). */
 static void put_str(FILE *f, const char *s) {
     fputc('"', f);

@@ -77,6 +77,9 @@ void sr_trace_collective(int plane, const char *op, const char *group, int group
  * regardless). */
 int64_t sr_trace_late_begin(void);
 void sr_trace_late_end(sr_trace_lane lane, const char *name, int64_t t0, const char *detail);
+/* The end of a late span begun with sr_trace_late_begin whose times were
+ * measured elsewhere (a GPU's events: device.h's trace_begin). */
+void sr_trace_late_span(sr_trace_lane lane, const char *name, int64_t t0, int64_t t1);
 
 /* A host phase: `stmt` runs, and its span is recorded while the window
  * is open. */

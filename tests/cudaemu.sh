@@ -4,7 +4,8 @@
 # sanitizer tree of .ci/run), against the CPU, at n_layer 2, n_head 4,
 # n_embd 256, seq_len 64, batch 8, within doc/ARCHITECTURE.md's GPU-vs-CPU
 # tolerances: 20 steps exact mode (1e-4 per step); every line and metrics
-# record says cuda-emulated; 78 for a job the emulated GPU's memory cannot
+# record says cuda-emulated; a traced run's spans from the table's timing
+# events (log.trace_steps); 78 for a job the emulated GPU's memory cannot
 # hold, before anything is written; a hung GPU (SHARDRUN_TEST_GPU_HANG_AT)
 # ends at the host wait's deadline with 70 and its message, in bounded
 # time; make install refuses the tree.  The long tier adds 20 steps bf16
@@ -54,6 +55,24 @@ check "  ...every line it prints says cuda-emulated" sh -c '! grep -v "^shardrun
 check "  ...every metrics record says cuda-emulated" \
     sh -c '[ -s gpu.jsonl ] && [ "$(grep -c "\"device\":\"cuda-emulated" gpu.jsonl)" -eq "$(wc -l <gpu.jsonl)" ]'
 check "  ...and the CPU run's say nothing of it" sh -c '! grep -q "cuda-emulated" cpu.jsonl && ! grep -q "^shardrun: \[" cpu.err'
+
+# log.trace_steps on the emulated GPU: the streams' spans (the blocks'
+# forward and backward, the waits) come from the table's timing events,
+# turned into host times at its host waits (device.h trace_begin)
+train trace --set device=cuda $F32 --set train.steps=4 --set log.trace_steps=2-3 --set checkpoint.dir=tck \
+    --set checkpoint.every_steps=3
+d=$(ls -d tck/trace/*.0 2>/dev/null | head -1)
+"$S" debug trace "$d" -o trace.json >trace.txt 2>&1
+check "a traced run on the emulated GPU: its merged trace has the phases, the layers from events, the waits, the checkpoint" \
+    sh -c "python3 '$SR_SRCDIR/tests/observe/check_trace.py' trace.json 1 >ct.out 2>&1" || diag "$(cat trace.txt ct.out)"
+check "  ...the layers' spans have device durations inside the window" python3 -c '
+import json, sys
+d = json.load(open("trace.json"))
+x = [e for e in d["traceEvents"] if e.get("ph") == "X"]
+lo = min(e["ts"] for e in x if e["name"] == "forward")
+hi = max(e["ts"] + e["dur"] for e in x)
+layers = [e for e in x if " layer " in e["name"]]
+sys.exit(not layers or any(e["dur"] <= 0 or e["ts"] < lo - 1e6 or e["ts"] > hi + 1e6 for e in layers))'
 
 # memory: a job the emulated GPU cannot hold (CUDAEMU_MEM_MB)
 CUDAEMU_MEM_MB=600 "$S" train job.yaml --set device=cuda --set model.n_layer=8 --set model.n_embd=512 \

@@ -34,7 +34,7 @@ group "a: trace" && {
         expect_status 0 "debug trace merges them into one file" "$S" debug trace "$d" -o merged.json
         check "  ...saying so" grep -q "^merged 2 ranks of job .*, steps 3-4: [0-9]* events ([1-9][0-9]* collectives) into merged.json" "$T/out"
         check "  ...a process per rank; phases, layers, waits, checkpoint; every collective on every rank" \
-            python3 "$OBS/check_trace.py" merged.json 2 >ct.out 2>&1 || diag "$(cat ct.out)"
+            sh -c "python3 '$OBS/check_trace.py' merged.json 2 >ct.out 2>&1" || diag "$(cat ct.out)"
         diag "$(cat ct.out)"
         # bad input
         expect_status 64 "debug trace without -o: 64" "$S" debug trace "$d"
@@ -88,11 +88,11 @@ group "b: tensorboard" && {
         diag "$(tail -n 3 c1.err c2.err; grep -c "" m.jsonl)"
     if [ -x "$HFPY" ] && "$HFPY" -c 'import tensorboard' 2>/dev/null; then
         check "TensorBoard reads the preempted run as one curve: every scalar at every step once, as written" \
-            "$HFPY" "$OBS/check_tb.py" tb_preempt m_preempt.jsonl --events preempt resume checkpoint >tb1.out 2>&1 ||
+            sh -c "'$HFPY' '$OBS/check_tb.py' tb_preempt m_preempt.jsonl --events preempt resume checkpoint >tb1.out 2>&1" ||
             diag "$(cat tb1.out)"
         diag "$(cat tb1.out)"
         check "  ...and the crashed and resumed run, the redone steps once" \
-            "$HFPY" "$OBS/check_tb.py" tb m.jsonl --events resume checkpoint >tb2.out 2>&1 || diag "$(cat tb2.out)"
+            sh -c "'$HFPY' '$OBS/check_tb.py' tb m.jsonl --events resume checkpoint >tb2.out 2>&1" || diag "$(cat tb2.out)"
         diag "$(cat tb2.out)"
     else
         skip_or_fail tensorboard "TensorBoard's reader: $HFPY cannot import tensorboard (tests/hf/setup-venv.sh; SHARDRUN_HF_PYTHON)"
