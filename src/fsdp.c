@@ -169,6 +169,17 @@ static void reshard_after_forward(sr_fsdp *f, unit *u) {
     free_full(f, u);
 }
 
+/* log.trace_steps: the layer's compute on the compute stream's lane (the
+ * host's execution on the cpu tables, the stream's on a GPU). */
+static void trace_layer(sr_fsdp *f) {
+    if (f->layer_span) {
+        char name[40];
+        snprintf(name, sizeof name, "%s layer %d", f->backward ? "backward" : "forward", f->span_layer);
+        sr_dev_trace_end(f->dev, f->layer_span, SR_TRACE_COMPUTE, name);
+        f->layer_span = 0;
+    }
+}
+
 static sr_param_view hook_params(void *ctx, int layer) {
     sr_fsdp *f = ctx;
     int ui = f->plan.unit_of_layer[layer];
@@ -187,8 +198,10 @@ static sr_param_view hook_params(void *ctx, int layer) {
             issue_gather(f, &f->units[f->order[k]], true);
     size_t rel = f->m->layer_offset[layer] - u->p->off;
     if (sr_fsdp_failed(f) || !u->full)
-        return (sr_param_view){NULL, f->pdt};                      /* the pass ends; check() reports why */
+        return (sr_param_view){NULL, f->pdt}; /* the pass ends; check() reports why */
+    trace_layer(f);                           /* one open span at a time: a layer the model ends with no done hook */
     f->layer_span = sr_dev_trace_begin(f->dev, SR_STREAM_COMPUTE); /* the layer's compute, after its gather's wait */
+    f->span_layer = layer;
     if (f->pdt == f->m->ops->act) {
         /* the model's kernels of this layer read the gathered unit */
         sr_dev_declare(f->dev, SR_STREAM_COMPUTE, u->full, u->p->n * sr_dtype_size(f->pdt), false,
@@ -205,20 +218,9 @@ static sr_param_view hook_params(void *ctx, int layer) {
     return (sr_param_view){f->stage + rel, SR_DT_F32};
 }
 
-/* log.trace_steps: the layer's compute on the compute stream's lane (the
- * host's execution on the cpu tables, the stream's on a GPU). */
-static void trace_layer(sr_fsdp *f, const char *pass, int layer) {
-    if (f->layer_span) {
-        char name[40];
-        snprintf(name, sizeof name, "%s layer %d", pass, layer);
-        sr_dev_trace_end(f->dev, f->layer_span, SR_TRACE_COMPUTE, name);
-        f->layer_span = 0;
-    }
-}
-
 static void hook_done_forward(void *ctx, int layer) {
     sr_fsdp *f = ctx;
-    trace_layer(f, f->backward ? "recompute" : "forward", layer);
+    trace_layer(f);
     unit *u = &f->units[f->plan.unit_of_layer[layer]];
     if (layer == u->p->last_layer && !f->backward)
         reshard_after_forward(f, u);
@@ -359,7 +361,7 @@ static float *hook_grads(void *ctx, int layer) {
 
 static void hook_done_backward(void *ctx, int layer) {
     sr_fsdp *f = ctx;
-    trace_layer(f, "backward", layer);
+    trace_layer(f);
     unit *u = &f->units[f->plan.unit_of_layer[layer]];
     if (layer != u->p->first_layer)
         return;
@@ -616,6 +618,7 @@ void sr_fsdp_free(sr_fsdp *f) {
 /* the step */
 
 static sr_status check(sr_fsdp *f, sr_status model_st) {
+    trace_layer(f); /* the pass's last span */
     sr_status st = sr_sticky_raise(&f->err);
     return st != SR_OK ? st : model_st;
 }

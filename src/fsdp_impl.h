@@ -92,7 +92,8 @@ struct sr_fsdp {
     size_t accum_n;
     float *stage; /* the ops compute in another dtype than the gathered units: one unit widened */
     int staged_unit;
-    uint64_t layer_span; /* log.trace_steps: the layer's compute span (sr_dev_trace_begin; 0: none) */
+    uint64_t layer_span; /* log.trace_steps: the open layer span (sr_dev_trace_begin; 0: none) */
+    int span_layer;      /* ...its layer */
     double *sumsq;       /* the gradient shard's sum of squares and the loss sum, in the table's memory */
     sr_dtype pdt, rdt;
     bool per_step;
