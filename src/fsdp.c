@@ -182,6 +182,7 @@ static void trace_layer(sr_fsdp *f) {
 
 static sr_param_view hook_params(void *ctx, int layer) {
     sr_fsdp *f = ctx;
+    trace_layer(f); /* one open span at a time (a layer the model ends with no done hook), before this one's waits */
     int ui = f->plan.unit_of_layer[layer];
     unit *u = &f->units[ui];
     /* advance the position in the order to this unit */
