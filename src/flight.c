@@ -74,6 +74,23 @@ static void safe_name(char *dst, size_t n, const char *src) {
     dst[i] = '\0';
 }
 
+void sr_flight_run_dir(char *out, size_t n, const char *kind, const char *dir, const char *ckpt_dir, const char *job_id,
+                       long long restart, char *job_out, size_t job_n) {
+    bool has_job = job_id && *job_id && strcmp(job_id, "-") != 0;
+    char job[128];
+    if (has_job)
+        safe_name(job, sizeof job, job_id);
+    else
+        snprintf(job, sizeof job, "%ld", (long)getpid());
+    snprintf(job_out, job_n, "%s", has_job ? job_id : job);
+    if (dir && *dir)
+        snprintf(out, n, "%s", dir);
+    else if (ckpt_dir && *ckpt_dir)
+        snprintf(out, n, "%s/%s/%s.%lld", ckpt_dir, kind, job, restart);
+    else
+        snprintf(out, n, "./shardrun-%s.%s", kind, job);
+}
+
 bool sr_flight_init(const sr_flight_opts *o) {
     if (o->entries <= 0)
         return true;
@@ -91,19 +108,8 @@ bool sr_flight_init(const sr_flight_opts *o) {
     fr.restart = o->restart;
     fr.timeout_ms = (int64_t)(o->comm_timeout_s * 1000.0);
     safe_name(fr.host, sizeof fr.host, o->host);
-    bool has_job = o->job_id && *o->job_id && strcmp(o->job_id, "-") != 0;
-    char job[128];
-    if (has_job)
-        safe_name(job, sizeof job, o->job_id);
-    else
-        snprintf(job, sizeof job, "%ld", (long)getpid());
-    snprintf(fr.job, sizeof fr.job, "%s", has_job ? o->job_id : job);
-    if (o->dir && *o->dir)
-        snprintf(fr.dir, sizeof fr.dir, "%s", o->dir);
-    else if (o->ckpt_dir && *o->ckpt_dir)
-        snprintf(fr.dir, sizeof fr.dir, "%s/flight/%s.%lld", o->ckpt_dir, job, o->restart);
-    else
-        snprintf(fr.dir, sizeof fr.dir, "./shardrun-flight.%s", job);
+    sr_flight_run_dir(fr.dir, sizeof fr.dir, "flight", o->dir, o->ckpt_dir, o->job_id, o->restart, fr.job,
+                      sizeof fr.job);
     snprintf(fr.path, sizeof fr.path, "%s/rank%d.json", fr.dir, fr.rank);
     snprintf(fr.tmp, sizeof fr.tmp, "%s/.rank%d.json.tmp", fr.dir, fr.rank);
     return true;

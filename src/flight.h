@@ -59,6 +59,15 @@ typedef struct {
     double comm_timeout_s;
 } sr_flight_opts;
 
+/* A run's directory of per-rank diagnostics named `kind` ("flight", the
+ * recorder's dumps; "trace", trace.h's files) into out[n]: `dir` when
+ * given, else <ckpt_dir>/<kind>/<job>.<restart>, else
+ * ./shardrun-<kind>.<job>, where <job> is the job id kept in
+ * [A-Za-z0-9._-] (others become '_'), or the process id without one.  The
+ * job id as given goes to job_out[job_n] (the pid's digits without one). */
+void sr_flight_run_dir(char *out, size_t n, const char *kind, const char *dir, const char *ckpt_dir, const char *job_id,
+                       long long restart, char *job_out, size_t job_n);
+
 /* Starts recording (the ring allocated here, once; a second call changes
  * nothing but the directory and identity).  Returns false when out of
  * memory (the recorder then stays off; the caller warns).  Not

@@ -142,7 +142,8 @@ static sr_status read_dump(const char *path, const char *file, int rank, fdump *
     return st;
 }
 
-long sr_rank_file_index(const char *name) {
+/* "rank<N>.json" with N a decimal without leading zeros: N, else -1. */
+static long rank_file_index(const char *name) {
     if (strncmp(name, "rank", 4) != 0)
         return -1;
     const char *p = name + 4;
@@ -151,6 +152,46 @@ long sr_rank_file_index(const char *name) {
     char *end;
     long r = strtol(p, &end, 10);
     return strcmp(end, ".json") == 0 && r >= 0 && r < (1L << 24) ? r : -1;
+}
+
+static sr_status read_one_dump(const char *path, const char *name, long rank, void *elem) {
+    return read_dump(path, name, (int)rank, elem);
+}
+
+sr_status sr_rank_files_read(const char *dir, const char *hint, size_t elem_size, sr_rank_file_reader read,
+                             void **items, int *n, int *others) {
+    *items = NULL;
+    *n = *others = 0;
+    DIR *dh = opendir(dir);
+    if (!dh)
+        return sr_error(SR_ERR_NOINPUT, "%s: %s (hint: %s)", dir, strerror(errno), hint);
+    int cap = 0;
+    sr_status st = SR_OK;
+    struct dirent *de;
+    while (st == SR_OK && (de = readdir(dh))) {
+        long r = rank_file_index(de->d_name);
+        if (r < 0) {
+            *others += de->d_name[0] != '.';
+            continue;
+        }
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            void *grown = sr_realloc(*items, elem_size * (size_t)cap);
+            if (!grown) {
+                st = sr_error_oom("the per-rank files");
+                break;
+            }
+            *items = grown;
+        }
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        char *elem = (char *)*items + elem_size * (size_t)*n;
+        memset(elem, 0, elem_size);
+        (*n)++;
+        st = read(path, de->d_name, r, elem);
+    }
+    closedir(dh);
+    return st;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -419,38 +460,15 @@ static bool check_steps(ctx *c) {
 
 sr_status sr_flight_check(const char *dir, FILE *out, bool *culprit) {
     *culprit = false;
-    DIR *dh = opendir(dir);
-    if (!dh)
-        return sr_error(SR_ERR_NOINPUT,
-                        "%s: %s (hint: the flight dumps are in log.flight_dir, by default "
-                        "<checkpoint.dir>/flight/<job id>.<restart>/)",
-                        dir, strerror(errno));
     /* the dumps present, and the world size they agree on */
-    int cap = 16, n = 0, others = 0;
-    fdump *ds = sr_calloc((size_t)cap, sizeof *ds);
-    sr_status st = ds ? SR_OK : sr_error_oom("the flight dumps");
-    struct dirent *de;
-    while (st == SR_OK && (de = readdir(dh))) {
-        long r = sr_rank_file_index(de->d_name);
-        if (r < 0) {
-            others += de->d_name[0] != '.';
-            continue;
-        }
-        if (n == cap) {
-            fdump *nd = sr_realloc(ds, sizeof *ds * (size_t)(cap *= 2));
-            if (!nd) {
-                st = sr_error_oom("the flight dumps");
-                break;
-            }
-            ds = nd;
-        }
-        char path[4400];
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        memset(&ds[n], 0, sizeof ds[n]);
-        st = read_dump(path, de->d_name, (int)r, &ds[n]);
-        n++;
-    }
-    closedir(dh);
+    int n = 0, others = 0;
+    fdump *ds = NULL;
+    sr_status st = sr_rank_files_read(dir,
+                                      "the flight dumps are in log.flight_dir, by default "
+                                      "<checkpoint.dir>/flight/<job id>.<restart>/",
+                                      sizeof *ds, read_one_dump, (void **)&ds, &n, &others);
+    if (st != SR_OK && !ds)
+        return st;
     if (st == SR_OK && n == 0)
         st = sr_error(SR_ERR_NOINPUT,
                       "%s holds no flight-recorder dumps (rank<N>.json)%s (hint: a run writes them to log.flight_dir "

@@ -31,9 +31,15 @@
  * that rank). */
 sr_status sr_flight_check(const char *dir, FILE *out, bool *culprit);
 
-/* The rank of a per-rank file's name, "rank<N>.json" with N a decimal
- * without leading zeros (the flight dumps' and the traces' names): N,
- * else -1. */
-long sr_rank_file_index(const char *name);
+/* Reads every rank<N>.json (N a decimal without leading zeros: the flight
+ * dumps' and the traces' names) of dir into a growing array of elem_size
+ * items (*items, *n; zeroed before read fills one, counted even when it
+ * fails, so the caller frees what it filled), stopping at the first status
+ * other than SR_OK; *others counts the other entries (not dot files).
+ * SR_ERR_NOINPUT "DIR: <errno> (hint: HINT)" with *items NULL when dir
+ * cannot be opened. */
+typedef sr_status (*sr_rank_file_reader)(const char *path, const char *name, long rank, void *elem);
+sr_status sr_rank_files_read(const char *dir, const char *hint, size_t elem_size, sr_rank_file_reader read,
+                             void **items, int *n, int *others);
 
 #endif

@@ -539,3 +539,23 @@ sr_status sr_fsio_open_input_file(const char *path, const char *what, const char
     }
     return SR_OK;
 }
+
+FILE *sr_fsio_stream(int fd) {
+    int fd2 = dup(fd);
+    FILE *f = fd2 >= 0 ? fdopen(fd2, "w") : NULL;
+    if (!f && fd2 >= 0) {
+        int e = errno;
+        close(fd2);
+        errno = e;
+    }
+    return f;
+}
+
+sr_status sr_fsio_stream_close(FILE *f, const char *name) {
+    errno = 0;
+    bool bad = fflush(f) != 0 || ferror(f);
+    int err = errno;
+    if (fclose(f) != 0 && !bad)
+        bad = true, err = errno;
+    return bad ? sr_fsio_write_error(name, err ? err : EIO) : SR_OK;
+}

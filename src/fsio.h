@@ -136,6 +136,11 @@ void sr_fsio_guard_marker(const char *name, const char *what);
  * renamed, SR_ERR_IO for a failed write or fsync, or what `write`
  * returned. */
 sr_status sr_fsio_atomic_write(const char *path, sr_fsio_writer write, void *ctx);
+/* For a writer that prints: a stdio stream on a duplicate of its fd (NULL
+ * with errno when none), and its close, which flushes: SR_OK, or
+ * sr_fsio_write_error(name, ...) for a failed write. */
+FILE *sr_fsio_stream(int fd);
+sr_status sr_fsio_stream_close(FILE *f, const char *name);
 
 /* The same in steps, for outputs written over a longer time or committed
  * together (`data prepare`'s shards appear only when all are written):

@@ -98,13 +98,9 @@ static double comm_of(const sr_prom_rank *r) { return r->comm_exposed_s; }
 
 static sr_status fill(int fd, const char *name, void *ctx) {
     const sr_prom_sample *s = ctx;
-    int fd2 = dup(fd);
-    FILE *f = fd2 >= 0 ? fdopen(fd2, "w") : NULL;
-    if (!f) {
-        if (fd2 >= 0)
-            close(fd2);
+    FILE *f = sr_fsio_stream(fd);
+    if (!f)
         return sr_fsio_write_error(name, errno ? errno : ENOMEM);
-    }
     per_rank(f, s, "shardrun_step", "Training steps completed.", (double)s->step, NULL);
     per_rank(f, s, "shardrun_steps_planned", "Training steps the job file plans (train.steps).", (double)s->steps,
              NULL);
@@ -130,11 +126,7 @@ static sr_status fill(int fd, const char *name, void *ctx) {
              "Time the logged step waited on communication (exposed communication), seconds.", 0.0, comm_of);
     per_rank(f, s, "shardrun_last_update_timestamp_seconds", "When shardrun wrote this file (Unix time).", s->time_s,
              NULL);
-    bool bad = fflush(f) != 0 || ferror(f);
-    int err = errno;
-    if (fclose(f) != 0 && !bad)
-        bad = true, err = errno;
-    return bad ? sr_fsio_write_error(name, err ? err : EIO) : SR_OK;
+    return sr_fsio_stream_close(f, name);
 }
 
 sr_status sr_prom_write(const char *path, const sr_prom_sample *s) {

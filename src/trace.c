@@ -64,18 +64,6 @@ int64_t sr_trace_now(void) {
 
 bool sr_trace_on(void) { return __atomic_load_n(&tr.on, __ATOMIC_RELAXED) != 0; }
 
-/* A name kept only in [A-Za-z0-9._-] (a job id in a directory name). */
-static void safe_name(char *dst, size_t n, const char *src) {
-    size_t i = 0;
-    for (; src && src[i] && i + 1 < n; i++) {
-        char c = src[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
-                  c == '_';
-        dst[i] = ok ? c : '_';
-    }
-    dst[i] = '\0';
-}
-
 void sr_trace_init(const sr_trace_opts *o) {
     tr.first = o->first;
     tr.last = o->last;
@@ -85,19 +73,8 @@ void sr_trace_init(const sr_trace_opts *o) {
     tr.world_size = o->world_size;
     tr.restart = o->restart;
     snprintf(tr.host, sizeof tr.host, "%s", o->host ? o->host : "");
-    bool has_job = o->job_id && *o->job_id && strcmp(o->job_id, "-") != 0;
-    char job[128];
-    if (has_job)
-        safe_name(job, sizeof job, o->job_id);
-    else
-        snprintf(job, sizeof job, "%ld", (long)getpid());
-    snprintf(tr.job, sizeof tr.job, "%s", has_job ? o->job_id : job);
-    if (o->dir && *o->dir)
-        snprintf(tr.dir, sizeof tr.dir, "%s", o->dir);
-    else if (o->ckpt_dir && *o->ckpt_dir)
-        snprintf(tr.dir, sizeof tr.dir, "%s/trace/%s.%lld", o->ckpt_dir, job, o->restart);
-    else
-        snprintf(tr.dir, sizeof tr.dir, "./shardrun-trace.%s", job);
+    sr_flight_run_dir(tr.dir, sizeof tr.dir, "trace", o->dir, o->ckpt_dir, o->job_id, o->restart, tr.job,
+                      sizeof tr.job); /* beside the flight recorder's */
 }
 
 /* A slot for one more span (tr.mu held), or NULL when the buffer is full
@@ -222,13 +199,9 @@ static void put_us(FILE *f, int64_t ns) { fprintf(f, "%lld.%03lld", (long long)(
 
 static sr_status fill(int fd, const char *name, void *ctx) {
     (void)ctx;
-    int fd2 = dup(fd);
-    FILE *f = fd2 >= 0 ? fdopen(fd2, "w") : NULL;
-    if (!f) {
-        if (fd2 >= 0)
-            close(fd2);
+    FILE *f = sr_fsio_stream(fd);
+    if (!f)
         return sr_fsio_write_error(name, errno ? errno : ENOMEM);
-    }
     fputs("{\"traceEvents\":[\n", f);
     fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":", tr.rank);
     char pname[300];
@@ -283,11 +256,7 @@ static sr_status fill(int fd, const char *name, void *ctx) {
     put_str(f, tr.host);
     fprintf(f, ",\"restart\":%lld,\"first\":%lld,\"last\":%lld}}\n", tr.restart, (long long)tr.first,
             (long long)tr.last);
-    bool bad = fflush(f) != 0 || ferror(f);
-    int err = errno;
-    if (fclose(f) != 0 && !bad)
-        bad = true, err = errno;
-    return bad ? sr_fsio_write_error(name, err ? err : EIO) : SR_OK;
+    return sr_fsio_stream_close(f, name);
 }
 
 /* Closes the window and writes the file (once).  A failure warns: a trace

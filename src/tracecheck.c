@@ -4,7 +4,6 @@
 
 #include "tracecheck.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -32,7 +31,9 @@ static sr_status bad(const char *path, const char *what) {
                     path, what);
 }
 
-static sr_status read_one(const char *path, long rank, tfile *t) {
+static sr_status read_one(const char *path, const char *name, long rank, void *elem) {
+    tfile *t = elem;
+    snprintf(t->file, sizeof t->file, "%s", name);
     json_error_t je;
     t->o = json_load_file(path, 0, &je);
     if (!t->o)
@@ -86,38 +87,14 @@ sr_status sr_trace_merge(const char *dir, const char *output, FILE *out) {
                         "debug trace: -o MERGED.json is required (hint: shardrun debug trace %s -o "
                         "trace.json)",
                         dir);
-    DIR *dh = opendir(dir);
-    if (!dh)
-        return sr_error(SR_ERR_NOINPUT,
-                        "%s: %s (hint: the trace files are in log.trace_dir, by default "
-                        "<checkpoint.dir>/trace/<job id>.<restart>/)",
-                        dir, strerror(errno));
-    int cap = 16, n = 0, others = 0;
-    tfile *ts = sr_calloc((size_t)cap, sizeof *ts);
-    sr_status st = ts ? SR_OK : sr_error_oom("the trace files");
-    struct dirent *de;
-    while (st == SR_OK && (de = readdir(dh))) {
-        long r = sr_rank_file_index(de->d_name);
-        if (r < 0) {
-            others += de->d_name[0] != '.';
-            continue;
-        }
-        if (n == cap) {
-            tfile *nt = sr_realloc(ts, sizeof *ts * (size_t)(cap *= 2));
-            if (!nt) {
-                st = sr_error_oom("the trace files");
-                break;
-            }
-            ts = nt;
-        }
-        char path[4400];
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        memset(&ts[n], 0, sizeof ts[n]);
-        snprintf(ts[n].file, sizeof ts[n].file, "%s", de->d_name);
-        st = read_one(path, r, &ts[n]);
-        n++;
-    }
-    closedir(dh);
+    int n = 0, others = 0;
+    tfile *ts = NULL;
+    sr_status st = sr_rank_files_read(dir,
+                                      "the trace files are in log.trace_dir, by default "
+                                      "<checkpoint.dir>/trace/<job id>.<restart>/",
+                                      sizeof *ts, read_one, (void **)&ts, &n, &others);
+    if (st != SR_OK && !ts)
+        return st;
     if (st == SR_OK && n == 0)
         st = sr_error(SR_ERR_NOINPUT,
                       "%s holds no trace files (rank<N>.json)%s (hint: a run with log.trace_steps writes them to "
