@@ -168,7 +168,7 @@ static void tb_step(sr_tb *tb, const sr_step_record *r) {
     }
     TB("mem_total", (double)sr_mem_total_current());
     TB("mem_total_peak", (double)sr_mem_total_peak());
-    static char space_tags[SR_NSPACE][48];
+    char space_tags[SR_NSPACE][48];
     for (int sp = 0; sp < SR_NSPACE; sp++) {
         snprintf(space_tags[sp], sizeof space_tags[sp], "mem_%s_total", sr_mem_space_name(sp));
         TB(space_tags[sp], (double)sr_mem_space_current(sp));
