@@ -8,12 +8,16 @@ appends).  Checks: every tag's steps are exactly the file's logged steps,
 each once; every value equals the file's as a float32 (within 1e-5
 relative for the values the file writes with 6 significant digits); every event record
 kind of the file has a text summary "event/<kind>"; with --events KIND...
-those kinds must be among them.  Prints one summary line; exits 1 with the
+those kinds must be among them.  The text summaries are read as the
+TensorBoard server reads them (plugin_event_accumulator, which also drops
+tensors at a session start; the EventAccumulator above keeps them):
+every tag, scalars included, has each step once.  Prints one summary line; exits 1 with the
 first difference."""
 import json
 import struct
 import sys
 
+from tensorboard.backend.event_processing import plugin_event_accumulator
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 
@@ -61,6 +65,12 @@ def main():
             rec = json.loads(t.tensor_proto.string_val[0])
             if rec["event"] != kind:
                 sys.exit(f"event/{kind} at step {t.step} holds a {rec['event']} record")
+    server = plugin_event_accumulator.EventAccumulator(tbdir, size_guidance={"tensors": 0})
+    server.Reload()
+    for tag in server.Tags()["tensors"]:
+        got = [t.step for t in server.Tensors(tag)]
+        if len(got) != len(set(got)):
+            sys.exit(f"tag {tag}: a step twice in TensorBoard's server view: {got}")
     print(f"tensorboard: {n} scalars at {len(steps)} steps ({steps[0]}-{steps[-1]}), each step once, "
           f"as the metrics file says; events {' '.join(sorted(kinds))}")
 
