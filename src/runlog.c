@@ -391,10 +391,17 @@ sr_status sr_run_start_observers(sr_run *r) {
         sr_log_warn("flight recorder: no memory for %lld entries: it is off", (long long)cfg->log_flight_recorder);
     else
         sr_flight_install_sigquit();
-    sr_trace_opts to = {
-        cfg->log_trace_first, cfg->log_trace_last, cfg->log_trace_dir, cfg->ckpt_dir ? cfg->ckpt_dir : "",
-        r->w->rank,           r->w->size,          r->w->host,         r->w->job_id,
-        r->w->restart};
+    char dir[4096], job[300];
+    sr_flight_run_dir(dir, sizeof dir, "trace", cfg->log_trace_dir, cfg->ckpt_dir, r->w->job_id, r->w->restart, job,
+                      sizeof job); /* beside the flight recorder's */
+    sr_trace_opts to = {.first = cfg->log_trace_first,
+                        .last = cfg->log_trace_last,
+                        .dir = dir,
+                        .rank = r->w->rank,
+                        .world_size = r->w->size,
+                        .host = r->w->host,
+                        .job = job,
+                        .restart = r->w->restart};
     sr_trace_init(&to); /* its collectives come from the recorder's records */
     return prometheus_init(r);
 }

@@ -73,8 +73,8 @@ void sr_trace_init(const sr_trace_opts *o) {
     tr.world_size = o->world_size;
     tr.restart = o->restart;
     snprintf(tr.host, sizeof tr.host, "%s", o->host ? o->host : "");
-    sr_flight_run_dir(tr.dir, sizeof tr.dir, "trace", o->dir, o->ckpt_dir, o->job_id, o->restart, tr.job,
-                      sizeof tr.job); /* beside the flight recorder's */
+    snprintf(tr.job, sizeof tr.job, "%s", o->job ? o->job : "");
+    snprintf(tr.dir, sizeof tr.dir, "%s", o->dir ? o->dir : ".");
 }
 
 /* A slot for one more span (tr.mu held), or NULL when the buffer is full

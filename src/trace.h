@@ -3,10 +3,10 @@
  * trace owns the window (steps A to B, 1-based, from sr_config's
  * log_trace_first and log_trace_last), the per-rank buffer of spans, the
  * lanes (one Chrome "thread" each: host phases, the four streams, the
- * checkpoint writer, and one per collective plane), where the files go
- * (log.trace_dir, default <checkpoint.dir>/trace/<job id>.<restart>/
- * beside the flight recorder's directory, else ./shardrun-trace.<job id or
- * pid>/) and the file's format: Chrome trace-event JSON (a "traceEvents"
+ * checkpoint writer, and one per collective plane) and the file's format
+ * (the directory is the run's to resolve: log.trace_dir, default
+ * <checkpoint.dir>/trace/<job id>.<restart>/ beside the flight recorder's
+ * directory, sr_flight_run_dir): Chrome trace-event JSON (a "traceEvents"
  * array of complete "X" events, microseconds since the epoch, pid = rank,
  * tid = lane, with process and thread names), plus "otherData" {"format":
  * "shardrun-trace 1", rank, world_size, job, host, restart, first, last}
@@ -42,10 +42,9 @@ typedef enum {
 
 typedef struct {
     int64_t first, last; /* the window; 0 = off */
-    const char *dir;     /* log.trace_dir; "" or NULL = the default */
-    const char *ckpt_dir;
+    const char *dir;     /* where the files go (log.trace_dir, or the default the run resolved) */
     int rank, world_size;
-    const char *host, *job_id;
+    const char *host, *job; /* the job as the files name it */
     long long restart;
 } sr_trace_opts;
 
