@@ -465,13 +465,15 @@ static void *progress_main(void *arg) {
         sr_flight_end(r->flight, st == SR_OK);
         pthread_mutex_lock(&tp->lock);
         r->status = st;
-        r->done = true;
         tp->running = NULL;
         tp->oldest_since = mono_s();
         if (r->abandoned) {
             r->next = tp->abandoned;
             tp->abandoned = r;
         }
+        /* last: a waiter that sees done (sr_wait reads it without the
+         * lock) frees the request at once */
+        __atomic_store_n(&r->done, true, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&tp->cond);
     }
     pthread_mutex_unlock(&tp->lock);
@@ -612,7 +614,7 @@ sr_status sr_wait(sr_req *r) {
     if (!r)
         return SR_OK;
     sr_transport *tp = r->g->tp;
-    if (!r->done) {
+    if (!__atomic_load_n(&r->done, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&tp->lock);
         while (!r->done && !tp->stalled)
             pthread_cond_wait(&tp->cond, &tp->lock);

@@ -38,6 +38,11 @@
 #   cl CMD...                runs CMD where slurmctld is reachable
 #   node_ns N                the network namespace of node N
 
+# The first job id of a cluster, its own: Slurm's PMIx plugin keeps
+# /tmp/spmix_appdir_<uid>_<job>.<step>, which a cluster killed earlier may
+# have left behind, and a step whose job id meets one fails to launch
+# ("File exists").
+cluster_first_job_id() { echo $(( ($$ * 7919 + $(date +%s)) % 50000000 + 1000 )); }
 cluster_free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
@@ -62,6 +67,7 @@ AuthInfo=socket=$CL/munge/sock,cred_expire=10
 SlurmctldPort=$(cluster_free_port)
 SlurmdPort=$(cluster_free_port)
 StateSaveLocation=$CL/ctld
+FirstJobId=$(cluster_first_job_id)
 SlurmdSpoolDir=$CL/d
 SlurmctldPidFile=$CL/run/slurmctld.pid
 SlurmdPidFile=$CL/run/slurmd.pid
@@ -199,6 +205,7 @@ AuthInfo=socket=$CL/munge/sock,cred_expire=10
 SlurmctldPort=6817
 SlurmdPort=6818
 StateSaveLocation=$CL/ctld
+FirstJobId=$(cluster_first_job_id)
 SlurmdSpoolDir=$CL/d/%n
 TmpFS=$CL/tmp/%n
 SlurmctldPidFile=$CL/run/slurmctld.pid
