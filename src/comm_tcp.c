@@ -596,6 +596,19 @@ static bool abort_notice(const wire_hdr *h, int from, char *msg, size_t msg_len)
     return true;
 }
 
+/* A send to `peer` failed: when that peer had given up first, its abort
+ * notice may wait unread on the connection (it exited right after sending
+ * it, so the send met its reset).  True with the notice's message (and
+ * the notice passed on); the notice is left where it is. */
+static bool notice_before_reset(sr_tcp *t, int peer, char *msg, size_t msg_len) {
+    wire_hdr h;
+    if (t->fds[peer] < 0 || recv(t->fds[peer], &h, sizeof h, MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof h ||
+        !abort_notice(&h, peer, msg, msg_len))
+        return false;
+    notify_abort(t, (int)h.seq, h.bytes == ABORT_SILENT ? ABORT_SILENT : ABORT_LOST);
+    return true;
+}
+
 sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const void *sbuf, size_t sbytes, void *rbuf,
                           size_t rbytes, char *msg, size_t msg_len) {
     int rfd = t->fds[right], lfd = t->fds[left];
@@ -674,6 +687,8 @@ sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const vo
             } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
                 int err = errno;
                 t->dirty[right] = true;
+                if (notice_before_reset(t, right, msg, msg_len))
+                    return SR_ERR_PEER;
                 notify_abort(t, right, ABORT_LOST);
                 snprintf(msg, msg_len, "lost the connection to rank %d (%s): it exited or failed", right,
                          strerror(err));
@@ -728,6 +743,8 @@ sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const vo
 
 static sr_status io_failed(sr_tcp *t, int peer, char *msg, size_t msg_len) {
     int err = errno;
+    if ((err == ECONNRESET || err == EPIPE) && notice_before_reset(t, peer, msg, msg_len))
+        return SR_ERR_PEER;
     if (err != ECANCELED)
         notify_abort(t, peer, err == ETIMEDOUT ? ABORT_SILENT : ABORT_LOST);
     errno = err;
