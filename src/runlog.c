@@ -104,9 +104,10 @@ void sr_run_banner(sr_run *r) {
     snprintf(transport, sizeof transport, "%s%s%s", w->size > 1 ? sr_transport_address(r->tp) : "none",
              nccl ? " nccl=" : "", nccl ? nccl : "");
     sr_log_info_all(
-        "rank %d/%d local %d/%d node %d host %s device=%s isa=%s job %s transport %s restart=%lld resume=%s", w->rank,
-        w->size, w->local_rank, w->local_size, w->node_id, w->host, device, sr_isa_name(sr_isa_current()), w->job_id,
-        transport, w->restart, r->resumed);
+        "rank %d/%d local %d/%d node %d host %s device=%s isa=%s job %s bootstrap %s transport %s restart=%lld "
+        "resume=%s",
+        w->rank, w->size, w->local_rank, w->local_size, w->node_id, w->host, device, sr_isa_name(sr_isa_current()),
+        w->job_id, sr_world_bootstrap(w), transport, w->restart, r->resumed);
     const sr_model_dims *d = &r->model.d;
     char model_name[256];
     sr_log_info("model %s: n_layer %d, n_head %d, n_embd %d, vocab_size %d (padded %d), seq_len %d; %.2fM parameters; "

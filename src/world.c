@@ -1,4 +1,5 @@
-/* world.c — PMIx bootstrap and the PMIx key-value all-gather; see world.h. */
+/* world.c — the bootstrap (PMIx, else Slurm's PMI2) and the key-value
+ * all-gather through it; see world.h. */
 #include "srconfig.h"
 
 #include "world.h"
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "flight.h"
+#include "pmi2.h"
 #include "testhook.h"
 
 static int env_int(const char *name, int fallback) {
@@ -85,15 +87,17 @@ static bool get_string(const pmix_proc_t *p, const char *key, char *out, size_t 
 
 static pmix_proc_t me;
 
-/* The PMIx_Init watchdog.  PMIx_Init only connects to the local PMIx server
+/* The bootstrap watchdog.  PMIx_Init only connects to the local PMIx server
  * (slurmstepd, mpirun), but a server that accepted the connection and never
  * finishes the handshake leaves PMIx_Init waiting on a condition variable
  * with no timeout of its own (libpmix 4.2 has no PMIX_TIMEOUT for init;
  * seen under mpirun when a peer exits while this rank is still starting).
+ * PMI2 has no timeout at all: PMI2_Init and PMI2_KVS_Fence wait for
+ * slurmstepd, and a fence waits for a rank that died before it forever.
  * That would hold the allocation until the wall-clock limit, so a thread
- * ends the process with 69 if PMIx_Init has not returned by the deadline.
- * Nothing is held yet at that point (no job file read, no lock taken),
- * so _exit is all the cleanup there is. */
+ * ends the process with 69 if the call has not returned by the deadline.
+ * Nothing is held yet at that point (no checkpoint written, the fcntl lock
+ * released by the kernel), so _exit is all the cleanup there is. */
 #define SR_PMIX_INIT_TIMEOUT_DEFAULT 300
 
 typedef struct {
@@ -101,10 +105,12 @@ typedef struct {
     pthread_cond_t done_cv;
     bool done;
     long seconds;
-} init_watchdog;
+    const char *what; /* the call */
+    const char *why;  /* what its not returning means, with a hint */
+} watchdog;
 
-static void *init_watchdog_main(void *arg) {
-    init_watchdog *wd = arg;
+static void *watchdog_main(void *arg) {
+    watchdog *wd = arg;
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
     deadline.tv_sec += wd->seconds;
@@ -115,19 +121,41 @@ static void *init_watchdog_main(void *arg) {
     bool expired = !wd->done;
     pthread_mutex_unlock(&wd->lock);
     if (expired) {
-        const char *uri = getenv("PMIX_SERVER_URI41");
-        if (!uri)
-            uri = getenv("PMIX_SERVER_URI4");
-        if (!uri)
-            uri = getenv("PMIX_SERVER_URI3");
-        sr_log_error("PMIx_Init did not return within %ld s: the launcher's PMIx server%s%s accepted this process but "
-                     "never finished the handshake, so the launcher is failing or gone (hint: check the launcher's "
-                     "own messages; SHARDRUN_PMIX_INIT_TIMEOUT sets this limit in seconds)",
-                     wd->seconds, uri ? " at " : "", uri ? uri : "");
+        if (sr_error_final_claim()) {
+            sr_log_error("%s did not return within %ld s: %s", wd->what, wd->seconds, wd->why);
+            sr_error_final_done();
+        }
         fflush(NULL);
         _exit(sr_status_exit_code(SR_ERR_PEER));
     }
     return NULL;
+}
+
+static bool watchdog_start(watchdog *wd, pthread_t *th) {
+    if (wd->seconds <= 0)
+        return false;
+    pthread_condattr_t ca;
+    pthread_mutex_init(&wd->lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&wd->done_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    bool watched = pthread_create(th, NULL, watchdog_main, wd) == 0;
+    if (!watched) {
+        pthread_cond_destroy(&wd->done_cv);
+        pthread_mutex_destroy(&wd->lock);
+    }
+    return watched;
+}
+
+static void watchdog_stop(watchdog *wd, pthread_t th) {
+    pthread_mutex_lock(&wd->lock);
+    wd->done = true;
+    pthread_cond_signal(&wd->done_cv);
+    pthread_mutex_unlock(&wd->lock);
+    pthread_join(th, NULL);
+    pthread_cond_destroy(&wd->done_cv);
+    pthread_mutex_destroy(&wd->lock);
 }
 
 /* SHARDRUN_PMIX_INIT_TIMEOUT: whole seconds, 0 = wait forever; unset means
@@ -152,32 +180,23 @@ static sr_status init_timeout_from_env(long *seconds) {
 /* PMIx_Init under the watchdog (none when the limit is 0 or a thread cannot
  * be started: then PMIx_Init runs as it would without one). */
 static pmix_status_t pmix_init_watched(long seconds) {
-    init_watchdog wd = {.done = false, .seconds = seconds};
+    char why[1024];
+    const char *uri = getenv("PMIX_SERVER_URI41");
+    if (!uri)
+        uri = getenv("PMIX_SERVER_URI4");
+    if (!uri)
+        uri = getenv("PMIX_SERVER_URI3");
+    snprintf(why, sizeof why,
+             "the launcher's PMIx server%s%s accepted this process but never finished the handshake, so "
+             "the launcher is failing or gone (hint: check the launcher's own messages; SHARDRUN_PMIX_INIT_TIMEOUT "
+             "sets this limit in seconds)",
+             uri ? " at " : "", uri ? uri : "");
+    watchdog wd = {.done = false, .seconds = seconds, .what = "PMIx_Init", .why = why};
     pthread_t th;
-    bool watched = false;
-    if (seconds > 0) {
-        pthread_condattr_t ca;
-        pthread_mutex_init(&wd.lock, NULL);
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&wd.done_cv, &ca);
-        pthread_condattr_destroy(&ca);
-        watched = pthread_create(&th, NULL, init_watchdog_main, &wd) == 0;
-        if (!watched) {
-            pthread_cond_destroy(&wd.done_cv);
-            pthread_mutex_destroy(&wd.lock);
-        }
-    }
+    bool watched = watchdog_start(&wd, &th);
     pmix_status_t rc = PMIx_Init(&me, NULL, 0);
-    if (watched) {
-        pthread_mutex_lock(&wd.lock);
-        wd.done = true;
-        pthread_cond_signal(&wd.done_cv);
-        pthread_mutex_unlock(&wd.lock);
-        pthread_join(th, NULL);
-        pthread_cond_destroy(&wd.done_cv);
-        pthread_mutex_destroy(&wd.lock);
-    }
+    if (watched)
+        watchdog_stop(&wd, th);
     return rc;
 }
 
@@ -284,6 +303,9 @@ static bool holds_socket(pid_t pid, unsigned long inode) {
     return found;
 }
 
+/* The server kind the launcher messages name ("PMI2" after pmi2_init). */
+static const char *server_kind = "PMIx";
+
 static struct {
     pthread_t thread;
     pthread_mutex_t lock;
@@ -304,10 +326,10 @@ static void *parent_watch_main(void *arg) {
             sr_flight_dump("lost launcher", "the launcher (this rank's parent) exited");
             if (sr_error_final_claim()) {
                 sr_log_error(
-                    "the launcher (process %ld, this rank's parent and its PMIx server) exited: stopping without a "
+                    "the launcher (process %ld, this rank's parent and its %s server) exited: stopping without a "
                     "checkpoint, the last committed one stays (hint: see the launcher's node and its log; "
                     "resubmit to resume)",
-                    (long)parent_watch.parent);
+                    (long)parent_watch.parent, server_kind);
                 sr_error_final_done();
             }
             _exit(sr_status_exit_code(SR_ERR_PEER));
@@ -324,13 +346,29 @@ static struct {
     unsigned long inode;
 } server_socket;
 
+/* Whether `pid` is Slurm's slurmstepd, the PMI2 server of its tasks
+ * (/proc/PID/comm: PMI2 names no socket to look for). */
+static bool is_slurmstepd(pid_t pid) {
+    char path[64], comm[64] = "";
+    snprintf(path, sizeof path, "/proc/%ld/comm", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    bool ok = fgets(comm, sizeof comm, f) != NULL;
+    fclose(f);
+    return ok && strncmp(comm, "slurmstepd", 10) == 0;
+}
+
 static void watch_parent(void) {
     pid_t parent = getppid();
-    int port = server_port();
-    unsigned long inode = port > 0 ? listening_inode(port) : 0;
-    server_socket.port = port;
-    server_socket.inode = inode;
-    if (parent <= 1 || !inode || !holds_socket(parent, inode))
+    if (!strcmp(server_kind, "PMIx")) {
+        int port = server_port();
+        unsigned long inode = port > 0 ? listening_inode(port) : 0;
+        server_socket.port = port;
+        server_socket.inode = inode;
+        if (parent <= 1 || !inode || !holds_socket(parent, inode))
+            return;
+    } else if (parent <= 1 || !is_slurmstepd(parent))
         return;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -371,10 +409,10 @@ bool sr_world_launcher_gone(char *msg, size_t size, double grace_s) {
         return false;
     if (parent_gone)
         snprintf(msg, size,
-                 "the launcher (process %ld, this rank's parent and its PMIx server) exited: stopping without a "
+                 "the launcher (process %ld, this rank's parent and its %s server) exited: stopping without a "
                  "checkpoint, the last committed one stays (hint: see the launcher's node and its log; resubmit to "
                  "resume)",
-                 (long)parent_watch.parent);
+                 (long)parent_watch.parent, server_kind);
     else
         snprintf(msg, size,
                  "lost the connection to the launcher's PMIx server (its socket on port %d is closed): the launcher "
@@ -399,6 +437,42 @@ static void watch_launcher(void) {
     }
 }
 
+/* The PMI2 bootstrap (srun --mpi=pmi2): rank and size from PMI2_Init,
+ * the placement from PMI_process_mapping, the job id from Slurm's
+ * environment else PMI2's.  PMI2 reports no launcher death: the parent
+ * watch (slurmstepd is the tasks' parent) is the witness. */
+static sr_status pmi2_init(sr_world *w, long timeout_s) {
+    watchdog wd = {.done = false,
+                   .seconds = timeout_s,
+                   .what = "PMI2_Init",
+                   .why = "slurmstepd accepted this process but never answered, so the step is failing (hint: see "
+                          "the step's and slurmd's messages; SHARDRUN_PMIX_INIT_TIMEOUT sets this limit in seconds)"};
+    pthread_t th;
+    bool watched = watchdog_start(&wd, &th);
+    char id[256];
+    sr_status st = sr_pmi2_init(&w->rank, &w->size, id, sizeof id);
+    if (watched)
+        watchdog_stop(&wd, th);
+    if (st != SR_OK)
+        return st;
+    w->pmi2 = true;
+    server_kind = "PMI2";
+    if (w->size < 1 || w->rank < 0 || w->rank >= w->size) {
+        sr_world_close(w);
+        return sr_error(SR_ERR_PEER, "PMI2_Init gave rank %d of %d", w->rank, w->size);
+    }
+    st = sr_pmi2_placement(w->rank, w->size, &w->node_id, &w->local_rank, &w->local_size, &w->num_nodes);
+    if (st != SR_OK) {
+        sr_world_close(w);
+        return st;
+    }
+    snprintf(w->nspace, sizeof w->nspace, "%s", id);
+    if (!strcmp(w->job_id, "-") && id[0])
+        snprintf(w->job_id, sizeof w->job_id, "%s", id);
+    watch_parent();
+    return SR_OK;
+}
+
 sr_status sr_world_init(sr_world *w) {
     memset(w, 0, sizeof *w);
     w->size = 1;
@@ -416,11 +490,15 @@ sr_status sr_world_init(sr_world *w) {
     if (st != SR_OK)
         return st;
     pmix_status_t rc = pmix_init_watched(init_timeout);
+    if (rc != PMIX_SUCCESS && sr_pmi2_environment())
+        return pmi2_init(w, init_timeout);
     if (rc != PMIX_SUCCESS) {
         if (sr_world_in_multitask_srun())
             return sr_error(SR_ERR_CONFIG,
-                            "launched by srun without --mpi=pmix: this is task %s of %s in step %s, but no PMIx server "
-                            "answered (%s) (hint: srun --mpi=pmix shardrun ..., or export SLURM_MPI_TYPE=pmix)",
+                            "launched by srun without --mpi=pmix or --mpi=pmi2: this is task %s of %s in step %s, but "
+                            "no PMIx server answered (%s) and PMI2's environment (PMI_FD) is not set (hint: srun "
+                            "--mpi=pmix shardrun ..., or srun --mpi=pmi2 where Slurm has no PMIx plugin; or export "
+                            "SLURM_MPI_TYPE=pmix)",
                             getenv("SLURM_PROCID") ? getenv("SLURM_PROCID") : "?",
                             getenv("SLURM_STEP_NUM_TASKS") ? getenv("SLURM_STEP_NUM_TASKS")
                                                            : (getenv("SLURM_NTASKS") ? getenv("SLURM_NTASKS") : "?"),
@@ -461,7 +539,14 @@ sr_status sr_world_init(sr_world *w) {
     return SR_OK;
 }
 
+const char *sr_world_bootstrap(const sr_world *w) { return w->pmix ? "pmix" : w->pmi2 ? "pmi2" : "none"; }
+
 void sr_world_close(sr_world *w) {
+    if (w->pmi2) {
+        unwatch_parent();
+        sr_pmi2_finalize();
+    }
+    w->pmi2 = false;
     if (w->pmix) {
         unwatch_parent();
         if (lost_handler_registered)
@@ -516,19 +601,93 @@ static sr_status get_blob(int r, const char *key, void *out, size_t len) {
     return ok ? SR_OK : sr_error(SR_ERR_PEER, "PMIx value '%s' of rank %d has the wrong type or size", key, r);
 }
 
+/* PMI2's store holds strings (at most SR_PMI2_MAX_VALUE bytes with the
+ * NUL), and a key is put once: a blob goes as hex in chunks, under keys
+ * made unique by a call number every rank advances in the same order
+ * (the all-gathers are collective).  Hex by hand: two lines, and
+ * OpenSSL's OPENSSL_buf2hexstr puts colons between bytes.  PMI2_KVS_Fence
+ * has no timeout: the watchdog ends the process with 69 after timeout_s. */
+#define PMI2_CHUNK ((SR_PMI2_MAX_VALUE - 1) / 2)
+static unsigned pmi2_calls;
+
+/* Slurm's PMI2 store is one namespace per job: PMI2_KVS_Get's rank
+ * argument is a hint, not part of the key, so the rank is in the key. */
+static void pmi2_key(char *out, size_t n, unsigned call, int rank, const char *key, size_t chunk) {
+    snprintf(out, n, "%u.%d.%s.%zu", call, rank, key, chunk);
+}
+
+static sr_status pmi2_put_and_fence(int rank, const char *key, const void *blob, size_t len, double timeout_s,
+                                    unsigned call) {
+    const unsigned char *b = blob;
+    static const char hex[] = "0123456789abcdef";
+    for (size_t off = 0, c = 0; off < len || c == 0; off += PMI2_CHUNK, c++) {
+        char k[SR_PMI2_MAX_KEY], v[SR_PMI2_MAX_VALUE];
+        size_t n = len - off < PMI2_CHUNK ? len - off : PMI2_CHUNK;
+        for (size_t i = 0; i < n; i++) {
+            v[2 * i] = hex[b[off + i] >> 4];
+            v[2 * i + 1] = hex[b[off + i] & 15];
+        }
+        v[2 * n] = '\0';
+        pmi2_key(k, sizeof k, call, rank, key, c);
+        sr_status st = sr_pmi2_put(k, v);
+        if (st != SR_OK)
+            return st;
+        if (len == 0)
+            break;
+    }
+    char why[512];
+    snprintf(why, sizeof why,
+             "a rank died or hangs before the all-gather of '%s' (deadline comm.timeout_s; hint: see the other "
+             "ranks' messages and the step's log)",
+             key);
+    watchdog wd = {
+        .done = false, .seconds = timeout_s < 1 ? 1 : (long)(timeout_s + 0.5), .what = "PMI2_KVS_Fence", .why = why};
+    pthread_t th;
+    bool watched = watchdog_start(&wd, &th);
+    sr_status st = sr_pmi2_fence();
+    if (watched)
+        watchdog_stop(&wd, th);
+    return st;
+}
+
+static int hexval(char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; }
+
+static sr_status pmi2_get_blob(int r, const char *key, unsigned call, void *out, size_t len) {
+    unsigned char *b = out;
+    for (size_t off = 0, c = 0; off < len; off += PMI2_CHUNK, c++) {
+        char k[SR_PMI2_MAX_KEY], v[SR_PMI2_MAX_VALUE];
+        size_t n = len - off < PMI2_CHUNK ? len - off : PMI2_CHUNK;
+        pmi2_key(k, sizeof k, call, r, key, c);
+        sr_status st = sr_pmi2_get(r, k, v, sizeof v);
+        if (st != SR_OK)
+            return st;
+        if (strnlen(v, sizeof v) != 2 * n)
+            return sr_error(SR_ERR_PEER, "PMI2 value '%s' of rank %d has the wrong size", k, r);
+        for (size_t i = 0; i < n; i++) {
+            int hi = hexval(v[2 * i]), lo = hexval(v[2 * i + 1]);
+            if (hi < 0 || lo < 0)
+                return sr_error(SR_ERR_PEER, "PMI2 value '%s' of rank %d is not hex", k, r);
+            b[off + i] = (unsigned char)(hi << 4 | lo);
+        }
+    }
+    return SR_OK;
+}
+
 sr_status sr_world_first_nonzero(sr_world *w, const char *key, int32_t mine, int *rank, int32_t *value,
                                  double timeout_s) {
     *rank = -1;
     *value = 0;
-    if (!w->pmix || w->size == 1) {
+    if ((!w->pmix && !w->pmi2) || w->size == 1) {
         if (mine)
             *rank = w->rank, *value = mine;
         return SR_OK;
     }
-    sr_status st = put_and_fence(key, &mine, sizeof mine, timeout_s);
+    unsigned call = pmi2_calls++;
+    sr_status st = w->pmi2 ? pmi2_put_and_fence(w->rank, key, &mine, sizeof mine, timeout_s, call)
+                           : put_and_fence(key, &mine, sizeof mine, timeout_s);
     for (int r = 0; r < w->size && st == SR_OK && *rank < 0; r++) {
         int32_t v;
-        st = get_blob(r, key, &v, sizeof v);
+        st = w->pmi2 ? pmi2_get_blob(r, key, call, &v, sizeof v) : get_blob(r, key, &v, sizeof v);
         if (st == SR_OK && v)
             *rank = r, *value = v;
     }
@@ -536,12 +695,15 @@ sr_status sr_world_first_nonzero(sr_world *w, const char *key, int32_t mine, int
 }
 
 sr_status sr_world_allgather(sr_world *w, const char *key, const void *blob, size_t len, void *out, double timeout_s) {
-    if (!w->pmix || w->size == 1) {
+    if ((!w->pmix && !w->pmi2) || w->size == 1) {
         memcpy(out, blob, len);
         return SR_OK;
     }
-    sr_status st = put_and_fence(key, blob, len, timeout_s);
+    unsigned call = pmi2_calls++;
+    sr_status st = w->pmi2 ? pmi2_put_and_fence(w->rank, key, blob, len, timeout_s, call)
+                           : put_and_fence(key, blob, len, timeout_s);
     for (int r = 0; r < w->size && st == SR_OK; r++)
-        st = get_blob(r, key, (char *)out + (size_t)r * len, len);
+        st = w->pmi2 ? pmi2_get_blob(r, key, call, (char *)out + (size_t)r * len, len)
+                     : get_blob(r, key, (char *)out + (size_t)r * len, len);
     return st;
 }

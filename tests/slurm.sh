@@ -16,7 +16,10 @@
 #   f. scancel --full --signal=KILL, resubmission -> resume from the last
 #      periodic checkpoint
 #   g. srun without --mpi=pmix -> one error, status 78
-# The fast tier runs the reference, a (exit) and g; the long tier all.
+#   p. srun --mpi=pmi2 (Slurm's PMI2, libpmi2 loaded at run time): 2 tasks
+#      bootstrap through it and end bitwise equal to the same run under
+#      --mpi=pmix
+# The fast tier runs the reference, a (exit), g and p; the long tier all.
 # Needs root and Debian's slurm-wlm, slurmctld, slurmd, slurm-client and
 # munge; every wait is bounded, and a failure prints the job's output and the
 # daemons' log tails.
@@ -263,6 +266,25 @@ result g "g: srun -n 4 without --mpi=pmix exits 78 (srun: $rc)" test "$rc" -eq 7
 result g "  with one error message, and no training" \
     sh -c "[ \$(grep -c 'launched by srun without --mpi=pmix' g.out) -eq 1 ] && ! grep -Eq 'step +[0-9]+/' g.out"
 
+fi
+
+# p. PMI2: the same 2-task run under --mpi=pmix and --mpi=pmi2
+if group "p: srun --mpi=pmi2"; then
+if ! ldconfig -p | grep -q 'libpmi2\.so\.0 '; then
+    skip_or_fail pmi2 "p: Slurm's libpmi2.so.0 is not installed (apt-get install libpmi2-0)"
+else
+for mpi in pmix pmi2; do
+    TRAIN="{steps: 12, batch_size: 8}" mkjob p_$mpi
+    timeout 120 env SHARDRUN_TEST_DUMP_PARAMS="$T/p_$mpi.params" srun --mpi=$mpi -n 2 shardrun train p_$mpi.yaml \
+        >p_$mpi.out 2>&1
+    result p_$mpi "p: 2 tasks under srun --mpi=$mpi train 12 steps (exit $?)" grep -q "done: 12 steps" p_$mpi.out
+done
+result p_pmi2 "  both start lines name the PMI2 bootstrap, ranks 0/2 and 1/2, local ranks 0/2 and 1/2" \
+    sh -c "[ \$(grep -Ec 'rank ([01])/2 local \\1/2 node 0 .* bootstrap pmi2 transport ' p_pmi2.out) -eq 2 ]"
+result p_pmix "  (and under --mpi=pmix: bootstrap pmix)" \
+    sh -c "[ \$(grep -c 'rank [01]/2 local [01]/2 .* bootstrap pmix transport ' p_pmix.out) -eq 2 ]"
+result p_pmi2 "  the PMI2 run's final parameters are bitwise those of the PMIx run" cmp -s p_pmi2.params p_pmix.params
+fi
 fi
 
 # h. status 69 under the GPU template (on the CPU here): a stalled collective

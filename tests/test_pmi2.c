@@ -1,0 +1,73 @@
+/* test_pmi2.c — PMI2's placement (sr_pmi2_parse_mapping, pmi2.h): the
+ * process mappings Slurm's pmi2 plugin writes for block, cyclic and uneven
+ * distributions give every rank its node, its local rank and local size
+ * as an independent placement (each rank assigned in turn) does, and a
+ * malformed mapping is refused, never half-read. */
+#include "srconfig.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "pmi2.h"
+#include "tap.h"
+
+/* The reference: ranks dealt out from a list of (node, count) runs, as
+ * srun's distributions lay them out. */
+typedef struct {
+    int node, count;
+} run;
+
+static bool same_as(const char *mapping, const run *runs, int nruns, int size, int nodes) {
+    int node_of[64], n = 0;
+    for (int i = 0; i < nruns; i++)
+        for (int k = 0; k < runs[i].count; k++)
+            node_of[n++] = runs[i].node;
+    if (n != size)
+        return false;
+    for (int r = 0; r < size; r++) {
+        int node, lr, ls, nn;
+        if (!sr_pmi2_parse_mapping(mapping, r, size, &node, &lr, &ls, &nn))
+            return false;
+        int want_lr = 0, want_ls = 0;
+        for (int q = 0; q < size; q++)
+            if (node_of[q] == node_of[r]) {
+                want_ls++;
+                want_lr += q < r;
+            }
+        if (node != node_of[r] || lr != want_lr || ls != want_ls || nn != nodes) {
+            tap_diag("%s rank %d: node %d local %d/%d nodes %d", mapping, r, node, lr, ls, nn);
+            return false;
+        }
+    }
+    return true;
+}
+
+int main(void) {
+    const run block[] = {{0, 2}, {1, 2}};
+    tap_ok(same_as("(vector,(0,2,2))", block, 2, 4, 2), "block: 2 nodes x 2 tasks");
+    const run cyclic[] = {{0, 1}, {1, 1}, {0, 1}, {1, 1}};
+    tap_ok(same_as("(vector,(0,2,1))", cyclic, 4, 4, 2),
+           "cyclic: the one-task block repeats until every rank is placed");
+    const run uneven[] = {{0, 3}, {1, 2}};
+    tap_ok(same_as("(vector,(0,1,3),(1,1,2))", uneven, 2, 5, 2), "uneven: 3 tasks on node 0, 2 on node 1");
+    const run one[] = {{0, 4}};
+    tap_ok(same_as(" (vector, (0,1,4))", one, 1, 4, 1), "one node, spaces allowed");
+    int a, b, c, d;
+    const char *bad[] = {"",
+                         "(vector)",
+                         "(vector,(0,2))",
+                         "(vector,(0,2,2)",
+                         "(grid,(0,2,2))",
+                         "(vector,(0,-1,2))",
+                         "(vector,(0,0,0))",
+                         "(vector,(0,2,2),x)"};
+    bool refused = true;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (sr_pmi2_parse_mapping(bad[i], 0, 4, &a, &b, &c, &d)) {
+            tap_diag("accepted '%s'", bad[i]);
+            refused = false;
+        }
+    tap_ok(refused, "malformed mappings are refused");
+    tap_ok(!sr_pmi2_parse_mapping("(vector,(0,2,2))", 4, 4, &a, &b, &c, &d), "a rank outside the job is refused");
+    return tap_done();
+}
