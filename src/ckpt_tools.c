@@ -17,6 +17,7 @@
 
 #include "ckpt.h"
 #include "fsio.h"
+#include "starts.h"
 #include "mem.h"
 #include "ops.h"
 #include "shardfile.h"
@@ -290,6 +291,42 @@ sr_status sr_ckpt_verify(const char *path, FILE *out) {
 /* ------------------------------------------------------------------------ */
 /* list, inspect */
 
+/* The start history (starts.h), newest last, with the crash-loop
+ * guard's count for `next`, the step the next start would resume from. */
+static void list_starts(const char *dir, int64_t next, FILE *out) {
+    sr_start_rec *recs;
+    size_t n;
+    if (sr_starts_read(dir, &recs, &n) != SR_OK) {
+        sr_log_warn("%s", sr_error_message());
+        return;
+    }
+    if (n == 0) {
+        free(recs);
+        return;
+    }
+    fprintf(out, "\nstarts (%s, newest last):\n%-6s %-20s %-14s %8s %6s %12s %s\n", SR_STARTS_FILE, "start", "time",
+            "job", "restart", "ranks", "resumed from", "ended");
+    size_t first = n > 20 ? n - 20 : 0;
+    if (first)
+        fprintf(out, "(%zu older starts not shown)\n", first);
+    for (size_t i = first; i < n; i++) {
+        char ended[48];
+        if (recs[i].ended[0])
+            snprintf(ended, sizeof ended, "%s at step %lld", recs[i].ended, (long long)recs[i].ended_step);
+        else
+            snprintf(ended, sizeof ended, "%s", i + 1 == n ? "running, or failed" : "failed");
+        fprintf(out, "%-6zu %-20s %-14s %8lld %6d %12lld %s\n", i + 1, recs[i].time, recs[i].job_id, recs[i].restart,
+                recs[i].world_size, (long long)recs[i].resume_step, ended);
+    }
+    int stalled = sr_starts_stalled(recs, n, next);
+    if (stalled > 0)
+        fprintf(out,
+                "the newest %d start%s began from step %lld, the newest checkpoint, and failed (the next start is "
+                "refused when preemption.max_stalled_restarts is at most %d)\n",
+                stalled, stalled == 1 ? "" : "s", (long long)next, stalled);
+    free(recs);
+}
+
 sr_status sr_ckpt_list(const char *dir, FILE *out) {
     int dirfd;
     sr_status st = need_dir(dir, &dirfd);
@@ -339,6 +376,7 @@ sr_status sr_ckpt_list(const char *dir, FILE *out) {
         closedir(d);
     if (n == 0)
         fprintf(out, "(no checkpoints in %s)\n", dir);
+    list_starts(dir, n > 0 ? steps[0] : 0, out);
     free(steps);
     return SR_OK;
 }

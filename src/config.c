@@ -58,6 +58,7 @@ static const char *const dtype_names[] = {"fp32", "bf16", "auto", NULL};
 _Static_assert(SR_DT_F32 == 0 && SR_DT_BF16 == 1 && SR_MP_DTYPE_AUTO == 2, "dtype_names is indexed by sr_dtype");
 static const char *const gradsync_names[] = {"per_step", "per_micro_batch", NULL};
 static const char *const requeue_names[] = {"exit", "scontrol", NULL};
+static const char *const before_end_names[] = {"auto", "off", NULL};
 
 #define OFF(field) offsetof(sr_config, field)
 #define I64MAX 9.2e18
@@ -132,7 +133,11 @@ static const sr_key keys[] = {
  {"checkpoint.resume", T_STR, OFF(ckpt_resume), "auto", 0, 0, NULL, true, "auto (newest checkpoint that verifies), never, or a checkpoint path"},
  {"preemption.signals", T_SIGLIST, OFF(preempt_signals), "[USR1, USR2, TERM, INT]", 0, 0, NULL, true, "signals that request a checkpoint and exit"},
  {"preemption.requeue", T_ENUM, OFF(preempt_requeue), "exit", 0, 0, requeue_names, true, "exit: exit with exit_status (for RequeueExit); scontrol: rank 0 runs scontrol requeue, all exit 0"},
- {"preemption.exit_status", T_INT, OFF(preempt_exit_status), "75", 1, 255, NULL, true, "exit status after a preemption checkpoint"},
+ {"preemption.exit_status", T_INT, OFF(preempt_exit_status), "75", 1, 255, NULL, true, "exit status after a preemption checkpoint (not 76: the crash-loop guard's)"},
+ {"preemption.max_stalled_restarts", T_INT, OFF(preempt_max_stalled), "3", 0, 1000000, NULL, true, "crash-loop guard: when the last N starts all resumed from the same step and none committed a newer checkpoint (starts that ended with a preemption save or completed do not count), the next start refuses with status 76 naming them (shardrun ckpt list shows the start history); 0 = off, the way to start again after fixing the cause"},
+ {"preemption.before_end", T_ENUM, OFF(preempt_before_end), "auto", 0, 0, before_end_names, true, "auto: under Slurm, rank 0 reads the job's end time (at start and every 5 minutes) and the ranks save and exit with exit_status, as for a signal, when the time left falls below the measured step and save time plus end_margin_s (no --signal needed); off: signals only"},
+ {"preemption.end_margin_s", T_FLOAT, OFF(preempt_end_margin_s), "30", 0, 86400, NULL, true, "seconds added to the measured step and save time before the job's end time (preemption.before_end)"},
+ {"slurm.comment_every_minutes", T_FLOAT, OFF(slurm_comment_every_minutes), "0", 0, 1e6, NULL, true, "rank 0 sets the Slurm job's comment (squeue -o %k, sacct -o Comment) to step/total, loss, last committed step and ETA every N minutes (scontrol update); a failed update warns once; 0 = off"},
 };
 /* clang-format on */
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
@@ -1197,6 +1202,13 @@ sr_status sr_config_finalize(sr_config *cfg) {
                             "but log.flight_recorder is 0 at %s (hint: remove log.flight_recorder: 0)",
                             w, w2);
         }
+    }
+    if (cfg->preempt_exit_status == sr_status_exit_code(SR_ERR_STALLED)) {
+        sr_config_where(cfg, "preemption.exit_status", w, sizeof w);
+        return sr_error(SR_ERR_CONFIG,
+                        "%s: preemption.exit_status %lld is the crash-loop guard's status (a run that must not be "
+                        "requeued) (hint: keep the default 75, and RequeueExit=75 in slurm.conf)",
+                        w, (long long)cfg->preempt_exit_status);
     }
     if (cfg->blocks_per_unit > cfg->n_layer) {
         sr_config_where(cfg, "sharding.blocks_per_unit", w, sizeof w);

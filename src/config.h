@@ -92,6 +92,8 @@ typedef struct {
     /* preemption */
     sr_strlist preempt_signals;
     int64_t preempt_requeue, preempt_exit_status;
+    int64_t preempt_max_stalled, preempt_before_end; /* preempt_before_end: 0 auto, 1 off */
+    double preempt_end_margin_s, slurm_comment_every_minutes;
 
     /* Where the job came from ("<default job>" for the embedded one). */
     char *source;

@@ -458,6 +458,25 @@ sr_status sr_run_agree(sr_run *r, int64_t s, double red[3]) {
     return sr_run_log_due(r, s) ? agree_and_gather(r, red) : sr_ctl_sum(r->ctl, red, 3);
 }
 
+void sr_run_done_lines(const sr_run *r, double seconds) {
+    const sr_config *cfg = r->cfg;
+    int64_t trained = cfg->steps - r->start.step;
+    if (r->start.step > 0)
+        sr_log_info("done: %lld steps (%lld to %lld, resumed at %lld) in %.1f s; loss %.4f -> %.4f", (long long)trained,
+                    (long long)r->start.step + 1, (long long)cfg->steps, (long long)r->start.step, seconds,
+                    r->first_loss, r->last_loss);
+    else
+        sr_log_info("done: %lld steps in %.1f s; loss %.4f -> %.4f", (long long)trained, seconds, r->first_loss,
+                    r->last_loss);
+    sr_metrics_log_memory("at end");
+    sr_run_flight_line(r);
+    if (r->dev->hb)
+        sr_log_info(
+            "happens-before checker: no race found; %lld steps made %lld host waits for the device, %lld in all "
+            "(evaluations, checkpoints, set-up)",
+            r->hb_steps, r->hb_step_waits, sr_dev_host_waits(r->dev));
+}
+
 /* The flight recorder's line at the end of a run: records per step and
  * the history its ring holds. */
 void sr_run_flight_line(const sr_run *r) {

@@ -40,6 +40,7 @@
     X(SR_ERR_CANTCREAT, 73, "cannot create output")                                                                    \
     X(SR_ERR_IO, 74, "I/O error")                                                                                      \
     X(SR_PREEMPTED, 75, "preempted, checkpoint saved, run again")                                                      \
+    X(SR_ERR_STALLED, 76, "restarts stall at one step: not started again")                                             \
     X(SR_ERR_CONFIG, 78, "invalid job file or launch")
 
 typedef enum {

@@ -29,6 +29,7 @@
 #include "preempt.h"
 #include "rlimits.h"
 #include "sample.h"
+#include "starts.h"
 #include "testhook.h"
 #include "trace.h"
 
@@ -199,7 +200,8 @@ static sr_status open_run_state(sr_run *r) {
         sr_ckpt_set_init(r->ck, r->init.path, r->init.sha256);
         sr_fmt(r->weights, sizeof r->weights, "model.init %s", r->init.path);
     }
-    /* a fresh start begins a new metrics file; TensorBoard, a session */
+    if (st == SR_OK) /* the crash-loop guard; then a fresh start begins a new metrics file */
+        st = sr_starts_begin(cfg->ckpt_dir, r->start.step, cfg->preempt_max_stalled, r->w, r->ctl);
     if (st == SR_OK)
         st = sr_metrics_begin(r->metrics, r->start.step);
     return st;
@@ -241,15 +243,16 @@ static sr_status setup(sr_run *r) {
 }
 
 static sr_status teardown(sr_run *r, sr_status st) {
-    /* A failed run prints its error first: freeing a broken device's
-     * memory can block.  The preemption handlers stay until the process
-     * exits: a late SIGTERM (Slurm's, after GraceTime) must not turn a
-     * committed preemption into a death by signal. */
+    /* A failed run prints its error first: freeing a broken device's memory
+     * can block.  The preemption handlers stay until the process exits: a late
+     * SIGTERM (Slurm's, after GraceTime) must not kill a committed preemption. */
     if (st == SR_ERR_PEER || st == SR_ERR_INTERNAL) /* a lost peer, a stall, a bug: what each rank last did */
         sr_flight_dump(st == SR_ERR_PEER ? "exit 69" : "exit 70", sr_error_message()); /* its line, then the error */
     if (st != SR_PREEMPTED)
         sr_error_emit(st);
     sr_trace_finish(); /* a run that ends inside log.trace_steps' window */
+    if (st == SR_OK || st == SR_PREEMPTED) /* for the crash-loop guard, under the directory's lock */
+        sr_starts_end(r->cfg->ckpt_dir, r->w, st == SR_OK ? "done" : "preempted", sr_ckpt_last_step(r->ck));
     sr_ckpt_close(r->ck);
     sr_status mst = sr_metrics_close(r->metrics);
     if (st == SR_OK)
@@ -534,21 +537,7 @@ static sr_status finish(sr_run *r) {
         if (st != SR_OK)
             return st;
     }
-    int64_t trained = cfg->steps - r->start.step;
-    if (r->start.step > 0)
-        sr_log_info("done: %lld steps (%lld to %lld, resumed at %lld) in %.1f s; loss %.4f -> %.4f", (long long)trained,
-                    (long long)r->start.step + 1, (long long)cfg->steps, (long long)r->start.step, now_s() - r->t_start,
-                    r->first_loss, r->last_loss);
-    else
-        sr_log_info("done: %lld steps in %.1f s; loss %.4f -> %.4f", (long long)trained, now_s() - r->t_start,
-                    r->first_loss, r->last_loss);
-    sr_metrics_log_memory("at end");
-    sr_run_flight_line(r);
-    if (r->dev->hb)
-        sr_log_info(
-            "happens-before checker: no race found; %lld steps made %lld host waits for the device, %lld in all "
-            "(evaluations, checkpoints, set-up)",
-            r->hb_steps, r->hb_step_waits, sr_dev_host_waits(r->dev));
+    sr_run_done_lines(r, now_s() - r->t_start);
     return SR_OK;
 }
 

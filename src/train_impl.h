@@ -107,6 +107,10 @@ sr_status sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evalu
  * (done). */
 sr_status sr_run_start_observers(sr_run *r);
 void sr_run_flight_line(const sr_run *r);
+/* The end of a finished run: the done line (steps, `seconds`, first and
+ * last loss), the memory at end, the flight recorder's line and the
+ * happens-before checker's verdict. */
+void sr_run_done_lines(const sr_run *r, double seconds);
 /* Every rank's host name into r->hosts (one all-gather, after connect)
  * and the straggler report's per-rank arrays. */
 sr_status sr_run_gather_hosts(sr_run *r);

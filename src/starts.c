@@ -1,0 +1,187 @@
+/* starts.c — the start history and the crash-loop guard; see starts.h.
+ *
+ * One JSON object per line (jansson), appended with one write(2) each:
+ *   {"start": 3, "time": "...", "job_id": "...", "restart": 2, "world_size": 4, "resume_step": 40}
+ *   {"end": 3, "how": "preempted", "step": 52}
+ * An end line names the start it ends. */
+#include "srconfig.h"
+
+#include "starts.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fsio.h"
+
+/* more than a lifetime of starts; a longer file keeps its newest lines */
+#define MAX_FILE_BYTES (4u << 20)
+
+static void path_of(const char *dir, char *out, size_t n) {
+    snprintf(out, n, "%s/%s", dir, SR_STARTS_FILE);
+}
+
+sr_status sr_starts_read(const char *dir, sr_start_rec **recs, size_t *n) {
+    *recs = NULL;
+    *n = 0;
+    char path[4096 + 32];
+    path_of(dir, path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return errno == ENOENT ? SR_OK : sr_error(SR_ERR_NOINPUT, "%s: cannot read the start history: %s", path,
+                                                  strerror(errno));
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long size = ftell(f);
+        if (size > (long)MAX_FILE_BYTES) {
+            fseek(f, size - (long)MAX_FILE_BYTES, SEEK_SET);
+            int c;
+            while ((c = fgetc(f)) != EOF && c != '\n') /* to the next whole line */
+                ;
+        } else
+            fseek(f, 0, SEEK_SET);
+    }
+    size_t cap = 0, bad = 0;
+    char line[4096];
+    sr_start_rec *v = NULL;
+    while (fgets(line, sizeof line, f)) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        json_int_t id = -1;
+        if (o && json_unpack(o, "{sI}", "start", &id) == 0) {
+            if (*n == cap) {
+                size_t nc = cap ? 2 * cap : 16;
+                sr_start_rec *g = realloc(v, nc * sizeof *g);
+                if (!g) {
+                    json_decref(o);
+                    break;
+                }
+                v = g, cap = nc;
+            }
+            sr_start_rec *r = &v[(*n)++];
+            memset(r, 0, sizeof *r);
+            const char *t = "", *j = "-";
+            json_int_t restart = 0, ws = 0, step = 0;
+            json_unpack(o, "{s?s s?s s?I s?I s?I}", "time", &t, "job_id", &j, "restart", &restart, "world_size", &ws,
+                        "resume_step", &step);
+            snprintf(r->time, sizeof r->time, "%s", t);
+            snprintf(r->job_id, sizeof r->job_id, "%s", j);
+            r->restart = restart;
+            r->world_size = (int)ws;
+            r->resume_step = step;
+        } else if (o && json_unpack(o, "{sI}", "end", &id) == 0 && *n > 0) {
+            const char *how = "";
+            json_int_t step = 0;
+            json_unpack(o, "{s?s s?I}", "how", &how, "step", &step);
+            sr_start_rec *r = &v[*n - 1];
+            snprintf(r->ended, sizeof r->ended, "%s", how);
+            r->ended_step = step;
+        } else
+            bad++;
+        json_decref(o);
+    }
+    fclose(f);
+    if (bad)
+        sr_log_warn("%s: %zu line%s of the start history do%s not parse and %s skipped", path, bad, bad == 1 ? "" : "s",
+                    bad == 1 ? "es" : "", bad == 1 ? "is" : "are");
+    *recs = v;
+    return SR_OK;
+}
+
+int sr_starts_stalled(const sr_start_rec *recs, size_t n, int64_t resume_step) {
+    int count = 0;
+    for (size_t i = n; i-- > 0;) {
+        if (recs[i].ended[0])
+            continue; /* completed, or preempted with its checkpoint committed */
+        if (recs[i].resume_step != resume_step)
+            break;
+        count++;
+    }
+    return count;
+}
+
+static void append_line(const char *dir, json_t *o) {
+    char path[4096 + 32];
+    path_of(dir, path, sizeof path);
+    char *text = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    int fd = -1;
+    sr_status st = text ? sr_fsio_open_append(path, "the start history", false, &fd) : SR_ERR_INTERNAL;
+    if (st == SR_OK) {
+        size_t len = strlen(text);
+        text[len] = '\n'; /* json_dumps' NUL becomes the newline: one write */
+        if (sr_fsio_write_all(fd, text, len + 1) != 0)
+            sr_log_warn("%s: cannot append to the start history: %s (the crash-loop guard does not see this start)",
+                        path, strerror(errno));
+        close(fd);
+    } else
+        sr_log_warn("cannot record this start in %s (the crash-loop guard does not see it)", path);
+    free(text);
+}
+
+static void now_iso(char *out, size_t n) {
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* the start id the next start line gets (also named by its end line) */
+static long long start_id;
+
+sr_status sr_starts_begin(const char *dir, int64_t resume_step, int64_t max_stalled, const sr_world *w, sr_ctl *ctl) {
+    if (!dir || !dir[0])
+        return SR_OK;
+    int64_t verdict[2] = {0, 0}; /* stalled starts, 0 when it may start */
+    char msg[2048] = "";
+    if (w->rank == 0) {
+        sr_start_rec *recs = NULL;
+        size_t n = 0;
+        if (sr_starts_read(dir, &recs, &n) != SR_OK)
+            sr_log_warn("%s: the crash-loop guard is off for this start", sr_error_message());
+        int stalled = sr_starts_stalled(recs, n, resume_step);
+        if (max_stalled > 0 && stalled >= max_stalled) {
+            verdict[0] = stalled;
+            size_t len = 0;
+            int shown = 0;
+            for (size_t i = n; i-- > 0 && shown < stalled && len < sizeof msg - 200;)
+                if (!recs[i].ended[0]) {
+                    len += (size_t)snprintf(msg + len, sizeof msg - len, "%sjob %s restart %lld at %s",
+                                            shown ? ", " : "", recs[i].job_id, recs[i].restart, recs[i].time);
+                    shown++;
+                }
+        } else {
+            now_iso(msg, sizeof msg);
+            start_id = (long long)n + 1;
+            append_line(dir, json_pack("{sI ss ss sI si sI}", "start", (json_int_t)start_id, "time", msg, "job_id",
+                                       w->job_id, "restart", (json_int_t)w->restart, "world_size", w->size,
+                                       "resume_step", (json_int_t)resume_step));
+        }
+        free(recs);
+    }
+    sr_status st = ctl ? sr_ctl_broadcast(ctl, verdict, 2, 0) : SR_OK;
+    if (st != SR_OK)
+        return st;
+    if (verdict[0] == 0)
+        return SR_OK;
+    char step[64];
+    if (resume_step > 0)
+        snprintf(step, sizeof step, "the checkpoint of step %lld", (long long)resume_step);
+    else
+        snprintf(step, sizeof step, "a fresh start (no checkpoint)");
+    return sr_error(SR_ERR_STALLED,
+                    "restarts stall: the last %lld starts all began from %s and none committed a newer checkpoint "
+                    "(%s); not starting again (hint: the run fails the same way each time: read those starts' logs "
+                    "and fix the cause, then run once with --set preemption.max_stalled_restarts=0; shardrun ckpt list "
+                    "%s shows the start history)",
+                    (long long)verdict[0], step, w->rank == 0 ? msg : "rank 0 names them", dir);
+}
+
+void sr_starts_end(const char *dir, const sr_world *w, const char *how, int64_t step) {
+    if (!dir || !dir[0] || w->rank != 0 || start_id == 0)
+        return;
+    append_line(dir, json_pack("{sI ss sI}", "end", (json_int_t)start_id, "how", how, "step", (json_int_t)step));
+}

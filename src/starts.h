@@ -1,0 +1,60 @@
+/* starts.h — the start history of a checkpoint directory and the
+ * crash-loop guard.
+ *
+ * starts owns <checkpoint.dir>/starts.jsonl: one line per start of a run
+ * in the directory (time, job id, Slurm restart count, world size, the step
+ * it resumed from) and one line when a start ends by completing or by a
+ * preemption whose checkpoint committed.  It owns the rule: when the last
+ * preemption.max_stalled_restarts starts resumed from the step this start
+ * would resume from, and none of them ended that way, restarts stall (the
+ * job crashes at the same point every time, and Slurm would requeue it
+ * forever): the start refuses with SR_ERR_STALLED (76).  Only rank 0,
+ * which holds the directory's lock, reads and writes the file; the verdict
+ * reaches the others through the control plane.  The file is advisory: a
+ * line that does not parse is skipped (with one warning), never an error. */
+#ifndef SR_STARTS_H
+#define SR_STARTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctl.h"
+#include "status.h"
+#include "world.h"
+
+#define SR_STARTS_FILE "starts.jsonl"
+
+typedef struct {
+    char time[32];          /* UTC, ISO 8601 */
+    char job_id[64];        /* the job id (or "-") */
+    long long restart;      /* SLURM_RESTART_COUNT */
+    int world_size;         /* ranks */
+    int64_t resume_step;    /* 0 = fresh */
+    char ended[16];         /* "" (crashed or still running), "done" or "preempted" */
+    int64_t ended_step;     /* the step it ended at (when ended) */
+} sr_start_rec;
+
+/* Reads the history of `dir` (oldest first) into a malloc'd array (*n
+ * records; NULL and 0 when there is none).  SR_ERR_NOINPUT only when the
+ * file exists and cannot be read. */
+sr_status sr_starts_read(const char *dir, sr_start_rec **recs, size_t *n);
+
+/* The guard and the record, collective over ctl: rank 0 reads the
+ * history, refuses when the last max_stalled (> 0) starts stall at
+ * resume_step, else appends this start; every rank returns the verdict:
+ * SR_OK, or SR_ERR_STALLED with the message naming the step and the
+ * starts (and the hint to fix the cause, then run once with
+ * preemption.max_stalled_restarts: 0).  A failure to append warns. */
+sr_status sr_starts_begin(const char *dir, int64_t resume_step, int64_t max_stalled, const sr_world *w, sr_ctl *ctl);
+
+/* Rank 0 records how this start ended: `how` "done" or "preempted" at
+ * `step`.  A failure warns. */
+void sr_starts_end(const char *dir, const sr_world *w, const char *how, int64_t step);
+
+/* The decision alone (exposed for tests): how many of the newest records
+ * resumed from resume_step without ending, counted back to the first that
+ * resumed elsewhere (records that ended are skipped). */
+int sr_starts_stalled(const sr_start_rec *recs, size_t n, int64_t resume_step);
+
+#endif
