@@ -17,10 +17,10 @@
 
 #include "ckpt.h"
 #include "fsio.h"
-#include "starts.h"
 #include "mem.h"
 #include "ops.h"
 #include "shardfile.h"
+#include "starts.h"
 
 static double now_s(void) {
     struct timespec ts;

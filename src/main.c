@@ -174,9 +174,8 @@ static void print_error(sr_status st) {
      * witnesses (synchronous: by the time a sibling's exit has been seen
      * and this run torn down, the launcher's sockets are long closed; no
      * wait, so a rank whose peer on another node died reports at once) */
-    bool same_everywhere =
-        st == SR_ERR_CONFIG || st == SR_ERR_DATA || st == SR_ERR_NOINPUT || st == SR_ERR_USAGE || st == SR_ERR_TRAIN ||
-        st == SR_ERR_STALLED;
+    bool same_everywhere = st == SR_ERR_CONFIG || st == SR_ERR_DATA || st == SR_ERR_NOINPUT || st == SR_ERR_USAGE ||
+                           st == SR_ERR_TRAIN || st == SR_ERR_STALLED;
     if (st == SR_ERR_PEER && sr_world_launcher_gone(launcher, sizeof launcher, 0))
         sr_log_error("%s (then: %s)", launcher, msg[0] ? msg : sr_status_str(st));
     else if (!(quiet_rank && same_everywhere))

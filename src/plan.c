@@ -22,6 +22,7 @@
 #include "metrics.h"
 #include "ops.h"
 #include "plane.h"
+#include "preempt.h"
 #include "shardplan.h"
 #include "testhook.h"
 #include "train.h"
@@ -163,9 +164,8 @@ static sr_status plan_memory(const plan_ctx *x, const sr_config *cfg, int ranks,
     r->ckpt_total = sr_ckpt_planned_bytes(&pl, r->mesh.S, &r->ckpt_rank);
     sr_shardplan_free(&pl);
     r->save_s = (double)r->ckpt_total / (x->disk_mbps * 1e6);
-    /* the lead: the step in flight and the save, twice over, + 30 s for
-     * the agreement, the exit and a slow file system's first write */
-    r->lead_s = ceil(2.0 * (r->step_s + r->save_s) + 30.0);
+    /* the lead (preempt.h), with the job's preemption.end_margin_s */
+    r->lead_s = sr_preempt_lead_s(r->step_s, r->save_s, cfg->preempt_end_margin_s);
     return SR_OK;
 }
 
@@ -319,14 +319,14 @@ static void print_one(const plan_ctx *x, const sr_config *cfg, const char *job, 
             x->disk_how);
     if (r->lead_s <= SR_PLAN_SIGNAL_MAX_S)
         fprintf(out,
-                "preemption: #SBATCH --signal=USR1@%.0f  (one step %.3g s + one save %.3g s, twice over, + 30 s)\n",
-                r->lead_s, r->step_s, r->save_s);
+                "preemption: #SBATCH --signal=USR1@%.0f  (one step %.3g s + one save %.3g s, twice over, + %.3g s)\n",
+                r->lead_s, r->step_s, r->save_s, cfg->preempt_end_margin_s);
     else
         fprintf(out,
                 "preemption: no #SBATCH --signal line: the lead would be %.4g s (one step %.3g s + one save %.3g s, "
-                "twice over, + 30 s), above the %d s sbatch accepts (hint: a faster checkpoint file system, "
+                "twice over, + %.3g s), above the %d s sbatch accepts (hint: a faster checkpoint file system, "
                 "--disk-mbps, or more ranks)\n",
-                r->lead_s, r->step_s, r->save_s, SR_PLAN_SIGNAL_MAX_S);
+                r->lead_s, r->step_s, r->save_s, cfg->preempt_end_margin_s, SR_PLAN_SIGNAL_MAX_S);
 }
 
 static void print_table_head(const plan_ctx *x, const sr_config *cfg, const char *job, FILE *out) {

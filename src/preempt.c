@@ -4,6 +4,7 @@
 #include "preempt.h"
 
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -170,4 +171,8 @@ int sr_preempt_exit_status(const sr_config *cfg, const sr_world *w) {
             code = scontrol_requeue(job) ? 0 : code;
     }
     return code;
+}
+
+double sr_preempt_lead_s(double step_s, double save_s, double margin_s) {
+    return ceil(2.0 * (step_s + save_s) + margin_s);
 }

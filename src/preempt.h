@@ -60,4 +60,12 @@ void sr_preempt_view_raise(sr_preempt_view *v, int sig);
  * not or outside a Slurm job (a warning). */
 int sr_preempt_exit_status(const sr_config *cfg, const sr_world *w);
 
+/* The lead a preemption needs before the kill, in whole seconds: the step
+ * in flight and the save, twice over (a slow step, a slow file system),
+ * plus margin_s for the agreement, the exit and a file system's first
+ * write.  `shardrun plan` prints it as the #SBATCH --signal lead (from
+ * its estimates); preemption.before_end saves when less remains (from the
+ * run's measured times, margin_s = preemption.end_margin_s). */
+double sr_preempt_lead_s(double step_s, double save_s, double margin_s);
+
 #endif

@@ -175,12 +175,14 @@ void sr_run_banner(sr_run *r) {
  * last call (rank 0 only writes; the others have no file). */
 void sr_run_checkpoint_events(sr_run *r) {
     sr_ckpt_commit c;
-    while (sr_ckpt_take_commit(r->ck, &c))
+    while (sr_ckpt_take_commit(r->ck, &c)) {
+        r->save_s = c.duration_s; /* the lead of preemption.before_end */
         if (r->metrics)
             sr_metrics_event(r->metrics, "checkpoint", c.committed_step,
                              json_pack("{sI sI sf sI sb}", "started_step", (json_int_t)c.started_step, "committed_step",
                                        (json_int_t)c.committed_step, "duration_s", c.duration_s, "bytes",
                                        (json_int_t)c.bytes, "async", c.async));
+    }
 }
 
 /* The start event (and the resume event of a run that loaded a
@@ -422,28 +424,29 @@ sr_status sr_run_gather_hosts(sr_run *r) {
     return sr_ctl_allgather(r->ctl, r->hosts, mine, RANK_HOST_LEN);
 }
 
-/* The step's agreement on a logged step: every rank's {loss sum, signal
- * flag, clock flag, busy and waiting seconds of the interval, its steps}
- * all-gathered (one small collective in place of the sum), summed here in
- * rank order for red[0..3) — the same on every rank — and the interval's
- * busy and wait times per rank handed to the straggler report. */
-static sr_status agree_and_gather(sr_run *r, double red[3]) {
-    enum { W = 6 };
+/* The step's agreement on a logged step: every rank's values of the
+ * agreement (SR_RUN_AGREE_N), busy and waiting seconds of the interval and
+ * its steps all-gathered (one small collective in place of the sum), the
+ * values summed here in rank order — the same on every rank — and the
+ * interval's busy and wait times per rank handed to the straggler report. */
+static sr_status agree_and_gather(sr_run *r, double red[SR_RUN_AGREE_N]) {
+    enum { N = SR_RUN_AGREE_N, W = N + 3 };
     int n = r->w->size;
-    double mine[W] = {red[0], red[1], red[2], r->iv_busy, r->iv_wait, (double)r->iv_steps};
+    double mine[W] = {red[0], red[1], red[2], red[3], red[4], r->iv_busy, r->iv_wait, (double)r->iv_steps};
     double *all = sr_malloc(sizeof *all * W * (size_t)n);
     if (!all)
         return sr_error_oom("the step agreement's gather");
     sr_status st = sr_ctl_allgather(r->ctl, all, mine, sizeof mine);
     if (st == SR_OK) {
-        red[0] = red[1] = red[2] = 0.0;
+        for (int k = 0; k < N; k++)
+            red[k] = 0.0;
         for (int i = 0; i < n; i++) {
             const double *v = all + (size_t)i * W;
-            for (int k = 0; k < 3; k++)
+            for (int k = 0; k < N; k++)
                 red[k] += v[k];
-            double steps = v[5] > 0 ? v[5] : 1.0;
-            r->busy_ms[i] = v[3] / steps * 1e3;
-            r->wait_ms[i] = v[4] / steps * 1e3;
+            double steps = v[N + 2] > 0 ? v[N + 2] : 1.0;
+            r->busy_ms[i] = v[N] / steps * 1e3;
+            r->wait_ms[i] = v[N + 1] / steps * 1e3;
         }
         r->iv_busy = r->iv_wait = 0.0;
         r->iv_steps = 0;
@@ -454,8 +457,8 @@ static sr_status agree_and_gather(sr_run *r, double red[3]) {
     return st;
 }
 
-sr_status sr_run_agree(sr_run *r, int64_t s, double red[3]) {
-    return sr_run_log_due(r, s) ? agree_and_gather(r, red) : sr_ctl_sum(r->ctl, red, 3);
+sr_status sr_run_agree(sr_run *r, int64_t s, double red[SR_RUN_AGREE_N]) {
+    return sr_run_log_due(r, s) ? agree_and_gather(r, red) : sr_ctl_sum(r->ctl, red, SR_RUN_AGREE_N);
 }
 
 void sr_run_done_lines(const sr_run *r, double seconds) {

@@ -21,9 +21,7 @@
 /* more than a lifetime of starts; a longer file keeps its newest lines */
 #define MAX_FILE_BYTES (4u << 20)
 
-static void path_of(const char *dir, char *out, size_t n) {
-    snprintf(out, n, "%s/%s", dir, SR_STARTS_FILE);
-}
+static void path_of(const char *dir, char *out, size_t n) { snprintf(out, n, "%s/%s", dir, SR_STARTS_FILE); }
 
 sr_status sr_starts_read(const char *dir, sr_start_rec **recs, size_t *n) {
     *recs = NULL;
@@ -32,8 +30,9 @@ sr_status sr_starts_read(const char *dir, sr_start_rec **recs, size_t *n) {
     path_of(dir, path, sizeof path);
     FILE *f = fopen(path, "r");
     if (!f)
-        return errno == ENOENT ? SR_OK : sr_error(SR_ERR_NOINPUT, "%s: cannot read the start history: %s", path,
-                                                  strerror(errno));
+        return errno == ENOENT
+                   ? SR_OK
+                   : sr_error(SR_ERR_NOINPUT, "%s: cannot read the start history: %s", path, strerror(errno));
     if (fseek(f, 0, SEEK_END) == 0) {
         long size = ftell(f);
         if (size > (long)MAX_FILE_BYTES) {

@@ -26,13 +26,13 @@
 #define SR_STARTS_FILE "starts.jsonl"
 
 typedef struct {
-    char time[32];          /* UTC, ISO 8601 */
-    char job_id[64];        /* the job id (or "-") */
-    long long restart;      /* SLURM_RESTART_COUNT */
-    int world_size;         /* ranks */
-    int64_t resume_step;    /* 0 = fresh */
-    char ended[16];         /* "" (crashed or still running), "done" or "preempted" */
-    int64_t ended_step;     /* the step it ended at (when ended) */
+    char time[32];       /* UTC, ISO 8601 */
+    char job_id[64];     /* the job id (or "-") */
+    long long restart;   /* SLURM_RESTART_COUNT */
+    int world_size;      /* ranks */
+    int64_t resume_step; /* 0 = fresh */
+    char ended[16];      /* "" (crashed or still running), "done" or "preempted" */
+    int64_t ended_step;  /* the step it ended at (when ended) */
 } sr_start_rec;
 
 /* Reads the history of `dir` (oldest first) into a malloc'd array (*n

@@ -251,6 +251,7 @@ static sr_status teardown(sr_run *r, sr_status st) {
     if (st != SR_PREEMPTED)
         sr_error_emit(st);
     sr_trace_finish(); /* a run that ends inside log.trace_steps' window */
+    sr_run_slurm_close(r);
     if (st == SR_OK || st == SR_PREEMPTED) /* for the crash-loop guard, under the directory's lock */
         sr_starts_end(r->cfg->ckpt_dir, r->w, st == SR_OK ? "done" : "preempted", sr_ckpt_last_step(r->ck));
     sr_ckpt_close(r->ck);
@@ -325,7 +326,8 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
         SR_TRACE_PHASE("gradients (reductions, norm)", st = sr_fsdp_finish_grads(r->fsdp, &loss_sum, &o->norm));
     double clock_due =
         w->rank == 0 && cfg->ckpt_every_minutes > 0 && now_s() - r->last_save >= cfg->ckpt_every_minutes * 60.0;
-    double red[3] = {loss_sum, sr_preempt_pending() ? 1.0 : 0.0, clock_due ? 1.0 : 0.0};
+    double red[SR_RUN_AGREE_N] = {loss_sum, sr_preempt_pending() ? 1.0 : 0.0, clock_due ? 1.0 : 0.0};
+    sr_run_slurm_step(r, s, red); /* rank 0: the job's end near (preemption.before_end), the comment */
     /* the straggler report: this rank's busy and waiting time so far in
      * the log interval, gathered with the step's agreement on logged steps */
     double ta = now_s(), waited = (double)(r->dev->comm_wait_ns - comm0) / 1e9;
@@ -340,7 +342,9 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
     uint64_t comm1 = r->dev->comm_wait_ns;
     r->iv_wait += tb - ta;                               /* the agreement waits for the slowest rank */
     o->loss = red[0] / ((double)cfg->batch_size * r->T); /* the mean per-token loss */
-    o->stop = red[1] > 0;
+    o->end_near = red[3] > 0;
+    o->end_time = red[4];
+    o->stop = red[1] > 0 || o->end_near;
     o->signalled = (int)red[1];
     o->clock_due = red[2] > 0;
     if (s + 1 == sr_testhook()->nan_step)
@@ -432,13 +436,18 @@ static sr_status preempt_stop(sr_run *r, int64_t s, const sr_step_out *o, int *e
     char ctx[64];
     snprintf(ctx, sizeof ctx, "after step %lld", (long long)(s + 1));
     sr_preempt_notice(r->w->rank, ctx);
-    sr_log_info("preemption: ranks agreed to stop after step %lld (%d of %d rank%s saw a signal)", (long long)(s + 1),
-                o->signalled, r->w->size, r->w->size == 1 ? "" : "s");
+    if (o->signalled || !o->end_near)
+        sr_log_info("preemption: ranks agreed to stop after step %lld (%d of %d rank%s saw a signal)",
+                    (long long)(s + 1), o->signalled, r->w->size, r->w->size == 1 ? "" : "s");
+    else
+        sr_log_info("preemption: ranks agreed to stop after step %lld: the job's time limit is near (%.0f s left, "
+                    "lead %.0f s; preemption.before_end)",
+                    (long long)(s + 1), r->end_left_s, r->end_lead_s);
     if (r->metrics) {
         const char *sig = sr_preempt_signal_name();
-        sr_metrics_event(
-            r->metrics, "preempt", s + 1,
-            json_pack("{so si}", "signal", sig ? json_string(sig) : json_null(), "ranks_signalled", o->signalled));
+        sr_metrics_event(r->metrics, "preempt", s + 1,
+                         json_pack("{so si sb}", "signal", sig ? json_string(sig) : json_null(), "ranks_signalled",
+                                   o->signalled, "time_limit", o->end_near && !o->signalled));
     }
     uint64_t bytes = 0;
     double ts = now_s();
@@ -553,6 +562,7 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
     r.flops_tok = sr_model_flops_per_token(&r.model);
     sr_run_banner(&r);
     sr_run_start_events(&r);
+    sr_run_slurm_open(&r);
     const char *dump = sr_testhook()->dump_params;
     if (r.start.step >= cfg->steps) {
         sr_log_info("resume: the checkpoint is at step %lld and train.steps is %lld: nothing left to train",

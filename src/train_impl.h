@@ -68,6 +68,13 @@ typedef struct {
     bool prom_warned;       /* a failed write warned once */
     int64_t ckpt_seen_step; /* the newest committed checkpoint seen, and when it was committed */
     double ckpt_seen_time;
+    /* the Slurm job (deadline.c; rank 0 only) */
+    struct sr_slurmjob *slurm;     /* NULL: not under Slurm, or nothing to ask */
+    double slurm_t0;               /* wall time at open (the comment's ETA) */
+    double slurm_tick;             /* the last step agreement's wall time */
+    double comment_next;           /* when the next job comment is due */
+    double save_s;                 /* the newest committed save's duration (0: none yet) */
+    double end_left_s, end_lead_s; /* rank 0: time left and the lead when it said "stop" */
     /* loop state */
     double first_loss, last_loss, last_val, t_start, last_save;
     uint64_t cursor;
@@ -81,10 +88,26 @@ typedef struct {
 /* What one step produced, and what the ranks agreed on with it. */
 typedef struct {
     double loss, norm, lr, seconds, comm_exposed_ms;
-    bool stop;      /* some rank saw a preemption signal */
-    int signalled;  /* how many ranks */
-    bool clock_due; /* rank 0's checkpoint.every_minutes clock ran out */
+    bool stop;       /* some rank saw a preemption signal */
+    int signalled;   /* how many ranks */
+    bool clock_due;  /* rank 0's checkpoint.every_minutes clock ran out */
+    bool end_near;   /* rank 0: less than the lead is left before the job's end (preemption.before_end) */
+    double end_time; /* the job's end time as rank 0 read it (0: unknown) */
 } sr_step_out;
+
+/* The step's agreement: {loss sum, ranks that saw a preemption signal,
+ * rank 0's checkpoint clock flag, rank 0's "the end is near" flag, rank
+ * 0's job end time}, summed over the ranks. */
+#define SR_RUN_AGREE_N 5
+
+/* deadline.c: rank 0's Slurm job (preemption.before_end and the job
+ * comment).  Open reads the end time at start (and says it, or warns once
+ * that only signals will save); step, before the agreement, fills
+ * red[3..5) on rank 0 (zeros elsewhere) and updates the comment when due;
+ * close waits briefly for a last command. */
+void sr_run_slurm_open(sr_run *r);
+void sr_run_slurm_step(sr_run *r, int64_t s, double red[SR_RUN_AGREE_N]);
+void sr_run_slurm_close(sr_run *r);
 
 /* runlog.c: the banner; the start (and resume) events; the checkpoint
  * events of the saves committed since the last call. */
@@ -114,11 +137,11 @@ void sr_run_done_lines(const sr_run *r, double seconds);
 /* Every rank's host name into r->hosts (one all-gather, after connect)
  * and the straggler report's per-rank arrays. */
 sr_status sr_run_gather_hosts(sr_run *r);
-/* The step's agreement on red[0..3) (loss sum, signal flag, clock flag),
+/* The step's agreement on red[0..SR_RUN_AGREE_N) (see SR_RUN_AGREE_N),
  * summed over the ranks: on a logged step (sr_run_log_due) with every
  * rank's busy and wait times of the interval gathered in the same
  * collective into r->busy_ms, r->wait_ms, r->times, else a plain sum. */
-sr_status sr_run_agree(sr_run *r, int64_t s, double red[3]);
+sr_status sr_run_agree(sr_run *r, int64_t s, double red[SR_RUN_AGREE_N]);
 /* Whether step s (0-based) is logged: a progress line, a metrics record
  * and the straggler report's gather (log.every, the first and the last). */
 bool sr_run_log_due(const sr_run *r, int64_t s);

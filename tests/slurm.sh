@@ -16,10 +16,16 @@
 #   f. scancel --full --signal=KILL, resubmission -> resume from the last
 #      periodic checkpoint
 #   g. srun without --mpi=pmix -> one error, status 78
+#   i. a time limit without a signal (preemption.before_end): --time=1, no
+#      --signal, a small end_margin_s: rank 0 reads the end time, the ranks
+#      save and exit 75 before the kill; the requeued job resumes and ends
+#      bitwise equal to an uninterrupted run
+#   j. the job comment (slurm.comment_every_minutes): squeue -o %k and
+#      scontrol show job read back the step/total, loss, checkpoint and ETA
 #   p. srun --mpi=pmi2 (Slurm's PMI2, libpmi2 loaded at run time): 2 tasks
 #      bootstrap through it and end bitwise equal to the same run under
 #      --mpi=pmix
-# The fast tier runs the reference, a (exit), g and p; the long tier all.
+# The fast tier runs the reference, a (exit), g, j and p; the long tier all.
 # Needs root and Debian's slurm-wlm, slurmctld, slurmd, slurm-client and
 # munge; every wait is bounded, and a failure prints the job's output and the
 # daemons' log tails.
@@ -266,6 +272,54 @@ result g "g: srun -n 4 without --mpi=pmix exits 78 (srun: $rc)" test "$rc" -eq 7
 result g "  with one error message, and no training" \
     sh -c "[ \$(grep -c 'launched by srun without --mpi=pmix' g.out) -eq 1 ] && ! grep -Eq 'step +[0-9]+/' g.out"
 
+fi
+
+# i. the save before the time limit, without a signal
+if group --long "i: time limit without a signal"; then
+n=i_end
+TRAIN="{steps: 1000000, batch_size: 8, schedule: constant}" mkjob $n "preemption: {end_margin_s: 8}"
+sed '/^#SBATCH --signal/d' "$TEMPLATES/shardrun-cpu.sbatch" >nosignal.sbatch # no --signal at all
+J=$(TEMPLATES=$T submit $n nosignal.sbatch --requeue --time=1)
+if wait_for $n.out "exiting with status 75" 100; then
+    stop=$(sed -n 's/.*agreed to stop after step \([0-9]*\): the job.s time limit is near.*/\1/p' $n.out | head -1)
+    result $n "i: rank 0 read the end time, and the ranks stopped for it at step $stop, saved and exited 75" \
+        sh -c "[ -n '$stop' ] && grep -q 'preemption.before_end: job $J ends at ' $n.out && grep -q 'step $stop saved' $n.out && ! grep -q 'received SIG' $n.out"
+    final=$((stop + 4))
+    TRAIN="{steps: $final, batch_size: 8, schedule: constant}" mkjob $n "preemption: {end_margin_s: 8}"
+    st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT" 200)
+    result $n "  the requeued job re-read its end time, resumed and ends COMPLETED (state $st)" \
+        sh -c "[ '$st' = COMPLETED ] && grep -q 'restart=1 resume=$stop' $n.out && [ \$(grep -c 'preemption.before_end: job $J ends at ' $n.out) -eq 2 ]"
+    result $n "  no time-limit kill" sh -c "! grep -q 'DUE TO TIME LIMIT' $n.out"
+    TRAIN="{steps: $final, batch_size: 8, schedule: constant}" mkjob iref
+    timeout 300 env SHARDRUN_TEST_DUMP_PARAMS="$T/iref.params" srun --mpi=pmix -n 4 shardrun train iref.yaml >iref.out 2>&1
+    result $n "  final parameters equal an uninterrupted $final-step run, bitwise" cmp -s $n.params iref.params
+else
+    not_ok "i: the ranks saved before the time limit and exited 75"
+    failure $n
+    scancel "$J"
+fi
+fi
+
+# j. the job comment, read back from Slurm
+if group "j: job comment"; then
+n=j_comment
+TRAIN="{steps: 1000000, batch_size: 8}" CKPT="{dir: $T/ck_$n, every_steps: 5}" mkjob $n \
+    "slurm: {comment_every_minutes: 0.02}"
+J=$(submit $n shardrun-cpu.sbatch --no-requeue)
+got=
+i=0
+while [ $i -lt 300 ] && [ -z "$got" ]; do
+    c=$(squeue -h -j "$J" -o %k 2>/dev/null)
+    case "$c" in *"ckpt 5"* | *"ckpt 1"[05]*) got=$c ;; esac
+    sleep 0.2
+    i=$((i + 1))
+done
+result $n "j: squeue -o %k shows rank 0's comment with a checkpoint: '$got'" \
+    sh -c "echo '$got' | grep -Eq '^shardrun step [0-9]+/1000000 loss [0-9]+\\.[0-9]{4} ckpt [0-9]+ eta [0-9:-]+\$'"
+result $n "  scontrol show job has it too" sh -c "scontrol show job $J | grep -q 'Comment=shardrun step '"
+scancel "$J"
+job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT" 60 >/dev/null
+result $n "  no warning about the comment" sh -c "! grep -q 'the job comment' $n.out"
 fi
 
 # p. PMI2: the same 2-task run under --mpi=pmix and --mpi=pmi2

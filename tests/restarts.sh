@@ -1,5 +1,6 @@
 #!/bin/sh
-# stall.sh — the crash-loop guard (preemption.max_stalled_restarts,
+# restarts.sh — what decides whether and when a run stops and starts again,
+# without a real Slurm (tests/slurm.sh has those): the crash-loop guard (preemption.max_stalled_restarts,
 # starts.h) with a fault injected at a fixed step (SHARDRUN_TEST_NAN_AT_STEP:
 # the loss of step 8 is not finite, status 1, every time):
 #   a. checkpoints every 5 steps: the first start commits step 5 and fails;
@@ -14,6 +15,10 @@
 #      75) between failed ones does not count; and 2 ranks under mpirun
 #      agree on the verdict (both exit 76, one message)
 #   d. preemption.exit_status: 76 is refused (78)
+#   e. preemption.before_end with stand-in squeue and scontrol on PATH
+#      (SLURM_JOB_ID set): a time left below the lead stops the run after
+#      its first timed step, saved, 75; squeue failing is one warning and
+#      the run trains on; scontrol failing is one warning about the comment
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 cd "$T" || exit 99
@@ -90,5 +95,45 @@ group "d: exit_status 76 refused" && {
     rc=$?
     check "d: preemption.exit_status: 76 is refused with 78 ($rc)" \
         sh -c "[ $rc -eq 78 ] && grep -q 'is the crash-loop guard' d.out"
+}
+group "e: the end time, stand-in Slurm commands" && {
+    mkdir -p fake
+    cat >fake/squeue <<'SH'
+#!/bin/sh
+[ -n "$FAKE_LEFT" ] || { echo "squeue: error: Invalid job id specified" >&2; exit 1; }
+echo "$FAKE_LEFT"
+SH
+    cat >fake/scontrol <<'SH'
+#!/bin/sh
+echo "scontrol: error: Access/permission denied" >&2
+exit 1
+SH
+    chmod +x fake/squeue fake/scontrol
+    tiny_job e.yaml train.steps=40 train.batch_size=4 checkpoint.dir=cke preemption.end_margin_s=100 \
+        slurm.comment_every_minutes=0.001
+    PATH="$T/fake:$PATH" SLURM_JOB_ID=4242 FAKE_LEFT=1:00 "$S" train e.yaml >e1.out 2>&1
+    rc=$?
+    check "e: 60 s left, lead above 100 s: the run stops after step 2, saves it and exits 75 ($rc)" \
+        sh -c "[ $rc -eq 75 ] && grep -q 'agreed to stop after step 2: the job.s time limit is near (.* s left, lead 1[0-9][0-9] s' e1.out && grep -q 'step 2 saved' e1.out && [ -d cke/step_00000002 ]" ||
+        diag "$(tail -5 e1.out)"
+    check "  the start line names the end time and the margin" \
+        grep -q 'preemption.before_end: job 4242 ends at .*(in [56][0-9] s).* + 100 s (preemption.end_margin_s)' e1.out
+    PATH="$T/fake:$PATH" SLURM_JOB_ID=4242 "$S" train e.yaml --set slurm.comment_every_minutes=0 >e2.out 2>&1
+    rc=$?
+    check "  squeue failing: one warning naming it, and the run trains on to the end ($rc)" \
+        sh -c "[ $rc -eq 0 ] && [ \$(grep -c 'warning: preemption.before_end: squeue -h -j 4242 -o %L failed: squeue: error: Invalid job id' e2.out) -eq 1 ] && grep -q 'done: 38 steps' e2.out"
+    PATH="$T/fake:$PATH" SLURM_JOB_ID=4242 FAKE_LEFT=UNLIMITED "$S" train e.yaml --set train.steps=42 \
+        --set slurm.comment_every_minutes=0 >e3.out 2>&1
+    check "  no time limit (UNLIMITED): one warning, trains on ($?)" \
+        sh -c "grep -q 'has no time limit' e3.out && grep -q 'done: 2 steps' e3.out"
+    PATH="$T/fake:$PATH" SLURM_JOB_ID=4242 FAKE_LEFT=1:00 "$S" train e.yaml --set train.steps=44 \
+        --set preemption.before_end=off --set slurm.comment_every_minutes=0 >e4.out 2>&1
+    check "  preemption.before_end: off asks nothing and trains on ($?)" \
+        sh -c "! grep -q 'preemption.before_end: job' e4.out && grep -q 'done: 2 steps' e4.out"
+    PATH="$T/fake:$PATH" SLURM_JOB_ID=4242 "$S" train e.yaml --set train.steps=60 --set preemption.before_end=off \
+        --set slurm.comment_every_minutes=0.0002 >e5.out 2>&1
+    check "  scontrol failing: one warning about the comment, and the run trains on ($?)" \
+        sh -c "[ \$(grep -c 'warning: the job comment (slurm.comment_every_minutes): scontrol update JobId=4242 .*Access/permission denied' e5.out) -eq 1 ] && grep -q 'done: 16 steps' e5.out" ||
+        diag "$(grep -i 'comment\|done' e5.out)"
 }
 done_testing

@@ -1,4 +1,6 @@
-/* test_pmi2.c — PMI2's placement (sr_pmi2_parse_mapping, pmi2.h): the
+/* test_slurm.c — what shardrun reads from Slurm, parsed.  Slurm's time
+ * left (sr_slurmjob_parse_left, slurmjob.h) in every form squeue %L prints
+ * and the forms a limit is written in, and PMI2's placement (sr_pmi2_parse_mapping, pmi2.h): the
  * process mappings Slurm's pmi2 plugin writes for block, cyclic and uneven
  * distributions give every rank its node, its local rank and local size
  * as an independent placement (each rank assigned in turn) does, and a
@@ -9,6 +11,7 @@
 #include <string.h>
 
 #include "pmi2.h"
+#include "slurmjob.h"
 #include "tap.h"
 
 /* The reference: ranks dealt out from a list of (node, count) runs, as
@@ -69,5 +72,34 @@ int main(void) {
         }
     tap_ok(refused, "malformed mappings are refused");
     tap_ok(!sr_pmi2_parse_mapping("(vector,(0,2,2))", 4, 4, &a, &b, &c, &d), "a rank outside the job is refused");
+    /* time left: the seconds each form names, computed independently */
+    const struct {
+        const char *s;
+        double want;
+    } left[] = {{"0:59", 59},
+                {"12:05", 12 * 60 + 5},
+                {"3:02:01", 3 * 3600 + 2 * 60 + 1},
+                {"1-00:00:00", 86400},
+                {"2-03:04:05\n", 2 * 86400 + 3 * 3600 + 4 * 60 + 5},
+                {"45", 45 * 60},
+                {"1-02", 86400 + 2 * 3600},
+                {"1-02:03", 86400 + 2 * 3600 + 3 * 60}};
+    bool all = true;
+    for (size_t i = 0; i < sizeof left / sizeof left[0]; i++) {
+        double got = sr_slurmjob_parse_left(left[i].s);
+        if (got != left[i].want) {
+            tap_diag("'%s': %g, expected %g", left[i].s, got, left[i].want);
+            all = false;
+        }
+    }
+    tap_ok(all, "squeue %%L time left: M:SS, H:MM:SS, D-HH:MM:SS and the short forms");
+    const char *notime[] = {"UNLIMITED", "NOT_SET", "INVALID", "", "1:xx", "-5:00", "1::2", "1:2:3:4"};
+    all = true;
+    for (size_t i = 0; i < sizeof notime / sizeof notime[0]; i++)
+        if (sr_slurmjob_parse_left(notime[i]) >= 0) {
+            tap_diag("'%s' parsed", notime[i]);
+            all = false;
+        }
+    tap_ok(all, "no limit, unset, and malformed times give -1");
     return tap_done();
 }

@@ -1,0 +1,127 @@
+/* deadline.c — the run's view of its Slurm job: the save before the time
+ * limit without a signal (preemption.before_end) and the progress comment
+ * (slurm.comment_every_minutes).  See train_impl.h.
+ *
+ * Only rank 0 talks to Slurm (slurmjob.h: the controller is shared); it
+ * puts the end time and its verdict "less than the lead is left" into the
+ * step's agreement, so every rank stops after the same step, exactly as
+ * for a signal.  The lead is sr_preempt_lead_s (the function `shardrun
+ * plan` prints as the --signal lead) of the run's measured step time (the
+ * wall time between two agreements, periodic saves and evaluations
+ * included) and save time (the newest commit's duration; before the first
+ * save, the step time stands in), plus preemption.end_margin_s. */
+#include "srconfig.h"
+
+#include "train_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "preempt.h"
+#include "slurmjob.h"
+
+static double wall(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void iso(double t, char *out, size_t n) {
+    time_t tt = (time_t)t;
+    struct tm tm;
+    gmtime_r(&tt, &tm);
+    strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+void sr_run_slurm_open(sr_run *r) {
+    const sr_config *cfg = r->cfg;
+    const char *job = getenv("SLURM_JOB_ID");
+    bool want_end = cfg->preempt_before_end == 0 && cfg->ckpt_dir && cfg->ckpt_dir[0];
+    bool comment = cfg->slurm_comment_every_minutes > 0;
+    if (r->w->rank != 0 || !job || !*job || (!want_end && !comment))
+        return;
+    char why[1024];
+    r->slurm = sr_slurmjob_open(job, want_end, why, sizeof why);
+    r->slurm_t0 = r->slurm_tick = wall();
+    r->comment_next = r->slurm_tick + cfg->slurm_comment_every_minutes * 60.0;
+    if (!want_end)
+        return;
+    double end = sr_slurmjob_end(r->slurm);
+    if (end <= 0) {
+        sr_log_warn("preemption.before_end: %s: the run saves before the end only on a signal (hint: #SBATCH "
+                    "--signal=USR1@LEAD; shardrun plan prints the lead)",
+                    why[0] ? why : "the job's end time cannot be read");
+        return;
+    }
+    char at[32];
+    iso(end, at, sizeof at);
+    sr_log_info("preemption.before_end: job %s ends at %s (in %.0f s); the ranks save and exit with status %lld when "
+                "less than the lead is left: 2 x (step + save) + %.3g s (preemption.end_margin_s), measured as it "
+                "trains",
+                job, at, end - wall(), (long long)cfg->preempt_exit_status, cfg->preempt_end_margin_s);
+}
+
+/* ETA as H:MM:SS (or D-HH:MM:SS), "?" before a step was timed. */
+static void eta(double s, char *out, size_t n) {
+    if (!(s >= 0) || s > 1e8) {
+        snprintf(out, n, "?");
+        return;
+    }
+    long t = lround(s), d = t / 86400;
+    if (d)
+        snprintf(out, n, "%ld-%02ld:%02ld:%02ld", d, t % 86400 / 3600, t % 3600 / 60, t % 60);
+    else
+        snprintf(out, n, "%ld:%02ld:%02ld", t / 3600, t % 3600 / 60, t % 60);
+}
+
+void sr_run_slurm_step(sr_run *r, int64_t s, double red[SR_RUN_AGREE_N]) {
+    red[3] = red[4] = 0.0;
+    if (!r->slurm)
+        return;
+    const sr_config *cfg = r->cfg;
+    double now = wall();
+    double step_s = now - r->slurm_tick; /* the last step, all of it */
+    r->slurm_tick = now;
+    char warn[1024];
+    sr_slurmjob_poll(r->slurm, now, warn, sizeof warn);
+    if (warn[0])
+        sr_log_warn("%s", warn);
+    double end = sr_slurmjob_end(r->slurm);
+    if (end > 0 && s > r->start.step) { /* a step was timed */
+        double save_s = r->save_s > 0 ? r->save_s : step_s;
+        double lead = sr_preempt_lead_s(step_s, save_s, cfg->preempt_end_margin_s);
+        red[4] = end;
+        if (end - now < lead) {
+            red[3] = 1.0;
+            r->end_left_s = end - now;
+            r->end_lead_s = lead;
+        }
+    }
+    if (cfg->slurm_comment_every_minutes > 0 && now >= r->comment_next && s > r->start.step) {
+        r->comment_next = now + cfg->slurm_comment_every_minutes * 60.0;
+        char text[256], left[32];
+        double per = (now - r->slurm_t0) / (double)(s - r->start.step);
+        eta(per * (double)(cfg->steps - s), left, sizeof left);
+        int64_t ck = sr_ckpt_last_step(r->ck);
+        char ckt[32];
+        if (ck > 0)
+            snprintf(ckt, sizeof ckt, "%lld", (long long)ck);
+        else
+            snprintf(ckt, sizeof ckt, "none");
+        snprintf(text, sizeof text, "shardrun step %lld/%lld loss %.4f ckpt %s eta %s", (long long)s,
+                 (long long)cfg->steps, r->last_loss, ckt, left);
+        if (!sr_slurmjob_set_comment(r->slurm, text, warn, sizeof warn) || warn[0])
+            sr_log_warn("%s", warn);
+    }
+}
+
+void sr_run_slurm_close(sr_run *r) {
+    char warn[1024];
+    sr_slurmjob_close(r->slurm, warn, sizeof warn);
+    if (warn[0])
+        sr_log_warn("%s", warn);
+    r->slurm = NULL;
+}
