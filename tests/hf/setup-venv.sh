@@ -14,5 +14,5 @@ here=$(cd "$(dirname "$0")" && pwd)
 }
 [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv --system-site-packages "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/requirements.txt" >&2
-"$venv/bin/python" -c 'import transformers, safetensors, torch, tokenizers, tiktoken, tensorboard; print("transformers", transformers.__version__, "safetensors", safetensors.__version__, "torch", torch.__version__, "tokenizers", tokenizers.__version__, "tiktoken", tiktoken.__version__, "tensorboard", tensorboard.__version__)' >&2
+"$venv/bin/python" -c 'import transformers, safetensors, torch, tokenizers, tiktoken, tensorboard, easybuild; print("transformers", transformers.__version__, "safetensors", safetensors.__version__, "torch", torch.__version__, "tokenizers", tokenizers.__version__, "tiktoken", tiktoken.__version__, "tensorboard", tensorboard.__version__)' >&2
 echo "$venv/bin/python"
