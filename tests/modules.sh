@@ -48,7 +48,7 @@ SH
         sh -c "grep -q 'man shardrun ' lmod.out && grep -q 'man shardrun.yaml' lmod.out && grep -q 'man shardrun-checkpoint' lmod.out"
     check "  module list shows shardrun/$VERSION" grep -q "shardrun/$VERSION" lmod.out
     check "  the program needs no Slurm library (libslurm, libpmi2: loaded at run time when PMI2 is used)" \
-        sh -c "! readelf -d '$T/p/bin/shardrun' | grep NEEDED | grep -Eq 'libslurm|libpmi'"
+        sh -c "! readelf -d '$T/p/bin/shardrun' | grep NEEDED | grep -Eq 'libslurm|libpmi2'"
     submake uninstall prefix="$T/p" >uninst.out 2>&1
     check "  make uninstall removes the module file" test ! -e "$mf"
 }
