@@ -22,6 +22,10 @@
 #      45 with another size (SHARDRUN_TEST_MISMATCH_SEQ=45@3); every rank
 #      dumps to <checkpoint.dir>/flight/<job id>.0/ and shardrun debug flight
 #      names the mismatch, rank 3 on host node2 (exit 2)
+#   h. the same under srun --mpi=pmi2 (Slurm's PMI2, the templates'
+#      SHARDRUN_MPI=pmi2): 2x2 preempted -> 75 -> requeued -> bitwise equal
+#      to a; a node's processes killed (as d); node 2's slurmstepd killed:
+#      its ranks name the lost launcher (their parent, the PMI2 server)
 # This is the one test whose traffic is not on loopback: it stays between
 # the test's own namespaces, which are deleted at the end, also on failure.
 # Needs root, iproute2, util-linux (nsenter, unshare) and Debian's Slurm.
@@ -39,7 +43,29 @@ export PATH="$T/bin:$PATH" OMP_WAIT_POLICY=PASSIVE
 if ! cluster2_start "$T/cl" "$$"; then
     not_ok "the two-node cluster starts"
     cluster_logs
-    done_testing
+    # --- h. PMI2: Slurm's own PMI plugin (srun --mpi=pmi2) ---------------------------
+if ! ldconfig -p | grep -q 'libpmi2\.so\.0 '; then
+    skip_or_fail pmi2 "h: Slurm's libpmi2.so.0 is not installed (apt-get install libpmi2-0)"
+else
+    export MPI_TYPE=pmi2
+    # a 2x2 job preempted (scancel --signal=USR1) -> 75 -> requeued -> resumed,
+    # bitwise equal to a's uninterrupted 2x2 run
+    mkjob pmi2 "$iface"
+    J=$(submit pmi2 --nodes=2 --ntasks-per-node=2 --requeue)
+    wait_line pmi2.out "step +4/$STEPS" 120
+    cl scancel --signal=USR1 "$J"
+    st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 300)
+    check "h: 2 nodes x 2 tasks under --mpi=pmi2, preempted: 75, requeued, resumed, COMPLETED ($st)" \
+        sh -c "[ '$st' = COMPLETED ] && grep -q '== shardrun exited 75' pmi2.out && grep -q 'restart=1 resume=[1-9]' pmi2.out" ||
+        show pmi2
+    check "  ...the start lines name the PMI2 bootstrap and its placement: local ranks 0 and 1 on node1 and node2" \
+        sh -c "grep -q 'rank 0/4 local 0/2 node 0 host node1 .* bootstrap pmi2 ' pmi2.out && grep -q 'rank 3/4 local 1/2 node 1 host node2 .* bootstrap pmi2 ' pmi2.out"
+    check "  ...final parameters bitwise those of a's uninterrupted 2 x 2 run" cmp -s pmi2.params two.params
+    lose killed2 kill "h (pmi2)"
+    launcher_lost stepd2 "h (pmi2)"
+    unset MPI_TYPE
+fi
+done_testing
     exit 0
 fi
 ok "two nodes start (namespaces $CL_NETNS; node1 192.168.77.11, node2 192.168.77.12)"
@@ -64,7 +90,8 @@ submit() {
     name=$1
     shift
     cl sbatch --parsable "$@" --cpus-per-task=1 -o "$T/$name.out" \
-        --export="ALL,JOB=$T/$name.yaml,SHARDRUN_TEST_DUMP_PARAMS=$T/$name.params" "$TEMPLATES/shardrun-cpu.sbatch"
+        --export="ALL,JOB=$T/$name.yaml,SHARDRUN_TEST_DUMP_PARAMS=$T/$name.params,SHARDRUN_MPI=${MPI_TYPE:-pmix}" \
+        "$TEMPLATES/shardrun-cpu.sbatch"
 }
 # run_job NAME SBATCH-OPTIONS...: submits and waits (300 s); state in $st
 run_job() {
@@ -177,38 +204,49 @@ lose killed kill "d"
 lose cut link "e"
 
 # --- f. the launcher lost: slurmstepd of node 2 killed ------------------------
-JOB_STEPS=100000 JOB_EVERY=4 mkjob stepd "$iface"
-cat >stepd.sbatch <<EOS
+# launcher_lost NAME LABEL: under srun --mpi=$MPI_TYPE (the PMIx or PMI2
+# server is slurmstepd)
+launcher_lost() {
+    name=$1 label=$2 mpi=${MPI_TYPE:-pmix}
+    server=$([ "$mpi" = pmi2 ] && echo PMI2 || echo PMIx)
+    JOB_STEPS=100000 JOB_EVERY=4 mkjob "$name" "$iface"
+    cat >"$name.sbatch" <<EOS
 #!/bin/sh
 # per-task error files: slurmstepd opens them for the tasks, so the tasks'
 # last words survive it
-srun --mpi=pmix -e "$T/stepd.err.%t" shardrun train "$T/stepd.yaml"
+srun --mpi=$mpi -e "$T/$name.err.%t" shardrun train "$T/$name.yaml"
 EOS
-J=$(cl sbatch --parsable --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 --no-requeue -o "$T/stepd.out" stepd.sbatch)
-wait_exists "$T/ck_stepd/latest" 120
-sleep 1
-for p in $(node_pids 2 slurmstepd); do
-    grep -q "\[$J\.0\]" /proc/"$p"/cmdline 2>/dev/null && kill -9 "$p"
-done
-t0=$(date +%s)
-for r in 0 1 2 3; do wait_line stepd.err.$r "error:" 40; done
-took=$(($(date +%s) - t0))
-check "f: node 2's slurmstepd killed: every rank reports within comm.timeout_s + 12 s (${took} s)" \
-    sh -c "[ $took -le 22 ] && for r in 0 1 2 3; do grep -q 'error:' stepd.err.\$r || exit 1; done"
-# (slurmstepd is both their parent and their PMIx server: either witness
-# may speak first)
-lost="lost the connection to the launcher.s PMIx server\|the launcher (process [0-9]*, this rank.s parent and its PMIx server) exited"
-check "  ...ranks 2 and 3 name the lost launcher" sh -c "grep -q '$lost' stepd.err.2 && grep -q '$lost' stepd.err.3" ||
-    diag "$(tail -n 2 stepd.err.2 stepd.err.3)"
-check "  ...and nothing after it: no save" \
-    sh -c "for r in 0 1 2 3; do tail -1 stepd.err.\$r | grep -q 'error:' || exit 1; done"
-st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 120)
-last=$(newest "$T/ck_stepd")
-sed -i "s/steps: 100000/steps: $((last + 3))/" stepd.yaml
-J=$(submit stepd --nodes=2 --ntasks-per-node=2)
-st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 300)
-check "  ...the lock is free: a resubmission resumes from step $last and completes ($st)" \
-    sh -c "[ '$st' = COMPLETED ] && grep -q 'resume=$last' stepd.out" || show stepd
+    J=$(cl sbatch --parsable --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 --no-requeue -o "$T/$name.out" "$name.sbatch")
+    wait_exists "$T/ck_$name/latest" 120
+    sleep 1
+    for p in $(node_pids 2 slurmstepd); do
+        grep -q "\[$J\.0\]" /proc/"$p"/cmdline 2>/dev/null && kill -9 "$p"
+    done
+    t0=$(date +%s)
+    for r in 0 1 2 3; do wait_line $name.err.$r "error:" 40; done
+    took=$(($(date +%s) - t0))
+    check "$label: node 2's slurmstepd killed under --mpi=$mpi: every rank reports within comm.timeout_s + 12 s (${took} s)" \
+        sh -c "[ $took -le 22 ] && for r in 0 1 2 3; do grep -q 'error:' $name.err.\$r || exit 1; done"
+    # (slurmstepd is both their parent and their PMIx server: either
+    # witness may speak first; PMI2 has only the parent)
+    if [ "$mpi" = pmi2 ]; then
+        lost="the launcher (process [0-9]*, this rank.s parent and its PMI2 server) exited"
+    else
+        lost="lost the connection to the launcher.s PMIx server\|the launcher (process [0-9]*, this rank.s parent and its PMIx server) exited"
+    fi
+    check "  ...ranks 2 and 3 name the lost launcher ($server)" \
+        sh -c "grep -q '$lost' $name.err.2 && grep -q '$lost' $name.err.3" || diag "$(tail -n 2 $name.err.2 $name.err.3)"
+    check "  ...and nothing after it: no save" \
+        sh -c "for r in 0 1 2 3; do tail -1 $name.err.\$r | grep -q 'error:' || exit 1; done"
+    st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 120)
+    last=$(newest "$T/ck_$name")
+    sed -i "s/steps: 100000/steps: $((last + 3))/" $name.yaml
+    J=$(submit $name --nodes=2 --ntasks-per-node=2)
+    st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 300)
+    check "  ...the lock is free: a resubmission resumes from step $last and completes ($st)" \
+        sh -c "[ '$st' = COMPLETED ] && grep -q 'resume=$last' $name.out" || show $name
+}
+launcher_lost stepd "f"
 
 # --- g. the flight recorder across nodes ------------------------------------------
 mkjob fl "$iface"
@@ -223,4 +261,26 @@ rc=$?
 check "  ...shardrun debug flight names the mismatch: rank 3 on host node2 (status $rc)" \
     sh -c "[ $rc -eq 2 ] && grep -q '^culprit: a mismatch at host collective 45: rank 3 (host node2) issued' fl.txt" ||
     diag "$(cat fl.txt)"
+# --- h. PMI2: Slurm's own PMI plugin (srun --mpi=pmi2) ---------------------------
+if ! ldconfig -p | grep -q 'libpmi2\.so\.0 '; then
+    skip_or_fail pmi2 "h: Slurm's libpmi2.so.0 is not installed (apt-get install libpmi2-0)"
+else
+    export MPI_TYPE=pmi2
+    # a 2x2 job preempted (scancel --signal=USR1) -> 75 -> requeued -> resumed,
+    # bitwise equal to a's uninterrupted 2x2 run
+    mkjob pmi2 "$iface"
+    J=$(submit pmi2 --nodes=2 --ntasks-per-node=2 --requeue)
+    wait_line pmi2.out "step +4/$STEPS" 120
+    cl scancel --signal=USR1 "$J"
+    st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 300)
+    check "h: 2 nodes x 2 tasks under --mpi=pmi2, preempted: 75, requeued, resumed, COMPLETED ($st)" \
+        sh -c "[ '$st' = COMPLETED ] && grep -q '== shardrun exited 75' pmi2.out && grep -q 'restart=1 resume=[1-9]' pmi2.out" ||
+        show pmi2
+    check "  ...the start lines name the PMI2 bootstrap and its placement: local ranks 0 and 1 on node1 and node2" \
+        sh -c "grep -q 'rank 0/4 local 0/2 node 0 host node1 .* bootstrap pmi2 ' pmi2.out && grep -q 'rank 3/4 local 1/2 node 1 host node2 .* bootstrap pmi2 ' pmi2.out"
+    check "  ...final parameters bitwise those of a's uninterrupted 2 x 2 run" cmp -s pmi2.params two.params
+    lose killed2 kill "h (pmi2)"
+    launcher_lost stepd2 "h (pmi2)"
+    unset MPI_TYPE
+fi
 done_testing
