@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "counts.h"
 #include "mem.h"
 
 #define WIRE_MAGIC 0x53524431u  /* "SRD1" */
@@ -420,6 +421,7 @@ static sr_status connect_peer(sr_tcp *t, int peer, double deadline) {
                 if (io_full(NULL, fd, &h, sizeof h, true, left) == 0 &&
                     io_full(NULL, fd, &verdict, 1, false, left) == 0 && verdict == 1) {
                     t->fds[peer] = fd;
+                    sr_count_add(SR_COUNT_CONNECTIONS, 1);
                     return SR_OK;
                 }
             }
@@ -614,6 +616,10 @@ sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const vo
     int rfd = t->fds[right], lfd = t->fds[left];
     wire_hdr sh = {WIRE_MAGIC, seq, sbytes}, rh;
     size_t s_done = 0, r_done = 0, s_total = sizeof sh + sbytes, r_total = sizeof rh + rbytes;
+    if (right >= 0) { /* counted when queued: a failed exchange ends the run */
+        sr_count_add(SR_COUNT_MESSAGES, 1);
+        sr_count_add(SR_COUNT_BYTES, s_total);
+    }
     double last = now_s(), limit = t->timeout_s;
     bool idle_round = false, grace = false;
     while (s_done < s_total || r_done < r_total) {
@@ -765,6 +771,8 @@ sr_status sr_tcp_send(sr_tcp *t, int peer, uint32_t seq, const void *buf, size_t
         t->dirty[peer] = true;
         return io_failed(t, peer, msg, msg_len);
     }
+    sr_count_add(SR_COUNT_MESSAGES, 1);
+    sr_count_add(SR_COUNT_BYTES, sizeof h + bytes);
     return SR_OK;
 }
 

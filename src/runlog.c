@@ -16,10 +16,12 @@
 
 #include <jansson.h>
 
+#include "counts.h"
 #include "flight.h"
 #include "isa.h"
 #include "mem.h"
 #include "promfile.h"
+#include "testhook.h"
 #include "trace.h"
 
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
@@ -84,6 +86,24 @@ static void log_groups(sr_run *r) {
     sr_log_info("%s", line);
 }
 
+/* SHARDRUN_BENCH_COUNTS: one line of this rank's counters (counts.h),
+ * appended to DIR/rank<N>.tsv: "<what> <connections> <messages> <bytes>
+ * <bootstrap ops>". */
+void sr_run_bench_counts(const sr_run *r, const char *what, int64_t step) {
+    const char *dir = sr_testhook()->bench_counts;
+    if (!dir[0])
+        return;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/rank%d.tsv", dir, r->w->rank);
+    FILE *f = fopen(path, "a");
+    if (!f)
+        return;
+    fprintf(f, "%s %lld %llu %llu %llu %llu\n", what, (long long)step,
+            (unsigned long long)sr_count_get(SR_COUNT_CONNECTIONS), (unsigned long long)sr_count_get(SR_COUNT_MESSAGES),
+            (unsigned long long)sr_count_get(SR_COUNT_BYTES), (unsigned long long)sr_count_get(SR_COUNT_BOOT_OPS));
+    fclose(f);
+}
+
 void sr_run_banner(sr_run *r) {
     const sr_config *cfg = r->cfg;
     const sr_world *w = r->w;
@@ -108,6 +128,7 @@ void sr_run_banner(sr_run *r) {
         "resume=%s",
         w->rank, w->size, w->local_rank, w->local_size, w->node_id, w->host, device, sr_isa_name(sr_isa_current()),
         w->job_id, sr_world_bootstrap(w), transport, w->restart, r->resumed);
+    sr_run_bench_counts(r, r->start.step > 0 ? "resume" : "startup", r->start.step);
     const sr_model_dims *d = &r->model.d;
     char model_name[256];
     sr_log_info("model %s: n_layer %d, n_head %d, n_embd %d, vocab_size %d (padded %d), seq_len %d; %.2fM parameters; "
@@ -343,6 +364,7 @@ static sr_status prometheus(sr_run *r, int64_t s, const sr_step_out *o) {
 }
 
 sr_status sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evaluated) {
+    sr_run_bench_counts(r, "step", s + 1);
     const sr_config *cfg = r->cfg;
     stragglers(r, s);
     double tps, mfu;

@@ -155,6 +155,12 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
         else
             snprintf(h->dump_params, sizeof h->dump_params, "%s", v);
     }
+    if ((v = getenv("SHARDRUN_BENCH_COUNTS")) && *v) {
+        if (strlen(v) >= sizeof h->bench_counts)
+            bad(&ps, "SHARDRUN_BENCH_COUNTS", v, "a directory path shorter than 4096 bytes");
+        else
+            snprintf(h->bench_counts, sizeof h->bench_counts, "%s", v);
+    }
     if ((v = getenv("SHARDRUN_TEST_ORACLE")) && *v) {
         if (strlen(v) >= sizeof h->oracle_dir - 32)
             bad(&ps, "SHARDRUN_TEST_ORACLE", v, "a directory path shorter than 4064 bytes");
@@ -305,6 +311,8 @@ void sr_testhook_warn_active(void) {
         ADD(" SHARDRUN_TEST_MUTATE=%s", h->mutate);
     if (h->bench_no_sha256)
         ADD(" SHARDRUN_BENCH_NO_SHA256=1");
+    if (h->bench_counts[0])
+        ADD(" SHARDRUN_BENCH_COUNTS=%s", h->bench_counts);
     if (h->nccl_size1)
         ADD(" SHARDRUN_TEST_NCCL_SIZE1=1");
     if (h->staged)

@@ -55,7 +55,10 @@
  *                                              shardrun debug flight must name the mismatch
  *   SHARDRUN_TEST_CKPT_WRITE_DELAY_MS=N        the background checkpoint writer sleeps N ms
  *                                              before it writes (asynchronous saves)
- *   SHARDRUN_BENCH_NO_SHA256=1                 checkpoints without checksums (benchmarks) */
+ *   SHARDRUN_BENCH_NO_SHA256=1                 checkpoints without checksums (benchmarks)
+ *   SHARDRUN_BENCH_COUNTS=DIR                  every rank appends its traffic counters
+ *                                              (counts.h) to DIR/rank<N>.tsv at start-up and
+ *                                              at every logged step (bench/scale.sh) */
 #ifndef SR_TESTHOOK_H
 #define SR_TESTHOOK_H
 
@@ -84,6 +87,7 @@ typedef struct {
     int preempt_rank;
     int64_t nan_step;       /* -1 = off */
     char dump_params[4096]; /* "" = off */
+    char bench_counts[4096]; /* SHARDRUN_BENCH_COUNTS: "" = off */
     char oracle_dir[4096];  /* SHARDRUN_TEST_ORACLE: "" = off */
     int64_t alloc_fail;     /* 0 = off */
     int alloc_fail_rank;    /* -1 = every rank */

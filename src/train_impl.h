@@ -112,6 +112,10 @@ void sr_run_slurm_close(sr_run *r);
 /* runlog.c: the banner; the start (and resume) events; the checkpoint
  * events of the saves committed since the last call. */
 void sr_run_banner(sr_run *r);
+/* SHARDRUN_BENCH_COUNTS (testhook.h): this rank's traffic counters after
+ * start-up (`what` "startup" or "resume") and at every logged step
+ * ("step"), appended to DIR/rank<N>.tsv for bench/scale.sh. */
+void sr_run_bench_counts(const sr_run *r, const char *what, int64_t step);
 void sr_run_start_events(sr_run *r);
 void sr_run_checkpoint_events(sr_run *r);
 /* A logged step s (every rank calls it; `evaluated`: a validation loss was

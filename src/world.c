@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "counts.h"
 #include "flight.h"
 #include "pmi2.h"
 #include "testhook.h"
@@ -564,6 +565,7 @@ static sr_status put_and_fence(const char *key, const void *blob, size_t len, do
     val.type = PMIX_BYTE_OBJECT;
     val.data.bo.bytes = (char *)blob;
     val.data.bo.size = len;
+    sr_count_add(SR_COUNT_BOOT_OPS, 2); /* put and fence (commit is local) */
     pmix_status_t rc = PMIx_Put(PMIX_GLOBAL, key, &val);
     if (rc == PMIX_SUCCESS)
         rc = PMIx_Commit();
@@ -591,6 +593,7 @@ static sr_status get_blob(int r, const char *key, void *out, size_t len) {
     pmix_proc_t p;
     PMIX_LOAD_PROCID(&p, me.nspace, (pmix_rank_t)r);
     pmix_value_t *got = NULL;
+    sr_count_add(SR_COUNT_BOOT_OPS, 1);
     pmix_status_t rc = PMIx_Get(&p, key, NULL, 0, &got);
     if (rc != PMIX_SUCCESS || !got)
         return sr_error(SR_ERR_PEER, "PMIx_Get of '%s' from rank %d: %s", key, r, PMIx_Error_string(rc));
@@ -629,6 +632,7 @@ static sr_status pmi2_put_and_fence(int rank, const char *key, const void *blob,
         }
         v[2 * n] = '\0';
         pmi2_key(k, sizeof k, call, rank, key, c);
+        sr_count_add(SR_COUNT_BOOT_OPS, 1);
         sr_status st = sr_pmi2_put(k, v);
         if (st != SR_OK)
             return st;
@@ -644,6 +648,7 @@ static sr_status pmi2_put_and_fence(int rank, const char *key, const void *blob,
         .done = false, .seconds = timeout_s < 1 ? 1 : (long)(timeout_s + 0.5), .what = "PMI2_KVS_Fence", .why = why};
     pthread_t th;
     bool watched = watchdog_start(&wd, &th);
+    sr_count_add(SR_COUNT_BOOT_OPS, 1);
     sr_status st = sr_pmi2_fence();
     if (watched)
         watchdog_stop(&wd, th);
@@ -658,6 +663,7 @@ static sr_status pmi2_get_blob(int r, const char *key, unsigned call, void *out,
         char k[SR_PMI2_MAX_KEY], v[SR_PMI2_MAX_VALUE];
         size_t n = len - off < PMI2_CHUNK ? len - off : PMI2_CHUNK;
         pmi2_key(k, sizeof k, call, r, key, c);
+        sr_count_add(SR_COUNT_BOOT_OPS, 1);
         sr_status st = sr_pmi2_get(r, k, v, sizeof v);
         if (st != SR_OK)
             return st;
