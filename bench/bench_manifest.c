@@ -39,9 +39,16 @@ static int cmp(const void *a, const void *b) {
 /* The manifest an S-shard save of `model` writes (digests made up: the
  * loader checks the manifest's own checksum, not the shard files). */
 static int make(sr_manifest *mf, const sr_model *model, const sr_shardplan *plan, int S) {
-    *mf = (sr_manifest){.step = 1000, .world = S, .mesh_shard = S, .mesh_replicate = 1, .dims = model->d,
-                        .n_params = model->n_params, .chunk_bytes = SR_SHARD_CHUNK_BYTES,
-                        .state_dtype = {SR_DT_F32, SR_DT_F32, SR_DT_F32}, .lr = 6e-4, .steps = 100000};
+    *mf = (sr_manifest){.step = 1000,
+                        .world = S,
+                        .mesh_shard = S,
+                        .mesh_replicate = 1,
+                        .dims = model->d,
+                        .n_params = model->n_params,
+                        .chunk_bytes = SR_SHARD_CHUNK_BYTES,
+                        .state_dtype = {SR_DT_F32, SR_DT_F32, SR_DT_F32},
+                        .lr = 6e-4,
+                        .steps = 100000};
     snprintf(mf->schedule, sizeof mf->schedule, "cosine");
     snprintf(mf->created, sizeof mf->created, "2026-12-04T00:00:00Z");
     snprintf(mf->job, sizeof mf->job, "bench");

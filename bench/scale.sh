@@ -53,7 +53,7 @@ delta() { # DIR WHAT STEP WHAT2 STEP2 FIELD
 }
 echo "scale rehearsal: the tiny model (2 layers, width 64), batch 96, under mpirun --oversubscribe on $(nproc) cores"
 echo "largest per-rank count; growth = this row / the row at half the ranks (2.0 = linear)"
-printf '%-22s %6s %12s %12s %14s %12s\n' phase ranks connections messages bytes bootstrap_ops
+printf '%-27s %6s %12s %12s %15s %14s\n' phase ranks connections messages bytes bootstrap_ops
 prev=""
 for n in $RANKS; do
     run "$n" "f$n" "$d/ck$n" 5
@@ -81,7 +81,7 @@ awk '
         for (i = 1; i <= 4; i++) {
             p = order[i]; last = 0
             for (n = 1; n <= 4096; n *= 2) if ((p, n, 3) in v) {
-                printf "%-22s %6d", label[p], n
+                printf "%-27s %6d", label[p], n
                 for (c = 3; c <= 6; c++) {
                     g = (last && v[p, last, c] > 0) ? sprintf("(x%.2f)", v[p, n, c] / v[p, last, c]) : ""
                     printf " %12s", v[p, n, c] g

@@ -749,10 +749,7 @@ static sr_status parse_file(pctx *p, yaml_node_t *fn, sr_manifest *mf, int i) {
                     "outside its checkpoint directory",
                     full);
     snprintf(f->name, sizeof f->name, "%s", full);
-    sr_status st;
-    for (int j = 0; j < i; j++)
-        if (strcmp(mf->files[j].name, f->name) == 0)
-            return perr(p, mget(p, fn, "name"), "files: '%s' is listed twice", f->name);
+    sr_status st; /* (a name listed twice: check_unique, once all are read) */
     if ((st = get_int(p, fn, "shard", 1 << 24, &f->shard)) != SR_OK ||
         (st = get_u64(p, fn, "bytes", UINT64_MAX / 2, &f->bytes)) != SR_OK ||
         (st = get_u64(p, fn, "elements", UINT64_MAX / 64, &f->elements)) != SR_OK)
@@ -809,6 +806,43 @@ static sr_status check_tiling(pctx *p, yaml_node_t *files, const sr_manifest *mf
     return SR_OK;
 }
 
+typedef struct {
+    const char *name;
+    int index;
+} named_file;
+
+static int cmp_named(const void *a, const void *b) {
+    return strcmp(((const named_file *)a)->name, ((const named_file *)b)->name);
+}
+
+/* Every shard index 0..nfiles-1 once and no name twice, in O(n log n): a
+ * manifest of thousands of ranks is read by every rank at a resume. */
+static sr_status check_unique(pctx *p, yaml_node_t *n, sr_manifest *mf) {
+    int N = mf->nfiles;
+    unsigned char *seen = sr_calloc((size_t)N, 1);
+    named_file *order = sr_malloc(sizeof *order * (size_t)N);
+    sr_status st = seen && order ? SR_OK : sr_error_oom("the manifest's file check");
+    for (int i = 0; i < N && st == SR_OK; i++) {
+        int k = mf->files[i].shard;
+        if (k < 0 || k >= N || seen[k]++)
+            st = perr(p, seq_item(p, n, (size_t)i), "files: %s: shard index %d is out of range or repeated",
+                      mf->files[i].name, k);
+        order[i] = (named_file){mf->files[i].name, i};
+    }
+    if (st == SR_OK) {
+        qsort(order, (size_t)N, sizeof *order, cmp_named);
+        for (int i = 1; i < N && st == SR_OK; i++)
+            if (strcmp(order[i].name, order[i - 1].name) == 0) {
+                int later = order[i].index > order[i - 1].index ? order[i].index : order[i - 1].index;
+                st = perr(p, mget(p, seq_item(p, n, (size_t)later), "name"), "files: '%s' is listed twice",
+                          mf->files[later].name);
+            }
+    }
+    free(seen);
+    free(order);
+    return st;
+}
+
 static sr_status parse_files(pctx *p, yaml_node_t *root, sr_manifest *mf) {
     sr_status st = get_u64(p, root, "chunk_bytes", (uint64_t)1 << 30, &mf->chunk_bytes);
     if (st != SR_OK)
@@ -826,14 +860,8 @@ static sr_status parse_files(pctx *p, yaml_node_t *root, sr_manifest *mf) {
         return perr(p, n, "files: %d shard files for a mesh of %d shards", mf->nfiles, mf->mesh_shard);
     for (int i = 0; i < mf->nfiles && st == SR_OK; i++)
         st = parse_file(p, seq_item(p, n, (size_t)i), mf, i);
-    for (int i = 0; i < mf->nfiles && st == SR_OK; i++) { /* shard indices 0..nfiles-1, each once */
-        bool bad = mf->files[i].shard >= mf->nfiles;
-        for (int j = 0; j < i && !bad; j++)
-            bad = mf->files[i].shard == mf->files[j].shard;
-        if (bad)
-            st = perr(p, seq_item(p, n, (size_t)i), "files: %s: shard index %d is out of range or repeated",
-                      mf->files[i].name, mf->files[i].shard);
-    }
+    if (st == SR_OK)
+        st = check_unique(p, n, mf);
     return st == SR_OK ? check_tiling(p, n, mf) : st;
 }
 

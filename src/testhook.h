@@ -85,15 +85,15 @@ typedef struct {
     /* SHARDRUN_TEST_PREEMPT_AT: step (-1 = off), rank (-1 = any) */
     int64_t preempt_step;
     int preempt_rank;
-    int64_t nan_step;       /* -1 = off */
-    char dump_params[4096]; /* "" = off */
+    int64_t nan_step;        /* -1 = off */
+    char dump_params[4096];  /* "" = off */
     char bench_counts[4096]; /* SHARDRUN_BENCH_COUNTS: "" = off */
-    char oracle_dir[4096];  /* SHARDRUN_TEST_ORACLE: "" = off */
-    int64_t alloc_fail;     /* 0 = off */
-    int alloc_fail_rank;    /* -1 = every rank */
-    char isa[16];           /* "" = off */
-    int64_t mem_available;  /* -1 = off */
-    int64_t node_mem;       /* -1 = off */
+    char oracle_dir[4096];   /* SHARDRUN_TEST_ORACLE: "" = off */
+    int64_t alloc_fail;      /* 0 = off */
+    int alloc_fail_rank;     /* -1 = every rank */
+    char isa[16];            /* "" = off */
+    int64_t mem_available;   /* -1 = off */
+    int64_t node_mem;        /* -1 = off */
     bool no_pmix_events;
     char device[8];         /* "" = off, "fake" */
     int64_t device_free_mb; /* -1 = off */

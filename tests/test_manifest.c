@@ -207,6 +207,9 @@ static void test_refusals(const char *text) {
             "a path in a file name");
     refused(text, "name: shard_00001.bin", "name: shard_00000.bin", "listed twice", "a file listed twice");
     refused(text, "shard: 1\n", "shard: x\n", "expected an integer", "a shard index that is not a number");
+    refused(text, "shard: 1\n", "shard: 0\n", "shard index 0 is out of range or repeated", "a repeated shard index");
+    refused(text, "shard: 1\n", "shard: 3\n", "shard index 3 is out of range or repeated",
+            "a shard index out of range");
     refused(text, "  bytes: ", "  bytes: 1", "disagree with elements", "bytes disagreeing with elements");
     refused(text, "{params: 64,", "{params: 65,", "disagrees with the layout", "a section at the wrong offset");
     refused(text, "slices: [[", "slices: [[9999999999, 5], [", "lies outside", "a slice outside the parameters");
