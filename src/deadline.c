@@ -93,11 +93,16 @@ void sr_run_slurm_step(sr_run *r, int64_t s, double red[SR_RUN_AGREE_N]) {
     if (end > 0 && s > r->start.step) { /* a step was timed */
         double save_s = r->save_s > 0 ? r->save_s : step_s;
         double lead = sr_preempt_lead_s(step_s, save_s, cfg->preempt_end_margin_s);
+        if (!r->end_lead_s) /* once: the first measured lead */
+            sr_log_info("preemption.before_end: lead %.0f s (step %.3g s, save %.3g s%s, twice over, + %.3g s); %.0f s "
+                        "left",
+                        lead, step_s, save_s, r->save_s > 0 ? "" : " as the step's until a save is measured",
+                        cfg->preempt_end_margin_s, end - now);
+        r->end_lead_s = lead;
         red[4] = end;
         if (end - now < lead) {
             red[3] = 1.0;
             r->end_left_s = end - now;
-            r->end_lead_s = lead;
         }
     }
     if (cfg->slurm_comment_every_minutes > 0 && now >= r->comment_next && s > r->start.step) {

@@ -116,8 +116,8 @@ SH
     check "e: 60 s left, lead above 100 s: the run stops after step 2, saves it and exits 75 ($rc)" \
         sh -c "[ $rc -eq 75 ] && grep -q 'agreed to stop after step 2: the job.s time limit is near (.* s left, lead 1[0-9][0-9] s' e1.out && grep -q 'step 2 saved' e1.out && [ -d cke/step_00000002 ]" ||
         diag "$(tail -5 e1.out)"
-    check "  the start line names the end time and the margin" \
-        grep -q 'preemption.before_end: job 4242 ends at .*(in [56][0-9] s).* + 100 s (preemption.end_margin_s)' e1.out
+    check "  the start line names the end time and the margin; the first timed step, the lead" \
+        sh -c "grep -q 'preemption.before_end: job 4242 ends at .*(in [56][0-9] s).* + 100 s (preemption.end_margin_s)' e1.out && grep -q 'preemption.before_end: lead 1[0-9][0-9] s (step .* + 100 s); [56][0-9] s left' e1.out"
     PATH="$T/fake:$PATH" SLURM_JOB_ID=4242 "$S" train e.yaml --set slurm.comment_every_minutes=0 >e2.out 2>&1
     rc=$?
     check "  squeue failing: one warning naming it, and the run trains on to the end ($rc)" \
