@@ -439,8 +439,8 @@ static void watch_launcher(void) {
 }
 
 /* The PMI2 bootstrap (srun --mpi=pmi2): rank and size from PMI2_Init,
- * the placement from PMI_process_mapping, the job id from Slurm's
- * environment else PMI2's.  PMI2 reports no launcher death: the parent
+ * the placement from PMI_process_mapping, the host from SLURMD_NODENAME,
+ * the job id from Slurm's environment else PMI2's.  PMI2 reports no launcher death: the parent
  * watch (slurmstepd is the tasks' parent) is the witness. */
 static sr_status pmi2_init(sr_world *w, long timeout_s) {
     watchdog wd = {.done = false,
@@ -468,6 +468,11 @@ static sr_status pmi2_init(sr_world *w, long timeout_s) {
         return st;
     }
     snprintf(w->nspace, sizeof w->nspace, "%s", id);
+    /* the node's name as Slurm knows it (PMI2 has no host attribute;
+     * slurmd sets it for the tasks it starts) */
+    const char *node = getenv("SLURMD_NODENAME");
+    if (node && *node)
+        snprintf(w->host, sizeof w->host, "%s", node);
     if (!strcmp(w->job_id, "-") && id[0])
         snprintf(w->job_id, sizeof w->job_id, "%s", id);
     watch_parent();
