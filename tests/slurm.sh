@@ -22,6 +22,8 @@
 #      bitwise equal to an uninterrupted run
 #   j. the job comment (slurm.comment_every_minutes): squeue -o %k and
 #      scontrol show job read back the step/total, loss, checkpoint and ETA
+#   q. the CPU template with SHARDRUN_MPI=pmi2: scancel --signal=USR1 -> 75
+#      -> requeue -> resume, bitwise
 #   p. srun --mpi=pmi2 (Slurm's PMI2, libpmi2 loaded at run time): 2 tasks
 #      bootstrap through it and end bitwise equal to the same run under
 #      --mpi=pmix
@@ -338,6 +340,25 @@ result p_pmi2 "  both start lines name the PMI2 bootstrap, ranks 0/2 and 1/2, lo
 result p_pmix "  (and under --mpi=pmix: bootstrap pmix)" \
     sh -c "[ \$(grep -c 'rank [01]/2 local [01]/2 .* bootstrap pmix transport ' p_pmix.out) -eq 2 ]"
 result p_pmi2 "  the PMI2 run's final parameters are bitwise those of the PMIx run" cmp -s p_pmi2.params p_pmix.params
+fi
+fi
+
+# q. PMI2 through the template (SHARDRUN_MPI=pmi2): a real SIGUSR1 ->
+# agreed step -> 75 -> requeue -> resume, bitwise
+if group --long "q: PMI2 preemption"; then
+if ! ldconfig -p | grep -q 'libpmi2\.so\.0 '; then
+    skip_or_fail pmi2 "q: Slurm's libpmi2.so.0 is not installed (apt-get install libpmi2-0)"
+else
+n=q_pmi2
+mkjob $n
+J=$(submit $n shardrun-cpu.sbatch --requeue --export="ALL,JOB=$T/$n.yaml,SHARDRUN_TEST_DUMP_PARAMS=$T/$n.params,SHARDRUN_MPI=pmi2")
+wait_for $n.out "step +6/$STEPS" 120
+scancel --signal=USR1 "$J"
+st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT" 240)
+stop=$(sed -n 's/.*agreed to stop after step \([0-9]*\).*/\1/p' $n.out | head -1)
+result $n "q: under --mpi=pmi2 the template's job got SIGUSR1, saved step $stop, exited 75 and was requeued ($st)" \
+    sh -c "[ '$st' = COMPLETED ] && [ -n '$stop' ] && grep -q 'received SIGUSR1' $n.out && grep -q '== shardrun exited 75' $n.out && [ \$(grep -c 'bootstrap pmi2 .*restart=1 resume=$stop\$' $n.out) -eq 4 ]"
+result $n "  final parameters are bitwise those of the uninterrupted run" cmp -s $n.params ref.params
 fi
 fi
 

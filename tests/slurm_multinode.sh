@@ -23,8 +23,8 @@
 #      dumps to <checkpoint.dir>/flight/<job id>.0/ and shardrun debug flight
 #      names the mismatch, rank 3 on host node2 (exit 2)
 #   h. the same under srun --mpi=pmi2 (Slurm's PMI2, the templates'
-#      SHARDRUN_MPI=pmi2): 2x2 preempted -> 75 -> requeued -> bitwise equal
-#      to a; a node's processes killed (as d); node 2's slurmstepd killed:
+#      SHARDRUN_MPI=pmi2): 2x2 preempted (SHARDRUN_TEST_PREEMPT_AT) -> 75 ->
+#      requeued -> bitwise equal to a; a node's processes killed (as d); node 2's slurmstepd killed:
 #      its ranks name the lost launcher (their parent, the PMI2 server)
 # This is the one test whose traffic is not on loopback: it stays between
 # the test's own namespaces, which are deleted at the end, also on failure.
@@ -244,18 +244,19 @@ if ! ldconfig -p | grep -q 'libpmi2\.so\.0 '; then
     skip_or_fail pmi2 "h: Slurm's libpmi2.so.0 is not installed (apt-get install libpmi2-0)"
 else
     export MPI_TYPE=pmi2
-    # a 2x2 job preempted (scancel --signal=USR1) -> 75 -> requeued -> resumed,
-    # bitwise equal to a's uninterrupted 2x2 run
+    # a 2x2 job preempted after step 6 -> 75 -> requeued -> resumed, bitwise
+    # equal to a's uninterrupted 2x2 run.  The preemption signal is raised
+    # by the ranks themselves (SHARDRUN_TEST_PREEMPT_AT; the resumed run
+    # starts after step 6 and is not preempted again): in these namespaces
+    # scancel --signal does not reach the nodes' tasks.  slurm.sh q sends a
+    # real signal to a PMI2 job on one node.
     mkjob pmi2 "$iface"
-    # (a 50 ms delay per collective keeps it running until the signal: no numerical effect)
-    export SHARDRUN_TEST_COMM_DELAY_US=50000
+    export SHARDRUN_TEST_PREEMPT_AT=6
     J=$(submit pmi2 --nodes=2 --ntasks-per-node=2 --requeue)
-    unset SHARDRUN_TEST_COMM_DELAY_US
-    wait_line pmi2.out "step +4/$STEPS" 120
-    cl scancel --signal=USR1 "$J"
+    unset SHARDRUN_TEST_PREEMPT_AT
     st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 300)
     check "h: 2 nodes x 2 tasks under --mpi=pmi2, preempted: 75, requeued, resumed, COMPLETED ($st)" \
-        sh -c "[ '$st' = COMPLETED ] && grep -q '== shardrun exited 75' pmi2.out && grep -q 'restart=1 resume=[1-9]' pmi2.out" ||
+        sh -c "[ '$st' = COMPLETED ] && grep -q '== shardrun exited 75' pmi2.out && [ \$(grep -c 'restart=1 resume=6\$' pmi2.out) -eq 4 ]" ||
         show pmi2
     check "  ...the start lines name the PMI2 bootstrap and its placement: local ranks 0 and 1 on node1 and node2" \
         sh -c "grep -q 'rank 0/4 local 0/2 node 0 host node1 .* bootstrap pmi2 ' pmi2.out && grep -q 'rank 3/4 local 1/2 node 1 host node2 .* bootstrap pmi2 ' pmi2.out" ||
