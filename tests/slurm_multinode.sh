@@ -216,6 +216,9 @@ EOS
         sh -c "grep -q '$lost' $name.err.2 && grep -q '$lost' $name.err.3" || diag "$(tail -n 2 $name.err.2 $name.err.3)"
     check "  ...and nothing after it: no save" \
         sh -c "for r in 0 1 2 3; do tail -1 $name.err.\$r | grep -q 'error:' || exit 1; done"
+    # srun waits on for the killed slurmstepd's tasks: end the job, or it
+    # holds its CPUs on both nodes
+    cl scancel "$J"
     st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 120)
     last=$(newest "$T/ck_$name")
     sed -i "s/steps: 100000/steps: $((last + 3))/" $name.yaml
