@@ -89,7 +89,7 @@ static void log_groups(sr_run *r) {
 /* SHARDRUN_BENCH_COUNTS: one line of this rank's counters (counts.h),
  * appended to DIR/rank<N>.tsv: "<what> <connections> <messages> <bytes>
  * <bootstrap ops>". */
-void sr_run_bench_counts(const sr_run *r, const char *what, int64_t step) {
+static void bench_counts(const sr_run *r, const char *what, int64_t step) {
     const char *dir = sr_testhook()->bench_counts;
     if (!dir[0])
         return;
@@ -128,7 +128,7 @@ void sr_run_banner(sr_run *r) {
         "resume=%s",
         w->rank, w->size, w->local_rank, w->local_size, w->node_id, w->host, device, sr_isa_name(sr_isa_current()),
         w->job_id, sr_world_bootstrap(w), transport, w->restart, r->resumed);
-    sr_run_bench_counts(r, r->start.step > 0 ? "resume" : "startup", r->start.step);
+    bench_counts(r, r->start.step > 0 ? "resume" : "startup", r->start.step);
     const sr_model_dims *d = &r->model.d;
     char model_name[256];
     sr_log_info("model %s: n_layer %d, n_head %d, n_embd %d, vocab_size %d (padded %d), seq_len %d; %.2fM parameters; "
@@ -364,7 +364,7 @@ static sr_status prometheus(sr_run *r, int64_t s, const sr_step_out *o) {
 }
 
 sr_status sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evaluated) {
-    sr_run_bench_counts(r, "step", s + 1);
+    bench_counts(r, "step", s + 1);
     const sr_config *cfg = r->cfg;
     stragglers(r, s);
     double tps, mfu;
@@ -483,6 +483,19 @@ sr_status sr_run_agree(sr_run *r, int64_t s, double red[SR_RUN_AGREE_N]) {
     return sr_run_log_due(r, s) ? agree_and_gather(r, red) : sr_ctl_sum(r->ctl, red, SR_RUN_AGREE_N);
 }
 
+/* The flight recorder's line at the end of a run: records per step and
+ * the history its ring holds. */
+static void flight_line(const sr_run *r) {
+    if (sr_flight_on() && sr_flight_steps() > 0) {
+        double per = (double)sr_flight_recorded() / (double)sr_flight_steps();
+        sr_log_info("flight recorder: %llu records in %lld steps (%.1f per step; its ring of %lld holds the last %.0f "
+                    "steps); dumps go to %s",
+                    (unsigned long long)sr_flight_recorded(), (long long)sr_flight_steps(), per,
+                    (long long)r->cfg->log_flight_recorder, per > 0 ? (double)r->cfg->log_flight_recorder / per : 0.0,
+                    sr_flight_dir());
+    }
+}
+
 void sr_run_done_lines(const sr_run *r, double seconds) {
     const sr_config *cfg = r->cfg;
     int64_t trained = cfg->steps - r->start.step;
@@ -494,23 +507,10 @@ void sr_run_done_lines(const sr_run *r, double seconds) {
         sr_log_info("done: %lld steps in %.1f s; loss %.4f -> %.4f", (long long)trained, seconds, r->first_loss,
                     r->last_loss);
     sr_metrics_log_memory("at end");
-    sr_run_flight_line(r);
+    flight_line(r);
     if (r->dev->hb)
         sr_log_info(
             "happens-before checker: no race found; %lld steps made %lld host waits for the device, %lld in all "
             "(evaluations, checkpoints, set-up)",
             r->hb_steps, r->hb_step_waits, sr_dev_host_waits(r->dev));
-}
-
-/* The flight recorder's line at the end of a run: records per step and
- * the history its ring holds. */
-void sr_run_flight_line(const sr_run *r) {
-    if (sr_flight_on() && sr_flight_steps() > 0) {
-        double per = (double)sr_flight_recorded() / (double)sr_flight_steps();
-        sr_log_info("flight recorder: %llu records in %lld steps (%.1f per step; its ring of %lld holds the last %.0f "
-                    "steps); dumps go to %s",
-                    (unsigned long long)sr_flight_recorded(), (long long)sr_flight_steps(), per,
-                    (long long)r->cfg->log_flight_recorder, per > 0 ? (double)r->cfg->log_flight_recorder / per : 0.0,
-                    sr_flight_dir());
-    }
 }

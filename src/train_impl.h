@@ -112,10 +112,7 @@ void sr_run_slurm_close(sr_run *r);
 /* runlog.c: the banner; the start (and resume) events; the checkpoint
  * events of the saves committed since the last call. */
 void sr_run_banner(sr_run *r);
-/* SHARDRUN_BENCH_COUNTS (testhook.h): this rank's traffic counters after
- * start-up (`what` "startup" or "resume") and at every logged step
- * ("step"), appended to DIR/rank<N>.tsv for bench/scale.sh. */
-void sr_run_bench_counts(const sr_run *r, const char *what, int64_t step);
+
 void sr_run_start_events(sr_run *r);
 void sr_run_checkpoint_events(sr_run *r);
 /* A logged step s (every rank calls it; `evaluated`: a validation loss was
@@ -133,10 +130,12 @@ sr_status sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evalu
  * the key for a bad template); the flight recorder's line at the end
  * (done). */
 sr_status sr_run_start_observers(sr_run *r);
-void sr_run_flight_line(const sr_run *r);
 /* The end of a finished run: the done line (steps, `seconds`, first and
- * last loss), the memory at end, the flight recorder's line and the
- * happens-before checker's verdict. */
+ * last loss), the memory at end, the flight recorder's line (records per
+ * step, the history its ring holds) and the happens-before checker's
+ * verdict.  Also (SHARDRUN_BENCH_COUNTS, testhook.h) runlog appends this
+ * rank's traffic counters after start-up and at every logged step to
+ * DIR/rank<N>.tsv for bench/scale.sh. */
 void sr_run_done_lines(const sr_run *r, double seconds);
 /* Every rank's host name into r->hosts (one all-gather, after connect)
  * and the straggler report's per-rank arrays. */

@@ -65,7 +65,7 @@ mkdir ck3 && ln -s ../victim ck3/step_00000001
 rc=$?
 check "a save of a step whose name is a symbolic link replaces the link, not what it points to (status $rc)" \
     sh -c "[ $rc -eq 0 ] && [ -d ck3/step_00000001 ] && [ ! -L ck3/step_00000001 ] && [ \$(cat victim/shard_00000.bin) = precious ] && [ -e victim/manifest.yaml ] && grep -q 'was a symbolic link, not a checkpoint directory' r4.err"
-check "  ...and leaves nothing behind" sh -c "[ \"\$(ls -A ck3 | sort | tr '\n' ' ')\" = '.lock latest step_00000001 ' ]"
+check "  ...and leaves nothing behind" sh -c "[ \"\$(ls -A ck3 | sort | tr '\n' ' ')\" = '.lock latest starts.jsonl step_00000001 ' ]"
 cp -r ck/step_00000009 ck/step_00000011 && mv ck/step_00000011/manifest.yaml elsewhere.yaml &&
     ln -s "$T/elsewhere.yaml" ck/step_00000011/manifest.yaml
 expect_status 65 "a manifest that is a symbolic link is refused" "$S" ckpt inspect ck/step_00000011
