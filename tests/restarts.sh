@@ -18,7 +18,9 @@
 #   e. preemption.before_end with stand-in squeue and scontrol on PATH
 #      (SLURM_JOB_ID set): a time left below the lead stops the run after
 #      its first timed step, saved, 75; squeue failing is one warning and
-#      the run trains on; scontrol failing is one warning about the comment
+#      the run trains on; scontrol failing is one warning about the comment;
+#      preemption.requeue: scontrol records its start as preempted (the
+#      guard's rule is the same for both requeue modes)
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 cd "$T" || exit 99
@@ -105,6 +107,7 @@ echo "$FAKE_LEFT"
 SH
     cat >fake/scontrol <<'SH'
 #!/bin/sh
+[ "$1" = requeue ] && exit 0 # preemption.requeue: scontrol
 echo "scontrol: error: Access/permission denied" >&2
 exit 1
 SH
@@ -135,5 +138,10 @@ SH
     check "  scontrol failing: one warning about the comment, and the run trains on ($?)" \
         sh -c "[ \$(grep -c 'warning: the job comment (slurm.comment_every_minutes): scontrol update JobId=4242 .*Access/permission denied' e5.out) -eq 1 ] && grep -q 'done: 16 steps' e5.out" ||
         diag "$(grep -i 'comment\|done' e5.out)"
+    PATH="$T/fake:$PATH" SLURM_JOB_ID=4242 SHARDRUN_TEST_PREEMPT_AT=62 "$S" train e.yaml --set train.steps=70 \
+        --set preemption.before_end=off --set preemption.requeue=scontrol >e6.out 2>&1
+    rc=$?
+    check "  preemption.requeue: scontrol: requeue requested, exit 0, and the start's end recorded as preempted ($rc)" \
+        sh -c "[ $rc -eq 0 ] && grep -q 'scontrol requeue 4242: requested' e6.out && tail -1 cke/starts.jsonl | grep -q '\"how\":\"preempted\",\"step\":62'"
 }
 done_testing
