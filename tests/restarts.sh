@@ -21,6 +21,8 @@
 #      the run trains on; scontrol failing is one warning about the comment;
 #      preemption.requeue: scontrol records its start as preempted (the
 #      guard's rule is the same for both requeue modes)
+#   f. PMI2's environment (PMI_FD) with no loadable libpmi2: 78 naming it;
+#      without that environment the same program trains alone
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 cd "$T" || exit 99
@@ -143,5 +145,15 @@ SH
     rc=$?
     check "  preemption.requeue: scontrol: requeue requested, exit 0, and the start's end recorded as preempted ($rc)" \
         sh -c "[ $rc -eq 0 ] && grep -q 'scontrol requeue 4242: requested' e6.out && tail -1 cke/starts.jsonl | grep -q '\"how\":\"preempted\",\"step\":62'"
+}
+group "f: PMI2 without Slurm's library" && {
+    tiny_job f.yaml train.steps=2 train.batch_size=4
+    PMI_FD=9 PMI_RANK=0 PMI_SIZE=1 SHARDRUN_PMI2_LIBRARY=$T/no/libpmi2.so.0 "$S" train f.yaml >f.out 2>&1
+    rc=$?
+    check "f: PMI2's environment without a loadable libpmi2 is 78 ($rc), naming the library and the package" \
+        sh -c "[ $rc -eq 78 ] && grep -q 'Slurm.s PMI2 library does not load: .*no/libpmi2.so.0' f.out && grep -q 'libpmi2-0' f.out && ! grep -q 'step ' f.out"
+    "$S" train f.yaml >f2.out 2>&1
+    check "  without PMI2's environment the same build trains alone (bootstrap none; $?)" \
+        sh -c "grep -q 'bootstrap none' f2.out && grep -q 'done: 2 steps' f2.out"
 }
 done_testing
