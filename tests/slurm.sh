@@ -326,7 +326,7 @@ fi
 
 # p. PMI2: the same 2-task run under --mpi=pmix and --mpi=pmi2
 if group "p: srun --mpi=pmi2"; then
-if ! ldconfig -p | grep -q 'libpmi2\.so\.0 '; then
+if ! have_libpmi2; then
     skip_or_fail pmi2 "p: Slurm's libpmi2.so.0 is not installed (apt-get install libpmi2-0)"
 else
 for mpi in pmix pmi2; do
@@ -346,7 +346,7 @@ fi
 # q. PMI2 through the template (SHARDRUN_MPI=pmi2): a real SIGUSR1 ->
 # agreed step -> 75 -> requeue -> resume, bitwise
 if group --long "q: PMI2 preemption"; then
-if ! ldconfig -p | grep -q 'libpmi2\.so\.0 '; then
+if ! have_libpmi2; then
     skip_or_fail pmi2 "q: Slurm's libpmi2.so.0 is not installed (apt-get install libpmi2-0)"
 else
 n=q_pmi2

@@ -243,7 +243,7 @@ check "  ...shardrun debug flight names the mismatch: rank 3 on host node2 (stat
     sh -c "[ $rc -eq 2 ] && grep -q '^culprit: a mismatch at host collective 45: rank 3 (host node2) issued' fl.txt" ||
     diag "$(cat fl.txt)"
 # --- h. PMI2: Slurm's own PMI plugin (srun --mpi=pmi2) ---------------------------
-if ! ldconfig -p | grep -q 'libpmi2\.so\.0 '; then
+if ! have_libpmi2; then
     skip_or_fail pmi2 "h: Slurm's libpmi2.so.0 is not installed (apt-get install libpmi2-0)"
 else
     export MPI_TYPE=pmi2

@@ -174,6 +174,10 @@ require_or_skip() {
     exit 0
 }
 
+# have_libpmi2: Slurm's PMI2 library is installed (the PMI2 cases of the
+# Slurm tests; shardrun loads it at run time)
+have_libpmi2() { ldconfig -p | grep -q 'libpmi2\.so\.0 '; }
+
 # emulator_tree: true in a CUDA emulator tree (configure --with-cuda=emulator);
 # need_cudaemu: else the whole script skips (a failure when
 # SHARDRUN_TEST_REQUIRE has cudaemu)
