@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
         return 73;
     }
     /* a 12-layer model of width 256: every shard holds a slice of each unit */
-    sr_model_dims d = {12, 4, 256, 256, 0, 64, 0};
+    sr_model_dims d = {.L = 12, .NH = 4, .C = 256, .V = 256, .T = 64};
     sr_model model;
     if (sr_model_init(&model, d, &sr_ops_cpu, NULL, 0, false) != SR_OK) {
         fprintf(stderr, "bench_manifest: %s\n", sr_error_message());

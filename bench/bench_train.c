@@ -83,7 +83,7 @@ static int bench(const char *preset, int L, int NH, int C, int V, int threads, i
     sr_ops_set_threads(threads);
     sr_mem_reset();
     sr_model m;
-    sr_model_dims d = {L, NH, C, V, 0, T, 0};
+    sr_model_dims d = {.L = L, .NH = NH, .C = C, .V = V, .T = T};
     sr_dev *dev = NULL;
     const sr_ops *ops = &sr_ops_cpu;
     if (cuda) {

@@ -504,14 +504,14 @@ static sr_status load_one(sr_ckpt *c, const char *path, int dirfd, sr_manifest *
     sr_status st = sr_manifest_load(dirfd, path, mf);
     if (st != SR_OK)
         return st;
-    sr_model_dims d = c->model->d;
-    if (mf->dims.L != d.L || mf->dims.NH != d.NH || mf->dims.C != d.C || mf->dims.V != d.V || mf->dims.T != d.T) {
+    if (!sr_model_dims_same(&mf->dims, &c->model->d)) {
         *shape = true;
+        char was[512], is[512];
         st = sr_error(SR_ERR_DATA,
-                      "%s was written for a different model (n_layer %d, n_head %d, n_embd %d, vocab_size %d, seq_len "
-                      "%d); this job has n_layer %d, n_head %d, n_embd %d, vocab_size %d, seq_len %d (hint: a new "
-                      "checkpoint.dir, or checkpoint.resume: never)",
-                      path, mf->dims.L, mf->dims.NH, mf->dims.C, mf->dims.V, mf->dims.T, d.L, d.NH, d.C, d.V, d.T);
+                      "%s was written for a different model (%s); this job has %s (hint: a new checkpoint.dir, or "
+                      "checkpoint.resume: never)",
+                      path, sr_model_dims_text(&mf->dims, was, sizeof was),
+                      sr_model_dims_text(&c->model->d, is, sizeof is));
         sr_manifest_free(mf);
         return st;
     }

@@ -397,10 +397,9 @@ sr_status sr_ckpt_inspect(const char *path, FILE *out) {
             (unsigned long long)mf.cursor, (unsigned long long)mf.seed);
     fprintf(out, "world size   %d (mesh shard %d x replicate %d)%s%s\n", mf.world, mf.mesh_shard, mf.mesh_replicate,
             mf.isa[0] ? ", CPU ISA " : "", mf.isa);
-    fprintf(out,
-            "model        n_layer %d, n_head %d, n_embd %d, vocab_size %d (padded %d), seq_len %d; %llu "
-            "parameters; hash %.16s\n",
-            mf.dims.L, mf.dims.NH, mf.dims.C, mf.dims.V, mf.dims.Vp, mf.dims.T, (unsigned long long)mf.n_params,
+    char dims[512];
+    fprintf(out, "model        %s (vocabulary padded to %d); %llu parameters; hash %.16s\n",
+            sr_model_dims_text(&mf.dims, dims, sizeof dims), mf.dims.Vp, (unsigned long long)mf.n_params,
             mf.model_hash);
     fprintf(out,
             "state        master parameters (%s), Adam m (%s), Adam v (%s): %.1f MB in %d file%s, SHA-256 per %llu "

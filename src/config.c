@@ -46,7 +46,9 @@ struct sr_key_origin {
     char *setarg; /* the --set argument, when set by --set */
 };
 
-static const char *const preset_names[] = {"tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b", NULL};
+static const char *const preset_names[] = {"tiny",       "gpt2-124m",  "gpt2-350m",    "gpt2-774m",    "gpt2-1.5b",
+                                           "llama-tiny", "llama-125m", "llama-3.2-1b", "llama-3.1-8b", NULL};
+static const char *const arch_names[] = {"gpt2", "llama", NULL};
 static const char *const recompute_names[] = {"none", "blocks", NULL};
 static const char *const schedule_names[] = {"cosine", "linear", "constant", NULL};
 static const char *const backend_names[] = {"auto", "tcp", "nccl", NULL};
@@ -66,14 +68,24 @@ static const char *const before_end_names[] = {"auto", "off", NULL};
 /* clang-format off */
 static const sr_key keys[] = {
  {"model.preset", T_ENUM, OFF(model_preset), "tiny", 0, 0, preset_names, true,
-  "architecture preset: tiny (n_layer 4, n_head 4, n_embd 256, seq_len 256, vocab_size 256, byte-level) or GPT-2's gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b (vocab_size 50257, seq_len 1024); explicit keys below override it"},
+  "architecture preset: tiny (GPT-2: n_layer 4, n_head 4, n_embd 256, seq_len 256, vocab_size 256, byte-level); GPT-2's gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b (vocab_size 50257, seq_len 1024); llama-tiny (Llama: n_layer 4, n_head 4, n_kv_head 2, n_embd 256, ffn_dim 704, seq_len 256, vocab_size 256, byte-level, tied); llama-125m (n_layer 12, n_head 12, n_kv_head 4, n_embd 768, ffn_dim 2048, vocab_size 32000, seq_len 1024, untied); llama-3.2-1b and llama-3.1-8b (the dimensions of Llama-3.2-1B and Llama-3.1-8B: vocab_size 128256, rope_theta 500000, Llama-3 rope_scaling, seq_len 2048); explicit keys below override it"},
+ {"model.arch", T_ENUM, OFF(arch), NULL, 0, 0, arch_names, true, "the family: gpt2 (learned positions, LayerNorm, GELU MLP, biases, tied head) or llama (rotary positions, RMSNorm, SwiGLU MLP, grouped-query attention, no biases); default: from the preset (gpt2 for tiny and the gpt2-* presets)"},
  {"model.n_layer", T_INT, OFF(n_layer), NULL, 1, 1024, NULL, true, "transformer blocks (default: from the preset)"},
  {"model.n_head", T_INT, OFF(n_head), NULL, 1, 1024, NULL, true, "attention heads; must divide n_embd (default: from the preset)"},
  {"model.n_embd", T_INT, OFF(n_embd), NULL, 1, 65536, NULL, true, "embedding width (default: from the preset)"},
  {"model.vocab_size", T_INT, OFF(vocab_size), NULL, 2, 16777216, NULL, true, "vocabulary size; every data token must be below it (default: from the preset)"},
  {"model.seq_len", T_INT, OFF(seq_len), NULL, 1, 1048576, NULL, true, "sequence length in tokens (default: from the preset)"},
+ {"model.n_kv_head", T_INT, OFF(n_kv_head), NULL, 1, 1024, NULL, true, "llama: key/value heads (grouped-query attention); must divide n_head; n_head = multi-head attention (default: from the preset)"},
+ {"model.ffn_dim", T_INT, OFF(ffn_dim), NULL, 1, 1048576, NULL, true, "llama: the SwiGLU MLP's hidden width (default: from the preset)"},
+ {"model.norm_eps", T_FLOAT, OFF(norm_eps), "1.0e-5", 1e-12, 1, NULL, true, "llama: RMSNorm's epsilon"},
+ {"model.rope_theta", T_FLOAT, OFF(rope_theta), NULL, 1, 1e12, NULL, true, "llama: the rotary embedding's base (default: from the preset: 10000, Llama-3's 500000)"},
+ {"model.rope_scaling.factor", T_FLOAT, OFF(rope_factor), NULL, 0, 1e6, NULL, true, "llama: Llama-3's rotary frequency scaling factor; 0 = no scaling (default: from the preset)"},
+ {"model.rope_scaling.low_freq_factor", T_FLOAT, OFF(rope_low_freq_factor), NULL, 1e-6, 1e6, NULL, true, "llama: Llama-3 scaling's low_freq_factor (default: from the preset, 1)"},
+ {"model.rope_scaling.high_freq_factor", T_FLOAT, OFF(rope_high_freq_factor), NULL, 1e-6, 1e6, NULL, true, "llama: Llama-3 scaling's high_freq_factor, above low_freq_factor (default: from the preset, 4)"},
+ {"model.rope_scaling.original_max_position", T_INT, OFF(rope_original_max_position), NULL, 1, 16777216, NULL, true, "llama: Llama-3 scaling's original context length (original_max_position_embeddings; default: from the preset, 8192)"},
+ {"model.tie_embeddings", T_BOOL, OFF(tie_embeddings), NULL, 0, 0, NULL, true, "llama: the LM head is the token embedding (true) or a matrix of its own (false); gpt2 is always tied (default: from the preset)"},
  {"model.recompute", T_ENUM, OFF(recompute), "none", 0, 0, recompute_names, true, "activation recomputation: none keeps every block's activations from forward to backward; blocks keeps only each block's input and recomputes the block's forward before its backward (about one more forward per step, activations L x B x T x n_embd x element size plus one block's and the root's; gradients bitwise equal to none)"},
- {"model.init", T_STR, OFF(model_init), "\"\"", 0, 0, NULL, true, "start a fresh run (one with no checkpoint to resume) from pretrained weights: a .safetensors file with Hugging Face GPT-2 names (transformer. prefix optional; f32, bf16 or f16) or an llm.c model file (version 3 fp32 or 5 bf16); the model keys must match its dims (a position embedding with more rows than seq_len gives its first seq_len); each rank reads only its shard, after the ranks have compared the file (size and a fingerprint: a different file on some node is refused), and every weight must be finite; empty = initialise from train.seed"},
+ {"model.init", T_STR, OFF(model_init), "\"\"", 0, 0, NULL, true, "start a fresh run (one with no checkpoint to resume) from pretrained weights: a Hugging Face directory (config.json with model.safetensors or a sharded model.safetensors.index.json, GPT-2 or Llama: the model keys the job does not set come from its config.json, and one that disagrees is refused), a .safetensors file with Hugging Face GPT-2 or Llama names (transformer. or model. prefix optional; f32, bf16 or f16) or an llm.c model file (GPT-2; version 3 fp32 or 5 bf16); the model keys must match its dims (a position embedding with more rows than seq_len gives its first seq_len); each rank reads only its shard, after the ranks have compared the file (size and a fingerprint: a different file on some node is refused), and every weight must be finite; empty = initialise from train.seed"},
  {"train.steps", T_INT, OFF(steps), "1000", 1, 1e12, NULL, true, "optimizer steps to train"},
  {"train.batch_size", T_INT, OFF(batch_size), "8", 1, 1048576, NULL, true, "sequences per optimizer step, all ranks together"},
  {"train.micro_batch", T_INT, OFF(micro_batch), "0", 0, 1048576, NULL, true, "sequences per forward pass per rank; 0 = batch_size / data-parallel ranks; accumulation steps = batch_size / (micro_batch x ranks)"},
@@ -142,15 +154,27 @@ static const sr_key keys[] = {
 /* clang-format on */
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
 
+/* The presets' dims; a GPT-2 row's Llama fields are what gpt2 implies. */
 static const struct {
     int64_t n_layer, n_head, n_embd, vocab_size, seq_len;
+    int64_t arch, n_kv_head, ffn_dim;
+    bool tie;
+    double rope_theta, rope_factor, rope_low, rope_high;
+    int64_t rope_orig;
 } presets[] = {
-    {4, 4, 256, 256, 256},       /* tiny */
-    {12, 12, 768, 50257, 1024},  /* gpt2-124m */
-    {24, 16, 1024, 50257, 1024}, /* gpt2-350m */
-    {36, 20, 1280, 50257, 1024}, /* gpt2-774m */
-    {48, 25, 1600, 50257, 1024}, /* gpt2-1.5b */
+    {4, 4, 256, 256, 256, SR_CFG_ARCH_GPT2, 4, 1024, true, 10000, 0, 1, 4, 8192},        /* tiny */
+    {12, 12, 768, 50257, 1024, SR_CFG_ARCH_GPT2, 12, 3072, true, 10000, 0, 1, 4, 8192},  /* gpt2-124m */
+    {24, 16, 1024, 50257, 1024, SR_CFG_ARCH_GPT2, 16, 4096, true, 10000, 0, 1, 4, 8192}, /* gpt2-350m */
+    {36, 20, 1280, 50257, 1024, SR_CFG_ARCH_GPT2, 20, 5120, true, 10000, 0, 1, 4, 8192}, /* gpt2-774m */
+    {48, 25, 1600, 50257, 1024, SR_CFG_ARCH_GPT2, 25, 6400, true, 10000, 0, 1, 4, 8192}, /* gpt2-1.5b */
+    {4, 4, 256, 256, 256, SR_CFG_ARCH_LLAMA, 2, 704, true, 10000, 0, 1, 4, 8192},        /* llama-tiny */
+    {12, 12, 768, 32000, 1024, SR_CFG_ARCH_LLAMA, 4, 2048, false, 10000, 0, 1, 4, 8192}, /* llama-125m */
+    /* Llama-3.2-1B and Llama-3.1-8B as their config.json give them */
+    {16, 32, 2048, 128256, 2048, SR_CFG_ARCH_LLAMA, 8, 8192, true, 500000, 32, 1, 4, 8192},  /* llama-3.2-1b */
+    {32, 32, 4096, 128256, 2048, SR_CFG_ARCH_LLAMA, 8, 14336, false, 500000, 8, 1, 4, 8192}, /* llama-3.1-8b */
 };
+_Static_assert(sizeof presets / sizeof presets[0] == sizeof preset_names / sizeof preset_names[0] - 1,
+               "one preset row per name");
 
 /* CONT is accepted and ignored (Slurm sends it along with every SIGTERM;
  * it is never a reason to stop). */
@@ -1069,6 +1093,7 @@ void sr_config_free(sr_config *cfg) {
     }
     free(cfg->origin);
     free(cfg->source);
+    free(cfg->model_source);
     memset(cfg, 0, sizeof *cfg);
 }
 
@@ -1112,19 +1137,29 @@ static int64_t nearest_divisor(int64_t n, int64_t want) {
 
 const char *sr_config_model_name(const sr_config *cfg, char *buf, size_t n) {
     int p = (int)cfg->model_preset;
+    if (cfg->model_source) {
+        snprintf(buf, n, "%s of %.1100s", arch_names[cfg->arch], cfg->model_source->origin);
+        return buf;
+    }
     const char *name = preset_names[p];
     const struct {
         const char *key;
         int64_t have, preset;
-    } dims[] = {{"n_layer", cfg->n_layer, presets[p].n_layer},
+    } dims[] = {{"arch", cfg->arch, presets[p].arch},
+                {"n_layer", cfg->n_layer, presets[p].n_layer},
                 {"n_head", cfg->n_head, presets[p].n_head},
+                {"n_kv_head", cfg->n_kv_head, presets[p].n_kv_head},
                 {"n_embd", cfg->n_embd, presets[p].n_embd},
+                {"ffn_dim", cfg->ffn_dim, presets[p].ffn_dim},
                 {"vocab_size", cfg->vocab_size, presets[p].vocab_size},
                 {"seq_len", cfg->seq_len, presets[p].seq_len}};
+    /* GPT-2's n_kv_head and ffn_dim follow n_head and n_embd: not a change of their own */
+    bool gpt2 = cfg->arch == SR_CFG_ARCH_GPT2;
     char changed[160] = "";
     size_t len = 0;
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
-        if (dims[i].have != dims[i].preset && len < sizeof changed)
+        if (dims[i].have != dims[i].preset && len < sizeof changed &&
+            !(gpt2 && (strcmp(dims[i].key, "n_kv_head") == 0 || strcmp(dims[i].key, "ffn_dim") == 0)))
             len += (size_t)snprintf(changed + len, sizeof changed - len, "%s%s", len ? ", " : "", dims[i].key);
     if (!changed[0])
         snprintf(buf, n, "%s", name);
@@ -1153,9 +1188,198 @@ static bool parse_step_range(const char *s, int64_t *a, int64_t *b) {
     return true;
 }
 
+sr_status sr_config_set_model_source(sr_config *cfg, const sr_config_model_source *src) {
+    free(cfg->model_source);
+    cfg->model_source = sr_malloc(sizeof *src);
+    if (!cfg->model_source)
+        return sr_error_oom("the model source");
+    *cfg->model_source = *src;
+    return SR_OK;
+}
+
+/* Every model key from cfg->model_source where the job leaves it unset;
+ * one the job sets must agree (seq_len: at most the source's context). */
+static sr_status finalize_from_source(sr_config *cfg) {
+    const sr_config_model_source *m = cfg->model_source;
+    /* seq_len when unset: the source's context, at most 4096 (a Llama-3
+     * config declares 131072, which would size activations for it) */
+    int64_t T = m->max_seq_len < 4096 ? m->max_seq_len : 4096;
+    bool llama = m->arch == SR_CFG_ARCH_LLAMA;
+    const struct {
+        const char *key;
+        int64_t *i;
+        double *d;
+        bool *b;
+        int64_t iv;
+        double dv;
+        bool llama_only;
+    } k[] = {
+        {"model.arch", &cfg->arch, NULL, NULL, m->arch, 0, false},
+        {"model.n_layer", &cfg->n_layer, NULL, NULL, m->n_layer, 0, false},
+        {"model.n_head", &cfg->n_head, NULL, NULL, m->n_head, 0, false},
+        {"model.n_embd", &cfg->n_embd, NULL, NULL, m->n_embd, 0, false},
+        {"model.vocab_size", &cfg->vocab_size, NULL, NULL, m->vocab_size, 0, false},
+        {"model.seq_len", &cfg->seq_len, NULL, NULL, T, 0, false},
+        {"model.n_kv_head", &cfg->n_kv_head, NULL, NULL, m->n_kv_head, 0, true},
+        {"model.ffn_dim", &cfg->ffn_dim, NULL, NULL, m->ffn_dim, 0, true},
+        {"model.norm_eps", NULL, &cfg->norm_eps, NULL, 0, m->norm_eps, true},
+        {"model.rope_theta", NULL, &cfg->rope_theta, NULL, 0, m->rope_theta, true},
+        {"model.rope_scaling.factor", NULL, &cfg->rope_factor, NULL, 0, m->rope_factor, true},
+        {"model.rope_scaling.low_freq_factor", NULL, &cfg->rope_low_freq_factor, NULL, 0, m->rope_low_freq_factor,
+         true},
+        {"model.rope_scaling.high_freq_factor", NULL, &cfg->rope_high_freq_factor, NULL, 0, m->rope_high_freq_factor,
+         true},
+        {"model.rope_scaling.original_max_position", &cfg->rope_original_max_position, NULL, NULL,
+         m->rope_original_max_position, 0, true},
+        {"model.tie_embeddings", NULL, NULL, &cfg->tie_embeddings, m->tie_embeddings, 0, true},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        if (k[i].llama_only && !llama)
+            continue; /* a GPT-2 source: finalize_family fills them as gpt2 implies */
+        if (!was_set(cfg, k[i].key)) {
+            if (k[i].i)
+                *k[i].i = k[i].iv;
+            else if (k[i].d)
+                *k[i].d = k[i].dv;
+            else
+                *k[i].b = k[i].iv != 0;
+            continue;
+        }
+        bool seq = strcmp(k[i].key, "model.seq_len") == 0;
+        bool agree = k[i].i   ? (seq ? *k[i].i <= m->max_seq_len : *k[i].i == k[i].iv)
+                     : k[i].d ? *k[i].d == k[i].dv
+                              : *k[i].b == (k[i].iv != 0);
+        if (agree)
+            continue;
+        char w[1200], have[64], want[64];
+        sr_config_where(cfg, k[i].key, w, sizeof w);
+        if (k[i].i && strcmp(k[i].key, "model.arch") == 0) {
+            snprintf(have, sizeof have, "%s", arch_names[*k[i].i]);
+            snprintf(want, sizeof want, "%s", arch_names[k[i].iv]);
+        } else if (k[i].i) {
+            snprintf(have, sizeof have, "%lld", (long long)*k[i].i);
+            snprintf(want, sizeof want, seq ? "at most %lld" : "%lld", (long long)(seq ? m->max_seq_len : k[i].iv));
+        } else if (k[i].d) {
+            snprintf(have, sizeof have, "%g", *k[i].d);
+            snprintf(want, sizeof want, "%g", k[i].dv);
+        } else {
+            snprintf(have, sizeof have, "%s", *k[i].b ? "true" : "false");
+            snprintf(want, sizeof want, "%s", k[i].iv ? "true" : "false");
+        }
+        return sr_error(SR_ERR_CONFIG,
+                        "%s: %s is %s, and model.init's %s says %s (hint: leave the model keys out: the directory's "
+                        "config.json gives them)",
+                        w, k[i].key, have, m->origin, want);
+    }
+    return SR_OK;
+}
+
+/* The Llama keys the job leaves unset: the preset's when it is of the
+ * job's family; else what gpt2 implies (gpt2), or Llama-style defaults
+ * (SwiGLU width 8/3 n_embd rounded up to 64, rope_theta 10000, tied). */
+static void fill_family_defaults(sr_config *cfg, int p, bool llama) {
+    bool same = presets[p].arch == cfg->arch && !cfg->model_source;
+    if (!was_set(cfg, "model.n_kv_head"))
+        cfg->n_kv_head = same && llama ? presets[p].n_kv_head : cfg->n_head;
+    if (!was_set(cfg, "model.ffn_dim"))
+        cfg->ffn_dim = same && llama ? presets[p].ffn_dim
+                       : llama       ? (8 * cfg->n_embd / 3 + 63) / 64 * 64
+                                     : 4 * cfg->n_embd;
+    if (!was_set(cfg, "model.tie_embeddings"))
+        cfg->tie_embeddings = same ? presets[p].tie : true;
+    if (!was_set(cfg, "model.rope_theta"))
+        cfg->rope_theta = same ? presets[p].rope_theta : 10000;
+    if (!was_set(cfg, "model.rope_scaling.factor"))
+        cfg->rope_factor = same ? presets[p].rope_factor : 0;
+    if (!was_set(cfg, "model.rope_scaling.low_freq_factor"))
+        cfg->rope_low_freq_factor = same ? presets[p].rope_low : 1;
+    if (!was_set(cfg, "model.rope_scaling.high_freq_factor"))
+        cfg->rope_high_freq_factor = same ? presets[p].rope_high : 4;
+    if (!was_set(cfg, "model.rope_scaling.original_max_position"))
+        cfg->rope_original_max_position = same ? presets[p].rope_orig : 8192;
+}
+
+/* The family and the Llama keys from the preset where the job does not
+ * set them; a Llama-only key set for gpt2 is refused (it would be
+ * ignored), as are heads that do not group and rotary heads of odd size. */
+static sr_status finalize_family(sr_config *cfg, int p) {
+    char w[1200];
+    if (!was_set(cfg, "model.arch") && !cfg->model_source)
+        cfg->arch = presets[p].arch;
+    bool llama = cfg->arch == SR_CFG_ARCH_LLAMA;
+    static const char *const llama_only[] = {
+        "model.n_kv_head",
+        "model.ffn_dim",
+        "model.norm_eps",
+        "model.rope_theta",
+        "model.rope_scaling.factor",
+        "model.rope_scaling.low_freq_factor",
+        "model.rope_scaling.high_freq_factor",
+        "model.rope_scaling.original_max_position",
+        "model.tie_embeddings",
+    };
+    /* set to what gpt2 implies they are accepted: config show prints them
+     * for any job, and its output must read back */
+    const bool implied[] = {
+        cfg->n_kv_head == cfg->n_head,
+        cfg->ffn_dim == 4 * cfg->n_embd,
+        cfg->norm_eps == 1e-5,
+        cfg->rope_theta == 10000,
+        cfg->rope_factor == 0,
+        cfg->rope_low_freq_factor == 1,
+        cfg->rope_high_freq_factor == 4,
+        cfg->rope_original_max_position == 8192,
+        cfg->tie_embeddings,
+    };
+    _Static_assert(sizeof implied / sizeof implied[0] == sizeof llama_only / sizeof llama_only[0], "one per key");
+    for (size_t i = 0; !llama && i < sizeof llama_only / sizeof llama_only[0]; i++)
+        if (was_set(cfg, llama_only[i]) && !implied[i]) {
+            sr_config_where(cfg, llama_only[i], w, sizeof w);
+            return sr_error(SR_ERR_CONFIG,
+                            "%s: %s applies to model.arch: llama only; this job's model is gpt2 (hint: model.arch: "
+                            "llama, or a llama-* model.preset; or remove the key)",
+                            w, llama_only[i]);
+        }
+    /* a Llama source (finalize_from_source) gave every Llama key */
+    if (!(cfg->model_source && llama))
+        fill_family_defaults(cfg, p, llama);
+    if (!llama)
+        return SR_OK;
+    if (cfg->n_head % cfg->n_kv_head != 0) {
+        sr_config_where(cfg, was_set(cfg, "model.n_kv_head") ? "model.n_kv_head" : "model.n_head", w, sizeof w);
+        return sr_error(SR_ERR_CONFIG,
+                        "%s: model.n_kv_head (%lld) must divide model.n_head (%lld): each key/value head serves a "
+                        "whole group of query heads (hint: n_kv_head %lld divides it)",
+                        w, (long long)cfg->n_kv_head, (long long)cfg->n_head,
+                        (long long)nearest_divisor(cfg->n_head, cfg->n_kv_head));
+    }
+    if (cfg->n_embd % cfg->n_head == 0 && (cfg->n_embd / cfg->n_head) % 2 != 0) {
+        sr_config_where(cfg, was_set(cfg, "model.n_head") ? "model.n_head" : "model.n_embd", w, sizeof w);
+        return sr_error(SR_ERR_CONFIG,
+                        "%s: the head size n_embd / n_head (%lld) must be even for rotary positions, which rotate "
+                        "pairs of channels (hint: another n_head)",
+                        w, (long long)(cfg->n_embd / cfg->n_head));
+    }
+    if (cfg->rope_factor > 0 && !(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor)) {
+        sr_config_where(cfg, "model.rope_scaling.high_freq_factor", w, sizeof w);
+        return sr_error(SR_ERR_CONFIG,
+                        "%s: model.rope_scaling.high_freq_factor (%g) must exceed low_freq_factor (%g) (hint: "
+                        "Llama-3 uses 4 and 1)",
+                        w, cfg->rope_high_freq_factor, cfg->rope_low_freq_factor);
+    }
+    return SR_OK;
+}
+
 sr_status sr_config_finalize(sr_config *cfg) {
     char w[1200], w2[1200];
     int p = (int)cfg->model_preset;
+    if (cfg->model_source && was_set(cfg, "model.preset")) {
+        sr_config_where(cfg, "model.preset", w, sizeof w);
+        return sr_error(SR_ERR_CONFIG,
+                        "%s: model.preset and a Hugging Face directory in model.init (%s) both declare the model "
+                        "(hint: remove model.preset)",
+                        w, cfg->model_source->origin);
+    }
     if (!was_set(cfg, "model.n_layer"))
         cfg->n_layer = presets[p].n_layer;
     if (!was_set(cfg, "model.n_head"))
@@ -1166,6 +1390,11 @@ sr_status sr_config_finalize(sr_config *cfg) {
         cfg->vocab_size = presets[p].vocab_size;
     if (!was_set(cfg, "model.seq_len"))
         cfg->seq_len = presets[p].seq_len;
+    sr_status st = cfg->model_source ? finalize_from_source(cfg) : SR_OK;
+    if (st == SR_OK)
+        st = finalize_family(cfg, p);
+    if (st != SR_OK)
+        return st;
 
     if (cfg->n_embd % cfg->n_head != 0) {
         sr_config_where(cfg, was_set(cfg, "model.n_embd") ? "model.n_embd" : "model.n_head", w, sizeof w);

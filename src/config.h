@@ -21,7 +21,19 @@ enum { SR_SCHED_COSINE, SR_SCHED_LINEAR, SR_SCHED_CONSTANT };
 enum { SR_BACKEND_AUTO, SR_BACKEND_TCP, SR_BACKEND_NCCL };
 enum { SR_GRADSYNC_PER_STEP, SR_GRADSYNC_PER_MICRO_BATCH };
 enum { SR_REQUEUE_EXIT, SR_REQUEUE_SCONTROL };
-enum { SR_PRESET_TINY, SR_PRESET_GPT2_124M, SR_PRESET_GPT2_350M, SR_PRESET_GPT2_774M, SR_PRESET_GPT2_1_5B };
+enum {
+    SR_PRESET_TINY,
+    SR_PRESET_GPT2_124M,
+    SR_PRESET_GPT2_350M,
+    SR_PRESET_GPT2_774M,
+    SR_PRESET_GPT2_1_5B,
+    SR_PRESET_LLAMA_TINY,
+    SR_PRESET_LLAMA_125M,
+    SR_PRESET_LLAMA_3_2_1B,
+    SR_PRESET_LLAMA_3_1_8B
+};
+/* model.arch, as model.h's SR_ARCH_* */
+enum { SR_CFG_ARCH_GPT2, SR_CFG_ARCH_LLAMA };
 
 /* sharding.mixed_precision's `auto`, until a run or a plan resolves it
  * for its device table (sr_job_resolve_precision). */
@@ -41,6 +53,11 @@ typedef struct {
     /* model */
     int64_t model_preset, recompute;
     int64_t n_layer, n_head, n_embd, vocab_size, seq_len;
+    /* the family and the Llama keys (for gpt2: n_kv_head = n_head,
+     * ffn_dim = 4 n_embd, tied; the rest unused) */
+    int64_t arch, n_kv_head, ffn_dim, rope_original_max_position;
+    double norm_eps, rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    bool tie_embeddings;
     char *model_init;
     /* train */
     int64_t steps, batch_size, micro_batch;
@@ -97,6 +114,10 @@ typedef struct {
 
     /* Where the job came from ("<default job>" for the embedded one). */
     char *source;
+    /* model.init's Hugging Face config.json, when the caller read one
+     * (sr_config_set_model_source): the model keys the job leaves unset
+     * come from it; NULL: none. */
+    struct sr_config_model_source *model_source;
     /* Private: where each key was last set (file, line, column). */
     struct sr_key_origin *origin;
 } sr_config;
@@ -116,6 +137,23 @@ sr_status sr_config_load_text(sr_config *cfg, const char *text, size_t len, cons
 /* Applies one `--set key=value` override.  A missing '=' is SR_ERR_USAGE; a
  * bad key or value SR_ERR_CONFIG.  The value is parsed as YAML. */
 sr_status sr_config_set(sr_config *cfg, const char *assignment);
+/* A model's family and dims as another file declares them (model.init's
+ * Hugging Face config.json, read by the caller: the input layer does not
+ * read model files), in the job's units. */
+typedef struct sr_config_model_source {
+    char origin[1100]; /* the file, for messages */
+    int64_t arch, n_layer, n_head, n_kv_head, n_embd, ffn_dim, vocab_size, max_seq_len;
+    int64_t rope_original_max_position;
+    double norm_eps, rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    bool tie_embeddings;
+} sr_config_model_source;
+/* Makes src the source of every model key the job does not set, in place
+ * of the preset (copied; before sr_config_finalize).  A key the job does
+ * set must agree with it (seq_len at most its max_seq_len), else
+ * sr_config_finalize refuses the job (SR_ERR_CONFIG naming both).
+ * SR_ERR_INTERNAL when out of memory. */
+sr_status sr_config_set_model_source(sr_config *cfg, const sr_config_model_source *src);
+
 /* Resolves the model preset into explicit dimensions (explicit keys win) and
  * checks every cross-field rule that holds for any number of ranks (the
  * world-size rules are job.h's).  Returns SR_ERR_CONFIG naming the keys. */

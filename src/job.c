@@ -5,6 +5,7 @@
 
 #include "device.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,57 @@
 
 #include "data.h"
 #include "mem.h"
+#include "modelfile.h"
+
+sr_status sr_job_model_init_source(sr_config *cfg) {
+    if (!cfg->model_init || !cfg->model_init[0] || !sr_modelfile_is_hf_dir(cfg->model_init))
+        return SR_OK;
+    sr_model_dims d;
+    char weights[PATH_MAX];
+    sr_status st = sr_modelfile_hf_dir(cfg->model_init, &d, weights, sizeof weights);
+    if (st != SR_OK)
+        return sr_error_wrap(st, "model.init");
+    sr_config_model_source m = {
+        .arch = d.arch == SR_ARCH_LLAMA ? SR_CFG_ARCH_LLAMA : SR_CFG_ARCH_GPT2,
+        .n_layer = d.L,
+        .n_head = d.NH,
+        .n_kv_head = d.NKV,
+        .n_embd = d.C,
+        .ffn_dim = d.F,
+        .vocab_size = d.V,
+        .max_seq_len = d.T,
+        .rope_original_max_position = d.rope.factor > 0 ? d.rope.original_max_position : 8192,
+        .norm_eps = d.norm_eps,
+        .rope_theta = d.rope_theta,
+        .rope_factor = d.rope.factor,
+        .rope_low_freq_factor = d.rope.factor > 0 ? d.rope.low_freq_factor : 1,
+        .rope_high_freq_factor = d.rope.factor > 0 ? d.rope.high_freq_factor : 4,
+        .tie_embeddings = !d.untied,
+    };
+    snprintf(m.origin, sizeof m.origin, "%.1000s/config.json", cfg->model_init);
+    return sr_config_set_model_source(cfg, &m);
+}
+
+sr_model_dims sr_job_model_dims(const sr_config *cfg, int T) {
+    sr_model_dims d = {
+        .L = (int)cfg->n_layer,
+        .NH = (int)cfg->n_head,
+        .C = (int)cfg->n_embd,
+        .V = (int)cfg->vocab_size,
+        .T = T,
+        .recompute = (int)cfg->recompute,
+        .arch = cfg->arch == SR_CFG_ARCH_LLAMA ? SR_ARCH_LLAMA : SR_ARCH_GPT2,
+        .NKV = (int)cfg->n_kv_head,
+        .F = (int)cfg->ffn_dim,
+        .untied = !cfg->tie_embeddings,
+        .norm_eps = cfg->norm_eps,
+        .rope_theta = cfg->rope_theta,
+        .rope = {cfg->rope_factor, cfg->rope_low_freq_factor, cfg->rope_high_freq_factor,
+                 (int)cfg->rope_original_max_position},
+    };
+    sr_model_dims_complete(&d);
+    return d;
+}
 
 sr_status sr_job_init(sr_job *j, const sr_config *cfg) {
     *j = (sr_job){0};

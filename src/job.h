@@ -19,6 +19,7 @@
 #include "device.h"
 #include "fsdp.h"
 #include "mesh.h"
+#include "model.h"
 #include "optim.h"
 #include "status.h"
 
@@ -33,6 +34,19 @@ typedef struct {
     const char **keys;
     char **values;
 } sr_job;
+
+/* The model's dims as the job declares them (cfg finalized): the family,
+ * its dims, model.recompute; seq_len T (a run may train on shorter
+ * sequences than model.seq_len: data.c decides, the caller passes it). */
+sr_model_dims sr_job_model_dims(const sr_config *cfg, int T);
+
+/* When model.init names a Hugging Face directory (config.json, no
+ * manifest): its config.json read (modelfile.h) and made the source of
+ * the model keys the job does not set (sr_config_set_model_source; before
+ * sr_config_finalize).  SR_OK otherwise; SR_ERR_NOINPUT or SR_ERR_DATA
+ * from config.json, naming the field (an unsupported rope_scaling type,
+ * say). */
+sr_status sr_job_model_init_source(sr_config *cfg);
 
 /* Fills every options struct from cfg (finalized; cfg must outlive j).
  * SR_ERR_INTERNAL when out of memory.  Free with sr_job_free (also after a

@@ -477,6 +477,8 @@ static int load_job(sr_config *cfg, const char *path, const cli *c, int ranks, b
     for (int i = 0; st == SR_OK && i < c->nsets; i++)
         st = sr_config_set(cfg, c->sets[i]);
     if (st == SR_OK)
+        st = sr_job_model_init_source(cfg);
+    if (st == SR_OK)
         st = sr_config_finalize(cfg);
     if (st == SR_OK)
         st = sr_config_check_landed(cfg);
@@ -622,7 +624,7 @@ static int cmd_sample(const char *sub, const cli *c) {
     (void)sub;
     if (c->nargs != 1)
         return usage_error("%s", "sample: expected exactly one model: a step_* directory, a checkpoint.dir or a "
-                                 "Hugging Face GPT-2 directory");
+                                 "Hugging Face GPT-2 or Llama directory");
     if (c->sample.prompt && c->sample.prompt_tokens)
         return usage_error("%s", "sample: give --prompt or --prompt-tokens, not both");
     sr_testhook_warn_active();
@@ -729,7 +731,7 @@ static const command_row commands[] = {
      "CKPT [--prompt TEXT | --prompt-tokens 1,2,3] [--tokens N]\n[--temperature T] [--top-k K] [--seed S] "
      "[--tokenizer FILE] [--threads N]",
      "generate text on the CPU from CKPT: a checkpoint, a\ncheckpoint.dir (its newest that verifies) or a Hugging "
-     "Face\nGPT-2 directory (config.json + model.safetensors)"},
+     "Face\nGPT-2 or Llama directory (config.json + model.safetensors\nor its sharded index)"},
     {"report", NULL, B(X_OUTPUT), cmd_report, "METRICS.jsonl [-o REPORT.html]",
      "a metrics file as one HTML page with charts, and a summary"},
     {"plan", NULL, PLAN_OPTS, cmd_plan,

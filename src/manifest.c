@@ -59,12 +59,24 @@ static bool unhex32(const char *s, unsigned char out[32]) {
     return true;
 }
 
-void sr_manifest_model_hash(const sr_model_dims *d, char out[65]) {
-    char text[256];
+void sr_manifest_model_hash(const sr_model_dims *d0, char out[65]) {
+    char text[512];
+    sr_model_dims c = *d0, *d = &c;
+    sr_model_dims_complete(d);
+    /* GPT-2's text is the one versions 1 and 2 hashed: their hashes stay */
     int n = snprintf(text, sizeof text,
                      "shardrun gpt2 n_layer=%d n_head=%d n_embd=%d vocab_size=%d padded_vocab=%d seq_len=%d "
                      "dtype=f32 layout=unit-major-v1",
-                     d->L, d->NH, d->C, d->V, sr_model_padded_vocab(d->V), d->T);
+                     d->L, d->NH, d->C, d->V, d->Vp, d->T);
+    if (d->arch == SR_ARCH_LLAMA)
+        n = snprintf(text, sizeof text,
+                     "shardrun llama n_layer=%d n_head=%d n_kv_head=%d n_embd=%d ffn_dim=%d vocab_size=%d "
+                     "padded_vocab=%d seq_len=%d tied=%d norm_eps=%.17g rope_theta=%.17g rope_scaling=%.17g/%.17g/"
+                     "%.17g/%d dtype=f32 layout=unit-major-v1",
+                     d->L, d->NH, d->NKV, d->C, d->F, d->V, d->Vp, d->T, !d->untied, d->norm_eps, d->rope_theta,
+                     d->rope.factor, d->rope.factor > 0 ? d->rope.low_freq_factor : 0,
+                     d->rope.factor > 0 ? d->rope.high_freq_factor : 0,
+                     d->rope.factor > 0 ? d->rope.original_max_position : 0);
     unsigned char h[32];
     sr_sha256(text, (size_t)n, h);
     sr_hex(h, 32, out);
@@ -181,6 +193,18 @@ static void kv_dbl(emitter *e, const char *k, double v) {
     kv_str(e, k, b);
 }
 
+/* The shortest decimal that reads back as v (the model's keys: 1e-05, not
+ * 1.0000000000000001e-05). */
+static void kv_dbl_short(emitter *e, const char *k, double v) {
+    char b[40];
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(b, sizeof b, "%.*g", prec, v);
+        if (strtod(b, NULL) == v)
+            break;
+    }
+    kv_str(e, k, b);
+}
+
 static void render_progress(emitter *e, const sr_manifest *mf) {
     kv_u64(e, "step", (uint64_t)mf->step);
     kv_u64(e, "tokens", mf->tokens);
@@ -218,12 +242,30 @@ static void render_world_model(emitter *e, const sr_manifest *mf) {
     e_map(e, false, false);
     e_str(e, "model");
     e_map(e, true, false);
-    kv_u64(e, "n_layer", (uint64_t)mf->dims.L);
-    kv_u64(e, "n_head", (uint64_t)mf->dims.NH);
-    kv_u64(e, "n_embd", (uint64_t)mf->dims.C);
-    kv_u64(e, "vocab_size", (uint64_t)mf->dims.V);
-    kv_u64(e, "padded_vocab_size", (uint64_t)mf->dims.Vp);
-    kv_u64(e, "seq_len", (uint64_t)mf->dims.T);
+    const sr_model_dims *d = &mf->dims;
+    kv_str(e, "arch", sr_model_arch_name(d->arch));
+    kv_u64(e, "n_layer", (uint64_t)d->L);
+    kv_u64(e, "n_head", (uint64_t)d->NH);
+    kv_u64(e, "n_embd", (uint64_t)d->C);
+    kv_u64(e, "vocab_size", (uint64_t)d->V);
+    kv_u64(e, "padded_vocab_size", (uint64_t)d->Vp);
+    kv_u64(e, "seq_len", (uint64_t)d->T);
+    if (d->arch == SR_ARCH_LLAMA) {
+        kv_u64(e, "n_kv_head", (uint64_t)d->NKV);
+        kv_u64(e, "ffn_dim", (uint64_t)d->F);
+        kv_str(e, "tie_embeddings", d->untied ? "false" : "true");
+        kv_dbl_short(e, "norm_eps", d->norm_eps);
+        kv_dbl_short(e, "rope_theta", d->rope_theta);
+        if (d->rope.factor > 0) {
+            e_str(e, "rope_scaling");
+            e_map(e, true, true);
+            kv_dbl_short(e, "factor", d->rope.factor);
+            kv_dbl_short(e, "low_freq_factor", d->rope.low_freq_factor);
+            kv_dbl_short(e, "high_freq_factor", d->rope.high_freq_factor);
+            kv_u64(e, "original_max_position", (uint64_t)d->rope.original_max_position);
+            e_map(e, false, true);
+        }
+    }
     kv_u64(e, "parameters", mf->n_params);
     kv_str(e, "hash", mf->model_hash);
     if (mf->init_path[0]) {
@@ -568,6 +610,50 @@ static sr_status parse_world(pctx *p, yaml_node_t *root, sr_manifest *mf) {
     return SR_OK;
 }
 
+/* Version 3's model.arch and a Llama model's keys; versions 1 and 2 are
+ * GPT-2.  Values a job file could not have are refused before anything is
+ * sized by them. */
+static sr_status parse_family(pctx *p, yaml_node_t *model, sr_manifest *mf) {
+    sr_model_dims *d = &mf->dims;
+    d->arch = SR_ARCH_GPT2;
+    if (mf->version < 3)
+        return SR_OK;
+    char arch[16];
+    sr_status st = get_str(p, model, "arch", arch, sizeof arch);
+    if (st != SR_OK)
+        return st;
+    if (strcmp(arch, "llama") == 0)
+        d->arch = SR_ARCH_LLAMA;
+    else if (strcmp(arch, "gpt2") != 0)
+        return perr(p, mget(p, model, "arch"), "model: arch '%s' is not a family this shardrun knows (gpt2, llama)",
+                    arch);
+    if (d->arch != SR_ARCH_LLAMA)
+        return SR_OK;
+    char tie[8];
+    if ((st = get_int(p, model, "n_kv_head", INT32_MAX, &d->NKV)) != SR_OK ||
+        (st = get_int(p, model, "ffn_dim", INT32_MAX, &d->F)) != SR_OK ||
+        (st = get_str(p, model, "tie_embeddings", tie, sizeof tie)) != SR_OK ||
+        (st = get_dbl(p, model, "norm_eps", &d->norm_eps)) != SR_OK ||
+        (st = get_dbl(p, model, "rope_theta", &d->rope_theta)) != SR_OK)
+        return st;
+    d->untied = strcmp(tie, "false") == 0;
+    double eps = d->norm_eps;
+    yaml_node_t *rs = mget(p, model, "rope_scaling");
+    if (rs && ((st = get_dbl(p, rs, "factor", &d->rope.factor)) != SR_OK ||
+               (st = get_dbl(p, rs, "low_freq_factor", &d->rope.low_freq_factor)) != SR_OK ||
+               (st = get_dbl(p, rs, "high_freq_factor", &d->rope.high_freq_factor)) != SR_OK ||
+               (st = get_int(p, rs, "original_max_position", INT32_MAX, &d->rope.original_max_position)) != SR_OK))
+        return st;
+    if (d->NKV < 1 || d->NH < 1 || d->NKV > d->NH || d->NH % d->NKV != 0 || d->F < 1 || d->F > (1 << 20) ||
+        !(eps > 0) || !(d->rope_theta >= 1) || (rs && !(d->rope.factor > 0)) ||
+        (strcmp(tie, "true") != 0 && !d->untied))
+        return perr(p, model,
+                    "model: the Llama keys (n_kv_head %d, ffn_dim %d, tie_embeddings %s, norm_eps %g, "
+                    "rope_theta %g) are not a model this shardrun builds",
+                    d->NKV, d->F, tie, eps, d->rope_theta);
+    return SR_OK;
+}
+
 static sr_status parse_model(pctx *p, yaml_node_t *root, sr_manifest *mf) {
     yaml_node_t *model = mget(p, root, "model");
     const struct {
@@ -583,6 +669,8 @@ static sr_status parse_model(pctx *p, yaml_node_t *root, sr_manifest *mf) {
     for (size_t i = 0; i < sizeof dims / sizeof dims[0] && st == SR_OK; i++)
         st = get_int(p, model, dims[i].key, INT32_MAX, dims[i].dst);
     if (st == SR_OK)
+        st = parse_family(p, model, mf);
+    if (st == SR_OK)
         st = get_u64(p, model, "parameters", UINT64_MAX / 16, &mf->n_params);
     if (st == SR_OK)
         st = get_str(p, model, "hash", mf->model_hash, sizeof mf->model_hash);
@@ -597,6 +685,8 @@ static sr_status parse_model(pctx *p, yaml_node_t *root, sr_manifest *mf) {
     const sr_model_dims *d = &mf->dims;
     if (sr_config_check_model(d->L, d->NH, d->C, d->V, d->T) != SR_OK)
         return perr(p, model, "model: %s", sr_error_message());
+    if (d->arch == SR_ARCH_LLAMA && (d->C / d->NH) % 2 != 0)
+        return perr(p, model, "model: a Llama head size must be even (n_embd %d / n_head %d)", d->C, d->NH);
     char h[65];
     sr_manifest_model_hash(&mf->dims, h);
     if (strcmp(h, mf->model_hash) != 0 || sr_model_n_params(&mf->dims) != mf->n_params ||

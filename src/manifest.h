@@ -24,7 +24,7 @@
 #include "status.h"
 
 #define SR_CKPT_FORMAT "shardrun-checkpoint"
-#define SR_MANIFEST_VERSION 2 /* written; 1 and 2 are read */
+#define SR_MANIFEST_VERSION 3 /* written; 1 to 3 are read (1 and 2: gpt2; 3 records model.arch) */
 #define SR_MANIFEST_NAME "manifest.yaml"
 #define SR_NSTATE 3
 

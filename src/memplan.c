@@ -80,7 +80,7 @@ static sr_status plan_categories(sr_memplan *p, sr_memplan *offloaded, const sr_
     }
     p->state_shard = e.state_shard;
     p->bytes[SR_MEM_ACTIVATIONS] = sr_model_activation_bytes(d, ops, micro_batch);
-    p->bytes[SR_MEM_OTHER] = add(p->bytes[SR_MEM_OTHER], sr_model_other_bytes());
+    p->bytes[SR_MEM_OTHER] = add(p->bytes[SR_MEM_OTHER], sr_model_other_bytes(d));
     if (mesh->S > 1 && !nccl) {
         p->comm_transport = sr_transport_scratch_bytes(largest_shard(&pl), sr_dtype_size(o->reduce_dtype));
         p->bytes[SR_MEM_COMM] = add(p->bytes[SR_MEM_COMM], p->comm_transport);
@@ -98,8 +98,7 @@ static sr_status plan_categories(sr_memplan *p, sr_memplan *offloaded, const sr_
 sr_status sr_memplan_job(sr_memplan *p, sr_memplan *offloaded, const sr_config *cfg, const sr_job *job,
                          const sr_mesh *mesh, int micro_batch, int threads, const sr_ops *ops, sr_dev_kind kind,
                          bool separate_memory, int local_size, int world_size) {
-    sr_model_dims dims = {(int)cfg->n_layer, (int)cfg->n_head,   (int)cfg->n_embd, (int)cfg->vocab_size, 0,
-                          (int)cfg->seq_len, (int)cfg->recompute};
+    sr_model_dims dims = sr_job_model_dims(cfg, (int)cfg->seq_len);
     if (offloaded)
         *offloaded = (sr_memplan){0};
     bool nccl = sr_plane_needs_nccl(kind, world_size, (int)cfg->comm_backend); /* NCCL reduces in its own buffers */

@@ -1,4 +1,5 @@
-/* model.c — GPT-2 tensor table, unit-major layout, forward and backward.
+/* model.c — the GPT-2 and Llama tensor tables, unit-major layout, forward
+ * and backward.
  * See model.h for the contracts. */
 #include "srconfig.h"
 
@@ -14,9 +15,104 @@
 
 int sr_model_padded_vocab(int V) { return (V + 63) / 64 * 64; }
 
-size_t sr_model_n_params(const sr_model_dims *d) {
-    size_t C = (size_t)d->C, Vp = (size_t)sr_model_padded_vocab(d->V);
-    return (size_t)d->L * (12 * C * C + 13 * C) + Vp * C + (size_t)d->T * C + 2 * C;
+const char *sr_model_arch_name(int arch) { return arch == SR_ARCH_LLAMA ? "llama" : "gpt2"; }
+
+void sr_model_dims_complete(sr_model_dims *d) {
+    d->Vp = sr_model_padded_vocab(d->V);
+    if (d->arch != SR_ARCH_LLAMA) {
+        d->arch = SR_ARCH_GPT2;
+        d->NKV = d->NH;
+        d->F = 4 * d->C;
+        d->untied = false;
+    } else if (d->NKV <= 0)
+        d->NKV = d->NH;
+}
+
+bool sr_model_dims_same(const sr_model_dims *a0, const sr_model_dims *b0) {
+    sr_model_dims a = *a0, b = *b0;
+    sr_model_dims_complete(&a);
+    sr_model_dims_complete(&b);
+    bool same = a.arch == b.arch && a.L == b.L && a.NH == b.NH && a.C == b.C && a.V == b.V && a.T == b.T;
+    if (same && a.arch == SR_ARCH_LLAMA)
+        same = a.NKV == b.NKV && a.F == b.F && a.untied == b.untied && a.norm_eps == b.norm_eps &&
+               a.rope_theta == b.rope_theta && a.rope.factor == b.rope.factor &&
+               (a.rope.factor == 0 || (a.rope.low_freq_factor == b.rope.low_freq_factor &&
+                                       a.rope.high_freq_factor == b.rope.high_freq_factor &&
+                                       a.rope.original_max_position == b.rope.original_max_position));
+    return same;
+}
+
+const char *sr_model_dims_text(const sr_model_dims *d0, char *buf, size_t n) {
+    sr_model_dims d = *d0;
+    sr_model_dims_complete(&d);
+    int k = snprintf(buf, n, "%s, n_layer %d, n_head %d, n_embd %d, vocab_size %d, seq_len %d",
+                     sr_model_arch_name(d.arch), d.L, d.NH, d.C, d.V, d.T);
+    if (d.arch == SR_ARCH_LLAMA && k > 0 && (size_t)k < n) {
+        k += snprintf(buf + k, n - (size_t)k, ", n_kv_head %d, ffn_dim %d, %s, norm_eps %g, rope_theta %g", d.NKV, d.F,
+                      d.untied ? "untied" : "tied", d.norm_eps, d.rope_theta);
+        if (d.rope.factor > 0 && k > 0 && (size_t)k < n)
+            snprintf(buf + k, n - (size_t)k, ", rope_scaling %g/%g/%g/%d", d.rope.factor, d.rope.low_freq_factor,
+                     d.rope.high_freq_factor, d.rope.original_max_position);
+    }
+    return buf;
+}
+
+/* In float, as transformers' LlamaRotaryEmbedding computes it (its
+ * _compute_default_rope_parameters and _compute_llama3_parameters): the
+ * inverse frequencies base^(-2i/hs) in float, scaled; then the angle t f
+ * as one float product and its cosine and sine.  Computing in double
+ * instead would differ by up to about 1e-4 at t in the thousands (the
+ * float rounding of t f), enough to fail an import's comparison. */
+void sr_model_rope_table(const sr_model_dims *d, float *out) {
+    int hs = d->C / d->NH, half = hs / 2;
+    const sr_rope_scaling *r = &d->rope;
+    for (int i = 0; i < half; i++) {
+        float inv = 1.0f / powf((float)d->rope_theta, (float)(2 * i) / (float)hs);
+        if (r->factor > 0) {
+            float old = (float)r->original_max_position;
+            float low_wl = old / (float)r->low_freq_factor, high_wl = old / (float)r->high_freq_factor;
+            float wl = 2.0f * (float)M_PI / inv;
+            float scaled = wl > low_wl ? inv / (float)r->factor : inv;
+            if (!(wl < high_wl) && !(wl > low_wl)) {
+                float smooth =
+                    (old / wl - (float)r->low_freq_factor) / (float)(r->high_freq_factor - r->low_freq_factor);
+                scaled = (1.0f - smooth) * scaled / (float)r->factor + smooth * scaled;
+            }
+            inv = scaled;
+        }
+        for (int t = 0; t < d->T; t++) {
+            float ang = (float)t * inv;
+            out[(size_t)t * hs + i] = (float)cos((double)ang);
+            out[(size_t)t * hs + half + i] = (float)sin((double)ang);
+        }
+    }
+}
+
+/* SR_OK when `ops` implements every op the family needs; else
+ * SR_ERR_CONFIG naming what is missing ("not implemented yet"). */
+static sr_status ops_support(const sr_model_dims *d, const sr_ops *ops) {
+    if (d->arch != SR_ARCH_LLAMA)
+        return SR_OK;
+    if (!ops->rmsnorm_forward || !ops->rmsnorm_backward || !ops->rope_forward || !ops->rope_backward ||
+        !ops->swiglu_forward || !ops->swiglu_backward || !ops->gqa_attention_forward || !ops->gqa_attention_backward)
+        return sr_error(SR_ERR_CONFIG,
+                        "model.arch llama on the %s ops: not implemented yet: the Llama kernels (RMSNorm, RoPE, "
+                        "SwiGLU, grouped-query attention) (hint: device: cpu, or model.arch: gpt2)",
+                        ops->name);
+    return SR_OK;
+}
+
+/* The widths of a block's fused projections: the query/key/value rows and
+ * the MLP's hidden width (GPT-2: 3C and 4C). */
+static size_t qkv_rows(const sr_model_dims *d) { return (size_t)(d->NH + 2 * d->NKV) * (size_t)(d->C / d->NH); }
+
+size_t sr_model_n_params(const sr_model_dims *d0) {
+    sr_model_dims d = *d0;
+    sr_model_dims_complete(&d);
+    size_t C = (size_t)d.C, Vp = (size_t)d.Vp, F = (size_t)d.F;
+    if (d.arch == SR_ARCH_LLAMA)
+        return (size_t)d.L * (2 * C + qkv_rows(&d) * C + C * C + 3 * F * C) + Vp * C * (d.untied ? 2 : 1) + C;
+    return (size_t)d.L * (12 * C * C + 13 * C) + Vp * C + (size_t)d.T * C + 2 * C;
 }
 
 #define MAX_ACT_BUFS 32
@@ -41,6 +137,12 @@ enum { ACT_ROOT, ACT_BLOCK, ACT_INPUTS };
 static int act_table_split(sr_model *m, size_t B, act_buf *out, int *kind) {
     double L = m->d.L, T = m->d.T, C = m->d.C, NH = m->d.NH, Vp = m->d.Vp;
     double BT = (double)B * T, BTC = BT * C, f = sizeof(float), e = (double)sr_dtype_size(m->ops->act);
+    /* the fused projections' widths (GPT-2: 3C and 4C; Llama: the
+     * query/key/value rows, and the SwiGLU's gate+up 2F and output F),
+     * and whether LayerNorm means are kept (RMSNorm has none) */
+    bool llama = m->d.arch == SR_ARCH_LLAMA;
+    double QKV = (double)qkv_rows(&m->d), FH = llama ? 2.0 * m->d.F : 4 * C, FO = llama ? (double)m->d.F : 4 * C;
+    double mean = llama ? 0 : 1;
     /* what attention saves is the op's business (ops.h) */
     double att = (double)m->ops->attention_save_bytes((int)(B < INT32_MAX ? B : INT32_MAX), m->d.T, m->d.NH);
     if ((double)B * NH * T * T * f > 1e18)
@@ -56,22 +158,22 @@ static int act_table_split(sr_model *m, size_t B, act_buf *out, int *kind) {
         {{(void **)&m->targets, sat(BT * sizeof(int))}, ACT_ROOT},
         {{(void **)&m->encoded, sat(BTC * e)}, ACT_INPUTS},
         {{(void **)&m->ln1, sat(Lb * BTC * e)}, ACT_BLOCK},
-        {{(void **)&m->ln1_mean, sat(Lb * BT * f)}, ACT_BLOCK},
+        {{(void **)&m->ln1_mean, sat(mean * Lb * BT * f)}, ACT_BLOCK},
         {{(void **)&m->ln1_rstd, sat(Lb * BT * f)}, ACT_BLOCK},
-        {{(void **)&m->qkv, sat(Lb * 3 * BTC * e)}, ACT_BLOCK},
+        {{(void **)&m->qkv, sat(Lb * BT * QKV * e)}, ACT_BLOCK},
         {{(void **)&m->atty, sat(Lb * BTC * e)}, ACT_BLOCK},
         {{(void **)&m->att, sat(Lb * att)}, ACT_BLOCK},
         {{(void **)&m->residual2, sat(Lb * BTC * e)}, ACT_BLOCK},
         {{(void **)&m->ln2, sat(Lb * BTC * e)}, ACT_BLOCK},
-        {{(void **)&m->ln2_mean, sat(Lb * BT * f)}, ACT_BLOCK},
+        {{(void **)&m->ln2_mean, sat(mean * Lb * BT * f)}, ACT_BLOCK},
         {{(void **)&m->ln2_rstd, sat(Lb * BT * f)}, ACT_BLOCK},
-        {{(void **)&m->fch, sat(Lb * 4 * BTC * e)}, ACT_BLOCK},
-        {{(void **)&m->fch_gelu, sat(Lb * 4 * BTC * e)}, ACT_BLOCK},
+        {{(void **)&m->fch, sat(Lb * BT * FH * e)}, ACT_BLOCK},
+        {{(void **)&m->fch_gelu, sat(Lb * BT * FO * e)}, ACT_BLOCK},
         /* L outputs: the last block's is its own (ACT_BLOCK), the
          * others are inputs of the next block */
         {{(void **)&m->residual3, sat(L * BTC * e)}, ACT_INPUTS},
         {{(void **)&m->lnf, sat(BTC * e)}, ACT_ROOT},
-        {{(void **)&m->lnf_mean, sat(BT * f)}, ACT_ROOT},
+        {{(void **)&m->lnf_mean, sat(mean * BT * f)}, ACT_ROOT},
         {{(void **)&m->lnf_rstd, sat(BT * f)}, ACT_ROOT},
         {{(void **)&m->logits, sat(BT * Vp * e)}, ACT_ROOT},
         {{(void **)&m->losses, sat(BT * f)}, ACT_ROOT},
@@ -79,10 +181,10 @@ static int act_table_split(sr_model *m, size_t B, act_buf *out, int *kind) {
         {{(void **)&m->scratch, sat(BTC * e)}, ACT_ROOT},
         {{(void **)&m->dresidual, sat(BTC * e)}, ACT_ROOT},
         {{(void **)&m->dln, sat(BTC * e)}, ACT_ROOT},
-        {{(void **)&m->dqkv, sat(3 * BTC * e)}, ACT_ROOT},
+        {{(void **)&m->dqkv, sat(BT * QKV * e)}, ACT_ROOT},
         {{(void **)&m->datty, sat(BTC * e)}, ACT_ROOT},
-        {{(void **)&m->dfch, sat(4 * BTC * e)}, ACT_ROOT},
-        {{(void **)&m->dfch_gelu, sat(4 * BTC * e)}, ACT_ROOT},
+        {{(void **)&m->dfch, sat(BT * FH * e)}, ACT_ROOT},
+        {{(void **)&m->dfch_gelu, sat(BT * FO * e)}, ACT_ROOT},
         /* the ops' scratch (CUDA: attention backward, column sums, the
          * encoder's sort); none on the CPU */
         {{(void **)&m->op_ws, m->ops->workspace_bytes && B > 0 && B <= INT32_MAX
@@ -113,7 +215,7 @@ static size_t row_bytes(const act_buf *bufs, int nb, void **ptr) {
 
 sr_act_split sr_model_activation_split(const sr_model_dims *d, const sr_ops *ops, int max_B) {
     sr_model m = {.d = *d, .ops = ops};
-    m.d.Vp = sr_model_padded_vocab(d->V);
+    sr_model_dims_complete(&m.d);
     m.d.recompute = SR_RECOMPUTE_BLOCKS; /* the rows of one block */
     act_buf bufs[MAX_ACT_BUFS];
     int kind[MAX_ACT_BUFS];
@@ -135,7 +237,7 @@ sr_act_split sr_model_activation_split(const sr_model_dims *d, const sr_ops *ops
 
 size_t sr_model_activation_bytes(const sr_model_dims *d, const sr_ops *ops, int max_B) {
     sr_model m = {.d = *d, .ops = ops};
-    m.d.Vp = sr_model_padded_vocab(d->V);
+    sr_model_dims_complete(&m.d);
     act_buf bufs[MAX_ACT_BUFS];
     int nb = act_table(&m, (size_t)max_B, bufs);
     size_t total = 0;
@@ -146,12 +248,15 @@ size_t sr_model_activation_bytes(const sr_model_dims *d, const sr_ops *ops, int 
 
 sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, sr_dev *dev, int max_B, bool own_params) {
     *m = (sr_model){0};
-    d.Vp = sr_model_padded_vocab(d.V);
+    sr_model_dims_complete(&d);
     m->d = d;
     m->ops = ops;
     m->dev = dev;
-    int L = d.L, C = d.C, Vp = d.Vp;
-    m->n_tensors = L * SR_NBLOCK_TENSORS + SR_NROOT_TENSORS;
+    bool llama = d.arch == SR_ARCH_LLAMA;
+    int L = d.L, C = d.C, Vp = d.Vp, F = d.F, QKV = (int)qkv_rows(&d);
+    m->n_block = llama ? SR_LL_NBLOCK_TENSORS : SR_NBLOCK_TENSORS;
+    m->n_root = llama ? SR_LL_NROOT_TENSORS_UNTIED - (d.untied ? 0 : 1) : SR_NROOT_TENSORS;
+    m->n_tensors = L * m->n_block + m->n_root;
     m->tensors = sr_calloc((size_t)m->n_tensors, sizeof *m->tensors);
     m->layer_offset = sr_calloc((size_t)L + 2, sizeof *m->layer_offset);
     if (!m->tensors || !m->layer_offset)
@@ -165,21 +270,26 @@ sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, sr_dev 
     };
 #define SR_DESC(e, name, r, c, init, decay) {name, r, c, init, decay},
     const int T = d.T;
-    const struct desc block_desc[] = {SR_BLOCK_TENSORS(SR_DESC)}, root_desc[] = {SR_ROOT_TENSORS(SR_DESC)};
+    const struct desc gpt2_block[] = {SR_BLOCK_TENSORS(SR_DESC)}, gpt2_root[] = {SR_ROOT_TENSORS(SR_DESC)};
+    const struct desc llama_block[] = {SR_LLAMA_BLOCK_TENSORS(SR_DESC)},
+                      llama_root[] = {SR_LLAMA_ROOT_TENSORS(SR_DESC)};
 #undef SR_DESC
+    (void)F, (void)QKV, (void)T; /* each family's macros use some of them */
+    const struct desc *block_desc = llama ? llama_block : gpt2_block, *root_desc = llama ? llama_root : gpt2_root;
+    const char *prefix = llama ? "layers" : "h";
     size_t off = 0;
     int ti = 0;
     for (int unit = 0; unit <= L; unit++) {
         m->layer_offset[unit] = off;
         bool root = unit == L;
         const struct desc *dd = root ? root_desc : block_desc;
-        int n = root ? SR_NROOT_TENSORS : SR_NBLOCK_TENSORS;
+        int n = root ? m->n_root : m->n_block;
         for (int k = 0; k < n; k++, ti++) {
             sr_tensor *t = &m->tensors[ti];
             if (root)
                 snprintf(t->name, sizeof t->name, "%s", dd[k].name);
             else
-                snprintf(t->name, sizeof t->name, "h.%d.%s", unit, dd[k].name);
+                snprintf(t->name, sizeof t->name, "%s.%d.%s", prefix, unit, dd[k].name);
             t->unit = unit;
             t->rows = dd[k].rows;
             t->cols = dd[k].cols;
@@ -188,12 +298,18 @@ sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, sr_dev 
             t->decay = dd[k].decay;
             t->offset = off;
             t->numel = (size_t)dd[k].rows * dd[k].cols;
+            t->vocab = root && (llama ? k == SR_LL_WTE || k == SR_LL_HEAD : k == SR_WTE);
             off += t->numel;
         }
     }
     m->layer_offset[L + 1] = off;
     m->n_params = off;
-    m->n_params_real = off - (size_t)(Vp - d.V) * C;
+    m->n_params_real = off - (size_t)(Vp - d.V) * C * (d.untied ? 2 : 1);
+    if (max_B > 0) {
+        sr_status st = ops_support(&d, ops);
+        if (st != SR_OK)
+            return st;
+    }
 
     if (own_params) {
         m->params = dev->alloc(dev, dev->state_space, SR_MEM_PARAM_SHARD, off * sizeof(float));
@@ -218,10 +334,25 @@ sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, sr_dev 
     }
     if (ops->bind_workspace)
         ops->bind_workspace(m->op_ws, row_bytes(bufs, nb, (void **)&m->op_ws));
-    m->loss_acc = dev->alloc(dev, dev->state_space, SR_MEM_OTHER, sr_model_other_bytes());
+    m->loss_acc = dev->alloc(dev, dev->state_space, SR_MEM_OTHER, sizeof(double));
     if (!m->loss_acc)
         return SR_ERR_INTERNAL;
     dev->memset(dev, SR_STREAM_COMPUTE, m->loss_acc, 0, sizeof(double));
+    if (llama) {
+        /* the rotary table, built on the host once and uploaded */
+        size_t bytes = sr_model_other_bytes(&d) - sizeof(double);
+        float *host = sr_malloc(bytes);
+        m->rope_cs = host ? dev->alloc(dev, dev->state_space, SR_MEM_OTHER, bytes) : NULL;
+        if (!m->rope_cs) {
+            free(host);
+            return host ? SR_ERR_INTERNAL : sr_error_oom("the rotary table");
+        }
+        sr_model_rope_table(&d, host);
+        sr_status st = sr_dev_upload(dev, m->rope_cs, host, bytes, "upload");
+        free(host);
+        if (st != SR_OK)
+            return st;
+    }
     return SR_OK;
 }
 
@@ -230,6 +361,7 @@ void sr_model_free(sr_model *m) {
         m->dev->free(m->dev, m->params);
         m->dev->free(m->dev, m->grads);
         m->dev->free(m->dev, m->loss_acc);
+        m->dev->free(m->dev, m->rope_cs);
     }
     if (m->max_B > 0) {
         act_buf bufs[MAX_ACT_BUFS];
@@ -251,9 +383,7 @@ void sr_model_init_params(const sr_model *m, uint64_t seed, float *dst, size_t b
         if (lo >= hi)
             continue;
         /* Rows of the padded vocabulary stay zero: no token uses them. */
-        size_t real = t->numel;
-        if (t->unit == m->d.L && strcmp(t->name, "wte.weight") == 0)
-            real = (size_t)m->d.V * m->d.C;
+        size_t real = t->vocab ? (size_t)m->d.V * m->d.C : t->numel;
 #pragma omp parallel for
         for (size_t i = lo; i < hi; i++) {
             size_t local = i - t->offset;
@@ -317,27 +447,32 @@ static sr_status source_failed(const sr_ops *o) {
     } while (0)
 #define NEED_VIEW(v) NEED((v).ptr && (v).dt == o->act)
 
-/* Pointers to a block's tensors inside its parameter (or gradient) slice. */
+/* Pointers to a block's (the root's) tensors inside its parameter or
+ * gradient slice, indexed by the family's enum (model.h). */
 typedef struct {
-    void *t[SR_NBLOCK_TENSORS];
+    void *t[SR_MAX_UNIT_TENSORS];
 } block_view;
-typedef struct {
-    void *t[SR_NROOT_TENSORS];
-} root_view;
+typedef block_view root_view;
+_Static_assert(SR_NBLOCK_TENSORS <= SR_MAX_UNIT_TENSORS && SR_LL_NBLOCK_TENSORS <= SR_MAX_UNIT_TENSORS &&
+                   SR_LL_NROOT_TENSORS_UNTIED <= SR_MAX_UNIT_TENSORS,
+               "SR_MAX_UNIT_TENSORS is too small");
 
 static block_view view_block(const sr_model *m, void *base, sr_dtype dt) {
-    block_view v;
+    block_view v = {{0}};
     const sr_tensor *t0 = &m->tensors[0];
-    for (int k = 0; k < SR_NBLOCK_TENSORS; k++)
+    for (int k = 0; k < m->n_block; k++)
         v.t[k] = at(base, t0[k].offset - t0[0].offset, dt);
     return v;
 }
 
 static root_view view_root(const sr_model *m, void *base, sr_dtype dt) {
-    root_view v;
-    const sr_tensor *r0 = &m->tensors[m->d.L * SR_NBLOCK_TENSORS];
-    for (int k = 0; k < SR_NROOT_TENSORS; k++)
+    root_view v = {{0}};
+    const sr_tensor *r0 = &m->tensors[m->d.L * m->n_block];
+    for (int k = 0; k < m->n_root; k++)
         v.t[k] = at(base, r0[k].offset - r0[0].offset, dt);
+    /* a tied head is the embedding */
+    if (m->d.arch == SR_ARCH_LLAMA && !m->d.untied)
+        v.t[SR_LL_HEAD] = v.t[SR_LL_WTE];
     return v;
 }
 
@@ -353,20 +488,23 @@ static block_acts acts_of(const sr_model *m, int l, int B) {
     const sr_ops *o = m->ops;
     size_t BT = (size_t)B * m->d.T, BTC = BT * m->d.C, att_l = o->attention_save_bytes(B, m->d.T, m->d.NH);
     size_t k = m->d.recompute == SR_RECOMPUTE_BLOCKS ? 0 : (size_t)l;
+    bool llama = m->d.arch == SR_ARCH_LLAMA;
+    size_t qkv = BT * qkv_rows(&m->d), fh = BT * (llama ? 2 * (size_t)m->d.F : 4 * (size_t)m->d.C),
+           fo = BT * (llama ? (size_t)m->d.F : 4 * (size_t)m->d.C);
     return (block_acts){
         .residual = l == 0 ? m->encoded : ACT(m->residual3, (size_t)(l - 1) * BTC),
         .ln1 = ACT(m->ln1, k * BTC),
-        .qkv = ACT(m->qkv, k * 3 * BTC),
+        .qkv = ACT(m->qkv, k * qkv),
         .atty = ACT(m->atty, k * BTC),
         .att = (char *)m->att + k * att_l,
         .res2 = ACT(m->residual2, k * BTC),
         .ln2 = ACT(m->ln2, k * BTC),
-        .fch = ACT(m->fch, k * 4 * BTC),
-        .fchg = ACT(m->fch_gelu, k * 4 * BTC),
+        .fch = ACT(m->fch, k * fh),
+        .fchg = ACT(m->fch_gelu, k * fo),
         .res3 = ACT(m->residual3, (size_t)l * BTC),
-        .ln1_mean = m->ln1_mean + k * BT,
+        .ln1_mean = llama ? NULL : m->ln1_mean + k * BT,
         .ln1_rstd = m->ln1_rstd + k * BT,
-        .ln2_mean = m->ln2_mean + k * BT,
+        .ln2_mean = llama ? NULL : m->ln2_mean + k * BT,
         .ln2_rstd = m->ln2_rstd + k * BT,
     };
 }
@@ -376,8 +514,65 @@ static block_acts acts_of(const sr_model *m, int l, int B) {
  * recomputation before backward; the output, the next block's input, is
  * still in residual3).  The ops are deterministic, so a recomputation
  * writes the same bits the forward wrote. */
+static void llama_block_forward(sr_model *m, const block_view *p, int l, int B, bool output) {
+    const sr_ops *o = m->ops;
+    const sr_model_dims *d = &m->d;
+    int C = d->C, NH = d->NH, NKV = d->NKV, T = d->T, F = d->F, hs = C / NH;
+    int BT = B * T;
+    size_t BTC = (size_t)BT * C;
+    block_acts a = acts_of(m, l, B);
+    o->rmsnorm_forward(a.ln1, a.ln1_rstd, a.residual, p->t[SR_LL_ATTN_NORM], (float)d->norm_eps, BT, C);
+    o->matmul_forward(a.qkv, a.ln1, p->t[SR_LL_QKV], NULL, BT, C, (int)qkv_rows(d));
+    o->rope_forward(a.qkv, m->rope_cs, B, T, NH, NKV, hs);
+    o->gqa_attention_forward(a.atty, a.att, a.qkv, B, T, NH, NKV, hs);
+    o->matmul_forward(m->scratch, a.atty, p->t[SR_LL_O], NULL, BT, C, C);
+    o->residual_forward(a.res2, a.residual, m->scratch, BTC);
+    o->rmsnorm_forward(a.ln2, a.ln2_rstd, a.res2, p->t[SR_LL_MLP_NORM], (float)d->norm_eps, BT, C);
+    o->matmul_forward(a.fch, a.ln2, p->t[SR_LL_GATE_UP], NULL, BT, C, 2 * F);
+    o->swiglu_forward(a.fchg, a.fch, BT, F);
+    if (!output)
+        return;
+    o->matmul_forward(m->scratch, a.fchg, p->t[SR_LL_DOWN], NULL, BT, F, C);
+    o->residual_forward(a.res3, a.res2, m->scratch, BTC);
+}
+
+/* Block l's backward: dresidual holds the gradient of its output and
+ * becomes the gradient of its input. */
+static void llama_block_backward(sr_model *m, const block_view *p, const block_view *g, int l, int B) {
+    const sr_ops *o = m->ops;
+    sr_dev *dev = m->dev;
+    const sr_model_dims *d = &m->d;
+    int C = d->C, NH = d->NH, NKV = d->NKV, T = d->T, F = d->F, hs = C / NH, QKV = (int)qkv_rows(d);
+    int BT = B * T;
+    size_t es = sr_dtype_size(o->act), BTC = (size_t)BT * C;
+    const sr_stream cs = SR_STREAM_COMPUTE;
+    block_acts a = acts_of(m, l, B);
+    /* MLP: dresidual is the gradient of both res3's inputs (res2 and the down projection) */
+    dev->memset(dev, cs, m->dfch_gelu, 0, (size_t)BT * F * es);
+    o->matmul_backward(m->dfch_gelu, g->t[SR_LL_DOWN], NULL, m->dresidual, a.fchg, p->t[SR_LL_DOWN], BT, F, C);
+    dev->memset(dev, cs, m->dfch, 0, (size_t)BT * 2 * F * es);
+    o->swiglu_backward(m->dfch, m->dfch_gelu, a.fch, BT, F);
+    dev->memset(dev, cs, m->dln, 0, BTC * es);
+    o->matmul_backward(m->dln, g->t[SR_LL_GATE_UP], NULL, m->dfch, a.ln2, p->t[SR_LL_GATE_UP], BT, C, 2 * F);
+    o->rmsnorm_backward(m->dresidual, g->t[SR_LL_MLP_NORM], m->dln, a.res2, p->t[SR_LL_MLP_NORM], a.ln2_rstd, BT, C);
+    /* attention: dresidual is now the gradient of res2's inputs */
+    dev->memset(dev, cs, m->datty, 0, BTC * es);
+    o->matmul_backward(m->datty, g->t[SR_LL_O], NULL, m->dresidual, a.atty, p->t[SR_LL_O], BT, C, C);
+    dev->memset(dev, cs, m->dqkv, 0, (size_t)BT * QKV * es);
+    o->gqa_attention_backward(m->dqkv, m->datty, a.qkv, a.att, B, T, NH, NKV, hs);
+    o->rope_backward(m->dqkv, m->rope_cs, B, T, NH, NKV, hs);
+    dev->memset(dev, cs, m->dln, 0, BTC * es);
+    o->matmul_backward(m->dln, g->t[SR_LL_QKV], NULL, m->dqkv, a.ln1, p->t[SR_LL_QKV], BT, C, QKV);
+    o->rmsnorm_backward(m->dresidual, g->t[SR_LL_ATTN_NORM], m->dln, a.residual, p->t[SR_LL_ATTN_NORM], a.ln1_rstd, BT,
+                        C);
+}
+
 static void block_forward(sr_model *m, const block_view *p, int l, int B, bool output) {
     const sr_ops *o = m->ops;
+    if (m->d.arch == SR_ARCH_LLAMA) {
+        llama_block_forward(m, p, l, B, output);
+        return;
+    }
     int C = m->d.C, NH = m->d.NH, T = m->d.T;
     size_t BT = (size_t)B * T, BTC = BT * C;
     block_acts a = acts_of(m, l, B);
@@ -416,7 +611,11 @@ sr_status sr_model_forward(sr_model *m, const sr_param_source *src, const int *i
     sr_param_view lp = layer_params(m, src, L);
     NEED_VIEW(lp);
     root_view root = view_root(m, lp.ptr, lp.dt);
-    o->encoder_forward(m->encoded, m->inputs, root.t[SR_WTE], root.t[SR_WPE], B, T, C);
+    bool llama = m->d.arch == SR_ARCH_LLAMA;
+    /* the two families' root tensors: embedding, positions (GPT-2), final
+     * norm, LM head */
+    const int wte = llama ? SR_LL_WTE : SR_WTE, norm = llama ? SR_LL_NORM : SR_LNFW, head = llama ? SR_LL_HEAD : SR_WTE;
+    o->encoder_forward(m->encoded, m->inputs, root.t[wte], llama ? NULL : root.t[SR_WPE], B, T, C);
     for (int l = 0; l < L; l++) {
         lp = layer_params(m, src, l);
         NEED_VIEW(lp);
@@ -427,9 +626,13 @@ sr_status sr_model_forward(sr_model *m, const sr_param_source *src, const int *i
     lp = layer_params(m, src, L);
     NEED_VIEW(lp);
     root = view_root(m, lp.ptr, lp.dt);
-    o->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, ACT(m->residual3, (size_t)(L - 1) * BTC), root.t[SR_LNFW],
-                         root.t[SR_LNFB], (int)BT, C);
-    o->matmul_forward(m->logits, m->lnf, root.t[SR_WTE], NULL, (int)BT, C, Vp);
+    if (llama)
+        o->rmsnorm_forward(m->lnf, m->lnf_rstd, ACT(m->residual3, (size_t)(L - 1) * BTC), root.t[norm],
+                           (float)m->d.norm_eps, (int)BT, C);
+    else
+        o->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, ACT(m->residual3, (size_t)(L - 1) * BTC), root.t[norm],
+                             root.t[SR_LNFB], (int)BT, C);
+    o->matmul_forward(m->logits, m->lnf, root.t[head], NULL, (int)BT, C, Vp);
     o->crossentropy_forward(m->losses, m->lse, m->logits, m->targets, (int)BT, V, Vp);
     dev->loss_sum(dev, SR_STREAM_COMPUTE, m->loss_acc, m->losses, BT);
     done_forward(src, L);
@@ -458,12 +661,18 @@ sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss
     NEED_VIEW(lp);
     NEED(lg);
     root_view rp = view_root(m, lp.ptr, lp.dt), rg = view_root(m, lg, SR_DT_F32);
+    bool llama = m->d.arch == SR_ARCH_LLAMA;
+    const int wte = llama ? SR_LL_WTE : SR_WTE, norm = llama ? SR_LL_NORM : SR_LNFW, head = llama ? SR_LL_HEAD : SR_WTE;
     o->crossentropy_backward(m->logits, m->lse, m->targets, dloss, (int)BT, V, Vp);
     dev->memset(dev, cs, m->dln, 0, BTC * es);
-    o->matmul_backward(m->dln, rg.t[SR_WTE], NULL, m->logits, m->lnf, rp.t[SR_WTE], (int)BT, C, Vp);
+    o->matmul_backward(m->dln, rg.t[head], NULL, m->logits, m->lnf, rp.t[head], (int)BT, C, Vp);
     dev->memset(dev, cs, m->dresidual, 0, BTC * es);
-    o->layernorm_backward(m->dresidual, rg.t[SR_LNFW], rg.t[SR_LNFB], m->dln, ACT(m->residual3, (size_t)(L - 1) * BTC),
-                          rp.t[SR_LNFW], m->lnf_mean, m->lnf_rstd, (int)BT, C);
+    if (llama)
+        o->rmsnorm_backward(m->dresidual, rg.t[norm], m->dln, ACT(m->residual3, (size_t)(L - 1) * BTC), rp.t[norm],
+                            m->lnf_rstd, (int)BT, C);
+    else
+        o->layernorm_backward(m->dresidual, rg.t[norm], rg.t[SR_LNFB], m->dln, ACT(m->residual3, (size_t)(L - 1) * BTC),
+                              rp.t[norm], m->lnf_mean, m->lnf_rstd, (int)BT, C);
 
     for (int l = L - 1; l >= 0; l--) {
         lp = layer_params(m, src, l);
@@ -473,6 +682,11 @@ sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss
         block_view p = view_block(m, lp.ptr, lp.dt), g = view_block(m, lg, SR_DT_F32);
         if (m->d.recompute == SR_RECOMPUTE_BLOCKS)
             block_forward(m, &p, l, B, false);
+        if (llama) {
+            llama_block_backward(m, &p, &g, l, B);
+            done_backward(src, l);
+            continue;
+        }
         block_acts a = acts_of(m, l, B);
         const void *residual = a.residual;
         void *ln1 = a.ln1, *qkv = a.qkv, *atty = a.atty, *att = a.att, *res2 = a.res2, *ln2 = a.ln2, *fch = a.fch,
@@ -507,14 +721,22 @@ sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss
     lg = layer_grads(m, src, L);
     NEED(lg);
     rg = view_root(m, lg, SR_DT_F32);
-    o->encoder_backward(rg.t[SR_WTE], rg.t[SR_WPE], m->dresidual, m->inputs, B, T, C);
+    o->encoder_backward(rg.t[wte], llama ? NULL : rg.t[SR_WPE], m->dresidual, m->inputs, B, T, C);
     done_backward(src, L);
     return o->take_error ? o->take_error() : SR_OK;
 }
 
 double sr_model_flops_per_token(const sr_model *m) {
-    double N = (double)m->n_params_real - (double)m->d.T * m->d.C;
+    /* GPT-2: every parameter but the positions (the tied embedding is the
+     * head's GEMM); Llama: an untied embedding is a lookup, not a GEMM */
+    double not_gemm =
+        m->d.arch == SR_ARCH_LLAMA ? (m->d.untied ? (double)m->d.V * m->d.C : 0) : (double)m->d.T * m->d.C;
+    double N = (double)m->n_params_real - not_gemm;
     return 6.0 * N + 12.0 * m->d.L * m->d.C * m->d.T;
 }
 
-size_t sr_model_other_bytes(void) { return sizeof(double); }
+size_t sr_model_other_bytes(const sr_model_dims *d) {
+    if (d->arch != SR_ARCH_LLAMA)
+        return sizeof(double);
+    return sizeof(double) + (size_t)d->T * (size_t)(d->C / d->NH) * sizeof(float);
+}

@@ -1,20 +1,32 @@
-/* model.h — the built-in GPT-2: parameter table, layout, forward, backward.
+/* model.h — the built-in models: parameter table, layout, forward, backward.
  *
- * model owns the tensor table (one row per tensor: name, shape, unit,
- * initialisation, weight-decay rule, offset), the unit-major parameter
- * layout (block 0's tensors, block 1's, ..., then the root unit: token
- * embedding, position embedding, final LayerNorm), and the activations of
- * one micro-batch.  Every tensor lives in the memory of a device table
- * (device.h), touched only through it and the ops: no host loop or memcpy
- * of a tensor here.  Forward and backward run over an sr_ops back end and ask
- * an sr_param_source for each layer's parameters and gradients, so the FSDP
- * engine can hand in gathered unit buffers while a single process simply
- * points into its one contiguous buffer.
+ * model owns the two families (model.arch) and, for each, the tensor table
+ * (one row per tensor: name, shape, unit, initialisation, weight-decay
+ * rule, offset), the unit-major parameter layout (block 0's tensors, block
+ * 1's, ..., then the root unit: embeddings, final norm, LM head), the rotary
+ * table, and the activations of one micro-batch.  Every tensor lives in the
+ * memory of a device table (device.h), touched only through it and the
+ * ops: no host loop or memcpy of a tensor here.  Forward and backward run
+ * over an sr_ops back end and ask an sr_param_source for each layer's
+ * parameters and gradients, so the FSDP engine can hand in gathered unit
+ * buffers while a single process simply points into its one contiguous
+ * buffer.
  *
- * Architecture: token + learned position embeddings; pre-LayerNorm blocks
- * (causal multi-head self-attention, 4x GELU-tanh MLP); final LayerNorm; LM
- * head tied to the token embedding; softmax cross-entropy over the real
- * vocabulary (the padded rows Vp - V are masked out of the loss). */
+ * GPT-2 (arch gpt2): token + learned position embeddings; pre-LayerNorm
+ * blocks (causal multi-head self-attention, 4x GELU-tanh MLP, biases);
+ * final LayerNorm; LM head tied to the token embedding.
+ *
+ * Llama (arch llama): token embedding; pre-RMSNorm blocks (causal
+ * attention with NKV key/value heads for NH query heads and rotary
+ * positions on queries and keys, Hugging Face's rotate-half layout and
+ * Llama-3's frequency scaling; a SwiGLU MLP of width F); final RMSNorm; LM
+ * head tied or untied; no biases.  The query, key and value projections
+ * are one [(NH + 2 NKV) hs, C] matrix and the gate and up projections one
+ * [2F, C] matrix (one GEMM each; the Hugging Face importer and exporter
+ * split and join them).
+ *
+ * Both: softmax cross-entropy over the real vocabulary (the padded rows Vp
+ * - V are masked out of the loss). */
 #ifndef SR_MODEL_H
 #define SR_MODEL_H
 
@@ -26,6 +38,16 @@
 #include "ops.h"
 #include "status.h"
 
+/* The families (model.arch; manifests record it from version 3). */
+enum { SR_ARCH_GPT2, SR_ARCH_LLAMA };
+
+/* Llama-3's rotary frequency scaling (model.rope_scaling); factor 0:
+ * none. */
+typedef struct {
+    double factor, low_freq_factor, high_freq_factor;
+    int original_max_position;
+} sr_rope_scaling;
+
 typedef struct {
     int L, NH, C, V, Vp, T; /* layers, heads, channels, vocab, padded vocab, max seq len */
     /* model.recompute: SR_RECOMPUTE_BLOCKS keeps only each block's input
@@ -33,9 +55,38 @@ typedef struct {
      * activation table holds one block's set instead of L); not part of
      * the model's identity (manifests ignore it) */
     int recompute;
+    /* The family and its dims.  GPT-2 ignores the rest (sr_model_init
+     * sets NKV = NH, F = 4C).  Llama: NKV key/value heads (dividing NH; 0
+     * reads as NH), F the SwiGLU width, untied an LM head of its own,
+     * norm_eps RMSNorm's epsilon, rope_theta and rope the rotary base and
+     * scaling.  A zeroed struct with L..T set is GPT-2. */
+    int arch;
+    int NKV, F;
+    bool untied;
+    double norm_eps;
+    double rope_theta;
+    sr_rope_scaling rope;
 } sr_model_dims;
 
 enum { SR_RECOMPUTE_NONE, SR_RECOMPUTE_BLOCKS };
+
+/* "gpt2" or "llama". */
+const char *sr_model_arch_name(int arch);
+/* Fills what the family implies (GPT-2: NKV = NH, F = 4C, tied; Llama:
+ * NKV 0 -> NH) and Vp; every function below takes dims through it. */
+void sr_model_dims_complete(sr_model_dims *d);
+/* Whether a and b are the same model (the family and every dim that
+ * shapes or computes it; recompute and Vp aside). */
+bool sr_model_dims_same(const sr_model_dims *a, const sr_model_dims *b);
+/* The model's identity as one line of text ("n_layer 4, n_head 4, ..."),
+ * for messages. */
+const char *sr_model_dims_text(const sr_model_dims *d, char *buf, size_t n);
+/* The rotary table of a Llama model, [T, hs] floats: row t holds
+ * cos(t f_i) for i < hs/2, then sin(t f_i), f_i = theta^(-2i/hs) scaled as
+ * Llama-3 scales it, computed in float the way Hugging Face's
+ * LlamaRotaryEmbedding does (so imported models agree with it).  `out`
+ * is host memory. */
+void sr_model_rope_table(const sr_model_dims *d, float *out);
 
 /* The activation bytes of a micro-batch, split as model.recompute: blocks
  * predicts them (the start log prints it): `inputs` the block inputs kept
@@ -71,10 +122,29 @@ enum { SR_INIT_ZERO, SR_INIT_ONE, SR_INIT_NORMAL, SR_INIT_NORMAL_RESID };
     X(SR_LNFW, "ln_f.weight", 1, C, SR_INIT_ONE, false)                                                                \
     X(SR_LNFB, "ln_f.bias", 1, C, SR_INIT_ZERO, false)
 
+/* The Llama family's block and root tensors (QKV = (NH + 2 NKV) hs; the
+ * LM head only when untied), named as Hugging Face names them where one
+ * tensor is one of theirs. */
+#define SR_LLAMA_BLOCK_TENSORS(X)                                                                                      \
+    X(SR_LL_ATTN_NORM, "input_layernorm.weight", 1, C, SR_INIT_ONE, false)                                             \
+    X(SR_LL_QKV, "self_attn.qkv_proj.weight", QKV, C, SR_INIT_NORMAL, true)                                            \
+    X(SR_LL_O, "self_attn.o_proj.weight", C, C, SR_INIT_NORMAL_RESID, true)                                            \
+    X(SR_LL_MLP_NORM, "post_attention_layernorm.weight", 1, C, SR_INIT_ONE, false)                                     \
+    X(SR_LL_GATE_UP, "mlp.gate_up_proj.weight", 2 * F, C, SR_INIT_NORMAL, true)                                        \
+    X(SR_LL_DOWN, "mlp.down_proj.weight", C, F, SR_INIT_NORMAL_RESID, true)
+#define SR_LLAMA_ROOT_TENSORS(X)                                                                                       \
+    X(SR_LL_WTE, "embed_tokens.weight", Vp, C, SR_INIT_NORMAL, true)                                                   \
+    X(SR_LL_NORM, "norm.weight", 1, C, SR_INIT_ONE, false)                                                             \
+    X(SR_LL_HEAD, "lm_head.weight", Vp, C, SR_INIT_NORMAL, true)
+
 #define SR_TENSOR_ENUM(e, name, r, c, init, decay) e,
 enum { SR_BLOCK_TENSORS(SR_TENSOR_ENUM) SR_NBLOCK_TENSORS };
 enum { SR_ROOT_TENSORS(SR_TENSOR_ENUM) SR_NROOT_TENSORS };
+enum { SR_LLAMA_BLOCK_TENSORS(SR_TENSOR_ENUM) SR_LL_NBLOCK_TENSORS };
+enum { SR_LLAMA_ROOT_TENSORS(SR_TENSOR_ENUM) SR_LL_NROOT_TENSORS_UNTIED };
 #undef SR_TENSOR_ENUM
+/* Room for either family's block or root (views in model.c). */
+#define SR_MAX_UNIT_TENSORS 16
 
 typedef struct {
     char name[64];  /* e.g. "h.3.attn.c_attn.weight", "wte.weight" */
@@ -85,6 +155,7 @@ typedef struct {
     bool decay;     /* AdamW weight decay applies (tensors with ndim >= 2) */
     size_t offset;  /* in floats from the start of the parameter buffer */
     size_t numel;
+    bool vocab; /* rows are the padded vocabulary (embedding, LM head): rows V.. stay zero */
 } sr_tensor;
 
 /* A typed view of a layer's parameters: where they are and their element
@@ -118,6 +189,7 @@ typedef struct sr_model {
     sr_dev *dev; /* where every tensor below lives */
     int n_tensors;
     sr_tensor *tensors;
+    int n_block, n_root;   /* tensors per block and in the root: the family's */
     size_t n_params;       /* floats in the whole buffer (with vocab padding) */
     size_t n_params_real;  /* without the padded vocabulary rows */
     size_t *layer_offset;  /* L + 2 entries: start of each layer, root, end */
@@ -129,6 +201,7 @@ typedef struct sr_model {
     int *inputs, *targets;
     void *encoded, *ln1, *qkv, *atty, *att, *residual2, *ln2, *fch, *fch_gelu, *residual3, *lnf, *logits, *scratch;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lnf_mean, *lnf_rstd, *losses, *lse;
+    float *rope_cs; /* Llama: the rotary table [T, hs] (sr_model_rope_table), SR_MEM_OTHER */
     /* gradient scratch, reused across layers */
     void *dresidual, *dln, *dqkv, *datty, *dfch, *dfch_gelu;
     void *op_ws;      /* the ops' workspace (ops.h workspace_bytes), or NULL */
@@ -145,8 +218,9 @@ size_t sr_model_n_params(const sr_model_dims *d);
  * sequences with `ops` (category SR_MEM_ACTIVATIONS), without allocating
  * them. */
 size_t sr_model_activation_bytes(const sr_model_dims *d, const sr_ops *ops, int max_B);
-/* Bytes sr_model_init allocates in SR_MEM_OTHER: the loss accumulator. */
-size_t sr_model_other_bytes(void);
+/* Bytes sr_model_init allocates in SR_MEM_OTHER with activations: the
+ * loss accumulator, and a Llama model's rotary table. */
+size_t sr_model_other_bytes(const sr_model_dims *d);
 /* The split above for micro-batches of max_B sequences with `ops`. */
 sr_act_split sr_model_activation_split(const sr_model_dims *d, const sr_ops *ops, int max_B);
 
@@ -156,7 +230,9 @@ sr_act_split sr_model_activation_split(const sr_model_dims *d, const sr_ops *ops
  * initialised, gradients zeroed; needs ops->act f32).  Activations for
  * micro-batches of up to `max_B` sequences are allocated on `dev` (none for
  * max_B 0: the tensor table alone, for the offline tools, where `dev` may
- * be NULL).  Returns SR_ERR_INTERNAL when out of memory.  Free with
+ * be NULL).  Returns SR_ERR_INTERNAL when out of memory, SR_ERR_CONFIG
+ * ("not implemented yet") when activations are asked of ops that lack an
+ * op the family needs (a CUDA table and a Llama model).  Free with
  * sr_model_free. */
 sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, sr_dev *dev, int max_B, bool own_params);
 void sr_model_free(sr_model *m);
@@ -189,8 +265,11 @@ sr_status sr_model_take_loss_sum(sr_model *m, double *sum);
  * sr_model_forward. */
 sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss);
 
-/* FLOPs of one forward+backward per token (6N + 12*L*C*T; N without the
- * position embedding). */
+/* FLOPs of one forward+backward per token: 6N + 12 L T NH hs, N the
+ * parameters a token's matrix products touch (without the position
+ * embedding; with grouped heads and SwiGLU as their shapes are; the tied
+ * embedding counted once, as the LM head) and the attention scores and
+ * values. */
 double sr_model_flops_per_token(const sr_model *m);
 
 #endif

@@ -19,11 +19,11 @@
 #include "config.h"
 #include "dtype.h"
 #include "fsio.h"
+#include "hfnames.h"
 #include "mem.h"
 #include "safetensors.h"
 
 #define LLMC_MAGIC 20240326
-#define PREFIX "transformer."
 #define PIECE ((size_t)1 << 20) /* floats converted at a time */
 
 float sr_f16_to_f32(uint16_t h) {
@@ -61,9 +61,17 @@ static void widen(const unsigned char *src, int dt, size_t n, float *dst) {
 }
 
 void sr_modelfile_close(sr_modelfile *mf) {
-    if (mf->fd >= 0)
-        close(mf->fd);
+    for (int k = 0; k < mf->nfiles; k++) {
+        if (mf->fds && mf->fds[k] >= 0)
+            close(mf->fds[k]);
+        if (mf->paths)
+            free(mf->paths[k]);
+    }
+    free(mf->fds);
+    free(mf->paths);
+    free(mf->sizes);
     free(mf->path);
+    free(mf->pieces);
     free(mf->src);
     memset(mf, 0, sizeof *mf);
     mf->fd = -1;
@@ -79,11 +87,11 @@ static void shape_str(char *buf, size_t n, const int64_t *shape, int ndim) {
 }
 
 static sr_status dims_hint(const sr_modelfile *mf, const char *key, const char *what) {
-    const sr_model_dims *d = &mf->model->d;
+    char dims[512];
     return sr_error(SR_ERR_DATA,
-                    "%s: %s: %s; the job's model has n_layer %d, n_head %d, n_embd %d, vocab_size %d, seq_len %d "
-                    "(hint: set the model keys to the weights' dims, e.g. model.preset: gpt2-124m for GPT-2 small)",
-                    key, mf->path, what, d->L, d->NH, d->C, d->V, d->T);
+                    "%s: %s: %s; the job's model is %s (hint: set the model keys to the weights' dims, e.g. "
+                    "model.preset: gpt2-124m for GPT-2 small, or name the Hugging Face directory in model.init)",
+                    key, mf->path, what, sr_model_dims_text(&mf->model->d, dims, sizeof dims));
 }
 
 /* h.<digits>.attn.bias or h.<digits>.attn.masked_bias: the causal-mask
@@ -99,146 +107,152 @@ static bool is_mask_buffer(const char *n) {
     return strcmp(n, ".attn.bias") == 0 || strcmp(n, ".attn.masked_bias") == 0;
 }
 
-static int find_tensor(const sr_model *m, const char *name) {
-    for (int i = 0; i < m->n_tensors; i++)
-        if (strcmp(m->tensors[i].name, name) == 0)
+/* The piece a file's tensor name is, with or without its prefix; -1:
+ * none. */
+static int find_piece(const sr_modelfile *mf, const char *name, bool *prefixed) {
+    for (int i = 0; i < mf->npieces; i++) {
+        const sr_hf_piece *p = &mf->pieces[i];
+        if (strcmp(p->name, name) == 0 || (p->prefix_len && strcmp(p->name + p->prefix_len, name) == 0)) {
+            *prefixed = strcmp(p->name, name) == 0 && p->prefix_len;
             return i;
+        }
+    }
     return -1;
-}
-
-/* The shape a tensor has in a Hugging Face file, in the file's order. */
-static int hf_shape(const sr_model *m, int i, int64_t *shape, bool *transposed) {
-    const sr_tensor *t = &m->tensors[i];
-    int root = m->d.L * SR_NBLOCK_TENSORS;
-    *transposed = false;
-    if (t->ndim == 1) {
-        shape[0] = t->cols;
-        return 1;
-    }
-    if (i == root + SR_WTE) {
-        shape[0] = m->d.V;
-        shape[1] = t->cols;
-        return 2;
-    }
-    if (i == root + SR_WPE) {
-        shape[0] = t->rows;
-        shape[1] = t->cols;
-        return 2;
-    }
-    *transposed = true; /* Conv1D: [in, out] */
-    shape[0] = t->cols;
-    shape[1] = t->rows;
-    return 2;
 }
 
 static int mf_dtype(sr_st_dtype dt) {
     return dt == SR_ST_F32 ? SR_MF_F32 : dt == SR_ST_BF16 ? SR_MF_BF16 : dt == SR_ST_F16 ? SR_MF_F16 : -1;
 }
 
-static sr_status map_safetensors(sr_modelfile *mf, const char *key) {
+/* What mapping the files found, for the log line. */
+typedef struct {
+    char *from; /* per piece: found */
+    int mapped, prefixed, skipped;
+    bool seen[SR_ST_NDTYPES];
+} map_state;
+
+/* File k's tensors onto the model's pieces. */
+static sr_status map_st_file(sr_modelfile *mf, int k, const char *key, map_state *ms) {
     sr_st_header h;
-    sr_status st = sr_st_read_header(mf->fd, mf->size, mf->path, &h);
+    const char *fpath = mf->paths[k];
+    sr_status st = sr_st_read_header(mf->fds[k], mf->sizes[k], fpath, &h);
     if (st != SR_OK)
         return sr_error_wrap(st, "%s", key);
     const sr_model *m = mf->model;
-    int root = m->d.L * SR_NBLOCK_TENSORS, mapped = 0, prefixed = 0, skipped = 0;
-    bool seen[SR_ST_NDTYPES] = {false};
-    char *from = sr_calloc((size_t)m->n_tensors, 1);
-    if (!from)
-        st = sr_error_oom("the model file's tensor map");
-    for (int k = 0; k < h.ntensors && st == SR_OK; k++) {
-        const sr_st_tensor *t = &h.t[k];
-        bool pre = strncmp(t->name, PREFIX, strlen(PREFIX)) == 0;
-        const char *name = pre ? t->name + strlen(PREFIX) : t->name;
-        char fs[128], ms[128];
+    bool llama = m->d.arch == SR_ARCH_LLAMA;
+    int wpe = llama ? -1 : m->d.L * m->n_block + SR_WPE;
+    for (int j = 0; j < h.ntensors && st == SR_OK; j++) {
+        const sr_st_tensor *t = &h.t[j];
+        char fs[128], ws[128], what[400];
         shape_str(fs, sizeof fs, t->shape, t->ndim);
-        if (is_mask_buffer(name)) {
-            skipped++;
+        bool pre = false;
+        int i = find_piece(mf, t->name, &pre);
+        if (i < 0 && !llama && is_mask_buffer(strncmp(t->name, "transformer.", 12) == 0 ? t->name + 12 : t->name)) {
+            ms->skipped++;
             continue;
         }
         int dt = mf_dtype(t->dtype);
-        if (strcmp(t->name, "lm_head.weight") == 0) {
+        if (i < 0 && strcmp(t->name, "lm_head.weight") == 0) { /* a tied model's head */
             int64_t want[2] = {m->d.V, m->d.C};
-            shape_str(ms, sizeof ms, want, 2);
+            shape_str(ws, sizeof ws, want, 2);
             if (t->ndim != 2 || t->shape[0] != want[0] || t->shape[1] != want[1]) {
-                char what[400];
-                snprintf(what, sizeof what, "tensor 'lm_head.weight' is %s in the file; this model needs %s", fs, ms);
+                snprintf(what, sizeof what, "tensor 'lm_head.weight' is %s in the file; this model needs %s", fs, ws);
                 st = dims_hint(mf, key, what);
             } else if (dt < 0) {
                 st = sr_error(SR_ERR_DATA, "%s: %s: tensor 'lm_head.weight' has dtype %s; expected F32, BF16 or F16",
-                              key, mf->path, sr_st_dtype_name(t->dtype));
+                              key, fpath, sr_st_dtype_name(t->dtype));
             }
             mf->has_head = true;
-            mf->head = (sr_mf_source){h.data_start + t->begin, dt, false, (uint64_t)m->d.V};
-            seen[t->dtype] = true;
+            mf->head = (sr_mf_source){k, h.data_start + t->begin, dt, false, (uint64_t)m->d.V};
+            ms->seen[t->dtype] = true;
             continue;
         }
-        int i = find_tensor(m, name);
         if (i < 0) {
             char shown[160]; /* a name from the file, control characters escaped */
             st = sr_error(SR_ERR_DATA,
-                          "%s: %s: unexpected tensor '%s': not part of this model (n_layer %d: h.0 .. h.%d; GPT-2 "
-                          "names, e.g. transformer.h.0.attn.c_attn.weight)",
-                          key, mf->path, sr_escape(t->name, shown, sizeof shown), m->d.L, m->d.L - 1);
+                          "%s: %s: unexpected tensor '%s': not part of this model (n_layer %d; %s names, e.g. %s)", key,
+                          fpath, sr_escape(t->name, shown, sizeof shown), m->d.L, llama ? "LlamaForCausalLM" : "GPT-2",
+                          llama ? "model.layers.0.self_attn.q_proj.weight" : "transformer.h.0.attn.c_attn.weight");
             break;
         }
-        if (from[i]) {
-            st = sr_error(SR_ERR_DATA, "%s: %s: tensor '%s' appears twice (with and without the '" PREFIX "' prefix)",
-                          key, mf->path, name);
+        const sr_hf_piece *p = &mf->pieces[i];
+        if (ms->from[i]) {
+            st = sr_error(SR_ERR_DATA,
+                          "%s: %s: tensor '%s' appears twice (with and without its prefix, or in two "
+                          "files)",
+                          key, fpath, p->name);
             break;
         }
         if (dt < 0) {
-            st = sr_error(SR_ERR_DATA, "%s: %s: tensor '%s' has dtype %s; expected F32, BF16 or F16", key, mf->path,
+            st = sr_error(SR_ERR_DATA, "%s: %s: tensor '%s' has dtype %s; expected F32, BF16 or F16", key, fpath,
                           t->name, sr_st_dtype_name(t->dtype));
             break;
         }
-        int64_t want[2];
-        bool tr;
-        int nd = hf_shape(m, i, want, &tr);
-        bool wpe = i == root + SR_WPE;
-        bool ok = t->ndim == nd && t->shape[nd - 1] == want[nd - 1] &&
-                  (nd == 1 || (wpe ? t->shape[0] >= want[0] : t->shape[0] == want[0]));
+        int nd = p->ndim;
+        bool is_wpe = p->tensor == wpe;
+        bool ok = t->ndim == nd && t->shape[nd - 1] == p->shape[nd - 1] &&
+                  (nd == 1 || (is_wpe ? t->shape[0] >= p->shape[0] : t->shape[0] == p->shape[0]));
         if (!ok) {
-            shape_str(ms, sizeof ms, want, nd);
-            char what[400];
-            snprintf(what, sizeof what, "tensor '%s' is %s in the file; this model needs %s%s", t->name, fs, ms,
-                     wpe ? " (at least seq_len rows)" : "");
+            shape_str(ws, sizeof ws, p->shape, nd);
+            snprintf(what, sizeof what, "tensor '%s' is %s in the file; this model needs %s%s", t->name, fs, ws,
+                     is_wpe ? " (at least seq_len rows)" : "");
             st = dims_hint(mf, key, what);
             break;
         }
-        if (wpe)
+        if (is_wpe)
             mf->wpe_rows = t->shape[0];
-        from[i] = 1;
-        mapped++;
-        prefixed += pre;
-        seen[t->dtype] = true;
-        mf->src[i] = (sr_mf_source){h.data_start + t->begin, dt, tr,
-                                    tr ? (uint64_t)m->tensors[i].rows : (uint64_t)(nd == 1 ? 1 : t->shape[0])};
+        ms->from[i] = 1;
+        ms->mapped++;
+        ms->prefixed += pre;
+        ms->seen[t->dtype] = true;
+        mf->src[i] = (sr_mf_source){k, h.data_start + t->begin, dt, p->transposed,
+                                    p->transposed ? (uint64_t)p->rows : (uint64_t)(nd == 1 ? 1 : t->shape[0])};
     }
-    for (int i = 0; i < m->n_tensors && st == SR_OK; i++)
-        if (!from[i])
-            st = sr_error(SR_ERR_DATA,
-                          "%s: %s: no tensor for the model's %s (looked for '" PREFIX "%s' and '%s'; the file has %d "
-                          "tensors)",
-                          key, mf->path, m->tensors[i].name, m->tensors[i].name, m->tensors[i].name, h.ntensors);
+    sr_st_free(&h);
+    return st;
+}
+
+static sr_status map_safetensors(sr_modelfile *mf, const char *key) {
+    map_state ms = {sr_calloc((size_t)mf->npieces, 1), 0, 0, 0, {false}};
+    sr_status st = ms.from ? SR_OK : sr_error_oom("the model file's tensor map");
+    for (int k = 0; k < mf->nfiles && st == SR_OK; k++)
+        st = map_st_file(mf, k, key, &ms);
+    for (int i = 0; i < mf->npieces && st == SR_OK; i++)
+        if (!ms.from[i]) {
+            const sr_hf_piece *p = &mf->pieces[i];
+            st =
+                sr_error(SR_ERR_DATA, "%s: %s: no tensor '%s'%s%s%s for the model's %s (the file%s %d tensors)", key,
+                         mf->path, p->name, p->prefix_len ? " (or '" : "", p->prefix_len ? p->name + p->prefix_len : "",
+                         p->prefix_len ? "')" : "", mf->model->tensors[p->tensor].name,
+                         mf->nfiles > 1 ? "s have" : " has", ms.mapped + ms.skipped + (mf->has_head ? 1 : 0));
+        }
     if (st == SR_OK) {
         char dts[64] = "";
         for (int k = 0; k < SR_ST_NDTYPES; k++)
-            if (seen[k])
+            if (ms.seen[k])
                 snprintf(dts + strlen(dts), sizeof dts - strlen(dts), "%s%s", dts[0] ? "+" : "",
                          sr_st_dtype_name((sr_st_dtype)k));
-        snprintf(mf->what, sizeof mf->what, "safetensors, %d tensors %s%s%s%s", mapped, dts,
-                 prefixed ? ", names with the " PREFIX " prefix" : ", names without a prefix",
-                 skipped ? ", causal-mask buffers skipped" : "", mf->has_head ? ", lm_head tied" : "");
+        char files[32] = "";
+        if (mf->nfiles > 1)
+            snprintf(files, sizeof files, " in %d files", mf->nfiles);
+        snprintf(mf->what, sizeof mf->what, "safetensors, %d tensors%s %s%s%s%s", ms.mapped, files, dts,
+                 !ms.prefixed                         ? ", names without a prefix"
+                 : mf->model->d.arch == SR_ARCH_LLAMA ? ", names with the model. prefix"
+                                                      : ", names with the transformer. prefix",
+                 ms.skipped ? ", causal-mask buffers skipped" : "", mf->has_head ? ", lm_head tied" : "");
     }
-    free(from);
-    sr_st_free(&h);
+    free(ms.from);
     return st;
 }
 
 static sr_status map_llmc(sr_modelfile *mf, const int32_t *hd, const char *key) {
     const sr_model *m = mf->model;
     const sr_model_dims *d = &m->d;
+    if (d->arch != SR_ARCH_GPT2)
+        return sr_error(SR_ERR_DATA,
+                        "%s: %s: an llm.c model file holds a GPT-2, and this job's model is %s (hint: a Hugging Face "
+                        "directory or .safetensors file of the model)",
+                        key, mf->path, sr_model_arch_name(d->arch));
     if (hd[1] != 3 && hd[1] != 5)
         return sr_error(SR_ERR_DATA, "%s: %s: llm.c model file version %d; expected 3 (fp32) or 5 (bf16)", key,
                         mf->path, hd[1]);
@@ -252,21 +266,22 @@ static sr_status map_llmc(sr_modelfile *mf, const int32_t *hd, const char *key) 
                  (long long)L, (long long)NH, (long long)C, (long long)V, (long long)Vp, (long long)maxT);
         return dims_hint(mf, key, what);
     }
+    /* GPT-2's pieces are its tensors, in order */
     int root = d->L * SR_NBLOCK_TENSORS;
     uint64_t es = esize(dt), at = 1024;
-    mf->src[root + SR_WTE] = (sr_mf_source){at, dt, false, (uint64_t)V};
+    mf->src[root + SR_WTE] = (sr_mf_source){0, at, dt, false, (uint64_t)V};
     at += (uint64_t)Vp * (uint64_t)C * es;
-    mf->src[root + SR_WPE] = (sr_mf_source){at, dt, false, (uint64_t)maxT};
+    mf->src[root + SR_WPE] = (sr_mf_source){0, at, dt, false, (uint64_t)maxT};
     at += (uint64_t)maxT * (uint64_t)C * es;
     for (int k = 0; k < SR_NBLOCK_TENSORS; k++)
         for (int l = 0; l < d->L; l++) {
             const sr_tensor *t = &m->tensors[l * SR_NBLOCK_TENSORS + k];
-            mf->src[l * SR_NBLOCK_TENSORS + k] = (sr_mf_source){at, dt, false, (uint64_t)t->rows};
+            mf->src[l * SR_NBLOCK_TENSORS + k] = (sr_mf_source){0, at, dt, false, (uint64_t)t->rows};
             at += t->numel * es;
         }
-    mf->src[root + SR_LNFW] = (sr_mf_source){at, dt, false, 1};
+    mf->src[root + SR_LNFW] = (sr_mf_source){0, at, dt, false, 1};
     at += (uint64_t)C * es;
-    mf->src[root + SR_LNFB] = (sr_mf_source){at, dt, false, 1};
+    mf->src[root + SR_LNFB] = (sr_mf_source){0, at, dt, false, 1};
     at += (uint64_t)C * es;
     if (at != mf->size)
         return sr_error(SR_ERR_DATA,
@@ -278,40 +293,124 @@ static sr_status map_llmc(sr_modelfile *mf, const int32_t *hd, const char *key) 
     return SR_OK;
 }
 
-sr_status sr_modelfile_open(sr_modelfile *mf, const char *path, const sr_model *model, const char *key) {
-    memset(mf, 0, sizeof *mf);
-    mf->model = model;
+/* Adds one file to mf (opened read-only). */
+static sr_status add_file(sr_modelfile *mf, const char *path, const char *key) {
+    int k = mf->nfiles;
+    int *fds = realloc(mf->fds, (size_t)(k + 1) * sizeof *fds);
+    if (fds)
+        mf->fds = fds;
+    char **paths = fds ? realloc(mf->paths, (size_t)(k + 1) * sizeof *paths) : NULL;
+    if (paths)
+        mf->paths = paths;
+    uint64_t *sizes = paths ? realloc(mf->sizes, (size_t)(k + 1) * sizeof *sizes) : NULL;
+    if (sizes)
+        mf->sizes = sizes;
+    if (!sizes)
+        return sr_error_oom("the model files");
+    mf->fds[k] = -1;
+    mf->paths[k] = sr_strdup(path);
+    mf->nfiles = k + 1;
+    if (!mf->paths[k])
+        return sr_error_oom("the model files");
     struct stat sb;
     char what[64];
     snprintf(what, sizeof what, "%s", key);
-    sr_status ost = sr_fsio_open_input(path, what, false, "a .safetensors file or an llm.c model file", &mf->fd, &sb);
+    sr_status st = sr_fsio_open_input(path, what, false,
+                                      "a .safetensors file, an llm.c model file or a Hugging Face "
+                                      "directory",
+                                      &mf->fds[k], &sb);
+    if (st != SR_OK)
+        return st;
+    mf->sizes[k] = (uint64_t)sb.st_size;
+    mf->size += mf->sizes[k];
+    return SR_OK;
+}
+
+/* DIR/model.safetensors.index.json's shards, in order of first mention
+ * in its weight_map (each once), or DIR/model.safetensors. */
+static sr_status add_dir(sr_modelfile *mf, const char *dir, const char *key) {
+    char ip[PATH_MAX], fp[PATH_MAX];
+    struct stat sb;
+    sr_fmt(ip, sizeof ip, "%s/model.safetensors.index.json", dir);
+    if (stat(ip, &sb) != 0) {
+        sr_fmt(fp, sizeof fp, "%s/model.safetensors", dir);
+        return add_file(mf, fp, key);
+    }
+    json_error_t jerr;
+    json_t *j = json_load_file(ip, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *wm = j ? json_object_get(j, "weight_map") : NULL;
+    if (!wm || !json_is_object(wm)) {
+        json_decref(j);
+        return sr_error(SR_ERR_DATA,
+                        "%s: %s:%d:%d: expected an object with a \"weight_map\" of tensor names to files%s%s", key, ip,
+                        jerr.line, jerr.column, j ? "" : ": ", j ? "" : jerr.text);
+    }
+    sr_status st = SR_OK;
+    const char *name;
+    json_t *v;
+    json_object_foreach(wm, name, v) {
+        const char *f = json_string_value(v);
+        if (!f || !*f || strchr(f, '/') || strcmp(f, "..") == 0 || strcmp(f, ".") == 0) {
+            char shown[160];
+            st = sr_error(SR_ERR_DATA, "%s: %s: weight_map[\"%s\"] is not a file name in the directory", key, ip,
+                          sr_escape(name, shown, sizeof shown));
+            break;
+        }
+        sr_fmt(fp, sizeof fp, "%s/%s", dir, f);
+        bool have = false;
+        for (int k = 0; k < mf->nfiles && !have; k++)
+            have = strcmp(mf->paths[k], fp) == 0;
+        if (!have && (st = add_file(mf, fp, key)) != SR_OK)
+            break;
+    }
+    if (st == SR_OK && mf->nfiles == 0)
+        st = sr_error(SR_ERR_DATA, "%s: %s: the weight_map names no file", key, ip);
+    json_decref(j);
+    return st;
+}
+
+sr_status sr_modelfile_open(sr_modelfile *mf, const char *path, const sr_model *model, const char *key) {
+    memset(mf, 0, sizeof *mf);
+    mf->fd = -1;
+    mf->model = model;
+    mf->path = sr_strdup(path);
+    mf->pieces = sr_calloc((size_t)model->n_tensors * SR_HF_MAX_PIECES, sizeof *mf->pieces);
+    mf->src = sr_calloc((size_t)model->n_tensors * SR_HF_MAX_PIECES, sizeof *mf->src);
+    if (!mf->path || !mf->pieces || !mf->src) {
+        sr_modelfile_close(mf);
+        return sr_error_oom("the model file's tensor map");
+    }
+    mf->npieces = sr_hf_pieces(model, mf->pieces);
+    mf->emb = 0;
+    for (int i = 0; i < mf->npieces; i++)
+        if (model->tensors[mf->pieces[i].tensor].vocab) {
+            mf->emb = i; /* the first vocabulary tensor is the embedding */
+            break;
+        }
+    struct stat sb;
+    bool dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    sr_status ost = dir ? add_dir(mf, path, key) : add_file(mf, path, key);
     if (ost != SR_OK) {
         sr_modelfile_close(mf);
         return ost;
     }
-    mf->size = (uint64_t)sb.st_size;
-    mf->path = sr_strdup(path);
-    mf->src = sr_calloc((size_t)model->n_tensors, sizeof *mf->src);
-    if (!mf->path || !mf->src) {
-        sr_modelfile_close(mf);
-        return sr_error_oom("the model file's tensor map");
-    }
+    mf->fd = mf->fds[0];
     int32_t hd[8] = {0};
     sr_status st;
     static const unsigned char zip[4] = {'P', 'K', 3, 4};
-    bool head = mf->size >= 4 && sr_fsio_pread_all(mf->fd, hd, mf->size >= sizeof hd ? sizeof hd : 4, 0) == 0;
+    bool head = mf->sizes[0] >= 4 && sr_fsio_pread_all(mf->fd, hd, mf->sizes[0] >= sizeof hd ? sizeof hd : 4, 0) == 0;
     if (head && memcmp(hd, zip, 4) == 0) {
         st = sr_error(SR_ERR_DATA,
                       "%s: %s: a zip file (PyTorch's pytorch_model.bin format), which is not read here (hint: save "
                       "the model as safetensors: model.save_pretrained(DIR, safe_serialization=True), or convert "
                       "it with the safetensors package)",
-                      key, path);
-    } else if (head && hd[0] == LLMC_MAGIC && mf->size < 1024) {
+                      key, mf->paths[0]);
+    } else if (!dir && head && hd[0] == LLMC_MAGIC && mf->size < 1024) {
         st = sr_error(SR_ERR_DATA,
                       "%s: %s: truncated llm.c file: %llu bytes, shorter than its 1024-byte header (hint: copy the "
                       "file again)",
                       key, path, (unsigned long long)mf->size);
-    } else if (head && mf->size >= 1024 && hd[0] == LLMC_MAGIC) {
+    } else if (!dir && head && mf->size >= 1024 && hd[0] == LLMC_MAGIC) {
         mf->kind = SR_MODELFILE_LLMC;
         st = map_llmc(mf, hd, key);
     } else {
@@ -333,8 +432,8 @@ static sr_status read_run(const sr_modelfile *mf, const sr_mf_source *s, uint64_
                           float *dst) {
     size_t es = esize(s->dtype);
     errno = 0;
-    if (sr_fsio_pread_all(mf->fd, buf, n * es, s->offset + first * es) != 0)
-        return sr_error(SR_ERR_DATA, "%s: read failed at byte %llu: %s", mf->path,
+    if (sr_fsio_pread_all(mf->fds[s->file], buf, n * es, s->offset + first * es) != 0)
+        return sr_error(SR_ERR_DATA, "%s: read failed at byte %llu: %s", mf->paths[s->file],
                         (unsigned long long)(s->offset + first * es),
                         errno ? strerror(errno) : "unexpected end of file");
     widen(buf, s->dtype, n, dst);
@@ -374,11 +473,17 @@ sr_status sr_modelfile_read(const sr_modelfile *mf, size_t begin, size_t end, fl
     float *tmp = sr_malloc((PIECE + 65536) * sizeof(float));
     sr_status st = buf && tmp ? SR_OK : sr_error_oom("the model file's read buffer");
     const sr_model *m = mf->model;
-    for (int i = 0; i < m->n_tensors && st == SR_OK; i++) {
-        const sr_tensor *t = &m->tensors[i];
-        size_t lo = begin > t->offset ? begin : t->offset, hi = end < t->offset + t->numel ? end : t->offset + t->numel;
+    for (int i = 0; i < mf->npieces && st == SR_OK; i++) {
+        /* the piece's elements: its rows, through the end of its tensor
+         * for the last (the padded vocabulary, zero) */
+        const sr_hf_piece *p = &mf->pieces[i];
+        const sr_tensor *t = &m->tensors[p->tensor];
+        bool last = i + 1 == mf->npieces || mf->pieces[i + 1].tensor != p->tensor;
+        size_t cols = (size_t)t->cols, p0 = t->offset + (size_t)p->row0 * cols,
+               p1 = last ? t->offset + t->numel : p0 + (size_t)p->rows * cols;
+        size_t lo = begin > p0 ? begin : p0, hi = end < p1 ? end : p1;
         if (lo < hi)
-            st = read_tensor(mf, &mf->src[i], t, lo - t->offset, hi - t->offset, buf, tmp, dst + (lo - begin));
+            st = read_tensor(mf, &mf->src[i], t, lo - p0, hi - p0, buf, tmp, dst + (lo - begin));
         /* a NaN or infinity would poison every rank's first step: refused
          * here, naming where it is */
         for (size_t e = lo; e < hi && st == SR_OK; e++)
@@ -398,7 +503,7 @@ sr_status sr_modelfile_head_tied(const sr_modelfile *mf, size_t begin, size_t en
     if (!mf->has_head)
         return SR_OK;
     const sr_model *m = mf->model;
-    const sr_tensor *t = &m->tensors[m->d.L * SR_NBLOCK_TENSORS + SR_WTE];
+    const sr_tensor *t = &m->tensors[mf->pieces[mf->emb].tensor];
     size_t valid = (size_t)m->d.V * (size_t)t->cols;
     if (end <= t->offset || begin >= t->offset + valid)
         return SR_OK; /* [begin, end) holds none of the embedding's real rows */
@@ -408,7 +513,7 @@ sr_status sr_modelfile_head_tied(const sr_modelfile *mf, size_t begin, size_t en
     sr_status st = buf && x && y ? SR_OK : sr_error_oom("the model file's read buffer");
     for (size_t e = lo; e < hi && st == SR_OK && *equal; e += PIECE) {
         size_t n = hi - e < PIECE ? hi - e : PIECE;
-        st = read_run(mf, &mf->src[m->d.L * SR_NBLOCK_TENSORS + SR_WTE], e, n, buf, x);
+        st = read_run(mf, &mf->src[mf->emb], e, n, buf, x);
         if (st == SR_OK)
             st = read_run(mf, &mf->head, e, n, buf, y);
         if (st == SR_OK && memcmp(x, y, n * sizeof(float)) != 0)
@@ -420,27 +525,60 @@ sr_status sr_modelfile_head_tied(const sr_modelfile *mf, size_t begin, size_t en
     return st;
 }
 
-/* SHA-256 of `prefix` (n bytes) then the file's bytes in ranges[0..nr)
- * (begin, end; in order) into md. */
-static sr_status hash_ranges(const sr_modelfile *mf, const void *prefix, size_t n, const uint64_t (*ranges)[2], int nr,
-                             unsigned char md[32]) {
-    enum { CHUNK = 4 << 20 };
+/* Feeds file k's bytes [a, b) to the digest. */
+static sr_status hash_range(const sr_modelfile *mf, int k, uint64_t a, uint64_t b, EVP_MD_CTX *ctx, unsigned char *buf,
+                            size_t chunk) {
+    for (uint64_t at = a; at < b; at += chunk) {
+        size_t n = b - at < chunk ? (size_t)(b - at) : chunk;
+        errno = 0;
+        if (sr_fsio_pread_all(mf->fds[k], buf, n, at) != 0)
+            return sr_error(SR_ERR_DATA, "%s: read failed at byte %llu: %s", mf->paths[k], (unsigned long long)at,
+                            errno ? strerror(errno) : "unexpected end of file");
+        if (EVP_DigestUpdate(ctx, buf, n) != 1)
+            return sr_error(SR_ERR_INTERNAL, "SHA-256 of %s failed", mf->paths[k]);
+    }
+    return SR_OK;
+}
+
+/* The digest of every file in order: whole (sha256), or each file's size,
+ * head and tail (fingerprint). */
+static sr_status hash_files(const sr_modelfile *mf, bool whole, unsigned char md[32]) {
+    enum { CHUNK = 4 << 20, MIB = 1 << 20 };
     unsigned char *buf = sr_malloc(CHUNK);
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     sr_status st =
         buf && ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1 ? SR_OK : sr_error_oom("the model file's digest");
-    if (st == SR_OK && n && EVP_DigestUpdate(ctx, prefix, n) != 1)
-        st = sr_error(SR_ERR_INTERNAL, "SHA-256 of %s failed", mf->path);
-    for (int r = 0; r < nr; r++)
-        for (uint64_t at = ranges[r][0]; at < ranges[r][1] && st == SR_OK; at += CHUNK) {
-            size_t k = ranges[r][1] - at < CHUNK ? (size_t)(ranges[r][1] - at) : CHUNK;
-            errno = 0;
-            if (sr_fsio_pread_all(mf->fd, buf, k, at) != 0)
-                st = sr_error(SR_ERR_DATA, "%s: read failed at byte %llu: %s", mf->path, (unsigned long long)at,
-                              errno ? strerror(errno) : "unexpected end of file");
-            else if (EVP_DigestUpdate(ctx, buf, k) != 1)
-                st = sr_error(SR_ERR_INTERNAL, "SHA-256 of %s failed", mf->path);
+    for (int k = 0; k < mf->nfiles && st == SR_OK; k++) {
+        uint64_t size = mf->sizes[k];
+        if (whole) {
+            st = hash_range(mf, k, 0, size, ctx, buf, CHUNK);
+            continue;
         }
+        uint64_t head = MIB;
+        if (mf->kind == SR_MODELFILE_SAFETENSORS && size >= 8) {
+            unsigned char b[8];
+            uint64_t n = 0;
+            if (sr_fsio_pread_all(mf->fds[k], b, 8, 0) == 0)
+                for (int i = 7; i >= 0; i--)
+                    n = n << 8 | b[i];
+            if (n <= size - 8 && n + 8 > head)
+                head = n + 8; /* the whole header, however long */
+        }
+        if (head > size)
+            head = size;
+        uint64_t tail = size > MIB ? size - MIB : 0;
+        if (tail < head)
+            tail = head;
+        unsigned char size_le[8];
+        for (int i = 0; i < 8; i++)
+            size_le[i] = (unsigned char)(size >> (8 * i));
+        if (EVP_DigestUpdate(ctx, size_le, sizeof size_le) != 1)
+            st = sr_error(SR_ERR_INTERNAL, "SHA-256 of %s failed", mf->paths[k]);
+        if (st == SR_OK)
+            st = hash_range(mf, k, 0, head, ctx, buf, CHUNK);
+        if (st == SR_OK)
+            st = hash_range(mf, k, tail, size, ctx, buf, CHUNK);
+    }
     unsigned int len = 0;
     if (st == SR_OK && EVP_DigestFinal_ex(ctx, md, &len) != 1)
         st = sr_error(SR_ERR_INTERNAL, "SHA-256 of %s failed", mf->path);
@@ -450,40 +588,17 @@ static sr_status hash_ranges(const sr_modelfile *mf, const void *prefix, size_t 
 }
 
 sr_status sr_modelfile_sha256(const sr_modelfile *mf, char out[65]) {
-    uint64_t whole[1][2] = {{0, mf->size}};
     unsigned char md[32];
-    sr_status st = hash_ranges(mf, NULL, 0, whole, 1, md);
+    sr_status st = hash_files(mf, true, md);
     if (st == SR_OK)
         sr_hex(md, 32, out);
     return st;
 }
 
-sr_status sr_modelfile_fingerprint(const sr_modelfile *mf, unsigned char out[32]) {
-    enum { MIB = 1 << 20 };
-    uint64_t head = MIB;
-    if (mf->kind == SR_MODELFILE_SAFETENSORS && mf->size >= 8) {
-        unsigned char b[8];
-        uint64_t n = 0;
-        if (sr_fsio_pread_all(mf->fd, b, 8, 0) == 0)
-            for (int i = 7; i >= 0; i--)
-                n = n << 8 | b[i];
-        if (n <= mf->size - 8 && n + 8 > head)
-            head = n + 8; /* the whole header, however long */
-    }
-    if (head > mf->size)
-        head = mf->size;
-    uint64_t tail = mf->size > MIB ? mf->size - MIB : 0;
-    if (tail < head)
-        tail = head;
-    uint64_t ranges[2][2] = {{0, head}, {tail, mf->size}};
-    unsigned char size_le[8];
-    for (int i = 0; i < 8; i++)
-        size_le[i] = (unsigned char)(mf->size >> (8 * i));
-    return hash_ranges(mf, size_le, sizeof size_le, ranges, 2, out);
-}
+sr_status sr_modelfile_fingerprint(const sr_modelfile *mf, unsigned char out[32]) { return hash_files(mf, false, out); }
 
 /* ------------------------------------------------------------------------ */
-/* Hugging Face GPT-2 directories */
+/* Hugging Face directories */
 
 bool sr_modelfile_is_hf_dir(const char *dir) {
     char p[PATH_MAX];
@@ -502,7 +617,7 @@ static sr_status hf_int(json_t *c, const char *path, const char *name, const cha
     if (!j && alt)
         j = json_object_get(c, alt);
     if (!j)
-        return sr_error(SR_ERR_DATA, "%s: no \"%s\"%s%s%s (expected a GPT-2 config as transformers writes it)", path,
+        return sr_error(SR_ERR_DATA, "%s: no \"%s\"%s%s%s (expected a config.json as transformers writes it)", path,
                         name, alt ? " or \"" : "", alt ? alt : "", alt ? "\"" : "");
     if (!json_is_integer(j) || json_integer_value(j) < 1 || json_integer_value(j) > 16777216)
         return sr_error(SR_ERR_DATA, "%s: \"%s\" is not a positive integer", path,
@@ -511,30 +626,107 @@ static sr_status hf_int(json_t *c, const char *path, const char *name, const cha
     return SR_OK;
 }
 
-sr_status sr_modelfile_hf_dir(const char *dir, sr_model_dims *d, char *weights, size_t weights_len) {
-    char path[PATH_MAX];
-    sr_fmt(path, sizeof path, "%s/config.json", dir);
-    FILE *f;
-    sr_status st = sr_fsio_open_input_file(path, "the model's config.json", NULL, &f);
-    if (st != SR_OK)
-        return st;
-    json_error_t jerr;
-    json_t *c = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
-    fclose(f);
-    if (!c || !json_is_object(c)) {
-        json_decref(c);
-        return sr_error(SR_ERR_DATA, "%s:%d:%d: not a JSON object (%s)", path, jerr.line, jerr.column,
-                        c ? "another JSON value" : jerr.text);
-    }
-    *d = (sr_model_dims){0};
-    const char *type = json_string_value(json_object_get(c, "model_type"));
-    if (!type || strcmp(type, "gpt2") != 0)
-        st = sr_error(SR_ERR_DATA,
-                      "%s: model_type is %s%s%s, and shardrun's model is GPT-2 (hint: a directory that "
-                      "GPT2LMHeadModel.save_pretrained or shardrun ckpt export -o DIR/ wrote)",
-                      path, type ? "\"" : "", type ? type : "missing", type ? "\"" : "");
+/* config.json's number `name` into *v (absent: *v unchanged, when
+ * optional). */
+static sr_status hf_num(json_t *c, const char *path, const char *name, bool optional, double *v) {
+    json_t *j = json_object_get(c, name);
+    if (!j && optional)
+        return SR_OK;
+    if (!j || !json_is_number(j))
+        return sr_error(SR_ERR_DATA, "%s: \"%s\" is %s; expected a number (a Llama config as transformers writes it)",
+                        path, name, j ? "not a number" : "missing");
+    *v = json_number_value(j);
+    return SR_OK;
+}
+
+/* A false-or-absent boolean field (attention_bias, mlp_bias). */
+static sr_status hf_false(json_t *c, const char *path, const char *name, const char *why) {
+    json_t *j = json_object_get(c, name);
+    if (j && !json_is_false(j))
+        return sr_error(SR_ERR_DATA, "%s: %s is not false; %s", path, name, why);
+    return SR_OK;
+}
+
+static sr_status hf_llama(json_t *c, const char *path, sr_model_dims *d) {
+    d->arch = SR_ARCH_LLAMA;
+    sr_status st = hf_int(c, path, "num_hidden_layers", NULL, &d->L);
     if (st == SR_OK)
-        st = hf_int(c, path, "n_layer", NULL, &d->L);
+        st = hf_int(c, path, "num_attention_heads", NULL, &d->NH);
+    if (st == SR_OK)
+        st = hf_int(c, path, "hidden_size", NULL, &d->C);
+    if (st == SR_OK)
+        st = hf_int(c, path, "intermediate_size", NULL, &d->F);
+    if (st == SR_OK)
+        st = hf_int(c, path, "vocab_size", NULL, &d->V);
+    if (st == SR_OK)
+        st = hf_int(c, path, "max_position_embeddings", NULL, &d->T);
+    d->NKV = d->NH;
+    if (st == SR_OK && json_object_get(c, "num_key_value_heads") &&
+        !json_is_null(json_object_get(c, "num_key_value_heads")))
+        st = hf_int(c, path, "num_key_value_heads", NULL, &d->NKV);
+    d->norm_eps = 1e-6; /* LlamaConfig's defaults */
+    d->rope_theta = 10000;
+    if (st == SR_OK)
+        st = hf_num(c, path, "rms_norm_eps", true, &d->norm_eps);
+    if (st == SR_OK)
+        st = hf_num(c, path, "rope_theta", true, &d->rope_theta);
+    json_t *tie = json_object_get(c, "tie_word_embeddings");
+    d->untied = !(tie && json_is_true(tie)); /* LlamaConfig's default: untied */
+    const char *act = json_string_value(json_object_get(c, "hidden_act"));
+    if (st == SR_OK && json_object_get(c, "hidden_act") && (!act || strcmp(act, "silu") != 0))
+        st = sr_error(SR_ERR_DATA, "%s: hidden_act is %s%s%s; shardrun's Llama MLP is SwiGLU (silu)", path,
+                      act ? "\"" : "", act ? act : "not a string", act ? "\"" : "");
+    if (st == SR_OK)
+        st = hf_false(c, path, "attention_bias", "shardrun's Llama attention has no biases");
+    if (st == SR_OK)
+        st = hf_false(c, path, "mlp_bias", "shardrun's Llama MLP has no biases");
+    json_t *hd = json_object_get(c, "head_dim");
+    if (st == SR_OK && hd && !json_is_null(hd) &&
+        !(json_is_integer(hd) && d->NH > 0 && json_integer_value(hd) * d->NH == d->C))
+        st = sr_error(SR_ERR_DATA,
+                      "%s: head_dim is not hidden_size / num_attention_heads, the head size shardrun's "
+                      "Llama has",
+                      path);
+    json_t *rs = json_object_get(c, "rope_scaling");
+    if (st == SR_OK && rs && !json_is_null(rs)) {
+        const char *type = json_string_value(json_object_get(rs, "rope_type"));
+        if (!type)
+            type = json_string_value(json_object_get(rs, "type"));
+        if (!json_is_object(rs) || !type || strcmp(type, "llama3") != 0)
+            st = sr_error(SR_ERR_DATA,
+                          "%s: rope_scaling type %s%s%s is not supported: shardrun implements Llama-3's (\"llama3\") "
+                          "or none (null)",
+                          path, type ? "\"" : "", type ? type : "(missing)", type ? "\"" : "");
+        double orig = 0;
+        if (st == SR_OK)
+            st = hf_num(rs, path, "factor", false, &d->rope.factor);
+        if (st == SR_OK)
+            st = hf_num(rs, path, "low_freq_factor", false, &d->rope.low_freq_factor);
+        if (st == SR_OK)
+            st = hf_num(rs, path, "high_freq_factor", false, &d->rope.high_freq_factor);
+        if (st == SR_OK)
+            st = hf_num(rs, path, "original_max_position_embeddings", false, &orig);
+        if (st == SR_OK && !(d->rope.factor > 0 && d->rope.high_freq_factor > d->rope.low_freq_factor &&
+                             d->rope.low_freq_factor > 0 && orig >= 1 && orig <= 16777216))
+            st = sr_error(SR_ERR_DATA,
+                          "%s: rope_scaling: factor, low_freq_factor < high_freq_factor and "
+                          "original_max_position_embeddings must be positive",
+                          path);
+        d->rope.original_max_position = (int)orig;
+    }
+    if (st == SR_OK && (d->NKV < 1 || d->NH % d->NKV != 0))
+        st = sr_error(SR_ERR_DATA, "%s: num_key_value_heads (%d) does not divide num_attention_heads (%d)", path,
+                      d->NKV, d->NH);
+    if (st == SR_OK && !(d->norm_eps > 0 && d->norm_eps < 1 && d->rope_theta >= 1 && d->rope_theta <= 1e12))
+        st = sr_error(SR_ERR_DATA, "%s: rms_norm_eps or rope_theta is out of range", path);
+    if (st == SR_OK && d->NH > 0 && d->C % d->NH == 0 && (d->C / d->NH) % 2 != 0)
+        st = sr_error(SR_ERR_DATA, "%s: the head size (%d) is odd; rotary positions need an even one", path,
+                      d->C / d->NH);
+    return st;
+}
+
+static sr_status hf_gpt2(json_t *c, const char *path, sr_model_dims *d) {
+    sr_status st = hf_int(c, path, "n_layer", NULL, &d->L);
     if (st == SR_OK)
         st = hf_int(c, path, "n_head", NULL, &d->NH);
     if (st == SR_OK)
@@ -557,13 +749,45 @@ sr_status sr_modelfile_hf_dir(const char *dir, sr_model_dims *d, char *weights, 
     if (st == SR_OK && inner && !json_is_null(inner) &&
         !(json_is_integer(inner) && json_integer_value(inner) == 4 * (json_int_t)d->C))
         st = sr_error(SR_ERR_DATA, "%s: n_inner is not 4 x n_embd, the width of shardrun's MLP", path);
+    return st;
+}
+
+sr_status sr_modelfile_hf_dir(const char *dir, sr_model_dims *d, char *weights, size_t weights_len) {
+    char path[PATH_MAX];
+    sr_fmt(path, sizeof path, "%s/config.json", dir);
+    FILE *f;
+    sr_status st = sr_fsio_open_input_file(path, "the model's config.json", NULL, &f);
+    if (st != SR_OK)
+        return st;
+    json_error_t jerr;
+    json_t *c = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    fclose(f);
+    if (!c || !json_is_object(c)) {
+        json_decref(c);
+        return sr_error(SR_ERR_DATA, "%s:%d:%d: not a JSON object (%s)", path, jerr.line, jerr.column,
+                        c ? "another JSON value" : jerr.text);
+    }
+    *d = (sr_model_dims){0};
+    const char *type = json_string_value(json_object_get(c, "model_type"));
+    if (type && strcmp(type, "gpt2") == 0)
+        st = hf_gpt2(c, path, d);
+    else if (type && strcmp(type, "llama") == 0)
+        st = hf_llama(c, path, d);
+    else
+        st = sr_error(SR_ERR_DATA,
+                      "%s: model_type is %s%s%s; shardrun's families are GPT-2 (\"gpt2\") and Llama (\"llama\") "
+                      "(hint: a directory that GPT2LMHeadModel or LlamaForCausalLM.save_pretrained, or shardrun ckpt "
+                      "export -o DIR/, wrote)",
+                      path, type ? "\"" : "", type ? type : "missing", type ? "\"" : "");
     json_decref(c);
     if (st == SR_OK) {
         st = sr_config_check_model(d->L, d->NH, d->C, d->V, d->T);
         if (st != SR_OK)
             st = sr_error_wrap(SR_ERR_DATA, "%s", path);
     }
-    if (st == SR_OK)
-        sr_fmt(weights, weights_len, "%s/model.safetensors", dir);
+    if (st == SR_OK) {
+        sr_model_dims_complete(d);
+        sr_fmt(weights, weights_len, "%s", dir);
+    }
     return st;
 }

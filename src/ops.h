@@ -1,4 +1,5 @@
-/* ops.h — the op interface: forward and backward of every layer of the GPT.
+/* ops.h — the op interface: forward and backward of every layer of the
+ * built-in models (GPT-2 and the Llama family).
  *
  * A back end is a table of function pointers (`sr_ops`).  The CPU table in
  * ops_cpu.c is always built and is the oracle; the CUDA table (kernels/)
@@ -28,9 +29,11 @@ typedef struct sr_ops {
      * CUDA, chosen at run time.  Parameter gradients, LayerNorm statistics,
      * losses and the classifier's log-sum-exp are always float. */
     sr_dtype act;
-    /* out[B,T,C] = wte[inp[b,t]] + wpe[t] */
+    /* out[B,T,C] = wte[inp[b,t]] + wpe[t]; wpe NULL (a model without
+     * learned positions): out = wte[inp[b,t]] */
     void (*encoder_forward)(void *out, const int *inp, const void *wte, const void *wpe, int B, int T, int C);
-    /* dwte[inp[b,t]] += dout[b,t]; dwpe[t] += sum_b dout[b,t] */
+    /* dwte[inp[b,t]] += dout[b,t]; dwpe[t] += sum_b dout[b,t] (dwpe NULL:
+     * none) */
     void (*encoder_backward)(float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T, int C);
     /* out[N,C] = (inp - mean) * rstd * w + b; saves mean[N], rstd[N] */
     void (*layernorm_forward)(void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b, int N,
@@ -49,7 +52,8 @@ typedef struct sr_ops {
     void (*attention_forward)(void *out, void *att, const void *qkv, int B, int T, int C, int NH);
     void (*attention_backward)(void *dqkv, const void *dout, const void *qkv, const void *att, int B, int T, int C,
                                int NH);
-    /* Bytes attention_forward saves per layer for B sequences of T tokens. */
+    /* Bytes attention_forward saves per layer for B sequences of T tokens
+     * (gqa_attention_forward saves the same for its NH query heads). */
     size_t (*attention_save_bytes)(int B, int T, int NH);
     /* GELU, tanh approximation */
     void (*gelu_forward)(void *out, const void *inp, size_t n);
@@ -68,6 +72,42 @@ typedef struct sr_ops {
      * padded logits get zero. */
     void (*crossentropy_backward)(void *logits, const float *lse, const int *targets, float dloss, int N, int V,
                                   int Vp);
+    /* ---- the Llama family (model.arch: llama).  A table without them
+     * leaves them NULL, and the model refuses a Llama run on it
+     * (sr_model_init). ---- */
+    /* out[N,C] = inp * rstd * w with rstd = 1 / sqrt(mean(inp^2) + eps)
+     * over each row (float sums); saves rstd[N] */
+    void (*rmsnorm_forward)(void *out, float *rstd, const void *inp, const void *w, float eps, int N, int C);
+    /* dinp[N,C] += d/dinp; dw[C] += sum_n dout * inp * rstd (summed in a
+     * fixed order whatever the thread count) */
+    void (*rmsnorm_backward)(void *dinp, float *dw, const void *dout, const void *inp, const void *w, const float *rstd,
+                             int N, int C);
+    /* Rotary position embedding, in place, on the NH query heads and the
+     * NKV key heads of qkv[B,T,(NH + 2 NKV) hs] (queries, keys, values,
+     * heads contiguous; values untouched), Hugging Face's rotate-half
+     * layout: for i < hs/2, (x_i, x_{i+hs/2}) is rotated by the angle of
+     * position t and frequency i, whose cosine and sine are
+     * cs[t hs + i] and cs[t hs + hs/2 + i] (a [T, hs] float table the
+     * model builds: sr_model_rope_table).  rope_backward applies the
+     * inverse rotation to the gradient in place (no accumulation): the
+     * gradient with respect to the unrotated queries and keys. */
+    void (*rope_forward)(void *qkv, const float *cs, int B, int T, int NH, int NKV, int hs);
+    void (*rope_backward)(void *dqkv, const float *cs, int B, int T, int NH, int NKV, int hs);
+    /* SwiGLU: out[N,F] = silu(gu[n, f]) * gu[n, F + f] with gu[N,2F] (the
+     * gate's F columns, then the up projection's); silu(a) = a sigmoid(a).
+     * The backward accumulates into dgu[N,2F]. */
+    void (*swiglu_forward)(void *out, const void *gu, int N, int F);
+    void (*swiglu_backward)(void *dgu, const void *dout, const void *gu, int N, int F);
+    /* Causal attention with grouped-query heads: qkv[B,T,(NH + 2 NKV) hs]
+     * (NH query heads, then NKV key heads, then NKV value heads), query
+     * head h reads key/value head h / (NH / NKV); out[B,T,NH hs].  Saves
+     * attention_save_bytes(B, T, NH) in `att` as attention_forward does;
+     * with NKV == NH the two ops compute the same values.  The backward
+     * accumulates into dqkv, each key/value head's gradient summed over its
+     * query heads in head order. */
+    void (*gqa_attention_forward)(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV, int hs);
+    void (*gqa_attention_backward)(void *dqkv, const void *dout, const void *qkv, const void *att, int B, int T, int NH,
+                                   int NKV, int hs);
     /* Scratch the ops need for micro-batches of B sequences (NULL: none):
      * workspace_bytes says how much, and bind_workspace hands the calling
      * thread's ops a buffer of at least that many bytes in the table's

@@ -8,8 +8,11 @@
  * the thread count only through the GEMM blocking.  Reductions that cross
  * rows (LayerNorm weight grads, bias grads, embedding grads) are split by
  * column so every sum runs in one fixed order whatever the thread count.
- * Attention runs per (batch, head) pair in parallel, forward and backward,
- * with GEMMs for QK^T, att·V and their gradients. */
+ * Attention runs per (batch, head) pair in parallel forward and per
+ * (batch, key/value head) backward, with GEMMs for QK^T, att·V and their
+ * gradients; grouped-query heads (the Llama family) are the same loops
+ * with fewer key/value heads.  RMSNorm, RoPE and SwiGLU are row kernels
+ * like LayerNorm and GELU. */
 #include "srconfig.h"
 
 #include "ops.h"
@@ -252,6 +255,77 @@ static inline SR_ISA_INLINE void softmax_causal_bwd_row_body(float *dr, const fl
 }
 SR_ISA_KERNEL(softmax_causal_bwd_row, (float *dr, const float *ar, int t, int T), (dr, ar, t, T))
 
+/* RMSNorm row: o = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps). */
+static inline SR_ISA_INLINE void rms_fwd_row_body(float *o, float *rstd, const float *x, const float *w, float eps,
+                                                  int C) {
+    float ss = 0.0f;
+    for (int c = 0; c < C; c++)
+        ss += x[c] * x[c];
+    float s = 1.0f / sqrtf(ss / C + eps);
+    for (int c = 0; c < C; c++)
+        o[c] = x[c] * s * w[c];
+    *rstd = s;
+}
+SR_ISA_KERNEL(rms_fwd_row, (float *o, float *rstd, const float *x, const float *w, float eps, int C),
+              (o, rstd, x, w, eps, C))
+
+/* RMSNorm row backward: with g = w * d, di += s (g - s^2 x mean(g x)). */
+static inline SR_ISA_INLINE void rms_bwd_row_body(float *di, const float *x, const float *d, const float *w, float s,
+                                                  int C) {
+    float dot = 0.0f;
+    for (int c = 0; c < C; c++)
+        dot += w[c] * d[c] * x[c];
+    dot /= C;
+    for (int c = 0; c < C; c++)
+        di[c] += (w[c] * d[c] - x[c] * s * s * dot) * s;
+}
+SR_ISA_KERNEL(rms_bwd_row, (float *di, const float *x, const float *d, const float *w, float s, int C),
+              (di, x, d, w, s, C))
+
+/* dw[c] += x[c] * s * d[c] over one row's column block */
+static inline SR_ISA_INLINE void rms_bwd_cols_body(float *dw, const float *x, const float *d, float s, int n) {
+    for (int c = 0; c < n; c++)
+        dw[c] += x[c] * s * d[c];
+}
+SR_ISA_KERNEL(rms_bwd_cols, (float *dw, const float *x, const float *d, float s, int n), (dw, x, d, s, n))
+
+/* Rotate-half on `heads` heads of hs at x (contiguous): sign +1 rotates by
+ * the angle (forward), -1 by its negative (the gradient's inverse). */
+static inline SR_ISA_INLINE void rope_row_body(float *x, const float *cs, int heads, int hs, float sign) {
+    int half = hs / 2;
+    const float *cosv = cs, *sinv = cs + half;
+    for (int h = 0; h < heads; h++) {
+        float *a = x + (size_t)h * hs, *b = a + half;
+        for (int i = 0; i < half; i++) {
+            float x1 = a[i], x2 = b[i], sn = sign * sinv[i];
+            a[i] = x1 * cosv[i] - x2 * sn;
+            b[i] = x2 * cosv[i] + x1 * sn;
+        }
+    }
+}
+SR_ISA_KERNEL(rope_row, (float *x, const float *cs, int heads, int hs, float sign), (x, cs, heads, hs, sign))
+
+/* SwiGLU over one row: out[f] = silu(g[f]) * u[f] */
+static inline SR_ISA_INLINE void swiglu_fwd_body(float *out, const float *g, const float *u, int F) {
+    for (int f = 0; f < F; f++) {
+        float a = g[f], sig = 1.0f / (1.0f + fast_expf(-a));
+        out[f] = a * sig * u[f];
+    }
+}
+SR_ISA_KERNEL(swiglu_fwd, (float *out, const float *g, const float *u, int F), (out, g, u, F))
+
+/* dg += dout u silu'(g), du += dout silu(g); silu'(a) = sig (1 + a (1 - sig)) */
+static inline SR_ISA_INLINE void swiglu_bwd_body(float *dg, float *du, const float *dout, const float *g,
+                                                 const float *u, int F) {
+    for (int f = 0; f < F; f++) {
+        float a = g[f], sig = 1.0f / (1.0f + fast_expf(-a));
+        dg[f] += dout[f] * u[f] * (sig * (1.0f + a * (1.0f - sig)));
+        du[f] += dout[f] * (a * sig);
+    }
+}
+SR_ISA_KERNEL(swiglu_bwd, (float *dg, float *du, const float *dout, const float *g, const float *u, int F),
+              (dg, du, dout, g, u, F))
+
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 
 static inline SR_ISA_INLINE void gelu_fwd_body(float *out, const float *inp, size_t n) {
@@ -346,8 +420,12 @@ static void my_range(size_t n, size_t *lo, size_t *hi) {
 
 static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C) {
 #pragma omp parallel for
-    for (int bt = 0; bt < B * T; bt++)
-        vadd(out + (size_t)bt * C, wte + (size_t)inp[bt] * C, wpe + (size_t)(bt % T) * C, (size_t)C);
+    for (int bt = 0; bt < B * T; bt++) {
+        if (wpe)
+            vadd(out + (size_t)bt * C, wte + (size_t)inp[bt] * C, wpe + (size_t)(bt % T) * C, (size_t)C);
+        else
+            memcpy(out + (size_t)bt * C, wte + (size_t)inp[bt] * C, (size_t)C * sizeof(float));
+    }
 }
 
 static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C) {
@@ -361,7 +439,11 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
             for (int b = 0; b < B; b++)
                 for (int t = 0; t < T; t++) {
                     const float *d = dout + ((size_t)b * T + t) * C;
-                    acc2(dwte + (size_t)inp[b * T + t] * C + c0, dwpe + (size_t)t * C + c0, d + c0, (size_t)(c1 - c0));
+                    if (dwpe)
+                        acc2(dwte + (size_t)inp[b * T + t] * C + c0, dwpe + (size_t)t * C + c0, d + c0,
+                             (size_t)(c1 - c0));
+                    else
+                        acc1(dwte + (size_t)inp[b * T + t] * C + c0, d + c0, (size_t)(c1 - c0));
                 }
     }
 }
@@ -442,31 +524,34 @@ static void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
     }
 }
 
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
-    int hs = C / NH;
+/* Causal attention with NKV key/value heads for NH query heads (NKV == NH:
+ * GPT-2's multi-head attention).  Row width W = (NH + 2 NKV) hs: queries,
+ * keys, values. */
+static void gqa_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV, int hs) {
     float scale = 1.0f / sqrtf((float)hs);
-    int C3 = 3 * C;
+    int W = (NH + 2 * NKV) * hs, C = NH * hs, per = NH / NKV;
 #pragma omp parallel for schedule(dynamic)
     for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-        const float *k = q + C;
-        const float *v = q + 2 * C;
+        int b = bh / NH, h = bh % NH, g = h / per;
+        const float *row = qkv + (size_t)b * T * W;
+        const float *q = row + (size_t)h * hs, *k = row + (size_t)(NH + g) * hs, *v = row + (size_t)(NH + NKV + g) * hs;
         float *a = att + (size_t)bh * T * T;
         /* a = scale * q k^T (the full square; the upper triangle is masked) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, W, k, W, 0.0f, a, T);
         for (int t = 0; t < T; t++)
             softmax_causal_row(a + (size_t)t * T, t, T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f,
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, W, 0.0f,
                     out + (size_t)b * T * C + (size_t)h * hs, C);
     }
 }
 
-static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
-                               int NH) {
-    int hs = C / NH;
+/* One task per (sequence, key/value head): its query heads run in head
+ * order, so each key/value gradient is summed in one fixed order and no
+ * two threads write the same head. */
+static void gqa_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
+                                   int NH, int NKV, int hs) {
     float scale = 1.0f / sqrtf((float)hs);
-    int C3 = 3 * C;
+    int W = (NH + 2 * NKV) * hs, C = NH * hs, per = NH / NKV;
     /* one T x T scratch per thread, allocated before the team starts so an
      * allocation failure is reported (take_error) instead of crashing a
      * worker; counted but not accounted, like any short-lived buffer */
@@ -480,25 +565,108 @@ static void attention_backward(float *dqkv, const float *dout, const float *qkv,
     {
         float *datt = scratch + (size_t)thread_id() * T * T;
 #pragma omp for schedule(dynamic)
-        for (int bh = 0; bh < B * NH; bh++) {
-            int b = bh / NH, h = bh % NH;
-            size_t base = (size_t)b * T * C3 + (size_t)h * hs;
-            const float *q = qkv + base, *k = q + C, *v = q + 2 * C;
-            float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
-            const float *a = att + (size_t)bh * T * T;
-            const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
-            /* datt = dy v^T ; dv += a^T dy */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, datt, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 1.0f, dv, C3);
-            /* softmax backward, in place: dpre = a * (datt - sum(a * datt)) */
-            for (int t = 0; t < T; t++)
-                softmax_causal_bwd_row(datt + (size_t)t * T, a + (size_t)t * T, t, T);
-            /* dq += scale dpre k ; dk += scale dpre^T q */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, datt, T, k, C3, 1.0f, dq, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, datt, T, q, C3, 1.0f, dk, C3);
+        for (int bg = 0; bg < B * NKV; bg++) {
+            int b = bg / NKV, g = bg % NKV;
+            size_t base = (size_t)b * T * W;
+            const float *k = qkv + base + (size_t)(NH + g) * hs, *v = qkv + base + (size_t)(NH + NKV + g) * hs;
+            float *dk = dqkv + base + (size_t)(NH + g) * hs, *dv = dqkv + base + (size_t)(NH + NKV + g) * hs;
+            for (int h = g * per; h < (g + 1) * per; h++) {
+                const float *q = qkv + base + (size_t)h * hs;
+                float *dq = dqkv + base + (size_t)h * hs;
+                const float *a = att + ((size_t)b * NH + h) * T * T;
+                const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
+                /* datt = dy v^T ; dv += a^T dy */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, W, 0.0f, datt, T);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 1.0f, dv, W);
+                /* softmax backward, in place: dpre = a * (datt - sum(a * datt)) */
+                for (int t = 0; t < T; t++)
+                    softmax_causal_bwd_row(datt + (size_t)t * T, a + (size_t)t * T, t, T);
+                /* dq += scale dpre k ; dk += scale dpre^T q */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, datt, T, k, W, 1.0f, dq, W);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, datt, T, q, W, 1.0f, dk, W);
+            }
         }
     }
     free(scratch);
+}
+
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    gqa_attention_forward(out, att, qkv, B, T, NH, NH, C / NH);
+}
+
+static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
+                               int NH) {
+    gqa_attention_backward(dqkv, dout, qkv, att, B, T, NH, NH, C / NH);
+}
+
+static void rmsnorm_forward(void *out_, float *rstd, const void *inp_, const void *w_, float eps, int N, int C) {
+    float *out = out_;
+    const float *inp = inp_, *w = w_;
+#pragma omp parallel for
+    for (int n = 0; n < N; n++)
+        rms_fwd_row(out + (size_t)n * C, &rstd[n], inp + (size_t)n * C, w, eps, C);
+}
+
+static void rmsnorm_backward(void *dinp_, float *dw, const void *dout_, const void *inp_, const void *w_,
+                             const float *rstd, int N, int C) {
+    float *dinp = dinp_;
+    const float *dout = dout_, *inp = inp_, *w = w_;
+#pragma omp parallel
+    {
+        /* Pass 1, by row: the input gradient. */
+#pragma omp for
+        for (int n = 0; n < N; n++)
+            rms_bwd_row(dinp + (size_t)n * C, inp + (size_t)n * C, dout + (size_t)n * C, w, rstd[n], C);
+        /* Pass 2, by column block: the weight gradient, rows in order. */
+        int c0, c1;
+        split_range(C, thread_id(), team_size(), 16, &c0, &c1);
+        if (c1 > c0)
+            for (int n = 0; n < N; n++)
+                rms_bwd_cols(dw + c0, inp + (size_t)n * C + c0, dout + (size_t)n * C + c0, rstd[n], c1 - c0);
+    }
+}
+
+static void rope(float *qkv, const float *cs, int B, int T, int NH, int NKV, int hs, float sign) {
+    size_t W = (size_t)(NH + 2 * NKV) * hs;
+#pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++)
+        rope_row(qkv + (size_t)bt * W, cs + (size_t)(bt % T) * hs, NH + NKV, hs, sign);
+}
+
+static void rope_forward(void *qkv, const float *cs, int B, int T, int NH, int NKV, int hs) {
+    rope(qkv, cs, B, T, NH, NKV, hs, 1.0f);
+}
+
+static void rope_backward(void *dqkv, const float *cs, int B, int T, int NH, int NKV, int hs) {
+    rope(dqkv, cs, B, T, NH, NKV, hs, -1.0f);
+}
+
+static void swiglu_forward(void *out_, const void *gu_, int N, int F) {
+    float *out = out_;
+    const float *gu = gu_;
+#pragma omp parallel for
+    for (int n = 0; n < N; n++)
+        swiglu_fwd(out + (size_t)n * F, gu + (size_t)n * 2 * F, gu + (size_t)n * 2 * F + F, F);
+}
+
+static void swiglu_backward(void *dgu_, const void *dout_, const void *gu_, int N, int F) {
+    float *dgu = dgu_;
+    const float *dout = dout_, *gu = gu_;
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        float *d = dgu + (size_t)n * 2 * F;
+        const float *g = gu + (size_t)n * 2 * F;
+        swiglu_bwd(d, d + F, dout + (size_t)n * F, g, g + F, F);
+    }
+}
+
+static void gqa_attention_forward_t(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV, int hs) {
+    gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs);
+}
+
+static void gqa_attention_backward_t(void *dqkv, const void *dout, const void *qkv, const void *att, int B, int T,
+                                     int NH, int NKV, int hs) {
+    gqa_attention_backward(dqkv, dout, qkv, att, B, T, NH, NKV, hs);
 }
 
 static void gelu_forward(float *out, const float *inp, size_t n) {
@@ -599,6 +767,14 @@ const sr_ops sr_ops_cpu = {
     .residual_forward = residual_forward_t,
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,
+    .rmsnorm_forward = rmsnorm_forward,
+    .rmsnorm_backward = rmsnorm_backward,
+    .rope_forward = rope_forward,
+    .rope_backward = rope_backward,
+    .swiglu_forward = swiglu_forward,
+    .swiglu_backward = swiglu_backward,
+    .gqa_attention_forward = gqa_attention_forward_t,
+    .gqa_attention_backward = gqa_attention_backward_t,
     .take_error = take_error,
 };
 

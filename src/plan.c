@@ -145,8 +145,7 @@ static sr_status plan_memory(const plan_ctx *x, const sr_config *cfg, int ranks,
 
     /* compute: the model's FLOPs per token (as MFU counts them) */
     sr_model m;
-    sr_model_dims d = {(int)cfg->n_layer, (int)cfg->n_head,   (int)cfg->n_embd, (int)cfg->vocab_size, 0,
-                       (int)cfg->seq_len, (int)cfg->recompute};
+    sr_model_dims d = sr_job_model_dims(cfg, (int)cfg->seq_len);
     st = sr_model_init(&m, d, ops ? ops : &sr_ops_cpu, NULL, 0, false);
     if (st != SR_OK)
         return st;

@@ -130,11 +130,10 @@ void sr_run_banner(sr_run *r) {
         w->job_id, sr_world_bootstrap(w), transport, w->restart, r->resumed);
     bench_counts(r, r->start.step > 0 ? "resume" : "startup", r->start.step);
     const sr_model_dims *d = &r->model.d;
-    char model_name[256];
-    sr_log_info("model %s: n_layer %d, n_head %d, n_embd %d, vocab_size %d (padded %d), seq_len %d; %.2fM parameters; "
-                "weights from %s",
-                sr_config_model_name(cfg, model_name, sizeof model_name), d->L, d->NH, d->C, d->V, d->Vp, d->T,
-                (double)r->model.n_params_real / 1e6, r->weights);
+    char model_name[1300], dims[512];
+    sr_log_info("model %s: %s (vocabulary padded to %d); %.2fM parameters; weights from %s",
+                sr_config_model_name(cfg, model_name, sizeof model_name), sr_model_dims_text(d, dims, sizeof dims),
+                d->Vp, (double)r->model.n_params_real / 1e6, r->weights);
     sr_log_info("batch %lld sequence%s/step = %d rank%s x micro_batch %d x %d accumulation step%s; %lld step%s; "
                 "threads %d per rank (one OpenMP pool, OpenBLAS single-threaded)",
                 (long long)cfg->batch_size, cfg->batch_size == 1 ? "" : "s", w->size, w->size == 1 ? "" : "s", r->mb,

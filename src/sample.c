@@ -116,12 +116,32 @@ struct sr_generator {
     const sr_model *m;
     const float *p;
     const sr_ops *o;
+    int W;     /* the window: positions the cache holds */
+    int KV;    /* one position's keys (or values) in the cache: NKV hs (GPT-2: C) */
     int pos;   /* tokens in the cache */
     int *hist; /* the cache's tokens (for the window's restart) */
-    float *kc; /* [L][T][C] keys */
-    float *vc; /* [L][T][C] values */
+    float *kc; /* [L][W][KV] keys */
+    float *vc; /* [L][W][KV] values */
+    float *cs; /* Llama: the rotary table of W positions */
     float *x, *ln, *qkv, *y, *o_, *h, *hg, *logits, *att, *mean, *rstd;
 };
+
+/* A Llama model from a Hugging Face config may declare a context of
+ * 131072 positions; the cache holds at most this many (the window restarts
+ * as GPT-2's does), so a 1B or 8B model samples in 1-2 GB. */
+enum { LLAMA_WINDOW_MAX = 4096 };
+
+static int generator_window(const sr_model_dims *d) {
+    return d->arch == SR_ARCH_LLAMA && d->T > LLAMA_WINDOW_MAX ? LLAMA_WINDOW_MAX : d->T;
+}
+
+/* The widths of one position: keys, the fused projection, the MLP's
+ * hidden and gated activations. */
+static size_t gen_kv(const sr_model_dims *d) { return (size_t)d->NKV * (size_t)(d->C / d->NH); }
+static size_t gen_qkv(const sr_model_dims *d) { return (size_t)d->C + 2 * gen_kv(d); }
+static size_t gen_hidden(const sr_model_dims *d) {
+    return d->arch == SR_ARCH_LLAMA ? 2 * (size_t)d->F : 4 * (size_t)d->C;
+}
 
 static void sr_generator_free(sr_generator *g) {
     if (!g)
@@ -129,6 +149,7 @@ static void sr_generator_free(sr_generator *g) {
     free(g->hist);
     free(g->kc);
     free(g->vc);
+    free(g->cs);
     free(g->x);
     free(g->ln);
     free(g->qkv);
@@ -149,83 +170,131 @@ static sr_status sr_generator_new(sr_generator **out, const sr_model *m, const f
     *out = NULL;
     if (!g)
         return sr_error_oom("the generator");
-    size_t cache = (size_t)d->L * (size_t)d->T * (size_t)d->C;
+    g->W = generator_window(d);
+    g->KV = (int)gen_kv(d);
+    size_t cache = (size_t)d->L * (size_t)g->W * (size_t)g->KV, hs = (size_t)(d->C / d->NH);
     g->m = m;
     g->p = params;
     g->o = &sr_ops_cpu;
-    g->hist = sr_malloc(sizeof(int) * (size_t)d->T);
+    g->hist = sr_malloc(sizeof(int) * (size_t)g->W);
     g->kc = sr_malloc(sizeof(float) * cache);
     g->vc = sr_malloc(sizeof(float) * cache);
+    bool llama = d->arch == SR_ARCH_LLAMA;
+    g->cs = llama ? sr_malloc(sizeof(float) * (size_t)g->W * hs) : NULL;
     g->x = sr_malloc(sizeof(float) * (size_t)d->C);
     g->ln = sr_malloc(sizeof(float) * (size_t)d->C);
-    g->qkv = sr_malloc(sizeof(float) * 3 * (size_t)d->C);
+    g->qkv = sr_malloc(sizeof(float) * gen_qkv(d));
     g->y = sr_malloc(sizeof(float) * (size_t)d->C);
     g->o_ = sr_malloc(sizeof(float) * (size_t)d->C);
-    g->h = sr_malloc(sizeof(float) * 4 * (size_t)d->C);
-    g->hg = sr_malloc(sizeof(float) * 4 * (size_t)d->C);
+    g->h = sr_malloc(sizeof(float) * gen_hidden(d));
+    g->hg = sr_malloc(sizeof(float) * gen_hidden(d));
     g->logits = sr_malloc(sizeof(float) * (size_t)d->Vp);
-    g->att = sr_malloc(sizeof(float) * (size_t)d->NH * (size_t)d->T); /* one row per head */
+    g->att = sr_malloc(sizeof(float) * (size_t)d->NH * (size_t)g->W); /* one row per head */
     g->mean = sr_malloc(sizeof(float));
     g->rstd = sr_malloc(sizeof(float));
-    if (!g->hist || !g->kc || !g->vc || !g->x || !g->ln || !g->qkv || !g->y || !g->o_ || !g->h || !g->hg ||
-        !g->logits || !g->att || !g->mean || !g->rstd) {
+    if (!g->hist || !g->kc || !g->vc || (llama && !g->cs) || !g->x || !g->ln || !g->qkv || !g->y || !g->o_ || !g->h ||
+        !g->hg || !g->logits || !g->att || !g->mean || !g->rstd) {
         sr_generator_free(g);
         return sr_error_oom("the generator's key/value cache");
+    }
+    if (llama) {
+        sr_model_dims w = *d;
+        w.T = g->W;
+        sr_model_rope_table(&w, g->cs); /* the model's own table, its first W rows */
     }
     *out = g;
     return SR_OK;
 }
 
 static const float *tensor(const sr_generator *g, int layer, int k) {
-    int i = layer < g->m->d.L ? layer * SR_NBLOCK_TENSORS + k : g->m->d.L * SR_NBLOCK_TENSORS + k;
-    return g->p + g->m->tensors[i].offset;
+    const sr_model *m = g->m;
+    int i = layer < m->d.L ? layer * m->n_block + k : m->d.L * m->n_block + k;
+    return g->p + m->tensors[i].offset;
+}
+
+/* Causal attention of the token at pos over the cache of layer l: query
+ * head h reads key/value head h / (NH / NKV). */
+static void attend(sr_generator *g, const float *kc, const float *vc, int pos) {
+    const sr_model_dims *d = &g->m->d;
+    int NH = d->NH, hs = d->C / NH, per = NH / (g->KV / hs), KV = g->KV;
+    float scale = 1.0f / sqrtf((float)hs);
+    /* the heads are independent: one per thread, each with its own row */
+#pragma omp parallel for
+    for (int h = 0; h < NH; h++) {
+        const float *q = g->qkv + h * hs;
+        int kvh = h / per;
+        float *att = g->att + (size_t)h * g->W;
+        float mx = -INFINITY;
+        for (int t = 0; t <= pos; t++) {
+            const float *k = kc + (size_t)t * KV + kvh * hs;
+            float s = 0.0f;
+            for (int i = 0; i < hs; i++)
+                s += q[i] * k[i];
+            att[t] = s * scale;
+            mx = att[t] > mx ? att[t] : mx;
+        }
+        float sum = 0.0f;
+        for (int t = 0; t <= pos; t++) {
+            att[t] = expf(att[t] - mx);
+            sum += att[t];
+        }
+        float *y = g->y + h * hs;
+        for (int i = 0; i < hs; i++)
+            y[i] = 0.0f;
+        for (int t = 0; t <= pos; t++) {
+            const float *v = vc + (size_t)t * KV + kvh * hs;
+            float w = att[t] / sum;
+            for (int i = 0; i < hs; i++)
+                y[i] += w * v[i];
+        }
+    }
+}
+
+/* One Llama token at position pos (the same ops as training's forward). */
+static void step_llama(sr_generator *g, int token, int pos) {
+    const sr_model_dims *d = &g->m->d;
+    const sr_ops *o = g->o;
+    int C = d->C, NH = d->NH, NKV = d->NKV, hs = C / NH, L = d->L, F = d->F, KV = g->KV;
+    float eps = (float)d->norm_eps;
+    memcpy(g->x, tensor(g, L, SR_LL_WTE) + (size_t)token * C, sizeof(float) * (size_t)C);
+    for (int l = 0; l < L; l++) {
+        o->rmsnorm_forward(g->ln, g->rstd, g->x, tensor(g, l, SR_LL_ATTN_NORM), eps, 1, C);
+        o->matmul_forward(g->qkv, g->ln, tensor(g, l, SR_LL_QKV), NULL, 1, C, (int)gen_qkv(d));
+        o->rope_forward(g->qkv, g->cs + (size_t)pos * hs, 1, 1, NH, NKV, hs);
+        float *kc = g->kc + (size_t)l * g->W * KV, *vc = g->vc + (size_t)l * g->W * KV;
+        memcpy(kc + (size_t)pos * KV, g->qkv + C, sizeof(float) * (size_t)KV);
+        memcpy(vc + (size_t)pos * KV, g->qkv + C + KV, sizeof(float) * (size_t)KV);
+        attend(g, kc, vc, pos);
+        o->matmul_forward(g->o_, g->y, tensor(g, l, SR_LL_O), NULL, 1, C, C);
+        o->residual_forward(g->x, g->x, g->o_, (size_t)C);
+        o->rmsnorm_forward(g->ln, g->rstd, g->x, tensor(g, l, SR_LL_MLP_NORM), eps, 1, C);
+        o->matmul_forward(g->h, g->ln, tensor(g, l, SR_LL_GATE_UP), NULL, 1, C, 2 * F);
+        o->swiglu_forward(g->hg, g->h, 1, F);
+        o->matmul_forward(g->o_, g->hg, tensor(g, l, SR_LL_DOWN), NULL, 1, F, C);
+        o->residual_forward(g->x, g->x, g->o_, (size_t)C);
+    }
 }
 
 /* One token at position pos: the cache gains its keys and values, g->x
- * ends as the final LayerNorm's input. */
+ * ends as the final norm's input. */
 static void step(sr_generator *g, int token, int pos) {
     const sr_model_dims *d = &g->m->d;
+    if (d->arch == SR_ARCH_LLAMA) {
+        step_llama(g, token, pos);
+        return;
+    }
     const sr_ops *o = g->o;
-    int C = d->C, NH = d->NH, hs = C / NH, L = d->L;
+    int C = d->C, L = d->L;
     const float *wte = tensor(g, L, SR_WTE), *wpe = tensor(g, L, SR_WPE);
     for (int c = 0; c < C; c++)
         g->x[c] = wte[(size_t)token * C + c] + wpe[(size_t)pos * C + c];
-    float scale = 1.0f / sqrtf((float)hs);
     for (int l = 0; l < L; l++) {
         o->layernorm_forward(g->ln, g->mean, g->rstd, g->x, tensor(g, l, SR_LN1W), tensor(g, l, SR_LN1B), 1, C);
         o->matmul_forward(g->qkv, g->ln, tensor(g, l, SR_QKVW), tensor(g, l, SR_QKVB), 1, C, 3 * C);
-        float *kc = g->kc + ((size_t)l * d->T) * C, *vc = g->vc + ((size_t)l * d->T) * C;
+        float *kc = g->kc + ((size_t)l * g->W) * C, *vc = g->vc + ((size_t)l * g->W) * C;
         memcpy(kc + (size_t)pos * C, g->qkv + C, sizeof(float) * (size_t)C);
         memcpy(vc + (size_t)pos * C, g->qkv + 2 * C, sizeof(float) * (size_t)C);
-        /* the heads are independent: one per thread, each with its own row */
-#pragma omp parallel for
-        for (int h = 0; h < NH; h++) {
-            const float *q = g->qkv + h * hs;
-            float *att = g->att + (size_t)h * d->T;
-            float mx = -INFINITY;
-            for (int t = 0; t <= pos; t++) {
-                const float *k = kc + (size_t)t * C + h * hs;
-                float s = 0.0f;
-                for (int i = 0; i < hs; i++)
-                    s += q[i] * k[i];
-                att[t] = s * scale;
-                mx = att[t] > mx ? att[t] : mx;
-            }
-            float sum = 0.0f;
-            for (int t = 0; t <= pos; t++) {
-                att[t] = expf(att[t] - mx);
-                sum += att[t];
-            }
-            float *y = g->y + h * hs;
-            for (int i = 0; i < hs; i++)
-                y[i] = 0.0f;
-            for (int t = 0; t <= pos; t++) {
-                const float *v = vc + (size_t)t * C + h * hs;
-                float w = att[t] / sum;
-                for (int i = 0; i < hs; i++)
-                    y[i] += w * v[i];
-            }
-        }
+        attend(g, kc, vc, pos);
         o->matmul_forward(g->o_, g->y, tensor(g, l, SR_ATTPROJW), tensor(g, l, SR_ATTPROJB), 1, C, C);
         o->residual_forward(g->x, g->x, g->o_, (size_t)C);
         o->layernorm_forward(g->ln, g->mean, g->rstd, g->x, tensor(g, l, SR_LN2W), tensor(g, l, SR_LN2B), 1, C);
@@ -238,10 +307,10 @@ static void step(sr_generator *g, int token, int pos) {
 
 static const float *sr_generator_feed(sr_generator *g, int token) {
     const sr_model_dims *d = &g->m->d;
-    if (g->pos == d->T) {
-        /* the window is full: restart the cache from the newest T/2 tokens */
-        int keep = d->T / 2;
-        memmove(g->hist, g->hist + d->T - keep, sizeof(int) * (size_t)keep);
+    if (g->pos == g->W) {
+        /* the window is full: restart the cache from the newest W/2 tokens */
+        int keep = g->W / 2;
+        memmove(g->hist, g->hist + g->W - keep, sizeof(int) * (size_t)keep);
         g->pos = 0;
         for (int i = 0; i < keep; i++)
             step(g, g->hist[i], g->pos++);
@@ -249,9 +318,14 @@ static const float *sr_generator_feed(sr_generator *g, int token) {
     g->hist[g->pos] = token;
     step(g, token, g->pos++);
     int L = d->L;
-    g->o->layernorm_forward(g->ln, g->mean, g->rstd, g->x, tensor(g, L, SR_LNFW), tensor(g, L, SR_LNFB), 1, d->C);
-    /* the tied head over the real vocabulary */
-    g->o->matmul_forward(g->logits, g->ln, tensor(g, L, SR_WTE), NULL, 1, d->C, d->V);
+    /* the final norm and the head over the real vocabulary */
+    if (d->arch == SR_ARCH_LLAMA) {
+        g->o->rmsnorm_forward(g->ln, g->rstd, g->x, tensor(g, L, SR_LL_NORM), (float)d->norm_eps, 1, d->C);
+        g->o->matmul_forward(g->logits, g->ln, tensor(g, L, d->untied ? SR_LL_HEAD : SR_LL_WTE), NULL, 1, d->C, d->V);
+    } else {
+        g->o->layernorm_forward(g->ln, g->mean, g->rstd, g->x, tensor(g, L, SR_LNFW), tensor(g, L, SR_LNFB), 1, d->C);
+        g->o->matmul_forward(g->logits, g->ln, tensor(g, L, SR_WTE), NULL, 1, d->C, d->V);
+    }
     return g->logits;
 }
 
@@ -419,12 +493,13 @@ static sr_status sr_sample_generate(const sr_model *m, const float *params, cons
 
 static size_t sr_sample_host_bytes(const sr_model *m) {
     const sr_model_dims *d = &m->d;
-    size_t C = (size_t)d->C;
-    return m->n_params * sizeof(float) +                                /* the parameters */
-           sizeof(float) * 2 * (size_t)d->L * (size_t)d->T * C +        /* keys and values */
-           sizeof(float) * (13 * C + (size_t)d->Vp + 2 * (size_t)d->V + /* the buffers, logits, scratch */
-                            (size_t)d->NH * (size_t)d->T) +
-           sizeof(int) * (size_t)d->T;
+    size_t C = (size_t)d->C, W = (size_t)generator_window(d), hs = C / (size_t)d->NH;
+    return m->n_params * sizeof(float) +                                             /* the parameters */
+           sizeof(float) * 2 * (size_t)d->L * W * gen_kv(d) +                        /* keys and values */
+           sizeof(float) * (4 * C + gen_qkv(d) + 2 * gen_hidden(d) + (size_t)d->Vp + /* the buffers, logits, */
+                            2 * (size_t)d->V + (size_t)d->NH * W) +                  /* scratch */
+           (d->arch == SR_ARCH_LLAMA ? sizeof(float) * W * hs : 0) +                 /* the rotary table */
+           sizeof(int) * W;
 }
 
 static int sr_sample_start_token(int V) { return V == 50257 ? 50256 : V == 256 ? '\n' : 0; }
@@ -512,8 +587,8 @@ static int pick_threads(const sr_sample_opts *o, const sr_manifest *mf, const ch
     return 0;
 }
 
-/* A Hugging Face GPT-2 directory: its dims, the prompt checked against
- * them, its weights read whole. */
+/* A Hugging Face directory (GPT-2 or Llama): its dims, the prompt checked
+ * against them, its weights read whole. */
 static sr_status read_hf(const char *dir, sr_model *model, float **all, prompt_check *pc) {
     sr_model_dims d;
     char weights[PATH_MAX];
@@ -538,7 +613,9 @@ static sr_status read_hf(const char *dir, sr_model *model, float **all, prompt_c
     if (st == SR_OK)
         st = sr_modelfile_head_tied(&mf, 0, model->n_params, &tied);
     if (st == SR_OK && !tied)
-        st = sr_error(SR_ERR_DATA, "%s: lm_head.weight differs from the token embedding; shardrun's head is tied",
+        st = sr_error(SR_ERR_DATA,
+                      "%s: lm_head.weight differs from the token embedding, and config.json ties them "
+                      "(tie_word_embeddings)",
                       weights);
     if (opened)
         sr_modelfile_close(&mf);
@@ -620,7 +697,11 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
         fprintf(log,
                 "shardrun: sampled %ld tokens from %s%s, vocab %d%s) after a %d-token prompt (%s); "
                 "temperature %g, top-k %s, seed %llu; %d thread%s (%s); loaded in %.2f s, %.1f tokens/s\n",
-                o->tokens, from, have_mf ? "" : " (Hugging Face GPT-2", V,
+                o->tokens, from,
+                have_mf                         ? ""
+                : model.d.arch == SR_ARCH_LLAMA ? " (Hugging Face Llama"
+                                                : " (Hugging Face GPT-2",
+                V,
                 tok        ? ", decoded by the tokenizer"
                 : V == 256 ? ", bytes"
                            : ", token ids",

@@ -117,9 +117,7 @@ static sr_status check_fds(sr_run *r) {
 /* Model, transport, control plane, data plane, engine; connected; NCCL
  * when the data plane needs it. */
 static sr_status open_engine(sr_run *r) {
-    sr_model_dims dims = {
-        (int)r->cfg->n_layer,  (int)r->cfg->n_head, (int)r->cfg->n_embd, (int)r->cfg->vocab_size, 0, r->T,
-        (int)r->cfg->recompute};
+    sr_model_dims dims = sr_job_model_dims(r->cfg, r->T);
     sr_status st = sr_model_init(&r->model, dims, r->ops, r->dev, r->mb, false);
     r->model_ok = true;
     if (st == SR_OK)

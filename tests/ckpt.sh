@@ -41,7 +41,7 @@ check "latest points to the newest checkpoint" test "$(readlink refck/latest)" =
 check "no temporary directory is left" sh -c "! ls -a refck | grep -q '^\.step_'"
 check "the lock file records host, pid and job" grep -q "^host .* pid [0-9]* job " refck/.lock
 M=refck/step_00000012/manifest.yaml
-for key in "format: shardrun-checkpoint" "version: 2" "step: 12" "tokens: 3072" "cursor: 48" "seed: 1337" \
+for key in "format: shardrun-checkpoint" "version: 3" "arch: gpt2" "step: 12" "tokens: 3072" "cursor: 48" "seed: 1337" \
     "next_lr:" "size: 1" "mesh: {shard: 1, replicate: 1}" "hash: " "chunk_bytes: 4194304" \
     "name: shard_00000.bin" "train.lr:" "isa: " "{name: params, dtype: f32}" "{name: adam_m, dtype: f32}" \
     "{name: adam_v, dtype: f32}" "manifest_sha256: "; do
@@ -249,7 +249,7 @@ check "a changed key takes effect with a warning naming old and new values" \
     sh -c "[ $rc -eq 0 ] && grep -q 'train.lr changed since .*: 0.0006 -> 0.0003 (the new value takes effect)' lr.err"
 expect_status 65 "a checkpoint of a different model shape is refused" \
     "$S" train job.yaml --set model.n_layer=3 --set checkpoint.resume="$T/refck/step_00000008"
-check "  naming both shapes" grep -q "different model (n_layer 2.*this job has n_layer 3" "$T/err"
+check "  naming both shapes" grep -q "different model (gpt2, n_layer 2.*this job has gpt2, n_layer 3" "$T/err"
 
 # 11. requeue modes and the exit status key
 SHARDRUN_TEST_PREEMPT_AT=3 run st --set checkpoint.dir="$T/stck" --set preemption.exit_status=99

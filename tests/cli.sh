@@ -156,9 +156,9 @@ check "  ...naming the missing '=' with the fix" grep -q -- "--set train.lr: exp
     --set model.seq_len=32 >"$T/one.out" 2>"$T/one.err"
 check "one sequence, one step: singular words on the start line" grep -q 'batch 1 sequence/step = .*; 1 step;' "$T/one.err"
 check "a preset with a dimension changed is named custom, with what changed" \
-    grep -q 'model custom (tiny with n_embd, seq_len changed): n_layer 4' "$T/one.err"
+    grep -q 'model custom (tiny with n_embd, seq_len changed): gpt2, n_layer 4' "$T/one.err"
 "$S" train --set train.steps=1 --set train.batch_size=2 --set model.seq_len=256 >"$T/two.out" 2>"$T/two.err"
-check "  ...and by the preset's name when nothing changed" grep -q 'model tiny: n_layer 4' "$T/two.err"
+check "  ...and by the preset's name when nothing changed" grep -q 'model tiny: gpt2, n_layer 4' "$T/two.err"
 "$S" train --set train.steps=1 --set train.batch_size=1 --set train.micro_batch=1 --set model.n_embd=64 \
     --set model.seq_len=32 --set checkpoint.dir="$T/new/a/ck" --set checkpoint.every_steps=1 >"$T/ck.out" 2>"$T/ck.err"
 check "a missing checkpoint.dir and its parents are created, with one notice naming them" \

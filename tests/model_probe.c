@@ -5,10 +5,18 @@
  *                                           one row of V numbers per line
  *   model_probe greedy SOURCE TOKENS N      N tokens by repeated full
  *                                           forwards, argmax each time
+ *   model_probe grads SOURCE TOKENS OUT     T + 1 tokens: the mean loss of
+ *                                           predicting tokens 1..T from
+ *                                           0..T-1 (printed), and its
+ *                                           gradients written to OUT (a
+ *                                           .safetensors file under the
+ *                                           Hugging Face names)
  *
  * SOURCE is `ckpt:DIR` (a step_* directory: the whole model read and
- * verified) or `init:FILE:L,NH,C,V,T` (a .safetensors or llm.c file
- * mapped by modelfile.h onto those dims).  TOKENS is a comma list.  It is
+ * verified), `init:FILE:L,NH,C,V,T` (a GPT-2 .safetensors or llm.c file
+ * mapped by modelfile.h onto those dims) or `hf:DIR` (a Hugging Face
+ * directory, GPT-2 or Llama, its dims from config.json; T its context).
+ * TOKENS is a comma list.  It is
  * independent of sample.c's key/value cache: the reference that sampling
  * and the importers are checked against. */
 #include "srconfig.h"
@@ -18,6 +26,7 @@
 #include <string.h>
 
 #include "ckpt_tools.h"
+#include "export_hf.h"
 #include "model.h"
 #include "modelfile.h"
 #include "ops.h"
@@ -48,15 +57,22 @@ static int load(const char *source, sr_model_dims *d, float **params) {
         sr_manifest_free(&mf);
         return 0;
     }
-    const char *colon = strncmp(source, "init:", 5) == 0 ? strrchr(source, ':') : NULL;
-    int dims[5];
-    if (!colon || colon == source + 4 || parse_csv(colon + 1, dims, 5) != 5) {
-        fprintf(stderr, "model_probe: SOURCE: ckpt:DIR or init:FILE:L,NH,C,V,T\n");
-        return -1;
-    }
     char path[4096];
-    snprintf(path, sizeof path, "%.*s", (int)(colon - source - 5), source + 5);
-    *d = (sr_model_dims){dims[0], dims[1], dims[2], dims[3], 0, dims[4], 0};
+    if (strncmp(source, "hf:", 3) == 0) {
+        if (sr_modelfile_hf_dir(source + 3, d, path, sizeof path) != SR_OK) {
+            fprintf(stderr, "model_probe: %s\n", sr_error_message());
+            return -1;
+        }
+    } else {
+        const char *colon = strncmp(source, "init:", 5) == 0 ? strrchr(source, ':') : NULL;
+        int dims[5];
+        if (!colon || colon == source + 4 || parse_csv(colon + 1, dims, 5) != 5) {
+            fprintf(stderr, "model_probe: SOURCE: ckpt:DIR, init:FILE:L,NH,C,V,T or hf:DIR\n");
+            return -1;
+        }
+        snprintf(path, sizeof path, "%.*s", (int)(colon - source - 5), source + 5);
+        *d = (sr_model_dims){.L = dims[0], .NH = dims[1], .C = dims[2], .V = dims[3], .T = dims[4]};
+    }
     sr_model m;
     sr_modelfile f;
     if (sr_model_init(&m, *d, &sr_ops_cpu, NULL, 0, false) != SR_OK)
@@ -91,10 +107,29 @@ static int forward(sr_model *m, const int *tokens, int n) {
     return rc;
 }
 
+/* One forward and backward over tokens[0, T] (inputs 0..T-1, targets
+ * 1..T), the mean loss printed and the gradients written to `out`. */
+static int grads(sr_model *m, const int *tokens, int n, const char *out) {
+    int T = m->d.T;
+    if (n != T + 1) {
+        fprintf(stderr, "model_probe: grads takes T + 1 = %d tokens\n", T + 1);
+        return 64;
+    }
+    double sum = 0;
+    memset(m->grads, 0, m->n_params * sizeof(float));
+    if (sr_model_forward(m, NULL, tokens, tokens + 1, 1) != SR_OK || sr_model_take_loss_sum(m, &sum) != SR_OK ||
+        sr_model_backward(m, NULL, 1.0f / (float)T) != SR_OK || sr_export_safetensors(m, m->grads, out) != SR_OK) {
+        fprintf(stderr, "model_probe: %s\n", sr_error_message());
+        return 70;
+    }
+    printf("%.9g\n", sum / T);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    bool greedy = argc == 5 && strcmp(argv[1], "greedy") == 0;
-    if (!(argc == 4 && strcmp(argv[1], "logits") == 0) && !greedy) {
-        fprintf(stderr, "usage: model_probe logits SOURCE TOKENS | greedy SOURCE TOKENS N\n");
+    bool greedy = argc == 5 && strcmp(argv[1], "greedy") == 0, grad = argc == 5 && strcmp(argv[1], "grads") == 0;
+    if (!(argc == 4 && strcmp(argv[1], "logits") == 0) && !greedy && !grad) {
+        fprintf(stderr, "usage: model_probe logits SOURCE TOKENS | greedy SOURCE TOKENS N | grads SOURCE TOKENS OUT\n");
         return 64;
     }
     sr_model_dims d;
@@ -108,7 +143,15 @@ int main(int argc, char **argv) {
         return 70;
     memcpy(m.params, params, m.n_params * sizeof(float));
     int *tok = calloc((size_t)d.T + 1, sizeof(int));
-    int n = parse_csv(argv[3], tok, d.T);
+    int n = parse_csv(argv[3], tok, d.T + 1);
+    if (grad) {
+        int rc = grads(&m, tok, n, argv[4]);
+        free(tok);
+        free(params);
+        sr_model_free(&m);
+        sr_device_close(dev);
+        return rc ? rc : fflush(stdout) == 0 ? 0 : 74;
+    }
     int steps = greedy ? atoi(argv[4]) : 0;
     if (n <= 0 || n + steps > d.T) {
         fprintf(stderr, "model_probe: 1..T tokens (prompt + generated) expected\n");

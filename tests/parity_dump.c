@@ -16,7 +16,7 @@ int main(int argc, char **argv) {
         return 64;
     }
     sr_model m;
-    sr_model_dims d = {PARITY_L, PARITY_NH, PARITY_C, PARITY_V, 0, PARITY_T, 0};
+    sr_model_dims d = {.L = PARITY_L, .NH = PARITY_NH, .C = PARITY_C, .V = PARITY_V, .T = PARITY_T};
     sr_dev *dev = sr_dev_cpu_open();
     if (!dev || sr_model_init(&m, d, &sr_ops_cpu, dev, PARITY_B, true) != SR_OK)
         return 70;

@@ -145,9 +145,9 @@ check "  ...its summary names it" grep -q "sampled 25 tokens from $HF/tiny (Hugg
 "$S" ckpt export $V -o exp/ 2>/dev/null
 "$S" sample exp --prompt-tokens 5,299,17 --top-k 1 --tokens 25 >exp.ids 2>/dev/null
 check "  ...and of ckpt export -o DIR/'s output" cmp -s exp.ids v.ids
-mkdir llama && cp "$HF/tiny/model.safetensors" llama/ && sed 's/"gpt2"/"llama"/' "$HF/tiny/config.json" >llama/config.json
+mkdir llama && cp "$HF/tiny/model.safetensors" llama/ && sed 's/"gpt2"/"mistral"/' "$HF/tiny/config.json" >llama/config.json
 expect_status 65 "a Hugging Face directory of another architecture" "$S" sample llama
-check "  ...names model_type" grep -q 'model_type is "llama"' "$T/err"
+check "  ...names model_type" grep -q 'model_type is "mistral"' "$T/err"
 mkdir nolayer && cp "$HF/tiny/model.safetensors" nolayer/ && grep -v '"n_layer"' "$HF/tiny/config.json" >nolayer/config.json
 expect_status 65 "a config.json without n_layer" "$S" sample nolayer
 mkdir noweights && cp "$HF/tiny/config.json" noweights/

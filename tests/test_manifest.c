@@ -255,7 +255,7 @@ static void test_version1(const char *text) {
 }
 
 int main(void) {
-    sr_model_dims d = {2, 2, 16, 37, 0, 8, 0};
+    sr_model_dims d = {.L = 2, .NH = 2, .C = 16, .V = 37, .T = 8};
     if (sr_model_init(&model, d, &sr_ops_cpu, NULL, 0, false) != SR_OK ||
         sr_shardplan_init(&plan, model.layer_offset, d.L, 1, 3) != SR_OK) {
         tap_ok(0, "model and plan");

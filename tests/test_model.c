@@ -25,11 +25,11 @@ static double loss_double(sr_model *m, const int *in, const int *tg, int B) {
     return s / (B * m->d.T);
 }
 
-static void test_gradients(void) {
+static void test_gradients(const char *what, sr_model_dims d) {
     sr_model m;
-    sr_model_dims d = {2, 2, 16, 37, 0, 8, 0};
     int B = 3;
-    if (!tap_ok(sr_model_init(&m, d, &sr_ops_cpu, dev, B, true) == SR_OK, "small model initialises"))
+    tap_diag("%s", what);
+    if (!tap_ok(sr_model_init(&m, d, &sr_ops_cpu, dev, B, true) == SR_OK, "%s: small model initialises", what))
         return;
     sr_model_init_params(&m, 7, m.params, 0, m.n_params);
     /* Perturb LayerNorm and bias parameters away from 1/0 so their
@@ -37,9 +37,10 @@ static void test_gradients(void) {
     for (size_t i = 0; i < m.n_params; i++)
         m.params[i] += (float)(0.05 * sr_rng_normal(9, 9, i));
     /* keep padded rows at zero: they are not part of the model */
-    const sr_tensor *wte = &m.tensors[d.L * SR_NBLOCK_TENSORS + SR_WTE];
-    for (size_t i = (size_t)d.V * d.C; i < wte->numel; i++)
-        m.params[wte->offset + i] = 0.0f;
+    for (int ti = 0; ti < m.n_tensors; ti++)
+        if (m.tensors[ti].vocab)
+            for (size_t i = (size_t)d.V * d.C; i < m.tensors[ti].numel; i++)
+                m.params[m.tensors[ti].offset + i] = 0.0f;
     int *in = malloc(sizeof(int) * B * d.T), *tg = malloc(sizeof(int) * B * d.T);
     for (int i = 0; i < B * d.T; i++) {
         in[i] = (int)(sr_rng_u64(3, 1, i) % d.V);
@@ -49,17 +50,17 @@ static void test_gradients(void) {
     double first = 0.0, again = -1.0;
     tap_ok(sr_model_forward(&m, NULL, in, tg, B) == SR_OK && sr_model_take_loss_sum(&m, &first) == SR_OK &&
                sr_model_backward(&m, NULL, 1.0f / (B * d.T)) == SR_OK,
-           "forward and backward succeed");
+           "%s: forward and backward succeed", what);
     sr_model_take_loss_sum(&m, &again);
     tap_ok(isfinite(first) && first > 0 && again == 0.0,
-           "the loss sum is read once and restarts at zero (%.6g, then %g)", first, again);
+           "%s: the loss sum is read once and restarts at zero (%.6g, then %g)", what, first, again);
 
     double worst = 0;
     const char *worst_name = "";
     int checked = 0;
     for (int ti = 0; ti < m.n_tensors; ti++) {
         const sr_tensor *t = &m.tensors[ti];
-        size_t real = t == wte ? (size_t)d.V * d.C : t->numel;
+        size_t real = t->vocab ? (size_t)d.V * d.C : t->numel;
         double gmax = 0;
         for (size_t i = 0; i < real; i++)
             gmax = fmax(gmax, fabs(m.grads[t->offset + i]));
@@ -86,11 +87,17 @@ static void test_gradients(void) {
     }
     tap_diag("checked %d coordinates over %d tensors; worst relative error %.3g in %s", checked, m.n_tensors, worst,
              worst_name);
-    tap_ok(worst < 5e-3, "whole-model gradients match central differences (32 coordinates per tensor)");
+    tap_ok(worst < 5e-3, "%s: whole-model gradients match central differences (32 coordinates per tensor)", what);
     double pad = 0;
-    for (size_t i = (size_t)d.V * d.C; i < wte->numel; i++)
-        pad = fmax(pad, fabs(m.grads[wte->offset + i]));
-    tap_ok(pad == 0.0, "padded vocabulary rows get zero gradient");
+    int vocab_tensors = 0;
+    for (int ti = 0; ti < m.n_tensors; ti++)
+        if (m.tensors[ti].vocab) {
+            vocab_tensors++;
+            for (size_t i = (size_t)d.V * d.C; i < m.tensors[ti].numel; i++)
+                pad = fmax(pad, fabs(m.grads[m.tensors[ti].offset + i]));
+        }
+    tap_ok(pad == 0.0 && vocab_tensors == (d.untied ? 2 : 1),
+           "%s: padded vocabulary rows get zero gradient (%d vocabulary tensors)", what, vocab_tensors);
 
     /* determinism: the same forward/backward gives bitwise the same gradients */
     float *g1 = malloc(m.n_params * sizeof(float));
@@ -100,8 +107,8 @@ static void test_gradients(void) {
     sr_model_backward(&m, NULL, 1.0f / (B * d.T));
     double twice = 0.0;
     sr_model_take_loss_sum(&m, &twice);
-    tap_ok(twice == first, "the same forward sums the same loss, bitwise");
-    tap_ok(memcmp(g1, m.grads, m.n_params * sizeof(float)) == 0, "forward+backward is bitwise reproducible");
+    tap_ok(twice == first, "%s: the same forward sums the same loss, bitwise", what);
+    tap_ok(memcmp(g1, m.grads, m.n_params * sizeof(float)) == 0, "%s: forward+backward is bitwise reproducible", what);
     free(g1);
     free(in);
     free(tg);
@@ -110,7 +117,7 @@ static void test_gradients(void) {
 
 static void test_layout(void) {
     sr_model m;
-    sr_model_dims d = {4, 4, 256, 256, 0, 256, 0};
+    sr_model_dims d = {.L = 4, .NH = 4, .C = 256, .V = 256, .T = 256};
     if (!tap_ok(sr_model_init(&m, d, &sr_ops_cpu, dev, 1, false) == SR_OK, "tiny model table builds"))
         return;
     int ok = 1, prev_unit = 0;
@@ -192,7 +199,7 @@ static void test_schedule(void) {
 static void test_adamw(void) {
     /* one AdamW step on a 2-element tensor against the formula */
     sr_model m;
-    sr_model_dims d = {1, 1, 4, 8, 0, 2, 0};
+    sr_model_dims d = {.L = 1, .NH = 1, .C = 4, .V = 8, .T = 2};
     sr_model_init(&m, d, &sr_ops_cpu, dev, 1, true);
     sr_config cfg;
     sr_config_init(&cfg); /* the job file's defaults */
@@ -219,7 +226,7 @@ static void test_adamw(void) {
  * two-slice shard whose padding stays untouched. */
 static void test_adamw_split(void) {
     sr_model m;
-    sr_model_dims d = {3, 2, 64, 100, 0, 8, 0};
+    sr_model_dims d = {.L = 3, .NH = 2, .C = 64, .V = 100, .T = 8};
     sr_model_init(&m, d, &sr_ops_cpu, dev, 0, false);
     size_t n = m.n_params, half = n / 2 + 7, pad = 13, local = n + pad;
     sr_slice sl[2] = {{0, half, 0}, {half, n, half + pad}};
@@ -270,7 +277,7 @@ static void test_adamw_split(void) {
 /* model.recompute's split: block inputs are L x B x T x C x element size,
  * and the three parts are exactly what a recomputing model allocates. */
 static void test_activation_split(void) {
-    sr_model_dims d = {5, 2, 32, 50, 0, 16, SR_RECOMPUTE_BLOCKS};
+    sr_model_dims d = {.L = 5, .NH = 2, .C = 32, .V = 50, .T = 16, .recompute = SR_RECOMPUTE_BLOCKS};
     int B = 3;
     sr_act_split sp = sr_model_activation_split(&d, &sr_ops_cpu, B);
     tap_ok(sp.inputs == (size_t)5 * B * 16 * 32 * 4, "recompute: block inputs are L.B.T.C.4 (%zu)", sp.inputs);
@@ -287,10 +294,105 @@ static void test_activation_split(void) {
     sr_model_free(&m);
 }
 
+/* The Llama table: names, shapes, the parameter count, the rotary table
+ * against the closed form in double, and a CUDA-like table without the
+ * Llama ops refused with the configuration status. */
+static void test_llama_layout(void) {
+    sr_model m;
+    sr_model_dims d = {.L = 3,
+                       .NH = 8,
+                       .C = 64,
+                       .V = 100,
+                       .T = 16,
+                       .arch = SR_ARCH_LLAMA,
+                       .NKV = 2,
+                       .F = 96,
+                       .untied = true,
+                       .norm_eps = 1e-5,
+                       .rope_theta = 10000};
+    if (!tap_ok(sr_model_init(&m, d, &sr_ops_cpu, NULL, 0, false) == SR_OK, "llama: the table builds"))
+        return;
+    size_t C = 64, hs = 8, qkv = (8 + 2 * 2) * hs, F = 96, Vp = 128;
+    size_t expect = 3 * (2 * C + qkv * C + C * C + 3 * F * C) + 2 * Vp * C + C;
+    tap_ok(m.n_params == expect && sr_model_n_params(&d) == expect && m.n_params_real == expect - 2 * (Vp - 100) * C,
+           "llama: %zu parameters, as the shapes give (untied head, padded vocabulary excluded from the real count)",
+           m.n_params);
+    const sr_tensor *q = &m.tensors[SR_LL_QKV], *gu = &m.tensors[SR_LL_GATE_UP], *dn = &m.tensors[SR_LL_DOWN];
+    tap_ok(strcmp(q->name, "layers.0.self_attn.qkv_proj.weight") == 0 && (size_t)q->rows == qkv &&
+               (size_t)gu->rows == 2 * F && (size_t)dn->cols == F,
+           "llama: fused projections [(NH + 2 NKV) hs, C] and [2F, C], down [C, F] (%s)", q->name);
+    tap_ok(m.n_tensors == 3 * SR_LL_NBLOCK_TENSORS + 3 &&
+               strcmp(m.tensors[m.n_tensors - 1].name, "lm_head.weight") == 0 && m.tensors[m.n_tensors - 1].vocab,
+           "llama: the root is embed_tokens, norm, lm_head");
+    sr_model_free(&m);
+    d.untied = false;
+    sr_model_init(&m, d, &sr_ops_cpu, NULL, 0, false);
+    tap_ok(m.n_tensors == 3 * SR_LL_NBLOCK_TENSORS + 2 && m.n_params == expect - Vp * C,
+           "llama tied: no lm_head tensor, the embedding is the head");
+    sr_model_free(&m);
+
+    /* the rotary table: closed form in double, and Llama-3's scaling
+     * leaves high frequencies alone and divides low ones by the factor */
+    float *cs = malloc(sizeof(float) * d.T * hs), *sc = malloc(sizeof(float) * d.T * hs);
+    sr_model_rope_table(&d, cs);
+    double e = 0;
+    for (int t = 0; t < d.T; t++)
+        for (size_t i = 0; i < hs / 2; i++) {
+            double f = pow(10000.0, -2.0 * (double)i / (double)hs);
+            e = fmax(e, fabs(cs[t * hs + i] - cos(t * f)) + fabs(cs[t * hs + hs / 2 + i] - sin(t * f)));
+        }
+    tap_ok(e < 1e-5, "llama: the rotary table is cos/sin(t theta^(-2i/hs)) (err %.2g)", e);
+    sr_model_dims ds = d;
+    ds.rope = (sr_rope_scaling){8, 1, 4, 32};
+    sr_model_rope_table(&ds, sc);
+    /* wavelength 2 pi / f: i = 0 (wl 6.3 < 32/4) unscaled; i = 3 (f =
+     * 1e-3, wl 6283 > 32/1) divided by 8 */
+    double f3 = pow(10000.0, -6.0 / hs);
+    tap_ok(sc[5 * hs + 0] == cs[5 * hs + 0] && fabs(sc[5 * hs + 3] - cos(5 * f3 / 8)) < 1e-6,
+           "llama: Llama-3 scaling keeps high frequencies and divides low ones by the factor");
+    free(cs);
+    free(sc);
+
+    sr_ops nollama = sr_ops_cpu;
+    nollama.name = "cuda";
+    nollama.rope_forward = NULL;
+    sr_status st = sr_model_init(&m, d, &nollama, dev, 1, false);
+    tap_ok(st == SR_ERR_CONFIG && strstr(sr_error_message(), "not implemented yet: the Llama kernels"),
+           "llama: a table without the Llama ops is refused with 78 (%s)", sr_error_message());
+    sr_model_free(&m);
+}
+
 int main(void) {
     sr_ops_set_threads(2);
     dev = sr_dev_cpu_open();
-    test_gradients();
+    test_gradients("gpt2", (sr_model_dims){.L = 2, .NH = 2, .C = 16, .V = 37, .T = 8});
+    /* Llama: grouped heads (4 query heads on 2 key/value heads), rotary
+     * positions with Llama-3 scaling, SwiGLU of another width than 4C, an
+     * untied head; then tied, without scaling, and recomputing blocks */
+    test_gradients("llama, grouped heads, untied, rope scaling", (sr_model_dims){.L = 2,
+                                                                                 .NH = 4,
+                                                                                 .C = 16,
+                                                                                 .V = 37,
+                                                                                 .T = 8,
+                                                                                 .arch = SR_ARCH_LLAMA,
+                                                                                 .NKV = 2,
+                                                                                 .F = 24,
+                                                                                 .untied = true,
+                                                                                 .norm_eps = 1e-5,
+                                                                                 .rope_theta = 100,
+                                                                                 .rope = {4, 1, 4, 8}});
+    test_gradients("llama, tied, recompute blocks", (sr_model_dims){.L = 2,
+                                                                    .NH = 2,
+                                                                    .C = 16,
+                                                                    .V = 37,
+                                                                    .T = 8,
+                                                                    .recompute = SR_RECOMPUTE_BLOCKS,
+                                                                    .arch = SR_ARCH_LLAMA,
+                                                                    .NKV = 1,
+                                                                    .F = 40,
+                                                                    .norm_eps = 1e-5,
+                                                                    .rope_theta = 10000});
+    test_llama_layout();
     test_layout();
     test_schedule();
     test_adamw();

@@ -75,7 +75,7 @@ int main(void) {
     sr_ops_set_threads(2);
     sr_dev *dev = sr_dev_cpu_open();
     sr_model m;
-    sr_model_dims d = {L, NH, C, V, 0, T, 0};
+    sr_model_dims d = {.L = L, .NH = NH, .C = C, .V = V, .T = T};
     tap_ok(sr_model_init(&m, d, &sr_ops_cpu, dev, B, true) == SR_OK && m.n_params == (size_t)n,
            "model with the golden dimensions (L %d, NH %d, C %d, V %d, T %d) has %d parameters", L, NH, C, V, T, n);
     /* the weights PyTorch saw are the ones shardrun's initialisation makes */

@@ -91,7 +91,8 @@ static const char *check_plan(const sr_model *m, const sr_shardplan *p, int S, i
 }
 
 int main(void) {
-    const sr_model_dims dims[] = {{3, 2, 8, 37, 0, 5, 0}, {5, 1, 4, 3, 0, 2, 0}};
+    const sr_model_dims dims[] = {{.L = 3, .NH = 2, .C = 8, .V = 37, .T = 5},
+                                  {.L = 5, .NH = 1, .C = 4, .V = 3, .T = 2}};
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
         sr_model m;
         sr_model_init(&m, dims[di], &sr_ops_cpu, NULL, 0, false);

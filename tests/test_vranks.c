@@ -63,6 +63,7 @@ typedef struct {
     const char *dump;   /* rank 0 writes the final parameters here */
     const char *device; /* "cpu" (default), "fake" or "cuda" (one GPU shared by every virtual rank) */
     int preempt_rank;   /* this rank's own preemption flag is raised at step 5 (-1: none) */
+    bool llama;         /* the Llama family (grouped heads, untied head) instead of GPT-2 */
 } run_opts;
 
 typedef struct {
@@ -127,7 +128,19 @@ static void *rank_main(void *p) {
     if (st == SR_OK && (!dev || !in || !tg))
         st = sr_error_oom("a virtual rank");
     if (st == SR_OK) {
-        sr_model_dims d = {2, 4, 64, V, 0, T, 0};
+        sr_model_dims d = {.L = 2, .NH = 4, .C = 64, .V = V, .T = T};
+        if (o->llama)
+            d = (sr_model_dims){.L = 2,
+                                .NH = 4,
+                                .C = 64,
+                                .V = V,
+                                .T = T,
+                                .arch = SR_ARCH_LLAMA,
+                                .NKV = 2,
+                                .F = 96,
+                                .untied = true,
+                                .norm_eps = 1e-5,
+                                .rope_theta = 10000};
         st = sr_model_init(&m, d, ops, dev, per, false);
         model_ok = true;
     }
@@ -304,19 +317,28 @@ int main(int argc, char **argv) {
         sr_dtype pdt;
         const char *what;
         const char *device; /* NULL: the one of the command line (cpu by default) */
-    } cases[] = {{1, 1, SR_DT_F32, "1 virtual rank", NULL},
-                 {2, 1, SR_DT_F32, "2 virtual ranks", NULL},
-                 {3, 1, SR_DT_F32, "3 virtual ranks (padded shards)", NULL},
-                 {4, 1, SR_DT_F32, "4 virtual ranks", NULL},
-                 {2, 2, SR_DT_F32, "HSDP 2x2 virtual ranks", NULL},
-                 {3, 1, SR_DT_F32, "3 virtual ranks, fake device, collectives staged through the host", "fake"},
-                 {2, 2, SR_DT_F32, "HSDP 2x2 virtual ranks, fake device, collectives staged through the host", "fake"},
-                 {1, 1, SR_DT_BF16, "1 virtual rank, bf16 parameters", NULL},
-                 {2, 2, SR_DT_BF16, "HSDP 2x2 virtual ranks, bf16 parameters", NULL}};
+        bool llama;
+    } cases[] = {
+        {1, 1, SR_DT_F32, "1 virtual rank", NULL, false},
+        {2, 1, SR_DT_F32, "2 virtual ranks", NULL, false},
+        {3, 1, SR_DT_F32, "3 virtual ranks (padded shards)", NULL, false},
+        {4, 1, SR_DT_F32, "4 virtual ranks", NULL, false},
+        {2, 2, SR_DT_F32, "HSDP 2x2 virtual ranks", NULL, false},
+        {3, 1, SR_DT_F32, "3 virtual ranks, fake device, collectives staged through the host", "fake", false},
+        {2, 2, SR_DT_F32, "HSDP 2x2 virtual ranks, fake device, collectives staged through the host", "fake", false},
+        {1, 1, SR_DT_BF16, "1 virtual rank, bf16 parameters", NULL, false},
+        {2, 2, SR_DT_BF16, "HSDP 2x2 virtual ranks, bf16 parameters", NULL, false},
+        /* the Llama family (grouped heads, untied head): the same contract */
+        {1, 1, SR_DT_F32, "llama: 1 virtual rank", NULL, true},
+        {2, 1, SR_DT_F32, "llama: 2 virtual ranks", NULL, true},
+        {3, 1, SR_DT_F32, "llama: 3 virtual ranks (padded shards)", NULL, true},
+        {2, 2, SR_DT_F32, "llama: HSDP 2x2 virtual ranks", NULL, true},
+        {2, 2, SR_DT_F32, "llama: HSDP 2x2 virtual ranks, fake device", "fake", true}};
     if (device)
         printf("# device %s\n", device);
-    dump ref32 = {0}, ref16 = {0};
-    double loss_ref32 = 0, loss_ref16 = 0;
+    /* the references: [llama][bf16] */
+    dump refs[2][2] = {{{0}}};
+    double loss_refs[2][2] = {{0}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         if (device && cases[c].device)
             continue; /* the staged fake cases belong to the default run */
@@ -330,7 +352,8 @@ int main(int argc, char **argv) {
                       .timeout_s = 60,
                       .dump = path,
                       .device = cases[c].device ? cases[c].device : device,
-                      .preempt_rank = cases[c].S == 4 ? 2 : -1};
+                      .preempt_rank = cases[c].S == 4 ? 2 : -1,
+                      .llama = cases[c].llama};
         rank_arg args[64];
         int bad = run(&o, args);
         tap_ok(bad == 0, "%s: 20 steps train%s%s", cases[c].what, bad ? ": " : "", bad ? args[0].msg : "");
@@ -341,8 +364,8 @@ int main(int argc, char **argv) {
         }
         unlink(path);
         bool is_ref = cases[c].S * cases[c].R == 1;
-        dump *ref = cases[c].pdt == SR_DT_F32 ? &ref32 : &ref16;
-        double *lref = cases[c].pdt == SR_DT_F32 ? &loss_ref32 : &loss_ref16;
+        dump *ref = &refs[cases[c].llama][cases[c].pdt != SR_DT_F32];
+        double *lref = &loss_refs[cases[c].llama][cases[c].pdt != SR_DT_F32];
         if (is_ref) {
             *ref = d;
             *lref = args[0].loss_last;
@@ -377,8 +400,9 @@ int main(int argc, char **argv) {
         }
         free(d.data);
     }
-    free(ref32.data);
-    free(ref16.data);
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++)
+            free(refs[a][b].data);
     rmdir(dir);
     return tap_done();
 }

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""llama_ref.py — transformers' LlamaForCausalLM, the reference of
+tests/hf_llama.sh (run by the venv of tests/hf/setup-venv.sh; torch on the
+CPU, float32, attn_implementation="eager", which torch 1.13 needs).
+
+  llama_ref.py make DIR tied|untied [SHARD_BYTES]
+      a small random LlamaForCausalLM (2 layers, hidden 64, 4 query heads
+      on 2 key/value heads, SwiGLU 96, vocabulary 300, 64 positions,
+      Llama-3 rope scaling) saved with save_pretrained (safetensors; with
+      SHARD_BYTES, sharded: model.safetensors.index.json)
+  llama_ref.py logits DIR TOKENS OUT
+      the logits of every position of TOKENS (comma list), one row per line
+  llama_ref.py grads DIR TOKENS OUT.safetensors
+      T + 1 tokens: the mean cross-entropy of predicting tokens 1..T from
+      0..T-1 (printed), and every parameter's gradient saved under its name
+  llama_ref.py greedy DIR TOKENS N OUT
+      N greedy tokens after TOKENS (a full forward each time), one line:
+      the tokens; a second line: each step's gap between the top two logits
+  llama_ref.py compare A.safetensors B.safetensors TOL
+      every tensor of B present in A, same shape, max|a-b| <= TOL x max|b|
+      per tensor; prints the worst
+  llama_ref.py close A B TOL
+      the numbers of text files A and B: max|a-b| <= TOL x max|b|
+"""
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+
+
+def load(d):
+    from transformers import LlamaForCausalLM
+    m = LlamaForCausalLM.from_pretrained(d, torch_dtype=torch.float32, attn_implementation="eager")
+    m.eval()
+    return m
+
+
+def toks(s):
+    return torch.tensor([[int(x) for x in s.split(",")]])
+
+
+def make(d, kind, shard=None):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(7 if kind == "tied" else 11)
+    cfg = LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=(kind == "tied"),
+                      rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
+    m = LlamaForCausalLM(cfg)
+    with torch.no_grad():  # norms away from 1 so their gradients are generic
+        for n, p in m.named_parameters():
+            if "norm" in n:
+                p.add_(0.1 * torch.randn_like(p))
+    kw = {"safe_serialization": True}
+    if shard:
+        kw["max_shard_size"] = int(shard)
+    m.save_pretrained(d, **kw)
+
+
+def main(a):
+    if a[0] == "make":
+        make(a[1], a[2], a[3] if len(a) > 3 else None)
+        return 0
+    if a[0] == "logits":
+        with torch.no_grad():
+            lg = load(a[1])(toks(a[2])).logits[0]
+        with open(a[3], "w") as f:
+            for row in lg.tolist():
+                f.write(" ".join("%.9g" % x for x in row) + "\n")
+        return 0
+    if a[0] == "grads":
+        m = load(a[1])
+        t = toks(a[2])
+        lg = m(t[:, :-1]).logits[0]
+        loss = torch.nn.functional.cross_entropy(lg, t[0, 1:])
+        loss.backward()
+        g = {n: p.grad.detach().clone().contiguous() for n, p in m.named_parameters()}
+        save_file(g, a[3])
+        print("%.9g" % loss.item())
+        return 0
+    if a[0] == "greedy":
+        m = load(a[1])
+        t = toks(a[2])
+        out, gaps = [], []
+        with torch.no_grad():
+            for _ in range(int(a[3])):
+                row = m(t).logits[0, -1]
+                top = torch.topk(row, 2)
+                out.append(int(top.indices[0]))
+                gaps.append(float(top.values[0] - top.values[1]))
+                t = torch.cat([t, top.indices[:1].view(1, 1)], dim=1)
+        with open(a[4], "w") as f:
+            f.write(" ".join(str(x) for x in out) + "\n" + " ".join("%.6g" % x for x in gaps) + "\n")
+        return 0
+    if a[0] == "compare":
+        A, B, tol = load_file(a[1]), load_file(a[2]), float(a[3])
+        worst, name = 0.0, ""
+        for n, b in B.items():
+            if n not in A or A[n].shape != b.shape:
+                print("# %s: %s in the reference, %s in shardrun's" % (n, tuple(b.shape),
+                                                                     tuple(A[n].shape) if n in A else "missing"))
+                return 1
+            r = float((A[n] - b).abs().max() / max(float(b.abs().max()), 1e-30))
+            if r > worst:
+                worst, name = r, n
+        print("# %d tensors, worst max|a-b|/max|b| %.3g (%s)" % (len(B), worst, name))
+        return 0 if worst <= tol else 1
+    if a[0] == "close":
+        x = [float(v) for v in open(a[1]).read().split()]
+        y = [float(v) for v in open(a[2]).read().split()]
+        if not x or len(x) != len(y):
+            print("# %d and %d values" % (len(x), len(y)))
+            return 1
+        rel = max(abs(p - q) for p, q in zip(x, y)) / max(abs(q) for q in y)
+        print("# %d values, max |difference| / max |reference| = %.3g" % (len(x), rel))
+        return 0 if rel <= float(a[3]) else 1
+    print(__doc__)
+    return 64
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
