@@ -16,6 +16,11 @@ CPU, float32, attn_implementation="eager", which torch 1.13 needs).
   llama_ref.py greedy DIR TOKENS N OUT
       N greedy tokens after TOKENS (a full forward each time), one line:
       the tokens; a second line: each step's gap between the top two logits
+  llama_ref.py tokenizer DIR
+      a byte-level BPE tokenizer.json of at most 300 ids (tokenizers,
+      trained on a few sentences) in DIR
+  llama_ref.py autotokenizer DIR TEXT
+      AutoTokenizer.from_pretrained(DIR) encodes TEXT: prints the ids
   llama_ref.py compare A.safetensors B.safetensors TOL
       every tensor of B present in A, same shape, max|a-b| <= TOL x max|b|
       per tensor; prints the worst
@@ -92,6 +97,23 @@ def main(a):
                 t = torch.cat([t, top.indices[:1].view(1, 1)], dim=1)
         with open(a[4], "w") as f:
             f.write(" ".join(str(x) for x in out) + "\n" + " ".join("%.6g" % x for x in gaps) + "\n")
+        return 0
+    if a[0] == "tokenizer":
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        tk = Tokenizer(models.BPE())
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tk.decoder = decoders.ByteLevel()
+        tr = trainers.BpeTrainer(vocab_size=290, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                 special_tokens=["<|end_of_text|>"])
+        tk.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 20 +
+                               ["a small llama trains on the cluster"] * 20, trainer=tr)
+        import os
+        os.makedirs(a[1], exist_ok=True)
+        tk.save(os.path.join(a[1], "tokenizer.json"))
+        return 0
+    if a[0] == "autotokenizer":
+        from transformers import AutoTokenizer
+        print(" ".join(str(i) for i in AutoTokenizer.from_pretrained(a[1])(a[2])["input_ids"]))
         return 0
     if a[0] == "compare":
         A, B, tol = load_file(a[1]), load_file(a[2]), float(a[3])
