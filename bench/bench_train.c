@@ -1,15 +1,17 @@
 /* bench_train.c — training-step throughput against the machine's own SGEMM
  * ceiling, measured in the same run.
  *
- * For each model (tiny, gpt2-124m; seq_len 256, 4 sequences per
- * micro-batch) and thread count (1, 2) it times full optimizer steps
+ * For each model (tiny, gpt2-124m, llama-tiny, llama-125m; seq_len 256, 4
+ * sequences per micro-batch) and thread count (1, 2) it times full
+ * optimizer steps
  * (forward, backward, global norm, AdamW) after one warm-up step; achieved
  * GFLOP/s counts 6N + 12LCT per token.  The ceiling is OpenBLAS's own cblas_sgemm, with OpenBLAS's own
  * threads, on exactly the GEMM shapes of one training step (forward,
  * input-gradient and weight-gradient products of every linear layer and the
  * head), each shape weighted by its FLOPs; ratio = end-to-end GFLOP/s /
  * SGEMM GFLOP/s.  Prints one RESULT line (per-step times and the
- * ceiling) that bench/run.sh turns into the table.
+ * ceiling, the process's peak resident memory) that bench/run.sh turns
+ * into the table.
  *
  * With --device cuda the same step runs on the GPU in the exact (fp32)
  * mode, the model owning its parameters and no engine: the baseline of
@@ -24,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "config.h"
@@ -40,14 +43,19 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* SGEMM GFLOP/s on the step's GEMM shapes with OpenBLAS threading. */
-static double sgemm_ceiling(int BT, int C, int Vp, int threads, int reps) {
+/* SGEMM GFLOP/s on the step's GEMM shapes with OpenBLAS threading (the
+ * family's: GPT-2's 3C and 4C projections, Llama's (NH + 2 NKV) hs and
+ * SwiGLU's 2F and F). */
+static double sgemm_ceiling(int BT, const sr_model_dims *d, int threads, int reps) {
     openblas_set_num_threads(threads);
+    int C = d->C, Vp = d->Vp, llama = d->arch == SR_ARCH_LLAMA;
+    int QKV = llama ? (d->NH + 2 * d->NKV) * (C / d->NH) : 3 * C, H = llama ? 2 * d->F : 4 * C,
+        HO = llama ? d->F : 4 * C;
     struct {
         int oc, ic;
-    } lin[] = {{3 * C, C}, {C, C}, {4 * C, C}, {C, 4 * C}, {Vp, C}};
-    size_t maxa = (size_t)BT * (4 * C > Vp ? 4 * C : Vp),
-           maxw = (size_t)Vp * C > (size_t)16 * C * C ? (size_t)Vp * C : (size_t)16 * C * C;
+    } lin[] = {{QKV, C}, {C, C}, {H, C}, {C, HO}, {Vp, C}};
+    int wide = H > Vp ? H : Vp;
+    size_t maxa = (size_t)BT * (size_t)wide, maxw = (size_t)wide * (size_t)(C > HO ? C : HO);
     float *A = malloc(maxa * sizeof(float)), *Bm = malloc(maxa * sizeof(float)), *W = malloc(maxw * sizeof(float)),
           *O = malloc((maxa > maxw ? maxa : maxw) * sizeof(float));
     for (size_t i = 0; i < maxa; i++)
@@ -78,12 +86,13 @@ static double sgemm_ceiling(int BT, int C, int Vp, int threads, int reps) {
     return best;
 }
 
-static int bench(const char *preset, int L, int NH, int C, int V, int threads, int steps, bool cuda) {
+static int bench(const char *preset, sr_model_dims d, int threads, int steps, bool cuda) {
     const int T = 256, B = 4;
+    int V = d.V;
     sr_ops_set_threads(threads);
     sr_mem_reset();
     sr_model m;
-    sr_model_dims d = {.L = L, .NH = NH, .C = C, .V = V, .T = T};
+    d.T = T;
     sr_dev *dev = NULL;
     const sr_ops *ops = &sr_ops_cpu;
     if (cuda) {
@@ -150,9 +159,13 @@ static int bench(const char *preset, int L, int NH, int C, int V, int threads, i
         if (s >= warm)
             ms[s - warm] = (now_s() - t0) * 1e3;
     }
-    double ceil = cuda ? 0 : sgemm_ceiling(B * T, C, m.d.Vp, threads, 5);
-    printf("RESULT impl=shardrun device=%s model=%s threads=%d flops_per_step=%.6g sgemm_gflops=%.3f ms=",
-           cuda ? "cuda" : "cpu", preset, threads, sr_model_flops_per_token(&m) * B * T, ceil);
+    /* the process's peak resident memory, as bench_torch.py reports its own */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double peak_mib = (double)ru.ru_maxrss / 1024.0;
+    double ceil = cuda ? 0 : sgemm_ceiling(B * T, &m.d, threads, 5);
+    printf("RESULT impl=shardrun device=%s model=%s threads=%d flops_per_step=%.6g sgemm_gflops=%.3f peak_mib=%.1f ms=",
+           cuda ? "cuda" : "cpu", preset, threads, sr_model_flops_per_token(&m) * B * T, ceil, peak_mib);
     for (int s = 0; s < steps; s++)
         printf("%s%.3f", s ? "," : "", ms[s]);
     printf("\n");
@@ -170,17 +183,27 @@ static int bench(const char *preset, int L, int NH, int C, int V, int threads, i
 int main(int argc, char **argv) {
     bool cuda = argc == 6 && strcmp(argv[4], "--device") == 0 && strcmp(argv[5], "cuda") == 0;
     if (argc != 4 && !(argc == 6 && strcmp(argv[4], "--device") == 0 && (cuda || strcmp(argv[5], "cpu") == 0))) {
-        fprintf(stderr, "usage: bench_train MODEL THREADS STEPS [--device cpu|cuda]   (MODEL: tiny | gpt2-124m)\n");
+        fprintf(stderr, "usage: bench_train MODEL THREADS STEPS [--device cpu|cuda]   (MODEL: tiny | gpt2-124m | "
+                        "llama-tiny | llama-125m)\n");
         return 64;
     }
+    /* the presets' dims (config.c), at seq_len 256 */
     const struct {
         const char *name;
-        int L, NH, C, V;
-    } models[] = {{"tiny", 4, 4, 256, 256}, {"gpt2-124m", 12, 12, 768, 50257}};
+        sr_model_dims d;
+    } models[] = {
+        {"tiny", {.L = 4, .NH = 4, .C = 256, .V = 256}},
+        {"gpt2-124m", {.L = 12, .NH = 12, .C = 768, .V = 50257}},
+        {"llama-tiny",
+         {.L = 4, .NH = 4, .C = 256, .V = 256, .arch = SR_ARCH_LLAMA, .NKV = 2, .F = 704, .norm_eps = 1e-5,
+          .rope_theta = 10000}},
+        {"llama-125m",
+         {.L = 12, .NH = 12, .C = 768, .V = 32000, .arch = SR_ARCH_LLAMA, .NKV = 4, .F = 2048, .untied = true,
+          .norm_eps = 1e-5, .rope_theta = 10000}},
+    };
     for (size_t k = 0; k < sizeof models / sizeof models[0]; k++)
         if (strcmp(argv[1], models[k].name) == 0)
-            return bench(models[k].name, models[k].L, models[k].NH, models[k].C, models[k].V, atoi(argv[2]),
-                         atoi(argv[3]) > 0 ? atoi(argv[3]) : 3, cuda);
+            return bench(models[k].name, models[k].d, atoi(argv[2]), atoi(argv[3]) > 0 ? atoi(argv[3]) : 3, cuda);
     fprintf(stderr, "bench_train: unknown model '%s'\n", argv[1]);
     return 64;
 }

@@ -1,8 +1,8 @@
 #!/bin/sh
 # run.sh — the training-throughput benchmark table (make bench).
 #
-# Rows: tiny and gpt2-124m (seq_len 256, 4 sequences per micro-batch) on 1
-# and 2 cores.  For each row, in the same run and interleaved over ROUNDS
+# Rows: tiny, gpt2-124m, llama-tiny and llama-125m (seq_len 256, 4
+# sequences per micro-batch) on 1 and 2 cores.  For each row, in the same run and interleaved over ROUNDS
 # rounds so machine noise hits all alike:
 #   shardrun: bench/bench_train (ms per optimizer step, and OpenBLAS SGEMM
 #             GFLOP/s on the step's own GEMM shapes = the machine's ceiling);
@@ -17,17 +17,18 @@
 #             skips it.
 # Cores are pinned with taskset (-c 0, or -c 0,1), so a "1 thread" row
 # really has one core.  Reported: median and spread (min..max) over all timed
-# steps, tokens/s, GFLOP/s, ratio to the SGEMM ceiling and to PyTorch.
+# steps, tokens/s, GFLOP/s, ratio to the SGEMM ceiling and to PyTorch, and
+# each process's peak resident memory (the largest over its rounds).
 # With a baseline, also the first 20 losses of the default job from both
 # shardrun binaries (relative difference) and their memory per category.
 #
 # usage: bench/run.sh [STEPS [ROUNDS]]
 #   env: BENCH_STEPS, BENCH_ROUNDS (instead of the arguments),
-#        BENCH_MODELS="tiny gpt2-124m"
+#        BENCH_MODELS="tiny gpt2-124m llama-tiny llama-125m"
 set -u
 STEPS=${1:-${BENCH_STEPS:-3}}
 ROUNDS=${2:-${BENCH_ROUNDS:-2}}
-MODELS=${BENCH_MODELS:-"tiny gpt2-124m"}
+MODELS=${BENCH_MODELS:-"tiny gpt2-124m llama-tiny llama-125m"}
 here=$(cd "$(dirname "$0")" && pwd)
 BENCH=${BENCH_TRAIN:-./bench/bench_train}
 S=${SHARDRUN:-./shardrun}
@@ -83,6 +84,8 @@ function median(list,    n, a, i, j, t) {
     for (i = 2; i <= NF; i++) { eq = index($i, "="); f[substr($i, 1, eq - 1)] = substr($i, eq + 1) }
     key = f["model"] SUBSEP f["threads"]
     if (!(key in seen)) { seen[key] = 1; order[++nrows] = key }
+    pk = f["impl"] == "torch" ? "torch" : f["impl"]
+    if (f["peak_mib"] + 0 > peak[key, pk]) peak[key, pk] = f["peak_mib"] + 0
     if (f["impl"] == "shardrun" || f["impl"] == "baseline") {
         im = f["impl"]
         all[key, im] = all[key, im] (all[key, im] ? "," : "") f["ms"]
@@ -99,8 +102,8 @@ function median(list,    n, a, i, j, t) {
     }
 }
 END {
-    printf "| %-9s | %-5s | %-8s | %-24s | %8s | %8s | %8s | %6s | %-8s | %s\n", "model", "cores", "impl", "ms/step median (min..max)", "tok/s", "GFLOP/s", "SGEMM", "ratio", "vs torch", "new/old tok/s, median (min..max) of rounds"
-    printf "|-----------|-------|----------|--------------------------|----------|----------|----------|--------|----------|------------------\n"
+    printf "| %-10s | %-5s | %-8s | %-24s | %8s | %8s | %8s | %6s | %-8s | %8s | %s\n", "model", "cores", "impl", "ms/step median (min..max)", "tok/s", "GFLOP/s", "SGEMM", "ratio", "vs torch", "peak MiB", "new/old tok/s, median (min..max) of rounds"
+    printf "|------------|-------|----------|--------------------------|----------|----------|----------|--------|----------|----------|------------------\n"
     for (r = 1; r <= nrows; r++) {
         key = order[r]; split(key, kt, SUBSEP)
         m = median(all[key, "shardrun"]); l = lo; h = hi
@@ -120,17 +123,18 @@ END {
             rm = median(ratios)
             no = sprintf("%.3f (%.3f..%.3f) over %d rounds", rm, lo, hi, rounds[key])
         }
-        printf "| %-9s | %-5s | %-8s | %9.1f (%6.1f..%6.1f) | %8.0f | %8.1f | %8.1f | %6.2f | %-8s | %s\n", kt[1], kt[2], "shardrun", m, l, h, tok, gf, ceil[key], gf / ceil[key], vs, no
+        printf "| %-10s | %-5s | %-8s | %9.1f (%6.1f..%6.1f) | %8.0f | %8.1f | %8.1f | %6.2f | %-8s | %8.0f | %s\n", kt[1], kt[2], "shardrun", m, l, h, tok, gf, ceil[key], gf / ceil[key], vs, peak[key, "shardrun"], no
         if ((key, "baseline") in all) {
             bm = median(all[key, "baseline"])
-            printf "| %-9s | %-5s | %-8s | %9.1f (%6.1f..%6.1f) | %8.0f | %8.1f | %8s | %6s | %-8s |\n", kt[1], kt[2], "baseline", bm, lo, hi, 1024 / (bm / 1000), flops[key] / (bm / 1000) / 1e9, "", "", ""
+            printf "| %-10s | %-5s | %-8s | %9.1f (%6.1f..%6.1f) | %8.0f | %8.1f | %8s | %6s | %-8s | %8.0f |\n", kt[1], kt[2], "baseline", bm, lo, hi, 1024 / (bm / 1000), flops[key] / (bm / 1000) / 1e9, "", "", "", peak[key, "baseline"]
         }
         if (best) {
             gsub("~", " ", bests)
-            printf "| %-9s | %-5s | %-8s | %9.1f (%6.1f..%6.1f) | %8.0f | %8.1f | %8s | %6s | %-8s | %s\n", kt[1], kt[2], "pytorch", best, bl, bh, 1024 / (best / 1000), flops[key] / (best / 1000) / 1e9, "", "", "", bests
+            printf "| %-10s | %-5s | %-8s | %9.1f (%6.1f..%6.1f) | %8.0f | %8.1f | %8s | %6s | %-8s | %8.0f | %s\n", kt[1], kt[2], "pytorch", best, bl, bh, 1024 / (best / 1000), flops[key] / (best / 1000) / 1e9, "", "", "", peak[key, "torch"], bests
         }
     }
-    print "vs torch = shardrun tokens/s / PyTorch tokens/s (above 1: shardrun faster); new/old = shardrun / baseline tokens/s."
+    print "vs torch = shardrun tokens/s / PyTorch tokens/s (above 1: shardrun faster); new/old = shardrun / baseline tokens/s;"
+    print "peak MiB = the process'"'"'s peak resident memory (getrusage), the largest of its rounds."
 }' "$out"
 
 [ -n "$BASE" ] || exit 0
