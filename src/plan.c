@@ -253,10 +253,10 @@ static const char *human(double bytes, char *buf, size_t n) {
 }
 
 static void print_one(const plan_ctx *x, const sr_config *cfg, const char *job, const plan_row *r, FILE *out) {
-    char a[32], b[32], c[32];
-    fprintf(out, "plan: %s: model %s: n_layer %lld, n_head %lld, n_embd %lld, vocab_size %lld, seq_len %lld\n", job,
-            sr_config_enum_name("model.preset", cfg->model_preset), (long long)cfg->n_layer, (long long)cfg->n_head,
-            (long long)cfg->n_embd, (long long)cfg->vocab_size, (long long)cfg->seq_len);
+    char a[32], b[32], c[32], name[1300], dims[512];
+    sr_model_dims d = sr_job_model_dims(cfg, (int)cfg->seq_len);
+    fprintf(out, "plan: %s: model %s: %s\n", job, sr_config_model_name(cfg, name, sizeof name),
+            sr_model_dims_text(&d, dims, sizeof dims));
     fprintf(out,
             "  %d rank%s on %s (%d per node, %d thread%s each): mesh shard %d x replicate %d; batch %lld = %d x "
             "micro_batch %d x %d accumulation step%s; param %s%s, reduce %s\n",

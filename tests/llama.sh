@@ -5,7 +5,9 @@
 #    manifest version 3 with the family, resumes bitwise, and is refused by
 #    a GPT-2 job (65) naming both models; keys that would be ignored (a
 #    Llama key on a gpt2 job, n_kv_head not dividing n_head) are refused
-#    (78); an llm.c export is refused (78) naming the formats that work.
+#    (78); an llm.c export is refused (78) naming the formats that work;
+#    data prepare --doc-token '<|begin_of_text|>' opens each document with
+#    Llama-3's token.
 # 2. With mpirun: 2 ranks train as 1 does, and their checkpoint resumes
 #    on 3 (resharded) and on 1, within 1e-5 of the uninterrupted 1-rank run
 #    per tensor.
@@ -72,6 +74,19 @@ check "  ...naming the formats that work, writing nothing" \
 "$S" config show job.yaml >shown.yaml 2>/dev/null
 check "config show's output of a Llama job reads back as the same job" \
     sh -c "'$S' config show shown.yaml 2>/dev/null | tail -n +2 >shown2.yaml && tail -n +2 shown.yaml | cmp -s - shown2.yaml"
+
+# Llama-3-style data: a llama3 rank file (the 256 bytes; its special tokens
+# from id 256, <|begin_of_text|> first) and each document opened by it
+awk 'BEGIN { b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+             for (i = 0; i < 256; i++)
+                 printf "%s%s==%s%d\n", substr(b64, int(i / 4) + 1, 1), substr(b64, (i % 4) * 16 + 1, 1), " ", i }' \
+    >ranks.tiktoken
+printf 'hello llama\n' >d1.txt
+printf 'second doc\n' >d2.txt
+"$S" data prepare --tokenizer llama3:ranks.tiktoken --doc-token '<|begin_of_text|>' -o l3 d1.txt d2.txt \
+    >prep.out 2>prep.err
+check "data prepare --doc-token '<|begin_of_text|>': each document starts with Llama-3's id (256 here)" \
+    sh -c "[ \"\$(od -A n -t u2 -j 1024 -N 30 l3/data_train_000001.bin | tr -s ' \\n' ' ' | sed 's/^ //; s/ \$//')\" = '256 104 101 108 108 111 32 108 108 97 109 97 10 256 115' ]"
 
 # --- 2. resharding resume across rank counts ------------------------------------
 if have_mpirun -x SHARDRUN_TEST_DUMP_PARAMS; then

@@ -1,5 +1,5 @@
 #!/bin/sh
-# plan.sh — `shardrun plan` against real runs: for tiny and gpt2-124m
+# plan.sh — `shardrun plan` against real runs: for tiny, llama-tiny and gpt2-124m
 # (seq_len 128, batch = ranks, one step) at 1, 2 and 4 ranks under mpirun,
 # with and without bf16, reshard N, HSDP, recompute, and offload on the fake
 # device, every memory category the plan prints equals the peak the run's
@@ -92,8 +92,13 @@ compare t4h "$TINY" 4 --set sharding.mesh.shard=2 --set sharding.mesh.replicate=
 compare t2rc "$TINY" 2 --set model.recompute=blocks
 compare t2pm "$TINY" 2 --set sharding.grad_sync=per_micro_batch --set checkpoint.async=false
 compare t4kp "$TINY" 4 --set sharding.reshard_after_forward.blocks=false --set sharding.prefetch.forward=2
+# the Llama family (grouped heads, SwiGLU, untied head, the rotary table)
+LLAMA="{preset: llama-tiny, n_layer: 2, n_embd: 64, n_head: 4, seq_len: 128, tie_embeddings: false}"
+compare l2 "$LLAMA" 2
+compare l4h "$LLAMA" 4 --set sharding.mesh.shard=2 --set sharding.mesh.replicate=2 --set model.recompute=blocks
 export SHARDRUN_TEST_DEVICE=fake
 compare f1 "$TINY" 1
+compare lf2o "$LLAMA" 2 --set sharding.offload.optimizer=true --set sharding.mixed_precision.param_dtype=bf16
 compare f2o "$TINY" 2 --set sharding.offload.optimizer=true
 compare f2op "$TINY" 2 --set sharding.offload.optimizer=true --set sharding.offload.params=true \
     --set sharding.mixed_precision.param_dtype=bf16 --set sharding.mixed_precision.reduce_dtype=bf16
