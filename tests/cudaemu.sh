@@ -54,6 +54,12 @@ check "  ...the start line names the emulated device" \
 check "  ...every line it prints says cuda-emulated" sh -c '! grep -v "^shardrun: \[cuda-emulated\] " gpu.err'
 check "  ...every metrics record says cuda-emulated" \
     sh -c '[ -s gpu.jsonl ] && [ "$(grep -c "\"device\":\"cuda-emulated" gpu.jsonl)" -eq "$(wc -l <gpu.jsonl)" ]'
+# the Llama family has no CUDA kernels yet: the cuda op tables refuse it
+expect_status 78 "a Llama job on device: cuda is refused until its kernels exist" \
+    "$S" train job.yaml --set device=cuda --set model.preset=llama-tiny --set model.n_layer=2 --set model.n_embd=64 \
+    --set checkpoint.dir="$T/llama.ck"
+check "  ...naming what is missing, leaving no checkpoint" \
+    sh -c "grep -q 'not implemented yet: the Llama kernels' '$T/err' && [ ! -d '$T/llama.ck/step_00000001' ]"
 check "  ...and the CPU run's say nothing of it" sh -c '! grep -q "cuda-emulated" cpu.jsonl && ! grep -q "^shardrun: \[" cpu.err'
 
 # log.trace_steps on the emulated GPU: the streams' spans (the blocks'

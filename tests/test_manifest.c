@@ -141,9 +141,9 @@ static void test_round_trip(const char *text) {
            "the LR schedule survives, doubles exactly");
     tap_ok(out.world == 6 && out.mesh_shard == 3 && out.mesh_replicate == 2 && strcmp(out.isa, "x86-64-v3") == 0,
            "world size, mesh and ISA level survive");
-    tap_ok(memcmp(&out.dims, &in.dims, sizeof in.dims) == 0 && out.n_params == in.n_params &&
-               strcmp(out.model_hash, in.model_hash) == 0,
-           "model dims, parameter count and hash survive");
+    tap_ok(sr_model_dims_same(&out.dims, &in.dims) && out.dims.Vp == in.dims.Vp && out.n_params == in.n_params &&
+               strcmp(out.model_hash, in.model_hash) == 0 && out.dims.arch == SR_ARCH_GPT2,
+           "model family, dims, parameter count and hash survive");
     tap_ok(strcmp(out.created, in.created) == 0 && strcmp(out.job, "4242") == 0 && strcmp(out.host, "node7") == 0,
            "created, job and host survive");
     int cfg_ok = out.nconfig == 3;
@@ -197,8 +197,9 @@ static void test_refusals(const char *text) {
     free(flip);
     /* behind the checksum */
     refused(text, "format: shardrun-checkpoint", "format: other", "format: expected", "another format");
-    refused(text, "version: 2", "version: 3", "version 3 is not supported", "a newer version");
-    refused(text, "version: 2", "version: 0", "not supported", "version 0");
+    refused(text, "version: 3", "version: 4", "version 4 is not supported", "a newer version");
+    refused(text, "version: 3", "version: 0", "not supported", "version 0");
+    refused(text, "arch: gpt2", "arch: mamba", "arch 'mamba' is not a family", "an unknown family");
     refused(text, "step: 12", "step: -1", "expected an integer", "a negative step");
     refused(text, "step: 12", "stop: 12", "expected key 'step'", "a missing step");
     refused(text, "n_layer: 2", "n_layer: 3", "hash or parameter count", "dims that do not match the hash");
@@ -227,9 +228,12 @@ static void test_refusals(const char *text) {
     refused(text, "format: shardrun-checkpoint", "format: [shardrun", "YAML syntax error", "YAML that does not parse");
 }
 
-/* A version-1 manifest: the state list is bare names, no ISA level. */
+/* A version-1 manifest: the state list is bare names, no ISA level, no
+ * family. */
 static void test_version1(const char *text) {
-    char *a = replace(text, "version: 2", "version: 1");
+    char *a0 = replace(text, "version: 3", "version: 1");
+    char *a = a0 ? replace(a0, "  arch: gpt2\n", "") : NULL;
+    free(a0);
     char *b =
         a ? replace(a,
                     "state:\n- {name: params, dtype: f32}\n- {name: adam_m, dtype: f32}\n- {name: adam_v, dtype: f32}",

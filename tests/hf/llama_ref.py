@@ -3,6 +3,13 @@
 tests/hf_llama.sh (run by the venv of tests/hf/setup-venv.sh; torch on the
 CPU, float32, attn_implementation="eager", which torch 1.13 needs).
 
+  llama_ref.py refs TOKENS20 TOKENS65 PROMPT
+      in the current directory: the models untied, tied and sharded (as
+      make), each one's logits of TOKENS20 (NAME.ref.logits), loss and
+      gradients on TOKENS65 (NAME.ref.loss, NAME.ref.st), and 32 greedy
+      tokens after PROMPT of untied and tied (NAME.greedy)
+  llama_ref.py export DIR TOKENS LOGITS IDS TEXT
+      logits of DIR (as logits) and AutoTokenizer(DIR)'s ids of TEXT
   llama_ref.py make DIR tied|untied [SHARD_BYTES]
       a small random LlamaForCausalLM (2 layers, hidden 64, 4 query heads
       on 2 key/value heads, SwiGLU 96, vocabulary 300, 64 positions,
@@ -29,11 +36,12 @@ CPU, float32, attn_implementation="eager", which torch 1.13 needs).
 """
 import sys
 
-import torch
-from safetensors.torch import load_file, save_file
+# torch and transformers are imported where needed: the comparisons run
+# without them (numpy), so each check costs no second of imports
 
 
 def load(d):
+    import torch
     from transformers import LlamaForCausalLM
     m = LlamaForCausalLM.from_pretrained(d, torch_dtype=torch.float32, attn_implementation="eager")
     m.eval()
@@ -41,10 +49,12 @@ def load(d):
 
 
 def toks(s):
+    import torch
     return torch.tensor([[int(x) for x in s.split(",")]])
 
 
 def make(d, kind, shard=None):
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(7 if kind == "tied" else 11)
     cfg = LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -63,40 +73,67 @@ def make(d, kind, shard=None):
     m.save_pretrained(d, **kw)
 
 
+def logits(d, tokens, out):
+    import torch
+    with torch.no_grad():
+        lg = load(d)(toks(tokens)).logits[0]
+    with open(out, "w") as f:
+        for row in lg.tolist():
+            f.write(" ".join("%.9g" % x for x in row) + "\n")
+
+
+def grads(d, tokens, out):
+    import torch
+    from safetensors.torch import save_file
+    m = load(d)
+    t = toks(tokens)
+    lg = m(t[:, :-1]).logits[0]
+    loss = torch.nn.functional.cross_entropy(lg, t[0, 1:])
+    loss.backward()
+    save_file({n: p.grad.detach().clone().contiguous() for n, p in m.named_parameters()}, out)
+    return "%.9g" % loss.item()
+
+
+def greedy(d, tokens, n, out):
+    import torch
+    m = load(d)
+    t = toks(tokens)
+    ids, gaps = [], []
+    with torch.no_grad():
+        for _ in range(n):
+            row = m(t).logits[0, -1]
+            top = torch.topk(row, 2)
+            ids.append(int(top.indices[0]))
+            gaps.append(float(top.values[0] - top.values[1]))
+            t = torch.cat([t, top.indices[:1].view(1, 1)], dim=1)
+    with open(out, "w") as f:
+        f.write(" ".join(str(x) for x in ids) + "\n" + " ".join("%.6g" % x for x in gaps) + "\n")
+
+
 def main(a):
+    if a[0] == "refs":  # everything tests/llama.sh needs of the reference, in one process
+        tok20, tok, prompt = a[1], a[2], a[3]
+        make("untied", "untied")
+        make("tied", "tied")
+        make("sharded", "untied", 60000)
+        for d in ("untied", "tied", "sharded"):
+            logits(d, tok20, d + ".ref.logits")
+            with open(d + ".ref.loss", "w") as f:
+                f.write(grads(d, tok, d + ".ref.st") + "\n")
+        for d in ("untied", "tied"):
+            greedy(d, prompt, 32, d + ".greedy")
+        return 0
     if a[0] == "make":
         make(a[1], a[2], a[3] if len(a) > 3 else None)
         return 0
     if a[0] == "logits":
-        with torch.no_grad():
-            lg = load(a[1])(toks(a[2])).logits[0]
-        with open(a[3], "w") as f:
-            for row in lg.tolist():
-                f.write(" ".join("%.9g" % x for x in row) + "\n")
+        logits(a[1], a[2], a[3])
         return 0
     if a[0] == "grads":
-        m = load(a[1])
-        t = toks(a[2])
-        lg = m(t[:, :-1]).logits[0]
-        loss = torch.nn.functional.cross_entropy(lg, t[0, 1:])
-        loss.backward()
-        g = {n: p.grad.detach().clone().contiguous() for n, p in m.named_parameters()}
-        save_file(g, a[3])
-        print("%.9g" % loss.item())
+        print(grads(a[1], a[2], a[3]))
         return 0
     if a[0] == "greedy":
-        m = load(a[1])
-        t = toks(a[2])
-        out, gaps = [], []
-        with torch.no_grad():
-            for _ in range(int(a[3])):
-                row = m(t).logits[0, -1]
-                top = torch.topk(row, 2)
-                out.append(int(top.indices[0]))
-                gaps.append(float(top.values[0] - top.values[1]))
-                t = torch.cat([t, top.indices[:1].view(1, 1)], dim=1)
-        with open(a[4], "w") as f:
-            f.write(" ".join(str(x) for x in out) + "\n" + " ".join("%.6g" % x for x in gaps) + "\n")
+        greedy(a[1], a[2], int(a[3]), a[4])
         return 0
     if a[0] == "tokenizer":
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -111,11 +148,19 @@ def main(a):
         os.makedirs(a[1], exist_ok=True)
         tk.save(os.path.join(a[1], "tokenizer.json"))
         return 0
+    if a[0] == "export":  # from_pretrained's logits of an export, and AutoTokenizer on it
+        logits(a[1], a[2], a[3])
+        from transformers import AutoTokenizer
+        with open(a[4], "w") as f:
+            f.write(" ".join(str(i) for i in AutoTokenizer.from_pretrained(a[1])(a[5])["input_ids"]) + "\n")
+        return 0
     if a[0] == "autotokenizer":
         from transformers import AutoTokenizer
         print(" ".join(str(i) for i in AutoTokenizer.from_pretrained(a[1])(a[2])["input_ids"]))
         return 0
     if a[0] == "compare":
+        import numpy as np
+        from safetensors.numpy import load_file
         A, B, tol = load_file(a[1]), load_file(a[2]), float(a[3])
         worst, name = 0.0, ""
         for n, b in B.items():
@@ -123,7 +168,7 @@ def main(a):
                 print("# %s: %s in the reference, %s in shardrun's" % (n, tuple(b.shape),
                                                                      tuple(A[n].shape) if n in A else "missing"))
                 return 1
-            r = float((A[n] - b).abs().max() / max(float(b.abs().max()), 1e-30))
+            r = float(np.abs(A[n] - b).max() / max(float(np.abs(b).max()), 1e-30))
             if r > worst:
                 worst, name = r, n
         print("# %d tensors, worst max|a-b|/max|b| %.3g (%s)" % (len(B), worst, name))
