@@ -18,48 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fdcheck.h"
 #include "model.h"
 #include "ops.h"
 #include "rng.h"
 #include "tap.h"
 
 static const sr_ops *o = &sr_ops_cpu;
-
-static void fill(float *x, size_t n, uint64_t stream, float scale) {
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(scale * sr_rng_normal(43, stream, i));
-}
-
-static float *fnew(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
-
-typedef double (*objective)(void *ctx);
-
-/* Central differences over every coordinate of x; the largest error
- * relative to max|analytic| (floored at 1e-3). */
-static double fd_check(const char *what, float *x, size_t n, const float *analytic, objective J, void *ctx, float h) {
-    double max_err = 0.0, max_an = 0.0;
-    for (size_t i = 0; i < n; i++)
-        max_an = fmax(max_an, fabs(analytic[i]));
-    for (size_t i = 0; i < n; i++) {
-        float keep = x[i];
-        x[i] = keep + h;
-        double jp = J(ctx);
-        x[i] = keep - h;
-        double jm = J(ctx);
-        x[i] = keep;
-        max_err = fmax(max_err, fabs((jp - jm) / (2.0 * (double)h) - analytic[i]));
-    }
-    double rel = max_err / fmax(max_an, 1e-3);
-    tap_diag("%s: %zu coordinates, max|fd-an| %.3g, max|an| %.3g, relative %.3g", what, n, max_err, max_an, rel);
-    return rel;
-}
-
-static double dot(const float *a, const float *r, size_t n) {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++)
-        s += (double)a[i] * r[i];
-    return s;
-}
 
 static double max_diff(const float *a, const float *b, size_t n) {
     double e = 0;
