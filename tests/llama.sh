@@ -14,7 +14,8 @@
 # 3. Against transformers (the venv of tests/hf/setup-venv.sh, as hf.sh;
 #    SHARDRUN_TEST_REQUIRE=transformers makes it a requirement), on small
 #    random LlamaForCausalLM models the test makes (grouped heads, Llama-3
-#    rope scaling; untied, tied, and untied saved in shards): logits and
+#    rope scaling; untied, tied, untied saved in shards, in bf16 and tied in
+#    f16, which both sides widen to float32): logits and
 #    the loss within 1e-4, every parameter's gradient within 1e-4 per
 #    tensor, 32 greedy tokens from shardrun sample (the key/value cache)
 #    identical wherever the reference's top-2 gap exceeds 1e-4; model.init
@@ -116,7 +117,7 @@ if [ -x "$HFPY" ] && "$HFPY" -c 'import transformers, safetensors, torch, tokeni
     py refs "$TOK20" "$TOK" 5,17,250
     check "the reference models are made (untied, tied, sharded in $(ls sharded/*.safetensors 2>/dev/null | wc -l) files)" \
         sh -c "[ -s untied/model.safetensors ] && [ -s tied/model.safetensors ] && [ -s sharded/model.safetensors.index.json ] && [ -s tied.greedy ]"
-    for m in untied tied sharded; do
+    for m in untied tied sharded bf16 f16; do
         "$PROBE" logits hf:$m "$TOK20" >$m.sr.logits 2>$m.probe.err
         check "$m: logits equal transformers' ($(py close $m.sr.logits $m.ref.logits 1e-4))" \
             py close $m.sr.logits $m.ref.logits 1e-4

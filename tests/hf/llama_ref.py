@@ -5,7 +5,7 @@ CPU, float32, attn_implementation="eager", which torch 1.13 needs).
 
   llama_ref.py refs TOKENS20 TOKENS65 PROMPT
       in the current directory: the models untied, tied and sharded (as
-      make), each one's logits of TOKENS20 (NAME.ref.logits), loss and
+      make), and untied stored in bf16 and tied in f16; each one's logits of TOKENS20 (NAME.ref.logits), loss and
       gradients on TOKENS65 (NAME.ref.loss, NAME.ref.st), and 32 greedy
       tokens after PROMPT of untied and tied (NAME.greedy)
   llama_ref.py export DIR TOKENS LOGITS IDS TEXT
@@ -53,7 +53,7 @@ def toks(s):
     return torch.tensor([[int(x) for x in s.split(",")]])
 
 
-def make(d, kind, shard=None):
+def make(d, kind, shard=None, dtype=None):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(7 if kind == "tied" else 11)
@@ -70,6 +70,8 @@ def make(d, kind, shard=None):
     kw = {"safe_serialization": True}
     if shard:
         kw["max_shard_size"] = int(shard)
+    if dtype:  # stored in bf16 or f16; the reference reads it back as float32, as shardrun widens it
+        m = m.to(getattr(torch, dtype))
     m.save_pretrained(d, **kw)
 
 
@@ -116,7 +118,9 @@ def main(a):
         make("untied", "untied")
         make("tied", "tied")
         make("sharded", "untied", 60000)
-        for d in ("untied", "tied", "sharded"):
+        make("bf16", "untied", None, "bfloat16")
+        make("f16", "tied", None, "float16")
+        for d in ("untied", "tied", "sharded", "bf16", "f16"):
             logits(d, tok20, d + ".ref.logits")
             with open(d + ".ref.loss", "w") as f:
                 f.write(grads(d, tok, d + ".ref.st") + "\n")
