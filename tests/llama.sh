@@ -2,7 +2,8 @@
 # llama.sh — the Llama family (model.arch: llama) end to end on the CPU.
 #
 # 1. A small llama-tiny trains (the loss falls), its checkpoint records
-#    manifest version 3 with the family, resumes bitwise, and is refused by
+#    manifest version 3 with the family, samples as the full forward's
+#    greedy argmax (the key/value cache), resumes bitwise, and is refused by
 #    a GPT-2 job (65) naming both models; keys that would be ignored (a
 #    Llama key on a gpt2 job, n_kv_head not dividing n_head) are refused
 #    (78); an llm.c export is refused (78) naming the formats that work;
@@ -72,6 +73,10 @@ expect_status 78 "ckpt export to llm.c's format refuses a Llama checkpoint" \
     "$S" ckpt export refck/step_00000008 -o x.bin
 check "  ...naming the formats that work, writing nothing" \
     sh -c "grep -q 'hint: -o DIR/ for a Hugging Face directory, or -o FILE.safetensors' '$T/err' && [ ! -e x.bin ]"
+"$S" sample refck --prompt-tokens 84,104,101,32 --temperature 0 --tokens 40 >g.txt 2>g.err
+"$PROBE" greedy ckpt:"$T/refck/step_00000008" 84,104,101,32 40 >g.ids 2>/dev/null
+check "shardrun sample of a Llama checkpoint (key/value cache) is greedy argmax of the full forward" \
+    python3 -c "import sys; a=open('g.txt','rb').read(); b=bytes(int(x) for x in open('g.ids').read().split()); sys.exit(not (len(b) == 40 and a[:40] == b and a[40:] in (b'', b'\\n')))"
 "$S" config show job.yaml >shown.yaml 2>/dev/null
 check "config show's output of a Llama job reads back as the same job" \
     sh -c "'$S' config show shown.yaml 2>/dev/null | tail -n +2 >shown2.yaml && tail -n +2 shown.yaml | cmp -s - shown2.yaml"
