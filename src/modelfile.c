@@ -687,7 +687,15 @@ static sr_status hf_llama(json_t *c, const char *path, sr_model_dims *d) {
                       "%s: head_dim is not hidden_size / num_attention_heads, the head size shardrun's "
                       "Llama has",
                       path);
-    json_t *rs = json_object_get(c, "rope_scaling");
+    /* transformers 5 writes rope_parameters {rope_type, rope_theta, ...}
+     * where 4.x wrote rope_theta and rope_scaling */
+    json_t *rs = json_object_get(c, "rope_scaling"), *rp = json_object_get(c, "rope_parameters");
+    if (st == SR_OK && rp && json_is_object(rp)) {
+        st = hf_num(rp, path, "rope_theta", true, &d->rope_theta);
+        const char *type = json_string_value(json_object_get(rp, "rope_type"));
+        if (!(type && strcmp(type, "default") == 0))
+            rs = rp;
+    }
     if (st == SR_OK && rs && !json_is_null(rs)) {
         const char *type = json_string_value(json_object_get(rs, "rope_type"));
         if (!type)

@@ -98,7 +98,8 @@ bool sr_modelfile_is_hf_dir(const char *dir);
  * LlamaConfig reads it (model_type llama; hidden_size,
  * num_hidden_layers, num_attention_heads, num_key_value_heads,
  * intermediate_size, vocab_size, max_position_embeddings, rms_norm_eps,
- * rope_theta, rope_scaling null or llama3, tie_word_embeddings; hidden_act
+ * rope_theta, rope_scaling null or llama3 (or transformers 5's
+ * rope_parameters), tie_word_embeddings; hidden_act
  * silu, no attention or MLP bias, head_dim n_embd / n_head when given).
  * The weights' path, DIR itself (sr_modelfile_open reads a directory),
  * into weights.  SR_ERR_NOINPUT when config.json cannot be read,

@@ -162,6 +162,18 @@ if [ -x "$HFPY" ] && "$HFPY" -c 'import transformers, safetensors, torch, tokeni
         --set model.init="$T/yarn"
     check "  ...naming it" grep -q 'rope_scaling type "yarn" is not supported' "$T/err"
 
+    # transformers 5's config.json: rope_parameters instead of rope_theta and rope_scaling
+    mkdir rp && cp untied/model.safetensors rp/ && python3 -c '
+import json
+c = json.load(open("untied/config.json"))
+p = c.pop("rope_scaling")
+p["rope_theta"] = c.pop("rope_theta")
+c["rope_parameters"] = p
+json.dump(c, open("rp/config.json", "w"))'
+    "$PROBE" logits hf:rp "$TOK20" >rp.sr.logits 2>/dev/null
+    check "  ...a config.json with rope_parameters (transformers 5) reads as the same model" \
+        sh -c "[ -s rp.sr.logits ] && cmp -s rp.sr.logits untied.sr.logits"
+
     # export: from_pretrained gives the same logits; the job's tokenizer beside it
     py tokenizer tk
     "$S" train init.yaml --set data.tokenizer="$T/tk/tokenizer.json" --set checkpoint.dir="$T/tokck" \
