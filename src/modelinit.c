@@ -110,9 +110,9 @@ sr_status sr_modelinit_load(sr_modelinit *out, const char *path, sr_fsdp *f, con
         }
     if (mine == SR_OK && !tied)
         mine = sr_error(SR_ERR_DATA,
-                        "model.init: %s: lm_head.weight differs from the token embedding (transformer.wte.weight); "
-                        "this model ties its output head to the embedding (hint: a GPT-2 with an untied head cannot "
-                        "be loaded)",
+                        "model.init: %s: lm_head.weight differs from the token embedding; this model ties its output "
+                        "head to the embedding (hint: a GPT-2 with an untied head cannot be loaded; a Llama one "
+                        "loads with model.tie_embeddings: false)",
                         path);
     if (mine == SR_OK && w->rank == 0)
         mine = sr_modelfile_sha256(&mf, sha);
