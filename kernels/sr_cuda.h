@@ -45,6 +45,12 @@ extern "C" {
     X(softmax_causal_backward)                                                                                         \
     X(crossentropy_forward)                                                                                            \
     X(crossentropy_backward)                                                                                           \
+    X(rmsnorm_forward)                                                                                                 \
+    X(rmsnorm_backward)                                                                                                \
+    X(rope_forward)                                                                                                    \
+    X(rope_backward)                                                                                                   \
+    X(swiglu_forward)                                                                                                  \
+    X(swiglu_backward)                                                                                                 \
     X(adamw)                                                                                                           \
     X(cast_f32_bf16)                                                                                                   \
     X(fold_bf16)                                                                                                       \
@@ -110,6 +116,24 @@ int sr_k_crossentropy_forward(cudaStream_t s, float *losses, float *lse, const v
                               int V, int Vp, int bf16);
 int sr_k_crossentropy_backward(cudaStream_t s, void *logits, const float *lse, const int *targets, float dloss, int N,
                                int V, int Vp, int bf16);
+
+/* rmsnorm.cu: one warp per row, float rstd[N] (eps from the model); the
+ * backward adds dinp and, through fixed row chunks in ws, dw. */
+int sr_k_rmsnorm_forward(cudaStream_t s, void *out, float *rstd, const void *inp, const void *w, float eps, int N, int C,
+                         int bf16);
+int sr_k_rmsnorm_backward(cudaStream_t s, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                          const float *rstd, int N, int C, int bf16, void *ws);
+
+/* rope.cu: the rotary embedding of ops.h in place on the NH query and NKV
+ * key heads of qkv[B,T,(NH + 2 NKV) hs] with the model's float table
+ * cs[T, hs]; the backward turns by the negative angle (no accumulation). */
+int sr_k_rope_forward(cudaStream_t s, void *qkv, const float *cs, int B, int T, int NH, int NKV, int hs, int bf16);
+int sr_k_rope_backward(cudaStream_t s, void *dqkv, const float *cs, int B, int T, int NH, int NKV, int hs, int bf16);
+
+/* swiglu.cu: out[N,F] = silu(gu[:, :F]) * gu[:, F:]; the backward adds
+ * into dgu[N,2F]. */
+int sr_k_swiglu_forward(cudaStream_t s, void *out, const void *gu, int N, int F, int bf16);
+int sr_k_swiglu_backward(cudaStream_t s, void *dgu, const void *dout, const void *gu, int N, int F, int bf16);
 
 /* adamw.cu (compiled with -fmad=false): the host's AdamW, bitwise. */
 int sr_k_adamw(cudaStream_t s, float *p, const float *g, float *m, float *v, size_t n, float b1, float b2, float eps,

@@ -6,11 +6,14 @@
  * cuBLASLt by the usual identity: row-major C = op(A) op(B) is column-major
  * C^T = op(B)^T op(A)^T, so a row-major GEMM (M, N, K) is the column-major
  * GEMM (N, M, K) with A and B swapped (rm_gemm).  Attention is materialized
- * (doc/ARCHITECTURE.md §3c): per sequence, a strided-batched GEMM over the heads for
- * the scores (scale folded into alpha), the causal softmax kernel over
- * every row at once, a second batched GEMM for the values; the backward
- * recomputes nothing and keeps one sequence's score gradient in the
- * workspace.
+ * (doc/ARCHITECTURE.md §3c): per sequence (and, for grouped-query
+ * attention, per key/value group), a strided-batched GEMM over the heads
+ * for the scores (scale folded into alpha), the causal softmax kernel
+ * over every row at once, a second batched GEMM for the values; the
+ * backward recomputes nothing and keeps one sequence's score gradient in
+ * the workspace.  The Llama family's ops (RMSNorm, RoPE, SwiGLU,
+ * grouped-query attention) are here too: the same kernels discipline, the
+ * model's rotary table on the device.
  *
  * Every launch is checked; the first failure on a thread is kept with the
  * op's name and shapes and returned by take_error (status 70, or 69 for a
@@ -201,58 +204,165 @@ static void matmul_backward(int bf16, void *dinp, float *dw, float *dbias, const
              N, OC);
 }
 
-static void attention_forward(int bf16, void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
+/* Causal attention over qkv rows of W = (NH + 2 NKV) hs (queries, keys,
+ * values; query head h reads key/value head h / R, R = NH / NKV).  The
+ * GEMMs are strided-batched: with R == 1 (GPT-2) one call per sequence
+ * over every head; with R > 1 one call per (sequence, key/value group)
+ * over the group's R query heads, the shared key or value head broadcast
+ * with batch stride 0 (no expanded copy of K and V).  The batch's outputs
+ * never overlap: the key and value gradients, which R query heads share,
+ * are R calls of one head each, accumulated in head order (the CPU op's
+ * order; a batched call writing one output from several batches would
+ * race). */
+typedef struct {
+    int R, groups, nb;       /* query heads per kv head; GEMM calls per sequence; batch of each */
+    long long W, C, TT, kvs; /* row widths, T*T, the batch stride of K and V */
+} gqa_shape;
+
+static gqa_shape gqa_of(int T, int NH, int NKV, int hs) {
+    gqa_shape g = {.R = NH / NKV, .W = (long long)(NH + 2 * NKV) * hs, .C = (long long)NH * hs, .TT = (long long)T * T};
+    g.groups = g.R == 1 ? 1 : NKV;
+    g.nb = g.R == 1 ? NH : g.R;
+    g.kvs = g.R == 1 ? hs : 0;
+    return g;
+}
+
+static void gqa_forward(int bf16, void *out, void *att, const void *qkv, int B, int T, int NH, int NKV, int hs) {
     sr_cuda_ctx *c = ctx();
     if (!c)
         return;
-    int hs = C / NH;
+    gqa_shape g = gqa_of(T, NH, NKV, hs);
     float scale = 1.0f / sqrtf((float)hs);
-    long long C3 = 3ll * C, TT = (long long)T * T;
-    for (int b = 0; b < B && op_error == SR_OK; b++) {
-        const void *q = at(qkv, (size_t)b * T * C3, bf16), *k = at(q, (size_t)C, bf16);
-        void *ab = atw(att, (size_t)b * NH * TT, bf16);
-        /* scores[h] = scale q_h k_h^T, every head of sequence b at once */
-        gemm_done(c, rm_gemm(c, bf16, 0, 1, T, T, hs, q, C3, hs, k, C3, hs, ab, T, TT, NH, scale, false, false),
-                  "attention_forward (scores)");
-    }
+    for (int b = 0; b < B && op_error == SR_OK; b++)
+        for (int k = 0; k < g.groups && op_error == SR_OK; k++) {
+            size_t row = (size_t)b * T * g.W;
+            const void *q = at(qkv, row + (size_t)k * g.nb * hs, bf16),
+                       *kh = at(qkv, row + (size_t)(NH + k) * hs, bf16);
+            void *ab = atw(att, ((size_t)b * NH + (size_t)k * g.nb) * g.TT, bf16);
+            /* scores[h] = scale q_h k^T, the group's query heads at once */
+            gemm_done(
+                c, rm_gemm(c, bf16, 0, 1, T, T, hs, q, g.W, hs, kh, g.W, g.kvs, ab, T, g.TT, g.nb, scale, false, false),
+                "attention_forward (scores)");
+        }
     if (op_error == SR_OK)
         done(c, sr_k_softmax_causal_forward(c->stream, att, (long long)B * NH * T, T, bf16), "attention_forward",
              "softmax B=%d NH=%d T=%d", B, NH, T);
-    for (int b = 0; b < B && op_error == SR_OK; b++) {
-        const void *v = at(qkv, (size_t)b * T * C3 + 2 * (size_t)C, bf16), *ab = at(att, (size_t)b * NH * TT, bf16);
-        void *ob = atw(out, (size_t)b * T * C, bf16);
-        /* y_h = att_h v_h, written into its heads' columns of out */
-        gemm_done(c, rm_gemm(c, bf16, 0, 0, T, hs, T, ab, T, TT, v, C3, hs, ob, C, hs, NH, 1.0f, false, false),
-                  "attention_forward (values)");
+    for (int b = 0; b < B && op_error == SR_OK; b++)
+        for (int k = 0; k < g.groups && op_error == SR_OK; k++) {
+            const void *v = at(qkv, (size_t)b * T * g.W + (size_t)(NH + NKV + k) * hs, bf16);
+            const void *ab = at(att, ((size_t)b * NH + (size_t)k * g.nb) * g.TT, bf16);
+            void *ob = atw(out, (size_t)b * T * g.C + (size_t)k * g.nb * hs, bf16);
+            /* y_h = att_h v, written into its heads' columns of out */
+            gemm_done(
+                c, rm_gemm(c, bf16, 0, 0, T, hs, T, ab, T, g.TT, v, g.W, g.kvs, ob, g.C, hs, g.nb, 1.0f, false, false),
+                "attention_forward (values)");
+        }
+}
+
+/* dst (a key or value head's gradient) += alpha op(X_h)^T Y_h over the R
+ * query heads h of group k in head order (one GEMM each), or, with R ==
+ * 1, one batched GEMM over every head: X is [T, T] per head (stride TT),
+ * Y [T, hs] per head at ldy. */
+static void gqa_kv_grad(sr_cuda_ctx *c, int bf16, const gqa_shape *g, int T, int hs, const void *X, const void *Y,
+                        long long ldy, void *dst, float alpha, const char *what) {
+    if (g->R == 1) {
+        gemm_done(c,
+                  rm_gemm(c, bf16, 1, 0, T, hs, T, X, T, g->TT, Y, ldy, hs, dst, g->W, hs, g->nb, alpha, true, false),
+                  what);
+        return;
     }
+    for (int r = 0; r < g->R && op_error == SR_OK; r++)
+        gemm_done(c,
+                  rm_gemm(c, bf16, 1, 0, T, hs, T, at(X, (size_t)r * g->TT, bf16), T, 0, at(Y, (size_t)r * hs, bf16),
+                          ldy, 0, dst, g->W, 0, 1, alpha, true, false),
+                  what);
+}
+
+static void gqa_backward(int bf16, void *dqkv, const void *dout, const void *qkv, const void *att, int B, int T, int NH,
+                         int NKV, int hs) {
+    sr_cuda_ctx *c = ctx_ws("attention_backward");
+    if (!c)
+        return;
+    gqa_shape g = gqa_of(T, NH, NKV, hs);
+    float scale = 1.0f / sqrtf((float)hs);
+    void *datt = c->ws; /* one sequence's [NH, T, T] score gradient */
+    for (int b = 0; b < B && op_error == SR_OK; b++) {
+        size_t base = (size_t)b * T * g.W;
+        for (int k = 0; k < g.groups && op_error == SR_OK; k++) {
+            size_t h0 = (size_t)k * g.nb;
+            const void *v = at(qkv, base + (size_t)(NH + NKV + k) * hs, bf16);
+            void *dv = atw(dqkv, base + (size_t)(NH + NKV + k) * hs, bf16);
+            const void *ab = at(att, ((size_t)b * NH + h0) * g.TT, bf16);
+            const void *dy = at(dout, (size_t)b * T * g.C + h0 * hs, bf16);
+            void *dk = atw(datt, h0 * g.TT, bf16);
+            /* datt_h = dy_h v^T ; dv += att_h^T dy_h */
+            gemm_done(
+                c, rm_gemm(c, bf16, 0, 1, T, T, hs, dy, g.C, hs, v, g.W, g.kvs, dk, T, g.TT, g.nb, 1.0f, false, false),
+                "attention_backward (datt)");
+            gqa_kv_grad(c, bf16, &g, T, hs, ab, dy, g.C, dv, 1.0f, "attention_backward (dv)");
+        }
+        if (op_error == SR_OK)
+            done(c,
+                 sr_k_softmax_causal_backward(c->stream, datt, at(att, (size_t)b * NH * g.TT, bf16), (long long)NH * T,
+                                              T, bf16),
+                 "attention_backward", "softmax NH=%d T=%d", NH, T);
+        for (int k = 0; k < g.groups && op_error == SR_OK; k++) {
+            size_t h0 = (size_t)k * g.nb;
+            const void *q = at(qkv, base + h0 * hs, bf16), *kh = at(qkv, base + (size_t)(NH + k) * hs, bf16);
+            void *dq = atw(dqkv, base + h0 * hs, bf16), *dk = atw(dqkv, base + (size_t)(NH + k) * hs, bf16);
+            const void *da = at(datt, h0 * g.TT, bf16);
+            /* dq_h += scale datt_h k ; dk += scale datt_h^T q_h */
+            gemm_done(
+                c, rm_gemm(c, bf16, 0, 0, T, hs, T, da, T, g.TT, kh, g.W, g.kvs, dq, g.W, hs, g.nb, scale, true, false),
+                "attention_backward (dq)");
+            gqa_kv_grad(c, bf16, &g, T, hs, da, q, g.W, dk, scale, "attention_backward (dk)");
+        }
+    }
+}
+
+static void attention_forward(int bf16, void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
+    gqa_forward(bf16, out, att, qkv, B, T, NH, NH, C / NH);
 }
 
 static void attention_backward(int bf16, void *dqkv, const void *dout, const void *qkv, const void *att, int B, int T,
                                int C, int NH) {
-    sr_cuda_ctx *c = ctx_ws("attention_backward");
-    if (!c)
-        return;
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    long long C3 = 3ll * C, TT = (long long)T * T;
-    void *datt = c->ws; /* one sequence's [NH, T, T] score gradient */
-    for (int b = 0; b < B && op_error == SR_OK; b++) {
-        size_t base = (size_t)b * T * C3;
-        const void *q = at(qkv, base, bf16), *k = at(qkv, base + C, bf16), *v = at(qkv, base + 2 * (size_t)C, bf16);
-        void *dq = atw(dqkv, base, bf16), *dk = atw(dqkv, base + C, bf16), *dv = atw(dqkv, base + 2 * (size_t)C, bf16);
-        const void *ab = at(att, (size_t)b * NH * TT, bf16), *dy = at(dout, (size_t)b * T * C, bf16);
-        gemm_done(c, rm_gemm(c, bf16, 0, 1, T, T, hs, dy, C, hs, v, C3, hs, datt, T, TT, NH, 1.0f, false, false),
-                  "attention_backward (datt)");
-        gemm_done(c, rm_gemm(c, bf16, 1, 0, T, hs, T, ab, T, TT, dy, C, hs, dv, C3, hs, NH, 1.0f, true, false),
-                  "attention_backward (dv)");
-        if (op_error == SR_OK)
-            done(c, sr_k_softmax_causal_backward(c->stream, datt, ab, (long long)NH * T, T, bf16), "attention_backward",
-                 "softmax NH=%d T=%d", NH, T);
-        gemm_done(c, rm_gemm(c, bf16, 0, 0, T, hs, T, datt, T, TT, k, C3, hs, dq, C3, hs, NH, scale, true, false),
-                  "attention_backward (dq)");
-        gemm_done(c, rm_gemm(c, bf16, 1, 0, T, hs, T, datt, T, TT, q, C3, hs, dk, C3, hs, NH, scale, true, false),
-                  "attention_backward (dk)");
-    }
+    gqa_backward(bf16, dqkv, dout, qkv, att, B, T, NH, NH, C / NH);
+}
+
+static void rmsnorm_forward(int bf16, void *out, float *rstd, const void *inp, const void *w, float eps, int N, int C) {
+    sr_cuda_ctx *c = ctx();
+    if (c)
+        done(c, sr_k_rmsnorm_forward(c->stream, out, rstd, inp, w, eps, N, C, bf16), "rmsnorm_forward", "N=%d C=%d", N,
+             C);
+}
+
+static void rmsnorm_backward(int bf16, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                             const float *rstd, int N, int C) {
+    sr_cuda_ctx *c = ctx_ws("rmsnorm_backward");
+    if (c)
+        done(c, sr_k_rmsnorm_backward(c->stream, dinp, dw, dout, inp, w, rstd, N, C, bf16, c->ws), "rmsnorm_backward",
+             "N=%d C=%d", N, C);
+}
+
+static void rope(int bf16, int back, void *qkv, const float *cs, int B, int T, int NH, int NKV, int hs) {
+    sr_cuda_ctx *c = ctx();
+    if (c)
+        done(c,
+             back ? sr_k_rope_backward(c->stream, qkv, cs, B, T, NH, NKV, hs, bf16)
+                  : sr_k_rope_forward(c->stream, qkv, cs, B, T, NH, NKV, hs, bf16),
+             back ? "rope_backward" : "rope_forward", "B=%d T=%d NH=%d NKV=%d hs=%d", B, T, NH, NKV, hs);
+}
+
+static void swiglu_forward(int bf16, void *out, const void *gu, int N, int F) {
+    sr_cuda_ctx *c = ctx();
+    if (c)
+        done(c, sr_k_swiglu_forward(c->stream, out, gu, N, F, bf16), "swiglu_forward", "N=%d F=%d", N, F);
+}
+
+static void swiglu_backward(int bf16, void *dgu, const void *dout, const void *gu, int N, int F) {
+    sr_cuda_ctx *c = ctx();
+    if (c)
+        done(c, sr_k_swiglu_backward(c->stream, dgu, dout, gu, N, F, bf16), "swiglu_backward", "N=%d F=%d", N, F);
 }
 
 static void gelu_forward(int bf16, void *out, const void *inp, size_t n) {
@@ -339,6 +449,30 @@ static void bind_workspace(void *ws, size_t bytes) {
         attention_backward(BF, dq, d, q, a, B, T, C, NH);                                                              \
     }                                                                                                                  \
     static size_t attention_save_##SUF(int B, int T, int NH) { return attention_save(BF, B, T, NH); }                  \
+    static void rmsnorm_forward_##SUF(void *o, float *r, const void *i, const void *w, float e, int N, int C) {        \
+        rmsnorm_forward(BF, o, r, i, w, e, N, C);                                                                      \
+    }                                                                                                                  \
+    static void rmsnorm_backward_##SUF(void *di, float *dw, const void *d, const void *i, const void *w,               \
+                                       const float *r, int N, int C) {                                                 \
+        rmsnorm_backward(BF, di, dw, d, i, w, r, N, C);                                                                \
+    }                                                                                                                  \
+    static void rope_forward_##SUF(void *q, const float *cs, int B, int T, int NH, int NKV, int hs) {                  \
+        rope(BF, 0, q, cs, B, T, NH, NKV, hs);                                                                         \
+    }                                                                                                                  \
+    static void rope_backward_##SUF(void *q, const float *cs, int B, int T, int NH, int NKV, int hs) {                 \
+        rope(BF, 1, q, cs, B, T, NH, NKV, hs);                                                                         \
+    }                                                                                                                  \
+    static void swiglu_forward_##SUF(void *o, const void *gu, int N, int F) { swiglu_forward(BF, o, gu, N, F); }       \
+    static void swiglu_backward_##SUF(void *d, const void *o, const void *gu, int N, int F) {                          \
+        swiglu_backward(BF, d, o, gu, N, F);                                                                           \
+    }                                                                                                                  \
+    static void gqa_forward_##SUF(void *o, void *a, const void *q, int B, int T, int NH, int NKV, int hs) {            \
+        gqa_forward(BF, o, a, q, B, T, NH, NKV, hs);                                                                   \
+    }                                                                                                                  \
+    static void gqa_backward_##SUF(void *dq, const void *d, const void *q, const void *a, int B, int T, int NH,        \
+                                   int NKV, int hs) {                                                                  \
+        gqa_backward(BF, dq, d, q, a, B, T, NH, NKV, hs);                                                              \
+    }                                                                                                                  \
     static void gelu_forward_##SUF(void *o, const void *i, size_t n) { gelu_forward(BF, o, i, n); }                    \
     static void gelu_backward_##SUF(void *di, const void *i, const void *d, size_t n) {                                \
         gelu_backward(BF, di, i, d, n);                                                                                \
@@ -369,6 +503,14 @@ static void bind_workspace(void *ws, size_t bytes) {
         .residual_forward = residual_forward_##SUF,                                                                    \
         .crossentropy_forward = crossentropy_forward_##SUF,                                                            \
         .crossentropy_backward = crossentropy_backward_##SUF,                                                          \
+        .rmsnorm_forward = rmsnorm_forward_##SUF,                                                                      \
+        .rmsnorm_backward = rmsnorm_backward_##SUF,                                                                    \
+        .rope_forward = rope_forward_##SUF,                                                                            \
+        .rope_backward = rope_backward_##SUF,                                                                          \
+        .swiglu_forward = swiglu_forward_##SUF,                                                                        \
+        .swiglu_backward = swiglu_backward_##SUF,                                                                      \
+        .gqa_attention_forward = gqa_forward_##SUF,                                                                    \
+        .gqa_attention_backward = gqa_backward_##SUF,                                                                  \
         .workspace_bytes = workspace_bytes,                                                                            \
         .bind_workspace = bind_workspace,                                                                              \
         .take_error = take_error,                                                                                      \

@@ -1,11 +1,15 @@
 /* test_kernels.c — every CUDA op and device-table primitive against the CPU
  * op, in both modes (exact f32, bf16), and the launcher call-count table.
  *
- * Needs a GPU: without one the whole test is a SKIP carrying
- * cudaGetDeviceCount's answer (a failure when SHARDRUN_TEST_REQUIRE names
- * gpu, as tests/gpu/check.sh sets).  Shapes: small ones always (a
- * vocabulary of 300 padded to 320); with SHARDRUN_TEST_REAL_SHAPES=1 also
- * B=8, T=1024, C=768, V=50257.
+ * Needs a GPU (or the CUDA emulator): without one the whole test is a
+ * SKIP carrying cudaGetDeviceCount's answer (a failure when
+ * SHARDRUN_TEST_REQUIRE names gpu, as tests/gpu/check.sh sets).  Shapes:
+ * small ones always (a vocabulary of 300 padded to 320; the Llama ops with
+ * two query heads per key/value head and with one key/value head); with
+ * SHARDRUN_TEST_REAL_SHAPES=1 also GPT-2's B=8, T=1024, C=768, V=50257
+ * and the Llama ops at llama-125m's and Llama-3.2-1B's dimensions at B=1,
+ * T=256; with SHARDRUN_TEST_REAL_SHAPES=llama only the Llama ones (the
+ * emulator's long tier, tests/cudaemu.sh).
  *
  * A test that can fail: every output an op writes is filled with NaN (all
  * ones bytes) before the op and compared after it, statistics (mean, rstd,
@@ -320,6 +324,109 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     free(loss), free(lse);
 }
 
+/* The Llama family's ops (RMSNorm, RoPE with Llama-3 scaling, SwiGLU,
+ * grouped-query attention) at B sequences of T tokens, NH query heads of
+ * hs on NKV key/value heads, SwiGLU width F; GPT-2's attention above is
+ * the same code with NKV == NH.  RoPE works in place, so its output
+ * cannot start as NaN: the whole qkv buffer (values included, which it
+ * must leave alone) is compared with the CPU's, and a launcher that does
+ * nothing fails. */
+static void llama_ops_at(int bf16, int B, int T, int NH, int NKV, int hs, int F) {
+    const sr_ops *o = bf16 ? &sr_ops_cuda_bf16 : &sr_ops_cuda_f32, *cpu = &sr_ops_cpu;
+    int N = B * T, C = NH * hs, W = (NH + 2 * NKV) * hs;
+    size_t NC = (size_t)N * C, NW = (size_t)N * W, NF = (size_t)N * F;
+    double t_ew = bf16 ? 1e-2 : 2e-6, t_ln = bf16 ? 2e-2 : 1e-5;
+    tap_diag("%s Llama ops at B=%d T=%d NH=%d NKV=%d hs=%d (C %d) F=%d", bf16 ? "bf16" : "f32", B, T, NH, NKV, hs, C,
+             F);
+    size_t wsb = o->workspace_bytes(B, T, C, NH);
+    void *ws = dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_ACTIVATIONS, wsb);
+    o->bind_workspace(ws, wsb);
+
+    /* RMSNorm: out and rstd written; the backward from the CPU's rstd */
+    float *x = rnd(NC, 31, 1.0f), *w = rnd((size_t)C, 32, 1.0f), *dout = rnd(NC, 33, 1.0f);
+    round_to(x, NC, bf16), round_to(w, (size_t)C, bf16), round_to(dout, NC, bf16);
+    void *dx = up(x, NC, bf16), *dw = up(w, (size_t)C, bf16), *ddout = up(dout, NC, bf16);
+    float *y = malloc(NC * 4), *rstd = malloc((size_t)N * 4);
+    cpu->rmsnorm_forward(y, rstd, x, w, 1e-5f, N, C);
+    void *dy = out_nan(NC, bf16);
+    float *drstd = out_nan((size_t)N, 0);
+    o->rmsnorm_forward(dy, drstd, dx, dw, 1e-5f, N, C);
+    check("rmsnorm_forward", dy, y, NC, bf16, 1, t_ln);
+    check("rmsnorm_forward rstd", drstd, rstd, (size_t)N, bf16, 0, t_ln);
+    float *rstd_in = up(rstd, (size_t)N, 0);
+    float *gx = rnd(NC, 34, 0.1f), *gw = rnd((size_t)C, 35, 0.1f);
+    round_to(gx, NC, bf16);
+    float *gx0 = copy_of(gx, NC), *gw0 = copy_of(gw, (size_t)C);
+    void *dgx = up(gx, NC, bf16);
+    float *dgw = up(gw, (size_t)C, 0);
+    cpu->rmsnorm_backward(gx, gw, dout, x, w, rstd, N, C);
+    o->rmsnorm_backward(dgx, dgw, ddout, dx, dw, rstd_in, N, C);
+    check_added("rmsnorm_backward dinp", dgx, gx, gx0, NC, bf16, 1, t_ln);
+    check_added("rmsnorm_backward dw", dgw, gw, gw0, (size_t)C, bf16, 0, t_ln);
+
+    /* RoPE with Llama-3.2's scaling (factor 32, 1/4, 8192; theta 500000),
+     * the table as the model builds it */
+    sr_model_dims d = {
+        .C = C,
+        .NH = NH,
+        .T = T,
+        .rope_theta = 500000.0,
+        .rope = {.factor = 32.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0, .original_max_position = 8192}};
+    float *cs = malloc((size_t)T * hs * 4);
+    sr_model_rope_table(&d, cs);
+    float *dcs = up(cs, (size_t)T * hs, 0);
+    float *qkv = rnd(NW, 36, 1.0f);
+    round_to(qkv, NW, bf16);
+    float *rq = copy_of(qkv, NW);
+    void *drq = up(qkv, NW, bf16);
+    cpu->rope_forward(rq, cs, B, T, NH, NKV, hs);
+    o->rope_forward(drq, dcs, B, T, NH, NKV, hs);
+    check("rope_forward (in place; values untouched)", drq, rq, NW, bf16, 1, t_ew);
+    float *rg = rnd(NW, 37, 1.0f);
+    round_to(rg, NW, bf16);
+    void *drg = up(rg, NW, bf16);
+    cpu->rope_backward(rg, cs, B, T, NH, NKV, hs);
+    o->rope_backward(drg, dcs, B, T, NH, NKV, hs);
+    check("rope_backward (in place)", drg, rg, NW, bf16, 1, t_ew);
+
+    /* SwiGLU over gu[N, 2F] */
+    float *gu = rnd(2 * NF, 38, 3.0f), *so = malloc(NF * 4), *sd = rnd(NF, 39, 1.0f), *sg = rnd(2 * NF, 40, 0.1f);
+    round_to(gu, 2 * NF, bf16), round_to(sd, NF, bf16), round_to(sg, 2 * NF, bf16);
+    float *sg0 = copy_of(sg, 2 * NF);
+    void *dgu = up(gu, 2 * NF, bf16), *dso = out_nan(NF, bf16), *dsd = up(sd, NF, bf16), *dsg = up(sg, 2 * NF, bf16);
+    cpu->swiglu_forward(so, gu, N, F);
+    o->swiglu_forward(dso, dgu, N, F);
+    check("swiglu_forward", dso, so, NF, bf16, 1, t_ew);
+    cpu->swiglu_backward(sg, sd, gu, N, F);
+    o->swiglu_backward(dsg, dsd, dgu, N, F);
+    check_added("swiglu_backward (gate and up)", dsg, sg, sg0, 2 * NF, bf16, 1, t_ew);
+
+    /* grouped-query attention: out and the saved probabilities written;
+     * the backward from the CPU's probabilities, into dqkv (+=) */
+    size_t attn = (size_t)B * NH * T * T;
+    float *att = malloc(attn * 4), *ao = malloc(NC * 4);
+    cpu->gqa_attention_forward(ao, att, qkv, B, T, NH, NKV, hs);
+    void *dqkv_in = up(qkv, NW, bf16);
+    void *datt = out_nan(o->attention_save_bytes(B, T, NH) / (bf16 ? 2 : 4), bf16), *dao = out_nan(NC, bf16);
+    o->gqa_attention_forward(dao, datt, dqkv_in, B, T, NH, NKV, hs);
+    check("gqa_attention_forward", dao, ao, NC, bf16, 1, t_ln);
+    check("gqa_attention_forward probabilities", datt, att, attn, bf16, 1, t_ln);
+    round_to(att, attn, bf16);
+    void *att_in = up(att, attn, bf16);
+    float *dq = rnd(NW, 41, 0.1f);
+    round_to(dq, NW, bf16);
+    float *dq0 = copy_of(dq, NW);
+    void *ddq = up(dq, NW, bf16);
+    cpu->gqa_attention_backward(dq, dout, qkv, att, B, T, NH, NKV, hs);
+    o->gqa_attention_backward(ddq, ddout, dqkv_in, att_in, B, T, NH, NKV, hs);
+    check_added("gqa_attention_backward (q, k and v heads)", ddq, dq, dq0, NW, bf16, 1, t_ln);
+    sr_status st = o->take_error();
+    tap_ok(st == SR_OK, "%s Llama ops: no CUDA error (%s)", bf16 ? "bf16" : "f32",
+           st == SR_OK ? "none" : sr_error_message());
+    free(x), free(w), free(dout), free(y), free(rstd), free(gx), free(gw), free(gx0), free(gw0), free(cs), free(qkv);
+    free(rq), free(rg), free(gu), free(so), free(sd), free(sg), free(sg0), free(att), free(ao), free(dq), free(dq0);
+}
+
 /* Step-path downloads: through the pinned bounce buffer; a larger one into
  * pageable memory refused (70, naming the site) under SHARDRUN_CUDA_SYNC=1,
  * into pinned memory accepted. */
@@ -453,10 +560,18 @@ int main(void) {
         tap_diag("SHARDRUN_TEST_KERNEL_SKIP=%s: that launcher launches nothing; this test must fail", skip);
     }
     int plans_after_first = 0;
+    const char *real = getenv("SHARDRUN_TEST_REAL_SHAPES");
+    real = real ? real : "0";
     for (int bf16 = 0; bf16 <= 1; bf16++) {
         ops_at(bf16, 2, 16, 64, 4, 300);
-        if (getenv("SHARDRUN_TEST_REAL_SHAPES") && strcmp(getenv("SHARDRUN_TEST_REAL_SHAPES"), "1") == 0)
+        llama_ops_at(bf16, 2, 16, 4, 2, 16, 96); /* two query heads per kv head */
+        llama_ops_at(bf16, 1, 8, 4, 1, 8, 40);   /* one kv head (multi-query) */
+        if (strcmp(real, "1") == 0)
             ops_at(bf16, 8, 1024, 768, 12, 50257);
+        if (strcmp(real, "1") == 0 || strcmp(real, "llama") == 0) {
+            llama_ops_at(bf16, 1, 256, 12, 4, 64, 2048); /* llama-125m */
+            llama_ops_at(bf16, 1, 256, 32, 8, 64, 8192); /* Llama-3.2-1B */
+        }
     }
     plans_after_first = sr_gemm_cache_size(sr_dev_cuda_ctx(dev)->gemm);
     for (int bf16 = 0; bf16 <= 1; bf16++) /* the same shapes again: every plan reused */
