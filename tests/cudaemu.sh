@@ -8,7 +8,8 @@
 # events (log.trace_steps); 78 for a job the emulated GPU's memory cannot
 # hold, before anything is written; a hung GPU (SHARDRUN_TEST_GPU_HANG_AT)
 # ends at the host wait's deadline with 70 and its message, in bounded
-# time; make install refuses the tree.  The long tier adds 20 steps bf16
+# time; make install refuses the tree; a Llama job (llama-tiny, 2 layers)
+# 8 steps against the CPU.  The long tier adds 20 steps bf16
 # (3e-2 absolute at step 20) and the exact run's checkpoint resumed on the
 # CPU and back (1e-4 per step against the run that never stopped).
 # Elsewhere the whole test skips (a failure when SHARDRUN_TEST_REQUIRE has
@@ -16,6 +17,7 @@
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 need_cudaemu
+CMP=$(cd "${SR_BUILDDIR:-.}" && pwd)/tests/cmp_params
 cd "$T" || exit 99
 cat >job.yaml <<'YAML'
 model: {n_layer: 2, n_head: 4, n_embd: 256, seq_len: 64, vocab_size: 256}
@@ -54,12 +56,23 @@ check "  ...the start line names the emulated device" \
 check "  ...every line it prints says cuda-emulated" sh -c '! grep -v "^shardrun: \[cuda-emulated\] " gpu.err'
 check "  ...every metrics record says cuda-emulated" \
     sh -c '[ -s gpu.jsonl ] && [ "$(grep -c "\"device\":\"cuda-emulated" gpu.jsonl)" -eq "$(wc -l <gpu.jsonl)" ]'
-# the Llama family has no CUDA kernels yet: the cuda op tables refuse it
-expect_status 78 "a Llama job on device: cuda is refused until its kernels exist" \
-    "$S" train job.yaml --set device=cuda --set model.preset=llama-tiny --set model.n_layer=2 --set model.n_embd=64 \
-    --set checkpoint.dir="$T/llama.ck"
-check "  ...naming what is missing, leaving no checkpoint" \
-    sh -c "grep -q 'not implemented yet: the Llama kernels' '$T/err' && [ ! -d '$T/llama.ck/step_00000001' ]"
+# the Llama family on the emulated GPU (RMSNorm, RoPE, SwiGLU and grouped
+# heads: 4 query heads on 2 key/value heads, an untied head): 8 steps in
+# exact mode against the CPU, and the same final parameters within 1e-4
+LL="--set model.preset=llama-tiny --set model.n_layer=2 --set model.n_kv_head=2 --set model.tie_embeddings=false --set train.steps=8"
+# shellcheck disable=SC2086
+SHARDRUN_TEST_DUMP_PARAMS=llama-cpu.params train llama-cpu --set device=cpu $F32 $LL
+# shellcheck disable=SC2086
+SHARDRUN_TEST_DUMP_PARAMS=llama-gpu.params train llama-gpu --set device=cuda $F32 $LL
+check "a Llama job (llama-tiny, 2 layers, grouped heads, untied) trains 8 steps on the emulated GPU (status $rc)" \
+    test "$rc" -eq 0
+losses_close llama-gpu llama-cpu 1e-4 >lclose.txt
+check "  ...every step's loss within 1e-4 of the CPU's" test $? -eq 0
+diag "$(cat lclose.txt)"
+check "  ...its final parameters within 1e-4 of the CPU's per tensor ($(tail -1 llama.cmp 2>/dev/null))" \
+    sh -c "'$CMP' llama-gpu.params llama-cpu.params 1e-4 >llama.cmp 2>&1"
+check "  ...its start line names the Llama family on the emulated device" \
+    sh -c "grep -q 'device=cuda-emulated:0' llama-gpu.err && grep -qi 'llama' llama-gpu.err"
 check "  ...and the CPU run's say nothing of it" sh -c '! grep -q "cuda-emulated" cpu.jsonl && ! grep -q "^shardrun: \[" cpu.err'
 
 # log.trace_steps on the emulated GPU: the streams' spans (the blocks'

@@ -14,8 +14,9 @@
  *   test_vranks --device cpu|fake|cuda
  *                          the same cases on that device (cuda: every
  *                          virtual rank on GPU 0, exact mode, GPT-2's
- *                          cases: the Llama kernels are not there yet; tests/gpu/
- *                          check.sh); by default the CPU cases plus two on
+ *                          cases and the Llama family's; tests/gpu/
+ *                          check.sh, and its --emulate on the CUDA
+ *                          emulator); by default the CPU cases plus two on
  *                          the fake device with collectives staged through
  *                          the host, as one GPU's virtual ranks stage them
  *   test_vranks stall S    S ranks under SHARDRUN_TEST_STALL_SEQ (set by
@@ -343,8 +344,6 @@ int main(int argc, char **argv) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         if (device && cases[c].device)
             continue; /* the staged fake cases belong to the default run */
-        if (cases[c].llama && device && strcmp(device, "cuda") == 0)
-            continue; /* the cuda tables have no Llama kernels yet (model.c refuses them: test_model) */
         char path[64];
         snprintf(path, sizeof path, "%s/p%zu", dir, c);
         run_opts o = {.S = cases[c].S,
