@@ -1,5 +1,8 @@
 /* encoder.cu — token + position embedding, forward and backward.
  *
+ * wpe NULL (rotary positions, the Llama family): out = wte[tok] alone, and
+ * the backward, given dwpe NULL, sums dwte only.
+ *
  * Forward: one thread per (b, t, c).  Backward: dwpe[t, c] sums its B
  * rows in order (one thread per (t, c)); dwte is deterministic without
  * float atomics: the (token, position) keys are radix-sorted (CUB, stable,
@@ -16,7 +19,9 @@ __global__ void encoder_fwd_k(T *out, const int *inp, const T *wte, const T *wpe
     size_t n = (size_t)BT * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         int bt = (int)(i / C), c = (int)(i % C), t = bt % T_;
-        float v = sr_ld(wte + (size_t)inp[bt] * C + c) + sr_ld(wpe + (size_t)t * C + c);
+        float v = sr_ld(wte + (size_t)inp[bt] * C + c);
+        if (wpe)
+            v += sr_ld(wpe + (size_t)t * C + c);
         sr_st(out + i, v);
     }
 }
@@ -85,10 +90,9 @@ extern "C" int sr_cuda_sort_bytes(size_t n, size_t *bytes) {
 template <typename T>
 static int encoder_bwd(cudaStream_t s, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T_, int C,
                        void *ws, size_t ws_bytes) {
-    int n = B * T_;
-    int e = SR_LAUNCH(encoder_bwd_wpe_k<T>, sr_grid_1d((size_t)T_ * C, 256, 65535u * 8), 256, 0, s, dwpe,
-                      (const T *)dout, B, T_, C);
-    if (e)
+    int n = B * T_, e;
+    if (dwpe && (e = SR_LAUNCH(encoder_bwd_wpe_k<T>, sr_grid_1d((size_t)T_ * C, 256, 65535u * 8), 256, 0, s, dwpe,
+                               (const T *)dout, B, T_, C)))
         return e;
     unsigned long long *k0 = (unsigned long long *)ws, *k1 = k0 + n;
     if ((e = SR_LAUNCH(make_keys_k, (n + 255) / 256, 256, 0, s, k0, inp, n)))

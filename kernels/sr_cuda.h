@@ -82,7 +82,8 @@ int sr_cuda_sort_bytes(size_t n, size_t *bytes);
 
 /* encoder.cu: out[B,T,C] = wte[inp] + wpe[t]; dwte[inp] += dout, dwpe[t] +=
  * sum_b dout, deterministic (the positions of each token summed in order,
- * after a radix sort of (token, position) keys in ws). */
+ * after a radix sort of (token, position) keys in ws).  wpe and dwpe may be
+ * NULL (rotary positions: the token embedding alone). */
 int sr_k_encoder_forward(cudaStream_t s, void *out, const int *inp, const void *wte, const void *wpe, int B, int T,
                          int C, int bf16);
 int sr_k_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T,

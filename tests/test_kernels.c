@@ -342,6 +342,21 @@ static void llama_ops_at(int bf16, int B, int T, int NH, int NKV, int hs, int F)
     void *ws = dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_ACTIVATIONS, wsb);
     o->bind_workspace(ws, wsb);
 
+    /* the token embedding alone (rotary positions: wpe and dwpe NULL) */
+    int V = 64;
+    int *tok = malloc((size_t)N * sizeof *tok);
+    for (int i = 0; i < N; i++)
+        tok[i] = (i * 37 + i / 5) % V;
+    int *dtok = dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, (size_t)N * sizeof(int));
+    sr_dev_upload(dev, dtok, tok, (size_t)N * sizeof(int), "upload");
+    float *wte = rnd((size_t)V * C, 30, 0.1f), *enc = malloc(NC * 4), *gwte = rnd((size_t)V * C, 29, 1.0f);
+    round_to(wte, (size_t)V * C, bf16);
+    float *gwte0 = copy_of(gwte, (size_t)V * C), *dgwte = up(gwte, (size_t)V * C, 0);
+    void *dwte = up(wte, (size_t)V * C, bf16), *denc = out_nan(NC, bf16);
+    cpu->encoder_forward(enc, tok, wte, NULL, B, T, C);
+    o->encoder_forward(denc, dtok, dwte, NULL, B, T, C);
+    check("encoder_forward (no positions: wpe NULL)", denc, enc, NC, bf16, 1, t_ew);
+
     /* RMSNorm: out and rstd written; the backward from the CPU's rstd */
     float *x = rnd(NC, 31, 1.0f), *w = rnd((size_t)C, 32, 1.0f), *dout = rnd(NC, 33, 1.0f);
     round_to(x, NC, bf16), round_to(w, (size_t)C, bf16), round_to(dout, NC, bf16);
@@ -363,6 +378,9 @@ static void llama_ops_at(int bf16, int B, int T, int NH, int NKV, int hs, int F)
     o->rmsnorm_backward(dgx, dgw, ddout, dx, dw, rstd_in, N, C);
     check_added("rmsnorm_backward dinp", dgx, gx, gx0, NC, bf16, 1, t_ln);
     check_added("rmsnorm_backward dw", dgw, gw, gw0, (size_t)C, bf16, 0, t_ln);
+    cpu->encoder_backward(gwte, NULL, dout, tok, B, T, C);
+    o->encoder_backward(dgwte, NULL, ddout, dtok, B, T, C);
+    check_added("encoder_backward dwte (dwpe NULL)", dgwte, gwte, gwte0, (size_t)V * C, bf16, 0, t_ew);
 
     /* RoPE with Llama-3.2's scaling (factor 32, 1/4, 8192; theta 500000),
      * the table as the model builds it */
@@ -423,6 +441,7 @@ static void llama_ops_at(int bf16, int B, int T, int NH, int NKV, int hs, int F)
     sr_status st = o->take_error();
     tap_ok(st == SR_OK, "%s Llama ops: no CUDA error (%s)", bf16 ? "bf16" : "f32",
            st == SR_OK ? "none" : sr_error_message());
+    free(tok), free(wte), free(enc), free(gwte), free(gwte0);
     free(x), free(w), free(dout), free(y), free(rstd), free(gx), free(gw), free(gx0), free(gw0), free(cs), free(qkv);
     free(rq), free(rg), free(gu), free(so), free(sd), free(sg), free(sg0), free(att), free(ao), free(dq), free(dq0);
 }
