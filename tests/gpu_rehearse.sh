@@ -35,7 +35,7 @@ if long_tier; then
 fi
 check "every result line carries the stage's seconds" \
     sh -c "! grep -E '^(PASS|FAIL|SKIP) ' '$T/check/check.txt' | grep -qv '\[[0-9]* s\]$'"
-check "the quick form of step ran tiny only" sh -c "grep -q '^PASS step.tiny' '$T/check/check.txt' && ! grep -q '^PASS step.gpt2' '$T/check/check.txt'"
+check "the quick form of step ran tiny and llama-tiny only" sh -c "grep -q '^PASS step.tiny' '$T/check/check.txt' && grep -q '^PASS step.llama' '$T/check/check.txt' && ! grep -q '^PASS step.gpt2' '$T/check/check.txt'"
 check "the logs are packed into OUTDIR/logs.tar.gz after the stages" \
     sh -c "tar -tzf '$T/check/logs.tar.gz' | grep -q 'logs/step-tiny-dev.err'"
 # every train call names both dtypes (check.sh's explicit_dtypes records
@@ -58,6 +58,9 @@ if group --long "the full check resumes after --quick"; then
     for s in curves determinism overhead memory throughput vranks gemm; do
         check "stage $s reported a PASS" grep -q "^PASS $s\." "$T/check/check.txt"
     done
+    check "the Llama family ran in curves, throughput and memory (llama-tiny's curve, its throughput row, the Llama plans)" \
+        sh -c "grep -q '^PASS curves.llama' '$T/check/check.txt' && grep -q '^PASS throughput.shardrun-llama' '$T/check/check.txt' &&
+               grep -q '^PASS memory.llama-plan-run' '$T/check/check.txt' && grep -q '^PASS memory.llama-plan-8b' '$T/check/check.txt'"
     check "every stage has a passing STAGE line" \
         sh -c "[ \$(grep -c '^STAGE [a-z]* all pass' '$T/check/check.txt') -ge 13 ]"
     check "the throughput table has its header and a shardrun row" grep -q '^| shardrun bf16 |' "$T/check/throughput.md"

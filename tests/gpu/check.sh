@@ -239,6 +239,12 @@ fi
 # own; make gpu-refs keeps a GPU's)
 CURVE_TINY=$TINY
 [ $rehearse = 1 ] && CURVE_STEPS=20 GPT_CURVE_STEPS=10 CURVE_TINY="$TINY --set model.seq_len=64"
+# the Llama family's small preset (RMSNorm, RoPE, SwiGLU, 4 query heads on
+# 2 key/value heads): one step and a 20-step curve, at a quarter of its
+# length off a GPU
+LLAMA="--set model.preset=llama-tiny --set train.batch_size=8 --set train.seed=1"
+LLAMA_CURVE_STEPS=20
+[ $rehearse = 1 ] || [ $emulate = 1 ] && LLAMA="$LLAMA --set model.seq_len=64"
 # an emulator tree built with AddressSanitizer (CI's sanitizer tree) runs
 # several times slower: its stage budgets and the whole are scaled
 san=1
@@ -256,8 +262,8 @@ stage_timeout() {
     [ $emulate = 1 ] && { emulate=0 stage_timeout "$1" | awk -v k=$san '{ print 2 * k * $1 }'; return; }
     case $1 in
     env) echo 15 ;; build) echo 10 ;; ops) echo 60 ;; step) echo 40 ;; oracle) echo 75 ;; curves) echo 60 ;;
-    determinism) echo 45 ;; nccl) echo 60 ;; vranks) echo 45 ;; gemm) echo 20 ;; throughput) echo 90 ;;
-    overhead) echo 40 ;; memory) echo 90 ;; sanitize) echo 60 ;; *) echo 60 ;;
+    determinism) echo 45 ;; nccl) echo 60 ;; vranks) echo 45 ;; gemm) echo 20 ;; throughput) echo 150 ;;
+    overhead) echo 40 ;; memory) echo 150 ;; sanitize) echo 60 ;; *) echo 60 ;;
     esac
 }
 
@@ -392,19 +398,22 @@ st_sanitize() {
     done
 }
 
-# one step on the device against the CPU: loss and gradient norm (tiny in
-# the quick part, gpt2-124m in the rest); then a device that hangs
+# one step on the device against the CPU: loss and gradient norm (tiny and
+# llama-tiny in the quick part, gpt2-124m in the rest); then a device that hangs
 # (SHARDRUN_TEST_GPU_HANG_AT=1: an hour-long kernel at step 1; the 60 s
 # SHARDRUN_TEST_COMM_DELAY_US this used is past that hook's 10 s bound, so
 # the run was refused before it started) with comm.timeout_s = 5 must end
 # the run, message first, status 70, within timeout + 10 s
 st_step() {
     models=""
-    part quick && models="tiny"
+    part quick && models="tiny llama"
     part rest && models="$models gpt2"
     for m in $models; do
-        if [ $m = tiny ]; then args="$TINY $F32"; tl=1e-5; tn=1e-4; else
-            args="$GPT $BF16"; tl=1e-2; tn=5e-2; fi
+        case $m in
+        tiny) args="$TINY $F32" tl=1e-5 tn=1e-4 ;;
+        llama) args="$LLAMA $F32" tl=1e-5 tn=1e-4 ;;
+        *) args="$GPT $BF16" tl=1e-2 tn=5e-2 ;;
+        esac
         # shellcheck disable=SC2086
         cpu step-$m-cpu $args --set train.steps=1 --set log.metrics="$LOGS/step-$m-cpu.jsonl"
         # shellcheck disable=SC2086
@@ -483,14 +492,19 @@ st_oracle() {
 }
 
 # the CPU references of the curves stage (make gpu-refs; the rehearsal makes
-# its own): tiny fp32 50 steps, gpt2-124m bf16 20 steps
+# its own): tiny fp32 50 steps, llama-tiny fp32 20 steps, gpt2-124m bf16 20
+# steps
 make_refs() {
     mkdir -p "$REFS"
-    for m in ${*:-tiny gpt2}; do
+    for m in ${*:-tiny llama gpt2}; do
         if [ $m = tiny ]; then
             # shellcheck disable=SC2086
             cpu ref-tiny $CURVE_TINY $F32 --set train.steps=$CURVE_STEPS \
                 --set log.metrics="$REFS/tiny-fp32-$CURVE_STEPS.jsonl" || return 1
+        elif [ $m = llama ]; then
+            # shellcheck disable=SC2086
+            cpu ref-llama $LLAMA $F32 --set train.steps=$LLAMA_CURVE_STEPS \
+                --set log.metrics="$REFS/llama-tiny-fp32-$LLAMA_CURVE_STEPS.jsonl" || return 1
         else
             # shellcheck disable=SC2086
             cpu ref-gpt2 $GPT $BF16 --set train.steps=$GPT_CURVE_STEPS \
@@ -501,13 +515,16 @@ make_refs() {
 
 st_curves() {
     models=""
-    part quick && models="tiny"
+    part quick && models="tiny llama"
     part rest && models="$models gpt2"
     # shellcheck disable=SC2086
     [ $rehearse = 1 ] || [ $emulate = 1 ] && make_refs $models
     for m in $models; do
-        if [ $m = tiny ]; then args="$CURVE_TINY $F32 --set train.steps=$CURVE_STEPS"; ref=$REFS/tiny-fp32-$CURVE_STEPS.jsonl; else
-            args="$GPT $BF16 --set train.steps=$GPT_CURVE_STEPS"; ref=$REFS/gpt2-bf16-$GPT_CURVE_STEPS.jsonl; fi
+        case $m in
+        tiny) args="$CURVE_TINY $F32 --set train.steps=$CURVE_STEPS" ref=$REFS/tiny-fp32-$CURVE_STEPS.jsonl ;;
+        llama) args="$LLAMA $F32 --set train.steps=$LLAMA_CURVE_STEPS" ref=$REFS/llama-tiny-fp32-$LLAMA_CURVE_STEPS.jsonl ;;
+        *) args="$GPT $BF16 --set train.steps=$GPT_CURVE_STEPS" ref=$REFS/gpt2-bf16-$GPT_CURVE_STEPS.jsonl ;;
+        esac
         if [ ! -f "$ref" ]; then
             skip curves.$m "no reference $ref (make gpu-refs on a CPU first)"
             continue
@@ -517,7 +534,7 @@ st_curves() {
         rc=$?
         field "$ref" loss >"$LOGS/a"
         field "$LOGS/curve-$m.jsonl" loss >"$LOGS/b"
-        if [ $m = tiny ]; then
+        if [ $m != gpt2 ]; then
             r=$(close "$LOGS/b" "$LOGS/a" 1e-4)
             ok=$?
         else
@@ -715,6 +732,72 @@ st_overhead() {
     fi
 }
 
+# plan_vs_run NAME ARGS: `shardrun plan` of the job ARGS describes
+# (LOGS/NAME.yaml, .plan) against the run that wrote LOGS/NAME.jsonl:
+# prints what differs and fails unless every category the plan lists is
+# the run's peak (persistent ones to the byte; activations, comm and the
+# device table's workspace within 1 %) and it lists all 9
+plan_vs_run() {
+    name=$1
+    shift
+    # shellcheck disable=SC2086
+    "$S" config show "$@" --set threads=0 $DEV >"$LOGS/$name.yaml" 2>"$LOGS/$name.plan.err" &&
+        "$S" plan "$LOGS/$name.yaml" $([ $rehearse = 1 ] || echo --gpus-per-node 1) >"$LOGS/$name.plan" 2>>"$LOGS/$name.plan.err"
+    awk -v metrics="$LOGS/$name.jsonl" '
+        BEGIN { while ((getline l < metrics) > 0) if (l !~ /"event"/) last = l
+                n = split(last, kv, /[,{}]/); for (i = 1; i <= n; i++) { split(kv[i], p, ":"); gsub(/"/, "", p[1]); run[p[1]] = p[2] } }
+        /^  [a-z_]+ +(host|pinned|device|-) +[0-9]+ +[0-9.]+$/ && $1 != "total" { plan[$1] += $3 }
+        END { for (c in plan) { got = run["mem_" c "_peak"]; d = plan[c] - got; if (d < 0) d = -d
+                exact = c ~ /^(param_shard|grad_shard|optim_shard|grad_accum|full_units|ckpt_staging)$/
+                if ((exact && d != 0) || d > 0.01 * (got > 1 ? got : 1)) { printf "%s plan %d run %d; ", c, plan[c], got; bad = 1 }
+                m++ }
+              if (m != 9) { printf "the plan lists %d categories", m; bad = 1 }
+              exit bad }' "$LOGS/$name.plan"
+}
+
+# the Llama family's memory (tests/gpu/check.sh memory): Llama-3.2-1B
+# (rehearsal: llama-tiny) trains 3 steps on this GPU at its full length and
+# `shardrun plan` equals its peaks, every category; Llama-3.1-8B is
+# planned for one such GPU (it does not fit: the plan names the way out)
+# and for a node of 8, with this GPU's memory (nvidia-smi)
+memory_llama() {
+    if [ $rehearse = 1 ]; then
+        la="--set model.preset=llama-tiny --set model.seq_len=64 --set train.batch_size=2 --set train.micro_batch=2"
+    else
+        la="--set model.preset=llama-3.2-1b --set model.seq_len=2048 --set train.batch_size=1 --set train.micro_batch=1 --set data.embedded_any_vocab=true"
+    fi
+    la="$la $BF16 --set train.steps=3 --set train.seed=1"
+    # shellcheck disable=SC2086
+    train llama-mem -- $la --set log.metrics="$LOGS/llama-mem.jsonl"
+    rc=$?
+    # shellcheck disable=SC2086
+    if [ $rc = 0 ] && bad=$(plan_vs_run llama-mem $la); then
+        pass memory.llama-plan-run "$(sed -n 's/^plan: [^:]*: model \([^:]*\):.*/\1/p' "$LOGS/llama-mem.plan"): shardrun plan = the run's peaks, every category; $(grep -m1 'device [0-9.]* GiB per rank' "$LOGS/llama-mem.plan" | sed 's/^ *//')"
+    else
+        fail memory.llama-plan-run "status $rc; ${bad:-} $(tail -1 "$LOGS/llama-mem.err") $(tail -1 "$LOGS/llama-mem.plan.err" 2>/dev/null)"
+    fi
+    gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | awk '$1 > 0 { printf "%.2f", $1 / 1024 }')
+    dm=""
+    [ -n "$gib" ] && dm="--device-mem $gib"
+    # shellcheck disable=SC2086
+    "$S" config show --set model.preset=llama-3.1-8b --set train.batch_size=8 --set train.micro_batch=1 --set data.embedded_any_vocab=true \
+        $BF16 --set threads=0 --set device=cuda >"$LOGS/llama-8b.yaml" 2>"$LOGS/llama-8b.plan.err"
+    ok=1
+    for r in 1 8; do
+        # shellcheck disable=SC2086
+        "$S" plan "$LOGS/llama-8b.yaml" --ranks $r --gpus-per-node $r $dm >"$LOGS/llama-8b-$r.plan" 2>>"$LOGS/llama-8b.plan.err" || ok=0
+        [ "$(grep -cE '^  [a-z_]+ +(host|pinned|device|-) +[0-9]+ +[0-9.]+$' "$LOGS/llama-8b-$r.plan")" -ge 9 ] || ok=0
+        # the device's verdict: fits, or does not and the way out
+        grep -q '^     device [0-9.]* GiB per rank of .*: fits$' "$LOGS/llama-8b-$r.plan" ||
+            grep -q '^     cheapest change that fits: ' "$LOGS/llama-8b-$r.plan" || ok=0
+    done
+    if [ $ok = 1 ]; then
+        pass memory.llama-plan-8b "Llama-3.1-8B, ${gib:-80 (assumed)} GiB GPUs: 1 rank: $(grep -m1 'device [0-9.]* GiB per rank' "$LOGS/llama-8b-1.plan" | sed 's/^ *//'); $(grep -m1 'cheapest change' "$LOGS/llama-8b-1.plan" | sed 's/^ *//'); 8 ranks: $(grep -m1 'device [0-9.]* GiB per rank' "$LOGS/llama-8b-8.plan" | sed 's/^ *//')"
+    else
+        fail memory.llama-plan-8b "the plans of Llama-3.1-8B: $(tail -1 "$LOGS/llama-8b.plan.err")"
+    fi
+}
+
 # memory (issue 16): recompute and offload bitwise their absence on the
 # device; then gpt2-350m, micro-batch 8, T 1024, bf16 (a rehearsal: tiny):
 # step time and device memory of none, offload.optimizer, recompute blocks
@@ -755,18 +838,7 @@ st_memory() {
     for v in n: o:"--set sharding.offload.optimizer=true" r:"--set model.recompute=blocks"; do
         k=${v%%:*}
         # shellcheck disable=SC2086
-        "$S" config show $big ${v#*:} --set threads=0 $DEV >"$LOGS/mem-big-$k.yaml" 2>"$LOGS/mem-big-$k.plan.err" &&
-            "$S" plan "$LOGS/mem-big-$k.yaml" $([ $rehearse = 1 ] || echo --gpus-per-node 1) >"$LOGS/mem-big-$k.plan" 2>>"$LOGS/mem-big-$k.plan.err"
-        if bad=$(awk -v metrics="$LOGS/mem-big-$k.jsonl" '
-            BEGIN { while ((getline l < metrics) > 0) if (l !~ /"event"/) last = l
-                    n = split(last, kv, /[,{}]/); for (i = 1; i <= n; i++) { split(kv[i], p, ":"); gsub(/"/, "", p[1]); run[p[1]] = p[2] } }
-            /^  [a-z_]+ +(host|pinned|device|-) +[0-9]+ +[0-9.]+$/ && $1 != "total" { plan[$1] += $3 }
-            END { for (c in plan) { got = run["mem_" c "_peak"]; d = plan[c] - got; if (d < 0) d = -d
-                    exact = c ~ /^(param_shard|grad_shard|optim_shard|grad_accum|full_units|ckpt_staging)$/
-                    if ((exact && d != 0) || d > 0.01 * (got > 1 ? got : 1)) { printf "%s plan %d run %d; ", c, plan[c], got; bad = 1 }
-                    m++ }
-                  if (m != 9) { printf "the plan lists %d categories", m; bad = 1 }
-                  exit bad }' "$LOGS/mem-big-$k.plan"); then
+        if bad=$(plan_vs_run mem-big-$k $big ${v#*:}); then
             pass memory.plan-$k "shardrun plan = the run's peaks, every category (${v#*:})"
         else
             fail memory.plan-$k "plan against the run: $bad $(tail -1 "$LOGS/mem-big-$k.plan.err")"
@@ -790,71 +862,85 @@ st_memory() {
     else
         fail memory.recompute-cost "recompute blocks costs $(awk -v a="$r" -v b="$n" 'BEGIN { printf "%+.0f%%", 100 * (a / b - 1) }') step time (> 35%)"
     fi
+    memory_llama
 }
 
+# throughput: shardrun bf16 against PyTorch eager (autocast bf16, SDPA,
+# fused AdamW) on the same GPU, the same model, batch and length:
+# gpt2-124m and llama-125m at 16 x 1024 (the rehearsal: tiny and
+# llama-tiny, fp32 on the CPU); FLOPs per token from `shardrun plan` (6N +
+# 12 L T C, as MFU counts it)
 st_throughput() {
     steps=20
-    if [ $rehearse = 1 ]; then
-        args="$TINY --set train.micro_batch=8 $BF16"
-        # PyTorch's bf16 autocast on two CPU cores takes ~18 s a step: the
-        # rehearsal's row is fp32 (the script's path, not a comparison)
-        tb="tiny 8 256"
-    else
-        args="--set model.preset=gpt2-124m --set model.seq_len=1024 --set train.batch_size=16 --set train.micro_batch=16 --set data.embedded_any_vocab=true $BF16"
-        tb="gpt2-124m 16 1024 --bf16"
-    fi
-    # shellcheck disable=SC2086
-    train tput -- $args --set train.steps=$((steps + 3)) --set log.metrics="$LOGS/tput.jsonl"
-    rc=$?
-    gemm=$(sed -n 's/^GEMM_TFLOPS=//p' "$OUT/gemm.md" 2>/dev/null)
-    flops_tok=$(awk -v L=12 -v C=768 -v T=1024 -v N=124439808 'BEGIN { print 6 * (N - T * C) + 12 * L * C * T }')
-    [ $rehearse = 1 ] && flops_tok=$(awk 'BEGIN { print 6 * 3.5e6 }')
     {
-        echo "| config | tok/s | ms/step | TFLOP/s | MFU vs measured GEMM | MFU vs 989 | peak device GiB |"
-        echo "|---|---|---|---|---|---|---|"
+        echo "| model | config | tok/s | ms/step | TFLOP/s | MFU vs measured GEMM | MFU vs 989 | peak device GiB |"
+        echo "|---|---|---|---|---|---|---|---|"
     } >"$OUT/throughput.md"
-    if [ $rc = 0 ]; then
-        field "$LOGS/tput.jsonl" step_ms | tail -n $steps | sort -n >"$LOGS/ms"
-        ms=$(awk '{ a[NR] = $1 } END { print (a[int((NR + 1) / 2)] + a[int(NR / 2) + 1]) / 2 }' "$LOGS/ms")
-        tok=$(awk -v ms="$ms" -v t="$([ $rehearse = 1 ] && echo 2048 || echo 16384)" 'BEGIN { printf "%.0f", t / (ms / 1000) }')
-        peak=$(field "$LOGS/tput.jsonl" mem_device_total_peak | tail -1)
-        row=$(awk -v tok="$tok" -v ms="$ms" -v f="$flops_tok" -v g="${gemm:-0}" -v p="${peak:-0}" 'BEGIN {
-            tf = tok * f / 1e12; m = (g > 0) ? sprintf("%.1f%%", 100 * tf / g) : "n/a"
-            printf "| shardrun bf16 | %s | %.1f | %.1f | %s | %.1f%% | %.2f |", tok, ms, tf, m, 100 * tf / 989, p / 2^30 }')
-        echo "$row" >>"$OUT/throughput.md"
-        pass throughput.shardrun "$row"
-    else
-        fail throughput.shardrun "status $rc ($(tail -1 "$LOGS/tput.err"))"
-    fi
+    gemm=$(sed -n 's/^GEMM_TFLOPS=//p' "$OUT/gemm.md" 2>/dev/null)
     py=$(torch_python)
-    if [ -z "$py" ]; then
-        skip throughput.torch "no python3 here imports torch"
-    else
+    for m in gpt2 llama; do
+        if [ $rehearse = 1 ]; then
+            pre=tiny
+            [ $m = llama ] && pre=llama-tiny
+            B=8 T=256 args="--set model.preset=$pre --set train.micro_batch=8 --set train.batch_size=8 --set model.seq_len=256 $BF16"
+            # PyTorch's bf16 autocast on two CPU cores takes ~18 s a step:
+            # the rehearsal's row is fp32 (the script's path, not a comparison)
+            tb=""
+        else
+            pre=gpt2-124m
+            [ $m = llama ] && pre=llama-125m
+            B=16 T=1024 args="--set model.preset=$pre --set model.seq_len=1024 --set train.batch_size=16 --set train.micro_batch=16 --set data.embedded_any_vocab=true $BF16"
+            tb=--bf16
+        fi
         # shellcheck disable=SC2086
-        set -- $tb
+        "$S" config show $args --set threads=0 $DEV >"$LOGS/tput-$m.yaml" 2>"$LOGS/tput-$m.plan.err" &&
+            "$S" plan "$LOGS/tput-$m.yaml" >"$LOGS/tput-$m.plan" 2>>"$LOGS/tput-$m.plan.err"
+        flops_tok=$(sed -n 's/^compute: \([0-9.]*\) GFLOP per token.*/\1/p' "$LOGS/tput-$m.plan" | awk '{ print $1 * 1e9 }')
+        # shellcheck disable=SC2086
+        train tput-$m -- $args --set train.steps=$((steps + 3)) --set log.metrics="$LOGS/tput-$m.jsonl"
+        rc=$?
+        ms=""
+        if [ $rc = 0 ] && [ -n "$flops_tok" ]; then
+            field "$LOGS/tput-$m.jsonl" step_ms | tail -n $steps | sort -n >"$LOGS/ms"
+            ms=$(awk '{ a[NR] = $1 } END { print (a[int((NR + 1) / 2)] + a[int(NR / 2) + 1]) / 2 }' "$LOGS/ms")
+            tok=$(awk -v ms="$ms" -v t="$((B * T))" 'BEGIN { printf "%.0f", t / (ms / 1000) }')
+            peak=$(field "$LOGS/tput-$m.jsonl" mem_device_total_peak | tail -1)
+            row=$(awk -v pre="$pre" -v tok="$tok" -v ms="$ms" -v f="$flops_tok" -v g="${gemm:-0}" -v p="${peak:-0}" 'BEGIN {
+                tf = tok * f / 1e12; m = (g > 0) ? sprintf("%.1f%%", 100 * tf / g) : "n/a"
+                printf "| %s | shardrun bf16 | %s | %.1f | %.1f | %s | %.1f%% | %.2f |", pre, tok, ms, tf, m, 100 * tf / 989, p / 2^30 }')
+            echo "$row" >>"$OUT/throughput.md"
+            pass throughput.shardrun-$m "$row"
+        else
+            fail throughput.shardrun-$m "status $rc; flops per token '${flops_tok}' ($(tail -1 "$LOGS/tput-$m.err") $(tail -1 "$LOGS/tput-$m.plan.err"))"
+        fi
+        if [ -z "$py" ]; then
+            skip throughput.torch-$m "no python3 here imports torch"
+            continue
+        fi
         dev=cuda
         [ $rehearse = 1 ] && dev=cpu
-        LD_LIBRARY_PATH=$SR_ORIG_LD $py "$SRC/bench/bench_torch.py" "$1" 2 $steps --device $dev --batch "$2" --seq "$3" $4 >"$LOGS/torch.out" 2>&1
-        tms=$(sed -n 's/.* ms=//p' "$LOGS/torch.out" | tr ',' '\n' | sort -n | awk '{ a[NR] = $1 } END { if (NR) print (a[int((NR + 1) / 2)] + a[int(NR / 2) + 1]) / 2 }')
-        if [ -n "$tms" ]; then
-            tpk=$(sed -n 's/.*peak_gib=\([0-9.]*\).*/\1/p' "$LOGS/torch.out")
-            trow=$(awk -v ms="$tms" -v t="$(($2 * $3))" -v f="$flops_tok" -v g="${gemm:-0}" -v p="${tpk:-0}" 'BEGIN {
+        # shellcheck disable=SC2086
+        LD_LIBRARY_PATH=$SR_ORIG_LD $py "$SRC/bench/bench_torch.py" $pre 2 $steps --device $dev --batch $B --seq $T $tb >"$LOGS/torch-$m.out" 2>&1
+        tms=$(sed -n 's/.* ms=//p' "$LOGS/torch-$m.out" | tr ',' '\n' | sort -n | awk '{ a[NR] = $1 } END { if (NR) print (a[int((NR + 1) / 2)] + a[int(NR / 2) + 1]) / 2 }')
+        if [ -n "$tms" ] && [ -n "$flops_tok" ]; then
+            tpk=$(sed -n 's/.*peak_gib=\([0-9.]*\).*/\1/p' "$LOGS/torch-$m.out")
+            trow=$(awk -v pre="$pre" -v ms="$tms" -v t="$((B * T))" -v f="$flops_tok" -v g="${gemm:-0}" -v p="${tpk:-0}" 'BEGIN {
                 tok = t / (ms / 1000); tf = tok * f / 1e12; m = (g > 0) ? sprintf("%.1f%%", 100 * tf / g) : "n/a"
-                printf "| PyTorch eager (autocast bf16, SDPA, fused AdamW) | %.0f | %.1f | %.1f | %s | %.1f%% | %.2f |", tok, ms, tf, m, 100 * tf / 989, p }')
+                printf "| %s | PyTorch eager (autocast bf16, SDPA, fused AdamW) | %.0f | %.1f | %.1f | %s | %.1f%% | %.2f |", pre, tok, ms, tf, m, 100 * tf / 989, p }')
             echo "$trow" >>"$OUT/throughput.md"
-            [ -n "${ms:-}" ] && echo "| shardrun/PyTorch | $(awk -v a="$tms" -v b="$ms" 'BEGIN { printf "%.2fx", a / b }') | | | | | |" >>"$OUT/throughput.md"
-            pass throughput.torch "$trow"
+            [ -n "$ms" ] && echo "| $pre | shardrun/PyTorch speed | $(awk -v a="$tms" -v b="$ms" 'BEGIN { printf "%.2fx", a / b }') | | | | | |" >>"$OUT/throughput.md"
+            pass throughput.torch-$m "$trow"
         else
-            fail throughput.torch "bench_torch.py failed: $(tail -1 "$LOGS/torch.out")"
+            fail throughput.torch-$m "bench_torch.py failed: $(tail -1 "$LOGS/torch-$m.out")"
         fi
-    fi
+    done
     skip throughput.compile "torch.compile row not run (it needs more than the stage's budget)" allowed
 }
 
 if [ $make_refs_only = 1 ]; then
     REFS=$SRC/gpu-refs
     if make_refs; then
-        echo "gpu-refs: $(ls "$REFS" | tr '\n' ' ')(B, T and seed: tiny batch 8 x 64, gpt2-124m batch 2 x 256, seed 1)"
+        echo "gpu-refs: $(ls "$REFS" | tr '\n' ' ')(B, T and seed: tiny batch 8 x 64, llama-tiny batch 8 x 256, gpt2-124m batch 2 x 256, seed 1)"
         rm -rf "$SR_CHECK_TMP"
         exit 0
     fi
