@@ -9,7 +9,8 @@
 # hold, before anything is written; a hung GPU (SHARDRUN_TEST_GPU_HANG_AT)
 # ends at the host wait's deadline with 70 and its message, in bounded
 # time; make install refuses the tree; a Llama job (llama-tiny, 2 layers)
-# 8 steps against the CPU.  The long tier adds 20 steps bf16
+# 8 steps against the CPU, its memory what `shardrun plan` says, to the
+# byte.  The long tier adds 20 steps bf16
 # (3e-2 absolute at step 20) and the exact run's checkpoint resumed on the
 # CPU and back (1e-4 per step against the run that never stopped).
 # Elsewhere the whole test skips (a failure when SHARDRUN_TEST_REQUIRE has
@@ -73,6 +74,20 @@ check "  ...its final parameters within 1e-4 of the CPU's per tensor ($(tail -1 
     sh -c "'$CMP' llama-gpu.params llama-cpu.params 1e-4 >llama.cmp 2>&1"
 check "  ...its start line names the Llama family on the emulated device" \
     sh -c "grep -q 'device=cuda-emulated:0' llama-gpu.err && grep -qi 'llama' llama-gpu.err"
+# shardrun plan of that job on the cuda device: every memory category it
+# prints is the emulated run's peak, to the byte
+# shellcheck disable=SC2086
+"$S" config show job.yaml --set device=cuda $F32 $LL >llama.yaml 2>/dev/null &&
+    "$S" plan llama.yaml --gpus-per-node 1 >llama.plan 2>llama.plan.err
+awk -v metrics=llama-gpu.jsonl '
+    BEGIN { while ((getline l < metrics) > 0) if (l !~ /"event"/) last = l
+            n = split(last, kv, /[,{}]/); for (i = 1; i <= n; i++) { split(kv[i], p, ":"); gsub(/"/, "", p[1]); run[p[1]] = p[2] } }
+    /^  [a-z_]+ +(host|pinned|device|-) +[0-9]+ +[0-9.]+$/ && $1 != "total" { plan[$1] += $3 }
+    END { for (c in plan) { m++; if (plan[c] != run["mem_" c "_peak"]) { printf "%s plan %d run %d; ", c, plan[c], run["mem_" c "_peak"]; bad = 1 } }
+          if (m != 9) { printf "the plan lists %d categories", m; bad = 1 }
+          exit bad }' llama.plan >llama.plandiff
+check "  ...shardrun plan of the job on the cuda device equals the emulated run's peaks, all 9 categories to the byte" test $? -eq 0
+diag "$(cat llama.plandiff llama.plan.err)"
 check "  ...and the CPU run's say nothing of it" sh -c '! grep -q "cuda-emulated" cpu.jsonl && ! grep -q "^shardrun: \[" cpu.err'
 
 # log.trace_steps on the emulated GPU: the streams' spans (the blocks'
