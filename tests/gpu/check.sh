@@ -772,7 +772,7 @@ memory_llama() {
     rc=$?
     # shellcheck disable=SC2086
     if [ $rc = 0 ] && bad=$(plan_vs_run llama-mem $la); then
-        pass memory.llama-plan-run "$(sed -n 's/^plan: [^:]*: model \([^:]*\):.*/\1/p' "$LOGS/llama-mem.plan"): shardrun plan = the run's peaks, every category; $(grep -m1 'device [0-9.]* GiB per rank' "$LOGS/llama-mem.plan" | sed 's/^ *//')"
+        pass memory.llama-plan-run "$(sed -n 's/^plan: [^:]*: model \([^:]*\):.*/\1/p' "$LOGS/llama-mem.plan"): shardrun plan = the run's peaks, every category; $(grep -m1 '^  per space:' "$LOGS/llama-mem.plan" | sed 's/^ *//')"
     else
         fail memory.llama-plan-run "status $rc; ${bad:-} $(tail -1 "$LOGS/llama-mem.err") $(tail -1 "$LOGS/llama-mem.plan.err" 2>/dev/null)"
     fi
