@@ -8,7 +8,13 @@
  * of expf(x - max) (warp tree, fixed order), then p = expf(x - max) / sum
  * for j <= t and exactly 0 above the diagonal (the CPU op's contract: the
  * saved `att` is zero there).  Backward, in place on datt: d = p * (d -
- * sum(p * d)) for j <= t, 0 above. */
+ * sum(p * d)) for j <= t, 0 above.
+ *
+ * Grouped-query attention's key and value gradients: the batched GEMMs of
+ * ops_cuda.c write one gradient per query head into the workspace, [T, NH
+ * hs] for one sequence; gqa_reduce adds each group's R = NH / NKV heads,
+ * in head order and in float, into its key or value head of dqkv (one
+ * thread per element of the NKV heads, one rounding). */
 #include "common.cuh"
 
 template <typename T> __global__ void softmax_fwd_k(T *att, long long rows, int T_) {
@@ -61,4 +67,31 @@ extern "C" int sr_k_softmax_causal_backward(cudaStream_t s, void *datt, const vo
                                             int bf16) {
     SR_ENTER(softmax_causal_backward);
     return SR_DISPATCH(bf16, softmax_bwd, s, datt, att, rows, T);
+}
+
+template <typename T>
+__global__ void gqa_reduce_k(T *dst, const T *src, int T_, int NKV, int R, int hs, int W, int C) {
+    long long n = (long long)T_ * NKV * hs;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        int e = (int)(i % ((long long)NKV * hs)), t = (int)(i / ((long long)NKV * hs)), g = e / hs, j = e % hs;
+        const T *x = src + (size_t)t * C + (size_t)g * R * hs + j;
+        float sum = 0.0f;
+        for (int r = 0; r < R; r++)
+            sum += sr_ld(x + (size_t)r * hs);
+        T *d = dst + (size_t)t * W + (size_t)g * hs + j;
+        sr_st(d, sr_ld(d) + sum);
+    }
+}
+
+template <typename T>
+static int gqa_reduce(cudaStream_t s, void *dst, const void *src, int T_, int NKV, int R, int hs, int W, int C) {
+    size_t n = (size_t)T_ * NKV * hs;
+    return SR_LAUNCH(gqa_reduce_k<T>, sr_grid_1d(n, 256, 65535u * 16), 256, 0, s, (T *)dst, (const T *)src, T_, NKV,
+                     R, hs, W, C);
+}
+
+extern "C" int sr_k_gqa_reduce(cudaStream_t s, void *dst, const void *src, int T, int NKV, int R, int hs, int W, int C,
+                               int bf16) {
+    SR_ENTER(gqa_reduce);
+    return SR_DISPATCH(bf16, gqa_reduce, s, dst, src, T, NKV, R, hs, W, C);
 }

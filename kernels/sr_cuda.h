@@ -43,6 +43,7 @@ extern "C" {
     X(bias_forward)                                                                                                    \
     X(softmax_causal_forward)                                                                                          \
     X(softmax_causal_backward)                                                                                         \
+    X(gqa_reduce)                                                                                                      \
     X(crossentropy_forward)                                                                                            \
     X(crossentropy_backward)                                                                                           \
     X(rmsnorm_forward)                                                                                                 \
@@ -76,6 +77,11 @@ int sr_cuda_skipped(int l);
  * time on a stream, so they share it).  `sort_bytes` is what the encoder's
  * radix sort asked for (sr_cuda_sort_bytes; 0 before it is known). */
 size_t sr_cuda_ws_bytes(int B, int T, int C, int NH, size_t sort_bytes);
+/* The attention backward's part of the workspace: one sequence's score
+ * gradient [NH, T, T] at its start, this many bytes (rounded up to 256);
+ * grouped-query attention's per-query-head key/value gradient [T, C]
+ * follows it. */
+size_t sr_cuda_ws_att_bytes(int T, int NH);
 /* The radix sort's temporary storage for n keys (asks CUB; needs a GPU).
  * Returns 0 and sets *bytes, or a CUDA error. */
 int sr_cuda_sort_bytes(size_t n, size_t *bytes);
@@ -111,6 +117,12 @@ int sr_k_bias_forward(cudaStream_t s, void *out, const void *bias, int N, int OC
  * Backward in place on datt: datt = att * (datt - sum(att * datt)). */
 int sr_k_softmax_causal_forward(cudaStream_t s, void *att, long long rows, int T, int bf16);
 int sr_k_softmax_causal_backward(cudaStream_t s, void *datt, const void *att, long long rows, int T, int bf16);
+
+/* attention.cu: grouped-query attention's key/value gradient of one
+ * sequence: dst[t, g hs + j] += sum over r < R (in order, in float) of
+ * src[t, (g R + r) hs + j], for T rows of NKV heads of hs; dst's rows are
+ * W wide (the qkv row), src's C = NKV R hs (one gradient per query head). */
+int sr_k_gqa_reduce(cudaStream_t s, void *dst, const void *src, int T, int NKV, int R, int hs, int W, int C, int bf16);
 
 /* classifier.cu: the log-sum-exp contract of ops.h. */
 int sr_k_crossentropy_forward(cudaStream_t s, float *losses, float *lse, const void *logits, const int *targets, int N,

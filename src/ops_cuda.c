@@ -207,13 +207,13 @@ static void matmul_backward(int bf16, void *dinp, float *dw, float *dbias, const
 /* Causal attention over qkv rows of W = (NH + 2 NKV) hs (queries, keys,
  * values; query head h reads key/value head h / R, R = NH / NKV).  The
  * GEMMs are strided-batched: with R == 1 (GPT-2) one call per sequence
- * over every head; with R > 1 one call per (sequence, key/value group)
- * over the group's R query heads, the shared key or value head broadcast
- * with batch stride 0 (no expanded copy of K and V).  The batch's outputs
- * never overlap: the key and value gradients, which R query heads share,
- * are R calls of one head each, accumulated in head order (the CPU op's
- * order; a batched call writing one output from several batches would
- * race). */
+ * over every head; with R > 1 the scores, the values, the score gradient
+ * and dq are one call per (sequence, key/value group) over the group's R
+ * query heads, the shared key or value head broadcast with batch stride 0
+ * (no expanded copy of K and V).  The key and value gradients, which R
+ * query heads share, are one call per sequence over every query head into
+ * the workspace, then gqa_reduce sums each group's heads in head order
+ * (a batched GEMM writing one output from several batches would race). */
 typedef struct {
     int R, groups, nb;       /* query heads per kv head; GEMM calls per sequence; batch of each */
     long long W, C, TT, kvs; /* row widths, T*T, the batch stride of K and V */
@@ -259,27 +259,30 @@ static void gqa_forward(int bf16, void *out, void *att, const void *qkv, int B, 
         }
 }
 
-/* dst (a key or value head's gradient) += alpha op(X_h)^T Y_h over the R
- * query heads h of group k in head order (one GEMM each), or, with R ==
- * 1, one batched GEMM over every head: X is [T, T] per head (stride TT),
- * Y [T, hs] per head at ldy. */
-static void gqa_kv_grad(sr_cuda_ctx *c, int bf16, const gqa_shape *g, int T, int hs, const void *X, const void *Y,
-                        long long ldy, void *dst, float alpha, const char *what) {
+/* dst (the key or value heads of one sequence's dqkv, rows of W) += alpha
+ * X_h^T Y_h summed over each group's query heads h: X [T, T] per head
+ * (stride TT), Y [T, hs] per head at ldy.  With R == 1 (GPT-2) one
+ * batched GEMM accumulates straight into dst; with R > 1 one batched GEMM
+ * over every query head writes each head's gradient into the workspace
+ * after the score gradient, and gqa_reduce adds each group's R heads in
+ * head order, in float, into its key or value head. */
+static void gqa_kv_grad(sr_cuda_ctx *c, int bf16, const gqa_shape *g, int T, int NH, int NKV, int hs, const void *X,
+                        const void *Y, long long ldy, void *dst, float alpha, const char *what) {
     if (g->R == 1) {
-        gemm_done(c,
-                  rm_gemm(c, bf16, 1, 0, T, hs, T, X, T, g->TT, Y, ldy, hs, dst, g->W, hs, g->nb, alpha, true, false),
+        gemm_done(c, rm_gemm(c, bf16, 1, 0, T, hs, T, X, T, g->TT, Y, ldy, hs, dst, g->W, hs, NH, alpha, true, false),
                   what);
         return;
     }
-    for (int r = 0; r < g->R && op_error == SR_OK; r++)
-        gemm_done(c,
-                  rm_gemm(c, bf16, 1, 0, T, hs, T, at(X, (size_t)r * g->TT, bf16), T, 0, at(Y, (size_t)r * hs, bf16),
-                          ldy, 0, dst, g->W, 0, 1, alpha, true, false),
-                  what);
+    void *per_head = (char *)c->ws + sr_cuda_ws_att_bytes(T, NH);
+    gemm_done(c, rm_gemm(c, bf16, 1, 0, T, hs, T, X, T, g->TT, Y, ldy, hs, per_head, g->C, hs, NH, alpha, false, false),
+              what);
+    if (op_error == SR_OK)
+        done(c, sr_k_gqa_reduce(c->stream, dst, per_head, T, NKV, g->R, hs, (int)g->W, (int)g->C, bf16), what,
+             "T=%d NH=%d NKV=%d hs=%d", T, NH, NKV, hs);
 }
 
-static void gqa_backward(int bf16, void *dqkv, const void *dout, const void *qkv, const void *att, int B, int T, int NH,
-                         int NKV, int hs) {
+static void gqa_backward(int bf16, void *dqkv, const void *dout, const void *qkv, const void *att, int B, int T,
+                         int NH, int NKV, int hs) {
     sr_cuda_ctx *c = ctx_ws("attention_backward");
     if (!c)
         return;
@@ -288,35 +291,34 @@ static void gqa_backward(int bf16, void *dqkv, const void *dout, const void *qkv
     void *datt = c->ws; /* one sequence's [NH, T, T] score gradient */
     for (int b = 0; b < B && op_error == SR_OK; b++) {
         size_t base = (size_t)b * T * g.W;
+        const void *ab = at(att, (size_t)b * NH * g.TT, bf16), *dy = at(dout, (size_t)b * T * g.C, bf16);
+        /* datt_h = dy_h v^T, per group (the group's value head broadcast) */
         for (int k = 0; k < g.groups && op_error == SR_OK; k++) {
             size_t h0 = (size_t)k * g.nb;
             const void *v = at(qkv, base + (size_t)(NH + NKV + k) * hs, bf16);
-            void *dv = atw(dqkv, base + (size_t)(NH + NKV + k) * hs, bf16);
-            const void *ab = at(att, ((size_t)b * NH + h0) * g.TT, bf16);
-            const void *dy = at(dout, (size_t)b * T * g.C + h0 * hs, bf16);
-            void *dk = atw(datt, h0 * g.TT, bf16);
-            /* datt_h = dy_h v^T ; dv += att_h^T dy_h */
-            gemm_done(
-                c, rm_gemm(c, bf16, 0, 1, T, T, hs, dy, g.C, hs, v, g.W, g.kvs, dk, T, g.TT, g.nb, 1.0f, false, false),
-                "attention_backward (datt)");
-            gqa_kv_grad(c, bf16, &g, T, hs, ab, dy, g.C, dv, 1.0f, "attention_backward (dv)");
+            gemm_done(c, rm_gemm(c, bf16, 0, 1, T, T, hs, at(dy, h0 * hs, bf16), g.C, hs, v, g.W, g.kvs,
+                                 atw(datt, h0 * g.TT, bf16), T, g.TT, g.nb, 1.0f, false, false),
+                      "attention_backward (datt)");
         }
+        /* dv += att_h^T dy_h, over each group's query heads */
         if (op_error == SR_OK)
-            done(c,
-                 sr_k_softmax_causal_backward(c->stream, datt, at(att, (size_t)b * NH * g.TT, bf16), (long long)NH * T,
-                                              T, bf16),
-                 "attention_backward", "softmax NH=%d T=%d", NH, T);
+            gqa_kv_grad(c, bf16, &g, T, NH, NKV, hs, ab, dy, g.C, atw(dqkv, base + (size_t)(NH + NKV) * hs, bf16),
+                        1.0f, "attention_backward (dv)");
+        if (op_error == SR_OK)
+            done(c, sr_k_softmax_causal_backward(c->stream, datt, ab, (long long)NH * T, T, bf16), "attention_backward",
+                 "softmax NH=%d T=%d", NH, T);
+        /* dq_h += scale datt_h k, per group (the key head broadcast) */
         for (int k = 0; k < g.groups && op_error == SR_OK; k++) {
             size_t h0 = (size_t)k * g.nb;
-            const void *q = at(qkv, base + h0 * hs, bf16), *kh = at(qkv, base + (size_t)(NH + k) * hs, bf16);
-            void *dq = atw(dqkv, base + h0 * hs, bf16), *dk = atw(dqkv, base + (size_t)(NH + k) * hs, bf16);
-            const void *da = at(datt, h0 * g.TT, bf16);
-            /* dq_h += scale datt_h k ; dk += scale datt_h^T q_h */
-            gemm_done(
-                c, rm_gemm(c, bf16, 0, 0, T, hs, T, da, T, g.TT, kh, g.W, g.kvs, dq, g.W, hs, g.nb, scale, true, false),
-                "attention_backward (dq)");
-            gqa_kv_grad(c, bf16, &g, T, hs, da, q, g.W, dk, scale, "attention_backward (dk)");
+            const void *kh = at(qkv, base + (size_t)(NH + k) * hs, bf16);
+            gemm_done(c, rm_gemm(c, bf16, 0, 0, T, hs, T, at(datt, h0 * g.TT, bf16), T, g.TT, kh, g.W, g.kvs,
+                                 atw(dqkv, base + h0 * hs, bf16), g.W, hs, g.nb, scale, true, false),
+                      "attention_backward (dq)");
         }
+        /* dk += scale datt_h^T q_h, over each group's query heads */
+        if (op_error == SR_OK)
+            gqa_kv_grad(c, bf16, &g, T, NH, NKV, hs, datt, at(qkv, base, bf16), g.W,
+                        atw(dqkv, base + (size_t)NH * hs, bf16), scale, "attention_backward (dk)");
     }
 }
 
