@@ -12,7 +12,8 @@
 # 8 steps against the CPU, its memory what `shardrun plan` says, to the
 # byte.  The long tier adds 20 steps bf16
 # (3e-2 absolute at step 20) and the exact run's checkpoint resumed on the
-# CPU and back (1e-4 per step against the run that never stopped).
+# CPU and back (1e-4 per step against the run that never stopped), and the
+# Llama job in bf16 mode (3e-2 absolute at step 8).
 # Elsewhere the whole test skips (a failure when SHARDRUN_TEST_REQUIRE has
 # cudaemu).
 . "${SR_SRCDIR:-.}/tests/tap.sh"
@@ -162,5 +163,12 @@ if group --long "bf16 mode and a checkpoint across the emulated GPU and the CPU"
     losses_close resumed cpu 1e-4 >close.txt
     check "  ...every step's loss within 1e-4 of the run that never stopped" test $? -eq 0
     diag "$(cat close.txt)"
+
+    # the Llama job in bf16 mode (bf16 parameters and activations)
+    # shellcheck disable=SC2086
+    train llama-bf16 --set device=cuda $LL
+    c8=$(last llama-cpu.jsonl loss) b8=$(last llama-bf16.jsonl loss)
+    check "the Llama job in bf16 mode trains 8 steps on the emulated GPU, its loss at step 8 within 3e-2 of the CPU's exact-mode loss ($b8 vs $c8; status $rc)" \
+        sh -c "[ $rc -eq 0 ] && grep -q 'param bf16 (auto)' llama-bf16.err && awk -v a='$b8' -v b='$c8' 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != \"\" && d <= 3e-2) }'"
 fi
 done_testing

@@ -261,7 +261,7 @@ stage_timeout() {
     [ $rehearse = 1 ] && { rehearse=0 stage_timeout "$1" | awk '{ print 2 * $1 }'; return; }
     [ $emulate = 1 ] && { emulate=0 stage_timeout "$1" | awk -v k=$san '{ print 2 * k * $1 }'; return; }
     case $1 in
-    env) echo 15 ;; build) echo 10 ;; ops) echo 60 ;; step) echo 40 ;; oracle) echo 75 ;; curves) echo 60 ;;
+    env) echo 15 ;; build) echo 10 ;; ops) echo 90 ;; step) echo 40 ;; oracle) echo 75 ;; curves) echo 60 ;;
     determinism) echo 45 ;; nccl) echo 60 ;; vranks) echo 45 ;; gemm) echo 20 ;; throughput) echo 150 ;;
     overhead) echo 40 ;; memory) echo 150 ;; sanitize) echo 60 ;; *) echo 60 ;;
     esac
