@@ -412,6 +412,12 @@ static sr_status split_groups(sr_nccl *n, sr_group *const *groups, int ngroups, 
         pthread_mutex_lock(&n->nccl_mu);
         ncclResult_t r = ncclCommSplit(n->world, color, sr_group_rank(g), &child, &config);
         r = settle(n, child ? child : n->world, r, deadline);
+        /* the split is an operation of the parent too: the parent must
+         * answer ncclSuccess before its next use (the next split), or NCCL
+         * refuses it ("Attempt to use communicator before the previous
+         * operation returned ncclSuccess": the first H200 run) */
+        if (r == ncclSuccess)
+            r = settle(n, n->world, ncclInProgress, deadline);
         pthread_mutex_unlock(&n->nccl_mu);
         if (r != ncclSuccess) {
             if (child)

@@ -29,7 +29,9 @@
  *
  * Nonblocking communicators (config.blocking = 0) answer ncclInProgress
  * from init, split and finalize; ncclCommGetAsyncError says when they are
- * done.  ncclCommAbort may come from any thread: it ends the connection
+ * done.  A split keeps a nonblocking parent in progress until a poll of
+ * the parent itself sees it done; a split or collective before that is
+ * refused, as NCCL refuses it.  ncclCommAbort may come from any thread: it ends the connection
  * and wakes every waiter; a collective in flight then never writes its
  * result (a GPU's would be killed), and nothing touches device memory.
  *
@@ -888,6 +890,7 @@ struct ncclComm {
     uint64_t next_seq; /* this rank's next collective on it */
     result *results;
     struct ncclComm *splitting; /* the child whose split is in progress */
+    bool split_unreaped;        /* a nonblocking parent's split is done, not yet seen by ncclCommGetAsyncError */
     bool nocolor_wait;          /* a NCCL_SPLIT_NOCOLOR split waits for its round */
     void *buffers;              /* device memory NCCL keeps (NCCL_BUFFSIZE) */
     size_t buffer_bytes;
@@ -1046,9 +1049,10 @@ static void *rx_main(void *arg) {
             /* (the hub answers each rank's splits in order; comm 0 is the
              * answer to a NCCL_SPLIT_NOCOLOR one) */
             ncclComm_t child = m.comm ? c->splitting : NULL;
-            if (m.comm)
+            if (m.comm) {
                 c->splitting = NULL;
-            else
+                c->split_unreaped = !c->blocking && c->async == ncclInProgress;
+            } else
                 c->nocolor_wait = false;
             pthread_cond_broadcast(&c->cv);
             if (child) {
@@ -1180,6 +1184,13 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
             return set_error(ncclSystemError, "ncclCommSplit: out of memory");
         }
         comm->splitting = child;
+        /* a nonblocking parent is busy with the split until a poll of its
+         * own (ncclCommGetAsyncError) sees it done, as NCCL's is: a use
+         * before that is refused ("Attempt to use communicator before the
+         * previous operation returned ncclSuccess"; the first H200 run
+         * found shardrun polling only the child) */
+        if (!comm->blocking)
+            comm->async = ncclInProgress;
     } else
         comm->nocolor_wait = true;
     pthread_mutex_unlock(&comm->mu);
@@ -1210,6 +1221,10 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
     if (!comm || !asyncError)
         return set_error(ncclInvalidArgument, "ncclCommGetAsyncError: comm or asyncError is NULL");
     pthread_mutex_lock(&comm->mu);
+    if (comm->split_unreaped && comm->async == ncclInProgress) {
+        comm->split_unreaped = false;
+        comm->async = ncclSuccess;
+    }
     *asyncError = comm->async;
     pthread_mutex_unlock(&comm->mu);
     return ncclSuccess;
