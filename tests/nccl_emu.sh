@@ -6,8 +6,10 @@
 # them.  Small model
 # (tiny_job: 2 blocks of width 64; 32 positions), 6 steps.
 #   fast: 2 ranks in exact mode (fp32 parameters) equal 1 rank (losses
-#     relative 1e-5, parameters per tensor 1e-5 x max: ARCHITECTURE.md §3); two
-#     ranks on one emulated GPU: 78 naming both ranks and the bus id
+#     relative 1e-5, parameters per tensor 1e-5 x max: ARCHITECTURE.md §3);
+#     1 rank with size-1 groups on communicators (two splits in a row)
+#     bitwise 1 rank; two ranks on one emulated GPU: 78 naming both ranks
+#     and the bus id
 #   long: 4 ranks, HSDP 2x2 (the all-reduce), reshard_after_forward 2 in
 #     exact mode against 1 rank; bf16 parameters on 2 and 4 ranks against 1
 #     rank (1/256, test_vranks' bound for the cuda table); exact mode
@@ -76,6 +78,20 @@ check "  ...each rank on its own emulated GPU: buses 19 and 1A, NCCL the plane" 
     sh -c "grep -q 'rank 0/2 .*bus 00000000:19:00.0.* nccl=' e2.err && grep -q 'rank 1/2 .*bus 00000000:1A:00.0.* nccl=' e2.err"
 check "  ...every kind of collective it needs ran over NCCL, split communicators included" \
     grep -q 'NCCL ran [1-9][0-9]* all-gathers, [1-9][0-9]* reduce-scatters, 0 all-reduces over 1 split' e2.err
+
+# 1b. one rank with its size-1 groups on communicators too
+# (SHARDRUN_TEST_NCCL_SIZE1, as the GPU check's nccl stage runs): two
+# splits of the world in a row, the parent polled after each (NCCL refuses
+# a parent used before it answered its split's ncclSuccess: the first H200
+# run; the emulated NCCL refuses it too)
+export SHARDRUN_TEST_NCCL_SIZE1=1
+run s1 1 $EXACT --set comm.backend=nccl
+unset SHARDRUN_TEST_NCCL_SIZE1
+check "1 rank with its size-1 groups on NCCL communicators: two splits in a row (status $rc)" test "$rc" -eq 0 ||
+    diag "$(grep -m2 'error' s1.err)"
+check "  ...both split, every collective over NCCL, bitwise the 1-rank run" \
+    sh -c "grep -q 'NCCL ran [1-9][0-9]* all-gathers, [1-9][0-9]* reduce-scatters, [1-9][0-9]* all-reduces over 2 split' s1.err && '$CMP' s1.params e1.params 0 >s1.cmp 2>&1" ||
+    diag "$(grep -m1 'NCCL ran' s1.err) $(tail -1 s1.cmp)"
 
 # 2. two ranks on one emulated GPU (CUDA_VISIBLE_DEVICES=0 for both):
 # refused before NCCL init
