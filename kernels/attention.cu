@@ -10,11 +10,12 @@
  * saved `att` is zero there).  Backward, in place on datt: d = p * (d -
  * sum(p * d)) for j <= t, 0 above.
  *
- * Grouped-query attention's key and value gradients: the batched GEMMs of
- * ops_cuda.c write one gradient per query head into the workspace, [T, NH
- * hs] for one sequence; gqa_reduce adds each group's R = NH / NKV heads,
- * in head order and in float, into its key or value head of dqkv (one
- * thread per element of the NKV heads, one rounding). */
+ * Grouped-query attention (ops_cuda.c runs GPT-2's batched GEMMs on it):
+ * gqa_expand copies one sequence's NKV key (or value) heads into [T, NH
+ * hs], each for its R = NH / NKV query heads; the GEMMs write one key or
+ * value gradient per query head into [T, NH hs], and gqa_reduce adds each
+ * group's R heads, in head order and in float, into its key or value head
+ * of dqkv (one thread per element, one rounding). */
 #include "common.cuh"
 
 template <typename T> __global__ void softmax_fwd_k(T *att, long long rows, int T_) {
@@ -67,6 +68,27 @@ extern "C" int sr_k_softmax_causal_backward(cudaStream_t s, void *datt, const vo
                                             int bf16) {
     SR_ENTER(softmax_causal_backward);
     return SR_DISPATCH(bf16, softmax_bwd, s, datt, att, rows, T);
+}
+
+template <typename T> __global__ void gqa_expand_k(T *dst, const T *src, int T_, int NKV, int R, int hs, int W, int C) {
+    long long n = (long long)T_ * C;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        int t = (int)(i / C), e = (int)(i % C), h = e / hs, j = e % hs;
+        dst[i] = src[(size_t)t * W + (size_t)(h / R) * hs + j];
+    }
+}
+
+template <typename T>
+static int gqa_expand(cudaStream_t s, void *dst, const void *src, int T_, int NKV, int R, int hs, int W, int C) {
+    size_t n = (size_t)T_ * C;
+    return SR_LAUNCH(gqa_expand_k<T>, sr_grid_1d(n, 256, 65535u * 16), 256, 0, s, (T *)dst, (const T *)src, T_, NKV,
+                     R, hs, W, C);
+}
+
+extern "C" int sr_k_gqa_expand(cudaStream_t s, void *dst, const void *src, int T, int NKV, int R, int hs, int W, int C,
+                               int bf16) {
+    SR_ENTER(gqa_expand);
+    return SR_DISPATCH(bf16, gqa_expand, s, dst, src, T, NKV, R, hs, W, C);
 }
 
 template <typename T>

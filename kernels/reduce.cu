@@ -36,9 +36,10 @@ extern "C" size_t sr_cuda_ws_att_bytes(int T, int NH) { return ((size_t)NH * T *
 
 extern "C" size_t sr_cuda_ws_bytes(int B, int T, int C, int NH, size_t sort_bytes) {
     size_t BT = (size_t)B * T;
-    /* attention backward, per sequence: the score gradient [NH, T, T], then
-     * grouped-query attention's per-query-head key/value gradient [T, C] */
-    size_t att = sr_cuda_ws_att_bytes(T, NH) + (size_t)T * C * sizeof(float);
+    /* attention, per sequence: the score gradient [NH, T, T], then
+     * grouped-query attention's two [T, C] buffers (expanded heads, the
+     * per-head key/value gradients) */
+    size_t att = sr_cuda_ws_att_bytes(T, NH) + 2 * (((size_t)T * C * sizeof(float) + 255) / 256 * 256);
     size_t cols = (size_t)sr_colsum_chunks((int)BT) * 4 * C * sizeof(float); /* LayerNorm / bias partials */
     size_t sort = sort_bytes ? sort_bytes : 2 * BT * 8 + ((size_t)1 << 20);  /* encoder keys + CUB's storage */
     size_t ws = att > cols ? att : cols;

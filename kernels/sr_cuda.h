@@ -43,6 +43,7 @@ extern "C" {
     X(bias_forward)                                                                                                    \
     X(softmax_causal_forward)                                                                                          \
     X(softmax_causal_backward)                                                                                         \
+    X(gqa_expand)                                                                                                      \
     X(gqa_reduce)                                                                                                      \
     X(crossentropy_forward)                                                                                            \
     X(crossentropy_backward)                                                                                           \
@@ -79,8 +80,8 @@ int sr_cuda_skipped(int l);
 size_t sr_cuda_ws_bytes(int B, int T, int C, int NH, size_t sort_bytes);
 /* The attention backward's part of the workspace: one sequence's score
  * gradient [NH, T, T] at its start, this many bytes (rounded up to 256);
- * grouped-query attention's per-query-head key/value gradient [T, C]
- * follows it. */
+ * grouped-query attention's two [T, C] buffers (expanded heads, per-head
+ * gradients; each rounded up to 256 bytes) follow it. */
 size_t sr_cuda_ws_att_bytes(int T, int NH);
 /* The radix sort's temporary storage for n keys (asks CUB; needs a GPU).
  * Returns 0 and sets *bytes, or a CUDA error. */
@@ -118,10 +119,14 @@ int sr_k_bias_forward(cudaStream_t s, void *out, const void *bias, int N, int OC
 int sr_k_softmax_causal_forward(cudaStream_t s, void *att, long long rows, int T, int bf16);
 int sr_k_softmax_causal_backward(cudaStream_t s, void *datt, const void *att, long long rows, int T, int bf16);
 
-/* attention.cu: grouped-query attention's key/value gradient of one
+/* attention.cu: grouped-query attention's key (or value) heads of one
+ * sequence expanded for the query heads: dst[t, h hs + j] = src[t W + (h /
+ * R) hs + j] for h < NKV R = C / hs; src's rows are W wide (the qkv row).
+ * And its key/value gradient of one
  * sequence: dst[t, g hs + j] += sum over r < R (in order, in float) of
  * src[t, (g R + r) hs + j], for T rows of NKV heads of hs; dst's rows are
  * W wide (the qkv row), src's C = NKV R hs (one gradient per query head). */
+int sr_k_gqa_expand(cudaStream_t s, void *dst, const void *src, int T, int NKV, int R, int hs, int W, int C, int bf16);
 int sr_k_gqa_reduce(cudaStream_t s, void *dst, const void *src, int T, int NKV, int R, int hs, int W, int C, int bf16);
 
 /* classifier.cu: the log-sum-exp contract of ops.h. */

@@ -205,67 +205,86 @@ static void matmul_backward(int bf16, void *dinp, float *dw, float *dbias, const
 }
 
 /* Causal attention over qkv rows of W = (NH + 2 NKV) hs (queries, keys,
- * values; query head h reads key/value head h / R, R = NH / NKV).  The
- * GEMMs are strided-batched: with R == 1 (GPT-2) one call per sequence
- * over every head; with R > 1 the scores, the values, the score gradient
- * and dq are one call per (sequence, key/value group) over the group's R
- * query heads, the shared key or value head broadcast with batch stride 0
- * (no expanded copy of K and V).  The key and value gradients, which R
- * query heads share, are one call per sequence over every query head into
- * the workspace, then gqa_reduce sums each group's heads in head order
- * (a batched GEMM writing one output from several batches would race). */
+ * values; query head h reads key/value head h / R, R = NH / NKV).  Every
+ * GEMM is one strided-batched call per sequence over the NH query heads.
+ * With R == 1 (GPT-2) keys and values are read in place; with R > 1 the
+ * sequence's key (or value) heads are first expanded into [T, NH hs] in
+ * the workspace (gqa_expand: each head copied for its R query heads), so
+ * the calls are GPT-2's (one per sequence; per key/value group with the
+ * shared head broadcast at batch stride 0 took NKV calls each, and a
+ * first H200 run measured llama-125m at 0.75x PyTorch's step).  The key
+ * and value gradients, which R query heads share, are one call per
+ * sequence over every query head into the workspace, then gqa_reduce sums
+ * each group's heads in head order, in float (a batched GEMM writing one
+ * output from several batches would race).  The workspace: the score
+ * gradient (sr_cuda_ws_att_bytes), then two [T, C] buffers (the expanded
+ * heads; the per-head gradients). */
 typedef struct {
-    int R, groups, nb;       /* query heads per kv head; GEMM calls per sequence; batch of each */
-    long long W, C, TT, kvs; /* row widths, T*T, the batch stride of K and V */
+    int R;
+    long long W, C, TT; /* row widths, T*T */
+    size_t x0, x1;      /* byte offsets of the workspace's two [T, C] buffers */
 } gqa_shape;
 
-static gqa_shape gqa_of(int T, int NH, int NKV, int hs) {
-    gqa_shape g = {.R = NH / NKV, .W = (long long)(NH + 2 * NKV) * hs, .C = (long long)NH * hs, .TT = (long long)T * T};
-    g.groups = g.R == 1 ? 1 : NKV;
-    g.nb = g.R == 1 ? NH : g.R;
-    g.kvs = g.R == 1 ? hs : 0;
+static gqa_shape gqa_of(int T, int NH, int NKV, int hs, int bf16) {
+    gqa_shape g = {.R = NH / NKV, .W = (long long)(NH + 2 * NKV) * hs, .C = (long long)NH * hs,
+                   .TT = (long long)T * T};
+    g.x0 = sr_cuda_ws_att_bytes(T, NH);
+    g.x1 = g.x0 + ((size_t)T * g.C * es(bf16) + 255) / 256 * 256;
     return g;
 }
 
+/* Sequence b's key (v = 0) or value (v = 1) heads as NH heads of ld *ld:
+ * in place (R == 1), or expanded into the workspace buffer at `off`. */
+static const void *gqa_heads(sr_cuda_ctx *c, int bf16, const gqa_shape *g, const void *qkv, int b, int T, int NH,
+                             int NKV, int hs, int v, size_t off, long long *ld) {
+    const void *src = at(qkv, (size_t)b * T * g->W + (size_t)(NH + v * NKV) * hs, bf16);
+    *ld = g->W;
+    if (g->R == 1)
+        return src;
+    void *dst = (char *)c->ws + off;
+    *ld = g->C;
+    done(c, sr_k_gqa_expand(c->stream, dst, src, T, NKV, g->R, hs, (int)g->W, (int)g->C, bf16),
+         v ? "attention (values expanded)" : "attention (keys expanded)", "T=%d NH=%d NKV=%d hs=%d", T, NH, NKV, hs);
+    return dst;
+}
+
 static void gqa_forward(int bf16, void *out, void *att, const void *qkv, int B, int T, int NH, int NKV, int hs) {
-    sr_cuda_ctx *c = ctx();
+    sr_cuda_ctx *c = NH == NKV ? ctx() : ctx_ws("attention_forward");
     if (!c)
         return;
-    gqa_shape g = gqa_of(T, NH, NKV, hs);
+    gqa_shape g = gqa_of(T, NH, NKV, hs, bf16);
     float scale = 1.0f / sqrtf((float)hs);
-    for (int b = 0; b < B && op_error == SR_OK; b++)
-        for (int k = 0; k < g.groups && op_error == SR_OK; k++) {
-            size_t row = (size_t)b * T * g.W;
-            const void *q = at(qkv, row + (size_t)k * g.nb * hs, bf16),
-                       *kh = at(qkv, row + (size_t)(NH + k) * hs, bf16);
-            void *ab = atw(att, ((size_t)b * NH + (size_t)k * g.nb) * g.TT, bf16);
-            /* scores[h] = scale q_h k^T, the group's query heads at once */
-            gemm_done(
-                c, rm_gemm(c, bf16, 0, 1, T, T, hs, q, g.W, hs, kh, g.W, g.kvs, ab, T, g.TT, g.nb, scale, false, false),
-                "attention_forward (scores)");
-        }
+    long long ld;
+    for (int b = 0; b < B && op_error == SR_OK; b++) {
+        const void *q = at(qkv, (size_t)b * T * g.W, bf16);
+        const void *k = gqa_heads(c, bf16, &g, qkv, b, T, NH, NKV, hs, 0, g.x0, &ld);
+        void *ab = atw(att, (size_t)b * NH * g.TT, bf16);
+        /* scores[h] = scale q_h k_h^T, every head of sequence b at once */
+        if (op_error == SR_OK)
+            gemm_done(c, rm_gemm(c, bf16, 0, 1, T, T, hs, q, g.W, hs, k, ld, hs, ab, T, g.TT, NH, scale, false, false),
+                      "attention_forward (scores)");
+    }
     if (op_error == SR_OK)
         done(c, sr_k_softmax_causal_forward(c->stream, att, (long long)B * NH * T, T, bf16), "attention_forward",
              "softmax B=%d NH=%d T=%d", B, NH, T);
-    for (int b = 0; b < B && op_error == SR_OK; b++)
-        for (int k = 0; k < g.groups && op_error == SR_OK; k++) {
-            const void *v = at(qkv, (size_t)b * T * g.W + (size_t)(NH + NKV + k) * hs, bf16);
-            const void *ab = at(att, ((size_t)b * NH + (size_t)k * g.nb) * g.TT, bf16);
-            void *ob = atw(out, (size_t)b * T * g.C + (size_t)k * g.nb * hs, bf16);
-            /* y_h = att_h v, written into its heads' columns of out */
-            gemm_done(
-                c, rm_gemm(c, bf16, 0, 0, T, hs, T, ab, T, g.TT, v, g.W, g.kvs, ob, g.C, hs, g.nb, 1.0f, false, false),
-                "attention_forward (values)");
-        }
+    for (int b = 0; b < B && op_error == SR_OK; b++) {
+        const void *v = gqa_heads(c, bf16, &g, qkv, b, T, NH, NKV, hs, 1, g.x0, &ld);
+        const void *ab = at(att, (size_t)b * NH * g.TT, bf16);
+        void *ob = atw(out, (size_t)b * T * g.C, bf16);
+        /* y_h = att_h v_h, written into its heads' columns of out */
+        if (op_error == SR_OK)
+            gemm_done(c, rm_gemm(c, bf16, 0, 0, T, hs, T, ab, T, g.TT, v, ld, hs, ob, g.C, hs, NH, 1.0f, false, false),
+                      "attention_forward (values)");
+    }
 }
 
 /* dst (the key or value heads of one sequence's dqkv, rows of W) += alpha
  * X_h^T Y_h summed over each group's query heads h: X [T, T] per head
  * (stride TT), Y [T, hs] per head at ldy.  With R == 1 (GPT-2) one
  * batched GEMM accumulates straight into dst; with R > 1 one batched GEMM
- * over every query head writes each head's gradient into the workspace
- * after the score gradient, and gqa_reduce adds each group's R heads in
- * head order, in float, into its key or value head. */
+ * over every query head writes each head's gradient into the workspace,
+ * and gqa_reduce adds each group's R heads in head order, in float, into
+ * its key or value head. */
 static void gqa_kv_grad(sr_cuda_ctx *c, int bf16, const gqa_shape *g, int T, int NH, int NKV, int hs, const void *X,
                         const void *Y, long long ldy, void *dst, float alpha, const char *what) {
     if (g->R == 1) {
@@ -273,7 +292,7 @@ static void gqa_kv_grad(sr_cuda_ctx *c, int bf16, const gqa_shape *g, int T, int
                   what);
         return;
     }
-    void *per_head = (char *)c->ws + sr_cuda_ws_att_bytes(T, NH);
+    void *per_head = (char *)c->ws + g->x1;
     gemm_done(c, rm_gemm(c, bf16, 1, 0, T, hs, T, X, T, g->TT, Y, ldy, hs, per_head, g->C, hs, NH, alpha, false, false),
               what);
     if (op_error == SR_OK)
@@ -286,39 +305,34 @@ static void gqa_backward(int bf16, void *dqkv, const void *dout, const void *qkv
     sr_cuda_ctx *c = ctx_ws("attention_backward");
     if (!c)
         return;
-    gqa_shape g = gqa_of(T, NH, NKV, hs);
+    gqa_shape g = gqa_of(T, NH, NKV, hs, bf16);
     float scale = 1.0f / sqrtf((float)hs);
     void *datt = c->ws; /* one sequence's [NH, T, T] score gradient */
+    long long ld;
     for (int b = 0; b < B && op_error == SR_OK; b++) {
         size_t base = (size_t)b * T * g.W;
         const void *ab = at(att, (size_t)b * NH * g.TT, bf16), *dy = at(dout, (size_t)b * T * g.C, bf16);
-        /* datt_h = dy_h v^T, per group (the group's value head broadcast) */
-        for (int k = 0; k < g.groups && op_error == SR_OK; k++) {
-            size_t h0 = (size_t)k * g.nb;
-            const void *v = at(qkv, base + (size_t)(NH + NKV + k) * hs, bf16);
-            gemm_done(c, rm_gemm(c, bf16, 0, 1, T, T, hs, at(dy, h0 * hs, bf16), g.C, hs, v, g.W, g.kvs,
-                                 atw(datt, h0 * g.TT, bf16), T, g.TT, g.nb, 1.0f, false, false),
+        const void *q = at(qkv, base, bf16);
+        /* datt_h = dy_h v_h^T ; dv += att_h^T dy_h (over each group) */
+        const void *v = gqa_heads(c, bf16, &g, qkv, b, T, NH, NKV, hs, 1, g.x0, &ld);
+        if (op_error == SR_OK)
+            gemm_done(c, rm_gemm(c, bf16, 0, 1, T, T, hs, dy, g.C, hs, v, ld, hs, datt, T, g.TT, NH, 1.0f, false, false),
                       "attention_backward (datt)");
-        }
-        /* dv += att_h^T dy_h, over each group's query heads */
         if (op_error == SR_OK)
             gqa_kv_grad(c, bf16, &g, T, NH, NKV, hs, ab, dy, g.C, atw(dqkv, base + (size_t)(NH + NKV) * hs, bf16),
                         1.0f, "attention_backward (dv)");
         if (op_error == SR_OK)
             done(c, sr_k_softmax_causal_backward(c->stream, datt, ab, (long long)NH * T, T, bf16), "attention_backward",
                  "softmax NH=%d T=%d", NH, T);
-        /* dq_h += scale datt_h k, per group (the key head broadcast) */
-        for (int k = 0; k < g.groups && op_error == SR_OK; k++) {
-            size_t h0 = (size_t)k * g.nb;
-            const void *kh = at(qkv, base + (size_t)(NH + k) * hs, bf16);
-            gemm_done(c, rm_gemm(c, bf16, 0, 0, T, hs, T, at(datt, h0 * g.TT, bf16), T, g.TT, kh, g.W, g.kvs,
-                                 atw(dqkv, base + h0 * hs, bf16), g.W, hs, g.nb, scale, true, false),
-                      "attention_backward (dq)");
-        }
-        /* dk += scale datt_h^T q_h, over each group's query heads */
+        /* dq_h += scale datt_h k_h ; dk += scale datt_h^T q_h (over each group) */
+        const void *k = op_error == SR_OK ? gqa_heads(c, bf16, &g, qkv, b, T, NH, NKV, hs, 0, g.x0, &ld) : NULL;
         if (op_error == SR_OK)
-            gqa_kv_grad(c, bf16, &g, T, NH, NKV, hs, datt, at(qkv, base, bf16), g.W,
-                        atw(dqkv, base + (size_t)NH * hs, bf16), scale, "attention_backward (dk)");
+            gemm_done(c, rm_gemm(c, bf16, 0, 0, T, hs, T, datt, T, g.TT, k, ld, hs, atw(dqkv, base, bf16), g.W, hs, NH,
+                                 scale, true, false),
+                      "attention_backward (dq)");
+        if (op_error == SR_OK)
+            gqa_kv_grad(c, bf16, &g, T, NH, NKV, hs, datt, q, g.W, atw(dqkv, base + (size_t)NH * hs, bf16), scale,
+                        "attention_backward (dk)");
     }
 }
 
