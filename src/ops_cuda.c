@@ -226,8 +226,7 @@ typedef struct {
 } gqa_shape;
 
 static gqa_shape gqa_of(int T, int NH, int NKV, int hs, int bf16) {
-    gqa_shape g = {.R = NH / NKV, .W = (long long)(NH + 2 * NKV) * hs, .C = (long long)NH * hs,
-                   .TT = (long long)T * T};
+    gqa_shape g = {.R = NH / NKV, .W = (long long)(NH + 2 * NKV) * hs, .C = (long long)NH * hs, .TT = (long long)T * T};
     g.x0 = sr_cuda_ws_att_bytes(T, NH);
     g.x1 = g.x0 + ((size_t)T * g.C * es(bf16) + 255) / 256 * 256;
     return g;
@@ -300,8 +299,8 @@ static void gqa_kv_grad(sr_cuda_ctx *c, int bf16, const gqa_shape *g, int T, int
              "T=%d NH=%d NKV=%d hs=%d", T, NH, NKV, hs);
 }
 
-static void gqa_backward(int bf16, void *dqkv, const void *dout, const void *qkv, const void *att, int B, int T,
-                         int NH, int NKV, int hs) {
+static void gqa_backward(int bf16, void *dqkv, const void *dout, const void *qkv, const void *att, int B, int T, int NH,
+                         int NKV, int hs) {
     sr_cuda_ctx *c = ctx_ws("attention_backward");
     if (!c)
         return;
@@ -316,19 +315,21 @@ static void gqa_backward(int bf16, void *dqkv, const void *dout, const void *qkv
         /* datt_h = dy_h v_h^T ; dv += att_h^T dy_h (over each group) */
         const void *v = gqa_heads(c, bf16, &g, qkv, b, T, NH, NKV, hs, 1, g.x0, &ld);
         if (op_error == SR_OK)
-            gemm_done(c, rm_gemm(c, bf16, 0, 1, T, T, hs, dy, g.C, hs, v, ld, hs, datt, T, g.TT, NH, 1.0f, false, false),
+            gemm_done(c,
+                      rm_gemm(c, bf16, 0, 1, T, T, hs, dy, g.C, hs, v, ld, hs, datt, T, g.TT, NH, 1.0f, false, false),
                       "attention_backward (datt)");
         if (op_error == SR_OK)
-            gqa_kv_grad(c, bf16, &g, T, NH, NKV, hs, ab, dy, g.C, atw(dqkv, base + (size_t)(NH + NKV) * hs, bf16),
-                        1.0f, "attention_backward (dv)");
+            gqa_kv_grad(c, bf16, &g, T, NH, NKV, hs, ab, dy, g.C, atw(dqkv, base + (size_t)(NH + NKV) * hs, bf16), 1.0f,
+                        "attention_backward (dv)");
         if (op_error == SR_OK)
             done(c, sr_k_softmax_causal_backward(c->stream, datt, ab, (long long)NH * T, T, bf16), "attention_backward",
                  "softmax NH=%d T=%d", NH, T);
         /* dq_h += scale datt_h k_h ; dk += scale datt_h^T q_h (over each group) */
         const void *k = op_error == SR_OK ? gqa_heads(c, bf16, &g, qkv, b, T, NH, NKV, hs, 0, g.x0, &ld) : NULL;
         if (op_error == SR_OK)
-            gemm_done(c, rm_gemm(c, bf16, 0, 0, T, hs, T, datt, T, g.TT, k, ld, hs, atw(dqkv, base, bf16), g.W, hs, NH,
-                                 scale, true, false),
+            gemm_done(c,
+                      rm_gemm(c, bf16, 0, 0, T, hs, T, datt, T, g.TT, k, ld, hs, atw(dqkv, base, bf16), g.W, hs, NH,
+                              scale, true, false),
                       "attention_backward (dq)");
         if (op_error == SR_OK)
             gqa_kv_grad(c, bf16, &g, T, NH, NKV, hs, datt, q, g.W, atw(dqkv, base + (size_t)NH * hs, bf16), scale,
