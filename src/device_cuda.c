@@ -568,7 +568,10 @@ static void cuda_adamw(sr_dev *d, sr_stream s, const sr_adamw_launch *l) {
 /* ------------------------------------------------------------------------ */
 /* identity and opening */
 
-/* "580.65.06" from the kernel module, or the CUDA driver API version. */
+/* "580.65.06" from the kernel module, or the CUDA driver API version: the
+ * first word after "Kernel Module" that starts with a digit (the open
+ * module's line reads "... Open Kernel Module for x86_64  580.159.04 ...":
+ * the first H200 run printed "driver for"). */
 static void driver_version(char *buf, size_t n) {
     FILE *f = fopen("/proc/driver/nvidia/version", "r");
     char line[256];
@@ -576,12 +579,19 @@ static void driver_version(char *buf, size_t n) {
         const char *p = strstr(line, "Kernel Module");
         if (p) {
             p += strlen("Kernel Module");
-            while (*p == ' ' || *p == '\t')
-                p++;
-            size_t len = strcspn(p, " \t\n");
-            snprintf(buf, n, "%.*s", (int)(len < 64 ? len : 64), p);
-            fclose(f);
-            return;
+            for (;;) {
+                while (*p == ' ' || *p == '\t')
+                    p++;
+                size_t len = strcspn(p, " \t\n");
+                if (len == 0)
+                    break;
+                if (*p >= '0' && *p <= '9') {
+                    snprintf(buf, n, "%.*s", (int)(len < 64 ? len : 64), p);
+                    fclose(f);
+                    return;
+                }
+                p += len;
+            }
         }
     }
     if (f)
