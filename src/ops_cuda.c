@@ -6,14 +6,14 @@
  * cuBLASLt by the usual identity: row-major C = op(A) op(B) is column-major
  * C^T = op(B)^T op(A)^T, so a row-major GEMM (M, N, K) is the column-major
  * GEMM (N, M, K) with A and B swapped (rm_gemm).  Attention is materialized
- * (doc/ARCHITECTURE.md §3c): per sequence (and, for grouped-query
- * attention, per key/value group), a strided-batched GEMM over the heads
- * for the scores (scale folded into alpha), the causal softmax kernel
- * over every row at once, a second batched GEMM for the values; the
+ * (doc/ARCHITECTURE.md §3c): per sequence, a strided-batched GEMM over
+ * the heads for the scores (scale folded into alpha), the causal softmax
+ * kernel over every row at once, a second batched GEMM for the values
+ * (grouped-query attention: the key and value heads expanded first); the
  * backward recomputes nothing and keeps one sequence's score gradient in
  * the workspace.  The Llama family's ops (RMSNorm, RoPE, SwiGLU,
- * grouped-query attention) are here too: the same kernels discipline, the
- * model's rotary table on the device.
+ * grouped-query attention) are here too, the model's rotary table on the
+ * device.
  *
  * Every launch is checked; the first failure on a thread is kept with the
  * op's name and shapes and returned by take_error (status 70, or 69 for a
