@@ -63,7 +63,9 @@ if group --long "the full check resumes after --quick"; then
                grep -q '^PASS memory.llama-plan-run' '$T/check/check.txt' && grep -q '^PASS memory.llama-plan-8b' '$T/check/check.txt'"
     check "every stage has a passing STAGE line" \
         sh -c "[ \$(grep -c '^STAGE [a-z]* all pass' '$T/check/check.txt') -ge 13 ]"
-    check "the throughput table has its header and a shardrun row" grep -q '^| shardrun bf16 |' "$T/check/throughput.md"
+    check "the throughput table has its header and a shardrun row for each family (tiny, llama-tiny)" \
+        sh -c "grep -q '^| model | config | tok/s |' '$T/check/throughput.md' && grep -q '^| tiny | shardrun bf16 |' '$T/check/throughput.md' &&
+               grep -q '^| llama-tiny | shardrun bf16 |' '$T/check/throughput.md'"
     calls
     check "the summary counts the lines of both runs, no FAIL" \
         sh -c "tail -1 '$T/check/check.txt' | grep -Eq '^[0-9]+ passed, 0 failed, [0-9]+ skipped$'"
