@@ -15,7 +15,9 @@
 # (median, min..max); whether the ids agree (count and sum).  Then the
 # peak resident memory of `shardrun data prepare` (2 threads) on the text
 # and on four copies of it: bounded, the same for both (prepare.h states
-# the bound).
+# the bound); and the figure shardrun(1) states per thread: a single piece
+# of 16 MiB with no space or tab (cut at SR_PREPARE_MAX_PIECE), at 1 and 2
+# threads, the difference being one thread's share.
 #
 # usage: bench/run_tokenizer.sh [BYTES [ROUNDS]]
 #   env: SR_BUILDDIR (.), SHARDRUN_HF_PYTHON (the test virtual environment's
@@ -117,4 +119,16 @@ if [ -x /usr/bin/time ] && [ -x "$S" ]; then
     done
     echo "data prepare, peak RSS (2 threads): $((mb)) MB of text $(($(cat "$d/text.rss") / 1024)) MiB," \
         "$((4 * mb)) MB $(($(cat "$d/text4.rss") / 1024)) MiB (ratio $(awk -v a="$(cat "$d/text.rss")" -v b="$(cat "$d/text4.rss")" 'BEGIN { printf "%.2f", b / a }'))"
+fi
+
+# data prepare's memory per thread: one 16 MiB piece without a space or tab
+if [ -x /usr/bin/time ] && [ -x "$S" ]; then
+    head -c 16777216 /dev/zero | tr '\0' 'a' >"$d/piece"
+    for t in 1 2; do
+        /usr/bin/time -f %M -o "$d/piece.$t" "$S" data prepare --threads $t --tokenizer "gpt2:$d/ranks.tiktoken" \
+            -o "$d/out.piece$t/" "$d/piece" >/dev/null 2>&1 || { echo "data prepare failed on the piece"; exit 1; }
+    done
+    p1=$(($(cat "$d/piece.1") / 1024)) p2=$(($(cat "$d/piece.2") / 1024))
+    echo "data prepare, peak RSS on one 16 MiB piece without a space: 1 thread $p1 MiB, 2 threads $p2 MiB" \
+        "(per thread: $((p2 - p1)) MiB; shardrun(1) FILES states the figure)"
 fi

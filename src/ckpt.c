@@ -474,8 +474,8 @@ int sr_ckpt_scan(int dirfd, int64_t *steps, int max, char *odd, size_t odd_len) 
 static void log_config_changes(const sr_ckpt *c, const sr_manifest *mf, const char *path) {
     for (int i = 0; i < c->o->nkeys; i++) {
         const char *k = c->o->keys[i];
-        if (strcmp(k, "checkpoint.resume") == 0)
-            continue;
+        if (strcmp(k, "checkpoint.resume") == 0 || strcmp(k, "model.init") == 0)
+            continue; /* (a resume ignores model.init: the run says so in one line) */
         for (int j = 0; j < mf->nconfig; j++)
             if (strcmp(mf->ckeys[j], k) == 0 && strcmp(mf->cvals[j], c->o->values[i]) != 0)
                 sr_log_warn("resume: %s changed since %s: %s -> %s (the new value takes effect)", k, path, mf->cvals[j],

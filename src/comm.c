@@ -23,6 +23,7 @@
 #include "comm_tcp.h"
 #include "flight.h"
 #include "mem.h"
+#include "signals.h"
 #include "testhook.h"
 #include "vec.h"
 
@@ -543,6 +544,7 @@ static void *watchdog_main(void *arg) {
         if (!__atomic_load_n(&tp->stopping, __ATOMIC_RELAXED)) {
             sr_flight_dump("watchdog", tp->stall_msg);
             sr_log_error("%s (the run did not end within 5 s: exiting)", tp->stall_msg);
+            sr_signals_remove_temporaries(); /* what a signal would remove */
             _exit(sr_status_exit_code(SR_ERR_PEER));
         }
         pthread_mutex_lock(&tp->lock);

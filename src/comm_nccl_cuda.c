@@ -41,6 +41,7 @@
 
 #include "../kernels/sr_cuda.h"
 #include "cuda_backend.h"
+#include "signals.h"
 #include "testhook.h"
 
 _Static_assert(SR_NCCL_ID_BYTES == NCCL_UNIQUE_ID_BYTES, "the id size");
@@ -152,6 +153,7 @@ static ncclResult_t settle(sr_nccl *n, ncclComm_t comm, ncclResult_t r, double d
         if (mono_s() > deadline)
             return ncclInProgress;
         pthread_mutex_unlock(&n->nccl_mu);
+        sr_cuda_beat(n->ctx, NULL); /* polling with its own deadline: not stuck in the driver */
         usleep(sleep_us);
         sleep_us = sleep_us < 20000 ? sleep_us * 2 : 20000;
         pthread_mutex_lock(&n->nccl_mu);
@@ -258,6 +260,7 @@ static void fail_plane(sr_nccl *n, const char *what, bool remote) {
         sr_flight_dump("nccl watchdog", what);
         sr_log_error("%s; ncclCommAbort did not return within 5 s: exiting", what);
         fflush(NULL);
+        sr_signals_remove_temporaries(); /* what a signal would remove */
         _exit(sr_status_exit_code(SR_ERR_PEER));
     }
     int gone =
@@ -271,6 +274,7 @@ static void fail_plane(sr_nccl *n, const char *what, bool remote) {
                      "on this rank or in NCCL, not at a lost peer (hint: NCCL_DEBUG=WARN)",
                      what);
     fflush(NULL);
+    sr_signals_remove_temporaries(); /* what a signal would remove */
     _exit(sr_status_exit_code(SR_ERR_PEER));
 }
 
@@ -500,8 +504,9 @@ static void nccl_close(sr_nccl *n) {
         pthread_mutex_unlock(&n->ring_mu);
         pthread_join(n->watchdog, NULL);
     }
-    sr_log_info_all("NCCL ran %ld all-gathers, %ld reduce-scatters, %ld all-reduces over %ld split communicators",
-                    n->counts.allgather, n->counts.reduce_scatter, n->counts.allreduce, n->counts.split);
+    if (n->healthy) /* (a plane that never opened ran nothing: the run's error stays its last line) */
+        sr_log_info_all("NCCL ran %ld all-gathers, %ld reduce-scatters, %ld all-reduces over %ld split communicators",
+                        n->counts.allgather, n->counts.reduce_scatter, n->counts.allreduce, n->counts.split);
     if (n->d && n->d->on_deadline_arg == n) {
         n->d->on_deadline = NULL;
         n->d->on_deadline_arg = NULL;
@@ -578,6 +583,7 @@ static sr_status nccl_collective(sr_nccl *n, sr_nccl_kind kind, sr_group *g, voi
         pthread_mutex_unlock(&n->ring_mu);
         if (ce != cudaSuccess)
             return n->broken = sr_cuda_fail(ce, n->ctx->bus, "an NCCL collective");
+        sr_cuda_beat(n->ctx, NULL);
         usleep(100);
         pthread_mutex_lock(&n->ring_mu);
     }

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -27,7 +28,17 @@ typedef struct {
     size_t sort_bytes; /* the encoder sort's share of ws (CUB's answer) */
     bool sync_each;    /* SHARDRUN_CUDA_SYNC=1: synchronise after every op */
     const char *bus;   /* PCI bus id, for hardware-class errors */
+    /* The host's heartbeat (sr_cuda_beat): when the thread last returned
+     * to shardrun from the driver, and from what. */
+    uint64_t beat_ns;
+    const char *beat_op;
 } sr_cuda_ctx;
+
+/* The host's heartbeat for the table's watchdog (device.h, watch): the
+ * calling thread is in shardrun's code, not inside the driver, after `op`
+ * (NULL: keeps the last name).  Every op and primitive beats at its start
+ * and end. */
+void sr_cuda_beat(sr_cuda_ctx *c, const char *op);
 
 /* Binds ctx to the calling thread: cudaSetDevice(ctx->ordinal) and the ops
  * use it from now on.  Every thread that calls CUDA binds first. */

@@ -1,6 +1,7 @@
 /* deadline.c — the run's view of its Slurm job: the save before the time
- * limit without a signal (preemption.before_end) and the progress comment
- * (slurm.comment_every_minutes).  See train_impl.h.
+ * limit without a signal (preemption.before_end), the progress comment
+ * (slurm.comment_every_minutes), and the stop of a run signalled before
+ * its first step.  See train_impl.h.
  *
  * Only rank 0 talks to Slurm (slurmjob.h: the controller is shared); it
  * puts the end time and its verdict "less than the lead is left" into the
@@ -56,12 +57,17 @@ void sr_run_slurm_open(sr_run *r) {
                     why[0] ? why : "the job's end time cannot be read");
         return;
     }
-    char at[32];
+    char at[32], in[48];
     iso(end, at, sizeof at);
-    sr_log_info("preemption.before_end: job %s ends at %s (in %.0f s); the ranks save and exit with status %lld when "
+    double left = end - wall();
+    if (left < 0.5) /* "0:00": the end is now; the first step's agreement stops the run */
+        snprintf(in, sizeof in, "now");
+    else
+        snprintf(in, sizeof in, "in %.0f s", left);
+    sr_log_info("preemption.before_end: job %s ends at %s (%s); the ranks save and exit with status %lld when "
                 "less than the lead is left: 2 x (step + save) + %.3g s (preemption.end_margin_s), measured as it "
                 "trains",
-                job, at, end - wall(), (long long)cfg->preempt_exit_status, cfg->preempt_end_margin_s);
+                job, at, in, (long long)cfg->preempt_exit_status, cfg->preempt_end_margin_s);
 }
 
 /* ETA as H:MM:SS (or D-HH:MM:SS), "?" before a step was timed. */
@@ -104,6 +110,10 @@ void sr_run_slurm_step(sr_run *r, int64_t s, double red[SR_RUN_AGREE_N]) {
             red[3] = 1.0;
             r->end_left_s = end - now;
         }
+    } else if (end > 0 && end - now <= 0) { /* the end is now (squeue's 0:00): stop after this step */
+        red[3] = 1.0;
+        red[4] = end;
+        r->end_left_s = 0;
     }
     if (cfg->slurm_comment_every_minutes > 0 && now >= r->comment_next && s > r->start.step) {
         r->comment_next = now + cfg->slurm_comment_every_minutes * 60.0;
@@ -129,4 +139,19 @@ void sr_run_slurm_close(sr_run *r) {
     if (warn[0])
         sr_log_warn("%s", warn);
     r->slurm = NULL;
+}
+
+sr_status sr_run_signalled_in_setup(sr_run *r, int *exit_code) {
+    sr_preempt_test_hook(0, r->w->rank); /* SHARDRUN_TEST_PREEMPT_AT=0: a signal during set-up */
+    double signalled = sr_preempt_pending() ? 1.0 : 0.0;
+    sr_status st = sr_ctl_sum(r->ctl, &signalled, 1);
+    if (st != SR_OK || signalled == 0)
+        return st;
+    /* nothing trained, nothing to save: the checkpoint this start resumed
+     * from, if any, is the newest */
+    const char *sig = sr_preempt_signal_name();
+    sr_log_info("preemption: %s before step %lld: nothing to save", sig ? sig : "a signal on another rank",
+                (long long)(r->start.step + 1));
+    *exit_code = sr_preempt_exit_status(r->cfg, r->w);
+    return SR_PREEMPTED;
 }

@@ -151,6 +151,13 @@ sr_status sr_dev_download(sr_dev *d, void *host_dst, const void *src, size_t byt
     return st;
 }
 
+void sr_dev_watch(sr_dev *d, long long step) {
+    if (d && step > 0)
+        d->step = step; /* for a GPU deadline's message */
+    if (d && d->watch)
+        d->watch(d, step);
+}
+
 sr_status sr_dev_download_step(sr_dev *d, void *host_dst, const void *src, size_t bytes, const char *site) {
     bool skip_bounce = strcmp(sr_testhook()->mutate, "pageable_step") == 0; /* (the mutation suite's planted bug) */
     if (!d->bounce || bytes > d->bounce_bytes || skip_bounce) {

@@ -178,6 +178,16 @@ struct sr_dev {
      * and returns otherwise. */
     void (*on_deadline)(void *arg);
     void *on_deadline_arg;
+    /* The cuda table's watchdog of the host thread (NULL on the cpu
+     * tables): a host wait polls with a deadline, but a launch or library
+     * call can block inside the driver, where no deadline runs (CUDA's lazy
+     * module loading waits for the device: behind a hung kernel the next
+     * first launch never returns).  watch(d, step) arms it while the engine
+     * enqueues device work of `step` (0 disarms: waits on peers have the
+     * transport's own deadlines); a thread of the table then ends the
+     * process (70, the message first) when the host has not come back from
+     * the driver for timeout_s.  Use sr_dev_watch. */
+    void (*watch)(sr_dev *d, long long step);
     /* log.trace_steps' spans in device time (trace.h), the cuda table's
      * (NULL on the cpu tables, whose spans are the host's time): begin
      * records a timing event on stream s and returns a handle (0: none
@@ -261,6 +271,11 @@ sr_dev *sr_dev_fake_open(void);
  * upload is ordered after all work issued before it on every stream (set-up
  * and resume only); a download only after its own stream's past. */
 sr_status sr_dev_download(sr_dev *d, void *host_dst, const void *src, size_t bytes, const char *site);
+/* Arms (step > 0: also the step the engine is in, d->step) or disarms (0)
+ * the table's watchdog of the host thread (the watch member; nothing on
+ * the tables without one). */
+void sr_dev_watch(sr_dev *d, long long step);
+
 /* A download on the step path (the once-per-step scalars, the eval loss):
  * through the table's pinned bounce buffer when it fits, so the host's
  * wait polls up to its deadline (an async copy into pageable memory

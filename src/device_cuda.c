@@ -35,6 +35,7 @@
 
 #include "cuda_backend.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@
 
 #include "../kernels/sr_cuda.h"
 #include "flight.h"
+#include "signals.h"
 #include "testhook.h"
 #include "trace.h"
 
@@ -92,6 +94,14 @@ typedef struct {
     uint64_t ts_head, ts_tail;
     cudaEvent_t anchor;
     int64_t anchor_ns;
+    /* the watchdog of the host thread (device.h, watch): the step armed
+     * (0: disarmed), its thread */
+    long long watch_step;
+    pthread_t watch_th;
+    bool watching;
+    pthread_mutex_t watch_mu;
+    pthread_cond_t watch_cv;
+    bool watch_stop;
 } cuda_dev;
 
 static cuda_dev *cd(sr_dev *d) { return (cuda_dev *)d; }
@@ -157,6 +167,7 @@ static _Noreturn void fatal(sr_status st) {
     sr_flight_dump(st == SR_ERR_PEER ? "exit 69" : "exit 70", msg);
     sr_log_error("%s (the GPU may be unusable: exiting without freeing its memory)", msg[0] ? msg : sr_status_str(st));
     fflush(NULL);
+    sr_signals_remove_temporaries(); /* what a signal would remove */
     _exit(sr_status_exit_code(st));
 }
 
@@ -197,8 +208,21 @@ cudaError_t sr_cuda_query(cudaEvent_t e) {
 
 cudaError_t sr_cuda_sync_stream(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
 
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void sr_cuda_beat(sr_cuda_ctx *x, const char *op) {
+    if (op)
+        __atomic_store_n(&x->beat_op, op, __ATOMIC_RELAXED);
+    __atomic_store_n(&x->beat_ns, mono_ns(), __ATOMIC_RELEASE);
+}
+
 /* The first error of a primitive, kept for the next wait. */
 static void keep(cuda_dev *c, int e, const char *what) {
+    sr_cuda_beat(&c->ctx, NULL); /* back from the driver */
     if (e == cudaSuccess || c->first_error != cudaSuccess)
         return;
     c->first_error = (cudaError_t)e;
@@ -215,6 +239,7 @@ static sr_status kept(cuda_dev *c) {
  * kernel) and the name of the last op for a deadline's message. */
 static void begin(cuda_dev *c, sr_stream s, const char *what) {
     c->last_op = what;
+    sr_cuda_beat(&c->ctx, what);
     if (c->base.delay_us[s] > 0)
         keep(c, sr_k_spin(c->st[s], c->base.delay_us[s] * 1000), "the delay kernel");
     if (s == SR_STREAM_COMPUTE && c->hang_step > 0 && c->base.step == c->hang_step) {
@@ -396,6 +421,7 @@ static sr_status poll_event(cuda_dev *c, cudaEvent_t e) {
             keep(c, q, c->last_op ? c->last_op : "a kernel");
             return kept(c);
         }
+        sr_cuda_beat(&c->ctx, NULL); /* polling: the host is not stuck (the deadline below is the device's) */
         uint64_t waited = now_ns() - t0;
         if (timeout > 0 && (double)waited / 1e9 > timeout) {
             if (c->base.on_deadline)
@@ -566,6 +592,74 @@ static void cuda_adamw(sr_dev *d, sr_stream s, const sr_adamw_launch *l) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* the watchdog of the host thread */
+
+/* Every 250 ms: armed, and the host not back from the driver for
+ * timeout_s?  Then the run ends as a passed deadline does (70, the message
+ * first, no teardown that could wait for the device).  The thread calls
+ * nothing of CUDA: the driver may hold its locks for the stuck thread. */
+static void *watch_main(void *arg) {
+    cuda_dev *c = arg;
+    pthread_mutex_lock(&c->watch_mu);
+    while (!c->watch_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 250000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&c->watch_cv, &c->watch_mu, &ts);
+        long long step = __atomic_load_n(&c->watch_step, __ATOMIC_ACQUIRE);
+        double timeout = c->base.timeout_s;
+        uint64_t beat = __atomic_load_n(&c->ctx.beat_ns, __ATOMIC_ACQUIRE);
+        double quiet = beat ? (double)(mono_ns() - beat) / 1e9 : 0.0;
+        if (c->watch_stop || step <= 0 || timeout <= 0 || quiet <= timeout)
+            continue;
+        pthread_mutex_unlock(&c->watch_mu);
+        if (c->base.on_deadline) /* the NCCL plane: its own verdict when a collective is what hangs */
+            c->base.on_deadline(c->base.on_deadline_arg);
+        const char *op = __atomic_load_n(&c->ctx.beat_op, __ATOMIC_RELAXED);
+        fatal(sr_error(SR_ERR_INTERNAL,
+                       "the GPU (bus %s) did not finish step %lld within comm.timeout_s = %g s: the host thread has "
+                       "been inside the CUDA driver for %.0f s, after %s (a launch waits for the device when CUDA "
+                       "loads a kernel lazily, so a kernel hung earlier blocks it) (hint: CUDA_MODULE_LOADING=EAGER "
+                       "loads every kernel at start; SHARDRUN_CUDA_SYNC=1 names the op that hangs; a GPU fault shows "
+                       "in nvidia-smi -q and the kernel log (Xid))",
+                       c->bus, step, timeout, quiet, op ? op : "the step's start"));
+    }
+    pthread_mutex_unlock(&c->watch_mu);
+    return NULL;
+}
+
+static void cuda_watch(sr_dev *d, long long step) {
+    cuda_dev *c = cd(d);
+    if (step > 0)
+        sr_cuda_beat(&c->ctx, NULL); /* armed from now */
+    __atomic_store_n(&c->watch_step, step, __ATOMIC_RELEASE);
+}
+
+static void watch_start(cuda_dev *c) {
+    pthread_mutex_init(&c->watch_mu, NULL);
+    pthread_cond_init(&c->watch_cv, NULL);
+    c->watching = pthread_create(&c->watch_th, NULL, watch_main, c) == 0;
+    if (!c->watching)
+        sr_log_warn("cannot start the watchdog of the host thread (a launch that blocks inside the driver then ends "
+                    "the run only at Slurm's time limit)");
+}
+
+static void watch_stop(cuda_dev *c) {
+    if (!c->watching)
+        return;
+    pthread_mutex_lock(&c->watch_mu);
+    c->watch_stop = true;
+    pthread_cond_signal(&c->watch_cv);
+    pthread_mutex_unlock(&c->watch_mu);
+    pthread_join(c->watch_th, NULL);
+    c->watching = false;
+}
+
+/* ------------------------------------------------------------------------ */
 /* identity and opening */
 
 /* "580.65.06" from the kernel module, or the CUDA driver API version: the
@@ -654,6 +748,7 @@ sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical) {
                     .pageable_check = cuda_pageable_check,
                     .trace_begin = cuda_trace_begin,
                     .trace_end = cuda_trace_end,
+                    .watch = cuda_watch,
                     .state_space = SR_SPACE_DEVICE,
                     .poison = h->poison,
                     .device_free_bytes = -1,
@@ -711,6 +806,7 @@ sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical) {
     c->base.device_free_bytes = (long long)free_b > margin ? (long long)free_b - margin : 0;
     c->base.used_at_open = total_b - free_b;
     c->base.used_bytes = cuda_used_bytes;
+    watch_start(c);
     char drv[80];
     driver_version(drv, sizeof drv);
     int rt = 0;
@@ -728,6 +824,7 @@ void sr_dev_cuda_close(sr_dev *d) {
     if (!d)
         return;
     cuda_dev *c = cd(d);
+    watch_stop(c);
     sr_gemm_cache_free(c->ctx.gemm);
     while (c->nallocs)
         cuda_free(d, c->allocs[c->nallocs - 1].p);

@@ -220,7 +220,8 @@ static sr_status copy_file(const char *src, const char *dir, const char *name) {
     char dst[PATH_MAX];
     sr_fmt(dst, sizeof dst, "%s/%s", dir, name);
     bytes_ctx x = {buf, n};
-    st = bad ? sr_error(SR_ERR_IO, "ckpt export: reading %s failed", src) : sr_fsio_atomic_write(dst, write_bytes, &x);
+    st = bad ? sr_error(SR_ERR_IO, "ckpt export: reading %s failed", src)
+             : sr_fsio_atomic_write_own(dst, write_bytes, &x);
     free(buf);
     return st;
 }
@@ -299,10 +300,11 @@ static sr_status export_hf(const char *path, const char *dest, sr_export_format 
         st = sr_fsio_create_error(dir, errno);
     st_ctx x = {&model, all};
     if (st == SR_OK)
-        st = sr_fsio_atomic_write(stpath, write_safetensors, &x);
+        st = cfg ? sr_fsio_atomic_write_own(stpath, write_safetensors, &x) /* DIR/model.safetensors */
+                 : sr_fsio_atomic_write(stpath, write_safetensors, &x);
     text_ctx tc = {cfg};
     if (st == SR_OK && cfg)
-        st = sr_fsio_atomic_write(cfgpath, write_text, &tc);
+        st = sr_fsio_atomic_write_own(cfgpath, write_text, &tc);
     int copied = 0;
     if (st == SR_OK && cfg)
         st = copy_tokenizer(&mf, dir, &copied);

@@ -10,6 +10,7 @@
 
 #include "flight.h"
 
+#include "signals.h"
 #include "trace.h"
 
 #include <errno.h>
@@ -52,6 +53,8 @@ static struct {
 } fr;
 
 static _Thread_local sr_flight_plane host_plane = SR_FLIGHT_HOST;
+
+static bool dump_async(const char *reason, const char *detail);
 
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -112,10 +115,12 @@ bool sr_flight_init(const sr_flight_opts *o) {
                       sizeof fr.job);
     snprintf(fr.path, sizeof fr.path, "%s/rank%d.json", fr.dir, fr.rank);
     snprintf(fr.tmp, sizeof fr.tmp, "%s/.rank%d.json.tmp", fr.dir, fr.rank);
+    sr_signals_set_dumper(dump_async); /* SIGINT, SIGTERM, SIGQUIT dump */
     return true;
 }
 
 void sr_flight_shutdown(void) {
+    sr_signals_set_dumper(NULL);
     entry *r = fr.ring;
     __atomic_store_n(&fr.cap, 0, __ATOMIC_SEQ_CST);
     fr.ring = NULL;
@@ -380,7 +385,12 @@ static bool dump(const char *reason, const char *detail, bool final, bool wait) 
     int saved_errno = errno;
     bool ok = make_dir();
     out *o = &dump_out;
-    *o = (out){.fd = ok ? open(fr.tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666) : -1, .ok = true};
+    /* a name the recorder chooses: a stale temporary (a kill -9) is removed
+     * by name, and the new one created, never opened through a link or
+     * another process's file (0664 before the umask: fsio.h's mode) */
+    if (ok)
+        unlink(fr.tmp);
+    *o = (out){.fd = ok ? open(fr.tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0664) : -1, .ok = true};
     ok = o->fd >= 0;
     if (ok) {
         uint64_t last = __atomic_load_n(&fr.next, __ATOMIC_ACQUIRE);
@@ -441,19 +451,5 @@ static bool dump(const char *reason, const char *detail, bool final, bool wait) 
 
 bool sr_flight_dump(const char *reason, const char *detail) { return dump(reason, detail, true, true); }
 
-static void on_sigquit(int sig) {
-    (void)sig;
-    /* never waits: the thread it interrupted may be the one dumping */
-    dump("sigquit", "SIGQUIT: a dump on request; the run goes on", false, false);
-}
-
-void sr_flight_install_sigquit(void) {
-    if (!fr.ring)
-        return;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigquit;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGQUIT, &sa, NULL);
-}
+/* signals.h's dump (registered at init): not final, never waits. */
+static bool dump_async(const char *reason, const char *detail) { return dump(reason, detail, false, false); }

@@ -118,10 +118,10 @@ sr_flight_plane sr_flight_host_plane(void);
  * no dump's line follows that message.  Returns whether this call wrote
  * the dump; says so on stderr either way (one line, also
  * async-signal-safe).  Nothing happens, false, when the recorder is off or
- * has recorded nothing yet.  SIGQUIT's dumps (any number) are not final. */
+ * has recorded nothing yet.  SIGQUIT's and a terminating signal's dumps
+ * (any number: signals.h calls the dump the recorder registers there at
+ * init) are not final: they never wait for a dump in progress, and a
+ * later dump replaces them. */
 bool sr_flight_dump(const char *reason, const char *detail);
-/* Installs the SIGQUIT handler: a dump, then training goes on (no core
- * dump).  Only when the recorder is on. */
-void sr_flight_install_sigquit(void);
 
 #endif

@@ -12,10 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "flight.h"
+#include "fsio.h"
 #include "mem.h"
 
 typedef struct {
@@ -55,11 +57,13 @@ static bool get_int(const json_t *o, const char *k, int64_t *v) {
     return true;
 }
 
+/* A string of the dump, escaped (sr_escape): it reaches the verdict on a
+ * terminal, and a dump is a file anyone may have written. */
 static bool get_str(const json_t *o, const char *k, char *buf, size_t n) {
     json_t *x = json_object_get(o, k);
     if (!json_is_string(x))
         return false;
-    snprintf(buf, n, "%s", json_string_value(x));
+    sr_escape(json_string_value(x), buf, n);
     return true;
 }
 
@@ -70,9 +74,9 @@ static int name_index(const char *s, const char *const *names, int n) {
     return -1;
 }
 
-static sr_status read_dump(const char *path, const char *file, int rank, fdump *d) {
+static sr_status read_dump(int fd, const char *path, const char *file, int rank, fdump *d) {
     json_error_t je;
-    json_t *o = json_load_file(path, 0, &je);
+    json_t *o = json_loadfd(fd, 0, &je);
     if (!o)
         return sr_error(SR_ERR_DATA,
                         "%s:%d:%d: not a flight-recorder dump: %s (a dump cut short? a rank killed while writing "
@@ -154,8 +158,8 @@ static long rank_file_index(const char *name) {
     return strcmp(end, ".json") == 0 && r >= 0 && r < (1L << 24) ? r : -1;
 }
 
-static sr_status read_one_dump(const char *path, const char *name, long rank, void *elem) {
-    return read_dump(path, name, (int)rank, elem);
+static sr_status read_one_dump(int fd, const char *path, const char *name, long rank, void *elem) {
+    return read_dump(fd, path, name, (int)rank, elem);
 }
 
 sr_status sr_rank_files_read(const char *dir, const char *hint, size_t elem_size, sr_rank_file_reader read,
@@ -188,7 +192,19 @@ sr_status sr_rank_files_read(const char *dir, const char *hint, size_t elem_size
         char *elem = (char *)*items + elem_size * (size_t)*n;
         memset(elem, 0, elem_size);
         (*n)++;
-        st = read(path, de->d_name, r, elem);
+        struct stat sb;
+        int fd = sr_fsio_open_own(path, &sb);
+        if (fd < 0 && errno == EINVAL)
+            st = sr_error(SR_ERR_DATA, "%s: %s, not a regular file: a rank's file is one (hint: %s)", path,
+                          sr_fsio_kind(sb.st_mode), hint);
+        else if (fd < 0)
+            st = sr_error(SR_ERR_NOINPUT, "%s: %s", path, strerror(errno));
+        if (st == SR_OK)
+            st = sr_fsio_guard_input(path);
+        if (st == SR_OK)
+            st = read(fd, path, de->d_name, r, elem);
+        if (fd >= 0)
+            close(fd);
     }
     closedir(dh);
     return st;

@@ -36,9 +36,13 @@ sr_status sr_flight_check(const char *dir, FILE *out, bool *culprit);
  * items (*items, *n; zeroed before read fills one, counted even when it
  * fails, so the caller frees what it filled), stopping at the first status
  * other than SR_OK; *others counts the other entries (not dot files).
+ * Each file is opened without following a link and without blocking, and
+ * must be a regular file (SR_ERR_DATA naming what it is); read gets its
+ * descriptor (and closes nothing); each is registered as an input
+ * (sr_fsio_guard_input), so no output may replace it.
  * SR_ERR_NOINPUT "DIR: <errno> (hint: HINT)" with *items NULL when dir
  * cannot be opened. */
-typedef sr_status (*sr_rank_file_reader)(const char *path, const char *name, long rank, void *elem);
+typedef sr_status (*sr_rank_file_reader)(int fd, const char *path, const char *name, long rank, void *elem);
 sr_status sr_rank_files_read(const char *dir, const char *hint, size_t elem_size, sr_rank_file_reader read,
                              void **items, int *n, int *others);
 

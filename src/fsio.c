@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "mem.h"
+#include "signals.h"
 
 int sr_fsio_write_all(int fd, const void *buf, size_t n) {
     const char *p = buf;
@@ -282,6 +283,73 @@ static sr_status output_target(const char *path, char *out, size_t n) {
     return SR_OK;
 }
 
+/* Where a file the program names itself is written: `path` itself, never
+ * through a link; only nothing or a regular file may be there. */
+static sr_status own_target(const char *path, char *out, size_t n) {
+    struct stat lsb;
+    if (snprintf(out, n, "%s", path) >= (int)n)
+        return sr_error(SR_ERR_CANTCREAT, "%s: cannot create: %s", path, strerror(ENAMETOOLONG));
+    if (lstat(path, &lsb) != 0 || S_ISREG(lsb.st_mode))
+        return SR_OK;
+    return sr_fsio_own_refused(path, lsb.st_mode);
+}
+
+sr_status sr_fsio_own_refused(const char *path, mode_t mode) {
+    return sr_error(SR_ERR_CANTCREAT,
+                    "%s: %s is there; shardrun reads and writes the files it names itself only as regular files, "
+                    "never through a link (hint: remove it)",
+                    path, sr_fsio_kind(mode));
+}
+
+int sr_fsio_open_own(const char *path, struct stat *sb) {
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        int err = errno;
+        /* O_NOFOLLOW on a link: ELOOP; say what is there */
+        if ((err == ELOOP || err == ENXIO || err == EMLINK) && lstat(path, sb) == 0 && !S_ISREG(sb->st_mode)) {
+            errno = EINVAL;
+            return -1;
+        }
+        errno = err;
+        return -1;
+    }
+    if (fstat(fd, sb) != 0 || !S_ISREG(sb->st_mode)) {
+        int err = S_ISREG(sb->st_mode) ? errno : EINVAL;
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0)
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    return fd;
+}
+
+sr_status sr_fsio_open_append_own(const char *path, const char *what, int *fd) {
+    *fd = -1;
+    struct stat sb;
+    int f = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, SR_FSIO_FILE_MODE);
+    if (f < 0) {
+        int err = errno;
+        if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+            return sr_fsio_own_refused(path, sb.st_mode);
+        return sr_error(err == EMFILE || err == ENFILE ? SR_ERR_IO : SR_ERR_CANTCREAT, "%s: cannot create %s: %s", path,
+                        what, strerror(err));
+    }
+    if (fstat(f, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        sr_status st = S_ISREG(sb.st_mode)
+                           ? sr_error(SR_ERR_CANTCREAT, "%s: cannot create %s: %s", path, what, strerror(errno))
+                           : sr_fsio_own_refused(path, sb.st_mode);
+        close(f);
+        return st;
+    }
+    int flags = fcntl(f, F_GETFL);
+    if (flags >= 0)
+        fcntl(f, F_SETFL, flags & ~O_NONBLOCK);
+    *fd = f;
+    return SR_OK;
+}
+
 /* the guards: inputs by device and inode, and one directory marker */
 static struct {
     dev_t dev;
@@ -359,11 +427,13 @@ static mode_t current_umask(void) {
     return (mode_t)m;
 }
 
-sr_status sr_fsio_stage(const char *path, sr_fsio_staged *s) {
+static sr_status stage(const char *path, sr_fsio_staged *s, bool own) {
     memset(s, 0, sizeof *s);
     s->fd = -1;
+    s->track = -1;
     s->path = path;
-    sr_status st = output_target(path, s->target, sizeof s->target);
+    sr_status st =
+        own ? own_target(path, s->target, sizeof s->target) : output_target(path, s->target, sizeof s->target);
     if (st != SR_OK)
         return st;
     sr_fsio_parent(s->target, s->dir, sizeof s->dir);
@@ -376,7 +446,12 @@ sr_status sr_fsio_stage(const char *path, sr_fsio_staged *s) {
     if (!s->tmp)
         return sr_error_oom("the name of a temporary file");
     snprintf(s->tmp, len, "%s/.%s.XXXXXX", s->dir, base);
+    sr_signals_hold(); /* no signal ends the process between the creation and the registration */
     s->fd = mkostemp(s->tmp, O_CLOEXEC);
+    if (s->fd >= 0)
+        s->track = sr_signals_track(s->tmp); /* removed if a signal ends the process */
+    else
+        sr_signals_release();
     if (s->fd < 0) {
         int err = errno;
         /* the directory is the problem: name it, and the output */
@@ -394,6 +469,9 @@ sr_status sr_fsio_stage(const char *path, sr_fsio_staged *s) {
     }
     return st;
 }
+
+sr_status sr_fsio_stage(const char *path, sr_fsio_staged *s) { return stage(path, s, false); }
+sr_status sr_fsio_stage_own(const char *path, sr_fsio_staged *s) { return stage(path, s, true); }
 
 sr_status sr_fsio_stage_finish(sr_fsio_staged *s) {
     sr_status st = SR_OK;
@@ -419,6 +497,8 @@ sr_status sr_fsio_stage_commit(sr_fsio_staged *s) {
         st = sr_fsio_write_error(s->dir, errno);
     if (st != SR_OK)
         unlink(s->tmp);
+    sr_signals_untrack(s->track);
+    s->track = -1;
     free(s->tmp);
     s->tmp = NULL;
     return st;
@@ -430,13 +510,15 @@ void sr_fsio_stage_abort(sr_fsio_staged *s) {
     s->fd = -1;
     if (s->tmp)
         unlink(s->tmp);
+    sr_signals_untrack(s->track);
+    s->track = -1;
     free(s->tmp);
     s->tmp = NULL;
 }
 
-sr_status sr_fsio_atomic_write(const char *path, sr_fsio_writer write_fn, void *ctx) {
+static sr_status atomic_write(const char *path, sr_fsio_writer write_fn, void *ctx, bool own) {
     sr_fsio_staged s;
-    sr_status st = sr_fsio_stage(path, &s);
+    sr_status st = stage(path, &s, own);
     if (st != SR_OK)
         return st;
     st = write_fn(s.fd, path, ctx);
@@ -445,6 +527,14 @@ sr_status sr_fsio_atomic_write(const char *path, sr_fsio_writer write_fn, void *
         return st;
     }
     return sr_fsio_stage_commit(&s);
+}
+
+sr_status sr_fsio_atomic_write(const char *path, sr_fsio_writer write_fn, void *ctx) {
+    return atomic_write(path, write_fn, ctx, false);
+}
+
+sr_status sr_fsio_atomic_write_own(const char *path, sr_fsio_writer write_fn, void *ctx) {
+    return atomic_write(path, write_fn, ctx, true);
 }
 
 sr_status sr_fsio_open_append(const char *path, const char *what, bool truncate, int *fd) {

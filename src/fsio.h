@@ -19,7 +19,11 @@
  *    tokenizer) also accept pipes and FIFOs, whose reads then wait for a
  *    writer as `cat` does;
  *  - files are created with the user's umask from mode 0664 (never
- *    world-writable).
+ *    world-writable);
+ *  - names the program chooses itself are never reached through a link,
+ *    never block, and must be regular files (sr_fsio_open_own below);
+ *  - a temporary is registered with signals.h while it exists, so SIGINT,
+ *    SIGTERM or SIGHUP remove it before the process ends.
  * `data prepare`, both model exports, `report` and the test suite's
  * parameter dump write through sr_fsio_atomic_write; checkpoints use the
  * same primitives on whole directories (ckpt.c). */
@@ -136,6 +140,29 @@ void sr_fsio_guard_marker(const char *name, const char *what);
  * renamed, SR_ERR_IO for a failed write or fsync, or what `write`
  * returned. */
 sr_status sr_fsio_atomic_write(const char *path, sr_fsio_writer write, void *ctx);
+/* Names the program chooses itself (the data's hash caches and index.json,
+ * checkpoint.dir/starts.jsonl, the flight recorder's and the trace's dumps,
+ * the files `data prepare` and the exporters name inside their output
+ * directory) are never reached through a symbolic link and never block,
+ * and must be regular files (names the user gives as outputs still write
+ * through a link to a regular file, above).
+ * sr_fsio_atomic_write_own: as sr_fsio_atomic_write, but the temporary is
+ * renamed onto `path` itself; anything but nothing or a regular file there
+ * (a link included) is refused: sr_fsio_own_refused.
+ * sr_fsio_open_own: read-only, O_NOFOLLOW | O_NONBLOCK, the descriptor
+ * (blocking again), or -1 with errno: ENOENT when nothing is there,
+ * EINVAL when it is not a regular file (*sb says what: a symbolic link, a
+ * FIFO, a directory), another errno otherwise.
+ * sr_fsio_open_append_own: appending (O_APPEND, created with
+ * SR_FSIO_FILE_MODE), under the same rules; SR_ERR_CANTCREAT naming what
+ * is there, SR_ERR_IO when out of descriptors.
+ * sr_fsio_own_refused: records SR_ERR_CANTCREAT "PATH: KIND is there; ..."
+ * and returns it. */
+sr_status sr_fsio_atomic_write_own(const char *path, sr_fsio_writer write, void *ctx);
+int sr_fsio_open_own(const char *path, struct stat *sb);
+sr_status sr_fsio_open_append_own(const char *path, const char *what, int *fd);
+sr_status sr_fsio_own_refused(const char *path, mode_t mode);
+
 /* For a writer that prints: a stdio stream on a duplicate of its fd (NULL
  * with errno when none), and its close, which flushes: SR_OK, or
  * sr_fsio_write_error(name, ...) for a failed write. */
@@ -155,9 +182,13 @@ typedef struct {
     int fd;
     const char *path; /* as the user gave it: messages */
     char *tmp;
+    int track; /* its handle in signals.h's registry of temporaries */
     char target[4096], dir[4096];
 } sr_fsio_staged;
 sr_status sr_fsio_stage(const char *path, sr_fsio_staged *s);
+/* The same for a name the program chose (below): the file written is
+ * `path` itself, never a link's target. */
+sr_status sr_fsio_stage_own(const char *path, sr_fsio_staged *s);
 sr_status sr_fsio_stage_finish(sr_fsio_staged *s);
 sr_status sr_fsio_stage_commit(sr_fsio_staged *s);
 void sr_fsio_stage_abort(sr_fsio_staged *s);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "mem.h"
+#include "signals.h"
 
 typedef struct {
     uintptr_t lo, hi;
@@ -56,6 +57,7 @@ static void *grow(void *p, size_t bytes) {
     if (!q) {
         sr_log_error("happens-before checker: out of memory");
         fflush(stderr);
+        sr_signals_remove_temporaries();             /* what a signal would remove */
         _exit(sr_status_exit_code(SR_ERR_INTERNAL)); /* mid-flight by design: no exit handlers, no leak report */
     }
     return q;
@@ -162,6 +164,7 @@ static sr_status report(sr_hb *s, int agent, bool write, const char *site, const
     if (s->fatal) {
         sr_log_error("%s", s->last);
         fflush(stderr);
+        sr_signals_remove_temporaries();             /* what a signal would remove */
         _exit(sr_status_exit_code(SR_ERR_INTERNAL)); /* mid-flight by design: no exit handlers, no leak report */
     }
     return SR_ERR_INTERNAL;

@@ -32,6 +32,7 @@
 #include "prepare.h"
 #include "report.h"
 #include "sample.h"
+#include "signals.h"
 #include "status.h"
 #include "suggest.h"
 #include "testhook.h"
@@ -1075,13 +1076,7 @@ static int check_skip_wait(void) {
 }
 
 int main(int argc, char **argv) {
-    /* A write to a closed pipe is an I/O error to report, not a silent death. */
-    signal(SIGPIPE, SIG_IGN);
-    /* A file-size limit (ulimit -f) makes a write fail with EFBIG, which
-     * every writer reports (74, naming its file) after removing its
-     * temporary file; the default action would kill the process and leave
-     * the temporary behind. */
-    signal(SIGXFSZ, SIG_IGN);
+    sr_signals_init(); /* SIGINT, SIGTERM, SIGHUP remove temporaries; SIGPIPE, SIGXFSZ ignored */
     sr_error_set_printer(print_error);
     sr_ckpt_guard_outputs();
     if (sr_testhook_init() != SR_OK)

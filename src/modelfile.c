@@ -336,16 +336,25 @@ static sr_status add_dir(sr_modelfile *mf, const char *dir, const char *key) {
         sr_fmt(fp, sizeof fp, "%s/model.safetensors", dir);
         return add_file(mf, fp, key);
     }
+    int fd;
+    sr_status st = sr_fsio_open_input(ip, "the sharded model's index", false, NULL, &fd, &sb);
+    if (st != SR_OK)
+        return sr_error_wrap(st, "%s", key);
     json_error_t jerr;
-    json_t *j = json_load_file(ip, JSON_REJECT_DUPLICATES, &jerr);
-    json_t *wm = j ? json_object_get(j, "weight_map") : NULL;
+    json_t *j = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+    close(fd);
+    if (!j)
+        return sr_error(SR_ERR_DATA, "%s: %s:%d:%d: not JSON: %s", key, ip, jerr.line, jerr.column, jerr.text);
+    json_t *wm = json_object_get(j, "weight_map");
     if (!wm || !json_is_object(wm)) {
+        const char *is = !json_is_object(j)  ? "the file is not a JSON object"
+                         : !wm               ? "it has no \"weight_map\""
+                         : json_is_array(wm) ? "its \"weight_map\" is a list"
+                                             : "its \"weight_map\" is not an object";
         json_decref(j);
-        return sr_error(SR_ERR_DATA,
-                        "%s: %s:%d:%d: expected an object with a \"weight_map\" of tensor names to files%s%s", key, ip,
-                        jerr.line, jerr.column, j ? "" : ": ", j ? "" : jerr.text);
+        return sr_error(SR_ERR_DATA, "%s: %s: expected an object with a \"weight_map\" of tensor names to files; %s",
+                        key, ip, is);
     }
-    sr_status st = SR_OK;
     const char *name;
     json_t *v;
     json_object_foreach(wm, name, v) {
@@ -604,8 +613,8 @@ bool sr_modelfile_is_hf_dir(const char *dir) {
     char p[PATH_MAX];
     struct stat sb;
     sr_fmt(p, sizeof p, "%s/config.json", dir);
-    if (stat(p, &sb) != 0 || !S_ISREG(sb.st_mode))
-        return false;
+    if (lstat(p, &sb) != 0)
+        return false; /* (anything of that name makes it one: reading it says what is wrong) */
     sr_fmt(p, sizeof p, "%s/manifest.yaml", dir);
     return stat(p, &sb) != 0;
 }
@@ -763,13 +772,14 @@ static sr_status hf_gpt2(json_t *c, const char *path, sr_model_dims *d) {
 sr_status sr_modelfile_hf_dir(const char *dir, sr_model_dims *d, char *weights, size_t weights_len) {
     char path[PATH_MAX];
     sr_fmt(path, sizeof path, "%s/config.json", dir);
-    FILE *f;
-    sr_status st = sr_fsio_open_input_file(path, "the model's config.json", NULL, &f);
+    int fd;
+    struct stat sb;
+    sr_status st = sr_fsio_open_input(path, "the model's config.json", false, NULL, &fd, &sb);
     if (st != SR_OK)
         return st;
     json_error_t jerr;
-    json_t *c = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
-    fclose(f);
+    json_t *c = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+    close(fd);
     if (!c || !json_is_object(c)) {
         json_decref(c);
         return sr_error(SR_ERR_DATA, "%s:%d:%d: not a JSON object (%s)", path, jerr.line, jerr.column,

@@ -158,7 +158,7 @@ static void pin_thread(sr_fsdp *f) {
     for (char *p = list; !why[0] && *p;) { /* "0-15,32-47" */
         char *end;
         long a = strtol(p, &end, 10), b = a;
-        if (end == p)
+        if (end == p || a < 0)
             break;
         if (*end == '-')
             b = strtol(end + 1, &end, 10);

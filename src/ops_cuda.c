@@ -37,6 +37,8 @@ static _Thread_local sr_status op_error;
  * never bound one: a bug in the caller). */
 static sr_cuda_ctx *ctx(void) {
     sr_cuda_ctx *c = sr_cuda_bound();
+    if (c)
+        sr_cuda_beat(c, NULL); /* the host is in shardrun's code (device.h, watch) */
     if (!c && op_error == SR_OK)
         op_error = sr_error(SR_ERR_INTERNAL, "a CUDA op ran on a thread with no CUDA context (sr_cuda_bind)");
     return c;
@@ -61,6 +63,7 @@ static sr_cuda_ctx *ctx_ws(const char *op) {
 /* Ends one op: its launch error (or, with SHARDRUN_CUDA_SYNC=1, the error
  * of the synchronised stream) is kept with "op (shapes)". */
 static void done(sr_cuda_ctx *c, int e, const char *op, const char *fmt, ...) {
+    sr_cuda_beat(c, op); /* back from the driver: this op is enqueued */
     if (e == 0 && c->sync_each)
         e = (int)sr_cuda_sync_stream(c->stream);
     if (e == 0 || op_error != SR_OK)

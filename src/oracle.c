@@ -97,7 +97,7 @@ sr_status sr_oracle_forward(sr_run *r, int a) {
     oracle_path(path, sizeof path, "logits.bin");
     blob b[] = {{f, (size_t)d->V * sizeof(float)}, {NULL, 0}};
     if (st == SR_OK)
-        st = sr_fsio_atomic_write(path, write_blobs, b);
+        st = sr_fsio_atomic_write_own(path, write_blobs, b);
     free(row);
     free(f);
     return st;
@@ -114,7 +114,7 @@ sr_status sr_oracle_step(sr_run *r, const sr_step_out *o) {
     blob b[] = {{r->oracle_in, n}, {r->oracle_tg, n}, {NULL, 0}};
     oracle_path(path, sizeof path, "batch.bin");
     if (st == SR_OK)
-        st = sr_fsio_atomic_write(path, write_blobs, b);
+        st = sr_fsio_atomic_write_own(path, write_blobs, b);
     json_t *decay = json_array();
     for (int i = 0; i < r->model.n_tensors; i++)
         if (r->model.tensors[i].decay)
@@ -128,7 +128,7 @@ sr_status sr_oracle_step(sr_run *r, const sr_step_out *o) {
     char *text = j ? json_dumps(j, JSON_INDENT(1)) : NULL;
     oracle_path(path, sizeof path, "step.json");
     if (st == SR_OK)
-        st = text ? sr_fsio_atomic_write(path, write_text, text) : sr_error_oom("the oracle's step.json");
+        st = text ? sr_fsio_atomic_write_own(path, write_text, text) : sr_error_oom("the oracle's step.json");
     free(text);
     json_decref(j);
     return st;

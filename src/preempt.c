@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "signals.h"
 #include "testhook.h"
 
 extern char **environ;
@@ -24,43 +25,33 @@ static int installed[16], ninstalled;
 static bool noticed;
 static _Thread_local sr_preempt_view *view; /* a virtual rank's own (tests) */
 
+/* preemption.signals' names (without SIG) */
 static const struct {
-    const char *name, *full;
+    const char *name;
     int sig;
-} sigs[] = {{"HUP", "SIGHUP", SIGHUP},    {"INT", "SIGINT", SIGINT},    {"QUIT", "SIGQUIT", SIGQUIT},
-            {"USR1", "SIGUSR1", SIGUSR1}, {"USR2", "SIGUSR2", SIGUSR2}, {"TERM", "SIGTERM", SIGTERM},
-            {"ALRM", "SIGALRM", SIGALRM}, {"XCPU", "SIGXCPU", SIGXCPU}};
+} sigs[] = {{"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"USR1", SIGUSR1},
+            {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"ALRM", SIGALRM}, {"XCPU", SIGXCPU}};
 
+/* signals.h calls it from its handler: only async-signal-safe work */
 static void on_signal(int sig) {
-    /* only async-signal-safe work: record and return */
     if (!got_signal) {
         clock_gettime(CLOCK_REALTIME, &got_time);
         got_signal = sig;
     }
 }
 
-/* "SIGUSR1" etc. */
-static const char *signame(int sig) {
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
-        if (sigs[i].sig == sig)
-            return sigs[i].full;
-    return "signal";
-}
+static const char *signame(int sig) { return sr_signals_name(sig); }
 
 sr_status sr_preempt_install(char *const *names, int n) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
     for (int i = 0; i < n; i++) {
         if (strcmp(names[i], "CONT") == 0)
             sr_log_warn("preemption.signals: SIGCONT is ignored (Slurm sends it along with every SIGTERM; it never "
                         "means stop)");
         for (size_t j = 0; j < sizeof sigs / sizeof sigs[0]; j++)
             if (strcmp(names[i], sigs[j].name) == 0 && ninstalled < 16) {
-                if (sigaction(sigs[j].sig, &sa, NULL) != 0)
-                    return sr_error(SR_ERR_INTERNAL, "cannot install the handler for SIG%s", sigs[j].name);
+                sr_status st = sr_signals_catch(sigs[j].sig, on_signal);
+                if (st != SR_OK)
+                    return st;
                 installed[ninstalled++] = sigs[j].sig;
             }
     }
@@ -98,10 +89,16 @@ const char *sr_preempt_signal_name(void) {
     return sig ? signame(sig) : NULL;
 }
 
-double sr_preempt_time(void) {
+static double preempt_time(void) {
     struct timespec t;
     seen(&t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+double sr_preempt_since(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec - preempt_time();
 }
 
 void sr_preempt_notice(int rank, const char *context) {

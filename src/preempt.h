@@ -1,11 +1,10 @@
 /* preempt.h — preemption signals.
  *
- * preempt owns the signal handlers for preemption.signals: the handler only
- * records which signal came first and when (async-signal-safe); the
- * training loop asks sr_preempt_pending() at every micro-batch and during
- * evaluation and makes the ranks agree on a stop step.  (SIGXFSZ is
- * ignored by main() for every command, so a file-size limit fails a write
- * with EFBIG instead of killing the process mid-checkpoint.) */
+ * preempt owns what a preemption signal means: its handler (installed
+ * through signals.h, which owns every handler) only records which signal
+ * came first and when (async-signal-safe); the training loop asks
+ * sr_preempt_pending() at every micro-batch and during evaluation and
+ * makes the ranks agree on a stop step. */
 #ifndef SR_PREEMPT_H
 #define SR_PREEMPT_H
 
@@ -25,8 +24,8 @@ sr_status sr_preempt_install(char *const *names, int n);
 bool sr_preempt_pending(void);
 /* The first signal this rank received ("SIGUSR1"), or NULL. */
 const char *sr_preempt_signal_name(void);
-/* The wall-clock time of the first signal received. */
-double sr_preempt_time(void);
+/* The seconds since the first signal received (wall clock). */
+double sr_preempt_since(void);
 
 /* Logs once per process, on every rank, which signal arrived and when:
  * "preemption: rank R received SIGUSR1 at 12:00:00.000Z <context>".

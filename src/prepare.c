@@ -142,12 +142,34 @@ static size_t safe_cut(const unsigned char *p, size_t n) {
     return 0;
 }
 
-/* The last UTF-8 character boundary at or before n (a forced cut). */
+/* The last UTF-8 character boundary at or before n (a forced cut; p[n]
+ * must be readable). */
 static size_t char_boundary(const unsigned char *p, size_t n) {
     size_t c = n;
     while (c > 0 && n - c < 4 && (p[c] & 0xC0) == 0x80)
         c--;
     return c > 0 ? c : n;
+}
+
+/* The length of the next item of a document's text p[0 .. n) (`end`: the
+ * document ends at n; else more may follow): at most SR_PREPARE_MAX_PIECE
+ * bytes, ended where pre-tokenization splits anyway, so no pre-token (and
+ * no BPE working set) outgrows the cap; 0 when more text is needed first.
+ * *forced when the first SR_PREPARE_MAX_PIECE + 1 bytes hold no such place:
+ * then the cut is at a character boundary, and the tokens around it may
+ * differ from a tokenizer's given the whole document (within one
+ * pre-token BPE depends on position, so no window can be exact). */
+static size_t next_cut(const unsigned char *p, size_t n, bool end, bool *forced) {
+    *forced = false;
+    if (end && n <= SR_PREPARE_MAX_PIECE)
+        return n;
+    size_t c = safe_cut(p, n <= SR_PREPARE_MAX_PIECE ? n : SR_PREPARE_MAX_PIECE + 1);
+    if (c > 0)
+        return c;
+    if (n <= SR_PREPARE_MAX_PIECE)
+        return 0; /* (not the end: read more) */
+    *forced = true;
+    return char_boundary(p, SR_PREPARE_MAX_PIECE);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -208,6 +230,11 @@ typedef struct {
     input in;
     bool in_doc; /* a text file's document started (its first item written) */
     bool warned_cut;
+    /* JSON Lines: the document being cut into items (its string inside
+     * doc_obj), and how much of it is handed out */
+    json_t *doc_obj;
+    const unsigned char *doc;
+    size_t doc_n, doc_off;
     uint64_t total_in, done_in; /* compressed bytes: progress */
     /* the shards */
     sr_fsio_staged *staged;
@@ -308,7 +335,9 @@ static sr_status shard_open(run *x) {
     x->quota = !x->dir ? (uint64_t)INT32_MAX
                : val   ? x->o->val_tokens
                        : (x->o->shard_tokens ? x->o->shard_tokens : SR_PREPARE_DEFAULT_SHARD_TOKENS);
-    sr_status st = sr_fsio_stage(x->names[i], &x->staged[i]);
+    /* in a directory the names are the program's (never through a link);
+     * a single -o FILE is the user's */
+    sr_status st = x->dir ? sr_fsio_stage_own(x->names[i], &x->staged[i]) : sr_fsio_stage(x->names[i], &x->staged[i]);
     if (st != SR_OK)
         return st;
     x->counts[i] = 0;
@@ -389,7 +418,9 @@ static void consume(input *in, size_t n) {
     in->pn -= n;
 }
 
-static sr_status jsonl_document(run *x, batch *b, size_t len) {
+/* A JSON Lines line in->pend[0 .. len): its document becomes x->doc (cut
+ * into items by drain_doc, as a text file's is). */
+static sr_status jsonl_document(run *x, size_t len) {
     input *in = &x->in;
     size_t lead = 0;
     while (lead < len && (in->pend[lead] == ' ' || in->pend[lead] == '\t' || in->pend[lead] == '\r'))
@@ -417,12 +448,46 @@ static sr_status jsonl_document(run *x, batch *b, size_t len) {
                       : json_is_object(f) ? "an object"
                                           : "a boolean");
     else if (json_string_length(f) > 0) {
-        st = batch_add(b, (const unsigned char *)json_string_value(f), json_string_length(f), true);
+        x->doc_obj = o; /* kept until drained */
+        x->doc = (const unsigned char *)json_string_value(f);
+        x->doc_n = json_string_length(f);
+        x->doc_off = 0;
         x->r->documents++;
-        x->r->bytes += json_string_length(f);
+        x->r->bytes += x->doc_n;
+        return SR_OK;
     }
     json_decref(o);
     return st;
+}
+
+/* One forced cut's warning, once per run. */
+static void warn_cut(run *x, const char *path) {
+    if (x->warned_cut)
+        return;
+    sr_log_warn("%s: no space or tab in %u MiB of text: cut there, so the tokens around the cut may differ from what "
+                "a tokenizer given the whole document makes",
+                path, SR_PREPARE_MAX_PIECE >> 20);
+    x->warned_cut = true;
+}
+
+/* Items of the JSON Lines document in x->doc into b, up to `budget` bytes
+ * of the batch; the document is released when all of it is handed out. */
+static sr_status drain_doc(run *x, batch *b, size_t budget) {
+    while (x->doc_obj && b->n < budget) {
+        bool forced;
+        size_t cut = next_cut(x->doc + x->doc_off, x->doc_n - x->doc_off, true, &forced);
+        if (forced)
+            warn_cut(x, x->in.path);
+        sr_status st = batch_add(b, x->doc + x->doc_off, cut, x->doc_off == 0);
+        if (st != SR_OK)
+            return st;
+        x->doc_off += cut;
+        if (x->doc_off == x->doc_n) {
+            json_decref(x->doc_obj);
+            x->doc_obj = NULL;
+        }
+    }
+    return SR_OK;
 }
 
 /* Fills batch b with up to `budget` bytes of documents.  *more false when
@@ -433,6 +498,11 @@ static sr_status fill_batch(run *x, batch *b, size_t budget, bool *more) {
     *more = true;
     sr_status st = SR_OK;
     while (b->n < budget) {
+        if (x->doc_obj) {
+            if ((st = drain_doc(x, b, budget)) != SR_OK)
+                return st;
+            continue;
+        }
         if (!x->in.gz) {
             if (x->file == x->nfiles) {
                 *more = false;
@@ -449,30 +519,21 @@ static sr_status fill_batch(run *x, batch *b, size_t budget, bool *more) {
             if ((st = read_line(in, &len, &got)) != SR_OK)
                 return st;
             if (got) {
-                if ((st = jsonl_document(x, b, len)) != SR_OK)
+                if ((st = jsonl_document(x, len)) != SR_OK)
                     return st;
                 consume(in, len);
                 continue;
             }
         } else {
-            if (in->pn < (1u << 20) && !in->eof && (st = input_read(in, 1 << 20)) != SR_OK)
+            if (in->pn <= SR_PREPARE_MAX_PIECE && !in->eof && (st = input_read(in, 1 << 20)) != SR_OK)
                 return st;
             if (in->pn > 0) {
-                size_t cut = in->eof ? in->pn : safe_cut(in->pend, in->pn);
-                if (cut == 0 && in->pn < SR_PREPARE_MAX_PIECE && !in->eof) {
-                    if ((st = input_read(in, 1 << 20)) != SR_OK)
-                        return st;
-                    continue;
-                }
-                if (cut == 0) {
-                    cut = char_boundary(in->pend, in->pn);
-                    if (!x->warned_cut) {
-                        sr_log_warn("%s: no space or tab in %u MiB of text: cut there, so the tokens around the "
-                                    "cut may differ from what a tokenizer given the whole document makes",
-                                    in->path, SR_PREPARE_MAX_PIECE >> 20);
-                        x->warned_cut = true;
-                    }
-                }
+                bool forced;
+                size_t cut = next_cut(in->pend, in->pn, in->eof, &forced);
+                if (cut == 0)
+                    continue; /* more text first */
+                if (forced)
+                    warn_cut(x, in->path);
                 if ((st = batch_add(b, in->pend, cut, !x->in_doc)) != SR_OK)
                     return st;
                 if (!x->in_doc)
@@ -674,8 +735,11 @@ sr_status sr_prepare(const sr_prepare_opts *o, char *const *files, int nfiles, s
         return sr_error(SR_ERR_USAGE, "data prepare: expected at least one input FILE");
     run x = {.o = o, .files = files, .nfiles = nfiles, .r = r, .doc_id = -1, .tok_bytes = 2, .vocab = 256};
     x.prefix = o->prefix ? o->prefix : "data";
-    if (!*x.prefix || strchr(x.prefix, '/'))
-        return sr_error(SR_ERR_USAGE, "--prefix %s: expected a file-name prefix without '/'", x.prefix);
+    if (!*x.prefix || strchr(x.prefix, '/') || x.prefix[0] == '.')
+        return sr_error(SR_ERR_USAGE,
+                        "--prefix %s: expected a file-name prefix without '/' that does not start with '.' (a dot "
+                        "file looks like a temporary and is hidden)",
+                        x.prefix);
     const char *out = o->out;
     size_t ol = out ? strlen(out) : 0;
     x.dir = o->tokenizer || o->shard_tokens || o->val_tokens || (ol && out[ol - 1] == '/');
@@ -779,7 +843,7 @@ sr_status sr_prepare(const sr_prepare_opts *o, char *const *files, int nfiles, s
     if (st == SR_OK && x.dir) {
         char index[4200];
         sr_fmt(index, sizeof index, "%s/index.json", x.outdir);
-        st = sr_fsio_atomic_write(index, write_index, &x);
+        st = sr_fsio_atomic_write_own(index, write_index, &x);
     }
     if (st == SR_OK)
         progress(&x, true);
@@ -789,6 +853,7 @@ sr_status sr_prepare(const sr_prepare_opts *o, char *const *files, int nfiles, s
     r->shards = st == SR_OK ? x.nshards : 0;
     sr_fmt(r->out, sizeof r->out, "%s", x.outdir);
     input_close(&x.in);
+    json_decref(x.doc_obj);
     for (size_t i = 0; i < b.icap; i++)
         sr_tok_ids_free(&b.items[i].ids);
     free(b.items);

@@ -21,12 +21,19 @@
  * place only when every input has been read: a failure leaves nothing
  * that looks complete.
  *
- * Memory is bounded independently of the corpus: per thread one batch of
- * SR_PREPARE_BATCH_BYTES of text and its ids, plus the longest document
- * piece held whole (a text file is cut only where pre-tokenization is known
- * to split: after a non-space character and before a space or tab; at most
- * SR_PREPARE_MAX_PIECE bytes are held before a cut is forced), a JSON
- * Lines line (at most SR_PREPARE_MAX_LINE bytes), and the tokenizer. */
+ * Memory is bounded independently of the corpus and of its documents: per
+ * thread one batch of SR_PREPARE_BATCH_BYTES of text and its ids, cut into
+ * items of at most SR_PREPARE_MAX_PIECE bytes (a text file's document, or
+ * a JSON Lines document, is cut only where pre-tokenization is known to
+ * split: after a non-space character and before a space or tab; a run of
+ * more than SR_PREPARE_MAX_PIECE bytes without one is cut there, with one
+ * warning, and the tokens around that cut may then differ from a
+ * reference tokenizer's: within one pre-token BPE depends on position, so
+ * no window can be exact), and the BPE working set of one item (about 52
+ * bytes per byte of its longest pre-token); the reading thread also holds
+ * one JSON Lines line (at most SR_PREPARE_MAX_LINE bytes) and its decoded
+ * document, and every thread the tokenizer.  shardrun(1) states the
+ * measured figure (make bench: bench/run_tokenizer.sh). */
 #ifndef SR_PREPARE_H
 #define SR_PREPARE_H
 
@@ -36,7 +43,7 @@
 #include "status.h"
 
 #define SR_PREPARE_BATCH_BYTES (4u << 20)
-#define SR_PREPARE_MAX_PIECE (16u << 20)
+#define SR_PREPARE_MAX_PIECE (1u << 20)
 #define SR_PREPARE_MAX_LINE (64u << 20)
 #define SR_PREPARE_DEFAULT_SHARD_TOKENS 100000000ull
 

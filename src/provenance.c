@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fsio.h"
@@ -26,11 +27,44 @@ static const char *base_of(const char *path) {
     return slash ? slash + 1 : path;
 }
 
-/* A JSON file read whole, or NULL (missing, unreadable, malformed: a cache
- * is only a hint). */
-static json_t *load_json(const char *path) {
+/* The hint files a warning was given for (each path once). */
+static char **warned;
+static size_t nwarned;
+
+/* One warning per path: a hint that is not a regular file is skipped. */
+static void skip_hint(const char *path, mode_t mode, const char *what) {
+    for (size_t i = 0; i < nwarned; i++)
+        if (strcmp(warned[i], path) == 0)
+            return;
+    char **more = sr_realloc(warned, (nwarned + 1) * sizeof *more);
+    char *copy = sr_strdup(path);
+    if (more)
+        warned = more;
+    if (more && copy)
+        warned[nwarned++] = copy;
+    else
+        free(copy);
+    char e[600];
+    sr_log_warn("%s: %s is there, not a regular file: %s skipped (shardrun never reads or writes the files it names "
+                "itself through a link)",
+                sr_escape(path, e, sizeof e), sr_fsio_kind(mode), what);
+}
+
+/* A hint file (a hash cache, index.json) read whole, or NULL: missing,
+ * unreadable or malformed (a hint only); anything but a regular file is
+ * skipped with one warning (never followed, never a blocking open). */
+static json_t *load_json(const char *path, const char *what) {
+    struct stat sb;
+    int fd = sr_fsio_open_own(path, &sb);
+    if (fd < 0) {
+        if (errno == EINVAL)
+            skip_hint(path, sb.st_mode, what);
+        return NULL;
+    }
     json_error_t je;
-    return json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    json_t *j = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+    close(fd);
+    return j;
 }
 
 /* An entry {bytes, mtime_ns, sha256} that matches. */
@@ -53,12 +87,12 @@ static bool cached(const char *path, uint64_t bytes, int64_t mtime_ns, const cha
     const char *base = base_of(path);
     bool found = false;
     sr_fmt(f, sizeof f, "%s/" CACHE_NAME, dir);
-    json_t *c = load_json(f);
+    json_t *c = load_json(f, "the hash cache");
     found = c && entry_matches(json_object_get(json_object_get(c, "shards"), base), bytes, mtime_ns, sha);
     json_decref(c);
     if (!found) {
         sr_fmt(f, sizeof f, "%s/index.json", dir);
-        json_t *ix = load_json(f);
+        json_t *ix = load_json(f, "the data index");
         size_t i;
         json_t *e;
         json_array_foreach(json_object_get(ix, "shards"), i, e) {
@@ -71,7 +105,7 @@ static bool cached(const char *path, uint64_t bytes, int64_t mtime_ns, const cha
     if (!found && ckpt_dir && *ckpt_dir) {
         char real[PATH_MAX];
         sr_fmt(f, sizeof f, "%s/" CKPT_CACHE_NAME, ckpt_dir);
-        json_t *k = realpath(path, real) ? load_json(f) : NULL;
+        json_t *k = realpath(path, real) ? load_json(f, "the hash cache") : NULL;
         found = k && entry_matches(json_object_get(json_object_get(k, "shards"), real), bytes, mtime_ns, sha);
         json_decref(k);
     }
@@ -96,8 +130,17 @@ static sr_status write_cache(int fd, const char *name, void *arg) {
     return rc == 0 ? SR_OK : sr_fsio_write_error(name, errno);
 }
 
+/* Merges one entry into the cache at `cache`, written through a temporary
+ * renamed onto that name itself (never through a link).  false when it
+ * cannot be written there (a read-only directory, a link or FIFO of that
+ * name). */
 static bool save_entry(const char *cache, const char *key, uint64_t bytes, int64_t mtime_ns, const char *sha) {
-    json_t *root = load_json(cache);
+    struct stat sb;
+    if (lstat(cache, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        skip_hint(cache, sb.st_mode, "the hash cache");
+        return false;
+    }
+    json_t *root = load_json(cache, "the hash cache");
     if (!json_is_object(root)) {
         json_decref(root);
         root = json_pack("{s:s, s:{}}", "format", "shardrun sha256 cache 1", "shards");
@@ -111,7 +154,7 @@ static bool save_entry(const char *cache, const char *key, uint64_t bytes, int64
         shards, key,
         json_pack("{s:I, s:I, s:s}", "bytes", (json_int_t)bytes, "mtime_ns", (json_int_t)mtime_ns, "sha256", sha));
     cache_write cw = {cache, root};
-    bool ok = sr_fsio_atomic_write(cache, write_cache, &cw) == SR_OK;
+    bool ok = sr_fsio_atomic_write_own(cache, write_cache, &cw) == SR_OK;
     json_decref(root);
     return ok;
 }

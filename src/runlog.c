@@ -18,9 +18,11 @@
 
 #include "counts.h"
 #include "flight.h"
+#include "fsio.h"
 #include "isa.h"
 #include "mem.h"
 #include "promfile.h"
+#include "signals.h"
 #include "testhook.h"
 #include "trace.h"
 
@@ -414,7 +416,16 @@ sr_status sr_run_start_observers(sr_run *r) {
     if (!sr_flight_init(&fo))
         sr_log_warn("flight recorder: no memory for %lld entries: it is off", (long long)cfg->log_flight_recorder);
     else
-        sr_flight_install_sigquit();
+        sr_signals_quit_dumps();
+    if (sr_flight_on()) {
+        /* the dump is state, replaced by name (never through a link): what
+         * is there must be a regular file or nothing */
+        char path[4200];
+        struct stat sb;
+        sr_fmt(path, sizeof path, "%s/rank%d.json", sr_flight_dir(), r->w->rank);
+        if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+            return sr_error_wrap(sr_fsio_own_refused(path, sb.st_mode), "log.flight_dir");
+    }
     char dir[4096], job[300];
     sr_flight_run_dir(dir, sizeof dir, "trace", cfg->log_trace_dir, cfg->ckpt_dir, r->w->job_id, r->w->restart, job,
                       sizeof job); /* beside the flight recorder's */

@@ -44,24 +44,34 @@ static double wall(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* A field of 1 to 9 decimal digits at *s (no sign, no overflow: another
+ * program's output is bounded before it is used); -1 otherwise. */
+static long field(const char **s) {
+    long v = 0;
+    int k = 0;
+    for (; **s >= '0' && **s <= '9'; (*s)++, k++) {
+        if (k == 9)
+            return -1;
+        v = v * 10 + (**s - '0');
+    }
+    return k ? v : -1;
+}
+
 double sr_slurmjob_parse_left(const char *s) {
     while (*s == ' ')
         s++;
     long days = 0, f[3];
     int nf = 0;
-    const char *dash = strchr(s, '-');
-    char *end;
+    bool dash = strchr(s, '-') != NULL;
     if (dash) {
-        days = strtol(s, &end, 10);
-        if (end != dash || days < 0)
+        days = field(&s);
+        if (days < 0 || *s != '-')
             return -1;
-        s = dash + 1;
+        s++;
     }
     while (nf < 3) {
-        if (*s < '0' || *s > '9')
+        if ((f[nf++] = field(&s)) < 0)
             return -1;
-        f[nf++] = strtol(s, &end, 10);
-        s = end;
         if (*s != ':')
             break;
         s++;
@@ -79,7 +89,10 @@ double sr_slurmjob_parse_left(const char *s) {
         m = f[0], sec = f[1];
     else /* H:M:S */
         h = f[0], m = f[1], sec = f[2];
-    return (double)days * 86400.0 + (double)h * 3600.0 + (double)m * 60.0 + (double)sec;
+    if (days > 365 || (dash && h >= 24) || m >= 60 || sec >= 60)
+        return -1;
+    double total = (double)days * 86400.0 + (double)h * 3600.0 + (double)m * 60.0 + (double)sec;
+    return total <= 366.0 * 86400.0 ? total : -1;
 }
 
 /* Starts argv with stdout and stderr into a pipe; false with errno. */
@@ -165,12 +178,17 @@ static void take_answer(sr_slurmjob *j, int rc, double began, char *why, size_t 
     } else if (rc == 0 && strstr(j->query.out, "UNLIMITED")) {
         j->end = 0;
         snprintf(why, why_size, "job %s has no time limit (squeue %%L: UNLIMITED)", j->job);
-    } else
-        snprintf(why, why_size, "squeue -h -j %s -o %%L %s: %s", j->job,
+    } else {
+        char shown[160];
+        snprintf(why, why_size, "squeue -h -j %s -o %%L %s: %s%s", j->job,
                  rc == 0     ? "answered"
                  : rc == 127 ? "could not run"
                              : "failed",
-                 j->query.out[0] ? j->query.out : "(no output)");
+                 j->query.out[0] ? sr_escape(j->query.out, shown, sizeof shown) : "(no output)",
+                 rc == 0 ? " (expected a time left of at most 366 days: [D-]H:MM:SS with D <= 365, H < 24 after a "
+                           "day, minutes and seconds < 60)"
+                         : "");
+    }
 }
 
 sr_slurmjob *sr_slurmjob_open(const char *job_id, bool want_end, char *why, size_t why_size) {

@@ -48,7 +48,11 @@ void sr_slurmjob_close(sr_slurmjob *j, char *warn, size_t warn_size);
 
 /* Slurm's time format of squeue %L ("M:SS", "H:MM:SS", "D-HH:MM:SS",
  * also "MM", "D-HH", "D-HH:MM"), in seconds; -1 for an unlimited or
- * unset limit or a string that does not parse (exposed for tests). */
+ * unset limit or a string that does not parse, and for a value out of
+ * bounds (each field at most 9 digits, days <= 365, hours < 24 after a
+ * day field, minutes and seconds < 60, the total <= 366 days): another
+ * program's answer is bounded before the run trusts it (exposed for
+ * tests). */
 double sr_slurmjob_parse_left(const char *s);
 
 #endif

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,11 +29,18 @@ sr_status sr_starts_read(const char *dir, sr_start_rec **recs, size_t *n) {
     *n = 0;
     char path[4096 + 32];
     path_of(dir, path, sizeof path);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return errno == ENOENT
-                   ? SR_OK
-                   : sr_error(SR_ERR_NOINPUT, "%s: cannot read the start history: %s", path, strerror(errno));
+    struct stat sb;
+    int fd = sr_fsio_open_own(path, &sb);
+    if (fd < 0 && errno == EINVAL)
+        return sr_fsio_own_refused(path, sb.st_mode);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        int err = errno;
+        if (fd >= 0)
+            close(fd);
+        return err == ENOENT ? SR_OK
+                             : sr_error(SR_ERR_NOINPUT, "%s: cannot read the start history: %s", path, strerror(err));
+    }
     if (fseek(f, 0, SEEK_END) == 0) {
         long size = ftell(f);
         if (size > (long)MAX_FILE_BYTES) {
@@ -108,7 +116,7 @@ static void append_line(const char *dir, json_t *o) {
     char *text = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     int fd = -1;
-    sr_status st = text ? sr_fsio_open_append(path, "the start history", false, &fd) : SR_ERR_INTERNAL;
+    sr_status st = text ? sr_fsio_open_append_own(path, "the start history", &fd) : SR_ERR_INTERNAL;
     if (st == SR_OK) {
         size_t len = strlen(text);
         text[len] = '\n'; /* json_dumps' NUL becomes the newline: one write */
@@ -117,7 +125,7 @@ static void append_line(const char *dir, json_t *o) {
                         path, strerror(errno));
         close(fd);
     } else
-        sr_log_warn("cannot record this start in %s (the crash-loop guard does not see it)", path);
+        sr_log_warn("%s; this start is not recorded (the crash-loop guard does not see it)", sr_error_message());
     free(text);
 }
 
@@ -134,15 +142,21 @@ static long long start_id;
 sr_status sr_starts_begin(const char *dir, int64_t resume_step, int64_t max_stalled, const sr_world *w, sr_ctl *ctl) {
     if (!dir || !dir[0])
         return SR_OK;
-    int64_t verdict[2] = {0, 0}; /* stalled starts, 0 when it may start */
+    /* stalled starts (0 when it may start); the status of a history that
+     * cannot be read (it is not a regular file: 73) */
+    int64_t verdict[2] = {0, 0};
     char msg[2048] = "";
     if (w->rank == 0) {
         sr_start_rec *recs = NULL;
         size_t n = 0;
-        if (sr_starts_read(dir, &recs, &n) != SR_OK)
+        sr_status rst = sr_starts_read(dir, &recs, &n);
+        if (rst == SR_ERR_CANTCREAT) {
+            verdict[1] = rst; /* state, not a hint: the guard cannot be off unnoticed */
+            sr_fmt(msg, sizeof msg, "%s", sr_error_message());
+        } else if (rst != SR_OK)
             sr_log_warn("%s: the crash-loop guard is off for this start", sr_error_message());
         int stalled = sr_starts_stalled(recs, n, resume_step);
-        if (max_stalled > 0 && stalled >= max_stalled) {
+        if (!verdict[1] && max_stalled > 0 && stalled >= max_stalled) {
             verdict[0] = stalled;
             size_t len = 0;
             int shown = 0;
@@ -152,7 +166,7 @@ sr_status sr_starts_begin(const char *dir, int64_t resume_step, int64_t max_stal
                                             shown ? ", " : "", recs[i].job_id, recs[i].restart, recs[i].time);
                     shown++;
                 }
-        } else {
+        } else if (!verdict[1]) {
             now_iso(msg, sizeof msg);
             start_id = (long long)n + 1;
             append_line(dir, json_pack("{sI ss ss sI si sI}", "start", (json_int_t)start_id, "time", msg, "job_id",
@@ -164,6 +178,10 @@ sr_status sr_starts_begin(const char *dir, int64_t resume_step, int64_t max_stal
     sr_status st = ctl ? sr_ctl_broadcast(ctl, verdict, 2, 0) : SR_OK;
     if (st != SR_OK)
         return st;
+    if (verdict[1])
+        return w->rank == 0 ? sr_error((sr_status)verdict[1], "%s", msg)
+                            : sr_error((sr_status)verdict[1],
+                                       "%s/" SR_STARTS_FILE " is not a regular file (rank 0 says what is there)", dir);
     if (verdict[0] == 0)
         return SR_OK;
     char step[64];

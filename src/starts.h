@@ -10,8 +10,10 @@
  * job crashes at the same point every time, and Slurm would requeue it
  * forever): the start refuses with SR_ERR_STALLED (76).  Only rank 0,
  * which holds the directory's lock, reads and writes the file; the verdict
- * reaches the others through the control plane.  The file is advisory: a
- * line that does not parse is skipped (with one warning), never an error. */
+ * reaches the others through the control plane.  The file is state: a
+ * line that does not parse is skipped (with one warning), but a link,
+ * FIFO or directory of its name refuses the start (73; `ckpt list` warns
+ * and lists the checkpoints). */
 #ifndef SR_STARTS_H
 #define SR_STARTS_H
 
@@ -36,16 +38,21 @@ typedef struct {
 } sr_start_rec;
 
 /* Reads the history of `dir` (oldest first) into a malloc'd array (*n
- * records; NULL and 0 when there is none).  SR_ERR_NOINPUT only when the
- * file exists and cannot be read. */
+ * records; NULL and 0 when there is none).  The file is opened without
+ * following a link or blocking (fsio.h's rule for names the program
+ * chooses): SR_ERR_CANTCREAT when something other than a regular file is
+ * there (a link, a FIFO, a directory), SR_ERR_NOINPUT when it exists and
+ * cannot be read. */
 sr_status sr_starts_read(const char *dir, sr_start_rec **recs, size_t *n);
 
 /* The guard and the record, collective over ctl: rank 0 reads the
  * history, refuses when the last max_stalled (> 0) starts stall at
  * resume_step, else appends this start; every rank returns the verdict:
- * SR_OK, or SR_ERR_STALLED with the message naming the step and the
- * starts (and the hint to fix the cause, then run once with
- * preemption.max_stalled_restarts: 0).  A failure to append warns. */
+ * SR_OK, SR_ERR_STALLED with the message naming the step and the starts
+ * (and the hint to fix the cause, then run once with
+ * preemption.max_stalled_restarts: 0), or SR_ERR_CANTCREAT when the
+ * history is not a regular file (the guard is never off unnoticed).  A
+ * failure to append warns. */
 sr_status sr_starts_begin(const char *dir, int64_t resume_step, int64_t max_stalled, const sr_world *w, sr_ctl *ctl);
 
 /* Rank 0 records how this start ended: `how` "done" or "preempted" at

@@ -177,8 +177,16 @@ static void event_head(buf *ev, int64_t step) {
 
 sr_status sr_tb_prepare(sr_tb **out, const char *dir) {
     *out = NULL;
-    if (sr_fsio_mkdir_p(dir) != 0)
-        return sr_fsio_create_error(dir, errno);
+    if (sr_fsio_mkdir_p(dir) != 0) {
+        int err = errno;
+        struct stat sb;
+        if (err == ENOTDIR && stat(dir, &sb) == 0)
+            return sr_error(SR_ERR_CANTCREAT,
+                            "log.tensorboard: %s is %s; expected a directory for the event files (hint: name a "
+                            "directory, or leave log.tensorboard empty)",
+                            dir, sr_fsio_kind(sb.st_mode));
+        return sr_error_wrap(sr_fsio_create_error(dir, err), "log.tensorboard");
+    }
     if (access(dir, W_OK | X_OK) != 0)
         return sr_error(SR_ERR_CANTCREAT, "%s: cannot write TensorBoard event files there (log.tensorboard): %s", dir,
                         strerror(errno));

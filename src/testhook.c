@@ -136,8 +136,8 @@ sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
         bad(&ps, "SHARDRUN_TEST_PAUSE_AT", v, expected);
     if ((v = getenv("SHARDRUN_TEST_PREEMPT_AT")) && *v) {
         long n = split_rank(v, &h->preempt_rank);
-        if (n < 0 || !parse_i64(v, (size_t)n, 1, &h->preempt_step))
-            bad(&ps, "SHARDRUN_TEST_PREEMPT_AT", v, "STEP[@RANK]");
+        if (n < 0 || !parse_i64(v, (size_t)n, 0, &h->preempt_step))
+            bad(&ps, "SHARDRUN_TEST_PREEMPT_AT", v, "STEP[@RANK] (STEP 0: during set-up)");
     }
     if ((v = getenv("SHARDRUN_TEST_GPU_HANG_AT")) && *v && !parse_i64(v, strlen(v), 1, &h->gpu_hang_step))
         bad(&ps, "SHARDRUN_TEST_GPU_HANG_AT", v, "a step number >= 1");

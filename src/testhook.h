@@ -11,7 +11,8 @@
  *
  *   SHARDRUN_TEST_CRASH_AT=SITE[:STEP][@RANK]  SIGKILL at a checkpoint crash site
  *   SHARDRUN_TEST_PAUSE_AT=SITE[:STEP][@RANK]  SIGSTOP itself at a crash site or before_connect
- *   SHARDRUN_TEST_PREEMPT_AT=STEP[@RANK]       raise the first preemption signal at STEP
+ *   SHARDRUN_TEST_PREEMPT_AT=STEP[@RANK]       raise the first preemption signal at STEP (0: at the
+ *                                              end of set-up, before the first step)
  *   SHARDRUN_TEST_NAN_AT_STEP=N                make the loss of step N non-finite
  *   SHARDRUN_TEST_DUMP_PARAMS=PATH             write the final full model to PATH
  *   SHARDRUN_TEST_ORACLE=DIR                   the first step's batch, a logits row, the

@@ -487,6 +487,11 @@ static sr_status load_vocab(sr_tokenizer *t, const int unmap[324], json_t *vocab
                           where, key);
             break;
         }
+        if (n > SR_TOK_MAX_TOKEN_BYTES) {
+            st = sr_error(SR_ERR_DATA, "%s: token \"%.40s...\": a token of %zu bytes (at most %d)", where, key, n,
+                          SR_TOK_MAX_TOKEN_BYTES);
+            break;
+        }
         uint32_t id = (uint32_t)json_integer_value(v);
         if ((st = set_token(t, id, buf, n)) == SR_ERR_DATA) {
             st = sr_error(SR_ERR_DATA, "%s: token \"%.80s\" has id %u, as another token has (duplicate id)", where, key,
@@ -707,6 +712,9 @@ static sr_status load_hf_json(sr_tokenizer *t, json_t *root, const int unmap[324
         return st;
     /* added tokens: their text is their bytes (not byte-level mapped) */
     json_t *added = json_object_get(root, "added_tokens");
+    if (added && !json_is_array(added) && !json_is_null(added))
+        return sr_error(SR_ERR_DATA, "%s: added_tokens: expected a list of {\"id\", \"content\"} objects, not %s",
+                        t->path, json_is_object(added) ? "an object" : "a scalar");
     size_t i;
     json_t *a;
     *is_special = sr_calloc(SR_TOK_MAX_ID + 1u, sizeof **is_special);
@@ -718,6 +726,9 @@ static sr_status load_hf_json(sr_tokenizer *t, json_t *root, const int unmap[324
         if (!content || !json_is_integer(idj) || json_integer_value(idj) < 0 || json_integer_value(idj) > SR_TOK_MAX_ID)
             return sr_error(SR_ERR_DATA, "%s: added_tokens[%zu]: expected {\"id\": 0..%d, \"content\": \"...\"}",
                             t->path, i, SR_TOK_MAX_ID);
+        if (strlen(content) > SR_TOK_MAX_TOKEN_BYTES)
+            return sr_error(SR_ERR_DATA, "%s: added_tokens[%zu]: a token of %zu bytes (at most %d)", t->path, i,
+                            strlen(content), SR_TOK_MAX_TOKEN_BYTES);
         uint32_t id = (uint32_t)json_integer_value(idj);
         size_t n;
         const unsigned char *have = sr_tokenizer_bytes(t, id, &n);
@@ -803,6 +814,11 @@ static sr_status load_tiktoken(sr_tokenizer *t, char *text) {
             st = sr_error(SR_ERR_DATA, "%s:%zu: an empty token", t->path, lineno);
             break;
         }
+        if (got > SR_TOK_MAX_TOKEN_BYTES) {
+            st = sr_error(SR_ERR_DATA, "%s:%zu: a token of %d bytes (at most %d)", t->path, lineno, got,
+                          SR_TOK_MAX_TOKEN_BYTES);
+            break;
+        }
         st = set_token(t, (uint32_t)rank, buf, (size_t)got);
         if (st == SR_ERR_DATA)
             st = sr_error(SR_ERR_DATA, "%s:%zu: rank %ld is given twice (duplicate id)", t->path, lineno, rank);
@@ -819,25 +835,146 @@ static sr_status load_tiktoken(sr_tokenizer *t, char *text) {
 
 /* A rank file's pairs: every split of every token into two tokens, at the
  * rank of the whole (tiktoken merges the adjacent pair whose concatenation
- * has the lowest rank). */
+ * has the lowest rank).
+ *
+ * Linear in each token's length: hashing each split's halves anew would
+ * cost O(L^2) per token of L bytes (a hostile 100 KB token took 16 s).
+ * Instead every token gets two polynomial hashes modulo 2^61 - 1 with
+ * bases drawn at random for this load; a token's prefix hashes are
+ * computed once, and any split's halves then hash in O(1).  Two different
+ * strings of equal length <= SR_TOK_MAX_TOKEN_BYTES collide under both
+ * with probability below (65536 / 2^61)^2 ~ 1e-27 per comparison, so no
+ * byte comparison is needed (and none could be linear). */
+#define M61 ((1ull << 61) - 1)
+
+static uint64_t mul61(uint64_t a, uint64_t b) {
+    unsigned __int128 p = (unsigned __int128)a * b;
+    uint64_t r = (uint64_t)(p & M61) + (uint64_t)(p >> 61);
+    return r >= M61 ? r - M61 : r;
+}
+
+static uint64_t sub61(uint64_t a, uint64_t b) { return a >= b ? a - b : a + M61 - b; }
+
+/* A random base in [2^40, 2^61 - 2^40): urandom, else the clock. */
+static uint64_t random_base(unsigned salt) {
+    uint64_t r = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&r, sizeof r, 1, f) != 1) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        r = hash_u64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ salt);
+    }
+    if (f)
+        fclose(f);
+    return (1ull << 40) + r % (M61 - (2ull << 40));
+}
+
+typedef struct {
+    uint64_t b[2];          /* the bases */
+    uint64_t *pw[2], *h[2]; /* powers, and one token's prefix hashes */
+    uint64_t *th[2];        /* each token's full hashes */
+    uint32_t *slot;         /* open addressing over ids */
+    size_t cap;
+} poly_index;
+
+static void poly_hash(const poly_index *x, const unsigned char *p, size_t n, uint64_t out[2]) {
+    for (int k = 0; k < 2; k++) {
+        uint64_t h = 0;
+        for (size_t i = 0; i < n; i++)
+            h = mul61(h, x->b[k]) + p[i] + 1u, h = h >= M61 ? h - M61 : h;
+        out[k] = h;
+    }
+}
+
+static size_t poly_slot(const poly_index *x, uint64_t h0, size_t len) {
+    return hash_u64(h0 ^ (uint64_t)len * 0x9e3779b97f4a7c15ull) & (x->cap - 1);
+}
+
+/* The ordinary token of `len` bytes with hashes h, or NONE. */
+static uint32_t poly_find(const sr_tokenizer *t, const poly_index *x, size_t len, uint64_t h0, uint64_t h1) {
+    for (size_t i = poly_slot(x, h0, len);; i = (i + 1) & (x->cap - 1)) {
+        uint32_t id = x->slot[i];
+        if (id == NONE)
+            return NONE;
+        if (t->len[id] == len && x->th[0][id] == h0 && x->th[1][id] == h1)
+            return id;
+    }
+}
+
+static void poly_free(poly_index *x) {
+    for (int k = 0; k < 2; k++) {
+        free(x->pw[k]);
+        free(x->h[k]);
+        free(x->th[k]);
+    }
+    free(x->slot);
+}
+
 static sr_status tiktoken_pairs(sr_tokenizer *t) {
-    size_t n = 0;
+    size_t n = 0, ntok = 0, maxlen = 1;
     for (uint32_t id = 0; id < t->vocab; id++)
-        if (t->has[id] && t->len[id] > 1)
-            n += t->len[id] - 1;
+        if (t->has[id]) {
+            ntok++;
+            maxlen = t->len[id] > maxlen ? t->len[id] : maxlen;
+            if (t->len[id] > 1)
+                n += t->len[id] - 1;
+        }
     sr_status st = pairs_reserve(t, n + 1);
     if (st != SR_OK)
         return st;
+    poly_index x = {.b = {random_base(1), random_base(2)}, .cap = pow2_at_least(2 * ntok + 1)};
+    x.slot = sr_malloc(x.cap * sizeof *x.slot);
+    for (int k = 0; k < 2; k++) {
+        x.pw[k] = sr_malloc((maxlen + 1) * sizeof *x.pw[k]);
+        x.h[k] = sr_malloc((maxlen + 1) * sizeof *x.h[k]);
+        x.th[k] = sr_calloc(t->vocab, sizeof *x.th[k]);
+    }
+    if (!x.slot || !x.pw[0] || !x.pw[1] || !x.h[0] || !x.h[1] || !x.th[0] || !x.th[1]) {
+        poly_free(&x);
+        return sr_error_oom("the tokenizer's merges");
+    }
+    memset(x.slot, 0xff, x.cap * sizeof *x.slot);
+    for (int k = 0; k < 2; k++) {
+        x.pw[k][0] = 1;
+        for (size_t i = 1; i <= maxlen; i++)
+            x.pw[k][i] = mul61(x.pw[k][i - 1], x.b[k]);
+    }
+    for (uint32_t id = 0; id < t->vocab; id++) {
+        if (!t->has[id])
+            continue;
+        uint64_t h[2];
+        poly_hash(&x, t->blob + t->off[id], t->len[id], h);
+        x.th[0][id] = h[0];
+        x.th[1][id] = h[1];
+        size_t i = poly_slot(&x, h[0], t->len[id]);
+        while (x.slot[i] != NONE)
+            i = (i + 1) & (x.cap - 1);
+        x.slot[i] = id;
+    }
     for (uint32_t id = 0; id < t->vocab; id++) {
         if (!t->has[id] || t->len[id] < 2)
             continue;
         const unsigned char *b = t->blob + t->off[id];
-        for (uint32_t k = 1; k < t->len[id]; k++) {
-            uint32_t l = lookup(t, b, k), r = lookup(t, b + k, t->len[id] - k);
-            if (l != NONE && r != NONE)
+        size_t L = t->len[id];
+        for (int k = 0; k < 2; k++) {
+            x.h[k][0] = 0;
+            for (size_t i = 0; i < L; i++) {
+                uint64_t v = mul61(x.h[k][i], x.b[k]) + b[i] + 1u;
+                x.h[k][i + 1] = v >= M61 ? v - M61 : v;
+            }
+        }
+        for (size_t s = 1; s < L; s++) {
+            uint32_t l = poly_find(t, &x, s, x.h[0][s], x.h[1][s]);
+            if (l == NONE)
+                continue;
+            uint64_t r0 = sub61(x.h[0][L], mul61(x.h[0][s], x.pw[0][L - s]));
+            uint64_t r1 = sub61(x.h[1][L], mul61(x.h[1][s], x.pw[1][L - s]));
+            uint32_t r = poly_find(t, &x, L - s, r0, r1);
+            if (r != NONE)
                 pair_add(t, l, r, id, id);
         }
     }
+    poly_free(&x);
     return SR_OK;
 }
 
@@ -968,6 +1105,19 @@ typedef struct {
     json_t *root;
 } load_state;
 
+/* SR_ERR_DATA "PATH:LINE: a NUL byte (WHY)" for the first NUL in
+ * text[0 .. n): lines are read as C strings, and a NUL would silently end
+ * one (or the file). */
+static sr_status refuse_nul(const char *text, size_t n, const char *path, const char *why) {
+    const char *nul = memchr(text, '\0', n);
+    if (!nul)
+        return SR_OK;
+    size_t line = 1;
+    for (const char *p = text; p < nul; p++)
+        line += *p == '\n';
+    return sr_error(SR_ERR_DATA, "%s:%zu: a NUL byte (%s)", path, line, why);
+}
+
 /* Parses ls->buf[0 .. ls->n) (NUL-terminated) as the format its content
  * says; a vocab.json reads the merges at `merges_path` (NULL: refused). */
 static sr_status parse_buffer(sr_tokenizer *t, load_state *ls, const pattern_def *named, const char *merges_path) {
@@ -1006,6 +1156,15 @@ static sr_status parse_buffer(sr_tokenizer *t, load_state *ls, const pattern_def
                 st = load_merges(t, unmap, merges, NULL, where);
             return st;
         }
+        /* a tokenizer.json's own keys without its "model" is not a vocab.json */
+        static const char *const tj_keys[] = {"added_tokens",   "pre_tokenizer", "normalizer", "decoder",
+                                              "post_processor", "truncation",    "padding"};
+        for (size_t k = 0; k < sizeof tj_keys / sizeof tj_keys[0]; k++)
+            if (json_object_get(ls->root, tj_keys[k]))
+                return sr_error(SR_ERR_DATA,
+                                "%s: a tokenizer.json (it has \"%s\") without \"model\": expected the BPE model "
+                                "with its vocab and merges",
+                                t->path, tj_keys[k]);
         /* vocab.json: merges.txt beside it */
         t->format = SR_TOK_VOCAB_MERGES;
         t->pattern = pattern_named("gpt2", 4);
@@ -1015,6 +1174,8 @@ static sr_status parse_buffer(sr_tokenizer *t, load_state *ls, const pattern_def
         if (st == SR_OK)
             st = read_file(merges_path, "the merges beside the vocabulary", &ls->mbuf, &ls->mn, ls->md);
         if (st == SR_OK)
+            st = refuse_nul(ls->mbuf, ls->mn, merges_path, "merges.txt is text");
+        if (st == SR_OK)
             st = map_tokens(t, NULL);
         if (st == SR_OK)
             st = load_merges(t, unmap, NULL, ls->mbuf, merges_path);
@@ -1022,6 +1183,8 @@ static sr_status parse_buffer(sr_tokenizer *t, load_state *ls, const pattern_def
     }
     if (n == 0)
         return sr_error(SR_ERR_DATA, "%s: an empty file is not a tokenizer", t->path);
+    if (looks_like_ranks(buf) && (st = refuse_nul(buf, n, t->path, "a tiktoken rank file is text")) != SR_OK)
+        return st;
     if (memchr(buf, '\0', n) || !looks_like_ranks(buf))
         return sr_error(SR_ERR_DATA,
                         "%s: not a tokenizer file: expected a tokenizer.json, a vocab.json (with merges.txt beside "

@@ -34,6 +34,9 @@ typedef struct sr_tok_encoder sr_tok_encoder;
 #define SR_TOK_MAX_FILE_BYTES (64L << 20)
 /* The largest token id accepted. */
 #define SR_TOK_MAX_ID 16777215
+/* The longest token accepted, in bytes, in every format (real vocabularies
+ * stay below a few hundred bytes; loading is linear in a token's length). */
+#define SR_TOK_MAX_TOKEN_BYTES 65536
 
 /* Loads the tokenizer `spec`: a path, or for a tiktoken rank file
  * PATTERN:PATH with PATTERN gpt2 or llama3 (default gpt2; a path that

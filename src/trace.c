@@ -274,7 +274,7 @@ static void write_file(void) {
     snprintf(path, sizeof path, "%s/rank%d.json", tr.dir, tr.rank);
     sr_status st = sr_fsio_mkdir_p(tr.dir) == 0 ? SR_OK : sr_fsio_create_error(tr.dir, errno);
     if (st == SR_OK)
-        st = sr_fsio_atomic_write(path, fill, NULL);
+        st = sr_fsio_atomic_write_own(path, fill, NULL);
     if (st != SR_OK)
         sr_log_warn("trace: %s; no trace from this rank", sr_error_message());
     else

@@ -31,11 +31,11 @@ static sr_status bad(const char *path, const char *what) {
                     path, what);
 }
 
-static sr_status read_one(const char *path, const char *name, long rank, void *elem) {
+static sr_status read_one(int fd, const char *path, const char *name, long rank, void *elem) {
     tfile *t = elem;
     snprintf(t->file, sizeof t->file, "%s", name);
     json_error_t je;
-    t->o = json_load_file(path, 0, &je);
+    t->o = json_loadfd(fd, 0, &je);
     if (!t->o)
         return sr_error(SR_ERR_DATA, "%s:%d:%d: not a shardrun trace file: %s (a file cut short, or another file?)",
                         path, je.line, je.column, je.text);
@@ -100,17 +100,18 @@ sr_status sr_trace_merge(const char *dir, const char *output, FILE *out) {
                       "%s holds no trace files (rank<N>.json)%s (hint: a run with log.trace_steps writes them to "
                       "log.trace_dir when its window of steps ends)",
                       dir, others ? ", only other files" : "");
+    char ja[160], jb[160]; /* (strings read from files reach messages escaped) */
     for (int i = 1; i < n && st == SR_OK; i++)
         if (strcmp(ts[i].job, ts[0].job) != 0 || ts[i].restart != ts[0].restart || ts[i].world != ts[0].world ||
             ts[i].first != ts[0].first || ts[i].last != ts[0].last)
-            st =
-                sr_error(SR_ERR_DATA,
-                         "%s/%s is of job %s.%lld (%lld ranks, steps %lld-%lld) but %s of job %s.%lld (%lld ranks, "
-                         "steps %lld-%lld): traces of two different runs (hint: each run writes to its own <job "
-                         "id>.<restart> directory; merge one run's)",
-                         dir, ts[i].file, ts[i].job, (long long)ts[i].restart, (long long)ts[i].world,
-                         (long long)ts[i].first, (long long)ts[i].last, ts[0].file, ts[0].job, (long long)ts[0].restart,
-                         (long long)ts[0].world, (long long)ts[0].first, (long long)ts[0].last);
+            st = sr_error(SR_ERR_DATA,
+                          "%s/%s is of job %s.%lld (%lld ranks, steps %lld-%lld) but %s of job %s.%lld (%lld ranks, "
+                          "steps %lld-%lld): traces of two different runs (hint: each run writes to its own <job "
+                          "id>.<restart> directory; merge one run's)",
+                          dir, ts[i].file, sr_escape(ts[i].job, ja, sizeof ja), (long long)ts[i].restart,
+                          (long long)ts[i].world, (long long)ts[i].first, (long long)ts[i].last, ts[0].file,
+                          sr_escape(ts[0].job, jb, sizeof jb), (long long)ts[0].restart, (long long)ts[0].world,
+                          (long long)ts[0].first, (long long)ts[0].last);
     /* every rank's, in rank order */
     tfile **by = NULL;
     if (st == SR_OK) {
@@ -147,17 +148,16 @@ sr_status sr_trace_merge(const char *dir, const char *output, FILE *out) {
         if (!merged)
             st = sr_error_oom("the merged trace");
     }
-    if (st == SR_OK)
-        st = sr_fsio_guard_input(dir);
     if (st == SR_OK) {
         char *text = json_dumps(merged, JSON_COMPACT | JSON_PRESERVE_ORDER);
         st = text ? sr_fsio_atomic_write(output, write_text, text) : sr_error_oom("the merged trace");
         free(text);
     }
+    char job[160];
     if (st == SR_OK)
         fprintf(out, "merged %lld ranks of job %s.%lld, steps %lld-%lld: %zu events (%zu collectives) into %s\n",
-                (long long)ts[0].world, ts[0].job, (long long)ts[0].restart, (long long)ts[0].first,
-                (long long)ts[0].last, events, collectives, output);
+                (long long)ts[0].world, sr_escape(ts[0].job, job, sizeof job), (long long)ts[0].restart,
+                (long long)ts[0].first, (long long)ts[0].last, events, collectives, output);
     json_decref(merged);
     for (int i = 0; i < n; i++)
         json_decref(ts[i].o);

@@ -39,12 +39,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static double wall_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
 /* ------------------------------------------------------------------------ */
@@ -241,6 +235,7 @@ static sr_status setup(sr_run *r) {
 }
 
 static sr_status teardown(sr_run *r, sr_status st) {
+    sr_dev_watch(r->dev, 0); /* a step that failed may have left it armed */
     /* A failed run prints its error first: freeing a broken device's memory
      * can block.  The preemption handlers stay until the process exits: a late
      * SIGTERM (Slurm's, after GraceTime) must not kill a committed preemption. */
@@ -292,7 +287,7 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
     uint64_t comm0 = r->dev->comm_wait_ns;
     sr_flight_step_begin(s + 1); /* and log.trace_steps' window */
     sr_preempt_test_hook(s + 1, w->rank);
-    r->dev->step = s + 1; /* for a GPU deadline's message */
+    sr_dev_watch(r->dev, s + 1); /* the step a deadline names; the host thread watched while it enqueues */
     if (sr_oracle_on(r, s)) {
         sr_status ost = sr_oracle_init(r);
         if (ost != SR_OK)
@@ -332,6 +327,7 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
     r->iv_busy += ta - t0 - waited;
     r->iv_wait += waited;
     r->iv_steps++;
+    sr_dev_watch(r->dev, 0); /* the agreement waits on peers: the transport's deadlines */
     if (st == SR_OK)
         SR_TRACE_PHASE("agreement", st = sr_run_agree(r, s, red));
     if (st != SR_OK)
@@ -356,7 +352,9 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
     o->lr = sr_lr_at(&r->job.schedule, s);
     if (sr_oracle_on(r, s) && (st = sr_oracle_step(r, o)) != SR_OK)
         return st;
+    sr_dev_watch(r->dev, s + 1);
     SR_TRACE_PHASE("optimizer", sr_fsdp_optimizer_step(r->fsdp, s + 1, o->lr, &r->job.adamw, scale));
+    sr_dev_watch(r->dev, 0);
     if (r->dev->hb) {
         /* the engine's rule: the host waits for the device once per step */
         long long waits = sr_dev_host_waits(r->dev) - waits0;
@@ -472,7 +470,7 @@ static sr_status preempt_stop(sr_run *r, int64_t s, const sr_step_out *o, int *e
     sr_log_info("preemption: save of step %lld took %.2f s (%.1f MB, %.0f MB/s); %.2f s since the signal",
                 (long long)(s + 1), tdone - ts, (double)bytes / 1e6,
                 (double)bytes / 1e6 / (tdone - ts > 0 ? tdone - ts : 1e-9),
-                sr_preempt_pending() ? wall_now() - sr_preempt_time() : 0.0);
+                sr_preempt_pending() ? sr_preempt_since() : 0.0);
     *exit_code = sr_preempt_exit_status(r->cfg, r->w);
     sr_flight_dump("preempt", "preemption: the ranks agreed to stop; checkpoint committed");
     sr_log_info("preemption: exiting with status %d (%s)", *exit_code,
@@ -575,6 +573,7 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
     r.cursor = r.start.cursor;
     int exit_code = 0;
     int64_t s = r.start.step;
+    st = sr_run_signalled_in_setup(&r, &exit_code);
     for (; s < cfg->steps && st == SR_OK; s++) {
         sr_step_out o = {0};
         st = train_step(&r, s, &o);

@@ -108,6 +108,12 @@ typedef struct {
 void sr_run_slurm_open(sr_run *r);
 void sr_run_slurm_step(sr_run *r, int64_t s, double red[SR_RUN_AGREE_N]);
 void sr_run_slurm_close(sr_run *r);
+/* deadline.c: before the first step of a start, the ranks agree whether a
+ * preemption signal arrived during set-up; if one did, nothing trained
+ * needs saving: "preemption: SIGTERM before step N: nothing to save",
+ * *exit_code per preemption.requeue, SR_PREEMPTED.  SR_OK otherwise (or
+ * the agreement's failure). */
+sr_status sr_run_signalled_in_setup(sr_run *r, int *exit_code);
 
 /* runlog.c: the banner; the start (and resume) events; the checkpoint
  * events of the saves committed since the last call. */

@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <pmix.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -18,6 +19,7 @@
 #include "counts.h"
 #include "flight.h"
 #include "pmi2.h"
+#include "signals.h"
 #include "testhook.h"
 
 static int env_int(const char *name, int fallback) {
@@ -25,8 +27,9 @@ static int env_int(const char *name, int fallback) {
     if (!v || !*v)
         return fallback;
     char *end;
+    errno = 0;
     long x = strtol(v, &end, 10);
-    return *end == '\0' ? (int)x : fallback;
+    return *end == '\0' && !errno && x >= INT_MIN && x <= INT_MAX ? (int)x : fallback;
 }
 
 bool sr_world_in_multitask_srun(void) {
@@ -127,6 +130,7 @@ static void *watchdog_main(void *arg) {
             sr_error_final_done();
         }
         fflush(NULL);
+        sr_signals_remove_temporaries(); /* what a signal would remove */
         _exit(sr_status_exit_code(SR_ERR_PEER));
     }
     return NULL;
@@ -229,6 +233,7 @@ static void lost_connection_handler(size_t id, pmix_status_t status, const pmix_
     }
     if (cbfunc)
         cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
+    sr_signals_remove_temporaries(); /* what a signal would remove */
     _exit(sr_status_exit_code(SR_ERR_PEER));
 }
 
@@ -333,6 +338,7 @@ static void *parent_watch_main(void *arg) {
                     (long)parent_watch.parent, server_kind);
                 sr_error_final_done();
             }
+            sr_signals_remove_temporaries(); /* what a signal would remove */
             _exit(sr_status_exit_code(SR_ERR_PEER));
         }
     }

@@ -133,6 +133,24 @@ check "  ...saying it did not finish step 1 within comm.timeout_s, naming the la
 check "  ...within comm.timeout_s + 10 s ($((t1 - t0)) s)" test $((t1 - t0)) -le 14
 check "  ...and only the hang kernel held it: no step finished" sh -c '! grep -q "step  *1/20 |" hang.err'
 
+# the same hang under CUDA's lazy module loading (CUDAEMU_LAZY_LOADING=1):
+# the first launch of each kernel waits for the device, so behind the hung
+# kernel the host thread is stuck inside the "driver" and no host wait's
+# deadline ever runs (the first H200 run hung this way at step 1); the
+# table's watchdog of the host thread must end the run all the same
+t0=$(date +%s)
+CUDAEMU_LAZY_LOADING=1 SHARDRUN_TEST_GPU_HANG_AT=1 timeout 60 "$S" train job.yaml --set device=cuda $F32 \
+    --set comm.timeout_s=4 >lazy.out 2>lazy.err
+rc=$?
+t1=$(date +%s)
+check "a hung GPU behind a launch that blocks in the driver (lazy loading) ends the run with 70 (status $rc)" \
+    test "$rc" -eq 70 || diag "$(tail -3 lazy.err)"
+check "  ...saying it did not finish step 1 within comm.timeout_s: the host thread is inside the driver" \
+    grep -q "did not finish step 1 within comm.timeout_s = 4 s: the host thread has been inside the CUDA driver" lazy.err
+check "  ...within comm.timeout_s + 10 s ($((t1 - t0)) s)" test $((t1 - t0)) -le 14
+check "  ...the message is the last line, after the flight recorder's" \
+    sh -c 'tail -1 lazy.err | grep -q "error: the GPU"'
+
 # an emulator tree is never installed (its install steps, run alone: make
 # install would also build)
 make -s -C "${SR_BUILDDIR:-.}" install-exec-local install-data-local DESTDIR="$T/inst" >inst.out 2>inst.err

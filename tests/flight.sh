@@ -10,7 +10,9 @@
 #      runs (65), a rank's dump missing (66, the verdict naming it)
 #   c. under mpirun, 3 ranks (the long tier also 4): one rank killed (its
 #      peers' dumps; 66 naming it), collective K stalled on rank 0
-#      (SHARDRUN_TEST_STALL_SEQ; 2 naming rank 0: never started), one rank
+#      (SHARDRUN_TEST_STALL_SEQ; 2 naming rank 0: never started; also
+#      under plain mpirun, whose teardown's SIGTERM makes the stalled rank
+#      write its dump), one rank
 #      delayed past comm.timeout_s (SHARDRUN_TEST_COMM_DELAY_US through
 #      tests/rank_wrap.sh; 2 naming it: started late), one rank issuing
 #      collective K with another size (SHARDRUN_TEST_MISMATCH_SEQ=K@R; 2
@@ -118,6 +120,19 @@ if have_mpirun; then
         check "  ...every rank's dump line comes before its error, which is its last line" \
             sh -c "for r in \$(seq 0 $last); do grep -q 'flight recorder: wrote' wstall$n/err.\$r &&
                    tail -1 wstall$n/err.\$r | grep -q 'error:' || exit 1; done" || diag "$(tail -n 2 wstall$n/err.*)"
+        # the same stall under plain mpirun (no --enable-recovery, no
+        # wrapper): the ranks that gave up exit 69, mpirun tears the job
+        # down with SIGTERM, and the stalled rank writes its dump on that
+        # signal (it once died without one: 66, the culprit unnamed)
+        rm -rf plain$n
+        SHARDRUN_TEST_STALL_SEQ=60 timeout 120 $MPI -n "$n" -x SHARDRUN_TEST_STALL_SEQ "$S" train "$T/job.yaml" \
+            --set log.flight_dir="$T/plain$n" </dev/null >plain$n.out 2>&1
+        "$S" debug flight plain$n >plain$n.fl 2>plain$n.fle
+        frc=$?
+        check "$n ranks under plain mpirun, collective 60 stalled on rank 0: debug flight exits 2 ($frc)" test $frc -eq 2 ||
+            diag "$(cat plain$n.fl plain$n.fle)"
+        check "  ...naming rank 0, whose dump the launcher's SIGTERM wrote" \
+            sh -c "grep -q '^culprit: rank 0 (host .*) entered host collective 60' plain$n.fl && [ -s plain$n/rank0.json ]"
         fl delay$n $n RANK_ENV_RANK=1 RANK_ENV=SHARDRUN_TEST_COMM_DELAY_US=3000000
         check "$n ranks, rank 1 delayed 3 s before each collective (comm.timeout_s 2): exit 2 ($frc)" test $frc -eq 2 ||
             diag "$(cat delay$n.fl delay$n.fle)"

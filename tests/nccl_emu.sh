@@ -93,6 +93,19 @@ check "  ...both split, every collective over NCCL, bitwise the 1-rank run" \
     sh -c "grep -q 'NCCL ran [1-9][0-9]* all-gathers, [1-9][0-9]* reduce-scatters, [1-9][0-9]* all-reduces over 2 split' s1.err && '$CMP' s1.params e1.params 0 >s1.cmp 2>&1" ||
     diag "$(grep -m1 'NCCL ran' s1.err) $(tail -1 s1.cmp)"
 
+# 1c. a split NCCL refuses (CUDAEMU_NCCL_SPLIT_FAIL=RANK:K, the first H200
+# run's second split): the run ends 70 with NCCL's message as its last line
+# and the teardown of the half-open plane (the first communicator split,
+# the world's) crashes nothing (that run ended in a segmentation fault)
+for k in 1 2; do
+    SHARDRUN_TEST_NCCL_SIZE1=1 CUDAEMU_NCCL_SPLIT_FAIL=0:$k timeout 120 "$S" train job.yaml --set device=cuda \
+        --set comm.backend=nccl >split$k.out 2>split$k.err
+    rc=$?
+    check "the split $k of 2 refused: 70, no crash (status $rc)" test "$rc" -eq 70 || diag "$(tail -3 split$k.err)"
+    check "  ...NCCL's refusal named in the run's last line" \
+        sh -c "tail -1 split$k.err | grep -q 'error: NCCL: ncclCommSplit of group .* failed on rank 0: invalid usage'"
+done
+
 # 2. two ranks on one emulated GPU (CUDA_VISIBLE_DEVICES=0 for both):
 # refused before NCCL init
 CUDA_VISIBLE_DEVICES=0 run dup 2 $EXACT

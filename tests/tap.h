@@ -114,9 +114,15 @@ static inline int tap_skip(const char *need, const char *what, const char *why) 
     return 1;
 }
 
+/* Prints the plan and returns the program's exit status: 1 when a check
+ * failed, 0 otherwise, so a test run by hand or by a script that reads
+ * only $? (tests/gpu/check.sh's sanitize stage) sees the verdict.  Under
+ * mpirun only rank 0 returns it (the others return 0: a rank exiting 1
+ * first would make mpirun kill rank 0 before its TAP is complete). */
 static inline int tap_done(void) {
     printf("1..%d\n", tap_n);
-    return 0;
+    fflush(stdout);
+    return tap_failed ? 1 : 0;
 }
 
 #if !defined(__CUDACC__) && !defined(SR_CUDAEMU)
@@ -124,7 +130,7 @@ static inline int tap_done(void) {
  * world (mpirun.sh starts them): joins the world, tags log lines with the
  * rank, and sends stdout of every rank but 0 to /dev/null (the TAP comes
  * from rank 0).  Returns 0 after printing a failing one-check plan when the
- * world cannot be joined (the caller returns 0: the failure is in the TAP). */
+ * world cannot be joined (the caller returns 1: the test failed). */
 static inline int tap_world_open(sr_world *w) {
     if (sr_world_init(w) != SR_OK) {
         printf("1..1\nnot ok 1 - world: %s\n", sr_error_message());

@@ -135,7 +135,7 @@ static void test_async(void) {
 
 int main(void) {
     if (!tap_world_open(&w))
-        return 0;
+        return 1;
     me = w.rank;
     n = w.size;
     sr_transport_opts opts = {.timeout_s = 30, .interface = ""};
@@ -147,7 +147,7 @@ int main(void) {
         sr_transport_connect(tp) != SR_OK) {
         if (me == 0)
             printf("1..1\nnot ok 1 - transport: %s\n", sr_error_message());
-        return 0;
+        return me == 0;
     }
     test_f32(1);
     test_f32(3001);
@@ -157,7 +157,5 @@ int main(void) {
     sr_transport_close(tp);
     sr_world_close(&w);
     free(ranks);
-    if (me == 0)
-        tap_done();
-    return 0;
+    return me == 0 ? tap_done() : 0;
 }

@@ -29,7 +29,7 @@ static void report(int ok, const char *what) {
 int main(void) {
     sr_world w;
     if (!tap_world_open(&w))
-        return 0;
+        return 1;
     me = w.rank;
     n = w.size;
     sr_transport_opts o = {.timeout_s = 30, .interface = ""};
@@ -38,7 +38,7 @@ int main(void) {
         sr_transport_connect(tp) != SR_OK) {
         if (me == 0)
             printf("1..1\nnot ok 1 - control plane: %s\n", sr_error_message());
-        return 0;
+        return me == 0;
     }
 
     sr_ctl_word *all = NULL;
@@ -98,7 +98,5 @@ int main(void) {
     sr_ctl_close(ctl);
     sr_transport_close(tp);
     sr_world_close(&w);
-    if (me == 0)
-        tap_done();
-    return 0;
+    return me == 0 ? tap_done() : 0;
 }

@@ -101,5 +101,30 @@ int main(void) {
             all = false;
         }
     tap_ok(all, "no limit, unset, and malformed times give -1");
+    /* another program's answer is bounded before it is used: no overflow,
+     * no sign, days <= 365, hours < 24 after a day, minutes and seconds
+     * < 60, at most 366 days in all (the probe: "99999999-00:00:00", a long
+     * digit string once printed "ends at -219246529--1101694904-00") */
+    const char *hostile[] = {"99999999-00:00:00",
+                             "123456789012345678901234:00",
+                             "9999999999",
+                             "366-00:00:00",
+                             "1-24:00:00",
+                             "0:60",
+                             "60:00",
+                             "1:60:00",
+                             "-1-00:00:00",
+                             "1--2",
+                             "+5:00",
+                             "1-2-3"};
+    all = true;
+    for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++)
+        if (sr_slurmjob_parse_left(hostile[i]) >= 0) {
+            tap_diag("'%s' parsed as %g", hostile[i], sr_slurmjob_parse_left(hostile[i]));
+            all = false;
+        }
+    tap_ok(all, "out-of-bounds times give -1 (%zu hostile answers)", sizeof hostile / sizeof hostile[0]);
+    tap_ok(sr_slurmjob_parse_left("365-23:59:59") == 365 * 86400.0 + 86399 && sr_slurmjob_parse_left("0:00") == 0,
+           "the bounds themselves parse: 365-23:59:59, and 0:00 (the end is now)");
     return tap_done();
 }

@@ -109,6 +109,14 @@ void cudaemu_describe_site(const void *pc, char *buf, size_t n);
 /* Reports misuse found by the emulator ("cudaemu: error: ...") and aborts. */
 cudaError_t cudaemu_report(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
+/* CUDAEMU_LAZY_LOADING=1: the first launch of each kernel (by name) waits,
+ * on the launching thread, for every stream of its device to drain, as
+ * the driver does when CUDA's lazy module loading loads the kernel's
+ * module; a kernel hung earlier then keeps the host inside the "driver"
+ * (tests/cudaemu.sh: the host watchdog of device.h must end the run).
+ * Off by default: nothing waits. */
+void cudaemu_lazy_load(const char *kernel);
+
 /* The mutation CUDAEMU_MUTATE names for `kernel` (NULL: any; a template
  * kernel "k<T>" is named "k"): its kind ("" when none applies) and *arg
  * its number. */

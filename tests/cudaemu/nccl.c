@@ -39,7 +39,10 @@
  * collective SEQ, counted from 0 over every communicator of the process
  * whose world rank is RANK, fails with an asynchronous ncclSystemError and
  * never completes), CUDAEMU_NCCL_INIT_HANG=RANK (that world rank's
- * ncclCommInitRankConfig never reaches the hub), CUDAEMU_NCCL_CALLS=FILE
+ * ncclCommInitRankConfig never reaches the hub), CUDAEMU_NCCL_SPLIT_FAIL=RANK:K
+ * (that world rank's K-th ncclCommSplit, counted from 1, is refused at
+ * once with ncclInvalidUsage, as the first H200 run's second split was),
+ * CUDAEMU_NCCL_CALLS=FILE
  * (each process appends a line of its call counts at exit and at an
  * abort). */
 #include "srconfig.h"
@@ -1164,6 +1167,12 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     if (!comm || !newcomm)
         return set_error(ncclInvalidArgument, "ncclCommSplit: comm or newcomm is NULL");
     *newcomm = NULL;
+    static int splits; /* this process's ncclCommSplit calls (CUDAEMU_NCCL_SPLIT_FAIL) */
+    long nth = 0;
+    int k = __atomic_add_fetch(&splits, 1, __ATOMIC_RELAXED);
+    if (env_rank_is("CUDAEMU_NCCL_SPLIT_FAIL", comm->world_rank, &nth) && nth == k)
+        return set_error(ncclInvalidUsage, "ncclCommSplit: refused (CUDAEMU_NCCL_SPLIT_FAIL: Attempt to use "
+                                           "communicator before the previous operation returned ncclSuccess)");
     if (!config_ok(config, "ncclCommSplit", &r))
         return r;
     pthread_mutex_lock(&comm->mu);

@@ -115,6 +115,7 @@ static region freed[FREED_KEPT]; /* a ring of freed device allocations */
 static size_t nfreed;
 static int nstreams_made, nevents_made;
 static unsigned delay_seed; /* CUDAEMU_DELAY_SEED (0: off) */
+static int lazy_loading;    /* CUDAEMU_LAZY_LOADING (0: off) */
 static long delay_max_us = 200;
 static struct {
     char kind[32], kernel[96];
@@ -289,6 +290,8 @@ static void configure(void) {
         delay_seed = (unsigned)strtoul(v, NULL, 10);
     if ((v = getenv("CUDAEMU_DELAY_MAX_US")) && atol(v) > 0)
         delay_max_us = atol(v);
+    if ((v = getenv("CUDAEMU_LAZY_LOADING")) && *v)
+        lazy_loading = atoi(v) != 0;
     if ((v = getenv("CUDAEMU_MUTATE")) && *v) {
         /* KIND[:KERNEL[:ARG]] */
         char buf[160];
@@ -628,6 +631,34 @@ static void drain_device(int device) {
     for (struct CUstream_st *s = streams; s; s = s->next)
         if (s->device == device)
             drain(s);
+}
+
+/* The kernels launched so far (CUDAEMU_LAZY_LOADING), under mu. */
+static char **loaded;
+static size_t nloaded, loaded_cap;
+
+void cudaemu_lazy_load(const char *kernel) {
+    ready();
+    if (!lazy_loading)
+        return;
+    pthread_mutex_lock(&mu);
+    int seen = 0;
+    for (size_t i = 0; i < nloaded && !seen; i++)
+        seen = strcmp(loaded[i], kernel) == 0;
+    if (!seen) {
+        if (nloaded == loaded_cap) {
+            loaded_cap = loaded_cap ? 2 * loaded_cap : 64;
+            char **more = realloc(loaded, loaded_cap * sizeof *more);
+            if (!more)
+                cudaemu_report("out of memory (the lazily loaded kernels)");
+            loaded = more;
+        }
+        loaded[nloaded++] = strdup(kernel);
+        /* loading the module waits for the device: every stream drains
+         * first (a kernel hung earlier keeps this thread here) */
+        drain_device(current);
+    }
+    pthread_mutex_unlock(&mu);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -402,14 +402,13 @@ st_sanitize() {
 
 # one step on the device against the CPU: loss and gradient norm (tiny and
 # llama-tiny in the quick part, gpt2-124m in the rest); then a device that hangs
-# (SHARDRUN_TEST_GPU_HANG_AT=2: an hour-long kernel at step 2; the 60 s
-# SHARDRUN_TEST_COMM_DELAY_US this used is past that hook's 10 s bound, so
-# the run was refused before it started) with comm.timeout_s = 5 must end
-# the run, message first, status 70, within timeout + 10 s.  Step 2, not
-# 1: under CUDA's lazy module loading (the default) the first step loads
-# its kernels, and a load waits for the device: behind a kernel hung in
-# step 1 the host blocked inside the driver and the deadline never ran
-# (the first H200 run; the emulator loads nothing lazily)
+# (SHARDRUN_TEST_GPU_HANG_AT=1: an hour-long kernel in the first step) with
+# comm.timeout_s = 5 must end the run, message first, status 70, within
+# timeout + 10 s.  Step 1: under CUDA's lazy module loading (the default)
+# the first step loads its kernels, and a load waits for the device, so
+# behind the hung kernel the host blocks inside the driver, where no host
+# wait's deadline runs (the first H200 run hung there); the cuda table's
+# watchdog of the host thread (device.h, watch) ends it
 st_step() {
     models=""
     part quick && models="tiny llama"
@@ -440,10 +439,10 @@ st_step() {
     fi
     t0=$(date +%s)
     # shellcheck disable=SC2086
-    train hang SHARDRUN_TEST_GPU_HANG_AT=2 -- $TINY $F32 --set train.steps=3 --set comm.timeout_s=5
+    train hang SHARDRUN_TEST_GPU_HANG_AT=1 -- $TINY $F32 --set train.steps=3 --set comm.timeout_s=5
     rh=$?
     took=$(($(date +%s) - t0))
-    if [ $rh = 70 ] && [ $took -le 20 ] && grep -q 'did not finish step 2 within comm.timeout_s' "$LOGS/hang.err"; then
+    if [ $rh = 70 ] && [ $took -le 20 ] && grep -q 'did not finish step 1 within comm.timeout_s' "$LOGS/hang.err"; then
         pass step.hang "a hung kernel: status 70 after $took s, the message first (bound: start + 5 + 10 s)"
     else
         fail step.hang "status $rh after $took s: $(grep -m1 'error:' "$LOGS/hang.err")"
