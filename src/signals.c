@@ -222,9 +222,14 @@ void sr_signals_init(void) {
      * temporary file */
     signal(SIGPIPE, SIG_IGN);
     signal(SIGXFSZ, SIG_IGN);
-    install(SIGINT, on_terminate);
-    install(SIGTERM, on_terminate);
-    install(SIGHUP, on_terminate);
+    /* a signal the process was started with ignored stays ignored (nohup's
+     * SIGHUP, SIGINT of a shell's background job) */
+    const int terminating[] = {SIGINT, SIGTERM, SIGHUP};
+    for (int i = 0; i < 3; i++) {
+        struct sigaction old;
+        if (sigaction(terminating[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            install(terminating[i], on_terminate);
+    }
 }
 
 sr_status sr_signals_catch(int sig, void (*record)(int)) {

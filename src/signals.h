@@ -7,7 +7,8 @@
  *    fsio.h registers its temporary here while it exists), the flight
  *    recorder, when on, writes its dump for SIGINT and SIGTERM (reason
  *    "signal SIGTERM"), and the signal is raised again with its default
- *    action, so the shell sees 130, 143 or 129 (128 + the signal);
+ *    action, so the shell sees 130, 143 or 129 (128 + the signal); a
+ *    signal the process was started with ignored stays ignored (nohup);
  *  - the preemption signals a `train` with a checkpoint directory catches
  *    (sr_signals_catch, for preempt.h): the recorder's dump first for
  *    SIGINT and SIGTERM (a rank stuck in a collective may be torn down by

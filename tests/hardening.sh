@@ -206,7 +206,10 @@ w = ['alpha', 'beta', 'gamma', 'delta', 'eps']
 open('long.txt', 'w').write('\n'.join(' '.join(random.choice(w) for _ in range(12)) for _ in range(300000)))"
     for sig in TERM INT HUP; do
         rm -rf pr && mkdir pr
-        "$S" data prepare --threads 1 --tokenizer tokenizer.json --shard-tokens 200000 -o pr/ long.txt long.txt \
+        # (a shell starts a background job with SIGINT ignored, which
+        # shardrun keeps: nohup's SIGHUP too; env restores the default)
+        env --default-signal=INT,HUP "$S" data prepare --threads 1 --tokenizer tokenizer.json --shard-tokens 200000 \
+            -o pr/ long.txt long.txt \
             long.txt long.txt long.txt long.txt long.txt long.txt >out 2>err &
         pid=$!
         w=0
@@ -218,6 +221,18 @@ open('long.txt', 'w').write('\n'.join(' '.join(random.choice(w) for _ in range(1
         check "data prepare ended by SIG$sig: status $want ($rc), no temporary left" \
             sh -c "[ $rc -eq $want ] && [ -z \"\$(ls -A pr)\" ]" || diag "$(ls -A pr | head -3)"
     done
+}
+
+group "4. a signal the process starts with ignored stays ignored" && {
+    env --ignore-signal=HUP "$S" train $small --set train.steps=40 >out 2>err </dev/null &
+    pid=$!
+    w=0
+    until grep -q "step  *2/" err || [ $w -ge 600 ]; do sleep 0.05; w=$((w + 1)); done
+    kill -HUP $pid
+    wait $pid
+    rc=$?
+    check "SIGHUP to a run started under nohup (SIGHUP ignored) changes nothing: it trains to the end (status $rc)" \
+        sh -c "[ $rc -eq 0 ] && grep -q 'done: 40 steps' err"
 }
 
 # --- 5. debug trace and debug flight -------------------------------------------------
