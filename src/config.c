@@ -945,7 +945,7 @@ sr_status sr_config_load_text(sr_config *cfg, const char *text, size_t len, cons
 
 sr_status sr_config_load_file(sr_config *cfg, const char *path) {
     if (!path)
-        return sr_config_load_text(cfg, sr_default_job, sr_default_job_len, "<default job>");
+        return sr_config_load_text(cfg, sr_default_job, sr_default_job_len, SR_CONFIG_DEFAULT_JOB);
     FILE *f;
     sr_status ost = sr_fsio_open_input_file(path, "the job file", NULL, &f);
     if (ost != SR_OK)
@@ -992,6 +992,37 @@ sr_status sr_config_load_file(sr_config *cfg, const char *path) {
     return st;
 }
 
+/* Key ki back to its built-in default (or, without one, the zero its
+ * rules derive from: the preset's dimensions), and "not set". */
+static sr_status reset_key(sr_config *cfg, int ki) {
+    const sr_key *k = &keys[ki];
+    if (types[k->type].release)
+        types[k->type].release(field(cfg, k));
+    sr_status st = SR_OK;
+    if (k->def) {
+        parse_ctx ctx = {"<built-in defaults>", NULL};
+        yaml_document_t doc;
+        bool has_root = false;
+        st = load_document(&doc, k->def, strlen(k->def), &ctx, &has_root);
+        if (st == SR_OK) {
+            st = has_root ? set_leaf(cfg, ki, &doc, yaml_document_get_root_node(&doc), &ctx)
+                          : sr_error(SR_ERR_INTERNAL, "empty built-in default for %s", k->key);
+            yaml_document_delete(&doc);
+        }
+    } else if (k->type == T_FLOAT) {
+        *(double *)field(cfg, k) = 0;
+    } else if (k->type == T_BOOL) {
+        *(bool *)field(cfg, k) = false;
+    } else {
+        *(int64_t *)field(cfg, k) = 0; /* T_INT, T_ENUM */
+    }
+    struct sr_key_origin *o = &cfg->origin[ki];
+    free(o->file);
+    free(o->setarg);
+    *o = (struct sr_key_origin){0};
+    return st;
+}
+
 sr_status sr_config_set(sr_config *cfg, const char *assignment) {
     const char *eq = strchr(assignment, '=');
     if (!eq || eq == assignment)
@@ -1004,6 +1035,9 @@ sr_status sr_config_set(sr_config *cfg, const char *assignment) {
     path[kl] = '\0';
     parse_ctx ctx = {NULL, assignment};
     const char *value = eq + 1;
+    int ki = key_index(path);
+    if (!*value && ki >= 0)
+        return reset_key(cfg, ki); /* "KEY=": as if the job file had not named it */
     yaml_document_t doc;
     bool has_root = false;
     sr_status st = load_document(&doc, value, strlen(value), &ctx, &has_root);
@@ -1138,7 +1172,8 @@ static int64_t nearest_divisor(int64_t n, int64_t want) {
 const char *sr_config_model_name(const sr_config *cfg, char *buf, size_t n) {
     int p = (int)cfg->model_preset;
     if (cfg->model_source) {
-        snprintf(buf, n, "%s of %.1100s", arch_names[cfg->arch], cfg->model_source->origin);
+        snprintf(buf, n, "%s of %.1100s%s", arch_names[cfg->arch], cfg->model_source->origin,
+                 cfg->preset_yielded ? " (the default job's model.preset gives way to it)" : "");
         return buf;
     }
     const char *name = preset_names[p];
@@ -1373,6 +1408,16 @@ static sr_status finalize_family(sr_config *cfg, int p) {
 sr_status sr_config_finalize(sr_config *cfg) {
     char w[1200], w2[1200];
     int p = (int)cfg->model_preset;
+    if (cfg->model_source && was_set(cfg, "model.preset") && cfg->origin[key_index("model.preset")].file &&
+        strcmp(cfg->origin[key_index("model.preset")].file, SR_CONFIG_DEFAULT_JOB) == 0) {
+        /* the embedded default job's preset yields to the directory's
+         * config.json (the model line says so); one the user wrote does not */
+        cfg->preset_yielded = true;
+        sr_status rst = reset_key(cfg, key_index("model.preset"));
+        if (rst != SR_OK)
+            return rst;
+        p = (int)cfg->model_preset;
+    }
     if (cfg->model_source && was_set(cfg, "model.preset")) {
         sr_config_where(cfg, "model.preset", w, sizeof w);
         return sr_error(SR_ERR_CONFIG,

@@ -10,6 +10,9 @@
 #ifndef SR_CONFIG_H
 #define SR_CONFIG_H
 
+/* The name the embedded default job goes by in messages and origins. */
+#define SR_CONFIG_DEFAULT_JOB "<default job>"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -112,8 +115,11 @@ typedef struct {
     int64_t preempt_max_stalled, preempt_before_end; /* preempt_before_end: 0 auto, 1 off */
     double preempt_end_margin_s, slurm_comment_every_minutes;
 
-    /* Where the job came from ("<default job>" for the embedded one). */
+    /* Where the job came from (SR_CONFIG_DEFAULT_JOB for the embedded one). */
     char *source;
+    /* The embedded default job's model.preset gave way to model.init's
+     * config.json (the model line says so). */
+    bool preset_yielded;
     /* model.init's Hugging Face config.json, when the caller read one
      * (sr_config_set_model_source): the model keys the job leaves unset
      * come from it; NULL: none. */

@@ -98,8 +98,9 @@ sr_status sr_data_check_shard(const char *path, const void *bytes, size_t len, i
                         (unsigned long long)ntok, (unsigned long long)want, len,
                         (uint64_t)len < want ? " (truncated)" : " (trailing bytes)");
     const unsigned char *toks = (const unsigned char *)bytes + header_bytes;
-    /* Check every token once, here, so a bad token can never reach training. */
-    for (uint64_t i = 0; i < ntok; i++) {
+    /* Check every token once, here, so a bad token can never reach training
+     * (a negative vocab: the header and size alone, `config check`'s) */
+    for (uint64_t i = 0; vocab >= 0 && i < ntok; i++) {
         uint32_t t;
         if (tok_bytes == 2) {
             uint16_t v;

@@ -31,13 +31,14 @@ typedef struct sr_data sr_data;
 enum { SR_DATA_TRAIN, SR_DATA_VAL };
 
 /* Opens the shards named by `paths` (paths or globs, sorted per glob) for
- * windows of T+1 tokens and checks every header, size and token (< vocab).
+ * windows of T+1 tokens and checks every header, size and token (< vocab;
+ * a negative vocab checks headers and sizes only, reading no token).
  * Returns SR_ERR_NOINPUT (missing, unreadable, no glob match) or
  * SR_ERR_DATA (bad magic or version, truncated, token out of range, fewer
  * than T+1 tokens) with the file named.  Free with sr_data_close. */
 sr_status sr_data_open(sr_data **out, const sr_strlist *paths, int T, int64_t vocab);
 /* Checks a shard's bytes (the whole file, len bytes; `path` names it in
- * messages): header, size, and every token < vocab.  *tok_bytes (2 or 4) and
+ * messages): header, size, and every token < vocab (none when vocab < 0).  *tok_bytes (2 or 4) and
  * *ntok describe it.  SR_ERR_DATA naming what is wrong. */
 sr_status sr_data_check_shard(const char *path, const void *bytes, size_t len, int64_t vocab, int *tok_bytes,
                               uint64_t *ntok);

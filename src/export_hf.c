@@ -18,6 +18,7 @@
 #include "hfnames.h"
 #include "mem.h"
 #include "safetensors.h"
+#include "tokenizer.h"
 
 #define MARK "shardrun_export"
 
@@ -136,17 +137,31 @@ static json_t *llama_config(const sr_model_dims *d) {
         json_decref(c);
         c = NULL;
     }
-    if (c && d->V == 128256 &&
-        (json_object_set_new(c, "bos_token_id", json_integer(128000)) != 0 ||
-         json_object_set_new(c, "eos_token_id", json_integer(128001)) != 0)) {
-        json_decref(c);
-        c = NULL;
-    }
     return c;
 }
 
+/* The special token ids of config.json: bos, eos and pad all the
+ * document token `doc_id` of the run's tokenizer (`known`: the run
+ * recorded one), null without one (transformers' defaults, GPT-2's 50256
+ * and Llama's 1 and 2, are ordinary tokens of another vocabulary); with no
+ * tokenizer recorded, GPT-2's and Llama 3's own ids for their own
+ * vocabularies. */
+static bool set_token_ids(json_t *c, const sr_model_dims *d, int64_t doc_id, bool known) {
+    bool llama = d->arch == SR_ARCH_LLAMA;
+    int64_t bos = doc_id, eos = doc_id;
+    if (!known && !llama && d->V == 50257)
+        bos = eos = 50256;
+    else if (!known && llama && d->V == 128256)
+        bos = 128000, eos = 128001;
+    else if (!known)
+        bos = eos = -1;
+    return json_object_set_new(c, "bos_token_id", bos >= 0 ? json_integer(bos) : json_null()) == 0 &&
+           json_object_set_new(c, "eos_token_id", eos >= 0 ? json_integer(eos) : json_null()) == 0 &&
+           json_object_set_new(c, "pad_token_id", known && eos >= 0 ? json_integer(eos) : json_null()) == 0;
+}
+
 /* config.json as transformers' GPT2Config or LlamaConfig reads it. */
-static char *render_config(const sr_manifest *mf, const char *ckpt) {
+static char *render_config(const sr_manifest *mf, const char *ckpt, int64_t doc_id, bool tokenizer_known) {
     const sr_model_dims *d = &mf->dims;
     json_t *c =
         d->arch == SR_ARCH_LLAMA
@@ -157,9 +172,7 @@ static char *render_config(const sr_manifest *mf, const char *ckpt) {
                         "activation_function", "gelu_new", "layer_norm_epsilon", 1e-5, "tie_word_embeddings", 1,
                         "resid_pdrop", 0.0, "embd_pdrop", 0.0, "attn_pdrop", 0.0, "initializer_range", 0.02,
                         "torch_dtype", "float32");
-    if (c && d->arch != SR_ARCH_LLAMA && d->V == 50257 &&
-        (json_object_set_new(c, "bos_token_id", json_integer(50256)) != 0 ||
-         json_object_set_new(c, "eos_token_id", json_integer(50256)) != 0)) {
+    if (c && !set_token_ids(c, d, doc_id, tokenizer_known)) {
         json_decref(c);
         c = NULL;
     }
@@ -191,17 +204,40 @@ static sr_status write_bytes(int fd, const char *tmp, void *arg) {
     return sr_fsio_write_all(fd, x->bytes, x->n) == 0 ? SR_OK : sr_fsio_write_error(tmp, errno);
 }
 
-/* src copied to dir/name (atomically). */
-static sr_status copy_file(const char *src, const char *dir, const char *name) {
+/* ---- the tokenizer beside the model ---------------------------------------- */
+
+/* What AutoTokenizer reads from an export: tokenizer.json (whatever the
+ * run's tokenizer file was: a tokenizer.json as it is, but for a
+ * post-processor that would add tokens shardrun's data never had; a
+ * vocab.json + merges.txt pair converted to GPT2TokenizerFast's form), and
+ * tokenizer_config.json / special_tokens_map.json naming the document
+ * token (the tokenizer's end of text, data prepare's default separator)
+ * as bos, eos and pad, with nothing added to encoded text.  A tiktoken
+ * rank file has no exact tokenizer.json (tiktoken merges by the rank of
+ * the merged token, tokenizers' BPE by the rank of the merge; runs of a
+ * repeated token split differently): it is left out with a warning. */
+typedef struct {
+    int64_t doc_id;        /* the document token's id (-1: none) */
+    char doc[128];         /* its text */
+    char *tokenizer_json;  /* what is written as DIR/tokenizer.json (NULL: none) */
+    const char *left_out;  /* why no tokenizer.json is written (NULL: one is, or no tokenizer) */
+    char source[PATH_MAX]; /* the run's tokenizer file */
+} hf_tok;
+
+static void hf_tok_free(hf_tok *t) { free(t->tokenizer_json); }
+
+/* A whole file, NUL-terminated (the tokenizer the run recorded). */
+static sr_status slurp(const char *path, char **out) {
+    *out = NULL;
     FILE *f;
-    sr_status st = sr_fsio_open_input_file(src, "the job's tokenizer", NULL, &f);
+    sr_status st = sr_fsio_open_input_file(path, "the run's tokenizer", NULL, &f);
     if (st != SR_OK)
         return st;
     size_t cap = 1 << 20, n = 0;
-    unsigned char *buf = sr_malloc(cap);
+    char *buf = sr_malloc(cap + 1);
     for (size_t got = 1; buf && got > 0;) {
         if (n == cap) {
-            unsigned char *more = realloc(buf, cap * 2);
+            char *more = sr_realloc(buf, cap * 2 + 1);
             if (!more) {
                 free(buf);
                 buf = NULL;
@@ -217,36 +253,190 @@ static sr_status copy_file(const char *src, const char *dir, const char *name) {
     fclose(f);
     if (!buf)
         return sr_error_oom("the tokenizer copy");
-    char dst[PATH_MAX];
-    sr_fmt(dst, sizeof dst, "%s/%s", dir, name);
-    bytes_ctx x = {buf, n};
-    st = bad ? sr_error(SR_ERR_IO, "ckpt export: reading %s failed", src)
-             : sr_fsio_atomic_write_own(dst, write_bytes, &x);
-    free(buf);
+    buf[n] = '\0';
+    if (bad) {
+        free(buf);
+        return sr_error(SR_ERR_IO, "ckpt export: reading %s failed", path);
+    }
+    *out = buf;
+    return SR_OK;
+}
+
+/* A post-processor that adds tokens (TemplateProcessing, Bert's,
+ * RoBERTa's, or a Sequence holding one). */
+static bool adds_tokens(json_t *pp) {
+    const char *type = json_string_value(json_object_get(pp, "type"));
+    if (!type)
+        return false;
+    if (strcmp(type, "Sequence") == 0) {
+        size_t i;
+        json_t *p;
+        json_array_foreach(json_object_get(pp, "processors"), i, p) {
+            if (adds_tokens(p))
+                return true;
+        }
+        return false;
+    }
+    return strcmp(type, "TemplateProcessing") == 0 || strcmp(type, "BertProcessing") == 0 ||
+           strcmp(type, "RobertaProcessing") == 0;
+}
+
+static char *dump_json(json_t *j) {
+    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    char *out = text ? sr_malloc(strlen(text) + 2) : NULL;
+    if (out)
+        sprintf(out, "%s\n", text);
+    free(text);
+    return out;
+}
+
+/* tokenizer.json from the run's tokenizer.json: its bytes, unless its
+ * post-processor adds tokens (then that is dropped). */
+static sr_status from_tokenizer_json(hf_tok *ht) {
+    char *text;
+    sr_status st = slurp(ht->source, &text);
+    if (st != SR_OK)
+        return st;
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    if (j && adds_tokens(json_object_get(j, "post_processor"))) {
+        json_object_set_new(j, "post_processor", json_null());
+        free(text);
+        text = dump_json(j);
+        if (!text)
+            st = sr_error_oom("tokenizer.json");
+    }
+    json_decref(j);
+    ht->tokenizer_json = text;
     return st;
 }
 
-/* The tokenizer files of the job's data.tokenizer (as the checkpoint
- * recorded it: a tokenizer.json, a vocab.json with merges.txt beside it,
- * or PATTERN:RANKS.tiktoken) copied into dir under their own names, so
- * that AutoTokenizer finds a tokenizer.json or vocab.json + merges.txt;
- * *copied counts them (none when the job named no tokenizer). */
-static sr_status copy_tokenizer(const sr_manifest *mf, const char *dir, int *copied) {
-    *copied = 0;
+/* tokenizer.json from a vocab.json + merges.txt pair, in the form
+ * tokenizers' GPT2TokenizerFast converts GPT-2's files to. */
+static sr_status from_vocab_merges(hf_tok *ht) {
+    char merges_path[PATH_MAX], *mtext = NULL;
+    const char *slash = strrchr(ht->source, '/');
+    sr_fmt(merges_path, sizeof merges_path, "%.*smerges.txt", slash ? (int)(slash - ht->source + 1) : 0, ht->source);
+    json_error_t je;
+    json_t *vocab = json_load_file(ht->source, JSON_REJECT_DUPLICATES, &je);
+    sr_status st = vocab ? slurp(merges_path, &mtext) : sr_error(SR_ERR_DATA, "%s: %s", ht->source, je.text);
+    json_t *merges = json_array(), *added = json_array();
+    for (char *line = mtext, *next; st == SR_OK && line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        size_t ll = strlen(line);
+        if (ll && line[ll - 1] == '\r')
+            line[--ll] = '\0';
+        if (ll && strncmp(line, "#version", 8) != 0)
+            json_array_append_new(merges, json_string(line));
+    }
+    if (st == SR_OK && ht->doc_id >= 0)
+        json_array_append_new(added, json_pack("{s:I, s:s, s:b, s:b, s:b, s:b, s:b}", "id", (json_int_t)ht->doc_id,
+                                               "content", ht->doc, "single_word", 0, "lstrip", 0, "rstrip", 0,
+                                               "normalized", 0, "special", 1));
+    json_t *bl = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 1,
+                           "use_regex", 1);
+    json_t *root =
+        st == SR_OK ? json_pack("{s:s, s:n, s:n, s:o, s:n, s:O, s:O, s:O, s:{s:s, s:n, s:n, s:s, s:s, "
+                                "s:b, s:b, s:b, s:O, s:O}}",
+                                "version", "1.0", "truncation", "padding", "added_tokens", added, "normalizer",
+                                "pre_tokenizer", bl, "post_processor", bl, "decoder", bl, "model", "type", "BPE",
+                                "dropout", "unk_token", "continuing_subword_prefix", "", "end_of_word_suffix", "",
+                                "fuse_unk", 0, "byte_fallback", 0, "ignore_merges", 0, "vocab", vocab, "merges", merges)
+                    : NULL;
+    if (!root)
+        json_decref(added);
+    if (st == SR_OK && !(ht->tokenizer_json = dump_json(root)))
+        st = sr_error_oom("tokenizer.json");
+    json_decref(root);
+    json_decref(bl);
+    json_decref(vocab);
+    json_decref(merges);
+    free(mtext);
+    return st;
+}
+
+/* The run's tokenizer (the manifest's data record), checked against the
+ * SHA-256 the run recorded, and what the export writes for it. */
+static sr_status prepare_tokenizer(const sr_manifest *mf, hf_tok *ht) {
+    memset(ht, 0, sizeof *ht);
+    ht->doc_id = -1;
     if (!mf->has_data || !mf->data.tokenizer[0])
         return SR_OK;
-    const char *spec = mf->data.tokenizer, *colon = strchr(spec, ':');
-    if (colon && spec[0] != '/')
-        spec = colon + 1; /* PATTERN:PATH */
-    const char *base = strrchr(spec, '/') ? strrchr(spec, '/') + 1 : spec;
-    sr_status st = copy_file(spec, dir, base);
-    *copied += st == SR_OK;
-    if (st == SR_OK && strcmp(base, "vocab.json") == 0) {
-        char merges[PATH_MAX];
-        sr_fmt(merges, sizeof merges, "%.*smerges.txt", (int)(base - spec), spec);
-        st = copy_file(merges, dir, "merges.txt");
-        *copied += st == SR_OK;
+    sr_tokenizer *tok = NULL;
+    sr_status st = sr_tokenizer_load(&tok, mf->data.tokenizer, "the run's data.tokenizer");
+    if (st != SR_OK)
+        return sr_error_wrap(st, "ckpt export: the checkpoint's tokenizer");
+    if (mf->data.tokenizer_sha256[0] && strcmp(sr_tokenizer_fingerprint(tok), mf->data.tokenizer_sha256) != 0) {
+        st = sr_error(SR_ERR_DATA,
+                      "ckpt export: the tokenizer %s changed since the run (SHA-256 %.12s... now, %.12s... "
+                      "recorded): its ids would not be the model's (hint: put back the file the data was prepared "
+                      "with)",
+                      mf->data.tokenizer, sr_tokenizer_fingerprint(tok), mf->data.tokenizer_sha256);
+        sr_tokenizer_free(tok);
+        return st;
     }
+    int64_t eot = sr_tokenizer_eot(tok);
+    size_t len = 0;
+    const unsigned char *b = eot >= 0 && eot < mf->dims.V ? sr_tokenizer_bytes(tok, eot, &len) : NULL;
+    if (b && len < sizeof ht->doc) {
+        ht->doc_id = eot;
+        memcpy(ht->doc, b, len);
+        ht->doc[len] = '\0';
+    }
+    const char *spec = sr_tokenizer_spec(tok), *colon = strchr(spec, ':');
+    sr_fmt(ht->source, sizeof ht->source, "%s", colon && spec[0] != '/' ? colon + 1 : spec);
+    switch (sr_tokenizer_format(tok)) {
+    case SR_TOK_HF_JSON:
+        st = from_tokenizer_json(ht);
+        break;
+    case SR_TOK_VOCAB_MERGES:
+        st = from_vocab_merges(ht);
+        break;
+    case SR_TOK_TIKTOKEN:
+        ht->left_out = "a tiktoken rank file has no exact tokenizer.json (tiktoken merges by the rank of the merged "
+                       "token, tokenizers' BPE by the rank of the merge): none written; encode with tiktoken and "
+                       "the rank file";
+        break;
+    default:
+        ht->left_out = "an llm.c tokenizer file only decodes: no tokenizer.json written";
+        break;
+    }
+    sr_tokenizer_free(tok);
+    return st;
+}
+
+/* tokenizer_config.json and special_tokens_map.json: the document token
+ * as bos, eos and pad (null without one), nothing added to text. */
+static sr_status write_tokenizer_files(const hf_tok *ht, const char *dir, int T) {
+    char path[PATH_MAX];
+    bytes_ctx x = {(const unsigned char *)ht->tokenizer_json, strlen(ht->tokenizer_json)};
+    sr_fmt(path, sizeof path, "%s/tokenizer.json", dir);
+    sr_status st = sr_fsio_atomic_write_own(path, write_bytes, &x);
+    json_t *doc = ht->doc_id >= 0 ? json_string(ht->doc) : json_null();
+    json_t *cfg =
+        json_pack("{s:s, s:b, s:b, s:O, s:O, s:O, s:n, s:I, s:b}", "tokenizer_class", "PreTrainedTokenizerFast",
+                  "add_bos_token", 0, "add_eos_token", 0, "bos_token", doc, "eos_token", doc, "pad_token", doc,
+                  "unk_token", "model_max_length", (json_int_t)T, "clean_up_tokenization_spaces", 0);
+    json_t *map = ht->doc_id >= 0 ? json_pack("{s:O, s:O, s:O}", "bos_token", doc, "eos_token", doc, "pad_token", doc)
+                                  : json_object();
+    char *t1 = dump_json(cfg), *t2 = dump_json(map);
+    if (st == SR_OK && (!t1 || !t2))
+        st = sr_error_oom("tokenizer_config.json");
+    bytes_ctx x1 = {(const unsigned char *)t1, t1 ? strlen(t1) : 0},
+              x2 = {(const unsigned char *)t2, t2 ? strlen(t2) : 0};
+    sr_fmt(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (st == SR_OK)
+        st = sr_fsio_atomic_write_own(path, write_bytes, &x1);
+    sr_fmt(path, sizeof path, "%s/special_tokens_map.json", dir);
+    if (st == SR_OK)
+        st = sr_fsio_atomic_write_own(path, write_bytes, &x2);
+    free(t1);
+    free(t2);
+    json_decref(cfg);
+    json_decref(map);
+    json_decref(doc);
     return st;
 }
 
@@ -293,8 +483,12 @@ static sr_status export_hf(const char *path, const char *dest, sr_export_format 
     sr_status st = sr_ckpt_tool_read_model(path, &mf, &model, &all, NULL, NULL, used, sizeof used);
     if (st != SR_OK)
         return st;
-    char *cfg = fmt == SR_EXPORT_HF ? render_config(&mf, used) : NULL;
-    if (fmt == SR_EXPORT_HF && !cfg)
+    hf_tok ht = {.doc_id = -1};
+    if (fmt == SR_EXPORT_HF) /* before anything is written: a changed tokenizer is refused */
+        st = prepare_tokenizer(&mf, &ht);
+    bool known = mf.has_data && mf.data.tokenizer[0];
+    char *cfg = st == SR_OK && fmt == SR_EXPORT_HF ? render_config(&mf, used, ht.doc_id, known) : NULL;
+    if (st == SR_OK && fmt == SR_EXPORT_HF && !cfg)
         st = sr_error_oom("config.json");
     if (st == SR_OK && fmt == SR_EXPORT_HF && sr_fsio_mkdir_p(dir) != 0)
         st = sr_fsio_create_error(dir, errno);
@@ -305,21 +499,28 @@ static sr_status export_hf(const char *path, const char *dest, sr_export_format 
     text_ctx tc = {cfg};
     if (st == SR_OK && cfg)
         st = sr_fsio_atomic_write_own(cfgpath, write_text, &tc);
-    int copied = 0;
-    if (st == SR_OK && cfg)
-        st = copy_tokenizer(&mf, dir, &copied);
+    if (st == SR_OK && cfg && ht.tokenizer_json)
+        st = write_tokenizer_files(&ht, dir, mf.dims.T);
+    if (st == SR_OK && ht.left_out)
+        sr_log_warn("ckpt export: %s (%s)", ht.left_out, ht.source);
     bool llama = mf.dims.arch == SR_ARCH_LLAMA;
-    char dims[512], tail[200] = "";
-    if (cfg)
+    char dims[512], tail[600] = "";
+    if (cfg && ht.tokenizer_json)
+        sr_fmt(tail, sizeof tail,
+               "; load it with AutoModelForCausalLM and AutoTokenizer.from_pretrained (the run's tokenizer as "
+               "tokenizer.json, %s%s%s)",
+               ht.doc_id >= 0 ? "its document token " : "no document token: bos and eos null",
+               ht.doc_id >= 0 ? ht.doc : "", ht.doc_id >= 0 ? " as bos, eos and pad" : "");
+    else if (cfg)
         snprintf(tail, sizeof tail, "; load it with %s.from_pretrained (%s)",
                  llama ? "LlamaForCausalLM" : "GPT2LMHeadModel",
-                 copied ? "and the job's tokenizer files, copied beside it, with AutoTokenizer"
-                        : "the job named no tokenizer: none is written");
+                 ht.left_out ? "no tokenizer.json: see the warning" : "the job named no tokenizer: none is written");
     if (st == SR_OK)
         fprintf(out, "shardrun: wrote %s%s: %zu fp32 parameters under Hugging Face %s names (%s), step %lld%s\n",
                 stpath, cfg ? " and config.json" : "", model.n_params_real, llama ? "Llama" : "GPT-2",
                 sr_model_dims_text(&mf.dims, dims, sizeof dims), (long long)mf.step, tail);
     free(cfg);
+    hf_tok_free(&ht);
     free(all);
     sr_model_free(&model);
     sr_manifest_free(&mf);

@@ -14,6 +14,7 @@
 #include "data.h"
 #include "mem.h"
 #include "modelfile.h"
+#include "tokenizer.h"
 
 sr_status sr_job_model_init_source(sr_config *cfg) {
     if (!cfg->model_init || !cfg->model_init[0] || !sr_modelfile_is_hf_dir(cfg->model_init))
@@ -239,9 +240,44 @@ sr_status sr_job_check(sr_config *cfg, int ranks, int rank, const sr_dev *dev, s
     return st == SR_OK ? check_offload(cfg, dev->separate_memory) : st;
 }
 
-sr_status sr_job_check_data(const sr_config *cfg) {
-    if (cfg->data_train.count || cfg->vocab_size == SR_DATA_EMBEDDED_VOCAB || cfg->data_embedded_any_vocab)
+/* data.tokenizer loads, and its ids fit the model's vocabulary. */
+static sr_status check_tokenizer(const sr_config *cfg) {
+    if (!cfg->data_tokenizer || !cfg->data_tokenizer[0])
         return SR_OK;
+    sr_tokenizer *tok = NULL;
+    sr_status st = sr_tokenizer_load(&tok, cfg->data_tokenizer, "data.tokenizer");
+    if (st != SR_OK)
+        return sr_error_wrap(st, "data.tokenizer");
+    int64_t tv = sr_tokenizer_vocab(tok);
+    sr_tokenizer_free(tok);
+    if (tv <= cfg->vocab_size)
+        return SR_OK;
+    return at_key(cfg, sr_config_was_set(cfg, "model.vocab_size") ? "model.vocab_size" : "data.tokenizer",
+                  "data.tokenizer %s has %lld ids, more than model.vocab_size %lld: its tokens would index past the "
+                  "embedding (hint: model.vocab_size: %lld, or the tokenizer the data was prepared with)",
+                  cfg->data_tokenizer, (long long)tv, (long long)cfg->vocab_size, (long long)tv);
+}
+
+/* The shards of one split open as token shards: headers and sizes, and
+ * enough tokens for one sequence (the token-range scan is the run's). */
+static sr_status check_shards(const sr_config *cfg, const sr_strlist *paths) {
+    if (!paths->count)
+        return SR_OK;
+    sr_data *d = NULL;
+    sr_status st = sr_data_open(&d, paths, (int)cfg->seq_len, -1);
+    sr_data_close(d);
+    return st;
+}
+
+sr_status sr_job_check_data(const sr_config *cfg) {
+    sr_status st = check_tokenizer(cfg);
+    if (st == SR_OK)
+        st = check_shards(cfg, &cfg->data_train);
+    if (st == SR_OK)
+        st = check_shards(cfg, &cfg->data_val);
+    if (st != SR_OK || cfg->data_train.count || cfg->vocab_size == SR_DATA_EMBEDDED_VOCAB ||
+        cfg->data_embedded_any_vocab)
+        return st;
     return at_key(cfg, sr_config_was_set(cfg, "model.vocab_size") ? "model.vocab_size" : "model.preset",
                   "the model's vocabulary is %lld tokens but data.train is empty, so the run would train on the "
                   "embedded byte corpus (vocabulary %d): its tokens mean bytes, not your tokenizer's (hint: set "

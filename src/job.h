@@ -77,10 +77,16 @@ sr_status sr_job_check_world(const sr_config *cfg, int ranks, int rank, sr_mesh 
  * explicit grads: false beside optimizer: true is refused).  SR_ERR_CONFIG
  * with the key's file:line:col and why. */
 sr_status sr_job_check(sr_config *cfg, int ranks, int rank, const sr_dev *dev, sr_mesh *mesh, bool *param_auto);
-/* data.train empty trains on the embedded byte corpus: a model.vocab_size
- * other than its 256 is refused (SR_ERR_CONFIG naming both vocabularies
- * and data.train, at the key that set the vocabulary) unless
- * data.embedded_any_vocab is true. */
+/* The data rules, every one that needs only the job file and the files it
+ * names, in the one function `train` and `config check` both call (so both
+ * say the same): data.tokenizer loads (its statuses) and has no more ids
+ * than model.vocab_size (SR_ERR_CONFIG at the key); the shards of
+ * data.train and data.val are token shards (headers and sizes: 65/66
+ * naming the file) holding a sequence; data.train empty trains on the
+ * embedded byte corpus: a model.vocab_size other than its 256 is refused
+ * (SR_ERR_CONFIG naming both vocabularies and data.train, at the key that
+ * set the vocabulary) unless data.embedded_any_vocab is true.  The scan
+ * of every token against the vocabulary is the run's (sr_data_open). */
 sr_status sr_job_check_data(const sr_config *cfg);
 
 #endif

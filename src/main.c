@@ -92,7 +92,9 @@ static const option_row options[X_COUNT] = {
                   "report: the page (default: METRICS.jsonl.html)",
                   true},
     [X_FORMAT] = {"format", 0, "F", "ckpt export: hf, safetensors or llmc (default: from -o)"},
-    [X_PROMPT] = {"prompt", 0, "TEXT", "sample: start from TEXT (byte-level vocabulary only)"},
+    [X_PROMPT] = {"prompt", 0, "TEXT",
+                  "sample: start from TEXT (encoded by the checkpoint's tokenizer,\nor --tokenizer; bytes for a "
+                  "byte-level model)"},
     [X_PROMPT_TOKENS] = {"prompt-tokens", 0, "L", "sample: start from these token ids (comma list)"},
     [X_TOKENS] = {"tokens", 0, "N", "sample: tokens to generate (default 256)"},
     [X_TEMPERATURE] = {"temperature", 0, "T", "sample: softmax temperature, 0 = greedy (default 0.8)"},
@@ -838,8 +840,8 @@ static void print_usage(FILE *f, const char *name, const char *sub, bool brief) 
     if (brief)
         return;
     if (!name) {
-        fputs("       shardrun --help | --version\n\nTrain a GPT-2 style transformer with fully sharded data "
-              "parallelism.\n",
+        fputs("       shardrun --help | --version\n\nTrain a GPT-2 or Llama-family transformer with fully sharded "
+              "data parallelism.\n",
               f);
         takes |= B(X_VERSION);
     }

@@ -159,8 +159,7 @@ static void tb_step(sr_tb *tb, const sr_step_record *r) {
         TB("mfu", r->mfu);
     TB("step_ms", r->step_ms);
     TB("comm_exposed_ms", r->comm_exposed_ms);
-    if (r->has_val)
-        TB("val_loss", r->val_loss);
+    /* (val_loss: the eval event's scalar, at every evaluation's step) */
     if (r->times && r->times->n > 0) {
         TB("busy_ms_min", r->times->busy_min);
         TB("busy_ms_median", r->times->busy_median);
@@ -253,6 +252,14 @@ void sr_metrics_event(sr_metrics *m, const char *kind, int64_t step, json_t *fie
             char tag[64];
             snprintf(tag, sizeof tag, "event/%s", kind);
             sr_tb_text(m->tb, step, tag, line);
+            /* every evaluation's loss is a scalar at its own step, logged
+             * step or not */
+            json_t *vl = json_object_get(o, "val_loss");
+            if (strcmp(kind, "eval") == 0 && json_is_number(vl)) {
+                const char *tags[1] = {"val_loss"};
+                double v[1] = {json_number_value(vl)};
+                sr_tb_scalars(m->tb, step, 1, tags, v);
+            }
         }
         free(line);
     }

@@ -109,6 +109,9 @@ static sr_status fill(int fd, const char *name, void *ctx) {
              s->tokens_per_s, NULL);
     if (isfinite(s->mfu))
         per_rank(f, s, "shardrun_mfu_ratio", "Model FLOP utilization of the logged step (0 to 1).", s->mfu, NULL);
+    if (isfinite(s->val_loss))
+        per_rank(f, s, "shardrun_val_loss", "Mean per-token validation loss of the newest evaluation.", s->val_loss,
+                 NULL);
     family(f, "shardrun_memory_bytes", "Accounted memory of the rank by space (host, pinned, device), now.");
     for (int i = 0; i < s->n; i++)
         for (int sp = 0; sp < SR_NSPACE; sp++) {

@@ -32,6 +32,7 @@ typedef struct {
     int64_t step, steps; /* steps done, steps planned */
     double loss, tokens_per_s;
     double mfu;        /* a ratio; NaN when no peak is known (no sample) */
+    double val_loss;   /* the newest evaluation's loss; NaN before the first (no sample) */
     int64_t ckpt_step; /* the newest committed checkpoint; -1 none (no samples) */
     double ckpt_age_s; /* seconds since it was committed */
     double time_s;     /* the write's wall time (shardrun_last_update_timestamp_seconds) */

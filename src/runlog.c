@@ -347,6 +347,7 @@ static sr_status prometheus(sr_run *r, int64_t s, const sr_step_out *o) {
                              .loss = o->loss,
                              .tokens_per_s = tps,
                              .mfu = mfu / 100.0,
+                             .val_loss = r->last_val,
                              .ckpt_step = sr_ckpt_last_step(r->ck),
                              .ckpt_age_s = now - ckpt_time,
                              .time_s = now,
@@ -393,6 +394,8 @@ sr_status sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evalu
     sr_metrics_step(r->metrics, &rec);
     return prometheus(r, s, o);
 }
+
+sr_status sr_run_log_eval(sr_run *r, int64_t s, const sr_step_out *o) { return prometheus(r, s, o); }
 
 bool sr_run_log_due(const sr_run *r, int64_t s) {
     return (s + 1) % r->cfg->log_every == 0 || s == 0 || s + 1 == r->cfg->steps;

@@ -75,14 +75,6 @@ static const pattern_def *pattern_of_text(const char *text) {
 
 #define NONE UINT32_MAX
 
-/* The formats, as detected. */
-typedef enum {
-    SR_TOK_HF_JSON,      /* tokenizer.json */
-    SR_TOK_VOCAB_MERGES, /* vocab.json + merges.txt beside it */
-    SR_TOK_TIKTOKEN,     /* base64 token, rank per line */
-    SR_TOK_LLMC,         /* llm.c's tokenizer file: decoding only */
-} sr_tok_format;
-
 typedef struct {
     char *text;
     uint32_t id;
@@ -118,6 +110,7 @@ struct sr_tokenizer {
 };
 
 int64_t sr_tokenizer_vocab(const sr_tokenizer *t) { return t->vocab; }
+sr_tok_format sr_tokenizer_format(const sr_tokenizer *t) { return t->format; }
 bool sr_tokenizer_can_encode(const sr_tokenizer *t) { return t->format != SR_TOK_LLMC; }
 const char *sr_tokenizer_fingerprint(const sr_tokenizer *t) { return t->fingerprint; }
 const char *sr_tokenizer_describe(const sr_tokenizer *t) { return t->describe; }
@@ -1105,6 +1098,21 @@ typedef struct {
     json_t *root;
 } load_state;
 
+/* A vocab.json's "<|endoftext|>": GPT-2's end-of-text token, special as
+ * tokenizers' GPT2TokenizerFast makes it (never produced by the merges,
+ * the default document separator of data prepare), at the id vocab.json
+ * gives it.  Nothing when the vocabulary has none. */
+static sr_status vocab_end_of_text(sr_tokenizer *t, json_t *vocab, bool **is_special) {
+    json_t *id = json_object_get(vocab, "<|endoftext|>");
+    if (!json_is_integer(id))
+        return SR_OK;
+    *is_special = sr_calloc(SR_TOK_MAX_ID + 1u, sizeof **is_special);
+    if (!*is_special)
+        return sr_error_oom("the tokenizer");
+    (*is_special)[json_integer_value(id)] = true;
+    return add_special(t, "<|endoftext|>", (uint32_t)json_integer_value(id));
+}
+
 /* SR_ERR_DATA "PATH:LINE: a NUL byte (WHY)" for the first NUL in
  * text[0 .. n): lines are read as C strings, and a NUL would silently end
  * one (or the file). */
@@ -1172,11 +1180,13 @@ static sr_status parse_buffer(sr_tokenizer *t, load_state *ls, const pattern_def
             return sr_error(SR_ERR_DATA, "%s: a vocab.json without its merges.txt", t->path);
         st = load_vocab(t, unmap, ls->root, t->path);
         if (st == SR_OK)
+            st = vocab_end_of_text(t, ls->root, &ls->is_special);
+        if (st == SR_OK)
             st = read_file(merges_path, "the merges beside the vocabulary", &ls->mbuf, &ls->mn, ls->md);
         if (st == SR_OK)
             st = refuse_nul(ls->mbuf, ls->mn, merges_path, "merges.txt is text");
         if (st == SR_OK)
-            st = map_tokens(t, NULL);
+            st = map_tokens(t, ls->is_special);
         if (st == SR_OK)
             st = load_merges(t, unmap, NULL, ls->mbuf, merges_path);
         return st;

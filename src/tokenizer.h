@@ -57,6 +57,14 @@ void sr_tokenizer_free(sr_tokenizer *t);
 
 /* Ids 0 .. vocab-1 (the largest id + 1, special tokens included). */
 int64_t sr_tokenizer_vocab(const sr_tokenizer *t);
+/* The formats, as detected. */
+typedef enum {
+    SR_TOK_HF_JSON,      /* tokenizer.json */
+    SR_TOK_VOCAB_MERGES, /* vocab.json + merges.txt beside it */
+    SR_TOK_TIKTOKEN,     /* base64 token, rank per line */
+    SR_TOK_LLMC,         /* llm.c's tokenizer file: decoding only */
+} sr_tok_format;
+sr_tok_format sr_tokenizer_format(const sr_tokenizer *t);
 /* Whether it can encode (every format but llm.c's). */
 bool sr_tokenizer_can_encode(const sr_tokenizer *t);
 /* The SHA-256 of the tokenizer's file bytes (a vocab.json + merges.txt

@@ -47,17 +47,10 @@ static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 static sr_status open_data(sr_run *r) {
     const sr_config *cfg = r->cfg;
     sr_status st;
-    if (cfg->data_tokenizer && *cfg->data_tokenizer) {
-        if ((st = sr_tokenizer_load(&r->tok, cfg->data_tokenizer, "data.tokenizer")) != SR_OK)
-            return sr_error_wrap(st, "data.tokenizer");
-        int64_t tv = sr_tokenizer_vocab(r->tok);
-        if (tv > cfg->vocab_size)
-            return sr_error(SR_ERR_CONFIG,
-                            "data.tokenizer %s has %lld ids, more than model.vocab_size %lld: its tokens would "
-                            "index past the embedding (hint: model.vocab_size: %lld, or the tokenizer the data was "
-                            "prepared with)",
-                            cfg->data_tokenizer, (long long)tv, (long long)cfg->vocab_size, (long long)tv);
-    }
+    /* (its ids against the vocabulary: sr_job_check_data, before the run) */
+    if (cfg->data_tokenizer && *cfg->data_tokenizer &&
+        (st = sr_tokenizer_load(&r->tok, cfg->data_tokenizer, "data.tokenizer")) != SR_OK)
+        return sr_error_wrap(st, "data.tokenizer");
     if (cfg->data_train.count)
         st = sr_data_open(&r->train, &cfg->data_train, r->T, cfg->vocab_size);
     else
@@ -499,7 +492,9 @@ static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code
                 sr_metrics_event(r->metrics, "eval", s + 1, json_pack("{sf}", "val_loss", r->last_val));
         }
     }
-    sr_status lst = sr_run_log_due(r, s) ? sr_run_log_step(r, s, o, evaluated) : SR_OK;
+    sr_status lst = sr_run_log_due(r, s) ? sr_run_log_step(r, s, o, evaluated)
+                    : evaluated          ? sr_run_log_eval(r, s, o)
+                                         : SR_OK;
     if (lst != SR_OK)
         return lst;
     if (!o->stop && cfg->log_sample_every > 0 && (s + 1) % cfg->log_sample_every == 0) {

@@ -130,6 +130,10 @@ void sr_run_checkpoint_events(sr_run *r);
  * a failed write warns once and never fails the run).  The gather's
  * status. */
 sr_status sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evaluated);
+/* An evaluation at a step that is not logged: log.prometheus's sample
+ * (its val_loss gauge) as sr_run_log_step writes it (every rank calls
+ * it). */
+sr_status sr_run_log_eval(sr_run *r, int64_t s, const sr_step_out *o);
 /* What watches the run, before the planes start: the flight recorder
  * (flight.h) and its SIGQUIT handler, log.trace_steps' window (trace.h),
  * and log.prometheus's path with %h and %j expanded (SR_ERR_CONFIG naming

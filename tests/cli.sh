@@ -119,10 +119,21 @@ check "  ...without repeating the message (one message per step)" test ! -s "$T/
 expect_status 0 "a one-task srun step runs as one process" env SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=1 "$S" train --set train.steps=1 --set model.n_layer=1 --set train.eval_every=0
 check "  ...logging rank 0/1" grep -q "rank 0/1 local 0/1" "$T/err"
 
-# the shipped default job and examples are valid
+# the shipped default job and examples are valid (config check opens the
+# shards a job names, as train does: stand-ins at the examples' paths, a
+# GPT-2 shard of 1,025 tokens and a byte-level one)
+mkdir -p "$T/ex/fineweb10B" && (cd "$T/ex" && python3 -c '
+import struct
+for name, magic, n in (("fineweb10B/fineweb_train_000001.bin", 20240520, 1025),
+                       ("fineweb10B/fineweb_val_000000.bin", 20240520, 1025),
+                       ("train.bin", 20240520, 300), ("val.bin", 20240520, 300)):
+    open(name, "wb").write(struct.pack("<3i", magic, 1, n) + bytes(1012) + bytes(2 * n))')
+here=$(pwd)
+cd "$T/ex" || exit 99
 for j in "$SR_SRCDIR"/etc/shardrun.yaml "$SR_SRCDIR"/etc/examples/*.yaml; do
     expect_status 0 "shipped job $(basename "$j") passes config check" "$S" config check "$j"
 done
+cd "$here" || exit 99
 "$S" config show "$SR_SRCDIR/etc/shardrun.yaml" | sed 1d >"$T/etc.yaml"
 "$S" config show | sed 1d >"$T/embedded.yaml"
 check "the embedded default job is etc/shardrun.yaml" cmp -s "$T/etc.yaml" "$T/embedded.yaml"

@@ -1,7 +1,10 @@
 #!/bin/sh
-# docs.sh — the man pages: mandoc -Tlint clean; every --help option appears
-# in shardrun(1); every schema key appears in shardrun.yaml(5), whose KEYS
-# list is exactly what `shardrun config keys --mdoc` prints.
+# docs.sh — the man pages and the README (doc/ARCHITECTURE.md is
+# tests/layers.sh's): mandoc -Tlint clean; every --help option appears in
+# shardrun(1); every schema key appears in shardrun.yaml(5), whose KEYS
+# list is exactly what `shardrun config keys --mdoc` prints; the rendered
+# pages have no word eaten by .Fl, no nested quote, no empty parenthesis;
+# no retired claim is made anywhere.
 # `docs.sh --update` rewrites that list from the schema instead (make update-man).
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
@@ -42,6 +45,16 @@ else
     three=$(for m in "$M1" "$M5" "$MC"; do "$MANDOC" -Tascii "$m" | sed "s/.\x08//g" | grep -n -- '---[a-z]'; done)
     check "no option renders with three dashes in the man pages" test -z "$three" || diag "$three"
     "$MANDOC" -Tascii "$M5" | sed "s/.\x08//g" >"$T/man5.txt"
+    # mdoc slips that render wrong: words eaten by .Fl (".Pq Fl -threads ;
+    # every core" renders "-every -core"), quotes opened inside quotes, a
+    # parenthesis or mark left empty ("(, Open trace file", "(default ~.)")
+    for m in "$M1" "$M5" "$MC"; do "$MANDOC" -Tutf8 "$m" | sed "s/.\x08//g" >"$T/$(basename "$m").utf8"; done
+    eaten=$(grep -nE '(^|[ (\[])-[a-zA-Z][a-zA-Z]+' "$T"/*.utf8 | sed "s|$T/||")
+    check "no word is eaten by .Fl in the rendered pages (a single-dash word is one)" test -z "$eaten" || diag "$eaten"
+    nested=$(grep -n '“[^”]*“' "$T"/*.utf8 | sed "s|$T/||")
+    check "no quote opens inside another in the rendered pages" test -z "$nested" || diag "$nested"
+    empty=$(grep -nE '\( *,|(^|[^A-Za-z0-9_])\( *\)|~\.' "$T"/*.utf8 | sed "s|$T/||")
+    check "no empty parenthesis or stray mark in the rendered pages" test -z "$empty" || diag "$empty"
     "$S" --help | grep -o -- '--[a-z][a-z-]*' | sort -u >"$T/opts"
     missing=""
     while read -r o; do grep -q -- "$o" "$T/man1.txt" || missing="$missing $o"; done <"$T/opts"
@@ -81,4 +94,23 @@ else
     check "the GPU template has the options the issue names" sh -c "for o in '--gpus-per-task=1' '--requeue' '--signal=USR1@' '--open-mode=append' 'srun --mpi=\"\${SHARDRUN_MPI:-pmix}\" shardrun train' 'SLURM_RESTART_COUNT'; do grep -q -- \"\$o\" '$SR_SRCDIR/slurm/shardrun-gpu.sbatch' || exit 1; done"
     check "slurm.conf.shardrun has the site lines" sh -c "grep -q '^RequeueExit=75' '$SR_SRCDIR/slurm/slurm.conf.shardrun' && grep -q '^PreemptMode=REQUEUE' '$SR_SRCDIR/slurm/slurm.conf.shardrun' && grep -q '^SlurmctldParameters=preempt_send_user_signal' '$SR_SRCDIR/slurm/slurm.conf.shardrun'"
 fi
+# claims that were true once and are not any more: each a phrase no page,
+# README nor --help may say again
+retired="data prepare\` writes byte-level shards, which only
+makes byte-level shards (vocabulary 256) from any text
+one rank in this release
+Train a GPT-2 style transformer
+byte-level vocabulary only
+under their own names, so that
+its files are copied beside the model
+Pq Va s No + 1 x Cm batch_size"
+"$S" --help >"$T/help" 2>&1
+"$S" sample --help >>"$T/help" 2>&1
+for f in "$SR_SRCDIR/README.md" "$M1" "$M5" "$MC" "$T/help"; do
+    printf '%s\n' "$retired" | while read -r phrase; do
+        tr '\n' ' ' <"$f" | sed 's/  */ /g' | grep -qF -- "$phrase" && echo "$(basename "$f"): $phrase"
+    done
+done >"$T/retired"
+check "no retired claim is made ($(printf '%s\n' "$retired" | wc -l) phrases in the README, the man pages and --help)" \
+    test ! -s "$T/retired" || diag "$(cat "$T/retired")"
 done_testing

@@ -282,9 +282,14 @@ group "7. values from other programs are bounded" && {
 
 # --- 8. messages --------------------------------------------------------------------
 group "8. messages say the truth" && {
-    timed "$S" train hfjob.yaml --set train.steps=5 --set checkpoint.dir=ck0 --set model.init=hf0
-    check "model.init on a resume: one line saying it is ignored, no 'takes effect' (status $rc)" \
-        sh -c "[ $rc -eq 0 ] && [ \$(grep -c 'model.init' err) -eq 1 ] && grep -q 'model.init: ignored' err"
+    # a run started from model.init resumed with another model.init: the
+    # change once said "(the new value takes effect)" and then "ignored"
+    timed "$S" train hfjob.yaml --set train.steps=2 --set checkpoint.dir=ck8 --set model.init=hf0
+    cp -r hf0 hf0b
+    timed "$S" train hfjob.yaml --set train.steps=3 --set checkpoint.dir=ck8 --set model.init=hf0b
+    check "model.init changed on a resume: one line saying it is ignored, no 'takes effect' (status $rc)" \
+        sh -c "[ $rc -eq 0 ] && [ \$(grep -c 'model.init' err) -eq 1 ] && grep -q 'model.init: ignored' err" ||
+        diag "$(grep model.init err)"
     mkdir esc && sed 's/"host": "[^"]*"/"host": "evil\\u001b[31mred"/' fl0/rank0.json >esc/rank0.json
     timed "$S" debug flight esc
     check "debug flight escapes a dump's host name (no terminal escape reaches the verdict)" \

@@ -24,7 +24,7 @@
 #    78; another rope_scaling type 65 naming it) trains a frozen step with
 #    the reference's logits; ckpt export -o DIR/ loads in
 #    LlamaForCausalLM.from_pretrained with the same logits, and the job's
-#    tokenizer.json is copied beside it for AutoTokenizer.
+#    tokenizer.json is written beside it for AutoTokenizer.
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
 PROBE=${SR_BUILDDIR:-.}/tests/model_probe
@@ -184,7 +184,7 @@ json.dump(c, open("rp/config.json", "w"))'
     check "ckpt export -o DIR/: LlamaForCausalLM.from_pretrained gives shardrun's logits ($(py close ex.sr.logits ex.ref.logits 1e-4))" \
         py close ex.sr.logits ex.ref.logits 1e-4
     check "  ...config.json is a LlamaConfig with the scaling, the tokenizer.json is copied" \
-        sh -c "grep -q '\"model_type\": \"llama\"' ex/config.json && grep -q '\"rope_type\": \"llama3\"' ex/config.json && cmp -s ex/tokenizer.json tk/tokenizer.json && grep -q 'copied beside it' ex.err"
+        sh -c "grep -q '\"model_type\": \"llama\"' ex/config.json && grep -q '\"rope_type\": \"llama3\"' ex/config.json && cmp -s ex/tokenizer.json tk/tokenizer.json && grep -q 'the run.s tokenizer as tokenizer.json' ex.err"
     check "  ...and AutoTokenizer loads it from the export (ids $(cat ex.ids))" test -s ex.ids
 else
     case ",${SHARDRUN_TEST_REQUIRE:-}," in

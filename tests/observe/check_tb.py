@@ -5,7 +5,8 @@ Reads TBDIR with tensorboard's EventAccumulator (purging orphaned data, as
 TensorBoard does) keeping every event, and the metrics file's step records,
 the last record of each step winning (a resumed run redoes steps and
 appends).  Checks: every tag's steps are exactly the file's logged steps,
-each once; every value equals the file's as a float32 (within 1e-5
+each once (val_loss: exactly the steps of the file's eval events, logged
+steps or not: every evaluation is a scalar at its own step); every value equals the file's as a float32 (within 1e-5
 relative for the values the file writes with 6 significant digits); every event record
 kind of the file has a text summary "event/<kind>"; with --events KIND...
 those kinds must be among them.  The text summaries are read as the
@@ -28,11 +29,13 @@ def f32(x):
 def main():
     tbdir, metrics = sys.argv[1], sys.argv[2]
     want_events = sys.argv[4:] if len(sys.argv) > 3 and sys.argv[3] == "--events" else []
-    last, kinds = {}, set()
+    last, kinds, evals = {}, set(), {}
     for line in open(metrics):
         r = json.loads(line)
         if "event" in r:
             kinds.add(r["event"])
+            if r["event"] == "eval":
+                evals[r["step"]] = {"val_loss": r["val_loss"]}
         else:
             last[r["step"]] = r
     acc = EventAccumulator(tbdir, size_guidance={"scalars": 0, "tensors": 0})
@@ -44,7 +47,8 @@ def main():
     six = {"tokens_per_s", "step_ms", "comm_exposed_ms", "mfu", "busy_ms_median"}
     n = 0
     for k in keys + ["mfu", "val_loss", "busy_ms_median"]:
-        have = [s for s in steps if last[s].get(k) is not None]
+        src = evals if k == "val_loss" else last
+        have = sorted(evals) if k == "val_loss" else [s for s in steps if last[s].get(k) is not None]
         if k not in keys and not have:
             continue
         if k not in tags["scalars"]:
@@ -54,9 +58,9 @@ def main():
         if got != have:
             sys.exit(f"tag {k}: TensorBoard has steps {got}, the metrics file {have}")
         for e in ev:
-            want = f32(last[e.step][k])
+            want = f32(src[e.step][k])
             if e.value != want and not (k in six and abs(e.value - want) <= 1e-5 * abs(want)):
-                sys.exit(f"tag {k} step {e.step}: TensorBoard {e.value!r}, the metrics file {last[e.step][k]!r}")
+                sys.exit(f"tag {k} step {e.step}: TensorBoard {e.value!r}, the metrics file {src[e.step][k]!r}")
             n += 1
     for kind in sorted(kinds | set(want_events)):
         if f"event/{kind}" not in tags["tensors"]:
