@@ -99,7 +99,7 @@ int main(void) {
         float ms[13];
         for (int r = 0; r < 13; r++) {
             cudaEventRecord(e0, c->stream);
-            if (sr_gemm_run(c->gemm, c->stream, &k, B, A, D, NULL, 1.0f) != SR_OK) {
+            if (sr_gemm_run(c->gemm, c->stream, &k, B, A, D, NULL, 1.0f, SR_LF_GEMM_LINEAR) != SR_OK) {
                 fprintf(stderr, "gpu_gemm: %s\n", sr_error_message());
                 return 1;
             }

@@ -22,7 +22,7 @@ __global__ void adamw_k(float *p, const float *g, float *mm, float *vv, size_t n
 
 extern "C" int sr_k_adamw(cudaStream_t s, float *p, const float *g, float *m, float *v, size_t n, float b1, float b2,
                           float eps, float bc1, float bc2, float lr, float decay, float grad_scale) {
-    SR_ENTER(adamw);
+    SR_ENTER(adamw, sr_lc_adamw(n));
     if (n == 0)
         return 0;
     return SR_LAUNCH(adamw_k, sr_grid_1d(n, 256, 65535u * 16), 256, 0, s, p, g, m, v, n, b1, b2, eps, bc1, bc2, lr,

@@ -61,12 +61,12 @@ template <typename T> static int softmax_bwd(cudaStream_t s, void *datt, const v
 }
 
 extern "C" int sr_k_softmax_causal_forward(cudaStream_t s, void *att, long long rows, int T, int bf16) {
-    SR_ENTER(softmax_causal_forward);
+    SR_ENTER(softmax_causal_forward, sr_lc_softmax(rows, T, (bf16 ? 2 : 4), false));
     return SR_DISPATCH(bf16, softmax_fwd, s, att, rows, T);
 }
 extern "C" int sr_k_softmax_causal_backward(cudaStream_t s, void *datt, const void *att, long long rows, int T,
                                             int bf16) {
-    SR_ENTER(softmax_causal_backward);
+    SR_ENTER(softmax_causal_backward, sr_lc_softmax(rows, T, (bf16 ? 2 : 4), true));
     return SR_DISPATCH(bf16, softmax_bwd, s, datt, att, rows, T);
 }
 
@@ -87,7 +87,7 @@ static int gqa_expand(cudaStream_t s, void *dst, const void *src, int T_, int NK
 
 extern "C" int sr_k_gqa_expand(cudaStream_t s, void *dst, const void *src, int T, int NKV, int R, int hs, int W, int C,
                                int bf16) {
-    SR_ENTER(gqa_expand);
+    SR_ENTER(gqa_expand, sr_lc_gqa(T, NKV, R, hs, (bf16 ? 2 : 4), false));
     return SR_DISPATCH(bf16, gqa_expand, s, dst, src, T, NKV, R, hs, W, C);
 }
 
@@ -114,6 +114,6 @@ static int gqa_reduce(cudaStream_t s, void *dst, const void *src, int T_, int NK
 
 extern "C" int sr_k_gqa_reduce(cudaStream_t s, void *dst, const void *src, int T, int NKV, int R, int hs, int W, int C,
                                int bf16) {
-    SR_ENTER(gqa_reduce);
+    SR_ENTER(gqa_reduce, sr_lc_gqa(T, NKV, R, hs, (bf16 ? 2 : 4), true));
     return SR_DISPATCH(bf16, gqa_reduce, s, dst, src, T, NKV, R, hs, W, C);
 }

@@ -30,7 +30,7 @@ template <typename T> static int bias_fwd(cudaStream_t s, void *out, const void 
 }
 
 extern "C" int sr_k_bias_forward(cudaStream_t s, void *out, const void *bias, int N, int OC, int bf16) {
-    SR_ENTER(bias_forward);
+    SR_ENTER(bias_forward, sr_lc_elementwise((size_t)N * OC, (bf16 ? 2 : 4), 2, 1, 1));
     return SR_DISPATCH(bf16, bias_fwd, s, out, bias, N, OC);
 }
 
@@ -43,6 +43,6 @@ template <typename T> static int bias_bwd(cudaStream_t s, float *dbias, const vo
 }
 
 extern "C" int sr_k_bias_backward(cudaStream_t s, float *dbias, const void *dout, int N, int OC, int bf16, void *ws) {
-    SR_ENTER(bias_backward);
+    SR_ENTER(bias_backward, sr_lc_bias_backward(N, OC, (bf16 ? 2 : 4)));
     return SR_DISPATCH(bf16, bias_bwd, s, dbias, dout, N, OC, ws);
 }

@@ -60,11 +60,11 @@ static int xent_bwd(cudaStream_t s, void *logits, const float *lse, const int *t
 
 extern "C" int sr_k_crossentropy_forward(cudaStream_t s, float *losses, float *lse, const void *logits,
                                          const int *targets, int N, int V, int Vp, int bf16) {
-    SR_ENTER(crossentropy_forward);
+    SR_ENTER(crossentropy_forward, sr_lc_crossentropy(N, V, (bf16 ? 2 : 4), false));
     return SR_DISPATCH(bf16, xent_fwd, s, losses, lse, logits, targets, N, V, Vp);
 }
 extern "C" int sr_k_crossentropy_backward(cudaStream_t s, void *logits, const float *lse, const int *targets,
                                           float dloss, int N, int V, int Vp, int bf16) {
-    SR_ENTER(crossentropy_backward);
+    SR_ENTER(crossentropy_backward, sr_lc_crossentropy(N, V, (bf16 ? 2 : 4), true));
     return SR_DISPATCH(bf16, xent_bwd, s, logits, lse, targets, dloss, N, V, Vp);
 }

@@ -150,26 +150,45 @@ __global__ static void sr_colsum_finish_k(float *acc, const float *partial, int 
  * then reads the launch's own error as an int (0 when it was enqueued).
  * A sticky error (an illegal address, ...) still shows: every call answers
  * it.  The CUDA emulator retargets this one macro. */
-#ifndef SR_LAUNCH
-#define SR_LAUNCH(kernel, grid, block, shmem, stream, ...)                                                             \
+#ifndef SR_LAUNCH_RAW
+#define SR_LAUNCH_RAW(kernel, grid, block, shmem, stream, ...)                                                         \
     ((void)cudaGetLastError(), kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__), (int)cudaGetLastError())
 #endif
-/* The same hygiene around a library call that launches kernels and checks
- * the last-error itself (CUB's radix sort calls cudaPeekAtLastError): the
- * stale state is cleared before it, its own status returned. */
+/* Every launch passes the table's two hooks (sr_cuda.h): it is counted in
+ * the ledger bound to the thread (ledger.h), on a dry table (device.h:
+ * `plan --ledger`'s counting executor) counted only and never issued, and
+ * under SHARDRUN_CUDA_PROFILE bracketed by timing events. */
+#define SR_LAUNCH(kernel, grid, block, shmem, stream, ...)                                                             \
+    (sr_cuda_launch_begin(stream)                                                                                      \
+         ? 0                                                                                                           \
+         : sr_cuda_launch_end(stream, SR_LAUNCH_RAW(kernel, grid, block, shmem, stream, __VA_ARGS__)))
+/* The same hygiene around a library call that launches kernels on
+ * `stream` and checks the last-error itself (CUB's radix sort calls
+ * cudaPeekAtLastError): the stale state is cleared before it, its own
+ * status returned; one launch in the ledger. */
 #ifndef SR_LAUNCH_LIB
-#define SR_LAUNCH_LIB(call) ((void)cudaGetLastError(), (int)(call))
+#define SR_LAUNCH_LIB(stream, call)                                                                                    \
+    (sr_cuda_launch_begin(stream) ? 0 : sr_cuda_launch_end(stream, ((void)cudaGetLastError(), (int)(call))))
+#endif
+
+/* A library's size query (CUB's temporary storage): no launch, nothing to
+ * count; a dry table, with no GPU to ask, answers 0 bytes. */
+#ifndef SR_QUERY_LIB
+#define SR_QUERY_LIB(call) (sr_cuda_dry() ? 0 : ((void)cudaGetLastError(), (int)(call)))
 #endif
 
 /* Enters launcher `name`: counts the call (sr_cuda_calls) and, when
  * SHARDRUN_TEST_KERNEL_SKIP names this launcher, returns 0 without
  * launching (the kernel test's mutation check: a skipped launcher must
- * fail it). */
-#define SR_ENTER(name)                                                                                                 \
+ * fail it); with a ledger bound, records the launcher's cost (ledger.h's
+ * sr_lc_* of its arguments: evaluated only then). */
+#define SR_ENTER(name, ...)                                                                                            \
     do {                                                                                                               \
         (void)__atomic_add_fetch(&sr_cuda_calls[SR_CUDA_L_##name], 1, __ATOMIC_RELAXED);                               \
         if (sr_cuda_skipped(SR_CUDA_L_##name))                                                                         \
             return 0;                                                                                                  \
+        if (sr_ledger_bound())                                                                                         \
+            sr_ledger_enter(SR_CUDA_L_##name, (__VA_ARGS__));                                                          \
     } while (0)
 
 /* Calls the float or the bf16 instance of a templated launch body. */

@@ -36,7 +36,7 @@ static int encoder_fwd(cudaStream_t s, void *out, const int *inp, const void *wt
 
 extern "C" int sr_k_encoder_forward(cudaStream_t s, void *out, const int *inp, const void *wte, const void *wpe, int B,
                                     int T, int C, int bf16) {
-    SR_ENTER(encoder_forward);
+    SR_ENTER(encoder_forward, sr_lc_encoder_forward(B, T, C, (bf16 ? 2 : 4), wpe != NULL));
     return SR_DISPATCH(bf16, encoder_fwd, s, out, inp, wte, wpe, B, T, C);
 }
 
@@ -81,7 +81,7 @@ extern "C" int sr_cuda_sort_bytes(size_t n, size_t *bytes) {
     unsigned long long *a = nullptr, *b = nullptr;
     cub::DoubleBuffer<unsigned long long> keys(a, b);
     size_t tmp = 0;
-    int e = SR_LAUNCH_LIB(cub::DeviceRadixSort::SortKeys(nullptr, tmp, keys, (int)n));
+    int e = SR_QUERY_LIB(cub::DeviceRadixSort::SortKeys(nullptr, tmp, keys, (int)n));
     if (e == 0)
         *bytes = keys_bytes(n) + tmp;
     return e;
@@ -99,7 +99,7 @@ static int encoder_bwd(cudaStream_t s, float *dwte, float *dwpe, const void *dou
         return e;
     cub::DoubleBuffer<unsigned long long> keys(k0, k1);
     size_t tmp = ws_bytes > keys_bytes((size_t)n) ? ws_bytes - keys_bytes((size_t)n) : 0;
-    e = SR_LAUNCH_LIB(cub::DeviceRadixSort::SortKeys((char *)ws + keys_bytes((size_t)n), tmp, keys, n, 0, 64, s));
+    e = SR_LAUNCH_LIB(s, cub::DeviceRadixSort::SortKeys((char *)ws + keys_bytes((size_t)n), tmp, keys, n, 0, 64, s));
     if (e)
         return e;
     return SR_LAUNCH(encoder_bwd_wte_k<T>, n, 256, 0, s, dwte, (const T *)dout, keys.Current(), n, C);
@@ -107,6 +107,6 @@ static int encoder_bwd(cudaStream_t s, float *dwte, float *dwpe, const void *dou
 
 extern "C" int sr_k_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const void *dout, const int *inp, int B,
                                      int T, int C, int bf16, void *ws, size_t ws_bytes) {
-    SR_ENTER(encoder_backward);
+    SR_ENTER(encoder_backward, sr_lc_encoder_backward(B, T, C, (bf16 ? 2 : 4), dwpe != NULL));
     return SR_DISPATCH(bf16, encoder_bwd, s, dwte, dwpe, dout, inp, B, T, C, ws, ws_bytes);
 }

@@ -40,14 +40,14 @@ template <typename T> static int residual(cudaStream_t s, void *out, const void 
 }
 
 extern "C" int sr_k_gelu_forward(cudaStream_t s, void *out, const void *inp, size_t n, int bf16) {
-    SR_ENTER(gelu_forward);
+    SR_ENTER(gelu_forward, sr_lc_elementwise(n, (bf16 ? 2 : 4), 1, 1, 10));
     return SR_DISPATCH(bf16, gelu_fwd, s, out, inp, n);
 }
 extern "C" int sr_k_gelu_backward(cudaStream_t s, void *dinp, const void *inp, const void *dout, size_t n, int bf16) {
-    SR_ENTER(gelu_backward);
+    SR_ENTER(gelu_backward, sr_lc_elementwise(n, (bf16 ? 2 : 4), 3, 1, 16));
     return SR_DISPATCH(bf16, gelu_bwd, s, dinp, inp, dout, n);
 }
 extern "C" int sr_k_residual_forward(cudaStream_t s, void *out, const void *a, const void *b, size_t n, int bf16) {
-    SR_ENTER(residual_forward);
+    SR_ENTER(residual_forward, sr_lc_elementwise(n, (bf16 ? 2 : 4), 2, 1, 1));
     return SR_DISPATCH(bf16, residual, s, out, a, b, n);
 }

@@ -101,13 +101,13 @@ static int ln_bwd(cudaStream_t s, void *dinp, float *dw, float *db, const void *
 
 extern "C" int sr_k_layernorm_forward(cudaStream_t s, void *out, float *mean, float *rstd, const void *inp,
                                       const void *w, const void *b, int N, int C, int bf16) {
-    SR_ENTER(layernorm_forward);
+    SR_ENTER(layernorm_forward, sr_lc_norm_forward(N, C, (bf16 ? 2 : 4), true));
     return SR_DISPATCH(bf16, ln_fwd, s, out, mean, rstd, inp, w, b, N, C);
 }
 
 extern "C" int sr_k_layernorm_backward(cudaStream_t s, void *dinp, float *dw, float *db, const void *dout,
                                        const void *inp, const void *w, const float *mean, const float *rstd, int N,
                                        int C, int bf16, void *ws) {
-    SR_ENTER(layernorm_backward);
+    SR_ENTER(layernorm_backward, sr_lc_norm_backward(N, C, (bf16 ? 2 : 4), true));
     return SR_DISPATCH(bf16, ln_bwd, s, dinp, dw, db, dout, inp, w, mean, rstd, N, C, ws);
 }

@@ -14,7 +14,7 @@
 
 long long sr_cuda_calls[SR_CUDA_NLAUNCHERS];
 const char *const sr_cuda_launcher_names[SR_CUDA_NLAUNCHERS] = {
-#define SR_CUDA_NAME(n) #n,
+#define SR_CUDA_NAME(n, f) #n,
     SR_CUDA_LAUNCHERS(SR_CUDA_NAME)
 #undef SR_CUDA_NAME
 };
@@ -81,19 +81,19 @@ __global__ void finish_k(double *out, const double *partial, int add) {
 }
 
 extern "C" int sr_k_cast_f32_bf16(cudaStream_t s, void *dst, const float *src, size_t n) {
-    SR_ENTER(cast_f32_bf16);
+    SR_ENTER(cast_f32_bf16, sr_ledger_cost{0, 6.0 * (double)n});
     if (n == 0)
         return 0;
     return SR_LAUNCH(cast_k, GRID(n), 256, 0, s, (__nv_bfloat16 *)dst, src, n);
 }
 extern "C" int sr_k_fold_bf16(cudaStream_t s, float *acc, const void *src, size_t n, int add) {
-    SR_ENTER(fold_bf16);
+    SR_ENTER(fold_bf16, sr_ledger_cost{add ? (double)n : 0, (add ? 10.0 : 6.0) * (double)n});
     if (n == 0)
         return 0;
     return SR_LAUNCH(fold_k, GRID(n), 256, 0, s, acc, (const __nv_bfloat16 *)src, n, add);
 }
 extern "C" int sr_k_add_f32(cudaStream_t s, float *acc, const float *src, size_t n) {
-    SR_ENTER(add_f32);
+    SR_ENTER(add_f32, sr_ledger_cost{(double)n, 12.0 * (double)n});
     if (n == 0)
         return 0;
     return SR_LAUNCH(add_k, GRID(n), 256, 0, s, acc, src, n);
@@ -106,10 +106,10 @@ static int reduce(cudaStream_t s, double *out, const float *x, size_t n, double 
     return SR_LAUNCH(finish_k, 1, SR_CUDA_REDUCE_BLOCKS, 0, s, out, partial, add);
 }
 extern "C" int sr_k_sum_squares(cudaStream_t s, double *out, const float *x, size_t n, double *partial) {
-    SR_ENTER(sum_squares);
+    SR_ENTER(sum_squares, sr_ledger_cost{2.0 * (double)n, 4.0 * (double)n});
     return reduce(s, out, x, n, partial, 1, 0);
 }
 extern "C" int sr_k_loss_sum(cudaStream_t s, double *acc, const float *losses, size_t n, double *partial) {
-    SR_ENTER(loss_sum);
+    SR_ENTER(loss_sum, sr_ledger_cost{(double)n, 4.0 * (double)n});
     return reduce(s, acc, losses, n, partial, 0, 1);
 }

@@ -78,12 +78,12 @@ static int rms_bwd(cudaStream_t s, void *dinp, float *dw, const void *dout, cons
 
 extern "C" int sr_k_rmsnorm_forward(cudaStream_t s, void *out, float *rstd, const void *inp, const void *w, float eps,
                                     int N, int C, int bf16) {
-    SR_ENTER(rmsnorm_forward);
+    SR_ENTER(rmsnorm_forward, sr_lc_norm_forward(N, C, (bf16 ? 2 : 4), false));
     return SR_DISPATCH(bf16, rms_fwd, s, out, rstd, inp, w, eps, N, C);
 }
 
 extern "C" int sr_k_rmsnorm_backward(cudaStream_t s, void *dinp, float *dw, const void *dout, const void *inp,
                                      const void *w, const float *rstd, int N, int C, int bf16, void *ws) {
-    SR_ENTER(rmsnorm_backward);
+    SR_ENTER(rmsnorm_backward, sr_lc_norm_backward(N, C, (bf16 ? 2 : 4), false));
     return SR_DISPATCH(bf16, rms_bwd, s, dinp, dw, dout, inp, w, rstd, N, C, ws);
 }

@@ -38,12 +38,12 @@ static int rope(cudaStream_t s, void *qkv, const float *cs, int B, int T_, int N
 
 extern "C" int sr_k_rope_forward(cudaStream_t s, void *qkv, const float *cs, int B, int T, int NH, int NKV, int hs,
                                  int bf16) {
-    SR_ENTER(rope_forward);
+    SR_ENTER(rope_forward, sr_lc_rope(B, T, NH, NKV, hs, (bf16 ? 2 : 4)));
     return SR_DISPATCH(bf16, rope, s, qkv, cs, B, T, NH, NKV, hs, 1.0f);
 }
 
 extern "C" int sr_k_rope_backward(cudaStream_t s, void *dqkv, const float *cs, int B, int T, int NH, int NKV, int hs,
                                   int bf16) {
-    SR_ENTER(rope_backward);
+    SR_ENTER(rope_backward, sr_lc_rope(B, T, NH, NKV, hs, (bf16 ? 2 : 4)));
     return SR_DISPATCH(bf16, rope, s, dqkv, cs, B, T, NH, NKV, hs, -1.0f);
 }

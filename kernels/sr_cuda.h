@@ -26,43 +26,18 @@
 
 #include <cuda_runtime.h>
 
+#include "../src/ledger.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The launchers, X(name): the call-count table and the static check use it. */
-#define SR_CUDA_LAUNCHERS(X)                                                                                           \
-    X(encoder_forward)                                                                                                 \
-    X(encoder_backward)                                                                                                \
-    X(layernorm_forward)                                                                                               \
-    X(layernorm_backward)                                                                                              \
-    X(gelu_forward)                                                                                                    \
-    X(gelu_backward)                                                                                                   \
-    X(residual_forward)                                                                                                \
-    X(bias_backward)                                                                                                   \
-    X(bias_forward)                                                                                                    \
-    X(softmax_causal_forward)                                                                                          \
-    X(softmax_causal_backward)                                                                                         \
-    X(gqa_expand)                                                                                                      \
-    X(gqa_reduce)                                                                                                      \
-    X(crossentropy_forward)                                                                                            \
-    X(crossentropy_backward)                                                                                           \
-    X(rmsnorm_forward)                                                                                                 \
-    X(rmsnorm_backward)                                                                                                \
-    X(rope_forward)                                                                                                    \
-    X(rope_backward)                                                                                                   \
-    X(swiglu_forward)                                                                                                  \
-    X(swiglu_backward)                                                                                                 \
-    X(adamw)                                                                                                           \
-    X(cast_f32_bf16)                                                                                                   \
-    X(fold_bf16)                                                                                                       \
-    X(add_f32)                                                                                                         \
-    X(sum_squares)                                                                                                     \
-    X(loss_sum)                                                                                                        \
-    X(spin)
+/* The launchers, X(name, family): ledger.h's one list (the call-count
+ * table, the static check and the ledger's rows use it). */
+#define SR_CUDA_LAUNCHERS(X) SR_LEDGER_LAUNCHERS(X)
 
 enum {
-#define SR_CUDA_ENUM(n) SR_CUDA_L_##n,
+#define SR_CUDA_ENUM(n, f) SR_CUDA_L_##n,
     SR_CUDA_LAUNCHERS(SR_CUDA_ENUM)
 #undef SR_CUDA_ENUM
         SR_CUDA_NLAUNCHERS
@@ -72,6 +47,16 @@ extern const char *const sr_cuda_launcher_names[SR_CUDA_NLAUNCHERS];
 /* Whether launcher `l` (SR_CUDA_L_*) returns without launching: the one
  * SHARDRUN_TEST_KERNEL_SKIP names (a test hook; read once). */
 int sr_cuda_skipped(int l);
+/* Whether the calling thread's table is dry (device.h: counted, never
+ * issued; device_cuda.c answers from the bound context). */
+int sr_cuda_dry(void);
+/* The launch hooks (common.cuh's SR_LAUNCH; launch_cuda.c): before a
+ * launch on `stream`, counts one kernel in the bound ledger, starts its
+ * timing under SHARDRUN_CUDA_PROFILE and answers whether the launch is
+ * skipped (a dry table); after it, ends the timing and returns `rc`, the
+ * launch's status. */
+int sr_cuda_launch_begin(cudaStream_t stream);
+int sr_cuda_launch_end(cudaStream_t stream, int rc);
 
 /* Workspace bytes the launchers below need for B sequences of T tokens of
  * C channels with NH heads (the maximum over every op; one op runs at a

@@ -43,11 +43,11 @@ template <typename T> static int swiglu_bwd(cudaStream_t s, void *dgu, const voi
 }
 
 extern "C" int sr_k_swiglu_forward(cudaStream_t s, void *out, const void *gu, int N, int F, int bf16) {
-    SR_ENTER(swiglu_forward);
+    SR_ENTER(swiglu_forward, sr_lc_swiglu(N, F, (bf16 ? 2 : 4), false));
     return SR_DISPATCH(bf16, swiglu_fwd, s, out, gu, N, F);
 }
 extern "C" int sr_k_swiglu_backward(cudaStream_t s, void *dgu, const void *dout, const void *gu, int N, int F,
                                     int bf16) {
-    SR_ENTER(swiglu_backward);
+    SR_ENTER(swiglu_backward, sr_lc_swiglu(N, F, (bf16 ? 2 : 4), true));
     return SR_DISPATCH(bf16, swiglu_bwd, s, dgu, dout, gu, N, F);
 }

@@ -21,6 +21,6 @@ __global__ void spin_k(long long ns) {
 }
 
 extern "C" int sr_k_spin(cudaStream_t s, long long ns) {
-    SR_ENTER(spin);
+    SR_ENTER(spin, sr_ledger_cost{0, 0});
     return SR_LAUNCH(spin_k, 1, 1, 0, s, ns);
 }

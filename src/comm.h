@@ -51,7 +51,8 @@ typedef struct {
  * failures, SR_ERR_INTERNAL when out of memory.  *out is set even on
  * failure (NULL or a transport to close); close with sr_transport_close. */
 sr_status sr_transport_open(sr_transport **out, sr_world *w, const sr_transport_opts *o);
-/* The loop plane (tests): virtual ranks, threads of this process, share a
+/* The loop plane (the tests' virtual ranks, and the counted ranks of
+ * `plan --ledger`, ledgerplan.h): virtual ranks, threads of this process, share a
  * hub of mailboxes (comm_loop.h) instead of sockets.  Open the hub once
  * for `size` ranks; each rank's thread opens its transport on it with its
  * own sr_world (rank, size; no PMIx) and uses it like a TCP one.  Close

@@ -603,6 +603,7 @@ static sr_status nccl_collective(sr_nccl *n, sr_nccl_kind kind, sr_group *g, voi
         return n->broken = SR_ERR_PEER;
     }
     ncclResult_t r;
+    sr_cuda_prof_begin(n->ctx, n->stream, SR_LEDGER_ROW_COLLECTIVE);
     switch (kind) {
     case SR_NCCL_ALLGATHER:
         r = ncclAllGather(send, recv, count, t, comm, n->stream);
@@ -614,6 +615,7 @@ static sr_status nccl_collective(sr_nccl *n, sr_nccl_kind kind, sr_group *g, voi
         r = ncclAllReduce(send, recv, count, t, ncclSum, comm, n->stream);
         break;
     }
+    sr_cuda_prof_end(n->ctx, n->stream);
     r = settle(n, comm, r, deadline);
     pthread_mutex_unlock(&n->nccl_mu);
     sr_flight_start(fl);

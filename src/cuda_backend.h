@@ -32,7 +32,26 @@ typedef struct {
      * to shardrun from the driver, and from what. */
     uint64_t beat_ns;
     const char *beat_op;
+    bool dry;                  /* the table is dry (sr_dev_cuda_open_dry): launches counted, never issued */
+    struct sr_cuda_prof *prof; /* SHARDRUN_CUDA_PROFILE's timing events (launch_cuda.c), or NULL */
 } sr_cuda_ctx;
+
+/* The per-op profile (launch_cuda.c): a pool of `pairs` timing-event
+ * pairs for ctx, created at set-up (SR_ERR_INTERNAL or the CUDA error);
+ * switched on and off; while on, every operation of the thread between
+ * prof_begin and prof_end on stream s is timed to ledger row `row`
+ * (ledger.h).  collect waits for the device, adds each timed operation's
+ * milliseconds to its row and family of `l` and frees the pairs;
+ * *untimed: the operations the pool had no pair for; *busy_ms: the union
+ * of their spans since the profile was switched on (the device's busy
+ * time: streams overlap). */
+typedef struct sr_cuda_prof sr_cuda_prof;
+sr_status sr_cuda_prof_open(sr_cuda_ctx *c, int pairs);
+void sr_cuda_prof_close(sr_cuda_ctx *c);
+void sr_cuda_prof_switch(sr_cuda_ctx *c, bool on);
+void sr_cuda_prof_begin(sr_cuda_ctx *c, cudaStream_t s, int row);
+void sr_cuda_prof_end(sr_cuda_ctx *c, cudaStream_t s);
+sr_status sr_cuda_prof_collect(sr_cuda_ctx *c, struct sr_ledger *l, long long *untimed, double *busy_ms);
 
 /* The host's heartbeat for the table's watchdog (device.h, watch): the
  * calling thread is in shardrun's code, not inside the driver, after `op`
@@ -51,6 +70,11 @@ sr_cuda_ctx *sr_dev_cuda_ctx(sr_dev *d);
  * CUDA_VISIBLE_DEVICES entry for the start line.  SR_ERR_CONFIG or
  * SR_ERR_INTERNAL with a message on failure. */
 sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical);
+/* The cuda table opened dry (device.h `dry`): no GPU, no CUDA call;
+ * launches, GEMMs, copies and memsets are counted in the ledger bound to
+ * the thread and never issued.  The calling thread is bound to it.
+ * SR_ERR_INTERNAL when out of memory. */
+sr_status sr_dev_cuda_open_dry(sr_dev **out);
 void sr_dev_cuda_close(sr_dev *d);
 
 /* The CUDA stream behind stream s of a cuda table. */

@@ -58,6 +58,7 @@ const sr_cudamod sr_cuda_module = {
     .versions = versions,
     .device_count = device_count,
     .open = sr_dev_cuda_open,
+    .open_dry = sr_dev_cuda_open_dry,
     .close = sr_dev_cuda_close,
     .ops_f32 = &sr_ops_cuda_f32,
     .ops_bf16 = &sr_ops_cuda_bf16,

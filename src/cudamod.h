@@ -44,7 +44,7 @@
 /* The environment variable that names the module (shardrun(1)). */
 #define SR_CUDAMOD_ENV "SHARDRUN_CUDA_MODULE"
 /* The table's interface number: bumped when sr_cudamod changes shape. */
-#define SR_CUDAMOD_INTERFACE 1
+#define SR_CUDAMOD_INTERFACE 2
 
 /* What the module hands the program.  The NCCL entries are NULL in a
  * module built without NCCL. */
@@ -60,6 +60,9 @@ typedef struct sr_cudamod {
     int (*device_count)(char *why, size_t n);
     /* The cuda table on GPU `ordinal` (device_cuda.c's sr_dev_cuda_open). */
     sr_status (*open)(sr_dev **out, int ordinal, const char *physical);
+    /* The cuda table opened dry (device.h `dry`: counted in the ledger,
+     * never issued; no GPU, no CUDA call), bound to the calling thread. */
+    sr_status (*open_dry)(sr_dev **out);
     void (*close)(sr_dev *d);
     const sr_ops *ops_f32, *ops_bf16;
     /* The NCCL plane (an sr_nccl_impl of comm_nccl.h, which dispatches to

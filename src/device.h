@@ -94,6 +94,7 @@ typedef struct sr_dev sr_dev;
 /* The table.  Every pointer argument of a stream-ordered call names memory
  * of this table (any space) unless stated; `s` orders the call after
  * everything issued earlier on the same stream. */
+struct sr_ledger; /* ledger.h */
 struct sr_dev {
     const char *name; /* "cpu", "fake", "cuda" (logs) */
     sr_dev_kind kind;
@@ -104,6 +105,12 @@ struct sr_dev {
      * emulator tree): the run labels its lines and records with `name`. */
     bool emulated;
     bool separate_memory;
+    /* A dry table (the cuda table opened dry: `shardrun plan --ledger`'s
+     * counting executor): every operation is recorded in the ledger bound
+     * to the thread (ledger.h) and none is issued; device memory is
+     * addresses never dereferenced.  The data plane counts its
+     * collectives instead of running them. */
+    bool dry;
 
     /* Memory: `bytes` in (space, cat), 64-byte aligned, not zeroed (NaN
      * under SHARDRUN_TEST_POISON=1); NULL with an SR_ERR_INTERNAL message
@@ -197,6 +204,18 @@ struct sr_dev {
      * an anchor event whose host time the table measured. */
     uint64_t (*trace_begin)(sr_dev *d, sr_stream s);
     void (*trace_end)(sr_dev *d, uint64_t handle, int lane, const char *name);
+    /* The per-op profile (SHARDRUN_CUDA_PROFILE; the cuda table's, NULL on
+     * the cpu tables): profile_open creates `pairs` timing-event pairs at
+     * set-up (nothing is allocated while a step runs); profile_switch on
+     * brackets every operation of the calling thread with a pair (each
+     * counted to its row of the ledger bound to the thread, ledger.h),
+     * off stops; profile_collect waits for the device, adds each timed
+     * operation's milliseconds to its row and family of `l` and frees the
+     * pairs; *untimed: operations the pool had no pair for; *busy_ms: the
+     * union of their spans (the device's busy time: streams overlap). */
+    sr_status (*profile_open)(sr_dev *d, int pairs);
+    void (*profile_switch)(sr_dev *d, bool on);
+    sr_status (*profile_collect)(sr_dev *d, struct sr_ledger *l, long long *untimed, double *busy_ms);
     /* The device memory in use by anyone (cudaMemGetInfo's total - free),
      * now; NULL for the cpu tables.  used_at_open: the same when the table
      * opened (the context, and its modules when loaded eagerly). */
@@ -219,6 +238,11 @@ typedef enum { SR_DEVICE_AUTO, SR_DEVICE_CPU, SR_DEVICE_CUDA } sr_device_want;
  * the CPU with one warning (none when nothing was detected).  *out is set
  * on success; free with sr_device_close. */
 sr_status sr_device_open(sr_dev **out, sr_device_want want, int world_size, int local_rank, int local_size);
+/* The cuda table opened dry (`dry` above: the counting executor of
+ * `shardrun plan --ledger`; no GPU needed, no CUDA call made), bound to
+ * the calling thread.  SR_ERR_CONFIG (78) in a build without CUDA or when
+ * the CUDA module does not load, naming why. */
+sr_status sr_device_open_dry(sr_dev **out);
 /* The job's `device` key against this build: device: cuda in a build
  * without CUDA is SR_ERR_CONFIG at its place in the job file. */
 sr_status sr_device_check_key(const sr_config *cfg);

@@ -49,8 +49,10 @@
 #include "trace.h"
 
 #define RING 8192
-#define TIMED 256   /* timing-event pairs in flight */
-#define TSPANS 1024 /* log.trace_steps' device-time spans in flight */
+#define DRY_HOST_BYTES (64u << 20)              /* a dry table's host buffers up to this size are real */
+#define DRY_BASE ((uintptr_t)0x7a0000000000ull) /* a dry table's first device address */
+#define TIMED 256                               /* timing-event pairs in flight */
+#define TSPANS 1024                             /* log.trace_steps' device-time spans in flight */
 
 typedef struct {
     void *p;
@@ -102,21 +104,13 @@ typedef struct {
     pthread_mutex_t watch_mu;
     pthread_cond_t watch_cv;
     bool watch_stop;
+    /* dry (sr_dev_cuda_open_dry): nothing reaches the GPU; device memory
+     * is addresses that are never dereferenced, handed out from `fake` */
+    bool dry;
+    uintptr_t fake;
 } cuda_dev;
 
 static cuda_dev *cd(sr_dev *d) { return (cuda_dev *)d; }
-
-/* The CUDA context of this thread's table (cuda_backend.h): the ops of
- * ops_cuda.c and the NCCL plane compute in it. */
-static _Thread_local sr_cuda_ctx *bound;
-
-void sr_cuda_bind(sr_cuda_ctx *ctx) {
-    bound = ctx;
-    if (ctx)
-        cudaSetDevice(ctx->ordinal);
-}
-
-sr_cuda_ctx *sr_cuda_bound(void) { return bound; }
 
 /* ------------------------------------------------------------------------ */
 /* errors */
@@ -240,6 +234,8 @@ static sr_status kept(cuda_dev *c) {
 static void begin(cuda_dev *c, sr_stream s, const char *what) {
     c->last_op = what;
     sr_cuda_beat(&c->ctx, what);
+    if (c->dry)
+        return;
     if (c->base.delay_us[s] > 0)
         keep(c, sr_k_spin(c->st[s], c->base.delay_us[s] * 1000), "the delay kernel");
     if (s == SR_STREAM_COMPUTE && c->hang_step > 0 && c->base.step == c->hang_step) {
@@ -266,6 +262,20 @@ static void *cuda_alloc(sr_dev *d, sr_mem_space space, sr_mem_cat cat, size_t by
     void *p = NULL;
     cudaError_t e = cudaSuccess;
     size_t n = bytes ? bytes : 64;
+    if (c->dry) {
+        /* device memory: an address no one dereferences; host memory the
+         * host reads (the bounce buffer, token slots) is real when small */
+        if (space == SR_SPACE_DEVICE || bytes > DRY_HOST_BYTES) {
+            p = (void *)c->fake;
+            c->fake += (n + 255) / 256 * 256;
+        } else if (!(p = calloc(1, n))) {
+            sr_error_oom("a dry table's host buffer");
+            return NULL;
+        }
+        c->allocs[c->nallocs++] = (allocation){p, bytes, space, cat};
+        sr_mem_account_external(space, cat, bytes, true);
+        return p;
+    }
     if (space == SR_SPACE_DEVICE)
         e = cudaMalloc(&p, n);
     else if (space == SR_SPACE_PINNED)
@@ -310,6 +320,11 @@ static void cuda_free(sr_dev *d, void *p) {
             allocation a = c->allocs[i];
             c->allocs[i] = c->allocs[--c->nallocs];
             sr_mem_account_external(a.space, a.cat, a.bytes, false);
+            if (c->dry) {
+                if (a.space != SR_SPACE_DEVICE && a.bytes <= DRY_HOST_BYTES)
+                    free(p);
+                return;
+            }
             sr_dev_hb_free(d, p, a.bytes);
             if (a.space == SR_SPACE_DEVICE)
                 cudaFree(p);
@@ -324,27 +339,64 @@ static void cuda_free(sr_dev *d, void *p) {
 /* ------------------------------------------------------------------------ */
 /* copies, events, waits */
 
+/* The space of a pointer of this table (SR_SPACE_HOST for one it did not
+ * allocate: host memory). */
+static sr_mem_space space_of(const cuda_dev *c, const void *p) {
+    if (c->dry)
+        return (uintptr_t)p >= DRY_BASE && (uintptr_t)p < c->fake ? SR_SPACE_DEVICE : SR_SPACE_HOST;
+    for (size_t i = 0; i < c->nallocs; i++)
+        if ((const char *)p >= (const char *)c->allocs[i].p &&
+            (const char *)p < (const char *)c->allocs[i].p + c->allocs[i].bytes)
+            return c->allocs[i].space;
+    return SR_SPACE_HOST;
+}
+
 static void cuda_memset(sr_dev *d, sr_stream s, void *dst, int byte, size_t bytes) {
     cuda_dev *c = cd(d);
     begin(c, s, "memset");
     sr_dev_hb_memset(d, s, dst, bytes);
-    if (bytes)
+    if (bytes && sr_ledger_bound())
+        sr_ledger_memset((double)bytes);
+    if (bytes && !c->dry) {
+        sr_cuda_prof_begin(&c->ctx, c->st[s], SR_LEDGER_ROW_MEMSET);
         keep(c, cudaMemsetAsync(dst, byte, bytes, c->st[s]), "cudaMemsetAsync");
+        sr_cuda_prof_end(&c->ctx, c->st[s]);
+    }
 }
 
 static void cuda_copy(sr_dev *d, sr_stream s, void *dst, const void *src, size_t bytes) {
     cuda_dev *c = cd(d);
     begin(c, s, "copy");
     sr_dev_hb_copy(d, s, dst, src, bytes);
-    if (bytes && dst != src)
-        keep(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->st[s]), "cudaMemcpyAsync");
+    if (!bytes || dst == src)
+        return;
+    /* (where the pointers live is looked up only when it is counted) */
+    bool counted = sr_ledger_bound() || c->ctx.prof || c->dry;
+    bool on_device = counted && space_of(c, dst) == SR_SPACE_DEVICE && space_of(c, src) == SR_SPACE_DEVICE;
+    if (sr_ledger_bound())
+        sr_ledger_copy((double)bytes, on_device);
+    if (c->dry) {
+        /* the host reads what is host memory: a copy between two host
+         * buffers is done, a download gives zeros */
+        if (space_of(c, dst) == SR_SPACE_DEVICE || (uintptr_t)dst >= DRY_BASE)
+            return;
+        if (space_of(c, src) != SR_SPACE_DEVICE)
+            memmove(dst, src, bytes);
+        else
+            memset(dst, 0, bytes);
+        return;
+    }
+    sr_cuda_prof_begin(&c->ctx, c->st[s], on_device ? SR_LEDGER_ROW_COPY_DEVICE : SR_LEDGER_ROW_COPY_HOST);
+    keep(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->st[s]), "cudaMemcpyAsync");
+    sr_cuda_prof_end(&c->ctx, c->st[s]);
 }
 
-/* Records ev at the end of stream s (the checker is told by the caller). */
 static void record(cuda_dev *c, sr_event *ev, sr_stream s) {
     uint64_t seq = ++c->seq;
     cudaEvent_t *e = &c->ring[seq % RING];
     *ev = (sr_event){.tick = seq, .stream = (int)s};
+    if (c->dry)
+        return;
     if (!*e && cudaEventCreateWithFlags(e, cudaEventDisableTiming) != cudaSuccess) {
         keep(c, cudaGetLastError(), "cudaEventCreate");
         *e = NULL;
@@ -369,7 +421,7 @@ static sr_status cuda_wait(sr_dev *d, sr_stream s, sr_event *ev) {
     cuda_dev *c = cd(d);
     sr_dev_hb_wait(d, s, ev);
     sr_status st = sr_dev_transport_wait(d, ev);
-    if (st != SR_OK || !ev->impl)
+    if (st != SR_OK || !ev->impl || c->dry)
         return st != SR_OK ? st : kept(c);
     /* a compute wait on communication: bracketed by timing events (exposed
      * communication), when a pair is free */
@@ -462,6 +514,8 @@ static void trace_collect(cuda_dev *c) {
 
 static uint64_t cuda_trace_begin(sr_dev *d, sr_stream s) {
     cuda_dev *c = cd(d);
+    if (c->dry)
+        return 0;
     trace_collect(c);
     if (c->ts_head - c->ts_tail == TSPANS)
         return 0;
@@ -529,7 +583,7 @@ static sr_status cuda_sync(sr_dev *d, sr_stream s) {
  * inside the driver, past the deadline). */
 static sr_status cuda_pageable_check(sr_dev *d, const void *host, size_t bytes, const char *site) {
     cuda_dev *c = cd(d);
-    if (!c->ctx.sync_each && !d->emulated)
+    if ((!c->ctx.sync_each && !d->emulated) || c->dry)
         return SR_OK;
     struct cudaPointerAttributes a;
     cudaError_t e = cudaPointerGetAttributes(&a, host);
@@ -589,6 +643,15 @@ static void cuda_adamw(sr_dev *d, sr_stream s, const sr_adamw_launch *l) {
                         a->b2, a->eps, a->bc1, a->bc2, a->lr, g->decay ? l->weight_decay : 0.0f, a->grad_scale),
              "adamw");
     }
+}
+
+/* ------------------------------------------------------------------------ */
+/* the per-op profile (profile_cuda.c) */
+
+static sr_status cuda_profile_open(sr_dev *d, int pairs) { return sr_cuda_prof_open(&cd(d)->ctx, pairs); }
+static void cuda_profile_switch(sr_dev *d, bool on) { sr_cuda_prof_switch(&cd(d)->ctx, on); }
+static sr_status cuda_profile_collect(sr_dev *d, sr_ledger *l, long long *untimed, double *busy_ms) {
+    return sr_cuda_prof_collect(&cd(d)->ctx, l, untimed, busy_ms);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -748,6 +811,9 @@ sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical) {
                     .pageable_check = cuda_pageable_check,
                     .trace_begin = cuda_trace_begin,
                     .trace_end = cuda_trace_end,
+                    .profile_open = cuda_profile_open,
+                    .profile_switch = cuda_profile_switch,
+                    .profile_collect = cuda_profile_collect,
                     .watch = cuda_watch,
                     .state_space = SR_SPACE_DEVICE,
                     .poison = h->poison,
@@ -820,11 +886,61 @@ sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical) {
     return SR_OK;
 }
 
+sr_status sr_dev_cuda_open_dry(sr_dev **out) {
+    *out = NULL;
+    cuda_dev *c = sr_calloc(1, sizeof *c);
+    if (!c)
+        return sr_error_oom("the dry cuda device table");
+    c->dry = true;
+    c->fake = DRY_BASE;
+    snprintf(c->bus, sizeof c->bus, "dry");
+    sr_dev proto = {.name = "cuda-dry",
+                    .kind = SR_DEV_CUDA,
+                    .separate_memory = true,
+                    .dry = true,
+                    .alloc = cuda_alloc,
+                    .free = cuda_free,
+                    .memset = cuda_memset,
+                    .copy = cuda_copy,
+                    .record = cuda_record,
+                    .wait = cuda_wait,
+                    .host_wait = cuda_host_wait,
+                    .sync = cuda_sync,
+                    .cast_f32_bf16 = cuda_cast,
+                    .fold_bf16 = cuda_fold,
+                    .add_f32 = cuda_add,
+                    .sum_squares = cuda_sum_squares,
+                    .loss_sum = cuda_loss_sum,
+                    .adamw = cuda_adamw,
+                    .pageable_check = cuda_pageable_check,
+                    .trace_begin = cuda_trace_begin,
+                    .trace_end = cuda_trace_end,
+                    .state_space = SR_SPACE_DEVICE,
+                    .device_free_bytes = -1,
+                    .impl = c};
+    c->base = proto;
+    snprintf(c->base.pci_bus, sizeof c->base.pci_bus, "dry");
+    snprintf(c->base.line, sizeof c->base.line, "cuda-dry (counted, never issued: no GPU)");
+    c->ctx = (sr_cuda_ctx){.bus = c->bus, .dry = true, .gemm = sr_gemm_cache_new(NULL, NULL, 0)};
+    for (int s = 0; s < SR_NSTREAMS; s++)
+        c->partial[s] = cuda_alloc(&c->base, SR_SPACE_DEVICE, SR_MEM_OTHER, SR_CUDA_SCRATCH_BYTES);
+    c->base.bounce = cuda_alloc(&c->base, SR_SPACE_PINNED, SR_MEM_OTHER, SR_CUDA_BOUNCE_BYTES);
+    c->base.bounce_bytes = SR_CUDA_BOUNCE_BYTES;
+    if (!c->ctx.gemm || !c->base.bounce) {
+        sr_dev_cuda_close(&c->base);
+        return sr_error_oom("the dry cuda device table");
+    }
+    sr_cuda_bind(&c->ctx);
+    *out = &c->base;
+    return SR_OK;
+}
+
 void sr_dev_cuda_close(sr_dev *d) {
     if (!d)
         return;
     cuda_dev *c = cd(d);
     watch_stop(c);
+    sr_cuda_prof_close(&c->ctx);
     sr_gemm_cache_free(c->ctx.gemm);
     while (c->nallocs)
         cuda_free(d, c->allocs[c->nallocs - 1].p);

@@ -181,6 +181,18 @@ sr_status sr_device_open(sr_dev **out, sr_device_want want, int world_size, int 
     return *out ? SR_OK : sr_error_oom("the device table");
 }
 
+sr_status sr_device_open_dry(sr_dev **out) {
+    *out = NULL;
+#ifdef SR_HAVE_CUDA
+    const sr_cudamod *m;
+    sr_status st = sr_cudamod_get(&m);
+    return st != SR_OK ? st : m->open_dry(out);
+#else
+    return sr_error(SR_ERR_CONFIG, "this shardrun was built without CUDA: its CUDA operations cannot be counted (hint: "
+                                   "a build configured --with-cuda; no GPU is needed)");
+#endif
+}
+
 sr_dtype sr_device_auto_dtype(bool cuda_table) { return cuda_table ? SR_DT_BF16 : SR_DT_F32; }
 
 const sr_ops *sr_device_ops(const sr_dev *d, sr_dtype param_dtype) {

@@ -496,7 +496,8 @@ static sr_status init_master(sr_fsdp *f) {
     }
     sr_status st = SR_OK;
     int ns = sr_shardplan_slices(&f->plan, f->mesh.shard_idx, slices);
-    for (int i = 0; i < ns && st == SR_OK; i++)
+    /* (a dry table computes nothing: no weights to generate) */
+    for (int i = 0; i < ns && st == SR_OK && !f->dev->dry; i++)
         for (size_t b = slices[i].begin; b < slices[i].end && st == SR_OK; b += PIECE) {
             size_t e = b + PIECE < slices[i].end ? b + PIECE : slices[i].end;
             if (f->off) {

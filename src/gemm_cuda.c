@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kernels/sr_cuda.h"
+#include "cuda_backend.h"
 #include "mem.h"
 
 #define LT(call)                                                                                                       \
@@ -199,7 +201,12 @@ static sr_status set_bias(sr_gemm_plan *p, const void *bias) {
 }
 
 sr_status sr_gemm_run(sr_gemm_cache *c, cudaStream_t stream, const sr_gemm_key *k, const void *A, const void *B,
-                      void *D, const void *bias, float alpha) {
+                      void *D, const void *bias, float alpha, sr_ledger_family family) {
+    if (sr_ledger_bound())
+        sr_ledger_gemm(family, k->m, k->n, k->k, k->batch, k->ab_bf16 ? 2 : 4, d_type(k) == CUDA_R_16BF ? 2 : 4,
+                       k->accumulate);
+    if (sr_cuda_dry())
+        return SR_OK;
     sr_gemm_plan *p = NULL;
     for (int i = 0; i < c->n && !p; i++)
         if (sr_gemm_key_equal(&c->plans[i].key, k))
@@ -231,8 +238,10 @@ sr_status sr_gemm_run(sr_gemm_cache *c, cudaStream_t stream, const sr_gemm_key *
             return st;
     }
     float beta = k->accumulate ? 1.0f : 0.0f;
+    sr_cuda_prof_begin(sr_cuda_bound(), stream, sr_ledger_gemm_row(family));
     cublasStatus_t st = cublasLtMatmul(c->h, p->op, &alpha, A, p->a, B, p->b, &beta, D, p->d, D, p->d, &p->algo, c->ws,
                                        c->ws_bytes, stream);
+    sr_cuda_prof_end(sr_cuda_bound(), stream);
     if (st != CUBLAS_STATUS_SUCCESS) {
         char shape[256];
         key_shape(k, shape, sizeof shape);

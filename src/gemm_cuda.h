@@ -24,6 +24,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include "ledger.h"
 #include "status.h"
 
 typedef struct {
@@ -72,9 +73,12 @@ void sr_gemm_cache_free(sr_gemm_cache *c);
 int sr_gemm_cache_size(const sr_gemm_cache *c);
 /* D = alpha op(A) op(B) + (accumulate ? D : 0) [+ bias], on `stream`, with
  * the cached plan for `k` (built and chosen on first use; the bias pointer
- * is set before the heuristic, which reads its alignment).  SR_OK, or
- * SR_ERR_INTERNAL with a message naming the shape and cuBLASLt's status. */
+ * is set before the heuristic, which reads its alignment).  The call is
+ * one cuBLASLt matmul of `family` in the ledger bound to the thread
+ * (ledger.h); on a dry table (sr_cuda_dry) it is counted only, no plan
+ * built.  SR_OK, or SR_ERR_INTERNAL with a message naming the shape and
+ * cuBLASLt's status. */
 sr_status sr_gemm_run(sr_gemm_cache *c, cudaStream_t stream, const sr_gemm_key *k, const void *A, const void *B,
-                      void *D, const void *bias, float alpha);
+                      void *D, const void *bias, float alpha, sr_ledger_family family);
 
 #endif

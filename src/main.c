@@ -67,12 +67,18 @@ enum {
     X_HOST_MEM,
     X_DISK_MBPS,
     X_TFLOPS,
+    X_LEDGER,
+    X_JSON,
+    X_GEMM_TFLOPS,
+    X_HBM_TBPS,
+    X_CALIBRATION,
     X_MDOC,
     X_HELP,
     X_VERSION,
     X_COUNT
 };
 #define B(x) (1u << (x))
+_Static_assert(X_COUNT <= 32, "the option sets are 32-bit masks");
 #define OPT_LONG_BASE 1000 /* getopt_long's value of an option without a letter: base + X_* */
 
 typedef struct {
@@ -121,7 +127,16 @@ static const option_row options[X_COUNT] = {
     [X_DEVICE_MEM] = {"device-mem", 0, "GiB", "plan: memory per GPU (default 80)"},
     [X_HOST_MEM] = {"host-mem", 0, "GiB", "plan: memory per node (default: this node's)"},
     [X_DISK_MBPS] = {"disk-mbps", 0, "M", "plan: checkpoint write speed, MB/s, all ranks (default 1000)"},
-    [X_TFLOPS] = {"tflops", 0, "T", "plan: sustained TFLOP/s per rank (default: 40% of peak)"},
+    [X_TFLOPS] = {"tflops", 0, "T",
+                  "plan: sustained TFLOP/s per rank (default: a GPU job's\nledger bound, else 40% of peak)"},
+    [X_LEDGER] = {"ledger", 0, NULL,
+                  "plan: the GPU step's cost ledger per op family, counted\non the cuda table without a GPU"},
+    [X_JSON] = {"json", 0, NULL, "plan --ledger: print the ledger as one JSON object"},
+    [X_GEMM_TFLOPS] = {"gemm-tflops", 0, "T", "plan: the roofline's GEMM rate, TFLOP/s (default 782)"},
+    [X_HBM_TBPS] = {"hbm-tbps", 0, "TB", "plan: the roofline's memory rate, TB/s (default 4.0)"},
+    [X_CALIBRATION] = {"calibration", 0, "FILE",
+                       "plan: rates and efficiency per op family measured on a GPU\n(tests/gpu/calibration/): the "
+                       "step time predicted"},
     [X_MDOC] = {"mdoc", 0, NULL, "config keys: print the list as an mdoc section"},
     [X_HELP] = {"help", 'h', NULL, "print this help (or a command's) and exit"},
     [X_VERSION] = {"version", 'V', NULL, "print the version and exit"},
@@ -308,6 +323,21 @@ static int plan_option(cli *c, int x, const char *arg) {
             return usage_error("--host-mem %s: expected the memory of one node in GiB (a number above 0)", arg);
         c->plan.host_mem_gib = v;
         break;
+    case X_GEMM_TFLOPS:
+    case X_HBM_TBPS: {
+        bool gemm = x == X_GEMM_TFLOPS;
+        if (!*arg || *end || errno == EINVAL || isnan(v))
+            return usage_error(gemm ? "--gemm-tflops %s: expected a number: a GPU's GEMM rate in TFLOP/s"
+                                    : "--hbm-tbps %s: expected a number: a GPU's memory rate in TB/s",
+                               arg);
+        if (!(v >= (gemm ? SR_PLAN_TFLOPS_MIN : 0.01) && v <= (gemm ? SR_PLAN_TFLOPS_MAX : 1000)))
+            return fail(sr_error(SR_ERR_CONFIG, "%s %s: outside the plausible range %g to %g of %s",
+                                 gemm ? "--gemm-tflops" : "--hbm-tbps", arg, gemm ? SR_PLAN_TFLOPS_MIN : 0.01,
+                                 gemm ? SR_PLAN_TFLOPS_MAX : 1000.0,
+                                 gemm ? "a GPU's GEMM rate in TFLOP/s" : "a GPU's memory rate in TB/s"));
+        *(gemm ? &c->plan.gemm_tflops : &c->plan.hbm_tbps) = v;
+        break;
+    }
     case X_DISK_MBPS:
     case X_TFLOPS: {
         bool disk = x == X_DISK_MBPS;
@@ -438,7 +468,18 @@ static int parse_options(int argc, char **argv, cli *c) {
         case X_HOST_MEM:
         case X_DISK_MBPS:
         case X_TFLOPS:
+        case X_GEMM_TFLOPS:
+        case X_HBM_TBPS:
             rc = plan_option(c, x, optarg);
+            break;
+        case X_LEDGER:
+            c->plan.ledger = true;
+            break;
+        case X_JSON:
+            c->plan.json = true;
+            break;
+        case X_CALIBRATION:
+            c->plan.calibration = optarg;
             break;
         case X_FORMAT:
             if ((c->format = sr_export_format_parse(optarg)) < 0)
@@ -658,6 +699,15 @@ static int cmd_plan(const char *sub, const cli *c) {
         sr_plan_opts o = c->plan;
         o.ranks_lo = c->ranks ? c->ranks : 1;
         o.ranks_hi = c->ranks ? c->ranks_hi : 1;
+        if (o.json && !o.ledger)
+            rc = usage_error("%s", "plan: --json prints the ledger: give --ledger too");
+        else if (o.ledger && o.ranks_hi != o.ranks_lo)
+            rc = usage_error("%s", "plan --ledger: --ranks A-B: the ledger counts one rank count (hint: --ranks N)");
+    }
+    if (rc == 0) {
+        sr_plan_opts o = c->plan;
+        o.ranks_lo = c->ranks ? c->ranks : 1;
+        o.ranks_hi = c->ranks ? c->ranks_hi : 1;
         sr_status st = sr_plan_run(&cfg, c->args[0], &o, stdout);
         if (st == SR_OK && fflush(stdout) != 0)
             st = sr_error(SR_ERR_IO, "standard output: %s", strerror(errno));
@@ -698,7 +748,8 @@ static int cmd_help(const char *sub, const cli *c);
     (B(X_PROMPT) | B(X_PROMPT_TOKENS) | B(X_TOKENS) | B(X_TEMPERATURE) | B(X_TOP_K) | B(X_SEED) | B(X_TOKENIZER) |     \
      B(X_THREADS))
 #define PLAN_OPTS                                                                                                      \
-    (B(X_SET) | B(X_RANKS) | B(X_GPUS_PER_NODE) | B(X_DEVICE_MEM) | B(X_HOST_MEM) | B(X_DISK_MBPS) | B(X_TFLOPS))
+    (B(X_SET) | B(X_RANKS) | B(X_GPUS_PER_NODE) | B(X_DEVICE_MEM) | B(X_HOST_MEM) | B(X_DISK_MBPS) | B(X_TFLOPS) |     \
+     B(X_LEDGER) | B(X_JSON) | B(X_GEMM_TFLOPS) | B(X_HBM_TBPS) | B(X_CALIBRATION))
 
 typedef struct {
     const char *name, *sub; /* "ckpt", "export"; sub NULL: a one-word command */
@@ -739,9 +790,9 @@ static const command_row commands[] = {
      "a metrics file as one HTML page with charts, and a summary"},
     {"plan", NULL, PLAN_OPTS, cmd_plan,
      "JOB.yaml [--ranks N|A-B] [--gpus-per-node G] [--device-mem GiB]\n[--host-mem GiB] [--disk-mbps M] [--tflops T] "
-     "[--set KEY=VALUE]...",
+     "[--ledger [--json]]\n[--gemm-tflops T] [--hbm-tbps TB] [--calibration FILE] [--set KEY=VALUE]...",
      "size a job without running it: memory per rank and space,\nfit, throughput, checkpoint size and the --signal "
-     "lead"},
+     "lead;\n--ledger: the GPU step's operations, FLOPs, bytes and\nroofline bound per op family"},
     {"debug", "flight", 0, cmd_debug, "DIR",
      "read every rank's flight-recorder dump in DIR and say what\nwent wrong: the last collective every rank "
      "completed, the\nrank that never entered, started or matched the next one,\nranks whose steps lag (exit 2 "

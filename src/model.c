@@ -134,7 +134,7 @@ static size_t sat(double x) { return x >= 1.8e19 ? SIZE_MAX : (size_t)x; }
  * for the split (model.h sr_act_split). */
 enum { ACT_ROOT, ACT_BLOCK, ACT_INPUTS };
 
-static int act_table_split(sr_model *m, size_t B, act_buf *out, int *kind) {
+static int act_table_split(sr_model *m, size_t B, act_buf *out, int *kind, const char **names) {
     double L = m->d.L, T = m->d.T, C = m->d.C, NH = m->d.NH, Vp = m->d.Vp;
     double BT = (double)B * T, BTC = BT * C, f = sizeof(float), e = (double)sr_dtype_size(m->ops->act);
     /* the fused projections' widths (GPT-2: 3C and 4C; Llama: the
@@ -153,44 +153,46 @@ static int act_table_split(sr_model *m, size_t B, act_buf *out, int *kind) {
     const struct {
         act_buf b;
         int kind;
+        const char *name;
     } t[] = {
-        {{(void **)&m->inputs, sat(BT * sizeof(int))}, ACT_ROOT},
-        {{(void **)&m->targets, sat(BT * sizeof(int))}, ACT_ROOT},
-        {{(void **)&m->encoded, sat(BTC * e)}, ACT_INPUTS},
-        {{(void **)&m->ln1, sat(Lb * BTC * e)}, ACT_BLOCK},
-        {{(void **)&m->ln1_mean, sat(mean * Lb * BT * f)}, ACT_BLOCK},
-        {{(void **)&m->ln1_rstd, sat(Lb * BT * f)}, ACT_BLOCK},
-        {{(void **)&m->qkv, sat(Lb * BT * QKV * e)}, ACT_BLOCK},
-        {{(void **)&m->atty, sat(Lb * BTC * e)}, ACT_BLOCK},
-        {{(void **)&m->att, sat(Lb * att)}, ACT_BLOCK},
-        {{(void **)&m->residual2, sat(Lb * BTC * e)}, ACT_BLOCK},
-        {{(void **)&m->ln2, sat(Lb * BTC * e)}, ACT_BLOCK},
-        {{(void **)&m->ln2_mean, sat(mean * Lb * BT * f)}, ACT_BLOCK},
-        {{(void **)&m->ln2_rstd, sat(Lb * BT * f)}, ACT_BLOCK},
-        {{(void **)&m->fch, sat(Lb * BT * FH * e)}, ACT_BLOCK},
-        {{(void **)&m->fch_gelu, sat(Lb * BT * FO * e)}, ACT_BLOCK},
+        {{(void **)&m->inputs, sat(BT * sizeof(int))}, ACT_ROOT, "inputs"},
+        {{(void **)&m->targets, sat(BT * sizeof(int))}, ACT_ROOT, "targets"},
+        {{(void **)&m->encoded, sat(BTC * e)}, ACT_INPUTS, "encoded"},
+        {{(void **)&m->ln1, sat(Lb * BTC * e)}, ACT_BLOCK, "ln1"},
+        {{(void **)&m->ln1_mean, sat(mean * Lb * BT * f)}, ACT_BLOCK, "ln1_mean"},
+        {{(void **)&m->ln1_rstd, sat(Lb * BT * f)}, ACT_BLOCK, "ln1_rstd"},
+        {{(void **)&m->qkv, sat(Lb * BT * QKV * e)}, ACT_BLOCK, "qkv"},
+        {{(void **)&m->atty, sat(Lb * BTC * e)}, ACT_BLOCK, "atty"},
+        {{(void **)&m->att, sat(Lb * att)}, ACT_BLOCK, "att"},
+        {{(void **)&m->residual2, sat(Lb * BTC * e)}, ACT_BLOCK, "residual2"},
+        {{(void **)&m->ln2, sat(Lb * BTC * e)}, ACT_BLOCK, "ln2"},
+        {{(void **)&m->ln2_mean, sat(mean * Lb * BT * f)}, ACT_BLOCK, "ln2_mean"},
+        {{(void **)&m->ln2_rstd, sat(Lb * BT * f)}, ACT_BLOCK, "ln2_rstd"},
+        {{(void **)&m->fch, sat(Lb * BT * FH * e)}, ACT_BLOCK, "fch"},
+        {{(void **)&m->fch_gelu, sat(Lb * BT * FO * e)}, ACT_BLOCK, "fch_gelu"},
         /* L outputs: the last block's is its own (ACT_BLOCK), the
          * others are inputs of the next block */
-        {{(void **)&m->residual3, sat(L * BTC * e)}, ACT_INPUTS},
-        {{(void **)&m->lnf, sat(BTC * e)}, ACT_ROOT},
-        {{(void **)&m->lnf_mean, sat(mean * BT * f)}, ACT_ROOT},
-        {{(void **)&m->lnf_rstd, sat(BT * f)}, ACT_ROOT},
-        {{(void **)&m->logits, sat(BT * Vp * e)}, ACT_ROOT},
-        {{(void **)&m->losses, sat(BT * f)}, ACT_ROOT},
-        {{(void **)&m->lse, sat(BT * f)}, ACT_ROOT},
-        {{(void **)&m->scratch, sat(BTC * e)}, ACT_ROOT},
-        {{(void **)&m->dresidual, sat(BTC * e)}, ACT_ROOT},
-        {{(void **)&m->dln, sat(BTC * e)}, ACT_ROOT},
-        {{(void **)&m->dqkv, sat(BT * QKV * e)}, ACT_ROOT},
-        {{(void **)&m->datty, sat(BTC * e)}, ACT_ROOT},
-        {{(void **)&m->dfch, sat(BT * FH * e)}, ACT_ROOT},
-        {{(void **)&m->dfch_gelu, sat(BT * FO * e)}, ACT_ROOT},
+        {{(void **)&m->residual3, sat(L * BTC * e)}, ACT_INPUTS, "residual3"},
+        {{(void **)&m->lnf, sat(BTC * e)}, ACT_ROOT, "lnf"},
+        {{(void **)&m->lnf_mean, sat(mean * BT * f)}, ACT_ROOT, "lnf_mean"},
+        {{(void **)&m->lnf_rstd, sat(BT * f)}, ACT_ROOT, "lnf_rstd"},
+        {{(void **)&m->logits, sat(BT * Vp * e)}, ACT_ROOT, "logits"},
+        {{(void **)&m->losses, sat(BT * f)}, ACT_ROOT, "losses"},
+        {{(void **)&m->lse, sat(BT * f)}, ACT_ROOT, "lse"},
+        {{(void **)&m->scratch, sat(BTC * e)}, ACT_ROOT, "scratch"},
+        {{(void **)&m->dresidual, sat(BTC * e)}, ACT_ROOT, "dresidual"},
+        {{(void **)&m->dln, sat(BTC * e)}, ACT_ROOT, "dln"},
+        {{(void **)&m->dqkv, sat(BT * QKV * e)}, ACT_ROOT, "dqkv"},
+        {{(void **)&m->datty, sat(BTC * e)}, ACT_ROOT, "datty"},
+        {{(void **)&m->dfch, sat(BT * FH * e)}, ACT_ROOT, "dfch"},
+        {{(void **)&m->dfch_gelu, sat(BT * FO * e)}, ACT_ROOT, "dfch_gelu"},
         /* the ops' scratch (CUDA: attention backward, column sums, the
          * encoder's sort); none on the CPU */
         {{(void **)&m->op_ws, m->ops->workspace_bytes && B > 0 && B <= INT32_MAX
                                   ? m->ops->workspace_bytes((int)B, m->d.T, m->d.C, m->d.NH)
                                   : 0},
-         ACT_ROOT},
+         ACT_ROOT,
+         "op_ws"},
     };
     _Static_assert(sizeof t / sizeof t[0] <= MAX_ACT_BUFS, "MAX_ACT_BUFS is too small");
     int n = (int)(sizeof t / sizeof t[0]);
@@ -199,11 +201,13 @@ static int act_table_split(sr_model *m, size_t B, act_buf *out, int *kind) {
             out[i] = t[i].b;
         if (kind)
             kind[i] = t[i].kind;
+        if (names)
+            names[i] = t[i].name;
     }
     return n;
 }
 
-static int act_table(sr_model *m, size_t B, act_buf *out) { return act_table_split(m, B, out, NULL); }
+static int act_table(sr_model *m, size_t B, act_buf *out) { return act_table_split(m, B, out, NULL, NULL); }
 
 /* The bytes of the row of `ptr` in a table. */
 static size_t row_bytes(const act_buf *bufs, int nb, void **ptr) {
@@ -219,7 +223,7 @@ sr_act_split sr_model_activation_split(const sr_model_dims *d, const sr_ops *ops
     m.d.recompute = SR_RECOMPUTE_BLOCKS; /* the rows of one block */
     act_buf bufs[MAX_ACT_BUFS];
     int kind[MAX_ACT_BUFS];
-    int nb = act_table_split(&m, (size_t)max_B, bufs, kind);
+    int nb = act_table_split(&m, (size_t)max_B, bufs, kind, NULL);
     sr_act_split s = {0};
     size_t btc = sat((double)max_B * d->T * d->C * (double)sr_dtype_size(ops->act));
     for (int i = 0; i < nb; i++) {
@@ -233,6 +237,27 @@ sr_act_split sr_model_activation_split(const sr_model_dims *d, const sr_ops *ops
         s.block = s.block + btc < s.block ? SIZE_MAX : s.block + btc;
     }
     return s;
+}
+
+size_t sr_model_largest_saved(const sr_model_dims *d, const sr_ops *ops, int max_B, const char **name) {
+    sr_model m = {.d = *d, .ops = ops};
+    sr_model_dims_complete(&m.d);
+    m.d.recompute = SR_RECOMPUTE_BLOCKS; /* the per-block rows hold one block */
+    act_buf bufs[MAX_ACT_BUFS];
+    int kind[MAX_ACT_BUFS];
+    const char *names[MAX_ACT_BUFS];
+    int nb = act_table_split(&m, (size_t)max_B, bufs, kind, names);
+    size_t best = 0;
+    *name = "";
+    for (int i = 0; i < nb; i++) {
+        /* the block outputs' row is L deep: one of them */
+        size_t b = bufs[i].ptr == (void **)&m.residual3 && m.d.L > 0 ? bufs[i].bytes / (size_t)m.d.L : bufs[i].bytes;
+        if (kind[i] != ACT_ROOT && b > best) {
+            best = b;
+            *name = names[i];
+        }
+    }
+    return best;
 }
 
 size_t sr_model_activation_bytes(const sr_model_dims *d, const sr_ops *ops, int max_B) {

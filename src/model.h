@@ -221,6 +221,12 @@ size_t sr_model_activation_bytes(const sr_model_dims *d, const sr_ops *ops, int 
 /* Bytes sr_model_init allocates in SR_MEM_OTHER with activations: the
  * loss accumulator, and a Llama model's rotary table. */
 size_t sr_model_other_bytes(const sr_model_dims *d);
+/* The largest activation forward saves for backward, per block (a
+ * block's tensor of micro-batches of max_B sequences with `ops`: the
+ * attention scores B x NH x T x T where attention materialises them), in
+ * bytes, and its name in *name (the activation's field: "att", "fch",
+ * ...). */
+size_t sr_model_largest_saved(const sr_model_dims *d, const sr_ops *ops, int max_B, const char **name);
 /* The split above for micro-batches of max_B sequences with `ops`. */
 sr_act_split sr_model_activation_split(const sr_model_dims *d, const sr_ops *ops, int max_B);
 

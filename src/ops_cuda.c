@@ -129,12 +129,12 @@ sr_gemm_key sr_cuda_rm_key(int ta, int tb, int M, int N, int K, long long lda, l
  * accumulate), batched `batch` times with the given strides. */
 static sr_status rm_gemm(sr_cuda_ctx *c, int bf16, int ta, int tb, int M, int N, int K, const void *A, long long lda,
                          long long sA, const void *B, long long ldb, long long sB, void *D, long long ldd, long long sD,
-                         int batch, float alpha, bool accumulate, bool d_f32) {
+                         int batch, float alpha, bool accumulate, bool d_f32, sr_ledger_family family) {
     sr_gemm_key k = sr_cuda_rm_key(ta, tb, M, N, K, lda, sA, ldb, sB, ldd, sD, batch, bf16, accumulate, d_f32);
     k.align_a = sr_gemm_align(B);
     k.align_b = sr_gemm_align(A);
     k.align_d = sr_gemm_align(D);
-    return sr_gemm_run(c->gemm, c->stream, &k, B, A, D, NULL, alpha);
+    return sr_gemm_run(c->gemm, c->stream, &k, B, A, D, NULL, alpha, family);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -186,7 +186,8 @@ static void matmul_forward(int bf16, void *out, const void *inp, const void *w, 
     k.align_a = sr_gemm_align(w);
     k.align_b = sr_gemm_align(inp);
     k.align_d = sr_gemm_align(out);
-    gemm_done(c, sr_gemm_run(c->gemm, c->stream, &k, w, inp, out, epilogue ? bias : NULL, 1.0f), "matmul_forward");
+    gemm_done(c, sr_gemm_run(c->gemm, c->stream, &k, w, inp, out, epilogue ? bias : NULL, 1.0f, SR_LF_GEMM_LINEAR),
+              "matmul_forward");
     if (bias && !epilogue && op_error == SR_OK)
         done(c, sr_k_bias_forward(c->stream, out, bias, N, OC, bf16), "matmul_forward (bias)", "N=%d OC=%d", N, OC);
 }
@@ -197,11 +198,13 @@ static void matmul_backward(int bf16, void *dinp, float *dw, float *dbias, const
     if (!c)
         return;
     /* dinp[N,C] += dout[N,OC] W[OC,C] */
-    gemm_done(c, rm_gemm(c, bf16, 0, 0, N, C, OC, dout, OC, 0, w, C, 0, dinp, C, 0, 1, 1.0f, true, false),
-              "matmul_backward (dinp)");
+    gemm_done(
+        c, rm_gemm(c, bf16, 0, 0, N, C, OC, dout, OC, 0, w, C, 0, dinp, C, 0, 1, 1.0f, true, false, SR_LF_GEMM_LINEAR),
+        "matmul_backward (dinp)");
     /* dW[OC,C] += dout^T inp, into float */
-    gemm_done(c, rm_gemm(c, bf16, 1, 0, OC, C, N, dout, OC, 0, inp, C, 0, dw, C, 0, 1, 1.0f, true, true),
-              "matmul_backward (dW)");
+    gemm_done(
+        c, rm_gemm(c, bf16, 1, 0, OC, C, N, dout, OC, 0, inp, C, 0, dw, C, 0, 1, 1.0f, true, true, SR_LF_GEMM_LINEAR),
+        "matmul_backward (dW)");
     if (dbias)
         done(c, sr_k_bias_backward(c->stream, dbias, dout, N, OC, bf16, c->ws), "matmul_backward (dbias)", "N=%d OC=%d",
              N, OC);
@@ -263,7 +266,9 @@ static void gqa_forward(int bf16, void *out, void *att, const void *qkv, int B, 
         void *ab = atw(att, (size_t)b * NH * g.TT, bf16);
         /* scores[h] = scale q_h k_h^T, every head of sequence b at once */
         if (op_error == SR_OK)
-            gemm_done(c, rm_gemm(c, bf16, 0, 1, T, T, hs, q, g.W, hs, k, ld, hs, ab, T, g.TT, NH, scale, false, false),
+            gemm_done(c,
+                      rm_gemm(c, bf16, 0, 1, T, T, hs, q, g.W, hs, k, ld, hs, ab, T, g.TT, NH, scale, false, false,
+                              SR_LF_GEMM_ATTENTION),
                       "attention_forward (scores)");
     }
     if (op_error == SR_OK)
@@ -275,7 +280,9 @@ static void gqa_forward(int bf16, void *out, void *att, const void *qkv, int B, 
         void *ob = atw(out, (size_t)b * T * g.C, bf16);
         /* y_h = att_h v_h, written into its heads' columns of out */
         if (op_error == SR_OK)
-            gemm_done(c, rm_gemm(c, bf16, 0, 0, T, hs, T, ab, T, g.TT, v, ld, hs, ob, g.C, hs, NH, 1.0f, false, false),
+            gemm_done(c,
+                      rm_gemm(c, bf16, 0, 0, T, hs, T, ab, T, g.TT, v, ld, hs, ob, g.C, hs, NH, 1.0f, false, false,
+                              SR_LF_GEMM_ATTENTION),
                       "attention_forward (values)");
     }
 }
@@ -290,12 +297,16 @@ static void gqa_forward(int bf16, void *out, void *att, const void *qkv, int B, 
 static void gqa_kv_grad(sr_cuda_ctx *c, int bf16, const gqa_shape *g, int T, int NH, int NKV, int hs, const void *X,
                         const void *Y, long long ldy, void *dst, float alpha, const char *what) {
     if (g->R == 1) {
-        gemm_done(c, rm_gemm(c, bf16, 1, 0, T, hs, T, X, T, g->TT, Y, ldy, hs, dst, g->W, hs, NH, alpha, true, false),
+        gemm_done(c,
+                  rm_gemm(c, bf16, 1, 0, T, hs, T, X, T, g->TT, Y, ldy, hs, dst, g->W, hs, NH, alpha, true, false,
+                          SR_LF_GEMM_ATTENTION),
                   what);
         return;
     }
     void *per_head = (char *)c->ws + g->x1;
-    gemm_done(c, rm_gemm(c, bf16, 1, 0, T, hs, T, X, T, g->TT, Y, ldy, hs, per_head, g->C, hs, NH, alpha, false, false),
+    gemm_done(c,
+              rm_gemm(c, bf16, 1, 0, T, hs, T, X, T, g->TT, Y, ldy, hs, per_head, g->C, hs, NH, alpha, false, false,
+                      SR_LF_GEMM_ATTENTION),
               what);
     if (op_error == SR_OK)
         done(c, sr_k_gqa_reduce(c->stream, dst, per_head, T, NKV, g->R, hs, (int)g->W, (int)g->C, bf16), what,
@@ -319,7 +330,8 @@ static void gqa_backward(int bf16, void *dqkv, const void *dout, const void *qkv
         const void *v = gqa_heads(c, bf16, &g, qkv, b, T, NH, NKV, hs, 1, g.x0, &ld);
         if (op_error == SR_OK)
             gemm_done(c,
-                      rm_gemm(c, bf16, 0, 1, T, T, hs, dy, g.C, hs, v, ld, hs, datt, T, g.TT, NH, 1.0f, false, false),
+                      rm_gemm(c, bf16, 0, 1, T, T, hs, dy, g.C, hs, v, ld, hs, datt, T, g.TT, NH, 1.0f, false, false,
+                              SR_LF_GEMM_ATTENTION),
                       "attention_backward (datt)");
         if (op_error == SR_OK)
             gqa_kv_grad(c, bf16, &g, T, NH, NKV, hs, ab, dy, g.C, atw(dqkv, base + (size_t)(NH + NKV) * hs, bf16), 1.0f,
@@ -332,7 +344,7 @@ static void gqa_backward(int bf16, void *dqkv, const void *dout, const void *qkv
         if (op_error == SR_OK)
             gemm_done(c,
                       rm_gemm(c, bf16, 0, 0, T, hs, T, datt, T, g.TT, k, ld, hs, atw(dqkv, base, bf16), g.W, hs, NH,
-                              scale, true, false),
+                              scale, true, false, SR_LF_GEMM_ATTENTION),
                       "attention_backward (dq)");
         if (op_error == SR_OK)
             gqa_kv_grad(c, bf16, &g, T, NH, NKV, hs, datt, q, g.W, atw(dqkv, base + (size_t)NH * hs, bf16), scale,

@@ -17,6 +17,7 @@
 
 #include "ckpt.h"
 #include "device.h"
+#include "ledgerplan.h"
 #include "mem.h"
 #include "memplan.h"
 #include "metrics.h"
@@ -48,6 +49,7 @@ typedef struct {
     size_t host_need, device_need; /* per rank, with overheads and reserves */
     bool fits_host, fits_device;
     double flops_tok, flops_step, tokens_s, step_s;
+    char step_how[700]; /* where step_s comes from */
     uint64_t ckpt_total, ckpt_rank;
     double save_s;
     double lead_s; /* the --signal lead, s (may exceed what sbatch accepts) */
@@ -62,6 +64,8 @@ typedef struct {
     double device_bytes, host_bytes, disk_mbps, tflops; /* resolved */
     const char *device_how, *host_how, *disk_how;
     char tflops_how[256];
+    bool ledger_time; /* a GPU plan without --tflops: the step time is the ledger's (ledgerplan.h) */
+    sr_ledgerplan_opts lo;
 } plan_ctx;
 
 /* Plans `ranks` ranks of cfg into *r (memory only; fit is decided by the
@@ -155,6 +159,25 @@ static sr_status plan_memory(const plan_ctx *x, const sr_config *cfg, int ranks,
     r->flops_step = r->flops_tok * (double)cfg->batch_size * (double)cfg->seq_len;
     r->tokens_s = x->tflops > 0 ? ranks * x->tflops * 1e12 / work : 0;
     r->step_s = r->tokens_s > 0 ? (double)cfg->batch_size * cfg->seq_len / r->tokens_s : 0;
+    snprintf(r->step_how, sizeof r->step_how, "at %.4g TFLOP/s sustained per rank (%s)", x->tflops, x->tflops_how);
+    if (x->ledger_time && ranks <= SR_LEDGER_MAX_RANKS) {
+        /* a GPU step's time is its ledger's: the roofline bound, or the
+         * calibration's prediction (one owner of a step's cost) */
+        sr_ledgerplan lp;
+        st = sr_ledgerplan_run(cfg, ranks, &x->lo, &lp);
+        if (st != SR_OK)
+            return st;
+        r->step_s = lp.calibrated ? lp.predicted_s : lp.bound_s;
+        r->tokens_s = r->step_s > 0 ? (double)cfg->batch_size * cfg->seq_len / r->step_s : 0;
+        if (lp.calibrated)
+            snprintf(r->step_how, sizeof r->step_how, "predicted by the GPU ledger with %.500s (plan --ledger)",
+                     lp.calibration);
+        else
+            snprintf(r->step_how, sizeof r->step_how,
+                     "the GPU ledger's roofline bound at %.500s: a lower bound; --calibration FILE predicts, "
+                     "--tflops T assumes a rate (plan --ledger)",
+                     lp.rates_how);
+    }
     sr_shardplan pl = {0};
     st = sr_shardplan_init(&pl, m.layer_offset, d.L, (int)cfg->blocks_per_unit, r->mesh.S);
     sr_model_free(&m);
@@ -308,8 +331,7 @@ static void print_one(const plan_ctx *x, const sr_config *cfg, const char *job, 
             "compute: %.4g GFLOP per token (6N + 12 L T C, as MFU counts it), %.4g TFLOP per step (%lld tokens)%s\n",
             r->flops_tok / 1e9, r->flops_step / 1e12, (long long)(cfg->batch_size * cfg->seq_len),
             cfg->recompute == SR_RECOMPUTE_BLOCKS ? "; recompute adds about a third" : "");
-    fprintf(out, "  at %.4g TFLOP/s sustained per rank (%s): %.0f tokens/s, %.3f s per step\n", x->tflops,
-            x->tflops_how, r->tokens_s, r->step_s);
+    fprintf(out, "  %s: %.0f tokens/s, %.3f s per step\n", r->step_how, r->tokens_s, r->step_s);
     fprintf(out,
             "checkpoint: %s in all (%llu bytes), %s per rank at most (%llu bytes, the largest shard file); save "
             "%.1f s at %.0f MB/s (%s)\n",
@@ -361,15 +383,37 @@ static void print_table_row(const plan_ctx *x, const plan_row *r, FILE *out) {
             human((double)r->ckpt_rank, d, sizeof d), r->save_s, sig);
 }
 
+/* plan --ledger: the GPU step's ledger, as text or JSON. */
+static sr_status plan_ledger(const sr_config *cfg, const char *job, const sr_plan_opts *o, FILE *out) {
+    sr_ledgerplan_opts lo = {o->gemm_tflops, o->hbm_tbps, o->calibration};
+    sr_ledgerplan lp;
+    sr_status st = sr_ledgerplan_run(cfg, o->ranks_lo > 0 ? o->ranks_lo : 1, &lo, &lp);
+    if (st != SR_OK || o->json)
+        return st != SR_OK ? st : sr_ledgerplan_json(&lp, out);
+    char name[1300], dims[512];
+    sr_model_dims d = sr_job_model_dims(cfg, (int)cfg->seq_len);
+    fprintf(out, "plan: %s: model %s: %s; param %s, reduce %s\n", job, sr_config_model_name(cfg, name, sizeof name),
+            sr_model_dims_text(&d, dims, sizeof dims),
+            sr_config_enum_name("sharding.mixed_precision.param_dtype", cfg->param_dtype),
+            sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype));
+    sr_ledgerplan_print(&lp, out);
+    return SR_OK;
+}
+
 sr_status sr_plan_run(const sr_config *job_cfg, const char *job, const sr_plan_opts *o, FILE *out) {
-    plan_ctx x = {.o = o};
+    plan_ctx x = {.o = o, .lo = {o->gemm_tflops, o->hbm_tbps, o->calibration}};
     x.fake = strcmp(sr_testhook()->device, "fake") == 0;
-    x.gpu = o->gpus_per_node > 0 || job_cfg->device == SR_DEVICE_CUDA;
+    /* (--ledger counts a GPU's step: a job that may run on one is planned
+     * for it) */
+    x.gpu =
+        o->gpus_per_node > 0 || job_cfg->device == SR_DEVICE_CUDA || (o->ledger && job_cfg->device != SR_DEVICE_CPU);
     x.separate = x.gpu || x.fake;
     x.kind = x.gpu ? SR_DEV_CUDA : x.fake ? SR_DEV_FAKE : SR_DEV_CPU;
     sr_config resolved = *job_cfg; /* the job with its auto dtypes resolved as the run would */
     x.param_auto = sr_job_resolve_precision(&resolved, x.gpu);
     const sr_config *cfg = &resolved;
+    if (o->ledger)
+        return plan_ledger(cfg, job, o, out);
     if (x.gpu && !sr_device_plan_ops(true, (sr_dtype)cfg->param_dtype))
         return sr_error_wrap(SR_ERR_CONFIG, "plan: a GPU plan (%s; without it a CPU plan) needs the CUDA op table",
                              o->gpus_per_node > 0 ? "--gpus-per-node" : "device: cuda");
@@ -384,6 +428,7 @@ sr_status sr_plan_run(const sr_config *job_cfg, const char *job, const sr_plan_o
         x.tflops = o->tflops;
         snprintf(x.tflops_how, sizeof x.tflops_how, "--tflops");
     } else if (x.gpu) {
+        x.ledger_time = true;
         char how[256];
         double peak = sr_metrics_gpu_peak_flops("H100 SXM", cfg->param_dtype == SR_DT_BF16, how, sizeof how);
         x.tflops = DEFAULT_UTIL * peak / 1e12;

@@ -31,6 +31,9 @@ typedef struct {
     int ranks_lo, ranks_hi;                                 /* --ranks N or A-B (0: 1) */
     int gpus_per_node;                                      /* > 0: a GPU plan with this many ranks per node */
     double device_mem_gib, host_mem_gib, disk_mbps, tflops; /* 0: the defaults the output names */
+    bool ledger, json;                                      /* --ledger (ledgerplan.h), --json */
+    double gemm_tflops, hbm_tbps;                           /* the roofline's rates (0: defaults) */
+    const char *calibration;                                /* --calibration FILE, or NULL */
 } sr_plan_opts;
 
 /* Plans cfg (finalized) and prints it on `out`: one rank count in full,

@@ -11,6 +11,7 @@
 #include "comm_nccl.h"
 #include "config.h"
 #include "flight.h"
+#include "ledger.h"
 #include "mem.h"
 #include "testhook.h"
 
@@ -56,7 +57,7 @@ sr_status sr_plane_group(sr_plane *p, const int *ranks, int n, const char *name,
 }
 
 sr_status sr_plane_start(sr_plane *p, sr_world *w) {
-    if (!sr_plane_needs_nccl(p->dev->kind, w->size, p->o.backend))
+    if (p->dev->dry || !sr_plane_needs_nccl(p->dev->kind, w->size, p->o.backend))
         return SR_OK;
     sr_nccl_opts no = {p->o.timeout_s, p->o.interface, sr_testhook()->nccl_size1};
     return sr_nccl_open(&p->nccl, w, p->dev, p->tp, p->groups, p->ngroups, &no);
@@ -139,6 +140,17 @@ sr_status sr_plane_collective(sr_plane *p, sr_coll_kind kind, const char *what, 
                               const void *send, size_t sbytes, size_t count, sr_dtype dt, sr_event *ev) {
     sr_dev *d = p->dev;
     *ev = (sr_event){0};
+    if (sr_group_size(g) > 1 && sr_ledger_bound()) {
+        /* what this rank moves (ledger.h) */
+        size_t full = kind == SR_COLL_ALLGATHER        ? rbytes
+                      : kind == SR_COLL_REDUCE_SCATTER ? sbytes
+                                                       : count * sr_dtype_size(dt);
+        sr_ledger_collective(kind == SR_COLL_ALLREDUCE, (double)full, sr_group_size(g));
+    }
+    if (d->dry && sr_group_size(g) > 1) { /* counted, never run */
+        d->record(d, ev, SR_STREAM_COMM);
+        return SR_OK;
+    }
     if (sr_plane_on_nccl(p, g)) {
         sr_dev_declare(d, SR_STREAM_COMM, send, sbytes, false, what);
         sr_dev_declare(d, SR_STREAM_COMM, recv, rbytes, true, what);

@@ -333,6 +333,7 @@ typedef struct {
     double redone_pre, redone_crash, gap_pre, gap_crash;
     median_acc step_ms;
     json_t *config;  /* the newest start event */
+    json_t *profile; /* the newest profile event (SHARDRUN_CUDA_PROFILE, profile.h) */
     busy_grid *grid; /* NULL until a record has busy_ms_ranks */
     int world;       /* ranks of the newest such record */
     straggler strag[MAX_STRAG];
@@ -342,6 +343,12 @@ typedef struct {
 
 static double num(const json_t *o, const char *key) {
     const json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+/* Element i of array a as a number (NAN when it is none). */
+static double nth(const json_t *a, size_t i) {
+    const json_t *v = json_array_get(a, i);
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
@@ -386,6 +393,7 @@ static void state_free(state *s) {
     free(s->step_ms.exact);
     free(s->step_ms.bins);
     json_decref(s->config);
+    json_decref(s->profile);
     free(s->grid);
 }
 
@@ -480,6 +488,9 @@ static char *event_title(const json_t *o, const char *event, double step) {
         fprintf(f, ": from %s", CUT(str(o, "from")));
     else if (strcmp(event, "eval") == 0)
         fprintf(f, ": val_loss %.4f", num(o, "val_loss"));
+    else if (strcmp(event, "profile") == 0)
+        fprintf(f, ": steps %.0f to %.0f, %.3f ms per step, the device busy %.3f ms (%s)",
+                nth(json_object_get(o, "steps"), 0), step, num(o, "wall_ms"), num(o, "busy_ms"), CUT(str(o, "times")));
 #undef CUT
     if (fclose(f) != 0) {
         free(text);
@@ -514,6 +525,10 @@ static bool fold(state *s, const json_t *o, long long lineno) {
         s->kinds[kind]++;
         if (strcmp(event, "straggler") == 0)
             strag_add(s, o, step);
+        if (strcmp(event, "profile") == 0 && json_is_array(json_object_get(o, "families"))) {
+            json_decref(s->profile);
+            s->profile = json_deep_copy(o);
+        }
     } else {
         s->steps++;
         if (!grid_add(s, o, step))
@@ -765,6 +780,10 @@ static void print_summary(FILE *out, const char *path, const state *s, const tot
                 s->strag[i].median);
     if (s->strag_total > s->nstrag)
         fprintf(out, "  ...and %lld more straggler warnings\n", s->strag_total - s->nstrag);
+    if (s->profile)
+        fprintf(out, "  GPU profile: step %.0f, %.3f ms per step, the device busy %.3f ms (%s)\n",
+                num(s->profile, "step"), num(s->profile, "wall_ms"), num(s->profile, "busy_ms"),
+                str(s->profile, "times") ? str(s->profile, "times") : "?");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1037,6 +1056,65 @@ static void config_rows(FILE *f, const json_t *o) {
     fputs("</table>\n", f);
 }
 
+/* The newest per-op profile (SHARDRUN_CUDA_PROFILE): the step's time per
+ * op family as bars, then the families' and the costliest launchers'
+ * tables. */
+static void profile_section(FILE *f, const state *s) {
+    const json_t *p = s->profile;
+    if (!p)
+        return;
+    const json_t *fams = json_object_get(p, "families"), *ls = json_object_get(p, "launchers");
+    double wall = num(p, "wall_ms"), busy = num(p, "busy_ms"), top = 0;
+    fprintf(f,
+            "<h2>GPU profile</h2>\n<p>SHARDRUN_CUDA_PROFILE: steps %.0f to %.0f, per step, rank 0; device times are ",
+            nth(json_object_get(p, "steps"), 0), nth(json_object_get(p, "steps"), 1));
+    esc(f, str(p, "times"));
+    fprintf(f,
+            ". Step wall time %.3f ms, the device busy %.3f ms, the gap (host bubbles, launch gaps) %.3f ms. Bound: "
+            "the ledger's roofline at GEMM %g TFLOP/s and HBM %g TB/s; efficiency = bound / measured.</p>\n",
+            wall, busy, wall - busy, num(p, "gemm_tflops"), num(p, "hbm_tbps"));
+    size_t i;
+    const json_t *r;
+    json_array_foreach(fams, i, r) top = fmax(top, num(r, "ms"));
+    fprintf(f, "<svg class=\"profile\" width=\"760\" height=\"%zu\">\n", 14 * json_array_size(fams) + 10);
+    json_array_foreach(fams, i, r) {
+        double ms = num(r, "ms"), w = top > 0 && isfinite(ms) ? 560 * ms / top : 0;
+        fprintf(f, "<text class=\"ytick\" x=\"136\" y=\"%zu\">", 14 * i + 15);
+        esc(f, str(r, "name"));
+        fprintf(f, "</text><rect x=\"140\" y=\"%zu\" width=\"%.1f\" height=\"11\" fill=\"%s\"><title>", 14 * i + 5, w,
+                palette[i % 8]);
+        esc(f, str(r, "name"));
+        fprintf(f,
+                ": %.3f ms per step</title></rect><text class=\"ytick\" x=\"%.1f\" y=\"%zu\" "
+                "style=\"text-anchor:start\">%.3f ms</text>\n",
+                ms, 146 + w, 14 * i + 15, ms);
+    }
+    fputs("</svg>\n", f);
+    for (int t = 0; t < 2; t++) {
+        const json_t *rows = t ? ls : fams;
+        fprintf(f,
+                "<table class=\"profile\"><tr><th>%s</th><th>calls</th><th>ms</th><th>share</th><th>TFLOP/s</th>"
+                "<th>GB/s</th><th>bound ms</th><th>efficiency</th></tr>\n",
+                t ? "launcher (the 12 costliest)" : "family");
+        json_array_foreach(rows, i, r) {
+            if (t && i >= 12)
+                break;
+            fputs("<tr><td>", f);
+            esc(f, str(r, "name"));
+            double e = num(r, "efficiency");
+            fprintf(f, "</td><td>%.0f</td><td>%.3f</td><td>%.1f%%</td><td>%.2f</td><td>%.1f</td><td>%.3f</td><td>",
+                    num(r, "calls"), num(r, "ms"), 100 * num(r, "share"), num(r, "tflops"), num(r, "gbps"),
+                    num(r, "bound_ms"));
+            if (isfinite(e))
+                fprintf(f, "%.3g%%", 100 * e);
+            else
+                fputs("-", f);
+            fputs("</td></tr>\n", f);
+        }
+        fputs("</table>\n", f);
+    }
+}
+
 /* Busy time per rank and log interval as a grid of cells (rows: ranks,
  * columns: intervals), coloured by the cell's busy time over the
  * interval's median (white at or below it, dark red at twice it and
@@ -1140,6 +1218,7 @@ static void render(FILE *f, const char *path, const state *s, const totals *t) {
     chart(f, s, "comm", "Exposed communication per step", "ms", false);
     chart(f, s, "memory", "Memory by category (peak so far, stacked)", "MiB", false);
     busy_chart(f, s);
+    profile_section(f, s);
 
     fputs("<h2>Events</h2>\n<table class=\"events\"><tr><th>line</th><th>step</th><th>event</th></tr>\n", f);
     for (int i = 0; i < s->nmarks; i++) {

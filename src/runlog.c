@@ -21,6 +21,7 @@
 #include "fsio.h"
 #include "isa.h"
 #include "mem.h"
+#include "profile.h"
 #include "promfile.h"
 #include "signals.h"
 #include "testhook.h"
@@ -441,7 +442,10 @@ sr_status sr_run_start_observers(sr_run *r) {
                         .job = job,
                         .restart = r->w->restart};
     sr_trace_init(&to); /* its collectives come from the recorder's records */
-    return prometheus_init(r);
+    sr_flight_run_dir(dir, sizeof dir, "profile", NULL, cfg->ckpt_dir, r->w->job_id, r->w->restart, job, sizeof job);
+    sr_profile_opts po = {r->w->rank, dir};
+    sr_status st = sr_profile_open(&r->prof, r->dev, cfg->steps, &po);
+    return st != SR_OK ? st : prometheus_init(r);
 }
 
 /* Every rank's host name, for the straggler report (one all-gather), and

@@ -27,6 +27,7 @@
 #include "mem.h"
 #include "paramdump.h"
 #include "preempt.h"
+#include "profile.h"
 #include "rlimits.h"
 #include "sample.h"
 #include "starts.h"
@@ -260,6 +261,7 @@ static sr_status teardown(sr_run *r, sr_status st) {
     sr_tokenizer_free(r->tok);
     sr_provenance_free(&r->data_rec);
     sr_job_free(&r->job);
+    sr_profile_free(r->prof);
     sr_device_close(r->dev);
     sr_flight_shutdown();
     free(r->hosts);
@@ -279,6 +281,7 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
     long long waits0 = sr_dev_host_waits(r->dev);
     uint64_t comm0 = r->dev->comm_wait_ns;
     sr_flight_step_begin(s + 1); /* and log.trace_steps' window */
+    sr_profile_step_begin(r->prof, s + 1);
     sr_preempt_test_hook(s + 1, w->rank);
     sr_dev_watch(r->dev, s + 1); /* the step a deadline names; the host thread watched while it enqueues */
     if (sr_oracle_on(r, s)) {
@@ -364,6 +367,8 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
     r->iv_busy += tc - tb - waited_after;
     r->iv_wait += waited_after;
     sr_flight_step_end();
+    if ((st = sr_profile_step_end(r->prof, s + 1, r->metrics)) != SR_OK) /* SHARDRUN_CUDA_PROFILE's window */
+        return st;
     o->seconds = now_s() - t0;
     o->comm_exposed_ms = (double)(r->dev->comm_wait_ns - comm0) / 1e6;
     if (s == r->start.step) {

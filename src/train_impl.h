@@ -70,6 +70,7 @@ typedef struct {
     double ckpt_seen_time;
     /* the Slurm job (deadline.c; rank 0 only) */
     struct sr_slurmjob *slurm;     /* NULL: not under Slurm, or nothing to ask */
+    struct sr_profile *prof;       /* SHARDRUN_CUDA_PROFILE (profile.h), or NULL */
     double slurm_t0;               /* wall time at open (the comment's ETA) */
     double slurm_tick;             /* the last step agreement's wall time */
     double comment_next;           /* when the next job comment is due */

@@ -1,7 +1,8 @@
 #!/bin/sh
 # gpu_emulate.sh — tests/gpu/check.sh --emulate: the GPU check's env, build,
-# ops, step, oracle, curves, determinism, nccl (2 ranks under mpirun over
-# the emulated NCCL) and vranks stages with device: cuda on the CUDA
+# ops, step, oracle, curves, nccl (2 ranks under mpirun over the emulated
+# NCCL), profile (SHARDRUN_CUDA_PROFILE on three small models),
+# determinism and vranks stages with device: cuda on the CUDA
 # emulator (an emulator tree), against the CPU and PyTorch on the CPU, at
 # the small dimensions: every stage passes, every line of check.txt says
 # "emulated", within 5 minutes on two cores (the
@@ -31,11 +32,13 @@ if group --long "the GPU check on the emulated GPU"; then
     check "check.sh --emulate passes (status $rc, $took s; $(tail -1 emu/check.txt))" \
         sh -c "[ $rc = 0 ] && tail -1 emu/check.txt | grep -q '^[1-9][0-9]* passed, 0 failed, 0 skipped (emulated)$'" ||
         diag "$(grep '^FAIL' emu/check.txt | head -5)"
-    for st in env build ops step oracle curves determinism nccl vranks; do
+    for st in env build ops step oracle curves nccl profile determinism vranks; do
         check "  ...stage $st ran and passed" grep -q "^STAGE $st all pass .* emulated$" emu/check.txt
     done
     check "  ...every line says emulated" sh -c "[ -s emu/check.txt ] && ! grep -v 'emulated' emu/check.txt | grep -q ."
     check "  ...the oracle ran against PyTorch on the CPU" grep -q '^PASS oracle.gpt2-exact: emulated: vs PyTorch (cpu)' emu/check.txt
+    check "  ...the profile stage wrote profile.md (a table per model, the five costliest named) and calibration.json" \
+        sh -c "grep -q '^## gpt2 (8 x 64, bf16, emulated)' emu/profile.md && grep -q '^Five costliest launchers: ' emu/profile.md && grep -q '\"efficiency\"' emu/calibration.json"
     check "  ...the nccl stage ran 2 ranks, each on its own emulated GPU, over the emulated NCCL" \
         grep -q '^PASS nccl.ranks2: emulated: 2 ranks over NCCL, 2 emulated GPUs' emu/check.txt
     while IFS= read -r l; do diag "$l"; done <emu/check.txt

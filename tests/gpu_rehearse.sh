@@ -9,7 +9,9 @@
 # same OUTDIR, which must resume: run only what --quick left out (the rest
 # of step, curves and nccl, the other stages) and end with every stage
 # passed.  Asserts the summary line, no FAIL line, a PASS from each stage,
-# the seconds on every line, and that OUTDIR holds at most 8 files.
+# the seconds on every line, and that OUTDIR holds at most 8 files.  The
+# fast tier also rehearses the profile stage (the ledgers alone: the fake
+# device has no per-op profile).
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 rehearse() { # LOG ARGS...: check.sh --rehearse ARGS into $T/check
     log=$1
@@ -19,7 +21,7 @@ rehearse() { # LOG ARGS...: check.sh --rehearse ARGS into $T/check
 if long_tier; then
     rehearse quick.out --quick "$T/check"
 else
-    rehearse quick.out --quick "$T/check" env build ops step
+    rehearse quick.out --quick "$T/check" env build ops step profile
 fi
 rc=$?
 check "check.sh --rehearse --quick exits 0 (status $rc)" test $rc = 0 || diag "$(grep FAIL "$T/check/check.txt")"
@@ -29,6 +31,8 @@ check "no FAIL line" sh -c "! grep -q '^FAIL' '$T/check/check.txt'"
 for s in env build ops step; do
     check "stage $s reported a PASS" grep -q "^PASS $s\." "$T/check/check.txt"
 done
+long_tier || check "the profile stage rehearsed: the ledgers in profile.md, the fake device's warning" \
+    sh -c "grep -q '^PASS profile.fake' '$T/check/check.txt' && grep -q '^## tiny (8 x 64, bf16): the ledger alone' '$T/check/profile.md'"
 if long_tier; then
     check "the oracle stage compared tiny and gpt2 in both modes with PyTorch" \
         test "$(grep -c '^PASS oracle\.\(tiny\|gpt2\)-\(exact\|bf16\): vs PyTorch' "$T/check/check.txt")" = 4
@@ -55,14 +59,14 @@ if group --long "the full check resumes after --quick"; then
         sh -c "grep -q 'resuming from' '$T/full.out' && [ \$(grep -c 'passed before, not run again' '$T/full.out') = 4 ]"
     check "it ran the rest of step, curves and nccl (step.gpt2, curves.gpt2)" \
         sh -c "grep -q '^PASS step.gpt2' '$T/check/check.txt' && grep -q '^PASS curves.gpt2' '$T/check/check.txt' && grep -q '^STAGE step all pass' '$T/check/check.txt'"
-    for s in curves determinism overhead memory throughput vranks gemm; do
+    for s in curves determinism overhead memory throughput vranks gemm profile; do
         check "stage $s reported a PASS" grep -q "^PASS $s\." "$T/check/check.txt"
     done
     check "the Llama family ran in curves, throughput and memory (llama-tiny's curve, its throughput row, the Llama plans)" \
         sh -c "grep -q '^PASS curves.llama' '$T/check/check.txt' && grep -q '^PASS throughput.shardrun-llama' '$T/check/check.txt' &&
                grep -q '^PASS memory.llama-plan-run' '$T/check/check.txt' && grep -q '^PASS memory.llama-plan-8b' '$T/check/check.txt'"
     check "every stage has a passing STAGE line" \
-        sh -c "[ \$(grep -c '^STAGE [a-z]* all pass' '$T/check/check.txt') -ge 13 ]"
+        sh -c "[ \$(grep -c '^STAGE [a-z]* all pass' '$T/check/check.txt') -ge 14 ]"
     check "the throughput table has its header and a shardrun row for each family (tiny, llama-tiny)" \
         sh -c "grep -q '^| model | config | tok/s |' '$T/check/throughput.md' && grep -q '^| tiny | shardrun bf16 |' '$T/check/throughput.md' &&
                grep -q '^| llama-tiny | shardrun bf16 |' '$T/check/throughput.md'"

@@ -7,7 +7,7 @@
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 B=${SR_BUILDDIR:-.}
 command -v nm >/dev/null 2>&1 || { echo "1..0 # SKIP nm not installed (binutils)"; exit 0; }
-objs=$(ls "$B"/src/*.o "$B"/tests/*.o 2>/dev/null)
+objs=$(ls "$B"/src/*.o "$B"/tests/*.o "$B"/kernels/*.o 2>/dev/null)
 check "the objects of the build are there ($(echo "$objs" | wc -w))" test "$(echo "$objs" | wc -w)" -ge 30
 # "object symbol" for definitions and for references (w: a weak one,
 # cudamod.c's to the CUDA table a test program links in)

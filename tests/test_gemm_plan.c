@@ -75,7 +75,8 @@ static void emulate(const sr_gemm_key *k, const float *A, const float *B, float 
     size_t nb = extent(k->transb ? k->n : k->k, k->transb ? k->k : k->n, k->ldb, k->batch, k->sb);
     size_t nd = extent(k->m, k->n, k->ldd, k->batch, k->sd);
     float *dA = up(A, na), *dB = up(B, nb), *dD = up(D, nd);
-    sr_status st = dA && dB && dD ? sr_gemm_run(gpu, 0, k, dA, dB, dD, NULL, alpha) : SR_ERR_INTERNAL;
+    sr_status st =
+        dA && dB && dD ? sr_gemm_run(gpu, 0, k, dA, dB, dD, NULL, alpha, SR_LF_GEMM_LINEAR) : SR_ERR_INTERNAL;
     if (st != SR_OK || cudaMemcpy(D, dD, nd * 4, cudaMemcpyDeviceToHost) != cudaSuccess) {
         gpu_failed++;
         tap_diag("sr_gemm_run m=%d n=%d k=%d: %s", k->m, k->n, k->k, st != SR_OK ? sr_error_message() : "copy failed");

@@ -406,6 +406,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
                               size_t workspace_bytes, cudaStream_t stream) {
     (void)workspace;
     (void)workspace_bytes;
+    cudaemu_count(CUDAEMU_OP_MATMUL);
     const lt_desc *d = (const lt_desc *)desc;
     if (!h || !alpha || !beta || !A || !B || !D)
         return CUBLAS_STATUS_INVALID_VALUE;

@@ -117,6 +117,15 @@ cudaError_t cudaemu_report(const char *fmt, ...) __attribute__((noreturn, format
  * Off by default: nothing waits. */
 void cudaemu_lazy_load(const char *kernel);
 
+/* CUDAEMU_OPS=FILE: the emulator counts the GPU operations it is asked
+ * for — kernel launches (a library call such as CUB's sort: one),
+ * cuBLASLt matmuls, memsets and copies of more than 0 bytes — and each
+ * process appends "pid P: kernels=K matmuls=M memsets=S copies=C" to FILE
+ * at exit (tests/ledger.sh checks the ledger against these counts).
+ * cudaemu_count adds one of kind k. */
+enum { CUDAEMU_OP_KERNEL, CUDAEMU_OP_MATMUL, CUDAEMU_OP_MEMSET, CUDAEMU_OP_COPY, CUDAEMU_NOPS };
+void cudaemu_count(int k);
+
 /* The mutation CUDAEMU_MUTATE names for `kernel` (NULL: any; a template
  * kernel "k<T>" is named "k"): its kind ("" when none applies) and *arg
  * its number. */

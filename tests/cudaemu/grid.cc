@@ -566,6 +566,7 @@ extern "C" void cudaemu_launch_raw(const char *name, dim3 grid, dim3 block, size
         cudaemu_fail(cudaErrorInvalidConfiguration);
         return;
     }
+    cudaemu_count(CUDAEMU_OP_KERNEL);
     cudaemu_lazy_load(name); /* CUDAEMU_LAZY_LOADING: the first launch may wait for the device */
     int arg = 0;
     const char *m = cudaemu_mutation(name, &arg);

@@ -141,7 +141,7 @@ inline void cudaemu_launch(const char *name, dim3 grid, dim3 block, size_t shmem
 
 /* common.cuh's launch macro, retargeted: clear (unless the mutation
  * suite's launch_keeps_error), launch, read. */
-#define SR_LAUNCH(kernel, grid, block, shmem, stream, ...)                                                             \
+#define SR_LAUNCH_RAW(kernel, grid, block, shmem, stream, ...)                                                         \
     ((void)(strcmp(cudaemu_mutation(NULL, NULL), "launch_keeps_error") != 0 && cudaGetLastError()),                    \
      cudaemu_launch(#kernel, dim3(grid), dim3(block), (shmem), (stream), kernel, __VA_ARGS__),                         \
      (int)cudaGetLastError())

@@ -311,6 +311,32 @@ static void configure(void) {
 
 static void init(void) { pthread_once(&once, configure); }
 
+/* CUDAEMU_OPS (cudaemu.h) */
+static long op_counts[CUDAEMU_NOPS];
+static void write_op_counts(void) {
+    const char *path = getenv("CUDAEMU_OPS");
+    FILE *f = path && *path ? fopen(path, "a") : NULL;
+    if (!f)
+        return;
+    fprintf(f, "pid %ld: kernels=%ld matmuls=%ld memsets=%ld copies=%ld\n", (long)getpid(),
+            __atomic_load_n(&op_counts[CUDAEMU_OP_KERNEL], __ATOMIC_RELAXED),
+            __atomic_load_n(&op_counts[CUDAEMU_OP_MATMUL], __ATOMIC_RELAXED),
+            __atomic_load_n(&op_counts[CUDAEMU_OP_MEMSET], __ATOMIC_RELAXED),
+            __atomic_load_n(&op_counts[CUDAEMU_OP_COPY], __ATOMIC_RELAXED));
+    fclose(f);
+}
+static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
+static void ops_register(void) {
+    const char *path = getenv("CUDAEMU_OPS");
+    if (path && *path)
+        atexit(write_op_counts);
+}
+void cudaemu_count(int k) {
+    pthread_once(&ops_once, ops_register);
+    if (k >= 0 && k < CUDAEMU_NOPS)
+        __atomic_add_fetch(&op_counts[k], 1, __ATOMIC_RELAXED);
+}
+
 /* Records e as the thread's last error (cudaErrorNotReady only when that
  * switch is on) and returns it. */
 static cudaError_t fail(cudaError_t e) {
@@ -1046,6 +1072,8 @@ static cudaError_t copy_async(void *dst, const void *src, size_t n, enum cudaMem
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t stream) {
+    if (n)
+        cudaemu_count(CUDAEMU_OP_COPY);
     return copy_async(dst, src, n, kind, stream, "cudaMemcpyAsync", __builtin_return_address(0));
 }
 
@@ -1063,6 +1091,8 @@ static cudaError_t set(void *dst, int value, size_t n, cudaStream_t stream, int 
 }
 
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t n, cudaStream_t stream) {
+    if (n)
+        cudaemu_count(CUDAEMU_OP_MEMSET);
     return set(dst, value, n, stream, 0, "cudaMemsetAsync", __builtin_return_address(0));
 }
 

@@ -6,8 +6,9 @@
 #   (ops small and real shapes, step and curves tiny, nccl size-1 and the
 #   stall), within 3 minutes on an H200: the first minutes on a GPU answer
 #   most questions.  Run it first.
-#   full (default): env build ops step oracle curves determinism nccl
-#   vranks gemm throughput overhead memory sanitize.  A full run on an
+#   full (default): env build ops step oracle curves nccl profile
+#   determinism vranks gemm throughput overhead memory sanitize (profile
+#   right after the quick stages: where the step's time goes).  A full run on an
 #   OUTDIR whose check.txt holds an earlier run resumes: stages that passed
 #   are not run again (a stage passed in its --quick form runs only the rest
 #   of it), and a resumed run ends within 6 minutes, a fresh one within 9.
@@ -24,14 +25,14 @@
 # torch.compile row.  The logs live in a temporary folder and are packed
 # into OUTDIR/logs.tar.gz after every stage, so a killed check still leaves
 # them; OUTDIR holds at most 8 files: check.txt, env.txt, gemm.md,
-# throughput.md, logs.tar.gz.
+# throughput.md, profile.md, calibration.json, logs.tar.gz.
 #
 # --rehearse runs every stage on a machine without a GPU: the fake device
 # (SHARDRUN_TEST_DEVICE=fake) stands in for the GPU against the CPU, so the
 # stages, their timeouts, the table and the OUTDIR layout are exercised
 # anywhere (make check runs it).
 #
-# --emulate runs env build ops step oracle curves determinism nccl vranks
+# --emulate runs env build ops step oracle curves nccl profile determinism vranks
 # with device: cuda on the CUDA emulator (the binaries of an emulator tree,
 # configure --with-cuda=emulator; tests/cudaemu/README): the CUDA back end's
 # kernels, runtime and cuBLASLt calls execute, at the rehearsal's small
@@ -68,10 +69,10 @@ done
 [ $rehearse = 1 ] && [ $emulate = 1 ] && { echo "check.sh: --rehearse and --emulate exclude each other" >&2; exit 64; }
 OUT=$1
 shift
-ALL_STAGES="env build ops step oracle curves determinism nccl vranks gemm throughput overhead memory sanitize"
+ALL_STAGES="env build ops step oracle curves nccl profile determinism vranks gemm throughput overhead memory sanitize"
 QUICK_STAGES="env build ops step oracle curves nccl"
-TRAINING_STAGES="step oracle curves determinism nccl vranks throughput overhead memory"
-EMULATE_STAGES="env build ops step oracle curves determinism nccl vranks"
+TRAINING_STAGES="step oracle curves nccl profile determinism vranks throughput overhead memory"
+EMULATE_STAGES="env build ops step oracle curves nccl profile determinism vranks"
 if [ $# -gt 0 ]; then STAGES=$*; elif [ $emulate = 1 ] && [ $quick = 1 ]; then STAGES="env build ops step oracle curves nccl"
 elif [ $emulate = 1 ]; then STAGES=$EMULATE_STAGES; elif [ $quick = 1 ]; then STAGES=$QUICK_STAGES; else STAGES=$ALL_STAGES; fi
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -264,7 +265,7 @@ stage_timeout() {
     [ $emulate = 1 ] && { emulate=0 stage_timeout "$1" | awk -v k=$san '{ print 2 * k * $1 }'; return; }
     case $1 in
     env) echo 15 ;; build) echo 10 ;; ops) echo 90 ;; step) echo 40 ;; oracle) echo 75 ;; curves) echo 60 ;;
-    determinism) echo 45 ;; nccl) echo 60 ;; vranks) echo 45 ;; gemm) echo 20 ;; throughput) echo 150 ;;
+    determinism) echo 45 ;; nccl) echo 60 ;; vranks) echo 45 ;; gemm) echo 20 ;; throughput) echo 150 ;; profile) echo 120 ;;
     overhead) echo 40 ;; memory) echo 150 ;; sanitize) echo 60 ;; *) echo 60 ;;
     esac
 }
@@ -870,6 +871,83 @@ st_memory() {
     memory_llama
 }
 
+# profile: where a GPU step's time goes.  SHARDRUN_CUDA_PROFILE (5 steps
+# after 2 of warm-up) on gpt2-124m and llama-125m (16 x 1024, bf16) and
+# Llama-3.2-1B (T 2048, B 8 or the largest that `shardrun plan` fits in
+# this GPU's memory, named), each run's profile.md (per family and per
+# launcher: calls, ms, share, achieved rate, the ledger's bound, efficiency
+# = bound / measured) into OUTDIR/profile.md with the five costliest
+# launchers named; the gpt2-124m run's calibration.json (efficiency per
+# family, for plan --ledger --calibration) becomes OUTDIR/calibration.json:
+# commit it as tests/gpu/calibration/<gpu>.json.  --emulate profiles
+# tiny, llama-tiny and a 4-layer llama-tiny at small shapes on the
+# emulator; --rehearse (the fake device has no per-op profile) writes the
+# ledgers alone (plan --ledger) and checks the run's warning.
+st_profile() {
+    : >"$OUT/profile.md"
+    rm -f "$OUT/calibration.json"
+    if [ $rehearse = 1 ]; then
+        for m in tiny llama-tiny; do
+            # shellcheck disable=SC2086
+            if "$S" plan --ledger /dev/null --set device=cuda --set model.preset=$m --set model.seq_len=64 \
+                --set train.batch_size=8 --set train.micro_batch=8 $BF16 >"$LOGS/ledger-$m.txt" 2>&1; then
+                { echo "## $m (8 x 64, bf16): the ledger alone (rehearsal: the fake device has no per-op profile)"; echo
+                  echo '```'; cat "$LOGS/ledger-$m.txt"; echo '```'; echo; } >>"$OUT/profile.md"
+                pass profile.ledger-$m "rehearsal: $(grep 'GPU operations' "$LOGS/ledger-$m.txt" | sed 's/^ *//')"
+            else
+                fail profile.ledger-$m "plan --ledger failed: $(tail -1 "$LOGS/ledger-$m.txt")"
+            fi
+        done
+        # shellcheck disable=SC2086
+        train profile-fake SHARDRUN_CUDA_PROFILE=1:1 -- $TINY $BF16 --set train.steps=1
+        if grep -q 'SHARDRUN_CUDA_PROFILE is set, but this run.s device table (fake) has no per-op profile' "$LOGS/profile-fake.err"; then
+            pass profile.fake "rehearsal: the fake device's run warns that it has no per-op profile"
+        else
+            fail profile.fake "no warning from the fake device's run ($(tail -1 "$LOGS/profile-fake.err"))"
+        fi
+        return
+    fi
+    if [ $emulate = 1 ]; then
+        set -- "gpt2 tiny 8 64" "llama llama-tiny 8 64" "llama4 llama-tiny 4 128 --set model.n_layer=4"
+    else
+        mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+        b=8
+        while [ "$b" -gt 1 ]; do
+            # shellcheck disable=SC2086
+            "$S" plan /dev/null --set device=cuda --set model.preset=llama-3.2-1b --set model.seq_len=2048 \
+                --set train.batch_size=$b --set train.micro_batch=$b $BF16 --device-mem "$(awk -v m="${mem:-81559}" 'BEGIN { print m / 1024 }')" \
+                >"$LOGS/profile-fit-$b.plan" 2>&1
+            grep -q '^     device .*: fits' "$LOGS/profile-fit-$b.plan" && break
+            b=$((b / 2))
+        done
+        set -- "gpt2-124m gpt2-124m 16 1024" "llama-125m llama-125m 16 1024" "llama-3.2-1b llama-3.2-1b $b 2048"
+    fi
+    for row in "$@"; do
+        # shellcheck disable=SC2086
+        set -- $row
+        name=$1 pre=$2 B=$3 T=$4
+        shift 4
+        rm -rf "$LOGS/prof-$name" && mkdir -p "$LOGS/prof-$name" || return
+        # shellcheck disable=SC2086
+        (cd "$LOGS/prof-$name" && train prof-$name SHARDRUN_CUDA_PROFILE=3:5 -- --set model.preset=$pre \
+            --set model.seq_len=$T --set train.batch_size=$B --set train.micro_batch=$B --set train.steps=7 \
+            --set data.embedded_any_vocab=true --set checkpoint.dir= $BF16 "$@")
+        rc=$?
+        md=$(ls "$LOGS/prof-$name"/shardrun-profile.*/profile.md 2>/dev/null | head -1)
+        if [ $rc = 0 ] && [ -s "$md" ]; then
+            { echo "## $name ($B x $T, bf16${EMU:+, emulated})"; echo; cat "$md"; echo
+              echo "Five costliest launchers: $(awk -F'|' '/^\| launcher /{ on = 1; next } on && /^\|---/ { next }
+                  on && /^\|/ { n++; gsub(/ /, "", $2); gsub(/ /, "", $4)
+                  if (n <= 5) printf "%s%s (%s ms)", (n > 1 ? ", " : ""), $2, $4 }' "$md")."
+              echo; } >>"$OUT/profile.md"
+            pass profile.$name "$(grep -o 'Step wall time [0-9.]* ms; the device busy [0-9.]* ms' "$md") ($B x $T)"
+            [ "$name" = gpt2-124m ] || [ "$name" = gpt2 ] && cp "$(dirname "$md")/calibration.json" "$OUT/calibration.json"
+        else
+            fail profile.$name "status $rc; no profile.md ($(tail -1 "$LOGS/prof-$name.err"))"
+        fi
+    done
+}
+
 # throughput: shardrun bf16 against PyTorch eager (autocast bf16, SDPA,
 # fused AdamW) on the same GPU, the same model, batch and length:
 # gpt2-124m and llama-125m at 16 x 1024 (the rehearsal: tiny and
@@ -878,8 +956,8 @@ st_memory() {
 st_throughput() {
     steps=20
     {
-        echo "| model | config | tok/s | ms/step | TFLOP/s | MFU vs measured GEMM | MFU vs 989 | peak device GiB |"
-        echo "|---|---|---|---|---|---|---|---|"
+        echo "| model | config | tok/s | ms/step | TFLOP/s | MFU vs measured GEMM | MFU vs 989 | peak device GiB | ledger bound ms (bound / measured) |"
+        echo "|---|---|---|---|---|---|---|---|---|"
     } >"$OUT/throughput.md"
     gemm=$(sed -n 's/^GEMM_TFLOPS=//p' "$OUT/gemm.md" 2>/dev/null)
     py=$(torch_python)
@@ -901,6 +979,9 @@ st_throughput() {
         "$S" config show $args --set threads=0 $DEV >"$LOGS/tput-$m.yaml" 2>"$LOGS/tput-$m.plan.err" &&
             "$S" plan "$LOGS/tput-$m.yaml" >"$LOGS/tput-$m.plan" 2>>"$LOGS/tput-$m.plan.err"
         flops_tok=$(sed -n 's/^compute: \([0-9.]*\) GFLOP per token.*/\1/p' "$LOGS/tput-$m.plan" | awk '{ print $1 * 1e9 }')
+        # the ledger's roofline bound of the step (plan --ledger: 782 TFLOP/s, 4.0 TB/s)
+        "$S" plan --ledger --json "$LOGS/tput-$m.yaml" --set device=cuda >"$LOGS/tput-$m.ledger" 2>>"$LOGS/tput-$m.plan.err"
+        bound=$(sed -n 's/.*"total": {[^}]*"bound_ms": \([0-9.e+-]*\)}.*/\1/p' "$LOGS/tput-$m.ledger")
         # shellcheck disable=SC2086
         train tput-$m -- $args --set train.steps=$((steps + 3)) --set log.metrics="$LOGS/tput-$m.jsonl"
         rc=$?
@@ -910,9 +991,10 @@ st_throughput() {
             ms=$(awk '{ a[NR] = $1 } END { print (a[int((NR + 1) / 2)] + a[int(NR / 2) + 1]) / 2 }' "$LOGS/ms")
             tok=$(awk -v ms="$ms" -v t="$((B * T))" 'BEGIN { printf "%.0f", t / (ms / 1000) }')
             peak=$(field "$LOGS/tput-$m.jsonl" mem_device_total_peak | tail -1)
-            row=$(awk -v pre="$pre" -v tok="$tok" -v ms="$ms" -v f="$flops_tok" -v g="${gemm:-0}" -v p="${peak:-0}" 'BEGIN {
+            row=$(awk -v pre="$pre" -v tok="$tok" -v ms="$ms" -v f="$flops_tok" -v g="${gemm:-0}" -v p="${peak:-0}" -v b="${bound:-0}" 'BEGIN {
                 tf = tok * f / 1e12; m = (g > 0) ? sprintf("%.1f%%", 100 * tf / g) : "n/a"
-                printf "| %s | shardrun bf16 | %s | %.1f | %.1f | %s | %.1f%% | %.2f |", pre, tok, ms, tf, m, 100 * tf / 989, p / 2^30 }')
+                e = (b > 0) ? sprintf("%.3f (%.1f%%)", b, 100 * b / ms) : "n/a"
+                printf "| %s | shardrun bf16 | %s | %.1f | %.1f | %s | %.1f%% | %.2f | %s |", pre, tok, ms, tf, m, 100 * tf / 989, p / 2^30, e }')
             echo "$row" >>"$OUT/throughput.md"
             pass throughput.shardrun-$m "$row"
         else
@@ -931,9 +1013,9 @@ st_throughput() {
             tpk=$(sed -n 's/.*peak_gib=\([0-9.]*\).*/\1/p' "$LOGS/torch-$m.out")
             trow=$(awk -v pre="$pre" -v ms="$tms" -v t="$((B * T))" -v f="$flops_tok" -v g="${gemm:-0}" -v p="${tpk:-0}" 'BEGIN {
                 tok = t / (ms / 1000); tf = tok * f / 1e12; m = (g > 0) ? sprintf("%.1f%%", 100 * tf / g) : "n/a"
-                printf "| %s | PyTorch eager (autocast bf16, SDPA, fused AdamW) | %.0f | %.1f | %.1f | %s | %.1f%% | %.2f |", pre, tok, ms, tf, m, 100 * tf / 989, p }')
+                printf "| %s | PyTorch eager (autocast bf16, SDPA, fused AdamW) | %.0f | %.1f | %.1f | %s | %.1f%% | %.2f | |", pre, tok, ms, tf, m, 100 * tf / 989, p }')
             echo "$trow" >>"$OUT/throughput.md"
-            [ -n "$ms" ] && echo "| $pre | shardrun/PyTorch speed | $(awk -v a="$tms" -v b="$ms" 'BEGIN { printf "%.2fx", a / b }') | | | | | |" >>"$OUT/throughput.md"
+            [ -n "$ms" ] && echo "| $pre | shardrun/PyTorch speed | $(awk -v a="$tms" -v b="$ms" 'BEGIN { printf "%.2fx", a / b }') | | | | | | |" >>"$OUT/throughput.md"
             pass throughput.torch-$m "$trow"
         else
             fail throughput.torch-$m "bench_torch.py failed: $(tail -1 "$LOGS/torch-$m.out")"

@@ -70,6 +70,7 @@ struct DeviceRadixSort {
             static_cast<K *>(cudaemu_device_view(d_keys.Current(), n * sizeof(K), "cub::DeviceRadixSort::SortKeys")),
             static_cast<K *>(cudaemu_device_view(d_keys.Alternate(), n * sizeof(K), "cub::DeviceRadixSort::SortKeys")),
             n, begin_bit, end_bit};
+        cudaemu_count(CUDAEMU_OP_KERNEL); /* (CUB's sort launches several; counted as one call) */
         cudaError_t e = cudaemu_enqueue(stream, &job<K>::run, j, &job<K>::drop);
         if (e != cudaSuccess) {
             delete j;

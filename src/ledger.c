@@ -1,0 +1,230 @@
+/* ledger.c — the cost table of the GPU's operations and the tallies; see
+ * ledger.h.
+ *
+ * Each cost is the contract's minimum: the bytes an operation must read
+ * and write in HBM (every input once, every output once; an accumulation
+ * `+=` reads its output too) and its floating-point operations, counted
+ * as the op's arithmetic (a multiply-add is two).  es is the activations'
+ * element size; parameter gradients, statistics and the optimizer's state
+ * are float (ops.h). */
+#include "srconfig.h"
+
+#include "ledger.h"
+
+#include <string.h>
+
+const char *const sr_ledger_family_names[SR_LF_COUNT] = SR_LEDGER_FAMILY_NAMES;
+
+static const char *const row_names[SR_LEDGER_NROWS] = {
+#define SR_LEDGER_NAME(n, f) #n,
+    SR_LEDGER_LAUNCHERS(SR_LEDGER_NAME)
+#undef SR_LEDGER_NAME
+        "cublasLt_linear",
+    "cublasLt_attention",
+    "copy_device",
+    "copy_host",
+    "memset",
+    "collective"};
+
+static const sr_ledger_family row_families[SR_LEDGER_NROWS] = {
+#define SR_LEDGER_FAM(n, f) f,
+    SR_LEDGER_LAUNCHERS(SR_LEDGER_FAM)
+#undef SR_LEDGER_FAM
+        SR_LF_GEMM_LINEAR,
+    SR_LF_GEMM_ATTENTION,
+    SR_LF_FSDP_COPY,
+    SR_LF_OTHER,
+    SR_LF_MEMSET,
+    SR_LF_COLLECTIVE};
+
+static _Thread_local sr_ledger *bound;
+
+void sr_ledger_bind(sr_ledger *l) { bound = l; }
+sr_ledger *sr_ledger_bound(void) { return bound; }
+
+void sr_ledger_clear(sr_ledger *l) {
+    memset(l, 0, sizeof *l);
+    l->current = -1;
+}
+
+const char *sr_ledger_row_name(int i) { return i >= 0 && i < SR_LEDGER_NROWS ? row_names[i] : "?"; }
+sr_ledger_family sr_ledger_row_family(int i) { return i >= 0 && i < SR_LEDGER_NROWS ? row_families[i] : SR_LF_OTHER; }
+int sr_ledger_gemm_row(sr_ledger_family f) {
+    return f == SR_LF_GEMM_ATTENTION ? SR_LEDGER_ROW_GEMM_ATTENTION : SR_LEDGER_ROW_GEMM_LINEAR;
+}
+
+/* One operation on row r (of the row's family). */
+static void note(sr_ledger *l, int r, sr_ledger_cost c, long long launches, long long gemms) {
+    sr_ledger_row *rows[2] = {&l->fam[row_families[r]], &l->row[r]};
+    for (int i = 0; i < 2; i++) {
+        rows[i]->calls++;
+        rows[i]->launches += launches;
+        rows[i]->gemm_calls += gemms;
+        rows[i]->flops += c.flops;
+        rows[i]->bytes += c.bytes;
+    }
+}
+
+void sr_ledger_enter(int launcher, sr_ledger_cost c) {
+    sr_ledger *l = bound;
+    if (!l || launcher < 0 || launcher >= SR_LEDGER_NLAUNCHERS)
+        return;
+    l->current = launcher;
+    note(l, launcher, c, 0, 0);
+}
+
+void sr_ledger_kernel(void) {
+    sr_ledger *l = bound;
+    if (!l)
+        return;
+    /* (every launch is inside a launcher: kernels/ enters one first) */
+    int r = l->current >= 0 ? l->current : SR_LEDGER_L_spin;
+    l->fam[row_families[r]].launches++;
+    l->row[r].launches++;
+}
+
+int sr_ledger_current_row(void) { return bound ? bound->current : -1; }
+
+void sr_ledger_gemm(sr_ledger_family f, double m, double n, double k, double batch, int es, int es_d, bool accumulate) {
+    sr_ledger *l = bound;
+    if (!l)
+        return;
+    sr_ledger_cost c = {2.0 * m * n * k * batch,
+                        ((double)es * (m * k + k * n) + (double)es_d * m * n * (accumulate ? 2 : 1)) * batch};
+    note(l, sr_ledger_gemm_row(f), c, 0, 1);
+    l->current = -1;
+}
+
+void sr_ledger_copy(double bytes, bool device_to_device) {
+    sr_ledger *l = bound;
+    if (l) {
+        note(l, device_to_device ? SR_LEDGER_ROW_COPY_DEVICE : SR_LEDGER_ROW_COPY_HOST,
+             (sr_ledger_cost){0, device_to_device ? 2 * bytes : bytes}, 1, 0);
+        l->current = -1;
+    }
+}
+
+void sr_ledger_memset(double bytes) {
+    sr_ledger *l = bound;
+    if (l) {
+        note(l, SR_LEDGER_ROW_MEMSET, (sr_ledger_cost){0, bytes}, 1, 0);
+        l->current = -1;
+    }
+}
+
+void sr_ledger_collective(bool allreduce, double bytes, int size) {
+    /* all-gather, reduce-scatter: (S - 1) / S of the buffer; all-reduce twice that */
+    sr_ledger *l = bound;
+    if (!l || size < 1)
+        return;
+    double moved = bytes * (double)(size - 1) / (double)size * (allreduce ? 2.0 : 1.0);
+    note(l, SR_LEDGER_ROW_COLLECTIVE, (sr_ledger_cost){0, moved}, 1, 0);
+}
+
+/* ---- the launchers' costs ------------------------------------------------ */
+
+sr_ledger_cost sr_lc_encoder_forward(int B, int T, int C, int es, bool wpe) {
+    double BT = (double)B * T, BTC = BT * C;
+    return (sr_ledger_cost){wpe ? BTC : 0, es * (2 * BTC + (wpe ? (double)T * C : 0)) + 4 * BT};
+}
+
+sr_ledger_cost sr_lc_encoder_backward(int B, int T, int C, int es, bool wpe) {
+    double BT = (double)B * T, BTC = BT * C;
+    /* dout read; dwte's rows (and dwpe) read and written in float; the
+     * (token, position) keys sorted: written and read twice */
+    return (sr_ledger_cost){BTC * (wpe ? 2 : 1), es * BTC + 8 * BTC + (wpe ? 8 * (double)T * C : 0) + 4 * 4 * BT};
+}
+
+sr_ledger_cost sr_lc_norm_forward(int N, int C, int es, bool mean_and_bias) {
+    double NC = (double)N * C;
+    /* input read, output written, weight (and bias) read; rstd (and mean) written */
+    return (sr_ledger_cost){(mean_and_bias ? 8 : 6) * NC,
+                            es * (2 * NC + (mean_and_bias ? 2 : 1) * (double)C) + (mean_and_bias ? 8 : 4) * (double)N};
+}
+
+sr_ledger_cost sr_lc_norm_backward(int N, int C, int es, bool mean_and_bias) {
+    double NC = (double)N * C;
+    /* dout and input read, dinp read and written (+=), weight read; dw (and
+     * db) read and written in float; the statistics read */
+    return (sr_ledger_cost){(mean_and_bias ? 14 : 11) * NC, es * (4 * NC + (double)C) +
+                                                                8 * (mean_and_bias ? 2 : 1) * (double)C +
+                                                                (mean_and_bias ? 8 : 4) * (double)N};
+}
+
+sr_ledger_cost sr_lc_elementwise(size_t n, int es, int reads, int writes, double flops_per) {
+    return (sr_ledger_cost){flops_per * (double)n, (double)es * (double)n * (reads + writes)};
+}
+
+sr_ledger_cost sr_lc_bias_backward(int N, int OC, int es) {
+    double NO = (double)N * OC;
+    return (sr_ledger_cost){NO, es * NO + 8 * (double)OC};
+}
+
+sr_ledger_cost sr_lc_softmax(long long rows, int T, int es, bool backward) {
+    /* every row of T written (zeros above the diagonal); the causal half computed */
+    double RT = (double)rows * T;
+    return backward ? (sr_ledger_cost){4 * RT / 2, es * 3 * RT} : (sr_ledger_cost){5 * RT / 2, es * 2 * RT};
+}
+
+sr_ledger_cost sr_lc_gqa(int T, int NKV, int R, int hs, int es, bool reduce) {
+    double kv = (double)T * NKV * hs, q = kv * R;
+    /* expand: a sequence's heads read once, written R times; reduce: R
+     * gradients read, the head's read and written */
+    return reduce ? (sr_ledger_cost){q, es * (q + 2 * kv)} : (sr_ledger_cost){0, es * (kv + q)};
+}
+
+sr_ledger_cost sr_lc_crossentropy(int N, int V, int es, bool backward) {
+    double NV = (double)N * V;
+    /* forward: the logits read, a loss and a log-sum-exp per row written;
+     * backward: the logits read and overwritten in place */
+    return backward ? (sr_ledger_cost){3 * NV, es * 2 * NV + 4 * (double)N}
+                    : (sr_ledger_cost){4 * NV, es * NV + 8 * (double)N};
+}
+
+sr_ledger_cost sr_lc_rope(int B, int T, int NH, int NKV, int hs, int es) {
+    double x = (double)B * T * (NH + NKV) * hs;
+    return (sr_ledger_cost){3 * x, es * 2 * x + 4 * (double)T * hs};
+}
+
+sr_ledger_cost sr_lc_swiglu(int N, int F, int es, bool backward) {
+    double NF = (double)N * F;
+    /* forward: gate and up read, out written; backward: dout, gate and up
+     * read, both halves of dgu read and written (+=) */
+    return backward ? (sr_ledger_cost){10 * NF, es * 7 * NF} : (sr_ledger_cost){6 * NF, es * 3 * NF};
+}
+
+sr_ledger_cost sr_lc_adamw(size_t n) {
+    /* parameter, gradient, m and v read; parameter, m and v written; float */
+    return (sr_ledger_cost){15 * (double)n, 28 * (double)n};
+}
+
+/* ---- the report ------------------------------------------------------------ */
+
+double sr_ledger_roofline(sr_ledger *l, double gemm_tflops, double hbm_tbps) {
+    double total = 0, peak = gemm_tflops * 1e12, bw = hbm_tbps * 1e12;
+    for (int f = 0; f < SR_LF_COUNT; f++) {
+        sr_ledger_row *r = &l->fam[f];
+        bool gemm = f == SR_LF_GEMM_LINEAR || f == SR_LF_GEMM_ATTENTION;
+        double t = f == SR_LF_COLLECTIVE ? 0 : bw > 0 ? r->bytes / bw : 0;
+        if (gemm && peak > 0 && r->flops / peak > t)
+            t = r->flops / peak;
+        r->bound_s = t;
+        total += t;
+    }
+    return total;
+}
+
+sr_ledger_row sr_ledger_total(const sr_ledger *l) {
+    sr_ledger_row t = {0};
+    for (int f = 0; f < SR_LF_COUNT; f++) {
+        const sr_ledger_row *r = &l->fam[f];
+        t.launches += r->launches;
+        t.gemm_calls += r->gemm_calls;
+        t.calls += r->calls;
+        t.flops += r->flops;
+        t.bytes += r->bytes;
+        t.bound_s += r->bound_s;
+        t.ms += r->ms;
+    }
+    return t;
+}

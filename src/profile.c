@@ -1,0 +1,378 @@
+/* profile.c — SHARDRUN_CUDA_PROFILE, the per-op profile of a GPU run; see
+ * profile.h.
+ *
+ * The window's operations accumulate in one ledger (its `ms` from the
+ * table's timing events, its counts and costs from the same records plan
+ * --ledger counts), divided by the window's steps when reported.  The
+ * step's wall time is the host's, from the step's first operation to the
+ * end of the device's work (the profile waits for the device after every
+ * profiled step, so one step's tail never runs into the next). */
+#include "srconfig.h"
+
+#include "profile.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fsio.h"
+#include "ledger.h"
+#include "ledgerplan.h"
+#include "mem.h"
+
+struct sr_profile {
+    sr_dev *dev;
+    sr_profile_opts o;
+    char dir[4096];
+    int64_t first, count, last; /* the window: steps first..last */
+    sr_ledger l;                /* the window's operations */
+    double t0, wall_s;          /* the step's start, the window's wall time */
+    double busy_ms;             /* the device's busy time in the window (the union of the operations' spans) */
+    long long untimed;
+    bool on, done;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+sr_status sr_profile_open(sr_profile **out, sr_dev *dev, int64_t steps, const sr_profile_opts *o) {
+    *out = NULL;
+    const char *v = getenv(SR_PROFILE_ENV);
+    if (!v || !*v)
+        return SR_OK;
+    char *end;
+    errno = 0;
+    long long first = strtoll(v, &end, 10), count = 0;
+    bool ok = end != v && *end == ':' && !errno && first >= 1;
+    if (ok) {
+        const char *c = end + 1;
+        count = strtoll(c, &end, 10);
+        ok = end != c && !*end && !errno && count >= 1 && count <= 1000;
+    }
+    if (!ok)
+        return sr_error(SR_ERR_CONFIG,
+                        "%s=%s: expected FIRST:COUNT, the first step to profile (1 or more) and how many steps (1 to "
+                        "1000), e.g. 5:5",
+                        SR_PROFILE_ENV, v);
+    if (!dev->profile_open) {
+        sr_log_warn("%s is set, but this run's device table (%s) has no per-op profile (the cuda table has): no "
+                    "profile",
+                    SR_PROFILE_ENV, dev->name);
+        return SR_OK;
+    }
+    if (first > steps) {
+        sr_log_warn("%s=%s: the run ends at step %lld, before the profile's first step: no profile", SR_PROFILE_ENV, v,
+                    (long long)steps);
+        return SR_OK;
+    }
+    sr_profile *p = sr_calloc(1, sizeof *p);
+    if (!p)
+        return sr_error_oom("the profile");
+    p->dev = dev;
+    p->o = *o;
+    snprintf(p->dir, sizeof p->dir, "%s", o->dir ? o->dir : ".");
+    p->o.dir = p->dir;
+    p->first = first;
+    p->last = first + count - 1 < steps ? first + count - 1 : steps;
+    p->count = p->last - first + 1;
+    sr_ledger_clear(&p->l);
+    sr_status st = dev->profile_open(dev, SR_PROFILE_PAIRS);
+    if (st != SR_OK) {
+        free(p);
+        return sr_error_wrap(st, "%s", SR_PROFILE_ENV);
+    }
+    *out = p;
+    sr_log_info("profile: steps %lld to %lld (%s=%s): every launch, cuBLASLt call, copy, memset and collective timed "
+                "on the device%s",
+                (long long)p->first, (long long)p->last, SR_PROFILE_ENV, v,
+                dev->emulated ? " (the CUDA emulator's times, not a GPU's)" : "");
+    return SR_OK;
+}
+
+void sr_profile_step_begin(sr_profile *p, int64_t step) {
+    if (!p || p->done || step < p->first || step > p->last)
+        return;
+    /* the device drained first: the step's time is its own */
+    sr_ledger scratch;
+    long long untimed;
+    double busy;
+    sr_ledger_clear(&scratch);
+    (void)p->dev->profile_collect(p->dev, &scratch, &untimed, &busy);
+    p->t0 = now_s();
+    sr_ledger_bind(&p->l);
+    p->dev->profile_switch(p->dev, true);
+    p->on = true;
+}
+
+/* ---- the report ------------------------------------------------------------ */
+
+typedef struct {
+    const char *name;
+    const char *family; /* a launcher's; NULL for a family and the total */
+    sr_ledger_row r;    /* per step */
+} line;
+
+/* The window's sums as one step's. */
+static sr_ledger_row per_step(const sr_ledger_row *r, double n) {
+    sr_ledger_row x = *r;
+    x.launches = (long long)((double)r->launches / n + 0.5);
+    x.gemm_calls = (long long)((double)r->gemm_calls / n + 0.5);
+    x.calls = (long long)((double)r->calls / n + 0.5);
+    x.flops /= n;
+    x.bytes /= n;
+    x.bound_s /= n;
+    x.ms /= n;
+    return x;
+}
+
+/* Achieved TFLOP/s and GB/s, and the efficiency (bound / measured; < 0:
+ * none). */
+static void rates(const sr_ledger_row *r, double *tflops, double *gbps, double *eff) {
+    double s = r->ms / 1e3;
+    *tflops = s > 0 ? r->flops / s / 1e12 : 0;
+    *gbps = s > 0 ? r->bytes / s / 1e9 : 0;
+    *eff = r->ms > 0 && r->bound_s > 0 ? r->bound_s * 1e3 / r->ms : -1;
+}
+
+static json_t *row_json(const line *ln, double wall_ms) {
+    json_t *o = sr_ledgerplan_row_json(ln->name, &ln->r, true);
+    if (!o)
+        return NULL;
+    double tf, gb, eff;
+    rates(&ln->r, &tf, &gb, &eff);
+    if (ln->family)
+        json_object_set_new(o, "family", json_string(ln->family));
+    json_object_set_new(o, "calls", json_integer(ln->r.calls));
+    json_object_set_new(o, "share", json_real(wall_ms > 0 ? ln->r.ms / wall_ms : 0));
+    json_object_set_new(o, "tflops", json_real(tf));
+    json_object_set_new(o, "gbps", json_real(gb));
+    json_object_set_new(o, "efficiency", eff >= 0 ? json_real(eff) : json_null());
+    return o;
+}
+
+/* One row of the table: on the log (md NULL) or as a Markdown row. */
+static void print_line(const line *ln, double wall_ms, FILE *md) {
+    double tf, gb, eff;
+    rates(&ln->r, &tf, &gb, &eff);
+    char e[32] = "-";
+    if (eff >= 0)
+        snprintf(e, sizeof e, "%.3g%%", 100 * eff);
+    double share = wall_ms > 0 ? 100 * ln->r.ms / wall_ms : 0.0;
+    if (md)
+        fprintf(md, "| %s | %lld | %.3f | %.1f%% | %.2f TFLOP/s, %.1f GB/s | %.3f | %s |\n", ln->name, ln->r.calls,
+                ln->r.ms, share, tf, gb, ln->r.bound_s * 1e3, e);
+    else
+        sr_log_info("profile:   %-24s %7lld %10.3f %6.1f%% %9.2f %9.1f %10.3f %7s", ln->name, ln->r.calls, ln->r.ms,
+                    share, tf, gb, ln->r.bound_s * 1e3, e);
+}
+
+typedef struct {
+    const char *text;
+    size_t len;
+} doc;
+
+static sr_status write_doc(int fd, const char *name, void *ctx) {
+    const doc *d = ctx;
+    return sr_fsio_write_all(fd, d->text, d->len) == 0 ? SR_OK : sr_fsio_write_error(name, errno);
+}
+
+/* Writes text[len] to dir/name (the program's own name: never through a
+ * link); the path into path[n]. */
+static sr_status write_text(const char *dir, const char *name, const char *text, size_t len, char *path, size_t n) {
+    snprintf(path, n, "%s/%s", dir, name);
+    doc d = {text, len};
+    return sr_fsio_atomic_write_own(path, write_doc, &d);
+}
+
+static sr_status write_json(const char *dir, const char *name, json_t *o, char *path, size_t n) {
+    char *text = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_INDENT(1) | JSON_REAL_PRECISION(6)) : NULL;
+    json_decref(o);
+    if (!text)
+        return sr_error_oom("the profile's JSON");
+    size_t len = strlen(text);
+    text[len] = '\n'; /* (json_dumps' terminator becomes the last newline) */
+    sr_status st = write_text(dir, name, text, len + 1, path, n);
+    free(text);
+    return st;
+}
+
+/* The tables (family, launcher) as Markdown. */
+static char *markdown(const sr_profile *p, const line *fam, int nf, const line *total, const line *rows, int nr,
+                      double wall_ms, double busy_ms, double ops_ms, const char *whose, size_t *len) {
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len);
+    if (!f)
+        return NULL;
+    fprintf(f,
+            "Steps %lld to %lld, per step, rank 0 (%s); device times are %s; bound and efficiency at GEMM %g TFLOP/s "
+            "and HBM %g TB/s.\n\n",
+            (long long)p->first, (long long)p->last, p->dev->line, whose, SR_LEDGER_GEMM_TFLOPS, SR_LEDGER_HBM_TBPS);
+    for (int t = 0; t < 2; t++) {
+        fprintf(f, "| %s | calls | ms | share | achieved | bound ms | efficiency |\n|---|---|---|---|---|---|---|\n",
+                t ? "launcher" : "family");
+        for (int i = 0; i < (t ? nr : nf); i++)
+            print_line(t ? &rows[i] : &fam[i], wall_ms, f);
+        if (!t)
+            print_line(total, wall_ms, f);
+        fputs("\n", f);
+    }
+    fprintf(f,
+            "Step wall time %.3f ms; the device busy %.3f ms (sum of the operations %.3f ms: streams overlap); the gap "
+            "%.3f ms (%.1f%%): host bubbles and launch gaps.\n",
+            wall_ms, busy_ms, ops_ms, wall_ms - busy_ms, wall_ms > 0 ? 100 * (wall_ms - busy_ms) / wall_ms : 0.0);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+static sr_status report(sr_profile *p, sr_metrics *metrics) {
+    double n = (double)p->count;
+    (void)sr_ledger_roofline(&p->l, SR_LEDGER_GEMM_TFLOPS, SR_LEDGER_HBM_TBPS); /* each family's bound */
+    double wall_ms = p->wall_s * 1e3 / n, busy_ms = p->busy_ms / n;
+    line fam[SR_LF_COUNT], rows[SR_LEDGER_NROWS];
+    int nf = 0, nr = 0;
+    double ops_ms = 0;
+    for (int f = 0; f < SR_LF_COUNT; f++) {
+        if (!p->l.fam[f].calls)
+            continue;
+        fam[nf] = (line){sr_ledger_family_names[f], NULL, per_step(&p->l.fam[f], n)};
+        ops_ms += fam[nf].r.ms;
+        nf++;
+    }
+    /* a launcher's bound: its bytes at the HBM rate, a GEMM row's its
+     * FLOPs at the GEMM rate when that takes longer (as its family's) */
+    for (int i = 0; i < SR_LEDGER_NROWS; i++) {
+        if (!p->l.row[i].calls)
+            continue;
+        sr_ledger_row r = per_step(&p->l.row[i], n);
+        sr_ledger_family f = sr_ledger_row_family(i);
+        double t = f == SR_LF_COLLECTIVE ? 0 : r.bytes / (SR_LEDGER_HBM_TBPS * 1e12);
+        if ((f == SR_LF_GEMM_LINEAR || f == SR_LF_GEMM_ATTENTION) && r.flops / (SR_LEDGER_GEMM_TFLOPS * 1e12) > t)
+            t = r.flops / (SR_LEDGER_GEMM_TFLOPS * 1e12);
+        r.bound_s = t;
+        rows[nr++] = (line){sr_ledger_row_name(i), sr_ledger_family_names[f], r};
+    }
+    for (int i = 1; i < nr; i++) /* the launchers by time, largest first */
+        for (int j = i; j > 0 && rows[j].r.ms > rows[j - 1].r.ms; j--) {
+            line t = rows[j];
+            rows[j] = rows[j - 1];
+            rows[j - 1] = t;
+        }
+    sr_ledger_row tot = {0};
+    for (int i = 0; i < nf; i++) {
+        tot.launches += fam[i].r.launches;
+        tot.gemm_calls += fam[i].r.gemm_calls;
+        tot.calls += fam[i].r.calls;
+        tot.flops += fam[i].r.flops;
+        tot.bytes += fam[i].r.bytes;
+        tot.bound_s += fam[i].r.bound_s;
+        tot.ms += fam[i].r.ms;
+    }
+    line total = {"total", NULL, tot};
+    const char *whose = p->dev->emulated ? "the CUDA emulator's (not a GPU's)" : "the GPU's";
+    double gap = wall_ms - busy_ms;
+    const char *head = "profile:   %-24s %7s %10s %7s %9s %9s %10s %7s";
+    if (p->o.rank == 0) {
+        sr_log_info("profile: steps %lld to %lld, per step, rank 0; device times are %s; bound and efficiency at GEMM "
+                    "%g TFLOP/s and HBM %g TB/s (ledger.h):",
+                    (long long)p->first, (long long)p->last, whose, SR_LEDGER_GEMM_TFLOPS, SR_LEDGER_HBM_TBPS);
+        sr_log_info(head, "family", "calls", "ms", "share", "TFLOP/s", "GB/s", "bound ms", "effic.");
+        for (int i = 0; i < nf; i++)
+            print_line(&fam[i], wall_ms, NULL);
+        print_line(&total, wall_ms, NULL);
+        sr_log_info(head, "launcher", "calls", "ms", "share", "TFLOP/s", "GB/s", "bound ms", "effic.");
+        for (int i = 0; i < nr; i++)
+            print_line(&rows[i], wall_ms, NULL);
+        sr_log_info("profile: step wall time %.3f ms; the device busy %.3f ms (the sum of the operations, %.3f ms, "
+                    "counts overlapping streams twice); the gap, %.3f ms (%.1f%%), is host bubbles and launch gaps%s",
+                    wall_ms, busy_ms, ops_ms, gap, wall_ms > 0 ? 100 * gap / wall_ms : 0.0,
+                    p->untimed ? "; some operations untimed (the event pool ran out)" : "");
+    }
+    json_t *jf = json_array(), *jl = json_array(), *eff = json_object();
+    for (int i = 0; i < nf; i++) {
+        json_array_append_new(jf, row_json(&fam[i], wall_ms));
+        if (fam[i].r.ms > 0 && fam[i].r.bound_s > 0)
+            json_object_set_new(eff, fam[i].name, json_real(fam[i].r.bound_s * 1e3 / fam[i].r.ms));
+    }
+    for (int i = 0; i < nr; i++)
+        json_array_append_new(jl, row_json(&rows[i], wall_ms));
+    json_t *o =
+        json_pack("{s[II] sI ss sb ss sf sf sf sf sI sf sf so so so}", "steps", (json_int_t)p->first,
+                  (json_int_t)p->last, "count", (json_int_t)p->count, "times", whose, "emulated", p->dev->emulated,
+                  "device", p->dev->line, "wall_ms", wall_ms, "busy_ms", busy_ms, "ops_ms", ops_ms, "gap_ms", gap,
+                  "untimed", (json_int_t)((double)p->untimed / n + 0.5), "gemm_tflops", SR_LEDGER_GEMM_TFLOPS,
+                  "hbm_tbps", SR_LEDGER_HBM_TBPS, "families", jf, "launchers", jl, "total", row_json(&total, wall_ms));
+    if (!o || !eff) {
+        json_decref(eff);
+        json_decref(o);
+        return sr_error_oom("the profile's JSON");
+    }
+    if (metrics)
+        sr_metrics_event(metrics, "profile", p->last, json_deep_copy(o));
+    if (p->o.rank != 0) {
+        json_decref(o);
+        json_decref(eff);
+        return SR_OK;
+    }
+    size_t mdlen = 0;
+    char *md = markdown(p, fam, nf, &total, rows, nr, wall_ms, busy_ms, ops_ms, whose, &mdlen);
+    json_t *cal =
+        json_pack("{ss ss sf ss sf ss so}", "device", p->dev->line, "source",
+                  "shardrun's SHARDRUN_CUDA_PROFILE (profile.json beside this file)", "gemm_tflops",
+                  SR_LEDGER_GEMM_TFLOPS, "gemm_tflops_source", "ledger.h's default (one H200's measured)", "hbm_tbps",
+                  SR_LEDGER_HBM_TBPS, "hbm_tbps_source", "ledger.h's default (one H200's measured)", "efficiency", eff);
+    char path[4200], other[4200];
+    sr_status st = !md || !cal                    ? sr_error_oom("the profile")
+                   : sr_fsio_mkdir_p(p->dir) == 0 ? SR_OK
+                                                  : sr_fsio_create_error(p->dir, errno);
+    if (st == SR_OK)
+        st = write_text(p->dir, "profile.md", md, mdlen, other, sizeof other);
+    if (st == SR_OK)
+        st = write_json(p->dir, "calibration.json", cal, other, sizeof other);
+    else
+        json_decref(cal);
+    if (st == SR_OK)
+        st = write_json(p->dir, "profile.json", o, path, sizeof path);
+    else
+        json_decref(o);
+    free(md);
+    if (st != SR_OK)
+        return sr_error_wrap(st, "%s: the profile", SR_PROFILE_ENV);
+    sr_log_info("profile: wrote %s (with profile.md and calibration.json, for plan --ledger --calibration, beside it)",
+                path);
+    return SR_OK;
+}
+
+sr_status sr_profile_step_end(sr_profile *p, int64_t step, sr_metrics *metrics) {
+    if (!p || !p->on)
+        return SR_OK;
+    p->dev->profile_switch(p->dev, false);
+    long long untimed = 0;
+    double busy = 0;
+    sr_status st = p->dev->profile_collect(p->dev, &p->l, &untimed, &busy);
+    sr_ledger_bind(NULL);
+    p->on = false;
+    p->wall_s += now_s() - p->t0;
+    p->untimed += untimed;
+    p->busy_ms += busy;
+    if (st != SR_OK || step < p->last)
+        return st;
+    p->done = true;
+    return report(p, metrics);
+}
+
+void sr_profile_free(sr_profile *p) {
+    if (p && p->on) {
+        p->dev->profile_switch(p->dev, false);
+        sr_ledger_bind(NULL);
+    }
+    free(p);
+}
