@@ -141,10 +141,10 @@ int main(int argc, char **argv) {
     cudaStream_t s = 0;
     if (strcmp(c, "clean") == 0) {
         /* the correct forms of the cases below */
-        launch_failed(SR_LAUNCH(shared_k, 1, 32, 0, s, d, 1));
-        launch_failed(SR_LAUNCH(shfl_k, 1, 32, 0, s, d, 0xffffffffu, 16, 32));
-        launch_failed(SR_LAUNCH(shfl_k, 1, 32, 0, s, d, 0x0000ffffu, 8, 16));
-        launch_failed(SR_LAUNCH(past_end_k, 1, 32, 0, s, d, 31));
+        launch_failed(SR_LAUNCH_RAW(shared_k, 1, 32, 0, s, d, 1));
+        launch_failed(SR_LAUNCH_RAW(shfl_k, 1, 32, 0, s, d, 0xffffffffu, 16, 32));
+        launch_failed(SR_LAUNCH_RAW(shfl_k, 1, 32, 0, s, d, 0x0000ffffu, 8, 16));
+        launch_failed(SR_LAUNCH_RAW(past_end_k, 1, 32, 0, s, d, 31));
         cudaEvent_t e;
         cudaEventCreate(&e);
         cudaEventRecord(e, s);
@@ -155,24 +155,24 @@ int main(int argc, char **argv) {
         printf("clean: every correct form ran; out[0] = %g\n", (double)host[0]);
         return 0;
     } else if (strcmp(c, "barrier_exit") == 0) {
-        launch_failed(SR_LAUNCH(barrier_exit_k, 1, 32, 0, s, d));
+        launch_failed(SR_LAUNCH_RAW(barrier_exit_k, 1, 32, 0, s, d));
     } else if (strcmp(c, "barrier_divergent") == 0) {
-        launch_failed(SR_LAUNCH(barrier_divergent_k, 1, 32, 0, s, d));
+        launch_failed(SR_LAUNCH_RAW(barrier_divergent_k, 1, 32, 0, s, d));
     } else if (strcmp(c, "shared_race") == 0) {
-        launch_failed(SR_LAUNCH(shared_k, 1, 32, 0, s, d, 0));
+        launch_failed(SR_LAUNCH_RAW(shared_k, 1, 32, 0, s, d, 0));
     } else if (strcmp(c, "shfl_mask_omits") == 0) {
-        launch_failed(SR_LAUNCH(shfl_k, 1, 32, 0, s, d, 0x0000ffffu, 1, 32));
+        launch_failed(SR_LAUNCH_RAW(shfl_k, 1, 32, 0, s, d, 0x0000ffffu, 1, 32));
     } else if (strcmp(c, "shfl_outside") == 0) {
-        launch_failed(SR_LAUNCH(shfl_k, 1, 32, 0, s, d, 0x0000ffffu, 16, 16));
+        launch_failed(SR_LAUNCH_RAW(shfl_k, 1, 32, 0, s, d, 0x0000ffffu, 16, 16));
     } else if (strcmp(c, "shfl_inactive") == 0) {
-        launch_failed(SR_LAUNCH(shfl_k, 1, 32, 0, s, d, 0xffffffffu, 16, 16));
+        launch_failed(SR_LAUNCH_RAW(shfl_k, 1, 32, 0, s, d, 0xffffffffu, 16, 16));
     } else if (strcmp(c, "past_end") == 0) {
-        launch_failed(SR_LAUNCH(past_end_k, 1, 32, 0, s, d, 32));
+        launch_failed(SR_LAUNCH_RAW(past_end_k, 1, 32, 0, s, d, 32));
     } else if (strcmp(c, "host_reads_device") == 0) {
         volatile float *v = d + 3;
         host[0] = *v;
     } else if (strcmp(c, "kernel_pageable") == 0) {
-        launch_failed(SR_LAUNCH(shared_k, 1, 32, 0, s, host, 1));
+        launch_failed(SR_LAUNCH_RAW(shared_k, 1, 32, 0, s, host, 1));
     } else if (strcmp(c, "use_after_free") == 0) {
         cudaFree(d);
         cudaMemcpy(host, d, 16, cudaMemcpyDeviceToHost);
