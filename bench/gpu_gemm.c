@@ -6,13 +6,17 @@
  * the spread and the ratio to 8192^3, and a last line `GEMM_TFLOPS=<x>`.
  * The operands are random bf16 in [-1, 1) (a GPU's tensor cores run
  * measurably faster on zeros); D is random too, since the dW shape
- * accumulates into it (beta = 1).  Exit 77 without a GPU. */
+ * accumulates into it (beta = 1).  Then kernels/tile_gemm.cu (the tiled
+ * GEMM on mma.cuh's primitives, off the training path) at 8192^3 and the
+ * fc forward shape, its rate against cuBLASLt's at the same shape (C = A
+ * B^T: the linear layers' layout).  Exit 77 without a GPU. */
 #include "srconfig.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kernels/sr_cuda.h"
 #include "cuda_backend.h"
 #include "dtype.h"
 
@@ -89,7 +93,7 @@ int main(void) {
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    double base = 0.0;
+    double base = 0.0, tf_at[sizeof shapes / sizeof shapes[0]] = {0};
     printf("| GEMM (random bf16 in, fp32 accumulate) | TFLOP/s median | spread | vs 8192^3 |\n|---|---|---|---|\n");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         int M = shapes[i].M, N = shapes[i].N, K = shapes[i].K, ta = shapes[i].ta, tb = shapes[i].tb;
@@ -115,7 +119,29 @@ int main(void) {
         double lo = flops / (ms[12] * 1e-3) / 1e12, hi = flops / (ms[3] * 1e-3) / 1e12;
         if (i == 0)
             base = tf;
+        tf_at[i] = tf;
         printf("| %s | %.1f | %.1f-%.1f | %.2f |\n", shapes[i].name, tf, lo, hi, tf / base);
+    }
+    /* the tiled GEMM on the tensor-core primitives, against cuBLASLt */
+    printf("\n| tile_gemm.cu (mma.cuh) | TFLOP/s median | spread | vs cuBLASLt same shape |\n|---|---|---|---|\n");
+    for (size_t i = 0; i < 3; i++) {
+        int M = shapes[i].M, N = shapes[i].N, K = shapes[i].K;
+        float ms[13];
+        for (int r = 0; r < 13; r++) {
+            cudaEventRecord(e0, c->stream);
+            int e = sr_k_tile_gemm_bf16(c->stream, D, A, B, M, N, K);
+            cudaEventRecord(e1, c->stream);
+            if (e != 0 || dev->sync(dev, SR_STREAM_COMPUTE) != SR_OK) {
+                fprintf(stderr, "gpu_gemm: tile_gemm %s: %s\n", shapes[i].name,
+                        e ? cudaGetErrorString((cudaError_t)e) : sr_error_message());
+                return 1;
+            }
+            cudaEventElapsedTime(&ms[r], e0, e1);
+        }
+        qsort(ms + 3, 10, sizeof(float), cmp);
+        double flops = 2.0 * M * N * K, med = (ms[7] + ms[8]) / 2, tf = flops / (med * 1e-3) / 1e12;
+        double lo = flops / (ms[12] * 1e-3) / 1e12, hi = flops / (ms[3] * 1e-3) / 1e12;
+        printf("| %s | %.1f | %.1f-%.1f | %.2f |\n", shapes[i].name, tf, lo, hi, tf / tf_at[i]);
     }
     printf("GEMM_TFLOPS=%.1f\n", base);
     sr_device_close(dev);

@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "mma.cuh"
 #include "sr_cuda.h"
 
 /* ---- index helpers (host and device) --------------------------------- */
@@ -97,12 +98,12 @@ __device__ inline void sr_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_
 
 template <typename A> __device__ inline A sr_warp_sum(A v) {
     for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
+        v += sr_shfl_xor(0xffffffffu, v, o);
     return v;
 }
 __device__ inline float sr_warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+        v = fmaxf(v, sr_shfl_xor(0xffffffffu, v, o));
     return v;
 }
 /* Sum over a block of blockDim.x (a multiple of 32, <= 1024) threads; every

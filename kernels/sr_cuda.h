@@ -154,6 +154,22 @@ int sr_k_loss_sum(cudaStream_t s, double *acc, const float *losses, size_t n, do
 /* testing.cu: a kernel that spins for `ns` nanoseconds (delay injection). */
 int sr_k_spin(cudaStream_t s, long long ns);
 
+/* The warp-level primitives alone (probe.cu: tests/test_primitives and
+ * test_kernels compare their outputs with tests/data's tables): `what`
+ * SR_PROBE_MMA (a[32][4], b[32][2], c[32][4] -> d[32][4]), _LDMATRIX
+ * (4 matrices of 8 x 8 16-bit values -> [6 forms][32][4]), _BF16X2 (n
+ * pairs of floats -> n packed, and the 2n unpacked back), _CP_ASYNC (n
+ * words, a multiple of 64, through n * 4 bytes of dynamic shared memory
+ * -> n words), _SHFL + kind (0 xor, 1 idx, 2 up, 3 down, 4 ballot: mask,
+ * arg, n lanes executing -> [32]). */
+enum { SR_PROBE_MMA, SR_PROBE_LDMATRIX, SR_PROBE_BF16X2, SR_PROBE_CP_ASYNC, SR_PROBE_SHFL };
+int sr_k_probe(cudaStream_t s, int what, const void *in0, const void *in1, const void *in2, void *out0, void *out1,
+               int n, unsigned mask, int arg);
+/* tile_gemm.cu: C[M, N] (f32) = A[M, K] B[N, K]^T, A and B bf16 row-major,
+ * on the tensor cores; M and N multiples of 64, K of 32 (else
+ * cudaErrorInvalidValue). */
+int sr_k_tile_gemm_bf16(cudaStream_t s, float *C, const void *A, const void *B, int M, int N, int K);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,20 +3,10 @@
  * slow unit, to prove results do not depend on timing). */
 #include "common.cuh"
 
-__device__ inline unsigned long long globaltimer() {
-#ifdef SR_CUDAEMU
-    return cudaemu_globaltimer(); /* sleeps a little: no host core spins */
-#else
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-#endif
-}
-
 __global__ void spin_k(long long ns) {
-    unsigned long long t0 = globaltimer(), t;
+    unsigned long long t0 = sr_globaltimer(), t;
     do
-        t = globaltimer();
+        t = sr_globaltimer();
     while ((long long)(t - t0) < ns);
 }
 

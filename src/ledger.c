@@ -198,6 +198,11 @@ sr_ledger_cost sr_lc_adamw(size_t n) {
     return (sr_ledger_cost){15 * (double)n, 28 * (double)n};
 }
 
+sr_ledger_cost sr_lc_tile_gemm(int M, int N, int K) {
+    double m = M, n = N, k = K;
+    return (sr_ledger_cost){2 * m * n * k, 2 * (m * k + n * k) + 4 * m * n};
+}
+
 /* ---- the report ------------------------------------------------------------ */
 
 double sr_ledger_roofline(sr_ledger *l, double gemm_tflops, double hbm_tbps) {

@@ -98,7 +98,9 @@ typedef struct {
     X(add_f32, SR_LF_FSDP_COPY)                                                                                        \
     X(sum_squares, SR_LF_OPTIMIZER)                                                                                    \
     X(loss_sum, SR_LF_CLASSIFIER)                                                                                      \
-    X(spin, SR_LF_OTHER)
+    X(spin, SR_LF_OTHER)                                                                                               \
+    X(probe, SR_LF_OTHER)                                                                                              \
+    X(tile_gemm, SR_LF_GEMM_LINEAR)
 enum {
 #define SR_LEDGER_ENUM(n, f) SR_LEDGER_L_##n,
     SR_LEDGER_LAUNCHERS(SR_LEDGER_ENUM)
@@ -164,6 +166,8 @@ sr_ledger_cost sr_lc_crossentropy(int N, int V, int es, bool backward);
 sr_ledger_cost sr_lc_rope(int B, int T, int NH, int NKV, int hs, int es);
 sr_ledger_cost sr_lc_swiglu(int N, int F, int es, bool backward);
 sr_ledger_cost sr_lc_adamw(size_t n);
+/* tile_gemm.cu's C[M, N] (f32) = A[M, K] B[N, K]^T (bf16) */
+sr_ledger_cost sr_lc_tile_gemm(int M, int N, int K);
 
 /* The roofline bound of every row of `l` at `gemm_tflops` (a GEMM's: its
  * FLOPs or its bytes, whichever takes longer) and `hbm_tbps` (every

@@ -6,6 +6,9 @@
 #     kernels/common.cuh: clear the last-error, launch, read it): no bare
 #     triple-chevron launch outside that macro, and every CUB call inside
 #     SR_LAUNCH_LIB (a launch) or SR_QUERY_LIB (a size query);
+#   - inline PTX and the warp-level intrinsics (shuffles, votes, mma.sync,
+#     ldmatrix, cp.async, %globaltimer) only in kernels/mma.cuh, the one
+#     wrapper;
 #   - the query-site rule: cudaEventQuery / cudaStreamQuery appear only in
 #     sr_cuda_query (src/device_cuda.c), which clears the NotReady they
 #     may leave as the thread's last error;
@@ -86,7 +89,14 @@ elif [ -z "$bad" ]; then ok "ptxas: every kernel of kernels/*.cu without spills,
 # (and comments)
 bare_shared() {
     grep -n '__shared__' "$@" /dev/null | grep -v '^[^:]*:[0-9]*: *\(/\*\|\*\)' |
-        grep -v '^[^:]*common\.cuh:[0-9]*:#define SR_SHARED(T, name, n) __shared__ T name\[n\]$'
+        grep -v '^[^:]*common\.cuh:[0-9]*:#define SR_SHARED(T, name, n) __shared__ T name\[n\]$' |
+        grep -v '^[^:]*mma\.cuh:[0-9]*: *extern __shared__ __align__(16) unsigned char sr_dyn_smem_\[\]; *\\$'
+}
+# bare_warp FILE...: inline PTX or a warp-level intrinsic outside
+# kernels/mma.cuh, the one wrapper (comments aside)
+bare_warp() {
+    grep -nE 'asm[[:space:]]*(volatile[[:space:]]*)?\(|__shfl_(up_|down_|xor_)?sync|__ballot_sync|__activemask|__cvta_generic_to_shared|mma\.sync|ldmatrix\.|cp\.async|%globaltimer' \
+        "$@" /dev/null | grep -v '^[^:]*mma\.cuh:' | grep -v '^[^:]*:[0-9]*: *\(/\*\|\*\|//\)'
 }
 shared=$(grep -c 'SR_SHARED(' "$K"/*.cu | awk -F: '{ s += $2 } END { print s }')
 found=$(bare_shared "$K"/*.cu "$K"/*.cuh)
@@ -94,6 +104,12 @@ check "every shared array is declared through SR_SHARED ($shared; no bare __shar
     diag "$found"
 printf '__global__ void k(float *x) {\n    __shared__ float s[32];\n}\n' >"$T/planted_shared.cu"
 check "a bare __shared__ is reported (planted)" test -n "$(bare_shared "$T/planted_shared.cu")"
+found=$(bare_warp "$K"/*.cu "$K"/*.cuh "$K"/*.h)
+check "inline PTX and the warp-level intrinsics only in kernels/mma.cuh (the wrapper: $(grep -c '^__device__ inline\|^template' "$K/mma.cuh") primitives)" \
+    test -z "$found" || diag "$found"
+printf '__device__ float f(float v) {\n    return __shfl_xor_sync(0xffffffffu, v, 1);\n}\n__device__ void g(unsigned s) { asm volatile("cp.async.wait_all;\\n" ::); }\n' >"$T/planted_warp.cu"
+check "a warp intrinsic and inline PTX outside the wrapper are reported (planted)" \
+    test "$(bare_warp "$T/planted_warp.cu" | wc -l)" = 2
 
 # --- launch checks -------------------------------------------------------------------
 launches=$(grep -c 'SR_LAUNCH(' "$K"/*.cu | awk -F: '{ s += $2 } END { print s }')

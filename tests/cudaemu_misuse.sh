@@ -55,6 +55,30 @@ planted double_free "error: cudaFree\(0x[0-9a-f]+\): a device allocation of 128 
     "a double cudaFree"
 planted copy_past_end "error: cudaMemcpy \(destination\): 128 bytes at offset 32 of a device allocation of 128 bytes run 32 bytes past its end" \
     "a copy past an allocation's end"
+planted mma_lane_exit "error: kernel mma_k, block \(0,0,0\), thread \([0-9]+,0,0\): mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 of warp 0: lane 5 is not at it \(it exited" \
+    "an mma.sync one lane of the warp exits before: the warp and the lane named"
+planted mma_partial_warp "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 of warp 0: lane 16 does not exist \(the block has 16 threads\)" \
+    "an mma.sync in a block of 16 threads (a partial warp)"
+planted mma_divergent "of warp 0: lane (16|0) executes (ldmatrix.sync.aligned.m8n8.x1.shared.b16|mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32) there, this lane" \
+    "half a warp at mma.sync, half at ldmatrix: the two operations named"
+planted ldmatrix_misaligned "ldmatrix.sync.aligned.m8n8.x1.shared.b16 of warp 0: lane 3 gives row address 0x[0-9a-f]+, not 16-byte aligned" \
+    "an ldmatrix row address that is not 16-byte aligned: the lane named"
+planted ldmatrix_outside "ldmatrix.sync.aligned.m8n8.x1.shared.b16 of warp 0: lane 0 gives row address 0x[0-9a-f]+, outside the block's shared memory" \
+    "an ldmatrix row address outside shared memory"
+planted cp_async_early_read "error: kernel cp_async_k, block \(0,0,0\), thread \(0,0,0\): reads sh \(byte [0-9]+ of the block's shared memory\) while thread \(0,0,0\)'s cp.async to it is in flight: no cp.async.wait_group" \
+    "a cp.async destination read before the wait that lands it"
+planted cp_async_no_wait "thread \(0,0,0\): the thread ends with 1 cp.async copy never waited for \(1 committed group, 0 uncommitted copies\)" \
+    "a cp.async committed and never waited for at the kernel's end"
+planted cp_async_misaligned "cp.async.ca.shared.global of 16 bytes from 0x[0-9a-f]+ to 0x[0-9a-f]+: both addresses must be aligned to 16 bytes" \
+    "a cp.async from a misaligned source"
+planted dynamic_past_end "thread \(31,0,0\): shared array sh\[128\] indexed at 128, out of bounds" \
+    "dynamic shared memory indexed one past the launch's bytes"
+planted ballot_lane_exit "__ballot_sync \(mask 0xffffffff\) of warp 0: lane 7 of the mask is not at it" \
+    "a __ballot_sync one lane of its mask never executes"
+"$M" dynamic_shared_limits >dl.out 2>dl.err
+check "dynamic shared memory: 64 KiB launches only after cudaFuncAttributeMaxDynamicSharedMemorySize, 228 KiB never (the runtime's cudaErrorInvalidValue, as on hardware; status $?)" \
+    grep -q 'dynamic_shared_limits: 64 KiB without the attribute: cudaErrorInvalidValue; the attribute set: cudaSuccess; then: cudaSuccess; an attribute of 228 KiB: cudaErrorInvalidValue; a launch of 228 KiB: cudaErrorInvalidValue' dl.out ||
+    diag "$(cat dl.out dl.err | head -3)"
 if grep -q '^#define SR_HAVE_NCCL 1' "${SR_BUILDDIR:-.}/srconfig.h"; then
     "$M" nccl_clean >nc.out 2>nc.err
     check "NCCL: 2 ranks gathering in place at NCCL's offsets run silently (status $?)" \

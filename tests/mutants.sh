@@ -21,7 +21,11 @@
 #     grid one block too small (the cross-entropy forward's), a shuffle
 #     mask narrowed (the reductions' partial sums), a step-path download
 #     into pageable memory, a kernel writing one element past its output
-#     (the bf16 cast's).
+#     (the bf16 cast's);
+#   - (fast tier) the warp-level primitives of kernels/mma.cuh: a lane's
+#     mma fragment index off by one, ldmatrix's .trans dropped, a cp.async
+#     wait removed (probe.cu's kernels and the tiled GEMM's), each caught
+#     by tests/test_primitives or the emulator's cp.async detector.
 # Clean runs under the delay seeds are bitwise the undelayed run.  The
 # suite prints a table (mutation | caught by | the message) as diagnostics
 # and into mutants.txt of the test's folder.
@@ -65,6 +69,20 @@ caught() {
         diag "$(tail -3 m.out)"
     fi
 }
+
+if group "the warp-level primitives' mutations"; then
+    P=$B/tests/test_primitives
+    caught "mma.sync: a lane's A fragment index off by one" "test_primitives (the PTX ISA's mma table)" \
+        "^not ok .*mma.sync.m16n8k16" env CUDAEMU_MUTATE=frag_off_by_one:probe_mma_k "$P"
+    caught "ldmatrix: .trans dropped" "test_primitives (the PTX ISA's ldmatrix table)" "^not ok .*\.trans\.shared\.b16" \
+        env CUDAEMU_MUTATE=drop_trans:probe_ldmatrix_k "$P"
+    caught "cp.async: the waits removed" "the emulator's cp.async detector (a read in flight)" \
+        "cp.async to it is in flight" env CUDAEMU_MUTATE=skip_wait:probe_cp_async_k "$P"
+    caught "the tiled GEMM: its cp.async waits removed" "the emulator's cp.async detector" "cp.async to it is in flight" \
+        env CUDAEMU_MUTATE=skip_wait:tile_gemm_k "$P"
+    caught "the tiled GEMM: an mma fragment index off by one" "test_primitives (against the CPU op)" "^not ok .*tile_gemm" \
+        env CUDAEMU_MUTATE=frag_off_by_one:tile_gemm_k "$P"
+fi
 
 if group --long "the mutation suite on the emulated GPU"; then
     # 1. NotReady left uncleared: the two clears, each alone, then both

@@ -34,6 +34,8 @@
 #include "ops.h"
 #include "tap.h"
 
+#include "primitives.h"
+
 static sr_dev *dev;
 
 /* n uniform values in [-scale, scale) from `seed`: a 64-bit LCG's top 24
@@ -623,6 +625,7 @@ int main(void) {
            sr_gemm_cache_size(sr_dev_cuda_ctx(dev)->gemm));
     step_downloads();
     primitives();
+    sr_check_primitives(getenv("SR_SRCDIR")); /* mma.cuh's primitives against the PTX ISA's tables */
     tap_ok(sr_cuda_bound() == sr_dev_cuda_ctx(dev) && sr_gemm_cache_size(sr_dev_cuda_ctx(dev)->gemm) >= 8,
            "the table's context is bound to this thread; its plan cache kept %d plans",
            sr_gemm_cache_size(sr_dev_cuda_ctx(dev)->gemm));

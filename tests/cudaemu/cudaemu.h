@@ -33,7 +33,11 @@
  *                            argument I one element further on), lda (every
  *                            cuBLASLt product reads A with its leading
  *                            dimension plus one), launch_keeps_error
- *                            (SR_LAUNCH does not clear the last error first)
+ *                            (SR_LAUNCH does not clear the last error first),
+ *                            frag_off_by_one:K (K's mma.sync reads lane l's A
+ *                            fragment from lane l + 1), drop_trans:K (K's
+ *                            ldmatrix ignores .trans), skip_wait:K (K's
+ *                            cp.async waits land nothing)
  *
  * The emulated NCCL (nccl.c) has its own knobs: CUDAEMU_NCCL_ASYNC_ERROR,
  * CUDAEMU_NCCL_INIT_HANG, CUDAEMU_NCCL_CALLS (its header comment).
@@ -116,6 +120,10 @@ cudaError_t cudaemu_report(const char *fmt, ...) __attribute__((noreturn, format
  * (tests/cudaemu.sh: the host watchdog of device.h must end the run).
  * Off by default: nothing waits. */
 void cudaemu_lazy_load(const char *kernel);
+
+/* A kernel's cudaFuncAttributeMaxDynamicSharedMemorySize (cudaFuncSetAttribute;
+ * 48 KiB when never set): the launch's check (grid.cc). */
+size_t cudaemu_func_max_dynamic_shared(const void *func);
 
 /* CUDAEMU_OPS=FILE: the emulator counts the GPU operations it is asked
  * for — kernel launches (a library call such as CUB's sort: one),

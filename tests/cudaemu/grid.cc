@@ -24,18 +24,18 @@
  * Misuse is reported, naming the kernel, block and thread, and the
  * process aborts (on a GPU each is undefined behaviour): a barrier that
  * not every thread reaches (one exited before it, or threads wait at
- * different __syncthreads); a shuffle whose mask omits the calling lane,
- * or that reads a lane outside the mask or inactive there; a race on
- * shared memory (every SR_SHARED access goes through
- * cudaemu_shared_access: two threads touching a byte between barriers,
- * one of them writing) and a shared index out of bounds.  The scheduler
- * runs the threads of a barrier interval one after another, so a race is
- * found in any order, not only an unlucky one.  Kernel arguments are
- * checked at the launch (kernel.h, runtime.c).  CUDAEMU_MUTATE's kernel
- * mutations (cudaemu.h) are applied here and in kernel.h.
+ * different __syncthreads).  The warp-level operations (shuffles, votes,
+ * mma, ldmatrix: warp.cc) and shared memory (its race detector, dynamic
+ * shared memory, cp.async: smem.cc) report theirs.  The scheduler runs
+ * the threads of a barrier interval one after another, so a race is found
+ * in any order, not only an unlucky one.  Kernel arguments are checked at
+ * the launch (kernel.h, runtime.c), and dynamic shared memory above 48
+ * KiB needs the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize.
+ * CUDAEMU_MUTATE's kernel mutations (cudaemu.h) are applied here, in
+ * warp.cc, smem.cc and kernel.h.
  *
  * AddressSanitizer is told of every switch (start/finish_switch_fiber). */
-#include "kernel.h"
+#include "grid_impl.h"
 
 #include <omp.h>
 #include <sys/mman.h>
@@ -46,13 +46,6 @@
 #include <cstdlib>
 #include <vector>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define CUDAEMU_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define CUDAEMU_ASAN 1
-#endif
-#endif
 #ifdef CUDAEMU_ASAN
 #include <sanitizer/asan_interface.h>
 #endif
@@ -60,6 +53,8 @@
 #if !defined(__x86_64__)
 #error "the CUDA emulator's fibers switch with x86-64 code (configure refuses --with-cuda=emulator elsewhere)"
 #endif
+
+using namespace cudaemu_grid;
 
 __thread cudaemu_regs cudaemu_r;
 
@@ -137,76 +132,11 @@ inline void switch_to(void **save, void *target) {
                    "st(7)");
 }
 
-enum state { RUN, BARRIER, DONE };
+} // namespace
 
-struct fiber {
-    char *stack; /* while it waits somewhere (a stack is taken back when a thread ends) */
-    void *sp;    /* where it waits */
-    uint3 tid;
-    state st;
-    unsigned shfl;     /* shuffles done */
-    unsigned barriers; /* __syncthreads reached */
-    const char *file;  /* the __syncthreads it waits at */
-    int line;
-};
+__thread runner *cudaemu_grid::me;
 
-struct launch {
-    const char *name;
-    dim3 grid, block;
-    void (*fn)(void *);
-    void *ctx;
-    void (*free_ctx)(void *);
-    cudaemu_guard guards[16]; /* its device arguments' allocations */
-    int nguards;
-    bool narrow;       /* CUDAEMU_MUTATE narrow_mask names this kernel */
-    unsigned drop_bar; /* drop_sync: the barrier (1-based, per thread) to skip; 0: none */
-};
-
-/* The race detector's shadow of one byte of shared memory: the thread that
- * last wrote it and the first that read it in the current barrier
- * interval (epoch), and whether more than one thread read it. */
-struct shadow {
-    unsigned w_epoch, r_epoch;
-    int16_t writer, reader;
-    bool readers;
-};
-
-/* One host thread's block runner: its fibers and stacks, reused. */
-struct runner {
-    launch *l = nullptr;
-    int n = 0, cur = 0;
-    size_t pos = 0; /* the running thread's place in runq */
-    std::vector<fiber> f;
-    std::vector<int> runq, next, barrier; /* this pass, the next, waiting at __syncthreads */
-    std::vector<char *> free_stacks;
-    void *sched_sp = nullptr;
-    /* shuffle slots, by shuffle-count parity: value and count per thread */
-    std::vector<uint64_t> val[2];
-    std::vector<unsigned> gen[2];
-    /* shared memory: declaration keys and their arrays */
-    std::vector<std::pair<const void *, size_t>> shared_keys;
-    std::vector<char> shared;
-    size_t shared_used = 0;
-    std::vector<shadow> sh; /* one per byte of `shared` */
-    unsigned epoch = 0;     /* barrier intervals so far (every block starts a new one) */
-#ifdef CUDAEMU_ASAN
-    void *fake = nullptr;
-    const void *sched_bottom = nullptr;
-    size_t sched_size = 0;
-#endif
-};
-
-__thread runner *me;
-
-/* Frees a host thread's runner and stacks when the thread ends (an OpenMP
- * team of a stream's worker ends with the stream). */
-struct runner_owner {
-    runner *r = nullptr;
-    ~runner_owner();
-};
-thread_local runner_owner owner;
-
-[[noreturn]] __attribute__((format(printf, 1, 2))) void fault(const char *fmt, ...) {
+[[noreturn]] __attribute__((format(printf, 1, 2))) void cudaemu_grid::fault(const char *fmt, ...) {
     launch *l = me->l;
     char what[1024];
     va_list ap;
@@ -221,14 +151,15 @@ thread_local runner_owner owner;
     abort();
 }
 
-/* "(x,y,z)" of thread i of the running block. */
-struct tname {
-    char s[40];
-    tname(const runner *r, int i) {
-        const uint3 &t = r->f[i].tid;
-        snprintf(s, sizeof s, "(%u,%u,%u)", t.x, t.y, t.z);
-    }
+namespace {
+
+/* Frees a host thread's runner and stacks when the thread ends (an OpenMP
+ * team of a stream's worker ends with the stream). */
+struct runner_owner {
+    runner *r = nullptr;
+    ~runner_owner();
 };
+thread_local runner_owner owner;
 
 char *new_stack(runner *r) {
     if (!r->free_stacks.empty()) {
@@ -279,6 +210,7 @@ void thread_main(void *arg) {
     __sanitizer_finish_switch_fiber(nullptr, &r->sched_bottom, &r->sched_size);
 #endif
     r->l->fn(r->l->ctx);
+    smem_thread_end(r); /* (its cp.async copies never waited for are reported) */
     r->f[r->cur].st = DONE;
     settle(r);
 #ifdef CUDAEMU_ASAN
@@ -309,11 +241,13 @@ void enter(runner *r, int i) {
 #endif
 }
 
+} // namespace
+
 /* A thread stops here (its state set): it leaves the pass and hands over
  * to the pass's next thread directly when that one waits somewhere (a
  * switch instead of two through the scheduler), else to the scheduler
  * (which starts new threads and ends passes).  Returns when resumed. */
-void wait(runner *r) {
+void cudaemu_grid::wait(runner *r) {
     fiber &f = r->f[r->cur];
     settle(r);
 #ifdef CUDAEMU_ASAN
@@ -343,6 +277,8 @@ void wait(runner *r) {
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
 }
+
+namespace {
 
 /* At a barrier's release: every waiting thread is at the same
  * __syncthreads, and every thread of the block waits (one that exited
@@ -380,12 +316,10 @@ void run_block(runner *r, unsigned long long b) {
     for (int i = 0; i < n; i++) {
         uint3 tid = {(unsigned)i % bx, ((unsigned)i / bx) % by, (unsigned)i / (bx * by)};
         r->f[i] = fiber{nullptr, nullptr, tid, RUN, 0, 0, nullptr, 0};
-        r->gen[0][i] = r->gen[1][i] = ~0u;
+        r->slots[0][i].gen = r->slots[1][i].gen = ~0u;
         r->runq.push_back(i);
     }
-    r->shared_keys.clear();
-    r->shared_used = 0;
-    r->epoch++;
+    smem_block_start(r);
     for (;;) {
         r->next.clear();
         r->pos = 0;
@@ -431,8 +365,9 @@ void run_grid(void *arg) {
         r->n = n;
         if ((int)r->f.size() < n) {
             r->f.resize(n);
+            r->cp.resize(n);
             for (int p = 0; p < 2; p++)
-                r->val[p].resize(n), r->gen[p].resize(n);
+                r->slots[p].resize(n);
         }
         cudaemu_r.bdim = {l->block.x, l->block.y, l->block.z};
         cudaemu_r.gdim = {l->grid.x, l->grid.y, l->grid.z};
@@ -464,106 +399,22 @@ extern "C" void cudaemu_syncthreads(const char *file, int line) {
     wait(r);
 }
 
-extern "C" uint64_t cudaemu_shfl_xor_bits(unsigned mask, uint64_t bits, int lane_mask) {
-    runner *r = me;
-    if (r->l->narrow)
-        mask &= 0x0000ffffu; /* CUDAEMU_MUTATE narrow_mask */
-    int i = r->cur;
-    unsigned lane = (unsigned)i & 31u;
-    if (!(mask >> lane & 1u))
-        fault("__shfl_xor_sync with mask 0x%08x, which omits lane %u: this lane executes the shuffle", mask, lane);
-    fiber &f = r->f[i];
-    unsigned g = f.shfl++, p = g & 1u;
-    r->val[p][i] = bits;
-    r->gen[p][i] = g;
-    wait(r); /* every lane of the warp posts in this pass */
-    int j = (i & ~31) | ((i & 31) ^ (lane_mask & 31));
-    unsigned src = (unsigned)j & 31u;
-    if (!(mask >> src & 1u))
-        fault("__shfl_xor_sync (mask 0x%08x, lane mask %d): lane %u reads lane %u, outside the mask", mask, lane_mask,
-              lane, src);
-    if (j >= r->n || r->gen[p][j] != g)
-        fault("__shfl_xor_sync (mask 0x%08x, lane mask %d): lane %u reads lane %u, which is inactive (it exited or "
-              "is not at this shuffle)",
-              mask, lane_mask, lane, src);
-    return r->val[p][j];
-}
-
-extern "C" void *cudaemu_shared(const void *key, size_t bytes) {
-    runner *r = me;
-    size_t off = 0;
-    for (auto &k : r->shared_keys) {
-        if (k.first == key)
-            return r->shared.data() + off;
-        off += (k.second + 15) / 16 * 16;
-    }
-    size_t need = r->shared_used + (bytes + 15) / 16 * 16;
-    if (need > 48 * 1024)
-        fault("more than 48 KiB of static shared memory");
-    if (r->shared.size() < 48 * 1024) {
-        r->shared.resize(48 * 1024);
-        r->sh.assign(48 * 1024, shadow{0, 0, -1, -1, false});
-    }
-    char *p = r->shared.data() + r->shared_used;
-    memset(p, 0xff, bytes);
-    r->shared_keys.push_back({key, bytes});
-    r->shared_used = need;
-    return p;
-}
-
-extern "C" void cudaemu_shared_access(const void *p, size_t bytes, int write, const char *name) {
-    runner *r = me;
-    int t = r->cur;
-    unsigned e = r->epoch;
-    size_t off = (size_t)(static_cast<const char *>(p) - r->shared.data());
-    for (size_t b = off; b < off + bytes; b++) {
-        shadow &s = r->sh[b];
-        int other = -1;
-        const char *how = nullptr;
-        if (s.w_epoch == e && s.writer != t) {
-            other = s.writer;
-            how = "wrote";
-        } else if (write && s.r_epoch == e && (s.reader != t || s.readers)) {
-            other = s.reader != t ? s.reader : -1;
-            how = "read";
-        }
-        if (how) {
-            char who[64];
-            if (other >= 0)
-                snprintf(who, sizeof who, "thread %s", tname(r, other).s);
-            else
-                snprintf(who, sizeof who, "another thread");
-            fault("shared-memory race on %s (byte %zu of the block's shared memory): this thread %s it after %s %s it, "
-                  "with no __syncthreads between",
-                  name, b, write ? "writes" : "reads", who, how);
-        }
-        if (write) {
-            s.w_epoch = e;
-            s.writer = (int16_t)t;
-        } else if (s.r_epoch != e) {
-            s.r_epoch = e;
-            s.reader = (int16_t)t;
-            s.readers = false;
-        } else if (s.reader != t)
-            s.readers = true;
-    }
-}
-
-extern "C" void cudaemu_shared_oob(const char *name, long long i, size_t n) {
-    fault("shared array %s[%zu] indexed at %lld, out of bounds", name, n, i);
-}
-
-extern "C" void cudaemu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream,
-                                   void (*fn)(void *), void *ctx, void (*free_ctx)(void *)) {
+extern "C" void cudaemu_launch_raw(const char *name, const void *func, dim3 grid, dim3 block, size_t shmem,
+                                   cudaStream_t stream, void (*fn)(void *), void *ctx, void (*free_ctx)(void *)) {
     unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
     bool ok = grid.x >= 1 && grid.y >= 1 && grid.z >= 1 && grid.x <= 2147483647u && grid.y <= 65535u &&
               grid.z <= 65535u && block.x >= 1 && block.y >= 1 && block.z >= 1 && block.x <= 1024u &&
-              block.y <= 1024u && block.z <= 64u && nt <= (unsigned long long)MAX_THREADS && shmem <= 48 * 1024;
-    if (!ok) {
+              block.y <= 1024u && block.z <= 64u && nt <= (unsigned long long)MAX_THREADS;
+    /* dynamic shared memory above 48 KiB needs the kernel's
+     * cudaFuncAttributeMaxDynamicSharedMemorySize (as on hardware, where
+     * the launch fails otherwise), and at most the opt-in limit */
+    size_t allowed = cudaemu_func_max_dynamic_shared(func);
+    bool shared_ok = shmem <= OPTIN_SHARED && (shmem <= STATIC_SHARED || shmem <= allowed);
+    if (!ok || !shared_ok) {
         cudaemu_guard none[16];
         (void)cudaemu_take_guards(none, 16);
         free_ctx(ctx);
-        cudaemu_fail(cudaErrorInvalidConfiguration);
+        cudaemu_fail(ok ? cudaErrorInvalidValue : cudaErrorInvalidConfiguration);
         return;
     }
     cudaemu_count(CUDAEMU_OP_KERNEL);
@@ -576,13 +427,17 @@ extern "C" void cudaemu_launch_raw(const char *name, dim3 grid, dim3 block, size
     launch *l = new launch{name,
                            grid,
                            block,
+                           shmem,
                            fn,
                            ctx,
                            free_ctx,
                            {},
                            0,
                            strcmp(m, "narrow_mask") == 0,
-                           drop ? (unsigned)(arg > 0 ? arg : 1) : 0u};
+                           drop ? (unsigned)(arg > 0 ? arg : 1) : 0u,
+                           strcmp(m, "frag_off_by_one") == 0,
+                           strcmp(m, "drop_trans") == 0,
+                           strcmp(m, "skip_wait") == 0};
     l->nguards = cudaemu_take_guards(l->guards, 16);
     if (cudaemu_enqueue(stream, run_grid, l, drop_launch) != cudaSuccess)
         drop_launch(l);

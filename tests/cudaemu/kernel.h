@@ -6,18 +6,19 @@
  * the kernels what nvcc gives them, from the CUDA C++ Programming Guide:
  * threadIdx, blockIdx, blockDim and gridDim; __syncthreads as a real block
  * barrier (each thread of a block is a fiber: grid.cc), reported when not
- * every thread reaches the same one; __shfl_xor_sync in lockstep across
- * the lanes of a warp, its mask checked; per-block shared memory through
- * SR_SHARED (common.cuh: __shared__ under nvcc), every access seen by the
- * race detector; the correctly rounded
+ * every thread reaches the same one; the warp-level operations of
+ * kernels/mma.cuh (shuffles, votes, mma.sync, ldmatrix: warp.cc) in
+ * lockstep across the lanes of a warp; per-block shared memory through
+ * SR_SHARED (common.cuh: __shared__ under nvcc) and SR_SHARED_DYN (the
+ * launch's dynamic bytes), every access seen by the race detector, and
+ * cp.async (smem.cc); the correctly rounded
  * __f*_rn intrinsics (IEEE single operations, no contraction: the tree
  * builds kernels with -ffp-contract=off); bf16 through the toolkit's own
  * cuda_bf16.h host code; and the one launch macro, SR_LAUNCH, retargeted
  * to cudaemu_launch (arguments evaluated and converted to the kernel's
  * parameter types at the launch, as a real launch does).  CUB's radix sort
  * is include/cub/device/device_radix_sort.cuh.  Out of scope: anything
- * kernels/ does not use (atomics, dynamic shared memory, cooperative
- * groups, warp votes). */
+ * kernels/ does not use (atomics, cooperative groups, other mma shapes). */
 #ifndef CUDAEMU_KERNEL_H
 #define CUDAEMU_KERNEL_H
 
@@ -56,11 +57,24 @@ extern "C" {
  * has reached it (a thread that exited, or one waiting at another
  * __syncthreads, is reported). */
 void cudaemu_syncthreads(const char *file, int line);
-/* Lane-xor exchange of a value's bits among the lanes of the calling
- * thread's warp named by `mask`: the caller's lane must be in the mask,
- * and the lane it reads must be in it and at the same shuffle (else a
- * report). */
-uint64_t cudaemu_shfl_xor_bits(unsigned mask, uint64_t bits, int lane_mask);
+/* The warp-level operations of kernels/mma.cuh (warp.cc says how each is
+ * modelled).  A shuffle exchanges a value's bits among the lanes of the
+ * calling thread's warp named by `mask` (kind CUDAEMU_SHFL_*: the lane read
+ * is lane ^ arg, arg, lane - arg or lane + arg); the caller's lane must be
+ * in the mask, and the lane it reads must be in it and at the same
+ * shuffle (else a report).  A vote returns the mask's lanes whose pred is
+ * true.  mma and ldmatrix are executed by every lane of the warp. */
+enum { CUDAEMU_SHFL_XOR, CUDAEMU_SHFL_IDX, CUDAEMU_SHFL_UP, CUDAEMU_SHFL_DOWN };
+uint64_t cudaemu_shfl_bits(int kind, unsigned mask, uint64_t bits, int arg);
+unsigned cudaemu_ballot(unsigned mask, int pred);
+void cudaemu_mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]);
+void cudaemu_ldmatrix(uint32_t *regs, int n, int trans, const void *row);
+/* cp.async (smem.cc): a copy of `bytes` deferred to the wait that covers
+ * it; commit closes the thread's group; wait lands all committed groups
+ * but the newest n (n < 0: wait_all). */
+void cudaemu_cp_async(void *dst, const void *src, int bytes, int cg);
+void cudaemu_cp_async_commit(void);
+void cudaemu_cp_async_wait(int n);
 /* This block's shared array for declaration `key` (the first caller of the
  * block allocates it, filled with 0xff bytes: NaN for floats). */
 void *cudaemu_shared(const void *key, size_t bytes);
@@ -70,27 +84,28 @@ void *cudaemu_shared(const void *key, size_t bytes);
  * an array of n. */
 void cudaemu_shared_access(const void *p, size_t bytes, int write, const char *name);
 [[noreturn]] void cudaemu_shared_oob(const char *name, long long i, size_t n);
-/* Launches fn(ctx) on every thread of grid x block on `stream` (in stream
- * order); free_ctx(ctx) after the grid.  A bad configuration is recorded
- * as the thread's last error and nothing is launched (ctx freed). */
-void cudaemu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream, void (*fn)(void *),
-                        void *ctx, void (*free_ctx)(void *));
+/* &base[i] of an array of n elements of `elem` bytes (i <= n: one past the
+ * end is a pointer too), else a report naming the array. */
+void *cudaemu_shared_ptr(const void *base, long long i, size_t n, size_t elem, const char *name);
+/* The block's dynamic shared memory (the launch's `shmem` bytes, into
+ * *bytes), 0xff at the block's start. */
+void *cudaemu_dynamic_shared(size_t *bytes);
+/* Launches fn(ctx), kernel `func`, on every thread of grid x block with
+ * `shmem` bytes of dynamic shared memory on `stream` (in stream order);
+ * free_ctx(ctx) after the grid.  A bad configuration is recorded as the
+ * thread's last error and nothing is launched (ctx freed):
+ * cudaErrorInvalidConfiguration for the grid or block,
+ * cudaErrorInvalidValue for dynamic shared memory above 48 KiB without
+ * the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize, or above 227
+ * KiB. */
+void cudaemu_launch_raw(const char *name, const void *func, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream,
+                        void (*fn)(void *), void *ctx, void (*free_ctx)(void *));
 /* The device's global timer in ns (CLOCK_MONOTONIC), after a short sleep:
  * a spinning kernel polls it without holding a host core. */
 unsigned long long cudaemu_globaltimer(void);
 }
 
 #define __syncthreads() cudaemu_syncthreads(__FILE__, __LINE__)
-
-template <typename T> inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
-    static_assert(std::is_trivially_copyable<T>::value && sizeof(T) <= 8, "a register-sized value");
-    (void)width;
-    uint64_t bits = 0;
-    memcpy(&bits, &v, sizeof v);
-    bits = cudaemu_shfl_xor_bits(mask, bits, lane_mask);
-    memcpy(&v, &bits, sizeof v);
-    return v;
-}
 
 /* Correctly rounded single operations: the host's IEEE arithmetic. */
 inline float __fadd_rn(float a, float b) { return a + b; }
@@ -136,7 +151,15 @@ inline void cudaemu_launch(const char *name, dim3 grid, dim3 block, size_t shmem
             (cudaemu_arg(name, i++, shift, x), ...);
         },
         c->args);
-    cudaemu_launch_raw(name, grid, block, shmem, stream, &cudaemu_call<P...>::run, c, &cudaemu_call<P...>::drop);
+    cudaemu_launch_raw(name, (const void *)k, grid, block, shmem, stream, &cudaemu_call<P...>::run, c,
+                       &cudaemu_call<P...>::drop);
+}
+
+/* The runtime API's C++ form for a kernel (cuda_runtime.h has it under
+ * nvcc alone): the kernel's host function stands for it. */
+template <typename... P>
+inline cudaError_t cudaFuncSetAttribute(void (*entry)(P...), enum cudaFuncAttribute attr, int value) {
+    return ::cudaFuncSetAttribute(reinterpret_cast<const void *>(entry), attr, value);
 }
 
 /* common.cuh's launch macro, retargeted: clear (unless the mutation
@@ -173,11 +196,24 @@ template <typename T> struct cudaemu_sarray {
             cudaemu_shared_oob(name, (long long)i, n);
         return cudaemu_sref<T>{base + i, name};
     }
+    /* &name[i] (kernels/mma.cuh's SR_SHPTR): for the operations that take a
+     * shared address (ldmatrix, cp.async), which check their own bytes */
+    template <typename I> T *ptr(I i) const {
+        return static_cast<T *>(cudaemu_shared_ptr(base, (long long)i, n, sizeof(T), name));
+    }
 };
 #define SR_SHARED(T, name, n)                                                                                          \
     static const char name##_cudaemu_key = 0;                                                                          \
     const cudaemu_sarray<T> name {                                                                                     \
         static_cast<T *>(cudaemu_shared(&name##_cudaemu_key, sizeof(T) * (n))), (size_t)(n), #name                     \
     }
+/* The launch's dynamic shared memory as T name[]: extern __shared__ under
+ * nvcc (kernels/mma.cuh). */
+template <typename T> inline cudaemu_sarray<T> cudaemu_dynamic_array(const char *name) {
+    size_t bytes = 0;
+    void *p = cudaemu_dynamic_shared(&bytes);
+    return cudaemu_sarray<T>{static_cast<T *>(p), bytes / sizeof(T), name};
+}
+#define SR_SHARED_DYN(T, name) const cudaemu_sarray<T> name = cudaemu_dynamic_array<T>(#name)
 
 #endif

@@ -14,6 +14,8 @@
 #include <cstring>
 
 #include <cuda_runtime.h>
+
+#include "../../kernels/mma.cuh"
 #ifdef SR_HAVE_NCCL
 #include <nccl.h>
 #include <pthread.h>
@@ -53,13 +55,75 @@ __global__ void shared_k(float *out, int sync) {
 __global__ void shfl_k(float *out, unsigned mask, int lane_mask, int active) {
     if ((int)threadIdx.x >= active)
         return;
-    out[threadIdx.x] = __shfl_xor_sync(mask, (float)threadIdx.x, lane_mask);
+    out[threadIdx.x] = sr_shfl_xor(mask, (float)threadIdx.x, lane_mask);
 }
 
 /* writes out[0..n] (one past the end of n elements) */
 __global__ void past_end_k(float *out, int n) {
     for (int i = threadIdx.x; i <= n; i += blockDim.x)
         out[i] = 1.0f;
+}
+
+/* mma.sync with zero operands; `how`: 0 every lane, 1 lane 5 exits first,
+ * 2 the upper half executes an ldmatrix instead */
+__global__ void mma_k(float *out, int how) {
+    SR_SHARED(uint16_t, sh, 8 * 8);
+    int l = threadIdx.x;
+    sh[l] = 0, sh[l + 32] = 0;
+    __syncthreads();
+    if (how == 1 && l == 5)
+        return;
+    uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    float c[4] = {1, 2, 3, 4}, d[4];
+    if (how == 2 && l >= 16) {
+        uint32_t r[1];
+        sr_ldmatrix<1, false>(r, SR_SHPTR(sh, (l % 8) * 8));
+        d[0] = (float)r[0];
+    } else
+        sr_mma_m16n8k16_bf16(d, a, b, c);
+    out[l] = d[0];
+}
+
+/* ldmatrix.x1 with lane 3's row address moved by `skew` bytes (2: not
+ * 16-byte aligned), or every lane's a global address (skew < 0) */
+__global__ void ldmatrix_k(float *out, int skew) {
+    SR_SHARED(uint16_t, sh, 16 * 8);
+    int l = threadIdx.x;
+    for (int i = l; i < 16 * 8; i += 32)
+        sh[i] = (uint16_t)i;
+    __syncthreads();
+    const char *row = (const char *)SR_SHPTR(sh, (l % 8) * 8);
+    if (l == 3 && skew > 0)
+        row += skew;
+    if (skew < 0)
+        row = (const char *)out;
+    uint32_t r[1];
+    sr_ldmatrix<1, false>(r, row);
+    out[l] = (float)r[0];
+}
+
+/* cp.async into dynamic shared memory: `how` 0 waits and reads (correct),
+ * 1 reads before the wait, 2 never waits, 3 copies from a misaligned
+ * source, 4 reads one element past the dynamic array */
+__global__ void cp_async_k(const float *src, float *out, int how) {
+    SR_SHARED_DYN(float, sh);
+    int l = threadIdx.x;
+    sr_cp_async_ca<16>(SR_SHPTR(sh, 4 * l), src + 4 * l + (how == 3 ? 1 : 0));
+    sr_cp_async_commit();
+    if (how == 1)
+        out[l] = sh[4 * l];
+    if (how == 2)
+        return;
+    sr_cp_async_wait<0>();
+    out[l] = sh[4 * l + (how == 4 && l == 31 ? 4 : 0)];
+}
+
+/* __ballot_sync over the full mask with lane 7 gone (how 1), or all there */
+__global__ void ballot_k(float *out, int how) {
+    int l = threadIdx.x;
+    if (how == 1 && l == 7)
+        return;
+    out[l] = (float)sr_ballot(0xffffffffu, l & 1);
 }
 
 static void launch_failed(int e) {
@@ -126,7 +190,9 @@ static ncclComm_t nccl_one_rank(void) {
     X(clean)                                                                                                           \
     X(barrier_exit) X(barrier_divergent) X(shared_race) X(shfl_mask_omits) X(shfl_outside) X(shfl_inactive)            \
         X(past_end) X(host_reads_device) X(kernel_pageable) X(use_after_free) X(double_free) X(copy_past_end)          \
-            X(event_unrecorded) NCCL_CASES(X)
+            X(event_unrecorded) X(mma_lane_exit) X(mma_partial_warp) X(mma_divergent) X(ldmatrix_misaligned)       \
+                X(ldmatrix_outside) X(cp_async_early_read) X(cp_async_no_wait) X(cp_async_misaligned)             \
+                    X(dynamic_past_end) X(ballot_lane_exit) X(dynamic_shared_limits) NCCL_CASES(X)
 
 int main(int argc, char **argv) {
     const char *c = argc == 2 ? argv[1] : "";
@@ -136,8 +202,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     setenv("CUDAEMU_DEVICES", "2", 0); /* (the nccl_ cases' second rank) */
-    float *d = nullptr, host[64] = {0};
+    float *d = nullptr, host[64] = {0}, *src = nullptr;
     cudaMalloc((void **)&d, 32 * sizeof(float));
+    cudaMalloc((void **)&src, 160 * sizeof(float));
     cudaStream_t s = 0;
     if (strcmp(c, "clean") == 0) {
         /* the correct forms of the cases below */
@@ -145,6 +212,10 @@ int main(int argc, char **argv) {
         launch_failed(SR_LAUNCH_RAW(shfl_k, 1, 32, 0, s, d, 0xffffffffu, 16, 32));
         launch_failed(SR_LAUNCH_RAW(shfl_k, 1, 32, 0, s, d, 0x0000ffffu, 8, 16));
         launch_failed(SR_LAUNCH_RAW(past_end_k, 1, 32, 0, s, d, 31));
+        launch_failed(SR_LAUNCH_RAW(mma_k, 1, 32, 0, s, d, 0));
+        launch_failed(SR_LAUNCH_RAW(ldmatrix_k, 1, 32, 0, s, d, 0));
+        launch_failed(SR_LAUNCH_RAW(cp_async_k, 1, 32, 128 * sizeof(float), s, src, d, 0));
+        launch_failed(SR_LAUNCH_RAW(ballot_k, 1, 32, 0, s, d, 0));
         cudaEvent_t e;
         cudaEventCreate(&e);
         cudaEventRecord(e, s);
@@ -181,6 +252,42 @@ int main(int argc, char **argv) {
         cudaFree(d);
     } else if (strcmp(c, "copy_past_end") == 0) {
         cudaMemcpy(d + 8, host, 32 * sizeof(float), cudaMemcpyHostToDevice);
+    } else if (strcmp(c, "mma_lane_exit") == 0) {
+        launch_failed(SR_LAUNCH_RAW(mma_k, 1, 32, 0, s, d, 1));
+    } else if (strcmp(c, "mma_partial_warp") == 0) {
+        launch_failed(SR_LAUNCH_RAW(mma_k, 1, 16, 0, s, d, 0));
+    } else if (strcmp(c, "mma_divergent") == 0) {
+        launch_failed(SR_LAUNCH_RAW(mma_k, 1, 32, 0, s, d, 2));
+    } else if (strcmp(c, "ldmatrix_misaligned") == 0) {
+        launch_failed(SR_LAUNCH_RAW(ldmatrix_k, 1, 32, 0, s, d, 2));
+    } else if (strcmp(c, "ldmatrix_outside") == 0) {
+        launch_failed(SR_LAUNCH_RAW(ldmatrix_k, 1, 32, 0, s, d, -1));
+    } else if (strcmp(c, "cp_async_early_read") == 0) {
+        launch_failed(SR_LAUNCH_RAW(cp_async_k, 1, 32, 128 * sizeof(float), s, src, d, 1));
+    } else if (strcmp(c, "cp_async_no_wait") == 0) {
+        launch_failed(SR_LAUNCH_RAW(cp_async_k, 1, 32, 128 * sizeof(float), s, src, d, 2));
+    } else if (strcmp(c, "cp_async_misaligned") == 0) {
+        launch_failed(SR_LAUNCH_RAW(cp_async_k, 1, 32, 128 * sizeof(float), s, src, d, 3));
+    } else if (strcmp(c, "dynamic_past_end") == 0) {
+        launch_failed(SR_LAUNCH_RAW(cp_async_k, 1, 32, 128 * sizeof(float), s, src, d, 4));
+    } else if (strcmp(c, "ballot_lane_exit") == 0) {
+        launch_failed(SR_LAUNCH_RAW(ballot_k, 1, 32, 0, s, d, 1));
+    } else if (strcmp(c, "dynamic_shared_limits") == 0) {
+        /* above 48 KiB of dynamic shared memory only with the kernel's
+         * attribute, and never above 227 KiB (the runtime's errors, as on
+         * hardware; not reports) */
+        int a = SR_LAUNCH_RAW(cp_async_k, 1, 32, 64 * 1024, s, src, d, 0);
+        int b = (int)cudaFuncSetAttribute(cp_async_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
+        int c2 = SR_LAUNCH_RAW(cp_async_k, 1, 32, 64 * 1024, s, src, d, 0);
+        int e2 = (int)cudaFuncSetAttribute(cp_async_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 * 1024);
+        (void)cudaGetLastError();
+        int f = SR_LAUNCH_RAW(cp_async_k, 1, 32, 228 * 1024, s, src, d, 0);
+        cudaDeviceSynchronize();
+        printf("dynamic_shared_limits: 64 KiB without the attribute: %s; the attribute set: %s; then: %s; an attribute "
+               "of 228 KiB: %s; a launch of 228 KiB: %s\n",
+               cudaGetErrorName((cudaError_t)a), cudaGetErrorName((cudaError_t)b), cudaGetErrorName((cudaError_t)c2),
+               cudaGetErrorName((cudaError_t)e2), cudaGetErrorName((cudaError_t)f));
+        return 0;
     } else if (strcmp(c, "event_unrecorded") == 0) {
         cudaEvent_t e;
         cudaEventCreate(&e);

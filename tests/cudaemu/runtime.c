@@ -785,6 +785,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
     snprintf(p->name, sizeof p->name, "%s", dev_name);
     p->totalGlobalMem = mem_bytes;
     p->sharedMemPerBlock = 48 << 10;
+    p->sharedMemPerBlockOptin = 227 << 10; /* sm_90's */
     p->warpSize = 32;
     p->maxThreadsPerBlock = 1024;
     p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
@@ -799,6 +800,78 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
     p->pciDeviceID = 0;
     p->unifiedAddressing = 1;
     return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int d) {
+    ready();
+    if (!value)
+        return fail(cudaErrorInvalidValue);
+    if (d < 0 || d >= ndev)
+        return fail(cudaErrorInvalidDevice);
+    switch (attr) {
+    case cudaDevAttrMaxSharedMemoryPerBlock:
+        *value = 48 << 10;
+        return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+        *value = 227 << 10;
+        return cudaSuccess;
+    case cudaDevAttrWarpSize:
+        *value = 32;
+        return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor:
+        *value = 9;
+        return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor:
+        *value = 0;
+        return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount:
+        *value = 132;
+        return cudaSuccess;
+    default:
+        return fail(cudaErrorInvalidValue); /* (an attribute kernels/ never asks) */
+    }
+}
+
+/* cudaFuncAttributeMaxDynamicSharedMemorySize per kernel (a kernel's host
+ * function address in the emulator), under mu. */
+#define MAX_FUNC_ATTRS 256
+static struct {
+    const void *func;
+    int max_dynamic_shared;
+} func_attrs[MAX_FUNC_ATTRS];
+static int nfunc_attrs;
+
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value) {
+    ready();
+    if (!func)
+        return fail(cudaErrorInvalidDeviceFunction);
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize)
+        return cudaSuccess; /* (the others are hints) */
+    if (value < 0 || value > (227 << 10))
+        return fail(cudaErrorInvalidValue); /* above sharedMemPerBlockOptin */
+    pthread_mutex_lock(&mu);
+    int i = 0;
+    while (i < nfunc_attrs && func_attrs[i].func != func)
+        i++;
+    if (i == nfunc_attrs && nfunc_attrs == MAX_FUNC_ATTRS) {
+        pthread_mutex_unlock(&mu);
+        return fail(cudaErrorMemoryAllocation);
+    }
+    func_attrs[i].func = func;
+    func_attrs[i].max_dynamic_shared = value;
+    nfunc_attrs += i == nfunc_attrs;
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+size_t cudaemu_func_max_dynamic_shared(const void *func) {
+    size_t v = 48 << 10; /* the default: 48 KiB */
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nfunc_attrs; i++)
+        if (func_attrs[i].func == func)
+            v = (size_t)func_attrs[i].max_dynamic_shared;
+    pthread_mutex_unlock(&mu);
+    return v;
 }
 
 cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d) {

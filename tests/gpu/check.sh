@@ -370,7 +370,8 @@ st_ops() {
     fi
     real=1
     [ $emulate = 1 ] && real=0 what="every CUDA op and primitive vs the CPU op, f32 and bf16, small shapes"
-    SHARDRUN_TEST_REAL_SHAPES=$real "$t" >"$LOGS/ops.out" 2>&1
+    # (test_kernels reads tests/data: the PTX ISA's tables of mma.cuh's primitives)
+    SR_SRCDIR=$SRC SHARDRUN_TEST_REAL_SHAPES=$real "$t" >"$LOGS/ops.out" 2>&1
     rc=$?
     nok=$(grep -c '^ok' "$LOGS/ops.out")
     bad=$(grep '^not ok' "$LOGS/ops.out" | head -3 | tr '\n' ' ')
