@@ -107,6 +107,10 @@ check "a bare __shared__ is reported (planted)" test -n "$(bare_shared "$T/plant
 found=$(bare_warp "$K"/*.cu "$K"/*.cuh "$K"/*.h)
 check "inline PTX and the warp-level intrinsics only in kernels/mma.cuh (the wrapper: $(grep -c '^__device__ inline\|^template' "$K/mma.cuh") primitives)" \
     test -z "$found" || diag "$found"
+mkdir -p "$T/tables" && python3 "$SR_SRCDIR/tests/data/primitives.py" "$T/tables" 2>"$T/tables.err"
+tdiff=$(for f in mma_m16n8k16 ldmatrix shfl bf16x2; do cmp -s "$T/tables/$f.txt" "$SR_SRCDIR/tests/data/$f.txt" || echo "$f.txt"; done)
+check "tests/data's primitive tables are tests/data/primitives.py's output (from the PTX ISA; differ: ${tdiff:-none})" \
+    test -z "$tdiff" -a -s "$T/tables/mma_m16n8k16.txt" || diag "$(cat "$T/tables.err")"
 printf '__device__ float f(float v) {\n    return __shfl_xor_sync(0xffffffffu, v, 1);\n}\n__device__ void g(unsigned s) { asm volatile("cp.async.wait_all;\\n" ::); }\n' >"$T/planted_warp.cu"
 check "a warp intrinsic and inline PTX outside the wrapper are reported (planted)" \
     test "$(bare_warp "$T/planted_warp.cu" | wc -l)" = 2
