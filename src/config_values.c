@@ -1,0 +1,505 @@
+/* config_values.c — the job file's typed values: each type of the key
+ * table (integer, float, bool, string, enum, reshard, string and signal
+ * lists) parsed from a YAML scalar or sequence with its range checked,
+ * formatted back as YAML, described for `config keys`, and freed.  Part
+ * of the config module (config.h, config_impl.h). */
+#include "srconfig.h"
+
+#include "config_impl.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <yaml.h>
+
+#include "dtype.h"
+#include "fsio.h"
+#include "mem.h"
+#include "suggest.h"
+#include "yamlload.h"
+
+/* ------------------------------------------------------------------------ */
+
+int cfg_key_index(const char *path) {
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(cfg_keys[i].key, path) == 0)
+            return i;
+    return -1;
+}
+
+/* True when `path` is a section: some key starts with "path.". */
+bool cfg_is_section(const char *path) {
+    size_t n = strlen(path);
+    for (int i = 0; i < NKEYS; i++)
+        if (strncmp(cfg_keys[i].key, path, n) == 0 && cfg_keys[i].key[n] == '.')
+            return true;
+    return false;
+}
+
+void cfg_strlist_free(sr_strlist *l) {
+    for (int i = 0; i < l->count; i++)
+        free(l->items[i]);
+    free(l->items);
+    l->items = NULL;
+    l->count = 0;
+}
+
+const char *cfg_scalar_text(yaml_node_t *node) { return (const char *)node->data.scalar.value; }
+
+bool cfg_scalar_is_plain(yaml_node_t *node) { return node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE; }
+
+bool cfg_scalar_is_null(yaml_node_t *node) {
+    if (node->type != YAML_SCALAR_NODE || !cfg_scalar_is_plain(node))
+        return false;
+    const char *s = cfg_scalar_text(node);
+    return s[0] == '\0' || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 || strcmp(s, "Null") == 0 ||
+           strcmp(s, "NULL") == 0;
+}
+
+const char *cfg_node_kind(yaml_node_t *node) {
+    switch (node->type) {
+    case YAML_MAPPING_NODE:
+        return "a mapping";
+    case YAML_SEQUENCE_NODE:
+        return "a list";
+    default:
+        return cfg_scalar_is_null(node) ? "nothing (null)" : "a scalar";
+    }
+}
+
+/* Parses a YAML boolean; returns -1 when `s` is not one. */
+int cfg_parse_bool(const char *s) {
+    static const char *const t[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON", NULL};
+    static const char *const f[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF", NULL};
+    for (int i = 0; t[i]; i++)
+        if (strcmp(s, t[i]) == 0)
+            return 1;
+    for (int i = 0; f[i]; i++)
+        if (strcmp(s, f[i]) == 0)
+            return 0;
+    return -1;
+}
+
+/* Parses a whole decimal integer.  Returns 0, or ERANGE on overflow, or
+ * EINVAL when `s` is not an integer. */
+int cfg_parse_int(const char *s, int64_t *out) {
+    if (!*s || isspace((unsigned char)*s))
+        return EINVAL;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*end != '\0')
+        return EINVAL;
+    if (errno == ERANGE)
+        return ERANGE;
+    *out = v;
+    return 0;
+}
+
+int cfg_parse_float(const char *s, double *out) {
+    if (!*s || isspace((unsigned char)*s))
+        return EINVAL;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end != '\0')
+        return EINVAL;
+    if (errno == ERANGE && fabs(v) > 1.0)
+        return ERANGE;
+    if (!isfinite(v))
+        return EINVAL;
+    *out = v;
+    return 0;
+}
+
+void cfg_fmt_range_int(char *buf, size_t n, const sr_key *k) {
+    if (k->max >= I64MAX)
+        snprintf(buf, n, "an integer >= %.0f", k->min);
+    else
+        snprintf(buf, n, "an integer in [%.0f, %.0f]", k->min, k->max);
+}
+
+void cfg_fmt_enum(char *buf, size_t n, const char *const *names) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; names[i]; i++) {
+        int w = snprintf(buf + used, n - used, "%s%s", i ? (names[i + 1] ? ", " : " or ") : "", names[i]);
+        if (w < 0 || (size_t)w >= n - used)
+            break;
+        used += (size_t)w;
+    }
+}
+
+/* ---- one setter per value type (the type table is below) ---- */
+
+/* An explicitly tagged scalar (`!!str 3`) is never a number or a boolean. */
+static sr_status refuse_tagged(const leaf *l, const char *expect) {
+    return LEAF_ERR(l, "%s: expected %s, got '%s' with an explicit tag (hint: remove the tag)", l->k->key, expect,
+                    cfg_scalar_text(l->node));
+}
+
+/* A plain, non-null scalar for a number key; else the error. */
+static sr_status need_number(const leaf *l, const char *expect) {
+    if (sr_yaml_explicit_str(l->node))
+        return refuse_tagged(l, expect);
+    if (l->node->type == YAML_SCALAR_NODE && !cfg_scalar_is_plain(l->node))
+        return LEAF_ERR(l, "%s: expected %s, got the quoted string \"%s\" (hint: remove the quotes)", l->k->key, expect,
+                        cfg_scalar_text(l->node));
+    if (l->node->type != YAML_SCALAR_NODE || cfg_scalar_is_null(l->node))
+        return LEAF_ERR(l, "%s: expected %s, got %s", l->k->key, expect, cfg_node_kind(l->node));
+    return SR_OK;
+}
+
+static sr_status set_int(const leaf *l) {
+    const sr_key *k = l->k;
+    char expect[512];
+    cfg_fmt_range_int(expect, sizeof expect, k);
+    sr_status st = need_number(l, expect);
+    if (st != SR_OK)
+        return st;
+    const char *text = cfg_scalar_text(l->node);
+    int64_t v;
+    int rc = cfg_parse_int(text, &v);
+    if (rc == ERANGE)
+        return LEAF_ERR(l, "%s: value '%s' overflows a 64-bit integer; expected %s", k->key, text, expect);
+    if (rc) {
+        double dv;
+        return LEAF_ERR(l, "%s: expected %s, got '%s'%s", k->key, expect, text,
+                        cfg_parse_float(text, &dv) == 0 ? " (hint: write a whole number)" : "");
+    }
+    if ((double)v < k->min || (double)v > k->max)
+        return LEAF_ERR(l, "%s: value %s is out of range; expected %s", k->key, text, expect);
+    *(int64_t *)cfg_field(l->cfg, k) = v;
+    return SR_OK;
+}
+
+static sr_status set_float(const leaf *l) {
+    const sr_key *k = l->k;
+    char expect[512];
+    snprintf(expect, sizeof expect, "a number in [%g, %g]", k->min, k->max);
+    sr_status st = need_number(l, expect);
+    if (st != SR_OK)
+        return st;
+    const char *text = cfg_scalar_text(l->node);
+    double v;
+    int rc = cfg_parse_float(text, &v);
+    if (rc == ERANGE)
+        return LEAF_ERR(l, "%s: value '%s' overflows a double; expected %s", k->key, text, expect);
+    if (rc)
+        return LEAF_ERR(l, "%s: expected %s, got '%s'", k->key, expect, text);
+    if (v < k->min || v > k->max)
+        return LEAF_ERR(l, "%s: value %s is out of range; expected %s", k->key, text, expect);
+    *(double *)cfg_field(l->cfg, k) = v;
+    return SR_OK;
+}
+
+static sr_status set_bool(const leaf *l) {
+    yaml_node_t *node = l->node;
+    if (sr_yaml_explicit_str(node))
+        return refuse_tagged(l, "true or false");
+    bool scalar = node->type == YAML_SCALAR_NODE;
+    int b = scalar && cfg_scalar_is_plain(node) ? cfg_parse_bool(cfg_scalar_text(node)) : -1;
+    if (b < 0)
+        return LEAF_ERR(l, "%s: expected true or false, got %s%s%s", l->k->key, scalar ? "'" : cfg_node_kind(node),
+                        scalar ? cfg_scalar_text(node) : "", scalar ? "'" : "");
+    *(bool *)cfg_field(l->cfg, l->k) = b;
+    return SR_OK;
+}
+
+static sr_status set_str(const leaf *l) {
+    if (l->node->type != YAML_SCALAR_NODE)
+        return LEAF_ERR(l, "%s: expected a string, got %s", l->k->key, cfg_node_kind(l->node));
+    const char *text = cfg_scalar_is_null(l->node) ? "" : cfg_scalar_text(l->node);
+    if (strlen(text) > 4095)
+        return LEAF_ERR(l, "%s: expected a string of at most 4095 bytes", l->k->key);
+    char *s = sr_strdup(text);
+    if (!s)
+        return sr_error_oom("a job-file string");
+    char **dst = (char **)cfg_field(l->cfg, l->k);
+    free(*dst);
+    *dst = s;
+    return SR_OK;
+}
+
+static sr_status set_enum(const leaf *l) {
+    const sr_key *k = l->k;
+    char expect[512];
+    cfg_fmt_enum(expect, sizeof expect, k->names);
+    if (l->node->type != YAML_SCALAR_NODE || cfg_scalar_is_null(l->node))
+        return LEAF_ERR(l, "%s: expected one of %s, got %s", k->key, expect, cfg_node_kind(l->node));
+    for (int i = 0; k->names[i]; i++)
+        if (strcmp(k->names[i], cfg_scalar_text(l->node)) == 0) {
+            *(int64_t *)cfg_field(l->cfg, k) = i;
+            return SR_OK;
+        }
+    return LEAF_ERR(l, "%s: expected one of %s, got '%s'", k->key, expect, cfg_scalar_text(l->node));
+}
+
+static sr_status set_reshard(const leaf *l) {
+    const sr_key *k = l->k;
+    char expect[512];
+    snprintf(expect, sizeof expect, "true, false, or an integer N in [%.0f, %.0f]", k->min, k->max);
+    if (sr_yaml_explicit_str(l->node))
+        return refuse_tagged(l, expect);
+    if (l->node->type != YAML_SCALAR_NODE || !cfg_scalar_is_plain(l->node) || cfg_scalar_is_null(l->node))
+        return LEAF_ERR(l, "%s: expected %s, got %s", k->key, expect, cfg_node_kind(l->node));
+    const char *text = cfg_scalar_text(l->node);
+    int b = cfg_parse_bool(text);
+    int64_t v;
+    if (b == 1)
+        v = SR_RESHARD_TRUE;
+    else if (b == 0)
+        v = SR_RESHARD_FALSE;
+    else if (cfg_parse_int(text, &v))
+        return LEAF_ERR(l, "%s: expected %s, got '%s'", k->key, expect, text);
+    else if ((double)v < k->min || (double)v > k->max)
+        return LEAF_ERR(l, "%s: value %s is out of range; expected %s%s", k->key, text, expect,
+                        v == 1 ? " (hint: 1 keeps a full copy on every rank: write false)" : "");
+    *(int64_t *)cfg_field(l->cfg, k) = v;
+    return SR_OK;
+}
+
+/* One list item: a string, or (T_SIGLIST) a signal name without SIG. */
+static sr_status list_item(const leaf *l, yaml_node_t *item, int i, const char **out) {
+    const sr_key *k = l->k;
+    if (!item || item->type != YAML_SCALAR_NODE)
+        return cfg_error_at(l->ctx, item ? item->start_mark : l->node->start_mark,
+                        "%s: expected a string as list item %d, got %s", k->key, i + 1,
+                        item ? cfg_node_kind(item) : "nothing");
+    const char *s = cfg_scalar_is_null(item) ? "" : cfg_scalar_text(item);
+    if (k->type == T_SIGLIST) {
+        const char *name = strncmp(s, "SIG", 3) == 0 ? s + 3 : s;
+        bool ok = false;
+        for (int j = 0; cfg_signal_names[j]; j++)
+            ok = ok || strcmp(cfg_signal_names[j], name) == 0;
+        if (!ok) {
+            char e2[256];
+            cfg_fmt_enum(e2, sizeof e2, cfg_signal_names);
+            return cfg_error_at(l->ctx, item->start_mark, "%s: expected signal names among %s, got '%s'%s", k->key, e2, s,
+                            strcmp(name, "KILL") == 0 || strcmp(name, "STOP") == 0
+                                ? " (hint: SIGKILL and SIGSTOP cannot be caught)"
+                                : "");
+        }
+        s = name;
+    }
+    *out = s;
+    return SR_OK;
+}
+
+static sr_status set_list(const leaf *l) {
+    const sr_key *k = l->k;
+    yaml_node_t *node = l->node;
+    yaml_node_item_t *it = NULL, *end = NULL;
+    yaml_node_t *one = NULL;
+    if (node->type == YAML_SCALAR_NODE && k->type == T_STRLIST) {
+        one = node;
+    } else if (node->type == YAML_SEQUENCE_NODE) {
+        it = node->data.sequence.items.start;
+        end = node->data.sequence.items.top;
+    } else {
+        return LEAF_ERR(l, "%s: expected %s, got %s", k->key,
+                        k->type == T_SIGLIST ? "a list of signal names, e.g. [USR1, TERM]"
+                                             : "a path, a glob, or a list of them",
+                        cfg_node_kind(node));
+    }
+    int n = one ? 1 : (int)(end - it);
+    sr_strlist nl = {0};
+    nl.items = sr_calloc((size_t)n + 1, sizeof *nl.items);
+    if (!nl.items)
+        return sr_error_oom("a job-file list");
+    for (int i = 0; i < n; i++) {
+        const char *s;
+        sr_status st = list_item(l, one ? one : yaml_document_get_node(l->doc, it[i]), i, &s);
+        if (st != SR_OK) {
+            cfg_strlist_free(&nl);
+            return st;
+        }
+        if (one && s[0] == '\0') /* "" is the empty list */
+            break;
+        nl.items[nl.count] = sr_strdup(s);
+        if (!nl.items[nl.count]) {
+            cfg_strlist_free(&nl);
+            return sr_error_oom("a job-file list");
+        }
+        nl.count++;
+    }
+    sr_strlist *dst = (sr_strlist *)cfg_field(l->cfg, k);
+    cfg_strlist_free(dst);
+    *dst = nl;
+    return SR_OK;
+}
+
+/* ---- formatting values ---- */
+
+static void fmt_double(char *buf, size_t n, double v) {
+    /* Shortest form that reads back to the same double. */
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    /* Keep it a YAML float-looking number. */
+    if (!strpbrk(buf, ".eEn"))
+        strncat(buf, ".0", n - strlen(buf) - 1);
+}
+
+static void fmt_yaml_string(char *buf, size_t n, const char *s) {
+    size_t used = 0;
+    buf[used++] = '"';
+    for (; *s && used + 8 < n; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            buf[used++] = '\\';
+            buf[used++] = (char)c;
+        } else if (c < 0x20) {
+            used += (size_t)snprintf(buf + used, n - used, "\\x%02x", c);
+        } else {
+            buf[used++] = (char)c;
+        }
+    }
+    buf[used++] = '"';
+    buf[used] = '\0';
+}
+
+bool sr_config_unquote(const char *printed, char *out, size_t n) {
+    size_t len = strlen(printed), used = 0;
+    if (len < 2 || printed[0] != '"' || printed[len - 1] != '"' || n == 0)
+        return false;
+    for (size_t i = 1; i + 1 < len; i++) {
+        char c = printed[i];
+        if (c == '\\') {
+            char e = printed[++i];
+            if (e == '"' || e == '\\') {
+                c = e;
+            } else if (e == 'x' && i + 2 < len - 1) {
+                char hex[3] = {printed[i + 1], printed[i + 2], '\0'};
+                char *end;
+                c = (char)strtol(hex, &end, 16);
+                if (*end)
+                    return false;
+                i += 2;
+            } else {
+                return false;
+            }
+        }
+        if (used + 1 >= n)
+            return false;
+        out[used++] = c;
+    }
+    out[used] = '\0';
+    return true;
+}
+
+static void fmt_int(const void *f, const sr_key *k, char *buf, size_t n) {
+    (void)k;
+    snprintf(buf, n, "%lld", (long long)*(const int64_t *)f);
+}
+
+static void fmt_float(const void *f, const sr_key *k, char *buf, size_t n) {
+    (void)k;
+    fmt_double(buf, n, *(const double *)f);
+}
+
+static void fmt_bool(const void *f, const sr_key *k, char *buf, size_t n) {
+    (void)k;
+    snprintf(buf, n, "%s", *(const bool *)f ? "true" : "false");
+}
+
+static void fmt_str(const void *f, const sr_key *k, char *buf, size_t n) {
+    (void)k;
+    fmt_yaml_string(buf, n, *(char *const *)f ? *(char *const *)f : "");
+}
+
+static void fmt_enum_value(const void *f, const sr_key *k, char *buf, size_t n) {
+    snprintf(buf, n, "%s", k->names[*(const int64_t *)f]);
+}
+
+static void fmt_reshard(const void *f, const sr_key *k, char *buf, size_t n) {
+    (void)k;
+    int64_t v = *(const int64_t *)f;
+    if (v == SR_RESHARD_TRUE)
+        snprintf(buf, n, "true");
+    else if (v == SR_RESHARD_FALSE)
+        snprintf(buf, n, "false");
+    else
+        snprintf(buf, n, "%lld", (long long)v);
+}
+
+static void fmt_list(const void *f, const sr_key *k, char *buf, size_t n) {
+    const sr_strlist *l = f;
+    if (k->type == T_STRLIST && l->count == 0) {
+        snprintf(buf, n, "\"\"");
+        return;
+    }
+    size_t used = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < l->count && used < n; i++) {
+        char item[4200];
+        if (k->type == T_SIGLIST)
+            snprintf(item, sizeof item, "%s", l->items[i]);
+        else
+            fmt_yaml_string(item, sizeof item, l->items[i]);
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? ", " : "", item);
+    }
+    if (used < n)
+        snprintf(buf + used, n - used, "]");
+}
+
+/* ---- describing types (config keys, shardrun.yaml(5)) ---- */
+
+static void desc_int(const sr_key *k, char *buf, size_t n) {
+    if (k->max >= I64MAX)
+        snprintf(buf, n, "integer >= %.0f", k->min);
+    else
+        snprintf(buf, n, "integer %.0f..%.0f", k->min, k->max);
+}
+
+static void desc_float(const sr_key *k, char *buf, size_t n) { snprintf(buf, n, "number %g..%g", k->min, k->max); }
+
+static void desc_enum(const sr_key *k, char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; k->names[i] && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? " | " : "", k->names[i]);
+}
+
+static void free_str(void *f) {
+    free(*(char **)f);
+    *(char **)f = NULL;
+}
+
+void free_list(void *f) { cfg_strlist_free(f); }
+
+/* ---- the type table: one row per value type ---- */
+
+const value_type cfg_types[] = {
+    [T_INT] = {set_int, fmt_int, desc_int, NULL, NULL},
+    [T_FLOAT] = {set_float, fmt_float, desc_float, NULL, NULL},
+    [T_BOOL] = {set_bool, fmt_bool, NULL, "true | false", NULL},
+    [T_STR] = {set_str, fmt_str, NULL, "string", free_str},
+    [T_ENUM] = {set_enum, fmt_enum_value, desc_enum, NULL, NULL},
+    [T_RESHARD] = {set_reshard, fmt_reshard, NULL, "true | false | N >= 2", NULL},
+    [T_STRLIST] = {set_list, fmt_list, NULL, "path | glob | list", free_list},
+    [T_SIGLIST] = {set_list, fmt_list, NULL, "list of signal names", free_list},
+};
+
+/* Sets one leaf key from a YAML node, validating its type and range. */
+sr_status cfg_set_leaf(sr_config *cfg, int ki, yaml_document_t *doc, yaml_node_t *node, const parse_ctx *ctx) {
+    leaf l = {cfg, &cfg_keys[ki], doc, node, ctx};
+    return cfg_types[cfg_keys[ki].type].set(&l);
+}
+
+void cfg_fmt_value(const sr_config *cfg, const sr_key *k, char *buf, size_t n) {
+    cfg_types[k->type].format(cfg_cfield(cfg, k), k, buf, n);
+}
+
+const char *cfg_type_name(const sr_key *k, char *buf, size_t n) {
+    if (cfg_types[k->type].describe)
+        cfg_types[k->type].describe(k, buf, n);
+    else
+        snprintf(buf, n, "%s", cfg_types[k->type].text);
+    return buf;
+}
