@@ -74,7 +74,7 @@ static void *writer_main(void *arg) {
     }
     double t0 = ckpt_now_s();
     ckpt_traced_write(pd->c, &pd->p, pd->tmp, pd->proto, pd->mine, pd->c->snap, "checkpoint write (background)",
-                 pd->trace_t0);
+                      pd->trace_t0);
     pd->write_s = ckpt_now_s() - t0;
     atomic_store(&pd->done, true);
     return NULL;

@@ -223,8 +223,9 @@ static sr_status check_space(sr_ckpt *c) {
     if ((double)avail < need)
         sr_log_warn("%s: %s free, below the %s that %lld more checkpoint%s of %s need (checkpoint.keep %lld + the one "
                     "being written, %lld already there): a later save may fail with a full disk (74)",
-                    c->dir, ckpt_size_str(a, sizeof a, (double)avail), ckpt_size_str(b, sizeof b, need), (long long)more,
-                    more == 1 ? "" : "s", ckpt_size_str(d, sizeof d, (double)one), (long long)keep, (long long)present);
+                    c->dir, ckpt_size_str(a, sizeof a, (double)avail), ckpt_size_str(b, sizeof b, need),
+                    (long long)more, more == 1 ? "" : "s", ckpt_size_str(d, sizeof d, (double)one), (long long)keep,
+                    (long long)present);
     return SR_OK;
 }
 
@@ -326,7 +327,8 @@ void ckpt_retain(sr_ckpt *c, int64_t committed) {
         }
         /* names only: renameat moves the entry itself, and the removal opens
          * it with O_NOFOLLOW, so nothing outside the directory is touched */
-        int rc = renameat(c->dirfd, from, c->dirfd, to) != 0 ? -1 : ckpt_remove_step_dir(c, to, ckpt_named_by_manifest, &mf);
+        int rc =
+            renameat(c->dirfd, from, c->dirfd, to) != 0 ? -1 : ckpt_remove_step_dir(c, to, ckpt_named_by_manifest, &mf);
         sr_manifest_free(&mf);
         if (rc != 0 && errno != ENOTEMPTY)
             sr_log_warn("checkpoint: cannot remove %s/%s: %s", c->dir, from, strerror(errno));

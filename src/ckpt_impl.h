@@ -78,14 +78,14 @@ sr_status ckpt_records_alloc(sr_ckpt *c, const sr_manifest *proto, records *rec,
 /* Every rank's (status, bytes, digests) gathered to every rank; the first
  * failing rank's status and message. */
 sr_status ckpt_gather_records(sr_ckpt *c, records *rec, const unsigned char *mine, uint64_t *total,
-                                bool *transport_failed);
+                              bool *transport_failed);
 /* write_mine as a span of log.trace_steps' window (a background write
  * begun in the window may end after it: the trace file waits for it). */
 void ckpt_traced_write(sr_ckpt *c, const sr_ckpt_progress *p, const char *tmp, const sr_manifest *proto,
-                         unsigned char *mine, float *const *snap, const char *what, int64_t t0);
+                       unsigned char *mine, float *const *snap, const char *what, int64_t t0);
 /* Phase 3: rank 0 commits; on failure the temporary directory goes. */
 sr_status ckpt_save_commit(sr_ckpt *c, const sr_ckpt_progress *p, const char *tmp, const char *final,
-                             const records *rec, sr_status st);
+                           const records *rec, sr_status st);
 void ckpt_pending_free(sr_ckpt *c);
 /* The snapshot of this rank's state (replica 0 ranks: params, m, v of its
  * slices) in host memory allocated and touched now, when every rank's fits

@@ -113,7 +113,8 @@ static sr_status commit_rank0(sr_ckpt *c, const sr_ckpt_progress *p, const char 
         return sr_fsio_write_error_ckpt(c->dir, errno);
     ckpt_crash_site("after_rename", p->step);
     if (replaced &&
-        (replaced_dir ? ckpt_remove_step_dir(c, old_name, ckpt_written_by_save, NULL) : unlinkat(c->dirfd, old_name, 0)) != 0 &&
+        (replaced_dir ? ckpt_remove_step_dir(c, old_name, ckpt_written_by_save, NULL)
+                      : unlinkat(c->dirfd, old_name, 0)) != 0 &&
         errno != ENOTEMPTY)
         sr_log_warn("checkpoint: cannot remove %s/%s: %s", c->dir, old_name, strerror(errno));
     ckpt_crash_site("before_latest", p->step);
@@ -208,7 +209,7 @@ static void write_mine(sr_ckpt *c, const sr_ckpt_progress *p, const char *tmp, c
 /* Every rank's (status, bytes, digests) gathered to every rank; the first
  * failing rank's status and message. */
 sr_status ckpt_gather_records(sr_ckpt *c, records *rec, const unsigned char *mine, uint64_t *total,
-                                bool *transport_failed) {
+                              bool *transport_failed) {
     sr_status st = sr_ctl_allgather(c->ctl, rec->all, mine, rec->bytes);
     *transport_failed = st != SR_OK;
     for (int r = 0; st == SR_OK && r < c->w->size; r++) {
@@ -227,7 +228,7 @@ sr_status ckpt_gather_records(sr_ckpt *c, records *rec, const unsigned char *min
 /* write_mine as a span of log.trace_steps' window (a background write
  * begun in the window may end after it: the trace file waits for it). */
 void ckpt_traced_write(sr_ckpt *c, const sr_ckpt_progress *p, const char *tmp, const sr_manifest *proto,
-                         unsigned char *mine, float *const *snap, const char *what, int64_t t0) {
+                       unsigned char *mine, float *const *snap, const char *what, int64_t t0) {
     write_mine(c, p, tmp, proto, mine, snap);
     char detail[48];
     snprintf(detail, sizeof detail, "step %lld", (long long)p->step);
@@ -330,7 +331,7 @@ static void drop_manifest(sr_manifest *mf) {
 
 /* Phase 3: rank 0 commits; on failure the temporary directory goes. */
 sr_status ckpt_save_commit(sr_ckpt *c, const sr_ckpt_progress *p, const char *tmp, const char *final,
-                             const records *rec, sr_status st) {
+                           const records *rec, sr_status st) {
     if (sr_ctl_rank(c->ctl) != 0)
         return st;
     if (st == SR_OK) {

@@ -611,25 +611,143 @@ static bool notice_before_reset(sr_tcp *t, int peer, char *msg, size_t msg_len) 
     return true;
 }
 
+/* One exchange in flight: a frame {sh, sbuf} to `right` while one
+ * {rh, rbuf} comes from `left`, with how much of each has moved. */
+typedef struct {
+    sr_tcp *t;
+    int right, left;
+    uint32_t seq;
+    wire_hdr sh, rh;
+    const void *sbuf;
+    void *rbuf;
+    size_t rbytes, s_done, r_done, s_total, r_total;
+    char *msg;
+    size_t msg_len;
+} xchg;
+
+/* This rank gives up because of `culprit`: the frame to the right
+ * neighbour is completed when that neighbour is not the culprit (it is
+ * likely still reading it), else a half-sent frame marks the stream dirty. */
+static void settle_right(xchg *x, int culprit) {
+    if (culprit != x->right)
+        finish_frame(x->t, x->right, &x->sh, x->sbuf, &x->s_done, x->s_total);
+    else if (x->s_done > 0 && x->s_done < x->s_total)
+        x->t->dirty[x->right] = true;
+}
+
+/* Sends what the right neighbour takes now; *moved when any byte went. */
+static sr_status send_some(xchg *x, bool *moved) {
+    const char *src;
+    size_t len;
+    if (x->s_done < sizeof x->sh) {
+        src = (const char *)&x->sh + x->s_done;
+        len = sizeof x->sh - x->s_done;
+    } else {
+        src = (const char *)x->sbuf + (x->s_done - sizeof x->sh);
+        len = x->s_total - x->s_done;
+    }
+    ssize_t n = send(x->t->fds[x->right], src, len, MSG_NOSIGNAL);
+    if (n > 0) {
+        x->s_done += (size_t)n;
+        *moved = true;
+    } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        int err = errno;
+        x->t->dirty[x->right] = true;
+        if (notice_before_reset(x->t, x->right, x->msg, x->msg_len))
+            return SR_ERR_PEER;
+        notify_abort(x->t, x->right, ABORT_LOST);
+        snprintf(x->msg, x->msg_len, "lost the connection to rank %d (%s): it exited or failed", x->right,
+                 strerror(err));
+        return SR_ERR_PEER;
+    }
+    return SR_OK;
+}
+
+/* Receives what the left neighbour has sent; a complete header is checked
+ * (an abort notice is passed on and ends the exchange). */
+static sr_status recv_some(xchg *x, bool *moved) {
+    char *dst;
+    size_t len;
+    if (x->r_done < sizeof x->rh) {
+        dst = (char *)&x->rh + x->r_done;
+        len = sizeof x->rh - x->r_done;
+    } else {
+        dst = (char *)x->rbuf + (x->r_done - sizeof x->rh);
+        len = x->r_total - x->r_done;
+    }
+    ssize_t n = recv(x->t->fds[x->left], dst, len, 0);
+    if (n > 0) {
+        size_t before = x->r_done;
+        x->r_done += (size_t)n;
+        *moved = true;
+        if (before < sizeof x->rh && x->r_done >= sizeof x->rh) {
+            if (abort_notice(&x->rh, x->left, x->msg, x->msg_len)) {
+                settle_right(x, (int)x->rh.seq);
+                notify_abort(x->t, (int)x->rh.seq, x->rh.bytes == ABORT_SILENT ? ABORT_SILENT : ABORT_LOST);
+                return SR_ERR_PEER;
+            }
+            if (!sr_tcp_check_frame(&x->rh, sizeof x->rh, x->seq, x->rbytes, x->left, x->msg, x->msg_len))
+                return SR_ERR_PEER;
+        }
+    } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        int err = errno;
+        settle_right(x, x->left);
+        notify_abort(x->t, x->left, ABORT_LOST);
+        snprintf(x->msg, x->msg_len, "lost the connection to rank %d (%s): it exited or failed", x->left,
+                 n == 0 ? "closed" : strerror(err));
+        return SR_ERR_PEER;
+    }
+    return SR_OK;
+}
+
+/* Nothing moved for the limit: the silent neighbour is named, unless this
+ * is the first expiry while waiting on the left neighbour for a whole
+ * frame (*grace is then set and the caller listens ABORT_GRACE_S longer,
+ * for that neighbour's notice naming the real culprit). */
+static sr_status timed_out(xchg *x, bool *grace) {
+    int silent = x->r_done < x->r_total ? x->left : x->right;
+    settle_right(x, silent);
+    if (!*grace)
+        notify_abort(x->t, silent, ABORT_SILENT);
+    if (!*grace && silent == x->left && x->r_done == 0) {
+        *grace = true;
+        return SR_OK;
+    }
+    snprintf(x->msg, x->msg_len,
+             "rank %d sent nothing for comm.timeout_s = %.0f s (stopped, hung or unreachable?); giving up", silent,
+             x->t->timeout_s);
+    return SR_ERR_PEER;
+}
+
 sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const void *sbuf, size_t sbytes, void *rbuf,
                           size_t rbytes, char *msg, size_t msg_len) {
+    xchg x = {.t = t,
+              .right = right,
+              .left = left,
+              .seq = seq,
+              .sh = {WIRE_MAGIC, seq, sbytes},
+              .sbuf = sbuf,
+              .rbuf = rbuf,
+              .rbytes = rbytes,
+              .msg = msg,
+              .msg_len = msg_len};
+    x.s_total = sizeof x.sh + sbytes;
+    x.r_total = sizeof x.rh + rbytes;
     int rfd = t->fds[right], lfd = t->fds[left];
-    wire_hdr sh = {WIRE_MAGIC, seq, sbytes}, rh;
-    size_t s_done = 0, r_done = 0, s_total = sizeof sh + sbytes, r_total = sizeof rh + rbytes;
     if (right >= 0) { /* counted when queued: a failed exchange ends the run */
         sr_count_add(SR_COUNT_MESSAGES, 1);
-        sr_count_add(SR_COUNT_BYTES, s_total);
+        sr_count_add(SR_COUNT_BYTES, x.s_total);
     }
     double last = now_s(), limit = t->timeout_s;
     bool idle_round = false, grace = false;
-    while (s_done < s_total || r_done < r_total) {
+    while (x.s_done < x.s_total || x.r_done < x.r_total) {
         struct pollfd p[2];
         int np = 0, si = -1, ri = -1;
-        if (s_done < s_total) {
+        if (x.s_done < x.s_total) {
             p[np] = (struct pollfd){rfd, POLLOUT, 0};
             si = np++;
         }
-        if (r_done < r_total) {
+        if (x.r_done < x.r_total) {
             if (si >= 0 && lfd == rfd) {
                 p[si].events |= POLLIN;
                 ri = si;
@@ -644,102 +762,25 @@ sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const vo
         }
         double left_s = limit - (now_s() - last);
         if (left_s <= 0) {
-            int silent = r_done < r_total ? left : right;
-            if (silent != right)
-                finish_frame(t, right, &sh, sbuf, &s_done, s_total);
-            else if (s_done > 0 && s_done < s_total)
-                t->dirty[right] = true;
-            if (!grace)
-                notify_abort(t, silent, ABORT_SILENT);
-            if (!grace && silent == left && r_done == 0) {
-                /* the left neighbour may itself be waiting on the real
-                 * culprit: listen a little longer for its notice */
-                grace = true;
-                last = now_s();
-                limit = ABORT_GRACE_S;
-                continue;
-            }
-            snprintf(msg, msg_len,
-                     "rank %d sent nothing for comm.timeout_s = %.0f s (stopped, hung or unreachable?); giving up",
-                     silent, t->timeout_s);
-            return SR_ERR_PEER;
+            if (timed_out(&x, &grace) != SR_OK)
+                return SR_ERR_PEER;
+            last = now_s();
+            limit = ABORT_GRACE_S;
+            continue;
         }
         /* optimistic I/O first; poll only after a round that moved nothing */
         if (!idle_round) {
             for (int k = 0; k < np; k++)
                 p[k].revents = p[k].events;
-        } else {
-            int rc = poll(p, (nfds_t)np, left_s > 1 ? 1000 : (int)(left_s * 1000) + 1);
-            if (rc < 0 && errno != EINTR) {
-                snprintf(msg, msg_len, "poll failed: %s", strerror(errno));
-                return SR_ERR_PEER;
-            }
+        } else if (poll(p, (nfds_t)np, left_s > 1 ? 1000 : (int)(left_s * 1000) + 1) < 0 && errno != EINTR) {
+            snprintf(msg, msg_len, "poll failed: %s", strerror(errno));
+            return SR_ERR_PEER;
         }
         bool moved = false;
-        if (si >= 0 && (p[si].revents & (POLLOUT | POLLERR | POLLHUP))) {
-            const char *src;
-            size_t len;
-            if (s_done < sizeof sh) {
-                src = (const char *)&sh + s_done;
-                len = sizeof sh - s_done;
-            } else {
-                src = (const char *)sbuf + (s_done - sizeof sh);
-                len = s_total - s_done;
-            }
-            ssize_t n = send(rfd, src, len, MSG_NOSIGNAL);
-            if (n > 0) {
-                s_done += (size_t)n;
-                moved = true;
-            } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-                int err = errno;
-                t->dirty[right] = true;
-                if (notice_before_reset(t, right, msg, msg_len))
-                    return SR_ERR_PEER;
-                notify_abort(t, right, ABORT_LOST);
-                snprintf(msg, msg_len, "lost the connection to rank %d (%s): it exited or failed", right,
-                         strerror(err));
-                return SR_ERR_PEER;
-            }
-        }
-        if (ri >= 0 && (p[ri].revents & (POLLIN | POLLERR | POLLHUP))) {
-            char *dst;
-            size_t len;
-            if (r_done < sizeof rh) {
-                dst = (char *)&rh + r_done;
-                len = sizeof rh - r_done;
-            } else {
-                dst = (char *)rbuf + (r_done - sizeof rh);
-                len = r_total - r_done;
-            }
-            ssize_t n = recv(lfd, dst, len, 0);
-            if (n > 0) {
-                size_t before = r_done;
-                r_done += (size_t)n;
-                moved = true;
-                if (before < sizeof rh && r_done >= sizeof rh) {
-                    if (abort_notice(&rh, left, msg, msg_len)) {
-                        if ((int)rh.seq != right)
-                            finish_frame(t, right, &sh, sbuf, &s_done, s_total);
-                        else if (s_done > 0 && s_done < s_total)
-                            t->dirty[right] = true;
-                        notify_abort(t, (int)rh.seq, rh.bytes == ABORT_SILENT ? ABORT_SILENT : ABORT_LOST);
-                        return SR_ERR_PEER;
-                    }
-                    if (!sr_tcp_check_frame(&rh, sizeof rh, seq, rbytes, left, msg, msg_len))
-                        return SR_ERR_PEER;
-                }
-            } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-                int err = errno;
-                if (right != left)
-                    finish_frame(t, right, &sh, sbuf, &s_done, s_total);
-                else if (s_done > 0 && s_done < s_total)
-                    t->dirty[right] = true;
-                notify_abort(t, left, ABORT_LOST);
-                snprintf(msg, msg_len, "lost the connection to rank %d (%s): it exited or failed", left,
-                         n == 0 ? "closed" : strerror(err));
-                return SR_ERR_PEER;
-            }
-        }
+        if (si >= 0 && (p[si].revents & (POLLOUT | POLLERR | POLLHUP)) && send_some(&x, &moved) != SR_OK)
+            return SR_ERR_PEER;
+        if (ri >= 0 && (p[ri].revents & (POLLIN | POLLERR | POLLHUP)) && recv_some(&x, &moved) != SR_OK)
+            return SR_ERR_PEER;
         if (moved)
             last = now_s();
         idle_round = !moved;

@@ -168,9 +168,6 @@ sr_status sr_config_finalize(sr_config *cfg);
  * preset's ("gpt2-124m") when every dimension is the preset's, else
  * "custom (gpt2-124m with n_layer, seq_len changed)".  Returns buf. */
 const char *sr_config_model_name(const sr_config *cfg, char *buf, size_t n);
-/* Refuses non-default values of keys whose feature has not landed yet
- * ("not implemented yet", SR_ERR_CONFIG). */
-sr_status sr_config_check_landed(const sr_config *cfg);
 
 /* Checks model dimensions from outside a job file (a checkpoint's
  * manifest) as a job file's are checked: each against its key's range, and

@@ -23,7 +23,6 @@ typedef struct {
     const char *def;          /* default as YAML text; NULL: from model.preset */
     double min, max;          /* inclusive range for T_INT, T_FLOAT, T_RESHARD */
     const char *const *names; /* T_ENUM values */
-    bool landed;              /* false: a non-default value is "not implemented yet" */
     const char *doc;
 } sr_key;
 
@@ -119,8 +118,7 @@ void cfg_suggest(const char *prefix, const char *name, char *out, size_t n);
  * outside YAML uses (yamlload.h); a second document is refused.  On success
  * *doc is initialised (delete it) and *has_root false for an empty stream.
  * Returns SR_ERR_CONFIG with the problem and its place. */
-sr_status cfg_load_document(yaml_document_t *doc, const char *text, size_t len, const parse_ctx *ctx,
-                               bool *has_root);
+sr_status cfg_load_document(yaml_document_t *doc, const char *text, size_t len, const parse_ctx *ctx, bool *has_root);
 /* Key ki back to its built-in default (or, without one, the zero its
  * rules derive from: the preset's dimensions), and "not set". */
 sr_status cfg_reset_key(sr_config *cfg, int ki);

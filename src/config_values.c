@@ -268,8 +268,8 @@ static sr_status list_item(const leaf *l, yaml_node_t *item, int i, const char *
     const sr_key *k = l->k;
     if (!item || item->type != YAML_SCALAR_NODE)
         return cfg_error_at(l->ctx, item ? item->start_mark : l->node->start_mark,
-                        "%s: expected a string as list item %d, got %s", k->key, i + 1,
-                        item ? cfg_node_kind(item) : "nothing");
+                            "%s: expected a string as list item %d, got %s", k->key, i + 1,
+                            item ? cfg_node_kind(item) : "nothing");
     const char *s = cfg_scalar_is_null(item) ? "" : cfg_scalar_text(item);
     if (k->type == T_SIGLIST) {
         const char *name = strncmp(s, "SIG", 3) == 0 ? s + 3 : s;
@@ -279,10 +279,10 @@ static sr_status list_item(const leaf *l, yaml_node_t *item, int i, const char *
         if (!ok) {
             char e2[256];
             cfg_fmt_enum(e2, sizeof e2, cfg_signal_names);
-            return cfg_error_at(l->ctx, item->start_mark, "%s: expected signal names among %s, got '%s'%s", k->key, e2, s,
-                            strcmp(name, "KILL") == 0 || strcmp(name, "STOP") == 0
-                                ? " (hint: SIGKILL and SIGSTOP cannot be caught)"
-                                : "");
+            return cfg_error_at(
+                l->ctx, item->start_mark, "%s: expected signal names among %s, got '%s'%s", k->key, e2, s,
+                strcmp(name, "KILL") == 0 || strcmp(name, "STOP") == 0 ? " (hint: SIGKILL and SIGSTOP cannot be caught)"
+                                                                       : "");
         }
         s = name;
     }

@@ -195,13 +195,14 @@ static sr_status apply_at(sr_config *cfg, yaml_document_t *doc, const char *path
     if (cfg_is_section(path)) {
         if (node->type != YAML_MAPPING_NODE)
             return cfg_error_at(ctx, node->start_mark, "%s: expected a mapping of keys (a section), got %s", path,
-                            cfg_node_kind(node));
+                                cfg_node_kind(node));
         return walk_mapping(cfg, doc, node, path, ctx);
     }
     char hint[300];
     cfg_suggest(prefix, name, hint, sizeof hint);
     if (hint[0])
-        return cfg_error_at(ctx, keymark, "unknown key '%s'; did you mean '%s'? (see shardrun config keys)", path, hint);
+        return cfg_error_at(ctx, keymark, "unknown key '%s'; did you mean '%s'? (see shardrun config keys)", path,
+                            hint);
     return cfg_error_at(ctx, keymark, "unknown key '%s' (see shardrun config keys for the valid keys)", path);
 }
 
@@ -220,7 +221,7 @@ static sr_status walk_mapping(sr_config *cfg, yaml_document_t *doc, yaml_node_t 
             yaml_node_t *k2 = yaml_document_get_node(doc, q->key);
             if (k2 && k2->type == YAML_SCALAR_NODE && strcmp(cfg_scalar_text(k2), name) == 0)
                 return cfg_error_at(ctx, k->start_mark, "duplicate key '%s%s%s' (first given at line %zu)", prefix,
-                                prefix[0] ? "." : "", name, k2->start_mark.line + 1);
+                                    prefix[0] ? "." : "", name, k2->start_mark.line + 1);
         }
         char path[512];
         if ((size_t)snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", name) >= sizeof path)
@@ -236,8 +237,7 @@ static sr_status walk_mapping(sr_config *cfg, yaml_document_t *doc, yaml_node_t 
  * outside YAML uses (yamlload.h); a second document is refused.  On success
  * *doc is initialised (delete it) and *has_root false for an empty stream.
  * Returns SR_ERR_CONFIG with the problem and its place. */
-sr_status cfg_load_document(yaml_document_t *doc, const char *text, size_t len, const parse_ctx *ctx,
-                               bool *has_root) {
+sr_status cfg_load_document(yaml_document_t *doc, const char *text, size_t len, const parse_ctx *ctx, bool *has_root) {
     sr_yaml_limits lim = sr_yaml_default_limits;
     lim.refuse_duplicates = false; /* walk_mapping refuses them naming the dotted key */
     sr_yaml_error err;
@@ -263,8 +263,8 @@ sr_status sr_config_load_text(sr_config *cfg, const char *text, size_t len, cons
         yaml_node_t *root = yaml_document_get_root_node(&doc);
         if (root->type != YAML_MAPPING_NODE && !cfg_scalar_is_null(root))
             st = cfg_error_at(&ctx, root->start_mark,
-                          "expected a mapping of sections (model:, train:, ...) at the top level, got %s",
-                          cfg_node_kind(root));
+                              "expected a mapping of sections (model:, train:, ...) at the top level, got %s",
+                              cfg_node_kind(root));
         else if (root->type == YAML_MAPPING_NODE)
             st = walk_mapping(cfg, &doc, root, "", &ctx);
     }

@@ -84,7 +84,7 @@ static void eta(double s, char *out, size_t n) {
 }
 
 void sr_run_slurm_step(sr_run *r, int64_t s, double red[SR_RUN_AGREE_N]) {
-    red[3] = red[4] = 0.0;
+    red[SR_AGREE_END_NEAR] = red[SR_AGREE_END_TIME] = 0.0;
     if (!r->slurm)
         return;
     const sr_config *cfg = r->cfg;
@@ -105,14 +105,14 @@ void sr_run_slurm_step(sr_run *r, int64_t s, double red[SR_RUN_AGREE_N]) {
                         lead, step_s, save_s, r->save_s > 0 ? "" : " as the step's until a save is measured",
                         cfg->preempt_end_margin_s, end - now);
         r->end_lead_s = lead;
-        red[4] = end;
+        red[SR_AGREE_END_TIME] = end;
         if (end - now < lead) {
-            red[3] = 1.0;
+            red[SR_AGREE_END_NEAR] = 1.0;
             r->end_left_s = end - now;
         }
     } else if (end > 0 && end - now <= 0) { /* the end is now (squeue's 0:00): stop after this step */
-        red[3] = 1.0;
-        red[4] = end;
+        red[SR_AGREE_END_NEAR] = 1.0;
+        red[SR_AGREE_END_TIME] = end;
         r->end_left_s = 0;
     }
     if (cfg->slurm_comment_every_minutes > 0 && now >= r->comment_next && s > r->start.step) {

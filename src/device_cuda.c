@@ -767,15 +767,85 @@ static size_t cuda_used_bytes(sr_dev *d) {
 sr_cuda_ctx *sr_dev_cuda_ctx(sr_dev *d) { return &cd(d)->ctx; }
 cudaStream_t sr_dev_cuda_stream(sr_dev *d, sr_stream s) { return cd(d)->st[s]; }
 
+/* The operations a CUDA device and a dry one share. */
+static void cuda_ops(sr_dev *b, cuda_dev *c) {
+    *b = (sr_dev){.kind = SR_DEV_CUDA,
+                  .separate_memory = true,
+                  .alloc = cuda_alloc,
+                  .free = cuda_free,
+                  .memset = cuda_memset,
+                  .copy = cuda_copy,
+                  .record = cuda_record,
+                  .wait = cuda_wait,
+                  .host_wait = cuda_host_wait,
+                  .sync = cuda_sync,
+                  .cast_f32_bf16 = cuda_cast,
+                  .fold_bf16 = cuda_fold,
+                  .add_f32 = cuda_add,
+                  .sum_squares = cuda_sum_squares,
+                  .loss_sum = cuda_loss_sum,
+                  .adamw = cuda_adamw,
+                  .pageable_check = cuda_pageable_check,
+                  .trace_begin = cuda_trace_begin,
+                  .trace_end = cuda_trace_end,
+                  .state_space = SR_SPACE_DEVICE,
+                  .device_free_bytes = -1,
+                  .impl = c};
+}
+
 #define TRY(call, what)                                                                                                \
     do {                                                                                                               \
         cudaError_t e_ = (call);                                                                                       \
-        if (e_ != cudaSuccess) {                                                                                       \
-            sr_status st_ = sr_cuda_fail(e_, c->bus, what);                                                            \
-            sr_dev_cuda_close(&c->base);                                                                               \
-            return st_;                                                                                                \
-        }                                                                                                              \
+        if (e_ != cudaSuccess)                                                                                         \
+            return sr_cuda_fail(e_, c->bus, what);                                                                     \
     } while (0)
+
+/* The device, its streams (communication at the higher priority), their
+ * scratch, cuBLASLt with its workspace, the bounce buffer and the GEMM
+ * plan cache; the device's properties into *prop.  The caller closes c on
+ * failure. */
+static sr_status open_runtime(cuda_dev *c, int ordinal, struct cudaDeviceProp *prop) {
+    TRY(cudaSetDevice(ordinal), "cudaSetDevice");
+    TRY(cudaDeviceGetPCIBusId(c->bus, (int)sizeof c->bus, ordinal), "cudaDeviceGetPCIBusId");
+    snprintf(c->base.pci_bus, sizeof c->base.pci_bus, "%s", c->bus);
+    TRY(cudaGetDeviceProperties(prop, ordinal), "cudaGetDeviceProperties");
+    int lo, hi;
+    TRY(cudaDeviceGetStreamPriorityRange(&lo, &hi), "cudaDeviceGetStreamPriorityRange");
+    for (int s = 0; s < SR_NSTREAMS; s++)
+        TRY(cudaStreamCreateWithPriority(&c->st[s], cudaStreamNonBlocking, s == SR_STREAM_COMM ? hi : lo),
+            "cudaStreamCreateWithPriority");
+    for (int s = 0; s < SR_NSTREAMS; s++)
+        if (!(c->partial[s] = cuda_alloc(&c->base, SR_SPACE_DEVICE, SR_MEM_OTHER, SR_CUDA_SCRATCH_BYTES)))
+            return SR_ERR_INTERNAL;
+    cublasStatus_t ls = cublasLtCreate(&c->lt);
+    if (ls != CUBLAS_STATUS_SUCCESS) {
+        c->lt = NULL;
+        return sr_error(SR_ERR_INTERNAL, "cublasLtCreate failed on bus %s: %s", c->bus, cublasLtGetStatusString(ls));
+    }
+    const size_t lt_ws = SR_CUDA_LT_WORKSPACE_BYTES;
+    if (!(c->lt_ws = cuda_alloc(&c->base, SR_SPACE_DEVICE, SR_MEM_OTHER, lt_ws)) ||
+        !(c->base.bounce = cuda_alloc(&c->base, SR_SPACE_PINNED, SR_MEM_OTHER, SR_CUDA_BOUNCE_BYTES)))
+        return SR_ERR_INTERNAL;
+    c->base.bounce_bytes = SR_CUDA_BOUNCE_BYTES;
+    c->ctx = (sr_cuda_ctx){.ordinal = ordinal,
+                           .stream = c->st[SR_STREAM_COMPUTE],
+                           .gemm = sr_gemm_cache_new(c->lt, c->lt_ws, lt_ws),
+                           .sync_each = getenv("SHARDRUN_CUDA_SYNC") && strcmp(getenv("SHARDRUN_CUDA_SYNC"), "1") == 0,
+                           .bus = c->bus};
+    if (!c->ctx.gemm)
+        return sr_error_oom("the GEMM plan cache");
+    sr_cuda_bind(&c->ctx);
+    /* what the job may plan: free memory now less max(5 %, 512 MiB) */
+    size_t free_b = 0, total_b = 0;
+    TRY(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+    long long margin = (long long)(total_b / 20) > (512ll << 20) ? (long long)(total_b / 20) : (512ll << 20);
+    c->base.device_free_bytes = (long long)free_b > margin ? (long long)free_b - margin : 0;
+    c->base.used_at_open = total_b - free_b;
+    c->base.used_bytes = cuda_used_bytes;
+    return SR_OK;
+}
+
+#undef TRY
 
 sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical) {
     *out = NULL;
@@ -790,36 +860,14 @@ sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical) {
 #else
     const bool emulated = false;
 #endif
-    sr_dev proto = {.name = emulated ? "cuda-emulated" : "cuda",
-                    .kind = SR_DEV_CUDA,
-                    .emulated = emulated,
-                    .separate_memory = true,
-                    .alloc = cuda_alloc,
-                    .free = cuda_free,
-                    .memset = cuda_memset,
-                    .copy = cuda_copy,
-                    .record = cuda_record,
-                    .wait = cuda_wait,
-                    .host_wait = cuda_host_wait,
-                    .sync = cuda_sync,
-                    .cast_f32_bf16 = cuda_cast,
-                    .fold_bf16 = cuda_fold,
-                    .add_f32 = cuda_add,
-                    .sum_squares = cuda_sum_squares,
-                    .loss_sum = cuda_loss_sum,
-                    .adamw = cuda_adamw,
-                    .pageable_check = cuda_pageable_check,
-                    .trace_begin = cuda_trace_begin,
-                    .trace_end = cuda_trace_end,
-                    .profile_open = cuda_profile_open,
-                    .profile_switch = cuda_profile_switch,
-                    .profile_collect = cuda_profile_collect,
-                    .watch = cuda_watch,
-                    .state_space = SR_SPACE_DEVICE,
-                    .poison = h->poison,
-                    .device_free_bytes = -1,
-                    .impl = c};
-    c->base = proto;
+    cuda_ops(&c->base, c);
+    c->base.name = emulated ? "cuda-emulated" : "cuda";
+    c->base.emulated = emulated;
+    c->base.profile_open = cuda_profile_open;
+    c->base.profile_switch = cuda_profile_switch;
+    c->base.profile_collect = cuda_profile_collect;
+    c->base.watch = cuda_watch;
+    c->base.poison = h->poison;
     if (h->comm_delay_us > 0)
         c->base.delay_us[h->comm_delay_stream == 1 ? SR_STREAM_COMPUTE : SR_STREAM_COMM] = h->comm_delay_us;
     c->hang_step = h->gpu_hang_step > 0 ? h->gpu_hang_step : 0;
@@ -827,51 +875,12 @@ sr_status sr_dev_cuda_open(sr_dev **out, int ordinal, const char *physical) {
         free(c);
         return sr_error_oom("the happens-before checker");
     }
-    TRY(cudaSetDevice(ordinal), "cudaSetDevice");
-    TRY(cudaDeviceGetPCIBusId(c->bus, (int)sizeof c->bus, ordinal), "cudaDeviceGetPCIBusId");
-    snprintf(c->base.pci_bus, sizeof c->base.pci_bus, "%s", c->bus);
     struct cudaDeviceProp prop;
-    TRY(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties");
-    int lo, hi;
-    TRY(cudaDeviceGetStreamPriorityRange(&lo, &hi), "cudaDeviceGetStreamPriorityRange");
-    for (int s = 0; s < SR_NSTREAMS; s++)
-        TRY(cudaStreamCreateWithPriority(&c->st[s], cudaStreamNonBlocking, s == SR_STREAM_COMM ? hi : lo),
-            "cudaStreamCreateWithPriority");
-    for (int s = 0; s < SR_NSTREAMS; s++)
-        if (!(c->partial[s] = cuda_alloc(&c->base, SR_SPACE_DEVICE, SR_MEM_OTHER, SR_CUDA_SCRATCH_BYTES))) {
-            sr_dev_cuda_close(&c->base);
-            return SR_ERR_INTERNAL;
-        }
-    cublasStatus_t ls = cublasLtCreate(&c->lt);
-    if (ls != CUBLAS_STATUS_SUCCESS) {
-        c->lt = NULL;
+    sr_status st = open_runtime(c, ordinal, &prop);
+    if (st != SR_OK) {
         sr_dev_cuda_close(&c->base);
-        return sr_error(SR_ERR_INTERNAL, "cublasLtCreate failed on bus %s: %s", c->bus, cublasLtGetStatusString(ls));
+        return st;
     }
-    const size_t lt_ws = SR_CUDA_LT_WORKSPACE_BYTES;
-    if (!(c->lt_ws = cuda_alloc(&c->base, SR_SPACE_DEVICE, SR_MEM_OTHER, lt_ws)) ||
-        !(c->base.bounce = cuda_alloc(&c->base, SR_SPACE_PINNED, SR_MEM_OTHER, SR_CUDA_BOUNCE_BYTES))) {
-        sr_dev_cuda_close(&c->base);
-        return SR_ERR_INTERNAL;
-    }
-    c->base.bounce_bytes = SR_CUDA_BOUNCE_BYTES;
-    c->ctx = (sr_cuda_ctx){.ordinal = ordinal,
-                           .stream = c->st[SR_STREAM_COMPUTE],
-                           .gemm = sr_gemm_cache_new(c->lt, c->lt_ws, lt_ws),
-                           .sync_each = getenv("SHARDRUN_CUDA_SYNC") && strcmp(getenv("SHARDRUN_CUDA_SYNC"), "1") == 0,
-                           .bus = c->bus};
-    if (!c->ctx.gemm) {
-        sr_dev_cuda_close(&c->base);
-        return sr_error_oom("the GEMM plan cache");
-    }
-    sr_cuda_bind(&c->ctx);
-    /* what the job may plan: free memory now less max(5 %, 512 MiB) */
-    size_t free_b = 0, total_b = 0;
-    TRY(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
-    long long margin = (long long)(total_b / 20) > (512ll << 20) ? (long long)(total_b / 20) : (512ll << 20);
-    c->base.device_free_bytes = (long long)free_b > margin ? (long long)free_b - margin : 0;
-    c->base.used_at_open = total_b - free_b;
-    c->base.used_bytes = cuda_used_bytes;
     watch_start(c);
     char drv[80];
     driver_version(drv, sizeof drv);
@@ -894,31 +903,9 @@ sr_status sr_dev_cuda_open_dry(sr_dev **out) {
     c->dry = true;
     c->fake = DRY_BASE;
     snprintf(c->bus, sizeof c->bus, "dry");
-    sr_dev proto = {.name = "cuda-dry",
-                    .kind = SR_DEV_CUDA,
-                    .separate_memory = true,
-                    .dry = true,
-                    .alloc = cuda_alloc,
-                    .free = cuda_free,
-                    .memset = cuda_memset,
-                    .copy = cuda_copy,
-                    .record = cuda_record,
-                    .wait = cuda_wait,
-                    .host_wait = cuda_host_wait,
-                    .sync = cuda_sync,
-                    .cast_f32_bf16 = cuda_cast,
-                    .fold_bf16 = cuda_fold,
-                    .add_f32 = cuda_add,
-                    .sum_squares = cuda_sum_squares,
-                    .loss_sum = cuda_loss_sum,
-                    .adamw = cuda_adamw,
-                    .pageable_check = cuda_pageable_check,
-                    .trace_begin = cuda_trace_begin,
-                    .trace_end = cuda_trace_end,
-                    .state_space = SR_SPACE_DEVICE,
-                    .device_free_bytes = -1,
-                    .impl = c};
-    c->base = proto;
+    cuda_ops(&c->base, c);
+    c->base.name = "cuda-dry";
+    c->base.dry = true;
     snprintf(c->base.pci_bus, sizeof c->base.pci_bus, "dry");
     snprintf(c->base.line, sizeof c->base.line, "cuda-dry (counted, never issued: no GPU)");
     c->ctx = (sr_cuda_ctx){.bus = c->bus, .dry = true, .gemm = sr_gemm_cache_new(NULL, NULL, 0)};

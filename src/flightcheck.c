@@ -268,11 +268,28 @@ static void host_of(const ctx *c, const int *ranks, int n, char *buf, size_t siz
         }
 }
 
-/* The first collective of channel ch that not every rank completed.
- * Returns true when a culprit (or a failure) was named. */
-static bool check_channel(ctx *c, int ch, bool *any) {
-    int64_t common = INT64_MAX, hi = -1;
-    *any = false;
+/* Collective k of channel ch as the ranks saw it: the first rank's entry
+ * (its signature), when the first rank enqueued and started it, and when
+ * the first rank gave up on it after waiting (INT64_MAX: none). */
+typedef struct {
+    int ch;
+    int64_t k;
+    const fentry *ref;
+    char what[256];
+    int64_t first_enq, first_start, first_fail;
+} probe;
+
+static const fentry *entry_of(const ctx *c, int r, const probe *p) {
+    return c->have[r] ? find(&c->d[r], p->ch, p->k) : NULL;
+}
+
+/* The newest seq of channel ch every rank completed (-1: none) into
+ * *common, the newest any rank entered into *hi; false when no rank has
+ * an entry on the channel. */
+static bool channel_extent(const ctx *c, int ch, int64_t *common, int64_t *hi) {
+    bool any = false;
+    *common = INT64_MAX;
+    *hi = -1;
     for (int r = 0; r < c->world; r++) {
         if (!c->have[r])
             continue;
@@ -281,63 +298,67 @@ static bool check_channel(ctx *c, int ch, bool *any) {
             const fentry *e = &c->d[r].e[i];
             if (!channel_of(e, ch))
                 continue;
-            *any = true;
+            any = true;
             if (e->state == SR_FLIGHT_DONE && e->seq > last)
                 last = e->seq;
-            if (e->seq > hi)
-                hi = e->seq;
+            if (e->seq > *hi)
+                *hi = e->seq;
         }
-        if (last < common)
-            common = last;
+        if (last < *common)
+            *common = last;
     }
-    if (!*any)
-        return false;
-    char what[256], a[512], b[512], hosts[160];
-    /* the last one every rank completed */
+    return any;
+}
+
+static void print_last_common(const ctx *c, int ch, int64_t common) {
     const fentry *le = NULL;
     for (int r = 0; r < c->world && !le && common >= 0; r++)
         if (c->have[r])
             le = find(&c->d[r], ch, common);
     if (le) {
+        char what[256];
         describe(what, sizeof what, ch, le);
         fprintf(c->out, "last collective every rank completed: %s\n", what);
     } else {
         fprintf(c->out, "last collective every rank completed: none on the %s plane (in the rings' window)\n",
                 ch == 0 ? "host" : "NCCL");
     }
-    int64_t k = common + 1;
-    if (k > hi)
-        return false;
-    /* who entered k, and how */
-    const fentry *ref = NULL;
-    int64_t first_enq = INT64_MAX, first_start = INT64_MAX, first_fail = INT64_MAX;
+}
+
+/* Fills p for collective k; false when no rank entered it. */
+static bool probe_collective(const ctx *c, probe *p) {
+    p->ref = NULL;
+    p->first_enq = p->first_start = p->first_fail = INT64_MAX;
     for (int r = 0; r < c->world; r++) {
-        const fentry *e = c->have[r] ? find(&c->d[r], ch, k) : NULL;
+        const fentry *e = entry_of(c, r, p);
         if (!e)
             continue;
-        if (!ref)
-            ref = e;
-        if (e->enq < first_enq)
-            first_enq = e->enq;
-        if (e->start && e->start < first_start)
-            first_start = e->start;
+        if (!p->ref)
+            p->ref = e;
+        if (e->enq < p->first_enq)
+            p->first_enq = e->enq;
+        if (e->start && e->start < p->first_start)
+            p->first_start = e->start;
         /* a rank that gave up after waiting (a deadline), not at once (a
          * lost connection): whoever came after that is late */
         if (e->state == SR_FLIGHT_FAILED && e->end && e->start && e->end - e->start >= c->slack_ns &&
-            e->end < first_fail)
-            first_fail = e->end;
+            e->end < p->first_fail)
+            p->first_fail = e->end;
     }
-    if (!ref)
-        return false;
-    describe(what, sizeof what, ch, ref);
-    /* 1. a mismatch: ranks that entered k with another operation, size or group */
+    if (p->ref)
+        describe(p->what, sizeof p->what, p->ch, p->ref);
+    return p->ref != NULL;
+}
+
+/* 1. a mismatch: ranks that entered k with another operation, size or group */
+static bool culprit_mismatch(ctx *c, const probe *p) {
     int na = 0, nb = 0, *ra = c->tmp, rb[64];
     const fentry *other = NULL;
     for (int r = 0; r < c->world; r++) {
-        const fentry *e = c->have[r] ? find(&c->d[r], ch, k) : NULL;
+        const fentry *e = entry_of(c, r, p);
         if (!e)
             continue;
-        if (same_sig(e, ref))
+        if (same_sig(e, p->ref))
             ra[na++] = r;
         else if (!other || same_sig(e, other)) {
             other = e;
@@ -345,90 +366,118 @@ static bool check_channel(ctx *c, int ch, bool *any) {
                 rb[nb++] = r;
         }
     }
-    if (other) {
-        /* the smaller side is the odd one */
-        bool swap = nb > na;
-        const fentry *odd = swap ? ref : other, *maj = swap ? other : ref;
-        char ro[512], rm[512], ho[160];
-        rank_list(swap ? ro : rm, 512, ra, na);
-        rank_list(swap ? rm : ro, 512, rb, nb);
-        host_of(c, swap ? ra : rb, swap ? na : nb, ho, sizeof ho);
-        fprintf(c->out,
-                "culprit: a mismatch at %s collective %" PRId64 ": %s (host %s) issued %s of %" PRId64
-                " bytes on group %s of %d; %s issued %s of %" PRId64 " bytes on group %s of %d\n",
-                ch == 0 ? "host" : "NCCL", k, ro, ho, odd->op, odd->bytes, odd->group, odd->gsize, rm, maj->op,
-                maj->bytes, maj->group, maj->gsize);
-        return true;
-    }
-    /* 2. ranks that never entered k (or entered it after a peer gave up) */
+    if (!other)
+        return false;
+    /* the smaller side is the odd one */
+    bool swap = nb > na;
+    const fentry *odd = swap ? p->ref : other, *maj = swap ? other : p->ref;
+    char ro[512], rm[512], ho[160];
+    rank_list(swap ? ro : rm, 512, ra, na);
+    rank_list(swap ? rm : ro, 512, rb, nb);
+    host_of(c, swap ? ra : rb, swap ? na : nb, ho, sizeof ho);
+    fprintf(c->out,
+            "culprit: a mismatch at %s collective %" PRId64 ": %s (host %s) issued %s of %" PRId64
+            " bytes on group %s of %d; %s issued %s of %" PRId64 " bytes on group %s of %d\n",
+            p->ch == 0 ? "host" : "NCCL", p->k, ro, ho, odd->op, odd->bytes, odd->group, odd->gsize, rm, maj->op,
+            maj->bytes, maj->group, maj->gsize);
+    return true;
+}
+
+/* 2. ranks that never entered k (or entered it after a peer gave up) */
+static bool culprit_absent(ctx *c, const probe *p) {
     int nl = 0, ne = 0, *late = c->tmp, entered[1024];
+    bool gave_up = p->first_fail != INT64_MAX;
     for (int r = 0; r < c->world; r++) {
         if (!c->have[r])
             continue;
-        const fentry *e = find(&c->d[r], ch, k);
+        const fentry *e = entry_of(c, r, p);
         if (!e) {
-            if (c->d[r].time_ns - first_enq >= c->slack_ns || first_fail != INT64_MAX)
+            if (c->d[r].time_ns - p->first_enq >= c->slack_ns || gave_up)
                 late[nl++] = r;
-        } else if (e->enq - first_enq >= c->slack_ns || (first_fail != INT64_MAX && e->enq > first_fail)) {
+        } else if (e->enq - p->first_enq >= c->slack_ns || (gave_up && e->enq > p->first_fail)) {
             late[nl++] = r;
         } else if (ne < 1024) {
             entered[ne++] = r;
         }
     }
-    if (nl) {
-        rank_list(a, sizeof a, late, nl);
-        rank_list(b, sizeof b, entered, ne);
-        host_of(c, late, nl, hosts, sizeof hosts);
-        const fdump *d0 = &c->d[late[0]];
-        fprintf(c->out, "culprit: %s (host %s) %s %s, which %s entered; %s last step mark: step %" PRId64 "\n", a,
-                hosts, find(d0, ch, k) ? "entered only late, after its peers had given up," : "never entered", what,
-                ne ? b : "the others", nl == 1 ? "its" : "the first one's", d0->step);
-        return true;
-    }
-    /* 3. ranks that entered k but never started it, or started it late */
-    nl = 0;
-    int ns = 0;
+    if (!nl)
+        return false;
+    char a[512], b[512], hosts[160];
+    rank_list(a, sizeof a, late, nl);
+    rank_list(b, sizeof b, entered, ne);
+    host_of(c, late, nl, hosts, sizeof hosts);
+    const fdump *d0 = &c->d[late[0]];
+    fprintf(c->out, "culprit: %s (host %s) %s %s, which %s entered; %s last step mark: step %" PRId64 "\n", a, hosts,
+            find(d0, p->ch, p->k) ? "entered only late, after its peers had given up," : "never entered", p->what,
+            ne ? b : "the others", nl == 1 ? "its" : "the first one's", d0->step);
+    return true;
+}
+
+/* 3. ranks that entered k but never started it, or started it late */
+static bool culprit_unstarted(ctx *c, const probe *p) {
+    int nl = 0, ns = 0, *late = c->tmp, started[1024];
     for (int r = 0; r < c->world; r++) {
-        if (!c->have[r])
-            continue;
-        const fentry *e = find(&c->d[r], ch, k);
+        const fentry *e = entry_of(c, r, p);
         if (!e)
             continue; /* not entered yet when it dumped (a live dump, step 2) */
-        bool never = !e->start && c->d[r].time_ns - e->enq >= c->slack_ns && first_start != INT64_MAX;
-        bool slow =
-            e->start && (e->start - first_start >= c->slack_ns || (first_fail != INT64_MAX && e->start > first_fail));
+        bool never = !e->start && c->d[r].time_ns - e->enq >= c->slack_ns && p->first_start != INT64_MAX;
+        bool slow = e->start && (e->start - p->first_start >= c->slack_ns ||
+                                 (p->first_fail != INT64_MAX && e->start > p->first_fail));
         if (never || slow)
             late[nl++] = r;
         else if (ns < 1024)
-            entered[ns++] = r;
+            started[ns++] = r;
     }
-    if (nl) {
-        rank_list(a, sizeof a, late, nl);
-        rank_list(b, sizeof b, entered, ns);
-        host_of(c, late, nl, hosts, sizeof hosts);
-        const fentry *e = find(&c->d[late[0]], ch, k);
-        if (e->start)
-            fprintf(c->out,
-                    "culprit: %s (host %s) started %s %.1f s after %s (its plane was late: a slow or stalled "
-                    "progress thread or link)\n",
-                    a, hosts, what, (double)(e->start - first_start) / 1e9, b);
-        else
-            fprintf(c->out,
-                    "culprit: %s (host %s) entered %s but never started it (its plane stalled on that rank); %s "
-                    "started it\n",
-                    a, hosts, what, b);
-        return true;
-    }
-    /* 4. every rank started it: in flight, or failed without one rank standing out */
+    if (!nl)
+        return false;
+    char a[512], b[512], hosts[160];
+    rank_list(a, sizeof a, late, nl);
+    rank_list(b, sizeof b, started, ns);
+    host_of(c, late, nl, hosts, sizeof hosts);
+    const fentry *e = entry_of(c, late[0], p);
+    if (e->start)
+        fprintf(c->out,
+                "culprit: %s (host %s) started %s %.1f s after %s (its plane was late: a slow or stalled "
+                "progress thread or link)\n",
+                a, hosts, p->what, (double)(e->start - p->first_start) / 1e9, b);
+    else
+        fprintf(c->out,
+                "culprit: %s (host %s) entered %s but never started it (its plane stalled on that rank); %s "
+                "started it\n",
+                a, hosts, p->what, b);
+    return true;
+}
+
+/* 4. every rank started it: in flight, or failed without one rank standing out */
+static bool culprit_failed(ctx *c, const probe *p) {
     int nf = 0;
-    for (int r = 0; r < c->world; r++)
-        if (c->have[r] && find(&c->d[r], ch, k) && find(&c->d[r], ch, k)->state == SR_FLIGHT_FAILED)
-            late[nf++] = r;
+    for (int r = 0; r < c->world; r++) {
+        const fentry *e = entry_of(c, r, p);
+        if (e && e->state == SR_FLIGHT_FAILED)
+            c->tmp[nf++] = r;
+    }
     if (!nf)
         return false;
-    rank_list(a, sizeof a, late, nf);
-    fprintf(c->out, "failed: %s on %s; every rank whose dump is here had started it (no rank stands out)\n", what, a);
+    char a[512];
+    rank_list(a, sizeof a, c->tmp, nf);
+    fprintf(c->out, "failed: %s on %s; every rank whose dump is here had started it (no rank stands out)\n", p->what,
+            a);
     return true;
+}
+
+/* The first collective of channel ch that not every rank completed.
+ * Returns true when a culprit (or a failure) was named; *any says whether
+ * any rank has an entry on the channel. */
+static bool check_channel(ctx *c, int ch, bool *any) {
+    int64_t common, hi;
+    *any = channel_extent(c, ch, &common, &hi);
+    if (!*any)
+        return false;
+    print_last_common(c, ch, common);
+    probe p = {.ch = ch, .k = common + 1};
+    if (p.k > hi || !probe_collective(c, &p))
+        return false;
+    return culprit_mismatch(c, &p) || culprit_absent(c, &p) || culprit_unstarted(c, &p) || culprit_failed(c, &p);
 }
 
 /* Ranks whose last step mark lags the furthest one. */

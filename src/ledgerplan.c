@@ -215,35 +215,17 @@ static sr_status calibration(const char *path, double *gemm_tflops, double *hbm_
 
 /* ---- the count ------------------------------------------------------------- */
 
-sr_status sr_ledgerplan_run(const sr_config *cfg, int ranks, const sr_ledgerplan_opts *o, sr_ledgerplan *p) {
-    memset(p, 0, sizeof *p);
-    if (cfg->device == SR_DEVICE_CPU)
-        return sr_error(SR_ERR_CONFIG, "plan --ledger: the job trains on the CPU (device: cpu): the ledger counts a "
-                                       "GPU's operations (hint: --set device=cuda, or plan --gpus-per-node N)");
-    if (cfg->offload_optimizer)
-        return sr_error(SR_ERR_CONFIG,
-                        "plan --ledger: sharding.offload.optimizer is true: the optimizer's step runs on "
-                        "the host, outside the GPU's ledger (hint: --set "
-                        "sharding.offload.optimizer=false counts the device step)");
-    if (!sr_device_plan_ops(true, (sr_dtype)cfg->param_dtype))
-        return sr_error_wrap(SR_ERR_CONFIG, "plan --ledger: the GPU's operations are counted by the CUDA back end");
-    if (ranks < 1 || ranks > SR_LEDGER_MAX_RANKS)
-        return sr_error(SR_ERR_CONFIG, "plan --ledger: %d ranks: the ledger counts 1 to %d (one thread each)", ranks,
-                        SR_LEDGER_MAX_RANKS);
-    sr_status st = sr_job_check_world(cfg, ranks, 0, NULL);
-    if (st != SR_OK)
-        return st;
-    p->ranks = ranks;
-    p->mb = (int)sr_config_micro_batch(cfg, ranks);
-    p->accum = (int)sr_config_accum_steps(cfg, ranks);
-    p->T = (int)cfg->seq_len;
-    /* the rates: given, else the calibration's, else the defaults */
+/* The rates: given, else the calibration's, else the defaults (ledger.h);
+ * the calibration's efficiencies into p; how they were chosen into
+ * p->rates_how. */
+static sr_status choose_rates(const sr_ledgerplan_opts *o, sr_ledgerplan *p, bool *calibrated) {
     p->gemm_tflops = o->gemm_tflops;
     p->hbm_tbps = o->hbm_tbps;
     char dev[200] = "";
-    bool any = false;
+    *calibrated = false;
     if (o->calibration) {
-        st = calibration(o->calibration, &p->gemm_tflops, &p->hbm_tbps, p->efficiency, &any, dev, sizeof dev);
+        sr_status st =
+            calibration(o->calibration, &p->gemm_tflops, &p->hbm_tbps, p->efficiency, calibrated, dev, sizeof dev);
         if (st != SR_OK)
             return st;
         snprintf(p->calibration, sizeof p->calibration, "%s%s%s%s", o->calibration, dev[0] ? " (" : "", dev,
@@ -262,6 +244,13 @@ sr_status sr_ledgerplan_run(const sr_config *cfg, int ranks, const sr_ledgerplan
         p->gemm_tflops = SR_LEDGER_GEMM_TFLOPS;
     if (p->hbm_tbps <= 0)
         p->hbm_tbps = SR_LEDGER_HBM_TBPS;
+    return SR_OK;
+}
+
+/* Counts one step of every rank, a thread each joined through a loopback
+ * hub; rank 0's ledger into p->l (every rank runs the same operations). */
+static sr_status count_ranks(const sr_config *cfg, int ranks, sr_ledgerplan *p) {
+    sr_status st = SR_OK;
     sr_loop_hub *hub = NULL;
     rank_arg *args = sr_calloc((size_t)ranks, sizeof *args);
     pthread_t *th = sr_calloc((size_t)ranks, sizeof *th);
@@ -293,10 +282,36 @@ sr_status sr_ledgerplan_run(const sr_config *cfg, int ranks, const sr_ledgerplan
     free(args);
     free(th);
     free(started);
+    return st;
+}
+
+sr_status sr_ledgerplan_run(const sr_config *cfg, int ranks, const sr_ledgerplan_opts *o, sr_ledgerplan *p) {
+    memset(p, 0, sizeof *p);
+    if (cfg->device == SR_DEVICE_CPU)
+        return sr_error(SR_ERR_CONFIG, "plan --ledger: the job trains on the CPU (device: cpu): the ledger counts a "
+                                       "GPU's operations (hint: --set device=cuda, or plan --gpus-per-node N)");
+    if (cfg->offload_optimizer)
+        return sr_error(SR_ERR_CONFIG,
+                        "plan --ledger: sharding.offload.optimizer is true: the optimizer's step runs on "
+                        "the host, outside the GPU's ledger (hint: --set "
+                        "sharding.offload.optimizer=false counts the device step)");
+    if (!sr_device_plan_ops(true, (sr_dtype)cfg->param_dtype))
+        return sr_error_wrap(SR_ERR_CONFIG, "plan --ledger: the GPU's operations are counted by the CUDA back end");
+    if (ranks < 1 || ranks > SR_LEDGER_MAX_RANKS)
+        return sr_error(SR_ERR_CONFIG, "plan --ledger: %d ranks: the ledger counts 1 to %d (one thread each)", ranks,
+                        SR_LEDGER_MAX_RANKS);
+    sr_status st = sr_job_check_world(cfg, ranks, 0, NULL);
     if (st != SR_OK)
         return st;
+    p->ranks = ranks;
+    p->mb = (int)sr_config_micro_batch(cfg, ranks);
+    p->accum = (int)sr_config_accum_steps(cfg, ranks);
+    p->T = (int)cfg->seq_len;
+    bool calibrated;
+    if ((st = choose_rates(o, p, &calibrated)) != SR_OK || (st = count_ranks(cfg, ranks, p)) != SR_OK)
+        return st;
     p->bound_s = sr_ledger_roofline(&p->l, p->gemm_tflops, p->hbm_tbps);
-    p->calibrated = any;
+    p->calibrated = calibrated;
     p->predicted_s = 0;
     for (int f = 0; f < SR_LF_COUNT; f++)
         p->predicted_s += p->efficiency[f] > 0 ? p->l.fam[f].bound_s / p->efficiency[f] : p->l.fam[f].bound_s;

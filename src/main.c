@@ -228,8 +228,8 @@ static void print_usage(FILE *f, const char *name, const char *sub, bool brief) 
             continue;
         char head[64];
         if (cli_options[x].letter)
-            snprintf(head, sizeof head, "-%c, --%s%s%s", cli_options[x].letter, cli_options[x].name, cli_options[x].arg ? " " : "",
-                     cli_options[x].arg ? cli_options[x].arg : "");
+            snprintf(head, sizeof head, "-%c, --%s%s%s", cli_options[x].letter, cli_options[x].name,
+                     cli_options[x].arg ? " " : "", cli_options[x].arg ? cli_options[x].arg : "");
         else
             snprintf(head, sizeof head, "    --%s%s%s", cli_options[x].name, cli_options[x].arg ? " " : "",
                      cli_options[x].arg ? cli_options[x].arg : "");

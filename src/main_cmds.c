@@ -110,10 +110,11 @@ int cli_prepare_option(cli *c, int x, const char *arg) {
         errno = 0;
         unsigned long long v = strtoull(arg, &end, 10);
         if (!*arg || *end || errno || arg[0] < '0' || arg[0] > '9' || v < 1 || v > INT32_MAX)
-            return cli_usage_error(x == X_VAL_TOKENS ? "--val-tokens %s: expected a number of tokens from 1 to 2147483647"
-                                                 : "--shard-tokens %s: expected a number of tokens from 1 to "
-                                                   "2147483647 (one shard's header holds an int32 count)",
-                               arg);
+            return cli_usage_error(x == X_VAL_TOKENS
+                                       ? "--val-tokens %s: expected a number of tokens from 1 to 2147483647"
+                                       : "--shard-tokens %s: expected a number of tokens from 1 to "
+                                         "2147483647 (one shard's header holds an int32 count)",
+                                   arg);
         *(x == X_VAL_TOKENS ? &c->prepare.val_tokens : &c->prepare.shard_tokens) = v;
         break;
     }
@@ -148,13 +149,13 @@ int cli_plan_option(cli *c, int x, const char *arg) {
         bool gemm = x == X_GEMM_TFLOPS;
         if (!*arg || *end || errno == EINVAL || isnan(v))
             return cli_usage_error(gemm ? "--gemm-tflops %s: expected a number: a GPU's GEMM rate in TFLOP/s"
-                                    : "--hbm-tbps %s: expected a number: a GPU's memory rate in TB/s",
-                               arg);
+                                        : "--hbm-tbps %s: expected a number: a GPU's memory rate in TB/s",
+                                   arg);
         if (!(v >= (gemm ? SR_PLAN_TFLOPS_MIN : 0.01) && v <= (gemm ? SR_PLAN_TFLOPS_MAX : 1000)))
             return cli_fail(sr_error(SR_ERR_CONFIG, "%s %s: outside the plausible range %g to %g of %s",
-                                 gemm ? "--gemm-tflops" : "--hbm-tbps", arg, gemm ? SR_PLAN_TFLOPS_MIN : 0.01,
-                                 gemm ? SR_PLAN_TFLOPS_MAX : 1000.0,
-                                 gemm ? "a GPU's GEMM rate in TFLOP/s" : "a GPU's memory rate in TB/s"));
+                                     gemm ? "--gemm-tflops" : "--hbm-tbps", arg, gemm ? SR_PLAN_TFLOPS_MIN : 0.01,
+                                     gemm ? SR_PLAN_TFLOPS_MAX : 1000.0,
+                                     gemm ? "a GPU's GEMM rate in TFLOP/s" : "a GPU's memory rate in TB/s"));
         *(gemm ? &c->plan.gemm_tflops : &c->plan.hbm_tbps) = v;
         break;
     }
@@ -167,12 +168,12 @@ int cli_plan_option(cli *c, int x, const char *arg) {
                hi = disk ? SR_PLAN_DISK_MBPS_MAX : SR_PLAN_TFLOPS_MAX;
         if (!*arg || *end || errno == EINVAL || isnan(v))
             return cli_usage_error(disk ? "--disk-mbps %s: expected a number: the checkpoint file system's write speed "
-                                      "per rank in MB/s"
-                                    : "--tflops %s: expected a number: the sustained TFLOP/s of one rank",
-                               arg);
+                                          "per rank in MB/s"
+                                        : "--tflops %s: expected a number: the sustained TFLOP/s of one rank",
+                                   arg);
         if (!(v >= lo && v <= hi))
             return cli_fail(sr_error(SR_ERR_CONFIG, "%s %s: outside the plausible range %g to %g of %s",
-                                 disk ? "--disk-mbps" : "--tflops", arg, lo, hi, what));
+                                     disk ? "--disk-mbps" : "--tflops", arg, lo, hi, what));
         *(disk ? &c->plan.disk_mbps : &c->plan.tflops) = v;
         break;
     }
@@ -180,8 +181,11 @@ int cli_plan_option(cli *c, int x, const char *arg) {
     return 0;
 }
 
-/* An option getopt_long does not know: a usage error with the closest
- * option's name when one is close. */
+/* Loads the job (file or embedded), applies --set, finalizes, refuses a
+ * device the build lacks (sr_device_check_key), with `data` the data rules
+ * (sr_job_check_data: train and config check; config show prints any job,
+ * a plan reads no data), and with ranks > 0 checks the world-size rules
+ * for that many ranks.  Returns an exit code (0 on success). */
 static int load_job(sr_config *cfg, const char *path, const cli *c, int ranks, bool data) {
     sr_status st = sr_config_init(cfg);
     if (st == SR_OK)
@@ -192,8 +196,6 @@ static int load_job(sr_config *cfg, const char *path, const cli *c, int ranks, b
         st = sr_job_model_init_source(cfg);
     if (st == SR_OK)
         st = sr_config_finalize(cfg);
-    if (st == SR_OK)
-        st = sr_config_check_landed(cfg);
     if (st == SR_OK)
         st = sr_device_check_key(cfg);
     if (st == SR_OK && data)
@@ -321,7 +323,7 @@ int cmd_ckpt(const char *sub, const cli *c) {
         return cli_usage_error("ckpt %s: expected exactly one checkpoint path", sub);
     if (export && !c->output)
         return cli_usage_error("%s", "ckpt export: expected -o DIR/ (Hugging Face: model.safetensors and config.json), "
-                                 "-o FILE.safetensors or -o FILE.bin (llm.c)");
+                                     "-o FILE.safetensors or -o FILE.bin (llm.c)");
     sr_testhook_warn_active();
     sr_status st = list      ? sr_ckpt_list(c->args[0], stdout)
                    : verify  ? sr_ckpt_verify(c->args[0], stdout)
@@ -336,7 +338,7 @@ int cmd_sample(const char *sub, const cli *c) {
     (void)sub;
     if (c->nargs != 1)
         return cli_usage_error("%s", "sample: expected exactly one model: a step_* directory, a checkpoint.dir or a "
-                                 "Hugging Face GPT-2 or Llama directory");
+                                     "Hugging Face GPT-2 or Llama directory");
     if (c->sample.prompt && c->sample.prompt_tokens)
         return cli_usage_error("%s", "sample: give --prompt or --prompt-tokens, not both");
     sr_testhook_warn_active();
@@ -370,7 +372,8 @@ int cmd_plan(const char *sub, const cli *c) {
         if (o.json && !o.ledger)
             rc = cli_usage_error("%s", "plan: --json prints the ledger: give --ledger too");
         else if (o.ledger && o.ranks_hi != o.ranks_lo)
-            rc = cli_usage_error("%s", "plan --ledger: --ranks A-B: the ledger counts one rank count (hint: --ranks N)");
+            rc =
+                cli_usage_error("%s", "plan --ledger: --ranks A-B: the ledger counts one rank count (hint: --ranks N)");
     }
     if (rc == 0) {
         sr_plan_opts o = c->plan;
@@ -388,7 +391,7 @@ int cmd_debug(const char *sub, const cli *c) {
     if (strcmp(sub, "trace") == 0) {
         if (c->nargs != 1 || !c->output)
             return cli_usage_error("%s", "debug trace: expected one directory of trace files (log.trace_dir of a run) "
-                                     "and -o MERGED.json");
+                                         "and -o MERGED.json");
         sr_status st = sr_trace_merge(c->args[0], c->output, stdout);
         if (fflush(stdout) != 0 && st == SR_OK)
             st = sr_error(SR_ERR_IO, "write to standard output failed");
@@ -396,7 +399,7 @@ int cmd_debug(const char *sub, const cli *c) {
     }
     if (c->nargs != 1)
         return cli_usage_error("%s", "debug flight: expected exactly one directory of flight-recorder dumps "
-                                 "(log.flight_dir of a run)");
+                                     "(log.flight_dir of a run)");
     bool culprit = false;
     sr_status st = sr_flight_check(c->args[0], stdout, &culprit);
     if (fflush(stdout) != 0 && st == SR_OK)

@@ -136,7 +136,8 @@ int cli_usage_error(const char *fmt, const char *arg) {
     return cli_fail(sr_error(SR_ERR_USAGE, "%s", buf));
 }
 
-/* One of `shardrun sample`'s options into c->sample. */
+/* An option getopt_long does not know: a usage error with the closest
+ * option's name when one is close. */
 static int unknown_option(const char *given) {
     const char *names[X_COUNT];
     for (int x = 0; x < X_COUNT; x++)
@@ -155,19 +156,10 @@ static int unknown_option(const char *given) {
     return cli_usage_error("%s", buf);
 }
 
-/* Parses options after the command words; positional arguments collected.
- * Which options the command takes is checked by the caller (the command
- * table). */
-int cli_parse_options(int argc, char **argv, cli *c) {
-    memset(c, 0, sizeof *c);
-    c->sets = sr_calloc((size_t)argc + 1, sizeof *c->sets);
-    c->args = sr_calloc((size_t)argc + 1, sizeof *c->args);
-    if (!c->sets || !c->args)
-        return cli_fail(sr_error_oom("the command line"));
-    c->sample = (sr_sample_opts){NULL, NULL, 256, 0.8, 40, 1, NULL, 0};
-    struct option longopts[X_COUNT + 1];
-    char shortopts[2 * X_COUNT + 2] = ":";
-    size_t ns = 1;
+/* getopt_long's tables from the option table. */
+static void getopt_tables(struct option longopts[X_COUNT + 1], char shortopts[2 * X_COUNT + 2]) {
+    size_t ns = 0;
+    shortopts[ns++] = ':';
     for (int x = 0; x < X_COUNT; x++) {
         longopts[x] = (struct option){cli_options[x].name, cli_options[x].arg ? required_argument : no_argument, NULL,
                                       cli_options[x].letter ? cli_options[x].letter : OPT_LONG_BASE + x};
@@ -179,6 +171,105 @@ int cli_parse_options(int argc, char **argv, cli *c) {
     }
     shortopts[ns] = '\0';
     longopts[X_COUNT] = (struct option){NULL, 0, NULL, 0};
+}
+
+/* --set KEY=VALUE; `--set train.lr 3e-4` (the value would become the job
+ * file) is refused with the spelling that works. */
+static int set_option(cli *c, char *arg, int argc, char **argv) {
+    if (strchr(arg, '=')) {
+        c->sets[c->nsets++] = arg;
+        return 0;
+    }
+    char buf[800];
+    const char *next = optind < argc && argv[optind][0] != '-' ? argv[optind] : NULL;
+    if (next)
+        snprintf(buf, sizeof buf,
+                 "--set %.200s: expected key=value, with no space around '=' (hint: --set %.200s=%.200s)", arg, arg,
+                 next);
+    else
+        snprintf(buf, sizeof buf, "--set %.200s: expected key=value (hint: --set %.200s=VALUE)", arg, arg);
+    return cli_usage_error("%s", buf);
+}
+
+/* --ranks N, or A-B (plan's table). */
+static int ranks_option(cli *c, const char *arg) {
+    char *end;
+    long v = strtol(arg, &end, 10), w = v;
+    if (*end == '-' && end > arg) /* A-B: plan's table */
+        w = strtol(end + 1, &end, 10);
+    if (!*arg || *end || v < 1 || v > 1048576 || w < v || w > 1048576)
+        return cli_usage_error("--ranks %s: expected a number of ranks from 1 to 1048576, or a range A-B "
+                               "(plan)",
+                               arg);
+    c->ranks = (int)v;
+    c->ranks_hi = (int)w;
+    return 0;
+}
+
+/* Option x with its argument (optarg) into c; nonzero: the exit status. */
+static int apply_option(cli *c, int x, int argc, char **argv) {
+    switch (x) {
+    case X_SET:
+        return set_option(c, optarg, argc, argv);
+    case X_OUTPUT:
+        c->output = optarg;
+        return 0;
+    case X_MDOC:
+        c->mdoc = true;
+        return 0;
+    case X_HELP:
+        c->help = true;
+        return 0;
+    case X_VERSION:
+        printf("shardrun %s\n", PACKAGE_VERSION);
+        exit(0);
+    case X_RANKS:
+        return ranks_option(c, optarg);
+    case X_GPUS_PER_NODE:
+    case X_DEVICE_MEM:
+    case X_HOST_MEM:
+    case X_DISK_MBPS:
+    case X_TFLOPS:
+    case X_GEMM_TFLOPS:
+    case X_HBM_TBPS:
+        return cli_plan_option(c, x, optarg);
+    case X_LEDGER:
+        c->plan.ledger = true;
+        return 0;
+    case X_JSON:
+        c->plan.json = true;
+        return 0;
+    case X_CALIBRATION:
+        c->plan.calibration = optarg;
+        return 0;
+    case X_FORMAT:
+        if ((c->format = sr_export_format_parse(optarg)) < 0)
+            return cli_usage_error("--format %s: expected hf, safetensors or llmc", optarg);
+        return 0;
+    case X_FIELD:
+    case X_DOC_TOKEN:
+    case X_VAL_TOKENS:
+    case X_SHARD_TOKENS:
+    case X_PREFIX:
+        return cli_prepare_option(c, x, optarg);
+    default: /* the sample options (--tokenizer, --threads: data prepare's too) */
+        return cli_sample_option(c, x, optarg);
+    }
+}
+
+/* Parses options after the command words; positional arguments collected.
+ * Which options the command takes is checked by the caller (the command
+ * table). */
+int cli_parse_options(int argc, char **argv, cli *c) {
+    memset(c, 0, sizeof *c);
+    c->sets = sr_calloc((size_t)argc + 1, sizeof *c->sets);
+    c->args = sr_calloc((size_t)argc + 1, sizeof *c->args);
+    if (!c->sets || !c->args)
+        return cli_fail(sr_error_oom("the command line"));
+    c->sample = (sr_sample_opts){NULL, NULL, 256, 0.8, 40, 1, NULL, 0};
+    struct option longopts[X_COUNT + 1];
+    char shortopts[2 * X_COUNT + 2];
+    getopt_tables(longopts, shortopts);
     optind = 1;
     opterr = 0;
     int ch;
@@ -195,82 +286,7 @@ int cli_parse_options(int argc, char **argv, cli *c) {
             c->given[x] = cli_option_brief(x);
             c->order[x] = optind;
         }
-        int rc = 0;
-        switch (x) {
-        case X_SET:
-            if (!strchr(optarg, '=')) {
-                /* `--set train.lr 3e-4`: the value would become the job file */
-                char buf[800];
-                const char *next = optind < argc && argv[optind][0] != '-' ? argv[optind] : NULL;
-                if (next)
-                    snprintf(buf, sizeof buf,
-                             "--set %.200s: expected key=value, with no space around '=' (hint: --set %.200s=%.200s)",
-                             optarg, optarg, next);
-                else
-                    snprintf(buf, sizeof buf, "--set %.200s: expected key=value (hint: --set %.200s=VALUE)", optarg,
-                             optarg);
-                return cli_usage_error("%s", buf);
-            }
-            c->sets[c->nsets++] = optarg;
-            break;
-        case X_OUTPUT:
-            c->output = optarg;
-            break;
-        case X_MDOC:
-            c->mdoc = true;
-            break;
-        case X_HELP:
-            c->help = true;
-            break;
-        case X_VERSION:
-            printf("shardrun %s\n", PACKAGE_VERSION);
-            exit(0);
-        case X_RANKS: {
-            char *end;
-            long v = strtol(optarg, &end, 10), w = v;
-            if (*end == '-' && end > optarg) /* A-B: plan's table */
-                w = strtol(end + 1, &end, 10);
-            if (!*optarg || *end || v < 1 || v > 1048576 || w < v || w > 1048576)
-                return cli_usage_error("--ranks %s: expected a number of ranks from 1 to 1048576, or a range A-B "
-                                   "(plan)",
-                                   optarg);
-            c->ranks = (int)v;
-            c->ranks_hi = (int)w;
-            break;
-        }
-        case X_GPUS_PER_NODE:
-        case X_DEVICE_MEM:
-        case X_HOST_MEM:
-        case X_DISK_MBPS:
-        case X_TFLOPS:
-        case X_GEMM_TFLOPS:
-        case X_HBM_TBPS:
-            rc = cli_plan_option(c, x, optarg);
-            break;
-        case X_LEDGER:
-            c->plan.ledger = true;
-            break;
-        case X_JSON:
-            c->plan.json = true;
-            break;
-        case X_CALIBRATION:
-            c->plan.calibration = optarg;
-            break;
-        case X_FORMAT:
-            if ((c->format = sr_export_format_parse(optarg)) < 0)
-                return cli_usage_error("--format %s: expected hf, safetensors or llmc", optarg);
-            break;
-        case X_FIELD:
-        case X_DOC_TOKEN:
-        case X_VAL_TOKENS:
-        case X_SHARD_TOKENS:
-        case X_PREFIX:
-            rc = cli_prepare_option(c, x, optarg);
-            break;
-        default: /* the sample options (--tokenizer, --threads: data prepare's too) */
-            rc = cli_sample_option(c, x, optarg);
-            break;
-        }
+        int rc = apply_option(c, x, argc, argv);
         if (rc)
             return rc;
     }
@@ -283,9 +299,3 @@ void cli_free(cli *c) {
     free(c->sets);
     free(c->args);
 }
-
-/* Loads the job (file or embedded), applies --set, finalizes, refuses
- * features that have not landed (device: cuda among them), with `data`
- * the data rules (sr_job_check_data: train and config check; config show
- * prints any job, a plan reads no data), and with ranks > 0 checks the world-size rules for that many
- * ranks.  Returns an exit code (0 on success). */

@@ -271,12 +271,12 @@ size_t sr_model_activation_bytes(const sr_model_dims *d, const sr_ops *ops, int 
     return total;
 }
 
-sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, sr_dev *dev, int max_B, bool own_params) {
-    *m = (sr_model){0};
-    sr_model_dims_complete(&d);
-    m->d = d;
-    m->ops = ops;
-    m->dev = dev;
+/* The tensor table: one row per tensor of each block, then the root's,
+ * laid out in that order in the flat parameter vector (names, shapes,
+ * init and decay from model.h's X-macros); m->layer_offset[unit] is where
+ * each unit starts. */
+static sr_status tensor_table(sr_model *m) {
+    const sr_model_dims d = m->d;
     bool llama = d.arch == SR_ARCH_LLAMA;
     int L = d.L, C = d.C, Vp = d.Vp, F = d.F, QKV = (int)qkv_rows(&d);
     m->n_block = llama ? SR_LL_NBLOCK_TENSORS : SR_NBLOCK_TENSORS;
@@ -286,8 +286,6 @@ sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, sr_dev 
     m->layer_offset = sr_calloc((size_t)L + 2, sizeof *m->layer_offset);
     if (!m->tensors || !m->layer_offset)
         return sr_error_oom("the tensor table");
-
-    /* One descriptor per table row: name, shape, init, decay (X-macros in model.h). */
     struct desc {
         const char *name;
         int rows, cols, init;
@@ -330,23 +328,13 @@ sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, sr_dev 
     m->layer_offset[L + 1] = off;
     m->n_params = off;
     m->n_params_real = off - (size_t)(Vp - d.V) * C * (d.untied ? 2 : 1);
-    if (max_B > 0) {
-        sr_status st = ops_support(&d, ops);
-        if (st != SR_OK)
-            return st;
-    }
+    return SR_OK;
+}
 
-    if (own_params) {
-        m->params = dev->alloc(dev, dev->state_space, SR_MEM_PARAM_SHARD, off * sizeof(float));
-        m->grads = m->params ? dev->alloc(dev, dev->state_space, SR_MEM_GRAD_SHARD, off * sizeof(float)) : NULL;
-        if (!m->params || !m->grads)
-            return SR_ERR_INTERNAL;
-        dev->memset(dev, SR_STREAM_COMPUTE, m->grads, 0, off * sizeof(float));
-    }
-
-    m->max_B = max_B;
-    if (max_B == 0)
-        return SR_OK;
+/* The activation buffers for micro-batches of up to max_B sequences, the
+ * ops' workspace, the loss accumulator and (Llama) the rotary table. */
+static sr_status alloc_activations(sr_model *m, int max_B) {
+    sr_dev *dev = m->dev;
     act_buf bufs[MAX_ACT_BUFS];
     int nb = act_table(m, (size_t)max_B, bufs);
     for (int i = 0; i < nb; i++) {
@@ -357,28 +345,49 @@ sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, sr_dev 
             return SR_ERR_INTERNAL;
         m->act_bytes += bufs[i].bytes;
     }
-    if (ops->bind_workspace)
-        ops->bind_workspace(m->op_ws, row_bytes(bufs, nb, (void **)&m->op_ws));
+    if (m->ops->bind_workspace)
+        m->ops->bind_workspace(m->op_ws, row_bytes(bufs, nb, (void **)&m->op_ws));
     m->loss_acc = dev->alloc(dev, dev->state_space, SR_MEM_OTHER, sizeof(double));
     if (!m->loss_acc)
         return SR_ERR_INTERNAL;
     dev->memset(dev, SR_STREAM_COMPUTE, m->loss_acc, 0, sizeof(double));
-    if (llama) {
-        /* the rotary table, built on the host once and uploaded */
-        size_t bytes = sr_model_other_bytes(&d) - sizeof(double);
-        float *host = sr_malloc(bytes);
-        m->rope_cs = host ? dev->alloc(dev, dev->state_space, SR_MEM_OTHER, bytes) : NULL;
-        if (!m->rope_cs) {
-            free(host);
-            return host ? SR_ERR_INTERNAL : sr_error_oom("the rotary table");
-        }
-        sr_model_rope_table(&d, host);
-        sr_status st = sr_dev_upload(dev, m->rope_cs, host, bytes, "upload");
+    if (m->d.arch != SR_ARCH_LLAMA)
+        return SR_OK;
+    /* the rotary table, built on the host once and uploaded */
+    size_t bytes = sr_model_other_bytes(&m->d) - sizeof(double);
+    float *host = sr_malloc(bytes);
+    m->rope_cs = host ? dev->alloc(dev, dev->state_space, SR_MEM_OTHER, bytes) : NULL;
+    if (!m->rope_cs) {
         free(host);
-        if (st != SR_OK)
-            return st;
+        return host ? SR_ERR_INTERNAL : sr_error_oom("the rotary table");
     }
-    return SR_OK;
+    sr_model_rope_table(&m->d, host);
+    sr_status st = sr_dev_upload(dev, m->rope_cs, host, bytes, "upload");
+    free(host);
+    return st;
+}
+
+sr_status sr_model_init(sr_model *m, sr_model_dims d, const sr_ops *ops, sr_dev *dev, int max_B, bool own_params) {
+    *m = (sr_model){0};
+    sr_model_dims_complete(&d);
+    m->d = d;
+    m->ops = ops;
+    m->dev = dev;
+    sr_status st = tensor_table(m);
+    if (st != SR_OK)
+        return st;
+    if (max_B > 0 && (st = ops_support(&d, ops)) != SR_OK)
+        return st;
+    size_t off = m->n_params;
+    if (own_params) {
+        m->params = dev->alloc(dev, dev->state_space, SR_MEM_PARAM_SHARD, off * sizeof(float));
+        m->grads = m->params ? dev->alloc(dev, dev->state_space, SR_MEM_GRAD_SHARD, off * sizeof(float)) : NULL;
+        if (!m->params || !m->grads)
+            return SR_ERR_INTERNAL;
+        dev->memset(dev, SR_STREAM_COMPUTE, m->grads, 0, off * sizeof(float));
+    }
+    m->max_B = max_B;
+    return max_B == 0 ? SR_OK : alloc_activations(m, max_B);
 }
 
 void sr_model_free(sr_model *m) {

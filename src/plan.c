@@ -53,7 +53,7 @@ typedef struct {
     uint64_t ckpt_total, ckpt_rank;
     double save_s;
     double lead_s; /* the --signal lead, s (may exceed what sbatch accepts) */
-    char fix[512]; /* the cheapest change that fits, or "" */
+    char fix[680]; /* the cheapest change that fits, or "" */
 } plan_row;
 
 typedef struct {
@@ -68,41 +68,10 @@ typedef struct {
     sr_ledgerplan_opts lo;
 } plan_ctx;
 
-/* Plans `ranks` ranks of cfg into *r (memory only; fit is decided by the
- * caller).  An invalid rank count sets r->valid false and r->why. */
-static sr_status plan_memory(const plan_ctx *x, const sr_config *cfg, int ranks, plan_row *r) {
-    memset(r, 0, sizeof *r);
-    r->ranks = ranks;
-    sr_status st = sr_job_check_world(cfg, ranks, 0, &r->mesh);
-    if (st != SR_OK) {
-        snprintf(r->why, sizeof r->why, "%s", sr_error_message());
-        return SR_OK;
-    }
-    r->valid = true;
-    r->per_node = x->gpu ? (x->o->gpus_per_node > 0 ? x->o->gpus_per_node : 1) : ranks;
-    if (r->per_node > ranks)
-        r->per_node = ranks;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    r->threads = cfg->threads > 0 ? (int)cfg->threads : (int)(cores > r->per_node ? cores / r->per_node : 1);
-    r->mb = (int)sr_config_micro_batch(cfg, ranks);
-    r->accum = (int)sr_config_accum_steps(cfg, ranks);
-    const sr_ops *ops = sr_device_plan_ops(x->gpu, (sr_dtype)cfg->param_dtype);
-    sr_job job;
-    st = sr_job_init(&job, cfg);
-    if (st == SR_OK)
-        st = sr_memplan_job(&r->plan, &r->offloaded, cfg, &job, &r->mesh, r->mb, r->threads, ops, x->kind, x->separate,
-                            r->per_node, ranks);
-    /* a device run's asynchronous snapshot (sr_ckpt_snapshot_fits): the
-     * shard's three states in pinned buffers, or plain host memory when
-     * the state is offloaded to the host already; when it fits the cap */
-    uint64_t snap = 0;
-    size_t staging =
-        st == SR_OK && x->separate && sr_ckpt_snapshot_fits(&job.ckpt, r->plan.state_shard, r->per_node, &snap)
-            ? (size_t)snap
-            : 0;
-    sr_job_free(&job);
-    if (st != SR_OK)
-        return st;
+/* Where each part of r's plan lives (r->at, r->space), with the device
+ * table's own buffers and the checkpoint snapshot's `staging` bytes, and
+ * whether it fits the node's host memory and the device. */
+static void place_memory(const plan_ctx *x, const sr_config *cfg, int ranks, size_t staging, plan_row *r) {
     size_t own[SR_NSPACE] = {0}; /* what the device table allocates for itself */
     sr_device_own_bytes(x->kind, own);
     r->plan.bytes[SR_MEM_OTHER] = add(r->plan.bytes[SR_MEM_OTHER], own[SR_SPACE_DEVICE]);
@@ -146,7 +115,12 @@ static sr_status plan_memory(const plan_ctx *x, const sr_config *cfg, int ranks,
         r->host_need = add(r->space[SR_SPACE_HOST], r->plan.overhead);
     r->fits_host = (double)r->host_need * r->per_node <= x->host_bytes;
     r->fits_device = !x->separate || (double)r->device_need <= x->device_bytes;
+}
 
+/* r's compute (FLOPs per token and step, the step time from --tflops or
+ * the GPU ledger) and checkpoint size, save time and preemption lead. */
+static sr_status plan_compute(const plan_ctx *x, const sr_config *cfg, int ranks, const sr_ops *ops, plan_row *r) {
+    sr_status st;
     /* compute: the model's FLOPs per token (as MFU counts them) */
     sr_model m;
     sr_model_dims d = sr_job_model_dims(cfg, (int)cfg->seq_len);
@@ -189,6 +163,45 @@ static sr_status plan_memory(const plan_ctx *x, const sr_config *cfg, int ranks,
     /* the lead (preempt.h), with the job's preemption.end_margin_s */
     r->lead_s = sr_preempt_lead_s(r->step_s, r->save_s, cfg->preempt_end_margin_s);
     return SR_OK;
+}
+
+/* Plans `ranks` ranks of cfg into *r (memory only; fit is decided by the
+ * caller).  An invalid rank count sets r->valid false and r->why. */
+static sr_status plan_memory(const plan_ctx *x, const sr_config *cfg, int ranks, plan_row *r) {
+    memset(r, 0, sizeof *r);
+    r->ranks = ranks;
+    sr_status st = sr_job_check_world(cfg, ranks, 0, &r->mesh);
+    if (st != SR_OK) {
+        snprintf(r->why, sizeof r->why, "%s", sr_error_message());
+        return SR_OK;
+    }
+    r->valid = true;
+    r->per_node = x->gpu ? (x->o->gpus_per_node > 0 ? x->o->gpus_per_node : 1) : ranks;
+    if (r->per_node > ranks)
+        r->per_node = ranks;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    r->threads = cfg->threads > 0 ? (int)cfg->threads : (int)(cores > r->per_node ? cores / r->per_node : 1);
+    r->mb = (int)sr_config_micro_batch(cfg, ranks);
+    r->accum = (int)sr_config_accum_steps(cfg, ranks);
+    const sr_ops *ops = sr_device_plan_ops(x->gpu, (sr_dtype)cfg->param_dtype);
+    sr_job job;
+    st = sr_job_init(&job, cfg);
+    if (st == SR_OK)
+        st = sr_memplan_job(&r->plan, &r->offloaded, cfg, &job, &r->mesh, r->mb, r->threads, ops, x->kind, x->separate,
+                            r->per_node, ranks);
+    /* a device run's asynchronous snapshot (sr_ckpt_snapshot_fits): the
+     * shard's three states in pinned buffers, or plain host memory when
+     * the state is offloaded to the host already; when it fits the cap */
+    uint64_t snap = 0;
+    size_t staging =
+        st == SR_OK && x->separate && sr_ckpt_snapshot_fits(&job.ckpt, r->plan.state_shard, r->per_node, &snap)
+            ? (size_t)snap
+            : 0;
+    sr_job_free(&job);
+    if (st != SR_OK)
+        return st;
+    place_memory(x, cfg, ranks, staging, r);
+    return plan_compute(x, cfg, ranks, ops, r);
 }
 
 static bool fits(const plan_row *r) { return r->valid && r->fits_host && r->fits_device; }

@@ -729,83 +729,174 @@ static int default_threads(void) {
     return n < 1 ? 1 : n > 64 ? 64 : (int)n;
 }
 
-sr_status sr_prepare(const sr_prepare_opts *o, char *const *files, int nfiles, sr_prepare_result *r) {
-    memset(r, 0, sizeof *r);
-    if (nfiles < 1)
-        return sr_error(SR_ERR_USAGE, "data prepare: expected at least one input FILE");
-    run x = {.o = o, .files = files, .nfiles = nfiles, .r = r, .doc_id = -1, .tok_bytes = 2, .vocab = 256};
-    x.prefix = o->prefix ? o->prefix : "data";
-    if (!*x.prefix || strchr(x.prefix, '/') || x.prefix[0] == '.')
+/* The prefix, the output (a file, or a directory when any sharding option
+ * or a trailing '/' says so) and --doc-token's precondition. */
+static sr_status resolve_output(run *x) {
+    const sr_prepare_opts *o = x->o;
+    x->prefix = o->prefix ? o->prefix : "data";
+    if (!*x->prefix || strchr(x->prefix, '/') || x->prefix[0] == '.')
         return sr_error(SR_ERR_USAGE,
                         "--prefix %s: expected a file-name prefix without '/' that does not start with '.' (a dot "
                         "file looks like a temporary and is hidden)",
-                        x.prefix);
+                        x->prefix);
     const char *out = o->out;
     size_t ol = out ? strlen(out) : 0;
-    x.dir = o->tokenizer || o->shard_tokens || o->val_tokens || (ol && out[ol - 1] == '/');
-    r->directory = x.dir;
+    x->dir = o->tokenizer || o->shard_tokens || o->val_tokens || (ol && out[ol - 1] == '/');
+    x->r->directory = x->dir;
     if (!out)
-        out = x.dir ? "." : "data.bin";
-    sr_fmt(x.outdir, sizeof x.outdir, "%s", out);
-    if (x.dir)
-        while (strlen(x.outdir) > 1 && x.outdir[strlen(x.outdir) - 1] == '/')
-            x.outdir[strlen(x.outdir) - 1] = '\0';
+        out = x->dir ? "." : "data.bin";
+    sr_fmt(x->outdir, sizeof x->outdir, "%s", out);
+    if (x->dir)
+        while (strlen(x->outdir) > 1 && x->outdir[strlen(x->outdir) - 1] == '/')
+            x->outdir[strlen(x->outdir) - 1] = '\0';
     if (o->doc_token && !o->tokenizer)
         return sr_error(SR_ERR_USAGE,
                         "--doc-token %s: byte-level shards have no separator token (hint: give "
                         "--tokenizer)",
                         o->doc_token);
-    /* every input before anything is written */
-    for (int i = 0; i < nfiles; i++) {
+    return SR_OK;
+}
+
+/* Every input opens (a FIFO is read as it comes), before anything is
+ * written; their total size feeds the progress line. */
+static sr_status check_inputs(run *x) {
+    for (int i = 0; i < x->nfiles; i++) {
         struct stat sb;
-        if (stat(files[i], &sb) == 0 && S_ISFIFO(sb.st_mode))
+        if (stat(x->files[i], &sb) == 0 && S_ISFIFO(sb.st_mode))
             continue;
         int fd;
         sr_status os =
-            sr_fsio_open_input(files[i], "the input", true, "a text or JSON Lines file, gzip or not", &fd, &sb);
+            sr_fsio_open_input(x->files[i], "the input", true, "a text or JSON Lines file, gzip or not", &fd, &sb);
         if (os != SR_OK)
             return os;
         close(fd);
-        if ((os = sr_fsio_guard_input(files[i])) != SR_OK)
+        if ((os = sr_fsio_guard_input(x->files[i])) != SR_OK)
             return os;
         if (S_ISREG(sb.st_mode))
-            x.total_in += (uint64_t)sb.st_size;
+            x->total_in += (uint64_t)sb.st_size;
     }
-    sr_status st = SR_OK;
-    if (o->tokenizer) {
-        if ((st = sr_tokenizer_load(&x.tok, o->tokenizer, "--tokenizer")) != SR_OK)
-            return st;
-        if (!sr_tokenizer_can_encode(x.tok)) {
-            sr_tokenizer_free(x.tok);
+    return SR_OK;
+}
+
+/* --tokenizer: one that encodes, its token width and the separator id. */
+static sr_status load_tokenizer(run *x) {
+    const sr_prepare_opts *o = x->o;
+    sr_status st = sr_tokenizer_load(&x->tok, o->tokenizer, "--tokenizer");
+    if (st != SR_OK)
+        return st;
+    if (!sr_tokenizer_can_encode(x->tok))
+        return sr_error(SR_ERR_USAGE,
+                        "--tokenizer %s: an llm.c tokenizer file decodes only (hint: give the tokenizer.json, or "
+                        "vocab.json + merges.txt, or a tiktoken rank file)",
+                        o->tokenizer);
+    x->vocab = sr_tokenizer_vocab(x->tok);
+    x->tok_bytes = x->vocab > 65535 ? 4 : 2;
+    const char *name = o->doc_token ? o->doc_token : "<|endoftext|>";
+    if (strcmp(name, "none") != 0) {
+        x->doc_id = sr_tokenizer_special(x->tok, name);
+        if (x->doc_id < 0)
             return sr_error(SR_ERR_USAGE,
-                            "--tokenizer %s: an llm.c tokenizer file decodes only (hint: give the tokenizer.json, or "
-                            "vocab.json + merges.txt, or a tiktoken rank file)",
-                            o->tokenizer);
-        }
-        x.vocab = sr_tokenizer_vocab(x.tok);
-        x.tok_bytes = x.vocab > 65535 ? 4 : 2;
-        const char *name = o->doc_token ? o->doc_token : "<|endoftext|>";
-        if (strcmp(name, "none") != 0) {
-            x.doc_id = sr_tokenizer_special(x.tok, name);
-            if (x.doc_id < 0) {
-                sr_tokenizer_free(x.tok);
-                return sr_error(SR_ERR_USAGE,
-                                "%s%s: not a special token of the tokenizer %s (hint: --doc-token NAME names the "
-                                "separator before each document; --doc-token none writes none)",
-                                o->doc_token ? "--doc-token " : "the default separator ", name, o->tokenizer);
-            }
-        }
+                            "%s%s: not a special token of the tokenizer %s (hint: --doc-token NAME names the "
+                            "separator before each document; --doc-token none writes none)",
+                            o->doc_token ? "--doc-token " : "the default separator ", name, o->tokenizer);
     }
-    if (x.dir) {
-        char what[300];
-        if (sr_fsio_mkdir_p(x.outdir) != 0)
-            st = sr_error(SR_ERR_CANTCREAT, "%s: cannot create the output directory: %s", x.outdir, strerror(errno));
-        else if (holds_data_set(x.outdir, x.prefix, what, sizeof what))
-            st = sr_error(SR_ERR_CANTCREAT,
-                          "%s: already holds a prepared data set (%s) (hint: another -o or --prefix, or remove it "
-                          "first)",
-                          x.outdir, what);
+    return SR_OK;
+}
+
+/* The output directory exists and holds no data set of this prefix. */
+static sr_status check_outdir(const run *x) {
+    char what[300];
+    if (sr_fsio_mkdir_p(x->outdir) != 0)
+        return sr_error(SR_ERR_CANTCREAT, "%s: cannot create the output directory: %s", x->outdir, strerror(errno));
+    if (holds_data_set(x->outdir, x->prefix, what, sizeof what))
+        return sr_error(SR_ERR_CANTCREAT,
+                        "%s: already holds a prepared data set (%s) (hint: another -o or --prefix, or remove it "
+                        "first)",
+                        x->outdir, what);
+    return SR_OK;
+}
+
+/* Reads, encodes (nw workers) and writes batch after batch to the end. */
+static sr_status run_batches(run *x, batch *b, worker *ws, int nw) {
+    sr_status st = SR_OK;
+    for (int k = 0; st == SR_OK && x->tok && k < nw; k++) {
+        ws[k].x = x;
+        st = sr_tok_encoder_new(x->tok, &ws[k].enc);
     }
+    x->t0 = now_s();
+    x->tty = isatty(STDERR_FILENO);
+    bool more = true;
+    while (st == SR_OK && more) {
+        st = fill_batch(x, b, (size_t)SR_PREPARE_BATCH_BYTES * (size_t)(x->tok ? nw : 1), &more);
+        if (st == SR_OK)
+            st = encode_batch(x, b, ws, nw);
+        if (st == SR_OK)
+            st = write_batch(x, b);
+        progress(x, false);
+    }
+    if (st == SR_OK && x->r->tokens == 0)
+        st = sr_error(SR_ERR_DATA, "the inputs hold no text: nothing to write");
+    if (st == SR_OK && x->dir && x->o->val_tokens && x->nshards == 1)
+        sr_log_warn("all %llu tokens went to the validation shard (--val-tokens %llu): there is no training shard "
+                    "(hint: a smaller --val-tokens)",
+                    (unsigned long long)x->r->tokens, (unsigned long long)x->o->val_tokens);
+    return st;
+}
+
+/* Every shard complete: now they appear, then the index; on failure none. */
+static sr_status commit_shards(run *x, sr_status st) {
+    if (st == SR_OK)
+        st = shard_close(x);
+    for (int i = 0; st == SR_OK && i < x->nshards; i++)
+        st = sr_fsio_stage_commit(&x->staged[i]);
+    if (st == SR_OK && x->dir) {
+        char index[4200];
+        sr_fmt(index, sizeof index, "%s/index.json", x->outdir);
+        st = sr_fsio_atomic_write_own(index, write_index, x);
+    }
+    if (st == SR_OK)
+        progress(x, true);
+    if (st != SR_OK)
+        for (int i = 0; i < x->nshards; i++)
+            sr_fsio_stage_abort(&x->staged[i]);
+    return st;
+}
+
+static void run_free(run *x, batch *b, worker *ws, int nw) {
+    input_close(&x->in);
+    json_decref(x->doc_obj);
+    for (size_t i = 0; i < b->icap; i++)
+        sr_tok_ids_free(&b->items[i].ids);
+    free(b->items);
+    free(b->text);
+    for (int k = 0; ws && k < nw; k++)
+        sr_tok_encoder_free(ws[k].enc);
+    free(ws);
+    free(x->wbuf);
+    free(x->staged);
+    free(x->names);
+    free(x->counts);
+    free(x->sha);
+    free(x->sizes);
+    sr_tokenizer_free(x->tok);
+}
+
+sr_status sr_prepare(const sr_prepare_opts *o, char *const *files, int nfiles, sr_prepare_result *r) {
+    memset(r, 0, sizeof *r);
+    if (nfiles < 1)
+        return sr_error(SR_ERR_USAGE, "data prepare: expected at least one input FILE");
+    run x = {.o = o, .files = files, .nfiles = nfiles, .r = r, .doc_id = -1, .tok_bytes = 2, .vocab = 256};
+    sr_status st = resolve_output(&x);
+    if (st == SR_OK)
+        st = check_inputs(&x);
+    if (st != SR_OK)
+        return st;
+    if (o->tokenizer && (st = load_tokenizer(&x)) != SR_OK) {
+        sr_tokenizer_free(x.tok);
+        return st;
+    }
+    if (x.dir)
+        st = check_outdir(&x);
     int nw = o->threads > 0 ? o->threads : default_threads();
     if (nw > 256)
         nw = 256;
@@ -814,59 +905,11 @@ sr_status sr_prepare(const sr_prepare_opts *o, char *const *files, int nfiles, s
     x.wbuf = sr_malloc(WBUF_BYTES);
     if (st == SR_OK && (!ws || !x.wbuf))
         st = sr_error_oom("data prepare");
-    for (int k = 0; st == SR_OK && x.tok && k < nw; k++) {
-        ws[k].x = &x;
-        st = sr_tok_encoder_new(x.tok, &ws[k].enc);
-    }
-    x.t0 = now_s();
-    x.tty = isatty(STDERR_FILENO);
-    bool more = true;
-    while (st == SR_OK && more) {
-        st = fill_batch(&x, &b, (size_t)SR_PREPARE_BATCH_BYTES * (size_t)(x.tok ? nw : 1), &more);
-        if (st == SR_OK)
-            st = encode_batch(&x, &b, ws, nw);
-        if (st == SR_OK)
-            st = write_batch(&x, &b);
-        progress(&x, false);
-    }
-    if (st == SR_OK && r->tokens == 0)
-        st = sr_error(SR_ERR_DATA, "the inputs hold no text: nothing to write");
-    if (st == SR_OK && x.dir && o->val_tokens && x.nshards == 1)
-        sr_log_warn("all %llu tokens went to the validation shard (--val-tokens %llu): there is no training shard "
-                    "(hint: a smaller --val-tokens)",
-                    (unsigned long long)r->tokens, (unsigned long long)o->val_tokens);
     if (st == SR_OK)
-        st = shard_close(&x);
-    /* every shard complete: now they appear, then the index */
-    for (int i = 0; st == SR_OK && i < x.nshards; i++)
-        st = sr_fsio_stage_commit(&x.staged[i]);
-    if (st == SR_OK && x.dir) {
-        char index[4200];
-        sr_fmt(index, sizeof index, "%s/index.json", x.outdir);
-        st = sr_fsio_atomic_write_own(index, write_index, &x);
-    }
-    if (st == SR_OK)
-        progress(&x, true);
-    if (st != SR_OK)
-        for (int i = 0; i < x.nshards; i++)
-            sr_fsio_stage_abort(&x.staged[i]);
+        st = run_batches(&x, &b, ws, nw);
+    st = commit_shards(&x, st);
     r->shards = st == SR_OK ? x.nshards : 0;
     sr_fmt(r->out, sizeof r->out, "%s", x.outdir);
-    input_close(&x.in);
-    json_decref(x.doc_obj);
-    for (size_t i = 0; i < b.icap; i++)
-        sr_tok_ids_free(&b.items[i].ids);
-    free(b.items);
-    free(b.text);
-    for (int k = 0; ws && k < nw; k++)
-        sr_tok_encoder_free(ws[k].enc);
-    free(ws);
-    free(x.wbuf);
-    free(x.staged);
-    free(x.names);
-    free(x.counts);
-    free(x.sha);
-    free(x.sizes);
-    sr_tokenizer_free(x.tok);
+    run_free(&x, &b, ws, nw);
     return st;
 }

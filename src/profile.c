@@ -202,50 +202,28 @@ static sr_status write_json(const char *dir, const char *name, json_t *o, char *
     return st;
 }
 
-/* The tables (family, launcher) as Markdown. */
-static char *markdown(const sr_profile *p, const line *fam, int nf, const line *total, const line *rows, int nr,
-                      double wall_ms, double busy_ms, double ops_ms, const char *whose, size_t *len) {
-    char *text = NULL;
-    FILE *f = open_memstream(&text, len);
-    if (!f)
-        return NULL;
-    fprintf(f,
-            "Steps %lld to %lld, per step, rank 0 (%s); device times are %s; bound and efficiency at GEMM %g TFLOP/s "
-            "and HBM %g TB/s.\n\n",
-            (long long)p->first, (long long)p->last, p->dev->line, whose, SR_LEDGER_GEMM_TFLOPS, SR_LEDGER_HBM_TBPS);
-    for (int t = 0; t < 2; t++) {
-        fprintf(f, "| %s | calls | ms | share | achieved | bound ms | efficiency |\n|---|---|---|---|---|---|---|\n",
-                t ? "launcher" : "family");
-        for (int i = 0; i < (t ? nr : nf); i++)
-            print_line(t ? &rows[i] : &fam[i], wall_ms, f);
-        if (!t)
-            print_line(total, wall_ms, f);
-        fputs("\n", f);
-    }
-    fprintf(f,
-            "Step wall time %.3f ms; the device busy %.3f ms (sum of the operations %.3f ms: streams overlap); the gap "
-            "%.3f ms (%.1f%%): host bubbles and launch gaps.\n",
-            wall_ms, busy_ms, ops_ms, wall_ms - busy_ms, wall_ms > 0 ? 100 * (wall_ms - busy_ms) / wall_ms : 0.0);
-    if (fclose(f) != 0) {
-        free(text);
-        return NULL;
-    }
-    return text;
-}
+/* The window's tables, per step: the families, the launchers (by time,
+ * largest first) and their total, with the step's wall and busy time. */
+typedef struct {
+    line fam[SR_LF_COUNT], rows[SR_LEDGER_NROWS], total;
+    int nf, nr;
+    double wall_ms, busy_ms, ops_ms;
+    const char *whose; /* whose device times these are */
+} tables;
 
-static sr_status report(sr_profile *p, sr_metrics *metrics) {
+static void build_tables(sr_profile *p, tables *t) {
     double n = (double)p->count;
     (void)sr_ledger_roofline(&p->l, SR_LEDGER_GEMM_TFLOPS, SR_LEDGER_HBM_TBPS); /* each family's bound */
-    double wall_ms = p->wall_s * 1e3 / n, busy_ms = p->busy_ms / n;
-    line fam[SR_LF_COUNT], rows[SR_LEDGER_NROWS];
-    int nf = 0, nr = 0;
-    double ops_ms = 0;
+    t->wall_ms = p->wall_s * 1e3 / n;
+    t->busy_ms = p->busy_ms / n;
+    t->nf = t->nr = 0;
+    t->ops_ms = 0;
     for (int f = 0; f < SR_LF_COUNT; f++) {
         if (!p->l.fam[f].calls)
             continue;
-        fam[nf] = (line){sr_ledger_family_names[f], NULL, per_step(&p->l.fam[f], n)};
-        ops_ms += fam[nf].r.ms;
-        nf++;
+        t->fam[t->nf] = (line){sr_ledger_family_names[f], NULL, per_step(&p->l.fam[f], n)};
+        t->ops_ms += t->fam[t->nf].r.ms;
+        t->nf++;
     }
     /* a launcher's bound: its bytes at the HBM rate, a GEMM row's its
      * FLOPs at the GEMM rate when that takes longer (as its family's) */
@@ -254,76 +232,89 @@ static sr_status report(sr_profile *p, sr_metrics *metrics) {
             continue;
         sr_ledger_row r = per_step(&p->l.row[i], n);
         sr_ledger_family f = sr_ledger_row_family(i);
-        double t = f == SR_LF_COLLECTIVE ? 0 : r.bytes / (SR_LEDGER_HBM_TBPS * 1e12);
-        if ((f == SR_LF_GEMM_LINEAR || f == SR_LF_GEMM_ATTENTION) && r.flops / (SR_LEDGER_GEMM_TFLOPS * 1e12) > t)
-            t = r.flops / (SR_LEDGER_GEMM_TFLOPS * 1e12);
-        r.bound_s = t;
-        rows[nr++] = (line){sr_ledger_row_name(i), sr_ledger_family_names[f], r};
+        double b = f == SR_LF_COLLECTIVE ? 0 : r.bytes / (SR_LEDGER_HBM_TBPS * 1e12);
+        if ((f == SR_LF_GEMM_LINEAR || f == SR_LF_GEMM_ATTENTION) && r.flops / (SR_LEDGER_GEMM_TFLOPS * 1e12) > b)
+            b = r.flops / (SR_LEDGER_GEMM_TFLOPS * 1e12);
+        r.bound_s = b;
+        t->rows[t->nr++] = (line){sr_ledger_row_name(i), sr_ledger_family_names[f], r};
     }
-    for (int i = 1; i < nr; i++) /* the launchers by time, largest first */
-        for (int j = i; j > 0 && rows[j].r.ms > rows[j - 1].r.ms; j--) {
-            line t = rows[j];
-            rows[j] = rows[j - 1];
-            rows[j - 1] = t;
+    for (int i = 1; i < t->nr; i++) /* the launchers by time, largest first */
+        for (int j = i; j > 0 && t->rows[j].r.ms > t->rows[j - 1].r.ms; j--) {
+            line x = t->rows[j];
+            t->rows[j] = t->rows[j - 1];
+            t->rows[j - 1] = x;
         }
     sr_ledger_row tot = {0};
-    for (int i = 0; i < nf; i++) {
-        tot.launches += fam[i].r.launches;
-        tot.gemm_calls += fam[i].r.gemm_calls;
-        tot.calls += fam[i].r.calls;
-        tot.flops += fam[i].r.flops;
-        tot.bytes += fam[i].r.bytes;
-        tot.bound_s += fam[i].r.bound_s;
-        tot.ms += fam[i].r.ms;
+    for (int i = 0; i < t->nf; i++) {
+        const sr_ledger_row *r = &t->fam[i].r;
+        tot.launches += r->launches;
+        tot.gemm_calls += r->gemm_calls;
+        tot.calls += r->calls;
+        tot.flops += r->flops;
+        tot.bytes += r->bytes;
+        tot.bound_s += r->bound_s;
+        tot.ms += r->ms;
     }
-    line total = {"total", NULL, tot};
-    const char *whose = p->dev->emulated ? "the CUDA emulator's (not a GPU's)" : "the GPU's";
-    double gap = wall_ms - busy_ms;
+    t->total = (line){"total", NULL, tot};
+    t->whose = p->dev->emulated ? "the CUDA emulator's (not a GPU's)" : "the GPU's";
+}
+
+/* The tables (family, launcher) as Markdown. */
+static char *markdown(const sr_profile *p, const tables *t, size_t *len) {
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len);
+    if (!f)
+        return NULL;
+    fprintf(f,
+            "Steps %lld to %lld, per step, rank 0 (%s); device times are %s; bound and efficiency at GEMM %g TFLOP/s "
+            "and HBM %g TB/s.\n\n",
+            (long long)p->first, (long long)p->last, p->dev->line, t->whose, SR_LEDGER_GEMM_TFLOPS, SR_LEDGER_HBM_TBPS);
+    for (int k = 0; k < 2; k++) {
+        fprintf(f, "| %s | calls | ms | share | achieved | bound ms | efficiency |\n|---|---|---|---|---|---|---|\n",
+                k ? "launcher" : "family");
+        for (int i = 0; i < (k ? t->nr : t->nf); i++)
+            print_line(k ? &t->rows[i] : &t->fam[i], t->wall_ms, f);
+        if (!k)
+            print_line(&t->total, t->wall_ms, f);
+        fputs("\n", f);
+    }
+    fprintf(f,
+            "Step wall time %.3f ms; the device busy %.3f ms (sum of the operations %.3f ms: streams overlap); the gap "
+            "%.3f ms (%.1f%%): host bubbles and launch gaps.\n",
+            t->wall_ms, t->busy_ms, t->ops_ms, t->wall_ms - t->busy_ms,
+            t->wall_ms > 0 ? 100 * (t->wall_ms - t->busy_ms) / t->wall_ms : 0.0);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* Rank 0's tables on stderr. */
+static void log_tables(const sr_profile *p, const tables *t) {
     const char *head = "profile:   %-24s %7s %10s %7s %9s %9s %10s %7s";
-    if (p->o.rank == 0) {
-        sr_log_info("profile: steps %lld to %lld, per step, rank 0; device times are %s; bound and efficiency at GEMM "
-                    "%g TFLOP/s and HBM %g TB/s (ledger.h):",
-                    (long long)p->first, (long long)p->last, whose, SR_LEDGER_GEMM_TFLOPS, SR_LEDGER_HBM_TBPS);
-        sr_log_info(head, "family", "calls", "ms", "share", "TFLOP/s", "GB/s", "bound ms", "effic.");
-        for (int i = 0; i < nf; i++)
-            print_line(&fam[i], wall_ms, NULL);
-        print_line(&total, wall_ms, NULL);
-        sr_log_info(head, "launcher", "calls", "ms", "share", "TFLOP/s", "GB/s", "bound ms", "effic.");
-        for (int i = 0; i < nr; i++)
-            print_line(&rows[i], wall_ms, NULL);
-        sr_log_info("profile: step wall time %.3f ms; the device busy %.3f ms (the sum of the operations, %.3f ms, "
-                    "counts overlapping streams twice); the gap, %.3f ms (%.1f%%), is host bubbles and launch gaps%s",
-                    wall_ms, busy_ms, ops_ms, gap, wall_ms > 0 ? 100 * gap / wall_ms : 0.0,
-                    p->untimed ? "; some operations untimed (the event pool ran out)" : "");
-    }
-    json_t *jf = json_array(), *jl = json_array(), *eff = json_object();
-    for (int i = 0; i < nf; i++) {
-        json_array_append_new(jf, row_json(&fam[i], wall_ms));
-        if (fam[i].r.ms > 0 && fam[i].r.bound_s > 0)
-            json_object_set_new(eff, fam[i].name, json_real(fam[i].r.bound_s * 1e3 / fam[i].r.ms));
-    }
-    for (int i = 0; i < nr; i++)
-        json_array_append_new(jl, row_json(&rows[i], wall_ms));
-    json_t *o =
-        json_pack("{s[II] sI ss sb ss sf sf sf sf sI sf sf so so so}", "steps", (json_int_t)p->first,
-                  (json_int_t)p->last, "count", (json_int_t)p->count, "times", whose, "emulated", p->dev->emulated,
-                  "device", p->dev->line, "wall_ms", wall_ms, "busy_ms", busy_ms, "ops_ms", ops_ms, "gap_ms", gap,
-                  "untimed", (json_int_t)((double)p->untimed / n + 0.5), "gemm_tflops", SR_LEDGER_GEMM_TFLOPS,
-                  "hbm_tbps", SR_LEDGER_HBM_TBPS, "families", jf, "launchers", jl, "total", row_json(&total, wall_ms));
-    if (!o || !eff) {
-        json_decref(eff);
-        json_decref(o);
-        return sr_error_oom("the profile's JSON");
-    }
-    if (metrics)
-        sr_metrics_event(metrics, "profile", p->last, json_deep_copy(o));
-    if (p->o.rank != 0) {
-        json_decref(o);
-        json_decref(eff);
-        return SR_OK;
-    }
+    double gap = t->wall_ms - t->busy_ms;
+    sr_log_info("profile: steps %lld to %lld, per step, rank 0; device times are %s; bound and efficiency at GEMM "
+                "%g TFLOP/s and HBM %g TB/s (ledger.h):",
+                (long long)p->first, (long long)p->last, t->whose, SR_LEDGER_GEMM_TFLOPS, SR_LEDGER_HBM_TBPS);
+    sr_log_info(head, "family", "calls", "ms", "share", "TFLOP/s", "GB/s", "bound ms", "effic.");
+    for (int i = 0; i < t->nf; i++)
+        print_line(&t->fam[i], t->wall_ms, NULL);
+    print_line(&t->total, t->wall_ms, NULL);
+    sr_log_info(head, "launcher", "calls", "ms", "share", "TFLOP/s", "GB/s", "bound ms", "effic.");
+    for (int i = 0; i < t->nr; i++)
+        print_line(&t->rows[i], t->wall_ms, NULL);
+    sr_log_info("profile: step wall time %.3f ms; the device busy %.3f ms (the sum of the operations, %.3f ms, "
+                "counts overlapping streams twice); the gap, %.3f ms (%.1f%%), is host bubbles and launch gaps%s",
+                t->wall_ms, t->busy_ms, t->ops_ms, gap, t->wall_ms > 0 ? 100 * gap / t->wall_ms : 0.0,
+                p->untimed ? "; some operations untimed (the event pool ran out)" : "");
+}
+
+/* Rank 0's files in the profile directory: profile.md, calibration.json
+ * (the measured efficiencies `eff`) and profile.json (o); takes o and eff. */
+static sr_status write_files(const sr_profile *p, const tables *t, json_t *o, json_t *eff) {
     size_t mdlen = 0;
-    char *md = markdown(p, fam, nf, &total, rows, nr, wall_ms, busy_ms, ops_ms, whose, &mdlen);
+    char *md = markdown(p, t, &mdlen);
     json_t *cal =
         json_pack("{ss ss sf ss sf ss so}", "device", p->dev->line, "source",
                   "shardrun's SHARDRUN_CUDA_PROFILE (profile.json beside this file)", "gemm_tflops",
@@ -349,6 +340,40 @@ static sr_status report(sr_profile *p, sr_metrics *metrics) {
     sr_log_info("profile: wrote %s (with profile.md and calibration.json, for plan --ledger --calibration, beside it)",
                 path);
     return SR_OK;
+}
+
+static sr_status report(sr_profile *p, sr_metrics *metrics) {
+    tables t;
+    build_tables(p, &t);
+    if (p->o.rank == 0)
+        log_tables(p, &t);
+    json_t *jf = json_array(), *jl = json_array(), *eff = json_object();
+    for (int i = 0; i < t.nf; i++) {
+        json_array_append_new(jf, row_json(&t.fam[i], t.wall_ms));
+        if (t.fam[i].r.ms > 0 && t.fam[i].r.bound_s > 0)
+            json_object_set_new(eff, t.fam[i].name, json_real(t.fam[i].r.bound_s * 1e3 / t.fam[i].r.ms));
+    }
+    for (int i = 0; i < t.nr; i++)
+        json_array_append_new(jl, row_json(&t.rows[i], t.wall_ms));
+    json_t *o = json_pack(
+        "{s[II] sI ss sb ss sf sf sf sf sI sf sf so so so}", "steps", (json_int_t)p->first, (json_int_t)p->last,
+        "count", (json_int_t)p->count, "times", t.whose, "emulated", p->dev->emulated, "device", p->dev->line,
+        "wall_ms", t.wall_ms, "busy_ms", t.busy_ms, "ops_ms", t.ops_ms, "gap_ms", t.wall_ms - t.busy_ms, "untimed",
+        (json_int_t)((double)p->untimed / (double)p->count + 0.5), "gemm_tflops", SR_LEDGER_GEMM_TFLOPS, "hbm_tbps",
+        SR_LEDGER_HBM_TBPS, "families", jf, "launchers", jl, "total", row_json(&t.total, t.wall_ms));
+    if (!o || !eff) {
+        json_decref(eff);
+        json_decref(o);
+        return sr_error_oom("the profile's JSON");
+    }
+    if (metrics)
+        sr_metrics_event(metrics, "profile", p->last, json_deep_copy(o));
+    if (p->o.rank != 0) {
+        json_decref(o);
+        json_decref(eff);
+        return SR_OK;
+    }
+    return write_files(p, &t, o, eff);
 }
 
 sr_status sr_profile_step_end(sr_profile *p, int64_t step, sr_metrics *metrics) {

@@ -369,15 +369,16 @@ static char *event_title(const json_t *o, const char *event, double step) {
     else if (strcmp(event, "preempt") == 0)
         fprintf(f, ": signal %s", rep_str(o, "signal") ? CUT(rep_str(o, "signal")) : "(seen by another rank)");
     else if (strcmp(event, "start") == 0)
-        fprintf(f, ": restart %.0f, resume step %.0f, %.0f ranks, job %s", rep_num(o, "restart"), rep_num(o, "resume_step"),
-                rep_num(o, "world_size"), CUT(rep_str(o, "job_id")));
+        fprintf(f, ": restart %.0f, resume step %.0f, %.0f ranks, job %s", rep_num(o, "restart"),
+                rep_num(o, "resume_step"), rep_num(o, "world_size"), CUT(rep_str(o, "job_id")));
     else if (strcmp(event, "resume") == 0)
         fprintf(f, ": from %s", CUT(rep_str(o, "from")));
     else if (strcmp(event, "eval") == 0)
         fprintf(f, ": val_loss %.4f", rep_num(o, "val_loss"));
     else if (strcmp(event, "profile") == 0)
         fprintf(f, ": steps %.0f to %.0f, %.3f ms per step, the device busy %.3f ms (%s)",
-                rep_nth(json_object_get(o, "steps"), 0), step, rep_num(o, "wall_ms"), rep_num(o, "busy_ms"), CUT(rep_str(o, "times")));
+                rep_nth(json_object_get(o, "steps"), 0), step, rep_num(o, "wall_ms"), rep_num(o, "busy_ms"),
+                CUT(rep_str(o, "times")));
 #undef CUT
     if (fclose(f) != 0) {
         free(text);
@@ -390,6 +391,107 @@ static bool add_point(state *s, int i, double x, double y) {
     if (!isfinite(y))
         return true;
     return pts_add(&s->pts[i], x, y * s->def[i].scale, s->seg * 2 + (s->redoing ? 1 : 0));
+}
+
+/* A run begins: how the previous one ended decides what its lost time is
+ * counted as (preempted or crashed); the start event is the run's config. */
+static void fold_run_start(state *s, const json_t *o, double time) {
+    s->runs++;
+    s->prev_max = s->run_max;
+    s->prev_last = s->run_last;
+    double resume = rep_num(o, "resume_step");
+    if (isfinite(s->prev_max) && isfinite(resume)) {
+        double redone = s->prev_max > resume ? s->prev_max - resume : 0;
+        double gap = isfinite(s->prev_last) && isfinite(time) && time > s->prev_last ? time - s->prev_last : 0;
+        if (s->run_preempted) {
+            s->resumes_pre++;
+            s->redone_pre += redone;
+            s->gap_pre += gap;
+        } else {
+            s->resumes_crash++;
+            s->redone_crash += redone;
+            s->gap_crash += gap;
+        }
+    }
+    s->run_max = NAN;
+    s->run_preempted = false;
+    s->seg++;
+    s->max_before_run = s->max_step;
+    json_decref(s->config);
+    s->config = json_deep_copy(o);
+}
+
+/* The validation loss: from eval events once there is one (the step
+ * records' copies are then dropped from the chart), else from the step
+ * records. */
+static bool fold_val(state *s, const json_t *o, int kind, const char *event, double step) {
+    double val = NAN;
+    if (kind == K_EVAL) {
+        val = rep_num(o, "val_loss");
+        if (!s->eval_events) {
+            s->eval_events = true;
+            free(s->pts[S_VAL].b);
+            pts_init(&s->pts[S_VAL]);
+        }
+    } else if (!event && !s->eval_events)
+        val = rep_num(o, "val_loss");
+    if (!isfinite(val))
+        return true;
+    s->final_val = val;
+    s->final_val_step = step;
+    if (!isfinite(s->best_val) || val < s->best_val) {
+        s->best_val = val;
+        s->best_val_step = step;
+    }
+    return add_point(s, S_VAL, step, val);
+}
+
+/* An event's marker (its class is the event name, made CSS-safe); past
+ * MAX_MARKS it only counts in its kind's histogram. */
+static bool fold_mark(state *s, const json_t *o, int kind, const char *event, double step, long long lineno) {
+    if (s->nmarks >= MAX_MARKS) {
+        hist_add(&s->over[kind], step);
+        return true;
+    }
+    if (!s->marks && !(s->marks = sr_calloc(MAX_MARKS, sizeof *s->marks)))
+        return false;
+    mark *m = &s->marks[s->nmarks];
+    *m = (mark){kind, step, lineno, event_title(o, event, step), ""};
+    if (!m->title)
+        return false;
+    size_t j = 0;
+    for (const char *c = event; *c && j + 1 < sizeof m->cls; c++, j++)
+        m->cls[j] = (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '_' ? *c : '_';
+    s->nmarks++;
+    return true;
+}
+
+/* A step record's summary fields and chart series (memory stacked). */
+static bool fold_step(state *s, const json_t *o, double step) {
+    s->final_loss = rep_num(o, "loss");
+    double t = rep_num(o, "tokens");
+    if (isfinite(t)) {
+        s->tokens = t;
+        s->tokens_step = step;
+    }
+    double ms = rep_num(o, "step_ms");
+    if (isfinite(ms) && !median_add(&s->step_ms, ms))
+        return false;
+    for (int i = 0; i < NSERIES; i++) {
+        if (i == S_VAL)
+            continue;
+        double v = rep_num(o, s->def[i].key);
+        if (i >= S_MEM0 && isfinite(v)) {
+            if (v > 0)
+                s->any_mem[i - S_MEM0] = true;
+            /* stacked: the sum of the categories before it */
+            for (int j = S_MEM0; j < i && isfinite(v); j++)
+                v += rep_num(o, s->def[j].key);
+        }
+        if (!add_point(s, i, step, v))
+            return false;
+    }
+    return true;
 }
 
 /* One record into the state. */
@@ -421,33 +523,8 @@ static bool fold(state *s, const json_t *o, long long lineno) {
         if (!grid_add(s, o, step))
             return false;
     }
-    if (kind == K_START) {
-        /* a run begins: how the previous one ended decides what its lost
-         * time is counted as */
-        s->runs++;
-        s->prev_max = s->run_max;
-        s->prev_last = s->run_last;
-        double resume = rep_num(o, "resume_step");
-        if (isfinite(s->prev_max) && isfinite(resume)) {
-            double redone = s->prev_max > resume ? s->prev_max - resume : 0;
-            double gap = isfinite(s->prev_last) && isfinite(time) && time > s->prev_last ? time - s->prev_last : 0;
-            if (s->run_preempted) {
-                s->resumes_pre++;
-                s->redone_pre += redone;
-                s->gap_pre += gap;
-            } else {
-                s->resumes_crash++;
-                s->redone_crash += redone;
-                s->gap_crash += gap;
-            }
-        }
-        s->run_max = NAN;
-        s->run_preempted = false;
-        s->seg++;
-        s->max_before_run = s->max_step;
-        json_decref(s->config);
-        s->config = json_deep_copy(o);
-    }
+    if (kind == K_START)
+        fold_run_start(s, o, time);
     if (kind == K_PREEMPT)
         s->run_preempted = true;
     if (!isfinite(s->run_max) || step > s->run_max)
@@ -455,74 +532,13 @@ static bool fold(state *s, const json_t *o, long long lineno) {
     if (isfinite(time))
         s->run_last = time;
     /* the steps a run redoes: at or below the furthest step before it */
-    bool redoing = !event && isfinite(s->max_before_run) && step <= s->max_before_run;
-    if (!event && redoing != s->redoing)
-        s->redoing = redoing;
+    if (!event)
+        s->redoing = isfinite(s->max_before_run) && step <= s->max_before_run;
     if (!isfinite(s->max_step) || step > s->max_step)
         s->max_step = step;
-    /* the summary */
-    double val = NAN;
-    if (kind == K_EVAL) {
-        val = rep_num(o, "val_loss");
-        if (!s->eval_events) {
-            /* eval events carry the validation loss: the step records'
-             * copies are dropped from the chart */
-            s->eval_events = true;
-            free(s->pts[S_VAL].b);
-            pts_init(&s->pts[S_VAL]);
-        }
-    } else if (!event && !s->eval_events)
-        val = rep_num(o, "val_loss");
-    if (isfinite(val)) {
-        s->final_val = val;
-        s->final_val_step = step;
-        if (!isfinite(s->best_val) || val < s->best_val) {
-            s->best_val = val;
-            s->best_val_step = step;
-        }
-        if (!add_point(s, S_VAL, step, val))
-            return false;
-    }
-    if (event) {
-        if (s->nmarks < MAX_MARKS) {
-            if (!s->marks && !(s->marks = sr_calloc(MAX_MARKS, sizeof *s->marks)))
-                return false;
-            mark *m = &s->marks[s->nmarks];
-            *m = (mark){kind, step, lineno, event_title(o, event, step), ""};
-            if (!m->title)
-                return false;
-            size_t j = 0;
-            for (const char *c = event; *c && j + 1 < sizeof m->cls; c++, j++)
-                m->cls[j] = (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '_' ? *c : '_';
-            s->nmarks++;
-        } else
-            hist_add(&s->over[kind], step);
-        return true;
-    }
-    s->final_loss = rep_num(o, "loss");
-    double t = rep_num(o, "tokens");
-    if (isfinite(t)) {
-        s->tokens = t;
-        s->tokens_step = step;
-    }
-    double ms = rep_num(o, "step_ms");
-    if (isfinite(ms) && !median_add(&s->step_ms, ms))
+    if (!fold_val(s, o, kind, event, step))
         return false;
-    for (int i = 0; i < NSERIES; i++) {
-        if (i == S_VAL)
-            continue;
-        double v = rep_num(o, s->def[i].key);
-        if (i >= S_MEM0 && isfinite(v)) {
-            if (v > 0)
-                s->any_mem[i - S_MEM0] = true;
-            /* stacked: the sum of the categories before it */
-            for (int j = S_MEM0; j < i && isfinite(v); j++)
-                v += rep_num(o, s->def[j].key);
-        }
-        if (!add_point(s, i, step, v))
-            return false;
-    }
-    return true;
+    return event ? fold_mark(s, o, kind, event, step, lineno) : fold_step(s, o, step);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -630,8 +646,8 @@ static void print_summary(FILE *out, const char *path, const state *s, const tot
             path, s->steps, rep_plural((double)s->steps), s->events, rep_plural((double)s->events), s->kinds[K_START],
             rep_plural((double)s->kinds[K_START]), s->kinds[K_RESUME], rep_plural((double)s->kinds[K_RESUME]),
             s->kinds[K_PREEMPT], rep_plural((double)s->kinds[K_PREEMPT]), s->kinds[K_CHECKPOINT],
-            rep_plural((double)s->kinds[K_CHECKPOINT]), s->kinds[K_EVAL], rep_plural((double)s->kinds[K_EVAL]), s->skipped,
-            rep_plural((double)s->skipped));
+            rep_plural((double)s->kinds[K_CHECKPOINT]), s->kinds[K_EVAL], rep_plural((double)s->kinds[K_EVAL]),
+            s->skipped, rep_plural((double)s->skipped));
     if (isfinite(s->final_val))
         fprintf(out, "  validation loss: final %.4f (step %.0f), best %.4f (step %.0f)\n", s->final_val,
                 s->final_val_step, s->best_val, s->best_val_step);

@@ -312,8 +312,8 @@ void rep_profile_section(FILE *f, const state *s) {
             rep_esc(f, rep_str(r, "name"));
             double e = rep_num(r, "efficiency");
             fprintf(f, "</td><td>%.0f</td><td>%.3f</td><td>%.1f%%</td><td>%.2f</td><td>%.1f</td><td>%.3f</td><td>",
-                    rep_num(r, "calls"), rep_num(r, "ms"), 100 * rep_num(r, "share"), rep_num(r, "tflops"), rep_num(r, "gbps"),
-                    rep_num(r, "bound_ms"));
+                    rep_num(r, "calls"), rep_num(r, "ms"), 100 * rep_num(r, "share"), rep_num(r, "tflops"),
+                    rep_num(r, "gbps"), rep_num(r, "bound_ms"));
             if (isfinite(e))
                 fprintf(f, "%.3g%%", 100 * e);
             else

@@ -21,6 +21,7 @@
 #include "fsio.h"
 #include "isa.h"
 #include "mem.h"
+#include "preempt.h"
 #include "profile.h"
 #include "promfile.h"
 #include "signals.h"
@@ -28,6 +29,12 @@
 #include "trace.h"
 
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
+
+double sr_run_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static double wall_now(void) {
     struct timespec ts;
@@ -471,7 +478,8 @@ sr_status sr_run_gather_hosts(sr_run *r) {
 static sr_status agree_and_gather(sr_run *r, double red[SR_RUN_AGREE_N]) {
     enum { N = SR_RUN_AGREE_N, W = N + 3 };
     int n = r->w->size;
-    double mine[W] = {red[0], red[1], red[2], red[3], red[4], r->iv_busy, r->iv_wait, (double)r->iv_steps};
+    double mine[W] = {[N] = r->iv_busy, [N + 1] = r->iv_wait, [N + 2] = (double)r->iv_steps};
+    memcpy(mine, red, sizeof *red * N);
     double *all = sr_malloc(sizeof *all * W * (size_t)n);
     if (!all)
         return sr_error_oom("the step agreement's gather");
@@ -498,6 +506,56 @@ static sr_status agree_and_gather(sr_run *r, double red[SR_RUN_AGREE_N]) {
 
 sr_status sr_run_agree(sr_run *r, int64_t s, double red[SR_RUN_AGREE_N]) {
     return sr_run_log_due(r, s) ? agree_and_gather(r, red) : sr_ctl_sum(r->ctl, red, SR_RUN_AGREE_N);
+}
+
+sr_status sr_run_step_agree(sr_run *r, int64_t s, double loss_sum, sr_step_clock *c, sr_step_out *o, sr_status st) {
+    const sr_config *cfg = r->cfg;
+    bool clock_due = r->w->rank == 0 && cfg->ckpt_every_minutes > 0 &&
+                     sr_run_now_s() - r->last_save >= cfg->ckpt_every_minutes * 60.0;
+    double red[SR_RUN_AGREE_N] = {[SR_AGREE_LOSS] = loss_sum,
+                                  [SR_AGREE_SIGNALLED] = sr_preempt_pending() ? 1.0 : 0.0,
+                                  [SR_AGREE_CLOCK_DUE] = clock_due ? 1.0 : 0.0};
+    sr_run_slurm_step(r, s, red); /* rank 0: the job's end near (preemption.before_end), the comment */
+    /* the straggler report: this rank's busy and waiting time so far in
+     * the log interval, gathered with the step's agreement on logged steps */
+    c->ta = sr_run_now_s();
+    double waited = (double)(r->dev->comm_wait_ns - c->comm0) / 1e9;
+    r->iv_busy += c->ta - c->t0 - waited;
+    r->iv_wait += waited;
+    r->iv_steps++;
+    sr_dev_watch(r->dev, 0); /* the agreement waits on peers: the transport's deadlines */
+    if (st == SR_OK)
+        SR_TRACE_PHASE("agreement", st = sr_run_agree(r, s, red));
+    if (st != SR_OK)
+        return st;
+    c->tb = sr_run_now_s();
+    c->comm1 = r->dev->comm_wait_ns;
+    r->iv_wait += c->tb - c->ta;                                     /* the agreement waits for the slowest rank */
+    o->loss = red[SR_AGREE_LOSS] / ((double)cfg->batch_size * r->T); /* the mean per-token loss */
+    o->end_near = red[SR_AGREE_END_NEAR] > 0;
+    o->end_time = red[SR_AGREE_END_TIME];
+    o->stop = red[SR_AGREE_SIGNALLED] > 0 || o->end_near;
+    o->signalled = (int)red[SR_AGREE_SIGNALLED];
+    o->clock_due = red[SR_AGREE_CLOCK_DUE] > 0;
+    if (s + 1 == sr_testhook()->nan_step)
+        o->loss = NAN;
+    if (!isfinite(o->loss) || !isfinite(o->norm))
+        return sr_error(SR_ERR_TRAIN,
+                        "step %lld: non-finite %s (loss %g, gradient norm %g); training stopped (hint: lower train.lr, "
+                        "raise train.warmup_steps, or set train.grad_clip)",
+                        (long long)(s + 1), isfinite(o->loss) ? "gradient norm" : "loss", o->loss, o->norm);
+    return SR_OK;
+}
+
+void sr_run_first_step_memory(const sr_run *r) {
+    if (!r->dev->used_bytes)
+        return;
+    size_t used = r->dev->used_bytes(r->dev);
+    size_t grown = used > r->dev->used_at_open ? used - r->dev->used_at_open : 0;
+    sr_log_info_all("device memory after the first step: %.1f MiB in use (cudaMemGetInfo) above the %.1f MiB "
+                    "at start; accounted %.1f MiB (peak %.1f) + NCCL %.1f MiB",
+                    mib(grown), mib(r->dev->used_at_open), mib(sr_mem_space_current(SR_SPACE_DEVICE)),
+                    mib(sr_mem_space_peak(SR_SPACE_DEVICE)), mib(sr_plane_device_bytes(r->plane)));
 }
 
 /* The flight recorder's line at the end of a run: records per step and

@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,143 +105,177 @@ static bool known_site(const char *site, bool pause) {
     return pause && strcmp(site, "before_connect") == 0;
 }
 
+/* ---- the hooks, one row each -------------------------------------------- */
+
+/* SHARDRUN_TEST_CRASH_AT and _PAUSE_AT: SITE[:STEP][@RANK]. */
+static void hook_crash(parse_state *ps, const char *name, const char *v, sr_testhooks *h) {
+    char expected[512];
+    snprintf(expected, sizeof expected, "SITE[:STEP][@RANK] with SITE one of %s", SR_TESTHOOK_CRASH_SITES);
+    if (!parse_site(v, h->crash_site, sizeof h->crash_site, &h->crash_step, &h->crash_rank) ||
+        !known_site(h->crash_site, false))
+        bad(ps, name, v, expected);
+}
+static void hook_pause(parse_state *ps, const char *name, const char *v, sr_testhooks *h) {
+    char expected[512];
+    snprintf(expected, sizeof expected, "SITE[:STEP][@RANK] with SITE one of %s, before_connect",
+             SR_TESTHOOK_CRASH_SITES);
+    if (!parse_site(v, h->pause_site, sizeof h->pause_site, &h->pause_step, &h->pause_rank) ||
+        !known_site(h->pause_site, true))
+        bad(ps, name, v, expected);
+}
+static void hook_isa(parse_state *ps, const char *name, const char *v, sr_testhooks *h) {
+    sr_isa level;
+    if (strlen(v) >= sizeof h->isa || !sr_isa_parse(v, &level))
+        bad(ps, name, v, SR_ISA_NAMES);
+    else
+        snprintf(h->isa, sizeof h->isa, "%s", v);
+}
+static void hook_skip_wait(parse_state *ps, const char *name, const char *v, sr_testhooks *h) {
+    if (strlen(v) >= sizeof h->skip_wait || strspn(v, "abcdefghijklmnopqrstuvwxyz_,") != strlen(v))
+        bad(ps, name, v, "list, or a comma list of wait sites (SHARDRUN_TEST_SKIP_WAIT=list)");
+    else
+        snprintf(h->skip_wait, sizeof h->skip_wait, "%s", v);
+}
+static void hook_comm_delay(parse_state *ps, const char *name, const char *v, sr_testhooks *h) {
+    const char *colon = strchr(v, ':');
+    size_t n = colon ? (size_t)(colon - v) : strlen(v);
+    bool ok = parse_i64(v, n, 1, &h->comm_delay_us) && h->comm_delay_us <= 10000000;
+    if (ok && colon && strcmp(colon + 1, "compute") == 0)
+        h->comm_delay_stream = 1;
+    else if (ok && colon && strcmp(colon + 1, "comm") != 0)
+        ok = false;
+    if (!ok) {
+        h->comm_delay_us = 0;
+        bad(ps, name, v, "N[:comm|compute], microseconds from 1 to 10000000");
+    }
+}
+static void hook_mismatch(parse_state *ps, const char *name, const char *v, sr_testhooks *h) {
+    long n = split_rank(v, &h->mismatch_rank);
+    if (n < 0 || !parse_i64(v, (size_t)n, 0, &h->mismatch_seq) || h->mismatch_seq > UINT32_MAX) {
+        h->mismatch_seq = -1;
+        bad(ps, name, v,
+            "K[@RANK]: a collective's sequence number from 0 to 4294967295, and the world rank (default 0)");
+    }
+    if (h->mismatch_rank < 0)
+        h->mismatch_rank = 0;
+}
+
+/* How a row's value is read into the field at `off`: a whole integer in
+ * [min, max] (on failure the field is set to `reset`); N[@RANK] (the rank
+ * into the int at off2); a string shorter than `max` bytes (into a field of
+ * off2 bytes); one of the choices (the words of `expect` but "or"; a field
+ * of off2 bytes); a flag (1 or 0); or a function of its own. */
+typedef enum { H_INT, H_RANKED, H_STR, H_CHOICE, H_FLAG, H_FN } hook_kind;
+typedef struct {
+    const char *name;
+    hook_kind kind;
+    size_t off, off2;
+    int64_t min, max, reset;
+    const char *expect;
+    void (*fn)(parse_state *ps, const char *name, const char *v, sr_testhooks *h);
+} hook_row;
+
+#define F(field) offsetof(sr_testhooks, field)
+#define SIZE(field) sizeof(((sr_testhooks *)0)->field)
+#define NOMAX INT64_MAX
+/* In the order they are checked: the first that does not parse is the
+ * message. */
+static const hook_row rows[] = {
+    {"SHARDRUN_TEST_CRASH_AT", H_FN, 0, 0, 0, 0, 0, NULL, hook_crash},
+    {"SHARDRUN_TEST_PAUSE_AT", H_FN, 0, 0, 0, 0, 0, NULL, hook_pause},
+    {"SHARDRUN_TEST_PREEMPT_AT", H_RANKED, F(preempt_step), F(preempt_rank), 0, NOMAX, -1,
+     "STEP[@RANK] (STEP 0: during set-up)", NULL},
+    {"SHARDRUN_TEST_GPU_HANG_AT", H_INT, F(gpu_hang_step), 0, 1, NOMAX, -1, "a step number >= 1", NULL},
+    {"SHARDRUN_TEST_MUTATE", H_CHOICE, F(mutate), SIZE(mutate), 0, 0, 0, "keep_notready or pageable_step", NULL},
+    {"SHARDRUN_TEST_NAN_AT_STEP", H_INT, F(nan_step), 0, 1, NOMAX, -1, "a step number >= 1", NULL},
+    {"SHARDRUN_TEST_DUMP_PARAMS", H_STR, F(dump_params), SIZE(dump_params), 0, 4096, 0,
+     "a path shorter than 4096 bytes", NULL},
+    {"SHARDRUN_BENCH_COUNTS", H_STR, F(bench_counts), SIZE(bench_counts), 0, 4096, 0,
+     "a directory path shorter than 4096 bytes", NULL},
+    {"SHARDRUN_TEST_ORACLE", H_STR, F(oracle_dir), SIZE(oracle_dir), 0, 4096 - 32, 0,
+     "a directory path shorter than 4064 bytes", NULL},
+    {"SHARDRUN_TEST_ALLOC_FAIL", H_RANKED, F(alloc_fail), F(alloc_fail_rank), 1, NOMAX, 0,
+     "N[@RANK], an allocation number >= 1", NULL},
+    {"SHARDRUN_TEST_ISA", H_FN, 0, 0, 0, 0, 0, NULL, hook_isa},
+    {"SHARDRUN_TEST_MEM_AVAILABLE", H_INT, F(mem_available), 0, 0, NOMAX, -1, "a number of bytes >= 0", NULL},
+    {"SHARDRUN_TEST_NODE_MEM", H_INT, F(node_mem), 0, 1, NOMAX, -1, "a number of bytes >= 1", NULL},
+    {"SHARDRUN_TEST_NO_PMIX_EVENTS", H_FLAG, F(no_pmix_events), 0, 0, 0, 0, NULL, NULL},
+    {"SHARDRUN_TEST_DEVICE", H_CHOICE, F(device), SIZE(device), 0, 0, 0, "fake", NULL},
+    {"SHARDRUN_TEST_DEVICE_FREE_MB", H_INT, F(device_free_mb), 0, 0, (int64_t)1 << 40, -1,
+     "a number of MiB from 0 to 2^40", NULL},
+    {"SHARDRUN_TEST_GPU_DETECT", H_INT, F(gpu_detect), 0, 0, 1024, -1, "a number of GPUs from 0 to 1024", NULL},
+    {"SHARDRUN_TEST_POISON", H_FLAG, F(poison), 0, 0, 0, 0, NULL, NULL},
+    {"SHARDRUN_TEST_HB", H_FLAG, F(hb), 0, 0, 0, 0, NULL, NULL},
+    {"SHARDRUN_TEST_SKIP_WAIT", H_FN, 0, 0, 0, 0, 0, NULL, hook_skip_wait},
+    {"SHARDRUN_TEST_COMM_DELAY_US", H_FN, 0, 0, 0, 0, 0, NULL, hook_comm_delay},
+    {"SHARDRUN_TEST_STALL_SEQ", H_INT, F(stall_seq), 0, 0, UINT32_MAX, -1,
+     "a collective's sequence number from 0 to 4294967295", NULL},
+    {"SHARDRUN_TEST_MISMATCH_SEQ", H_FN, 0, 0, 0, 0, 0, NULL, hook_mismatch},
+    {"SHARDRUN_TEST_NCCL_SIZE1", H_FLAG, F(nccl_size1), 0, 0, 0, 0, NULL, NULL},
+    {"SHARDRUN_TEST_STAGED_COLLECTIVES", H_FLAG, F(staged), 0, 0, 0, 0, NULL, NULL},
+    {"SHARDRUN_BENCH_NO_SHA256", H_FLAG, F(bench_no_sha256), 0, 0, 0, 0, NULL, NULL},
+    {"SHARDRUN_TEST_CKPT_WRITE_DELAY_MS", H_INT, F(ckpt_write_delay_ms), 0, 1, 3600000, 0,
+     "milliseconds from 1 to 3600000", NULL},
+};
+#undef F
+#undef SIZE
+
+/* One row's value v into h. */
+static void parse_row(parse_state *ps, const hook_row *r, const char *v, sr_testhooks *h) {
+    char *base = (char *)h;
+    int64_t *i = (int64_t *)(base + r->off);
+    switch (r->kind) {
+    case H_INT:
+        if (!parse_i64(v, strlen(v), r->min, i) || *i > r->max) {
+            *i = r->reset;
+            bad(ps, r->name, v, r->expect);
+        }
+        break;
+    case H_RANKED: {
+        long n = split_rank(v, (int *)(base + r->off2));
+        if (n < 0 || !parse_i64(v, (size_t)n, r->min, i))
+            bad(ps, r->name, v, r->expect);
+        break;
+    }
+    case H_STR:
+        if (strlen(v) >= (size_t)r->max)
+            bad(ps, r->name, v, r->expect);
+        else
+            snprintf(base + r->off, r->off2, "%s", v);
+        break;
+    case H_CHOICE: {
+        /* the choices are the expect text's words but "or" */
+        char list[128];
+        snprintf(list, sizeof list, "%s", r->expect);
+        bool ok = false;
+        for (char *w = strtok(list, " "); w && !ok; w = strtok(NULL, " "))
+            ok = strcmp(w, "or") != 0 && strcmp(w, v) == 0;
+        if (ok)
+            snprintf(base + r->off, r->off2, "%s", v);
+        else
+            bad(ps, r->name, v, r->expect);
+        break;
+    }
+    case H_FLAG:
+        flag(ps, r->name, (bool *)(base + r->off));
+        break;
+    case H_FN:
+        r->fn(ps, r->name, v, h);
+        break;
+    }
+}
+
 sr_status sr_testhook_parse(sr_testhooks *h, char *why, size_t why_len) {
     *h = (sr_testhooks){0};
     parse_state ps = {SR_OK, why, why_len};
-    h->crash_step = -1;
-    h->crash_rank = -1;
-    h->pause_step = -1;
-    h->pause_rank = -1;
-    h->preempt_step = -1;
-    h->preempt_rank = -1;
-    h->nan_step = -1;
-    h->alloc_fail_rank = -1;
-    h->mem_available = -1;
-    h->node_mem = -1;
-    h->device_free_mb = -1;
-    h->gpu_detect = -1;
-    h->stall_seq = -1;
-    h->mismatch_seq = -1;
-    h->gpu_hang_step = -1;
-    const char *v;
-    char expected[512];
-    snprintf(expected, sizeof expected, "SITE[:STEP][@RANK] with SITE one of %s", SR_TESTHOOK_CRASH_SITES);
-    if ((v = getenv("SHARDRUN_TEST_CRASH_AT")) && *v &&
-        (!parse_site(v, h->crash_site, sizeof h->crash_site, &h->crash_step, &h->crash_rank) ||
-         !known_site(h->crash_site, false)))
-        bad(&ps, "SHARDRUN_TEST_CRASH_AT", v, expected);
-    snprintf(expected, sizeof expected, "SITE[:STEP][@RANK] with SITE one of %s, before_connect",
-             SR_TESTHOOK_CRASH_SITES);
-    if ((v = getenv("SHARDRUN_TEST_PAUSE_AT")) && *v &&
-        (!parse_site(v, h->pause_site, sizeof h->pause_site, &h->pause_step, &h->pause_rank) ||
-         !known_site(h->pause_site, true)))
-        bad(&ps, "SHARDRUN_TEST_PAUSE_AT", v, expected);
-    if ((v = getenv("SHARDRUN_TEST_PREEMPT_AT")) && *v) {
-        long n = split_rank(v, &h->preempt_rank);
-        if (n < 0 || !parse_i64(v, (size_t)n, 0, &h->preempt_step))
-            bad(&ps, "SHARDRUN_TEST_PREEMPT_AT", v, "STEP[@RANK] (STEP 0: during set-up)");
-    }
-    if ((v = getenv("SHARDRUN_TEST_GPU_HANG_AT")) && *v && !parse_i64(v, strlen(v), 1, &h->gpu_hang_step))
-        bad(&ps, "SHARDRUN_TEST_GPU_HANG_AT", v, "a step number >= 1");
-    if ((v = getenv("SHARDRUN_TEST_MUTATE")) && *v) {
-        if (strcmp(v, "keep_notready") == 0 || strcmp(v, "pageable_step") == 0)
-            snprintf(h->mutate, sizeof h->mutate, "%s", v);
-        else
-            bad(&ps, "SHARDRUN_TEST_MUTATE", v, "keep_notready or pageable_step");
-    }
-    if ((v = getenv("SHARDRUN_TEST_NAN_AT_STEP")) && *v && !parse_i64(v, strlen(v), 1, &h->nan_step))
-        bad(&ps, "SHARDRUN_TEST_NAN_AT_STEP", v, "a step number >= 1");
-    if ((v = getenv("SHARDRUN_TEST_DUMP_PARAMS")) && *v) {
-        if (strlen(v) >= sizeof h->dump_params)
-            bad(&ps, "SHARDRUN_TEST_DUMP_PARAMS", v, "a path shorter than 4096 bytes");
-        else
-            snprintf(h->dump_params, sizeof h->dump_params, "%s", v);
-    }
-    if ((v = getenv("SHARDRUN_BENCH_COUNTS")) && *v) {
-        if (strlen(v) >= sizeof h->bench_counts)
-            bad(&ps, "SHARDRUN_BENCH_COUNTS", v, "a directory path shorter than 4096 bytes");
-        else
-            snprintf(h->bench_counts, sizeof h->bench_counts, "%s", v);
-    }
-    if ((v = getenv("SHARDRUN_TEST_ORACLE")) && *v) {
-        if (strlen(v) >= sizeof h->oracle_dir - 32)
-            bad(&ps, "SHARDRUN_TEST_ORACLE", v, "a directory path shorter than 4064 bytes");
-        else
-            snprintf(h->oracle_dir, sizeof h->oracle_dir, "%s", v);
-    }
-    if ((v = getenv("SHARDRUN_TEST_ALLOC_FAIL")) && *v) {
-        long n = split_rank(v, &h->alloc_fail_rank);
-        if (n < 0 || !parse_i64(v, (size_t)n, 1, &h->alloc_fail))
-            bad(&ps, "SHARDRUN_TEST_ALLOC_FAIL", v, "N[@RANK], an allocation number >= 1");
-    }
-    if ((v = getenv("SHARDRUN_TEST_ISA")) && *v) {
-        sr_isa level;
-        if (strlen(v) >= sizeof h->isa || !sr_isa_parse(v, &level))
-            bad(&ps, "SHARDRUN_TEST_ISA", v, SR_ISA_NAMES);
-        else
-            snprintf(h->isa, sizeof h->isa, "%s", v);
-    }
-    if ((v = getenv("SHARDRUN_TEST_MEM_AVAILABLE")) && *v && !parse_i64(v, strlen(v), 0, &h->mem_available))
-        bad(&ps, "SHARDRUN_TEST_MEM_AVAILABLE", v, "a number of bytes >= 0");
-    if ((v = getenv("SHARDRUN_TEST_NODE_MEM")) && *v && !parse_i64(v, strlen(v), 1, &h->node_mem))
-        bad(&ps, "SHARDRUN_TEST_NODE_MEM", v, "a number of bytes >= 1");
-    flag(&ps, "SHARDRUN_TEST_NO_PMIX_EVENTS", &h->no_pmix_events);
-    if ((v = getenv("SHARDRUN_TEST_DEVICE")) && *v) {
-        if (strcmp(v, "fake") == 0)
-            snprintf(h->device, sizeof h->device, "fake");
-        else
-            bad(&ps, "SHARDRUN_TEST_DEVICE", v, "fake");
-    }
-    if ((v = getenv("SHARDRUN_TEST_DEVICE_FREE_MB")) && *v &&
-        (!parse_i64(v, strlen(v), 0, &h->device_free_mb) || h->device_free_mb > ((int64_t)1 << 40)))
-        bad(&ps, "SHARDRUN_TEST_DEVICE_FREE_MB", v, "a number of MiB from 0 to 2^40");
-    if ((v = getenv("SHARDRUN_TEST_GPU_DETECT")) && *v &&
-        (!parse_i64(v, strlen(v), 0, &h->gpu_detect) || h->gpu_detect > 1024))
-        bad(&ps, "SHARDRUN_TEST_GPU_DETECT", v, "a number of GPUs from 0 to 1024");
-    flag(&ps, "SHARDRUN_TEST_POISON", &h->poison);
-    flag(&ps, "SHARDRUN_TEST_HB", &h->hb);
-    if ((v = getenv("SHARDRUN_TEST_SKIP_WAIT")) && *v) {
-        if (strlen(v) >= sizeof h->skip_wait || strspn(v, "abcdefghijklmnopqrstuvwxyz_,") != strlen(v))
-            bad(&ps, "SHARDRUN_TEST_SKIP_WAIT", v,
-                "list, or a comma list of wait sites (SHARDRUN_TEST_SKIP_WAIT=list)");
-        else
-            snprintf(h->skip_wait, sizeof h->skip_wait, "%s", v);
-    }
-    if ((v = getenv("SHARDRUN_TEST_COMM_DELAY_US")) && *v) {
-        const char *colon = strchr(v, ':');
-        size_t n = colon ? (size_t)(colon - v) : strlen(v);
-        bool ok = parse_i64(v, n, 1, &h->comm_delay_us) && h->comm_delay_us <= 10000000;
-        if (ok && colon && strcmp(colon + 1, "compute") == 0)
-            h->comm_delay_stream = 1;
-        else if (ok && colon && strcmp(colon + 1, "comm") != 0)
-            ok = false;
-        if (!ok) {
-            h->comm_delay_us = 0;
-            bad(&ps, "SHARDRUN_TEST_COMM_DELAY_US", v, "N[:comm|compute], microseconds from 1 to 10000000");
-        }
-    }
-    if ((v = getenv("SHARDRUN_TEST_STALL_SEQ")) && *v &&
-        (!parse_i64(v, strlen(v), 0, &h->stall_seq) || h->stall_seq > UINT32_MAX)) {
-        h->stall_seq = -1;
-        bad(&ps, "SHARDRUN_TEST_STALL_SEQ", v, "a collective's sequence number from 0 to 4294967295");
-    }
-    if ((v = getenv("SHARDRUN_TEST_MISMATCH_SEQ")) && *v) {
-        long n = split_rank(v, &h->mismatch_rank);
-        if (n < 0 || !parse_i64(v, (size_t)n, 0, &h->mismatch_seq) || h->mismatch_seq > UINT32_MAX) {
-            h->mismatch_seq = -1;
-            bad(&ps, "SHARDRUN_TEST_MISMATCH_SEQ", v,
-                "K[@RANK]: a collective's sequence number from 0 to 4294967295, and the world rank (default 0)");
-        }
-        if (h->mismatch_rank < 0)
-            h->mismatch_rank = 0;
-    }
-    flag(&ps, "SHARDRUN_TEST_NCCL_SIZE1", &h->nccl_size1);
-    flag(&ps, "SHARDRUN_TEST_STAGED_COLLECTIVES", &h->staged);
-    flag(&ps, "SHARDRUN_BENCH_NO_SHA256", &h->bench_no_sha256);
-    if ((v = getenv("SHARDRUN_TEST_CKPT_WRITE_DELAY_MS")) && *v &&
-        (!parse_i64(v, strlen(v), 1, &h->ckpt_write_delay_ms) || h->ckpt_write_delay_ms > 3600000)) {
-        h->ckpt_write_delay_ms = 0;
-        bad(&ps, "SHARDRUN_TEST_CKPT_WRITE_DELAY_MS", v, "milliseconds from 1 to 3600000");
+    h->crash_step = h->pause_step = h->preempt_step = h->nan_step = -1;
+    h->crash_rank = h->pause_rank = h->preempt_rank = h->alloc_fail_rank = -1;
+    h->mem_available = h->node_mem = h->device_free_mb = h->gpu_detect = -1;
+    h->stall_seq = h->mismatch_seq = h->gpu_hang_step = -1;
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        const char *v = getenv(rows[k].name);
+        if (rows[k].kind == H_FLAG || (v && *v))
+            parse_row(&ps, &rows[k], v, h);
     }
     return ps.st;
 }

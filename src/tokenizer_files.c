@@ -360,8 +360,9 @@ static sr_status pretok_one(sr_tokenizer *t, json_t *p, const pattern_def **pat)
                     t->path, type);
 }
 
-sr_status tok_load_hf_json(sr_tokenizer *t, json_t *root, const int unmap[324], bool **is_special) {
-    json_t *model = json_object_get(root, "model");
+/* tokenizer.json's model: BPE without a normalizer, byte fallback,
+ * subword affixes or dropout (what byte-level BPE never has). */
+static sr_status check_model(const sr_tokenizer *t, json_t *root, json_t *model) {
     const char *type = json_string_value(json_object_get(model, "type"));
     if (type && strcmp(type, "BPE") != 0)
         return sr_error(SR_ERR_DATA, "%s: model type %s: expected BPE", t->path, type);
@@ -384,7 +385,11 @@ sr_status tok_load_hf_json(sr_tokenizer *t, json_t *root, const int unmap[324], 
     if (dropout && !json_is_null(dropout) && json_number_value(dropout) != 0)
         return sr_error(SR_ERR_DATA, "%s: model.dropout is set: BPE dropout is for training a tokenizer, not here",
                         t->path);
-    t->whole_piece_first = json_is_true(json_object_get(model, "ignore_merges"));
+    return SR_OK;
+}
+
+/* The pre_tokenizer (one, or a Sequence of them) into t->pattern. */
+static sr_status load_pretokenizer(sr_tokenizer *t, json_t *root) {
     json_t *pre = json_object_get(root, "pre_tokenizer");
     const pattern_def *pat = NULL;
     sr_status st = SR_OK;
@@ -408,48 +413,66 @@ sr_status tok_load_hf_json(sr_tokenizer *t, json_t *root, const int unmap[324], 
         return sr_error(SR_ERR_DATA, "%s: the pre_tokenizer splits nothing (ByteLevel with use_regex: false alone)",
                         t->path);
     t->pattern = pat;
+    return SR_OK;
+}
+
+/* added_tokens[i] = a: its text is its bytes (not byte-level mapped); an
+ * id the vocabulary holds must be that token, one it lacks is a special
+ * token outside the merges (is_special). */
+static sr_status added_token(sr_tokenizer *t, const int unmap[324], size_t i, json_t *a, bool *is_special) {
+    const char *content = json_string_value(json_object_get(a, "content"));
+    json_t *idj = json_object_get(a, "id");
+    if (!content || !json_is_integer(idj) || json_integer_value(idj) < 0 || json_integer_value(idj) > SR_TOK_MAX_ID)
+        return sr_error(SR_ERR_DATA, "%s: added_tokens[%zu]: expected {\"id\": 0..%d, \"content\": \"...\"}", t->path,
+                        i, SR_TOK_MAX_ID);
+    if (strlen(content) > SR_TOK_MAX_TOKEN_BYTES)
+        return sr_error(SR_ERR_DATA, "%s: added_tokens[%zu]: a token of %zu bytes (at most %d)", t->path, i,
+                        strlen(content), SR_TOK_MAX_TOKEN_BYTES);
+    uint32_t id = (uint32_t)json_integer_value(idj);
+    size_t n;
+    const unsigned char *have = sr_tokenizer_bytes(t, id, &n);
+    bool same = have && n == strlen(content) && memcmp(have, content, n) == 0;
+    if (have && !same) {
+        /* the vocabulary's own entry for that id, byte-level mapped */
+        unsigned char *tmp = sr_malloc(strlen(content) + 1);
+        size_t m;
+        bool mapped = tmp && unmap_text(unmap, content, tmp, &m) && m == n && memcmp(tmp, have, n) == 0;
+        free(tmp);
+        if (!mapped)
+            return sr_error(SR_ERR_DATA, "%s: added_tokens[%zu] \"%.80s\" has id %u, a vocabulary token's", t->path, i,
+                            content, id);
+    }
+    sr_status st;
+    if (!have && (st = tok_set_token(t, id, (const unsigned char *)content, strlen(content))) != SR_OK)
+        return st;
+    if (!have)
+        is_special[id] = true; /* an added token outside model.vocab: never produced by the merges */
+    return tok_add_special(t, content, id);
+}
+
+sr_status tok_load_hf_json(sr_tokenizer *t, json_t *root, const int unmap[324], bool **is_special) {
+    json_t *model = json_object_get(root, "model");
+    sr_status st = check_model(t, root, model);
+    if (st != SR_OK)
+        return st;
+    t->whole_piece_first = json_is_true(json_object_get(model, "ignore_merges"));
+    if ((st = load_pretokenizer(t, root)) != SR_OK)
+        return st;
     char where[1100];
     sr_fmt(where, sizeof where, "%s: model.vocab", t->path);
     if ((st = tok_load_vocab(t, unmap, json_object_get(model, "vocab"), where)) != SR_OK)
         return st;
-    /* added tokens: their text is their bytes (not byte-level mapped) */
     json_t *added = json_object_get(root, "added_tokens");
     if (added && !json_is_array(added) && !json_is_null(added))
         return sr_error(SR_ERR_DATA, "%s: added_tokens: expected a list of {\"id\", \"content\"} objects, not %s",
                         t->path, json_is_object(added) ? "an object" : "a scalar");
-    size_t i;
-    json_t *a;
     *is_special = sr_calloc(SR_TOK_MAX_ID + 1u, sizeof **is_special);
     if (!*is_special)
         return sr_error_oom("the tokenizer");
+    size_t i;
+    json_t *a;
     json_array_foreach(added, i, a) {
-        const char *content = json_string_value(json_object_get(a, "content"));
-        json_t *idj = json_object_get(a, "id");
-        if (!content || !json_is_integer(idj) || json_integer_value(idj) < 0 || json_integer_value(idj) > SR_TOK_MAX_ID)
-            return sr_error(SR_ERR_DATA, "%s: added_tokens[%zu]: expected {\"id\": 0..%d, \"content\": \"...\"}",
-                            t->path, i, SR_TOK_MAX_ID);
-        if (strlen(content) > SR_TOK_MAX_TOKEN_BYTES)
-            return sr_error(SR_ERR_DATA, "%s: added_tokens[%zu]: a token of %zu bytes (at most %d)", t->path, i,
-                            strlen(content), SR_TOK_MAX_TOKEN_BYTES);
-        uint32_t id = (uint32_t)json_integer_value(idj);
-        size_t n;
-        const unsigned char *have = sr_tokenizer_bytes(t, id, &n);
-        bool same = have && n == strlen(content) && memcmp(have, content, n) == 0;
-        if (have && !same) {
-            /* the vocabulary's own entry for that id, byte-level mapped */
-            unsigned char *tmp = sr_malloc(strlen(content) + 1);
-            size_t m;
-            bool mapped = tmp && unmap_text(unmap, content, tmp, &m) && m == n && memcmp(tmp, have, n) == 0;
-            free(tmp);
-            if (!mapped)
-                return sr_error(SR_ERR_DATA, "%s: added_tokens[%zu] \"%.80s\" has id %u, a vocabulary token's", t->path,
-                                i, content, id);
-        }
-        if (!have && (st = tok_set_token(t, id, (const unsigned char *)content, strlen(content))) != SR_OK)
-            return st;
-        if (!have)
-            (*is_special)[id] = true; /* an added token outside model.vocab: never produced by the merges */
-        if ((st = tok_add_special(t, content, id)) != SR_OK)
+        if ((st = added_token(t, unmap, i, a, *is_special)) != SR_OK)
             return st;
     }
     return SR_OK;
@@ -718,7 +741,6 @@ sr_status tok_tiktoken_specials(sr_tokenizer *t) {
 
 /* ------------------------------------------------------------------------ */
 /* llm.c's tokenizer file (decoding only) */
-
 
 sr_status tok_load_llmc(sr_tokenizer *t, const unsigned char *b, size_t n) {
     const uint32_t *h = (const uint32_t *)b;

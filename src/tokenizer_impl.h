@@ -62,7 +62,6 @@ struct sr_tokenizer {
     int64_t eot;
 };
 
-
 const pattern_def *tok_pattern_named(const char *name, size_t len);
 const pattern_def *tok_pattern_of_text(const char *text);
 uint64_t tok_hash_u64(uint64_t x);

@@ -34,14 +34,6 @@
 #include "testhook.h"
 #include "trace.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
-
 /* ------------------------------------------------------------------------ */
 /* setup and teardown */
 
@@ -274,34 +266,22 @@ static sr_status teardown(sr_run *r, sr_status st) {
 /* ------------------------------------------------------------------------ */
 /* one step */
 
-static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
+/* The micro-batches of step s: data, forward, backward (the oracle's
+ * forward beside each), then the gradients' reductions and norm; the
+ * loss sum into *loss_sum, the norm into o->norm. */
+static sr_status micro_batches(sr_run *r, int64_t s, double *loss_sum, sr_step_out *o) {
     const sr_config *cfg = r->cfg;
-    const sr_world *w = r->w;
-    double t0 = now_s();
-    long long waits0 = sr_dev_host_waits(r->dev);
-    uint64_t comm0 = r->dev->comm_wait_ns;
-    sr_flight_step_begin(s + 1); /* and log.trace_steps' window */
-    sr_profile_step_begin(r->prof, s + 1);
-    sr_preempt_test_hook(s + 1, w->rank);
-    sr_dev_watch(r->dev, s + 1); /* the step a deadline names; the host thread watched while it enqueues */
-    if (sr_oracle_on(r, s)) {
-        sr_status ost = sr_oracle_init(r);
-        if (ost != SR_OK)
-            return ost;
-    }
-    sr_fsdp_begin_step(r->fsdp);
     const double dloss = 1.0 / ((double)cfg->batch_size * r->T);
     const int64_t rank_seqs = (int64_t)r->mb * r->accum; /* this rank's slice of every global batch */
-    double loss_sum = 0.0;
     sr_status st = SR_OK;
     for (int a = 0; a < r->accum && st == SR_OK; a++) {
         char ctx[96];
         snprintf(ctx, sizeof ctx, "during step %lld (micro-batch %d/%d)", (long long)(s + 1), a + 1, r->accum);
-        sr_preempt_notice(w->rank, ctx);
+        sr_preempt_notice(r->w->rank, ctx);
         /* global cursor: the step owns sequences [cursor, cursor+batch)
          * (cursor = s*batch in a run that never changed batch_size);
          * rank r takes the fixed slice r*mb*accum .. of it */
-        uint64_t first = r->cursor + (uint64_t)(w->rank * rank_seqs) + (uint64_t)a * (uint64_t)r->mb;
+        uint64_t first = r->cursor + (uint64_t)(r->w->rank * rank_seqs) + (uint64_t)a * (uint64_t)r->mb;
         int *in = r->in + (size_t)a * r->mb * r->T, *tg = r->tg + (size_t)a * r->mb * r->T;
         SR_TRACE_PHASE("data", sr_data_batch(r->train, first, r->mb, true, (uint64_t)cfg->seed, in, tg));
         SR_TRACE_PHASE("forward", st = sr_fsdp_forward(r->fsdp, in, tg, r->mb));
@@ -312,78 +292,62 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
     }
     o->norm = 0.0;
     if (st == SR_OK) /* the step's one host wait */
-        SR_TRACE_PHASE("gradients (reductions, norm)", st = sr_fsdp_finish_grads(r->fsdp, &loss_sum, &o->norm));
-    double clock_due =
-        w->rank == 0 && cfg->ckpt_every_minutes > 0 && now_s() - r->last_save >= cfg->ckpt_every_minutes * 60.0;
-    double red[SR_RUN_AGREE_N] = {loss_sum, sr_preempt_pending() ? 1.0 : 0.0, clock_due ? 1.0 : 0.0};
-    sr_run_slurm_step(r, s, red); /* rank 0: the job's end near (preemption.before_end), the comment */
-    /* the straggler report: this rank's busy and waiting time so far in
-     * the log interval, gathered with the step's agreement on logged steps */
-    double ta = now_s(), waited = (double)(r->dev->comm_wait_ns - comm0) / 1e9;
-    r->iv_busy += ta - t0 - waited;
-    r->iv_wait += waited;
-    r->iv_steps++;
-    sr_dev_watch(r->dev, 0); /* the agreement waits on peers: the transport's deadlines */
-    if (st == SR_OK)
-        SR_TRACE_PHASE("agreement", st = sr_run_agree(r, s, red));
-    if (st != SR_OK)
-        return st;
-    double tb = now_s();
-    uint64_t comm1 = r->dev->comm_wait_ns;
-    r->iv_wait += tb - ta;                               /* the agreement waits for the slowest rank */
-    o->loss = red[0] / ((double)cfg->batch_size * r->T); /* the mean per-token loss */
-    o->end_near = red[3] > 0;
-    o->end_time = red[4];
-    o->stop = red[1] > 0 || o->end_near;
-    o->signalled = (int)red[1];
-    o->clock_due = red[2] > 0;
-    if (s + 1 == sr_testhook()->nan_step)
-        o->loss = NAN;
-    if (!isfinite(o->loss) || !isfinite(o->norm))
-        return sr_error(SR_ERR_TRAIN,
-                        "step %lld: non-finite %s (loss %g, gradient norm %g); training stopped (hint: lower train.lr, "
-                        "raise train.warmup_steps, or set train.grad_clip)",
-                        (long long)(s + 1), isfinite(o->loss) ? "gradient norm" : "loss", o->loss, o->norm);
+        SR_TRACE_PHASE("gradients (reductions, norm)", st = sr_fsdp_finish_grads(r->fsdp, loss_sum, &o->norm));
+    return st;
+}
+
+/* The optimizer step (gradients clipped to train.grad_clip); under the
+ * happens-before checker, the engine's rule that the host waits for the
+ * device once per step. */
+static sr_status optimize(sr_run *r, int64_t s, const sr_step_clock *c, sr_step_out *o) {
+    const sr_config *cfg = r->cfg;
     float scale = cfg->grad_clip > 0 && o->norm > cfg->grad_clip ? (float)(cfg->grad_clip / o->norm) : 1.0f;
     o->lr = sr_lr_at(&r->job.schedule, s);
+    sr_status st;
     if (sr_oracle_on(r, s) && (st = sr_oracle_step(r, o)) != SR_OK)
         return st;
     sr_dev_watch(r->dev, s + 1);
     SR_TRACE_PHASE("optimizer", sr_fsdp_optimizer_step(r->fsdp, s + 1, o->lr, &r->job.adamw, scale));
     sr_dev_watch(r->dev, 0);
-    if (r->dev->hb) {
-        /* the engine's rule: the host waits for the device once per step */
-        long long waits = sr_dev_host_waits(r->dev) - waits0;
-        r->hb_steps++;
-        r->hb_step_waits += waits;
-        if (waits != 1)
-            return sr_error(SR_ERR_INTERNAL,
-                            "happens-before checker: step %lld made %lld host waits for the device; the engine makes "
-                            "one per step (SHARDRUN_TEST_HB)",
-                            (long long)(s + 1), waits);
-    }
-    r->cursor += (uint64_t)cfg->batch_size;
-    double tc = now_s(), waited_after = (double)(r->dev->comm_wait_ns - comm1) / 1e9;
-    r->iv_busy += tc - tb - waited_after;
+    if (!r->dev->hb)
+        return SR_OK;
+    long long waits = sr_dev_host_waits(r->dev) - c->waits0;
+    r->hb_steps++;
+    r->hb_step_waits += waits;
+    if (waits != 1)
+        return sr_error(SR_ERR_INTERNAL,
+                        "happens-before checker: step %lld made %lld host waits for the device; the engine makes "
+                        "one per step (SHARDRUN_TEST_HB)",
+                        (long long)(s + 1), waits);
+    return SR_OK;
+}
+
+static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
+    sr_step_clock c = {.t0 = sr_run_now_s(), .waits0 = sr_dev_host_waits(r->dev), .comm0 = r->dev->comm_wait_ns};
+    sr_flight_step_begin(s + 1); /* and log.trace_steps' window */
+    sr_profile_step_begin(r->prof, s + 1);
+    sr_preempt_test_hook(s + 1, r->w->rank);
+    sr_dev_watch(r->dev, s + 1); /* the step a deadline names; the host thread watched while it enqueues */
+    sr_status st;
+    if (sr_oracle_on(r, s) && (st = sr_oracle_init(r)) != SR_OK)
+        return st;
+    sr_fsdp_begin_step(r->fsdp);
+    double loss_sum = 0.0;
+    st = micro_batches(r, s, &loss_sum, o);
+    if ((st = sr_run_step_agree(r, s, loss_sum, &c, o, st)) != SR_OK || (st = optimize(r, s, &c, o)) != SR_OK)
+        return st;
+    r->cursor += (uint64_t)r->cfg->batch_size;
+    double tc = sr_run_now_s(), waited_after = (double)(r->dev->comm_wait_ns - c.comm1) / 1e9;
+    r->iv_busy += tc - c.tb - waited_after;
     r->iv_wait += waited_after;
     sr_flight_step_end();
     if ((st = sr_profile_step_end(r->prof, s + 1, r->metrics)) != SR_OK) /* SHARDRUN_CUDA_PROFILE's window */
         return st;
-    o->seconds = now_s() - t0;
-    o->comm_exposed_ms = (double)(r->dev->comm_wait_ns - comm0) / 1e6;
+    o->seconds = sr_run_now_s() - c.t0;
+    o->comm_exposed_ms = (double)(r->dev->comm_wait_ns - c.comm0) / 1e6;
     if (s == r->start.step) {
         r->first_loss = o->loss;
-        if (r->dev->used_bytes) {
-            /* the device's own view against the accounting, after the
-             * first step (CUDA loads modules lazily, cuBLASLt sizes
-             * itself on first use) */
-            size_t used = r->dev->used_bytes(r->dev);
-            size_t grown = used > r->dev->used_at_open ? used - r->dev->used_at_open : 0;
-            sr_log_info_all("device memory after the first step: %.1f MiB in use (cudaMemGetInfo) above the %.1f MiB "
-                            "at start; accounted %.1f MiB (peak %.1f) + NCCL %.1f MiB",
-                            mib(grown), mib(r->dev->used_at_open), mib(sr_mem_space_current(SR_SPACE_DEVICE)),
-                            mib(sr_mem_space_peak(SR_SPACE_DEVICE)), mib(sr_plane_device_bytes(r->plane)));
-        }
+        sr_run_first_step_memory(r);
     }
     r->last_loss = o->loss;
     return SR_OK;
@@ -444,7 +408,7 @@ static sr_status preempt_stop(sr_run *r, int64_t s, const sr_step_out *o, int *e
                                    o->signalled, "time_limit", o->end_near && !o->signalled));
     }
     uint64_t bytes = 0;
-    double ts = now_s();
+    double ts = sr_run_now_s();
     /* an asynchronous save in flight finishes and commits first */
     int64_t inflight = sr_ckpt_pending_step(r->ck);
     sr_status st = sr_ckpt_poll(r->ck, s + 1, true);
@@ -453,18 +417,18 @@ static sr_status preempt_stop(sr_run *r, int64_t s, const sr_step_out *o, int *e
         return st;
     if (inflight >= 0)
         sr_log_info("preemption: the save of step %lld in flight finished first (%.2f s)", (long long)inflight,
-                    now_s() - ts);
+                    sr_run_now_s() - ts);
     sr_ckpt_progress now = {s + 1, r->cursor};
     if (sr_ckpt_last_step(r->ck) == s + 1) {
         sr_log_info("preemption: step %lld is the checkpoint just committed: nothing more to save", (long long)(s + 1));
     } else {
-        ts = now_s();
+        ts = sr_run_now_s();
         st = sr_ckpt_save(r->ck, &now, &bytes);
         sr_run_checkpoint_events(r);
         if (st != SR_OK)
             return st;
     }
-    double tdone = now_s();
+    double tdone = sr_run_now_s();
     sr_log_info("preemption: save of step %lld took %.2f s (%.1f MB, %.0f MB/s); %.2f s since the signal",
                 (long long)(s + 1), tdone - ts, (double)bytes / 1e6,
                 (double)bytes / 1e6 / (tdone - ts > 0 ? tdone - ts : 1e-9),
@@ -523,7 +487,7 @@ static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code
         sr_run_checkpoint_events(r);
         if (st != SR_OK)
             return st;
-        r->last_save = now_s();
+        r->last_save = sr_run_now_s();
     }
     return SR_OK;
 }
@@ -542,7 +506,7 @@ static sr_status finish(sr_run *r) {
         if (st != SR_OK)
             return st;
     }
-    sr_run_done_lines(r, now_s() - r->t_start);
+    sr_run_done_lines(r, sr_run_now_s() - r->t_start);
     return SR_OK;
 }
 
@@ -569,7 +533,7 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
             st = sr_paramdump_params(r.fsdp, &r.model, dump);
         return teardown(&r, st);
     }
-    r.t_start = r.last_save = now_s();
+    r.t_start = r.last_save = sr_run_now_s();
     r.cursor = r.start.cursor;
     int exit_code = 0;
     int64_t s = r.start.step;

@@ -96,15 +96,20 @@ typedef struct {
     double end_time; /* the job's end time as rank 0 read it (0: unknown) */
 } sr_step_out;
 
-/* The step's agreement: {loss sum, ranks that saw a preemption signal,
- * rank 0's checkpoint clock flag, rank 0's "the end is near" flag, rank
- * 0's job end time}, summed over the ranks. */
-#define SR_RUN_AGREE_N 5
+/* The step's agreement: its slots, each summed over the ranks. */
+enum {
+    SR_AGREE_LOSS,      /* this rank's loss sum over its tokens */
+    SR_AGREE_SIGNALLED, /* 1 on a rank that saw a preemption signal */
+    SR_AGREE_CLOCK_DUE, /* rank 0: checkpoint.every_minutes has passed */
+    SR_AGREE_END_NEAR,  /* rank 0: the job's end is within the lead (preemption.before_end) */
+    SR_AGREE_END_TIME,  /* rank 0: the job's end time (0: unknown) */
+    SR_RUN_AGREE_N
+};
 
 /* deadline.c: rank 0's Slurm job (preemption.before_end and the job
  * comment).  Open reads the end time at start (and says it, or warns once
  * that only signals will save); step, before the agreement, fills
- * red[3..5) on rank 0 (zeros elsewhere) and updates the comment when due;
+ * red[SR_AGREE_END_NEAR] and red[SR_AGREE_END_TIME] on rank 0 (zeros elsewhere) and updates the comment when due;
  * close waits briefly for a last command. */
 void sr_run_slurm_open(sr_run *r);
 void sr_run_slurm_step(sr_run *r, int64_t s, double red[SR_RUN_AGREE_N]);
@@ -156,6 +161,26 @@ sr_status sr_run_gather_hosts(sr_run *r);
  * rank's busy and wait times of the interval gathered in the same
  * collective into r->busy_ms, r->wait_ms, r->times, else a plain sum. */
 sr_status sr_run_agree(sr_run *r, int64_t s, double red[SR_RUN_AGREE_N]);
+/* runlog.c: the run's clock (monotonic seconds). */
+double sr_run_now_s(void);
+/* The step's clocks: its start, the device's host waits and the time
+ * spent waiting on communication at its start and after the agreement. */
+typedef struct {
+    double t0, ta, tb;
+    long long waits0;
+    uint64_t comm0, comm1;
+} sr_step_clock;
+/* runlog.c: the step's agreement (SR_AGREE_*) after its micro-batches
+ * ended in `st`: the loss sum, preemption signals, rank 0's checkpoint
+ * clock and the job's end, summed over the ranks into o (loss, stop,
+ * signalled, clock_due, end_near, end_time); this rank's busy and waiting
+ * time of the log interval gathered with it (c->ta, c->tb, c->comm1 set).
+ * A non-finite loss or gradient norm is SR_ERR_TRAIN. */
+sr_status sr_run_step_agree(sr_run *r, int64_t s, double loss_sum, sr_step_clock *c, sr_step_out *o, sr_status st);
+/* runlog.c: after the first step of a start, the device's own view of its
+ * memory against the accounting (CUDA loads modules lazily, cuBLASLt
+ * sizes itself on first use). */
+void sr_run_first_step_memory(const sr_run *r);
 /* Whether step s (0-based) is logged: a progress line, a metrics record
  * and the straggler report's gather (log.every, the first and the last). */
 bool sr_run_log_due(const sr_run *r, int64_t s);

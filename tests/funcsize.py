@@ -4,7 +4,8 @@ tests/layers.sh's size budgets read them.
 
 A definition is what the house style (.clang-format) writes at file scope:
 a signature that starts in column 0 (possibly over several lines) and whose
-line ends with "{", the body closed by a "}" alone in column 0.  A
+line ends with "{", the body closed by a "}" alone in column 0 (or a
+one-line definition with its body on the signature's line).  A
 function's length is its lines from the first of its signature to that
 closing brace, both included.  Prototypes (ending with ";"), struct and
 enum bodies, initialisers ("= {") and macros are not functions.
@@ -31,12 +32,20 @@ def functions(path):
         if not line or line[0] in " \t#/*}" or line.rstrip().endswith(";"):
             i += 1
             continue
-        # gather a signature of up to 6 lines ending with "{"
+        # gather a signature of up to 6 lines ending with "{" (a one-line
+        # definition, "{ ... }" on its signature's line, is one line long)
         sig, j = line, i
-        while not sig.rstrip().endswith("{") and j + 1 < n and j - i < 6 and not sig.rstrip().endswith(";"):
+        while not sig.rstrip().endswith(("{", ";", "}")) and j + 1 < n and j - i < 6:
             j += 1
             sig += " " + lines[j].strip()
         s = sig.rstrip()
+        if s.endswith("}") and "{" in s:
+            head = s.split("(")[0]
+            m = NAME.search(head + "(")
+            if m and "=" not in head and not s.startswith(NOT_FUNCS):
+                out.append((j - i + 1, m.group(1), i + 1))
+            i = j + 1
+            continue
         if not s.endswith("{") or "=" in s.split("(")[0] or "(" not in s or s.startswith(NOT_FUNCS):
             i += 1
             continue

@@ -1,19 +1,89 @@
 #!/bin/sh
-# layers.sh — the shape of src/: every module sits in a layer of
-# doc/ARCHITECTURE.md's table (parsed from between its LAYERS markers) and
-# includes only modules of its own or lower layers; the #include graph of
+# layers.sh — the shape of src/: doc/ARCHITECTURE.md's module index
+# (between its MODULES markers: every file of src/ and kernels/ in one row,
+# every entry point it names defined); every module sits in a layer of its
+# table (between the LAYERS markers) and includes only modules of its own
+# or lower layers; the #include graph of
 # src/ has no cycle; every "ARCHITECTURE.md §N" a comment cites exists and
 # nothing cites the old "DESIGN §N"; and at the call level, what each
 # object file of src/ calls (nm -u) is defined in its own layer or a lower
-# one, and the object-level call graph has no cycle.
+# one, and the object-level call graph has no cycle.  Then the size
+# budgets (§6: files, functions, measured by tests/funcsize.py) and the
+# numbers ARCHITECTURE.md states that the code owns (the manifest version,
+# the model families, the exit sites, the launcher count, the internal
+# headers' includers); the index and the budgets are proven by planted
+# violations.
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 SRC=$SR_SRCDIR/src
 DOC=$SR_SRCDIR/doc/ARCHITECTURE.md
 
-# module -> layer, from the table rows "| N | name | a, b, c | ... |"
-sed -n '/BEGIN LAYERS/,/END LAYERS/p' "$DOC" |
-    awk -F'|' '$2 ~ /^ *[0-9]+ *$/ { n = split($4, m, ","); for (i = 1; i <= n; i++) { gsub(/ /, "", m[i]); print m[i], $2 + 0 } }' >"$T/layers"
-check "the layer table of ARCHITECTURE.md parses ($(wc -l <"$T/layers") modules)" test "$(wc -l <"$T/layers")" -ge 20
+# the module index: "layer module files entries" per row of the MODULES
+# table (files and entry points comma lists, kernels/ files with their folder)
+sed -n '/BEGIN MODULES/,/END MODULES/p' "$DOC" |
+    awk -F'|' '$2 ~ /^ *[0-9]+ *$/ { gsub(/ /, "", $3); gsub(/ /, "", $4); gsub(/ /, "", $6); print $2 + 0, $3, $4, $6 }' >"$T/modules"
+# file -> layer and module: "file module layer"
+awk '{ n = split($3, f, ","); for (i = 1; i <= n; i++) print f[i], $2, $1 }' "$T/modules" >"$T/files"
+# the include check's table: "module layer" for the file's name without its extension
+awk '{ f = $1; sub(/^kernels\//, "", f); sub(/\.(c|h|cu|cuh)$/, "", f); print f, $3 }' "$T/files" | sort -u >"$T/layers"
+check "the module index of ARCHITECTURE.md parses ($(wc -l <"$T/modules") modules, $(wc -l <"$T/files") files)" \
+    test "$(wc -l <"$T/modules")" -ge 80
+sed -n '/BEGIN LAYERS/,/END LAYERS/p' "$DOC" | awk -F'|' '$2 ~ /^ *[0-9]+ *$/ { print $2 + 0 }' >"$T/layer_names"
+bad=$(awk 'NR == FNR { ok[$1] = 1; next } !($1 in ok) { print $2 " (layer " $1 ")" }' "$T/layer_names" "$T/modules")
+check "every module's layer is a row of the layer table${bad:+; not: $bad}" test -z "$bad"
+
+# every file of src/ and kernels/ is in exactly one row; every file named exists
+# membership FILES PATH...: "none NAME" or "several NAME" for each path in
+# no row or in several rows of FILES (the "file module layer" list)
+membership() {
+    list=$1
+    shift
+    for f in "$@"; do
+        [ -e "$f" ] || continue
+        case $f in */kernels/*) n=kernels/$(basename "$f") ;; *) n=$(basename "$f") ;; esac
+        c=$(awk -v n="$n" '$1 == n' "$list" | wc -l)
+        [ "$c" -eq 0 ] && echo "none $n"
+        [ "$c" -gt 1 ] && echo "several $n"
+    done
+}
+bad=$(membership "$T/files" "$SRC"/*.c "$SRC"/*.h "$SR_SRCDIR"/kernels/*.cu "$SR_SRCDIR"/kernels/*.cuh \
+    "$SR_SRCDIR"/kernels/*.h | tr '\n' ' ')
+check "every file of src/ and kernels/ belongs to one row of the module index${bad:+; $bad}" test -z "$bad"
+grep -v '^ckpt_async\.c ' "$T/files" >"$T/planted_files"
+check "a file in no row is reported (planted: ckpt_async.c's row removed)" \
+    test "$(membership "$T/planted_files" "$SRC/ckpt_async.c")" = "none ckpt_async.c"
+ghosts=""
+while read -r f m l; do
+    case $f in kernels/*) p=$SR_SRCDIR/$f ;; *) p=$SRC/$f ;; esac
+    [ -e "$p" ] || ghosts="$ghosts $f"
+done <"$T/files"
+check "every file the module index names exists${ghosts:+; not found:$ghosts}" test -z "$ghosts"
+
+# every entry point exists: defined in an object of the build (nm), or,
+# for a row whose code is not built here (no object) or lives in headers,
+# defined in one of its files
+B=${SR_BUILDDIR:-.}
+for o in "$B"/src/*.o "$B"/kernels/*.o; do
+    [ -e "$o" ] && nm "$o" 2>/dev/null | awk '$2 ~ /^[TDRBC]$/ { print $3 }'
+done | sort -u >"$T/defined"
+# entry_missing MODULES: "module entry" for each entry point found nowhere
+entry_missing() {
+    while read -r l m f e; do
+        for x in $(echo "$e" | tr ',' ' '); do
+            grep -qx "$x" "$T/defined" && continue
+            found=0
+            for file in $(echo "$f" | tr ',' ' '); do
+                case $file in kernels/*) p=$SR_SRCDIR/$file ;; *) p=$SRC/$file ;; esac
+                grep -Eq "^[A-Za-z_].*[^a-zA-Z0-9_]$x(\(|\[| =)|^#define $x\b|^$x\(" "$p" 2>/dev/null && found=1 && break
+            done
+            [ $found = 1 ] || echo "$m $x"
+        done
+    done <"$1"
+}
+bad=$(entry_missing "$T/modules" | tr '\n' ';')
+check "every entry point the module index names exists (nm on the objects, or its definition)${bad:+; missing: $bad}" \
+    test -z "$bad"
+echo "2 mem mem.c,mem.h sr_mem_no_such_function" >"$T/planted_modules"
+check "an entry point that does not exist is reported (planted)" test -n "$(entry_missing "$T/planted_modules")"
 
 # every file's includes: "file module target" (but the generated headers:
 # srconfig.h of configure, sr_abi.h of make)
@@ -21,19 +91,6 @@ for f in "$SRC"/*.c "$SRC"/*.h; do
     b=$(basename "$f")
     sed -n 's/^#include "\([a-z_0-9]*\)\.h".*/\1/p' "$f" | grep -Ev '^(srconfig|sr_abi)$' | sed "s|^|$b |"
 done >"$T/includes"
-
-# every module is in the table, every table module exists
-missing=""
-for f in "$SRC"/*.c "$SRC"/*.h; do
-    m=$(basename "$f" | sed 's/\.[ch]$//')
-    grep -q "^$m " "$T/layers" || missing="$missing $m"
-done
-check "every source file's module is in the layer table${missing:+; missing:$missing}" test -z "$missing"
-ghosts=""
-while read -r m l; do
-    [ -e "$SRC/$m.h" ] || [ -e "$SRC/$m.c" ] || ghosts="$ghosts $m"
-done <"$T/layers"
-check "every module of the table exists${ghosts:+; not found:$ghosts}" test -z "$ghosts"
 
 # includes go to the same or a lower layer
 bad=$(awk 'NR == FNR { layer[$1] = $2; next }
@@ -160,4 +217,114 @@ found=$(bytes_literals "$SRC/plan.c" "$SRC/memplan.c")
 check "plan.c and memplan.c hold no byte constants and name no other file's allocation" test -z "$found" || diag "$found"
 printf 'size_t x = (size_t)32 << 20; /* fsdp.c alloc_pools */\n' >"$T/planted_plan.c"
 check "a byte constant in the planner is reported (planted)" test -n "$(bytes_literals "$T/planted_plan.c")"
+# ---- size budgets (ARCHITECTURE.md §6): no .c of src/ over 1,000 lines
+# (manifest.c, one format in both directions, at most 1,100), no function
+# of src/ or kernels/ over 120 lines, at most 10 over 80.  A function over
+# a budget on purpose is listed in FUNC_EXCEPTIONS ("name:frozen lines"
+# and the reason beside it) and may not grow past its frozen count.
+FUNC_EXCEPTIONS=""
+FILE_LIMIT=1000
+FILE_LIMITS="manifest.c:1100"
+# oversize_files FILE...: "file lines limit" for each .c over its limit
+oversize_files() {
+    for f in "$@"; do
+        b=$(basename "$f")
+        lim=$FILE_LIMIT
+        for e in $FILE_LIMITS; do [ "${e%%:*}" = "$b" ] && lim=${e#*:}; done
+        n=$(wc -l <"$f")
+        [ "$n" -gt "$lim" ] && echo "$b $n (limit $lim)"
+    done
+}
+# function_budget FILE...: what breaks the function budgets
+function_budget() {
+    python3 "$SR_SRCDIR/tests/funcsize.py" "$@" | awk -v exc="$FUNC_EXCEPTIONS" '
+        BEGIN { n = split(exc, e, " "); for (i = 1; i <= n; i++) { split(e[i], p, ":"); frozen[p[1]] = p[2] } }
+        { len = $1; name = $3
+          if (name in frozen) { if (len > frozen[name]) print name " grew past its frozen " frozen[name] " lines (" len ")"; next }
+          if (len > 120) print name " (" $2 ") is " len " lines, over 120"
+          if (len > 80) { over++; list = list " " name "(" len ")" } }
+        END { if (over > 10) print over " functions over 80 lines, at most 10:" list }'
+}
+big=$(oversize_files "$SRC"/*.c | tr '\n' ';')
+check "no .c of src/ is over $FILE_LIMIT lines (manifest.c 1,100)${big:+; $big}" test -z "$big"
+awk 'BEGIN { for (i = 0; i < 1001; i++) print "int x" i ";" }' >"$T/planted_big.c"
+check "a file over the limit is reported (planted: 1,001 lines)" test -n "$(oversize_files "$T/planted_big.c")"
+if command -v python3 >/dev/null 2>&1; then
+    python3 "$SR_SRCDIR/tests/funcsize.py" "$SRC"/*.c "$SR_SRCDIR"/kernels/*.cu >"$T/funcs"
+    over80=$(awk '$1 > 80' "$T/funcs" | wc -l)
+    longest=$(sort -rn "$T/funcs" | head -1 | awk '{ print $3 " " $1 }')
+    check "the function extents were measured ($(wc -l <"$T/funcs") functions; $over80 over 80 lines; the longest $longest)" \
+        test "$(wc -l <"$T/funcs")" -ge 1000
+    bad=$(function_budget "$SRC"/*.c "$SR_SRCDIR"/kernels/*.cu | tr '\n' ';')
+    check "no function is over 120 lines, at most 10 over 80 (exceptions: ${FUNC_EXCEPTIONS:-none})${bad:+; $bad}" \
+        test -z "$bad"
+    # planted: one function of 121 lines and eleven of 81
+    {
+        printf 'static int long_one(void) {\n'
+        awk 'BEGIN { for (i = 0; i < 119; i++) print "    x();" }'
+        printf '}\n'
+        for k in 1 2 3 4 5 6 7 8 9 10 11; do
+            printf 'static int f%d(void) {\n' "$k"
+            awk 'BEGIN { for (i = 0; i < 79; i++) print "    x();" }'
+            printf '}\n'
+        done
+    } >"$T/planted_funcs.c"
+    out=$(function_budget "$T/planted_funcs.c")
+    check "a function over 120 lines and an eleventh over 80 are reported (planted)" \
+        sh -c "echo '$out' | grep -q 'long_one (.*) is 121 lines' && echo '$out' | grep -q '12 functions over 80'"
+else
+    skip "python3 is not installed: the function budgets (tests/funcsize.py)"
+fi
+
+# ---- the numbers ARCHITECTURE.md states that the code owns
+v_doc=$(sed -n 's/^Manifest version \([0-9][0-9]*\) .*/\1/p' "$DOC")
+v_code=$(sed -n 's/^#define SR_MANIFEST_VERSION \([0-9][0-9]*\).*/\1/p' "$SRC/manifest.h")
+check "§5's manifest version is the code's (ARCHITECTURE.md $v_doc, manifest.h $v_code)" \
+    sh -c "[ -n '$v_doc' ] && [ '$v_doc' = '$v_code' ]"
+fam_doc=$(sed -n '/^## §1 /,/^## §2 /p' "$DOC" | tr '\n' ' ' | sed -n 's/.*model families \(`[a-z0-9_]*`\( and\|,\) *\)*`\([a-z0-9_]*\)`.*/&/p' |
+    grep -o 'model families [^(]*' | grep -o '`[a-z0-9_]*`' | tr -d '`' | tr '\n' ' ')
+if [ -x "$B/shardrun" ]; then
+    fam_code=$("$B/shardrun" config keys 2>/dev/null | awk '$1 == "model.arch" { for (i = 2; i <= NF && $i != "default"; i++) if ($i != "|") printf "%s ", $i }')
+    check "§1 names the model families the job file takes (ARCHITECTURE.md: $fam_doc; model.arch: $fam_code)" \
+        sh -c "[ -n '$fam_code' ] && [ '$fam_doc' = '$fam_code' ]"
+else
+    not_ok "the program is built for the family check ($B/shardrun)"
+fi
+# exit_sites DIR: "file call count" of every exit, _exit and abort call in DIR's .c files
+exit_sites() {
+    for f in "$1"/*.c; do
+        sed -e 's|/\*.*\*/||g' -e 's|//.*||' "$f" | grep -v '^ *\*' |
+            grep -oE '(^|[^A-Za-z0-9_])(_exit|exit|abort)\(' | sed -E 's/^[^_a-z]*//; s/\($//' |
+            sort | uniq -c | awk -v f="$(basename "$f")" '{ print f, "`" $2 "`", $1 }'
+    done | sort
+}
+exit_sites "$SRC" >"$T/exit_code"
+sed -n '/BEGIN EXIT SITES/,/END EXIT SITES/p' "$DOC" |
+    awk -F'|' '$4 ~ /^ *[0-9]+ *$/ { gsub(/ /, "", $2); gsub(/ /, "", $3); print $2, $3, $4 + 0 }' | sort >"$T/exit_doc"
+diff=$(diff "$T/exit_doc" "$T/exit_code" | grep '^[<>]' | tr '\n' ';')
+check "only the sites §6 lists exit or abort ($(wc -l <"$T/exit_doc") rows)${diff:+; differs (< doc, > code): $diff}" \
+    sh -c "[ -z '$diff' ] && [ $(wc -l <"$T/exit_doc") -ge 5 ]"
+mkdir -p "$T/planted_exit" && printf 'void f(void) { if (bad) _exit(70); }\n' >"$T/planted_exit/x.c"
+check "an _exit outside the list is reported (planted)" test "$(exit_sites "$T/planted_exit")" = 'x.c `_exit` 1'
+n_doc=$(tr '\n' ' ' <"$DOC" | sed -n 's/.*kernels\/ has \([0-9][0-9]*\) launchers.*/\1/p')
+n_decl=$(grep -cE '^[a-z].*[ *]sr_k_[a-z0-9_]*\(' "$SR_SRCDIR/kernels/sr_cuda.h")
+n_enter=$(cat "$SR_SRCDIR"/kernels/*.cu | grep -oE 'SR_ENTER\([a-z0-9_]+' | sort -u | wc -l)
+check "§3c's launcher count is kernels/' (ARCHITECTURE.md $n_doc, sr_cuda.h $n_decl, SR_ENTER $n_enter)" \
+    sh -c "[ -n '$n_doc' ] && [ '$n_doc' = '$n_decl' ] && [ '$n_doc' = '$n_enter' ]"
+# internal headers: included only by the files §2's paragraph names for them
+# (and the .c of the header's own name)
+tr '\n' ' ' <"$DOC" | sed -n 's/.*Internal headers are included only by the files of their module\(.*\)Tests and benchmarks may include.*/\1/p' |
+    tr ';' '\n' | sed '$a\\' | while read -r seg; do
+        hs=$(echo "$seg" | grep -oE '`[a-z_]+\.h`' | tr -d '`')
+        cs=$(echo "$seg" | grep -oE '[a-z_]+\.c' | tr '\n' ' ')
+        for h in $hs; do echo "$h $cs"; done
+    done >"$T/internal"
+bad=$(while read -r h cs; do
+    for f in $(grep -l "#include \"$h\"" "$SRC"/*.c "$SRC"/*.h); do
+        b=$(basename "$f")
+        case " $cs ${h%.h}.c " in *" $b "*) ;; *) printf '%s includes %s; ' "$b" "$h" ;; esac
+    done
+done <"$T/internal")
+check "internal headers are included only by their module's files ($(wc -l <"$T/internal") headers)${bad:+; $bad}" \
+    sh -c "[ -z '$bad' ] && [ $(wc -l <"$T/internal") -ge 9 ]"
 done_testing

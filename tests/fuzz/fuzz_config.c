@@ -42,8 +42,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (st == SR_OK)
         st = sr_config_finalize(&cfg);
     if (st == SR_OK)
-        st = sr_config_check_landed(&cfg);
-    if (st == SR_OK)
         st = sr_job_check_world(&cfg, ranks, ranks - 1, NULL);
     if (st == SR_OK)
         sr_config_show(&cfg, devnull, NULL);
