@@ -504,7 +504,11 @@ static sr_status agree_and_gather(sr_run *r, double red[SR_RUN_AGREE_N]) {
     return st;
 }
 
-sr_status sr_run_agree(sr_run *r, int64_t s, double red[SR_RUN_AGREE_N]) {
+/* The step's agreement on red[0..SR_RUN_AGREE_N), summed over the ranks:
+ * on a logged step (sr_run_log_due) with every rank's busy and wait times
+ * of the interval gathered in the same collective into r->busy_ms,
+ * r->wait_ms, r->times, else a plain sum. */
+static sr_status agree(sr_run *r, int64_t s, double red[SR_RUN_AGREE_N]) {
     return sr_run_log_due(r, s) ? agree_and_gather(r, red) : sr_ctl_sum(r->ctl, red, SR_RUN_AGREE_N);
 }
 
@@ -525,7 +529,7 @@ sr_status sr_run_step_agree(sr_run *r, int64_t s, double loss_sum, sr_step_clock
     r->iv_steps++;
     sr_dev_watch(r->dev, 0); /* the agreement waits on peers: the transport's deadlines */
     if (st == SR_OK)
-        SR_TRACE_PHASE("agreement", st = sr_run_agree(r, s, red));
+        SR_TRACE_PHASE("agreement", st = agree(r, s, red));
     if (st != SR_OK)
         return st;
     c->tb = sr_run_now_s();

@@ -156,11 +156,6 @@ void sr_run_done_lines(const sr_run *r, double seconds);
 /* Every rank's host name into r->hosts (one all-gather, after connect)
  * and the straggler report's per-rank arrays. */
 sr_status sr_run_gather_hosts(sr_run *r);
-/* The step's agreement on red[0..SR_RUN_AGREE_N) (see SR_RUN_AGREE_N),
- * summed over the ranks: on a logged step (sr_run_log_due) with every
- * rank's busy and wait times of the interval gathered in the same
- * collective into r->busy_ms, r->wait_ms, r->times, else a plain sum. */
-sr_status sr_run_agree(sr_run *r, int64_t s, double red[SR_RUN_AGREE_N]);
 /* runlog.c: the run's clock (monotonic seconds). */
 double sr_run_now_s(void);
 /* The step's clocks: its start, the device's host waits and the time

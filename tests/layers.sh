@@ -327,4 +327,18 @@ bad=$(while read -r h cs; do
 done <"$T/internal")
 check "internal headers are included only by their module's files ($(wc -l <"$T/internal") headers)${bad:+; $bad}" \
     sh -c "[ -z '$bad' ] && [ $(wc -l <"$T/internal") -ge 9 ]"
+# ---- the CI budget: .ci/run's check-long phase runs the tests with long
+# checks alone (Makefile.am LONG_PARTS); a test that gains a long check
+# joins the list, or its long checks would never run in CI
+if [ -f "$B/Makefile" ]; then
+    make -s -C "$B" print-long-parts 2>/dev/null | tr ' ' '\n' | sed -n 's|^tests/||p' | sort >"$T/long_listed"
+    grep -lE 'group --long|long_tier' "$SR_SRCDIR"/tests/*.sh | sed 's|.*/||' | grep -Ev '^(tap|layers)\.sh$' >"$T/long_have"
+    sed -n 's/^SH_LONG = //p' "$SR_SRCDIR/Makefile.am" | tr ' ' '\n' | sed -n 's|^tests/||p' >>"$T/long_have"
+    sort -u "$T/long_have" -o "$T/long_have"
+    diff=$(diff "$T/long_listed" "$T/long_have" | grep '^[<>]' | tr '\n' ' ')
+    check "LONG_PARTS lists every test with long checks ($(wc -l <"$T/long_have"))${diff:+; differs (< listed, > has long checks): $diff}" \
+        sh -c "[ -z '$diff' ] && [ $(wc -l <"$T/long_have") -ge 10 ]"
+else
+    skip "no Makefile in $B: the long tier's list"
+fi
 done_testing
