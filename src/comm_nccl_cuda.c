@@ -238,9 +238,9 @@ static void *abort_wrapper(void *arg) {
  * so neither message would name the rank that failed (the job templates
  * exclude the host that message names). */
 #define REMOTE_EXTRA_S 3.0
+static int plane_failing; /* set by fail_plane's first caller */
 static void fail_plane(sr_nccl *n, const char *what, bool remote) {
-    static int failing;
-    if (__atomic_exchange_n(&failing, 1, __ATOMIC_ACQ_REL))
+    if (__atomic_exchange_n(&plane_failing, 1, __ATOMIC_ACQ_REL))
         for (;;)
             pause();
     pthread_t th;
@@ -360,12 +360,16 @@ static void *watchdog_main(void *arg) {
 }
 
 /* The device's host wait passed its deadline: when a collective of this
- * plane is still incomplete, the plane is what stalled. */
+ * plane is still incomplete, the plane is what stalled.  When the plane's
+ * watchdog is already ending the process, its verdict stands (fail_plane
+ * waits for it): its abort may have completed the very collective this
+ * check would find, and the device's deadline would then end the run as an
+ * internal error (70) in place of the plane's 69. */
 static void on_deadline(void *arg) {
     sr_nccl *n = arg;
-    char what[512];
-    bool remote;
-    if (check_plane(n, what, sizeof what, true, &remote))
+    char what[512] = "";
+    bool remote = false;
+    if (__atomic_load_n(&plane_failing, __ATOMIC_ACQUIRE) || check_plane(n, what, sizeof what, true, &remote))
         fail_plane(n, what, remote);
 }
 

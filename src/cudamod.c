@@ -32,7 +32,7 @@
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static bool tried;
 static const sr_cudamod *mod; /* under mu */
-static char mod_path[PATH_MAX + 16];
+static char mod_path[PATH_MAX + 32];
 static char fail_msg[3 * PATH_MAX]; /* why the load failed (SR_ERR_CONFIG) */
 
 #ifdef SR_HAVE_CUDA

@@ -134,7 +134,14 @@ static sr_status plan_compute(const plan_ctx *x, const sr_config *cfg, int ranks
     r->tokens_s = x->tflops > 0 ? ranks * x->tflops * 1e12 / work : 0;
     r->step_s = r->tokens_s > 0 ? (double)cfg->batch_size * cfg->seq_len / r->tokens_s : 0;
     snprintf(r->step_how, sizeof r->step_how, "at %.4g TFLOP/s sustained per rank (%s)", x->tflops, x->tflops_how);
-    if (x->ledger_time && ranks <= SR_LEDGER_MAX_RANKS) {
+    if (x->ledger_time && cfg->offload_optimizer)
+        /* the optimizer's step runs on the host: the ledger counts a GPU's
+         * operations only, so the rate's estimate stands */
+        snprintf(r->step_how, sizeof r->step_how,
+                 "at %.4g TFLOP/s sustained per rank (%s; sharding.offload.optimizer: the host's optimizer step "
+                 "is outside the GPU ledger)",
+                 x->tflops, x->tflops_how);
+    else if (x->ledger_time && ranks <= SR_LEDGER_MAX_RANKS) {
         /* a GPU step's time is its ledger's: the roofline bound, or the
          * calibration's prediction (one owner of a step's cost) */
         sr_ledgerplan lp;

@@ -123,9 +123,13 @@ if have_mpirun; then
         # the same stall under plain mpirun (no --enable-recovery, no
         # wrapper): the ranks that gave up exit 69, mpirun tears the job
         # down with SIGTERM, and the stalled rank writes its dump on that
-        # signal (it once died without one: 66, the culprit unnamed)
+        # signal (it once died without one: 66, the culprit unnamed).
+        # mpirun's SIGKILL follows its SIGTERM after odls_base_sigkill_timeout
+        # (1 s): 10 here, where 4 ranks share 2 loaded cores and a rank
+        # still writing its dump at 1 s would be killed (CI saw 2 of 4)
         rm -rf plain$n
-        SHARDRUN_TEST_STALL_SEQ=60 timeout 120 $MPI -n "$n" -x SHARDRUN_TEST_STALL_SEQ "$S" train "$T/job.yaml" \
+        SHARDRUN_TEST_STALL_SEQ=60 timeout 120 $MPI -n "$n" --mca odls_base_sigkill_timeout 10 \
+            -x SHARDRUN_TEST_STALL_SEQ "$S" train "$T/job.yaml" \
             --set log.flight_dir="$T/plain$n" </dev/null >plain$n.out 2>&1
         "$S" debug flight plain$n >plain$n.fl 2>plain$n.fle
         frc=$?

@@ -197,8 +197,13 @@ if group --long "failures"; then
     check "rank 1 killed mid-collective: ranks 0 and 2 exit 69 ($(cat w/status.0 2>/dev/null)/$(cat w/status.2 2>/dev/null))" \
         sh -c "[ \"\$(cat w/status.0)\" = 69 ] && [ \"\$(cat w/status.2)\" = 69 ]"
     check "  ...within comm.timeout_s + 12 s ($took s)" test "$took" -le 17
-    check "  ...after aborting the communicators, naming the lost rank 1" \
-        sh -c "grep -q 'communicators aborted.*rank 1' w/err.0 && grep -q 'communicators aborted.*rank 1' w/err.2" ||
+    # (a rank inside the step's device work finds the loss through the NCCL
+    # watchdog's post-mortem; one already at the step's agreement, its
+    # device idle, through the transport: which plane sees it first is the
+    # kill's timing)
+    check "  ...naming the lost rank 1 (the NCCL plane's post-mortem after aborting the communicators, or the transport's)" \
+        sh -c "grep -q 'communicators aborted.*rank 1\|error: lost the connection to rank 1 ' w/err.0 &&
+               grep -q 'communicators aborted.*rank 1\|error: lost the connection to rank 1 ' w/err.2" ||
         diag "$(grep -h error w/err.0 w/err.2 | head -4)"
 
     SHARDRUN_TEST_STALL_SEQ=20 fails stall 2 $EXACT --set train.steps=100 --set comm.timeout_s=5

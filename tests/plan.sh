@@ -159,6 +159,19 @@ check "a GPU plan names param bf16 (auto), lists device memory, CUDA and NCCL re
     else
         $S plan big.yaml --ranks 4 --gpus-per-node 4 >gpu.plan 2>&1; [ \$? = 78 ] && grep -q 'needs the CUDA op table: this shardrun was built without CUDA' gpu.plan
     fi"
+# a GPU plan's step time is the ledger's, which counts no host optimizer
+# step: a job with the optimizer offloaded, and the what-ifs that try it
+# (CI once saw Llama-3.1-8B's plan refused for the variant), keep the
+# rate's estimate and say why
+if grep -q '^#define SR_HAVE_CUDA 1' "${SR_BUILDDIR:-.}/srconfig.h"; then
+    $S plan big.yaml --set device=cuda --set sharding.offload.optimizer=true --ranks 2 --gpus-per-node 2 >off.plan 2>&1
+    check "a GPU plan of a job with sharding.offload.optimizer: exits 0, the host's optimizer step named outside the ledger ($?)" \
+        grep -q 'sharding.offload.optimizer: the host.s optimizer step is outside the GPU ledger' off.plan || diag "$(tail -3 off.plan)"
+    printf 'model: {preset: llama-3.1-8b}\ntrain: {batch_size: 8, micro_batch: 1}\ndata: {embedded_any_vocab: true}\ndevice: cuda\n' >l8.yaml
+    $S plan l8.yaml --ranks 1 --gpus-per-node 1 --device-mem 40 >l8.plan 2>&1
+    check "Llama-3.1-8B on one 40 GiB GPU: the what-ifs (offload among them) end in a verdict, status 0 ($?)" \
+        grep -q '^     cheapest change that fits: ' l8.plan || diag "$(tail -3 l8.plan)"
+fi
 
 # the planner's arithmetic is the run's: a category that saturates keeps
 # the total saturated (never a wrapped small sum that "fits"); a --signal
