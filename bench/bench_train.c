@@ -48,9 +48,8 @@ static double now_s(void) {
  * SwiGLU's 2F and F). */
 static double sgemm_ceiling(int BT, const sr_model_dims *d, int threads, int reps) {
     openblas_set_num_threads(threads);
-    int C = d->C, Vp = d->Vp, llama = d->arch == SR_ARCH_LLAMA;
-    int QKV = llama ? (d->NH + 2 * d->NKV) * (C / d->NH) : 3 * C, H = llama ? 2 * d->F : 4 * C,
-        HO = llama ? d->F : 4 * C;
+    int C = d->C, Vp = d->Vp;
+    int QKV = (int)sr_model_qkv_rows(d), H = (int)sr_model_mlp_rows(d), HO = d->F;
     struct {
         int oc, ic;
     } lin[] = {{QKV, C}, {C, C}, {H, C}, {C, HO}, {Vp, C}};

@@ -41,18 +41,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "fsio.h"
+#include "line.h"
 #include "mem.h"
 #include "provenance.h"
 #include "shardfile.h"
 #include "testhook.h"
 #include "trace.h"
-
-double ckpt_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void ckpt_crash_site(const char *site, int64_t step) {
     sr_testhook_pause_point(site, step, sr_log_rank());
@@ -330,7 +326,7 @@ sr_status sr_ckpt_resume(sr_ckpt *c, sr_ckpt_progress *p, char *how, size_t how_
     int n = result == SR_OK ? (int)steps[0] : 0;
     if (result == SR_OK && n == 0)
         sr_log_info("resume: no checkpoint in %s: starting fresh", c->dir);
-    size_t used = 0;
+    sr_line rl = sr_line_on(report, 16384);
     for (int i = 0; i < n; i++) {
         char path[PATH_MAX];
         if (explicit_path)
@@ -340,7 +336,7 @@ sr_status sr_ckpt_resume(sr_ckpt *c, sr_ckpt_progress *p, char *how, size_t how_
         sr_manifest mf;
         bool shape = false;
         uint64_t verified = 0;
-        double t0 = ckpt_now_s();
+        double t0 = sr_clock_mono_s();
         int dirfd = open_candidate(c, path, explicit_path ? 0 : steps[1 + i], explicit_path != NULL);
         sr_status mine = load_one(c, path, dirfd, &mf, &shape, &verified);
         if (dirfd >= 0)
@@ -348,7 +344,7 @@ sr_status sr_ckpt_resume(sr_ckpt *c, sr_ckpt_progress *p, char *how, size_t how_
         sr_ctl_word *all = NULL;
         sr_status st = sr_ctl_agree(c->ctl, mine, shape, verified, mine == SR_OK ? NULL : sr_error_message(), &all);
         if (st == SR_OK) {
-            log_loaded(c, path, &mf, all, ckpt_now_s() - t0);
+            log_loaded(c, path, &mf, all, sr_clock_mono_s() - t0);
             *p = (sr_ckpt_progress){mf.step, mf.cursor};
             c->last_step = mf.step;
             snprintf(how, how_len, "%lld", (long long)mf.step);
@@ -372,10 +368,7 @@ sr_status sr_ckpt_resume(sr_ckpt *c, sr_ckpt_progress *p, char *how, size_t how_
         /* the first failing rank's reason, kept for the final message */
         char reason[1100];
         FMT(reason, "%s", sr_error_message());
-        if (used < 16383) { /* the list of reasons, truncated at 16 KiB */
-            int k = snprintf(report + used, 16384 - used, "%s  %s: %s", used ? "\n" : "", path, reason);
-            used = k < 0 ? used : (used + (size_t)k < 16383 ? used + (size_t)k : 16383);
-        }
+        sr_line_add(&rl, "%s  %s: %s", rl.len ? "\n" : "", path, reason); /* the list of reasons, cut at 16 KiB */
         if (any_shape || explicit_path) {
             result = sr_error(SR_ERR_DATA, "checkpoint refused: %s", reason);
             break;

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "fsio.h"
 #include "mem.h"
 #include "provenance.h"
@@ -72,10 +73,10 @@ static void *writer_main(void *arg) {
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
             ;
     }
-    double t0 = ckpt_now_s();
+    double t0 = sr_clock_mono_s();
     ckpt_traced_write(pd->c, &pd->p, pd->tmp, pd->proto, pd->mine, pd->c->snap, "checkpoint write (background)",
                       pd->trace_t0);
-    pd->write_s = ckpt_now_s() - t0;
+    pd->write_s = sr_clock_mono_s() - t0;
     atomic_store(&pd->done, true);
     return NULL;
 }
@@ -184,13 +185,13 @@ sr_status sr_ckpt_save_async(sr_ckpt *c, const sr_ckpt_progress *p, int64_t *wai
         return sr_ckpt_save(c, p, NULL);
     if (c->pend) {
         int64_t prev = c->pend->p.step;
-        double t = ckpt_now_s();
+        double t = sr_clock_mono_s();
         sr_log_info("checkpoint: step %lld is due while step %lld is still being written: waiting for it",
                     (long long)p->step, (long long)prev);
         sr_status st = sr_ckpt_poll(c, p->step, true);
         if (st != SR_OK)
             return st;
-        sr_log_info("checkpoint: waited %.2f s for the save of step %lld", ckpt_now_s() - t, (long long)prev);
+        sr_log_info("checkpoint: waited %.2f s for the save of step %lld", sr_clock_mono_s() - t, (long long)prev);
         if (waited_for)
             *waited_for = prev;
     }
@@ -200,7 +201,7 @@ sr_status sr_ckpt_save_async(sr_ckpt *c, const sr_ckpt_progress *p, int64_t *wai
     *pd = (struct pending){.c = c,
                            .p = *p,
                            .proto = &state_proto,
-                           .t0 = ckpt_now_s(),
+                           .t0 = sr_clock_mono_s(),
                            .mem = sr_mem_bound(),
                            .log_rank = sr_log_rank(),
                            .log_world = c->w->size};
@@ -219,10 +220,10 @@ sr_status sr_ckpt_save_async(sr_ckpt *c, const sr_ckpt_progress *p, int64_t *wai
                              (long long)p->step);
     }
     sr_ctl_word *me = (sr_ctl_word *)pd->mine;
-    int64_t ts0 = sr_trace_on() ? sr_trace_now() : 0;
+    int64_t ts0 = sr_trace_on() ? sr_clock_wall_ns() : 0;
     sr_status snap_st = take_snapshot(c);
     if (ts0)
-        sr_trace_span(SR_TRACE_CKPT, "checkpoint snapshot", ts0, sr_trace_now(), -1, NULL);
+        sr_trace_span(SR_TRACE_CKPT, "checkpoint snapshot", ts0, sr_clock_wall_ns(), -1, NULL);
     if (snap_st != SR_OK) {
         /* reported through the records at the commit, like a failed write */
         me->status = SR_ERR_INTERNAL;
@@ -235,7 +236,7 @@ sr_status sr_ckpt_save_async(sr_ckpt *c, const sr_ckpt_progress *p, int64_t *wai
     } else {
         writer_main(pd); /* no thread: write now (the save is then synchronous on this rank) */
     }
-    pd->snapshot_s = ckpt_now_s() - pd->t0;
+    pd->snapshot_s = sr_clock_mono_s() - pd->t0;
     return SR_OK;
 }
 
@@ -266,7 +267,7 @@ sr_status sr_ckpt_poll(sr_ckpt *c, int64_t now_step, bool wait) {
         if (st == SR_OK)
             st = fin;
     }
-    double took = ckpt_now_s() - pd->t0, snap = pd->snapshot_s, write = pd->write_s;
+    double took = sr_clock_mono_s() - pd->t0, snap = pd->snapshot_s, write = pd->write_s;
     ckpt_pending_free(c);
     if (st != SR_OK)
         return transport_failed

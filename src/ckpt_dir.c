@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "fsio.h"
 #include "mem.h"
 #include "provenance.h"
@@ -89,10 +90,7 @@ static sr_status take_lock(sr_ckpt *c) {
         return sr_error(SR_ERR_CANTCREAT, "%s: cannot lock: %s", path, strerror(err));
     }
     char info[768], when[64];
-    time_t t = time(NULL);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    sr_clock_iso(-1, when, sizeof when);
     int n =
         snprintf(info, sizeof info, "host %s pid %d job %s since %s\n", c->w->host, (int)getpid(), c->w->job_id, when);
     if (ftruncate(c->lock_fd, 0) != 0 || pwrite(c->lock_fd, info, (size_t)n, 0) != n)

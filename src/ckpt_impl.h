@@ -57,7 +57,6 @@ typedef struct {
     unsigned char *all;
 } records;
 
-double ckpt_now_s(void);
 void ckpt_crash_site(const char *site, int64_t step);
 sr_status ckpt_state_get(void *ctx, uint64_t at, void *dst, size_t bytes);
 /* Names a save writes into a step directory (a leftover's files). */

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "fsio.h"
 #include "mem.h"
 #include "provenance.h"
@@ -282,10 +283,7 @@ static sr_status build_manifest(sr_ckpt *c, const sr_ckpt_progress *p, const rec
     if (c->data)
         mf->data = *c->data; /* borrowed: drop_manifest leaves it */
     mf->chunk_bytes = SR_SHARD_CHUNK_BYTES;
-    time_t t = time(NULL);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(mf->created, sizeof mf->created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    sr_clock_iso(-1, mf->created, sizeof mf->created);
     FMT(mf->job, "%s", c->w->job_id);
     FMT(mf->host, "%s", c->w->host);
     mf->nconfig = o->nkeys;
@@ -351,7 +349,7 @@ sr_status sr_ckpt_save(sr_ckpt *c, const sr_ckpt_progress *p, uint64_t *bytes_ou
         *bytes_out = 0;
     if (!c->dir)
         return SR_OK;
-    double t0 = ckpt_now_s();
+    double t0 = sr_clock_mono_s();
     char tmp[PATH_MAX], final[PATH_MAX];
     FMT(tmp, "%s/.step_%08lld.tmp", c->dir, (long long)p->step);
     FMT(final, "%s/step_%08lld", c->dir, (long long)p->step);
@@ -380,7 +378,7 @@ sr_status sr_ckpt_save(sr_ckpt *c, const sr_ckpt_progress *p, uint64_t *bytes_ou
     if (st != SR_OK)
         return sr_error_wrap(st, "checkpoint at step %lld not saved (earlier checkpoints are untouched)",
                              (long long)p->step);
-    double dt = ckpt_now_s() - t0;
+    double dt = sr_clock_mono_s() - t0;
     c->last_step = p->step;
     c->commit = (sr_ckpt_commit){p->step, p->step, dt, total, false};
     c->have_commit = true;

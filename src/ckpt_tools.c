@@ -16,17 +16,12 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "clock.h"
 #include "fsio.h"
 #include "mem.h"
 #include "ops.h"
 #include "shardfile.h"
 #include "starts.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* step_* directories of dirfd, newest first, in *out (free() it); returns
  * the count, or -1 when out of memory.  odd: see sr_ckpt_scan. */
@@ -241,7 +236,7 @@ sr_status sr_ckpt_verify(const char *path, FILE *out) {
     uint64_t bytes = 0;
     int bad = 0, n = 1;
     failures fl = {.out = out};
-    double t0 = now_s();
+    double t0 = sr_clock_mono_s();
     if (is_checkpoint(dirfd, path)) {
         verify_one(dirfd, path, &fl, &bytes);
         bad = fl.count;
@@ -279,7 +274,7 @@ sr_status sr_ckpt_verify(const char *path, FILE *out) {
         free(steps);
     }
     close(dirfd);
-    double dt = now_s() - t0;
+    double dt = sr_clock_mono_s() - t0;
     if (bad)
         return sr_error(SR_ERR_DATA, "%s: verification failed, %d problem%s; the first: %s", path, bad,
                         bad == 1 ? "" : "s", fl.first);

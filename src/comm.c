@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "comm_loop.h"
 #include "comm_tcp.h"
 #include "flight.h"
@@ -86,12 +87,6 @@ struct sr_transport {
     char stall_msg[1024];
     sr_req *abandoned; /* requests whose waiters gave up, freed at close */
 };
-
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ------------------------------------------------------------------------ */
 
@@ -212,7 +207,7 @@ sr_status sr_transport_connect(sr_transport *tp) {
     if (pthread_create(&tp->progress, NULL, progress_main, tp) != 0)
         return sr_error(SR_ERR_INTERNAL, "cannot start the progress thread");
     tp->started = true;
-    tp->oldest_since = mono_s();
+    tp->oldest_since = sr_clock_mono_s();
     if (pthread_create(&tp->watchdog, NULL, watchdog_main, tp) != 0)
         return sr_error(SR_ERR_INTERNAL, "cannot start the watchdog thread");
     tp->watching = true;
@@ -467,7 +462,7 @@ static void *progress_main(void *arg) {
         pthread_mutex_lock(&tp->lock);
         r->status = st;
         tp->running = NULL;
-        tp->oldest_since = mono_s();
+        tp->oldest_since = sr_clock_mono_s();
         if (r->abandoned) {
             r->next = tp->abandoned;
             tp->abandoned = r;
@@ -505,16 +500,10 @@ static void *watchdog_main(void *arg) {
     sr_log_bind_rank(tp->log_rank, tp->log_size);
     pthread_mutex_lock(&tp->lock);
     while (!tp->stopping) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 250000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = sr_clock_wall_after(0.25);
         pthread_cond_timedwait(&tp->cond, &tp->lock, &ts);
         sr_req *old = tp->running ? tp->running : tp->head;
-        double age = mono_s() - tp->oldest_since;
+        double age = sr_clock_mono_s() - tp->oldest_since;
         if (tp->stopping || tp->stalled || !old || age < tp->timeout_s + WATCHDOG_GRACE_S)
             continue;
         char what[512];
@@ -591,7 +580,7 @@ static sr_status submit(sr_group *g, op_kind kind, void *recv, const void *send,
             return sr_error(SR_ERR_PEER, "%s", tp->stall_msg);
         }
         if (!tp->head && !tp->running)
-            tp->oldest_since = mono_s();
+            tp->oldest_since = sr_clock_mono_s();
         r->seq = tp->seq++;
         if (h->mismatch_seq == (int64_t)r->seq && tp->world->rank == h->mismatch_rank)
             r->count = count > 1 ? count - 1 : 0; /* SHARDRUN_TEST_MISMATCH_SEQ: this rank's size differs */

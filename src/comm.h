@@ -32,18 +32,16 @@
 #include "dtype.h"
 #include "status.h"
 #include "world.h"
+/* the links' own types, which the transport's callers name:
+ * sr_transport_opts (comm_tcp.h) and sr_loop_hub (comm_loop.h) */
+#include "comm_loop.h"
+#include "comm_tcp.h"
 
 typedef enum { SR_OP_SUM, SR_OP_AVG } sr_redop;
 
 typedef struct sr_transport sr_transport;
 typedef struct sr_group sr_group;
 typedef struct sr_req sr_req;
-
-/* What the transport needs from the job (comm.* keys). */
-typedef struct {
-    double timeout_s;      /* deadline of every wait without progress */
-    const char *interface; /* IPv4 address or interface name; "" = the host name's address */
-} sr_transport_opts;
 
 /* Opens the transport: binds to the interface, makes the per-job secret
  * (rank 0, RAND_bytes) and exchanges addresses and the secret through PMIx.
@@ -52,14 +50,11 @@ typedef struct {
  * failure (NULL or a transport to close); close with sr_transport_close. */
 sr_status sr_transport_open(sr_transport **out, sr_world *w, const sr_transport_opts *o);
 /* The loop plane (the tests' virtual ranks, and the counted ranks of
- * `plan --ledger`, ledgerplan.h): virtual ranks, threads of this process, share a
- * hub of mailboxes (comm_loop.h) instead of sockets.  Open the hub once
- * for `size` ranks; each rank's thread opens its transport on it with its
- * own sr_world (rank, size; no PMIx) and uses it like a TCP one.  Close
- * every transport before the hub. */
-typedef struct sr_loop_hub sr_loop_hub;
-sr_status sr_loop_hub_open(sr_loop_hub **out, int size);
-void sr_loop_hub_close(sr_loop_hub *h);
+ * `plan --ledger`, ledgerplan.h): virtual ranks, threads of this process,
+ * share a hub of mailboxes (comm_loop.h's sr_loop_hub) instead of sockets.
+ * Open the hub once for `size` ranks; each rank's thread opens its
+ * transport on it with its own sr_world (rank, size; no PMIx) and uses it
+ * like a TCP one.  Close every transport before the hub. */
 sr_status sr_transport_open_loop(sr_transport **out, sr_loop_hub *hub, sr_world *w, const sr_transport_opts *o);
 
 /* Declares a group (world ranks in ring order; must include this rank).

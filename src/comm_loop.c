@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "mem.h"
 
 typedef struct message {
@@ -115,21 +116,10 @@ void sr_loop_close(sr_loop *l) {
     pthread_mutex_unlock(&l->hub->mu);
 }
 
-static void deadline_after(struct timespec *ts, double s) {
-    clock_gettime(CLOCK_REALTIME, ts);
-    double whole = (double)(long)s;
-    ts->tv_sec += (time_t)whole;
-    ts->tv_nsec += (long)((s - whole) * 1e9);
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 int sr_loop_closed_peer(sr_loop *l, double wait_s) {
     sr_loop_hub *h = l->hub;
     struct timespec dl;
-    deadline_after(&dl, wait_s);
+    dl = sr_clock_wall_after(wait_s);
     pthread_mutex_lock(&h->mu);
     int gone = -1;
     for (;;) {
@@ -180,7 +170,7 @@ sr_status sr_loop_recv(sr_loop *l, int peer, uint32_t seq, void *buf, size_t byt
     sr_loop_hub *h = l->hub;
     size_t k = (size_t)peer * (size_t)h->size + (size_t)l->rank;
     struct timespec dl;
-    deadline_after(&dl, l->timeout_s);
+    dl = sr_clock_wall_after(l->timeout_s);
     pthread_mutex_lock(&h->mu);
     sr_status st = SR_OK;
     for (;;) {

@@ -24,13 +24,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm.h"
 #include "status.h"
 
 typedef struct sr_loop sr_loop;
 
-/* One rank's end of the hub (sr_loop_hub in comm.h).  NULL when out of
- * memory or the rank is taken. */
+/* The hub of a loop plane: one mailbox per ordered pair of `size` ranks
+ * (comm.h sr_transport_open_loop).  open: SR_ERR_INTERNAL when out of
+ * memory; close after every rank's transport, NULL is fine. */
+typedef struct sr_loop_hub sr_loop_hub;
+sr_status sr_loop_hub_open(sr_loop_hub **out, int size);
+void sr_loop_hub_close(sr_loop_hub *h);
+
+/* One rank's end of the hub.  NULL when out of memory or the rank is
+ * taken. */
 sr_loop *sr_loop_attach(sr_loop_hub *h, int rank, double timeout_s);
 /* Closes this end: peers waiting on it fail naming this rank. */
 void sr_loop_close(sr_loop *l);

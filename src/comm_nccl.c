@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cudamod.h"
+#include "line.h"
 #include "mem.h"
 
 /* ---- the parts every build has --------------------------------------- */
@@ -99,10 +100,10 @@ typedef struct {
 } group_decl;
 
 static void describe_decl(const group_decl *d, char *out, size_t size) {
-    size_t used = (size_t)snprintf(out, size, "%d group%s", (int)d->n, d->n == 1 ? "" : "s");
-    for (int i = 0; i < d->n && i < DECL_GROUPS && used < size; i++)
-        used +=
-            (size_t)snprintf(out + used, size - used, "%s%s of %d", i ? ", " : ": ", d->g[i].name, (int)d->g[i].size);
+    sr_line l = sr_line_on(out, size);
+    sr_line_add(&l, "%d group%s", (int)d->n, d->n == 1 ? "" : "s");
+    for (int i = 0; i < d->n && i < DECL_GROUPS; i++)
+        sr_line_add(&l, "%s%s of %d", i ? ", " : ": ", d->g[i].name, (int)d->g[i].size);
 }
 
 sr_status sr_nccl_check_groups(sr_world *w, sr_group *const *groups, int ngroups, double timeout_s) {

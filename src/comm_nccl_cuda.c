@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "flight.h"
 #include "mem.h"
 
@@ -132,12 +133,6 @@ struct sr_nccl {
 
 static const char *const kind_names[] = {"all-gather", "reduce-scatter", "all-reduce"};
 
-static double mono_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 /* Polls a nonblocking communicator until its pending operation resolves or
  * the deadline passes; nccl_mu is held on entry and on return, released
  * between polls. */
@@ -150,7 +145,7 @@ static ncclResult_t settle(sr_nccl *n, ncclComm_t comm, ncclResult_t r, double d
             return q;
         if (async != ncclInProgress)
             return async;
-        if (mono_s() > deadline)
+        if (sr_clock_mono_s() > deadline)
             return ncclInProgress;
         pthread_mutex_unlock(&n->nccl_mu);
         sr_cuda_beat(n->ctx, NULL); /* polling with its own deadline: not stuck in the driver */
@@ -246,9 +241,7 @@ static void fail_plane(sr_nccl *n, const char *what, bool remote) {
     pthread_t th;
     bool aborted = false;
     if (pthread_create(&th, NULL, abort_wrapper, n) == 0) {
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_sec += 5;
+        struct timespec dl = sr_clock_wall_after(5);
         pthread_mutex_lock(&abort_mu);
         int rc = 0;
         while (!abort_done && rc == 0)
@@ -291,7 +284,7 @@ static cudaError_t advance(sr_nccl *n) {
         }
         sr_flight_end(n->ops[n->tail % RING].flight, true);
         n->tail++;
-        n->oldest_since = mono_s();
+        n->oldest_since = sr_clock_mono_s();
     }
     return cudaSuccess;
 }
@@ -307,7 +300,7 @@ static bool check_plane(sr_nccl *n, char *what, size_t size, bool deadline_passe
                  cudaGetErrorName(ce));
         failed = true;
     } else if (n->tail < n->head) {
-        double age = mono_s() - n->oldest_since;
+        double age = sr_clock_mono_s() - n->oldest_since;
         if (age >= n->timeout_s || deadline_passed) {
             const ring_op *o = &n->ops[n->tail % RING];
             snprintf(what, size,
@@ -340,11 +333,7 @@ static void *watchdog_main(void *arg) {
     sr_cuda_bind(n->ctx);
     pthread_mutex_lock(&n->ring_mu);
     while (!n->stop) {
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        t.tv_nsec += 500000000L;
-        if (t.tv_nsec >= 1000000000L)
-            t.tv_sec++, t.tv_nsec -= 1000000000L;
+        struct timespec t = sr_clock_mono_after(0.5);
         pthread_cond_timedwait(&n->stop_cv, &n->ring_mu, &t);
         if (n->stop)
             break;
@@ -381,7 +370,7 @@ static sr_status init_world(sr_nccl *n, const unsigned char id[SR_NCCL_ID_BYTES]
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     config.commName = "shardrun.world";
-    double deadline = mono_s() + n->timeout_s;
+    double deadline = sr_clock_mono_s() + n->timeout_s;
     pthread_mutex_lock(&n->nccl_mu);
     ncclResult_t r = ncclCommInitRankConfig(&n->world, n->w->size, uid, n->w->rank, &config);
     if (n->world)
@@ -416,7 +405,7 @@ static sr_status split_groups(sr_nccl *n, sr_group *const *groups, int ngroups, 
         snprintf(name, sizeof name, "shardrun.%s", sr_group_name(g));
         config.commName = name;
         ncclComm_t child = NULL;
-        double deadline = mono_s() + n->timeout_s;
+        double deadline = sr_clock_mono_s() + n->timeout_s;
         pthread_mutex_lock(&n->nccl_mu);
         ncclResult_t r = ncclCommSplit(n->world, color, sr_group_rank(g), &child, &config);
         r = settle(n, child ? child : n->world, r, deadline);
@@ -489,7 +478,7 @@ static sr_status nccl_open(sr_nccl **out, sr_world *w, sr_dev *d, sr_transport *
         sr_log_info("NCCL %s: %d communicator%s split from the world's; NCCL took %.1f MiB of device memory "
                     "(cudaMemGetInfo delta)",
                     nccl_version(), n->nchildren, n->nchildren == 1 ? "" : "s", (double)n->device_bytes / (1 << 20));
-        n->oldest_since = mono_s();
+        n->oldest_since = sr_clock_mono_s();
         n->healthy = true;
         n->watching = pthread_create(&n->watchdog, NULL, watchdog_main, n) == 0;
         d->on_deadline = on_deadline;
@@ -527,11 +516,11 @@ static void nccl_close(sr_nccl *n) {
         n->world = NULL;
     }
     for (int i = n->nchildren - 1; i >= 0; i--) {
-        settle(n, n->children[i], ncclCommFinalize(n->children[i]), mono_s() + n->timeout_s);
+        settle(n, n->children[i], ncclCommFinalize(n->children[i]), sr_clock_mono_s() + n->timeout_s);
         ncclCommDestroy(n->children[i]);
     }
     if (n->world) {
-        settle(n, n->world, ncclCommFinalize(n->world), mono_s() + n->timeout_s);
+        settle(n, n->world, ncclCommFinalize(n->world), sr_clock_mono_s() + n->timeout_s);
         ncclCommDestroy(n->world);
     }
     pthread_mutex_unlock(&n->nccl_mu);
@@ -600,7 +589,7 @@ static sr_status nccl_collective(sr_nccl *n, sr_nccl_kind kind, sr_group *g, voi
         sr_k_spin(n->stream, (long long)((n->timeout_s + 120) * 1e9));
     if (n->d->delay_us[SR_STREAM_COMM] > 0) /* SHARDRUN_TEST_COMM_DELAY_US: a late collective */
         sr_k_spin(n->stream, (long long)n->d->delay_us[SR_STREAM_COMM] * 1000);
-    double deadline = mono_s() + n->timeout_s;
+    double deadline = sr_clock_mono_s() + n->timeout_s;
     pthread_mutex_lock(&n->nccl_mu);
     if (n->aborted) { /* the watchdog is ending the process */
         pthread_mutex_unlock(&n->nccl_mu);
@@ -641,7 +630,8 @@ static sr_status nccl_collective(sr_nccl *n, sr_nccl_kind kind, sr_group *g, voi
     }
     pthread_mutex_lock(&n->ring_mu);
     ring_op *o = &n->ops[n->head % RING];
-    *o = (ring_op){seq, kind, sr_group_name(g), kind == SR_NCCL_ALLGATHER ? need_recv : need_send, mono_s(), fl};
+    *o = (ring_op){seq, kind, sr_group_name(g), kind == SR_NCCL_ALLGATHER ? need_recv : need_send, sr_clock_mono_s(),
+                   fl};
     if (n->tail == n->head)
         n->oldest_since = o->issued;
     cudaError_t ce = cudaEventRecord(n->ev[n->head % RING], n->stream);

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "counts.h"
 #include "mem.h"
 
@@ -81,12 +82,6 @@ static bool out_of_fds(int err) { return err == EMFILE || err == ENFILE; }
 
 static const char *errno_name(int err) { return err == EMFILE ? "EMFILE" : err == ENFILE ? "ENFILE" : "errno"; }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void set_nonblock(int fd, bool on) {
     int fl = fcntl(fd, F_GETFL);
     fcntl(fd, F_SETFL, on ? fl | O_NONBLOCK : fl & ~O_NONBLOCK);
@@ -106,7 +101,7 @@ static bool stopping(sr_tcp *t) { return __atomic_load_n(&t->stopping, __ATOMIC_
  * for a closed peer, ECANCELED when the transport is stopping, ...). */
 static int io_full(sr_tcp *t, int fd, void *buf, size_t len, bool writing, double timeout) {
     size_t done = 0;
-    double last = now_s();
+    double last = sr_clock_mono_s();
     while (done < len) {
         if (t && stopping(t)) {
             errno = ECANCELED;
@@ -116,7 +111,7 @@ static int io_full(sr_tcp *t, int fd, void *buf, size_t len, bool writing, doubl
                             : recv(fd, (char *)buf + done, len - done, 0);
         if (n > 0) {
             done += (size_t)n;
-            last = now_s();
+            last = sr_clock_mono_s();
             continue;
         }
         if (n == 0 && !writing) {
@@ -125,7 +120,7 @@ static int io_full(sr_tcp *t, int fd, void *buf, size_t len, bool writing, doubl
         }
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             return -1;
-        double left = timeout - (now_s() - last);
+        double left = timeout - (sr_clock_mono_s() - last);
         if (left <= 0) {
             errno = ETIMEDOUT;
             return -1;
@@ -413,7 +408,7 @@ static sr_status connect_peer(sr_tcp *t, int peer, double deadline) {
             tune_socket(fd);
             unsigned char nonce[NONCE_LEN], verdict = 0;
             hello_msg h = {HELLO_MAGIC, (uint32_t)t->world->rank, {0}};
-            double left = deadline - now_s();
+            double left = deadline - sr_clock_mono_s();
             if (left < 1)
                 left = 1;
             if (io_full(NULL, fd, nonce, sizeof nonce, false, left) == 0) {
@@ -436,7 +431,7 @@ static sr_status connect_peer(sr_tcp *t, int peer, double deadline) {
                             "cannot open a socket to rank %d at %s:%d: %s (%s) (hint: raise the open-file limit, "
                             "ulimit -n)",
                             peer, pa->ip, pa->port, strerror(err), errno_name(err));
-        if (now_s() > deadline)
+        if (sr_clock_mono_s() > deadline)
             return sr_error(SR_ERR_PEER, "cannot connect to rank %d at %s:%d within comm.timeout_s: %s", peer, pa->ip,
                             pa->port, strerror(err));
         usleep(20000);
@@ -445,7 +440,7 @@ static sr_status connect_peer(sr_tcp *t, int peer, double deadline) {
 
 sr_status sr_tcp_connect(sr_tcp *t) {
     int me = t->world->rank;
-    double deadline = now_s() + t->timeout_s;
+    double deadline = sr_clock_mono_s() + t->timeout_s;
     for (int p = 0; p < me; p++) {
         if (!t->needed[p])
             continue;
@@ -464,15 +459,9 @@ sr_status sr_tcp_connect(sr_tcp *t) {
                                 "ulimit -n)",
                                 p, strerror(err), errno_name(err));
             }
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 100000000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
+            struct timespec ts = sr_clock_wall_after(0.1);
             pthread_cond_timedwait(&t->cond, &t->lock, &ts);
-            if (now_s() > deadline) {
+            if (sr_clock_mono_s() > deadline) {
                 pthread_mutex_unlock(&t->lock);
                 return sr_error(SR_ERR_PEER, "rank %d did not connect within comm.timeout_s (%.0f s)", p, t->timeout_s);
             }
@@ -483,8 +472,7 @@ sr_status sr_tcp_connect(sr_tcp *t) {
 }
 
 int sr_tcp_closed_peer(sr_tcp *t, double wait_s) {
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = sr_clock_mono_s();
     int n = t->world->size;
     struct pollfd *p = sr_calloc((size_t)n, sizeof *p);
     if (!p)
@@ -504,9 +492,7 @@ int sr_tcp_closed_peer(sr_tcp *t, double wait_s) {
                         free(p);
                         return r;
                     }
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) >= wait_s) {
+        if (sr_clock_mono_s() - t0 >= wait_s) {
             free(p);
             return -1;
         }
@@ -738,7 +724,7 @@ sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const vo
         sr_count_add(SR_COUNT_MESSAGES, 1);
         sr_count_add(SR_COUNT_BYTES, x.s_total);
     }
-    double last = now_s(), limit = t->timeout_s;
+    double last = sr_clock_mono_s(), limit = t->timeout_s;
     bool idle_round = false, grace = false;
     while (x.s_done < x.s_total || x.r_done < x.r_total) {
         struct pollfd p[2];
@@ -760,11 +746,11 @@ sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const vo
             snprintf(msg, msg_len, "transport closed while an operation was in flight");
             return SR_ERR_PEER;
         }
-        double left_s = limit - (now_s() - last);
+        double left_s = limit - (sr_clock_mono_s() - last);
         if (left_s <= 0) {
             if (timed_out(&x, &grace) != SR_OK)
                 return SR_ERR_PEER;
-            last = now_s();
+            last = sr_clock_mono_s();
             limit = ABORT_GRACE_S;
             continue;
         }
@@ -782,7 +768,7 @@ sr_status sr_tcp_exchange(sr_tcp *t, int right, int left, uint32_t seq, const vo
         if (ri >= 0 && (p[ri].revents & (POLLIN | POLLERR | POLLHUP)) && recv_some(&x, &moved) != SR_OK)
             return SR_ERR_PEER;
         if (moved)
-            last = now_s();
+            last = sr_clock_mono_s();
         idle_round = !moved;
     }
     return SR_OK;

@@ -28,11 +28,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm.h"
 #include "status.h"
 #include "world.h"
 
 typedef struct sr_tcp sr_tcp;
+
+/* What the transport needs from the job (comm.* keys; the loop links take
+ * its timeout too). */
+typedef struct {
+    double timeout_s;      /* deadline of every wait without progress */
+    const char *interface; /* IPv4 address or interface name; "" = the host name's address */
+} sr_transport_opts;
 
 /* Resolves the interface, listens (more than one rank), exchanges addresses
  * and the secret, starts the accept thread.  *out is set even on failure

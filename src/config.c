@@ -31,9 +31,6 @@
 #include "suggest.h"
 #include "yamlload.h"
 
-const char *const cfg_preset_names[] = {"tiny",       "gpt2-124m",  "gpt2-350m",    "gpt2-774m",    "gpt2-1.5b",
-                                        "llama-tiny", "llama-125m", "llama-3.2-1b", "llama-3.1-8b", NULL};
-const char *const cfg_arch_names[] = {"gpt2", "llama", NULL};
 static const char *const recompute_names[] = {"none", "blocks", NULL};
 static const char *const schedule_names[] = {"cosine", "linear", "constant", NULL};
 static const char *const backend_names[] = {"auto", "tcp", "nccl", NULL};
@@ -51,9 +48,9 @@ static const char *const before_end_names[] = {"auto", "off", NULL};
 
 /* clang-format off */
 const sr_key cfg_keys[] = {
- {"model.preset", T_ENUM, OFF(model_preset), "tiny", 0, 0, cfg_preset_names,
+ {"model.preset", T_ENUM, OFF(model_preset), "tiny", 0, 0, sr_family_preset_names,
   "architecture preset: tiny (GPT-2: n_layer 4, n_head 4, n_embd 256, seq_len 256, vocab_size 256, byte-level); GPT-2's gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b (vocab_size 50257, seq_len 1024); llama-tiny (Llama: n_layer 4, n_head 4, n_kv_head 2, n_embd 256, ffn_dim 704, seq_len 256, vocab_size 256, byte-level, tied); llama-125m (n_layer 12, n_head 12, n_kv_head 4, n_embd 768, ffn_dim 2048, vocab_size 32000, seq_len 1024, untied); llama-3.2-1b and llama-3.1-8b (the dimensions of Llama-3.2-1B and Llama-3.1-8B: vocab_size 128256, rope_theta 500000, Llama-3 rope_scaling, seq_len 2048); explicit keys below override it"},
- {"model.arch", T_ENUM, OFF(arch), NULL, 0, 0, cfg_arch_names, "the family: gpt2 (learned positions, LayerNorm, GELU MLP, biases, tied head) or llama (rotary positions, RMSNorm, SwiGLU MLP, grouped-query attention, no biases); default: from the preset (gpt2 for tiny and the gpt2-* presets)"},
+ {"model.arch", T_ENUM, OFF(arch), NULL, 0, 0, sr_family_names, "the family: gpt2 (learned positions, LayerNorm, GELU MLP, biases, tied head) or llama (rotary positions, RMSNorm, SwiGLU MLP, grouped-query attention, no biases); default: from the preset (gpt2 for tiny and the gpt2-* presets)"},
  {"model.n_layer", T_INT, OFF(n_layer), NULL, 1, 1024, NULL, "transformer blocks (default: from the preset)"},
  {"model.n_head", T_INT, OFF(n_head), NULL, 1, 1024, NULL, "attention heads; must divide n_embd (default: from the preset)"},
  {"model.n_embd", T_INT, OFF(n_embd), NULL, 1, 65536, NULL, "embedding width (default: from the preset)"},
@@ -137,22 +134,6 @@ const sr_key cfg_keys[] = {
 };
 /* clang-format on */
 const int cfg_nkeys = (int)(sizeof cfg_keys / sizeof cfg_keys[0]);
-
-/* The presets' dims; a GPT-2 row's Llama fields are what gpt2 implies. */
-const cfg_preset cfg_presets[] = {
-    {4, 4, 256, 256, 256, SR_CFG_ARCH_GPT2, 4, 1024, true, 10000, 0, 1, 4, 8192},        /* tiny */
-    {12, 12, 768, 50257, 1024, SR_CFG_ARCH_GPT2, 12, 3072, true, 10000, 0, 1, 4, 8192},  /* gpt2-124m */
-    {24, 16, 1024, 50257, 1024, SR_CFG_ARCH_GPT2, 16, 4096, true, 10000, 0, 1, 4, 8192}, /* gpt2-350m */
-    {36, 20, 1280, 50257, 1024, SR_CFG_ARCH_GPT2, 20, 5120, true, 10000, 0, 1, 4, 8192}, /* gpt2-774m */
-    {48, 25, 1600, 50257, 1024, SR_CFG_ARCH_GPT2, 25, 6400, true, 10000, 0, 1, 4, 8192}, /* gpt2-1.5b */
-    {4, 4, 256, 256, 256, SR_CFG_ARCH_LLAMA, 2, 704, true, 10000, 0, 1, 4, 8192},        /* llama-tiny */
-    {12, 12, 768, 32000, 1024, SR_CFG_ARCH_LLAMA, 4, 2048, false, 10000, 0, 1, 4, 8192}, /* llama-125m */
-    /* Llama-3.2-1B and Llama-3.1-8B as their config.json give them */
-    {16, 32, 2048, 128256, 2048, SR_CFG_ARCH_LLAMA, 8, 8192, true, 500000, 32, 1, 4, 8192},  /* llama-3.2-1b */
-    {32, 32, 4096, 128256, 2048, SR_CFG_ARCH_LLAMA, 8, 14336, false, 500000, 8, 1, 4, 8192}, /* llama-3.1-8b */
-};
-_Static_assert(sizeof cfg_presets / sizeof cfg_presets[0] == sizeof cfg_preset_names / sizeof cfg_preset_names[0] - 1,
-               "one preset row per name");
 
 /* CONT is accepted and ignored (Slurm sends it along with every SIGTERM;
  * it is never a reason to stop). */

@@ -24,19 +24,6 @@ enum { SR_SCHED_COSINE, SR_SCHED_LINEAR, SR_SCHED_CONSTANT };
 enum { SR_BACKEND_AUTO, SR_BACKEND_TCP, SR_BACKEND_NCCL };
 enum { SR_GRADSYNC_PER_STEP, SR_GRADSYNC_PER_MICRO_BATCH };
 enum { SR_REQUEUE_EXIT, SR_REQUEUE_SCONTROL };
-enum {
-    SR_PRESET_TINY,
-    SR_PRESET_GPT2_124M,
-    SR_PRESET_GPT2_350M,
-    SR_PRESET_GPT2_774M,
-    SR_PRESET_GPT2_1_5B,
-    SR_PRESET_LLAMA_TINY,
-    SR_PRESET_LLAMA_125M,
-    SR_PRESET_LLAMA_3_2_1B,
-    SR_PRESET_LLAMA_3_1_8B
-};
-/* model.arch, as model.h's SR_ARCH_* */
-enum { SR_CFG_ARCH_GPT2, SR_CFG_ARCH_LLAMA };
 
 /* sharding.mixed_precision's `auto`, until a run or a plan resolves it
  * for its device table (sr_job_resolve_precision). */

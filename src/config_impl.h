@@ -12,6 +12,7 @@
 #include <yaml.h>
 
 #include "config.h"
+#include "family.h"
 #include "status.h"
 
 typedef enum { T_INT, T_FLOAT, T_BOOL, T_STR, T_ENUM, T_RESHARD, T_STRLIST, T_SIGLIST } key_type;
@@ -55,29 +56,17 @@ typedef struct {
     void (*release)(void *field); /* NULL: nothing owned */
 } value_type;
 
-/* The presets' dims; a GPT-2 row's Llama fields are what gpt2 implies. */
-typedef struct {
-    int64_t n_layer, n_head, n_embd, vocab_size, seq_len;
-    int64_t arch, n_kv_head, ffn_dim;
-    bool tie;
-    double rope_theta, rope_factor, rope_low, rope_high;
-    int64_t rope_orig;
-} cfg_preset;
-
 /* The largest int64 a key's range may name (config.c's table). */
 #define I64MAX 9.2e18
 
 /* One row per key_type: config_values.c's. */
 extern const value_type cfg_types[];
 
-/* The key table and its size, the presets and their names (NULL-ended),
- * the signals preemption.signals accepts (NULL-ended): config.c's. */
+/* The key table and its size, the signals preemption.signals accepts
+ * (NULL-ended): config.c's.  The presets and the families: family.h. */
 extern const sr_key cfg_keys[];
 extern const int cfg_nkeys;
 #define NKEYS cfg_nkeys
-extern const cfg_preset cfg_presets[];
-extern const char *const cfg_preset_names[];
-extern const char *const cfg_arch_names[];
 extern const char *const cfg_signal_names[];
 
 /* Where key k's value lives in cfg. */
@@ -86,8 +75,6 @@ static inline const void *cfg_cfield(const sr_config *cfg, const sr_key *k) { re
 
 sr_status cfg_error_at(const parse_ctx *ctx, yaml_mark_t mark, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-
-sr_status cfg_error_at(const parse_ctx *ctx, yaml_mark_t mark, const char *fmt, ...);
 int cfg_key_index(const char *path);
 /* True when `path` is a section: some key starts with "path.". */
 bool cfg_is_section(const char *path);

@@ -19,6 +19,7 @@
 
 #include "dtype.h"
 #include "fsio.h"
+#include "line.h"
 #include "mem.h"
 #include "suggest.h"
 #include "yamlload.h"
@@ -46,34 +47,33 @@ int64_t cfg_nearest_divisor(int64_t n, int64_t want) {
 const char *sr_config_model_name(const sr_config *cfg, char *buf, size_t n) {
     int p = (int)cfg->model_preset;
     if (cfg->model_source) {
-        snprintf(buf, n, "%s of %.1100s%s", cfg_arch_names[cfg->arch], cfg->model_source->origin,
+        snprintf(buf, n, "%s of %.1100s%s", sr_family_get((int)cfg->arch)->name, cfg->model_source->origin,
                  cfg->preset_yielded ? " (the default job's model.preset gives way to it)" : "");
         return buf;
     }
-    const char *name = cfg_preset_names[p];
+    const sr_family_preset *pr = &sr_family_presets[p];
     const struct {
         const char *key;
         int64_t have, preset;
-    } dims[] = {{"arch", cfg->arch, cfg_presets[p].arch},
-                {"n_layer", cfg->n_layer, cfg_presets[p].n_layer},
-                {"n_head", cfg->n_head, cfg_presets[p].n_head},
-                {"n_kv_head", cfg->n_kv_head, cfg_presets[p].n_kv_head},
-                {"n_embd", cfg->n_embd, cfg_presets[p].n_embd},
-                {"ffn_dim", cfg->ffn_dim, cfg_presets[p].ffn_dim},
-                {"vocab_size", cfg->vocab_size, cfg_presets[p].vocab_size},
-                {"seq_len", cfg->seq_len, cfg_presets[p].seq_len}};
-    /* GPT-2's n_kv_head and ffn_dim follow n_head and n_embd: not a change of their own */
-    bool gpt2 = cfg->arch == SR_CFG_ARCH_GPT2;
-    char changed[160] = "";
-    size_t len = 0;
+        unsigned fkey; /* a key the family lacks follows the others (GPT-2's n_kv_head and ffn_dim): no change */
+    } dims[] = {{"arch", cfg->arch, pr->arch, 0},
+                {"n_layer", cfg->n_layer, pr->n_layer, 0},
+                {"n_head", cfg->n_head, pr->n_head, 0},
+                {"n_kv_head", cfg->n_kv_head, pr->n_kv_head, SR_FKEY_N_KV_HEAD},
+                {"n_embd", cfg->n_embd, pr->n_embd, 0},
+                {"ffn_dim", cfg->ffn_dim, pr->ffn_dim, SR_FKEY_FFN_DIM},
+                {"vocab_size", cfg->vocab_size, pr->vocab_size, 0},
+                {"seq_len", cfg->seq_len, pr->seq_len, 0}};
+    const sr_family *f = sr_family_get((int)cfg->arch);
+    char changed[160];
+    sr_line l = SR_LINE(changed);
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
-        if (dims[i].have != dims[i].preset && len < sizeof changed &&
-            !(gpt2 && (strcmp(dims[i].key, "n_kv_head") == 0 || strcmp(dims[i].key, "ffn_dim") == 0)))
-            len += (size_t)snprintf(changed + len, sizeof changed - len, "%s%s", len ? ", " : "", dims[i].key);
+        if (dims[i].have != dims[i].preset && (!dims[i].fkey || (f->keys & dims[i].fkey)))
+            sr_line_item(&l, ", ", "%s", dims[i].key);
     if (!changed[0])
-        snprintf(buf, n, "%s", name);
+        snprintf(buf, n, "%s", pr->name);
     else
-        snprintf(buf, n, "custom (%s with %s changed)", name, changed);
+        snprintf(buf, n, "custom (%s with %s changed)", pr->name, changed);
     return buf;
 }
 
@@ -113,7 +113,7 @@ static sr_status finalize_from_source(sr_config *cfg) {
     /* seq_len when unset: the source's context, at most 4096 (a Llama-3
      * config declares 131072, which would size activations for it) */
     int64_t T = m->max_seq_len < 4096 ? m->max_seq_len : 4096;
-    bool llama = m->arch == SR_CFG_ARCH_LLAMA;
+    const sr_family *f = sr_family_get((int)m->arch);
     const struct {
         const char *key;
         int64_t *i;
@@ -121,30 +121,30 @@ static sr_status finalize_from_source(sr_config *cfg) {
         bool *b;
         int64_t iv;
         double dv;
-        bool llama_only;
+        unsigned fkey; /* 0: every family's key */
     } k[] = {
-        {"model.arch", &cfg->arch, NULL, NULL, m->arch, 0, false},
-        {"model.n_layer", &cfg->n_layer, NULL, NULL, m->n_layer, 0, false},
-        {"model.n_head", &cfg->n_head, NULL, NULL, m->n_head, 0, false},
-        {"model.n_embd", &cfg->n_embd, NULL, NULL, m->n_embd, 0, false},
-        {"model.vocab_size", &cfg->vocab_size, NULL, NULL, m->vocab_size, 0, false},
-        {"model.seq_len", &cfg->seq_len, NULL, NULL, T, 0, false},
-        {"model.n_kv_head", &cfg->n_kv_head, NULL, NULL, m->n_kv_head, 0, true},
-        {"model.ffn_dim", &cfg->ffn_dim, NULL, NULL, m->ffn_dim, 0, true},
-        {"model.norm_eps", NULL, &cfg->norm_eps, NULL, 0, m->norm_eps, true},
-        {"model.rope_theta", NULL, &cfg->rope_theta, NULL, 0, m->rope_theta, true},
-        {"model.rope_scaling.factor", NULL, &cfg->rope_factor, NULL, 0, m->rope_factor, true},
+        {"model.arch", &cfg->arch, NULL, NULL, m->arch, 0, 0},
+        {"model.n_layer", &cfg->n_layer, NULL, NULL, m->n_layer, 0, 0},
+        {"model.n_head", &cfg->n_head, NULL, NULL, m->n_head, 0, 0},
+        {"model.n_embd", &cfg->n_embd, NULL, NULL, m->n_embd, 0, 0},
+        {"model.vocab_size", &cfg->vocab_size, NULL, NULL, m->vocab_size, 0, 0},
+        {"model.seq_len", &cfg->seq_len, NULL, NULL, T, 0, 0},
+        {"model.n_kv_head", &cfg->n_kv_head, NULL, NULL, m->n_kv_head, 0, SR_FKEY_N_KV_HEAD},
+        {"model.ffn_dim", &cfg->ffn_dim, NULL, NULL, m->ffn_dim, 0, SR_FKEY_FFN_DIM},
+        {"model.norm_eps", NULL, &cfg->norm_eps, NULL, 0, m->norm_eps, SR_FKEY_NORM_EPS},
+        {"model.rope_theta", NULL, &cfg->rope_theta, NULL, 0, m->rope_theta, SR_FKEY_ROPE},
+        {"model.rope_scaling.factor", NULL, &cfg->rope_factor, NULL, 0, m->rope_factor, SR_FKEY_ROPE},
         {"model.rope_scaling.low_freq_factor", NULL, &cfg->rope_low_freq_factor, NULL, 0, m->rope_low_freq_factor,
-         true},
+         SR_FKEY_ROPE},
         {"model.rope_scaling.high_freq_factor", NULL, &cfg->rope_high_freq_factor, NULL, 0, m->rope_high_freq_factor,
-         true},
+         SR_FKEY_ROPE},
         {"model.rope_scaling.original_max_position", &cfg->rope_original_max_position, NULL, NULL,
-         m->rope_original_max_position, 0, true},
-        {"model.tie_embeddings", NULL, NULL, &cfg->tie_embeddings, m->tie_embeddings, 0, true},
+         m->rope_original_max_position, 0, SR_FKEY_ROPE},
+        {"model.tie_embeddings", NULL, NULL, &cfg->tie_embeddings, m->tie_embeddings, 0, SR_FKEY_TIE},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-        if (k[i].llama_only && !llama)
-            continue; /* a GPT-2 source: finalize_family fills them as gpt2 implies */
+        if (k[i].fkey && !(f->keys & k[i].fkey))
+            continue; /* a key the source's family lacks: finalize_family fills it as the family implies */
         if (!cfg_was_set(cfg, k[i].key)) {
             if (k[i].i)
                 *k[i].i = k[i].iv;
@@ -163,8 +163,8 @@ static sr_status finalize_from_source(sr_config *cfg) {
         char w[1200], have[64], want[64];
         sr_config_where(cfg, k[i].key, w, sizeof w);
         if (k[i].i && strcmp(k[i].key, "model.arch") == 0) {
-            snprintf(have, sizeof have, "%s", cfg_arch_names[*k[i].i]);
-            snprintf(want, sizeof want, "%s", cfg_arch_names[k[i].iv]);
+            snprintf(have, sizeof have, "%s", sr_family_get((int)*k[i].i)->name);
+            snprintf(want, sizeof want, "%s", sr_family_get((int)k[i].iv)->name);
         } else if (k[i].i) {
             snprintf(have, sizeof have, "%lld", (long long)*k[i].i);
             snprintf(want, sizeof want, seq ? "at most %lld" : "%lld", (long long)(seq ? m->max_seq_len : k[i].iv));
@@ -183,78 +183,75 @@ static sr_status finalize_from_source(sr_config *cfg) {
     return SR_OK;
 }
 
-/* The Llama keys the job leaves unset: the preset's when it is of the
- * job's family; else what gpt2 implies (gpt2), or Llama-style defaults
- * (SwiGLU width 8/3 n_embd rounded up to 64, rope_theta 10000, tied). */
-static void fill_family_defaults(sr_config *cfg, int p, bool llama) {
-    bool same = cfg_presets[p].arch == cfg->arch && !cfg->model_source;
-    if (!cfg_was_set(cfg, "model.n_kv_head"))
-        cfg->n_kv_head = same && llama ? cfg_presets[p].n_kv_head : cfg->n_head;
-    if (!cfg_was_set(cfg, "model.ffn_dim"))
-        cfg->ffn_dim = same && llama ? cfg_presets[p].ffn_dim
-                       : llama       ? (8 * cfg->n_embd / 3 + 63) / 64 * 64
-                                     : 4 * cfg->n_embd;
-    if (!cfg_was_set(cfg, "model.tie_embeddings"))
-        cfg->tie_embeddings = same ? cfg_presets[p].tie : true;
-    if (!cfg_was_set(cfg, "model.rope_theta"))
-        cfg->rope_theta = same ? cfg_presets[p].rope_theta : 10000;
-    if (!cfg_was_set(cfg, "model.rope_scaling.factor"))
-        cfg->rope_factor = same ? cfg_presets[p].rope_factor : 0;
-    if (!cfg_was_set(cfg, "model.rope_scaling.low_freq_factor"))
-        cfg->rope_low_freq_factor = same ? cfg_presets[p].rope_low : 1;
-    if (!cfg_was_set(cfg, "model.rope_scaling.high_freq_factor"))
-        cfg->rope_high_freq_factor = same ? cfg_presets[p].rope_high : 4;
-    if (!cfg_was_set(cfg, "model.rope_scaling.original_max_position"))
-        cfg->rope_original_max_position = same ? cfg_presets[p].rope_orig : 8192;
+/* The family's keys the job leaves unset (and a Hugging Face source did
+ * not give: finalize_from_source): the preset's when it is of the job's
+ * family; else what the family implies (a key it lacks: GPT-2's n_kv_head
+ * n_head, ffn_dim 4 n_embd, tied) or its defaults (Llama: a SwiGLU width
+ * of 8/3 n_embd rounded up to 64, rope_theta 10000, tied). */
+static void fill_family_defaults(sr_config *cfg, int p, const sr_family *f) {
+    const sr_family_preset *pr = &sr_family_presets[p];
+    bool same = pr->arch == cfg->arch && !cfg->model_source;
+#define UNSET(key, fk) (!cfg_was_set(cfg, key) && !(cfg->model_source && (f->keys & (fk))))
+    if (UNSET("model.n_kv_head", SR_FKEY_N_KV_HEAD))
+        cfg->n_kv_head = same && (f->keys & SR_FKEY_N_KV_HEAD) ? pr->n_kv_head : cfg->n_head;
+    if (UNSET("model.ffn_dim", SR_FKEY_FFN_DIM)) {
+        int64_t w = f->ffn_num * cfg->n_embd / f->ffn_den;
+        cfg->ffn_dim = !(f->keys & SR_FKEY_FFN_DIM) ? w : same ? pr->ffn_dim : (w + 63) / 64 * 64;
+    }
+    if (UNSET("model.tie_embeddings", SR_FKEY_TIE))
+        cfg->tie_embeddings = same ? pr->tie : true;
+    if (UNSET("model.rope_theta", SR_FKEY_ROPE))
+        cfg->rope_theta = same ? pr->rope_theta : SR_FAMILY_ROPE_THETA;
+    if (UNSET("model.rope_scaling.factor", SR_FKEY_ROPE))
+        cfg->rope_factor = same ? pr->rope_factor : 0;
+    if (UNSET("model.rope_scaling.low_freq_factor", SR_FKEY_ROPE))
+        cfg->rope_low_freq_factor = same ? pr->rope_low : SR_FAMILY_ROPE_LOW;
+    if (UNSET("model.rope_scaling.high_freq_factor", SR_FKEY_ROPE))
+        cfg->rope_high_freq_factor = same ? pr->rope_high : SR_FAMILY_ROPE_HIGH;
+    if (UNSET("model.rope_scaling.original_max_position", SR_FKEY_ROPE))
+        cfg->rope_original_max_position = same ? pr->rope_orig : SR_FAMILY_ROPE_ORIG;
+#undef UNSET
 }
 
-/* The family and the Llama keys from the preset where the job does not
- * set them; a Llama-only key set for gpt2 is refused (it would be
- * ignored), as are heads that do not group and rotary heads of odd size. */
+/* The family and its keys from the preset where the job does not set
+ * them; a key the family lacks set to another value than the family
+ * implies is refused (it would be ignored), as are heads that do not group
+ * and rotary heads of odd size. */
 static sr_status finalize_family(sr_config *cfg, int p) {
     char w[1200];
     if (!cfg_was_set(cfg, "model.arch") && !cfg->model_source)
-        cfg->arch = cfg_presets[p].arch;
-    bool llama = cfg->arch == SR_CFG_ARCH_LLAMA;
-    static const char *const llama_only[] = {
-        "model.n_kv_head",
-        "model.ffn_dim",
-        "model.norm_eps",
-        "model.rope_theta",
-        "model.rope_scaling.factor",
-        "model.rope_scaling.low_freq_factor",
-        "model.rope_scaling.high_freq_factor",
-        "model.rope_scaling.original_max_position",
-        "model.tie_embeddings",
+        cfg->arch = sr_family_presets[p].arch;
+    const sr_family *f = sr_family_get((int)cfg->arch);
+    /* set to what the family implies they are accepted: config show
+     * prints them for any job, and its output must read back */
+    const struct {
+        const char *key;
+        unsigned fkey;
+        bool implied;
+    } own[] = {
+        {"model.n_kv_head", SR_FKEY_N_KV_HEAD, cfg->n_kv_head == cfg->n_head},
+        {"model.ffn_dim", SR_FKEY_FFN_DIM, cfg->ffn_dim == f->ffn_num * cfg->n_embd / f->ffn_den},
+        {"model.norm_eps", SR_FKEY_NORM_EPS, cfg->norm_eps == SR_FAMILY_NORM_EPS},
+        {"model.rope_theta", SR_FKEY_ROPE, cfg->rope_theta == SR_FAMILY_ROPE_THETA},
+        {"model.rope_scaling.factor", SR_FKEY_ROPE, cfg->rope_factor == 0},
+        {"model.rope_scaling.low_freq_factor", SR_FKEY_ROPE, cfg->rope_low_freq_factor == SR_FAMILY_ROPE_LOW},
+        {"model.rope_scaling.high_freq_factor", SR_FKEY_ROPE, cfg->rope_high_freq_factor == SR_FAMILY_ROPE_HIGH},
+        {"model.rope_scaling.original_max_position", SR_FKEY_ROPE,
+         cfg->rope_original_max_position == SR_FAMILY_ROPE_ORIG},
+        {"model.tie_embeddings", SR_FKEY_TIE, cfg->tie_embeddings},
     };
-    /* set to what gpt2 implies they are accepted: config show prints them
-     * for any job, and its output must read back */
-    const bool implied[] = {
-        cfg->n_kv_head == cfg->n_head,
-        cfg->ffn_dim == 4 * cfg->n_embd,
-        cfg->norm_eps == 1e-5,
-        cfg->rope_theta == 10000,
-        cfg->rope_factor == 0,
-        cfg->rope_low_freq_factor == 1,
-        cfg->rope_high_freq_factor == 4,
-        cfg->rope_original_max_position == 8192,
-        cfg->tie_embeddings,
-    };
-    _Static_assert(sizeof implied / sizeof implied[0] == sizeof llama_only / sizeof llama_only[0], "one per key");
-    for (size_t i = 0; !llama && i < sizeof llama_only / sizeof llama_only[0]; i++)
-        if (cfg_was_set(cfg, llama_only[i]) && !implied[i]) {
-            sr_config_where(cfg, llama_only[i], w, sizeof w);
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (!(f->keys & own[i].fkey) && cfg_was_set(cfg, own[i].key) && !own[i].implied) {
+            char with[64];
+            sr_family_list(own[i].fkey, with, sizeof with);
+            sr_config_where(cfg, own[i].key, w, sizeof w);
             return sr_error(SR_ERR_CONFIG,
-                            "%s: %s applies to model.arch: llama only; this job's model is gpt2 (hint: model.arch: "
-                            "llama, or a llama-* model.preset; or remove the key)",
-                            w, llama_only[i]);
+                            "%s: %s applies to model.arch: %s only; this job's model is %s (hint: model.arch: "
+                            "%s, or a %s-* model.preset; or remove the key)",
+                            w, own[i].key, with, f->name, with, with);
         }
-    /* a Llama source (finalize_from_source) gave every Llama key */
-    if (!(cfg->model_source && llama))
-        fill_family_defaults(cfg, p, llama);
-    if (!llama)
-        return SR_OK;
-    if (cfg->n_head % cfg->n_kv_head != 0) {
+    fill_family_defaults(cfg, p, f);
+    if ((f->keys & SR_FKEY_N_KV_HEAD) && cfg->n_head % cfg->n_kv_head != 0) {
         sr_config_where(cfg, cfg_was_set(cfg, "model.n_kv_head") ? "model.n_kv_head" : "model.n_head", w, sizeof w);
         return sr_error(SR_ERR_CONFIG,
                         "%s: model.n_kv_head (%lld) must divide model.n_head (%lld): each key/value head serves a "
@@ -262,14 +259,14 @@ static sr_status finalize_family(sr_config *cfg, int p) {
                         w, (long long)cfg->n_kv_head, (long long)cfg->n_head,
                         (long long)cfg_nearest_divisor(cfg->n_head, cfg->n_kv_head));
     }
-    if (cfg->n_embd % cfg->n_head == 0 && (cfg->n_embd / cfg->n_head) % 2 != 0) {
+    if (!f->learned_positions && cfg->n_embd % cfg->n_head == 0 && (cfg->n_embd / cfg->n_head) % 2 != 0) {
         sr_config_where(cfg, cfg_was_set(cfg, "model.n_head") ? "model.n_head" : "model.n_embd", w, sizeof w);
         return sr_error(SR_ERR_CONFIG,
                         "%s: the head size n_embd / n_head (%lld) must be even for rotary positions, which rotate "
                         "pairs of channels (hint: another n_head)",
                         w, (long long)(cfg->n_embd / cfg->n_head));
     }
-    if (cfg->rope_factor > 0 && !(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor)) {
+    if ((f->keys & SR_FKEY_ROPE) && cfg->rope_factor > 0 && !(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor)) {
         sr_config_where(cfg, "model.rope_scaling.high_freq_factor", w, sizeof w);
         return sr_error(SR_ERR_CONFIG,
                         "%s: model.rope_scaling.high_freq_factor (%g) must exceed low_freq_factor (%g) (hint: "
@@ -300,15 +297,15 @@ sr_status sr_config_finalize(sr_config *cfg) {
                         w, cfg->model_source->origin);
     }
     if (!cfg_was_set(cfg, "model.n_layer"))
-        cfg->n_layer = cfg_presets[p].n_layer;
+        cfg->n_layer = sr_family_presets[p].n_layer;
     if (!cfg_was_set(cfg, "model.n_head"))
-        cfg->n_head = cfg_presets[p].n_head;
+        cfg->n_head = sr_family_presets[p].n_head;
     if (!cfg_was_set(cfg, "model.n_embd"))
-        cfg->n_embd = cfg_presets[p].n_embd;
+        cfg->n_embd = sr_family_presets[p].n_embd;
     if (!cfg_was_set(cfg, "model.vocab_size"))
-        cfg->vocab_size = cfg_presets[p].vocab_size;
+        cfg->vocab_size = sr_family_presets[p].vocab_size;
     if (!cfg_was_set(cfg, "model.seq_len"))
-        cfg->seq_len = cfg_presets[p].seq_len;
+        cfg->seq_len = sr_family_presets[p].seq_len;
     sr_status st = cfg->model_source ? finalize_from_source(cfg) : SR_OK;
     if (st == SR_OK)
         st = finalize_family(cfg, p);

@@ -18,6 +18,7 @@
 
 #include "dtype.h"
 #include "fsio.h"
+#include "line.h"
 #include "mem.h"
 #include "suggest.h"
 #include "yamlload.h"
@@ -124,14 +125,9 @@ void cfg_fmt_range_int(char *buf, size_t n, const sr_key *k) {
 }
 
 void cfg_fmt_enum(char *buf, size_t n, const char *const *names) {
-    size_t used = 0;
-    buf[0] = '\0';
-    for (int i = 0; names[i]; i++) {
-        int w = snprintf(buf + used, n - used, "%s%s", i ? (names[i + 1] ? ", " : " or ") : "", names[i]);
-        if (w < 0 || (size_t)w >= n - used)
-            break;
-        used += (size_t)w;
-    }
+    sr_line l = sr_line_on(buf, n);
+    for (int i = 0; names[i] && !l.cut; i++)
+        sr_line_add(&l, "%s%s", i ? (names[i + 1] ? ", " : " or ") : "", names[i]);
 }
 
 /* ---- one setter per value type (the type table is below) ---- */
@@ -356,7 +352,11 @@ static void fmt_yaml_string(char *buf, size_t n, const char *s) {
             buf[used++] = '\\';
             buf[used++] = (char)c;
         } else if (c < 0x20) {
-            used += (size_t)snprintf(buf + used, n - used, "\\x%02x", c);
+            static const char hex[] = "0123456789abcdef";
+            buf[used++] = '\\';
+            buf[used++] = 'x';
+            buf[used++] = hex[c >> 4];
+            buf[used++] = hex[c & 15];
         } else {
             buf[used++] = (char)c;
         }
@@ -435,17 +435,17 @@ static void fmt_list(const void *f, const sr_key *k, char *buf, size_t n) {
         snprintf(buf, n, "\"\"");
         return;
     }
-    size_t used = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < l->count && used < n; i++) {
+    sr_line out = sr_line_on(buf, n);
+    sr_line_add(&out, "[");
+    for (int i = 0; i < l->count && !out.cut; i++) {
         char item[4200];
         if (k->type == T_SIGLIST)
             snprintf(item, sizeof item, "%s", l->items[i]);
         else
             fmt_yaml_string(item, sizeof item, l->items[i]);
-        used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? ", " : "", item);
+        sr_line_add(&out, "%s%s", i ? ", " : "", item);
     }
-    if (used < n)
-        snprintf(buf + used, n - used, "]");
+    sr_line_add(&out, "]");
 }
 
 /* ---- describing types (config keys, shardrun.yaml(5)) ---- */
@@ -460,10 +460,9 @@ static void desc_int(const sr_key *k, char *buf, size_t n) {
 static void desc_float(const sr_key *k, char *buf, size_t n) { snprintf(buf, n, "number %g..%g", k->min, k->max); }
 
 static void desc_enum(const sr_key *k, char *buf, size_t n) {
-    size_t used = 0;
-    buf[0] = '\0';
-    for (int i = 0; k->names[i] && used < n; i++)
-        used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? " | " : "", k->names[i]);
+    sr_line l = sr_line_on(buf, n);
+    for (int i = 0; k->names[i]; i++)
+        sr_line_add(&l, "%s%s", i ? " | " : "", k->names[i]);
 }
 
 static void free_str(void *f) {

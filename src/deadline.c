@@ -21,21 +21,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "preempt.h"
 #include "slurmjob.h"
-
-static double wall(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void iso(double t, char *out, size_t n) {
-    time_t tt = (time_t)t;
-    struct tm tm;
-    gmtime_r(&tt, &tm);
-    strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
 
 void sr_run_slurm_open(sr_run *r) {
     const sr_config *cfg = r->cfg;
@@ -46,7 +34,7 @@ void sr_run_slurm_open(sr_run *r) {
         return;
     char why[1024];
     r->slurm = sr_slurmjob_open(job, want_end, why, sizeof why);
-    r->slurm_t0 = r->slurm_tick = wall();
+    r->slurm_t0 = r->slurm_tick = sr_clock_wall_s();
     r->comment_next = r->slurm_tick + cfg->slurm_comment_every_minutes * 60.0;
     if (!want_end)
         return;
@@ -58,8 +46,8 @@ void sr_run_slurm_open(sr_run *r) {
         return;
     }
     char at[32], in[48];
-    iso(end, at, sizeof at);
-    double left = end - wall();
+    sr_clock_iso(end, at, sizeof at);
+    double left = end - sr_clock_wall_s();
     if (left < 0.5) /* "0:00": the end is now; the first step's agreement stops the run */
         snprintf(in, sizeof in, "now");
     else
@@ -88,7 +76,7 @@ void sr_run_slurm_step(sr_run *r, int64_t s, double red[SR_RUN_AGREE_N]) {
     if (!r->slurm)
         return;
     const sr_config *cfg = r->cfg;
-    double now = wall();
+    double now = sr_clock_wall_s();
     double step_s = now - r->slurm_tick; /* the last step, all of it */
     r->slurm_tick = now;
     char warn[1024];

@@ -11,6 +11,7 @@
 
 #include "testhook.h"
 
+#include "clock.h"
 #include "ops.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,11 +59,9 @@ static bool skipped(const char *site) {
 sr_status sr_dev_transport_wait(sr_dev *d, sr_event *ev) {
     if (!ev->req)
         return SR_OK;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = sr_clock_mono_ns();
     sr_status st = ev->req_wait(ev->req);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    d->comm_wait_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec));
+    d->comm_wait_ns += (uint64_t)(sr_clock_mono_ns() - t0);
     ev->req = NULL;
     return st;
 }
@@ -72,14 +71,14 @@ static void trace_wait(int lane, const char *site, int64_t t0) {
     if (t0) {
         char name[48];
         snprintf(name, sizeof name, "wait %s", site);
-        sr_trace_span((sr_trace_lane)lane, name, t0, sr_trace_now(), -1, NULL);
+        sr_trace_span((sr_trace_lane)lane, name, t0, sr_clock_wall_ns(), -1, NULL);
     }
 }
 
 uint64_t sr_dev_trace_begin(sr_dev *d, sr_stream s) {
     if (!sr_trace_on())
         return 0;
-    return d->trace_begin ? d->trace_begin(d, s) : (uint64_t)sr_trace_now();
+    return d->trace_begin ? d->trace_begin(d, s) : (uint64_t)sr_clock_wall_ns();
 }
 
 void sr_dev_trace_end(sr_dev *d, uint64_t handle, int lane, const char *name) {
@@ -88,7 +87,7 @@ void sr_dev_trace_end(sr_dev *d, uint64_t handle, int lane, const char *name) {
     if (d->trace_end)
         d->trace_end(d, handle, lane, name);
     else
-        sr_trace_span((sr_trace_lane)lane, name, (int64_t)handle, sr_trace_now(), -1, NULL);
+        sr_trace_span((sr_trace_lane)lane, name, (int64_t)handle, sr_clock_wall_ns(), -1, NULL);
 }
 
 sr_status sr_dev_wait(sr_dev *d, sr_stream s, sr_event *ev, const char *site) {
@@ -108,7 +107,7 @@ sr_status sr_dev_wait(sr_dev *d, sr_stream s, sr_event *ev, const char *site) {
 sr_status sr_dev_host_wait(sr_dev *d, sr_event *ev, const char *site) {
     if (skipped(site))
         return SR_OK;
-    int64_t t0 = sr_trace_on() ? sr_trace_now() : 0;
+    int64_t t0 = sr_trace_on() ? sr_clock_wall_ns() : 0;
     sr_status st = d->host_wait(d, ev);
     trace_wait(SR_TRACE_HOST, site, t0);
     return st;

@@ -244,11 +244,12 @@ sr_status sr_device_open(sr_dev **out, sr_device_want want, int world_size, int 
  * the CUDA module does not load, naming why. */
 sr_status sr_device_open_dry(sr_dev **out);
 /* The job's `device` key against this build: device: cuda in a build
- * without CUDA is SR_ERR_CONFIG at its place in the job file. */
+ * without CUDA is SR_ERR_CONFIG at its place in the job file.  Once per
+ * command, when it loads the job (main_cmds.c load_job). */
 sr_status sr_device_check_key(const sr_config *cfg);
-/* A run's table (every rank calls it, before the transport connects): a
- * warning on a rank that was given GPUs it cannot use, the key checked,
- * the table opened for the job's `device` (comm.timeout_s as its
+/* A run's table (every rank calls it, before the transport connects;
+ * the job's key checked by sr_device_check_key before): a warning on a
+ * rank that was given GPUs it cannot use, the table opened for the job's `device` (comm.timeout_s as its
  * deadline; an emulated table tags every log line), and the same kind on
  * every rank, compared through PMIx: SR_ERR_CONFIG naming the ranks of
  * each kind when they differ.  *out is set when this rank's open succeeded

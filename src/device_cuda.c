@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "../kernels/sr_cuda.h"
+#include "clock.h"
 #include "flight.h"
 #include "signals.h"
 #include "testhook.h"
@@ -202,16 +203,10 @@ cudaError_t sr_cuda_query(cudaEvent_t e) {
 
 cudaError_t sr_cuda_sync_stream(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
 
-static uint64_t mono_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 void sr_cuda_beat(sr_cuda_ctx *x, const char *op) {
     if (op)
         __atomic_store_n(&x->beat_op, op, __ATOMIC_RELAXED);
-    __atomic_store_n(&x->beat_ns, mono_ns(), __ATOMIC_RELEASE);
+    __atomic_store_n(&x->beat_ns, (uint64_t)sr_clock_mono_ns(), __ATOMIC_RELEASE);
 }
 
 /* The first error of a primitive, kept for the next wait. */
@@ -411,12 +406,6 @@ static void cuda_record(sr_dev *d, sr_event *ev, sr_stream s) {
     sr_dev_hb_record(d, s, ev);
 }
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static sr_status cuda_wait(sr_dev *d, sr_stream s, sr_event *ev) {
     cuda_dev *c = cd(d);
     sr_dev_hb_wait(d, s, ev);
@@ -462,7 +451,7 @@ static void timed_collect(cuda_dev *c) {
  * ends (fatal): a hung kernel would also hang every teardown. */
 static sr_status poll_event(cuda_dev *c, cudaEvent_t e) {
     double timeout = c->base.timeout_s;
-    uint64_t t0 = now_ns(), sleep_us = 20;
+    uint64_t t0 = (uint64_t)sr_clock_mono_ns(), sleep_us = 20;
     for (;;) {
         cudaError_t q = sr_cuda_query(e);
         if (q == cudaSuccess) {
@@ -474,7 +463,7 @@ static sr_status poll_event(cuda_dev *c, cudaEvent_t e) {
             return kept(c);
         }
         sr_cuda_beat(&c->ctx, NULL); /* polling: the host is not stuck (the deadline below is the device's) */
-        uint64_t waited = now_ns() - t0;
+        uint64_t waited = (uint64_t)sr_clock_mono_ns() - t0;
         if (timeout > 0 && (double)waited / 1e9 > timeout) {
             if (c->base.on_deadline)
                 c->base.on_deadline(c->base.on_deadline_arg);
@@ -530,7 +519,7 @@ static uint64_t cuda_trace_begin(sr_dev *d, sr_stream s) {
             c->anchor = NULL;
             return 0;
         }
-        c->anchor_ns = sr_trace_now();
+        c->anchor_ns = sr_clock_wall_ns();
     }
     trace_span *t = &c->tspan[c->ts_head % TSPANS];
     if ((!t->a && cudaEventCreate(&t->a) != cudaSuccess) || (!t->b && cudaEventCreate(&t->b) != cudaSuccess) ||
@@ -665,18 +654,12 @@ static void *watch_main(void *arg) {
     cuda_dev *c = arg;
     pthread_mutex_lock(&c->watch_mu);
     while (!c->watch_stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 250000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = sr_clock_wall_after(0.25);
         pthread_cond_timedwait(&c->watch_cv, &c->watch_mu, &ts);
         long long step = __atomic_load_n(&c->watch_step, __ATOMIC_ACQUIRE);
         double timeout = c->base.timeout_s;
         uint64_t beat = __atomic_load_n(&c->ctx.beat_ns, __ATOMIC_ACQUIRE);
-        double quiet = beat ? (double)(mono_ns() - beat) / 1e9 : 0.0;
+        double quiet = beat ? (double)((uint64_t)sr_clock_mono_ns() - beat) / 1e9 : 0.0;
         if (c->watch_stop || step <= 0 || timeout <= 0 || quiet <= timeout)
             continue;
         pthread_mutex_unlock(&c->watch_mu);

@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "cudamod.h"
+#include "line.h"
 #include "mem.h"
 #include "ops.h"
 #include "testhook.h"
@@ -267,9 +268,8 @@ sr_status sr_device_open_run(sr_dev **out, const sr_config *cfg, sr_world *w) {
     if (gpus_unusable(why, sizeof why))
         sr_log_warn("this task was given GPUs (CUDA_VISIBLE_DEVICES=%s) but none is usable (%s); training on the CPU",
                     getenv("CUDA_VISIBLE_DEVICES"), why);
-    sr_status st = sr_device_check_key(cfg);
-    if (st == SR_OK)
-        st = sr_device_open(out, (sr_device_want)cfg->device, w->size, w->local_rank, w->local_size);
+    /* (the key was checked once, by the command's job load: sr_device_check_key) */
+    sr_status st = sr_device_open(out, (sr_device_want)cfg->device, w->size, w->local_rank, w->local_size);
     if (st == SR_OK && (*out)->emulated)
         sr_log_set_tag((*out)->name); /* every line of an emulated run says so */
     const sr_cudamod *m = st == SR_OK && (*out)->kind == SR_DEV_CUDA ? sr_cudamod_loaded() : NULL;
@@ -290,23 +290,20 @@ sr_status sr_device_open_run(sr_dev **out, const sr_config *cfg, sr_world *w) {
         /* "ranks 0 2 use cpu; ranks 1 3 use fake" (the first 16 of each) */
         static const char *const names[] = {"cpu", "fake", "cuda"};
         char line[1024];
-        size_t used = 0;
+        sr_line l = SR_LINE(line);
         for (int kind = SR_DEV_CPU; kind <= SR_DEV_CUDA; kind++) {
             int shown = 0, count = 0;
             for (int k = 0; k < w->size; k++)
                 count += all[k] == kind;
-            if (!count || used >= sizeof line)
+            if (!count)
                 continue;
-            used +=
-                (size_t)snprintf(line + used, sizeof line - used, "%srank%s", used ? "; " : "", count > 1 ? "s" : "");
-            for (int k = 0; k < w->size && shown < 16 && used < sizeof line; k++)
+            sr_line_item(&l, "; ", "rank%s", count > 1 ? "s" : "");
+            for (int k = 0; k < w->size && shown < 16; k++)
                 if (all[k] == kind) {
-                    used += (size_t)snprintf(line + used, sizeof line - used, " %d", k);
+                    sr_line_add(&l, " %d", k);
                     shown++;
                 }
-            if (used < sizeof line)
-                used += (size_t)snprintf(line + used, sizeof line - used, "%s use%s %s",
-                                         count > shown ? " and more" : "", count > 1 ? "" : "s", names[kind]);
+            sr_line_add(&l, "%s use%s %s", count > shown ? " and more" : "", count > 1 ? "" : "s", names[kind]);
         }
         st = sr_error(SR_ERR_CONFIG,
                       "the ranks do not agree on the device: %s (hint: the same device key, build and "

@@ -118,28 +118,6 @@ static sr_status write_text(int fd, const char *tmp, void *arg) {
     return sr_fsio_write_all(fd, x->text, strlen(x->text)) == 0 ? SR_OK : sr_fsio_write_error(tmp, errno);
 }
 
-/* config.json as transformers' LlamaConfig reads it. */
-static json_t *llama_config(const sr_model_dims *d) {
-    json_t *c = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:f, s:b, s:b, s:b, s:f, s:f, "
-                          "s:s, s:i}",
-                          "architectures", "LlamaForCausalLM", "model_type", "llama", "vocab_size", d->V, "hidden_size",
-                          d->C, "intermediate_size", d->F, "num_hidden_layers", d->L, "num_attention_heads", d->NH,
-                          "num_key_value_heads", d->NKV, "max_position_embeddings", d->T, "hidden_act", "silu",
-                          "rms_norm_eps", d->norm_eps, "rope_theta", d->rope_theta, "tie_word_embeddings", !d->untied,
-                          "attention_bias", 0, "mlp_bias", 0, "attention_dropout", 0.0, "initializer_range", 0.02,
-                          "torch_dtype", "float32", "head_dim", d->C / d->NH);
-    if (c && d->rope.factor > 0 &&
-        json_object_set_new(c, "rope_scaling",
-                            json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", d->rope.factor,
-                                      "low_freq_factor", d->rope.low_freq_factor, "high_freq_factor",
-                                      d->rope.high_freq_factor, "original_max_position_embeddings",
-                                      d->rope.original_max_position)) != 0) {
-        json_decref(c);
-        c = NULL;
-    }
-    return c;
-}
-
 /* The special token ids of config.json: bos, eos and pad all the
  * document token `doc_id` of the run's tokenizer (`known`: the run
  * recorded one), null without one (transformers' defaults, GPT-2's 50256
@@ -147,12 +125,10 @@ static json_t *llama_config(const sr_model_dims *d) {
  * tokenizer recorded, GPT-2's and Llama 3's own ids for their own
  * vocabularies. */
 static bool set_token_ids(json_t *c, const sr_model_dims *d, int64_t doc_id, bool known) {
-    bool llama = d->arch == SR_ARCH_LLAMA;
+    const sr_family *f = sr_family_get(d->arch);
     int64_t bos = doc_id, eos = doc_id;
-    if (!known && !llama && d->V == 50257)
-        bos = eos = 50256;
-    else if (!known && llama && d->V == 128256)
-        bos = 128000, eos = 128001;
+    if (!known && d->V == f->hf_vocab)
+        bos = f->hf_bos, eos = f->hf_eos;
     else if (!known)
         bos = eos = -1;
     return json_object_set_new(c, "bos_token_id", bos >= 0 ? json_integer(bos) : json_null()) == 0 &&
@@ -163,15 +139,7 @@ static bool set_token_ids(json_t *c, const sr_model_dims *d, int64_t doc_id, boo
 /* config.json as transformers' GPT2Config or LlamaConfig reads it. */
 static char *render_config(const sr_manifest *mf, const char *ckpt, int64_t doc_id, bool tokenizer_known) {
     const sr_model_dims *d = &mf->dims;
-    json_t *c =
-        d->arch == SR_ARCH_LLAMA
-            ? llama_config(d)
-            : json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:n, s:s, s:f, s:b, s:f, s:f, s:f, s:f, s:s}",
-                        "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", d->V, "n_positions",
-                        d->T, "n_ctx", d->T, "n_embd", d->C, "n_layer", d->L, "n_head", d->NH, "n_inner",
-                        "activation_function", "gelu_new", "layer_norm_epsilon", 1e-5, "tie_word_embeddings", 1,
-                        "resid_pdrop", 0.0, "embd_pdrop", 0.0, "attn_pdrop", 0.0, "initializer_range", 0.02,
-                        "torch_dtype", "float32");
+    json_t *c = sr_hf_config_render(d);
     if (c && !set_token_ids(c, d, doc_id, tokenizer_known)) {
         json_decref(c);
         c = NULL;
@@ -503,7 +471,7 @@ static sr_status export_hf(const char *path, const char *dest, sr_export_format 
         st = write_tokenizer_files(&ht, dir, mf.dims.T);
     if (st == SR_OK && ht.left_out)
         sr_log_warn("ckpt export: %s (%s)", ht.left_out, ht.source);
-    bool llama = mf.dims.arch == SR_ARCH_LLAMA;
+    const sr_family *f = sr_family_get(mf.dims.arch);
     char dims[512], tail[600] = "";
     if (cfg && ht.tokenizer_json)
         sr_fmt(tail, sizeof tail,
@@ -512,12 +480,11 @@ static sr_status export_hf(const char *path, const char *dest, sr_export_format 
                ht.doc_id >= 0 ? "its document token " : "no document token: bos and eos null",
                ht.doc_id >= 0 ? ht.doc : "", ht.doc_id >= 0 ? " as bos, eos and pad" : "");
     else if (cfg)
-        snprintf(tail, sizeof tail, "; load it with %s.from_pretrained (%s)",
-                 llama ? "LlamaForCausalLM" : "GPT2LMHeadModel",
+        snprintf(tail, sizeof tail, "; load it with %s.from_pretrained (%s)", f->hf_class,
                  ht.left_out ? "no tokenizer.json: see the warning" : "the job named no tokenizer: none is written");
     if (st == SR_OK)
         fprintf(out, "shardrun: wrote %s%s: %zu fp32 parameters under Hugging Face %s names (%s), step %lld%s\n",
-                stpath, cfg ? " and config.json" : "", model.n_params_real, llama ? "Llama" : "GPT-2",
+                stpath, cfg ? " and config.json" : "", model.n_params_real, f->display,
                 sr_model_dims_text(&mf.dims, dims, sizeof dims), (long long)mf.step, tail);
     free(cfg);
     hf_tok_free(&ht);

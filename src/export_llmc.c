@@ -47,11 +47,11 @@ sr_status sr_export_llmc(const char *path, const char *dest, FILE *out) {
     if (st != SR_OK)
         return st;
     llmc_ctx x = {&model, all};
-    if (model.d.arch != SR_ARCH_GPT2)
+    if (!sr_family_get(model.d.arch)->llmc)
         st = sr_error(SR_ERR_CONFIG,
                       "ckpt export: -o %s: llm.c's model file holds a GPT-2, and %s is a %s checkpoint (hint: -o DIR/ "
                       "for a Hugging Face directory, or -o FILE.safetensors)",
-                      dest, path, sr_model_arch_name(model.d.arch));
+                      dest, path, sr_family_get(model.d.arch)->name);
     if (st == SR_OK)
         st = sr_fsio_atomic_write(dest, write_llmc, &x);
     if (st == SR_OK)

@@ -10,6 +10,7 @@
 
 #include "flight.h"
 
+#include "clock.h"
 #include "signals.h"
 #include "trace.h"
 
@@ -55,12 +56,6 @@ static struct {
 static _Thread_local sr_flight_plane host_plane = SR_FLIGHT_HOST;
 
 static bool dump_async(const char *reason, const char *detail);
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts); /* async-signal-safe */
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 #define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define ST(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
@@ -164,7 +159,7 @@ uint64_t sr_flight_enter(sr_flight_plane plane, int64_t seq, const char *op, con
     ST(e->seq, seq);
     ST(e->step, LD(fr.step));
     ST(e->bytes, bytes);
-    ST(e->t_enq, now_ns());
+    ST(e->t_enq, sr_clock_wall_ns());
     ST(e->t_start, 0);
     ST(e->t_end, 0);
     ST(e->op, op);
@@ -181,7 +176,7 @@ void sr_flight_start(uint64_t id) {
     entry *e = slot_of(id);
     if (!e)
         return;
-    ST(e->t_start, now_ns());
+    ST(e->t_start, sr_clock_wall_ns());
     uint8_t p = LD(e->plane);
     ST(e->state, (uint8_t)(p == SR_FLIGHT_NCCL || p == SR_FLIGHT_COPY ? SR_FLIGHT_ISSUED : SR_FLIGHT_RUNNING));
 }
@@ -190,7 +185,7 @@ void sr_flight_end(uint64_t id, bool ok) {
     entry *e = slot_of(id);
     if (!e)
         return;
-    int64_t t = now_ns();
+    int64_t t = sr_clock_wall_ns();
     ST(e->t_end, t);
     ST(e->state, (uint8_t)(ok ? SR_FLIGHT_DONE : SR_FLIGHT_FAILED));
     uint8_t plane = LD(e->plane);
@@ -401,7 +396,7 @@ static bool dump(const char *reason, const char *detail, bool final, bool wait) 
         kv_int(o, ", ", "world_size", fr.world_size);
         kv_str(o, ",\n ", "host", fr.host);
         kv_int(o, ", ", "pid", (int64_t)getpid());
-        kv_int(o, ", ", "time_ns", now_ns());
+        kv_int(o, ", ", "time_ns", sr_clock_wall_ns());
         kv_str(o, ",\n ", "reason", reason);
         kv_str(o, ", ", "detail", detail);
         kv_int(o, ",\n ", "step", LD(fr.step));
@@ -434,7 +429,10 @@ static bool dump(const char *reason, const char *detail, bool final, bool wait) 
         }
         put(o, "\n ]\n}\n");
         flush_out(o);
-        ok = o->ok && fsync(o->fd) == 0;
+        /* a signal's dump (not `wait`) is written under a launcher's grace
+         * before SIGKILL (mpirun's: 1 s): it survives the process without
+         * fsync, and the rename keeps it whole; the others are made durable */
+        ok = o->ok && (!wait || fsync(o->fd) == 0);
         ok = close(o->fd) == 0 && ok;
         ok = ok && rename(fr.tmp, fr.path) == 0;
         if (!ok)

@@ -18,6 +18,7 @@
 
 #include "flight.h"
 #include "fsio.h"
+#include "line.h"
 #include "mem.h"
 
 typedef struct {
@@ -215,15 +216,16 @@ sr_status sr_rank_files_read(const char *dir, const char *hint, size_t elem_size
 
 /* "rank 3" or "ranks 0-2,5" of the set ranks[0..n) (ascending). */
 static void rank_list(char *buf, size_t size, const int *ranks, int n) {
-    size_t o = (size_t)snprintf(buf, size, "%s", n == 1 ? "rank " : "ranks ");
-    for (int i = 0; i < n && o < size; i++) {
+    sr_line l = sr_line_on(buf, size);
+    sr_line_add(&l, "%s", n == 1 ? "rank " : "ranks ");
+    for (int i = 0; i < n && !l.cut; i++) {
         int j = i;
         while (j + 1 < n && ranks[j + 1] == ranks[j] + 1)
             j++;
         if (j > i)
-            o += (size_t)snprintf(buf + o, size - o, "%s%d-%d", i ? "," : "", ranks[i], ranks[j]);
+            sr_line_add(&l, "%s%d-%d", i ? "," : "", ranks[i], ranks[j]);
         else
-            o += (size_t)snprintf(buf + o, size - o, "%s%d", i ? "," : "", ranks[i]);
+            sr_line_add(&l, "%s%d", i ? "," : "", ranks[i]);
         i = j;
     }
 }

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "line.h"
 #include "mem.h"
 #include "signals.h"
 
@@ -182,7 +183,7 @@ int sr_fsio_remove_dir_at(int dirfd, const char *name, sr_fsio_owned owned, void
     }
     struct dirent *de;
     int rc = 0, err = 0;
-    size_t used = 0;
+    sr_line l = sr_line_on(left, nleft);
     while ((de = readdir(d))) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
             continue;
@@ -197,12 +198,8 @@ int sr_fsio_remove_dir_at(int dirfd, const char *name, sr_fsio_owned owned, void
             rc = -1;
             err = errno;
         }
-        if (used + 1 < nleft) {
-            char e[96];
-            used += (size_t)snprintf(left + used, nleft - used, "%s%s", used ? ", " : "",
-                                     sr_escape(de->d_name, e, sizeof e));
-            used = used < nleft ? used : nleft - 1;
-        }
+        char e[96];
+        sr_line_item(&l, ", ", "%s", sr_escape(de->d_name, e, sizeof e));
     }
     closedir(d);
     if (unlinkat(dirfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT && rc == 0) {

@@ -25,7 +25,7 @@ sr_status sr_job_model_init_source(sr_config *cfg) {
     if (st != SR_OK)
         return sr_error_wrap(st, "model.init");
     sr_config_model_source m = {
-        .arch = d.arch == SR_ARCH_LLAMA ? SR_CFG_ARCH_LLAMA : SR_CFG_ARCH_GPT2,
+        .arch = d.arch,
         .n_layer = d.L,
         .n_head = d.NH,
         .n_kv_head = d.NKV,
@@ -53,7 +53,7 @@ sr_model_dims sr_job_model_dims(const sr_config *cfg, int T) {
         .V = (int)cfg->vocab_size,
         .T = T,
         .recompute = (int)cfg->recompute,
-        .arch = cfg->arch == SR_CFG_ARCH_LLAMA ? SR_ARCH_LLAMA : SR_ARCH_GPT2,
+        .arch = (int)cfg->arch,
         .NKV = (int)cfg->n_kv_head,
         .F = (int)cfg->ffn_dim,
         .untied = !cfg->tie_embeddings,

@@ -219,17 +219,19 @@ double sr_ledger_roofline(sr_ledger *l, double gemm_tflops, double hbm_tbps) {
     return total;
 }
 
+void sr_ledger_row_add(sr_ledger_row *to, const sr_ledger_row *r) {
+    to->launches += r->launches;
+    to->gemm_calls += r->gemm_calls;
+    to->calls += r->calls;
+    to->flops += r->flops;
+    to->bytes += r->bytes;
+    to->bound_s += r->bound_s;
+    to->ms += r->ms;
+}
+
 sr_ledger_row sr_ledger_total(const sr_ledger *l) {
     sr_ledger_row t = {0};
-    for (int f = 0; f < SR_LF_COUNT; f++) {
-        const sr_ledger_row *r = &l->fam[f];
-        t.launches += r->launches;
-        t.gemm_calls += r->gemm_calls;
-        t.calls += r->calls;
-        t.flops += r->flops;
-        t.bytes += r->bytes;
-        t.bound_s += r->bound_s;
-        t.ms += r->ms;
-    }
+    for (int f = 0; f < SR_LF_COUNT; f++)
+        sr_ledger_row_add(&t, &l->fam[f]);
     return t;
 }

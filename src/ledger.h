@@ -176,6 +176,8 @@ sr_ledger_cost sr_lc_tile_gemm(int M, int N, int K);
 double sr_ledger_roofline(sr_ledger *l, double gemm_tflops, double hbm_tbps);
 /* The sum of every family's row. */
 sr_ledger_row sr_ledger_total(const sr_ledger *l);
+/* Adds row r into *to, every count and sum. */
+void sr_ledger_row_add(sr_ledger_row *to, const sr_ledger_row *r);
 /* The name of row i of l->row (a launcher's, or "cublasLt_linear",
  * "cublasLt_attention", "copy_device", "copy_host", "memset",
  * "collective") and its family; the row of a GEMM of family f. */

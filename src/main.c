@@ -29,6 +29,7 @@
 #include "export_hf.h"
 #include "flightcheck.h"
 #include "job.h"
+#include "line.h"
 #include "mem.h"
 #include "metrics.h"
 #include "ops.h"
@@ -167,7 +168,7 @@ static bool row_matches(const command_row *r, const char *name, const char *sub)
 
 /* "train, config, ... or help": the command names, each once. */
 static const char *command_list(char *buf, size_t n) {
-    size_t at = 0;
+    sr_line l = sr_line_on(buf, n);
     int count = 0, k = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < NCOMMANDS; i++) {
@@ -178,12 +179,8 @@ static const char *command_list(char *buf, size_t n) {
                 continue;
             if (pass == 0)
                 count++;
-            else if (at < n)
-                at += (size_t)snprintf(buf + at, n - at, "%s%s",
-                                       k++ == 0     ? ""
-                                       : k == count ? " or "
-                                                    : ", ",
-                                       commands[i].name);
+            else
+                sr_line_add(&l, "%s%s", k++ == 0 ? "" : k == count ? " or " : ", ", commands[i].name);
         }
     return buf;
 }
@@ -258,12 +255,11 @@ static const command_row *find_command(const char *name, int *n) {
 static const char *sub_list(const char *name, char *buf, size_t n) {
     int k = 0, count = 0;
     find_command(name, &count);
-    size_t at = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < NCOMMANDS && at < n; i++)
+    sr_line l = sr_line_on(buf, n);
+    for (int i = 0; i < NCOMMANDS; i++)
         if (strcmp(commands[i].name, name) == 0 && commands[i].sub) {
             k++;
-            at += (size_t)snprintf(buf + at, n - at, "%s%s", k == 1 ? "" : k == count ? " or " : ", ", commands[i].sub);
+            sr_line_add(&l, "%s%s", k == 1 ? "" : k == count ? " or " : ", ", commands[i].sub);
         }
     return buf;
 }
@@ -355,31 +351,26 @@ static int refuse_options(const command_row *r, const cli *c) {
             bad = x;
     if (bad < 0)
         return 0;
-    char words[64], takes[400] = "", where[400] = "";
-    size_t at = 0;
+    char words[64], takes[400], where[400];
+    sr_line lt = SR_LINE(takes), lw = SR_LINE(where);
     int k = 0, total = __builtin_popcount(r->opts);
     for (int x = 0; x < X_COUNT; x++)
         if (r->opts & B(x)) {
             k++;
-            at += (size_t)snprintf(takes + at, sizeof takes - at, "%s%s",
-                                   k == 1       ? ""
-                                   : k == total ? " and "
-                                                : ", ",
-                                   cli_option_brief(x));
+            sr_line_add(&lt, "%s%s", k == 1 ? "" : k == total ? " and " : ", ", cli_option_brief(x));
         }
     int owners = 0;
     for (int i = 0; i < NCOMMANDS; i++)
         owners += (commands[i].opts & B(bad)) != 0;
-    at = 0;
     k = 0;
     for (int i = 0; i < NCOMMANDS; i++)
         if (commands[i].opts & B(bad)) {
             k++;
-            at += (size_t)snprintf(where + at, sizeof where - at, "%s%s",
-                                   k == 1        ? ""
-                                   : k == owners ? " and "
-                                                 : ", ",
-                                   row_name(&commands[i], words, sizeof words));
+            sr_line_add(&lw, "%s%s",
+                        k == 1        ? ""
+                        : k == owners ? " and "
+                                      : ", ",
+                        row_name(&commands[i], words, sizeof words));
         }
     char buf[1000];
     snprintf(buf, sizeof buf, "%s: takes %s%s; %s applies to shardrun %s only", row_name(r, words, sizeof words),

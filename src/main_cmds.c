@@ -21,6 +21,7 @@
 #include "export_hf.h"
 #include "flightcheck.h"
 #include "job.h"
+#include "line.h"
 #include "mem.h"
 #include "metrics.h"
 #include "ops.h"
@@ -215,10 +216,9 @@ int cli_report_allocations(int rc) {
     static long long first[SR_MEM_MAX_SITES];
     int n = sr_mem_alloc_sites(first, SR_MEM_MAX_SITES), shown = 0;
     char line[7000]; /* inside the log's own line */
-    size_t at = 0;
-    for (; shown < n && at + 24 < sizeof line; shown++)
-        at += (size_t)snprintf(line + at, sizeof line - at, " %lld", first[shown]);
-    line[at] = 0;
+    sr_line l = SR_LINE(line);
+    for (; shown < n && l.len + 24 < sizeof line; shown++)
+        sr_line_add(&l, " %lld", first[shown]);
     if (shown < n)
         sr_log_warn("test: only the first %d of %d allocation sites fit the line below", shown, n);
     sr_log_info_all("test: %d allocation sites, first allocations:%s", shown, line);

@@ -63,18 +63,20 @@ void sr_manifest_model_hash(const sr_model_dims *d0, char out[65]) {
     char text[512];
     sr_model_dims c = *d0, *d = &c;
     sr_model_dims_complete(d);
-    /* GPT-2's text is the one versions 1 and 2 hashed: their hashes stay */
+    /* GPT-2's text is the one versions 1 and 2 hashed: their hashes stay;
+     * a family with keys of its own hashes them all */
+    const sr_family *f = sr_family_get(d->arch);
     int n = snprintf(text, sizeof text,
                      "shardrun gpt2 n_layer=%d n_head=%d n_embd=%d vocab_size=%d padded_vocab=%d seq_len=%d "
                      "dtype=f32 layout=unit-major-v1",
                      d->L, d->NH, d->C, d->V, d->Vp, d->T);
-    if (d->arch == SR_ARCH_LLAMA)
+    if (f->keys)
         n = snprintf(text, sizeof text,
-                     "shardrun llama n_layer=%d n_head=%d n_kv_head=%d n_embd=%d ffn_dim=%d vocab_size=%d "
+                     "shardrun %s n_layer=%d n_head=%d n_kv_head=%d n_embd=%d ffn_dim=%d vocab_size=%d "
                      "padded_vocab=%d seq_len=%d tied=%d norm_eps=%.17g rope_theta=%.17g rope_scaling=%.17g/%.17g/"
                      "%.17g/%d dtype=f32 layout=unit-major-v1",
-                     d->L, d->NH, d->NKV, d->C, d->F, d->V, d->Vp, d->T, !d->untied, d->norm_eps, d->rope_theta,
-                     d->rope.factor, d->rope.factor > 0 ? d->rope.low_freq_factor : 0,
+                     f->name, d->L, d->NH, d->NKV, d->C, d->F, d->V, d->Vp, d->T, !d->untied, d->norm_eps,
+                     d->rope_theta, d->rope.factor, d->rope.factor > 0 ? d->rope.low_freq_factor : 0,
                      d->rope.factor > 0 ? d->rope.high_freq_factor : 0,
                      d->rope.factor > 0 ? d->rope.original_max_position : 0);
     unsigned char h[32];
@@ -243,18 +245,24 @@ static void render_world_model(emitter *e, const sr_manifest *mf) {
     e_str(e, "model");
     e_map(e, true, false);
     const sr_model_dims *d = &mf->dims;
-    kv_str(e, "arch", sr_model_arch_name(d->arch));
+    const sr_family *f = sr_family_get(d->arch);
+    kv_str(e, "arch", f->name);
     kv_u64(e, "n_layer", (uint64_t)d->L);
     kv_u64(e, "n_head", (uint64_t)d->NH);
     kv_u64(e, "n_embd", (uint64_t)d->C);
     kv_u64(e, "vocab_size", (uint64_t)d->V);
     kv_u64(e, "padded_vocab_size", (uint64_t)d->Vp);
     kv_u64(e, "seq_len", (uint64_t)d->T);
-    if (d->arch == SR_ARCH_LLAMA) {
+    /* the family's own keys */
+    if (f->keys & SR_FKEY_N_KV_HEAD)
         kv_u64(e, "n_kv_head", (uint64_t)d->NKV);
+    if (f->keys & SR_FKEY_FFN_DIM)
         kv_u64(e, "ffn_dim", (uint64_t)d->F);
+    if (f->keys & SR_FKEY_TIE)
         kv_str(e, "tie_embeddings", d->untied ? "false" : "true");
+    if (f->keys & SR_FKEY_NORM_EPS)
         kv_dbl_short(e, "norm_eps", d->norm_eps);
+    if (f->keys & SR_FKEY_ROPE) {
         kv_dbl_short(e, "rope_theta", d->rope_theta);
         if (d->rope.factor > 0) {
             e_str(e, "rope_scaling");
@@ -610,24 +618,24 @@ static sr_status parse_world(pctx *p, yaml_node_t *root, sr_manifest *mf) {
     return SR_OK;
 }
 
-/* Version 3's model.arch and a Llama model's keys; versions 1 and 2 are
- * GPT-2.  Values a job file could not have are refused before anything is
- * sized by them. */
+/* Version 3's model.arch and the family's own keys (a Llama model's);
+ * versions 1 and 2 are GPT-2 (a zeroed arch).  Values a job file could not
+ * have are refused before anything is sized by them. */
 static sr_status parse_family(pctx *p, yaml_node_t *model, sr_manifest *mf) {
     sr_model_dims *d = &mf->dims;
-    d->arch = SR_ARCH_GPT2;
+    d->arch = 0;
     if (mf->version < 3)
         return SR_OK;
-    char arch[16];
+    char arch[16], names[64];
     sr_status st = get_str(p, model, "arch", arch, sizeof arch);
     if (st != SR_OK)
         return st;
-    if (strcmp(arch, "llama") == 0)
-        d->arch = SR_ARCH_LLAMA;
-    else if (strcmp(arch, "gpt2") != 0)
-        return perr(p, mget(p, model, "arch"), "model: arch '%s' is not a family this shardrun knows (gpt2, llama)",
-                    arch);
-    if (d->arch != SR_ARCH_LLAMA)
+    d->arch = sr_family_find(arch);
+    if (d->arch < 0)
+        return perr(p, mget(p, model, "arch"), "model: arch '%s' is not a family this shardrun knows (%s)", arch,
+                    sr_family_list(0, names, sizeof names));
+    const sr_family *f = sr_family_get(d->arch);
+    if (!f->keys) /* a family with keys of its own records them all (sr_manifest_write) */
         return SR_OK;
     char tie[8];
     if ((st = get_int(p, model, "n_kv_head", INT32_MAX, &d->NKV)) != SR_OK ||
@@ -648,9 +656,9 @@ static sr_status parse_family(pctx *p, yaml_node_t *model, sr_manifest *mf) {
         !(eps > 0) || !(d->rope_theta >= 1) || (rs && !(d->rope.factor > 0)) ||
         (strcmp(tie, "true") != 0 && !d->untied))
         return perr(p, model,
-                    "model: the Llama keys (n_kv_head %d, ffn_dim %d, tie_embeddings %s, norm_eps %g, "
+                    "model: the %s keys (n_kv_head %d, ffn_dim %d, tie_embeddings %s, norm_eps %g, "
                     "rope_theta %g) are not a model this shardrun builds",
-                    d->NKV, d->F, tie, eps, d->rope_theta);
+                    f->display, d->NKV, d->F, tie, eps, d->rope_theta);
     return SR_OK;
 }
 
@@ -685,8 +693,9 @@ static sr_status parse_model(pctx *p, yaml_node_t *root, sr_manifest *mf) {
     const sr_model_dims *d = &mf->dims;
     if (sr_config_check_model(d->L, d->NH, d->C, d->V, d->T) != SR_OK)
         return perr(p, model, "model: %s", sr_error_message());
-    if (d->arch == SR_ARCH_LLAMA && (d->C / d->NH) % 2 != 0)
-        return perr(p, model, "model: a Llama head size must be even (n_embd %d / n_head %d)", d->C, d->NH);
+    if (!sr_family_get(d->arch)->learned_positions && (d->C / d->NH) % 2 != 0)
+        return perr(p, model, "model: a %s head size must be even (n_embd %d / n_head %d)",
+                    sr_family_get(d->arch)->display, d->C, d->NH);
     char h[65];
     sr_manifest_model_hash(&mf->dims, h);
     if (strcmp(h, mf->model_hash) != 0 || sr_model_n_params(&mf->dims) != mf->n_params ||

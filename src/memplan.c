@@ -14,6 +14,7 @@
 #include "comm.h"
 #include "config.h"
 #include "fsdp.h"
+#include "line.h"
 #include "ops.h"
 #include "plane.h"
 #include "shardplan.h"
@@ -179,14 +180,12 @@ static void largest_categories(const sr_memplan *p, char *buf, size_t n) {
                 order[i] = order[j];
                 order[j] = t;
             }
-    size_t used = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < SR_MEM_NCAT && used < n; i++) {
+    sr_line l = sr_line_on(buf, n);
+    for (int i = 0; i < SR_MEM_NCAT; i++) {
         if (!p->bytes[order[i]])
             continue;
         char s[32];
-        used += (size_t)snprintf(buf + used, n - used, "%s%s %s", used ? ", " : "", sr_mem_name(order[i]),
-                                 sr_memplan_size(p->bytes[order[i]], s, sizeof s));
+        sr_line_item(&l, ", ", "%s %s", sr_mem_name(order[i]), sr_memplan_size(p->bytes[order[i]], s, sizeof s));
     }
 }
 

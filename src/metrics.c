@@ -17,7 +17,9 @@
 
 #include <jansson.h>
 
+#include "clock.h"
 #include "fsio.h"
+#include "line.h"
 #include "mem.h"
 #include "tboard.h"
 
@@ -90,12 +92,6 @@ sr_status sr_metrics_begin(sr_metrics *m, int64_t start_step) {
 void sr_metrics_label_device(sr_metrics *m, const char *device) {
     if (m)
         snprintf(m->device, sizeof m->device, "%s", device ? device : "");
-}
-
-static double wall_now(void) {
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
 }
 
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
@@ -193,7 +189,7 @@ void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
     else
         fputs("null", f); /* no peak known for this device */
     fprintf(f, ",\"step_ms\":%.6g,\"comm_exposed_ms\":%.6g,\"tokens\":%lld,\"ranks\":%d,\"time\":%.3f", r->step_ms,
-            r->comm_exposed_ms, (long long)r->tokens, r->ranks, wall_now());
+            r->comm_exposed_ms, (long long)r->tokens, r->ranks, sr_clock_wall_s());
     if (r->has_val)
         fprintf(f, ",\"val_loss\":%.17g", r->val_loss);
     if (r->nccl)
@@ -238,7 +234,7 @@ void sr_metrics_event(sr_metrics *m, const char *kind, int64_t step, json_t *fie
     if (o) {
         json_object_set_new(o, "event", json_string(kind));
         json_object_set_new(o, "step", json_integer((json_int_t)step));
-        json_object_set_new(o, "time", json_real(round(wall_now() * 1000.0) / 1000.0));
+        json_object_set_new(o, "time", json_real(round(sr_clock_wall_s() * 1000.0) / 1000.0));
         if (m->device[0])
             json_object_set_new(o, "device", json_string(m->device)); /* the start event's line replaces it */
         if (fields)
@@ -283,19 +279,14 @@ sr_status sr_metrics_close(sr_metrics *m) {
 
 void sr_metrics_log_memory(const char *when) {
     char line[1024];
-    size_t used = 0;
+    sr_line l = SR_LINE(line);
     for (int c = 0; c < SR_MEM_NCAT; c++)
-        if (sr_mem_peak(c) > 0 && used < sizeof line)
-            used += (size_t)snprintf(line + used, sizeof line - used, " %s %.1f/%.1f", sr_mem_name(c),
-                                     mib(sr_mem_current(c)), mib(sr_mem_peak(c)));
-    if (used < sizeof line)
-        used += (size_t)snprintf(line + used, sizeof line - used, "; total %.1f/%.1f", mib(sr_mem_total_current()),
-                                 mib(sr_mem_total_peak()));
-    for (int sp = 0; sp < SR_NSPACE && used < sizeof line; sp++)
-        used += (size_t)snprintf(line + used, sizeof line - used, "%s %s %.1f/%.1f",
-                                 sp ? "," : "; spaces:", sr_mem_space_name(sp), mib(sr_mem_space_current(sp)),
-                                 mib(sr_mem_space_peak(sp)));
-    line[used < sizeof line ? used : sizeof line - 1] = '\0';
+        if (sr_mem_peak(c) > 0)
+            sr_line_add(&l, " %s %.1f/%.1f", sr_mem_name(c), mib(sr_mem_current(c)), mib(sr_mem_peak(c)));
+    sr_line_add(&l, "; total %.1f/%.1f", mib(sr_mem_total_current()), mib(sr_mem_total_peak()));
+    for (int sp = 0; sp < SR_NSPACE; sp++)
+        sr_line_add(&l, "%s %s %.1f/%.1f", sp ? "," : "; spaces:", sr_mem_space_name(sp), mib(sr_mem_space_current(sp)),
+                    mib(sr_mem_space_peak(sp)));
     sr_log_info("memory %s (MiB current/peak):%s", when, line);
 }
 

@@ -10,83 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "line.h"
 #include "mem.h"
 #include "rng.h"
-
-int sr_model_padded_vocab(int V) { return (V + 63) / 64 * 64; }
-
-const char *sr_model_arch_name(int arch) { return arch == SR_ARCH_LLAMA ? "llama" : "gpt2"; }
-
-void sr_model_dims_complete(sr_model_dims *d) {
-    d->Vp = sr_model_padded_vocab(d->V);
-    if (d->arch != SR_ARCH_LLAMA) {
-        d->arch = SR_ARCH_GPT2;
-        d->NKV = d->NH;
-        d->F = 4 * d->C;
-        d->untied = false;
-    } else if (d->NKV <= 0)
-        d->NKV = d->NH;
-}
-
-bool sr_model_dims_same(const sr_model_dims *a0, const sr_model_dims *b0) {
-    sr_model_dims a = *a0, b = *b0;
-    sr_model_dims_complete(&a);
-    sr_model_dims_complete(&b);
-    bool same = a.arch == b.arch && a.L == b.L && a.NH == b.NH && a.C == b.C && a.V == b.V && a.T == b.T;
-    if (same && a.arch == SR_ARCH_LLAMA)
-        same = a.NKV == b.NKV && a.F == b.F && a.untied == b.untied && a.norm_eps == b.norm_eps &&
-               a.rope_theta == b.rope_theta && a.rope.factor == b.rope.factor &&
-               (a.rope.factor == 0 || (a.rope.low_freq_factor == b.rope.low_freq_factor &&
-                                       a.rope.high_freq_factor == b.rope.high_freq_factor &&
-                                       a.rope.original_max_position == b.rope.original_max_position));
-    return same;
-}
-
-const char *sr_model_dims_text(const sr_model_dims *d0, char *buf, size_t n) {
-    sr_model_dims d = *d0;
-    sr_model_dims_complete(&d);
-    int k = snprintf(buf, n, "%s, n_layer %d, n_head %d, n_embd %d, vocab_size %d, seq_len %d",
-                     sr_model_arch_name(d.arch), d.L, d.NH, d.C, d.V, d.T);
-    if (d.arch == SR_ARCH_LLAMA && k > 0 && (size_t)k < n) {
-        k += snprintf(buf + k, n - (size_t)k, ", n_kv_head %d, ffn_dim %d, %s, norm_eps %g, rope_theta %g", d.NKV, d.F,
-                      d.untied ? "untied" : "tied", d.norm_eps, d.rope_theta);
-        if (d.rope.factor > 0 && k > 0 && (size_t)k < n)
-            snprintf(buf + k, n - (size_t)k, ", rope_scaling %g/%g/%g/%d", d.rope.factor, d.rope.low_freq_factor,
-                     d.rope.high_freq_factor, d.rope.original_max_position);
-    }
-    return buf;
-}
-
-/* In float, as transformers' LlamaRotaryEmbedding computes it (its
- * _compute_default_rope_parameters and _compute_llama3_parameters): the
- * inverse frequencies base^(-2i/hs) in float, scaled; then the angle t f
- * as one float product and its cosine and sine.  Computing in double
- * instead would differ by up to about 1e-4 at t in the thousands (the
- * float rounding of t f), enough to fail an import's comparison. */
-void sr_model_rope_table(const sr_model_dims *d, float *out) {
-    int hs = d->C / d->NH, half = hs / 2;
-    const sr_rope_scaling *r = &d->rope;
-    for (int i = 0; i < half; i++) {
-        float inv = 1.0f / powf((float)d->rope_theta, (float)(2 * i) / (float)hs);
-        if (r->factor > 0) {
-            float old = (float)r->original_max_position;
-            float low_wl = old / (float)r->low_freq_factor, high_wl = old / (float)r->high_freq_factor;
-            float wl = 2.0f * (float)M_PI / inv;
-            float scaled = wl > low_wl ? inv / (float)r->factor : inv;
-            if (!(wl < high_wl) && !(wl > low_wl)) {
-                float smooth =
-                    (old / wl - (float)r->low_freq_factor) / (float)(r->high_freq_factor - r->low_freq_factor);
-                scaled = (1.0f - smooth) * scaled / (float)r->factor + smooth * scaled;
-            }
-            inv = scaled;
-        }
-        for (int t = 0; t < d->T; t++) {
-            float ang = (float)t * inv;
-            out[(size_t)t * hs + i] = (float)cos((double)ang);
-            out[(size_t)t * hs + half + i] = (float)sin((double)ang);
-        }
-    }
-}
 
 /* SR_OK when `ops` implements every op the family needs; else
  * SR_ERR_CONFIG naming what is missing ("not implemented yet"). */
@@ -100,19 +26,6 @@ static sr_status ops_support(const sr_model_dims *d, const sr_ops *ops) {
                         "SwiGLU, grouped-query attention) (hint: device: cpu, or model.arch: gpt2)",
                         ops->name);
     return SR_OK;
-}
-
-/* The widths of a block's fused projections: the query/key/value rows and
- * the MLP's hidden width (GPT-2: 3C and 4C). */
-static size_t qkv_rows(const sr_model_dims *d) { return (size_t)(d->NH + 2 * d->NKV) * (size_t)(d->C / d->NH); }
-
-size_t sr_model_n_params(const sr_model_dims *d0) {
-    sr_model_dims d = *d0;
-    sr_model_dims_complete(&d);
-    size_t C = (size_t)d.C, Vp = (size_t)d.Vp, F = (size_t)d.F;
-    if (d.arch == SR_ARCH_LLAMA)
-        return (size_t)d.L * (2 * C + qkv_rows(&d) * C + C * C + 3 * F * C) + Vp * C * (d.untied ? 2 : 1) + C;
-    return (size_t)d.L * (12 * C * C + 13 * C) + Vp * C + (size_t)d.T * C + 2 * C;
 }
 
 #define MAX_ACT_BUFS 32
@@ -140,9 +53,8 @@ static int act_table_split(sr_model *m, size_t B, act_buf *out, int *kind, const
     /* the fused projections' widths (GPT-2: 3C and 4C; Llama: the
      * query/key/value rows, and the SwiGLU's gate+up 2F and output F),
      * and whether LayerNorm means are kept (RMSNorm has none) */
-    bool llama = m->d.arch == SR_ARCH_LLAMA;
-    double QKV = (double)qkv_rows(&m->d), FH = llama ? 2.0 * m->d.F : 4 * C, FO = llama ? (double)m->d.F : 4 * C;
-    double mean = llama ? 0 : 1;
+    double QKV = (double)sr_model_qkv_rows(&m->d), FH = (double)sr_model_mlp_rows(&m->d), FO = m->d.F;
+    double mean = sr_family_get(m->d.arch)->rms_norm ? 0 : 1;
     /* what attention saves is the op's business (ops.h) */
     double att = (double)m->ops->attention_save_bytes((int)(B < INT32_MAX ? B : INT32_MAX), m->d.T, m->d.NH);
     if ((double)B * NH * T * T * f > 1e18)
@@ -278,7 +190,7 @@ size_t sr_model_activation_bytes(const sr_model_dims *d, const sr_ops *ops, int 
 static sr_status tensor_table(sr_model *m) {
     const sr_model_dims d = m->d;
     bool llama = d.arch == SR_ARCH_LLAMA;
-    int L = d.L, C = d.C, Vp = d.Vp, F = d.F, QKV = (int)qkv_rows(&d);
+    int L = d.L, C = d.C, Vp = d.Vp, F = d.F, QKV = (int)sr_model_qkv_rows(&d);
     m->n_block = llama ? SR_LL_NBLOCK_TENSORS : SR_NBLOCK_TENSORS;
     m->n_root = llama ? SR_LL_NROOT_TENSORS_UNTIED - (d.untied ? 0 : 1) : SR_NROOT_TENSORS;
     m->n_tensors = L * m->n_block + m->n_root;
@@ -351,7 +263,7 @@ static sr_status alloc_activations(sr_model *m, int max_B) {
     if (!m->loss_acc)
         return SR_ERR_INTERNAL;
     dev->memset(dev, SR_STREAM_COMPUTE, m->loss_acc, 0, sizeof(double));
-    if (m->d.arch != SR_ARCH_LLAMA)
+    if (sr_family_get(m->d.arch)->learned_positions)
         return SR_OK;
     /* the rotary table, built on the host once and uploaded */
     size_t bytes = sr_model_other_bytes(&m->d) - sizeof(double);
@@ -522,9 +434,8 @@ static block_acts acts_of(const sr_model *m, int l, int B) {
     const sr_ops *o = m->ops;
     size_t BT = (size_t)B * m->d.T, BTC = BT * m->d.C, att_l = o->attention_save_bytes(B, m->d.T, m->d.NH);
     size_t k = m->d.recompute == SR_RECOMPUTE_BLOCKS ? 0 : (size_t)l;
-    bool llama = m->d.arch == SR_ARCH_LLAMA;
-    size_t qkv = BT * qkv_rows(&m->d), fh = BT * (llama ? 2 * (size_t)m->d.F : 4 * (size_t)m->d.C),
-           fo = BT * (llama ? (size_t)m->d.F : 4 * (size_t)m->d.C);
+    bool mean = !sr_family_get(m->d.arch)->rms_norm; /* LayerNorm keeps its means for backward */
+    size_t qkv = BT * sr_model_qkv_rows(&m->d), fh = BT * sr_model_mlp_rows(&m->d), fo = BT * (size_t)m->d.F;
     return (block_acts){
         .residual = l == 0 ? m->encoded : ACT(m->residual3, (size_t)(l - 1) * BTC),
         .ln1 = ACT(m->ln1, k * BTC),
@@ -536,9 +447,9 @@ static block_acts acts_of(const sr_model *m, int l, int B) {
         .fch = ACT(m->fch, k * fh),
         .fchg = ACT(m->fch_gelu, k * fo),
         .res3 = ACT(m->residual3, (size_t)l * BTC),
-        .ln1_mean = llama ? NULL : m->ln1_mean + k * BT,
+        .ln1_mean = mean ? m->ln1_mean + k * BT : NULL,
         .ln1_rstd = m->ln1_rstd + k * BT,
-        .ln2_mean = llama ? NULL : m->ln2_mean + k * BT,
+        .ln2_mean = mean ? m->ln2_mean + k * BT : NULL,
         .ln2_rstd = m->ln2_rstd + k * BT,
     };
 }
@@ -556,7 +467,7 @@ static void llama_block_forward(sr_model *m, const block_view *p, int l, int B, 
     size_t BTC = (size_t)BT * C;
     block_acts a = acts_of(m, l, B);
     o->rmsnorm_forward(a.ln1, a.ln1_rstd, a.residual, p->t[SR_LL_ATTN_NORM], (float)d->norm_eps, BT, C);
-    o->matmul_forward(a.qkv, a.ln1, p->t[SR_LL_QKV], NULL, BT, C, (int)qkv_rows(d));
+    o->matmul_forward(a.qkv, a.ln1, p->t[SR_LL_QKV], NULL, BT, C, (int)sr_model_qkv_rows(d));
     o->rope_forward(a.qkv, m->rope_cs, B, T, NH, NKV, hs);
     o->gqa_attention_forward(a.atty, a.att, a.qkv, B, T, NH, NKV, hs);
     o->matmul_forward(m->scratch, a.atty, p->t[SR_LL_O], NULL, BT, C, C);
@@ -576,7 +487,7 @@ static void llama_block_backward(sr_model *m, const block_view *p, const block_v
     const sr_ops *o = m->ops;
     sr_dev *dev = m->dev;
     const sr_model_dims *d = &m->d;
-    int C = d->C, NH = d->NH, NKV = d->NKV, T = d->T, F = d->F, hs = C / NH, QKV = (int)qkv_rows(d);
+    int C = d->C, NH = d->NH, NKV = d->NKV, T = d->T, F = d->F, hs = C / NH, QKV = (int)sr_model_qkv_rows(d);
     int BT = B * T;
     size_t es = sr_dtype_size(o->act), BTC = (size_t)BT * C;
     const sr_stream cs = SR_STREAM_COMPUTE;
@@ -760,17 +671,229 @@ sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss
     return o->take_error ? o->take_error() : SR_OK;
 }
 
-double sr_model_flops_per_token(const sr_model *m) {
-    /* GPT-2: every parameter but the positions (the tied embedding is the
-     * head's GEMM); Llama: an untied embedding is a lookup, not a GEMM */
-    double not_gemm =
-        m->d.arch == SR_ARCH_LLAMA ? (m->d.untied ? (double)m->d.V * m->d.C : 0) : (double)m->d.T * m->d.C;
-    double N = (double)m->n_params_real - not_gemm;
-    return 6.0 * N + 12.0 * m->d.L * m->d.C * m->d.T;
+/* ------------------------------------------------------------------------ */
+/* the decode step: each block's forward for one token over a key/value
+ * cache (sampling's form of the blocks above; model.h sr_decoder) */
+
+struct sr_decoder {
+    const sr_model *m;
+    const float *p;
+    const sr_ops *o;
+    int W;     /* the window: positions the cache holds */
+    int KV;    /* one position's keys (or values) in the cache: NKV hs (GPT-2: C) */
+    int pos;   /* tokens in the cache */
+    int *hist; /* the cache's tokens (for the window's restart) */
+    float *kc; /* [L][W][KV] keys */
+    float *vc; /* [L][W][KV] values */
+    float *cs; /* Llama: the rotary table of W positions */
+    float *x, *ln, *qkv, *y, *o_, *h, *hg, *logits, *att, *mean, *rstd;
+};
+
+/* The cache's window: the family's limit (family.h decode_window_max)
+ * or seq_len. */
+static int decode_window(const sr_model_dims *d) {
+    int max = sr_family_get(d->arch)->decode_window_max;
+    return max > 0 && d->T > max ? max : d->T;
 }
 
-size_t sr_model_other_bytes(const sr_model_dims *d) {
-    if (d->arch != SR_ARCH_LLAMA)
-        return sizeof(double);
-    return sizeof(double) + (size_t)d->T * (size_t)(d->C / d->NH) * sizeof(float);
+/* One position's keys (or values) in the cache: NKV hs. */
+static size_t decode_kv(const sr_model_dims *d) { return (size_t)d->NKV * (size_t)(d->C / d->NH); }
+
+size_t sr_decoder_bytes(const sr_model_dims *d) {
+    size_t C = (size_t)d->C, W = (size_t)decode_window(d), hs = C / (size_t)d->NH;
+    return sizeof(float) * 2 * (size_t)d->L * W * decode_kv(d) +                      /* keys and values */
+           sizeof(float) * (4 * C + sr_model_qkv_rows(d) + 2 * sr_model_mlp_rows(d) + /* the buffers, */
+                            (size_t)d->Vp + (size_t)d->NH * W) +                      /* logits, attention */
+           (sr_family_get(d->arch)->learned_positions ? 0 : sizeof(float) * W * hs) + /* the rotary table */
+           sizeof(int) * W;
+}
+
+void sr_decoder_free(sr_decoder *g) {
+    if (!g)
+        return;
+    free(g->hist);
+    free(g->kc);
+    free(g->vc);
+    free(g->cs);
+    free(g->x);
+    free(g->ln);
+    free(g->qkv);
+    free(g->y);
+    free(g->o_);
+    free(g->h);
+    free(g->hg);
+    free(g->logits);
+    free(g->att);
+    free(g->mean);
+    free(g->rstd);
+    free(g);
+}
+
+sr_status sr_decoder_new(sr_decoder **out, const sr_model *m, const float *params) {
+    const sr_model_dims *d = &m->d;
+    sr_decoder *g = sr_calloc(1, sizeof *g);
+    *out = NULL;
+    if (!g)
+        return sr_error_oom("the generator");
+    g->W = decode_window(d);
+    g->KV = (int)decode_kv(d);
+    size_t cache = (size_t)d->L * (size_t)g->W * (size_t)g->KV, hs = (size_t)(d->C / d->NH);
+    g->m = m;
+    g->p = params;
+    g->o = &sr_ops_cpu;
+    g->hist = sr_malloc(sizeof(int) * (size_t)g->W);
+    g->kc = sr_malloc(sizeof(float) * cache);
+    g->vc = sr_malloc(sizeof(float) * cache);
+    bool rope = !sr_family_get(d->arch)->learned_positions;
+    g->cs = rope ? sr_malloc(sizeof(float) * (size_t)g->W * hs) : NULL;
+    g->x = sr_malloc(sizeof(float) * (size_t)d->C);
+    g->ln = sr_malloc(sizeof(float) * (size_t)d->C);
+    g->qkv = sr_malloc(sizeof(float) * sr_model_qkv_rows(d));
+    g->y = sr_malloc(sizeof(float) * (size_t)d->C);
+    g->o_ = sr_malloc(sizeof(float) * (size_t)d->C);
+    g->h = sr_malloc(sizeof(float) * sr_model_mlp_rows(d));
+    g->hg = sr_malloc(sizeof(float) * sr_model_mlp_rows(d));
+    g->logits = sr_malloc(sizeof(float) * (size_t)d->Vp);
+    g->att = sr_malloc(sizeof(float) * (size_t)d->NH * (size_t)g->W); /* one row per head */
+    g->mean = sr_malloc(sizeof(float));
+    g->rstd = sr_malloc(sizeof(float));
+    if (!g->hist || !g->kc || !g->vc || (rope && !g->cs) || !g->x || !g->ln || !g->qkv || !g->y || !g->o_ || !g->h ||
+        !g->hg || !g->logits || !g->att || !g->mean || !g->rstd) {
+        sr_decoder_free(g);
+        return sr_error_oom("the generator's key/value cache");
+    }
+    if (rope) {
+        sr_model_dims w = *d;
+        w.T = g->W;
+        sr_model_rope_table(&w, g->cs); /* the model's own table, its first W rows */
+    }
+    *out = g;
+    return SR_OK;
+}
+
+static const float *decode_tensor(const sr_decoder *g, int layer, int k) {
+    const sr_model *m = g->m;
+    int i = layer < m->d.L ? layer * m->n_block + k : m->d.L * m->n_block + k;
+    return g->p + m->tensors[i].offset;
+}
+
+/* Causal attention of the token at pos over the cache of layer l: query
+ * head h reads key/value head h / (NH / NKV). */
+static void decode_attend(sr_decoder *g, const float *kc, const float *vc, int pos) {
+    const sr_model_dims *d = &g->m->d;
+    int NH = d->NH, hs = d->C / NH, per = NH / (g->KV / hs), KV = g->KV;
+    float scale = 1.0f / sqrtf((float)hs);
+    /* the heads are independent: one per thread, each with its own row */
+#pragma omp parallel for
+    for (int h = 0; h < NH; h++) {
+        const float *q = g->qkv + h * hs;
+        int kvh = h / per;
+        float *att = g->att + (size_t)h * g->W;
+        float mx = -INFINITY;
+        for (int t = 0; t <= pos; t++) {
+            const float *k = kc + (size_t)t * KV + kvh * hs;
+            float s = 0.0f;
+            for (int i = 0; i < hs; i++)
+                s += q[i] * k[i];
+            att[t] = s * scale;
+            mx = att[t] > mx ? att[t] : mx;
+        }
+        float sum = 0.0f;
+        for (int t = 0; t <= pos; t++) {
+            att[t] = expf(att[t] - mx);
+            sum += att[t];
+        }
+        float *y = g->y + h * hs;
+        for (int i = 0; i < hs; i++)
+            y[i] = 0.0f;
+        for (int t = 0; t <= pos; t++) {
+            const float *v = vc + (size_t)t * KV + kvh * hs;
+            float w = att[t] / sum;
+            for (int i = 0; i < hs; i++)
+                y[i] += w * v[i];
+        }
+    }
+}
+
+/* One Llama token at position pos (the same ops as training's forward). */
+static void decode_llama(sr_decoder *g, int token, int pos) {
+    const sr_model_dims *d = &g->m->d;
+    const sr_ops *o = g->o;
+    int C = d->C, NH = d->NH, NKV = d->NKV, hs = C / NH, L = d->L, F = d->F, KV = g->KV;
+    float eps = (float)d->norm_eps;
+    memcpy(g->x, decode_tensor(g, L, SR_LL_WTE) + (size_t)token * C, sizeof(float) * (size_t)C);
+    for (int l = 0; l < L; l++) {
+        o->rmsnorm_forward(g->ln, g->rstd, g->x, decode_tensor(g, l, SR_LL_ATTN_NORM), eps, 1, C);
+        o->matmul_forward(g->qkv, g->ln, decode_tensor(g, l, SR_LL_QKV), NULL, 1, C, (int)sr_model_qkv_rows(d));
+        o->rope_forward(g->qkv, g->cs + (size_t)pos * hs, 1, 1, NH, NKV, hs);
+        float *kc = g->kc + (size_t)l * g->W * KV, *vc = g->vc + (size_t)l * g->W * KV;
+        memcpy(kc + (size_t)pos * KV, g->qkv + C, sizeof(float) * (size_t)KV);
+        memcpy(vc + (size_t)pos * KV, g->qkv + C + KV, sizeof(float) * (size_t)KV);
+        decode_attend(g, kc, vc, pos);
+        o->matmul_forward(g->o_, g->y, decode_tensor(g, l, SR_LL_O), NULL, 1, C, C);
+        o->residual_forward(g->x, g->x, g->o_, (size_t)C);
+        o->rmsnorm_forward(g->ln, g->rstd, g->x, decode_tensor(g, l, SR_LL_MLP_NORM), eps, 1, C);
+        o->matmul_forward(g->h, g->ln, decode_tensor(g, l, SR_LL_GATE_UP), NULL, 1, C, 2 * F);
+        o->swiglu_forward(g->hg, g->h, 1, F);
+        o->matmul_forward(g->o_, g->hg, decode_tensor(g, l, SR_LL_DOWN), NULL, 1, F, C);
+        o->residual_forward(g->x, g->x, g->o_, (size_t)C);
+    }
+}
+
+/* One token at position pos: the cache gains its keys and values, g->x
+ * ends as the final norm's input. */
+static void decode_step(sr_decoder *g, int token, int pos) {
+    const sr_model_dims *d = &g->m->d;
+    if (d->arch == SR_ARCH_LLAMA) {
+        decode_llama(g, token, pos);
+        return;
+    }
+    const sr_ops *o = g->o;
+    int C = d->C, L = d->L;
+    const float *wte = decode_tensor(g, L, SR_WTE), *wpe = decode_tensor(g, L, SR_WPE);
+    for (int c = 0; c < C; c++)
+        g->x[c] = wte[(size_t)token * C + c] + wpe[(size_t)pos * C + c];
+    for (int l = 0; l < L; l++) {
+        o->layernorm_forward(g->ln, g->mean, g->rstd, g->x, decode_tensor(g, l, SR_LN1W), decode_tensor(g, l, SR_LN1B),
+                             1, C);
+        o->matmul_forward(g->qkv, g->ln, decode_tensor(g, l, SR_QKVW), decode_tensor(g, l, SR_QKVB), 1, C, 3 * C);
+        float *kc = g->kc + ((size_t)l * g->W) * C, *vc = g->vc + ((size_t)l * g->W) * C;
+        memcpy(kc + (size_t)pos * C, g->qkv + C, sizeof(float) * (size_t)C);
+        memcpy(vc + (size_t)pos * C, g->qkv + 2 * C, sizeof(float) * (size_t)C);
+        decode_attend(g, kc, vc, pos);
+        o->matmul_forward(g->o_, g->y, decode_tensor(g, l, SR_ATTPROJW), decode_tensor(g, l, SR_ATTPROJB), 1, C, C);
+        o->residual_forward(g->x, g->x, g->o_, (size_t)C);
+        o->layernorm_forward(g->ln, g->mean, g->rstd, g->x, decode_tensor(g, l, SR_LN2W), decode_tensor(g, l, SR_LN2B),
+                             1, C);
+        o->matmul_forward(g->h, g->ln, decode_tensor(g, l, SR_FCW), decode_tensor(g, l, SR_FCB), 1, C, 4 * C);
+        o->gelu_forward(g->hg, g->h, (size_t)4 * C);
+        o->matmul_forward(g->o_, g->hg, decode_tensor(g, l, SR_FCPROJW), decode_tensor(g, l, SR_FCPROJB), 1, 4 * C, C);
+        o->residual_forward(g->x, g->x, g->o_, (size_t)C);
+    }
+}
+
+const float *sr_decoder_feed(sr_decoder *g, int token) {
+    const sr_model_dims *d = &g->m->d;
+    if (g->pos == g->W) {
+        /* the window is full: restart the cache from the newest W/2 tokens */
+        int keep = g->W / 2;
+        memmove(g->hist, g->hist + g->W - keep, sizeof(int) * (size_t)keep);
+        g->pos = 0;
+        for (int i = 0; i < keep; i++)
+            decode_step(g, g->hist[i], g->pos++);
+    }
+    g->hist[g->pos] = token;
+    decode_step(g, token, g->pos++);
+    int L = d->L;
+    /* the final norm and the head over the real vocabulary */
+    if (d->arch == SR_ARCH_LLAMA) {
+        g->o->rmsnorm_forward(g->ln, g->rstd, g->x, decode_tensor(g, L, SR_LL_NORM), (float)d->norm_eps, 1, d->C);
+        g->o->matmul_forward(g->logits, g->ln, decode_tensor(g, L, d->untied ? SR_LL_HEAD : SR_LL_WTE), NULL, 1, d->C,
+                             d->V);
+    } else {
+        g->o->layernorm_forward(g->ln, g->mean, g->rstd, g->x, decode_tensor(g, L, SR_LNFW),
+                                decode_tensor(g, L, SR_LNFB), 1, d->C);
+        g->o->matmul_forward(g->logits, g->ln, decode_tensor(g, L, SR_WTE), NULL, 1, d->C, d->V);
+    }
+    return g->logits;
 }

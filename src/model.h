@@ -35,11 +35,9 @@
 #include <stdint.h>
 
 #include "device.h"
+#include "family.h"
 #include "ops.h"
 #include "status.h"
-
-/* The families (model.arch; manifests record it from version 3). */
-enum { SR_ARCH_GPT2, SR_ARCH_LLAMA };
 
 /* Llama-3's rotary frequency scaling (model.rope_scaling); factor 0:
  * none. */
@@ -70,10 +68,9 @@ typedef struct {
 
 enum { SR_RECOMPUTE_NONE, SR_RECOMPUTE_BLOCKS };
 
-/* "gpt2" or "llama". */
-const char *sr_model_arch_name(int arch);
-/* Fills what the family implies (GPT-2: NKV = NH, F = 4C, tied; Llama:
- * NKV 0 -> NH) and Vp; every function below takes dims through it. */
+/* Fills what the family implies (its traits, family.h: GPT-2: NKV = NH,
+ * F = 4C, tied; Llama: NKV 0 -> NH), an arch out of range as gpt2, and
+ * Vp; every function below takes dims through it. */
 void sr_model_dims_complete(sr_model_dims *d);
 /* Whether a and b are the same model (the family and every dim that
  * shapes or computes it; recompute and Vp aside). */
@@ -87,6 +84,11 @@ const char *sr_model_dims_text(const sr_model_dims *d, char *buf, size_t n);
  * LlamaRotaryEmbedding does (so imported models agree with it).  `out`
  * is host memory. */
 void sr_model_rope_table(const sr_model_dims *d, float *out);
+/* The rows of a block's fused query/key/value projection, (NH + 2 NKV) hs
+ * (GPT-2: 3C), and of its MLP's input projection: 2F for a gated MLP
+ * (gate and up), else F (GPT-2: 4C); of completed dims. */
+size_t sr_model_qkv_rows(const sr_model_dims *d);
+size_t sr_model_mlp_rows(const sr_model_dims *d);
 
 /* The activation bytes of a micro-batch, split as model.recompute: blocks
  * predicts them (the start log prints it): `inputs` the block inputs kept
@@ -277,5 +279,24 @@ sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss
  * embedding counted once, as the LM head) and the attention scores and
  * values. */
 double sr_model_flops_per_token(const sr_model *m);
+
+/* The decode step: each block's forward for one token at a time over a
+ * key/value cache, the form sampling runs (sample.c), on the CPU op table
+ * with the threads set (sr_ops_set_threads; the result does not depend on
+ * their number).  Over the model `m` (its tensor table) and its full
+ * unit-major fp32 parameters `params` in host memory, both the caller's
+ * and kept while the decoder lives.  Each token fed at the next position
+ * gives the logits of the next one, [V) of the real vocabulary, valid
+ * until the next feed; when the cache's window (the family's
+ * decode_window_max, else seq_len) is full it restarts from the newest
+ * half of its tokens.  new: SR_ERR_INTERNAL when out of memory (*out
+ * NULL).  free: NULL is fine. */
+typedef struct sr_decoder sr_decoder;
+sr_status sr_decoder_new(sr_decoder **out, const sr_model *m, const float *params);
+const float *sr_decoder_feed(sr_decoder *g, int token);
+void sr_decoder_free(sr_decoder *g);
+/* The host bytes of a decoder of a model of dims d (completed): its
+ * cache, rotary table and buffers, not the parameters. */
+size_t sr_decoder_bytes(const sr_model_dims *d);
 
 #endif

@@ -20,6 +20,7 @@
 #include "dtype.h"
 #include "fsio.h"
 #include "hfnames.h"
+#include "line.h"
 #include "mem.h"
 #include "safetensors.h"
 
@@ -79,11 +80,11 @@ void sr_modelfile_close(sr_modelfile *mf) {
 
 /* "[a, b]" of a shape. */
 static void shape_str(char *buf, size_t n, const int64_t *shape, int ndim) {
-    size_t k = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < ndim && k < n; i++)
-        k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    if (k < n)
-        snprintf(buf + k, n - k, "]");
+    sr_line l = sr_line_on(buf, n);
+    sr_line_add(&l, "[");
+    for (int i = 0; i < ndim; i++)
+        sr_line_add(&l, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    sr_line_add(&l, "]");
 }
 
 static sr_status dims_hint(const sr_modelfile *mf, const char *key, const char *what) {
@@ -139,15 +140,17 @@ static sr_status map_st_file(sr_modelfile *mf, int k, const char *key, map_state
     if (st != SR_OK)
         return sr_error_wrap(st, "%s", key);
     const sr_model *m = mf->model;
-    bool llama = m->d.arch == SR_ARCH_LLAMA;
-    int wpe = llama ? -1 : m->d.L * m->n_block + SR_WPE;
+    const sr_family *f = sr_family_get(m->d.arch);
+    int wpe = f->learned_positions ? m->d.L * m->n_block + SR_WPE : -1;
+    size_t pl = strlen(f->hf_prefix);
     for (int j = 0; j < h.ntensors && st == SR_OK; j++) {
         const sr_st_tensor *t = &h.t[j];
         char fs[128], ws[128], what[400];
         shape_str(fs, sizeof fs, t->shape, t->ndim);
         bool pre = false;
         int i = find_piece(mf, t->name, &pre);
-        if (i < 0 && !llama && is_mask_buffer(strncmp(t->name, "transformer.", 12) == 0 ? t->name + 12 : t->name)) {
+        if (i < 0 && f->hf_mask_buffers &&
+            is_mask_buffer(strncmp(t->name, f->hf_prefix, pl) == 0 ? t->name + pl : t->name)) {
             ms->skipped++;
             continue;
         }
@@ -171,8 +174,7 @@ static sr_status map_st_file(sr_modelfile *mf, int k, const char *key, map_state
             char shown[160]; /* a name from the file, control characters escaped */
             st = sr_error(SR_ERR_DATA,
                           "%s: %s: unexpected tensor '%s': not part of this model (n_layer %d; %s names, e.g. %s)", key,
-                          fpath, sr_escape(t->name, shown, sizeof shown), m->d.L, llama ? "LlamaForCausalLM" : "GPT-2",
-                          llama ? "model.layers.0.self_attn.q_proj.weight" : "transformer.h.0.attn.c_attn.weight");
+                          fpath, sr_escape(t->name, shown, sizeof shown), m->d.L, f->hf_class, f->hf_example);
             break;
         }
         const sr_hf_piece *p = &mf->pieces[i];
@@ -228,17 +230,16 @@ static sr_status map_safetensors(sr_modelfile *mf, const char *key) {
         }
     if (st == SR_OK) {
         char dts[64] = "";
+        sr_line l = SR_LINE(dts);
         for (int k = 0; k < SR_ST_NDTYPES; k++)
             if (ms.seen[k])
-                snprintf(dts + strlen(dts), sizeof dts - strlen(dts), "%s%s", dts[0] ? "+" : "",
-                         sr_st_dtype_name((sr_st_dtype)k));
+                sr_line_item(&l, "+", "%s", sr_st_dtype_name((sr_st_dtype)k));
         char files[32] = "";
         if (mf->nfiles > 1)
             snprintf(files, sizeof files, " in %d files", mf->nfiles);
-        snprintf(mf->what, sizeof mf->what, "safetensors, %d tensors%s %s%s%s%s", ms.mapped, files, dts,
-                 !ms.prefixed                         ? ", names without a prefix"
-                 : mf->model->d.arch == SR_ARCH_LLAMA ? ", names with the model. prefix"
-                                                      : ", names with the transformer. prefix",
+        snprintf(mf->what, sizeof mf->what, "safetensors, %d tensors%s %s%s%s%s%s%s", ms.mapped, files, dts,
+                 ms.prefixed ? ", names with the " : ", names without a prefix",
+                 ms.prefixed ? sr_family_get(mf->model->d.arch)->hf_prefix : "", ms.prefixed ? " prefix" : "",
                  ms.skipped ? ", causal-mask buffers skipped" : "", mf->has_head ? ", lm_head tied" : "");
     }
     free(ms.from);
@@ -248,11 +249,11 @@ static sr_status map_safetensors(sr_modelfile *mf, const char *key) {
 static sr_status map_llmc(sr_modelfile *mf, const int32_t *hd, const char *key) {
     const sr_model *m = mf->model;
     const sr_model_dims *d = &m->d;
-    if (d->arch != SR_ARCH_GPT2)
+    if (!sr_family_get(d->arch)->llmc)
         return sr_error(SR_ERR_DATA,
                         "%s: %s: an llm.c model file holds a GPT-2, and this job's model is %s (hint: a Hugging Face "
                         "directory or .safetensors file of the model)",
-                        key, mf->path, sr_model_arch_name(d->arch));
+                        key, mf->path, sr_family_get(d->arch)->name);
     if (hd[1] != 3 && hd[1] != 5)
         return sr_error(SR_ERR_DATA, "%s: %s: llm.c model file version %d; expected 3 (fp32) or 5 (bf16)", key,
                         mf->path, hd[1]);
@@ -619,156 +620,6 @@ bool sr_modelfile_is_hf_dir(const char *dir) {
     return stat(p, &sb) != 0;
 }
 
-/* config.json's integer `name` (the first of two names present when alt
- * is not NULL) into *v. */
-static sr_status hf_int(json_t *c, const char *path, const char *name, const char *alt, int *v) {
-    json_t *j = json_object_get(c, name);
-    if (!j && alt)
-        j = json_object_get(c, alt);
-    if (!j)
-        return sr_error(SR_ERR_DATA, "%s: no \"%s\"%s%s%s (expected a config.json as transformers writes it)", path,
-                        name, alt ? " or \"" : "", alt ? alt : "", alt ? "\"" : "");
-    if (!json_is_integer(j) || json_integer_value(j) < 1 || json_integer_value(j) > 16777216)
-        return sr_error(SR_ERR_DATA, "%s: \"%s\" is not a positive integer", path,
-                        json_object_get(c, name) ? name : alt);
-    *v = (int)json_integer_value(j);
-    return SR_OK;
-}
-
-/* config.json's number `name` into *v (absent: *v unchanged, when
- * optional). */
-static sr_status hf_num(json_t *c, const char *path, const char *name, bool optional, double *v) {
-    json_t *j = json_object_get(c, name);
-    if (!j && optional)
-        return SR_OK;
-    if (!j || !json_is_number(j))
-        return sr_error(SR_ERR_DATA, "%s: \"%s\" is %s; expected a number (a Llama config as transformers writes it)",
-                        path, name, j ? "not a number" : "missing");
-    *v = json_number_value(j);
-    return SR_OK;
-}
-
-/* A false-or-absent boolean field (attention_bias, mlp_bias). */
-static sr_status hf_false(json_t *c, const char *path, const char *name, const char *why) {
-    json_t *j = json_object_get(c, name);
-    if (j && !json_is_false(j))
-        return sr_error(SR_ERR_DATA, "%s: %s is not false; %s", path, name, why);
-    return SR_OK;
-}
-
-static sr_status hf_llama(json_t *c, const char *path, sr_model_dims *d) {
-    d->arch = SR_ARCH_LLAMA;
-    sr_status st = hf_int(c, path, "num_hidden_layers", NULL, &d->L);
-    if (st == SR_OK)
-        st = hf_int(c, path, "num_attention_heads", NULL, &d->NH);
-    if (st == SR_OK)
-        st = hf_int(c, path, "hidden_size", NULL, &d->C);
-    if (st == SR_OK)
-        st = hf_int(c, path, "intermediate_size", NULL, &d->F);
-    if (st == SR_OK)
-        st = hf_int(c, path, "vocab_size", NULL, &d->V);
-    if (st == SR_OK)
-        st = hf_int(c, path, "max_position_embeddings", NULL, &d->T);
-    d->NKV = d->NH;
-    if (st == SR_OK && json_object_get(c, "num_key_value_heads") &&
-        !json_is_null(json_object_get(c, "num_key_value_heads")))
-        st = hf_int(c, path, "num_key_value_heads", NULL, &d->NKV);
-    d->norm_eps = 1e-6; /* LlamaConfig's defaults */
-    d->rope_theta = 10000;
-    if (st == SR_OK)
-        st = hf_num(c, path, "rms_norm_eps", true, &d->norm_eps);
-    if (st == SR_OK)
-        st = hf_num(c, path, "rope_theta", true, &d->rope_theta);
-    json_t *tie = json_object_get(c, "tie_word_embeddings");
-    d->untied = !(tie && json_is_true(tie)); /* LlamaConfig's default: untied */
-    const char *act = json_string_value(json_object_get(c, "hidden_act"));
-    if (st == SR_OK && json_object_get(c, "hidden_act") && (!act || strcmp(act, "silu") != 0))
-        st = sr_error(SR_ERR_DATA, "%s: hidden_act is %s%s%s; shardrun's Llama MLP is SwiGLU (silu)", path,
-                      act ? "\"" : "", act ? act : "not a string", act ? "\"" : "");
-    if (st == SR_OK)
-        st = hf_false(c, path, "attention_bias", "shardrun's Llama attention has no biases");
-    if (st == SR_OK)
-        st = hf_false(c, path, "mlp_bias", "shardrun's Llama MLP has no biases");
-    json_t *hd = json_object_get(c, "head_dim");
-    if (st == SR_OK && hd && !json_is_null(hd) &&
-        !(json_is_integer(hd) && d->NH > 0 && json_integer_value(hd) * d->NH == d->C))
-        st = sr_error(SR_ERR_DATA,
-                      "%s: head_dim is not hidden_size / num_attention_heads, the head size shardrun's "
-                      "Llama has",
-                      path);
-    /* transformers 5 writes rope_parameters {rope_type, rope_theta, ...}
-     * where 4.x wrote rope_theta and rope_scaling */
-    json_t *rs = json_object_get(c, "rope_scaling"), *rp = json_object_get(c, "rope_parameters");
-    if (st == SR_OK && rp && json_is_object(rp)) {
-        st = hf_num(rp, path, "rope_theta", true, &d->rope_theta);
-        const char *type = json_string_value(json_object_get(rp, "rope_type"));
-        if (!(type && strcmp(type, "default") == 0))
-            rs = rp;
-    }
-    if (st == SR_OK && rs && !json_is_null(rs)) {
-        const char *type = json_string_value(json_object_get(rs, "rope_type"));
-        if (!type)
-            type = json_string_value(json_object_get(rs, "type"));
-        if (!json_is_object(rs) || !type || strcmp(type, "llama3") != 0)
-            st = sr_error(SR_ERR_DATA,
-                          "%s: rope_scaling type %s%s%s is not supported: shardrun implements Llama-3's (\"llama3\") "
-                          "or none (null)",
-                          path, type ? "\"" : "", type ? type : "(missing)", type ? "\"" : "");
-        double orig = 0;
-        if (st == SR_OK)
-            st = hf_num(rs, path, "factor", false, &d->rope.factor);
-        if (st == SR_OK)
-            st = hf_num(rs, path, "low_freq_factor", false, &d->rope.low_freq_factor);
-        if (st == SR_OK)
-            st = hf_num(rs, path, "high_freq_factor", false, &d->rope.high_freq_factor);
-        if (st == SR_OK)
-            st = hf_num(rs, path, "original_max_position_embeddings", false, &orig);
-        if (st == SR_OK && !(d->rope.factor > 0 && d->rope.high_freq_factor > d->rope.low_freq_factor &&
-                             d->rope.low_freq_factor > 0 && orig >= 1 && orig <= 16777216))
-            st = sr_error(SR_ERR_DATA,
-                          "%s: rope_scaling: factor, low_freq_factor < high_freq_factor and "
-                          "original_max_position_embeddings must be positive",
-                          path);
-        d->rope.original_max_position = (int)orig;
-    }
-    if (st == SR_OK && (d->NKV < 1 || d->NH % d->NKV != 0))
-        st = sr_error(SR_ERR_DATA, "%s: num_key_value_heads (%d) does not divide num_attention_heads (%d)", path,
-                      d->NKV, d->NH);
-    if (st == SR_OK && !(d->norm_eps > 0 && d->norm_eps < 1 && d->rope_theta >= 1 && d->rope_theta <= 1e12))
-        st = sr_error(SR_ERR_DATA, "%s: rms_norm_eps or rope_theta is out of range", path);
-    if (st == SR_OK && d->NH > 0 && d->C % d->NH == 0 && (d->C / d->NH) % 2 != 0)
-        st = sr_error(SR_ERR_DATA, "%s: the head size (%d) is odd; rotary positions need an even one", path,
-                      d->C / d->NH);
-    return st;
-}
-
-static sr_status hf_gpt2(json_t *c, const char *path, sr_model_dims *d) {
-    sr_status st = hf_int(c, path, "n_layer", NULL, &d->L);
-    if (st == SR_OK)
-        st = hf_int(c, path, "n_head", NULL, &d->NH);
-    if (st == SR_OK)
-        st = hf_int(c, path, "n_embd", NULL, &d->C);
-    if (st == SR_OK)
-        st = hf_int(c, path, "vocab_size", NULL, &d->V);
-    if (st == SR_OK)
-        st = hf_int(c, path, "n_positions", "n_ctx", &d->T);
-    const char *act = json_string_value(json_object_get(c, "activation_function"));
-    if (st == SR_OK && json_object_get(c, "activation_function") && (!act || strcmp(act, "gelu_new") != 0))
-        st = sr_error(SR_ERR_DATA, "%s: activation_function is %s%s%s; shardrun's GELU is GPT-2's gelu_new", path,
-                      act ? "\"" : "", act ? act : "not a string", act ? "\"" : "");
-    json_t *eps = json_object_get(c, "layer_norm_epsilon");
-    if (st == SR_OK && eps && (!json_is_number(eps) || fabs(json_number_value(eps) - 1e-5) > 1e-12))
-        st = sr_error(SR_ERR_DATA, "%s: layer_norm_epsilon is not 1e-5, the epsilon of shardrun's LayerNorm", path);
-    json_t *tie = json_object_get(c, "tie_word_embeddings");
-    if (st == SR_OK && tie && !json_is_true(tie))
-        st = sr_error(SR_ERR_DATA, "%s: tie_word_embeddings is not true; shardrun's head is the token embedding", path);
-    json_t *inner = json_object_get(c, "n_inner");
-    if (st == SR_OK && inner && !json_is_null(inner) &&
-        !(json_is_integer(inner) && json_integer_value(inner) == 4 * (json_int_t)d->C))
-        st = sr_error(SR_ERR_DATA, "%s: n_inner is not 4 x n_embd, the width of shardrun's MLP", path);
-    return st;
-}
-
 sr_status sr_modelfile_hf_dir(const char *dir, sr_model_dims *d, char *weights, size_t weights_len) {
     char path[PATH_MAX];
     sr_fmt(path, sizeof path, "%s/config.json", dir);
@@ -787,16 +638,23 @@ sr_status sr_modelfile_hf_dir(const char *dir, sr_model_dims *d, char *weights, 
     }
     *d = (sr_model_dims){0};
     const char *type = json_string_value(json_object_get(c, "model_type"));
-    if (type && strcmp(type, "gpt2") == 0)
-        st = hf_gpt2(c, path, d);
-    else if (type && strcmp(type, "llama") == 0)
-        st = hf_llama(c, path, d);
-    else
+    int arch = type ? sr_family_of_hf_type(type) : -1;
+    if (arch >= 0) {
+        st = sr_hf_config_read(arch, c, path, d);
+    } else {
+        char types[256], classes[256];
+        sr_line lt = SR_LINE(types), lc = SR_LINE(classes);
+        for (int a = 0; sr_family_names[a]; a++) {
+            const sr_family *f = sr_family_get(a);
+            bool last = !sr_family_names[a + 1];
+            sr_line_item(&lt, last ? " and " : ", ", "%s (\"%s\")", f->display, f->hf_model_type);
+            sr_line_item(&lc, last ? " or " : ", ", "%s", f->hf_class);
+        }
         st = sr_error(SR_ERR_DATA,
-                      "%s: model_type is %s%s%s; shardrun's families are GPT-2 (\"gpt2\") and Llama (\"llama\") "
-                      "(hint: a directory that GPT2LMHeadModel or LlamaForCausalLM.save_pretrained, or shardrun ckpt "
-                      "export -o DIR/, wrote)",
-                      path, type ? "\"" : "", type ? type : "missing", type ? "\"" : "");
+                      "%s: model_type is %s%s%s; shardrun's families are %s (hint: a directory that "
+                      "%s.save_pretrained, or shardrun ckpt export -o DIR/, wrote)",
+                      path, type ? "\"" : "", type ? type : "missing", type ? "\"" : "", types, classes);
+    }
     json_decref(c);
     if (st == SR_OK) {
         st = sr_config_check_model(d->L, d->NH, d->C, d->V, d->T);

@@ -11,14 +11,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
+#include "line.h"
 #include "mem.h"
 #include "modelfile.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* One rank's view of model.init, for the ranks to compare. */
 typedef struct {
@@ -47,14 +43,14 @@ static sr_status same_init_file(const sr_world *w, sr_ctl *ctl, const char *path
     int ref = 0;
     while (ref < w->size && !all[ref].opened)
         ref++;
-    char list[768] = "";
-    size_t used = 0;
+    char list[768];
+    sr_line l = SR_LINE(list);
     int differ = 0;
     for (int k = ref + 1; k < w->size; k++)
         if (all[k].opened && (all[k].size != all[ref].size || memcmp(all[k].fp, all[ref].fp, 32) != 0)) {
-            if (++differ <= 8 && used < sizeof list)
-                used += (size_t)snprintf(list + used, sizeof list - used, "%srank %d on %.60s (%llu bytes)",
-                                         differ > 1 ? ", " : "", k, all[k].host, (unsigned long long)all[k].size);
+            if (++differ <= 8)
+                sr_line_add(&l, "%srank %d on %.60s (%llu bytes)", differ > 1 ? ", " : "", k, all[k].host,
+                            (unsigned long long)all[k].size);
         }
     if (differ)
         st = sr_error(SR_ERR_CONFIG,
@@ -77,7 +73,7 @@ static sr_status same_init_file(const sr_world *w, sr_ctl *ctl, const char *path
  * one path never train a hybrid. */
 sr_status sr_modelinit_load(sr_modelinit *out, const char *path, sr_fsdp *f, const sr_model *model, sr_ctl *ctl,
                             const sr_world *w) {
-    double t0 = now_s();
+    double t0 = sr_clock_mono_s();
     sr_fsdp_layout s;
     sr_fsdp_layout_get(f, &s);
     enum { PIECE = 1 << 20 }; /* floats read and handed over at a time */
@@ -135,7 +131,7 @@ sr_status sr_modelinit_load(sr_modelinit *out, const char *path, sr_fsdp *f, con
         sr_fmt(out->sha256, sizeof out->sha256, "%s", sha);
         out->loaded = true;
         sr_log_info("model.init: loaded %s (%s); %.1f MB read by %d rank%s in %.2f s; sha256 %s", where, mf.what,
-                    (double)total / 1e6, w->size, w->size == 1 ? "" : "s", now_s() - t0, sha);
+                    (double)total / 1e6, w->size, w->size == 1 ? "" : "s", sr_clock_mono_s() - t0, sha);
         st = sr_fsdp_state_loaded(f);
     }
     free(all);

@@ -135,7 +135,7 @@ static sr_status start_thread(sr_fsdp *f) {
  * it), logged; unpinned, and said why, where that is unknown. */
 static void pin_thread(sr_fsdp *f) {
     const char *bus = f->dev->pci_bus;
-    char path[128], list[1024] = "", why[160] = "";
+    char path[128], list[1024] = "", why[1200] = "";
     if (!bus[0]) {
         snprintf(why, sizeof why, "the %s device has no PCI bus id", f->dev->name);
     } else {

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "../kernels/sr_cuda.h"
+#include "line.h"
 
 static _Thread_local sr_status op_error;
 
@@ -69,14 +70,13 @@ static void done(sr_cuda_ctx *c, int e, const char *op, const char *fmt, ...) {
     if (e == 0 || op_error != SR_OK)
         return;
     char what[200];
-    int len = snprintf(what, sizeof what, "%s (", op);
+    sr_line l = SR_LINE(what);
+    sr_line_add(&l, "%s (", op);
     va_list ap;
     va_start(ap, fmt);
-    if (len > 0 && (size_t)len < sizeof what)
-        len += vsnprintf(what + len, sizeof what - (size_t)len, fmt, ap);
+    sr_line_vadd(&l, fmt, ap);
     va_end(ap);
-    if (len > 0 && (size_t)len < sizeof what - 1)
-        snprintf(what + len, sizeof what - (size_t)len, ")");
+    sr_line_add(&l, ")");
     op_error = sr_cuda_fail((cudaError_t)e, c->bus, what);
 }
 

@@ -18,6 +18,7 @@
 #include "ckpt.h"
 #include "device.h"
 #include "ledgerplan.h"
+#include "line.h"
 #include "mem.h"
 #include "memplan.h"
 #include "metrics.h"
@@ -219,8 +220,8 @@ static bool fits(const plan_row *r) { return r->valid && r->fits_host && r->fits
  * then each added to the ones before. */
 static sr_status cheapest_fix(const plan_ctx *x, const sr_config *cfg, plan_row *row) {
     sr_config c = *cfg;
-    char sets[512] = "";
-    size_t used = 0;
+    char sets[512];
+    sr_line ls = SR_LINE(sets);
     plan_row t;
     for (int stage = 0; stage < 5; stage++) {
         for (int pass = 0; pass < 2; pass++) {
@@ -269,14 +270,12 @@ static sr_status cheapest_fix(const plan_ctx *x, const sr_config *cfg, plan_row 
             if (st != SR_OK)
                 return st;
             if (fits(&t)) {
-                snprintf(row->fix, sizeof row->fix, "%s%s%s", pass ? sets : "", pass && used ? " " : "", what);
+                snprintf(row->fix, sizeof row->fix, "%s%s%s", pass ? sets : "", pass && ls.len ? " " : "", what);
                 return SR_OK;
             }
             if (pass) {
                 c = k;
-                used += (size_t)snprintf(sets + used, sizeof sets - used, "%s%s", used ? " " : "", what);
-                if (used >= sizeof sets)
-                    used = sizeof sets - 1;
+                sr_line_item(&ls, " ", "%s", what);
             }
         }
     }

@@ -154,6 +154,10 @@ sr_status sr_plane_collective(sr_plane *p, sr_coll_kind kind, const char *what, 
     if (sr_plane_on_nccl(p, g)) {
         sr_dev_declare(d, SR_STREAM_COMM, send, sbytes, false, what);
         sr_dev_declare(d, SR_STREAM_COMM, recv, rbytes, true, what);
+        /* the engine's collective kinds are the NCCL plane's, value for value */
+        _Static_assert(SR_COLL_ALLGATHER == (int)SR_NCCL_ALLGATHER, "all-gather");
+        _Static_assert(SR_COLL_REDUCE_SCATTER == (int)SR_NCCL_REDUCE_SCATTER, "reduce-scatter");
+        _Static_assert(SR_COLL_ALLREDUCE == (int)SR_NCCL_ALLREDUCE, "all-reduce");
         sr_status st = sr_nccl_collective(p->nccl, (sr_nccl_kind)kind, g, recv, rbytes, send, sbytes, count, dt);
         d->record(d, ev, SR_STREAM_COMM);
         return st;

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "signals.h"
 #include "testhook.h"
 
@@ -35,7 +36,7 @@ static const struct {
 /* signals.h calls it from its handler: only async-signal-safe work */
 static void on_signal(int sig) {
     if (!got_signal) {
-        clock_gettime(CLOCK_REALTIME, &got_time);
+        got_time = sr_clock_wall_ts();
         got_signal = sig;
     }
 }
@@ -62,7 +63,7 @@ void sr_preempt_bind(sr_preempt_view *v) { view = v; }
 
 void sr_preempt_view_raise(sr_preempt_view *v, int sig) {
     if (!v->sig) {
-        clock_gettime(CLOCK_REALTIME, &v->when);
+        v->when = sr_clock_wall_ts();
         v->sig = sig;
     }
 }
@@ -95,11 +96,7 @@ static double preempt_time(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-double sr_preempt_since(void) {
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec - preempt_time();
-}
+double sr_preempt_since(void) { return sr_clock_wall_s() - preempt_time(); }
 
 void sr_preempt_notice(int rank, const char *context) {
     struct timespec t;

@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "clock.h"
 #include "data.h"
 #include "fsio.h"
 #include "mem.h"
@@ -251,12 +252,6 @@ typedef struct {
     double t0, last_print;
     bool tty;
 } run;
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 #define WBUF_BYTES (1u << 20)
 
@@ -634,7 +629,7 @@ static sr_status write_batch(run *x, const batch *b) {
 }
 
 static void progress(run *x, bool final) {
-    double t = now_s();
+    double t = sr_clock_mono_s();
     if (!x->tty || (!final && t - x->last_print < 0.5))
         return;
     x->last_print = t;
@@ -823,7 +818,7 @@ static sr_status run_batches(run *x, batch *b, worker *ws, int nw) {
         ws[k].x = x;
         st = sr_tok_encoder_new(x->tok, &ws[k].enc);
     }
-    x->t0 = now_s();
+    x->t0 = sr_clock_mono_s();
     x->tty = isatty(STDERR_FILENO);
     bool more = true;
     while (st == SR_OK && more) {

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "fsio.h"
 #include "ledger.h"
 #include "ledgerplan.h"
@@ -34,12 +35,6 @@ struct sr_profile {
     long long untimed;
     bool on, done;
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 sr_status sr_profile_open(sr_profile **out, sr_dev *dev, int64_t steps, const sr_profile_opts *o) {
     *out = NULL;
@@ -104,7 +99,7 @@ void sr_profile_step_begin(sr_profile *p, int64_t step) {
     double busy;
     sr_ledger_clear(&scratch);
     (void)p->dev->profile_collect(p->dev, &scratch, &untimed, &busy);
-    p->t0 = now_s();
+    p->t0 = sr_clock_mono_s();
     sr_ledger_bind(&p->l);
     p->dev->profile_switch(p->dev, true);
     p->on = true;
@@ -245,16 +240,8 @@ static void build_tables(sr_profile *p, tables *t) {
             t->rows[j - 1] = x;
         }
     sr_ledger_row tot = {0};
-    for (int i = 0; i < t->nf; i++) {
-        const sr_ledger_row *r = &t->fam[i].r;
-        tot.launches += r->launches;
-        tot.gemm_calls += r->gemm_calls;
-        tot.calls += r->calls;
-        tot.flops += r->flops;
-        tot.bytes += r->bytes;
-        tot.bound_s += r->bound_s;
-        tot.ms += r->ms;
-    }
+    for (int i = 0; i < t->nf; i++)
+        sr_ledger_row_add(&tot, &t->fam[i].r);
     t->total = (line){"total", NULL, tot};
     t->whose = p->dev->emulated ? "the CUDA emulator's (not a GPU's)" : "the GPU's";
 }
@@ -385,7 +372,7 @@ sr_status sr_profile_step_end(sr_profile *p, int64_t step, sr_metrics *metrics) 
     sr_status st = p->dev->profile_collect(p->dev, &p->l, &untimed, &busy);
     sr_ledger_bind(NULL);
     p->on = false;
-    p->wall_s += now_s() - p->t0;
+    p->wall_s += sr_clock_mono_s() - p->t0;
     p->untimed += untimed;
     p->busy_ms += busy;
     if (st != SR_OK || step < p->last)

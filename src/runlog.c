@@ -16,10 +16,12 @@
 
 #include <jansson.h>
 
+#include "clock.h"
 #include "counts.h"
 #include "flight.h"
 #include "fsio.h"
 #include "isa.h"
+#include "line.h"
 #include "mem.h"
 #include "preempt.h"
 #include "profile.h"
@@ -29,18 +31,6 @@
 #include "trace.h"
 
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
-
-double sr_run_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double wall_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* The activation prediction of model.recompute (model.h sr_act_split). */
 static void log_recompute(const sr_run *r) {
@@ -68,31 +58,25 @@ static const char *reshard_name(int64_t v) { return v == SR_RESHARD_TRUE ? "true
 static void log_groups(sr_run *r) {
     const sr_mesh *m = &r->mesh;
     char line[2048];
-    size_t used = 0;
-#define ADD(...)                                                                                                       \
-    do {                                                                                                               \
-        if (used < sizeof line)                                                                                        \
-            used += (size_t)snprintf(line + used, sizeof line - used, __VA_ARGS__);                                    \
-    } while (0)
-    ADD("groups: shard");
+    sr_line l = SR_LINE(line);
+    sr_line_add(&l, "groups: shard");
     for (int rep = 0; rep < m->R && rep < 16; rep++) {
-        ADD(" [");
+        sr_line_add(&l, " [");
         for (int k = 0; k < m->S; k++)
-            ADD(k ? " %d" : "%d", sr_mesh_world_rank(m, rep, k));
-        ADD("]");
+            sr_line_add(&l, k ? " %d" : "%d", sr_mesh_world_rank(m, rep, k));
+        sr_line_add(&l, "]");
     }
     if (m->R > 16)
-        ADD(" and %d more", m->R - 16);
-    ADD("; replicate");
+        sr_line_add(&l, " and %d more", m->R - 16);
+    sr_line_add(&l, "; replicate");
     for (int k = 0; k < m->S && k < 16; k++) {
-        ADD(" [");
+        sr_line_add(&l, " [");
         for (int rep = 0; rep < m->R; rep++)
-            ADD(rep ? " %d" : "%d", sr_mesh_world_rank(m, rep, k));
-        ADD("]");
+            sr_line_add(&l, rep ? " %d" : "%d", sr_mesh_world_rank(m, rep, k));
+        sr_line_add(&l, "]");
     }
     if (m->S > 16)
-        ADD(" and %d more", m->S - 16);
-#undef ADD
+        sr_line_add(&l, " and %d more", m->S - 16);
     sr_log_info("%s", line);
 }
 
@@ -306,7 +290,7 @@ static double checkpoint_time(sr_run *r) {
     int64_t last = sr_ckpt_last_step(r->ck);
     if (last != r->ckpt_seen_step) {
         r->ckpt_seen_step = last;
-        r->ckpt_seen_time = wall_now();
+        r->ckpt_seen_time = sr_clock_wall_s();
         const char *from = sr_ckpt_resumed_from(r->ck);
         struct stat sb;
         if (last == r->start.step && from && stat(from, &sb) == 0)
@@ -347,7 +331,7 @@ static sr_status prometheus(sr_run *r, int64_t s, const sr_step_out *o) {
                 ranks[k].mem_bytes[sp] = v[2 + sp];
             k++;
         }
-        double tps, mfu, now = wall_now();
+        double tps, mfu, now = sr_clock_wall_s();
         step_rates(r, o, &tps, &mfu);
         sr_prom_sample ps = {.job = r->w->job_id,
                              .step = s + 1,
@@ -515,14 +499,14 @@ static sr_status agree(sr_run *r, int64_t s, double red[SR_RUN_AGREE_N]) {
 sr_status sr_run_step_agree(sr_run *r, int64_t s, double loss_sum, sr_step_clock *c, sr_step_out *o, sr_status st) {
     const sr_config *cfg = r->cfg;
     bool clock_due = r->w->rank == 0 && cfg->ckpt_every_minutes > 0 &&
-                     sr_run_now_s() - r->last_save >= cfg->ckpt_every_minutes * 60.0;
+                     sr_clock_mono_s() - r->last_save >= cfg->ckpt_every_minutes * 60.0;
     double red[SR_RUN_AGREE_N] = {[SR_AGREE_LOSS] = loss_sum,
                                   [SR_AGREE_SIGNALLED] = sr_preempt_pending() ? 1.0 : 0.0,
                                   [SR_AGREE_CLOCK_DUE] = clock_due ? 1.0 : 0.0};
     sr_run_slurm_step(r, s, red); /* rank 0: the job's end near (preemption.before_end), the comment */
     /* the straggler report: this rank's busy and waiting time so far in
      * the log interval, gathered with the step's agreement on logged steps */
-    c->ta = sr_run_now_s();
+    c->ta = sr_clock_mono_s();
     double waited = (double)(r->dev->comm_wait_ns - c->comm0) / 1e9;
     r->iv_busy += c->ta - c->t0 - waited;
     r->iv_wait += waited;
@@ -532,7 +516,7 @@ sr_status sr_run_step_agree(sr_run *r, int64_t s, double loss_sum, sr_step_clock
         SR_TRACE_PHASE("agreement", st = agree(r, s, red));
     if (st != SR_OK)
         return st;
-    c->tb = sr_run_now_s();
+    c->tb = sr_clock_mono_s();
     c->comm1 = r->dev->comm_wait_ns;
     r->iv_wait += c->tb - c->ta;                                     /* the agreement waits for the slowest rank */
     o->loss = red[SR_AGREE_LOSS] / ((double)cfg->batch_size * r->T); /* the mean per-token loss */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "ckpt_tools.h"
+#include "clock.h"
 #include "config.h"
 #include "ctl.h"
 #include "fsdp.h"
@@ -105,231 +106,6 @@ static int sr_sample_pick(const float *logits, int V, double temperature, int to
 }
 
 /* ------------------------------------------------------------------------ */
-/* the generator: over a model's tensor table and its parameters (the
- * unit-major fp32 vector in host memory, kept by the caller); each token
- * fed at the next position (the window restarting when the cache is
- * full) gives the logits of the next one */
-
-typedef struct sr_generator sr_generator;
-
-struct sr_generator {
-    const sr_model *m;
-    const float *p;
-    const sr_ops *o;
-    int W;     /* the window: positions the cache holds */
-    int KV;    /* one position's keys (or values) in the cache: NKV hs (GPT-2: C) */
-    int pos;   /* tokens in the cache */
-    int *hist; /* the cache's tokens (for the window's restart) */
-    float *kc; /* [L][W][KV] keys */
-    float *vc; /* [L][W][KV] values */
-    float *cs; /* Llama: the rotary table of W positions */
-    float *x, *ln, *qkv, *y, *o_, *h, *hg, *logits, *att, *mean, *rstd;
-};
-
-/* A Llama model from a Hugging Face config may declare a context of
- * 131072 positions; the cache holds at most this many (the window restarts
- * as GPT-2's does), so a 1B or 8B model samples in 1-2 GB. */
-enum { LLAMA_WINDOW_MAX = 4096 };
-
-static int generator_window(const sr_model_dims *d) {
-    return d->arch == SR_ARCH_LLAMA && d->T > LLAMA_WINDOW_MAX ? LLAMA_WINDOW_MAX : d->T;
-}
-
-/* The widths of one position: keys, the fused projection, the MLP's
- * hidden and gated activations. */
-static size_t gen_kv(const sr_model_dims *d) { return (size_t)d->NKV * (size_t)(d->C / d->NH); }
-static size_t gen_qkv(const sr_model_dims *d) { return (size_t)d->C + 2 * gen_kv(d); }
-static size_t gen_hidden(const sr_model_dims *d) {
-    return d->arch == SR_ARCH_LLAMA ? 2 * (size_t)d->F : 4 * (size_t)d->C;
-}
-
-static void sr_generator_free(sr_generator *g) {
-    if (!g)
-        return;
-    free(g->hist);
-    free(g->kc);
-    free(g->vc);
-    free(g->cs);
-    free(g->x);
-    free(g->ln);
-    free(g->qkv);
-    free(g->y);
-    free(g->o_);
-    free(g->h);
-    free(g->hg);
-    free(g->logits);
-    free(g->att);
-    free(g->mean);
-    free(g->rstd);
-    free(g);
-}
-
-static sr_status sr_generator_new(sr_generator **out, const sr_model *m, const float *params) {
-    const sr_model_dims *d = &m->d;
-    sr_generator *g = sr_calloc(1, sizeof *g);
-    *out = NULL;
-    if (!g)
-        return sr_error_oom("the generator");
-    g->W = generator_window(d);
-    g->KV = (int)gen_kv(d);
-    size_t cache = (size_t)d->L * (size_t)g->W * (size_t)g->KV, hs = (size_t)(d->C / d->NH);
-    g->m = m;
-    g->p = params;
-    g->o = &sr_ops_cpu;
-    g->hist = sr_malloc(sizeof(int) * (size_t)g->W);
-    g->kc = sr_malloc(sizeof(float) * cache);
-    g->vc = sr_malloc(sizeof(float) * cache);
-    bool llama = d->arch == SR_ARCH_LLAMA;
-    g->cs = llama ? sr_malloc(sizeof(float) * (size_t)g->W * hs) : NULL;
-    g->x = sr_malloc(sizeof(float) * (size_t)d->C);
-    g->ln = sr_malloc(sizeof(float) * (size_t)d->C);
-    g->qkv = sr_malloc(sizeof(float) * gen_qkv(d));
-    g->y = sr_malloc(sizeof(float) * (size_t)d->C);
-    g->o_ = sr_malloc(sizeof(float) * (size_t)d->C);
-    g->h = sr_malloc(sizeof(float) * gen_hidden(d));
-    g->hg = sr_malloc(sizeof(float) * gen_hidden(d));
-    g->logits = sr_malloc(sizeof(float) * (size_t)d->Vp);
-    g->att = sr_malloc(sizeof(float) * (size_t)d->NH * (size_t)g->W); /* one row per head */
-    g->mean = sr_malloc(sizeof(float));
-    g->rstd = sr_malloc(sizeof(float));
-    if (!g->hist || !g->kc || !g->vc || (llama && !g->cs) || !g->x || !g->ln || !g->qkv || !g->y || !g->o_ || !g->h ||
-        !g->hg || !g->logits || !g->att || !g->mean || !g->rstd) {
-        sr_generator_free(g);
-        return sr_error_oom("the generator's key/value cache");
-    }
-    if (llama) {
-        sr_model_dims w = *d;
-        w.T = g->W;
-        sr_model_rope_table(&w, g->cs); /* the model's own table, its first W rows */
-    }
-    *out = g;
-    return SR_OK;
-}
-
-static const float *tensor(const sr_generator *g, int layer, int k) {
-    const sr_model *m = g->m;
-    int i = layer < m->d.L ? layer * m->n_block + k : m->d.L * m->n_block + k;
-    return g->p + m->tensors[i].offset;
-}
-
-/* Causal attention of the token at pos over the cache of layer l: query
- * head h reads key/value head h / (NH / NKV). */
-static void attend(sr_generator *g, const float *kc, const float *vc, int pos) {
-    const sr_model_dims *d = &g->m->d;
-    int NH = d->NH, hs = d->C / NH, per = NH / (g->KV / hs), KV = g->KV;
-    float scale = 1.0f / sqrtf((float)hs);
-    /* the heads are independent: one per thread, each with its own row */
-#pragma omp parallel for
-    for (int h = 0; h < NH; h++) {
-        const float *q = g->qkv + h * hs;
-        int kvh = h / per;
-        float *att = g->att + (size_t)h * g->W;
-        float mx = -INFINITY;
-        for (int t = 0; t <= pos; t++) {
-            const float *k = kc + (size_t)t * KV + kvh * hs;
-            float s = 0.0f;
-            for (int i = 0; i < hs; i++)
-                s += q[i] * k[i];
-            att[t] = s * scale;
-            mx = att[t] > mx ? att[t] : mx;
-        }
-        float sum = 0.0f;
-        for (int t = 0; t <= pos; t++) {
-            att[t] = expf(att[t] - mx);
-            sum += att[t];
-        }
-        float *y = g->y + h * hs;
-        for (int i = 0; i < hs; i++)
-            y[i] = 0.0f;
-        for (int t = 0; t <= pos; t++) {
-            const float *v = vc + (size_t)t * KV + kvh * hs;
-            float w = att[t] / sum;
-            for (int i = 0; i < hs; i++)
-                y[i] += w * v[i];
-        }
-    }
-}
-
-/* One Llama token at position pos (the same ops as training's forward). */
-static void step_llama(sr_generator *g, int token, int pos) {
-    const sr_model_dims *d = &g->m->d;
-    const sr_ops *o = g->o;
-    int C = d->C, NH = d->NH, NKV = d->NKV, hs = C / NH, L = d->L, F = d->F, KV = g->KV;
-    float eps = (float)d->norm_eps;
-    memcpy(g->x, tensor(g, L, SR_LL_WTE) + (size_t)token * C, sizeof(float) * (size_t)C);
-    for (int l = 0; l < L; l++) {
-        o->rmsnorm_forward(g->ln, g->rstd, g->x, tensor(g, l, SR_LL_ATTN_NORM), eps, 1, C);
-        o->matmul_forward(g->qkv, g->ln, tensor(g, l, SR_LL_QKV), NULL, 1, C, (int)gen_qkv(d));
-        o->rope_forward(g->qkv, g->cs + (size_t)pos * hs, 1, 1, NH, NKV, hs);
-        float *kc = g->kc + (size_t)l * g->W * KV, *vc = g->vc + (size_t)l * g->W * KV;
-        memcpy(kc + (size_t)pos * KV, g->qkv + C, sizeof(float) * (size_t)KV);
-        memcpy(vc + (size_t)pos * KV, g->qkv + C + KV, sizeof(float) * (size_t)KV);
-        attend(g, kc, vc, pos);
-        o->matmul_forward(g->o_, g->y, tensor(g, l, SR_LL_O), NULL, 1, C, C);
-        o->residual_forward(g->x, g->x, g->o_, (size_t)C);
-        o->rmsnorm_forward(g->ln, g->rstd, g->x, tensor(g, l, SR_LL_MLP_NORM), eps, 1, C);
-        o->matmul_forward(g->h, g->ln, tensor(g, l, SR_LL_GATE_UP), NULL, 1, C, 2 * F);
-        o->swiglu_forward(g->hg, g->h, 1, F);
-        o->matmul_forward(g->o_, g->hg, tensor(g, l, SR_LL_DOWN), NULL, 1, F, C);
-        o->residual_forward(g->x, g->x, g->o_, (size_t)C);
-    }
-}
-
-/* One token at position pos: the cache gains its keys and values, g->x
- * ends as the final norm's input. */
-static void step(sr_generator *g, int token, int pos) {
-    const sr_model_dims *d = &g->m->d;
-    if (d->arch == SR_ARCH_LLAMA) {
-        step_llama(g, token, pos);
-        return;
-    }
-    const sr_ops *o = g->o;
-    int C = d->C, L = d->L;
-    const float *wte = tensor(g, L, SR_WTE), *wpe = tensor(g, L, SR_WPE);
-    for (int c = 0; c < C; c++)
-        g->x[c] = wte[(size_t)token * C + c] + wpe[(size_t)pos * C + c];
-    for (int l = 0; l < L; l++) {
-        o->layernorm_forward(g->ln, g->mean, g->rstd, g->x, tensor(g, l, SR_LN1W), tensor(g, l, SR_LN1B), 1, C);
-        o->matmul_forward(g->qkv, g->ln, tensor(g, l, SR_QKVW), tensor(g, l, SR_QKVB), 1, C, 3 * C);
-        float *kc = g->kc + ((size_t)l * g->W) * C, *vc = g->vc + ((size_t)l * g->W) * C;
-        memcpy(kc + (size_t)pos * C, g->qkv + C, sizeof(float) * (size_t)C);
-        memcpy(vc + (size_t)pos * C, g->qkv + 2 * C, sizeof(float) * (size_t)C);
-        attend(g, kc, vc, pos);
-        o->matmul_forward(g->o_, g->y, tensor(g, l, SR_ATTPROJW), tensor(g, l, SR_ATTPROJB), 1, C, C);
-        o->residual_forward(g->x, g->x, g->o_, (size_t)C);
-        o->layernorm_forward(g->ln, g->mean, g->rstd, g->x, tensor(g, l, SR_LN2W), tensor(g, l, SR_LN2B), 1, C);
-        o->matmul_forward(g->h, g->ln, tensor(g, l, SR_FCW), tensor(g, l, SR_FCB), 1, C, 4 * C);
-        o->gelu_forward(g->hg, g->h, (size_t)4 * C);
-        o->matmul_forward(g->o_, g->hg, tensor(g, l, SR_FCPROJW), tensor(g, l, SR_FCPROJB), 1, 4 * C, C);
-        o->residual_forward(g->x, g->x, g->o_, (size_t)C);
-    }
-}
-
-static const float *sr_generator_feed(sr_generator *g, int token) {
-    const sr_model_dims *d = &g->m->d;
-    if (g->pos == g->W) {
-        /* the window is full: restart the cache from the newest W/2 tokens */
-        int keep = g->W / 2;
-        memmove(g->hist, g->hist + g->W - keep, sizeof(int) * (size_t)keep);
-        g->pos = 0;
-        for (int i = 0; i < keep; i++)
-            step(g, g->hist[i], g->pos++);
-    }
-    g->hist[g->pos] = token;
-    step(g, token, g->pos++);
-    int L = d->L;
-    /* the final norm and the head over the real vocabulary */
-    if (d->arch == SR_ARCH_LLAMA) {
-        g->o->rmsnorm_forward(g->ln, g->rstd, g->x, tensor(g, L, SR_LL_NORM), (float)d->norm_eps, 1, d->C);
-        g->o->matmul_forward(g->logits, g->ln, tensor(g, L, d->untied ? SR_LL_HEAD : SR_LL_WTE), NULL, 1, d->C, d->V);
-    } else {
-        g->o->layernorm_forward(g->ln, g->mean, g->rstd, g->x, tensor(g, L, SR_LNFW), tensor(g, L, SR_LNFB), 1, d->C);
-        g->o->matmul_forward(g->logits, g->ln, tensor(g, L, SR_WTE), NULL, 1, d->C, d->V);
-    }
-    return g->logits;
-}
-
-/* ------------------------------------------------------------------------ */
 /* showing tokens */
 
 static int put_bytes(FILE *out, const unsigned char *b, size_t n, bool escape) {
@@ -395,12 +171,6 @@ static sr_status parse_ids(const char *s, int **ids, int *n) {
         return sr_error(SR_ERR_USAGE, "%s", "--prompt-tokens: expected at least one token id");
     }
     return SR_OK;
-}
-
-static double mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* The prompt as ids for vocabulary V (the default start token without
@@ -471,35 +241,30 @@ static sr_status make_prompt(const sr_sample_opts *o, int V, const sr_tokenizer 
 
 static sr_status sr_sample_generate(const sr_model *m, const float *params, const int *prompt, int n,
                                     const sr_sample_opts *o, sr_sample_emit emit, void *ctx) {
-    sr_generator *g = NULL;
+    sr_decoder *g = NULL;
     float *scratch = NULL;
     int V = m->d.V;
-    sr_status st = sr_generator_new(&g, m, params);
+    sr_status st = sr_decoder_new(&g, m, params);
     if (st == SR_OK && !(scratch = sr_malloc(sizeof(float) * 2 * (size_t)V)))
         st = sr_error_oom("the sampler");
     const float *logits = NULL;
     for (int i = 0; st == SR_OK && i < n; i++)
-        logits = sr_generator_feed(g, prompt[i]);
+        logits = sr_decoder_feed(g, prompt[i]);
     for (long i = 0; st == SR_OK && i < o->tokens; i++) {
         int next = sr_sample_pick(logits, V, o->temperature, o->top_k, o->seed, (uint64_t)i, scratch);
         st = emit(ctx, next, i);
         if (st == SR_OK && i + 1 < o->tokens)
-            logits = sr_generator_feed(g, next);
+            logits = sr_decoder_feed(g, next);
     }
     free(scratch);
-    sr_generator_free(g);
+    sr_decoder_free(g);
     return st;
 }
 
 static size_t sr_sample_host_bytes(const sr_model *m) {
-    const sr_model_dims *d = &m->d;
-    size_t C = (size_t)d->C, W = (size_t)generator_window(d), hs = C / (size_t)d->NH;
-    return m->n_params * sizeof(float) +                                             /* the parameters */
-           sizeof(float) * 2 * (size_t)d->L * W * gen_kv(d) +                        /* keys and values */
-           sizeof(float) * (4 * C + gen_qkv(d) + 2 * gen_hidden(d) + (size_t)d->Vp + /* the buffers, logits, */
-                            2 * (size_t)d->V + (size_t)d->NH * W) +                  /* scratch */
-           (d->arch == SR_ARCH_LLAMA ? sizeof(float) * W * hs : 0) +                 /* the rotary table */
-           sizeof(int) * W;
+    return m->n_params * sizeof(float) +       /* the parameters */
+           sr_decoder_bytes(&m->d) +           /* the decoder's cache and buffers */
+           sizeof(float) * 2 * (size_t)m->d.V; /* the draw's scratch */
 }
 
 static int sr_sample_start_token(int V) { return V == 50257 ? 50256 : V == 256 ? '\n' : 0; }
@@ -653,7 +418,7 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
     const char *how = "";
     char from[PATH_MAX + 64];
     int64_t step = -1;
-    double t0 = mono();
+    double t0 = sr_clock_mono_s();
     /* the prompt and the tokenizer checked against the model's dims before
      * any weight is read */
     prompt_check pc = {o, &tok, &prompt, &n, &how};
@@ -678,7 +443,7 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
     const char *thow;
     int threads = sr_ops_set_threads(pick_threads(o, have_mf ? &mf : NULL, &thow));
     int V = model.d.V;
-    double t1 = mono();
+    double t1 = sr_clock_mono_s();
     stream_ctx sx = {out, V, tok, -1};
     st = sr_sample_generate(&model, all, prompt, n, o, stream_token, &sx);
     /* the output ends with a newline (ids always; text unless its last byte is one) */
@@ -690,18 +455,15 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
         ends_line = tok ? lb && llen > 0 && lb[llen - 1] == '\n' : last == '\n';
     if (st == SR_OK && !ends_line && fputc('\n', out) == EOF)
         st = sr_error(SR_ERR_IO, "write to standard output failed: %s", strerror(errno));
-    double t2 = mono();
+    double t2 = sr_clock_mono_s();
     if (st == SR_OK) {
-        char topk[32];
+        char topk[32], hf_what[64];
         snprintf(topk, sizeof topk, o->top_k > 0 ? "%d" : "off", o->top_k);
+        snprintf(hf_what, sizeof hf_what, " (Hugging Face %s", sr_family_get(model.d.arch)->display);
         fprintf(log,
                 "shardrun: sampled %ld tokens from %s%s, vocab %d%s) after a %d-token prompt (%s); "
                 "temperature %g, top-k %s, seed %llu; %d thread%s (%s); loaded in %.2f s, %.1f tokens/s\n",
-                o->tokens, from,
-                have_mf                         ? ""
-                : model.d.arch == SR_ARCH_LLAMA ? " (Hugging Face Llama"
-                                                : " (Hugging Face GPT-2",
-                V,
+                o->tokens, from, have_mf ? "" : hf_what, V,
                 tok        ? ", decoded by the tokenizer"
                 : V == 256 ? ", bytes"
                            : ", token ids",
@@ -764,7 +526,7 @@ sr_status sr_sample_during_training(sr_fsdp *f, const sr_model *m, sr_ctl *ctl, 
     if (st == SR_OK)
         st = sr_fsdp_gather_params(f, full);
     sample_buf b = {.n = 0};
-    double t0 = mono();
+    double t0 = sr_clock_mono_s();
     sr_status mine = SR_OK;
     if (st == SR_OK && w->rank == 0) {
         int64_t eot = tok ? sr_tokenizer_eot(tok) : -1;
@@ -786,7 +548,7 @@ sr_status sr_sample_during_training(sr_fsdp *f, const sr_model *m, sr_ctl *ctl, 
         sr_log_info("sample at step %lld (%d tokens, temperature 0.8, top-k 40, seed %llu, %d thread%s, %.2f s): "
                     "\"%s\"",
                     (long long)step, b.n, (unsigned long long)(seed + (uint64_t)step), threads, threads == 1 ? "" : "s",
-                    mono() - t0, text ? text : "?");
+                    sr_clock_mono_s() - t0, text ? text : "?");
         free(text);
     }
     return st;

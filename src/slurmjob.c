@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "mem.h"
 
 extern char **environ;
@@ -37,12 +38,6 @@ struct sr_slurmjob {
     double query_began; /* when the last re-read began */
     bool warned_query, warned_update;
 };
-
-static double wall(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* A field of 1 to 9 decimal digits at *s (no sign, no overflow: another
  * program's output is bounded before it is used); -1 otherwise. */
@@ -121,7 +116,7 @@ static bool spawn(child *c, char *const argv[]) {
     c->fd = p[0];
     c->n = 0;
     c->out[0] = '\0';
-    c->started = wall();
+    c->started = sr_clock_wall_s();
     return true;
 }
 
@@ -147,7 +142,7 @@ static int poll_child(child *c, bool block) {
     int ws;
     pid_t w = waitpid(c->pid, &ws, block ? 0 : WNOHANG);
     if (w == 0) {
-        if (wall() - c->started < CHILD_LIMIT_S)
+        if (sr_clock_wall_s() - c->started < CHILD_LIMIT_S)
             return -1;
         kill(c->pid, SIGKILL); /* our own child, by its PID */
         waitpid(c->pid, &ws, 0);
@@ -164,7 +159,7 @@ static int poll_child(child *c, bool block) {
 
 static bool start_query(sr_slurmjob *j) {
     char *argv[] = {"squeue", "-h", "-j", j->job, "-o", "%L", NULL};
-    j->query_began = wall();
+    j->query_began = sr_clock_wall_s();
     return spawn(&j->query, argv);
 }
 

@@ -17,7 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "fsio.h"
+#include "line.h"
 
 /* more than a lifetime of starts; a longer file keeps its newest lines */
 #define MAX_FILE_BYTES (4u << 20)
@@ -129,13 +131,6 @@ static void append_line(const char *dir, json_t *o) {
     free(text);
 }
 
-static void now_iso(char *out, size_t n) {
-    time_t t = time(NULL);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 /* the start id the next start line gets (also named by its end line) */
 static long long start_id;
 
@@ -158,16 +153,16 @@ sr_status sr_starts_begin(const char *dir, int64_t resume_step, int64_t max_stal
         int stalled = sr_starts_stalled(recs, n, resume_step);
         if (!verdict[1] && max_stalled > 0 && stalled >= max_stalled) {
             verdict[0] = stalled;
-            size_t len = 0;
+            sr_line l = SR_LINE(msg);
             int shown = 0;
-            for (size_t i = n; i-- > 0 && shown < stalled && len < sizeof msg - 200;)
+            for (size_t i = n; i-- > 0 && shown < stalled && l.len < sizeof msg - 200;)
                 if (!recs[i].ended[0]) {
-                    len += (size_t)snprintf(msg + len, sizeof msg - len, "%sjob %s restart %lld at %s",
-                                            shown ? ", " : "", recs[i].job_id, recs[i].restart, recs[i].time);
+                    sr_line_add(&l, "%sjob %s restart %lld at %s", shown ? ", " : "", recs[i].job_id, recs[i].restart,
+                                recs[i].time);
                     shown++;
                 }
         } else if (!verdict[1]) {
-            now_iso(msg, sizeof msg);
+            sr_clock_iso(-1, msg, sizeof msg);
             start_id = (long long)n + 1;
             append_line(dir, json_pack("{sI ss ss sI si sI}", "start", (json_int_t)start_id, "time", msg, "job_id",
                                        w->job_id, "restart", (json_int_t)w->restart, "world_size", w->size,

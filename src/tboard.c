@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "fsio.h"
 #include "mem.h"
 
@@ -139,12 +140,6 @@ enum { EV_WALL_TIME = 1, EV_STEP = 2, EV_FILE_VERSION = 3, EV_SUMMARY = 5, EV_SE
  * TensorProto: dtype 1 (DT_STRING = 7), tensor_shape 2, string_val 8;
  * SessionLog.status 1 (START = 1) */
 
-static double wall_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Frames one Event and writes it with one write(2), so a crash leaves
  * whole records. */
 static void emit(sr_tb *tb, const buf *ev) {
@@ -169,7 +164,7 @@ static void emit(sr_tb *tb, const buf *ev) {
 
 /* An Event's head: wall time and step. */
 static void event_head(buf *ev, int64_t step) {
-    f_double(ev, EV_WALL_TIME, wall_now());
+    f_double(ev, EV_WALL_TIME, sr_clock_wall_s());
     f_int(ev, EV_STEP, step);
 }
 
@@ -225,7 +220,7 @@ sr_status sr_tb_begin(sr_tb *tb, int64_t first_step) {
     /* TensorBoard reads a directory's files in name order: a name's
      * seconds never go below an existing file's (two starts in the same
      * second, a clock stepped back) */
-    long long secs = (long long)time(NULL), newest = newest_seconds(tb->dir);
+    long long secs = (long long)sr_clock_wall_s(), newest = newest_seconds(tb->dir);
     if (secs <= newest)
         secs = newest + 1;
     char host[256] = "host";

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "isa.h"
+#include "line.h"
 
 static sr_testhooks hooks;
 static sr_status init_status = SR_OK;
@@ -296,64 +297,58 @@ const sr_testhooks *sr_testhook(void) {
 
 void sr_testhook_warn_active(void) {
     const sr_testhooks *h = sr_testhook();
-    char line[1024] = "";
-    size_t used = 0;
-#define ADD(...)                                                                                                       \
-    do {                                                                                                               \
-        if (used < sizeof line)                                                                                        \
-            used += (size_t)snprintf(line + used, sizeof line - used, __VA_ARGS__);                                    \
-    } while (0)
+    char line[1024];
+    sr_line l = SR_LINE(line);
     if (h->crash_site[0])
-        ADD(" SHARDRUN_TEST_CRASH_AT=%s", getenv("SHARDRUN_TEST_CRASH_AT"));
+        sr_line_add(&l, " SHARDRUN_TEST_CRASH_AT=%s", getenv("SHARDRUN_TEST_CRASH_AT"));
     if (h->pause_site[0])
-        ADD(" SHARDRUN_TEST_PAUSE_AT=%s", getenv("SHARDRUN_TEST_PAUSE_AT"));
+        sr_line_add(&l, " SHARDRUN_TEST_PAUSE_AT=%s", getenv("SHARDRUN_TEST_PAUSE_AT"));
     if (h->preempt_step >= 0)
-        ADD(" SHARDRUN_TEST_PREEMPT_AT=%s", getenv("SHARDRUN_TEST_PREEMPT_AT"));
+        sr_line_add(&l, " SHARDRUN_TEST_PREEMPT_AT=%s", getenv("SHARDRUN_TEST_PREEMPT_AT"));
     if (h->nan_step >= 0)
-        ADD(" SHARDRUN_TEST_NAN_AT_STEP=%lld", (long long)h->nan_step);
+        sr_line_add(&l, " SHARDRUN_TEST_NAN_AT_STEP=%lld", (long long)h->nan_step);
     if (h->dump_params[0])
-        ADD(" SHARDRUN_TEST_DUMP_PARAMS=%s", h->dump_params);
+        sr_line_add(&l, " SHARDRUN_TEST_DUMP_PARAMS=%s", h->dump_params);
     if (h->oracle_dir[0])
-        ADD(" SHARDRUN_TEST_ORACLE=%s", h->oracle_dir);
+        sr_line_add(&l, " SHARDRUN_TEST_ORACLE=%s", h->oracle_dir);
     if (h->alloc_fail > 0)
-        ADD(" SHARDRUN_TEST_ALLOC_FAIL=%s", getenv("SHARDRUN_TEST_ALLOC_FAIL"));
+        sr_line_add(&l, " SHARDRUN_TEST_ALLOC_FAIL=%s", getenv("SHARDRUN_TEST_ALLOC_FAIL"));
     if (h->isa[0])
-        ADD(" SHARDRUN_TEST_ISA=%s", h->isa);
+        sr_line_add(&l, " SHARDRUN_TEST_ISA=%s", h->isa);
     if (h->mem_available >= 0)
-        ADD(" SHARDRUN_TEST_MEM_AVAILABLE=%lld", (long long)h->mem_available);
+        sr_line_add(&l, " SHARDRUN_TEST_MEM_AVAILABLE=%lld", (long long)h->mem_available);
     if (h->node_mem > 0)
-        ADD(" SHARDRUN_TEST_NODE_MEM=%lld", (long long)h->node_mem);
+        sr_line_add(&l, " SHARDRUN_TEST_NODE_MEM=%lld", (long long)h->node_mem);
     if (h->no_pmix_events)
-        ADD(" SHARDRUN_TEST_NO_PMIX_EVENTS=1");
+        sr_line_add(&l, " SHARDRUN_TEST_NO_PMIX_EVENTS=1");
     if (h->device[0])
-        ADD(" SHARDRUN_TEST_DEVICE=%s", h->device);
+        sr_line_add(&l, " SHARDRUN_TEST_DEVICE=%s", h->device);
     if (h->device_free_mb >= 0)
-        ADD(" SHARDRUN_TEST_DEVICE_FREE_MB=%lld", (long long)h->device_free_mb);
+        sr_line_add(&l, " SHARDRUN_TEST_DEVICE_FREE_MB=%lld", (long long)h->device_free_mb);
     if (h->gpu_detect >= 0)
-        ADD(" SHARDRUN_TEST_GPU_DETECT=%lld", (long long)h->gpu_detect);
+        sr_line_add(&l, " SHARDRUN_TEST_GPU_DETECT=%lld", (long long)h->gpu_detect);
     if (h->skip_wait[0])
-        ADD(" SHARDRUN_TEST_SKIP_WAIT=%s", h->skip_wait);
+        sr_line_add(&l, " SHARDRUN_TEST_SKIP_WAIT=%s", h->skip_wait);
     if (h->ckpt_write_delay_ms > 0)
-        ADD(" SHARDRUN_TEST_CKPT_WRITE_DELAY_MS=%s", getenv("SHARDRUN_TEST_CKPT_WRITE_DELAY_MS"));
+        sr_line_add(&l, " SHARDRUN_TEST_CKPT_WRITE_DELAY_MS=%s", getenv("SHARDRUN_TEST_CKPT_WRITE_DELAY_MS"));
     if (h->comm_delay_us > 0)
-        ADD(" SHARDRUN_TEST_COMM_DELAY_US=%s", getenv("SHARDRUN_TEST_COMM_DELAY_US"));
+        sr_line_add(&l, " SHARDRUN_TEST_COMM_DELAY_US=%s", getenv("SHARDRUN_TEST_COMM_DELAY_US"));
     if (h->stall_seq >= 0)
-        ADD(" SHARDRUN_TEST_STALL_SEQ=%lld", (long long)h->stall_seq);
+        sr_line_add(&l, " SHARDRUN_TEST_STALL_SEQ=%lld", (long long)h->stall_seq);
     if (h->mismatch_seq >= 0)
-        ADD(" SHARDRUN_TEST_MISMATCH_SEQ=%s", getenv("SHARDRUN_TEST_MISMATCH_SEQ"));
+        sr_line_add(&l, " SHARDRUN_TEST_MISMATCH_SEQ=%s", getenv("SHARDRUN_TEST_MISMATCH_SEQ"));
     if (h->gpu_hang_step >= 0)
-        ADD(" SHARDRUN_TEST_GPU_HANG_AT=%lld", (long long)h->gpu_hang_step);
+        sr_line_add(&l, " SHARDRUN_TEST_GPU_HANG_AT=%lld", (long long)h->gpu_hang_step);
     if (h->mutate[0])
-        ADD(" SHARDRUN_TEST_MUTATE=%s", h->mutate);
+        sr_line_add(&l, " SHARDRUN_TEST_MUTATE=%s", h->mutate);
     if (h->bench_no_sha256)
-        ADD(" SHARDRUN_BENCH_NO_SHA256=1");
+        sr_line_add(&l, " SHARDRUN_BENCH_NO_SHA256=1");
     if (h->bench_counts[0])
-        ADD(" SHARDRUN_BENCH_COUNTS=%s", h->bench_counts);
+        sr_line_add(&l, " SHARDRUN_BENCH_COUNTS=%s", h->bench_counts);
     if (h->nccl_size1)
-        ADD(" SHARDRUN_TEST_NCCL_SIZE1=1");
+        sr_line_add(&l, " SHARDRUN_TEST_NCCL_SIZE1=1");
     if (h->staged)
-        ADD(" SHARDRUN_TEST_STAGED_COLLECTIVES=1");
-#undef ADD
+        sr_line_add(&l, " SHARDRUN_TEST_STAGED_COLLECTIVES=1");
     if (line[0])
         sr_log_warn("test hooks active (never set these for real runs):%s", line);
 }

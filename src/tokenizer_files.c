@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "fsio.h"
 #include "mem.h"
 
@@ -585,9 +586,7 @@ static uint64_t random_base(unsigned salt) {
     uint64_t r = 0;
     FILE *f = fopen("/dev/urandom", "rb");
     if (!f || fread(&r, sizeof r, 1, f) != 1) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        r = tok_hash_u64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ salt);
+        r = tok_hash_u64((uint64_t)sr_clock_mono_ns() ^ salt);
     }
     if (f)
         fclose(f);

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "flight.h"
 #include "fsio.h"
 #include "status.h"
@@ -55,12 +56,6 @@ static const char *const lane_names[SR_TRACE_NLANES] = {"host phases",
                                                         "collectives: NCCL",
                                                         "collectives: copy",
                                                         "collectives: host staging"};
-
-int64_t sr_trace_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 bool sr_trace_on(void) { return __atomic_load_n(&tr.on, __ATOMIC_RELAXED) != 0; }
 
@@ -145,13 +140,13 @@ int64_t sr_trace_late_begin(void) {
     if (!sr_trace_on())
         return 0;
     __atomic_add_fetch(&tr.inflight, 1, __ATOMIC_ACQ_REL);
-    return sr_trace_now();
+    return sr_clock_wall_ns();
 }
 
 void sr_trace_late_end(sr_trace_lane lane, const char *name, int64_t t0, const char *detail) {
     if (!t0)
         return;
-    int64_t t1 = sr_trace_now();
+    int64_t t1 = sr_clock_wall_ns();
     pthread_mutex_lock(&tr.mu);
     span *s = (tr.on || tr.closing) && !tr.written ? slot() : NULL;
     if (s) {

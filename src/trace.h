@@ -26,6 +26,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "clock.h"
+
 typedef enum {
     SR_TRACE_HOST,    /* host phases of the step (data, forward, backward, ...) */
     SR_TRACE_COMPUTE, /* the compute stream: blocks' forward and backward, its waits */
@@ -57,9 +59,6 @@ void sr_trace_step_begin(int64_t step);
 void sr_trace_finish(void);
 /* Whether spans are being recorded now. */
 bool sr_trace_on(void);
-/* CLOCK_REALTIME in ns (the clock of every span, and the flight
- * recorder's). */
-int64_t sr_trace_now(void);
 /* One span [t0, t1] on `lane`.  `name` and `detail` are copied (detail:
  * NULL or a short note, shown as args.detail); bytes >= 0 adds
  * args.bytes. */
@@ -84,10 +83,10 @@ void sr_trace_late_span(sr_trace_lane lane, const char *name, int64_t t0, int64_
  * is open. */
 #define SR_TRACE_PHASE(name, stmt)                                                                                     \
     do {                                                                                                               \
-        int64_t sr_t0_ = sr_trace_on() ? sr_trace_now() : 0;                                                           \
+        int64_t sr_t0_ = sr_trace_on() ? sr_clock_wall_ns() : 0;                                                       \
         stmt;                                                                                                          \
         if (sr_t0_)                                                                                                    \
-            sr_trace_span(SR_TRACE_HOST, (name), sr_t0_, sr_trace_now(), -1, NULL);                                    \
+            sr_trace_span(SR_TRACE_HOST, (name), sr_t0_, sr_clock_wall_ns(), -1, NULL);                                \
     } while (0)
 
 #endif

@@ -22,6 +22,7 @@
 
 #include <jansson.h>
 
+#include "clock.h"
 #include "flight.h"
 #include "isa.h"
 #include "mem.h"
@@ -323,7 +324,7 @@ static sr_status optimize(sr_run *r, int64_t s, const sr_step_clock *c, sr_step_
 }
 
 static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
-    sr_step_clock c = {.t0 = sr_run_now_s(), .waits0 = sr_dev_host_waits(r->dev), .comm0 = r->dev->comm_wait_ns};
+    sr_step_clock c = {.t0 = sr_clock_mono_s(), .waits0 = sr_dev_host_waits(r->dev), .comm0 = r->dev->comm_wait_ns};
     sr_flight_step_begin(s + 1); /* and log.trace_steps' window */
     sr_profile_step_begin(r->prof, s + 1);
     sr_preempt_test_hook(s + 1, r->w->rank);
@@ -337,13 +338,13 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
     if ((st = sr_run_step_agree(r, s, loss_sum, &c, o, st)) != SR_OK || (st = optimize(r, s, &c, o)) != SR_OK)
         return st;
     r->cursor += (uint64_t)r->cfg->batch_size;
-    double tc = sr_run_now_s(), waited_after = (double)(r->dev->comm_wait_ns - c.comm1) / 1e9;
+    double tc = sr_clock_mono_s(), waited_after = (double)(r->dev->comm_wait_ns - c.comm1) / 1e9;
     r->iv_busy += tc - c.tb - waited_after;
     r->iv_wait += waited_after;
     sr_flight_step_end();
     if ((st = sr_profile_step_end(r->prof, s + 1, r->metrics)) != SR_OK) /* SHARDRUN_CUDA_PROFILE's window */
         return st;
-    o->seconds = sr_run_now_s() - c.t0;
+    o->seconds = sr_clock_mono_s() - c.t0;
     o->comm_exposed_ms = (double)(r->dev->comm_wait_ns - c.comm0) / 1e6;
     if (s == r->start.step) {
         r->first_loss = o->loss;
@@ -408,7 +409,7 @@ static sr_status preempt_stop(sr_run *r, int64_t s, const sr_step_out *o, int *e
                                    o->signalled, "time_limit", o->end_near && !o->signalled));
     }
     uint64_t bytes = 0;
-    double ts = sr_run_now_s();
+    double ts = sr_clock_mono_s();
     /* an asynchronous save in flight finishes and commits first */
     int64_t inflight = sr_ckpt_pending_step(r->ck);
     sr_status st = sr_ckpt_poll(r->ck, s + 1, true);
@@ -417,18 +418,18 @@ static sr_status preempt_stop(sr_run *r, int64_t s, const sr_step_out *o, int *e
         return st;
     if (inflight >= 0)
         sr_log_info("preemption: the save of step %lld in flight finished first (%.2f s)", (long long)inflight,
-                    sr_run_now_s() - ts);
+                    sr_clock_mono_s() - ts);
     sr_ckpt_progress now = {s + 1, r->cursor};
     if (sr_ckpt_last_step(r->ck) == s + 1) {
         sr_log_info("preemption: step %lld is the checkpoint just committed: nothing more to save", (long long)(s + 1));
     } else {
-        ts = sr_run_now_s();
+        ts = sr_clock_mono_s();
         st = sr_ckpt_save(r->ck, &now, &bytes);
         sr_run_checkpoint_events(r);
         if (st != SR_OK)
             return st;
     }
-    double tdone = sr_run_now_s();
+    double tdone = sr_clock_mono_s();
     sr_log_info("preemption: save of step %lld took %.2f s (%.1f MB, %.0f MB/s); %.2f s since the signal",
                 (long long)(s + 1), tdone - ts, (double)bytes / 1e6,
                 (double)bytes / 1e6 / (tdone - ts > 0 ? tdone - ts : 1e-9),
@@ -487,7 +488,7 @@ static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code
         sr_run_checkpoint_events(r);
         if (st != SR_OK)
             return st;
-        r->last_save = sr_run_now_s();
+        r->last_save = sr_clock_mono_s();
     }
     return SR_OK;
 }
@@ -506,7 +507,7 @@ static sr_status finish(sr_run *r) {
         if (st != SR_OK)
             return st;
     }
-    sr_run_done_lines(r, sr_run_now_s() - r->t_start);
+    sr_run_done_lines(r, sr_clock_mono_s() - r->t_start);
     return SR_OK;
 }
 
@@ -533,7 +534,7 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
             st = sr_paramdump_params(r.fsdp, &r.model, dump);
         return teardown(&r, st);
     }
-    r.t_start = r.last_save = sr_run_now_s();
+    r.t_start = r.last_save = sr_clock_mono_s();
     r.cursor = r.start.cursor;
     int exit_code = 0;
     int64_t s = r.start.step;

@@ -156,8 +156,6 @@ void sr_run_done_lines(const sr_run *r, double seconds);
 /* Every rank's host name into r->hosts (one all-gather, after connect)
  * and the straggler report's per-rank arrays. */
 sr_status sr_run_gather_hosts(sr_run *r);
-/* runlog.c: the run's clock (monotonic seconds). */
-double sr_run_now_s(void);
 /* The step's clocks: its start, the device's host waits and the time
  * spent waiting on communication at its start and after the agreement. */
 typedef struct {

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "counts.h"
 #include "flight.h"
 #include "pmi2.h"
@@ -115,9 +116,7 @@ typedef struct {
 
 static void *watchdog_main(void *arg) {
     watchdog *wd = arg;
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += wd->seconds;
+    struct timespec deadline = sr_clock_mono_after((double)wd->seconds);
     pthread_mutex_lock(&wd->lock);
     int rc = 0;
     while (!wd->done && rc != ETIMEDOUT)
@@ -324,9 +323,7 @@ static void *parent_watch_main(void *arg) {
     (void)arg;
     pthread_mutex_lock(&parent_watch.lock);
     while (!parent_watch.stop) {
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        t.tv_sec += 1;
+        struct timespec t = sr_clock_mono_after(1);
         pthread_cond_timedwait(&parent_watch.stop_cv, &parent_watch.lock, &t);
         if (!parent_watch.stop && getppid() != parent_watch.parent) {
             sr_flight_dump("lost launcher", "the launcher (this rank's parent) exited");

@@ -11,8 +11,9 @@
 # budgets (§6: files, functions, measured by tests/funcsize.py) and the
 # numbers ARCHITECTURE.md states that the code owns (the manifest version,
 # the model families, the exit sites, the launcher count, the internal
-# headers' includers); the index and the budgets are proven by planted
-# violations.
+# headers' includers), and one owner each for the model family, the clock
+# and the string builder; the index, the budgets and the owners are proven
+# by planted violations.
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 SRC=$SR_SRCDIR/src
 DOC=$SR_SRCDIR/doc/ARCHITECTURE.md
@@ -316,7 +317,7 @@ check "§3c's launcher count is kernels/' (ARCHITECTURE.md $n_doc, sr_cuda.h $n_
 tr '\n' ' ' <"$DOC" | sed -n 's/.*Internal headers are included only by the files of their module\(.*\)Tests and benchmarks may include.*/\1/p' |
     tr ';' '\n' | sed '$a\\' | while read -r seg; do
         hs=$(echo "$seg" | grep -oE '`[a-z_]+\.h`' | tr -d '`')
-        cs=$(echo "$seg" | grep -oE '[a-z_]+\.c' | tr '\n' ' ')
+        cs=$(echo "$seg" | sed 's/`[^`]*`//g' | grep -oE '[a-z_]+\.[ch]' | tr '\n' ' ')
         for h in $hs; do echo "$h $cs"; done
     done >"$T/internal"
 bad=$(while read -r h cs; do
@@ -327,6 +328,38 @@ bad=$(while read -r h cs; do
 done <"$T/internal")
 check "internal headers are included only by their module's files ($(wc -l <"$T/internal") headers)${bad:+; $bad}" \
     sh -c "[ -z '$bad' ] && [ $(wc -l <"$T/internal") -ge 9 ]"
+# ---- one owner for each fact: the model family (family.h: only the family
+# table, model.c's blocks and hfnames.c's Hugging Face forms name a
+# family's identity; every other file reads its traits), the clock (clock.c
+# alone reads POSIX's clocks) and the string builder (line.c: no
+# `used += snprintf` appender, no ADD macro elsewhere)
+# family_branches DIR: the .c files of DIR that name a family (SR_ARCH_GPT2, ...)
+family_branches() { grep -l 'SR_ARCH_[A-Z]\|SR_CFG_ARCH_[A-Z]' "$1"/*.c 2>/dev/null | sed 's|.*/||' | sort | tr '\n' ' '; }
+# clock_readers DIR...: the source files that call clock_gettime, but clock.c
+clock_readers() {
+    grep -l 'clock_gettime' "$@" 2>/dev/null | grep -v '/clock\.c$' | sed 's|.*/||' | tr '\n' ' '
+}
+# appenders DIR: "file:line" of each hand-made appender in DIR's .c and .h (but line.c and line.h)
+appenders() {
+    grep -nE '\+= *v?snprintf\(|define +ADD\(|snprintf\([a-z_]+ \+ strlen\(' "$1"/*.c "$1"/*.h 2>/dev/null |
+        grep -vE '/line\.[ch]:' | sed 's|.*/||; s|^\([^:]*:[0-9]*\):.*|\1|' | tr '\n' ' '
+}
+fam=$(family_branches "$SRC")
+check "at most 3 files of src/ name a model family, the family table among them ($fam)" \
+    sh -c "[ $(echo "$fam" | wc -w) -le 3 ] && [ $(echo "$fam" | wc -w) -ge 1 ] && echo ' $fam' | grep -q ' family\.c '"
+mkdir -p "$T/planted_fam" && cp "$SRC/family.c" "$SRC/model.c" "$SRC/hfnames.c" "$T/planted_fam/" &&
+    printf 'int g(const sr_model_dims *d) { return d->arch == SR_ARCH_LLAMA; }\n' >"$T/planted_fam/sample.c"
+check "a fourth file branching on a family is reported (planted: sample.c)" \
+    test "$(family_branches "$T/planted_fam" | wc -w)" -eq 4
+found=$(clock_readers "$SRC"/*.c "$SRC"/*.h "$SR_SRCDIR"/kernels/*.cu "$SR_SRCDIR"/kernels/*.cuh "$SR_SRCDIR"/kernels/*.h)
+check "only clock.c reads POSIX's clocks (clock_gettime)${found:+; also: $found}" \
+    sh -c "[ -z '$found' ] && grep -q clock_gettime '$SRC/clock.c'"
+printf 'static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec; }\n' >"$T/planted_clock.c"
+check "a private clock helper is reported (planted)" test "$(clock_readers "$T/planted_clock.c")" = "planted_clock.c "
+found=$(appenders "$SRC")
+check "no hand-made appender (used += snprintf, an ADD macro) outside line.c${found:+; at: $found}" test -z "$found"
+mkdir -p "$T/planted_line" && printf 'void f(char *b, size_t n) { size_t used = 0;\n    used += snprintf(b + used, n - used, "x");\n}\n' >"$T/planted_line/x.c"
+check "a used += snprintf appender is reported (planted)" test "$(appenders "$T/planted_line")" = "x.c:2 "
 # ---- the CI budget: .ci/run's check-long phase runs the tests with long
 # checks alone (Makefile.am LONG_PARTS); a test that gains a long check
 # joins the list, or its long checks would never run in CI
