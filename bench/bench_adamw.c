@@ -27,6 +27,7 @@
 #include <omp.h>
 #endif
 
+#include "clock.h"
 #include "device.h"
 #include "mem.h"
 #include "model.h"
@@ -34,11 +35,7 @@
 #include "optim.h"
 #include "vec.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double now_s(void) { return sr_clock_mono_s(); }
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -111,11 +108,11 @@ int main(int argc, char **argv) {
     }
     sr_model_dims d;
     if (strcmp(model, "tiny") == 0)
-        d = (sr_model_dims){4, 4, 256, 256, 0, 256, 0};
+        d = (sr_model_dims){.L = 4, .NH = 4, .C = 256, .V = 256, .T = 256};
     else if (strcmp(model, "gpt2-124m") == 0)
-        d = (sr_model_dims){12, 12, 768, 50257, 0, 1024, 0};
+        d = (sr_model_dims){.L = 12, .NH = 12, .C = 768, .V = 50257, .T = 1024};
     else if (strcmp(model, "gpt2-350m") == 0)
-        d = (sr_model_dims){24, 16, 1024, 50257, 0, 1024, 0};
+        d = (sr_model_dims){.L = 24, .NH = 16, .C = 1024, .V = 50257, .T = 1024};
     else {
         fprintf(stderr, "bench_adamw: unknown model '%s' (tiny, gpt2-124m, gpt2-350m)\n", model);
         return 64;

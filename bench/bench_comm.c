@@ -20,15 +20,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "comm.h"
 #include "config.h"
 #include "world.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double now_s(void) { return sr_clock_mono_s(); }
 
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

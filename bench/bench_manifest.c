@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../src/clock.h"
 #include "../src/fsio.h"
 #include "../src/manifest.h"
 #include "../src/model.h"
@@ -25,11 +26,7 @@
 
 #define ROUNDS 5
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double now_s(void) { return sr_clock_mono_s(); }
 
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "tokenizer.h"
 
 typedef struct {
@@ -89,16 +90,14 @@ int main(int argc, char **argv) {
         if (sr_tok_encoder_new(t, &ws[k].e) != SR_OK)
             return 70;
     }
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = sr_clock_mono_s();
     pthread_t th[256];
     for (int k = 1; k < nt; k++)
         pthread_create(&th[k], NULL, run, &ws[k]);
     run(&ws[0]);
     for (int k = 1; k < nt; k++)
         pthread_join(th[k], NULL);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    double dt = sr_clock_mono_s() - t0;
     unsigned long long count = 0, sum = 0;
     for (int k = 0; k < nt; k++) {
         if (ws[k].failed)

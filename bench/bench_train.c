@@ -29,6 +29,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "clock.h"
 #include "config.h"
 #include "device.h"
 #include "mem.h"
@@ -37,11 +38,7 @@
 #include "optim.h"
 #include "rng.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double now_s(void) { return sr_clock_mono_s(); }
 
 /* SGEMM GFLOP/s on the step's GEMM shapes with OpenBLAS threading (the
  * family's: GPT-2's 3C and 4C projections, Llama's (NH + 2 NKV) hs and

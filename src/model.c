@@ -1,6 +1,9 @@
-/* model.c — the GPT-2 and Llama tensor tables, unit-major layout, forward
- * and backward.
- * See model.h for the contracts. */
+/* model.c — each family's tensor table, the unit-major layout, the
+ * activations, and each family's blocks in both forms: the training
+ * forward and backward, and the decode step with its key/value cache that
+ * sampling runs.  The one file besides the family table (family.c) and
+ * the Hugging Face forms (hfnames.c) that names a family; the arithmetic
+ * of dims alone is model_dims.c's.  See model.h for the contracts. */
 #include "srconfig.h"
 
 #include "model.h"

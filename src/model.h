@@ -1,6 +1,8 @@
-/* model.h — the built-in models: parameter table, layout, forward, backward.
+/* model.h — the built-in models: parameter table, layout, forward,
+ * backward, and the decode step.
  *
- * model owns the two families (model.arch) and, for each, the tensor table
+ * model owns the blocks of the families of family.h (model.arch; their
+ * traits and presets are the family table's) and, for each, the tensor table
  * (one row per tensor: name, shape, unit, initialisation, weight-decay
  * rule, offset), the unit-major parameter layout (block 0's tensors, block
  * 1's, ..., then the root unit: embeddings, final norm, LM head), the rotary
@@ -26,7 +28,10 @@
  * split and join them).
  *
  * Both: softmax cross-entropy over the real vocabulary (the padded rows Vp
- * - V are masked out of the loss). */
+ * - V are masked out of the loss).  Each block also has its decode form
+ * (sr_decoder: one token at a time over a key/value cache, on the CPU),
+ * written beside its training forward in model.c so that a family's
+ * arithmetic has one place. */
 #ifndef SR_MODEL_H
 #define SR_MODEL_H
 

@@ -1,16 +1,14 @@
 /* sample.h — text generation: `shardrun sample` and the training log's
  * samples (log.sample_every).
  *
- * sample owns generation from a full fp32 model in host memory with a
- * key/value cache (one token at a time through the CPU op table's
- * LayerNorm, matmul and GELU, attention over the cache written here), the
- * choice of the next token (temperature, top-k, a counter-based draw from
+ * sample owns generation from a full fp32 model in host memory over the
+ * model's decode step (model.h sr_decoder: one token at a time over a
+ * key/value cache on the CPU op table), the choice of the next token (temperature, top-k, a counter-based draw from
  * (seed, position): the same seed gives the same text), and how tokens
  * are shown (bytes for the byte-level vocabulary of 256, a tokenizer's
  * bytes (tokenizer.h: --tokenizer, or the job's data.tokenizer), else
- * token ids).  Beyond
- * seq_len tokens of context the window slides: the cache restarts from the
- * newest seq_len/2 tokens. */
+ * token ids).  Beyond the decoder's window (seq_len, or the family's
+ * limit) the cache restarts from the newest half of its tokens. */
 #ifndef SR_SAMPLE_H
 #define SR_SAMPLE_H
 

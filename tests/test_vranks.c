@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "comm.h"
 #include "config.h"
 #include "device.h"
@@ -285,13 +286,12 @@ static double worst(const dump *a, const dump *b) {
 static int stall_main(int S) {
     run_opts o = {.S = S, .R = 1, .steps = 20, .pdt = SR_DT_F32, .rdt = SR_DT_F32, .timeout_s = 2, .preempt_rank = -1};
     rank_arg args[64];
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = sr_clock_mono_s();
     run(&o, args);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double t1 = sr_clock_mono_s();
     for (int r = 0; r < S; r++)
         printf("rank %d: status %d: %s\n", r, sr_status_exit_code(args[r].st), args[r].msg);
-    printf("took %.1f s\n", (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+    printf("took %.1f s\n", t1 - t0);
     return sr_status_exit_code(args[0].st);
 }
 
