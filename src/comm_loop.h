@@ -1,6 +1,6 @@
 /* comm_loop.h — the loop links: ranks that are threads of one process
  * (virtual ranks: the tests', and plan --ledger's counted ranks; internal
- * to comm).
+ * to comm: comm.h passes on its sr_loop_hub).
  *
  * comm_loop owns the links of a *loop* data plane: S threads of one
  * process, each running a rank with its own engine, exchange framed

@@ -1,4 +1,5 @@
-/* comm_tcp.h — TCP links between the ranks of a job (internal to comm).
+/* comm_tcp.h — TCP links between the ranks of a job (internal to comm;
+ * comm.h passes on its sr_transport_opts).
  *
  * comm_tcp owns the sockets: a listening socket bound to comm.interface,
  * the per-job secret and the addresses exchanged through PMIx, an accept

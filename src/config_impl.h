@@ -1,5 +1,5 @@
 /* config_impl.h — what the config module's files share (config.c: the
- * key table and presets; config_values.c: typed values; config_yaml.c:
+ * key table; config_values.c: typed values; config_yaml.c:
  * YAML and --set; config_model.c: the model family's finalization): the
  * table's row, where a value came from, a value being set, the type table's
  * row.  Internal to the module. */

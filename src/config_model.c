@@ -242,13 +242,14 @@ static sr_status finalize_family(sr_config *cfg, int p) {
     };
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
         if (!(f->keys & own[i].fkey) && cfg_was_set(cfg, own[i].key) && !own[i].implied) {
-            char with[64];
+            char with[64], first[64];
             sr_family_list(own[i].fkey, with, sizeof with);
+            snprintf(first, sizeof first, "%.*s", (int)strcspn(with, ","), with); /* the hint's family */
             sr_config_where(cfg, own[i].key, w, sizeof w);
             return sr_error(SR_ERR_CONFIG,
                             "%s: %s applies to model.arch: %s only; this job's model is %s (hint: model.arch: "
                             "%s, or a %s-* model.preset; or remove the key)",
-                            w, own[i].key, with, f->name, with, with);
+                            w, own[i].key, with, f->name, first, first);
         }
     fill_family_defaults(cfg, p, f);
     if ((f->keys & SR_FKEY_N_KV_HEAD) && cfg->n_head % cfg->n_kv_head != 0) {

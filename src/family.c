@@ -20,12 +20,13 @@ static const sr_family families[SR_ARCH_COUNT] = {
         .name = "llama", .display = "Llama", .learned_positions = false, .rms_norm = true, .gated_mlp = true, .biases = false,
         .keys = SR_FKEY_N_KV_HEAD | SR_FKEY_FFN_DIM | SR_FKEY_NORM_EPS | SR_FKEY_ROPE | SR_FKEY_TIE,
         .ffn_num = 8, .ffn_den = 3,
+        .hf_model_type = "llama", .hf_class = "LlamaForCausalLM", .hf_prefix = "model.",
+        .hf_example = "model.layers.0.self_attn.q_proj.weight", .hf_mask_buffers = false,
+        .hf_vocab = 128256, .hf_bos = 128000, .hf_eos = 128001, .llmc = false,
         /* a Llama config may declare 131072 positions; the sampler's cache
          * holds at most 4096 (the window restarts as GPT-2's does), so a 1B
          * or 8B model samples in 1-2 GB */
-        .hf_model_type = "llama", .hf_class = "LlamaForCausalLM", .hf_prefix = "model.",
-        .hf_example = "model.layers.0.self_attn.q_proj.weight", .hf_mask_buffers = false,
-        .hf_vocab = 128256, .hf_bos = 128000, .hf_eos = 128001, .llmc = false, .decode_window_max = 4096},
+        .decode_window_max = 4096},
 };
 
 const char *const sr_family_names[] = {"gpt2", "llama", NULL};

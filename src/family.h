@@ -8,11 +8,11 @@
  * apply to it, the defaults of those keys, its Hugging Face names (the
  * model_type, the class, the tensors' prefix), which exports it supports,
  * the sampler's window, and the presets (model.preset) with their dims.
- * Pure data and lookups, as hfnames.c is: the one place that branches on a
- * family's identity for its arithmetic is model.c (the blocks' forward,
- * backward and decode step, and the tensor table); everything else reads a
- * trait here.  Adding a family: a row here, its blocks in model.c, its
- * ops. */
+ * Pure data and lookups, as hfnames.c's name tables are.  Besides this
+ * table, model.c names a family for its arithmetic (the tensor table, the
+ * blocks' forward, backward and decode step) and hfnames.c for its Hugging
+ * Face forms; everything else reads a trait here.  Adding a family: a row
+ * here, its blocks in model.c, its ops, its Hugging Face forms. */
 #ifndef SR_FAMILY_H
 #define SR_FAMILY_H
 
@@ -42,7 +42,7 @@ typedef struct {
     bool rms_norm;                /* RMSNorm without bias, else LayerNorm with bias (means kept for backward) */
     bool gated_mlp;               /* SwiGLU of width ffn_dim (gate and up fused: 2F), else GELU of width 4 n_embd */
     bool biases;                  /* the linear layers carry biases */
-    unsigned keys;                /* the SR_FKEY_* that apply */
+    unsigned keys;                /* the SR_FKEY_* that apply: all or none (manifests record them as one set) */
     int ffn_num, ffn_den;         /* the MLP width a job leaves unset: num/den n_embd rounded up to 64 (gated) */
     const char *hf_model_type;    /* config.json's model_type */
     const char *hf_class;         /* its architectures[0] */
@@ -93,8 +93,8 @@ typedef struct {
 extern const sr_family_preset sr_family_presets[];
 extern const char *const sr_family_preset_names[];
 
-/* The values a family without the rotary keys implies (and every family's
- * defaults for them when a job leaves them unset). */
+/* The values a family without the rotary and norm_eps keys implies (and
+ * the defaults of the rotary keys when a job leaves them unset). */
 #define SR_FAMILY_ROPE_THETA 10000.0
 #define SR_FAMILY_ROPE_LOW 1.0
 #define SR_FAMILY_ROPE_HIGH 4.0

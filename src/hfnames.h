@@ -54,7 +54,8 @@ int sr_hf_pieces(const sr_model *m, sr_hf_piece *out);
  * or asks for what shardrun's blocks are not. */
 sr_status sr_hf_config_read(int arch, json_t *c, const char *path, sr_model_dims *d);
 
-/* config.json of a model of dims d (completed) as transformers reads it,
+/* config.json of a model of dims d (the fields a manifest records) as
+ * transformers reads it,
  * without the token ids (the exporter's); NULL when out of memory. */
 json_t *sr_hf_config_render(const sr_model_dims *d);
 

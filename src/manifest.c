@@ -635,7 +635,7 @@ static sr_status parse_family(pctx *p, yaml_node_t *model, sr_manifest *mf) {
         return perr(p, mget(p, model, "arch"), "model: arch '%s' is not a family this shardrun knows (%s)", arch,
                     sr_family_list(0, names, sizeof names));
     const sr_family *f = sr_family_get(d->arch);
-    if (!f->keys) /* a family with keys of its own records them all (sr_manifest_write) */
+    if (!f->keys) /* a family has all of these keys or none (family.h); render_world_model writes them */
         return SR_OK;
     char tie[8];
     if ((st = get_int(p, model, "n_kv_head", INT32_MAX, &d->NKV)) != SR_OK ||

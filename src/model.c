@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "line.h"
 #include "mem.h"
 #include "rng.h"
 

@@ -21,10 +21,12 @@ for s in $(awk '$1 == "def" { print $3 }' "$T/syms" | sort -u); do
     awk -v s="$s" -v h="$home" '$1 == "use" && $3 == s && $2 != h { found = 1 } END { exit !found }' "$T/syms" && continue
     # benchmarks and fuzz harnesses are built on demand only, and some
     # sources are built only in some configurations (the NCCL plane's calls,
-    # its test): their text, but the symbol's own file
+    # its test, the CUDA back end of a --with-cuda=no tree): their text,
+    # but the symbol's own file
     used=0
     for f in "$SR_SRCDIR"/bench/*.c "$SR_SRCDIR"/tests/fuzz/*.c "$SR_SRCDIR"/tests/test_nccl_boot.c \
-        "$SR_SRCDIR"/src/comm_nccl.c; do
+        "$SR_SRCDIR"/src/comm_nccl.c "$SR_SRCDIR"/src/*_cuda.c "$SR_SRCDIR"/src/cuda_module.c \
+        "$SR_SRCDIR"/kernels/*.cu "$SR_SRCDIR"/kernels/*.cuh; do
         [ "$(basename "$f" .c).o" = "$home" ] && continue
         grep -qw "$s" "$f" 2>/dev/null && used=1 && break
     done

@@ -74,6 +74,11 @@ static void test_family(void) {
         types = types && sr_family_of_hf_type(f->hf_model_type) == n;
     }
     tap_ok(n >= 2 && names, "each family's name finds its row (%d families)", n);
+    bool all_or_none = true;
+    unsigned every = SR_FKEY_N_KV_HEAD | SR_FKEY_FFN_DIM | SR_FKEY_NORM_EPS | SR_FKEY_ROPE | SR_FKEY_TIE;
+    for (int a = 0; a < n; a++)
+        all_or_none = all_or_none && (sr_family_get(a)->keys == 0 || sr_family_get(a)->keys == every);
+    tap_ok(all_or_none, "a family has all of the model keys of its own or none (a manifest records them as one set)");
     tap_ok(types, "...and its Hugging Face model_type too");
     tap_ok(sr_family_find("gpt3") < 0 && sr_family_of_hf_type("bert") < 0, "an unknown name or model_type finds none");
     tap_ok(sr_family_index(-1) == sr_family_index(n) && sr_family_index(n) == sr_family_find("gpt2"),
