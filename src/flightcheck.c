@@ -525,6 +525,19 @@ static bool check_steps(ctx *c) {
     return nl > 0;
 }
 
+/* SR_ERR_DATA unless the n dumps are of one run (job, restart, world). */
+static sr_status one_run(const char *dir, const fdump *ds, int n) {
+    for (int i = 1; i < n; i++)
+        if (strcmp(ds[i].job, ds[0].job) != 0 || ds[i].restart != ds[0].restart || ds[i].world_size != ds[0].world_size)
+            return sr_error(SR_ERR_DATA,
+                            "%s/%s is of job %s.%lld (%lld ranks) but %s of job %s.%lld (%lld ranks): dumps of two "
+                            "different runs (hint: each run dumps to its own <job id>.<restart> directory; analyse "
+                            "one run's)",
+                            dir, ds[i].file, ds[i].job, (long long)ds[i].restart, (long long)ds[i].world_size,
+                            ds[0].file, ds[0].job, (long long)ds[0].restart, (long long)ds[0].world_size);
+    return SR_OK;
+}
+
 sr_status sr_flight_check(const char *dir, FILE *out, bool *culprit) {
     *culprit = false;
     /* the dumps present, and the world size they agree on */
@@ -541,14 +554,8 @@ sr_status sr_flight_check(const char *dir, FILE *out, bool *culprit) {
                       "%s holds no flight-recorder dumps (rank<N>.json)%s (hint: a run writes them to log.flight_dir "
                       "when it ends with 69 or 70, on preemption and on SIGQUIT)",
                       dir, others ? ", only other files" : "");
-    for (int i = 1; i < n && st == SR_OK; i++)
-        if (strcmp(ds[i].job, ds[0].job) != 0 || ds[i].restart != ds[0].restart || ds[i].world_size != ds[0].world_size)
-            st = sr_error(SR_ERR_DATA,
-                          "%s/%s is of job %s.%lld (%lld ranks) but %s of job %s.%lld (%lld ranks): dumps of two "
-                          "different runs (hint: each run dumps to its own <job id>.<restart> directory; analyse one "
-                          "run's)",
-                          dir, ds[i].file, ds[i].job, (long long)ds[i].restart, (long long)ds[i].world_size, ds[0].file,
-                          ds[0].job, (long long)ds[0].restart, (long long)ds[0].world_size);
+    if (st == SR_OK)
+        st = one_run(dir, ds, n);
     ctx c = {.out = out};
     if (st == SR_OK) {
         c.world = (int)ds[0].world_size;

@@ -133,6 +133,31 @@ typedef struct {
 } map_state;
 
 /* File k's tensors onto the model's pieces. */
+/* A tied model's lm_head.weight, file k's tensor t (its data from
+ * data_start): kept as the head's source, checked against the model's
+ * unpadded embedding shape. */
+static sr_status map_tied_head(sr_modelfile *mf, int k, const char *key, uint64_t data_start, const sr_st_tensor *t,
+                               map_state *ms) {
+    const sr_model *m = mf->model;
+    int dt = mf_dtype(t->dtype);
+    int64_t want[2] = {m->d.V, m->d.C};
+    char fs[128], ws[128], what[400];
+    shape_str(fs, sizeof fs, t->shape, t->ndim);
+    shape_str(ws, sizeof ws, want, 2);
+    sr_status st = SR_OK;
+    if (t->ndim != 2 || t->shape[0] != want[0] || t->shape[1] != want[1]) {
+        snprintf(what, sizeof what, "tensor 'lm_head.weight' is %s in the file; this model needs %s", fs, ws);
+        st = dims_hint(mf, key, what);
+    } else if (dt < 0) {
+        st = sr_error(SR_ERR_DATA, "%s: %s: tensor 'lm_head.weight' has dtype %s; expected F32, BF16 or F16", key,
+                      mf->paths[k], sr_st_dtype_name(t->dtype));
+    }
+    mf->has_head = true;
+    mf->head = (sr_mf_source){k, data_start + t->begin, dt, false, (uint64_t)m->d.V};
+    ms->seen[t->dtype] = true;
+    return st;
+}
+
 static sr_status map_st_file(sr_modelfile *mf, int k, const char *key, map_state *ms) {
     sr_st_header h;
     const char *fpath = mf->paths[k];
@@ -156,18 +181,7 @@ static sr_status map_st_file(sr_modelfile *mf, int k, const char *key, map_state
         }
         int dt = mf_dtype(t->dtype);
         if (i < 0 && strcmp(t->name, "lm_head.weight") == 0) { /* a tied model's head */
-            int64_t want[2] = {m->d.V, m->d.C};
-            shape_str(ws, sizeof ws, want, 2);
-            if (t->ndim != 2 || t->shape[0] != want[0] || t->shape[1] != want[1]) {
-                snprintf(what, sizeof what, "tensor 'lm_head.weight' is %s in the file; this model needs %s", fs, ws);
-                st = dims_hint(mf, key, what);
-            } else if (dt < 0) {
-                st = sr_error(SR_ERR_DATA, "%s: %s: tensor 'lm_head.weight' has dtype %s; expected F32, BF16 or F16",
-                              key, fpath, sr_st_dtype_name(t->dtype));
-            }
-            mf->has_head = true;
-            mf->head = (sr_mf_source){k, h.data_start + t->begin, dt, false, (uint64_t)m->d.V};
-            ms->seen[t->dtype] = true;
+            st = map_tied_head(mf, k, key, h.data_start, t, ms);
             continue;
         }
         if (i < 0) {

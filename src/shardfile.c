@@ -301,6 +301,33 @@ static sr_status copy_out(const sr_shardfile_range *ranges, size_t n, size_t r0,
     return SR_OK;
 }
 
+/* The next run of at most one batch of chunks, [*first, returned last]:
+ * from next_chunk on, the chunks the sorted requests ranges[0 .. n) need
+ * (ranges NULL: every chunk, in batches). */
+static uint64_t next_run(const sr_shardfile_expect *x, const sr_shardfile_range *ranges, size_t n, uint64_t next_chunk,
+                         uint64_t *first) {
+    bool all = ranges == NULL;
+    uint64_t f = all ? next_chunk : ranges[0].off / SR_SHARD_CHUNK_BYTES, last = f;
+    if (f < next_chunk)
+        f = last = next_chunk;
+    if (all)
+        last = f + SR_SHARD_BATCH_CHUNKS - 1;
+    for (size_t r = 0; !all && r < n; r++) {
+        uint64_t a = ranges[r].off / SR_SHARD_CHUNK_BYTES,
+                 z = (ranges[r].off + ranges[r].bytes - 1) / SR_SHARD_CHUNK_BYTES;
+        if (a > last + 1)
+            break;
+        if (z > last)
+            last = z;
+    }
+    if (last >= f + SR_SHARD_BATCH_CHUNKS)
+        last = f + SR_SHARD_BATCH_CHUNKS - 1;
+    if (last >= x->nchunks)
+        last = x->nchunks - 1;
+    *first = f;
+    return last;
+}
+
 sr_status sr_shardfile_read(int dirfd, const char *name, const char *path, const sr_shardfile_expect *x,
                             sr_shardfile_range *ranges, size_t n, uint64_t *verified, sr_shardfile_problem report,
                             void *ctx, int *problems) {
@@ -329,24 +356,7 @@ sr_status sr_shardfile_read(int dirfd, const char *name, const char *path, const
     size_t r0 = 0;
     uint64_t next_chunk = 0;
     while (st == SR_OK && (all ? next_chunk < x->nchunks : r0 < n)) {
-        /* the next run of at most one batch of chunks that requests need */
-        uint64_t first = all ? next_chunk : ranges[r0].off / SR_SHARD_CHUNK_BYTES, last = first;
-        if (first < next_chunk)
-            first = last = next_chunk;
-        if (all)
-            last = first + SR_SHARD_BATCH_CHUNKS - 1;
-        for (size_t r = r0; !all && r < n; r++) {
-            uint64_t a = ranges[r].off / SR_SHARD_CHUNK_BYTES,
-                     z = (ranges[r].off + ranges[r].bytes - 1) / SR_SHARD_CHUNK_BYTES;
-            if (a > last + 1)
-                break;
-            if (z > last)
-                last = z;
-        }
-        if (last >= first + SR_SHARD_BATCH_CHUNKS)
-            last = first + SR_SHARD_BATCH_CHUNKS - 1;
-        if (last >= x->nchunks)
-            last = x->nchunks - 1;
+        uint64_t first, last = next_run(x, all ? NULL : ranges + r0, all ? 0 : n - r0, next_chunk, &first);
         uint64_t off = first * SR_SHARD_CHUNK_BYTES, end = (last + 1) * SR_SHARD_CHUNK_BYTES;
         if (end > x->bytes)
             end = x->bytes;

@@ -213,6 +213,35 @@ typedef struct {
     size_t cap;
 } scratch_buf;
 
+/* Merge i of tokenizer.json's "merges", "LEFT RIGHT" (split in sc's
+ * buffer) or ["LEFT", "RIGHT"], into *a and *b. */
+static sr_status json_merge(json_t *m, size_t i, const char *where, scratch_buf *sc, const char **a, const char **b) {
+    if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
+        json_is_string(json_array_get(m, 1))) {
+        *a = json_string_value(json_array_get(m, 0));
+        *b = json_string_value(json_array_get(m, 1));
+        return SR_OK;
+    }
+    if (!json_is_string(m))
+        return sr_error(SR_ERR_DATA, "%s: merge %zu: expected \"LEFT RIGHT\" or [\"LEFT\", \"RIGHT\"]", where, i);
+    const char *ms = json_string_value(m);
+    const char *msp = strchr(ms, ' ');
+    size_t ml = strlen(ms);
+    if (!msp || msp == ms || !msp[1] || strchr(msp + 1, ' '))
+        return sr_error(SR_ERR_DATA, "%s: merge %zu: expected \"LEFT RIGHT\" (two tokens, one space)", where, i);
+    if (ml + 1 > sc->cap) {
+        free(sc->buf);
+        sc->cap = 2 * ml + 64;
+        if (!(sc->buf = sr_malloc(sc->cap)))
+            return sr_error_oom("the tokenizer's merges");
+    }
+    memcpy(sc->buf, ms, ml + 1);
+    sc->buf[msp - ms] = '\0';
+    *a = sc->buf;
+    *b = sc->buf + (msp - ms) + 1;
+    return SR_OK;
+}
+
 static sr_status load_merges_into(sr_tokenizer *t, const int unmap[324], json_t *merges, char *text, const char *where,
                                   scratch_buf *sc);
 
@@ -240,37 +269,14 @@ static sr_status load_merges_into(sr_tokenizer *t, const int unmap[324], json_t 
     uint32_t rank = 0;
     char *line = text;
     for (size_t i = 0, lineno = 1;; i++, lineno++) {
-        const char *a, *b;
+        const char *a = NULL, *b = NULL;
         char *sp = NULL, *next = NULL;
         if (merges) {
             if (i >= n)
                 break;
-            json_t *m = json_array_get(merges, i);
-            if (json_is_string(m)) {
-                const char *ms = json_string_value(m);
-                const char *msp = strchr(ms, ' ');
-                size_t ml = strlen(ms);
-                if (!msp || msp == ms || !msp[1] || strchr(msp + 1, ' '))
-                    return sr_error(SR_ERR_DATA, "%s: merge %zu: expected \"LEFT RIGHT\" (two tokens, one space)",
-                                    where, i);
-                if (ml + 1 > sc->cap) {
-                    free(sc->buf);
-                    sc->cap = 2 * ml + 64;
-                    if (!(sc->buf = sr_malloc(sc->cap)))
-                        return sr_error_oom("the tokenizer's merges");
-                }
-                memcpy(sc->buf, ms, ml + 1);
-                sc->buf[msp - ms] = '\0';
-                a = sc->buf;
-                b = sc->buf + (msp - ms) + 1;
-            } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
-                       json_is_string(json_array_get(m, 1))) {
-                a = json_string_value(json_array_get(m, 0));
-                b = json_string_value(json_array_get(m, 1));
-            } else {
-                return sr_error(SR_ERR_DATA, "%s: merge %zu: expected \"LEFT RIGHT\" or [\"LEFT\", \"RIGHT\"]", where,
-                                i);
-            }
+            st = json_merge(json_array_get(merges, i), i, where, sc, &a, &b);
+            if (st != SR_OK)
+                return st;
         } else {
             if (!line || !*line)
                 break;
