@@ -49,19 +49,28 @@ namespace {
  * mma, an ldmatrix with its count and .trans. */
 enum { OP_SHFL = 0x100, OP_BALLOT = 0x200, OP_MMA = 0x300, OP_LDM = 0x400 };
 
-const char *op_name(int op, char *buf, size_t n) {
+const char *op_name(int op) {
+    /* constant strings: a shuffle asks for its name on every call, and
+     * formatting it there once took half an emulated step */
     static const char *const shfl[] = {"__shfl_xor_sync", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync"};
+    static const char *const ldm[] = {"ldmatrix.sync.aligned.m8n8.x1.shared.b16",
+                                      "ldmatrix.sync.aligned.m8n8.x2.shared.b16",
+                                      "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+                                      "ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16",
+                                      "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16",
+                                      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"};
     if ((op & 0xf00) == OP_SHFL)
-        snprintf(buf, n, "%s", shfl[op & 3]);
-    else if (op == OP_BALLOT)
-        snprintf(buf, n, "__ballot_sync");
-    else if (op == OP_MMA)
-        snprintf(buf, n, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32");
-    else if ((op & 0xf00) == OP_LDM)
-        snprintf(buf, n, "ldmatrix.sync.aligned.m8n8.x%d%s.shared.b16", op & 7, op & 8 ? ".trans" : "");
-    else
-        snprintf(buf, n, "a warp-level operation");
-    return buf;
+        return shfl[op & 3];
+    if (op == OP_BALLOT)
+        return "__ballot_sync";
+    if (op == OP_MMA)
+        return "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32";
+    if ((op & 0xf00) == OP_LDM) {
+        int x = op & 7;
+        if (x == 1 || x == 2 || x == 4)
+            return ldm[(x == 4 ? 2 : x - 1) + (op & 8 ? 3 : 0)];
+    }
+    return "a warp-level operation";
 }
 
 /* Posts the running lane's operands for `op` and waits one pass; returns
@@ -83,7 +92,6 @@ unsigned post(runner *r, int op, uint64_t val, const void *pay, size_t n) {
 /* Whether lane j (of the block) is at operation count g with `op`, and
  * why not when it is not (into why[n]). */
 bool at_op(const runner *r, int j, unsigned g, int op, char *why, size_t n) {
-    char a[96], b[96];
     if (j >= r->n) {
         snprintf(why, n, "does not exist (the block has %d threads)", r->n);
         return false;
@@ -95,7 +103,7 @@ bool at_op(const runner *r, int j, unsigned g, int op, char *why, size_t n) {
         return false;
     }
     if (s.op != op) {
-        snprintf(why, n, "executes %s there, this lane %s", op_name(s.op, a, sizeof a), op_name(op, b, sizeof b));
+        snprintf(why, n, "executes %s there, this lane %s", op_name(s.op), op_name(op));
         return false;
     }
     return true;
@@ -105,11 +113,11 @@ bool at_op(const runner *r, int j, unsigned g, int op, char *why, size_t n) {
  * operation (else a report naming the warp and the lane). */
 void all_lanes(runner *r, unsigned g, int op) {
     int w0 = r->cur & ~31;
-    char why[256], name[96];
+    char why[256];
     for (int j = w0; j < w0 + 32; j++)
         if (!at_op(r, j, g, op, why, sizeof why))
             fault("%s of warp %d: lane %d %s; every lane of the warp must execute the same one (.sync.aligned)",
-                  op_name(op, name, sizeof name), w0 / 32, j - w0, why);
+                  op_name(op), w0 / 32, j - w0, why);
 }
 
 float bf16_at(const uint32_t *regs, int i) {
@@ -128,9 +136,8 @@ extern "C" uint64_t cudaemu_shfl_bits(int kind, unsigned mask, uint64_t bits, in
         mask &= 0x0000ffffu; /* CUDAEMU_MUTATE narrow_mask */
     int i = r->cur;
     unsigned lane = (unsigned)i & 31u;
-    char name[96];
     int op = OP_SHFL | (kind & 3);
-    op_name(op, name, sizeof name);
+    const char *name = op_name(op);
     if (!(mask >> lane & 1u))
         fault("%s with mask 0x%08x, which omits lane %u: this lane executes the shuffle", name, mask, lane);
     unsigned g = post(r, op, bits, nullptr, 0);
@@ -231,8 +238,7 @@ extern "C" void cudaemu_ldmatrix(uint32_t *regs, int n, int trans, const void *r
     all_lanes(r, g, op);
     const std::vector<slot> &sl = r->slots[g & 1u];
     int w0 = r->cur & ~31, lane = r->cur & 31;
-    char name[96];
-    op_name(op, name, sizeof name);
+    const char *name = op_name(op);
     /* the rows the lanes give: 16-byte aligned, 16 bytes in shared memory */
     for (int l = 0; l < 8 * n; l++) {
         const char *p = (const char *)(uintptr_t)sl[w0 + l].val;
