@@ -53,12 +53,10 @@ const char *op_name(int op) {
     /* constant strings: a shuffle asks for its name on every call, and
      * formatting it there once took half an emulated step */
     static const char *const shfl[] = {"__shfl_xor_sync", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync"};
-    static const char *const ldm[] = {"ldmatrix.sync.aligned.m8n8.x1.shared.b16",
-                                      "ldmatrix.sync.aligned.m8n8.x2.shared.b16",
-                                      "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
-                                      "ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16",
-                                      "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16",
-                                      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"};
+    static const char *const ldm[] = {
+        "ldmatrix.sync.aligned.m8n8.x1.shared.b16",       "ldmatrix.sync.aligned.m8n8.x2.shared.b16",
+        "ldmatrix.sync.aligned.m8n8.x4.shared.b16",       "ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16",
+        "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"};
     if ((op & 0xf00) == OP_SHFL)
         return shfl[op & 3];
     if (op == OP_BALLOT)
