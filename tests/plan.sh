@@ -171,6 +171,8 @@ if grep -q '^#define SR_HAVE_CUDA 1' "${SR_BUILDDIR:-.}/srconfig.h"; then
     $S plan l8.yaml --ranks 1 --gpus-per-node 1 --device-mem 40 >l8.plan 2>&1
     check "Llama-3.1-8B on one 40 GiB GPU: the what-ifs (offload among them) end in a verdict, status 0 ($?)" \
         grep -q '^     cheapest change that fits: ' l8.plan || diag "$(tail -3 l8.plan)"
+else
+    skip_or_fail cuda "GPU plans of an offloaded optimizer: this build has no CUDA op table (configure --with-cuda)"
 fi
 
 # the planner's arithmetic is the run's: a category that saturates keeps
