@@ -97,7 +97,7 @@ static int bench(const char *preset, sr_model_dims d, int threads, int steps, bo
             fprintf(stderr, "bench: %s\n", sr_error_message());
             return 69;
         }
-        ops = sr_device_ops(dev, SR_DT_F32);
+        ops = sr_device_ops(dev, SR_DT_F32, false);
     } else {
         dev = sr_dev_cpu_open();
     }

@@ -94,6 +94,16 @@ __device__ inline void sr_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_
 #define SR_SHARED(T, name, n) __shared__ T name[n]
 #endif
 
+/* A planted bug of the mutation suite (tests/mutants.sh): true when the
+ * emulator's CUDAEMU_MUTATE is src:NAME, so a kernel can carry a named
+ * wrong variant of one line that only the emulator turns on; false under
+ * nvcc, where it folds away. */
+#ifdef SR_CUDAEMU
+#define SR_MUTANT(name) (strcmp(cudaemu_mutation(#name, NULL), "src") == 0)
+#else
+#define SR_MUTANT(name) false
+#endif
+
 /* ---- reductions in a fixed order --------------------------------------- */
 
 template <typename A> __device__ inline A sr_warp_sum(A v) {

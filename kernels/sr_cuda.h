@@ -60,9 +60,10 @@ int sr_cuda_launch_end(cudaStream_t stream, int rc);
 
 /* Workspace bytes the launchers below need for B sequences of T tokens of
  * C channels with NH heads (the maximum over every op; one op runs at a
- * time on a stream, so they share it).  `sort_bytes` is what the encoder's
+ * time on a stream, so they share it); `flash`: attention is flash.cu's
+ * (no score gradient: sr_cuda_flash_ws_bytes).  `sort_bytes` is what the encoder's
  * radix sort asked for (sr_cuda_sort_bytes; 0 before it is known). */
-size_t sr_cuda_ws_bytes(int B, int T, int C, int NH, size_t sort_bytes);
+size_t sr_cuda_ws_bytes(int B, int T, int C, int NH, size_t sort_bytes, int flash);
 /* The attention backward's part of the workspace: one sequence's score
  * gradient [NH, T, T] at its start, this many bytes (rounded up to 256);
  * grouped-query attention's two [T, C] buffers (expanded heads, per-head
@@ -169,6 +170,18 @@ int sr_k_probe(cudaStream_t s, int what, const void *in0, const void *in1, const
  * on the tensor cores; M and N multiples of 64, K of 32 (else
  * cudaErrorInvalidValue). */
 int sr_k_tile_gemm_bf16(cudaStream_t s, float *C, const void *A, const void *B, int M, int N, int K);
+
+/* flash.cu: causal attention of ops.h's grouped-query layout, bf16, head
+ * dim hs = 64 and NH a multiple of NKV (else cudaErrorInvalidValue),
+ * never writing a T x T matrix.  Forward: out[B, T, NH hs] and lse[B, NH,
+ * T] (f32, the log-sum-exp of each row's scaled scores: what the backward
+ * keeps).  Backward: dqkv += the gradient, from dout, the forward's out
+ * and lse and qkv, deterministic (no atomics); ws holds
+ * sr_cuda_flash_ws_bytes(B, T, NH) (the row statistic D). */
+int sr_k_flash_forward(cudaStream_t s, void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV, int hs);
+int sr_k_flash_backward(cudaStream_t s, void *dqkv, const void *dout, const void *out, const void *qkv,
+                        const float *lse, int B, int T, int NH, int NKV, int hs, float *ws);
+size_t sr_cuda_flash_ws_bytes(int B, int T, int NH);
 
 #ifdef __cplusplus
 }

@@ -32,6 +32,8 @@
 #include "yamlload.h"
 
 static const char *const recompute_names[] = {"none", "blocks", NULL};
+/* indexed by SR_ATTENTION_* (config.h) */
+static const char *const attention_names[] = {"auto", "flash", "materialized", NULL};
 static const char *const schedule_names[] = {"cosine", "linear", "constant", NULL};
 static const char *const backend_names[] = {"auto", "tcp", "nccl", NULL};
 /* indexed by sr_device_want */
@@ -66,6 +68,7 @@ const sr_key cfg_keys[] = {
  {"model.rope_scaling.original_max_position", T_INT, OFF(rope_original_max_position), NULL, 1, 16777216, NULL, "llama: Llama-3 scaling's original context length (original_max_position_embeddings; default: from the preset, 8192)"},
  {"model.tie_embeddings", T_BOOL, OFF(tie_embeddings), NULL, 0, 0, NULL, "llama: the LM head is the token embedding (true) or a matrix of its own (false); gpt2 is always tied (default: from the preset)"},
  {"model.recompute", T_ENUM, OFF(recompute), "none", 0, 0, recompute_names, "activation recomputation: none keeps every block's activations from forward to backward; blocks keeps only each block's input and recomputes the block's forward before its backward (about one more forward per step, activations L x B x T x n_embd x element size plus one block's and the root's; gradients bitwise equal to none)"},
+ {"model.attention", T_ENUM, OFF(attention), "auto", 0, 0, attention_names, "how the GPU computes attention: flash (kernels/flash.cu: never writes the T x T score matrix, keeps each row's log-sum-exp, B x n_head x T floats, per block; bf16 on the cuda table, head dimension n_embd / n_head = 64, n_head a multiple of n_kv_head; where it cannot run, 78 naming why), materialized (the scores and probabilities written, B x n_head x T x T per block, and cuBLASLt's GEMMs) or auto (flash where it can run, materialized otherwise: fp32 on the GPU and the CPU ops always materialize); not part of the model's shape: a checkpoint resumes under either"},
  {"model.init", T_STR, OFF(model_init), "\"\"", 0, 0, NULL, "start a fresh run (one with no checkpoint to resume) from pretrained weights: a Hugging Face directory (config.json with model.safetensors or a sharded model.safetensors.index.json, GPT-2 or Llama: the model keys the job does not set come from its config.json, and one that disagrees is refused), a .safetensors file with Hugging Face GPT-2 or Llama names (transformer. or model. prefix optional; f32, bf16 or f16) or an llm.c model file (GPT-2; version 3 fp32 or 5 bf16); the model keys must match its dims (a position embedding with more rows than seq_len gives its first seq_len); each rank reads only its shard, after the ranks have compared the file (size and a fingerprint: a different file on some node is refused), and every weight must be finite; empty = initialise from train.seed"},
  {"train.steps", T_INT, OFF(steps), "1000", 1, 1e12, NULL, "optimizer steps to train"},
  {"train.batch_size", T_INT, OFF(batch_size), "8", 1, 1048576, NULL, "sequences per optimizer step, all ranks together"},

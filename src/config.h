@@ -29,6 +29,9 @@ enum { SR_REQUEUE_EXIT, SR_REQUEUE_SCONTROL };
  * for its device table (sr_job_resolve_precision). */
 #define SR_MP_DTYPE_AUTO 2
 
+/* model.attention's values. */
+enum { SR_ATTENTION_AUTO, SR_ATTENTION_FLASH, SR_ATTENTION_MATERIALIZED };
+
 /* reshard_after_forward values: true, false, or N >= 2. */
 #define SR_RESHARD_TRUE (-1)
 #define SR_RESHARD_FALSE 0
@@ -41,7 +44,7 @@ typedef struct {
 
 typedef struct {
     /* model */
-    int64_t model_preset, recompute;
+    int64_t model_preset, recompute, attention;
     int64_t n_layer, n_head, n_embd, vocab_size, seq_len;
     /* the family and the Llama keys (for gpt2: n_kv_head = n_head,
      * ffn_dim = 4 n_embd, tied; the rest unused) */

@@ -80,8 +80,9 @@ void sr_dev_cuda_close(sr_dev *d);
 /* The CUDA stream behind stream s of a cuda table. */
 cudaStream_t sr_dev_cuda_stream(sr_dev *d, sr_stream s);
 
-/* The CUDA ops computing in f32 (exact mode) or bf16. */
-extern const sr_ops sr_ops_cuda_f32, sr_ops_cuda_bf16;
+/* The CUDA ops computing in f32 (exact mode) or bf16, materialized
+ * attention; and bf16 with flash attention (kernels/flash.cu). */
+extern const sr_ops sr_ops_cuda_f32, sr_ops_cuda_bf16, sr_ops_cuda_bf16_flash;
 
 /* The cuBLASLt key of a row-major GEMM: D[M,N] (ld ldd, batch stride sD) =
  * op(A)[M,K] (ld lda, sA) op(B)[K,N] (ld ldb, sB), ta/tb 1 = transposed.

@@ -62,6 +62,7 @@ const sr_cudamod sr_cuda_module = {
     .close = sr_dev_cuda_close,
     .ops_f32 = &sr_ops_cuda_f32,
     .ops_bf16 = &sr_ops_cuda_bf16,
+    .ops_bf16_flash = &sr_ops_cuda_bf16_flash,
 #ifdef SR_HAVE_NCCL
     .nccl = &sr_nccl_cuda_impl,
 #endif

@@ -44,7 +44,7 @@
 /* The environment variable that names the module (shardrun(1)). */
 #define SR_CUDAMOD_ENV "SHARDRUN_CUDA_MODULE"
 /* The table's interface number: bumped when sr_cudamod changes shape. */
-#define SR_CUDAMOD_INTERFACE 2
+#define SR_CUDAMOD_INTERFACE 3
 
 /* What the module hands the program.  The NCCL entries are NULL in a
  * module built without NCCL. */
@@ -65,6 +65,7 @@ typedef struct sr_cudamod {
     sr_status (*open_dry)(sr_dev **out);
     void (*close)(sr_dev *d);
     const sr_ops *ops_f32, *ops_bf16;
+    const sr_ops *ops_bf16_flash; /* bf16 with flash attention (model.attention) */
     /* The NCCL plane (an sr_nccl_impl of comm_nccl.h, which dispatches to
      * it), NULL in a module built without NCCL: typed there, above this
      * layer. */

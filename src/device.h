@@ -276,13 +276,15 @@ void sr_dev_io_free(sr_dev *d, void *p);
  * compute in fp32, and a fake-device run stays bitwise a CPU run). */
 sr_dtype sr_device_auto_dtype(bool cuda_table);
 /* The op table that computes on `d` in `param_dtype`: the CPU ops (f32) on
- * the cpu and fake tables, the CUDA ops of that dtype on the cuda table. */
-const struct sr_ops *sr_device_ops(const sr_dev *d, sr_dtype param_dtype);
+ * the cpu and fake tables, the CUDA ops of that dtype on the cuda table
+ * (bf16 with flash attention when `flash`: job.h sr_job_attention
+ * decides; ignored elsewhere). */
+const struct sr_ops *sr_device_ops(const sr_dev *d, sr_dtype param_dtype, bool flash);
 /* The op table a run would use on a GPU (gpu true) or on the CPU, without
  * opening a device (`shardrun plan`; a GPU's loads the CUDA module,
  * cudamod.h); NULL with the message set for a GPU when the module does not
  * load or the build has no CUDA. */
-const struct sr_ops *sr_device_plan_ops(bool gpu, sr_dtype param_dtype);
+const struct sr_ops *sr_device_plan_ops(bool gpu, sr_dtype param_dtype, bool flash);
 void sr_device_close(sr_dev *d);
 /* The cpu and fake tables themselves, for tests (sr_device_close frees
  * them too).  NULL when out of memory. */

@@ -196,21 +196,26 @@ sr_status sr_device_open_dry(sr_dev **out) {
 
 sr_dtype sr_device_auto_dtype(bool cuda_table) { return cuda_table ? SR_DT_BF16 : SR_DT_F32; }
 
-const sr_ops *sr_device_ops(const sr_dev *d, sr_dtype param_dtype) {
-    /* (a cuda table exists only when the module opened it) */
-    const sr_cudamod *m = d && d->kind == SR_DEV_CUDA ? sr_cudamod_loaded() : NULL;
-    if (m)
-        return param_dtype == SR_DT_BF16 ? m->ops_bf16 : m->ops_f32;
-    return &sr_ops_cpu;
+/* The module's table of a dtype (flash: bf16 with flash attention). */
+static const sr_ops *module_ops(const sr_cudamod *m, sr_dtype param_dtype, bool flash) {
+    if (param_dtype != SR_DT_BF16)
+        return m->ops_f32;
+    return flash ? m->ops_bf16_flash : m->ops_bf16;
 }
 
-const sr_ops *sr_device_plan_ops(bool gpu, sr_dtype param_dtype) {
+const sr_ops *sr_device_ops(const sr_dev *d, sr_dtype param_dtype, bool flash) {
+    /* (a cuda table exists only when the module opened it) */
+    const sr_cudamod *m = d && d->kind == SR_DEV_CUDA ? sr_cudamod_loaded() : NULL;
+    return m ? module_ops(m, param_dtype, flash) : &sr_ops_cpu;
+}
+
+const sr_ops *sr_device_plan_ops(bool gpu, sr_dtype param_dtype, bool flash) {
     if (!gpu)
         return &sr_ops_cpu;
     const sr_cudamod *m;
     if (sr_cudamod_get(&m) != SR_OK)
         return NULL;
-    return param_dtype == SR_DT_BF16 ? m->ops_bf16 : m->ops_f32;
+    return module_ops(m, param_dtype, flash);
 }
 
 void sr_device_close(sr_dev *d) {

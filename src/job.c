@@ -229,13 +229,42 @@ static sr_status check_cpu_run(const sr_config *cfg) {
     return SR_OK;
 }
 
+sr_status sr_job_attention(const sr_config *cfg, bool cuda_table, bool *flash) {
+    const char *why = NULL;
+    char buf[160];
+    int64_t NH = cfg->n_head, NKV = cfg->n_kv_head > 0 ? cfg->n_kv_head : NH, hs = NH > 0 ? cfg->n_embd / NH : 0;
+    if (!cuda_table)
+        why = "the job trains on the CPU, whose ops materialize attention (flash attention is the cuda table's)";
+    else if (cfg->param_dtype != SR_DT_BF16)
+        why = "sharding.mixed_precision.param_dtype is fp32: the exact mode keeps materialized attention as its "
+              "reference (flash attention computes in bf16)";
+    else if (hs != 64)
+        why = (snprintf(buf, sizeof buf, "the head dimension is %lld (n_embd / n_head); flash attention's is 64",
+                        (long long)hs),
+               buf);
+    else if (NKV <= 0 || NH % NKV)
+        why = (snprintf(buf, sizeof buf, "n_head %lld is not a multiple of n_kv_head %lld", (long long)NH,
+                        (long long)NKV),
+               buf);
+    *flash = !why && cfg->attention != SR_ATTENTION_MATERIALIZED;
+    if (why && cfg->attention == SR_ATTENTION_FLASH)
+        return at_key(cfg, "model.attention",
+                      "model.attention is flash, which cannot run here: %s (hint: model.attention: auto picks flash "
+                      "where it runs and materialized elsewhere)",
+                      why);
+    return SR_OK;
+}
+
 sr_status sr_job_check(sr_config *cfg, int ranks, int rank, const sr_dev *dev, sr_mesh *mesh, bool *param_auto) {
     sr_status st = sr_job_check_world(cfg, ranks, rank, mesh);
     if (st != SR_OK || !dev)
         return st;
-    bool automatic = sr_job_resolve_precision(cfg, dev->kind == SR_DEV_CUDA);
+    bool automatic = sr_job_resolve_precision(cfg, dev->kind == SR_DEV_CUDA), flash;
     if (param_auto)
         *param_auto = automatic;
+    st = sr_job_attention(cfg, dev->kind == SR_DEV_CUDA, &flash);
+    if (st != SR_OK)
+        return st;
     st = dev->kind == SR_DEV_CUDA ? check_gpu_run(cfg, ranks) : check_cpu_run(cfg);
     return st == SR_OK ? check_offload(cfg, dev->separate_memory) : st;
 }

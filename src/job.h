@@ -67,12 +67,22 @@ bool sr_job_resolve_precision(sr_config *cfg, bool cuda_table);
  * key was set. */
 sr_status sr_job_check_world(const sr_config *cfg, int ranks, int rank, sr_mesh *mesh);
 
+/* model.attention resolved for a run on (or a plan for) the cuda table
+ * (cuda_table) or not, param_dtype resolved: *flash is whether attention
+ * runs as flash attention (the cuda table in bf16, head dimension n_embd
+ * / n_head = 64, n_head a multiple of n_kv_head; auto or flash there,
+ * materialized elsewhere or when the job says so).  SR_ERR_CONFIG (78)
+ * at the key's place naming why when the job says flash and it cannot
+ * run. */
+sr_status sr_job_attention(const sr_config *cfg, bool cuda_table, bool *flash);
+
 /* The job checks of a run, in one entry: the world-size rules above; with
  * the run's table `dev` (NULL before one is open: `config check`, `plan`)
  * also sharding.mixed_precision's auto resolved for it (*param_auto, may be
  * NULL, says whether param_dtype was auto), what a GPU run refuses
  * (comm.backend nccl in a build without NCCL, comm.backend tcp with more
- * than one rank) or a CPU run (comm.backend nccl), and sharding.offload.*
+ * than one rank) or a CPU run (comm.backend nccl), model.attention
+ * (sr_job_attention), and sharding.offload.*
  * (a table with separate memory; grads or params need optimizer; an
  * explicit grads: false beside optimizer: true is refused).  SR_ERR_CONFIG
  * with the key's file:line:col and why. */

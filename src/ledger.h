@@ -100,7 +100,9 @@ typedef struct {
     X(loss_sum, SR_LF_CLASSIFIER)                                                                                      \
     X(spin, SR_LF_OTHER)                                                                                               \
     X(probe, SR_LF_OTHER)                                                                                              \
-    X(tile_gemm, SR_LF_GEMM_LINEAR)
+    X(tile_gemm, SR_LF_GEMM_LINEAR)                                                                                    \
+    X(flash_forward, SR_LF_GEMM_ATTENTION)                                                                             \
+    X(flash_backward, SR_LF_GEMM_ATTENTION)
 enum {
 #define SR_LEDGER_ENUM(n, f) SR_LEDGER_L_##n,
     SR_LEDGER_LAUNCHERS(SR_LEDGER_ENUM)
@@ -168,6 +170,12 @@ sr_ledger_cost sr_lc_swiglu(int N, int F, int es, bool backward);
 sr_ledger_cost sr_lc_adamw(size_t n);
 /* tile_gemm.cu's C[M, N] (f32) = A[M, K] B[N, K]^T (bf16) */
 sr_ledger_cost sr_lc_tile_gemm(int M, int N, int K);
+/* flash.cu's attention of B sequences of T tokens, NH query and NKV
+ * key/value heads of hs: the FLOPs its tensor cores execute over the
+ * causal half (forward: S and P V; backward: S and dP in each of its two
+ * kernels, dV, dK and dQ) and the HBM bytes of its inputs and outputs
+ * (no T x T matrix: the LSE and the row statistic D, f32, per row). */
+sr_ledger_cost sr_lc_flash(int B, int T, int NH, int NKV, int hs, bool backward);
 
 /* The roofline bound of every row of `l` at `gemm_tflops` (a GEMM's: its
  * FLOPs or its bytes, whichever takes longer) and `hbm_tbps` (every

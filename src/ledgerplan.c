@@ -56,7 +56,10 @@ static sr_status rank_steps(rank_arg *a, sr_dev *dev) {
     sr_status st = sr_job_init(&job, cfg);
     if (st == SR_OK)
         st = sr_job_check_world(cfg, a->ranks, a->rank, &mesh);
-    const sr_ops *ops = sr_device_ops(dev, (sr_dtype)cfg->param_dtype);
+    bool flash = false;
+    if (st == SR_OK)
+        st = sr_job_attention(cfg, true, &flash);
+    const sr_ops *ops = sr_device_ops(dev, (sr_dtype)cfg->param_dtype, flash);
     if (st == SR_OK) {
         st = sr_model_init(&m, sr_job_model_dims(cfg, a->T), ops, dev, a->mb, false);
         model_ok = true;
@@ -295,12 +298,15 @@ sr_status sr_ledgerplan_run(const sr_config *cfg, int ranks, const sr_ledgerplan
                         "plan --ledger: sharding.offload.optimizer is true: the optimizer's step runs on "
                         "the host, outside the GPU's ledger (hint: --set "
                         "sharding.offload.optimizer=false counts the device step)");
-    if (!sr_device_plan_ops(true, (sr_dtype)cfg->param_dtype))
+    sr_status st = sr_job_attention(cfg, true, &p->flash);
+    if (st != SR_OK)
+        return st;
+    if (!sr_device_plan_ops(true, (sr_dtype)cfg->param_dtype, p->flash))
         return sr_error_wrap(SR_ERR_CONFIG, "plan --ledger: the GPU's operations are counted by the CUDA back end");
     if (ranks < 1 || ranks > SR_LEDGER_MAX_RANKS)
         return sr_error(SR_ERR_CONFIG, "plan --ledger: %d ranks: the ledger counts 1 to %d (one thread each)", ranks,
                         SR_LEDGER_MAX_RANKS);
-    sr_status st = sr_job_check_world(cfg, ranks, 0, NULL);
+    st = sr_job_check_world(cfg, ranks, 0, NULL);
     if (st != SR_OK)
         return st;
     p->ranks = ranks;
@@ -316,7 +322,7 @@ sr_status sr_ledgerplan_run(const sr_config *cfg, int ranks, const sr_ledgerplan
     for (int f = 0; f < SR_LF_COUNT; f++)
         p->predicted_s += p->efficiency[f] > 0 ? p->l.fam[f].bound_s / p->efficiency[f] : p->l.fam[f].bound_s;
     sr_model_dims d = sr_job_model_dims(cfg, p->T);
-    const sr_ops *ops = sr_device_plan_ops(true, (sr_dtype)cfg->param_dtype);
+    const sr_ops *ops = sr_device_plan_ops(true, (sr_dtype)cfg->param_dtype, p->flash);
     p->saved_block_bytes = ops ? sr_model_largest_saved(&d, ops, p->mb, &p->saved_name) : 0;
     p->saved_blocks = cfg->recompute == SR_RECOMPUTE_BLOCKS ? 1 : d.L;
     p->peak_saved_bytes = p->saved_block_bytes * (size_t)p->saved_blocks;
@@ -391,6 +397,8 @@ sr_status sr_ledgerplan_json(const sr_ledgerplan *p, FILE *out) {
                           "saved_activation", p->saved_name ? p->saved_name : "", "saved_blocks",
                           (json_int_t)p->saved_blocks, "ranks", p->ranks, "micro_batch", p->mb, "accum_steps", p->accum,
                           "seq_len", p->T, "gemm_tflops", p->gemm_tflops, "hbm_tbps", p->hbm_tbps);
+    if (o)
+        json_object_set_new(o, "attention", json_string(p->flash ? "flash" : "materialized"));
     if (o && p->calibrated)
         json_object_set_new(o, "predicted_ms", json_real(p->predicted_s * 1e3));
     char *text = o ? json_dumps(o, JSON_PRESERVE_ORDER) : NULL;

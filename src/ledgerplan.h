@@ -54,6 +54,7 @@ typedef struct {
     const char *saved_name;
     size_t saved_block_bytes, peak_saved_bytes;
     int saved_blocks;
+    bool flash; /* attention is flash attention (job.h sr_job_attention) */
 } sr_ledgerplan;
 
 /* Counts one optimizer step (the second: the first sets up) of cfg

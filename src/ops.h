@@ -47,11 +47,14 @@ typedef struct sr_ops {
                             int N, int C, int OC);
     /* qkv[B,T,3C] (q, k, v each C wide, heads contiguous) -> out[B,T,C];
      * saves what the backward needs in `att`, attention_save_bytes(B, T, NH)
-     * bytes that the op owns the layout of (the CPU op: the causal softmax
-     * [B,NH,T,T], zero above the diagonal). */
+     * bytes that the op owns the layout of (the CPU op and materialized
+     * attention: the causal softmax [B,NH,T,T], zero above the diagonal;
+     * flash attention: the log-sum-exp of each row, [B,NH,T] f32).  The
+     * backward is also given `out`, the forward's output (flash attention
+     * reads it for rowsum(dout o out); the others ignore it). */
     void (*attention_forward)(void *out, void *att, const void *qkv, int B, int T, int C, int NH);
-    void (*attention_backward)(void *dqkv, const void *dout, const void *qkv, const void *att, int B, int T, int C,
-                               int NH);
+    void (*attention_backward)(void *dqkv, const void *dout, const void *out, const void *qkv, const void *att, int B,
+                               int T, int C, int NH);
     /* Bytes attention_forward saves per layer for B sequences of T tokens
      * (gqa_attention_forward saves the same for its NH query heads). */
     size_t (*attention_save_bytes)(int B, int T, int NH);
@@ -106,8 +109,8 @@ typedef struct sr_ops {
      * accumulates into dqkv, each key/value head's gradient summed over its
      * query heads in head order. */
     void (*gqa_attention_forward)(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV, int hs);
-    void (*gqa_attention_backward)(void *dqkv, const void *dout, const void *qkv, const void *att, int B, int T, int NH,
-                                   int NKV, int hs);
+    void (*gqa_attention_backward)(void *dqkv, const void *dout, const void *out, const void *qkv, const void *att,
+                                   int B, int T, int NH, int NKV, int hs);
     /* Scratch the ops need for micro-batches of B sequences (NULL: none):
      * workspace_bytes says how much, and bind_workspace hands the calling
      * thread's ops a buffer of at least that many bytes in the table's

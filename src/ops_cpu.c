@@ -664,8 +664,9 @@ static void gqa_attention_forward_t(void *out, void *att, const void *qkv, int B
     gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hs);
 }
 
-static void gqa_attention_backward_t(void *dqkv, const void *dout, const void *qkv, const void *att, int B, int T,
-                                     int NH, int NKV, int hs) {
+static void gqa_attention_backward_t(void *dqkv, const void *dout, const void *out, const void *qkv, const void *att,
+                                     int B, int T, int NH, int NKV, int hs) {
+    (void)out; /* (flash attention's; the saved probabilities suffice here) */
     gqa_attention_backward(dqkv, dout, qkv, att, B, T, NH, NKV, hs);
 }
 
@@ -740,8 +741,9 @@ static void matmul_backward_t(void *dinp, float *dw, float *dbias, const void *d
 static void attention_forward_t(void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
     attention_forward(out, att, qkv, B, T, C, NH);
 }
-static void attention_backward_t(void *dqkv, const void *dout, const void *qkv, const void *att, int B, int T, int C,
-                                 int NH) {
+static void attention_backward_t(void *dqkv, const void *dout, const void *out, const void *qkv, const void *att, int B,
+                                 int T, int C, int NH) {
+    (void)out;
     attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
 }
 static void gelu_forward_t(void *out, const void *inp, size_t n) { gelu_forward(out, inp, n); }

@@ -5,7 +5,9 @@
  * thread's context (sr_cuda_bind).  Row-major tensors meet column-major
  * cuBLASLt by the usual identity: row-major C = op(A) op(B) is column-major
  * C^T = op(B)^T op(A)^T, so a row-major GEMM (M, N, K) is the column-major
- * GEMM (N, M, K) with A and B swapped (rm_gemm).  Attention is materialized
+ * GEMM (N, M, K) with A and B swapped (rm_gemm).  Attention is flash
+ * attention in the third table (sr_ops_cuda_bf16_flash: kernels/flash.cu,
+ * one launch per layer, the rows' log-sum-exps saved), or materialized
  * (doc/ARCHITECTURE.md §3c): per sequence, a strided-batched GEMM over
  * the heads for the scores (scale folded into alpha), the causal softmax
  * kernel over every row at once, a second batched GEMM for the values
@@ -352,6 +354,27 @@ static void gqa_backward(int bf16, void *dqkv, const void *dout, const void *qkv
     }
 }
 
+/* Flash attention (kernels/flash.cu; the bf16 flash table): one launch
+ * per layer over every sequence and head, `att` the rows' log-sum-exps
+ * [B, NH, T] (f32); the backward reads the forward's output for its row
+ * statistic, kept in the workspace (sr_cuda_flash_ws_bytes). */
+static void flash_forward(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV, int hs) {
+    sr_cuda_ctx *c = ctx();
+    if (c)
+        done(c, sr_k_flash_forward(c->stream, out, (float *)att, qkv, B, T, NH, NKV, hs), "attention_forward (flash)",
+             "B=%d T=%d NH=%d NKV=%d hs=%d", B, T, NH, NKV, hs);
+}
+
+static void flash_backward(void *dqkv, const void *dout, const void *out, const void *qkv, const void *att, int B, int T,
+                           int NH, int NKV, int hs) {
+    sr_cuda_ctx *c = ctx_ws("attention_backward");
+    if (c)
+        done(c,
+             sr_k_flash_backward(c->stream, dqkv, dout, out, qkv, (const float *)att, B, T, NH, NKV, hs,
+                                 (float *)c->ws),
+             "attention_backward (flash)", "B=%d T=%d NH=%d NKV=%d hs=%d", B, T, NH, NKV, hs);
+}
+
 static void attention_forward(int bf16, void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
     gqa_forward(bf16, out, att, qkv, B, T, NH, NH, C / NH);
 }
@@ -428,8 +451,9 @@ static void crossentropy_backward(int bf16, void *logits, const float *lse, cons
 }
 
 static size_t attention_save(int bf16, int B, int T, int NH) { return (size_t)B * NH * T * T * es(bf16); }
+static size_t flash_save(int B, int T, int NH) { return (size_t)B * NH * T * sizeof(float); }
 
-static size_t workspace_bytes(int B, int T, int C, int NH) {
+static size_t workspace(int flash, int B, int T, int C, int NH) {
     size_t sort = 0;
     if (sr_cuda_sort_bytes((size_t)B * T, &sort) != 0) {
         (void)cudaGetLastError(); /* no GPU here (a plan): the estimate */
@@ -437,8 +461,10 @@ static size_t workspace_bytes(int B, int T, int C, int NH) {
     }
     if (sr_cuda_bound())
         sr_cuda_bound()->sort_bytes = sort;
-    return sr_cuda_ws_bytes(B, T, C, NH, sort);
+    return sr_cuda_ws_bytes(B, T, C, NH, sort, flash);
 }
+static size_t workspace_bytes(int B, int T, int C, int NH) { return workspace(0, B, T, C, NH); }
+static size_t flash_workspace_bytes(int B, int T, int C, int NH) { return workspace(1, B, T, C, NH); }
 
 static void bind_workspace(void *ws, size_t bytes) {
     sr_cuda_ctx *c = ctx();
@@ -476,8 +502,9 @@ static void bind_workspace(void *ws, size_t bytes) {
     static void attention_forward_##SUF(void *o, void *a, const void *q, int B, int T, int C, int NH) {                \
         attention_forward(BF, o, a, q, B, T, C, NH);                                                                   \
     }                                                                                                                  \
-    static void attention_backward_##SUF(void *dq, const void *d, const void *q, const void *a, int B, int T, int C,   \
-                                         int NH) {                                                                     \
+    static void attention_backward_##SUF(void *dq, const void *d, const void *o, const void *q, const void *a, int B,  \
+                                         int T, int C, int NH) {                                                       \
+        (void)o;                                                                                                       \
         attention_backward(BF, dq, d, q, a, B, T, C, NH);                                                              \
     }                                                                                                                  \
     static size_t attention_save_##SUF(int B, int T, int NH) { return attention_save(BF, B, T, NH); }                  \
@@ -501,8 +528,9 @@ static void bind_workspace(void *ws, size_t bytes) {
     static void gqa_forward_##SUF(void *o, void *a, const void *q, int B, int T, int NH, int NKV, int hs) {            \
         gqa_forward(BF, o, a, q, B, T, NH, NKV, hs);                                                                   \
     }                                                                                                                  \
-    static void gqa_backward_##SUF(void *dq, const void *d, const void *q, const void *a, int B, int T, int NH,        \
-                                   int NKV, int hs) {                                                                  \
+    static void gqa_backward_##SUF(void *dq, const void *d, const void *o, const void *q, const void *a, int B, int T,  \
+                                   int NH, int NKV, int hs) {                                                          \
+        (void)o;                                                                                                       \
         gqa_backward(BF, dq, d, q, a, B, T, NH, NKV, hs);                                                              \
     }                                                                                                                  \
     static void gelu_forward_##SUF(void *o, const void *i, size_t n) { gelu_forward(BF, o, i, n); }                    \
@@ -550,3 +578,42 @@ static void bind_workspace(void *ws, size_t bytes) {
 
 TABLE(f32, 0)
 TABLE(bf16, 1)
+
+/* The bf16 table with flash attention (model.attention, ARCHITECTURE
+ * §3c): the same ops but attention's, its saved bytes and workspace. */
+static void flash_forward_mha(void *o, void *a, const void *q, int B, int T, int C, int NH) {
+    flash_forward(o, a, q, B, T, NH, NH, C / NH);
+}
+static void flash_backward_mha(void *dq, const void *d, const void *o, const void *q, const void *a, int B, int T,
+                               int C, int NH) {
+    flash_backward(dq, d, o, q, a, B, T, NH, NH, C / NH);
+}
+const sr_ops sr_ops_cuda_bf16_flash = {
+    .name = "cuda-bf16-flash",
+    .act = SR_DT_BF16,
+    .encoder_forward = encoder_forward_bf16,
+    .encoder_backward = encoder_backward_bf16,
+    .layernorm_forward = layernorm_forward_bf16,
+    .layernorm_backward = layernorm_backward_bf16,
+    .matmul_forward = matmul_forward_bf16,
+    .matmul_backward = matmul_backward_bf16,
+    .attention_forward = flash_forward_mha,
+    .attention_backward = flash_backward_mha,
+    .attention_save_bytes = flash_save,
+    .gelu_forward = gelu_forward_bf16,
+    .gelu_backward = gelu_backward_bf16,
+    .residual_forward = residual_forward_bf16,
+    .crossentropy_forward = crossentropy_forward_bf16,
+    .crossentropy_backward = crossentropy_backward_bf16,
+    .rmsnorm_forward = rmsnorm_forward_bf16,
+    .rmsnorm_backward = rmsnorm_backward_bf16,
+    .rope_forward = rope_forward_bf16,
+    .rope_backward = rope_backward_bf16,
+    .swiglu_forward = swiglu_forward_bf16,
+    .swiglu_backward = swiglu_backward_bf16,
+    .gqa_attention_forward = flash_forward,
+    .gqa_attention_backward = flash_backward,
+    .workspace_bytes = flash_workspace_bytes,
+    .bind_workspace = bind_workspace,
+    .take_error = take_error,
+};

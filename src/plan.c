@@ -62,6 +62,7 @@ typedef struct {
     bool gpu, fake, separate;
     sr_dev_kind kind;                                   /* the table planned for */
     bool param_auto;                                    /* param_dtype was auto (sr_job_resolve_precision) */
+    bool flash;                                         /* attention is flash attention (sr_job_attention) */
     double device_bytes, host_bytes, disk_mbps, tflops; /* resolved */
     const char *device_how, *host_how, *disk_how;
     char tflops_how[256];
@@ -191,7 +192,7 @@ static sr_status plan_memory(const plan_ctx *x, const sr_config *cfg, int ranks,
     r->threads = cfg->threads > 0 ? (int)cfg->threads : (int)(cores > r->per_node ? cores / r->per_node : 1);
     r->mb = (int)sr_config_micro_batch(cfg, ranks);
     r->accum = (int)sr_config_accum_steps(cfg, ranks);
-    const sr_ops *ops = sr_device_plan_ops(x->gpu, (sr_dtype)cfg->param_dtype);
+    const sr_ops *ops = sr_device_plan_ops(x->gpu, (sr_dtype)cfg->param_dtype, x->flash);
     sr_job job;
     st = sr_job_init(&job, cfg);
     if (st == SR_OK)
@@ -301,7 +302,7 @@ static void print_one(const plan_ctx *x, const sr_config *cfg, const char *job, 
             sr_model_dims_text(&d, dims, sizeof dims));
     fprintf(out,
             "  %d rank%s on %s (%d per node, %d thread%s each): mesh shard %d x replicate %d; batch %lld = %d x "
-            "micro_batch %d x %d accumulation step%s; param %s%s, reduce %s\n",
+            "micro_batch %d x %d accumulation step%s; param %s%s, reduce %s; attention %s\n",
             r->ranks, r->ranks == 1 ? "" : "s",
             x->gpu    ? "GPUs"
             : x->fake ? "the fake device (test hook)"
@@ -310,7 +311,8 @@ static void print_one(const plan_ctx *x, const sr_config *cfg, const char *job, 
             r->ranks, r->mb, r->accum, r->accum == 1 ? "" : "s",
             sr_config_enum_name("sharding.mixed_precision.param_dtype", cfg->param_dtype),
             x->param_auto ? " (auto)" : "",
-            sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype));
+            sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype),
+            x->flash ? "flash" : "materialized");
     fprintf(out, "memory per rank, as the run accounts it (rank 0; bytes exact for the persistent categories):\n");
     fprintf(out, "  %-14s %-7s %15s %12s\n", "category", "space", "bytes", "MiB");
     for (int k = 0; k < SR_MEM_NCAT; k++) {
@@ -371,14 +373,17 @@ static void print_one(const plan_ctx *x, const sr_config *cfg, const char *job, 
 
 static void print_table_head(const plan_ctx *x, const sr_config *cfg, const char *job, FILE *out) {
     fprintf(
-        out, "plan: %s: model %s (n_layer %lld, n_embd %lld, seq_len %lld), batch %lld, on %s; param %s%s, reduce %s\n",
+        out,
+        "plan: %s: model %s (n_layer %lld, n_embd %lld, seq_len %lld), batch %lld, on %s; param %s%s, reduce %s; "
+        "attention %s\n",
         job, sr_config_enum_name("model.preset", cfg->model_preset), (long long)cfg->n_layer, (long long)cfg->n_embd,
         (long long)cfg->seq_len, (long long)cfg->batch_size,
         x->gpu    ? "GPUs"
         : x->fake ? "the fake device (test hook)"
                   : "CPUs",
         sr_config_enum_name("sharding.mixed_precision.param_dtype", cfg->param_dtype), x->param_auto ? " (auto)" : "",
-        sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype));
+        sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype),
+        x->flash ? "flash" : "materialized");
     fprintf(out, "%6s %4s %5s %12s %12s %12s %5s %12s %10s %12s %8s %8s\n", "ranks", "mb", "accum", "host/rank",
             "device/rank", "shards", "fits", "tokens/s", "step_s", "ckpt/rank", "save_s", "signal");
 }
@@ -411,10 +416,11 @@ static sr_status plan_ledger(const sr_config *cfg, const char *job, const sr_pla
         return st != SR_OK ? st : sr_ledgerplan_json(&lp, out);
     char name[1300], dims[512];
     sr_model_dims d = sr_job_model_dims(cfg, (int)cfg->seq_len);
-    fprintf(out, "plan: %s: model %s: %s; param %s, reduce %s\n", job, sr_config_model_name(cfg, name, sizeof name),
-            sr_model_dims_text(&d, dims, sizeof dims),
+    fprintf(out, "plan: %s: model %s: %s; param %s, reduce %s; attention %s\n", job,
+            sr_config_model_name(cfg, name, sizeof name), sr_model_dims_text(&d, dims, sizeof dims),
             sr_config_enum_name("sharding.mixed_precision.param_dtype", cfg->param_dtype),
-            sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype));
+            sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype),
+            lp.flash ? "flash" : "materialized");
     sr_ledgerplan_print(&lp, out);
     return SR_OK;
 }
@@ -431,9 +437,12 @@ sr_status sr_plan_run(const sr_config *job_cfg, const char *job, const sr_plan_o
     sr_config resolved = *job_cfg; /* the job with its auto dtypes resolved as the run would */
     x.param_auto = sr_job_resolve_precision(&resolved, x.gpu);
     const sr_config *cfg = &resolved;
+    sr_status ast = sr_job_attention(cfg, x.gpu, &x.flash);
+    if (ast != SR_OK)
+        return ast;
     if (o->ledger)
         return plan_ledger(cfg, job, o, out);
-    if (x.gpu && !sr_device_plan_ops(true, (sr_dtype)cfg->param_dtype))
+    if (x.gpu && !sr_device_plan_ops(true, (sr_dtype)cfg->param_dtype, x.flash))
         return sr_error_wrap(SR_ERR_CONFIG, "plan: a GPU plan (%s; without it a CPU plan) needs the CUDA op table",
                              o->gpus_per_node > 0 ? "--gpus-per-node" : "device: cuda");
     x.device_bytes = o->device_mem_gib > 0 ? o->device_mem_gib * GIB : (double)SR_DEVICE_ASSUMED_BYTES;

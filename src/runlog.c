@@ -125,9 +125,10 @@ void sr_run_banner(sr_run *r) {
     bench_counts(r, r->start.step > 0 ? "resume" : "startup", r->start.step);
     const sr_model_dims *d = &r->model.d;
     char model_name[1300], dims[512];
-    sr_log_info("model %s: %s (vocabulary padded to %d); %.2fM parameters; weights from %s",
+    sr_log_info("model %s: %s (vocabulary padded to %d); %.2fM parameters; weights from %s; attention %s%s",
                 sr_config_model_name(cfg, model_name, sizeof model_name), sr_model_dims_text(d, dims, sizeof dims),
-                d->Vp, (double)r->model.n_params_real / 1e6, r->weights);
+                d->Vp, (double)r->model.n_params_real / 1e6, r->weights, r->flash ? "flash" : "materialized",
+                cfg->attention == SR_ATTENTION_AUTO ? " (auto)" : "");
     sr_log_info("batch %lld sequence%s/step = %d rank%s x micro_batch %d x %d accumulation step%s; %lld step%s; "
                 "threads %d per rank (one OpenMP pool, OpenBLAS single-threaded)",
                 (long long)cfg->batch_size, cfg->batch_size == 1 ? "" : "s", w->size, w->size == 1 ? "" : "s", r->mb,
@@ -214,7 +215,7 @@ void sr_run_start_events(sr_run *r) {
     /* the run's configuration, as the report shows it */
     sr_metrics_event(
         r->metrics, "start", r->start.step,
-        json_pack("{sI sI si ss ss sI sI sI sI sI ss ss ss si si so so sb ss}", "restart", (json_int_t)restarts,
+        json_pack("{sI sI si ss ss sI sI sI sI sI ss ss ss si si so so sb ss ss}", "restart", (json_int_t)restarts,
                   "resume_step", (json_int_t)r->start.step, "world_size", r->w->size, "job_id", r->w->job_id, "preset",
                   sr_config_enum_name("model.preset", cfg->model_preset), "n_layer", (json_int_t)cfg->n_layer, "n_head",
                   (json_int_t)cfg->n_head, "n_embd", (json_int_t)cfg->n_embd, "seq_len", (json_int_t)cfg->seq_len,
@@ -224,7 +225,8 @@ void sr_run_start_events(sr_run *r) {
                   "mesh_shard", r->mesh.S, "mesh_replicate", r->mesh.R, "reshard_blocks",
                   reshard_json(cfg->reshard_blocks), "reshard_root", reshard_json(cfg->reshard_root),
                   "offload_optimizer", (int)cfg->offload_optimizer, "recompute",
-                  sr_config_enum_name("model.recompute", cfg->recompute)));
+                  sr_config_enum_name("model.recompute", cfg->recompute), "attention",
+                  r->flash ? "flash" : "materialized"));
     const char *from = sr_ckpt_resumed_from(r->ck);
     if (from)
         sr_metrics_event(r->metrics, "resume", r->start.step, json_pack("{ss}", "from", from));

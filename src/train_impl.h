@@ -35,6 +35,7 @@ typedef struct {
     sr_mesh mesh;
     sr_dev *dev;
     const sr_ops *ops; /* the op table computing on dev (sr_device_ops) */
+    bool flash;        /* attention is flash attention (sr_job_attention) */
     int threads, mb, accum, T;
     sr_data *train, *val;
     sr_tokenizer *tok;       /* data.tokenizer, or NULL */

@@ -291,8 +291,8 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     round_to(dq, (size_t)N * OC, bf16);
     float *dq0 = copy_of(dq, (size_t)N * OC);
     void *ddq = up(dq, (size_t)N * OC, bf16);
-    cpu->attention_backward(dq, dout, mo, att, B, T, C, NH);
-    o->attention_backward(ddq, ddout, dqkv_in, att_in, B, T, C, NH);
+    cpu->attention_backward(dq, dout, NULL, mo, att, B, T, C, NH);
+    o->attention_backward(ddq, ddout, NULL, dqkv_in, att_in, B, T, C, NH);
     check_added("attention_backward", ddq, dq, dq0, (size_t)N * OC, bf16, 1, t_ln);
 
     /* gelu, residual */
@@ -451,8 +451,8 @@ static void llama_ops_at(int bf16, int B, int T, int NH, int NKV, int hs, int F)
     round_to(dq, NW, bf16);
     float *dq0 = copy_of(dq, NW);
     void *ddq = up(dq, NW, bf16);
-    cpu->gqa_attention_backward(dq, dout, qkv, att, B, T, NH, NKV, hs);
-    o->gqa_attention_backward(ddq, ddout, dqkv_in, att_in, B, T, NH, NKV, hs);
+    cpu->gqa_attention_backward(dq, dout, NULL, qkv, att, B, T, NH, NKV, hs);
+    o->gqa_attention_backward(ddq, ddout, NULL, dqkv_in, att_in, B, T, NH, NKV, hs);
     check_added("gqa_attention_backward (q, k and v heads)", ddq, dq, dq0, NW, bf16, 1, t_ln);
     sr_status st = o->take_error();
     tap_ok(st == SR_OK, "%s Llama ops: no CUDA error (%s)", bf16 ? "bf16" : "f32",
@@ -460,6 +460,82 @@ static void llama_ops_at(int bf16, int B, int T, int NH, int NKV, int hs, int F)
     free(tok), free(wte), free(enc), free(gwte), free(gwte0);
     free(x), free(w), free(dout), free(y), free(rstd), free(gx), free(gw), free(gx0), free(gw0), free(cs), free(qkv);
     free(rq), free(rg), free(gu), free(so), free(sd), free(sg), free(sg0), free(att), free(ao), free(dq), free(dq0);
+}
+
+/* The reference log-sum-exp of every row's scaled, causal scores (in
+ * double, from the same bf16 inputs): flash attention's saved statistic
+ * has no counterpart in the CPU op. */
+static float *lse_ref(const float *qkv, int B, int T, int NH, int NKV, int hs) {
+    int W = (NH + 2 * NKV) * hs, R = NH / NKV;
+    float *l = malloc((size_t)B * NH * T * 4);
+    double *s = malloc((size_t)T * sizeof *s), scale = 1.0 / sqrt((double)hs);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float *q = qkv + ((size_t)b * T + t) * W + (size_t)h * hs;
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    const float *k = qkv + ((size_t)b * T + j) * W + (size_t)(NH + h / R) * hs;
+                    double d = 0;
+                    for (int i = 0; i < hs; i++)
+                        d += (double)q[i] * k[i];
+                    s[j] = d * scale;
+                    mx = fmax(mx, s[j]);
+                }
+                for (int j = 0; j <= t; j++)
+                    sum += exp(s[j] - mx);
+                l[((size_t)b * NH + h) * T + t] = (float)(mx + log(sum));
+            }
+    free(s);
+    return l;
+}
+
+/* Flash attention (the bf16 flash table, kernels/flash.cu) at B sequences
+ * of T tokens, NH query heads on NKV key/value heads of 64 (through the
+ * GPT-2 entry when NKV == NH and `mha`), against the CPU op on the same
+ * bf16 inputs: the output and the rows' log-sum-exps written into NaN, the
+ * backward (dq, dk, dv added into random dqkv) from the GPU's own output
+ * and LSE, as the model runs it; then the backward again: bitwise the
+ * first (no atomics). */
+static void flash_at(int B, int T, int NH, int NKV, bool mha) {
+    const sr_ops *o = &sr_ops_cuda_bf16_flash, *cpu = &sr_ops_cpu;
+    int hs = 64, C = NH * hs, W = (NH + 2 * NKV) * hs;
+    size_t NC = (size_t)B * T * C, NW = (size_t)B * T * W, NL = (size_t)B * NH * T, attn = (size_t)B * NH * T * T;
+    double tol = 2e-2;
+    tap_diag("flash attention at B=%d T=%d NH=%d NKV=%d hs=64%s", B, T, NH, NKV, mha ? " (the GPT-2 entry)" : "");
+    bind_ws(o, B, T, C, NH);
+    float *qkv = rnd(NW, 50 + T, 2.0f), *dout = rnd(NC, 51 + T, 1.0f), *dq = rnd(NW, 52 + T, 0.1f);
+    round_to(qkv, NW, 1), round_to(dout, NC, 1), round_to(dq, NW, 1);
+    float *att = malloc(attn * 4), *ao = malloc(NC * 4), *lse = lse_ref(qkv, B, T, NH, NKV, hs), *dq0 = copy_of(dq, NW);
+    cpu->gqa_attention_forward(ao, att, qkv, B, T, NH, NKV, hs);
+    void *dqkv = up(qkv, NW, 1), *ddout = up(dout, NC, 1), *dao = out_nan(NC, 1);
+    float *dlse = out_nan(NL, 0);
+    tap_ok(o->attention_save_bytes(B, T, NH) == NL * sizeof(float),
+           "flash attention saves the rows' log-sum-exps, B x NH x T floats (%zu bytes), nothing T x T",
+           o->attention_save_bytes(B, T, NH));
+    if (mha)
+        o->attention_forward(dao, dlse, dqkv, B, T, C, NH);
+    else
+        o->gqa_attention_forward(dao, dlse, dqkv, B, T, NH, NKV, hs);
+    check("flash attention forward: out", dao, ao, NC, 1, 1, tol);
+    check("flash attention forward: log-sum-exp", dlse, lse, NL, 1, 0, 1e-5);
+    cpu->gqa_attention_backward(dq, dout, NULL, qkv, att, B, T, NH, NKV, hs);
+    void *g[2];
+    for (int k = 0; k < 2; k++) {
+        g[k] = up(dq0, NW, 1);
+        if (mha)
+            o->attention_backward(g[k], ddout, dao, dqkv, dlse, B, T, C, NH);
+        else
+            o->gqa_attention_backward(g[k], ddout, dao, dqkv, dlse, B, T, NH, NKV, hs);
+    }
+    check_added("flash attention backward (q, k and v heads)", g[0], dq, dq0, NW, 1, 1, tol);
+    uint16_t *b0 = malloc(NW * 2), *b1 = malloc(NW * 2);
+    fetch(b0, g[0], NW * 2);
+    fetch(b1, g[1], NW * 2);
+    tap_ok(memcmp(b0, b1, NW * 2) == 0, "flash attention backward: a second run is bitwise the first");
+    sr_status st = o->take_error();
+    tap_ok(st == SR_OK, "flash attention: no CUDA error (%s)", st == SR_OK ? "none" : sr_error_message());
+    free(qkv), free(dout), free(dq), free(att), free(ao), free(lse), free(dq0), free(b0), free(b1);
 }
 
 /* Step-path downloads: through the pinned bounce buffer; a larger one into
@@ -616,6 +692,17 @@ int main(void) {
             llama_ops_at(bf16, 1, 256, 12, 4, 64, 2048); /* llama-125m */
             llama_ops_at(bf16, 1, 256, 32, 8, 64, 8192); /* Llama-3.2-1B */
         }
+    }
+    /* flash attention: a tail tile (T not a multiple of 64) with two query
+     * heads per kv head; one kv head with T under a tile; NKV == NH over
+     * three tiles through GPT-2's entry */
+    flash_at(2, 80, 4, 2, false);
+    flash_at(1, 40, 2, 1, false);
+    flash_at(2, 130, 2, 2, true);
+    if (strcmp(real, "1") == 0) {
+        flash_at(4, 1024, 12, 12, true); /* gpt2-124m */
+        flash_at(2, 1024, 12, 4, false); /* llama-125m */
+        flash_at(1, 2048, 32, 8, false); /* Llama-3.2-1B */
     }
     plans_after_first = sr_gemm_cache_size(sr_dev_cuda_ctx(dev)->gemm);
     for (int bf16 = 0; bf16 <= 1; bf16++) /* the same shapes again: every plan reused */

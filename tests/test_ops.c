@@ -182,7 +182,7 @@ static void test_attention(void) {
         }
     tap_ok(e < 1e-6, "attention: causal softmax rows sum to 1 with nothing above the diagonal (err %.2g)", e);
     float *dqkv = fnew(3 * BTC);
-    o->attention_backward(dqkv, c.R, c.qkv, c.att, c.B, c.T, c.C, c.NH);
+    o->attention_backward(dqkv, c.R, NULL, c.qkv, c.att, c.B, c.T, c.C, c.NH);
     tap_ok(fd_check("attention dqkv", c.qkv, 3 * BTC, dqkv, at_J, &c, 1e-2f) < 2e-3,
            "attention: dqkv matches finite differences");
     /* future tokens do not influence the past: perturb the last position */
@@ -529,7 +529,7 @@ static int case_attention(const backend *b, float **out, size_t *n) {
     void *att = b->dev->alloc(b->dev, b->dev->state_space, SR_MEM_OTHER, b->ops->attention_save_bytes(CB, CT, CNH));
     void *g = zeros_act(b, 3 * BTC);
     b->ops->attention_forward(y, att, dq, CB, CT, CC, CNH);
-    b->ops->attention_backward(g, dR, dq, att, CB, CT, CC, CNH);
+    b->ops->attention_backward(g, dR, NULL, dq, att, CB, CT, CC, CNH);
     out[0] = down_act(b, y, BTC), n[0] = BTC;
     out[1] = down_act(b, g, 3 * BTC), n[1] = 3 * BTC;
     b->dev->free(b->dev, dq), b->dev->free(b->dev, dR), b->dev->free(b->dev, att);

@@ -223,7 +223,7 @@ static void test_gqa(void) {
     tap_ok(max_diff(xo, c.out, nout) < 1e-6, "gqa: equals multi-head attention on expanded key/value heads (%.2g)",
            max_diff(xo, c.out, nout));
     float *dqkv = fnew(n);
-    o->gqa_attention_backward(dqkv, c.R, c.qkv, c.att, c.B, c.T, c.NH, c.NKV, c.hs);
+    o->gqa_attention_backward(dqkv, c.R, NULL, c.qkv, c.att, c.B, c.T, c.NH, c.NKV, c.hs);
     tap_ok(fd_check("gqa dqkv", c.qkv, n, dqkv, gq_J, &c, 1e-2f) < 2e-3,
            "gqa: dq, dk, dv match finite differences (key/value heads summed over their groups)");
     /* NKV == NH is GPT-2's attention, bitwise */
@@ -232,9 +232,9 @@ static void test_gqa(void) {
     float *q = fnew(nm), *o1 = fnew(nout), *o2 = fnew(nout), *d1 = fnew(nm), *d2 = fnew(nm);
     fill(q, nm, 10, 1);
     o->gqa_attention_forward(o1, xatt, q, m.B, m.T, m.NH, m.NKV, m.hs);
-    o->gqa_attention_backward(d1, c.R, q, xatt, m.B, m.T, m.NH, m.NKV, m.hs);
+    o->gqa_attention_backward(d1, c.R, NULL, q, xatt, m.B, m.T, m.NH, m.NKV, m.hs);
     o->attention_forward(o2, xatt, q, m.B, m.T, C, m.NH);
-    o->attention_backward(d2, c.R, q, xatt, m.B, m.T, C, m.NH);
+    o->attention_backward(d2, c.R, NULL, q, xatt, m.B, m.T, C, m.NH);
     tap_ok(memcmp(o1, o2, nout * sizeof(float)) == 0 && memcmp(d1, d2, nm * sizeof(float)) == 0,
            "gqa: with n_kv_head = n_head it is GPT-2's attention op, bitwise");
     free(c.qkv), free(c.out), free(c.att), free(c.R), free(x), free(xo), free(xatt), free(dqkv);

@@ -113,7 +113,7 @@ static void *rank_main(void *p) {
 #ifdef SR_HAVE_CUDA
         dst = sr_dev_cuda_open(&dev, 0, "0"); /* binds this thread to GPU 0 */
         if (dst == SR_OK)
-            ops = sr_device_ops(dev, o->pdt);
+            ops = sr_device_ops(dev, o->pdt, false);
 #else
         dst = sr_error(SR_ERR_CONFIG, "this build has no CUDA");
 #endif
