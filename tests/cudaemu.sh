@@ -10,10 +10,12 @@
 # ends at the host wait's deadline with 70 and its message, in bounded
 # time; make install refuses the tree; a Llama job (llama-tiny, 2 layers)
 # 8 steps against the CPU, its memory what `shardrun plan` says, to the
-# byte.  The long tier adds 20 steps bf16
-# (3e-2 absolute at step 20) and the exact run's checkpoint resumed on the
-# CPU and back (1e-4 per step against the run that never stopped), and the
-# Llama job in bf16 mode (3e-2 absolute at step 8).
+# byte, and with model.attention: flash (bf16) 2 steps, its memory the
+# plan's to the byte.  The long tier adds 20 steps bf16 with flash
+# attention (auto) and with materialized attention (each 3e-2 absolute at
+# step 20) and the exact run's checkpoint resumed on the CPU and back
+# (1e-4 per step against the run that never stopped), and the Llama job in
+# bf16 mode with flash attention (3e-2 absolute at step 8).
 # Elsewhere the whole test skips (a failure when SHARDRUN_TEST_REQUIRE has
 # cudaemu).
 . "${SR_SRCDIR:-.}/tests/tap.sh"
@@ -77,18 +79,36 @@ check "  ...its start line names the Llama family on the emulated device" \
     sh -c "grep -q 'device=cuda-emulated:0' llama-gpu.err && grep -qi 'llama' llama-gpu.err"
 # shardrun plan of that job on the cuda device: every memory category it
 # prints is the emulated run's peak, to the byte
-# shellcheck disable=SC2086
-"$S" config show job.yaml --set device=cuda $F32 $LL >llama.yaml 2>/dev/null &&
-    "$S" plan llama.yaml --gpus-per-node 1 >llama.plan 2>llama.plan.err
-awk -v metrics=llama-gpu.jsonl '
+# plan_matches NAME ARGS...: plan of job.yaml with ARGS on one GPU into
+# NAME.plan, each category against the last record of NAME.jsonl's peaks
+plan_matches() {
+    n=$1
+    shift
+    "$S" config show job.yaml "$@" >"$n.yaml" 2>/dev/null && "$S" plan "$n.yaml" --gpus-per-node 1 >"$n.plan" 2>"$n.plan.err"
+    awk -v metrics="$n.jsonl" '
     BEGIN { while ((getline l < metrics) > 0) if (l !~ /"event"/) last = l
             n = split(last, kv, /[,{}]/); for (i = 1; i <= n; i++) { split(kv[i], p, ":"); gsub(/"/, "", p[1]); run[p[1]] = p[2] } }
     /^  [a-z_]+ +(host|pinned|device|-) +[0-9]+ +[0-9.]+$/ && $1 != "total" { plan[$1] += $3 }
     END { for (c in plan) { m++; if (plan[c] != run["mem_" c "_peak"]) { printf "%s plan %d run %d; ", c, plan[c], run["mem_" c "_peak"]; bad = 1 } }
           if (m != 9) { printf "the plan lists %d categories", m; bad = 1 }
-          exit bad }' llama.plan >llama.plandiff
+          exit bad }' "$n.plan" >"$n.plandiff"
+}
+# shellcheck disable=SC2086
+plan_matches llama-gpu --set device=cuda $F32 $LL
 check "  ...shardrun plan of the job on the cuda device equals the emulated run's peaks, all 9 categories to the byte" test $? -eq 0
-diag "$(cat llama.plandiff llama.plan.err)"
+diag "$(cat llama-gpu.plandiff llama-gpu.plan.err)"
+# flash attention (kernels/flash.cu: bf16, head dimension 64): the Llama
+# job 2 steps, its memory the plan's to the byte (the saved scores
+# replaced by the rows' log-sum-exps)
+# shellcheck disable=SC2086
+train llama-flash --set device=cuda $LL --set train.steps=2 --set model.attention=flash
+check "the Llama job with model.attention: flash trains 2 steps in bf16 on the emulated GPU (status $rc)" \
+    sh -c "[ $rc -eq 0 ] && grep -q 'attention flash\$' llama-flash.err"
+# shellcheck disable=SC2086
+plan_matches llama-flash --set device=cuda $LL --set train.steps=2 --set model.attention=flash
+check "  ...shardrun plan of it (attention flash) equals its peaks, all 9 categories to the byte" \
+    sh -c "[ $? -eq 0 ] && grep -q 'attention flash' llama-flash.plan"
+diag "$(cat llama-flash.plandiff llama-flash.plan.err)"
 check "  ...and the CPU run's say nothing of it" sh -c '! grep -q "cuda-emulated" cpu.jsonl && ! grep -q "^shardrun: \[" cpu.err'
 
 # log.trace_steps on the emulated GPU: the streams' spans (the blocks'
@@ -162,11 +182,15 @@ check "  ...saying why, and installs nothing" \
 # the long tier (.ci/run runs it in its emulator tree in the check-long phase)
 if group --long "bf16 mode and a checkpoint across the emulated GPU and the CPU"; then
     train bf16 --set device=cuda
-    check "bf16 mode (param_dtype auto on the cuda table) trains 20 steps (status $rc)" \
-        sh -c "[ $rc -eq 0 ] && grep -q 'param bf16 (auto)' bf16.err"
+    check "bf16 mode (param_dtype auto on the cuda table) trains 20 steps with flash attention (auto) (status $rc)" \
+        sh -c "[ $rc -eq 0 ] && grep -q 'param bf16 (auto)' bf16.err && grep -q 'attention flash (auto)' bf16.err"
     cpu20=$(last cpu.jsonl loss) bf20=$(last bf16.jsonl loss)
     check "  ...its loss at step 20 within 3e-2 of the CPU's exact-mode loss ($bf20 vs $cpu20)" \
         awk -v a="$bf20" -v b="$cpu20" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 3e-2) }'
+    train bf16m --set device=cuda --set model.attention=materialized
+    bm20=$(last bf16m.jsonl loss)
+    check "  ...and with model.attention: materialized (status $rc) within 3e-2 of it too ($bm20)" \
+        sh -c "[ $rc -eq 0 ] && grep -q 'attention materialized\$' bf16m.err && awk -v a='$bm20' -v b='$cpu20' 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != \"\" && d <= 3e-2) }'"
 
     # the emulated GPU's checkpoint at step 10 resumes on the CPU, preempted at
     # 15 (the test hook's SIGUSR1 through the real handler: 75, a checkpoint),
@@ -186,7 +210,7 @@ if group --long "bf16 mode and a checkpoint across the emulated GPU and the CPU"
     # shellcheck disable=SC2086
     train llama-bf16 --set device=cuda $LL
     c8=$(last llama-cpu.jsonl loss) b8=$(last llama-bf16.jsonl loss)
-    check "the Llama job in bf16 mode trains 8 steps on the emulated GPU, its loss at step 8 within 3e-2 of the CPU's exact-mode loss ($b8 vs $c8; status $rc)" \
-        sh -c "[ $rc -eq 0 ] && grep -q 'param bf16 (auto)' llama-bf16.err && awk -v a='$b8' -v b='$c8' 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != \"\" && d <= 3e-2) }'"
+    check "the Llama job in bf16 mode (flash attention) trains 8 steps on the emulated GPU, its loss at step 8 within 3e-2 of the CPU's exact-mode loss ($b8 vs $c8; status $rc)" \
+        sh -c "[ $rc -eq 0 ] && grep -q 'param bf16 (auto)' llama-bf16.err && grep -q 'attention flash (auto)' llama-bf16.err && awk -v a='$b8' -v b='$c8' 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != \"\" && d <= 3e-2) }'"
 fi
 done_testing

@@ -6,7 +6,9 @@
 #      the check bites on a file 2 % lower)
 #   2. plan --ledger at the job's real shapes, against the model's own
 #      arithmetic: the cuBLASLt calls (12 L + 3 linear, 6 L B attention), the
-#      GEMM FLOPs (6 N tokens; 12 L T^2 C B), the saved scores (B NH T^2);
+#      GEMM FLOPs (6 N tokens; 12 L T^2 C B), the saved scores (B NH T^2)
+#      with model.attention: materialized; with flash attention (auto) no
+#      attention GEMM, 4 kernels a layer, the causal FLOPs, the LSE saved;
 #      the JSON's fields and sums, the text's totals; Llama-3.2-1B at T 2048
 #      in well under 1 GiB of memory; a collective family at 4 ranks only;
 #      the refusals (device: cpu, offload, a range, --json alone, 2000 ranks)
@@ -34,6 +36,7 @@ grep -q '^#define SR_HAVE_CUDA 1' "$B/srconfig.h" 2>/dev/null ||
     require_or_skip cuda "this build has no CUDA back end: plan --ledger counts its operations"
 cd "$T" || exit 99
 BF16="--set sharding.mixed_precision.param_dtype=bf16 --set sharding.mixed_precision.reduce_dtype=fp32"
+MAT="--set model.attention=materialized" # (auto is flash in bf16 at head dimension 64)
 # ledger NAME PRESET B T [ARGS...]: plan --ledger --json into NAME.json
 ledger() {
     n=$1 p=$2 b=$3 t=$4
@@ -61,7 +64,8 @@ group "1. the counts are contracts" && {
 
 # --- 2. plan --ledger --------------------------------------------------------------
 group "2. plan --ledger at the job's shapes" && {
-    ledger g gpt2-124m 16 1024
+    # shellcheck disable=SC2086
+    ledger g gpt2-124m 16 1024 $MAT
     rc=$?
     check "gpt2-124m 16 x 1024: plan --ledger --json (status $rc)" test -s g.json || diag "$(cat g.err)"
     # the model's own arithmetic, independent of the ledger's table
@@ -98,8 +102,9 @@ EOF
     rc=$?
     check "  ...cuBLASLt calls, GEMM FLOPs and the saved scores as the model's arithmetic says; the JSON's fields and sums" \
         test $rc -eq 0 || diag "$(cat g.arith)"
+    # shellcheck disable=SC2086
     "$S" plan --ledger /dev/null --set device=cuda --set model.preset=gpt2-124m --set model.seq_len=1024 \
-        --set train.batch_size=16 --set train.micro_batch=16 $BF16 >g.txt 2>&1
+        --set train.batch_size=16 --set train.micro_batch=16 $BF16 $MAT >g.txt 2>&1
     tot=$(py g.json <<'EOF'
 import json, sys
 t = json.load(open(sys.argv[1]))["total"]
@@ -112,13 +117,49 @@ EOF
         diag "$(cat g.txt)"
     check "  ...a row per family it uses, the roofline's rates and the largest saved activation named" \
         sh -c "grep -q '^  gemm-attention ' g.txt && grep -q 'roofline bound .* at GEMM 782 TFLOP/s' g.txt && grep -q 'largest saved activation: att' g.txt"
+    # flash attention (auto in bf16 at head dimension 64): no attention
+    # GEMM, one forward and three backward kernels per layer, the causal
+    # FLOPs, the rows' log-sum-exps saved instead of the scores
+    ledger gf gpt2-124m 16 1024
+    py gf.json g.json 12 12 768 16 1024 >gf.arith 2>&1 <<'EOF'
+import json, sys
+d, m = (json.load(open(p)) for p in sys.argv[1:3])
+L, NH, C, B, T = map(int, sys.argv[3:])
+hs, P = C // NH, T * (T + 1) / 2
+f = {x["name"]: x for x in d["families"]}
+fm = {x["name"]: x for x in m["families"]}
+bad = []
+def want(what, got, exp, rel=1e-9):
+    if abs(got - exp) > rel * max(abs(exp), 1e-30):
+        bad.append(f"{what}: {got} (expected {exp})")
+want("attention cuBLASLt calls (none)", f["gemm-attention"]["gemm_calls"], 0)
+want("attention kernels (1 forward + 3 backward per layer)", f["gemm-attention"]["launches"], 4 * L)
+want("softmax launches (none)", f["softmax"]["launches"], 0)
+want("attention GFLOP (18 causal pairs x hs per head, and D)", f["gemm-attention"]["gflop"],
+     L * B * NH * (18 * P * hs + 2 * T * hs) / 1e9, 1e-6)
+want("linear cuBLASLt calls unchanged", f["gemm-linear"]["gemm_calls"], fm["gemm-linear"]["gemm_calls"])
+if d.get("attention") != "flash" or m.get("attention") != "materialized":
+    bad.append(f"attention fields {d.get('attention')} / {m.get('attention')}")
+if d["saved_activation"] == "att":
+    bad.append(f"the log-sum-exps ({d['saved_block_bytes']} bytes) are the largest saved activation")
+if not d["total"]["gb"] < m["total"]["gb"]:
+    bad.append(f"HBM GB {d['total']['gb']} not below materialized's {m['total']['gb']}")
+print("\n".join(bad) or f"attention {f['gemm-attention']['launches']} kernels, 0 cuBLASLt calls (materialized "
+      f"{fm['gemm-attention']['gemm_calls']}); {d['total']['gb']:.1f} GB vs {m['total']['gb']:.1f}; largest saved "
+      f"{d['saved_activation']}")
+sys.exit(1 if bad else 0)
+EOF
+    rc=$?
+    check "  ...with flash attention (auto): no attention GEMM, 4 kernels a layer, the causal FLOPs ($(tail -1 gf.arith))" \
+        test $rc -eq 0 || diag "$(cat gf.arith gf.err)"
     /usr/bin/time -f '%M' -o l1b.rss "$S" plan --ledger --json /dev/null --set device=cuda --set model.preset=llama-3.2-1b \
         --set model.seq_len=2048 --set train.batch_size=8 --set train.micro_batch=8 $BF16 >l1b.json 2>l1b.err
     rc=$?
     rss=$(tail -1 l1b.rss)
     check "Llama-3.2-1B at T 2048, B 8 plans (status $rc) in $rss KiB, well under 1 GiB: nothing of the model's size (about 20 GB of state) allocated" \
         sh -c "[ $rc -eq 0 ] && [ ${rss:-9999999} -lt 1048576 ]" || diag "$(cat l1b.err)"
-    ledger g4 gpt2-124m 16 1024 --set train.micro_batch=4 --ranks 4
+    # shellcheck disable=SC2086
+    ledger g4 gpt2-124m 16 1024 --set train.micro_batch=4 --ranks 4 $MAT
     py g.json g4.json >coll.out 2>&1 <<'EOF'
 import json, sys
 one, four = (json.load(open(p)) for p in sys.argv[1:3])
@@ -150,7 +191,7 @@ EOF
 
 # --- 3. calibrations ---------------------------------------------------------------
 group "3. calibrations" && {
-    [ -s g.json ] || ledger g gpt2-124m 16 1024
+    [ -s g.json ] || ledger g gpt2-124m 16 1024 $MAT
     H200=$SRC/tests/gpu/calibration/h200.json
     py g.json "$H200" >rates.out 2>&1 <<'EOF'
 import json, sys
@@ -179,7 +220,8 @@ sys.exit(0 if abs(d["predicted_ms"] - 2 * d["total"]["bound_ms"]) < 1e-6 * d["to
 EOF
     rc=$?
     check "  ...efficiency 0.5 for every family predicts twice the bound ($(cat half.out))" test $rc -eq 0
-    ledger slow gpt2-124m 16 1024 --gemm-tflops 391
+    # shellcheck disable=SC2086
+    ledger slow gpt2-124m 16 1024 --gemm-tflops 391 $MAT
     py g.json slow.json >slow.out 2>&1 <<'EOF'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
@@ -205,14 +247,14 @@ EOF
 
 # --- 4. plan's time ------------------------------------------------------------------
 group "4. a GPU plan's step time is the ledger's" && {
-    [ -s g.json ] || ledger g gpt2-124m 16 1024
+    [ -s gf.json ] || ledger gf gpt2-124m 16 1024
     [ -s eff.json ] || printf '{"efficiency": {"gemm-linear": 0.5}}\n' >eff.json
     P="/dev/null --set device=cuda --set model.preset=gpt2-124m --set model.seq_len=1024 --set train.batch_size=16 --set train.micro_batch=16 $BF16"
     "$S" plan $P >gpu.plan 2>&1
     "$S" plan $P --calibration eff.json >cal.plan 2>&1
     "$S" plan $P --tflops 100 >tf.plan 2>&1
     [ -s half.json ] || ledger half gpt2-124m 16 1024 --calibration eff.json
-    py g.json half.json gpu.plan cal.plan >time.out 2>&1 <<'EOF'
+    py gf.json half.json gpu.plan cal.plan >time.out 2>&1 <<'EOF'
 import json, re, sys
 g, h = (json.load(open(p)) for p in sys.argv[1:3])
 def step(path):

@@ -22,6 +22,11 @@
 #     mask narrowed (the reductions' partial sums), a step-path download
 #     into pageable memory, a kernel writing one element past its output
 #     (the bf16 cast's);
+#   - flash attention's planted bugs (SR_MUTANT in kernels/flash.cu,
+#     CUDAEMU_MUTATE=src:NAME): the causal mask dropped, the scale wrong,
+#     the rescale on a new maximum skipped, the tail tile's bound off by
+#     one, a query head reading the wrong kv head; each caught by
+#     tests/test_kernels against the CPU op;
 #   - (fast tier) the warp-level primitives of kernels/mma.cuh: a lane's
 #     mma fragment index off by one, ldmatrix's .trans dropped, a cp.async
 #     wait removed (probe.cu's kernels and the tiled GEMM's), each caught
@@ -98,7 +103,7 @@ if group --long "the mutation suite on the emulated GPU"; then
 
     # 2. each forward launcher skipped
     for l in encoder_forward layernorm_forward gelu_forward residual_forward bias_forward softmax_causal_forward \
-        crossentropy_forward rmsnorm_forward rope_forward swiglu_forward; do
+        crossentropy_forward rmsnorm_forward rope_forward swiglu_forward flash_forward; do
         caught "launcher $l skipped" "test_kernels (vs the CPU op)" "^not ok" env SHARDRUN_TEST_KERNEL_SKIP=$l "$K"
     done
 
@@ -170,6 +175,14 @@ if group --long "the mutation suite on the emulated GPU"; then
     caught "a kernel writing one element past its output" "AddressSanitizer / the guard bytes" \
         "AddressSanitizer: (heap-buffer-overflow|use-after-poison)|past the end of a device allocation" \
         env CUDAEMU_MUTATE=shift_out:cast_k:0 "$K"
+
+    # 10. flash attention's planted bugs (kernels/flash.cu's SR_MUTANT)
+    for m in "flash_causal:the causal mask dropped" "flash_scale:the softmax scale wrong (doubled)" \
+        "flash_rescale:the running sum and output not rescaled on a new maximum" \
+        "flash_tail:the tail tile's row bound off by one" "flash_kv_head:a query head reading the wrong kv head"; do
+        caught "flash attention: ${m#*:}" "test_kernels (vs the CPU op)" "^not ok .*flash attention" \
+            env CUDAEMU_MUTATE=src:${m%%:*} "$K"
+    done
     while IFS= read -r l; do diag "$l"; done <mutants.txt
 fi
 done_testing

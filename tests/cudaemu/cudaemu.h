@@ -37,7 +37,9 @@
  *                            frag_off_by_one:K (K's mma.sync reads lane l's A
  *                            fragment from lane l + 1), drop_trans:K (K's
  *                            ldmatrix ignores .trans), skip_wait:K (K's
- *                            cp.async waits land nothing)
+ *                            cp.async waits land nothing), src:NAME (the
+ *                            planted bug a kernel's source names with
+ *                            SR_MUTANT(NAME): kernels/common.cuh)
  *
  * The emulated NCCL (nccl.c) has its own knobs: CUDAEMU_NCCL_ASYNC_ERROR,
  * CUDAEMU_NCCL_INIT_HANG, CUDAEMU_NCCL_CALLS (its header comment).
