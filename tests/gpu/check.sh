@@ -255,6 +255,13 @@ san=1
 # the two precisions the stages run (exact mode and the GPU's bf16 mode)
 F32="--set sharding.mixed_precision.param_dtype=fp32 --set sharding.mixed_precision.reduce_dtype=fp32"
 BF16="--set sharding.mixed_precision.param_dtype=bf16 --set sharding.mixed_precision.reduce_dtype=fp32"
+# flash attention (kernels/flash.cu: bf16, head dimension 64); the
+# rehearsal's fake device computes with the CPU ops, which materialize:
+# its runs say auto (materialized there, as its start line says)
+FLASH="--set model.attention=flash"
+[ $rehearse = 1 ] && FLASH="--set model.attention=auto"
+# attention LOG: the attention a run's start line names
+attention() { grep -m1 -o 'attention [a-z]*' "$LOGS/$1.err" | cut -d' ' -f2; }
 GPT="--set model.preset=gpt2-124m --set model.seq_len=256 --set train.batch_size=2 --set train.micro_batch=2 --set train.seed=1 --set data.embedded_any_vocab=true"
 # a rehearsal keeps gpt2-124m's width and vocabulary but not its depth and
 # length, so two CPU cores finish within the stage budgets
@@ -413,23 +420,27 @@ st_sanitize() {
 # watchdog of the host thread (device.h, watch) ends it
 st_step() {
     models=""
-    part quick && models="tiny llama"
+    part quick && models="tiny llama tiny-flash llama-flash"
     part rest && models="$models gpt2"
     for m in $models; do
+        # (the flash runs against the CPU's exact mode, in bf16's tolerances)
         case $m in
         tiny) args="$TINY $F32" tl=1e-5 tn=1e-4 ;;
         llama) args="$LLAMA $F32" tl=1e-5 tn=1e-4 ;;
-        *) args="$GPT $BF16" tl=1e-2 tn=5e-2 ;;
+        tiny-flash) args="$TINY $BF16 $FLASH" ref="$TINY $F32" tl=1e-2 tn=5e-2 ;;
+        llama-flash) args="$LLAMA $BF16 $FLASH" ref="$LLAMA $F32" tl=1e-2 tn=5e-2 ;;
+        *) args="$GPT $BF16 $FLASH" ref="$GPT $BF16" tl=1e-2 tn=5e-2 ;;
         esac
+        case $m in tiny | llama) ref=$args ;; esac
         # shellcheck disable=SC2086
-        cpu step-$m-cpu $args --set train.steps=1 --set log.metrics="$LOGS/step-$m-cpu.jsonl"
+        cpu step-$m-cpu $ref --set train.steps=1 --set log.metrics="$LOGS/step-$m-cpu.jsonl"
         # shellcheck disable=SC2086
         train step-$m-dev -- $args --set train.steps=1 --set log.metrics="$LOGS/step-$m-dev.jsonl"
         rc=$?
         field "$LOGS/step-$m-cpu.jsonl" loss >"$LOGS/a" && field "$LOGS/step-$m-dev.jsonl" loss >"$LOGS/b"
         field "$LOGS/step-$m-cpu.jsonl" grad_norm >"$LOGS/c" && field "$LOGS/step-$m-dev.jsonl" grad_norm >"$LOGS/d"
         if [ $rc = 0 ] && l=$(close "$LOGS/b" "$LOGS/a" $tl) && n=$(close "$LOGS/d" "$LOGS/c" $tn); then
-            pass step.$m "loss $l (<= $tl), grad norm $n (<= $tn)"
+            pass step.$m "loss $l (<= $tl), grad norm $n (<= $tn); attention $(attention step-$m-dev)"
         else
             fail step.$m "status $rc; loss ${l:-?}; norm ${n:-?} ($(tail -1 "$LOGS/step-$m-dev.err"))"
         fi
@@ -468,14 +479,14 @@ st_oracle() {
     for m in tiny gpt2; do
         if [ $m = tiny ]; then args=$TINY; else args=$GPT; fi
         for mode in exact bf16; do
-            dt=fp32
-            [ $mode = bf16 ] && dt=bf16
+            dt=fp32 att=""
+            [ $mode = bf16 ] && dt=bf16 att=$FLASH
             d=$LOGS/oracle-$m-$mode
             rm -rf "$d" && mkdir -p "$d"
             # shellcheck disable=SC2086
             if train oracle-$m-$mode SHARDRUN_TEST_HB= SHARDRUN_TEST_ORACLE="$d" \
                 SHARDRUN_TEST_DUMP_PARAMS="$d/after.params" -- $args --set train.steps=1 \
-                --set sharding.mixed_precision.param_dtype=$dt --set sharding.mixed_precision.reduce_dtype=fp32; then
+                --set sharding.mixed_precision.param_dtype=$dt --set sharding.mixed_precision.reduce_dtype=fp32 $att; then
                 dirs="$dirs $d"
             else
                 fail oracle.$m-$mode "shardrun status $?: $(tail -1 "$LOGS/oracle-$m-$mode.err")"
@@ -489,8 +500,9 @@ st_oracle() {
     for d in $dirs; do
         name=${d##*/oracle-}
         r=$(grep "^oracle $d " "$LOGS/oracle.py.out")
+        fa=$(sed -n "s|^oracle-attention $d: shardrun's |; |p" "$LOGS/oracle.py.out")
         if [ -n "$r" ] && ! echo "$r" | grep -q FAIL && [ $rp != 2 ]; then
-            pass oracle.$name "vs PyTorch ($pydev): ${r#*: }"
+            pass oracle.$name "vs PyTorch ($pydev): ${r#*: }$fa"
         else
             fail oracle.$name "${r:-no result (status $rp): $(grep -m1 'oracle:\|Error' "$LOGS/oracle.py.out")}"
         fi
@@ -524,13 +536,19 @@ st_curves() {
     models=""
     part quick && models="tiny llama"
     part rest && models="$models gpt2"
+    # (a GPU's: the emulated and rehearsed curves keep to their budgets)
+    part rest && [ $rehearse = 0 ] && [ $emulate = 0 ] && models="$models llama-flash"
     # shellcheck disable=SC2086
-    [ $rehearse = 1 ] || [ $emulate = 1 ] && make_refs $models
+    [ $rehearse = 1 ] || [ $emulate = 1 ] && make_refs $(echo $models | tr ' ' '\n' | sed 's/^llama-flash$/llama/' | sort -u)
     for m in $models; do
+        n=$CURVE_STEPS
         case $m in
         tiny) args="$CURVE_TINY $F32 --set train.steps=$CURVE_STEPS" ref=$REFS/tiny-fp32-$CURVE_STEPS.jsonl ;;
         llama) args="$LLAMA $F32 --set train.steps=$LLAMA_CURVE_STEPS" ref=$REFS/llama-tiny-fp32-$LLAMA_CURVE_STEPS.jsonl ;;
-        *) args="$GPT $BF16 --set train.steps=$GPT_CURVE_STEPS" ref=$REFS/gpt2-bf16-$GPT_CURVE_STEPS.jsonl ;;
+        # flash attention in bf16 against the exact mode's curve, at its last step
+        llama-flash) args="$LLAMA $BF16 $FLASH --set train.steps=$LLAMA_CURVE_STEPS" n=$LLAMA_CURVE_STEPS \
+            ref=$REFS/llama-tiny-fp32-$LLAMA_CURVE_STEPS.jsonl ;;
+        *) args="$GPT $BF16 $FLASH --set train.steps=$GPT_CURVE_STEPS" ref=$REFS/gpt2-bf16-$GPT_CURVE_STEPS.jsonl n=$GPT_CURVE_STEPS ;;
         esac
         if [ ! -f "$ref" ]; then
             skip curves.$m "no reference $ref (make gpu-refs on a CPU first)"
@@ -541,16 +559,16 @@ st_curves() {
         rc=$?
         field "$ref" loss >"$LOGS/a"
         field "$LOGS/curve-$m.jsonl" loss >"$LOGS/b"
-        if [ $m != gpt2 ]; then
+        if [ $m = tiny ] || [ $m = llama ]; then
             r=$(close "$LOGS/b" "$LOGS/a" 1e-4)
             ok=$?
         else
             r=$(tail -1 "$LOGS/a" >"$LOGS/a1"; tail -1 "$LOGS/b" >"$LOGS/b1"; paste -d' ' "$LOGS/b1" "$LOGS/a1" |
-                awk -v n=$GPT_CURVE_STEPS '{ d = $1 - $2; if (d < 0) d = -d; printf "step %d loss %s vs %s: |d| %.3g", n, $1, $2, d; exit !(d <= 3e-2) }')
+                awk -v n=$n '{ d = $1 - $2; if (d < 0) d = -d; printf "step %d loss %s vs %s: |d| %.3g", n, $1, $2, d; exit !(d <= 3e-2) }')
             ok=$?
         fi
         if [ $rc = 0 ] && [ $ok = 0 ] && [ "$(wc -l <"$LOGS/b")" = "$(wc -l <"$LOGS/a")" ]; then
-            pass curves.$m "$r"
+            pass curves.$m "$r; attention $(attention curve-$m)"
         else
             fail curves.$m "status $rc; ${r:-no losses} ($(tail -1 "$LOGS/curve-$m.err"))"
         fi
@@ -558,13 +576,13 @@ st_curves() {
 }
 
 st_determinism() {
-    args="$TINY $BF16"
+    args="$TINY $BF16 $FLASH"
     # shellcheck disable=SC2086
     train det-a SHARDRUN_TEST_DUMP_PARAMS="$LOGS/det-a.params" -- $args --set train.steps=6
     # shellcheck disable=SC2086
     train det-b SHARDRUN_TEST_DUMP_PARAMS="$LOGS/det-b.params" -- $args --set train.steps=6
     if "$CMP" "$LOGS/det-a.params" "$LOGS/det-b.params" 0 >"$LOGS/det.cmp" 2>&1; then
-        pass determinism.twice "6 steps twice: parameters bitwise equal"
+        pass determinism.twice "6 steps twice: parameters bitwise equal (attention $(attention det-a))"
     else
         fail determinism.twice "$(tail -1 "$LOGS/det.cmp")"
     fi
@@ -578,14 +596,15 @@ st_determinism() {
     else
         fail determinism.resume "$(tail -1 "$LOGS/det2.cmp") ($(grep -m1 -i 'resum' "$LOGS/det-d.err"))"
     fi
-    # the checkpoint moves between devices: written here at step 3, resumed on the CPU
+    # the checkpoint moves between devices: written here at step 3, resumed
+    # on the CPU (which materializes attention: the key's change is logged)
     rm -rf "$LOGS/ck-cpu" && mkdir -p "$LOGS/ck-cpu" && cp -r "$LOGS/ck/step_00000003" "$LOGS/ck-cpu/"
     # shellcheck disable=SC2086
-    env -u SHARDRUN_TEST_DEVICE SHARDRUN_TEST_DUMP_PARAMS="$LOGS/det-e.params" "$S" train $args --set device=cpu \
-        --set log.every=1 --set train.eval_every=0 --set train.steps=6 --set checkpoint.dir="$LOGS/ck-cpu" \
-        >"$LOGS/det-e.out" 2>"$LOGS/det-e.err"
-    if [ $? = 0 ] && grep -q 'resum' "$LOGS/det-e.err"; then
-        pass determinism.cross "a checkpoint of this device resumes on the CPU ($(grep -m1 -o 'resum[^;]*' "$LOGS/det-e.err" | head -c 80))"
+    env -u SHARDRUN_TEST_DEVICE SHARDRUN_TEST_DUMP_PARAMS="$LOGS/det-e.params" "$S" train $TINY $BF16 --set device=cpu \
+        --set model.attention=materialized --set log.every=1 --set train.eval_every=0 --set train.steps=6 \
+        --set checkpoint.dir="$LOGS/ck-cpu" >"$LOGS/det-e.out" 2>"$LOGS/det-e.err"
+    if [ $? = 0 ] && grep -q 'resum' "$LOGS/det-e.err" && grep -q 'resume: model.attention changed since' "$LOGS/det-e.err"; then
+        pass determinism.cross "a checkpoint of this device resumes on the CPU ($(grep -m1 -o 'resum[^;]*' "$LOGS/det-e.err" | head -c 80)); $(grep -m1 -o 'model.attention changed since [^:]*: [a-z]* -> [a-z]*' "$LOGS/det-e.err")"
     else
         fail determinism.cross "the CPU could not resume this device's checkpoint ($(tail -1 "$LOGS/det-e.err"))"
     fi
@@ -945,8 +964,55 @@ st_profile() {
             [ "$name" = gpt2-124m ] || [ "$name" = gpt2 ] && cp "$(dirname "$md")/calibration.json" "$OUT/calibration.json"
         else
             fail profile.$name "status $rc; no profile.md ($(tail -1 "$LOGS/prof-$name.err"))"
+            continue
         fi
+        # flash attention (the runs above: auto) against materialized, in
+        # this same call: GPT-2 and llama-125m (the emulator: GPT-2 alone)
+        case $name in gpt2* | llama-125m) attention_vs "$name" "$pre" "$B" "$T" "$@" ;; esac
     done
+}
+
+# attention_vs NAME PRESET B T ARGS: the profiled run of NAME again with
+# model.attention: materialized, and a table of the two: attention's ms
+# per step (the gemm-attention, softmax and attention-other families: the
+# profile's rows are per step), its
+# TFLOP/s by causal FLOPs (forward 4 B NH hs T^2 / 2 per layer, backward
+# 2.5 times that) and the step's wall time; reported, never a gate
+attention_vs() {
+    name=$1 pre=$2 B=$3 T=$4
+    shift 4
+    rm -rf "$LOGS/prof-$name-mat" && mkdir -p "$LOGS/prof-$name-mat" || return
+    # shellcheck disable=SC2086
+    (cd "$LOGS/prof-$name-mat" && train prof-$name-mat SHARDRUN_CUDA_PROFILE=3:5 -- --set model.preset=$pre \
+        --set model.seq_len=$T --set train.batch_size=$B --set train.micro_batch=$B --set train.steps=7 \
+        --set data.embedded_any_vocab=true --set checkpoint.dir= $BF16 --set model.attention=materialized "$@")
+    rc=$?
+    a=$(ls "$LOGS/prof-$name"/shardrun-profile.*/profile.json 2>/dev/null | head -1)
+    b=$(ls "$LOGS/prof-$name-mat"/shardrun-profile.*/profile.json 2>/dev/null | head -1)
+    "$S" config show --set model.preset=$pre --set model.seq_len=$T "$@" >"$LOGS/att-$name.yaml" 2>/dev/null
+    dims=$(sed -n 's/^ *\(n_layer\|n_head\|n_embd\): *\([0-9]*\).*/\2/p' "$LOGS/att-$name.yaml" | tr '\n' ' ')
+    if [ $rc = 0 ] && [ -n "$a" ] && [ -n "$b" ] && python3 - "$a" "$b" "$B" "$T" $dims >"$LOGS/att-$name.md" 2>&1 <<'EOF'
+import json, sys
+f, m = (json.load(open(p)) for p in sys.argv[1:3])
+B, T, L, NH, C = map(int, sys.argv[3:8])
+fwd = 4 * B * NH * (C // NH) * T * T / 2 * L  # causal
+flops = 3.5 * fwd  # forward + backward (2.5 x)
+def att(d):
+    return sum(x["ms"] for x in d["families"] if x["name"] in ("gemm-attention", "softmax", "attention-other"))
+print("| attention | attention ms/step | attention TFLOP/s (causal) | step wall ms |")
+print("|---|---|---|---|")
+for n, d in (("flash", f), ("materialized", m)):
+    a = att(d)
+    print(f"| {n} | {a:.2f} | {flops / (a / 1e3) / 1e12:.1f} | {d['wall_ms']:.2f} |")
+print(f"\nflash / materialized: attention {att(f) / att(m):.2f}x the time, the step {f['wall_ms'] / m['wall_ms']:.2f}x")
+EOF
+    then
+        { echo "### $name: flash against materialized attention ($B x $T${EMU:+, emulated})"; echo
+          cat "$LOGS/att-$name.md"; echo; } >>"$OUT/profile.md"
+        pass profile.attention-$name "$(tail -1 "$LOGS/att-$name.md")"
+    else
+        fail profile.attention-$name "status $rc: $(tail -1 "$LOGS/prof-$name-mat.err") $(tail -1 "$LOGS/att-$name.md" 2>/dev/null)"
+    fi
 }
 
 # throughput: shardrun bf16 against PyTorch eager (autocast bf16, SDPA,

@@ -20,11 +20,19 @@ Compared, with the tolerances of doc/ARCHITECTURE.md §3c:
   parameters after the step  relative L2 per tensor <= 1e-3 (exact mode;
                              never element by element: Adam turns gradient
                              noise near 0 into +-lr)
+A run with flash attention (step.json's attention: flash) is checked
+against PyTorch's own fused attention in bf16: scaled_dot_product_attention
+on bf16 queries, keys and values, the backend named in the summary (the
+first of flash, efficient and math that runs here; a torch without
+torch.nn.attention uses its default, and one without the function the math
+attention on the bf16-rounded inputs, said so).
+
 Each DIR holds one run's files (SHARDRUN_TEST_ORACLE, with init.safetensors
 and after.params); its step.json's param_dtype picks the mode (fp32: exact,
 bf16: bf16).  Prints one line per check ("ok ..." / "FAIL ...") and a
 summary line per DIR ("oracle DIR (mode, device): N of M checks hold;
-loss .., logits .., grads .., params .."); exit 0 when every check of every
+loss .., logits .., grads .., params ..", after "oracle-attention DIR: ..."
+naming the backend for a flash run); exit 0 when every check of every
 DIR holds, 1 when one does not, 2 on bad input.
 
 usage: oracle.py [--device cuda|cpu] DIR...
@@ -142,6 +150,41 @@ def main():
     sys.exit(0 if all(ok) else 1)
 
 
+def sdpa_bf16(q, k, v):
+    """Causal attention in bf16 through PyTorch's SDPA; its output in float32
+    and the backend's name."""
+    qb, kb, vb = (t.to(torch.bfloat16) for t in (q, k, v))
+    F = torch.nn.functional
+    if not hasattr(F, "scaled_dot_product_attention"):
+        T, hs = q.shape[-2], q.shape[-1]
+        att = (qb.float() @ kb.float().transpose(-2, -1)) / math.sqrt(hs)
+        mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+        y = att.masked_fill(mask, float("-inf")).softmax(dim=-1).to(torch.bfloat16).float() @ vb.float()
+        return y, "math on bf16 inputs (this torch has no scaled_dot_product_attention)"
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        return F.scaled_dot_product_attention(qb, kb, vb, is_causal=True).float(), "this torch's default SDPA"
+    for b in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH):
+        try:
+            with sdpa_kernel([b]):
+                return F.scaled_dot_product_attention(qb, kb, vb, is_causal=True).float(), f"SDPA {b.name.lower()}"
+        except RuntimeError:
+            continue
+    die("no SDPA backend runs bf16 attention here")
+
+
+def flash_block(blk, x, used):
+    """bench_torch.py's Block.forward with its attention in bf16 through SDPA
+    (the reference of shardrun's flash attention); `used` gets the backend."""
+    B, T, C = x.shape
+    q, k, v = blk.c_attn(blk.ln_1(x)).split(C, dim=2)
+    q, k, v = (t.view(B, T, blk.NH, C // blk.NH).transpose(1, 2) for t in (q, k, v))
+    y, used[0] = sdpa_bf16(q, k, v)
+    x = x + blk.c_proj(y.transpose(1, 2).reshape(B, T, C))
+    return x + blk.mlp_proj(torch.nn.functional.gelu(blk.c_fc(blk.ln_2(x)), approximate="tanh"))
+
+
 def one(d, device):
     """The checks of one run's DIR; whether they all hold."""
     init = os.path.join(d, "init.safetensors")
@@ -183,10 +226,12 @@ def one(d, device):
         if device != "cpu":
             die("this torch has no torch.nn.attention.sdpa_kernel to pick the math attention on the GPU")
         attention = contextlib.nullcontext()
+    flash = s.get("attention") == "flash"
+    used = ["the model's own attention"]
     with attention:
         x = model.wte(idx) + model.wpe(torch.arange(T, device=device))
         for blk in model.h:
-            x = blk(x, model.mask)
+            x = flash_block(blk, x, used) if flash else blk(x, model.mask)
         logits = model.ln_f(x) @ model.wte.weight[:V].T
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
         loss.backward()
@@ -245,6 +290,8 @@ def one(d, device):
     report("parameters after one AdamW step, relative L2 per tensor, worst", worst, tol["params"],
            f" ({worst_name}; the update itself differs by at most {worst_upd:.2e} of its L2 norm, reported)",
            "params")
+    if flash:
+        print(f"oracle-attention {d}: shardrun's flash attention against PyTorch's {used[0]}")
     print(f"oracle {d} ({mode}, {device}): {sum(results)} of {len(results)} checks hold; {', '.join(short)}")
     return all(results)
 
