@@ -255,14 +255,24 @@ sr_status sr_job_attention(const sr_config *cfg, bool cuda_table, bool *flash) {
     return SR_OK;
 }
 
-sr_status sr_job_check(sr_config *cfg, int ranks, int rank, const sr_dev *dev, sr_mesh *mesh, bool *param_auto) {
+sr_status sr_job_check_attention(const sr_config *cfg) {
+    if (cfg->attention != SR_ATTENTION_FLASH)
+        return SR_OK;
+    sr_config c = *cfg; /* (scalars resolved on a copy: the job is left as it is) */
+    bool cuda = cfg->device != SR_DEVICE_CPU, flash;
+    sr_job_resolve_precision(&c, cuda);
+    return sr_job_attention(&c, cuda, &flash);
+}
+
+sr_status sr_job_check(sr_config *cfg, int ranks, int rank, const sr_dev *dev, sr_mesh *mesh, bool *param_auto,
+                       bool *flash) {
     sr_status st = sr_job_check_world(cfg, ranks, rank, mesh);
     if (st != SR_OK || !dev)
         return st;
-    bool automatic = sr_job_resolve_precision(cfg, dev->kind == SR_DEV_CUDA), flash;
+    bool automatic = sr_job_resolve_precision(cfg, dev->kind == SR_DEV_CUDA), fl;
     if (param_auto)
         *param_auto = automatic;
-    st = sr_job_attention(cfg, dev->kind == SR_DEV_CUDA, &flash);
+    st = sr_job_attention(cfg, dev->kind == SR_DEV_CUDA, flash ? flash : &fl);
     if (st != SR_OK)
         return st;
     st = dev->kind == SR_DEV_CUDA ? check_gpu_run(cfg, ranks) : check_cpu_run(cfg);

@@ -76,17 +76,26 @@ sr_status sr_job_check_world(const sr_config *cfg, int ranks, int rank, sr_mesh 
  * run. */
 sr_status sr_job_attention(const sr_config *cfg, bool cuda_table, bool *flash);
 
+/* model.attention: flash refused where the job file alone shows it cannot
+ * run (device: cpu, param_dtype fp32, the head dimension, the heads):
+ * sr_job_attention as for the table the job names, param_dtype auto as
+ * that table resolves it.  `config check` and every command that loads a
+ * job run it; a device found only at the run's start is sr_job_check's. */
+sr_status sr_job_check_attention(const sr_config *cfg);
+
 /* The job checks of a run, in one entry: the world-size rules above; with
  * the run's table `dev` (NULL before one is open: `config check`, `plan`)
  * also sharding.mixed_precision's auto resolved for it (*param_auto, may be
  * NULL, says whether param_dtype was auto), what a GPU run refuses
  * (comm.backend nccl in a build without NCCL, comm.backend tcp with more
  * than one rank) or a CPU run (comm.backend nccl), model.attention
- * (sr_job_attention), and sharding.offload.*
+ * (sr_job_attention: *flash, may be NULL, receives the choice), and
+ * sharding.offload.*
  * (a table with separate memory; grads or params need optimizer; an
  * explicit grads: false beside optimizer: true is refused).  SR_ERR_CONFIG
  * with the key's file:line:col and why. */
-sr_status sr_job_check(sr_config *cfg, int ranks, int rank, const sr_dev *dev, sr_mesh *mesh, bool *param_auto);
+sr_status sr_job_check(sr_config *cfg, int ranks, int rank, const sr_dev *dev, sr_mesh *mesh, bool *param_auto,
+                       bool *flash);
 /* The data rules, every one that needs only the job file and the files it
  * names, in the one function `train` and `config check` both call (so both
  * say the same): data.tokenizer loads (its statuses) and has no more ids

@@ -183,7 +183,8 @@ int cli_plan_option(cli *c, int x, const char *arg) {
 }
 
 /* Loads the job (file or embedded), applies --set, finalizes, refuses a
- * device the build lacks (sr_device_check_key), with `data` the data rules
+ * device the build lacks (sr_device_check_key) and flash attention where
+ * the job shows it cannot run (sr_job_check_attention), with `data` the data rules
  * (sr_job_check_data: train and config check; config show prints any job,
  * a plan reads no data), and with ranks > 0 checks the world-size rules
  * for that many ranks.  Returns an exit code (0 on success). */
@@ -199,6 +200,8 @@ static int load_job(sr_config *cfg, const char *path, const cli *c, int ranks, b
         st = sr_config_finalize(cfg);
     if (st == SR_OK)
         st = sr_device_check_key(cfg);
+    if (st == SR_OK)
+        st = sr_job_check_attention(cfg);
     if (st == SR_OK && data)
         st = sr_job_check_data(cfg);
     if (st == SR_OK && ranks > 0)

@@ -194,9 +194,7 @@ static sr_status setup(sr_run *r) {
     r->T = (int)cfg->seq_len;
     sr_status st = sr_device_open_run(&r->dev, cfg, r->w);
     if (st == SR_OK)
-        st = sr_job_check(&r->resolved, r->w->size, r->w->rank, r->dev, &r->mesh, &r->param_auto);
-    if (st == SR_OK) /* (checked by sr_job_check: this reads the choice) */
-        st = sr_job_attention(cfg, r->dev->kind == SR_DEV_CUDA, &r->flash);
+        st = sr_job_check(&r->resolved, r->w->size, r->w->rank, r->dev, &r->mesh, &r->param_auto, &r->flash);
     if (st == SR_OK) {
         r->ops = sr_device_ops(r->dev, (sr_dtype)cfg->param_dtype, r->flash);
         st = sr_job_init(&r->job, cfg);

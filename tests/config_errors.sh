@@ -156,6 +156,18 @@ Y
 bad 78 1:14 "log.every: expected an integer" "log.every as a mapping" <<'Y'
 log: {every: {}}
 Y
+bad 78 2:20 "model.attention is flash, which cannot run here: the job trains on the CPU" "flash attention on the CPU" <<'Y'
+device: cpu
+model: {attention: flash}
+Y
+bad 78 2:14 "model.attention is flash, which cannot run here: the head dimension is 32" "flash attention at head dimension 32" <<'Y'
+model:
+  attention: flash
+  n_embd: 128
+Y
+bad 78 1:20 "model.attention: expected one of auto, flash or materialized, got 'fast'" "an unknown attention" <<'Y'
+model: {attention: fast}
+Y
 
 # an empty job file is the defaults
 : >empty.yaml

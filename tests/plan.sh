@@ -175,6 +175,29 @@ else
     skip_or_fail cuda "GPU plans of an offloaded optimizer: this build has no CUDA op table (configure --with-cuda)"
 fi
 
+# flash attention in a GPU plan (model.attention): gpt2-124m at 16 x 1024
+# keeps the rows' log-sum-exps instead of the scores, so the activations
+# drop by at least L B NH (2 T^2 - 4 T) bytes (12 x 16 x 12 x ~2 MiB:
+# about 4.5 GiB of 11 GiB), the header naming which attention runs
+if grep -q '^#define SR_HAVE_CUDA 1' "${SR_BUILDDIR:-.}/srconfig.h"; then
+    G="/dev/null --gpus-per-node 1 --set model.preset=gpt2-124m --set train.batch_size=16 --set train.micro_batch=16"
+    # shellcheck disable=SC2086
+    $S plan $G >fa.plan 2>&1
+    # shellcheck disable=SC2086
+    $S plan $G --set model.attention=materialized >ma.plan 2>&1
+    fa=$(awk '$1 == "activations" { print $3 }' fa.plan) ma=$(awk '$1 == "activations" { print $3 }' ma.plan)
+    check "a GPU plan of gpt2-124m at 16 x 1024: flash attention (auto) saves $(( (${ma:-0} - ${fa:-0}) >> 20 )) MiB of its $(( ${ma:-0} >> 20 )) MiB of activations" \
+        sh -c "grep -q 'attention flash\$' fa.plan && grep -q 'attention materialized\$' ma.plan &&
+               [ $(( ${ma:-0} - ${fa:-0} )) -ge $((12 * 16 * 12 * (2 * 1024 * 1024 - 4 * 1024))) ]" ||
+        diag "$(grep -E 'attention|activations' fa.plan ma.plan)"
+    # shellcheck disable=SC2086
+    $S plan $G --set model.attention=flash --set sharding.mixed_precision.param_dtype=fp32 >ff.plan 2>&1
+    check "  ...and model.attention: flash in exact mode is 78 naming why ($?)" \
+        grep -q 'model.attention is flash, which cannot run here: sharding.mixed_precision.param_dtype is fp32' ff.plan
+else
+    skip_or_fail cuda "GPU plans with flash attention: this build has no CUDA op table (configure --with-cuda)"
+fi
+
 # the planner's arithmetic is the run's: a category that saturates keeps
 # the total saturated (never a wrapped small sum that "fits"); a --signal
 # lead above what sbatch takes is flagged, not printed as an #SBATCH line
