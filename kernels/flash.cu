@@ -38,11 +38,11 @@
  * bugs of tests/mutants.sh (none under nvcc). */
 #include "common.cuh"
 
-#define FA_D 64                /* head dim */
-#define FA_ROWS 64             /* rows of a tile (queries or keys) */
-#define FA_PITCH 72            /* elements per shared row */
+#define FA_D 64     /* head dim */
+#define FA_ROWS 64  /* rows of a tile (queries or keys) */
+#define FA_PITCH 72 /* elements per shared row */
 #define FA_TILE (FA_ROWS * FA_PITCH)
-#define FA_THREADS 128         /* 4 warps of 16 rows */
+#define FA_THREADS 128 /* 4 warps of 16 rows */
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.6931471805599453f
 
@@ -330,8 +330,8 @@ static bool fa_shape_ok(int B, int T, int NH, int NKV, int hs) {
     return B > 0 && T > 0 && NH > 0 && NKV > 0 && NH % NKV == 0 && hs == FA_D;
 }
 
-extern "C" int sr_k_flash_forward(cudaStream_t s, void *out, float *lse, const void *qkv, int B, int T, int NH,
-                                  int NKV, int hs) {
+extern "C" int sr_k_flash_forward(cudaStream_t s, void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV,
+                                  int hs) {
     SR_ENTER(flash_forward, sr_lc_flash(B, T, NH, NKV, hs, false));
     if (!fa_shape_ok(B, T, NH, NKV, hs))
         return (int)cudaErrorInvalidValue;
@@ -347,8 +347,8 @@ extern "C" int sr_k_flash_backward(cudaStream_t s, void *dqkv, const void *dout,
         return (int)cudaErrorInvalidValue;
     long long rows = (long long)B * T * NH;
     float scale = 1.0f / sqrtf((float)hs);
-    int rc = SR_LAUNCH(rowdot_k, (unsigned)((rows + 7) / 8), 256, 0, s, ws, (const bf16 *)dout, (const bf16 *)out, B,
-                       T, NH);
+    int rc =
+        SR_LAUNCH(rowdot_k, (unsigned)((rows + 7) / 8), 256, 0, s, ws, (const bf16 *)dout, (const bf16 *)out, B, T, NH);
     unsigned tiles = (unsigned)((T + FA_ROWS - 1) / FA_ROWS);
     if (rc == 0)
         rc = SR_LAUNCH(dkv_k, dim3(tiles, NKV, B), FA_THREADS, 0, s, (bf16 *)dqkv, (const bf16 *)dout,
@@ -359,4 +359,6 @@ extern "C" int sr_k_flash_backward(cudaStream_t s, void *dqkv, const void *dout,
     return rc;
 }
 
-extern "C" size_t sr_cuda_flash_ws_bytes(int B, int T, int NH) { return ((size_t)B * NH * T * sizeof(float) + 255) / 256 * 256; }
+extern "C" size_t sr_cuda_flash_ws_bytes(int B, int T, int NH) {
+    return ((size_t)B * NH * T * sizeof(float) + 255) / 256 * 256;
+}

@@ -206,7 +206,7 @@ sr_ledger_cost sr_lc_tile_gemm(int M, int N, int K) {
 sr_ledger_cost sr_lc_flash(int B, int T, int NH, int NKV, int hs, bool backward) {
     double pairs = (double)T * (T + 1) / 2, heads = (double)B * NH, rows = heads * T;
     double q = rows * hs * 2, kv = (double)B * T * NKV * hs * 2; /* bf16: queries (or outputs); keys (or values) */
-    if (!backward) /* q, k, v read; o and the LSE written */
+    if (!backward)                                               /* q, k, v read; o and the LSE written */
         return (sr_ledger_cost){4 * pairs * hs * heads, 2 * q + 2 * kv + 4 * rows};
     /* q, k, v, o, dO and the LSE read; D written and read by both kernels;
      * dq, dk, dv read and written (the backward adds) */

@@ -365,14 +365,14 @@ static void flash_forward(void *out, void *att, const void *qkv, int B, int T, i
              "B=%d T=%d NH=%d NKV=%d hs=%d", B, T, NH, NKV, hs);
 }
 
-static void flash_backward(void *dqkv, const void *dout, const void *out, const void *qkv, const void *att, int B, int T,
-                           int NH, int NKV, int hs) {
+static void flash_backward(void *dqkv, const void *dout, const void *out, const void *qkv, const void *att, int B,
+                           int T, int NH, int NKV, int hs) {
     sr_cuda_ctx *c = ctx_ws("attention_backward");
     if (c)
-        done(c,
-             sr_k_flash_backward(c->stream, dqkv, dout, out, qkv, (const float *)att, B, T, NH, NKV, hs,
-                                 (float *)c->ws),
-             "attention_backward (flash)", "B=%d T=%d NH=%d NKV=%d hs=%d", B, T, NH, NKV, hs);
+        done(
+            c,
+            sr_k_flash_backward(c->stream, dqkv, dout, out, qkv, (const float *)att, B, T, NH, NKV, hs, (float *)c->ws),
+            "attention_backward (flash)", "B=%d T=%d NH=%d NKV=%d hs=%d", B, T, NH, NKV, hs);
 }
 
 static void attention_forward(int bf16, void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
@@ -528,7 +528,7 @@ static void bind_workspace(void *ws, size_t bytes) {
     static void gqa_forward_##SUF(void *o, void *a, const void *q, int B, int T, int NH, int NKV, int hs) {            \
         gqa_forward(BF, o, a, q, B, T, NH, NKV, hs);                                                                   \
     }                                                                                                                  \
-    static void gqa_backward_##SUF(void *dq, const void *d, const void *o, const void *q, const void *a, int B, int T,  \
+    static void gqa_backward_##SUF(void *dq, const void *d, const void *o, const void *q, const void *a, int B, int T, \
                                    int NH, int NKV, int hs) {                                                          \
         (void)o;                                                                                                       \
         gqa_backward(BF, dq, d, q, a, B, T, NH, NKV, hs);                                                              \

@@ -119,13 +119,13 @@ sr_status sr_oracle_step(sr_run *r, const sr_step_out *o) {
     for (int i = 0; i < r->model.n_tensors; i++)
         if (r->model.tensors[i].decay)
             json_array_append_new(decay, json_string(r->model.tensors[i].name));
-    json_t *j = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:s, s:s, s:o}",
-                          "L", d->L, "NH", d->NH, "C", d->C, "V", d->V, "Vp", d->Vp, "T", r->T, "B",
-                          (int)cfg->batch_size, "loss", o->loss, "grad_norm", o->norm, "lr", o->lr, "beta1", cfg->beta1,
-                          "beta2", cfg->beta2, "eps", cfg->eps, "weight_decay", cfg->weight_decay, "grad_clip",
-                          cfg->grad_clip, "act", r->ops->act == SR_DT_BF16 ? "bf16" : "f32", "param_dtype",
-                          cfg->param_dtype == SR_DT_BF16 ? "bf16" : "fp32", "attention",
-                          r->flash ? "flash" : "materialized", "decay", decay);
+    json_t *j = json_pack(
+        "{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:s, s:s, s:o}", "L", d->L,
+        "NH", d->NH, "C", d->C, "V", d->V, "Vp", d->Vp, "T", r->T, "B", (int)cfg->batch_size, "loss", o->loss,
+        "grad_norm", o->norm, "lr", o->lr, "beta1", cfg->beta1, "beta2", cfg->beta2, "eps", cfg->eps, "weight_decay",
+        cfg->weight_decay, "grad_clip", cfg->grad_clip, "act", r->ops->act == SR_DT_BF16 ? "bf16" : "f32",
+        "param_dtype", cfg->param_dtype == SR_DT_BF16 ? "bf16" : "fp32", "attention",
+        r->flash ? "flash" : "materialized", "decay", decay);
     char *text = j ? json_dumps(j, JSON_INDENT(1)) : NULL;
     oracle_path(path, sizeof path, "step.json");
     if (st == SR_OK)

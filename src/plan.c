@@ -372,18 +372,18 @@ static void print_one(const plan_ctx *x, const sr_config *cfg, const char *job, 
 }
 
 static void print_table_head(const plan_ctx *x, const sr_config *cfg, const char *job, FILE *out) {
-    fprintf(
-        out,
-        "plan: %s: model %s (n_layer %lld, n_embd %lld, seq_len %lld), batch %lld, on %s; param %s%s, reduce %s; "
-        "attention %s\n",
-        job, sr_config_enum_name("model.preset", cfg->model_preset), (long long)cfg->n_layer, (long long)cfg->n_embd,
-        (long long)cfg->seq_len, (long long)cfg->batch_size,
-        x->gpu    ? "GPUs"
-        : x->fake ? "the fake device (test hook)"
-                  : "CPUs",
-        sr_config_enum_name("sharding.mixed_precision.param_dtype", cfg->param_dtype), x->param_auto ? " (auto)" : "",
-        sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype),
-        x->flash ? "flash" : "materialized");
+    fprintf(out,
+            "plan: %s: model %s (n_layer %lld, n_embd %lld, seq_len %lld), batch %lld, on %s; param %s%s, reduce %s; "
+            "attention %s\n",
+            job, sr_config_enum_name("model.preset", cfg->model_preset), (long long)cfg->n_layer,
+            (long long)cfg->n_embd, (long long)cfg->seq_len, (long long)cfg->batch_size,
+            x->gpu    ? "GPUs"
+            : x->fake ? "the fake device (test hook)"
+                      : "CPUs",
+            sr_config_enum_name("sharding.mixed_precision.param_dtype", cfg->param_dtype),
+            x->param_auto ? " (auto)" : "",
+            sr_config_enum_name("sharding.mixed_precision.reduce_dtype", cfg->reduce_dtype),
+            x->flash ? "flash" : "materialized");
     fprintf(out, "%6s %4s %5s %12s %12s %12s %5s %12s %10s %12s %8s %8s\n", "ranks", "mb", "accum", "host/rank",
             "device/rank", "shards", "fits", "tokens/s", "step_s", "ckpt/rank", "save_s", "signal");
 }

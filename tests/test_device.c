@@ -60,10 +60,12 @@ int main(void) {
     sr_dev *d = NULL;
     if (tap_ok(sr_device_open(&d, SR_DEVICE_AUTO, 1, 0, 1) == SR_OK && d, "device: auto opens a table")) {
         if (d->kind == SR_DEV_CPU)
-            tap_ok(sr_device_ops(d, SR_DT_BF16, false) == &sr_ops_cpu && sr_device_ops(d, SR_DT_F32, false) == &sr_ops_cpu,
+            tap_ok(sr_device_ops(d, SR_DT_BF16, false) == &sr_ops_cpu &&
+                       sr_device_ops(d, SR_DT_F32, false) == &sr_ops_cpu,
                    "on the CPU the ops are the CPU's in either param dtype");
         else
-            tap_ok(sr_device_ops(d, SR_DT_BF16, false)->act == SR_DT_BF16 && sr_device_ops(d, SR_DT_F32, false)->act == SR_DT_F32,
+            tap_ok(sr_device_ops(d, SR_DT_BF16, false)->act == SR_DT_BF16 &&
+                       sr_device_ops(d, SR_DT_F32, false)->act == SR_DT_F32,
                    "on a GPU the ops compute in the param dtype");
         sr_device_close(d);
     }
