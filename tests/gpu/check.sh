@@ -586,6 +586,15 @@ st_determinism() {
     else
         fail determinism.twice "$(tail -1 "$LOGS/det.cmp")"
     fi
+    # model.recompute: blocks recomputes each block's forward (flash
+    # attention's log-sum-exps with it) before its backward: the same bits
+    # shellcheck disable=SC2086
+    train det-r SHARDRUN_TEST_DUMP_PARAMS="$LOGS/det-r.params" -- $args --set train.steps=6 --set model.recompute=blocks
+    if "$CMP" "$LOGS/det-r.params" "$LOGS/det-a.params" 0 >"$LOGS/det-r.cmp" 2>&1; then
+        pass determinism.recompute "6 steps with model.recompute: blocks: parameters bitwise those without (attention $(attention det-r))"
+    else
+        fail determinism.recompute "$(tail -1 "$LOGS/det-r.cmp") ($(tail -1 "$LOGS/det-r.err"))"
+    fi
     rm -rf "$LOGS/ck"
     # shellcheck disable=SC2086
     train det-c -- $args --set train.steps=3 --set checkpoint.dir="$LOGS/ck" --set checkpoint.every_steps=3
