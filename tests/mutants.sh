@@ -179,10 +179,16 @@ if group --long "the mutation suite on the emulated GPU"; then
     # 10. flash attention's planted bugs (kernels/flash.cu's SR_MUTANT)
     for m in "flash_causal:the causal mask dropped" "flash_scale:the softmax scale wrong (doubled)" \
         "flash_rescale:the running sum and output not rescaled on a new maximum" \
-        "flash_tail:the tail tile's row bound off by one" "flash_kv_head:a query head reading the wrong kv head"; do
+        "flash_kv_head:a query head reading the wrong kv head"; do
         caught "flash attention: ${m#*:}" "test_kernels (vs the CPU op)" "^not ok .*flash attention" \
             env CUDAEMU_MUTATE=src:${m%%:*} "$K"
     done
+    # (the last sequence's row T is past the buffer: the sanitizer tree's
+    # AddressSanitizer stops it there, another tree's comparison fails)
+    caught "flash attention: the tail tile's row bound off by one" \
+        "test_kernels (vs the CPU op) / AddressSanitizer past the buffer" \
+        "^not ok .*flash attention|AddressSanitizer: [a-z-]+|past the end of a device allocation" \
+        env CUDAEMU_MUTATE=src:flash_tail "$K"
     while IFS= read -r l; do diag "$l"; done <mutants.txt
 fi
 done_testing

@@ -319,6 +319,8 @@ void run_block(runner *r, unsigned long long b) {
         r->slots[0][i].gen = r->slots[1][i].gen = ~0u;
         r->runq.push_back(i);
     }
+    for (warp_done &w : r->wd)
+        w.gen = ~0u;
     smem_block_start(r);
     for (;;) {
         r->next.clear();
@@ -368,6 +370,7 @@ void run_grid(void *arg) {
             r->cp.resize(n);
             for (int p = 0; p < 2; p++)
                 r->slots[p].resize(n);
+            r->wd.resize(((size_t)n + 31) / 32);
         }
         cudaemu_r.bdim = {l->block.x, l->block.y, l->block.z};
         cudaemu_r.gdim = {l->grid.x, l->grid.y, l->grid.z};

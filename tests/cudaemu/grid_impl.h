@@ -92,6 +92,15 @@ struct copies {
 };
 
 /* One host thread's block runner: its fibers and stacks, reused. */
+/* What the first lane of a warp past a warp-level operation found for
+ * the whole warp (warp.cc): that every lane is at it, and an mma's
+ * outputs, so the other 31 lanes neither check nor compute again. */
+struct warp_done {
+    unsigned gen = ~0u; /* the operation count it holds (~0: none this block) */
+    int op = 0;
+    float d[32][4];
+};
+
 struct runner {
     launch *l = nullptr;
     int n = 0, cur = 0;
@@ -101,6 +110,7 @@ struct runner {
     std::vector<char *> free_stacks;
     void *sched_sp = nullptr;
     std::vector<slot> slots[2]; /* warp-level posts, by parity of the operation count */
+    std::vector<warp_done> wd;  /* per warp of the block */
     std::vector<copies> cp;     /* per thread */
     /* shared memory: declaration keys and their arrays */
     std::vector<std::pair<const void *, size_t>> shared_keys;

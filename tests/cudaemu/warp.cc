@@ -109,13 +109,22 @@ bool at_op(const runner *r, int j, unsigned g, int op, char *why, size_t n) {
 
 /* The .sync.aligned rule: every lane of the running lane's warp is at this
  * operation (else a report naming the warp and the lane). */
-void all_lanes(runner *r, unsigned g, int op) {
+/* Every lane of the calling thread's warp is at operation `op` of count
+ * g, or a fault.  The warp's first lane past it checks (and returns true:
+ * it computes what the warp shares); the others find it checked. */
+bool all_lanes(runner *r, unsigned g, int op) {
     int w0 = r->cur & ~31;
+    warp_done &w = r->wd[(size_t)w0 / 32];
+    if (w.gen == g && w.op == op)
+        return false;
     char why[256];
     for (int j = w0; j < w0 + 32; j++)
         if (!at_op(r, j, g, op, why, sizeof why))
             fault("%s of warp %d: lane %d %s; every lane of the warp must execute the same one (.sync.aligned)",
                   op_name(op), w0 / 32, j - w0, why);
+    w.gen = g;
+    w.op = op;
+    return true;
 }
 
 float bf16_at(const uint32_t *regs, int i) {
@@ -204,26 +213,33 @@ extern "C" void cudaemu_mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const
     memcpy(ops + 4, b, 8);
     memcpy(ops + 6, c, 16);
     unsigned g = post(r, OP_MMA, 0, ops, sizeof ops);
-    all_lanes(r, g, OP_MMA);
-    const std::vector<slot> &sl = r->slots[g & 1u];
     int w0 = r->cur & ~31, lane = r->cur & 31;
-    int off = r->l->frag_off ? 1 : 0; /* CUDAEMU_MUTATE frag_off_by_one */
-    /* A(row, k): lane (row % 8) * 4 + (k % 8) / 2, element 4 (k >= 8) + 2
-     * (row >= 8) + k % 2; B(k, col): lane col * 4 + (k % 8) / 2, element
-     * 2 (k >= 8) + k % 2 */
-    int group = lane >> 2, tig = lane & 3;
-    for (int e = 0; e < 4; e++) {
-        int row = group + (e >= 2 ? 8 : 0), col = 2 * tig + (e & 1);
-        float acc;
-        memcpy(&acc, &sl[w0 + lane].pay[6 + e], sizeof acc);
-        for (int k = 0; k < 16; k++) {
-            int la = ((row % 8) * 4 + (k % 8) / 2 + off) & 31, ia = 4 * (k >= 8) + 2 * (row >= 8) + (k & 1);
-            int lb = col * 4 + (k % 8) / 2, ib = 2 * (k >= 8) + (k & 1);
-            float p = bf16_at(sl[w0 + la].pay, ia) * bf16_at(sl[w0 + lb].pay + 4, ib); /* exact */
-            acc = acc + p;
-        }
-        d[e] = acc;
+    warp_done &w = r->wd[(size_t)w0 / 32];
+    if (all_lanes(r, g, OP_MMA)) { /* the warp's first lane computes every lane's D */
+        const std::vector<slot> &sl = r->slots[g & 1u];
+        int off = r->l->frag_off ? 1 : 0; /* CUDAEMU_MUTATE frag_off_by_one */
+        /* A(row, k): lane (row % 8) * 4 + (k % 8) / 2, element 4 (k >= 8) + 2
+         * (row >= 8) + k % 2; B(k, col): lane col * 4 + (k % 8) / 2, element
+         * 2 (k >= 8) + k % 2 */
+        float A[16][16], Bm[16][8];
+        for (int row = 0; row < 16; row++)
+            for (int k = 0; k < 16; k++)
+                A[row][k] = bf16_at(sl[w0 + (((row % 8) * 4 + (k % 8) / 2 + off) & 31)].pay,
+                                    4 * (k >= 8) + 2 * (row >= 8) + (k & 1));
+        for (int k = 0; k < 16; k++)
+            for (int col = 0; col < 8; col++)
+                Bm[k][col] = bf16_at(sl[w0 + col * 4 + (k % 8) / 2].pay + 4, 2 * (k >= 8) + (k & 1));
+        for (int l = 0; l < 32; l++)
+            for (int e = 0; e < 4; e++) {
+                int row = (l >> 2) + (e >= 2 ? 8 : 0), col = 2 * (l & 3) + (e & 1);
+                float acc;
+                memcpy(&acc, &sl[w0 + l].pay[6 + e], sizeof acc);
+                for (int k = 0; k < 16; k++)
+                    acc = acc + A[row][k] * Bm[k][col]; /* the product exact, each addition rounded */
+                w.d[l][e] = acc;
+            }
     }
+    memcpy(d, w.d[lane], 4 * sizeof(float));
 }
 
 extern "C" void cudaemu_ldmatrix(uint32_t *regs, int n, int trans, const void *row) {
