@@ -63,6 +63,19 @@ template <typename S> __device__ inline void fa_load(S sh, const bf16 *src, long
     }
 }
 
+/* Key/value head kv's rows [r0, r0 + 64) of the sequence at base (qkv
+ * rows of NH + 2 NKV heads) into sk and sv, landed and visible to the
+ * block on return; the caller's barrier before it frees the tiles. */
+template <typename S>
+__device__ inline void fa_load_kv(S sk, S sv, const bf16 *base, int NH, int NKV, int kv, int r0, int T) {
+    long long W = (long long)(NH + 2 * NKV) * FA_D;
+    fa_load(sk, base + (NH + kv) * FA_D, W, r0, T);
+    fa_load(sv, base + (NH + NKV + kv) * FA_D, W, r0, T);
+    sr_cp_async_commit();
+    sr_cp_async_wait<0>();
+    __syncthreads();
+}
+
 /* A fragments (16 rows from `row0`, all 64 columns: four k16 steps) of a
  * tile: the operand whose rows are the warp's. */
 template <typename S> __device__ inline void fa_frag_a(uint32_t (&a)[4][4], S sh, int row0) {
@@ -149,11 +162,7 @@ __global__ void fwd_k(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int
     fa_zero(o);
     for (int kt = 0; kt <= qt; kt++) {
         __syncthreads(); /* every warp is done with the last tile */
-        fa_load(sk, base + (NH + kv) * FA_D, W, kt * FA_ROWS, T);
-        fa_load(sv, base + (NH + NKV + kv) * FA_D, W, kt * FA_ROWS, T);
-        sr_cp_async_commit();
-        sr_cp_async_wait<0>();
-        __syncthreads();
+        fa_load_kv(sk, sv, base, NH, NKV, kv, kt * FA_ROWS, T);
         float s[8][4];
         fa_zero(s);
         fa_mma_abt(s, qa, sk);
@@ -223,11 +232,7 @@ __global__ void dkv_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float
     long long W = (long long)(NH + 2 * NKV) * FA_D, C = (long long)NH * FA_D;
     const bf16 *base = qkv + (long long)b * T * W, *dbase = dout + (long long)b * T * C;
     float sl2 = scale * FA_LOG2E;
-    fa_load(sk, base + (NH + kv) * FA_D, W, k0, T);
-    fa_load(sv, base + (NH + NKV + kv) * FA_D, W, k0, T);
-    sr_cp_async_commit();
-    sr_cp_async_wait<0>();
-    __syncthreads();
+    fa_load_kv(sk, sv, base, NH, NKV, kv, k0, T);
     uint32_t ka[4][4], va[4][4];
     fa_frag_a(ka, sk, warp * 16);
     fa_frag_a(va, sv, warp * 16);
@@ -302,12 +307,8 @@ __global__ void dq_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float 
     float dq[8][4];
     fa_zero(dq);
     for (int kt = 0; kt <= qt; kt++) {
-        __syncthreads();
-        fa_load(sk, base + (NH + kv) * FA_D, W, kt * FA_ROWS, T);
-        fa_load(sv, base + (NH + NKV + kv) * FA_D, W, kt * FA_ROWS, T);
-        sr_cp_async_commit();
-        sr_cp_async_wait<0>();
-        __syncthreads();
+        __syncthreads(); /* every warp is done with the last tile */
+        fa_load_kv(sk, sv, base, NH, NKV, kv, kt * FA_ROWS, T);
         float p[8][4], dp[8][4];
         fa_zero(p);
         fa_zero(dp);
