@@ -1,23 +1,24 @@
 /* flash.cu — flash attention: causal, grouped-query attention that never
- * writes the T x T matrix (doc/ARCHITECTURE.md §3c), head dim 64, bf16 on
- * the tensor cores through mma.cuh, forward and a deterministic backward.
+ * writes the T x T matrix (doc/ARCHITECTURE.md §3c), head dims 64 and 128,
+ * bf16 on the tensor cores through mma.cuh, forward and a deterministic
+ * backward.  Each kernel is a template on the head dim D.
  *
- * Layouts (ops.h): qkv[B, T, W] with W = (NH + 2 NKV) 64, query head h
- * at column h 64, its key and value heads kv = h / (NH / NKV) at (NH +
- * kv) 64 and (NH + NKV + kv) 64, read in place; out[B, T, NH 64], written
+ * Layouts (ops.h): qkv[B, T, W] with W = (NH + 2 NKV) D, query head h
+ * at column h D, its key and value heads kv = h / (NH / NKV) at (NH +
+ * kv) D and (NH + NKV + kv) D, read in place; out[B, T, NH D], written
  * where the attention projection reads it; lse[B, NH, T] (f32) the
  * log-sum-exp of each row's scaled, causal scores: all the backward keeps.
  *
  * Forward (fwd_k): a block of 4 warps per (64 query rows, head, sequence),
  * 16 rows per warp.  The query tile's A fragments stay in registers; for
  * each key/value tile of 64 up to the diagonal, S = Q K^T (mma, f32), the
- * scale and the causal and tail masks, the online softmax in f32 (the
- * row's running maximum m and sum l; a new maximum rescales l and the
- * output by exp2(m_old - m_new)), and O += P V with P rounded to bf16 in
- * the A fragment straight from S's accumulators (FlashAttention-2).  Sums
- * run in a fixed order (a lane's columns in order, then the quad's xor
- * 1, 2 shuffles): the same bits on every run.  Exponentials are exp2 of
- * scores pre-multiplied by scale log2(e).
+ * scale (and on the diagonal tile the causal mask), the online softmax in
+ * f32 (the row's running maximum m and sum l; a new maximum rescales l and
+ * the output by exp2(m_old - m_new)), and O += P V with P rounded to bf16
+ * in the A fragment straight from S's accumulators (FlashAttention-2).
+ * Sums run in a fixed order (a lane's columns in order, then the quad's
+ * xor 1, 2 shuffles): the same bits on every run.  Exponentials are exp2
+ * of scores pre-multiplied by scale log2(e).
  *
  * Backward, three kernels, no floating-point atomics (our contract is
  * bitwise run to run): rowdot_k computes D = rowsum(dO o O) once per row
@@ -26,92 +27,147 @@
  * sums dV += P^T dO and dK += dS^T Q with dS = P (dP - D), dP^T = V dO^T,
  * over the R query heads of its group in head order, then the query tiles
  * in order; dq_k, a block per (64 queries, head, sequence), sums dQ += dS
- * K over the key tiles in order.  Each writes its gradient once,
- * accumulating into dqkv (ops.h: the backward adds) in f32 with one
- * rounding.
+ * K over the key tiles in order.  Each writes its gradient once, with one
+ * rounding: together they assign every element of dqkv (ops.h's
+ * attention_backward_assigns; the caller zeroes nothing).
  *
- * Tiles are 64 x 64 of bf16 in shared memory, rows padded to 72 elements
- * (144 bytes: 16-byte aligned, ldmatrix's rows spread over the banks),
- * loaded by 16-byte cp.async; rows at or past T are zero-filled (a V or Q
- * row of zeros is what makes the masked tail contribute nothing; the
- * emulator's shared memory starts as NaN).  SR_MUTANT names the planted
- * bugs of tests/mutants.sh (none under nvcc). */
+ * Speed.  The tiles the loop walks (keys and values in the forward and
+ * dq_k, queries and output gradients in dkv_k) are double-buffered: the
+ * next tile's 16-byte cp.async copies are in flight while the tensor cores
+ * work on this one (cp.async.wait_group 1).  A causal grid's blocks differ
+ * in work (query tile t visits t + 1 key tiles), so the grids run the
+ * longest first: the forward and dq_k take their query tile from the end
+ * (blockIdx.x 0 is the last tile), dkv_k's key tile 0 visits every query
+ * tile.  Masks are computed only on the diagonal tile and the tail.  At
+ * head dim 128 the backward reads its A fragments from shared memory per
+ * step (ldmatrix) where head dim 64 holds them in registers: the
+ * accumulators of 16 x 128 (dK and dV, or dQ) leave no room (ptxas: no
+ * spills, tests/cuda_static.sh).  Each byte of Q, K, V, O, dO, the LSE
+ * and D is read from memory once per tile visit and dqkv written once:
+ * the ledger's flash rows (sr_lc_flash) count exactly that.
+ *
+ * Tiles are 64 rows of bf16 in dynamic shared memory, rows padded to D + 8
+ * elements (16-byte aligned, ldmatrix's rows spread over the banks): the
+ * forward 5 tiles (46 KiB at D 64, 85 KiB at 128), the backward 6 (54,
+ * 102 KiB), past 48 KiB by cudaFuncSetAttribute.  Rows at or past T are
+ * zero-filled (a V or Q row of zeros is what makes the masked tail
+ * contribute nothing; the emulator's shared memory starts as NaN).
+ * SR_MUTANT names the planted bugs of tests/mutants.sh (none under
+ * nvcc). */
 #include "common.cuh"
 
-#define FA_D 64     /* head dim */
-#define FA_ROWS 64  /* rows of a tile (queries or keys) */
-#define FA_PITCH 72 /* elements per shared row */
-#define FA_TILE (FA_ROWS * FA_PITCH)
+#define FA_ROWS 64     /* rows of a tile (queries or keys) */
 #define FA_THREADS 128 /* 4 warps of 16 rows */
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.6931471805599453f
 
 typedef __nv_bfloat16 bf16;
 
-/* Rows [r0, r0 + 64) of a 64-wide slice at src (rows ld elements apart)
+/* The shapes of head dim D: a shared row's pitch, a tile's elements, the
+ * k16 steps and n8 tiles across D, whether the backward holds its A
+ * fragments in registers. */
+template <int D> struct fa_shape {
+    static constexpr int P = D + 8;
+    static constexpr int TILE = FA_ROWS * P;
+    static constexpr int KK = D / 16;
+    static constexpr int ND = D / 8;
+    static constexpr bool HOLD = D <= 64;
+};
+
+/* Rows [r0, r0 + 64) of a D-wide slice at src (rows ld elements apart)
  * into the tile at sh; rows at or past T are zeros.  Asynchronous: the
  * caller commits and waits. */
-template <typename S> __device__ inline void fa_load(S sh, const bf16 *src, long long ld, int r0, int T) {
+template <int D, typename S> __device__ inline void fa_load(S sh, const bf16 *src, long long ld, int r0, int T) {
+    constexpr int CH = D / 8; /* 16-byte chunks per row */
     T += SR_MUTANT(flash_tail) ? 1 : 0;
-    for (int c = threadIdx.x; c < FA_ROWS * 8; c += FA_THREADS) {
-        int row = c >> 3, ch = c & 7;
+    for (int c = threadIdx.x; c < FA_ROWS * CH; c += FA_THREADS) {
+        int row = c / CH, ch = c % CH;
         if (r0 + row < T)
-            sr_cp_async_cg(SR_SHPTR(sh, row * FA_PITCH + ch * 8), src + (long long)(r0 + row) * ld + ch * 8);
+            sr_cp_async_cg(SR_SHPTR(sh, row * fa_shape<D>::P + ch * 8), src + (long long)(r0 + row) * ld + ch * 8);
         else
             for (int e = 0; e < 8; e++)
-                sh[row * FA_PITCH + ch * 8 + e] = __float2bfloat16_rn(0.0f);
+                sh[row * fa_shape<D>::P + ch * 8 + e] = __float2bfloat16_rn(0.0f);
     }
 }
 
 /* Key/value head kv's rows [r0, r0 + 64) of the sequence at base (qkv
- * rows of NH + 2 NKV heads) into sk and sv, landed and visible to the
- * block on return; the caller's barrier before it frees the tiles. */
-template <typename S>
+ * rows of NH + 2 NKV heads) into sk and sv; asynchronous as fa_load. */
+template <int D, typename S>
 __device__ inline void fa_load_kv(S sk, S sv, const bf16 *base, int NH, int NKV, int kv, int r0, int T) {
-    long long W = (long long)(NH + 2 * NKV) * FA_D;
-    fa_load(sk, base + (NH + kv) * FA_D, W, r0, T);
-    fa_load(sv, base + (NH + NKV + kv) * FA_D, W, r0, T);
-    sr_cp_async_commit();
-    sr_cp_async_wait<0>();
+    long long W = (long long)(NH + 2 * NKV) * D;
+    fa_load<D>(sk, base + (NH + kv) * D, W, r0, T);
+    fa_load<D>(sv, base + (NH + NKV + kv) * D, W, r0, T);
+}
+
+/* Waits for the tile the loop is about to use: every copy group but the
+ * newest when a prefetch is in flight, else all; then the block's
+ * barrier makes the landed tiles visible. */
+__device__ inline void fa_wait(bool prefetching) {
+    if (SR_MUTANT(flash_pipeline))
+        sr_cp_async_wait<2>(); /* the planted bug: waits for nothing */
+    else if (prefetching)
+        sr_cp_async_wait<1>();
+    else
+        sr_cp_async_wait<0>();
     __syncthreads();
 }
 
-/* A fragments (16 rows from `row0`, all 64 columns: four k16 steps) of a
- * tile: the operand whose rows are the warp's. */
-template <typename S> __device__ inline void fa_frag_a(uint32_t (&a)[4][4], S sh, int row0) {
+/* One k16 step's A fragment (16 rows from `row0`, columns kk 16 ..) of a
+ * tile. */
+template <int D, typename S> __device__ inline void fa_frag_k(uint32_t (&a)[4], S sh, int row0, int kk) {
     int lane = threadIdx.x & 31, q = lane >> 3, r = lane & 7;
-    for (int kk = 0; kk < 4; kk++)
-        sr_ldmatrix<4, false>(a[kk], SR_SHPTR(sh, (row0 + (q & 1) * 8 + r) * FA_PITCH + kk * 16 + (q >> 1) * 8));
+    sr_ldmatrix<4, false>(a, SR_SHPTR(sh, (row0 + (q & 1) * 8 + r) * fa_shape<D>::P + kk * 16 + (q >> 1) * 8));
 }
 
-/* acc[n][.] (16 x 64: eight n8 tiles) += A B^T, A the warp's fragments
- * (rows x 64) and B the tile's 64 rows (each a column of the product):
- * S = Q K^T, dP = dO V^T. */
-template <typename S> __device__ inline void fa_mma_abt(float (&acc)[8][4], const uint32_t (&a)[4][4], S sh) {
+/* A fragments (16 rows from `row0`, all D columns) of a tile: the operand
+ * whose rows are the warp's. */
+template <int D, typename S> __device__ inline void fa_frag_a(uint32_t (&a)[D / 16][4], S sh, int row0) {
+    for (int kk = 0; kk < D / 16; kk++)
+        fa_frag_k<D>(a[kk], sh, row0, kk);
+}
+
+/* acc[n][.] (16 x 64: eight n8 tiles) += a B^T over k16 step kk, B the
+ * tile's 64 rows (each a column of the product). */
+template <int D, typename S> __device__ inline void fa_mma_abt_k(float (&acc)[8][4], const uint32_t (&a)[4], S sh, int kk) {
     int lane = threadIdx.x & 31, q = lane >> 3, r = lane & 7;
-    for (int kk = 0; kk < 4; kk++)
-        for (int nj = 0; nj < 8; nj += 2) {
-            uint32_t t[4];
-            sr_ldmatrix<4, false>(t, SR_SHPTR(sh, ((nj + (q >> 1)) * 8 + r) * FA_PITCH + kk * 16 + (q & 1) * 8));
-            uint32_t b0[2] = {t[0], t[1]}, b1[2] = {t[2], t[3]};
-            sr_mma_m16n8k16_bf16(acc[nj], a[kk], b0, acc[nj]);
-            sr_mma_m16n8k16_bf16(acc[nj + 1], a[kk], b1, acc[nj + 1]);
+    for (int nj = 0; nj < 8; nj += 2) {
+        uint32_t t[4];
+        sr_ldmatrix<4, false>(t, SR_SHPTR(sh, ((nj + (q >> 1)) * 8 + r) * fa_shape<D>::P + kk * 16 + (q & 1) * 8));
+        uint32_t b0[2] = {t[0], t[1]}, b1[2] = {t[2], t[3]};
+        sr_mma_m16n8k16_bf16(acc[nj], a, b0, acc[nj]);
+        sr_mma_m16n8k16_bf16(acc[nj + 1], a, b1, acc[nj + 1]);
+    }
+}
+
+/* acc (16 x 64) += A B^T, A the warp's rows (x D) and B the tile's 64
+ * rows: S = Q K^T, dP = dO V^T.  A from registers (a), or with `hold`
+ * false from the tile sa at row0, fragment by fragment. */
+template <int D, typename S>
+__device__ inline void fa_mma_abt(float (&acc)[8][4], const uint32_t (&a)[D / 16][4], S sb, bool hold, S sa, int row0) {
+    for (int kk = 0; kk < D / 16; kk++) {
+        if (hold) {
+            fa_mma_abt_k<D>(acc, a[kk], sb, kk);
+        } else {
+            uint32_t f[4];
+            fa_frag_k<D>(f, sa, row0, kk);
+            fa_mma_abt_k<D>(acc, f, sb, kk);
         }
+    }
 }
 
-/* acc (16 x 64) += P B, P the warp's 16 x 64 in f32 accumulators (rounded
+/* acc (16 x D) += P B, P the warp's 16 x 64 in f32 accumulators (rounded
  * to bf16 into A fragments: a C fragment's pairs are an A fragment's) and
- * B the tile (64 rows of k, 64 columns): O = P V, dV = P^T dO, dK = dS^T
+ * B the tile (64 rows of k, D columns): O = P V, dV = P^T dO, dK = dS^T
  * Q, dQ = dS K. */
-template <typename S> __device__ inline void fa_mma_pb(float (&acc)[8][4], const float (&p)[8][4], S sh) {
+template <int D, typename S> __device__ inline void fa_mma_pb(float (&acc)[D / 8][4], const float (&p)[8][4], S sh) {
     int lane = threadIdx.x & 31, q = lane >> 3, r = lane & 7;
     for (int j = 0; j < 4; j++) {
         uint32_t a[4] = {sr_pack_bf16x2(p[2 * j][0], p[2 * j][1]), sr_pack_bf16x2(p[2 * j][2], p[2 * j][3]),
                          sr_pack_bf16x2(p[2 * j + 1][0], p[2 * j + 1][1]),
                          sr_pack_bf16x2(p[2 * j + 1][2], p[2 * j + 1][3])};
-        for (int nd = 0; nd < 8; nd += 2) {
+        for (int nd = 0; nd < D / 8; nd += 2) {
             uint32_t t[4];
-            sr_ldmatrix<4, true>(t, SR_SHPTR(sh, (j * 16 + (q & 1) * 8 + r) * FA_PITCH + (nd + (q >> 1)) * 8));
+            sr_ldmatrix<4, true>(t, SR_SHPTR(sh, (j * 16 + (q & 1) * 8 + r) * fa_shape<D>::P + (nd + (q >> 1)) * 8));
             uint32_t b0[2] = {t[0], t[1]}, b1[2] = {t[2], t[3]};
             sr_mma_m16n8k16_bf16(acc[nd], a, b0, acc[nd]);
             sr_mma_m16n8k16_bf16(acc[nd + 1], a, b1, acc[nd + 1]);
@@ -119,60 +175,65 @@ template <typename S> __device__ inline void fa_mma_pb(float (&acc)[8][4], const
     }
 }
 
-__device__ inline void fa_zero(float (&x)[8][4]) {
-    for (int n = 0; n < 8; n++)
+template <int N> __device__ inline void fa_zero(float (&x)[N][4]) {
+    for (int n = 0; n < N; n++)
         for (int e = 0; e < 4; e++)
             x[n][e] = 0.0f;
 }
 
-/* The warp's 16 x 64 accumulator scaled by `mul` and added, with one
- * rounding, into rows [row0, row0 + 16) < T of dst (rows ld apart, from
- * column 0), or (add false) stored. */
-__device__ inline void fa_store(bf16 *dst, long long ld, const float (&x)[8][4], int row0, int T, float mul, bool add) {
+/* The warp's 16 x D accumulator scaled by `mul`, rounded once, stored into
+ * rows [row0, row0 + 16) < T of dst (rows ld apart, from column 0). */
+template <int D> __device__ inline void fa_store(bf16 *dst, long long ld, const float (&x)[D / 8][4], int row0, int T, float mul) {
     int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    for (int n = 0; n < 8; n++)
+    for (int n = 0; n < D / 8; n++)
         for (int e = 0; e < 4; e++) {
             int row = row0 + g + (e >= 2 ? 8 : 0);
-            if (row >= T)
-                continue;
-            bf16 *p = dst + (long long)row * ld + n * 8 + 2 * t4 + (e & 1);
-            float v = x[n][e] * mul;
-            *p = __float2bfloat16_rn(add ? __bfloat162float(*p) + v : v);
+            if (row < T)
+                dst[(long long)row * ld + n * 8 + 2 * t4 + (e & 1)] = __float2bfloat16_rn(x[n][e] * mul);
         }
 }
 
-__global__ void fwd_k(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, float scale) {
-    SR_SHARED(bf16, sq, FA_TILE);
-    SR_SHARED(bf16, sk, FA_TILE);
-    SR_SHARED(bf16, sv, FA_TILE);
+template <int D> __global__ void fwd_k(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, float scale) {
+    typedef fa_shape<D> F;
+    SR_SHARED_DYN(bf16, smem); /* Q, then (K, V) twice */
     const bool m_causal = SR_MUTANT(flash_causal), m_rescale = SR_MUTANT(flash_rescale);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-    int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, q0 = qt * FA_ROWS;
+    int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, q0 = qt * FA_ROWS; /* longest first */
     int kv = (h / (NH / NKV) + (SR_MUTANT(flash_kv_head) ? 1 : 0)) % NKV;
-    long long W = (long long)(NH + 2 * NKV) * FA_D;
+    long long W = (long long)(NH + 2 * NKV) * D;
     const bf16 *base = qkv + (long long)b * T * W;
     float sl2 = scale * FA_LOG2E * (SR_MUTANT(flash_scale) ? 2.0f : 1.0f);
-    fa_load(sq, base + h * FA_D, W, q0, T);
+    auto sq = SR_SHSLICE(smem, 0, F::TILE);
+    fa_load<D>(sq, base + h * D, W, q0, T);
+    fa_load_kv<D>(SR_SHSLICE(smem, F::TILE, F::TILE), SR_SHSLICE(smem, 2 * F::TILE, F::TILE), base, NH, NKV, kv, 0, T);
     sr_cp_async_commit();
-    sr_cp_async_wait<0>();
-    __syncthreads();
-    uint32_t qa[4][4];
-    fa_frag_a(qa, sq, warp * 16);
-    float o[8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    uint32_t qa[D / 16][4];
+    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     fa_zero(o);
     for (int kt = 0; kt <= qt; kt++) {
-        __syncthreads(); /* every warp is done with the last tile */
-        fa_load_kv(sk, sv, base, NH, NKV, kv, kt * FA_ROWS, T);
+        int st = kt & 1;
+        if (kt < qt) { /* the next tile's copies, into the other stage */
+            int nx = (st ^ 1) * 2 * F::TILE;
+            fa_load_kv<D>(SR_SHSLICE(smem, F::TILE + nx, F::TILE), SR_SHSLICE(smem, 2 * F::TILE + nx, F::TILE), base,
+                          NH, NKV, kv, (kt + 1) * FA_ROWS, T);
+            sr_cp_async_commit();
+        }
+        fa_wait(kt < qt);
+        if (kt == 0)
+            fa_frag_a<D>(qa, sq, warp * 16);
+        auto sk = SR_SHSLICE(smem, F::TILE + st * 2 * F::TILE, F::TILE);
+        auto sv = SR_SHSLICE(smem, 2 * F::TILE + st * 2 * F::TILE, F::TILE);
         float s[8][4];
         fa_zero(s);
-        fa_mma_abt(s, qa, sk);
+        fa_mma_abt<D>(s, qa, sk, true, sq, 0);
+        bool diag = kt == qt; /* the only tile with masked columns (kt < qt: every key < q0 < T) */
         for (int r = 0; r < 2; r++) {
             int row = q0 + warp * 16 + g + 8 * r;
             float mx = -INFINITY;
             for (int n = 0; n < 8; n++)
                 for (int e = 2 * r; e < 2 * r + 2; e++) {
                     int col = kt * FA_ROWS + n * 8 + 2 * t4 + (e & 1);
-                    bool off = (!m_causal && col > row) || col >= T;
+                    bool off = diag && ((!m_causal && col > row) || col >= T);
                     s[n][e] = off ? -INFINITY : s[n][e] * sl2;
                     mx = fmaxf(mx, s[n][e]);
                 }
@@ -182,14 +243,17 @@ __global__ void fwd_k(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int
             float alpha = m_rescale ? 1.0f : exp2f(m[r] - ref);
             m[r] = mn;
             l[r] *= alpha;
+            for (int n = 0; n < D / 8; n++)
+                for (int e = 2 * r; e < 2 * r + 2; e++)
+                    o[n][e] *= alpha;
             for (int n = 0; n < 8; n++)
                 for (int e = 2 * r; e < 2 * r + 2; e++) {
-                    o[n][e] *= alpha;
                     s[n][e] = exp2f(s[n][e] - ref);
                     l[r] += s[n][e];
                 }
         }
-        fa_mma_pb(o, s, sv);
+        fa_mma_pb<D>(o, s, sv);
+        __syncthreads(); /* every warp is done with this stage before the next prefetch refills it */
     }
     for (int r = 0; r < 2; r++) {
         l[r] += sr_shfl_xor(0xffffffffu, l[r], 1);
@@ -197,138 +261,192 @@ __global__ void fwd_k(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int
         int row = q0 + warp * 16 + g + 8 * r;
         if (t4 == 0 && row < T)
             lse[((long long)b * NH + h) * T + row] = (m[r] + log2f(l[r])) * FA_LN2;
-        for (int n = 0; n < 8; n++)
+        for (int n = 0; n < D / 8; n++)
             for (int e = 2 * r; e < 2 * r + 2; e++)
                 o[n][e] /= l[r];
     }
-    fa_store(out + (long long)b * T * NH * FA_D + h * FA_D, (long long)NH * FA_D, o, q0 + warp * 16, T, 1.0f, false);
+    fa_store<D>(out + (long long)b * T * NH * D + h * D, (long long)NH * D, o, q0 + warp * 16, T, 1.0f);
 }
 
-/* D[b, h, t] = sum_d dO o O over the head's 64 values: a warp per row. */
-__global__ void rowdot_k(float *D, const bf16 *dout, const bf16 *out, int B, int T, int NH) {
+/* D[b, h, t] = sum_d dO o O over the head's values (each lane's in order,
+ * then the warp's tree): a warp per row. */
+template <int D> __global__ void rowdot_k(float *Dv, const bf16 *dout, const bf16 *out, int B, int T, int NH) {
     long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; /* (b, t, h) */
     int lane = threadIdx.x & 31;
     if (row >= (long long)B * T * NH)
         return;
-    const bf16 *x = dout + row * FA_D, *y = out + row * FA_D;
-    float v = __bfloat162float(x[lane]) * __bfloat162float(y[lane]) +
-              __bfloat162float(x[lane + 32]) * __bfloat162float(y[lane + 32]);
+    const bf16 *x = dout + row * D, *y = out + row * D;
+    float v = 0.0f;
+    for (int i = lane; i < D; i += 32)
+        v += __bfloat162float(x[i]) * __bfloat162float(y[i]);
     v = sr_warp_sum(v);
     long long h = row % NH, bt = row / NH, b = bt / T, t = bt % T;
     if (lane == 0)
-        D[(b * NH + h) * T + t] = v;
+        Dv[(b * NH + h) * T + t] = v;
 }
 
-__global__ void dkv_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D, int T, int NH,
+/* dkv_k's step into stage tiles sq, sdo and rows sl, sd: head h's query
+ * and output-gradient rows [q0, q0 + 64) (asynchronous), their LSE (log2
+ * units) and D (stored; zeros past T). */
+template <int D, typename S, typename SF>
+__device__ inline void fa_dkv_stage(S sq, S sdo, SF sl, SF sd, const bf16 *base, const bf16 *dbase, const float *lh,
+                                    const float *dh, int h, int q0, int T, long long W, long long C) {
+    fa_load<D>(sq, base + h * D, W, q0, T);
+    fa_load<D>(sdo, dbase + h * D, C, q0, T);
+    if (threadIdx.x < FA_ROWS) {
+        int t = q0 + threadIdx.x;
+        sl[threadIdx.x] = t < T ? lh[t] * FA_LOG2E : 0.0f;
+        sd[threadIdx.x] = t < T ? dh[t] : 0.0f;
+    }
+}
+
+template <int D>
+__global__ void dkv_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *Dv, int T, int NH,
                       int NKV, float scale) {
-    SR_SHARED(bf16, sk, FA_TILE);
-    SR_SHARED(bf16, sv, FA_TILE);
-    SR_SHARED(bf16, sq, FA_TILE);
-    SR_SHARED(bf16, sdo, FA_TILE);
-    SR_SHARED(float, sl, FA_ROWS);
-    SR_SHARED(float, sd, FA_ROWS);
+    typedef fa_shape<D> F;
+    SR_SHARED_DYN(bf16, smem); /* K, V, then (Q, dO) twice */
+    SR_SHARED(float, sl, 2 * FA_ROWS);
+    SR_SHARED(float, sd, 2 * FA_ROWS);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
     int kt = blockIdx.x, kv = blockIdx.y, b = blockIdx.z, k0 = kt * FA_ROWS, R = NH / NKV;
-    long long W = (long long)(NH + 2 * NKV) * FA_D, C = (long long)NH * FA_D;
+    long long W = (long long)(NH + 2 * NKV) * D, C = (long long)NH * D;
     const bf16 *base = qkv + (long long)b * T * W, *dbase = dout + (long long)b * T * C;
     float sl2 = scale * FA_LOG2E;
-    fa_load_kv(sk, sv, base, NH, NKV, kv, k0, T);
-    uint32_t ka[4][4], va[4][4];
-    fa_frag_a(ka, sk, warp * 16);
-    fa_frag_a(va, sv, warp * 16);
-    float dk[8][4], dv[8][4];
+    auto sk = SR_SHSLICE(smem, 0, F::TILE);
+    auto sv = SR_SHSLICE(smem, F::TILE, F::TILE);
+    int tiles = (T + FA_ROWS - 1) / FA_ROWS, n = tiles - kt, steps = R * n; /* step i: head kv R + i / n, tile kt + i % n */
+    const float *lb = lse + (long long)b * NH * T, *db_ = Dv + (long long)b * NH * T;
+    fa_load_kv<D>(sk, sv, base, NH, NKV, kv, k0, T);
+    fa_dkv_stage<D>(SR_SHSLICE(smem, 2 * F::TILE, F::TILE), SR_SHSLICE(smem, 3 * F::TILE, F::TILE),
+                    SR_SHSLICE(sl, 0, FA_ROWS), SR_SHSLICE(sd, 0, FA_ROWS), base, dbase, lb + (long long)kv * R * T,
+                    db_ + (long long)kv * R * T, kv * R, k0, T, W, C);
+    sr_cp_async_commit();
+    uint32_t ka[D / 16][4], va[D / 16][4];
+    float dk[D / 8][4], dv[D / 8][4];
     fa_zero(dk);
     fa_zero(dv);
-    int tiles = (T + FA_ROWS - 1) / FA_ROWS;
-    for (int r = 0; r < R; r++) {
-        int h = kv * R + r;
-        const float *lh = lse + ((long long)b * NH + h) * T, *dh = D + ((long long)b * NH + h) * T;
-        for (int qt = kt; qt < tiles; qt++) {
-            int q0 = qt * FA_ROWS;
-            __syncthreads(); /* every warp is done with the last tile */
-            fa_load(sq, base + h * FA_D, W, q0, T);
-            fa_load(sdo, dbase + h * FA_D, C, q0, T);
+    for (int i = 0; i < steps; i++) {
+        int st = i & 1, q0 = (kt + i % n) * FA_ROWS;
+        if (i + 1 < steps) { /* the next step's copies, into the other stage */
+            int h1 = kv * R + (i + 1) / n, q1 = (kt + (i + 1) % n) * FA_ROWS, nx = (st ^ 1) * 2 * F::TILE;
+            fa_dkv_stage<D>(SR_SHSLICE(smem, 2 * F::TILE + nx, F::TILE), SR_SHSLICE(smem, 3 * F::TILE + nx, F::TILE),
+                            SR_SHSLICE(sl, (st ^ 1) * FA_ROWS, FA_ROWS), SR_SHSLICE(sd, (st ^ 1) * FA_ROWS, FA_ROWS),
+                            base, dbase, lb + (long long)h1 * T, db_ + (long long)h1 * T, h1, q1, T, W, C);
             sr_cp_async_commit();
-            if (threadIdx.x < FA_ROWS) {
-                int t = q0 + threadIdx.x;
-                sl[threadIdx.x] = t < T ? lh[t] * FA_LOG2E : 0.0f;
-                sd[threadIdx.x] = t < T ? dh[t] : 0.0f;
-            }
-            sr_cp_async_wait<0>();
-            __syncthreads();
-            float p[8][4], dp[8][4];
-            fa_zero(p);
-            fa_mma_abt(p, ka, sq); /* S^T: rows keys, columns queries */
-            for (int n = 0; n < 8; n++)
-                for (int e = 0; e < 4; e++) {
-                    int key = k0 + warp * 16 + g + (e >= 2 ? 8 : 0), c = n * 8 + 2 * t4 + (e & 1), query = q0 + c;
-                    p[n][e] = query >= key && query < T ? exp2f(p[n][e] * sl2 - sl[c]) : 0.0f;
-                }
-            fa_mma_pb(dv, p, sdo);
-            fa_zero(dp);
-            fa_mma_abt(dp, va, sdo); /* dP^T = V dO^T */
-            for (int n = 0; n < 8; n++)
-                for (int e = 0; e < 4; e++)
-                    dp[n][e] = p[n][e] * (dp[n][e] - sd[n * 8 + 2 * t4 + (e & 1)]);
-            fa_mma_pb(dk, dp, sq);
         }
+        fa_wait(i + 1 < steps);
+        if (i == 0 && F::HOLD) {
+            fa_frag_a<D>(ka, sk, warp * 16);
+            fa_frag_a<D>(va, sv, warp * 16);
+        }
+        auto sq = SR_SHSLICE(smem, 2 * F::TILE + st * 2 * F::TILE, F::TILE);
+        auto sdo = SR_SHSLICE(smem, 3 * F::TILE + st * 2 * F::TILE, F::TILE);
+        int so = st * FA_ROWS;
+        bool edge = q0 == k0 || q0 + FA_ROWS > T; /* the diagonal tile or the tail */
+        float p[8][4], dp[8][4];
+        fa_zero(p);
+        fa_mma_abt<D>(p, ka, sq, F::HOLD, sk, warp * 16); /* S^T: rows keys, columns queries */
+        for (int nn = 0; nn < 8; nn++)
+            for (int e = 0; e < 4; e++) {
+                int key = k0 + warp * 16 + g + (e >= 2 ? 8 : 0), c = nn * 8 + 2 * t4 + (e & 1), query = q0 + c;
+                p[nn][e] = !edge || (query >= key && query < T) ? exp2f(p[nn][e] * sl2 - sl[so + c]) : 0.0f;
+            }
+        fa_mma_pb<D>(dv, p, sdo);
+        fa_zero(dp);
+        fa_mma_abt<D>(dp, va, sdo, F::HOLD, sv, warp * 16); /* dP^T = V dO^T */
+        for (int nn = 0; nn < 8; nn++)
+            for (int e = 0; e < 4; e++)
+                dp[nn][e] = p[nn][e] * (dp[nn][e] - sd[so + nn * 8 + 2 * t4 + (e & 1)]);
+        fa_mma_pb<D>(dk, dp, sq);
+        __syncthreads(); /* every warp is done with this stage before the next prefetch refills it */
     }
     bf16 *db = dqkv + (long long)b * T * W;
-    fa_store(db + (NH + kv) * FA_D, W, dk, k0 + warp * 16, T, scale, true);
-    fa_store(db + (NH + NKV + kv) * FA_D, W, dv, k0 + warp * 16, T, 1.0f, true);
+    fa_store<D>(db + (NH + kv) * D, W, dk, k0 + warp * 16, T, scale);
+    fa_store<D>(db + (NH + NKV + kv) * D, W, dv, k0 + warp * 16, T, 1.0f);
 }
 
-__global__ void dq_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D, int T, int NH,
+template <int D>
+__global__ void dq_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *Dv, int T, int NH,
                      int NKV, float scale) {
-    SR_SHARED(bf16, sq, FA_TILE);
-    SR_SHARED(bf16, sdo, FA_TILE);
-    SR_SHARED(bf16, sk, FA_TILE);
-    SR_SHARED(bf16, sv, FA_TILE);
+    typedef fa_shape<D> F;
+    SR_SHARED_DYN(bf16, smem); /* Q, dO, then (K, V) twice */
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-    int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, q0 = qt * FA_ROWS, kv = h / (NH / NKV);
-    long long W = (long long)(NH + 2 * NKV) * FA_D, C = (long long)NH * FA_D;
+    int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, q0 = qt * FA_ROWS; /* longest first */
+    int kv = h / (NH / NKV);
+    long long W = (long long)(NH + 2 * NKV) * D, C = (long long)NH * D;
     const bf16 *base = qkv + (long long)b * T * W;
     float sl2 = scale * FA_LOG2E;
-    fa_load(sq, base + h * FA_D, W, q0, T);
-    fa_load(sdo, dout + (long long)b * T * C + h * FA_D, C, q0, T);
+    auto sq = SR_SHSLICE(smem, 0, F::TILE);
+    auto sdo = SR_SHSLICE(smem, F::TILE, F::TILE);
+    fa_load<D>(sq, base + h * D, W, q0, T);
+    fa_load<D>(sdo, dout + (long long)b * T * C + h * D, C, q0, T);
+    fa_load_kv<D>(SR_SHSLICE(smem, 2 * F::TILE, F::TILE), SR_SHSLICE(smem, 3 * F::TILE, F::TILE), base, NH, NKV, kv, 0,
+                  T);
     sr_cp_async_commit();
-    sr_cp_async_wait<0>();
-    __syncthreads();
-    uint32_t qa[4][4], da[4][4];
-    fa_frag_a(qa, sq, warp * 16);
-    fa_frag_a(da, sdo, warp * 16);
     float rl[2], rd[2]; /* the lane's two rows' LSE (log2 units) and D */
     for (int r = 0; r < 2; r++) {
         int row = q0 + warp * 16 + g + 8 * r;
         long long i = ((long long)b * NH + h) * T + row;
         rl[r] = row < T ? lse[i] * FA_LOG2E : 0.0f;
-        rd[r] = row < T ? D[i] : 0.0f;
+        rd[r] = row < T ? Dv[i] : 0.0f;
     }
-    float dq[8][4];
+    uint32_t qa[D / 16][4], da[D / 16][4];
+    float dq[D / 8][4];
     fa_zero(dq);
     for (int kt = 0; kt <= qt; kt++) {
-        __syncthreads(); /* every warp is done with the last tile */
-        fa_load_kv(sk, sv, base, NH, NKV, kv, kt * FA_ROWS, T);
+        int st = kt & 1;
+        if (kt < qt) { /* the next tile's copies, into the other stage */
+            int nx = (st ^ 1) * 2 * F::TILE;
+            fa_load_kv<D>(SR_SHSLICE(smem, 2 * F::TILE + nx, F::TILE), SR_SHSLICE(smem, 3 * F::TILE + nx, F::TILE),
+                          base, NH, NKV, kv, (kt + 1) * FA_ROWS, T);
+            sr_cp_async_commit();
+        }
+        fa_wait(kt < qt);
+        if (kt == 0 && F::HOLD) {
+            fa_frag_a<D>(qa, sq, warp * 16);
+            fa_frag_a<D>(da, sdo, warp * 16);
+        }
+        auto sk = SR_SHSLICE(smem, 2 * F::TILE + st * 2 * F::TILE, F::TILE);
+        auto sv = SR_SHSLICE(smem, 3 * F::TILE + st * 2 * F::TILE, F::TILE);
+        bool edge = kt == qt || q0 + FA_ROWS > T; /* the diagonal tile or the tail */
         float p[8][4], dp[8][4];
         fa_zero(p);
         fa_zero(dp);
-        fa_mma_abt(p, qa, sk);
-        fa_mma_abt(dp, da, sv);
+        fa_mma_abt<D>(p, qa, sk, F::HOLD, sq, warp * 16);
+        fa_mma_abt<D>(dp, da, sv, F::HOLD, sdo, warp * 16);
         for (int n = 0; n < 8; n++)
             for (int e = 0; e < 4; e++) {
                 int r = e >= 2, row = q0 + warp * 16 + g + 8 * r, col = kt * FA_ROWS + n * 8 + 2 * t4 + (e & 1);
-                float pe = col <= row && row < T ? exp2f(p[n][e] * sl2 - rl[r]) : 0.0f;
+                float pe = !edge || (col <= row && row < T) ? exp2f(p[n][e] * sl2 - rl[r]) : 0.0f;
                 p[n][e] = pe * (dp[n][e] - rd[r]);
             }
-        fa_mma_pb(dq, p, sk);
+        fa_mma_pb<D>(dq, p, sk);
+        __syncthreads(); /* every warp is done with this stage before the next prefetch refills it */
     }
-    fa_store(dqkv + (long long)b * T * W + h * FA_D, W, dq, q0 + warp * 16, T, scale, true);
+    fa_store<D>(dqkv + (long long)b * T * W + h * D, W, dq, q0 + warp * 16, T, scale);
 }
 
 /* Shapes flash attention runs (the ops' choice checks the same:
  * sr_cuda_flash_supported). */
 static bool fa_shape_ok(int B, int T, int NH, int NKV, int hs) {
-    return B > 0 && T > 0 && NH > 0 && NKV > 0 && NH % NKV == 0 && hs == FA_D;
+    return B > 0 && T > 0 && NH > 0 && NKV > 0 && NH % NKV == 0 && (hs == 64 || hs == 128);
+}
+
+/* A kernel's dynamic shared memory: its attribute first (past 48 KiB a
+ * launch fails without it; a failure shows at the launch), not on a dry
+ * table (no GPU to ask). */
+template <typename K> static size_t fa_smem(K kernel, int tiles, int D) {
+    size_t bytes = (size_t)tiles * FA_ROWS * (D + 8) * sizeof(bf16);
+    if (!sr_cuda_dry())
+        (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    return bytes;
+}
+
+template <int D> static int fa_forward(cudaStream_t s, void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV) {
+    dim3 grid((T + FA_ROWS - 1) / FA_ROWS, NH, B);
+    size_t sh = fa_smem(fwd_k<D>, 5, D);
+    return SR_LAUNCH(fwd_k<D>, grid, FA_THREADS, sh, s, (bf16 *)out, lse, (const bf16 *)qkv, T, NH, NKV,
+                     1.0f / sqrtf((float)D));
 }
 
 extern "C" int sr_k_flash_forward(cudaStream_t s, void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV,
@@ -336,9 +454,28 @@ extern "C" int sr_k_flash_forward(cudaStream_t s, void *out, float *lse, const v
     SR_ENTER(flash_forward, sr_lc_flash(B, T, NH, NKV, hs, false));
     if (!fa_shape_ok(B, T, NH, NKV, hs))
         return (int)cudaErrorInvalidValue;
-    dim3 grid((T + FA_ROWS - 1) / FA_ROWS, NH, B);
-    return SR_LAUNCH(fwd_k, grid, FA_THREADS, 0, s, (bf16 *)out, lse, (const bf16 *)qkv, T, NH, NKV,
-                     1.0f / sqrtf((float)hs));
+    return hs == 64 ? fa_forward<64>(s, out, lse, qkv, B, T, NH, NKV) : fa_forward<128>(s, out, lse, qkv, B, T, NH, NKV);
+}
+
+template <int D>
+static int fa_backward(cudaStream_t s, void *dqkv, const void *dout, const void *out, const void *qkv, const float *lse,
+                       int B, int T, int NH, int NKV, float *ws) {
+    long long rows = (long long)B * T * NH;
+    float scale = 1.0f / sqrtf((float)D);
+    int rc = SR_LAUNCH(rowdot_k<D>, (unsigned)((rows + 7) / 8), 256, 0, s, ws, (const bf16 *)dout, (const bf16 *)out,
+                       B, T, NH);
+    unsigned tiles = (unsigned)((T + FA_ROWS - 1) / FA_ROWS);
+    if (rc == 0) {
+        size_t sh = fa_smem(dkv_k<D>, 6, D);
+        rc = SR_LAUNCH(dkv_k<D>, dim3(tiles, NKV, B), FA_THREADS, sh, s, (bf16 *)dqkv, (const bf16 *)dout,
+                       (const bf16 *)qkv, lse, (const float *)ws, T, NH, NKV, scale);
+    }
+    if (rc == 0) {
+        size_t sh = fa_smem(dq_k<D>, 6, D);
+        rc = SR_LAUNCH(dq_k<D>, dim3(tiles, NH, B), FA_THREADS, sh, s, (bf16 *)dqkv, (const bf16 *)dout,
+                       (const bf16 *)qkv, lse, (const float *)ws, T, NH, NKV, scale);
+    }
+    return rc;
 }
 
 extern "C" int sr_k_flash_backward(cudaStream_t s, void *dqkv, const void *dout, const void *out, const void *qkv,
@@ -346,18 +483,8 @@ extern "C" int sr_k_flash_backward(cudaStream_t s, void *dqkv, const void *dout,
     SR_ENTER(flash_backward, sr_lc_flash(B, T, NH, NKV, hs, true));
     if (!fa_shape_ok(B, T, NH, NKV, hs))
         return (int)cudaErrorInvalidValue;
-    long long rows = (long long)B * T * NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    int rc =
-        SR_LAUNCH(rowdot_k, (unsigned)((rows + 7) / 8), 256, 0, s, ws, (const bf16 *)dout, (const bf16 *)out, B, T, NH);
-    unsigned tiles = (unsigned)((T + FA_ROWS - 1) / FA_ROWS);
-    if (rc == 0)
-        rc = SR_LAUNCH(dkv_k, dim3(tiles, NKV, B), FA_THREADS, 0, s, (bf16 *)dqkv, (const bf16 *)dout,
-                       (const bf16 *)qkv, lse, (const float *)ws, T, NH, NKV, scale);
-    if (rc == 0)
-        rc = SR_LAUNCH(dq_k, dim3(tiles, NH, B), FA_THREADS, 0, s, (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv,
-                       lse, (const float *)ws, T, NH, NKV, scale);
-    return rc;
+    return hs == 64 ? fa_backward<64>(s, dqkv, dout, out, qkv, lse, B, T, NH, NKV, ws)
+                    : fa_backward<128>(s, dqkv, dout, out, qkv, lse, B, T, NH, NKV, ws);
 }
 
 extern "C" size_t sr_cuda_flash_ws_bytes(int B, int T, int NH) {

@@ -33,7 +33,9 @@
  * under nvcc, a checked pointer into the emulated block's shared memory
  * in the emulator.  Dynamic shared memory is SR_SHARED_DYN(T, name): the
  * launch's `shmem` bytes (above 48 KiB only after cudaFuncSetAttribute's
- * cudaFuncAttributeMaxDynamicSharedMemorySize, as on hardware). */
+ * cudaFuncAttributeMaxDynamicSharedMemorySize, as on hardware), and
+ * SR_SHSLICE(array, off, len) elements [off, off + len) of one as an array
+ * of its own (bounds-checked by the emulator against the whole). */
 #ifndef SR_MMA_CUH
 #define SR_MMA_CUH
 
@@ -222,6 +224,8 @@ __device__ inline unsigned long long sr_globaltimer() {
 #define SR_SHARED_DYN(T, name)                                                                                         \
     extern __shared__ __align__(16) unsigned char sr_dyn_smem_[];                                                      \
     T *const name = reinterpret_cast<T *>(sr_dyn_smem_)
+/* elements [off, off + len) of a shared array, as an array */
+#define SR_SHSLICE(array, off, len) ((array) + (off))
 #endif
 
 #endif

@@ -208,9 +208,12 @@ sr_ledger_cost sr_lc_flash(int B, int T, int NH, int NKV, int hs, bool backward)
     double q = rows * hs * 2, kv = (double)B * T * NKV * hs * 2; /* bf16: queries (or outputs); keys (or values) */
     if (!backward)                                               /* q, k, v read; o and the LSE written */
         return (sr_ledger_cost){4 * pairs * hs * heads, 2 * q + 2 * kv + 4 * rows};
-    /* q, k, v, o, dO and the LSE read; D written and read by both kernels;
-     * dq, dk, dv read and written (the backward adds) */
-    return (sr_ledger_cost){14 * pairs * hs * heads + 2 * rows * hs, 4 * q + 2 * kv + 4 * rows * 4 + 2 * (q + 2 * kv)};
+    /* each kernel's own traffic, every tensor once: rowdot_k reads dO and
+     * O and writes D; dkv_k reads K, V, Q, dO, the LSE and D and writes
+     * dK, dV; dq_k reads Q, dO, K, V, the LSE and D and writes dQ (the
+     * backward assigns, ops.h: dqkv neither zeroed nor read) */
+    return (sr_ledger_cost){14 * pairs * hs * heads + 2 * rows * hs,
+                            (2 * q + 4 * rows) + (2 * kv + 2 * q + 8 * rows + 2 * kv) + (2 * q + 2 * kv + 8 * rows + q)};
 }
 
 /* ---- the report ------------------------------------------------------------ */

@@ -505,7 +505,8 @@ static void llama_block_backward(sr_model *m, const block_view *p, const block_v
     /* attention: dresidual is now the gradient of res2's inputs */
     dev->memset(dev, cs, m->datty, 0, BTC * es);
     o->matmul_backward(m->datty, g->t[SR_LL_O], NULL, m->dresidual, a.atty, p->t[SR_LL_O], BT, C, C);
-    dev->memset(dev, cs, m->dqkv, 0, (size_t)BT * QKV * es);
+    if (!o->attention_backward_assigns)
+        dev->memset(dev, cs, m->dqkv, 0, (size_t)BT * QKV * es);
     o->gqa_attention_backward(m->dqkv, m->datty, a.atty, a.qkv, a.att, B, T, NH, NKV, hs);
     o->rope_backward(m->dqkv, m->rope_cs, B, T, NH, NKV, hs);
     dev->memset(dev, cs, m->dln, 0, BTC * es);
@@ -652,7 +653,8 @@ sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss
         dev->memset(dev, cs, m->datty, 0, BTC * es);
         o->matmul_backward(m->datty, g.t[SR_ATTPROJW], g.t[SR_ATTPROJB], m->dresidual, atty, p.t[SR_ATTPROJW], (int)BT,
                            C, C);
-        dev->memset(dev, cs, m->dqkv, 0, 3 * BTC * es);
+        if (!o->attention_backward_assigns)
+            dev->memset(dev, cs, m->dqkv, 0, 3 * BTC * es);
         o->attention_backward(m->dqkv, m->datty, atty, qkv, att, B, T, C, NH);
         dev->memset(dev, cs, m->dln, 0, BTC * es);
         o->matmul_backward(m->dln, g.t[SR_QKVW], g.t[SR_QKVB], m->dqkv, ln1, p.t[SR_QKVW], (int)BT, C, 3 * C);

@@ -58,6 +58,10 @@ typedef struct sr_ops {
     /* Bytes attention_forward saves per layer for B sequences of T tokens
      * (gqa_attention_forward saves the same for its NH query heads). */
     size_t (*attention_save_bytes)(int B, int T, int NH);
+    /* Whether attention_backward and gqa_attention_backward assign every
+     * element of dqkv (flash attention: the caller zeroes nothing) rather
+     * than add into it (false: the caller zeroes it first). */
+    int attention_backward_assigns;
     /* GELU, tanh approximation */
     void (*gelu_forward)(void *out, const void *inp, size_t n);
     void (*gelu_backward)(void *dinp, const void *inp, const void *dout, size_t n);
@@ -106,8 +110,9 @@ typedef struct sr_ops {
      * head h reads key/value head h / (NH / NKV); out[B,T,NH hs].  Saves
      * attention_save_bytes(B, T, NH) in `att` as attention_forward does;
      * with NKV == NH the two ops compute the same values.  The backward
-     * accumulates into dqkv, each key/value head's gradient summed over its
-     * query heads in head order. */
+     * accumulates into dqkv (or assigns it: attention_backward_assigns),
+     * each key/value head's gradient summed over its query heads in head
+     * order. */
     void (*gqa_attention_forward)(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV, int hs);
     void (*gqa_attention_backward)(void *dqkv, const void *dout, const void *out, const void *qkv, const void *att,
                                    int B, int T, int NH, int NKV, int hs);

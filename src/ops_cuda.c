@@ -600,6 +600,7 @@ const sr_ops sr_ops_cuda_bf16_flash = {
     .attention_forward = flash_forward_mha,
     .attention_backward = flash_backward_mha,
     .attention_save_bytes = flash_save,
+    .attention_backward_assigns = 1,
     .gelu_forward = gelu_forward_bf16,
     .gelu_backward = gelu_backward_bf16,
     .residual_forward = residual_forward_bf16,

@@ -36,7 +36,7 @@ grep -q '^#define SR_HAVE_CUDA 1' "$B/srconfig.h" 2>/dev/null ||
     require_or_skip cuda "this build has no CUDA back end: plan --ledger counts its operations"
 cd "$T" || exit 99
 BF16="--set sharding.mixed_precision.param_dtype=bf16 --set sharding.mixed_precision.reduce_dtype=fp32"
-MAT="--set model.attention=materialized" # (auto is flash in bf16 at head dimension 64)
+MAT="--set model.attention=materialized" # (auto is flash in bf16 at head dimensions 64 and 128)
 # ledger NAME PRESET B T [ARGS...]: plan --ledger --json into NAME.json
 ledger() {
     n=$1 p=$2 b=$3 t=$4
@@ -117,9 +117,10 @@ EOF
         diag "$(cat g.txt)"
     check "  ...a row per family it uses, the roofline's rates and the largest saved activation named" \
         sh -c "grep -q '^  gemm-attention ' g.txt && grep -q 'roofline bound .* at GEMM 782 TFLOP/s' g.txt && grep -q 'largest saved activation: att' g.txt"
-    # flash attention (auto in bf16 at head dimension 64): no attention
-    # GEMM, one forward and three backward kernels per layer, the causal
-    # FLOPs, the rows' log-sum-exps saved instead of the scores
+    # flash attention (auto in bf16 at head dimensions 64 and 128): no
+    # attention GEMM, one forward and three backward kernels per layer, the
+    # causal FLOPs, each kernel's bytes once and dqkv not zeroed, the rows'
+    # log-sum-exps saved instead of the scores
     ledger gf gpt2-124m 16 1024
     py gf.json g.json 12 12 768 16 1024 >gf.arith 2>&1 <<'EOF'
 import json, sys
@@ -138,6 +139,16 @@ want("softmax launches (none)", f["softmax"]["launches"], 0)
 want("attention GFLOP (18 causal pairs x hs per head, and D)", f["gemm-attention"]["gflop"],
      L * B * NH * (18 * P * hs + 2 * T * hs) / 1e9, 1e-6)
 want("linear cuBLASLt calls unchanged", f["gemm-linear"]["gemm_calls"], fm["gemm-linear"]["gemm_calls"])
+# the bytes at their minimum: each kernel moves each of its tensors once
+# (bf16 q = o = dO = k = v, B NH T hs; f32 LSE and D, B NH T), dqkv
+# written once: not zeroed (one memset a layer fewer), not read
+q, r = 2 * B * NH * T * hs, 4 * B * NH * T
+fwd, bwd = 4 * q + r, (2 * q + r) + (6 * q + 2 * r) + (5 * q + 2 * r)
+want("attention GB (forward 4 q + LSE; rowdot 2 q + D, dkv 6 q + 2 rows, dq 5 q + 2 rows)", f["gemm-attention"]["gb"],
+     L * (fwd + bwd) / 1e9, 1e-6)
+want("memsets: one a layer fewer (dqkv)", f["memset"]["launches"], fm["memset"]["launches"] - L)
+want("memset GB: dqkv's B T 3C bf16 a layer fewer", f["memset"]["gb"], fm["memset"]["gb"] - L * B * T * 3 * C * 2 / 1e9,
+     1e-6)
 if d.get("attention") != "flash" or m.get("attention") != "materialized":
     bad.append(f"attention fields {d.get('attention')} / {m.get('attention')}")
 if d["saved_activation"] == "att":
@@ -150,7 +161,7 @@ print("\n".join(bad) or f"attention {f['gemm-attention']['launches']} kernels, 0
 sys.exit(1 if bad else 0)
 EOF
     rc=$?
-    check "  ...with flash attention (auto): no attention GEMM, 4 kernels a layer, the causal FLOPs ($(tail -1 gf.arith))" \
+    check "  ...with flash attention (auto): no attention GEMM, 4 kernels a layer, the causal FLOPs, the bytes at their minimum ($(tail -1 gf.arith))" \
         test $rc -eq 0 || diag "$(cat gf.arith gf.err)"
     /usr/bin/time -f '%M' -o l1b.rss "$S" plan --ledger --json /dev/null --set device=cuda --set model.preset=llama-3.2-1b \
         --set model.seq_len=2048 --set train.batch_size=8 --set train.micro_batch=8 $BF16 >l1b.json 2>l1b.err

@@ -25,8 +25,9 @@
 #   - flash attention's planted bugs (SR_MUTANT in kernels/flash.cu,
 #     CUDAEMU_MUTATE=src:NAME): the causal mask dropped, the scale wrong,
 #     the rescale on a new maximum skipped, the tail tile's bound off by
-#     one, a query head reading the wrong kv head; each caught by
-#     tests/test_kernels against the CPU op;
+#     one, a query head reading the wrong kv head, the double buffer's wait
+#     removed; each caught at head dims 64 and 128 by tests/test_kernels
+#     against the CPU op (the wait by the emulator's cp.async detector);
 #   - (fast tier) the warp-level primitives of kernels/mma.cuh: a lane's
 #     mma fragment index off by one, ldmatrix's .trans dropped, a cp.async
 #     wait removed (probe.cu's kernels and the tiled GEMM's), each caught
@@ -176,19 +177,28 @@ if group --long "the mutation suite on the emulated GPU"; then
         "AddressSanitizer: (heap-buffer-overflow|use-after-poison)|past the end of a device allocation" \
         env CUDAEMU_MUTATE=shift_out:cast_k:0 "$K"
 
-    # 10. flash attention's planted bugs (kernels/flash.cu's SR_MUTANT)
+    # 10. flash attention's planted bugs (kernels/flash.cu's SR_MUTANT), each
+    # caught at head dim 64 and at 128 (the checks' names carry it)
     for m in "flash_causal:the causal mask dropped" "flash_scale:the softmax scale wrong (doubled)" \
         "flash_rescale:the running sum and output not rescaled on a new maximum" \
         "flash_kv_head:a query head reading the wrong kv head"; do
-        caught "flash attention: ${m#*:}" "test_kernels (vs the CPU op)" "^not ok .*flash attention" \
+        caught "flash attention: ${m#*:}" "test_kernels (vs the CPU op)" "^not ok .*flash attention.*hs 64" \
             env CUDAEMU_MUTATE=src:${m%%:*} "$K"
+        check "  ...and at head dim 128" grep -qE "^not ok .*flash attention.*hs 128" m.out
     done
-    # (the last sequence's row T is past the buffer: the sanitizer tree's
-    # AddressSanitizer stops it there, another tree's comparison fails)
-    caught "flash attention: the tail tile's row bound off by one" \
-        "test_kernels (vs the CPU op) / AddressSanitizer past the buffer" \
-        "^not ok .*flash attention|AddressSanitizer: [a-z-]+|past the end of a device allocation" \
-        env CUDAEMU_MUTATE=src:flash_tail "$K"
+    # the stop-at-first-report detectors: once per head dim
+    # (SHARDRUN_TEST_FLASH_HS); the last sequence's row T is past the
+    # buffer: the sanitizer tree's AddressSanitizer stops it there,
+    # another tree's comparison fails
+    for hs in 64 128; do
+        caught "flash attention (head dim $hs): the tail tile's row bound off by one" \
+            "test_kernels (vs the CPU op) / AddressSanitizer past the buffer" \
+            "^not ok .*flash attention|AddressSanitizer: [a-z-]+|past the end of a device allocation" \
+            env SHARDRUN_TEST_FLASH_HS=$hs CUDAEMU_MUTATE=src:flash_tail "$K"
+        caught "flash attention (head dim $hs): the double buffer's wait removed (the next tile read in flight)" \
+            "the emulator's cp.async detector" "cp.async to it is in flight|^not ok .*flash attention" \
+            env SHARDRUN_TEST_FLASH_HS=$hs CUDAEMU_MUTATE=src:flash_pipeline "$K"
+    done
     while IFS= read -r l; do diag "$l"; done <mutants.txt
 fi
 done_testing

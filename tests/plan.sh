@@ -194,6 +194,30 @@ if grep -q '^#define SR_HAVE_CUDA 1' "${SR_BUILDDIR:-.}/srconfig.h"; then
     $S plan $G --set model.attention=flash --set sharding.mixed_precision.param_dtype=fp32 >ff.plan 2>&1
     check "  ...and model.attention: flash in exact mode is 78 naming why ($?)" \
         grep -q 'model.attention is flash, which cannot run here: sharding.mixed_precision.param_dtype is fp32' ff.plan
+    # long context (issue 62): Llama-3.1-8B (head dim 128) at T 8192 on 8
+    # ranks of 141 GiB fits without recompute, where materialized attention
+    # (B NH T^2 scores a layer) does not; Llama-3.2-1B at T 32768 on one
+    # rank fits with model.recompute: blocks, its one T x V buffer (the
+    # logits, B T Vp bf16) in the plan's activations
+    L8="/dev/null --gpus-per-node 1 --ranks 8 --device-mem 141 --set model.preset=llama-3.1-8b --set model.seq_len=8192 --set train.batch_size=8 --set train.micro_batch=1"
+    # shellcheck disable=SC2086
+    $S plan $L8 >l8k.plan 2>&1
+    rc=$?
+    # shellcheck disable=SC2086
+    $S plan $L8 --set model.attention=materialized >l8m.plan 2>&1
+    check "Llama-3.1-8B at T 8192 on 8 ranks of 141 GiB: flash attention at head dim 128 fits without recompute (status $rc)" \
+        sh -c "[ $rc -eq 0 ] && grep -q 'attention flash\$' l8k.plan && grep -q 'of 141.00 GiB (--device-mem): fits' l8k.plan &&
+               ! grep -q recompute l8k.plan && grep -q 'does NOT fit' l8m.plan" ||
+        diag "$(grep -E 'attention|activations|device .* per rank' l8k.plan l8m.plan)"
+    L1="/dev/null --gpus-per-node 1 --ranks 1 --device-mem 141 --set model.preset=llama-3.2-1b --set model.seq_len=32768 --set train.batch_size=1 --set train.micro_batch=1 --set model.recompute=blocks"
+    # shellcheck disable=SC2086
+    $S plan $L1 >l1k.plan 2>&1
+    rc=$?
+    act=$(awk '$1 == "activations" { print $3 }' l1k.plan)
+    check "Llama-3.2-1B at T 32768 on one rank with recompute: blocks fits (status $rc), its activations ($(( ${act:-0} >> 20 )) MiB) hold the logits (32768 x 128256 bf16)" \
+        sh -c "[ $rc -eq 0 ] && grep -q 'attention flash\$' l1k.plan && grep -q 'of 141.00 GiB (--device-mem): fits' l1k.plan &&
+               [ ${act:-0} -ge $((32768 * 128256 * 2)) ]" ||
+        diag "$(grep -E 'attention|activations|device .* per rank' l1k.plan)"
 else
     skip_or_fail cuda "GPU plans with flash attention: this build has no CUDA op table (configure --with-cuda)"
 fi

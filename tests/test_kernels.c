@@ -491,22 +491,29 @@ static float *lse_ref(const float *qkv, int B, int T, int NH, int NKV, int hs) {
 }
 
 /* Flash attention (the bf16 flash table, kernels/flash.cu) at B sequences
- * of T tokens, NH query heads on NKV key/value heads of 64 (through the
+ * of T tokens, NH query heads on NKV key/value heads of hs (through the
  * GPT-2 entry when NKV == NH and `mha`), against the CPU op on the same
  * bf16 inputs: the output and the rows' log-sum-exps written into NaN, the
- * backward (dq, dk, dv added into random dqkv) from the GPU's own output
- * and LSE, as the model runs it; then the backward again: bitwise the
- * first (no atomics). */
-static void flash_at(int B, int T, int NH, int NKV, bool mha) {
+ * backward (dq, dk, dv assigned: every element of a dqkv of NaN written)
+ * from the GPU's own output and LSE, as the model runs it; then the
+ * backward again: bitwise the first (no atomics). */
+static void flash_at(int B, int T, int NH, int NKV, bool mha, int hs) {
+    const char *only = getenv("SHARDRUN_TEST_FLASH_HS"); /* one head dim (tests/mutants.sh) */
+    if (only && *only && atoi(only) != hs)
+        return;
     const sr_ops *o = &sr_ops_cuda_bf16_flash, *cpu = &sr_ops_cpu;
-    int hs = 64, C = NH * hs, W = (NH + 2 * NKV) * hs;
+    char name[3][80]; /* the checks' names carry the head dim (tests/mutants.sh asks for each) */
+    snprintf(name[0], sizeof name[0], "flash attention forward (hs %d): out", hs);
+    snprintf(name[1], sizeof name[1], "flash attention forward (hs %d): log-sum-exp", hs);
+    snprintf(name[2], sizeof name[2], "flash attention backward (hs %d; q, k and v heads)", hs);
+    int C = NH * hs, W = (NH + 2 * NKV) * hs;
     size_t NC = (size_t)B * T * C, NW = (size_t)B * T * W, NL = (size_t)B * NH * T, attn = (size_t)B * NH * T * T;
     double tol = 2e-2;
-    tap_diag("flash attention at B=%d T=%d NH=%d NKV=%d hs=64%s", B, T, NH, NKV, mha ? " (the GPT-2 entry)" : "");
+    tap_diag("flash attention at B=%d T=%d NH=%d NKV=%d hs=%d%s", B, T, NH, NKV, hs, mha ? " (the GPT-2 entry)" : "");
     bind_ws(o, B, T, C, NH);
-    float *qkv = rnd(NW, 50 + T, 2.0f), *dout = rnd(NC, 51 + T, 1.0f), *dq = rnd(NW, 52 + T, 0.1f);
-    round_to(qkv, NW, 1), round_to(dout, NC, 1), round_to(dq, NW, 1);
-    float *att = malloc(attn * 4), *ao = malloc(NC * 4), *lse = lse_ref(qkv, B, T, NH, NKV, hs), *dq0 = copy_of(dq, NW);
+    float *qkv = rnd(NW, 50 + T, 2.0f), *dout = rnd(NC, 51 + T, 1.0f), *dq = calloc(NW, sizeof(float));
+    round_to(qkv, NW, 1), round_to(dout, NC, 1);
+    float *att = malloc(attn * 4), *ao = malloc(NC * 4), *lse = lse_ref(qkv, B, T, NH, NKV, hs);
     cpu->gqa_attention_forward(ao, att, qkv, B, T, NH, NKV, hs);
     void *dqkv = up(qkv, NW, 1), *ddout = up(dout, NC, 1), *dao = out_nan(NC, 1);
     float *dlse = out_nan(NL, 0);
@@ -517,25 +524,26 @@ static void flash_at(int B, int T, int NH, int NKV, bool mha) {
         o->attention_forward(dao, dlse, dqkv, B, T, C, NH);
     else
         o->gqa_attention_forward(dao, dlse, dqkv, B, T, NH, NKV, hs);
-    check("flash attention forward: out", dao, ao, NC, 1, 1, tol);
-    check("flash attention forward: log-sum-exp", dlse, lse, NL, 1, 0, 1e-5);
+    check(name[0], dao, ao, NC, 1, 1, tol);
+    check(name[1], dlse, lse, NL, 1, 0, 1e-5);
     cpu->gqa_attention_backward(dq, dout, NULL, qkv, att, B, T, NH, NKV, hs);
     void *g[2];
+    tap_ok(o->attention_backward_assigns, "flash attention's backward assigns dqkv (the model zeroes nothing)");
     for (int k = 0; k < 2; k++) {
-        g[k] = up(dq0, NW, 1);
+        g[k] = out_nan(NW, 1);
         if (mha)
             o->attention_backward(g[k], ddout, dao, dqkv, dlse, B, T, C, NH);
         else
             o->gqa_attention_backward(g[k], ddout, dao, dqkv, dlse, B, T, NH, NKV, hs);
     }
-    check_added("flash attention backward (q, k and v heads)", g[0], dq, dq0, NW, 1, 1, tol);
+    check(name[2], g[0], dq, NW, 1, 1, tol);
     uint16_t *b0 = malloc(NW * 2), *b1 = malloc(NW * 2);
     fetch(b0, g[0], NW * 2);
     fetch(b1, g[1], NW * 2);
     tap_ok(memcmp(b0, b1, NW * 2) == 0, "flash attention backward: a second run is bitwise the first");
     sr_status st = o->take_error();
     tap_ok(st == SR_OK, "flash attention: no CUDA error (%s)", st == SR_OK ? "none" : sr_error_message());
-    free(qkv), free(dout), free(dq), free(att), free(ao), free(lse), free(dq0), free(b0), free(b1);
+    free(qkv), free(dout), free(dq), free(att), free(ao), free(lse), free(b0), free(b1);
 }
 
 /* Step-path downloads: through the pinned bounce buffer; a larger one into
@@ -695,14 +703,18 @@ int main(void) {
     }
     /* flash attention: a tail tile (T not a multiple of 64) with two query
      * heads per kv head; one kv head with T under a tile; NKV == NH over
-     * three tiles through GPT-2's entry */
-    flash_at(2, 80, 4, 2, false);
-    flash_at(1, 40, 2, 1, false);
-    flash_at(2, 130, 2, 2, true);
+     * three tiles through GPT-2's entry; head dim 128 (Llama-3.1-8B's):
+     * grouped over three tiles with a tail, and GPT-2's entry over two */
+    flash_at(2, 80, 4, 2, false, 64);
+    flash_at(1, 40, 2, 1, false, 64);
+    flash_at(2, 130, 2, 2, true, 64);
+    flash_at(1, 150, 4, 2, false, 128);
+    flash_at(1, 70, 2, 2, true, 128);
     if (strcmp(real, "1") == 0) {
-        flash_at(4, 1024, 12, 12, true); /* gpt2-124m */
-        flash_at(2, 1024, 12, 4, false); /* llama-125m */
-        flash_at(1, 2048, 32, 8, false); /* Llama-3.2-1B */
+        flash_at(4, 1024, 12, 12, true, 64); /* gpt2-124m */
+        flash_at(2, 1024, 12, 4, false, 64); /* llama-125m */
+        flash_at(1, 2048, 32, 8, false, 64); /* Llama-3.2-1B */
+        flash_at(1, 2048, 32, 8, false, 128); /* Llama-3.1-8B's heads (T 2048: the CPU op's T x T) */
     }
     plans_after_first = sr_gemm_cache_size(sr_dev_cuda_ctx(dev)->gemm);
     for (int bf16 = 0; bf16 <= 1; bf16++) /* the same shapes again: every plan reused */

@@ -215,5 +215,13 @@ template <typename T> inline cudaemu_sarray<T> cudaemu_dynamic_array(const char 
     return cudaemu_sarray<T>{static_cast<T *>(p), bytes / sizeof(T), name};
 }
 #define SR_SHARED_DYN(T, name) const cudaemu_sarray<T> name = cudaemu_dynamic_array<T>(#name)
+/* Elements [off, off + len) of a shared array as an array of its own,
+ * bounds-checked against the whole (kernels/mma.cuh's SR_SHSLICE). */
+template <typename T> inline cudaemu_sarray<T> cudaemu_slice(const cudaemu_sarray<T> &a, size_t off, size_t len) {
+    if (off + len > a.n)
+        cudaemu_shared_oob(a.name, (long long)(off + len) - 1, a.n);
+    return cudaemu_sarray<T>{a.base + off, len, a.name};
+}
+#define SR_SHSLICE(array, off, len) cudaemu_slice((array), (size_t)(off), (size_t)(len))
 
 #endif
