@@ -9,7 +9,13 @@
  * accumulates into it (beta = 1).  Then kernels/tile_gemm.cu (the tiled
  * GEMM on mma.cuh's primitives, off the training path) at 8192^3 and the
  * fc forward shape, its rate against cuBLASLt's at the same shape (C = A
- * B^T: the linear layers' layout).  Exit 77 without a GPU. */
+ * B^T: the linear layers' layout).  Then kernels/flash.cu's forward and
+ * backward (causal, bf16, one kv head per query head) at head dim 64, T
+ * 1024 (FlashAttention-2's benchmark shape: 16 x 32 heads) and head dim
+ * 128 at T 1024 and 8192: TFLOP/s by causal FLOPs (forward 4 B NH hs T^2
+ * / 2, backward 2.5 times it, as FlashAttention-2 counts), median and
+ * spread of 10, each against the 8192^3 GEMM rate of the same run.  Exit
+ * 77 without a GPU. */
 #include "srconfig.h"
 
 #include <stdio.h>
@@ -48,6 +54,63 @@ static int fill_random(sr_dev *dev, void *dst, size_t bytes, bool bf16, uint64_t
 static int cmp(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
+}
+
+/* Times `what` (0 forward, 1 backward) of flash attention 13 times (3
+ * warm-ups), the median and extremes of the rest into ms[]. */
+static int flash_time(sr_dev *dev, sr_cuda_ctx *c, cudaEvent_t e0, cudaEvent_t e1, int what, void *const buf[6], int B,
+                      int T, int NH, int hs, float ms[13]) {
+    for (int r = 0; r < 13; r++) {
+        cudaEventRecord(e0, c->stream);
+        int e = what == 0
+                    ? sr_k_flash_forward(c->stream, buf[1], buf[2], buf[0], B, T, NH, NH, hs)
+                    : sr_k_flash_backward(c->stream, buf[3], buf[4], buf[1], buf[0], buf[2], B, T, NH, NH, hs, buf[5]);
+        cudaEventRecord(e1, c->stream);
+        if (e != 0 || dev->sync(dev, SR_STREAM_COMPUTE) != SR_OK) {
+            fprintf(stderr, "gpu_gemm: flash %s: %s\n", what ? "backward" : "forward",
+                    e ? cudaGetErrorString((cudaError_t)e) : sr_error_message());
+            return -1;
+        }
+        cudaEventElapsedTime(&ms[r], e0, e1);
+    }
+    qsort(ms + 3, 10, sizeof(float), cmp);
+    return 0;
+}
+
+/* The flash attention table (see the file's comment); gemm the 8192^3
+ * rate of this run. */
+static int flash_rates(sr_dev *dev, sr_cuda_ctx *c, cudaEvent_t e0, cudaEvent_t e1, double gemm) {
+    const struct { int B, T, NH, hs; } shapes[] = {{16, 1024, 32, 64}, {16, 1024, 16, 128}, {2, 8192, 16, 128}};
+    printf(
+        "\n| flash.cu (causal, B x NH x T, hs) | forward TFLOP/s | spread | vs GEMM | backward TFLOP/s | spread | vs "
+        "GEMM |\n|---|---|---|---|---|---|---|\n");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int B = shapes[i].B, T = shapes[i].T, NH = shapes[i].NH, hs = shapes[i].hs;
+        size_t rows = (size_t)B * T * NH, qkv = rows * 3 * hs * 2, o = rows * hs * 2;
+        void *buf[6] = {dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, qkv),
+                        dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, o),
+                        dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, rows * 4),
+                        dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, qkv),
+                        dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, o),
+                        dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, sr_cuda_flash_ws_bytes(B, T, NH))};
+        for (int k = 0; k < 6; k++)
+            if (!buf[k])
+                return -1;
+        if (fill_random(dev, buf[0], qkv, true, 11 + i) != 0 || fill_random(dev, buf[4], o, true, 12 + i) != 0)
+            return -1;
+        float f[13], b[13];
+        if (flash_time(dev, c, e0, e1, 0, buf, B, T, NH, hs, f) != 0 ||
+            flash_time(dev, c, e0, e1, 1, buf, B, T, NH, hs, b) != 0)
+            return -1;
+        double fl = 4.0 * B * NH * hs * (double)T * T / 2, bl = 2.5 * fl;
+        double fm = fl / ((f[7] + f[8]) / 2 * 1e-3) / 1e12, bm = bl / ((b[7] + b[8]) / 2 * 1e-3) / 1e12;
+        printf("| %d x %d x %d, %d | %.1f | %.1f-%.1f | %.2f | %.1f | %.1f-%.1f | %.2f |\n", B, NH, T, hs, fm,
+               fl / (f[12] * 1e-3) / 1e12, fl / (f[3] * 1e-3) / 1e12, fm / gemm, bm, bl / (b[12] * 1e-3) / 1e12,
+               bl / (b[3] * 1e-3) / 1e12, bm / gemm);
+        for (int k = 0; k < 6; k++)
+            dev->free(dev, buf[k]);
+    }
+    return 0;
 }
 
 int main(void) {
@@ -143,6 +206,8 @@ int main(void) {
         double lo = flops / (ms[12] * 1e-3) / 1e12, hi = flops / (ms[3] * 1e-3) / 1e12;
         printf("| %s | %.1f | %.1f-%.1f | %.2f |\n", shapes[i].name, tf, lo, hi, tf / tf_at[i]);
     }
+    if (flash_rates(dev, c, e0, e1, base) != 0)
+        return 1;
     printf("GEMM_TFLOPS=%.1f\n", base);
     sr_device_close(dev);
     return 0;

@@ -128,7 +128,8 @@ template <int D, typename S> __device__ inline void fa_frag_a(uint32_t (&a)[D / 
 
 /* acc[n][.] (16 x 64: eight n8 tiles) += a B^T over k16 step kk, B the
  * tile's 64 rows (each a column of the product). */
-template <int D, typename S> __device__ inline void fa_mma_abt_k(float (&acc)[8][4], const uint32_t (&a)[4], S sh, int kk) {
+template <int D, typename S>
+__device__ inline void fa_mma_abt_k(float (&acc)[8][4], const uint32_t (&a)[4], S sh, int kk) {
     int lane = threadIdx.x & 31, q = lane >> 3, r = lane & 7;
     for (int nj = 0; nj < 8; nj += 2) {
         uint32_t t[4];
@@ -183,7 +184,8 @@ template <int N> __device__ inline void fa_zero(float (&x)[N][4]) {
 
 /* The warp's 16 x D accumulator scaled by `mul`, rounded once, stored into
  * rows [row0, row0 + 16) < T of dst (rows ld apart, from column 0). */
-template <int D> __device__ inline void fa_store(bf16 *dst, long long ld, const float (&x)[D / 8][4], int row0, int T, float mul) {
+template <int D>
+__device__ inline void fa_store(bf16 *dst, long long ld, const float (&x)[D / 8][4], int row0, int T, float mul) {
     int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     for (int n = 0; n < D / 8; n++)
         for (int e = 0; e < 4; e++) {
@@ -314,7 +316,8 @@ __global__ void dkv_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float
     float sl2 = scale * FA_LOG2E;
     auto sk = SR_SHSLICE(smem, 0, F::TILE);
     auto sv = SR_SHSLICE(smem, F::TILE, F::TILE);
-    int tiles = (T + FA_ROWS - 1) / FA_ROWS, n = tiles - kt, steps = R * n; /* step i: head kv R + i / n, tile kt + i % n */
+    int tiles = (T + FA_ROWS - 1) / FA_ROWS, n = tiles - kt,
+        steps = R * n; /* step i: head kv R + i / n, tile kt + i % n */
     const float *lb = lse + (long long)b * NH * T, *db_ = Dv + (long long)b * NH * T;
     fa_load_kv<D>(sk, sv, base, NH, NKV, kv, k0, T);
     fa_dkv_stage<D>(SR_SHSLICE(smem, 2 * F::TILE, F::TILE), SR_SHSLICE(smem, 3 * F::TILE, F::TILE),
@@ -442,7 +445,8 @@ template <typename K> static size_t fa_smem(K kernel, int tiles, int D) {
     return bytes;
 }
 
-template <int D> static int fa_forward(cudaStream_t s, void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV) {
+template <int D>
+static int fa_forward(cudaStream_t s, void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV) {
     dim3 grid((T + FA_ROWS - 1) / FA_ROWS, NH, B);
     size_t sh = fa_smem(fwd_k<D>, 5, D);
     return SR_LAUNCH(fwd_k<D>, grid, FA_THREADS, sh, s, (bf16 *)out, lse, (const bf16 *)qkv, T, NH, NKV,
@@ -454,7 +458,8 @@ extern "C" int sr_k_flash_forward(cudaStream_t s, void *out, float *lse, const v
     SR_ENTER(flash_forward, sr_lc_flash(B, T, NH, NKV, hs, false));
     if (!fa_shape_ok(B, T, NH, NKV, hs))
         return (int)cudaErrorInvalidValue;
-    return hs == 64 ? fa_forward<64>(s, out, lse, qkv, B, T, NH, NKV) : fa_forward<128>(s, out, lse, qkv, B, T, NH, NKV);
+    return hs == 64 ? fa_forward<64>(s, out, lse, qkv, B, T, NH, NKV)
+                    : fa_forward<128>(s, out, lse, qkv, B, T, NH, NKV);
 }
 
 template <int D>
@@ -462,8 +467,8 @@ static int fa_backward(cudaStream_t s, void *dqkv, const void *dout, const void 
                        int B, int T, int NH, int NKV, float *ws) {
     long long rows = (long long)B * T * NH;
     float scale = 1.0f / sqrtf((float)D);
-    int rc = SR_LAUNCH(rowdot_k<D>, (unsigned)((rows + 7) / 8), 256, 0, s, ws, (const bf16 *)dout, (const bf16 *)out,
-                       B, T, NH);
+    int rc = SR_LAUNCH(rowdot_k<D>, (unsigned)((rows + 7) / 8), 256, 0, s, ws, (const bf16 *)dout, (const bf16 *)out, B,
+                       T, NH);
     unsigned tiles = (unsigned)((T + FA_ROWS - 1) / FA_ROWS);
     if (rc == 0) {
         size_t sh = fa_smem(dkv_k<D>, 6, D);

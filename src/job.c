@@ -239,10 +239,10 @@ sr_status sr_job_attention(const sr_config *cfg, bool cuda_table, bool *flash) {
         why = "sharding.mixed_precision.param_dtype is fp32: the exact mode keeps materialized attention as its "
               "reference (flash attention computes in bf16)";
     else if (hs != 64 && hs != 128)
-        why = (snprintf(buf, sizeof buf,
-                        "the head dimension is %lld (n_embd / n_head); flash attention's are 64 and 128",
-                        (long long)hs),
-               buf);
+        why =
+            (snprintf(buf, sizeof buf, "the head dimension is %lld (n_embd / n_head); flash attention's are 64 and 128",
+                      (long long)hs),
+             buf);
     else if (NKV <= 0 || NH % NKV)
         why = (snprintf(buf, sizeof buf, "n_head %lld is not a multiple of n_kv_head %lld", (long long)NH,
                         (long long)NKV),

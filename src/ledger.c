@@ -212,8 +212,9 @@ sr_ledger_cost sr_lc_flash(int B, int T, int NH, int NKV, int hs, bool backward)
      * O and writes D; dkv_k reads K, V, Q, dO, the LSE and D and writes
      * dK, dV; dq_k reads Q, dO, K, V, the LSE and D and writes dQ (the
      * backward assigns, ops.h: dqkv neither zeroed nor read) */
-    return (sr_ledger_cost){14 * pairs * hs * heads + 2 * rows * hs,
-                            (2 * q + 4 * rows) + (2 * kv + 2 * q + 8 * rows + 2 * kv) + (2 * q + 2 * kv + 8 * rows + q)};
+    return (sr_ledger_cost){14 * pairs * hs * heads + 2 * rows * hs, (2 * q + 4 * rows) +
+                                                                         (2 * kv + 2 * q + 8 * rows + 2 * kv) +
+                                                                         (2 * q + 2 * kv + 8 * rows + q)};
 }
 
 /* ---- the report ------------------------------------------------------------ */

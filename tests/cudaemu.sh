@@ -11,7 +11,8 @@
 # time; make install refuses the tree; a Llama job (llama-tiny, 2 layers)
 # 8 steps against the CPU, its memory what `shardrun plan` says, to the
 # byte, and with model.attention: flash (bf16) 2 steps, its memory the
-# plan's to the byte.  The long tier adds 20 steps bf16 with flash
+# plan's to the byte, and so at head dim 128 with attention auto (flash).
+# The long tier adds 20 steps bf16 with flash
 # attention (auto) and with materialized attention (each 3e-2 absolute at
 # step 20) and the exact run's checkpoint resumed on the CPU and back
 # (1e-4 per step against the run that never stopped), and the Llama job in
@@ -97,7 +98,7 @@ plan_matches() {
 plan_matches llama-gpu --set device=cuda $F32 $LL
 check "  ...shardrun plan of the job on the cuda device equals the emulated run's peaks, all 9 categories to the byte" test $? -eq 0
 diag "$(cat llama-gpu.plandiff llama-gpu.plan.err)"
-# flash attention (kernels/flash.cu: bf16, head dimension 64): the Llama
+# flash attention (kernels/flash.cu: bf16, head dimensions 64 and 128): the Llama
 # job 2 steps, its memory the plan's to the byte (the saved scores
 # replaced by the rows' log-sum-exps)
 # shellcheck disable=SC2086
@@ -109,6 +110,18 @@ plan_matches llama-flash --set device=cuda $LL --set train.steps=2 --set model.a
 check "  ...shardrun plan of it (attention flash) equals its peaks, all 9 categories to the byte" \
     sh -c "[ $? -eq 0 ] && grep -q 'attention flash' llama-flash.plan"
 diag "$(cat llama-flash.plandiff llama-flash.plan.err)"
+# head dim 128 (Llama-3.1-8B's; issue 62): model.attention auto picks flash
+# in bf16, 2 steps, the plan's memory to the byte
+L128="$LL --set model.n_embd=256 --set model.n_head=2 --set model.n_kv_head=1"
+# shellcheck disable=SC2086
+train llama-fl128 --set device=cuda $L128 --set train.steps=2
+check "the Llama job at head dim 128 trains 2 steps on the emulated GPU with flash attention (auto) (status $rc)" \
+    sh -c "[ $rc -eq 0 ] && grep -q 'attention flash (auto)' llama-fl128.err"
+# shellcheck disable=SC2086
+plan_matches llama-fl128 --set device=cuda $L128 --set train.steps=2
+check "  ...shardrun plan of it (attention flash) equals its peaks, all 9 categories to the byte" \
+    sh -c "[ $? -eq 0 ] && grep -q 'attention flash' llama-fl128.plan"
+diag "$(cat llama-fl128.plandiff llama-fl128.plan.err)"
 check "  ...and the CPU run's say nothing of it" sh -c '! grep -q "cuda-emulated" cpu.jsonl && ! grep -q "^shardrun: \[" cpu.err'
 
 # log.trace_steps on the emulated GPU: the streams' spans (the blocks'

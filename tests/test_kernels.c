@@ -711,9 +711,9 @@ int main(void) {
     flash_at(1, 150, 4, 2, false, 128);
     flash_at(1, 70, 2, 2, true, 128);
     if (strcmp(real, "1") == 0) {
-        flash_at(4, 1024, 12, 12, true, 64); /* gpt2-124m */
-        flash_at(2, 1024, 12, 4, false, 64); /* llama-125m */
-        flash_at(1, 2048, 32, 8, false, 64); /* Llama-3.2-1B */
+        flash_at(4, 1024, 12, 12, true, 64);  /* gpt2-124m */
+        flash_at(2, 1024, 12, 4, false, 64);  /* llama-125m */
+        flash_at(1, 2048, 32, 8, false, 64);  /* Llama-3.2-1B */
         flash_at(1, 2048, 32, 8, false, 128); /* Llama-3.1-8B's heads (T 2048: the CPU op's T x T) */
     }
     plans_after_first = sr_gemm_cache_size(sr_dev_cuda_ctx(dev)->gemm);
