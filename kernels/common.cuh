@@ -87,6 +87,15 @@ __device__ inline float sr_ld(const __nv_bfloat16 *p) { return __bfloat162float(
 __device__ inline void sr_st(float *p, float v) { *p = v; }
 __device__ inline void sr_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
+/* Unrolls the loop that follows under nvcc (a register array indexed by
+ * its counter stays in registers, not local memory); nothing in the
+ * emulator's host compiler. */
+#ifdef SR_CUDAEMU
+#define SR_UNROLL
+#else
+#define SR_UNROLL _Pragma("unroll")
+#endif
+
 /* A block's shared array of n T: __shared__ under nvcc; the CUDA emulator
  * (tests/cudaemu/kernel.h) gives each emulated block its own.  Every
  * kernel declares shared memory through it (tests/cuda_static.sh). */

@@ -9,8 +9,10 @@
  * where the attention projection reads it; lse[B, NH, T] (f32) the
  * log-sum-exp of each row's scaled, causal scores: all the backward keeps.
  *
- * Forward (fwd_k): a block of 4 warps per (64 query rows, head, sequence),
- * 16 rows per warp.  The query tile's A fragments stay in registers; for
+ * Forward (fwd_k): a block of 4 warps per (64 MT query rows, head,
+ * sequence), 16 MT rows per warp: MT = 2 at head dim 64 (a K or V
+ * fragment loaded from shared memory serves both row tiles), 1 at 128
+ * (fa_fwd_mt).  The query rows' A fragments stay in registers; for
  * each key/value tile of 64 up to the diagonal, S = Q K^T (mma, f32), the
  * scale (and on the diagonal tile the causal mask), the online softmax in
  * f32 (the row's running maximum m and sum l; a new maximum rescales l and
@@ -48,8 +50,9 @@
  *
  * Tiles are 64 rows of bf16 in dynamic shared memory, rows padded to D + 8
  * elements (16-byte aligned, ldmatrix's rows spread over the banks): the
- * forward 5 tiles (46 KiB at D 64, 85 KiB at 128), the backward 6 (54,
- * 102 KiB), past 48 KiB by cudaFuncSetAttribute.  Rows at or past T are
+ * forward MT + 4 tiles (54 KiB at D 64, 85 KiB at 128), the backward 6
+ * (54, 102 KiB), past 48 KiB by cudaFuncSetAttribute.  Loops over
+ * register arrays are SR_UNROLL'd (ptxas: no stack frame).  Rows at or past T are
  * zero-filled (a V or Q row of zeros is what makes the masked tail
  * contribute nothing; the emulator's shared memory starts as NaN).
  * SR_MUTANT names the planted bugs of tests/mutants.sh (none under
@@ -126,17 +129,24 @@ template <int D, typename S> __device__ inline void fa_frag_a(uint32_t (&a)[D / 
         fa_frag_k<D>(a[kk], sh, row0, kk);
 }
 
-/* acc[n][.] (16 x 64: eight n8 tiles) += a B^T over k16 step kk, B the
- * tile's 64 rows (each a column of the product). */
-template <int D, typename S>
-__device__ inline void fa_mma_abt_k(float (&acc)[8][4], const uint32_t (&a)[4], S sh, int kk) {
+/* x as an array of one (the MT = 1 form of the helpers below). */
+template <typename A> __device__ inline A (&fa_one(A &x))[1] { return *reinterpret_cast<A(*)[1]>(&x); }
+
+/* acc[m][n][.] (MT row tiles of 16 x 64: eight n8 tiles) += a[m] B^T over
+ * k16 step kk, B the tile's 64 rows (each a column of the product): each
+ * B fragment loaded once for the MT row tiles. */
+template <int D, int MT, typename S>
+__device__ inline void fa_mma_abt_k(float (&acc)[MT][8][4], const uint32_t (&a)[MT][4], S sh, int kk) {
     int lane = threadIdx.x & 31, q = lane >> 3, r = lane & 7;
     for (int nj = 0; nj < 8; nj += 2) {
         uint32_t t[4];
         sr_ldmatrix<4, false>(t, SR_SHPTR(sh, ((nj + (q >> 1)) * 8 + r) * fa_shape<D>::P + kk * 16 + (q & 1) * 8));
         uint32_t b0[2] = {t[0], t[1]}, b1[2] = {t[2], t[3]};
-        sr_mma_m16n8k16_bf16(acc[nj], a, b0, acc[nj]);
-        sr_mma_m16n8k16_bf16(acc[nj + 1], a, b1, acc[nj + 1]);
+        SR_UNROLL
+        for (int m = 0; m < MT; m++) {
+            sr_mma_m16n8k16_bf16(acc[m][nj], a[m], b0, acc[m][nj]);
+            sr_mma_m16n8k16_bf16(acc[m][nj + 1], a[m], b1, acc[m][nj + 1]);
+        }
     }
 }
 
@@ -147,33 +157,46 @@ template <int D, typename S>
 __device__ inline void fa_mma_abt(float (&acc)[8][4], const uint32_t (&a)[D / 16][4], S sb, bool hold, S sa, int row0) {
     for (int kk = 0; kk < D / 16; kk++) {
         if (hold) {
-            fa_mma_abt_k<D>(acc, a[kk], sb, kk);
+            fa_mma_abt_k<D, 1>(fa_one(acc), fa_one(a[kk]), sb, kk);
         } else {
             uint32_t f[4];
             fa_frag_k<D>(f, sa, row0, kk);
-            fa_mma_abt_k<D>(acc, f, sb, kk);
+            fa_mma_abt_k<D, 1>(fa_one(acc), fa_one(f), sb, kk);
         }
     }
 }
 
-/* acc (16 x D) += P B, P the warp's 16 x 64 in f32 accumulators (rounded
- * to bf16 into A fragments: a C fragment's pairs are an A fragment's) and
- * B the tile (64 rows of k, D columns): O = P V, dV = P^T dO, dK = dS^T
- * Q, dQ = dS K. */
-template <int D, typename S> __device__ inline void fa_mma_pb(float (&acc)[D / 8][4], const float (&p)[8][4], S sh) {
+/* acc[m] (16 x D) += P[m] B for MT row tiles, P the warp's 16 x 64 in f32
+ * accumulators (rounded to bf16 into A fragments: a C fragment's pairs
+ * are an A fragment's) and B the tile (64 rows of k, D columns), each B
+ * fragment loaded once for the MT: O = P V, dV = P^T dO, dK = dS^T Q,
+ * dQ = dS K. */
+template <int D, int MT, typename S>
+__device__ inline void fa_mma_pb_mt(float (&acc)[MT][D / 8][4], const float (&p)[MT][8][4], S sh) {
     int lane = threadIdx.x & 31, q = lane >> 3, r = lane & 7;
     for (int j = 0; j < 4; j++) {
-        uint32_t a[4] = {sr_pack_bf16x2(p[2 * j][0], p[2 * j][1]), sr_pack_bf16x2(p[2 * j][2], p[2 * j][3]),
-                         sr_pack_bf16x2(p[2 * j + 1][0], p[2 * j + 1][1]),
-                         sr_pack_bf16x2(p[2 * j + 1][2], p[2 * j + 1][3])};
+        uint32_t a[MT][4];
+        SR_UNROLL
+        for (int m = 0; m < MT; m++) {
+            a[m][0] = sr_pack_bf16x2(p[m][2 * j][0], p[m][2 * j][1]);
+            a[m][1] = sr_pack_bf16x2(p[m][2 * j][2], p[m][2 * j][3]);
+            a[m][2] = sr_pack_bf16x2(p[m][2 * j + 1][0], p[m][2 * j + 1][1]);
+            a[m][3] = sr_pack_bf16x2(p[m][2 * j + 1][2], p[m][2 * j + 1][3]);
+        }
         for (int nd = 0; nd < D / 8; nd += 2) {
             uint32_t t[4];
             sr_ldmatrix<4, true>(t, SR_SHPTR(sh, (j * 16 + (q & 1) * 8 + r) * fa_shape<D>::P + (nd + (q >> 1)) * 8));
             uint32_t b0[2] = {t[0], t[1]}, b1[2] = {t[2], t[3]};
-            sr_mma_m16n8k16_bf16(acc[nd], a, b0, acc[nd]);
-            sr_mma_m16n8k16_bf16(acc[nd + 1], a, b1, acc[nd + 1]);
+            SR_UNROLL
+            for (int m = 0; m < MT; m++) {
+                sr_mma_m16n8k16_bf16(acc[m][nd], a[m], b0, acc[m][nd]);
+                sr_mma_m16n8k16_bf16(acc[m][nd + 1], a[m], b1, acc[m][nd + 1]);
+            }
         }
     }
+}
+template <int D, typename S> __device__ inline void fa_mma_pb(float (&acc)[D / 8][4], const float (&p)[8][4], S sh) {
+    fa_mma_pb_mt<D, 1>(fa_one(acc), fa_one(p), sh);
 }
 
 template <int N> __device__ inline void fa_zero(float (&x)[N][4]) {
@@ -195,79 +218,110 @@ __device__ inline void fa_store(bf16 *dst, long long ld, const float (&x)[D / 8]
         }
 }
 
-template <int D> __global__ void fwd_k(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, float scale) {
+/* The forward at head dim D, MT row tiles of 16 per warp: a block of 64
+ * MT query rows (fa_fwd_mt: the tile shape per head dim). */
+template <int D, int MT>
+__global__ void fwd_k(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, float scale) {
     typedef fa_shape<D> F;
-    SR_SHARED_DYN(bf16, smem); /* Q, then (K, V) twice */
+    constexpr int BM = FA_ROWS * MT, KV0 = MT * F::TILE; /* query rows; the first K/V stage's offset */
+    SR_SHARED_DYN(bf16, smem);                           /* Q (MT tiles), then (K, V) twice */
     const bool m_causal = SR_MUTANT(flash_causal), m_rescale = SR_MUTANT(flash_rescale);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-    int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, q0 = qt * FA_ROWS; /* longest first */
+    int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, q0 = qt * BM; /* longest first */
     int kv = (h / (NH / NKV) + (SR_MUTANT(flash_kv_head) ? 1 : 0)) % NKV;
+    int w0 = q0 + warp * 16 * MT;                                     /* the warp's first row */
+    int kend = ((q0 + BM < T ? q0 + BM : T) + FA_ROWS - 1) / FA_ROWS; /* key tiles to the diagonal */
     long long W = (long long)(NH + 2 * NKV) * D;
     const bf16 *base = qkv + (long long)b * T * W;
     float sl2 = scale * FA_LOG2E * (SR_MUTANT(flash_scale) ? 2.0f : 1.0f);
-    auto sq = SR_SHSLICE(smem, 0, F::TILE);
-    fa_load<D>(sq, base + h * D, W, q0, T);
-    fa_load_kv<D>(SR_SHSLICE(smem, F::TILE, F::TILE), SR_SHSLICE(smem, 2 * F::TILE, F::TILE), base, NH, NKV, kv, 0, T);
+    auto sq = SR_SHSLICE(smem, 0, MT * F::TILE);
+    SR_UNROLL
+    for (int m = 0; m < MT; m++)
+        fa_load<D>(SR_SHSLICE(smem, m * F::TILE, F::TILE), base + h * D, W, q0 + m * FA_ROWS, T);
+    fa_load_kv<D>(SR_SHSLICE(smem, KV0, F::TILE), SR_SHSLICE(smem, KV0 + F::TILE, F::TILE), base, NH, NKV, kv, 0, T);
     sr_cp_async_commit();
-    uint32_t qa[D / 16][4];
-    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    fa_zero(o);
-    for (int kt = 0; kt <= qt; kt++) {
+    uint32_t qa[MT][D / 16][4];
+    float o[MT][D / 8][4], m_[MT][2], l[MT][2];
+    SR_UNROLL
+    for (int m = 0; m < MT; m++) {
+        fa_zero(o[m]);
+        m_[m][0] = m_[m][1] = -INFINITY;
+        l[m][0] = l[m][1] = 0.0f;
+    }
+    for (int kt = 0; kt < kend; kt++) {
         int st = kt & 1;
-        if (kt < qt) { /* the next tile's copies, into the other stage */
-            int nx = (st ^ 1) * 2 * F::TILE;
-            fa_load_kv<D>(SR_SHSLICE(smem, F::TILE + nx, F::TILE), SR_SHSLICE(smem, 2 * F::TILE + nx, F::TILE), base,
-                          NH, NKV, kv, (kt + 1) * FA_ROWS, T);
+        if (kt + 1 < kend) { /* the next tile's copies, into the other stage */
+            int nx = KV0 + (st ^ 1) * 2 * F::TILE;
+            fa_load_kv<D>(SR_SHSLICE(smem, nx, F::TILE), SR_SHSLICE(smem, nx + F::TILE, F::TILE), base, NH, NKV, kv,
+                          (kt + 1) * FA_ROWS, T);
             sr_cp_async_commit();
         }
-        fa_wait(kt < qt);
+        fa_wait(kt + 1 < kend);
         if (kt == 0)
-            fa_frag_a<D>(qa, sq, warp * 16);
-        auto sk = SR_SHSLICE(smem, F::TILE + st * 2 * F::TILE, F::TILE);
-        auto sv = SR_SHSLICE(smem, 2 * F::TILE + st * 2 * F::TILE, F::TILE);
-        float s[8][4];
-        fa_zero(s);
-        fa_mma_abt<D>(s, qa, sk, true, sq, 0);
-        bool diag = kt == qt; /* the only tile with masked columns (kt < qt: every key < q0 < T) */
-        for (int r = 0; r < 2; r++) {
-            int row = q0 + warp * 16 + g + 8 * r;
-            float mx = -INFINITY;
-            for (int n = 0; n < 8; n++)
-                for (int e = 2 * r; e < 2 * r + 2; e++) {
-                    int col = kt * FA_ROWS + n * 8 + 2 * t4 + (e & 1);
-                    bool off = diag && ((!m_causal && col > row) || col >= T);
-                    s[n][e] = off ? -INFINITY : s[n][e] * sl2;
-                    mx = fmaxf(mx, s[n][e]);
-                }
-            mx = fmaxf(mx, sr_shfl_xor(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, sr_shfl_xor(0xffffffffu, mx, 2));
-            float mn = fmaxf(m[r], mx), ref = mn == -INFINITY ? 0.0f : mn;
-            float alpha = m_rescale ? 1.0f : exp2f(m[r] - ref);
-            m[r] = mn;
-            l[r] *= alpha;
-            for (int n = 0; n < D / 8; n++)
-                for (int e = 2 * r; e < 2 * r + 2; e++)
-                    o[n][e] *= alpha;
-            for (int n = 0; n < 8; n++)
-                for (int e = 2 * r; e < 2 * r + 2; e++) {
-                    s[n][e] = exp2f(s[n][e] - ref);
-                    l[r] += s[n][e];
-                }
+            SR_UNROLL
+        for (int m = 0; m < MT; m++)
+            fa_frag_a<D>(qa[m], sq, warp * 16 * MT + m * 16);
+        auto sk = SR_SHSLICE(smem, KV0 + st * 2 * F::TILE, F::TILE);
+        auto sv = SR_SHSLICE(smem, KV0 + st * 2 * F::TILE + F::TILE, F::TILE);
+        float s[MT][8][4];
+        SR_UNROLL
+        for (int m = 0; m < MT; m++)
+            fa_zero(s[m]);
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t a[MT][4];
+            SR_UNROLL
+            for (int m = 0; m < MT; m++)
+                for (int e = 0; e < 4; e++)
+                    a[m][e] = qa[m][kk][e];
+            fa_mma_abt_k<D, MT>(s, a, sk, kk);
         }
-        fa_mma_pb<D>(o, s, sv);
+        /* masks only where a column can pass a row or T: the tiles that
+         * reach the block's first row (every key before q0 is < T) */
+        bool edge = (kt + 1) * FA_ROWS > q0;
+        SR_UNROLL
+        for (int m = 0; m < MT; m++)
+            for (int r = 0; r < 2; r++) {
+                int row = w0 + m * 16 + g + 8 * r;
+                float mx = -INFINITY;
+                for (int n = 0; n < 8; n++)
+                    for (int e = 2 * r; e < 2 * r + 2; e++) {
+                        int col = kt * FA_ROWS + n * 8 + 2 * t4 + (e & 1);
+                        bool off = edge && ((!m_causal && col > row) || col >= T);
+                        s[m][n][e] = off ? -INFINITY : s[m][n][e] * sl2;
+                        mx = fmaxf(mx, s[m][n][e]);
+                    }
+                mx = fmaxf(mx, sr_shfl_xor(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, sr_shfl_xor(0xffffffffu, mx, 2));
+                float mn = fmaxf(m_[m][r], mx), ref = mn == -INFINITY ? 0.0f : mn;
+                float alpha = m_rescale ? 1.0f : exp2f(m_[m][r] - ref);
+                m_[m][r] = mn;
+                l[m][r] *= alpha;
+                for (int n = 0; n < D / 8; n++)
+                    for (int e = 2 * r; e < 2 * r + 2; e++)
+                        o[m][n][e] *= alpha;
+                for (int n = 0; n < 8; n++)
+                    for (int e = 2 * r; e < 2 * r + 2; e++) {
+                        s[m][n][e] = exp2f(s[m][n][e] - ref);
+                        l[m][r] += s[m][n][e];
+                    }
+            }
+        fa_mma_pb_mt<D, MT>(o, s, sv);
         __syncthreads(); /* every warp is done with this stage before the next prefetch refills it */
     }
-    for (int r = 0; r < 2; r++) {
-        l[r] += sr_shfl_xor(0xffffffffu, l[r], 1);
-        l[r] += sr_shfl_xor(0xffffffffu, l[r], 2);
-        int row = q0 + warp * 16 + g + 8 * r;
-        if (t4 == 0 && row < T)
-            lse[((long long)b * NH + h) * T + row] = (m[r] + log2f(l[r])) * FA_LN2;
-        for (int n = 0; n < D / 8; n++)
-            for (int e = 2 * r; e < 2 * r + 2; e++)
-                o[n][e] /= l[r];
+    SR_UNROLL
+    for (int m = 0; m < MT; m++) {
+        for (int r = 0; r < 2; r++) {
+            l[m][r] += sr_shfl_xor(0xffffffffu, l[m][r], 1);
+            l[m][r] += sr_shfl_xor(0xffffffffu, l[m][r], 2);
+            int row = w0 + m * 16 + g + 8 * r;
+            if (t4 == 0 && row < T)
+                lse[((long long)b * NH + h) * T + row] = (m_[m][r] + log2f(l[m][r])) * FA_LN2;
+            for (int n = 0; n < D / 8; n++)
+                for (int e = 2 * r; e < 2 * r + 2; e++)
+                    o[m][n][e] /= l[m][r];
+        }
+        fa_store<D>(out + (long long)b * T * NH * D + h * D, (long long)NH * D, o[m], w0 + m * 16, T, 1.0f);
     }
-    fa_store<D>(out + (long long)b * T * NH * D + h * D, (long long)NH * D, o, q0 + warp * 16, T, 1.0f);
 }
 
 /* D[b, h, t] = sum_d dO o O over the head's values (each lane's in order,
@@ -445,11 +499,18 @@ template <typename K> static size_t fa_smem(K kernel, int tiles, int D) {
     return bytes;
 }
 
+/* The forward's tile per head dim: at 64, 128 query rows a block (32 a
+ * warp: each K and V fragment serves two row tiles, halving the shared
+ * memory reads per mma); at 128, 64 (the 16 x 128 output already takes
+ * 64 registers a lane; ptxas: no spills). */
+template <int D> struct fa_fwd_mt { static constexpr int MT = D == 64 ? 2 : 1; };
+
 template <int D>
 static int fa_forward(cudaStream_t s, void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV) {
-    dim3 grid((T + FA_ROWS - 1) / FA_ROWS, NH, B);
-    size_t sh = fa_smem(fwd_k<D>, 5, D);
-    return SR_LAUNCH(fwd_k<D>, grid, FA_THREADS, sh, s, (bf16 *)out, lse, (const bf16 *)qkv, T, NH, NKV,
+    constexpr int MT = fa_fwd_mt<D>::MT;
+    dim3 grid((T + FA_ROWS * MT - 1) / (FA_ROWS * MT), NH, B);
+    size_t sh = fa_smem(fwd_k<D, MT>, MT + 4, D);
+    return SR_LAUNCH((fwd_k<D, MT>), grid, FA_THREADS, sh, s, (bf16 *)out, lse, (const bf16 *)qkv, T, NH, NKV,
                      1.0f / sqrtf((float)D));
 }
 

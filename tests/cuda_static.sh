@@ -1,7 +1,8 @@
 #!/bin/sh
 # cuda_static.sh — static checks of the CUDA back end that need no GPU:
-#   - ptxas (nvcc -Xptxas -v) reports no register spills and no kernel
-#     above 255 registers, for every kernels/*.cu;
+#   - ptxas (nvcc -Xptxas -v) reports no register spills, no stack frame
+#     (a register array indexed at run time, in local memory) and no
+#     kernel above 255 registers, for every kernels/*.cu;
 #   - every kernel launch goes through the one launch macro (SR_LAUNCH of
 #     kernels/common.cuh: clear the last-error, launch, read it): no bare
 #     triple-chevron launch outside that macro, and every CUB call inside
@@ -73,16 +74,16 @@ bad=""
         diag "$(tail -5 "$T/$name.ptxas")"
         continue
     fi
-    spills=$(grep -oE '[0-9]+ bytes spill (stores|loads)' "$T/$name.ptxas" | awk '$1 > 0' | head -1)
+    spills=$(grep -oE '[0-9]+ bytes (spill (stores|loads)|stack frame)' "$T/$name.ptxas" | awk '$1 > 0' | head -1)
     regs=$(grep -oE 'Used [0-9]+ registers' "$T/$name.ptxas" | awk '{ if ($2 > m) m = $2 } END { print m + 0 }')
     [ -n "$spills" ] && bad="$bad $name(spill: $spills)"
     [ "$regs" -gt 255 ] && bad="$bad $name($regs registers)"
     kernels=$(grep -c 'Compiling entry function' "$T/$name.ptxas")
-    diag "$name.cu: $kernels kernels, at most $regs registers, no spills${spills:+ (NOT: $spills)}"
+    diag "$name.cu: $kernels kernels, at most $regs registers, no spills, no stack${spills:+ (NOT: $spills)}"
 done
 if [ ! -x "$NVCC" ]; then
     :
-elif [ -z "$bad" ]; then ok "ptxas: every kernel of kernels/*.cu without spills, within 255 registers"; else not_ok "ptxas:$bad"; fi
+elif [ -z "$bad" ]; then ok "ptxas: every kernel of kernels/*.cu without spills or a stack frame (a register array indexed at run time lands in local memory), within 255 registers"; else not_ok "ptxas:$bad"; fi
 
 # --- shared memory through SR_SHARED ---------------------------------------------------
 # bare_shared FILE...: prints each __shared__ outside SR_SHARED's definition
