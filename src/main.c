@@ -231,7 +231,7 @@ static void print_usage(FILE *f, const char *name, const char *sub, bool brief) 
             snprintf(head, sizeof head, "    --%s%s%s", cli_options[x].name, cli_options[x].arg ? " " : "",
                      cli_options[x].arg ? cli_options[x].arg : "");
         fprintf(f, "  %-22s", head);
-        if (strlen(head) > 22)
+        if (strlen(head) >= 22) /* a head of the column's width would touch its text */
             fprintf(f, "\n  %-22s", "");
         put_indented(f, cli_options[x].help, 24);
     }

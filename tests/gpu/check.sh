@@ -833,7 +833,7 @@ memory_llama() {
     # shellcheck disable=SC2086
     if [ $rc = 0 ] && { [ $rehearse = 1 ] || grep -q 'attention flash' "$LOGS/llama-long.err"; } &&
         bad=$(plan_vs_run llama-long $ll); then
-        pass memory.llama-long "$(sed -n 's/^plan: [^:]*: model \([^:]*\):.*/\1/p' "$LOGS/llama-long.plan"): 3 steps with flash attention, shardrun plan = the run's peaks, every category; $(grep -m1 '^  per space:' "$LOGS/llama-long.plan" | sed 's/^ *//')"
+        pass memory.llama-long "$(sed -n 's/^plan: [^:]*: model \([^:]*\):.*/\1/p' "$LOGS/llama-long.plan"): 3 steps, attention $(attention llama-long), shardrun plan = the run's peaks, every category; $(grep -m1 '^  per space:' "$LOGS/llama-long.plan" | sed 's/^ *//')"
     else
         fail memory.llama-long "status $rc; ${bad:-} $(tail -1 "$LOGS/llama-long.err") $(tail -1 "$LOGS/llama-long.plan.err" 2>/dev/null)"
     fi
