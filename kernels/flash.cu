@@ -38,15 +38,20 @@
  * next tile's 16-byte cp.async copies are in flight while the tensor cores
  * work on this one (cp.async.wait_group 1).  A causal grid's blocks differ
  * in work (query tile t visits t + 1 key tiles), so the grids run the
- * longest first: the forward and dq_k take their query tile from the end
- * (blockIdx.x 0 is the last tile), dkv_k's key tile 0 visits every query
- * tile.  Masks are computed only on the diagonal tile and the tail.  At
+ * longest first: the tile is the grid's slowest dimension (z; x the head,
+ * y the sequence: blocks are dispatched x fastest), the forward and dq_k
+ * take their query tile from the end (blockIdx.z 0 is the last tile of
+ * every head and sequence), dkv_k's key tile 0 visits every query tile.
+ * Masks are computed only on the diagonal tile and the tail.  At
  * head dim 128 the backward reads its A fragments from shared memory per
  * step (ldmatrix) where head dim 64 holds them in registers: the
  * accumulators of 16 x 128 (dK and dV, or dQ) leave no room (ptxas: no
- * spills, tests/cuda_static.sh).  Each byte of Q, K, V, O, dO, the LSE
- * and D is read from memory once per tile visit and dqkv written once:
- * the ledger's flash rows (sr_lc_flash) count exactly that.
+ * spills, tests/cuda_static.sh).  dqkv is written once and never read.
+ * The ledger's flash rows (sr_lc_flash) count each kernel's tensors once:
+ * a lower bound, as the blocks of a head re-read K and V (the forward,
+ * dq_k) or Q, dO, the LSE and D (dkv_k), mostly from L2.  The dynamic
+ * shared memory attribute is set at every launch (a process may drive
+ * more than one device; the call is host-side and cheap).
  *
  * Tiles are 64 rows of bf16 in dynamic shared memory, rows padded to D + 8
  * elements (16-byte aligned, ldmatrix's rows spread over the banks): the
@@ -227,7 +232,7 @@ __global__ void fwd_k(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int
     SR_SHARED_DYN(bf16, smem);                           /* Q (MT tiles), then (K, V) twice */
     const bool m_causal = SR_MUTANT(flash_causal), m_rescale = SR_MUTANT(flash_rescale);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-    int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, q0 = qt * BM; /* longest first */
+    int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y, q0 = qt * BM; /* longest first */
     int kv = (h / (NH / NKV) + (SR_MUTANT(flash_kv_head) ? 1 : 0)) % NKV;
     int w0 = q0 + warp * 16 * MT;                                     /* the warp's first row */
     int kend = ((q0 + BM < T ? q0 + BM : T) + FA_ROWS - 1) / FA_ROWS; /* key tiles to the diagonal */
@@ -257,10 +262,11 @@ __global__ void fwd_k(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int
             sr_cp_async_commit();
         }
         fa_wait(kt + 1 < kend);
-        if (kt == 0)
+        if (kt == 0) { /* Q landed with the first group */
             SR_UNROLL
-        for (int m = 0; m < MT; m++)
-            fa_frag_a<D>(qa[m], sq, warp * 16 * MT + m * 16);
+            for (int m = 0; m < MT; m++)
+                fa_frag_a<D>(qa[m], sq, warp * 16 * MT + m * 16);
+        }
         auto sk = SR_SHSLICE(smem, KV0 + st * 2 * F::TILE, F::TILE);
         auto sv = SR_SHSLICE(smem, KV0 + st * 2 * F::TILE + F::TILE, F::TILE);
         float s[MT][8][4];
@@ -364,7 +370,7 @@ __global__ void dkv_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float
     SR_SHARED(float, sl, 2 * FA_ROWS);
     SR_SHARED(float, sd, 2 * FA_ROWS);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-    int kt = blockIdx.x, kv = blockIdx.y, b = blockIdx.z, k0 = kt * FA_ROWS, R = NH / NKV;
+    int kt = blockIdx.z, kv = blockIdx.x, b = blockIdx.y, k0 = kt * FA_ROWS, R = NH / NKV; /* longest first */
     long long W = (long long)(NH + 2 * NKV) * D, C = (long long)NH * D;
     const bf16 *base = qkv + (long long)b * T * W, *dbase = dout + (long long)b * T * C;
     float sl2 = scale * FA_LOG2E;
@@ -428,7 +434,7 @@ __global__ void dq_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float 
     typedef fa_shape<D> F;
     SR_SHARED_DYN(bf16, smem); /* Q, dO, then (K, V) twice */
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-    int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, q0 = qt * FA_ROWS; /* longest first */
+    int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y, q0 = qt * FA_ROWS; /* longest first */
     int kv = h / (NH / NKV);
     long long W = (long long)(NH + 2 * NKV) * D, C = (long long)NH * D;
     const bf16 *base = qkv + (long long)b * T * W;
@@ -486,7 +492,8 @@ __global__ void dq_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float 
 /* Shapes flash attention runs (the ops' choice checks the same:
  * sr_cuda_flash_supported). */
 static bool fa_shape_ok(int B, int T, int NH, int NKV, int hs) {
-    return B > 0 && T > 0 && NH > 0 && NKV > 0 && NH % NKV == 0 && (hs == 64 || hs == 128);
+    return B > 0 && B <= 65535 && T > 0 && (T + FA_ROWS - 1) / FA_ROWS <= 65535 && NH > 0 && NKV > 0 && NH % NKV == 0 &&
+           (hs == 64 || hs == 128); /* (the grid's y and z limits) */
 }
 
 /* A kernel's dynamic shared memory: its attribute first (past 48 KiB a
@@ -508,7 +515,7 @@ template <int D> struct fa_fwd_mt { static constexpr int MT = D == 64 ? 2 : 1; }
 template <int D>
 static int fa_forward(cudaStream_t s, void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV) {
     constexpr int MT = fa_fwd_mt<D>::MT;
-    dim3 grid((T + FA_ROWS * MT - 1) / (FA_ROWS * MT), NH, B);
+    dim3 grid(NH, B, (T + FA_ROWS * MT - 1) / (FA_ROWS * MT));
     size_t sh = fa_smem(fwd_k<D, MT>, MT + 4, D);
     return SR_LAUNCH((fwd_k<D, MT>), grid, FA_THREADS, sh, s, (bf16 *)out, lse, (const bf16 *)qkv, T, NH, NKV,
                      1.0f / sqrtf((float)D));
@@ -533,12 +540,12 @@ static int fa_backward(cudaStream_t s, void *dqkv, const void *dout, const void 
     unsigned tiles = (unsigned)((T + FA_ROWS - 1) / FA_ROWS);
     if (rc == 0) {
         size_t sh = fa_smem(dkv_k<D>, 6, D);
-        rc = SR_LAUNCH(dkv_k<D>, dim3(tiles, NKV, B), FA_THREADS, sh, s, (bf16 *)dqkv, (const bf16 *)dout,
+        rc = SR_LAUNCH(dkv_k<D>, dim3(NKV, B, tiles), FA_THREADS, sh, s, (bf16 *)dqkv, (const bf16 *)dout,
                        (const bf16 *)qkv, lse, (const float *)ws, T, NH, NKV, scale);
     }
     if (rc == 0) {
         size_t sh = fa_smem(dq_k<D>, 6, D);
-        rc = SR_LAUNCH(dq_k<D>, dim3(tiles, NH, B), FA_THREADS, sh, s, (bf16 *)dqkv, (const bf16 *)dout,
+        rc = SR_LAUNCH(dq_k<D>, dim3(NH, B, tiles), FA_THREADS, sh, s, (bf16 *)dqkv, (const bf16 *)dout,
                        (const bf16 *)qkv, lse, (const float *)ws, T, NH, NKV, scale);
     }
     return rc;
