@@ -357,7 +357,8 @@ static void gqa_backward(int bf16, void *dqkv, const void *dout, const void *qkv
 /* Flash attention (kernels/flash.cu; the bf16 flash table): one launch
  * per layer over every sequence and head, `att` the rows' log-sum-exps
  * [B, NH, T] (f32); the backward reads the forward's output for its row
- * statistic, kept in the workspace (sr_cuda_flash_ws_bytes). */
+ * statistic, kept in the workspace (sr_cuda_flash_ws_bytes), and assigns
+ * dqkv (the table's attention_backward_assigns: no memset before it). */
 static void flash_forward(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV, int hs) {
     sr_cuda_ctx *c = ctx();
     if (c)
