@@ -125,12 +125,12 @@ if have_mpirun; then
         # down with SIGTERM, and the stalled rank writes its dump on that
         # signal (it once died without one: 66, the culprit unnamed).
         # mpirun's SIGKILL follows its SIGTERM after odls_base_sigkill_timeout
-        # (1 s; mpirun sleeps it out whatever the ranks do): 4 ranks on 2
-        # loaded cores (the long tier) get 3 s, where CI once saw 2 of 4
-        # dumps (a signal's dump is no longer fsynced either)
+        # (1 s by default; mpirun sleeps it out whatever the ranks do): the
+        # ranks on 2 loaded cores get 3 s, where CI once saw 2 of 4 dumps
+        # with 1 s, and later 2 of 3 on a slower machine (a signal's dump is
+        # no longer fsynced either)
         rm -rf plain$n
-        grace=""
-        [ "$n" -gt 3 ] && grace="--mca odls_base_sigkill_timeout 3"
+        grace="--mca odls_base_sigkill_timeout 3"
         # shellcheck disable=SC2086
         SHARDRUN_TEST_STALL_SEQ=60 timeout 120 $MPI -n "$n" $grace \
             -x SHARDRUN_TEST_STALL_SEQ "$S" train "$T/job.yaml" \
