@@ -805,40 +805,38 @@ plan_vs_run() {
 # run's peaks, every category; Llama-3.1-8B is
 # planned for one such GPU (it does not fit: the plan names the way out)
 # and for a node of 8, with this GPU's memory (nvidia-smi)
+# llama_plan_run NAME CHECK FLASH ARGS...: 3 steps of ARGS as NAME, then
+# `shardrun plan` of the same job against the run's peaks, every category;
+# FLASH 1: the run's start line must also say flash attention (a GPU's)
+llama_plan_run() {
+    n=$1 c=$2 fl=$3
+    shift 3
+    train "$n" -- "$@" --set train.steps=3 --set train.seed=1 --set log.metrics="$LOGS/$n.jsonl"
+    rc=$?
+    if [ $rc = 0 ] && { [ "$fl" = 0 ] || grep -q 'attention flash' "$LOGS/$n.err"; } &&
+        bad=$(plan_vs_run "$n" "$@" --set train.steps=3 --set train.seed=1); then
+        pass "$c" "$(sed -n 's/^plan: [^:]*: model \([^:]*\):.*/\1/p' "$LOGS/$n.plan"): 3 steps, attention $(attention "$n"), shardrun plan = the run's peaks, every category; $(grep -m1 '^  per space:' "$LOGS/$n.plan" | sed 's/^ *//')"
+    else
+        fail "$c" "status $rc; ${bad:-} $(tail -1 "$LOGS/$n.err") $(tail -1 "$LOGS/$n.plan.err" 2>/dev/null)"
+    fi
+}
 memory_llama() {
     if [ $rehearse = 1 ]; then
         la="--set model.preset=llama-tiny --set model.seq_len=64 --set train.batch_size=2 --set train.micro_batch=2"
     else
         la="--set model.preset=llama-3.2-1b --set model.seq_len=2048 --set train.batch_size=1 --set train.micro_batch=1 --set data.embedded_any_vocab=true"
     fi
-    la="$la $BF16 --set train.steps=3 --set train.seed=1"
     # shellcheck disable=SC2086
-    train llama-mem -- $la --set log.metrics="$LOGS/llama-mem.jsonl"
-    rc=$?
-    # shellcheck disable=SC2086
-    if [ $rc = 0 ] && bad=$(plan_vs_run llama-mem $la); then
-        pass memory.llama-plan-run "$(sed -n 's/^plan: [^:]*: model \([^:]*\):.*/\1/p' "$LOGS/llama-mem.plan"): shardrun plan = the run's peaks, every category; $(grep -m1 '^  per space:' "$LOGS/llama-mem.plan" | sed 's/^ *//')"
-    else
-        fail memory.llama-plan-run "status $rc; ${bad:-} $(tail -1 "$LOGS/llama-mem.err") $(tail -1 "$LOGS/llama-mem.plan.err" 2>/dev/null)"
-    fi
+    llama_plan_run llama-mem memory.llama-plan-run 0 $la $BF16
     # long context (issue 62): Llama-3.2-1B at T 8192 (rehearsal:
-    # llama-tiny at 256), attention auto (flash), 3 steps, the plan's peaks
+    # llama-tiny at 256), attention auto (flash on a GPU)
     if [ $rehearse = 1 ]; then
         ll="--set model.preset=llama-tiny --set model.seq_len=256 --set train.batch_size=1 --set train.micro_batch=1"
     else
         ll="--set model.preset=llama-3.2-1b --set model.seq_len=8192 --set train.batch_size=1 --set train.micro_batch=1 --set data.embedded_any_vocab=true"
     fi
-    ll="$ll $BF16 --set train.steps=3 --set train.seed=1"
     # shellcheck disable=SC2086
-    train llama-long -- $ll --set log.metrics="$LOGS/llama-long.jsonl"
-    rc=$?
-    # shellcheck disable=SC2086
-    if [ $rc = 0 ] && { [ $rehearse = 1 ] || grep -q 'attention flash' "$LOGS/llama-long.err"; } &&
-        bad=$(plan_vs_run llama-long $ll); then
-        pass memory.llama-long "$(sed -n 's/^plan: [^:]*: model \([^:]*\):.*/\1/p' "$LOGS/llama-long.plan"): 3 steps, attention $(attention llama-long), shardrun plan = the run's peaks, every category; $(grep -m1 '^  per space:' "$LOGS/llama-long.plan" | sed 's/^ *//')"
-    else
-        fail memory.llama-long "status $rc; ${bad:-} $(tail -1 "$LOGS/llama-long.err") $(tail -1 "$LOGS/llama-long.plan.err" 2>/dev/null)"
-    fi
+    llama_plan_run llama-long memory.llama-long $((1 - rehearse)) $ll $BF16
     gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | awk '$1 > 0 { printf "%.2f", $1 / 1024 }')
     dm=""
     [ -n "$gib" ] && dm="--device-mem $gib"
