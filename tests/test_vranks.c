@@ -11,8 +11,10 @@
  *                          rank's memory counters hold only its own shard;
  *                          a preemption flag raised on one rank (its own
  *                          view, preempt.h) is seen by that rank only
- *   test_vranks --device cpu|fake|cuda
- *                          the same cases on that device (cuda: every
+ *   test_vranks --device cpu|fake|cuda [--steps N]
+ *                          the same cases on that device, N steps each
+ *                          (default 20; the emulated GPU runs 10: its
+ *                          check's budget) (cuda: every
  *                          virtual rank on GPU 0, exact mode, GPT-2's
  *                          cases and the Llama family's; tests/gpu/
  *                          check.sh, and its --emulate on the CUDA
@@ -302,9 +304,13 @@ int main(int argc, char **argv) {
      * against the GPU's own 1 rank; by default the CPU cases, then the
      * fake device with its collectives staged through the host as one
      * GPU's virtual ranks stage them (SHARDRUN_TEST_STAGED_COLLECTIVES) */
-    const char *device = argc == 3 && strcmp(argv[1], "--device") == 0 ? argv[2] : NULL;
-    if (argc > 1 && !device) {
-        fprintf(stderr, "usage: test_vranks [--device cpu|fake|cuda] | test_vranks stall S\n");
+    const char *device = argc >= 3 && strcmp(argv[1], "--device") == 0 ? argv[2] : NULL;
+    int steps = 20;
+    if (device && argc == 5 && strcmp(argv[3], "--steps") == 0)
+        steps = atoi(argv[4]);
+    if ((argc > 1 && !device) || (device && argc != 3 && !(argc == 5 && strcmp(argv[3], "--steps") == 0)) ||
+        steps < 1 || steps > 1000) {
+        fprintf(stderr, "usage: test_vranks [--device cpu|fake|cuda [--steps N (1 to 1000)]] | test_vranks stall S\n");
         return 64;
     }
     if (!device)
@@ -348,7 +354,7 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/p%zu", dir, c);
         run_opts o = {.S = cases[c].S,
                       .R = cases[c].R,
-                      .steps = 20,
+                      .steps = steps,
                       .pdt = cases[c].pdt,
                       .rdt = SR_DT_F32,
                       .timeout_s = 60,
@@ -358,7 +364,7 @@ int main(int argc, char **argv) {
                       .llama = cases[c].llama};
         rank_arg args[64];
         int bad = run(&o, args);
-        tap_ok(bad == 0, "%s: 20 steps train%s%s", cases[c].what, bad ? ": " : "", bad ? args[0].msg : "");
+        tap_ok(bad == 0, "%s: %d steps train%s%s", cases[c].what, steps, bad ? ": " : "", bad ? args[0].msg : "");
         dump d = {0};
         if (bad || !load(path, &d)) {
             tap_ok(0, "%s: the parameter dump reads back", cases[c].what);
