@@ -91,7 +91,7 @@ int sr_k_layernorm_backward(cudaStream_t s, void *dinp, float *dw, float *db, co
 
 /* gelu.cu: GELU (tanh) forward, backward (+=), residual out = a + b. */
 int sr_k_gelu_forward(cudaStream_t s, void *out, const void *inp, size_t n, int bf16);
-int sr_k_gelu_backward(cudaStream_t s, void *dinp, const void *inp, const void *dout, size_t n, int bf16);
+int sr_k_gelu_backward(cudaStream_t s, void *dinp, const void *inp, const void *dout, size_t n, int acc, int bf16);
 int sr_k_residual_forward(cudaStream_t s, void *out, const void *a, const void *b, size_t n, int bf16);
 
 /* bias.cu: dbias[OC] += sum_n dout[n, OC], in fixed row chunks through ws;
@@ -137,7 +137,7 @@ int sr_k_rope_backward(cudaStream_t s, void *dqkv, const float *cs, int B, int T
 /* swiglu.cu: out[N,F] = silu(gu[:, :F]) * gu[:, F:]; the backward adds
  * into dgu[N,2F]. */
 int sr_k_swiglu_forward(cudaStream_t s, void *out, const void *gu, int N, int F, int bf16);
-int sr_k_swiglu_backward(cudaStream_t s, void *dgu, const void *dout, const void *gu, int N, int F, int bf16);
+int sr_k_swiglu_backward(cudaStream_t s, void *dgu, const void *dout, const void *gu, int N, int F, int acc, int bf16);
 
 /* adamw.cu (compiled with -fmad=false): the host's AdamW, bitwise. */
 int sr_k_adamw(cudaStream_t s, float *p, const float *g, float *m, float *v, size_t n, float b1, float b2, float eps,

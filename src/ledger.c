@@ -186,11 +186,14 @@ sr_ledger_cost sr_lc_rope(int B, int T, int NH, int NKV, int hs, int es) {
     return (sr_ledger_cost){3 * x, es * 2 * x + 4 * (double)T * hs};
 }
 
-sr_ledger_cost sr_lc_swiglu(int N, int F, int es, bool backward) {
+sr_ledger_cost sr_lc_swiglu(int N, int F, int es, int pass) {
     double NF = (double)N * F;
-    /* forward: gate and up read, out written; backward: dout, gate and up
-     * read, both halves of dgu read and written (+=) */
-    return backward ? (sr_ledger_cost){10 * NF, es * 7 * NF} : (sr_ledger_cost){6 * NF, es * 3 * NF};
+    /* pass 0, forward: gate and up read, out written; 1, the backward's
+     * overwrite form: dout, gate and up read, both halves of dgu written;
+     * 2, its += form: dgu's halves read as well */
+    if (pass == 0)
+        return (sr_ledger_cost){6 * NF, es * 3 * NF};
+    return (sr_ledger_cost){10 * NF, es * (pass == 2 ? 7 : 5) * NF};
 }
 
 sr_ledger_cost sr_lc_adamw(size_t n) {

@@ -166,7 +166,7 @@ sr_ledger_cost sr_lc_softmax(long long rows, int T, int es, bool backward);
 sr_ledger_cost sr_lc_gqa(int T, int NKV, int R, int hs, int es, bool reduce);
 sr_ledger_cost sr_lc_crossentropy(int N, int V, int es, bool backward);
 sr_ledger_cost sr_lc_rope(int B, int T, int NH, int NKV, int hs, int es);
-sr_ledger_cost sr_lc_swiglu(int N, int F, int es, bool backward);
+sr_ledger_cost sr_lc_swiglu(int N, int F, int es, int pass);
 sr_ledger_cost sr_lc_adamw(size_t n);
 /* tile_gemm.cu's C[M, N] (f32) = A[M, K] B[N, K]^T (bf16) */
 sr_ledger_cost sr_lc_tile_gemm(int M, int N, int K);

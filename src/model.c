@@ -491,26 +491,25 @@ static void llama_block_backward(sr_model *m, const block_view *p, const block_v
     const sr_model_dims *d = &m->d;
     int C = d->C, NH = d->NH, NKV = d->NKV, T = d->T, F = d->F, hs = C / NH, QKV = (int)sr_model_qkv_rows(d);
     int BT = B * T;
-    size_t es = sr_dtype_size(o->act), BTC = (size_t)BT * C;
+    size_t es = sr_dtype_size(o->act);
     const sr_stream cs = SR_STREAM_COMPUTE;
     block_acts a = acts_of(m, l, B);
-    /* MLP: dresidual is the gradient of both res3's inputs (res2 and the down projection) */
-    dev->memset(dev, cs, m->dfch_gelu, 0, (size_t)BT * F * es);
-    o->matmul_backward(m->dfch_gelu, g->t[SR_LL_DOWN], NULL, m->dresidual, a.fchg, p->t[SR_LL_DOWN], BT, F, C);
-    dev->memset(dev, cs, m->dfch, 0, (size_t)BT * 2 * F * es);
-    o->swiglu_backward(m->dfch, m->dfch_gelu, a.fch, BT, F);
-    dev->memset(dev, cs, m->dln, 0, BTC * es);
-    o->matmul_backward(m->dln, g->t[SR_LL_GATE_UP], NULL, m->dfch, a.ln2, p->t[SR_LL_GATE_UP], BT, C, 2 * F);
+    /* MLP: dresidual is the gradient of both res3's inputs (res2 and the
+     * down projection).  Each input gradient below is its buffer's first
+     * and only contribution: written in the overwrite form (beta 0), no
+     * memset first; the norms' += into dresidual stays (the residual
+     * stream's two branches meet there) */
+    o->matmul_backward(m->dfch_gelu, g->t[SR_LL_DOWN], NULL, m->dresidual, a.fchg, p->t[SR_LL_DOWN], BT, F, C, 0.0f);
+    o->swiglu_backward(m->dfch, m->dfch_gelu, a.fch, BT, F, 0.0f);
+    o->matmul_backward(m->dln, g->t[SR_LL_GATE_UP], NULL, m->dfch, a.ln2, p->t[SR_LL_GATE_UP], BT, C, 2 * F, 0.0f);
     o->rmsnorm_backward(m->dresidual, g->t[SR_LL_MLP_NORM], m->dln, a.res2, p->t[SR_LL_MLP_NORM], a.ln2_rstd, BT, C);
     /* attention: dresidual is now the gradient of res2's inputs */
-    dev->memset(dev, cs, m->datty, 0, BTC * es);
-    o->matmul_backward(m->datty, g->t[SR_LL_O], NULL, m->dresidual, a.atty, p->t[SR_LL_O], BT, C, C);
+    o->matmul_backward(m->datty, g->t[SR_LL_O], NULL, m->dresidual, a.atty, p->t[SR_LL_O], BT, C, C, 0.0f);
     if (!o->attention_backward_assigns)
         dev->memset(dev, cs, m->dqkv, 0, (size_t)BT * QKV * es);
     o->gqa_attention_backward(m->dqkv, m->datty, a.atty, a.qkv, a.att, B, T, NH, NKV, hs);
     o->rope_backward(m->dqkv, m->rope_cs, B, T, NH, NKV, hs);
-    dev->memset(dev, cs, m->dln, 0, BTC * es);
-    o->matmul_backward(m->dln, g->t[SR_LL_QKV], NULL, m->dqkv, a.ln1, p->t[SR_LL_QKV], BT, C, QKV);
+    o->matmul_backward(m->dln, g->t[SR_LL_QKV], NULL, m->dqkv, a.ln1, p->t[SR_LL_QKV], BT, C, QKV, 0.0f);
     o->rmsnorm_backward(m->dresidual, g->t[SR_LL_ATTN_NORM], m->dln, a.residual, p->t[SR_LL_ATTN_NORM], a.ln1_rstd, BT,
                         C);
 }
@@ -612,8 +611,7 @@ sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss
     bool llama = m->d.arch == SR_ARCH_LLAMA;
     const int wte = llama ? SR_LL_WTE : SR_WTE, norm = llama ? SR_LL_NORM : SR_LNFW, head = llama ? SR_LL_HEAD : SR_WTE;
     o->crossentropy_backward(m->logits, m->lse, m->targets, dloss, (int)BT, V, Vp);
-    dev->memset(dev, cs, m->dln, 0, BTC * es);
-    o->matmul_backward(m->dln, rg.t[head], NULL, m->logits, m->lnf, rp.t[head], (int)BT, C, Vp);
+    o->matmul_backward(m->dln, rg.t[head], NULL, m->logits, m->lnf, rp.t[head], (int)BT, C, Vp, 0.0f);
     dev->memset(dev, cs, m->dresidual, 0, BTC * es);
     if (llama)
         o->rmsnorm_backward(m->dresidual, rg.t[norm], m->dln, ACT(m->residual3, (size_t)(L - 1) * BTC), rp.t[norm],
@@ -640,24 +638,20 @@ sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss
         void *ln1 = a.ln1, *qkv = a.qkv, *atty = a.atty, *att = a.att, *res2 = a.res2, *ln2 = a.ln2, *fch = a.fch,
              *fchg = a.fchg;
         /* MLP: dresidual is the gradient of both res3's inputs (res2 and fcproj) */
-        dev->memset(dev, cs, m->dfch_gelu, 0, 4 * BTC * es);
+        /* (the input gradients in the overwrite form, as in the Llama block) */
         o->matmul_backward(m->dfch_gelu, g.t[SR_FCPROJW], g.t[SR_FCPROJB], m->dresidual, fchg, p.t[SR_FCPROJW], (int)BT,
-                           4 * C, C);
-        dev->memset(dev, cs, m->dfch, 0, 4 * BTC * es);
-        o->gelu_backward(m->dfch, fch, m->dfch_gelu, 4 * BTC);
-        dev->memset(dev, cs, m->dln, 0, BTC * es);
-        o->matmul_backward(m->dln, g.t[SR_FCW], g.t[SR_FCB], m->dfch, ln2, p.t[SR_FCW], (int)BT, C, 4 * C);
+                           4 * C, C, 0.0f);
+        o->gelu_backward(m->dfch, fch, m->dfch_gelu, 4 * BTC, 0.0f);
+        o->matmul_backward(m->dln, g.t[SR_FCW], g.t[SR_FCB], m->dfch, ln2, p.t[SR_FCW], (int)BT, C, 4 * C, 0.0f);
         o->layernorm_backward(m->dresidual, g.t[SR_LN2W], g.t[SR_LN2B], m->dln, res2, p.t[SR_LN2W], a.ln2_mean,
                               a.ln2_rstd, (int)BT, C);
         /* attention: dresidual is now the gradient of res2's inputs */
-        dev->memset(dev, cs, m->datty, 0, BTC * es);
         o->matmul_backward(m->datty, g.t[SR_ATTPROJW], g.t[SR_ATTPROJB], m->dresidual, atty, p.t[SR_ATTPROJW], (int)BT,
-                           C, C);
+                           C, C, 0.0f);
         if (!o->attention_backward_assigns)
             dev->memset(dev, cs, m->dqkv, 0, 3 * BTC * es);
         o->attention_backward(m->dqkv, m->datty, atty, qkv, att, B, T, C, NH);
-        dev->memset(dev, cs, m->dln, 0, BTC * es);
-        o->matmul_backward(m->dln, g.t[SR_QKVW], g.t[SR_QKVB], m->dqkv, ln1, p.t[SR_QKVW], (int)BT, C, 3 * C);
+        o->matmul_backward(m->dln, g.t[SR_QKVW], g.t[SR_QKVB], m->dqkv, ln1, p.t[SR_QKVW], (int)BT, C, 3 * C, 0.0f);
         /* The key bias adds q.b_k to every score of a row, which softmax
          * ignores: its gradient is exactly zero, and what the arithmetic
          * leaves is rounding noise that Adam would blow up to lr-sized steps

@@ -6,7 +6,12 @@
  * implements the same contracts.  Conventions (ARCHITECTURE.md §6): outputs first,
  * then inputs, then sizes; backward functions ACCUMULATE (+=) into every
  * gradient they write, so callers zero gradients they do not want summed
- * (the classifier's backward alone overwrites: logits become dlogits).
+ * (the classifier's backward alone overwrites: logits become dlogits),
+ * except where an op takes a `beta` (0 or 1, the last argument):
+ * matmul_backward's input gradient, gelu_backward and swiglu_backward
+ * compute out = beta out + gradient, and with beta 0 never read `out`
+ * (whatever it holds, NaN included, is overwritten), so a buffer with no
+ * earlier contribution needs no zeroing first (ARCHITECTURE.md §3a).
  * Every pointer is memory of the device table the ops run with
  * (device.h); ops are stream-ordered on the compute stream.
  * Shape legend: B batch, T time, C channels, NH heads, hs = C/NH, V vocab,
@@ -42,9 +47,10 @@ typedef struct sr_ops {
                                const float *mean, const float *rstd, int N, int C);
     /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL) */
     void (*matmul_forward)(void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC);
-    /* dinp[N,C] += dout @ w; dw[OC,C] += dout^T @ inp; dbias[OC] += sum_n dout (dbias may be NULL) */
+    /* dinp[N,C] = beta dinp + dout @ w (beta 0 or 1); dw[OC,C] += dout^T @
+     * inp; dbias[OC] += sum_n dout (dbias may be NULL) */
     void (*matmul_backward)(void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w,
-                            int N, int C, int OC);
+                            int N, int C, int OC, float beta);
     /* qkv[B,T,3C] (q, k, v each C wide, heads contiguous) -> out[B,T,C];
      * saves what the backward needs in `att`, attention_save_bytes(B, T, NH)
      * bytes that the op owns the layout of (the CPU op and materialized
@@ -64,7 +70,8 @@ typedef struct sr_ops {
     int attention_backward_assigns;
     /* GELU, tanh approximation */
     void (*gelu_forward)(void *out, const void *inp, size_t n);
-    void (*gelu_backward)(void *dinp, const void *inp, const void *dout, size_t n);
+    /* dinp = beta dinp + gelu'(inp) dout (beta 0 or 1) */
+    void (*gelu_backward)(void *dinp, const void *inp, const void *dout, size_t n, float beta);
     /* out = a + b */
     void (*residual_forward)(void *out, const void *a, const void *b, size_t n);
     /* Softmax cross-entropy over the first V of Vp logits.  Leaves
@@ -102,9 +109,10 @@ typedef struct sr_ops {
     void (*rope_backward)(void *dqkv, const float *cs, int B, int T, int NH, int NKV, int hs);
     /* SwiGLU: out[N,F] = silu(gu[n, f]) * gu[n, F + f] with gu[N,2F] (the
      * gate's F columns, then the up projection's); silu(a) = a sigmoid(a).
-     * The backward accumulates into dgu[N,2F]. */
+     * The backward writes dgu[N,2F] = beta dgu + the gradient (beta 0 or
+     * 1). */
     void (*swiglu_forward)(void *out, const void *gu, int N, int F);
-    void (*swiglu_backward)(void *dgu, const void *dout, const void *gu, int N, int F);
+    void (*swiglu_backward)(void *dgu, const void *dout, const void *gu, int N, int F, float beta);
     /* Causal attention with grouped-query heads: qkv[B,T,(NH + 2 NKV) hs]
      * (NH query heads, then NKV key heads, then NKV value heads), query
      * head h reads key/value head h / (NH / NKV); out[B,T,NH hs].  Saves

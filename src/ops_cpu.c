@@ -315,16 +315,18 @@ static inline SR_ISA_INLINE void swiglu_fwd_body(float *out, const float *g, con
 SR_ISA_KERNEL(swiglu_fwd, (float *out, const float *g, const float *u, int F), (out, g, u, F))
 
 /* dg += dout u silu'(g), du += dout silu(g); silu'(a) = sig (1 + a (1 - sig)) */
+/* acc 1: += (beta 1); 0: = (beta 0: dg and du not read) */
 static inline SR_ISA_INLINE void swiglu_bwd_body(float *dg, float *du, const float *dout, const float *g,
-                                                 const float *u, int F) {
+                                                 const float *u, int F, int acc) {
     for (int f = 0; f < F; f++) {
         float a = g[f], sig = 1.0f / (1.0f + fast_expf(-a));
-        dg[f] += dout[f] * u[f] * (sig * (1.0f + a * (1.0f - sig)));
-        du[f] += dout[f] * (a * sig);
+        float vg = dout[f] * u[f] * (sig * (1.0f + a * (1.0f - sig))), vu = dout[f] * (a * sig);
+        dg[f] = acc ? dg[f] + vg : vg;
+        du[f] = acc ? du[f] + vu : vu;
     }
 }
-SR_ISA_KERNEL(swiglu_bwd, (float *dg, float *du, const float *dout, const float *g, const float *u, int F),
-              (dg, du, dout, g, u, F))
+SR_ISA_KERNEL(swiglu_bwd, (float *dg, float *du, const float *dout, const float *g, const float *u, int F, int acc),
+              (dg, du, dout, g, u, F, acc))
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 
@@ -337,7 +339,7 @@ static inline SR_ISA_INLINE void gelu_fwd_body(float *out, const float *inp, siz
 }
 SR_ISA_KERNEL(gelu_fwd, (float *out, const float *inp, size_t n), (out, inp, n))
 
-static inline SR_ISA_INLINE void gelu_bwd_body(float *dinp, const float *inp, const float *dout, size_t n) {
+static inline SR_ISA_INLINE void gelu_bwd_body(float *dinp, const float *inp, const float *dout, size_t n, int acc) {
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float cube = 0.044715f * x * x * x;
@@ -345,10 +347,12 @@ static inline SR_ISA_INLINE void gelu_bwd_body(float *dinp, const float *inp, co
         float th = fast_tanhf(arg);
         float sech2 = 1.0f - th * th;
         float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += grad * dout[i];
+        float v = grad * dout[i];
+        dinp[i] = acc ? dinp[i] + v : v; /* acc 0 (beta 0): dinp not read */
     }
 }
-SR_ISA_KERNEL(gelu_bwd, (float *dinp, const float *inp, const float *dout, size_t n), (dinp, inp, dout, n))
+SR_ISA_KERNEL(gelu_bwd, (float *dinp, const float *inp, const float *dout, size_t n, int acc),
+              (dinp, inp, dout, n, acc))
 
 /* One row of the classifier: the log-sum-exp of the real logits into
  * *lse; returns the loss -log p[target] from the shifted logits (finite
@@ -503,16 +507,17 @@ static void matmul_forward(float *out, const float *inp, const float *w, const f
 }
 
 static void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
-                            int N, int C, int OC) {
+                            int N, int C, int OC, float beta) {
 #pragma omp parallel
     {
         int id = thread_id(), nt = team_size();
         int n0, n1, o0, o1;
-        /* dinp[N,C] += dout[N,OC] @ w[OC,C], split by rows of N */
+        /* dinp[N,C] = beta dinp + dout[N,OC] @ w[OC,C], split by rows of N
+         * (BLAS reads no C when beta is 0) */
         split_range(N, id, nt, 16, &n0, &n1);
         if (n1 > n0 && dinp)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n1 - n0, C, OC, 1.0f, dout + (size_t)n0 * OC, OC, w,
-                        C, 1.0f, dinp + (size_t)n0 * C, C);
+                        C, beta != 0.0f ? 1.0f : 0.0f, dinp + (size_t)n0 * C, C);
         /* dw[OC,C] += dout^T @ inp, split by rows of OC */
         split_range(OC, id, nt, 16, &o0, &o1);
         if (o1 > o0)
@@ -649,14 +654,15 @@ static void swiglu_forward(void *out_, const void *gu_, int N, int F) {
         swiglu_fwd(out + (size_t)n * F, gu + (size_t)n * 2 * F, gu + (size_t)n * 2 * F + F, F);
 }
 
-static void swiglu_backward(void *dgu_, const void *dout_, const void *gu_, int N, int F) {
+static void swiglu_backward(void *dgu_, const void *dout_, const void *gu_, int N, int F, float beta) {
     float *dgu = dgu_;
     const float *dout = dout_, *gu = gu_;
+    int acc = beta != 0.0f;
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         float *d = dgu + (size_t)n * 2 * F;
         const float *g = gu + (size_t)n * 2 * F;
-        swiglu_bwd(d, d + F, dout + (size_t)n * F, g, g + F, F);
+        swiglu_bwd(d, d + F, dout + (size_t)n * F, g, g + F, F, acc);
     }
 }
 
@@ -679,12 +685,13 @@ static void gelu_forward(float *out, const float *inp, size_t n) {
     }
 }
 
-static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n, float beta) {
+    int acc = beta != 0.0f;
 #pragma omp parallel
     {
         size_t lo, hi;
         my_range(n, &lo, &hi);
-        gelu_bwd(dinp + lo, inp + lo, dout + lo, hi - lo);
+        gelu_bwd(dinp + lo, inp + lo, dout + lo, hi - lo, acc);
     }
 }
 
@@ -735,8 +742,8 @@ static void matmul_forward_t(void *out, const void *inp, const void *w, const vo
     matmul_forward(out, inp, w, bias, N, C, OC);
 }
 static void matmul_backward_t(void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w,
-                              int N, int C, int OC) {
-    matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+                              int N, int C, int OC, float beta) {
+    matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, beta);
 }
 static void attention_forward_t(void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
     attention_forward(out, att, qkv, B, T, C, NH);
@@ -747,8 +754,8 @@ static void attention_backward_t(void *dqkv, const void *dout, const void *out, 
     attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
 }
 static void gelu_forward_t(void *out, const void *inp, size_t n) { gelu_forward(out, inp, n); }
-static void gelu_backward_t(void *dinp, const void *inp, const void *dout, size_t n) {
-    gelu_backward(dinp, inp, dout, n);
+static void gelu_backward_t(void *dinp, const void *inp, const void *dout, size_t n, float beta) {
+    gelu_backward(dinp, inp, dout, n, beta);
 }
 static void residual_forward_t(void *out, const void *a, const void *b, size_t n) { residual_forward(out, a, b, n); }
 

@@ -195,14 +195,16 @@ static void matmul_forward(int bf16, void *out, const void *inp, const void *w, 
 }
 
 static void matmul_backward(int bf16, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
-                            const void *w, int N, int C, int OC) {
+                            const void *w, int N, int C, int OC, float beta) {
     sr_cuda_ctx *c = dbias ? ctx_ws("matmul_backward (dbias)") : ctx();
     if (!c)
         return;
-    /* dinp[N,C] += dout[N,OC] W[OC,C] */
-    gemm_done(
-        c, rm_gemm(c, bf16, 0, 0, N, C, OC, dout, OC, 0, w, C, 0, dinp, C, 0, 1, 1.0f, true, false, SR_LF_GEMM_LINEAR),
-        "matmul_backward (dinp)");
+    /* dinp[N,C] = beta dinp + dout[N,OC] W[OC,C] (beta 0: cuBLASLt's beta 0,
+     * dinp not read) */
+    gemm_done(c,
+              rm_gemm(c, bf16, 0, 0, N, C, OC, dout, OC, 0, w, C, 0, dinp, C, 0, 1, 1.0f, beta != 0.0f, false,
+                      SR_LF_GEMM_LINEAR),
+              "matmul_backward (dinp)");
     /* dW[OC,C] += dout^T inp, into float */
     gemm_done(
         c, rm_gemm(c, bf16, 1, 0, OC, C, N, dout, OC, 0, inp, C, 0, dw, C, 0, 1, 1.0f, true, true, SR_LF_GEMM_LINEAR),
@@ -415,10 +417,11 @@ static void swiglu_forward(int bf16, void *out, const void *gu, int N, int F) {
         done(c, sr_k_swiglu_forward(c->stream, out, gu, N, F, bf16), "swiglu_forward", "N=%d F=%d", N, F);
 }
 
-static void swiglu_backward(int bf16, void *dgu, const void *dout, const void *gu, int N, int F) {
+static void swiglu_backward(int bf16, void *dgu, const void *dout, const void *gu, int N, int F, float beta) {
     sr_cuda_ctx *c = ctx();
     if (c)
-        done(c, sr_k_swiglu_backward(c->stream, dgu, dout, gu, N, F, bf16), "swiglu_backward", "N=%d F=%d", N, F);
+        done(c, sr_k_swiglu_backward(c->stream, dgu, dout, gu, N, F, beta != 0.0f, bf16), "swiglu_backward",
+             "N=%d F=%d", N, F);
 }
 
 static void gelu_forward(int bf16, void *out, const void *inp, size_t n) {
@@ -426,10 +429,10 @@ static void gelu_forward(int bf16, void *out, const void *inp, size_t n) {
     if (c)
         done(c, sr_k_gelu_forward(c->stream, out, inp, n, bf16), "gelu_forward", "n=%zu", n);
 }
-static void gelu_backward(int bf16, void *dinp, const void *inp, const void *dout, size_t n) {
+static void gelu_backward(int bf16, void *dinp, const void *inp, const void *dout, size_t n, float beta) {
     sr_cuda_ctx *c = ctx();
     if (c)
-        done(c, sr_k_gelu_backward(c->stream, dinp, inp, dout, n, bf16), "gelu_backward", "n=%zu", n);
+        done(c, sr_k_gelu_backward(c->stream, dinp, inp, dout, n, beta != 0.0f, bf16), "gelu_backward", "n=%zu", n);
 }
 static void residual_forward(int bf16, void *out, const void *a, const void *b, size_t n) {
     sr_cuda_ctx *c = ctx();
@@ -497,8 +500,8 @@ static void bind_workspace(void *ws, size_t bytes) {
         matmul_forward(BF, o, i, w, b, N, C, OC);                                                                      \
     }                                                                                                                  \
     static void matmul_backward_##SUF(void *di, float *dw, float *db, const void *d, const void *i, const void *w,     \
-                                      int N, int C, int OC) {                                                          \
-        matmul_backward(BF, di, dw, db, d, i, w, N, C, OC);                                                            \
+                                      int N, int C, int OC, float beta) {                                              \
+        matmul_backward(BF, di, dw, db, d, i, w, N, C, OC, beta);                                                      \
     }                                                                                                                  \
     static void attention_forward_##SUF(void *o, void *a, const void *q, int B, int T, int C, int NH) {                \
         attention_forward(BF, o, a, q, B, T, C, NH);                                                                   \
@@ -523,8 +526,8 @@ static void bind_workspace(void *ws, size_t bytes) {
         rope(BF, 1, q, cs, B, T, NH, NKV, hs);                                                                         \
     }                                                                                                                  \
     static void swiglu_forward_##SUF(void *o, const void *gu, int N, int F) { swiglu_forward(BF, o, gu, N, F); }       \
-    static void swiglu_backward_##SUF(void *d, const void *o, const void *gu, int N, int F) {                          \
-        swiglu_backward(BF, d, o, gu, N, F);                                                                           \
+    static void swiglu_backward_##SUF(void *d, const void *o, const void *gu, int N, int F, float beta) {              \
+        swiglu_backward(BF, d, o, gu, N, F, beta);                                                                     \
     }                                                                                                                  \
     static void gqa_forward_##SUF(void *o, void *a, const void *q, int B, int T, int NH, int NKV, int hs) {            \
         gqa_forward(BF, o, a, q, B, T, NH, NKV, hs);                                                                   \
@@ -535,8 +538,8 @@ static void bind_workspace(void *ws, size_t bytes) {
         gqa_backward(BF, dq, d, q, a, B, T, NH, NKV, hs);                                                              \
     }                                                                                                                  \
     static void gelu_forward_##SUF(void *o, const void *i, size_t n) { gelu_forward(BF, o, i, n); }                    \
-    static void gelu_backward_##SUF(void *di, const void *i, const void *d, size_t n) {                                \
-        gelu_backward(BF, di, i, d, n);                                                                                \
+    static void gelu_backward_##SUF(void *di, const void *i, const void *d, size_t n, float beta) {                    \
+        gelu_backward(BF, di, i, d, n, beta);                                                                          \
     }                                                                                                                  \
     static void residual_forward_##SUF(void *o, const void *a, const void *b, size_t n) {                              \
         residual_forward(BF, o, a, b, n);                                                                              \

@@ -19,6 +19,33 @@ static void fill(float *x, size_t n, uint64_t stream, float scale) {
 
 static float *fnew(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
 
+/* n NaNs: the output of an op's overwrite form (beta 0), which must not
+ * read what the buffer held */
+static float *fnan(size_t n) {
+    float *x = fnew(n);
+    for (size_t i = 0; x && i < n; i++)
+        x[i] = NAN;
+    return x;
+}
+
+/* n values of stream `stream`: the prior content of an op's += form (beta
+ * 1) output; *copy receives a second copy, which the op then adds into */
+static float *fprior(size_t n, uint64_t stream, float **copy) {
+    float *x = fnew(n);
+    *copy = fnew(n);
+    fill(x, n, stream, 1);
+    for (size_t i = 0; i < n; i++)
+        (*copy)[i] = x[i];
+    return x;
+}
+
+/* in place: got -= prior (the += form's own contribution) */
+static float *fminus(float *got, const float *prior, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        got[i] -= prior[i];
+    return got;
+}
+
 typedef double (*objective)(void *ctx);
 
 /* Central differences over every coordinate of x; returns the largest error

@@ -248,11 +248,18 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     float *mdin0 = copy_of(mdin, NC), *mdw0 = copy_of(mdw, (size_t)OC * C), *mdb0 = copy_of(mdb, (size_t)OC);
     void *dmdin = up(mdin, NC, bf16);
     float *dmdw = up(mdw, (size_t)OC * C, 0), *dmdb = up(mdb, (size_t)OC, 0);
-    cpu->matmul_backward(mdin, mdw, mdb, mdout, x, W, N, C, OC);
-    o->matmul_backward(dmdin, dmdw, dmdb, dmdout, dx, dW, N, C, OC);
-    check_added("matmul_backward dinp", dmdin, mdin, mdin0, NC, bf16, 1, t_mm);
+    cpu->matmul_backward(mdin, mdw, mdb, mdout, x, W, N, C, OC, 1.0f);
+    o->matmul_backward(dmdin, dmdw, dmdb, dmdout, dx, dW, N, C, OC, 1.0f);
+    check_added("matmul_backward dinp (beta 1)", dmdin, mdin, mdin0, NC, bf16, 1, t_mm);
     check_added("matmul_backward dW", dmdw, mdw, mdw0, (size_t)OC * C, bf16, 0, t_mm);
     check_added("matmul_backward dbias", dmdb, mdb, mdb0, (size_t)OC, bf16, 0, t_mm);
+    /* the overwrite form (beta 0): dinp written into NaN, nothing of it read */
+    float *wdin = malloc(NC * 4), *wdw = calloc((size_t)OC * C, 4);
+    void *dwdin = out_nan(NC, bf16);
+    float *dwdw = up(wdw, (size_t)OC * C, 0);
+    cpu->matmul_backward(wdin, wdw, NULL, mdout, x, W, N, C, OC, 0.0f);
+    o->matmul_backward(dwdin, dwdw, NULL, dmdout, dx, dW, N, C, OC, 0.0f);
+    check("matmul_backward dinp (beta 0, into NaN)", dwdin, wdin, NC, bf16, 1, t_mm);
 
     /* the lm head: no bias, OC = Vp (ldd = Vp), and its backward with
      * dbias == NULL, over the padded vocabulary */
@@ -269,8 +276,8 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     float *ldin0 = copy_of(ldin, NC), *ldw0 = copy_of(ldw, (size_t)Vp * C);
     void *dldin = up(ldin, NC, bf16);
     float *dldw = up(ldw, (size_t)Vp * C, 0);
-    cpu->matmul_backward(ldin, ldw, NULL, ldout, x, wte, N, C, Vp);
-    o->matmul_backward(dldin, dldw, NULL, dldout, dx, dwte_p, N, C, Vp);
+    cpu->matmul_backward(ldin, ldw, NULL, ldout, x, wte, N, C, Vp, 1.0f);
+    o->matmul_backward(dldin, dldw, NULL, dldout, dx, dwte_p, N, C, Vp, 1.0f);
     check_added("matmul_backward dinp (lm head, dbias NULL)", dldin, ldin, ldin0, NC, bf16, 1, t_mm);
     check_added("matmul_backward dW (lm head, dbias NULL)", dldw, ldw, ldw0, (size_t)Vp * C, bf16, 0, t_mm);
 
@@ -304,9 +311,14 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     cpu->gelu_forward(go, gi, n4);
     o->gelu_forward(dgo, dgi, n4);
     check("gelu_forward", dgo, go, n4, bf16, 1, t_ew);
-    cpu->gelu_backward(gg, gi, gd, n4);
-    o->gelu_backward(dgg, dgi, dgd, n4);
-    check_added("gelu_backward", dgg, gg, gg0, n4, bf16, 1, t_ew);
+    cpu->gelu_backward(gg, gi, gd, n4, 1.0f);
+    o->gelu_backward(dgg, dgi, dgd, n4, 1.0f);
+    check_added("gelu_backward (beta 1)", dgg, gg, gg0, n4, bf16, 1, t_ew);
+    float *wgg = malloc(n4 * 4);
+    void *dwgg = out_nan(n4, bf16);
+    cpu->gelu_backward(wgg, gi, gd, n4, 0.0f);
+    o->gelu_backward(dwgg, dgi, dgd, n4, 0.0f);
+    check("gelu_backward (beta 0, into NaN)", dwgg, wgg, n4, bf16, 1, t_ew);
     void *dro = out_nan(n4, bf16);
     cpu->residual_forward(go, gi, gd, n4);
     o->residual_forward(dro, dgi, dgd, n4);
@@ -339,6 +351,7 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     free(gb0), free(W), free(bias), free(bias_shifted), free(mo), free(mdout), free(mdin), free(mdw), free(mdb);
     free(mdin0), free(mdw0), free(mdb0), free(lh), free(ldout), free(ldin), free(ldw), free(ldin0), free(ldw0);
     free(att), free(ao), free(dq), free(dq0), free(gi), free(go), free(gd), free(gg), free(gg0), free(lg), free(tg);
+    free(wdin), free(wdw), free(wgg);
     free(loss), free(lse);
 }
 
@@ -431,9 +444,14 @@ static void llama_ops_at(int bf16, int B, int T, int NH, int NKV, int hs, int F)
     cpu->swiglu_forward(so, gu, N, F);
     o->swiglu_forward(dso, dgu, N, F);
     check("swiglu_forward", dso, so, NF, bf16, 1, t_ew);
-    cpu->swiglu_backward(sg, sd, gu, N, F);
-    o->swiglu_backward(dsg, dsd, dgu, N, F);
-    check_added("swiglu_backward (gate and up)", dsg, sg, sg0, 2 * NF, bf16, 1, t_ew);
+    cpu->swiglu_backward(sg, sd, gu, N, F, 1.0f);
+    o->swiglu_backward(dsg, dsd, dgu, N, F, 1.0f);
+    check_added("swiglu_backward (gate and up, beta 1)", dsg, sg, sg0, 2 * NF, bf16, 1, t_ew);
+    float *wsg = malloc(2 * NF * 4);
+    void *dwsg = out_nan(2 * NF, bf16);
+    cpu->swiglu_backward(wsg, sd, gu, N, F, 0.0f);
+    o->swiglu_backward(dwsg, dsd, dgu, N, F, 0.0f);
+    check("swiglu_backward (gate and up, beta 0, into NaN)", dwsg, wsg, 2 * NF, bf16, 1, t_ew);
 
     /* grouped-query attention: out and the saved probabilities written;
      * the backward from the CPU's probabilities, into dqkv (+=) */
@@ -460,6 +478,7 @@ static void llama_ops_at(int bf16, int B, int T, int NH, int NKV, int hs, int F)
     free(tok), free(wte), free(enc), free(gwte), free(gwte0);
     free(x), free(w), free(dout), free(y), free(rstd), free(gx), free(gw), free(gx0), free(gw0), free(cs), free(qkv);
     free(rq), free(rg), free(gu), free(so), free(sd), free(sg), free(sg0), free(att), free(ao), free(dq), free(dq0);
+    free(wsg);
 }
 
 /* The reference log-sum-exp of every row's scaled, causal scores (in

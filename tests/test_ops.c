@@ -128,11 +128,19 @@ static void test_matmul(int N, int C, int OC) {
     fill(c.w, OCC, 2, 1);
     fill(c.bias, OC, 3, 1);
     fill(c.R, NO, 4, 1);
-    float *di = fnew(NCs), *dw = fnew(OCC), *db = fnew(OC);
-    o->matmul_backward(di, dw, db, c.R, c.inp, c.w, N, C, OC);
+    /* dinp's overwrite form (beta 0) into NaN: nothing of it read */
+    float *di = fnan(NCs), *dw = fnew(OCC), *db = fnew(OC);
+    o->matmul_backward(di, dw, db, c.R, c.inp, c.w, N, C, OC, 0.0f);
     char what[64];
     snprintf(what, sizeof what, "matmul %dx%dx%d", N, C, OC);
-    tap_ok(fd_check(what, c.inp, NCs, di, mm_J, &c, 1e-2f) < 1e-3, "%s: dinp matches finite differences", what);
+    tap_ok(fd_check(what, c.inp, NCs, di, mm_J, &c, 1e-2f) < 1e-3,
+           "%s: dinp (beta 0, written into NaN) matches finite differences", what);
+    /* its += form (beta 1) adds the same onto what dinp held */
+    float *di1, *pr = fprior(NCs, 5, &di1), *dw1 = fnew(OCC), *db1 = fnew(OC);
+    o->matmul_backward(di1, dw1, db1, c.R, c.inp, c.w, N, C, OC, 1.0f);
+    tap_ok(fd_check(what, c.inp, NCs, fminus(di1, pr, NCs), mm_J, &c, 1e-2f) < 1e-3,
+           "%s: dinp's += form (beta 1) adds what finite differences say", what);
+    free(di1), free(pr), free(dw1), free(db1);
     tap_ok(fd_check(what, c.w, OCC, dw, mm_J, &c, 1e-2f) < 1e-3, "%s: dweight matches finite differences", what);
     tap_ok(fd_check(what, c.bias, OC, db, mm_J, &c, 1e-2f) < 1e-3, "%s: dbias matches finite differences", what);
     /* forward against a naive triple loop in double */
@@ -215,9 +223,15 @@ static void test_gelu(void) {
     c.inp = fnew(c.n), c.out = fnew(c.n), c.R = fnew(c.n);
     fill(c.inp, c.n, 1, 2);
     fill(c.R, c.n, 2, 1);
-    float *d = fnew(c.n);
-    o->gelu_backward(d, c.inp, c.R, c.n);
-    tap_ok(fd_check("gelu", c.inp, c.n, d, ge_J, &c, 1e-2f) < 1e-3, "gelu: dinp matches finite differences");
+    float *d = fnan(c.n);
+    o->gelu_backward(d, c.inp, c.R, c.n, 0.0f);
+    tap_ok(fd_check("gelu", c.inp, c.n, d, ge_J, &c, 1e-2f) < 1e-3,
+           "gelu: dinp (beta 0, written into NaN) matches finite differences");
+    float *d1, *pr = fprior(c.n, 5, &d1);
+    o->gelu_backward(d1, c.inp, c.R, c.n, 1.0f);
+    tap_ok(fd_check("gelu +=", c.inp, c.n, fminus(d1, pr, c.n), ge_J, &c, 1e-2f) < 1e-3,
+           "gelu: the += form (beta 1) adds what finite differences say");
+    free(d1), free(pr);
     ge_J(&c);
     double e = 0;
     for (size_t i = 0; i < c.n; i++) {
@@ -512,7 +526,7 @@ static int case_matmul(const backend *b, float **out, size_t *n) {
     void *dR = up_act(b, R, (size_t)N * OC), *y = up_act(b, NULL, (size_t)N * OC), *gx = zeros_act(b, (size_t)N * C);
     float *gw = zeros_f32(b, (size_t)OC * C), *gb = zeros_f32(b, OC);
     b->ops->matmul_forward(y, dx, dw, dbias, N, C, OC);
-    b->ops->matmul_backward(gx, gw, gb, dR, dx, dw, N, C, OC);
+    b->ops->matmul_backward(gx, gw, gb, dR, dx, dw, N, C, OC, 1.0f);
     out[0] = down_act(b, y, (size_t)N * OC), n[0] = (size_t)N * OC;
     out[1] = down_act(b, gx, (size_t)N * C), n[1] = (size_t)N * C;
     out[2] = down_f32(b, gw, (size_t)OC * C), n[2] = (size_t)OC * C;
@@ -543,7 +557,7 @@ static int case_gelu_residual(const backend *b, float **out, size_t *n) {
     void *dx = up_act(b, x, N), *dR = up_act(b, R, N), *y = up_act(b, NULL, N), *g = zeros_act(b, N);
     void *r = up_act(b, NULL, N);
     b->ops->gelu_forward(y, dx, N);
-    b->ops->gelu_backward(g, dx, dR, N);
+    b->ops->gelu_backward(g, dx, dR, N, 1.0f);
     b->ops->residual_forward(r, dx, dR, N);
     out[0] = down_act(b, y, N), n[0] = N;
     out[1] = down_act(b, g, N), n[1] = N;

@@ -169,16 +169,21 @@ static void test_swiglu(void) {
             e = fmax(e, fabs(a / (1 + exp(-a)) * u - c.out[(size_t)n * c.F + f]));
         }
     tap_ok(e < 1e-5, "swiglu: forward is silu(gate) * up (err %.2g)", e);
-    float *dgu = fnew(2 * NF), *dgu2 = fnew(2 * NF);
-    o->swiglu_backward(dgu, c.R, c.gu, c.N, c.F);
+    float *dgu = fnan(2 * NF), *dgu2 = fnew(2 * NF);
+    o->swiglu_backward(dgu, c.R, c.gu, c.N, c.F, 0.0f);
     tap_ok(fd_check("swiglu dgu", c.gu, 2 * NF, dgu, sw_J, &c, 1e-2f) < 1e-3,
-           "swiglu: dgate and dup match finite differences");
-    o->swiglu_backward(dgu2, c.R, c.gu, c.N, c.F);
-    o->swiglu_backward(dgu2, c.R, c.gu, c.N, c.F);
+           "swiglu: dgate and dup (beta 0, written into NaN) match finite differences");
+    float *dgu1, *pr = fprior(2 * NF, 8, &dgu1);
+    o->swiglu_backward(dgu1, c.R, c.gu, c.N, c.F, 1.0f);
+    tap_ok(fd_check("swiglu dgu +=", c.gu, 2 * NF, fminus(dgu1, pr, 2 * NF), sw_J, &c, 1e-2f) < 1e-3,
+           "swiglu: the += form (beta 1) adds what finite differences say");
+    free(dgu1), free(pr);
+    o->swiglu_backward(dgu2, c.R, c.gu, c.N, c.F, 0.0f);
+    o->swiglu_backward(dgu2, c.R, c.gu, c.N, c.F, 1.0f);
     double acc = 0;
     for (size_t i = 0; i < 2 * NF; i++)
         acc = fmax(acc, fabs(dgu2[i] - 2 * dgu[i]));
-    tap_ok(acc < 1e-5, "swiglu: backward accumulates (err %.2g)", acc);
+    tap_ok(acc < 1e-5, "swiglu: beta 0 then beta 1 is twice the gradient (err %.2g)", acc);
     /* saturation: silu of large |x| is x or 0, finite */
     float big[4] = {-200.0f, 200.0f, 1.0f, 1.0f}, out[2];
     o->swiglu_forward(out, big, 1, 2);
