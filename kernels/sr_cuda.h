@@ -120,6 +120,8 @@ int sr_k_crossentropy_forward(cudaStream_t s, float *losses, float *lse, const v
                               int V, int Vp, int bf16);
 int sr_k_crossentropy_backward(cudaStream_t s, void *logits, const float *lse, const int *targets, float dloss, int N,
                                int V, int Vp, int bf16);
+int sr_k_crossentropy_fused(cudaStream_t s, float *losses, float *lse, void *logits, const int *targets, float dloss,
+                            int N, int V, int Vp, int bf16);
 
 /* rmsnorm.cu: one warp per row, float rstd[N] (eps from the model); the
  * backward adds dinp and, through fixed row chunks in ws, dw. */

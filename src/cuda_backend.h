@@ -114,6 +114,13 @@ bool sr_cuda_sticky(cudaError_t e);
  * (tests/cuda_static.sh rejects cudaEventQuery and cudaStreamQuery
  * anywhere else). */
 cudaError_t sr_cuda_query(cudaEvent_t e);
+/* The host wait's pause after a poll that found the event not done, in
+ * microseconds, for a wait `waited_ns` long: 0 (spin) for the first
+ * SR_CUDA_SPIN_NS, then SR_CUDA_SLEEP_US (a step's tail is a few hundred
+ * microseconds: a millisecond's sleep left the GPU idle that long). */
+#define SR_CUDA_SPIN_NS 1000000ull
+#define SR_CUDA_SLEEP_US 50u
+unsigned sr_cuda_poll_pause_us(uint64_t waited_ns);
 /* The one synchronous helper of the step path (tests/cuda_static.sh allows
  * synchronous CUDA calls nowhere else): waits for `stream` to drain and
  * returns the synchronisation's own status (never a stale last-error).

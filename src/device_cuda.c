@@ -9,8 +9,9 @@
  * ring slot was reused since (a record more than RING records ago, long
  * complete in practice) waits for the later record: more order, never
  * less.  Host waits poll cudaEventQuery (sr_cuda_query, which clears the
- * cudaErrorNotReady it may leave as the thread's last error) with a
- * backoff up to the deadline (comm.timeout_s), never block inside the
+ * cudaErrorNotReady it may leave as the thread's last error), spinning
+ * for the first millisecond and then sleeping 50 us between polls
+ * (sr_cuda_poll_pause_us), up to the deadline (comm.timeout_s), never block inside the
  * driver.  Step-path downloads (sr_dev_download_step) land in a small
  * pinned bounce buffer the table owns, since an async copy into pageable
  * memory returns only when it is done.  Primitives are the kernels of
@@ -446,12 +447,15 @@ static void timed_collect(cuda_dev *c) {
     }
 }
 
-/* Polls `e` until it completes or the deadline passes: spins for the first
- * 50 us, then sleeps 20 us growing to 1 ms.  Past the deadline the process
- * ends (fatal): a hung kernel would also hang every teardown. */
+unsigned sr_cuda_poll_pause_us(uint64_t waited_ns) { return waited_ns < SR_CUDA_SPIN_NS ? 0u : SR_CUDA_SLEEP_US; }
+
+/* Polls `e` until it completes or the deadline passes, pausing as
+ * sr_cuda_poll_pause_us says (spin 1 ms, then 50 us sleeps).  Past the
+ * deadline the process ends (fatal): a hung kernel would also hang every
+ * teardown. */
 static sr_status poll_event(cuda_dev *c, cudaEvent_t e) {
     double timeout = c->base.timeout_s;
-    uint64_t t0 = (uint64_t)sr_clock_mono_ns(), sleep_us = 20;
+    uint64_t t0 = (uint64_t)sr_clock_mono_ns();
     for (;;) {
         cudaError_t q = sr_cuda_query(e);
         if (q == cudaSuccess) {
@@ -473,10 +477,9 @@ static sr_status poll_event(cuda_dev *c, cudaEvent_t e) {
                            "fault shows in nvidia-smi -q and the kernel log (Xid))",
                            c->bus, c->base.step, timeout, c->last_op ? c->last_op : "(none)"));
         }
-        if (waited > 50000) {
-            usleep((useconds_t)sleep_us);
-            sleep_us = sleep_us < 1000 ? sleep_us * 2 : 1000;
-        }
+        unsigned pause = sr_cuda_poll_pause_us(waited);
+        if (pause)
+            usleep((useconds_t)pause);
     }
 }
 

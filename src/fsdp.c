@@ -650,9 +650,9 @@ static void set_order(sr_fsdp *f, bool backward) {
     f->backward = backward;
 }
 
-sr_status sr_fsdp_forward(sr_fsdp *f, const int *inputs, const int *targets, int B) {
+sr_status sr_fsdp_forward(sr_fsdp *f, const int *inputs, const int *targets, int B, float dloss) {
     set_order(f, false);
-    sr_status st = sr_model_forward(f->m, &f->src, inputs, targets, B);
+    sr_status st = sr_model_forward_train(f->m, &f->src, inputs, targets, B, dloss);
     return check(f, st);
 }
 

@@ -65,7 +65,9 @@ void sr_fsdp_free(sr_fsdp *f);
  * an allocation (SR_ERR_INTERNAL) are returned by the pass they happened
  * in.  The engine's buffers live on the model's device table. */
 void sr_fsdp_begin_step(sr_fsdp *f);
-sr_status sr_fsdp_forward(sr_fsdp *f, const int *inputs, const int *targets, int B);
+/* dloss: the training forward's (sr_model_forward_train: the fused
+ * classifier where the table has one); 0 keeps the logits intact */
+sr_status sr_fsdp_forward(sr_fsdp *f, const int *inputs, const int *targets, int B, float dloss);
 sr_status sr_fsdp_backward(sr_fsdp *f, float dloss, bool last_micro_batch);
 sr_status sr_fsdp_take_loss_sum(sr_fsdp *f, double *loss_sum);
 sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *loss_sum, double *grad_norm);

@@ -181,6 +181,15 @@ sr_ledger_cost sr_lc_crossentropy(int N, int V, int es, bool backward) {
                     : (sr_ledger_cost){4 * NV, es * NV + 8 * (double)N};
 }
 
+sr_ledger_cost sr_lc_crossentropy_fused(int N, int V, int Vp, int es) {
+    /* the logits read once (the row's later passes on chip) and the
+     * gradient written over all Vp columns; the targets read, a loss and a
+     * log-sum-exp per row written: the two-kernel form's 3 N V es less
+     * N V es, less its separate forward pass */
+    double NV = (double)N * V;
+    return (sr_ledger_cost){7 * NV, es * (NV + (double)N * Vp) + 12 * (double)N};
+}
+
 sr_ledger_cost sr_lc_rope(int B, int T, int NH, int NKV, int hs, int es) {
     double x = (double)B * T * (NH + NKV) * hs;
     return (sr_ledger_cost){3 * x, es * 2 * x + 4 * (double)T * hs};

@@ -86,6 +86,7 @@ typedef struct {
     X(gqa_reduce, SR_LF_ATTENTION_OTHER)                                                                               \
     X(crossentropy_forward, SR_LF_CLASSIFIER)                                                                          \
     X(crossentropy_backward, SR_LF_CLASSIFIER)                                                                         \
+    X(crossentropy_fused, SR_LF_CLASSIFIER)                                                                            \
     X(rmsnorm_forward, SR_LF_NORM)                                                                                     \
     X(rmsnorm_backward, SR_LF_NORM)                                                                                    \
     X(rope_forward, SR_LF_ATTENTION_OTHER)                                                                             \
@@ -165,6 +166,7 @@ sr_ledger_cost sr_lc_bias_backward(int N, int OC, int es);
 sr_ledger_cost sr_lc_softmax(long long rows, int T, int es, bool backward);
 sr_ledger_cost sr_lc_gqa(int T, int NKV, int R, int hs, int es, bool reduce);
 sr_ledger_cost sr_lc_crossentropy(int N, int V, int es, bool backward);
+sr_ledger_cost sr_lc_crossentropy_fused(int N, int V, int Vp, int es);
 sr_ledger_cost sr_lc_rope(int B, int T, int NH, int NKV, int hs, int es);
 sr_ledger_cost sr_lc_swiglu(int N, int F, int es, int pass);
 sr_ledger_cost sr_lc_adamw(size_t n);

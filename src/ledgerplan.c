@@ -88,7 +88,7 @@ static sr_status rank_steps(rank_arg *a, sr_dev *dev) {
         sr_fsdp_begin_step(f);
         for (int k = 0; k < a->accum && st == SR_OK; k++) {
             size_t at = (size_t)k * a->mb * a->T;
-            st = sr_fsdp_forward(f, in + at, tg + at, a->mb);
+            st = sr_fsdp_forward(f, in + at, tg + at, a->mb, (float)dloss);
             if (st == SR_OK)
                 st = sr_fsdp_backward(f, (float)dloss, k == a->accum - 1);
         }

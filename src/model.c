@@ -538,6 +538,11 @@ static void block_forward(sr_model *m, const block_view *p, int l, int B, bool o
 }
 
 sr_status sr_model_forward(sr_model *m, const sr_param_source *src, const int *inputs, const int *targets, int B) {
+    return sr_model_forward_train(m, src, inputs, targets, B, 0.0f);
+}
+
+sr_status sr_model_forward_train(sr_model *m, const sr_param_source *src, const int *inputs, const int *targets, int B,
+                                 float dloss) {
     const sr_ops *o = m->ops;
     sr_dev *dev = m->dev;
     int L = m->d.L, C = m->d.C, T = m->d.T, V = m->d.V, Vp = m->d.Vp;
@@ -580,7 +585,13 @@ sr_status sr_model_forward(sr_model *m, const sr_param_source *src, const int *i
         o->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, ACT(m->residual3, (size_t)(L - 1) * BTC), root.t[norm],
                              root.t[SR_LNFB], (int)BT, C);
     o->matmul_forward(m->logits, m->lnf, root.t[head], NULL, (int)BT, C, Vp);
-    o->crossentropy_forward(m->losses, m->lse, m->logits, m->targets, (int)BT, V, Vp);
+    /* the training forward's classifier in one op where the table has it:
+     * the logits become dlogits here, and the backward starts past them */
+    m->fused_dloss = dloss != 0.0f && o->crossentropy_fused ? dloss : 0.0f;
+    if (m->fused_dloss != 0.0f)
+        o->crossentropy_fused(m->losses, m->lse, m->logits, m->targets, dloss, (int)BT, V, Vp);
+    else
+        o->crossentropy_forward(m->losses, m->lse, m->logits, m->targets, (int)BT, V, Vp);
     dev->loss_sum(dev, SR_STREAM_COMPUTE, m->loss_acc, m->losses, BT);
     done_forward(src, L);
     return o->take_error ? o->take_error() : SR_OK;
@@ -610,7 +621,13 @@ sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss
     root_view rp = view_root(m, lp.ptr, lp.dt), rg = view_root(m, lg, SR_DT_F32);
     bool llama = m->d.arch == SR_ARCH_LLAMA;
     const int wte = llama ? SR_LL_WTE : SR_WTE, norm = llama ? SR_LL_NORM : SR_LNFW, head = llama ? SR_LL_HEAD : SR_WTE;
-    o->crossentropy_backward(m->logits, m->lse, m->targets, dloss, (int)BT, V, Vp);
+    if (m->fused_dloss == 0.0f)
+        o->crossentropy_backward(m->logits, m->lse, m->targets, dloss, (int)BT, V, Vp);
+    else if (m->fused_dloss != dloss)
+        return sr_error(SR_ERR_INTERNAL,
+                        "the backward's dloss %g is not the %g the fused classifier wrote dlogits with", (double)dloss,
+                        (double)m->fused_dloss);
+    m->fused_dloss = 0.0f;
     o->matmul_backward(m->dln, rg.t[head], NULL, m->logits, m->lnf, rp.t[head], (int)BT, C, Vp, 0.0f);
     dev->memset(dev, cs, m->dresidual, 0, BTC * es);
     if (llama)

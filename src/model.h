@@ -214,6 +214,10 @@ typedef struct sr_model {
     void *op_ws;      /* the ops' workspace (ops.h workspace_bytes), or NULL */
     double *loss_acc; /* per-token losses summed since the last take (SR_MEM_OTHER) */
     size_t act_bytes;
+    /* the dloss the last forward's fused classifier (ops.h
+     * crossentropy_fused) wrote dlogits with; 0: the logits are intact
+     * (the two-op form) and the backward starts with the classifier's */
+    float fused_dloss;
 } sr_model;
 
 /* Vocabulary padded for speed: the next multiple of 64. */
@@ -268,6 +272,13 @@ void sr_model_init_params(const sr_model *m, uint64_t seed, float *dst, size_t b
  * SR_OK or the first failure of an op (SR_ERR_INTERNAL when a scratch
  * allocation failed). */
 sr_status sr_model_forward(sr_model *m, const sr_param_source *src, const int *inputs, const int *targets, int B);
+/* The training forward: as sr_model_forward, but with dloss != 0 and a
+ * table with the fused classifier (ops.h crossentropy_fused) the logits
+ * become dlogits for this dloss in the same launch, and the next
+ * sr_model_backward must pass the same dloss (else SR_ERR_INTERNAL).
+ * dloss 0: sr_model_forward (the oracle's logits stay readable). */
+sr_status sr_model_forward_train(sr_model *m, const sr_param_source *src, const int *inputs, const int *targets, int B,
+                                 float dloss);
 /* The sum of the per-token losses of every forward since the last take,
  * read back from the device (the one read of a step), into *sum; the
  * device sum restarts at zero. */

@@ -86,6 +86,15 @@ typedef struct sr_ops {
      * padded logits get zero. */
     void (*crossentropy_backward)(void *logits, const float *lse, const int *targets, float dloss, int N, int V,
                                   int Vp);
+    /* The two above in one op (the training forward, whose backward
+     * follows): losses and lse written as crossentropy_forward writes
+     * them, and the logits turned into dlogits as crossentropy_backward
+     * turns them, reading the logits once where the table can (the CUDA
+     * kernel: one read and one write of each row).  Evaluation and the
+     * oracle's logits keep the two-op form, which leaves the logits
+     * intact.  NULL: the table has no fused form (the model runs the two). */
+    void (*crossentropy_fused)(float *losses, float *lse, void *logits, const int *targets, float dloss, int N, int V,
+                               int Vp);
     /* ---- the Llama family (model.arch: llama).  A table without them
      * leaves them NULL, and the model refuses a Llama run on it
      * (sr_model_init). ---- */

@@ -720,6 +720,19 @@ static void crossentropy_backward(void *logits_, const float *lse, const int *ta
         xent_bwd_row(logits + (size_t)n * Vp, lse[n], targets[n], dloss, V, Vp);
 }
 
+/* the CPU's fused form: each row's forward then its backward, the same
+ * arithmetic as the two ops (bitwise), one pass over the rows */
+static void crossentropy_fused(float *losses, float *lse, void *logits_, const int *targets, float dloss, int N, int V,
+                               int Vp) {
+    float *logits = logits_;
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        float *l = logits + (size_t)n * Vp;
+        losses[n] = xent_fwd_row(&lse[n], l, targets[n], V);
+        xent_bwd_row(l, lse[n], targets[n], dloss, V, Vp);
+    }
+}
+
 static size_t attention_save_bytes(int B, int T, int NH) { return (size_t)B * NH * T * T * sizeof(float); }
 
 /* The table's entries: the activation dtype is f32, so each `void *` of
@@ -776,6 +789,7 @@ const sr_ops sr_ops_cpu = {
     .residual_forward = residual_forward_t,
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,
+    .crossentropy_fused = crossentropy_fused,
     .rmsnorm_forward = rmsnorm_forward,
     .rmsnorm_backward = rmsnorm_backward,
     .rope_forward = rope_forward,

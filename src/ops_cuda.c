@@ -454,6 +454,14 @@ static void crossentropy_backward(int bf16, void *logits, const float *lse, cons
              "crossentropy_backward", "N=%d V=%d Vp=%d", N, V, Vp);
 }
 
+static void crossentropy_fused(int bf16, float *losses, float *lse, void *logits, const int *targets, float dloss,
+                               int N, int V, int Vp) {
+    sr_cuda_ctx *c = ctx();
+    if (c)
+        done(c, sr_k_crossentropy_fused(c->stream, losses, lse, logits, targets, dloss, N, V, Vp, bf16),
+             "crossentropy_fused", "N=%d V=%d Vp=%d", N, V, Vp);
+}
+
 static size_t attention_save(int bf16, int B, int T, int NH) { return (size_t)B * NH * T * T * es(bf16); }
 static size_t flash_save(int B, int T, int NH) { return (size_t)B * NH * T * sizeof(float); }
 
@@ -550,6 +558,9 @@ static void bind_workspace(void *ws, size_t bytes) {
     static void crossentropy_backward_##SUF(void *g, const float *s, const int *t, float d, int N, int V, int Vp) {    \
         crossentropy_backward(BF, g, s, t, d, N, V, Vp);                                                               \
     }                                                                                                                  \
+    static void crossentropy_fused_##SUF(float *l, float *s, void *g, const int *t, float d, int N, int V, int Vp) {   \
+        crossentropy_fused(BF, l, s, g, t, d, N, V, Vp);                                                               \
+    }                                                                                                                  \
     const sr_ops sr_ops_cuda_##SUF = {                                                                                 \
         .name = "cuda-" #SUF,                                                                                          \
         .act = BF ? SR_DT_BF16 : SR_DT_F32,                                                                            \
@@ -567,6 +578,7 @@ static void bind_workspace(void *ws, size_t bytes) {
         .residual_forward = residual_forward_##SUF,                                                                    \
         .crossentropy_forward = crossentropy_forward_##SUF,                                                            \
         .crossentropy_backward = crossentropy_backward_##SUF,                                                          \
+        .crossentropy_fused = crossentropy_fused_##SUF,                                                                \
         .rmsnorm_forward = rmsnorm_forward_##SUF,                                                                      \
         .rmsnorm_backward = rmsnorm_backward_##SUF,                                                                    \
         .rope_forward = rope_forward_##SUF,                                                                            \
@@ -610,6 +622,7 @@ const sr_ops sr_ops_cuda_bf16_flash = {
     .residual_forward = residual_forward_bf16,
     .crossentropy_forward = crossentropy_forward_bf16,
     .crossentropy_backward = crossentropy_backward_bf16,
+    .crossentropy_fused = crossentropy_fused_bf16,
     .rmsnorm_forward = rmsnorm_forward_bf16,
     .rmsnorm_backward = rmsnorm_backward_bf16,
     .rope_forward = rope_forward_bf16,

@@ -285,7 +285,9 @@ static sr_status micro_batches(sr_run *r, int64_t s, double *loss_sum, sr_step_o
         uint64_t first = r->cursor + (uint64_t)(r->w->rank * rank_seqs) + (uint64_t)a * (uint64_t)r->mb;
         int *in = r->in + (size_t)a * r->mb * r->T, *tg = r->tg + (size_t)a * r->mb * r->T;
         SR_TRACE_PHASE("data", sr_data_batch(r->train, first, r->mb, true, (uint64_t)cfg->seed, in, tg));
-        SR_TRACE_PHASE("forward", st = sr_fsdp_forward(r->fsdp, in, tg, r->mb));
+        /* (the oracle reads this forward's logits: the two-op classifier) */
+        SR_TRACE_PHASE("forward",
+                       st = sr_fsdp_forward(r->fsdp, in, tg, r->mb, sr_oracle_on(r, s) ? 0.0f : (float)dloss));
         if (st == SR_OK && sr_oracle_on(r, s))
             st = sr_oracle_forward(r, a);
         if (st == SR_OK)

@@ -28,6 +28,9 @@
 #     one, a query head reading the wrong kv head, the double buffer's wait
 #     removed; each caught at head dims 64 and 128 by tests/test_kernels
 #     against the CPU op (the wait by the emulator's cp.async detector);
+#   - the fused classifier's planted bug (SR_MUTANT in
+#     kernels/classifier.cu): the target's p written for p - 1, caught by
+#     tests/test_kernels against the CPU op;
 #   - (fast tier) the warp-level primitives of kernels/mma.cuh: a lane's
 #     mma fragment index off by one, ldmatrix's .trans dropped, a cp.async
 #     wait removed (probe.cu's kernels and the tiled GEMM's), each caught
@@ -168,6 +171,8 @@ if group --long "the mutation suite on the emulated GPU"; then
         "shared-memory race on sh" env CUDAEMU_MUTATE=drop_sync:finish_k:2 "$K"
     caught "a grid one block too small (xent forward)" "test_kernels (vs the CPU op)" "^not ok" \
         env CUDAEMU_MUTATE=grid_minus_one:xent_fwd_k "$K"
+    caught "the fused classifier: the target's p taken for p - 1" "test_kernels (vs the CPU op)" \
+        "^not ok .*crossentropy_fused" env CUDAEMU_MUTATE=src:xent_fused_target "$K"
     caught "a shuffle mask narrowed (partial sums)" "the shuffle mask check" \
         "__shfl_xor_sync with mask 0x0000ffff, which omits lane" env CUDAEMU_MUTATE=narrow_mask:partial_k "$K"
     caught "a step-path download into pageable memory" "the emulated GPU's pageable check" \

@@ -163,6 +163,38 @@ static float *copy_of(const float *x, size_t n) {
     return c;
 }
 
+/* The fused classifier (ops.h crossentropy_fused) against the CPU's on N
+ * rows of V real columns in Vp: losses, lse and the dlogits written over
+ * the logits (the padding zero), every output's old content NaN where it
+ * is only written. */
+static void xent_fused_vs_cpu(const sr_ops *o, int bf16, int N, int V, int Vp, unsigned seed) {
+    const sr_ops *cpu = &sr_ops_cpu;
+    size_t NV = (size_t)N * Vp;
+    float *lg = rnd(NV, seed, 4.0f);
+    round_to(lg, NV, bf16);
+    int *tg = malloc((size_t)N * sizeof *tg);
+    for (int i = 0; i < N; i++)
+        tg[i] = (i * 7919 + 3) % V;
+    int *dtg = dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, (size_t)N * sizeof(int));
+    sr_dev_upload(dev, dtg, tg, (size_t)N * sizeof(int), "upload");
+    void *dlg = up(lg, NV, bf16);
+    float *loss = malloc((size_t)N * 4), *lse = malloc((size_t)N * 4), dl = 1.0f / (float)N;
+    cpu->crossentropy_fused(loss, lse, lg, tg, dl, N, V, Vp);
+    float *dloss = out_nan((size_t)N, 0), *dlse = out_nan((size_t)N, 0);
+    o->crossentropy_fused(dloss, dlse, dlg, dtg, dl, N, V, Vp);
+    char what[96];
+    snprintf(what, sizeof what, "crossentropy_fused (V %d of %d) ", V, Vp);
+    char *tail = what + strlen(what);
+    size_t room = sizeof what - strlen(what);
+    snprintf(tail, room, "losses");
+    check(what, dloss, loss, (size_t)N, bf16, 0, bf16 ? 2e-3 : 1e-6);
+    snprintf(tail, room, "lse");
+    check(what, dlse, lse, (size_t)N, bf16, 0, bf16 ? 2e-3 : 1e-6);
+    snprintf(tail, room, "dlogits");
+    check(what, dlg, lg, NV, bf16, 1, bf16 ? 2e-2 : 1e-5);
+    free(lg), free(tg), free(loss), free(lse);
+}
+
 static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     const sr_ops *o = bf16 ? &sr_ops_cuda_bf16 : &sr_ops_cuda_f32, *cpu = &sr_ops_cpu;
     int Vp = sr_model_padded_vocab(V), N = B * T;
@@ -344,6 +376,10 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     cpu->crossentropy_backward(lg, lse, tg, dl, N, V, Vp);
     o->crossentropy_backward(dlg, lse_in, dtg, dl, N, V, Vp);
     check("crossentropy_backward dlogits", dlg, lg, (size_t)N * Vp, bf16, 1, bf16 ? 2e-2 : 1e-5);
+    xent_fused_vs_cpu(o, bf16, N, V, Vp, 22);
+    /* GPT-2's vocabulary: the row cached in shared memory in bf16 (100.6
+     * KB, past 48 KiB: the attribute), re-read in f32 (201 KB) */
+    xent_fused_vs_cpu(o, bf16, 3, 50257, 50304, 41);
     sr_status st = o->take_error();
     tap_ok(st == SR_OK, "%s ops: no CUDA error (%s)", bf16 ? "bf16" : "f32", st == SR_OK ? "none" : sr_error_message());
     free(inp), free(wte), free(wpe), free(enc), free(dout), free(gwte), free(gwpe), free(gwte0), free(gwpe0);
@@ -754,6 +790,11 @@ int main(void) {
             missing++;
         }
     tap_ok(missing == 0, "every one of the %d launchers was reached by this test", SR_CUDA_NLAUNCHERS);
+    /* the host wait's schedule: spin for 1 ms, then sleep at most 50 us */
+    tap_ok(sr_cuda_poll_pause_us(0) == 0 && sr_cuda_poll_pause_us(SR_CUDA_SPIN_NS - 1) == 0 &&
+               sr_cuda_poll_pause_us(SR_CUDA_SPIN_NS) > 0 && sr_cuda_poll_pause_us(SR_CUDA_SPIN_NS) <= 50 &&
+               sr_cuda_poll_pause_us(3600ull * 1000000000ull) <= 50,
+           "a host wait spins its first millisecond, then sleeps at most 50 us between polls");
     tap_ok(dev->sync(dev, SR_STREAM_COMPUTE) == SR_OK, "no CUDA error at the end");
     sr_dev_cuda_close(dev);
     return tap_done();

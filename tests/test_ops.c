@@ -317,6 +317,16 @@ static void test_crossentropy(void) {
     tap_ok(pad == 0.0, "crossentropy: padded logits get zero gradient");
     tap_ok(fd_check("crossentropy dlogits", c.logits, NV, grad, ce_J, &c, 1e-2f) < 1e-3,
            "crossentropy: dlogits (logits turned into dlogits in place) match finite differences");
+    /* the fused form (the training forward's): the two ops' losses, lse
+     * and dlogits, bitwise, in one pass (so finite differences hold too) */
+    ce_J(&c); /* (the losses and lse of the unperturbed logits again) */
+    float *fg = fnew(NV), *fl = fnan((size_t)c.N), *fs = fnan((size_t)c.N);
+    memcpy(fg, c.logits, NV * sizeof(float));
+    o->crossentropy_fused(fl, fs, fg, c.targets, c.dloss, c.N, c.V, c.Vp);
+    tap_ok(memcmp(fl, c.losses, (size_t)c.N * sizeof(float)) == 0 &&
+               memcmp(fs, c.lse, (size_t)c.N * sizeof(float)) == 0 && memcmp(fg, grad, NV * sizeof(float)) == 0,
+           "crossentropy_fused: the losses, lse and dlogits of forward then backward, bitwise");
+    free(fg), free(fl), free(fs);
     /* p -> 1: a row whose target dominates.  The gradient at the target,
      * (p - 1) * dloss, must keep its precision (it is ~1e-6, far below the
      * spacing of probabilities stored in bf16 near 1) */

@@ -185,9 +185,10 @@ static void *rank_main(void *p) {
         sr_fsdp_begin_step(f);
         for (int q = 0; q < per; q++)
             tokens(s, a->rank * per + q, in + q * T, tg + q * T);
-        st = sr_fsdp_forward(f, in, tg, per);
+        const float dloss = (float)(1.0 / (GLOBAL * T));
+        st = sr_fsdp_forward(f, in, tg, per, dloss);
         if (st == SR_OK)
-            st = sr_fsdp_backward(f, (float)(1.0 / (GLOBAL * T)), true);
+            st = sr_fsdp_backward(f, dloss, true);
         double loss = 0, norm = 0;
         if (st == SR_OK)
             st = sr_fsdp_finish_grads(f, &loss, &norm);
