@@ -450,12 +450,18 @@ static void timed_collect(cuda_dev *c) {
 unsigned sr_cuda_poll_pause_us(uint64_t waited_ns) { return waited_ns < SR_CUDA_SPIN_NS ? 0u : SR_CUDA_SLEEP_US; }
 
 /* Polls `e` until it completes or the deadline passes, pausing as
- * sr_cuda_poll_pause_us says (spin 1 ms, then 50 us sleeps).  Past the
- * deadline the process ends (fatal): a hung kernel would also hang every
- * teardown. */
+ * sr_cuda_poll_pause_us says (spin 1 ms, then 50 us sleeps).  The CUDA
+ * emulator's device computes on this machine's own cores, which a poll
+ * every 50 us takes from it (an emulated tiny job took 67 s, not 52, on two
+ * cores), so there the sleeps double from 20 us to 1 ms, as before.  Past
+ * the deadline the process ends (fatal): a hung kernel would also hang
+ * every teardown. */
 static sr_status poll_event(cuda_dev *c, cudaEvent_t e) {
     double timeout = c->base.timeout_s;
     uint64_t t0 = (uint64_t)sr_clock_mono_ns();
+#ifdef SR_CUDA_EMULATED
+    unsigned backoff = 20;
+#endif
     for (;;) {
         cudaError_t q = sr_cuda_query(e);
         if (q == cudaSuccess) {
@@ -478,6 +484,12 @@ static sr_status poll_event(cuda_dev *c, cudaEvent_t e) {
                            c->bus, c->base.step, timeout, c->last_op ? c->last_op : "(none)"));
         }
         unsigned pause = sr_cuda_poll_pause_us(waited);
+#ifdef SR_CUDA_EMULATED
+        if (pause) {
+            pause = backoff;
+            backoff = backoff < 1000 ? 2 * backoff : 1000;
+        }
+#endif
         if (pause)
             usleep((useconds_t)pause);
     }
