@@ -1,7 +1,8 @@
-/* bias.cu — the bias gradient dbias[OC] += sum over N rows of dout, in two
- * fixed-order passes (chunks of SR_COLSUM_ROWS rows into the workspace,
- * then the chunks in order): no atomics, bitwise reproducible.  cuBLASLt's
- * BGRADB epilogue would overwrite dbias; the op contract is +=.
+/* bias.cu — the bias gradient dbias[OC] (add ? += : =) sum over N rows of
+ * dout, in two fixed-order passes (chunks of SR_COLSUM_ROWS rows into the
+ * workspace, then the chunks in order): no atomics, bitwise reproducible
+ * (cuBLASLt's BGRADB epilogue would overwrite alone; the op contract has
+ * both forms).
  *
  * And the forward bias add, out[n, c] += bias[c], for a bias that is not
  * 16-byte aligned (cuBLASLt's BIAS epilogue wants it aligned; ops_cuda.c
@@ -34,15 +35,17 @@ extern "C" int sr_k_bias_forward(cudaStream_t s, void *out, const void *bias, in
     return SR_DISPATCH(bf16, bias_fwd, s, out, bias, N, OC);
 }
 
-template <typename T> static int bias_bwd(cudaStream_t s, float *dbias, const void *dout, int N, int OC, void *ws) {
+template <typename T>
+static int bias_bwd(cudaStream_t s, float *dbias, const void *dout, int N, int OC, void *ws, int add) {
     int chunks = sr_colsum_chunks(N);
     int e = SR_LAUNCH(bias_cols_k<T>, dim3((OC + 255) / 256, chunks), 256, 0, s, (float *)ws, (const T *)dout, N, OC);
     if (e)
         return e;
-    return SR_LAUNCH(sr_colsum_finish_k, (OC + 255) / 256, 256, 0, s, dbias, (const float *)ws, chunks, OC, OC);
+    return SR_LAUNCH(sr_colsum_finish_k, (OC + 255) / 256, 256, 0, s, dbias, (const float *)ws, chunks, OC, OC, add);
 }
 
-extern "C" int sr_k_bias_backward(cudaStream_t s, float *dbias, const void *dout, int N, int OC, int bf16, void *ws) {
-    SR_ENTER(bias_backward, sr_lc_bias_backward(N, OC, (bf16 ? 2 : 4)));
-    return SR_DISPATCH(bf16, bias_bwd, s, dbias, dout, N, OC, ws);
+extern "C" int sr_k_bias_backward(cudaStream_t s, float *dbias, const void *dout, int N, int OC, int bf16, void *ws,
+                                  int add) {
+    SR_ENTER(bias_backward, sr_lc_bias_backward(N, OC, (bf16 ? 2 : 4), add != 0));
+    return SR_DISPATCH(bf16, bias_bwd, s, dbias, dout, N, OC, ws, add);
 }

@@ -149,16 +149,17 @@ template <typename S> __device__ inline float sr_block_max(float v, S sh) {
     return sr_warp_max(t);
 }
 
-/* acc[c] += sum over chunks k (in order) of partial[k * stride + c], for
- * c < width: the second pass of the fixed-order column sums. */
-__global__ static void sr_colsum_finish_k(float *acc, const float *partial, int chunks, int width, int stride) {
+/* acc[c] (add ? += : =) sum over chunks k (in order) of partial[k * stride
+ * + c], for c < width: the second pass of the fixed-order column sums. */
+__global__ static void sr_colsum_finish_k(float *acc, const float *partial, int chunks, int width, int stride,
+                                          int add) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= width)
         return;
     float sum = 0.0f;
     for (int k = 0; k < chunks; k++)
         sum += partial[(size_t)k * stride + c];
-    acc[c] += sum;
+    acc[c] = add ? acc[c] + sum : sum; /* add 0: the overwrite form, acc not read */
 }
 
 /* ---- launches ---------------------------------------------------------- */

@@ -46,14 +46,14 @@ __global__ void make_keys_k(unsigned long long *keys, const int *inp, int n) {
         keys[i] = sr_key_pack(inp[i], i);
 }
 
-/* dwpe[t, c] += sum over b (in order) of dout[b, t, c] */
-template <typename T> __global__ void encoder_bwd_wpe_k(float *dwpe, const T *dout, int B, int T_, int C) {
+/* dwpe[t, c] (add ? += : =) sum over b (in order) of dout[b, t, c] */
+template <typename T> __global__ void encoder_bwd_wpe_k(float *dwpe, const T *dout, int B, int T_, int C, int add) {
     size_t n = (size_t)T_ * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float sum = 0.0f;
         for (int b = 0; b < B; b++)
             sum += sr_ld(dout + (size_t)b * n + i);
-        dwpe[i] += sum;
+        dwpe[i] = add ? dwpe[i] + sum : sum;
     }
 }
 
@@ -89,10 +89,10 @@ extern "C" int sr_cuda_sort_bytes(size_t n, size_t *bytes) {
 
 template <typename T>
 static int encoder_bwd(cudaStream_t s, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T_, int C,
-                       void *ws, size_t ws_bytes) {
+                       void *ws, size_t ws_bytes, int add_wpe) {
     int n = B * T_, e;
     if (dwpe && (e = SR_LAUNCH(encoder_bwd_wpe_k<T>, sr_grid_1d((size_t)T_ * C, 256, 65535u * 8), 256, 0, s, dwpe,
-                               (const T *)dout, B, T_, C)))
+                               (const T *)dout, B, T_, C, add_wpe)))
         return e;
     unsigned long long *k0 = (unsigned long long *)ws, *k1 = k0 + n;
     if ((e = SR_LAUNCH(make_keys_k, (n + 255) / 256, 256, 0, s, k0, inp, n)))
@@ -106,7 +106,7 @@ static int encoder_bwd(cudaStream_t s, float *dwte, float *dwpe, const void *dou
 }
 
 extern "C" int sr_k_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const void *dout, const int *inp, int B,
-                                     int T, int C, int bf16, void *ws, size_t ws_bytes) {
-    SR_ENTER(encoder_backward, sr_lc_encoder_backward(B, T, C, (bf16 ? 2 : 4), dwpe != NULL));
-    return SR_DISPATCH(bf16, encoder_bwd, s, dwte, dwpe, dout, inp, B, T, C, ws, ws_bytes);
+                                     int T, int C, int bf16, void *ws, size_t ws_bytes, int add_wpe) {
+    SR_ENTER(encoder_backward, sr_lc_encoder_backward(B, T, C, (bf16 ? 2 : 4), dwpe != NULL, add_wpe != 0));
+    return SR_DISPATCH(bf16, encoder_bwd, s, dwte, dwpe, dout, inp, B, T, C, ws, ws_bytes, add_wpe);
 }

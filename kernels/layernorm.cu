@@ -3,10 +3,12 @@
  *
  * Forward: one warp per row (8 rows per 256-thread block): mean, then the
  * variance of the centred row (two passes, as the CPU op), out = (x - mean)
- * * rstd * w + b.  Backward: one warp per row adds dinp; dw and db are
- * column sums done in two fixed-order passes: each block sums a chunk of
- * SR_COLSUM_ROWS rows for 256 channels into the workspace, then one thread
- * per channel adds the chunks in order.  No atomics: bitwise reproducible. */
+ * * rstd * w + b.  Backward: one warp per row adds (or writes: the
+ * overwrite form) dinp; dw and db are column sums done in two fixed-order
+ * passes: each block sums a chunk of SR_COLSUM_ROWS rows for 256 channels
+ * into the workspace, then one thread per channel adds the chunks in order
+ * (and adds the total to dw, db or writes it).  No atomics: bitwise
+ * reproducible. */
 #include "common.cuh"
 
 template <typename T>
@@ -36,7 +38,7 @@ __global__ void ln_fwd_k(T *out, float *mean, float *rstd, const T *inp, const T
 
 template <typename T>
 __global__ void ln_bwd_rows_k(T *dinp, const T *dout, const T *inp, const T *w, const float *mean, const float *rstd,
-                              int N, int C) {
+                              int N, int C, int add) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
     if (row >= N)
         return;
@@ -52,7 +54,8 @@ __global__ void ln_bwd_rows_k(T *dinp, const T *dout, const T *inp, const T *w, 
     T *di = dinp + (size_t)row * C;
     for (int c = lane; c < C; c += 32) {
         float norm = (sr_ld(x + c) - m) * s, dn = sr_ld(w + c) * sr_ld(d + c);
-        sr_st(di + c, sr_ld(di + c) + (dn - dm - norm * dnm) * s);
+        float g = (dn - dm - norm * dnm) * s;
+        sr_st(di + c, add ? sr_ld(di + c) + g : g);
     }
 }
 
@@ -84,9 +87,9 @@ static int ln_fwd(cudaStream_t s, void *out, float *mean, float *rstd, const voi
 
 template <typename T>
 static int ln_bwd(cudaStream_t s, void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w,
-                  const float *mean, const float *rstd, int N, int C, void *ws) {
+                  const float *mean, const float *rstd, int N, int C, void *ws, int add_dinp, int add_dw) {
     int e = SR_LAUNCH(ln_bwd_rows_k<T>, (N + 7) / 8, 256, 0, s, (T *)dinp, (const T *)dout, (const T *)inp,
-                      (const T *)w, mean, rstd, N, C);
+                      (const T *)w, mean, rstd, N, C, add_dinp);
     if (e)
         return e;
     int chunks = sr_colsum_chunks(N);
@@ -94,9 +97,9 @@ static int ln_bwd(cudaStream_t s, void *dinp, float *dw, float *db, const void *
     if ((e = SR_LAUNCH(ln_bwd_cols_k<T>, dim3((C + 255) / 256, chunks), 256, 0, s, partial, (const T *)dout,
                        (const T *)inp, mean, rstd, N, C)))
         return e;
-    if ((e = SR_LAUNCH(sr_colsum_finish_k, (C + 255) / 256, 256, 0, s, dw, partial, chunks, C, 2 * C)))
+    if ((e = SR_LAUNCH(sr_colsum_finish_k, (C + 255) / 256, 256, 0, s, dw, partial, chunks, C, 2 * C, add_dw)))
         return e;
-    return SR_LAUNCH(sr_colsum_finish_k, (C + 255) / 256, 256, 0, s, db, partial + C, chunks, C, 2 * C);
+    return SR_LAUNCH(sr_colsum_finish_k, (C + 255) / 256, 256, 0, s, db, partial + C, chunks, C, 2 * C, add_dw);
 }
 
 extern "C" int sr_k_layernorm_forward(cudaStream_t s, void *out, float *mean, float *rstd, const void *inp,
@@ -107,7 +110,7 @@ extern "C" int sr_k_layernorm_forward(cudaStream_t s, void *out, float *mean, fl
 
 extern "C" int sr_k_layernorm_backward(cudaStream_t s, void *dinp, float *dw, float *db, const void *dout,
                                        const void *inp, const void *w, const float *mean, const float *rstd, int N,
-                                       int C, int bf16, void *ws) {
-    SR_ENTER(layernorm_backward, sr_lc_norm_backward(N, C, (bf16 ? 2 : 4), true));
-    return SR_DISPATCH(bf16, ln_bwd, s, dinp, dw, db, dout, inp, w, mean, rstd, N, C, ws);
+                                       int C, int bf16, void *ws, int add_dinp, int add_dw) {
+    SR_ENTER(layernorm_backward, sr_lc_norm_backward(N, C, (bf16 ? 2 : 4), true, add_dinp != 0, add_dw != 0));
+    return SR_DISPATCH(bf16, ln_bwd, s, dinp, dw, db, dout, inp, w, mean, rstd, N, C, ws, add_dinp, add_dw);
 }

@@ -110,7 +110,7 @@ extern "C" int sr_k_sum_squares(cudaStream_t s, double *out, const float *x, siz
     SR_ENTER(sum_squares, sr_ledger_cost{2.0 * (double)n, 4.0 * (double)n});
     return reduce(s, out, x, n, partial, 1, 0);
 }
-extern "C" int sr_k_loss_sum(cudaStream_t s, double *acc, const float *losses, size_t n, double *partial) {
+extern "C" int sr_k_loss_sum(cudaStream_t s, double *acc, const float *losses, size_t n, double *partial, int add) {
     SR_ENTER(loss_sum, sr_ledger_cost{(double)n, 4.0 * (double)n});
-    return reduce(s, acc, losses, n, partial, 0, 1);
+    return reduce(s, acc, losses, n, partial, 0, add);
 }

@@ -29,7 +29,8 @@ template <typename T> __global__ void rms_fwd_k(T *out, float *rstd, const T *in
 }
 
 template <typename T>
-__global__ void rms_bwd_rows_k(T *dinp, const T *dout, const T *inp, const T *w, const float *rstd, int N, int C) {
+__global__ void rms_bwd_rows_k(T *dinp, const T *dout, const T *inp, const T *w, const float *rstd, int N, int C,
+                               int add) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
     if (row >= N)
         return;
@@ -39,8 +40,10 @@ __global__ void rms_bwd_rows_k(T *dinp, const T *dout, const T *inp, const T *w,
         dot += sr_ld(w + c) * sr_ld(d + c) * sr_ld(x + c);
     dot = sr_warp_sum(dot) / C;
     T *di = dinp + (size_t)row * C;
-    for (int c = lane; c < C; c += 32)
-        sr_st(di + c, sr_ld(di + c) + (sr_ld(w + c) * sr_ld(d + c) - sr_ld(x + c) * s * s * dot) * s);
+    for (int c = lane; c < C; c += 32) {
+        float g = (sr_ld(w + c) * sr_ld(d + c) - sr_ld(x + c) * s * s * dot) * s;
+        sr_st(di + c, add ? sr_ld(di + c) + g : g);
+    }
 }
 
 /* partial[chunk][0..C) = sum of x * rstd * dout over the chunk's rows in order */
@@ -63,9 +66,9 @@ static int rms_fwd(cudaStream_t s, void *out, float *rstd, const void *inp, cons
 
 template <typename T>
 static int rms_bwd(cudaStream_t s, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
-                   const float *rstd, int N, int C, void *ws) {
+                   const float *rstd, int N, int C, void *ws, int add_dinp, int add_dw) {
     int e = SR_LAUNCH(rms_bwd_rows_k<T>, (N + 7) / 8, 256, 0, s, (T *)dinp, (const T *)dout, (const T *)inp,
-                      (const T *)w, rstd, N, C);
+                      (const T *)w, rstd, N, C, add_dinp);
     if (e)
         return e;
     int chunks = sr_colsum_chunks(N);
@@ -73,7 +76,7 @@ static int rms_bwd(cudaStream_t s, void *dinp, float *dw, const void *dout, cons
     if ((e = SR_LAUNCH(rms_bwd_cols_k<T>, dim3((C + 255) / 256, chunks), 256, 0, s, partial, (const T *)dout,
                        (const T *)inp, rstd, N, C)))
         return e;
-    return SR_LAUNCH(sr_colsum_finish_k, (C + 255) / 256, 256, 0, s, dw, partial, chunks, C, C);
+    return SR_LAUNCH(sr_colsum_finish_k, (C + 255) / 256, 256, 0, s, dw, partial, chunks, C, C, add_dw);
 }
 
 extern "C" int sr_k_rmsnorm_forward(cudaStream_t s, void *out, float *rstd, const void *inp, const void *w, float eps,
@@ -83,7 +86,8 @@ extern "C" int sr_k_rmsnorm_forward(cudaStream_t s, void *out, float *rstd, cons
 }
 
 extern "C" int sr_k_rmsnorm_backward(cudaStream_t s, void *dinp, float *dw, const void *dout, const void *inp,
-                                     const void *w, const float *rstd, int N, int C, int bf16, void *ws) {
-    SR_ENTER(rmsnorm_backward, sr_lc_norm_backward(N, C, (bf16 ? 2 : 4), false));
-    return SR_DISPATCH(bf16, rms_bwd, s, dinp, dw, dout, inp, w, rstd, N, C, ws);
+                                     const void *w, const float *rstd, int N, int C, int bf16, void *ws, int add_dinp,
+                                     int add_dw) {
+    SR_ENTER(rmsnorm_backward, sr_lc_norm_backward(N, C, (bf16 ? 2 : 4), false, add_dinp != 0, add_dw != 0));
+    return SR_DISPATCH(bf16, rms_bwd, s, dinp, dw, dout, inp, w, rstd, N, C, ws, add_dinp, add_dw);
 }

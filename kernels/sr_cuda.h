@@ -73,30 +73,31 @@ size_t sr_cuda_ws_att_bytes(int T, int NH);
  * Returns 0 and sets *bytes, or a CUDA error. */
 int sr_cuda_sort_bytes(size_t n, size_t *bytes);
 
-/* encoder.cu: out[B,T,C] = wte[inp] + wpe[t]; dwte[inp] += dout, dwpe[t] +=
- * sum_b dout, deterministic (the positions of each token summed in order,
+/* encoder.cu: out[B,T,C] = wte[inp] + wpe[t]; dwte[inp] += dout, dwpe[t]
+ * (add_wpe ? += : =) sum_b dout, deterministic (the positions of each token summed in order,
  * after a radix sort of (token, position) keys in ws).  wpe and dwpe may be
  * NULL (rotary positions: the token embedding alone). */
 int sr_k_encoder_forward(cudaStream_t s, void *out, const int *inp, const void *wte, const void *wpe, int B, int T,
                          int C, int bf16);
 int sr_k_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T,
-                          int C, int bf16, void *ws, size_t ws_bytes);
+                          int C, int bf16, void *ws, size_t ws_bytes, int add_wpe);
 
-/* layernorm.cu: one warp per row; backward adds dinp and, through fixed
- * row chunks in ws, dw and db. */
+/* layernorm.cu: one warp per row; backward adds (add_dinp) or writes dinp
+ * and, through fixed row chunks in ws, adds (add_dw) or writes dw and db. */
 int sr_k_layernorm_forward(cudaStream_t s, void *out, float *mean, float *rstd, const void *inp, const void *w,
                            const void *b, int N, int C, int bf16);
 int sr_k_layernorm_backward(cudaStream_t s, void *dinp, float *dw, float *db, const void *dout, const void *inp,
-                            const void *w, const float *mean, const float *rstd, int N, int C, int bf16, void *ws);
+                            const void *w, const float *mean, const float *rstd, int N, int C, int bf16, void *ws,
+                            int add_dinp, int add_dw);
 
 /* gelu.cu: GELU (tanh) forward, backward (+=), residual out = a + b. */
 int sr_k_gelu_forward(cudaStream_t s, void *out, const void *inp, size_t n, int bf16);
 int sr_k_gelu_backward(cudaStream_t s, void *dinp, const void *inp, const void *dout, size_t n, int acc, int bf16);
 int sr_k_residual_forward(cudaStream_t s, void *out, const void *a, const void *b, size_t n, int bf16);
 
-/* bias.cu: dbias[OC] += sum_n dout[n, OC], in fixed row chunks through ws;
+/* bias.cu: dbias[OC] (add ? += : =) sum_n dout[n, OC], in fixed row chunks through ws;
  * out[n, c] += bias[c] (the forward add for a bias cuBLASLt cannot take). */
-int sr_k_bias_backward(cudaStream_t s, float *dbias, const void *dout, int N, int OC, int bf16, void *ws);
+int sr_k_bias_backward(cudaStream_t s, float *dbias, const void *dout, int N, int OC, int bf16, void *ws, int add);
 int sr_k_bias_forward(cudaStream_t s, void *out, const void *bias, int N, int OC, int bf16);
 
 /* attention.cu: causal softmax over `rows` rows of T (row r is query t = r
@@ -124,11 +125,12 @@ int sr_k_crossentropy_fused(cudaStream_t s, float *losses, float *lse, void *log
                             int N, int V, int Vp, int bf16);
 
 /* rmsnorm.cu: one warp per row, float rstd[N] (eps from the model); the
- * backward adds dinp and, through fixed row chunks in ws, dw. */
+ * backward adds (add_dinp) or writes dinp and, through fixed row chunks in
+ * ws, adds (add_dw) or writes dw. */
 int sr_k_rmsnorm_forward(cudaStream_t s, void *out, float *rstd, const void *inp, const void *w, float eps, int N, int C,
                          int bf16);
 int sr_k_rmsnorm_backward(cudaStream_t s, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
-                          const float *rstd, int N, int C, int bf16, void *ws);
+                          const float *rstd, int N, int C, int bf16, void *ws, int add_dinp, int add_dw);
 
 /* rope.cu: the rotary embedding of ops.h in place on the NH query and NKV
  * key heads of qkv[B,T,(NH + 2 NKV) hs] with the model's float table
@@ -141,9 +143,11 @@ int sr_k_rope_backward(cudaStream_t s, void *dqkv, const float *cs, int B, int T
 int sr_k_swiglu_forward(cudaStream_t s, void *out, const void *gu, int N, int F, int bf16);
 int sr_k_swiglu_backward(cudaStream_t s, void *dgu, const void *dout, const void *gu, int N, int F, int acc, int bf16);
 
-/* adamw.cu (compiled with -fmad=false): the host's AdamW, bitwise. */
+/* adamw.cu (compiled with -fmad=false): the host's AdamW, bitwise; with
+ * sumsq (device memory) the scale is clipping's to `clip` from it
+ * (vec.h sr_vec_clip_scale), grad_scale unused. */
 int sr_k_adamw(cudaStream_t s, float *p, const float *g, float *m, float *v, size_t n, float b1, float b2, float eps,
-               float bc1, float bc2, float lr, float decay, float grad_scale);
+               float bc1, float bc2, float lr, float decay, float grad_scale, const double *sumsq, double clip);
 
 /* reduce.cu: casts, folds and fixed-order reductions.  `partial` holds
  * SR_CUDA_REDUCE_BLOCKS doubles. */
@@ -152,7 +156,7 @@ int sr_k_cast_f32_bf16(cudaStream_t s, void *dst, const float *src, size_t n);
 int sr_k_fold_bf16(cudaStream_t s, float *acc, const void *src, size_t n, int add);
 int sr_k_add_f32(cudaStream_t s, float *acc, const float *src, size_t n);
 int sr_k_sum_squares(cudaStream_t s, double *out, const float *x, size_t n, double *partial);
-int sr_k_loss_sum(cudaStream_t s, double *acc, const float *losses, size_t n, double *partial);
+int sr_k_loss_sum(cudaStream_t s, double *acc, const float *losses, size_t n, double *partial, int add);
 
 /* testing.cu: a kernel that spins for `ns` nanoseconds (delay injection). */
 int sr_k_spin(cudaStream_t s, long long ns);

@@ -270,14 +270,17 @@ void sr_dev_hb_sum_squares(sr_dev *d, sr_stream s, const double *out, const floa
     hb_rd(d, s, x, n * 4, "sum_squares (source)");
     hb_wr(d, s, out, sizeof *out, "sum_squares (result)");
 }
-void sr_dev_hb_loss_sum(sr_dev *d, sr_stream s, const double *acc, const float *losses, size_t n) {
+void sr_dev_hb_loss_sum(sr_dev *d, sr_stream s, const double *acc, const float *losses, size_t n, bool add) {
     hb_op(d, s);
     hb_rd(d, s, losses, n * 4, "loss_sum (losses)");
-    hb_rd(d, s, acc, sizeof *acc, "loss_sum (accumulator)");
+    if (add)
+        hb_rd(d, s, acc, sizeof *acc, "loss_sum (accumulator)");
     hb_wr(d, s, acc, sizeof *acc, "loss_sum (accumulator)");
 }
 void sr_dev_hb_adamw(sr_dev *d, sr_stream s, const sr_adamw_launch *l) {
     hb_op(d, s);
+    if (l->sumsq)
+        hb_rd(d, s, l->sumsq, sizeof *l->sumsq, "adamw (the sum of squares of its clipping scale)");
     for (int i = 0; d->hb && i < l->nsegs; i++) {
         const sr_adamw_segment *g = &l->segs[i];
         hb_rd(d, s, l->grads + g->off, g->n * 4, "adamw (gradients)");

@@ -79,7 +79,11 @@ typedef struct {
 
 /* One AdamW launch over a list of segments (sr_optim builds it).  `a`
  * carries the step's constants; a.decay is replaced per segment by
- * weight_decay (decaying segments) or 0. */
+ * weight_decay (decaying segments) or 0.  With `sumsq` (a double in the
+ * table's memory: the gradients' sum of squares, written earlier on the
+ * stream) the clipping scale is computed where the launch runs, as
+ * sr_vec_clip_scale(sqrt(*sumsq), clip) (vec.h), in place of a.grad_scale: the
+ * host need not read the norm before it enqueues the step. */
 typedef struct {
     float *params, *m, *v;
     const float *grads;
@@ -87,6 +91,8 @@ typedef struct {
     int nsegs;
     sr_adamw_args a;
     float weight_decay;
+    const double *sumsq;
+    double clip;
 } sr_adamw_launch;
 
 typedef struct sr_dev sr_dev;
@@ -139,14 +145,15 @@ struct sr_dev {
      *   add_f32:       acc[i] += src[i]
      *   sum_squares:   *out = sum x[i]^2 in double, in a fixed order (the
      *                  same for any thread count); out in this table's memory
-     *   loss_sum:      *acc += sum losses[i] in double, i in order; acc in
-     *                  this table's memory
+     *   loss_sum:      *acc = (add ? *acc : 0) + sum losses[i] in double, i
+     *                  in order; acc in this table's memory (not read when
+     *                  !add)
      *   adamw:         one AdamW step over the launch's segments */
     void (*cast_f32_bf16)(sr_dev *d, sr_stream s, void *dst, const float *src, size_t n);
     void (*fold_bf16)(sr_dev *d, sr_stream s, float *acc, const void *src, size_t n, bool add);
     void (*add_f32)(sr_dev *d, sr_stream s, float *acc, const float *src, size_t n);
     void (*sum_squares)(sr_dev *d, sr_stream s, double *out, const float *x, size_t n);
-    void (*loss_sum)(sr_dev *d, sr_stream s, double *acc, const float *losses, size_t n);
+    void (*loss_sum)(sr_dev *d, sr_stream s, double *acc, const float *losses, size_t n, bool add);
     void (*adamw)(sr_dev *d, sr_stream s, const sr_adamw_launch *l);
 
     /* The space model state lives in: SR_SPACE_DEVICE with
@@ -369,7 +376,7 @@ void sr_dev_hb_cast(sr_dev *d, sr_stream s, const void *dst, const float *src, s
 void sr_dev_hb_fold(sr_dev *d, sr_stream s, const float *acc, const void *src, size_t n, bool add);
 void sr_dev_hb_add(sr_dev *d, sr_stream s, const float *acc, const float *src, size_t n);
 void sr_dev_hb_sum_squares(sr_dev *d, sr_stream s, const double *out, const float *x, size_t n);
-void sr_dev_hb_loss_sum(sr_dev *d, sr_stream s, const double *acc, const float *losses, size_t n);
+void sr_dev_hb_loss_sum(sr_dev *d, sr_stream s, const double *acc, const float *losses, size_t n, bool add);
 void sr_dev_hb_adamw(sr_dev *d, sr_stream s, const sr_adamw_launch *l);
 
 /* Picks the CUDA ordinal for a task that sees `n_visible` GPUs, with

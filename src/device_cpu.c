@@ -14,6 +14,7 @@
 
 #include "device.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -112,13 +113,13 @@ static void cpu_sum_squares(sr_dev *d, sr_stream s, double *out, const float *x,
     *out = sr_vec_sum_squares(x, n);
 }
 
-static void cpu_loss_sum(sr_dev *d, sr_stream s, double *acc, const float *losses, size_t n) {
+static void cpu_loss_sum(sr_dev *d, sr_stream s, double *acc, const float *losses, size_t n, bool add) {
     delay(d, s);
-    sr_dev_hb_loss_sum(d, s, acc, losses, n);
+    sr_dev_hb_loss_sum(d, s, acc, losses, n, add);
     double sum = 0.0;
     for (size_t i = 0; i < n; i++)
         sum += losses[i];
-    *acc += sum;
+    *acc = add ? *acc + sum : sum;
 }
 
 /* AdamW over a launch's segments at memory speed: one OpenMP region for
@@ -142,6 +143,8 @@ static void adamw_segments(const sr_adamw_launch *l) {
         sr_vec_split(total, 0, 1, &lo, &hi);
 #endif
         sr_adamw_args a = l->a;
+        if (l->sumsq) /* the clipping scale from the device's sum of squares (device.h) */
+            a.grad_scale = sr_vec_clip_scale(sqrt(*l->sumsq), l->clip);
         size_t base = 0; /* elements of the segments before segment i */
         for (int i = 0; i < l->nsegs && base < hi; base += l->segs[i].n, i++) {
             const sr_adamw_segment *g = &l->segs[i];

@@ -629,11 +629,11 @@ static void cuda_sum_squares(sr_dev *d, sr_stream s, double *out, const float *x
     sr_dev_hb_sum_squares(d, s, out, x, n);
     keep(c, sr_k_sum_squares(c->st[s], out, x, n, c->partial[s]), "sum_squares");
 }
-static void cuda_loss_sum(sr_dev *d, sr_stream s, double *acc, const float *losses, size_t n) {
+static void cuda_loss_sum(sr_dev *d, sr_stream s, double *acc, const float *losses, size_t n, bool add) {
     cuda_dev *c = cd(d);
     begin(c, s, "loss_sum");
-    sr_dev_hb_loss_sum(d, s, acc, losses, n);
-    keep(c, sr_k_loss_sum(c->st[s], acc, losses, n, c->partial[s]), "loss_sum");
+    sr_dev_hb_loss_sum(d, s, acc, losses, n, add);
+    keep(c, sr_k_loss_sum(c->st[s], acc, losses, n, c->partial[s], add), "loss_sum");
 }
 static void cuda_adamw(sr_dev *d, sr_stream s, const sr_adamw_launch *l) {
     cuda_dev *c = cd(d);
@@ -644,7 +644,8 @@ static void cuda_adamw(sr_dev *d, sr_stream s, const sr_adamw_launch *l) {
         const sr_adamw_segment *g = &l->segs[i];
         keep(c,
              sr_k_adamw(c->st[s], l->params + g->off, l->grads + g->off, l->m + g->off, l->v + g->off, g->n, a->b1,
-                        a->b2, a->eps, a->bc1, a->bc2, a->lr, g->decay ? l->weight_decay : 0.0f, a->grad_scale),
+                        a->b2, a->eps, a->bc1, a->bc2, a->lr, g->decay ? l->weight_decay : 0.0f, a->grad_scale,
+                        l->sumsq, l->clip),
              "adamw");
     }
 }

@@ -253,12 +253,15 @@ static void finish_reduce(sr_fsdp *f, unit *u) {
         void *to =
             f->rdt == SR_DT_F32 ? (void *)(f->hgrads + u->p->local) : (void *)((uint16_t *)f->hrecv + u->p->local);
         d->copy(d, SR_STREAM_COMM, to, sl->recv, P * sr_dtype_size(f->rdt));
-    } else if (st == SR_OK && sl && (!f->per_step || f->rdt == SR_DT_BF16)) {
+    } else if (st == SR_OK && sl && !u->rs_into_shard) {
+        /* the step's first reduction of the unit overwrites its part of
+         * the shard (nothing zeroed it), later ones add */
         if (f->rdt == SR_DT_BF16)
-            d->fold_bf16(d, SR_STREAM_COMM, g, sl->recv, P, !f->per_step);
+            d->fold_bf16(d, SR_STREAM_COMM, g, sl->recv, P, !u->gfresh);
         else
             d->add_f32(d, SR_STREAM_COMM, g, sl->recv, P);
     }
+    u->gfresh = false;
     if (sl) {
         sl->unit = -1;
         u->rslot = -1;
@@ -317,8 +320,10 @@ static void issue_reduce(sr_fsdp *f, unit *u) {
         d->cast_f32_bf16(d, SR_STREAM_COMM, sl->send, full, total);
         send = sl->send;
     }
-    /* fp32 once per step: straight into the gradient shard, written whole */
-    void *recv = f->per_step && f->rdt == SR_DT_F32 && !f->off ? (void *)(f->gshard + u->p->local) : sl->recv;
+    /* fp32 once per step, or the step's first fp32 reduction of the unit:
+     * straight into the gradient shard, written whole */
+    u->rs_into_shard = f->gshard && f->rdt == SR_DT_F32 && (f->per_step || u->gfresh);
+    void *recv = u->rs_into_shard ? (void *)(f->gshard + u->p->local) : sl->recv;
     size_t res = sr_dtype_size(f->rdt);
     sr_status st = sr_plane_collective(f->plane, SR_COLL_REDUCE_SCATTER, "reduce-scatter", f->shard_g, recv, P * res,
                                        send, total * res, P, f->rdt, &u->rs_done);
@@ -336,25 +341,29 @@ static void issue_reduce(sr_fsdp *f, unit *u) {
         f->inflight[f->ninflight++] = (int)(u - f->units);
 }
 
-static float *hook_grads(void *ctx, int layer) {
+/* The unit's gradient buffer: the gradient shard itself (direct), the
+ * accumulation buffer (per_step) — fresh in the step's first backward —
+ * or a reduction slot taken for this micro-batch (fresh).  A fresh buffer
+ * is not zeroed: the model's first writes overwrite (model.h). */
+static float *hook_grads(void *ctx, int layer, bool *fresh) {
     sr_fsdp *f = ctx;
     unit *u = &f->units[f->plan.unit_of_layer[layer]];
     size_t rel = f->m->layer_offset[layer] - u->p->off;
     float *g;
-    if (f->per_step) {
+    *fresh = f->backwards == 0;
+    if (f->direct) {
+        g = f->gshard + u->p->local;
+    } else if (f->per_step) {
         g = f->accum + u->p->accum_off;
     } else {
         if (u->rs_pending)
             finish_reduce(f, u); /* the previous micro-batch's reduction of this unit */
-        if (u->rslot < 0) {
-            slot *sl = take_rslot(f, u);
-            if (!sl)
-                return NULL;
-            f->dev->memset(f->dev, SR_STREAM_COMPUTE, sl->grad, 0, (size_t)f->S * u->p->P * sizeof(float));
-        }
+        if (u->rslot < 0 && !take_rslot(f, u))
+            return NULL;
         g = f->rpool[u->rslot].grad;
+        *fresh = true;
     }
-    /* the model's kernels accumulate into the unit's gradients */
+    /* the model's kernels write and accumulate into the unit's gradients */
     sr_dev_declare(f->dev, SR_STREAM_COMPUTE, g, u->p->n * sizeof(float), false, "the model's kernels (gradients)");
     sr_dev_declare(f->dev, SR_STREAM_COMPUTE, g, u->p->n * sizeof(float), true, "the model's kernels (gradients)");
     return g + rel;
@@ -367,7 +376,7 @@ static void hook_done_backward(void *ctx, int layer) {
     if (layer != u->p->first_layer)
         return;
     free_full(f, u);
-    if (!f->per_step || f->last_mb) {
+    if (!f->direct && (!f->per_step || f->last_mb)) {
         /* the comm stream waits for the unit's gradients */
         sr_event grads_ready = {0};
         f->dev->record(f->dev, &grads_ready, SR_STREAM_COMPUTE);
@@ -433,7 +442,7 @@ static sr_status alloc_pools(sr_fsdp *f) {
         if (!(f->pool[k].buf = sr_fsdp_alloc(f, f->dev->state_space, SR_MEM_FULL_UNITS, largest)))
             return SR_ERR_INTERNAL;
     }
-    f->use_rpool = sr_fsdp_uses_rpool(&f->o, f->off);
+    f->use_rpool = sr_fsdp_uses_rpool(&f->o, f->off, f->direct);
     for (int k = 0; k < RS_SLOTS; k++) {
         slot *sl = &f->rpool[k];
         sl->unit = -1;
@@ -465,16 +474,18 @@ static sr_status alloc_buffers(sr_fsdp *f) {
         !(f->gshard = sr_fsdp_alloc(f, f->dev->state_space, SR_MEM_GRAD_SHARD, local * sizeof(float))))
         return SR_ERR_INTERNAL;
     /* the padding between slices is gathered and summed: keep it zero
-     * (the master shard on the stream of its uploads) */
+     * (the master shard on the stream of its uploads; the gradients'
+     * padding, which no step writes, once here) */
     if (f->pshard)
         f->dev->memset(f->dev, SR_STREAM_H2D, f->pshard, 0, local * sizeof(float));
     if (f->gshard)
         f->dev->memset(f->dev, SR_STREAM_COMPUTE, f->gshard, 0, local * sizeof(float));
-    if (f->per_step) {
+    if (f->per_step && !f->direct) { /* direct: the gradient shard accumulates */
         f->accum = sr_fsdp_alloc(f, f->dev->state_space, SR_MEM_ACCUM, f->plan.accum_size * sizeof(float));
         if (!f->accum)
             return SR_ERR_INTERNAL;
         f->accum_n = f->plan.accum_size;
+        f->dev->memset(f->dev, SR_STREAM_COMPUTE, f->accum, 0, f->accum_n * sizeof(float));
     }
     size_t stage = sr_fsdp_stage_elements(&f->plan, &f->o, f->m->ops->act);
     if (stage && !(f->stage = sr_fsdp_alloc(f, f->dev->state_space, SR_MEM_OTHER, stage * sizeof(float))))
@@ -553,6 +564,7 @@ sr_status sr_fsdp_init(sr_fsdp **out, sr_model *m, const sr_mesh *mesh, const sr
     if (st != SR_OK)
         return st;
     f->nunits = f->plan.nunits;
+    f->direct = sr_fsdp_direct(&f->plan, &f->o, f->off, f->R);
     f->units = sr_calloc((size_t)f->nunits, sizeof(unit));
     f->order = sr_malloc(sizeof(int) * (size_t)(2 * f->nunits + 2));
     if (!f->units || !f->order)
@@ -625,12 +637,13 @@ static sr_status check(sr_fsdp *f, sr_status model_st) {
     return st != SR_OK ? st : model_st;
 }
 
+/* Nothing is zeroed: the step's first backward writes the accumulation
+ * buffer (or, direct, the gradient shard) fresh, and each unit's first
+ * reduction overwrites its part of the gradient shard. */
 void sr_fsdp_begin_step(sr_fsdp *f) {
-    sr_dev *d = f->dev;
-    if (f->accum)
-        d->memset(d, SR_STREAM_COMPUTE, f->accum, 0, f->accum_n * sizeof(float));
-    if (f->gshard) /* none with offload per_step: the reductions are copied to the host whole */
-        d->memset(d, SR_STREAM_COMPUTE, f->gshard, 0, f->local_size * sizeof(float));
+    f->backwards = 0;
+    for (int ui = 0; ui < f->nunits; ui++)
+        f->units[ui].gfresh = true;
     f->staged_unit = -1;
 }
 
@@ -661,6 +674,7 @@ sr_status sr_fsdp_backward(sr_fsdp *f, float dloss, bool last_micro_batch) {
     set_order(f, true);
     f->last_mb = last_micro_batch;
     sr_status st = sr_model_backward(f->m, &f->src, dloss);
+    f->backwards++;
     return check(f, st);
 }
 
@@ -681,7 +695,22 @@ sr_status sr_fsdp_eval(sr_fsdp *f, const int *inputs, const int *targets, int B)
     return check(f, st);
 }
 
-sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *loss_sum, double *grad_norm) {
+/* AdamW on the compute stream, after the gradients and their sum of
+ * squares; the next gathers (comm stream) wait for the updated shard. */
+static void update_shard(sr_fsdp *f, int64_t step, double lr, const sr_adamw_opts *o, float grad_scale,
+                         const sr_fsdp_update *early) {
+    free_all_full(f); /* gathered copies are stale once the shard moves */
+    if (early)
+        sr_optim_step_clipped(&f->opt, f->pshard, f->gshard, early->step, early->lr, early->adamw, f->sumsq,
+                              early->clip);
+    else
+        sr_optim_step(&f->opt, f->pshard, f->gshard, step, lr, o, grad_scale);
+    sr_event updated = {0};
+    f->dev->record(f->dev, &updated, SR_STREAM_COMPUTE);
+    sr_dev_wait(f->dev, SR_STREAM_COMM, &updated, "params_updated");
+}
+
+sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *loss_sum, double *grad_norm, const sr_fsdp_update *early) {
     sr_offload_wait_all(f);
     for (int ui = 0; ui < f->nunits; ui++)
         finish_reduce(f, &f->units[ui]);
@@ -704,9 +733,14 @@ sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *loss_sum, double *grad_norm) 
         d->sum_squares(d, SR_STREAM_COMPUTE, f->sumsq, f->gshard, f->local_size);
         /* the loss sum rides along: one read-back for both */
         d->copy(d, SR_STREAM_COMPUTE, f->sumsq + 1, f->m->loss_acc, sizeof(double));
-        d->memset(d, SR_STREAM_COMPUTE, f->m->loss_acc, 0, sizeof(double));
+        f->m->loss_taken = true; /* the next forward writes it (after this copy, on the same stream) */
         d->record(d, &sum_done, SR_STREAM_COMPUTE);
         sr_dev_wait(d, SR_STREAM_D2H, &sum_done, "scalars_ready");
+        /* one rank's sum of squares is the whole norm's: AdamW goes now,
+         * its clipping scale from the device's sum, while the scalars travel */
+        f->stepped = early && f->S == 1;
+        if (f->stepped)
+            update_shard(f, 0, 0.0, NULL, 1.0f, early);
         double both[2] = {0.0, 0.0};
         st = sr_dev_download_step(d, both, f->sumsq, sizeof both, "step_scalars");
         ss = both[0];
@@ -720,16 +754,16 @@ sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *loss_sum, double *grad_norm) 
 }
 
 void sr_fsdp_optimizer_step(sr_fsdp *f, int64_t step, double lr, const sr_adamw_opts *o, float grad_scale) {
-    free_all_full(f); /* gathered copies are stale once the shard moves */
+    if (f->stepped) { /* enqueued by finish_grads, with this scale computed on the device */
+        f->stepped = false;
+        return;
+    }
     if (f->off) {
+        free_all_full(f); /* gathered copies are stale once the shard moves */
         sr_offload_post(f, step, lr, o, grad_scale);
         return;
     }
-    sr_optim_step(&f->opt, f->pshard, f->gshard, step, lr, o, grad_scale);
-    /* the next gathers read the updated shard: the comm stream waits */
-    sr_event updated = {0};
-    f->dev->record(f->dev, &updated, SR_STREAM_COMPUTE);
-    sr_dev_wait(f->dev, SR_STREAM_COMM, &updated, "params_updated");
+    update_shard(f, step, lr, o, grad_scale, NULL);
 }
 
 int sr_fsdp_units(const sr_fsdp *f) { return f->nunits; }

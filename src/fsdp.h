@@ -61,7 +61,8 @@ void sr_fsdp_free(sr_fsdp *f);
  * global gradient norm and this rank's summed per-token losses since the
  * last take, read back together (the step's one host wait);
  * take_loss_sum reads the loss sum alone (evaluation); optimizer_step
- * applies AdamW to the shards.  Failures of a collective (SR_ERR_PEER) or
+ * applies AdamW to the shards (or ends a step finish_grads enqueued it
+ * for).  Failures of a collective (SR_ERR_PEER) or
  * an allocation (SR_ERR_INTERNAL) are returned by the pass they happened
  * in.  The engine's buffers live on the model's device table. */
 void sr_fsdp_begin_step(sr_fsdp *f);
@@ -70,7 +71,24 @@ void sr_fsdp_begin_step(sr_fsdp *f);
 sr_status sr_fsdp_forward(sr_fsdp *f, const int *inputs, const int *targets, int B, float dloss);
 sr_status sr_fsdp_backward(sr_fsdp *f, float dloss, bool last_micro_batch);
 sr_status sr_fsdp_take_loss_sum(sr_fsdp *f, double *loss_sum);
-sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *loss_sum, double *grad_norm);
+/* The optimizer step finish_grads may enqueue ahead of its host wait:
+ * AdamW's step (1-based), learning rate and constants, and the clipping
+ * threshold (train.grad_clip; 0: none). */
+typedef struct {
+    int64_t step;
+    double lr;
+    const sr_adamw_opts *adamw;
+    double clip;
+} sr_fsdp_update;
+/* `early` (may be NULL): where the whole norm is this rank's (a shard
+ * group of one) and the shard is on the device (no offload), the step's
+ * AdamW is enqueued before the host wait, its clipping scale computed on
+ * the device from the sum of squares (bitwise the host's), so the device
+ * does not drain while the host reads the scalars; optimizer_step then
+ * only ends the step.  The caller checks the loss and the norm before the
+ * next forward (a non-finite step has updated the parameters it then
+ * refuses to use). */
+sr_status sr_fsdp_finish_grads(sr_fsdp *f, double *loss_sum, double *grad_norm, const sr_fsdp_update *early);
 void sr_fsdp_optimizer_step(sr_fsdp *f, int64_t step, double lr, const sr_adamw_opts *o, float grad_scale);
 /* Evaluation forward (no gradients); frees every gathered unit afterwards.
  * The losses join the sum that take_loss_sum reads. */
@@ -128,14 +146,17 @@ sr_status sr_fsdp_gather_grads(sr_fsdp *f, float *full);
  * allocations use — on the device table (`device`: its state space) and,
  * with offload on a table with separate memory, in host memory (`host`:
  * pinned unless sharding.offload.pin_memory is false; Adam's m and v
- * plain).  act: the dtype the ops compute in (a gathered unit of another
- * dtype is widened into a stage).  state_shard: one fp32 state of the
- * shard (the checkpoint snapshot holds three). */
+ * plain).  R: the mesh's replicas (one rank, S and R 1, with fp32
+ * reductions writes its gradients straight into the gradient shard: no
+ * accumulation buffer or reduction pool; not offload per_step, whose
+ * shard is on the host).  act: the dtype the ops compute in (a gathered unit of
+ * another dtype is widened into a stage).  state_shard: one fp32 state of
+ * the shard (the checkpoint snapshot holds three). */
 typedef struct {
     size_t device[SR_MEM_NCAT], host[SR_MEM_NCAT];
     size_t state_shard;
 } sr_fsdp_bytes;
-sr_status sr_fsdp_plan(const sr_shardplan *pl, const sr_fsdp_opts *o, sr_dtype act, bool separate_memory,
+sr_status sr_fsdp_plan(const sr_shardplan *pl, const sr_fsdp_opts *o, int R, sr_dtype act, bool separate_memory,
                        sr_fsdp_bytes *out);
 
 /* Units (block units + the root) for logs. */

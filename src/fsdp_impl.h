@@ -46,6 +46,8 @@ typedef struct {
     int rslot; /* its reduction-pool slot, or -1 */
     sr_event rs_done, ar_done;
     bool rs_pending;
+    bool gfresh;        /* its part of the gradient shard holds nothing of this step yet */
+    bool rs_into_shard; /* the pending reduction lands in the gradient shard itself (no fold) */
 } unit;
 
 /* The reduction pool: slot 0 for the root, the others for blocks. */
@@ -97,7 +99,13 @@ struct sr_fsdp {
     double *sumsq;       /* the gradient shard's sum of squares and the loss sum, in the table's memory */
     sr_dtype pdt, rdt;
     bool per_step;
-    slot *pool; /* full-unit pool: 1 + max prefetch slots (none when every block is kept) */
+    /* one rank, fp32 reductions (sr_fsdp_direct): the model writes its
+     * gradients straight into the gradient shard; no reduction,
+     * accumulation buffer or reduction pool */
+    bool direct;
+    int backwards; /* backward passes since begin_step (the first writes fresh buffers) */
+    bool stepped;  /* finish_grads enqueued this step's AdamW (sr_fsdp_update) */
+    slot *pool;    /* full-unit pool: 1 + max prefetch slots (none when every block is kept) */
     int npool;
     slot rpool[RS_SLOTS]; /* reduction pool (unused with fp32 per_step reductions) */
     bool use_rpool;
@@ -142,7 +150,12 @@ enum { SR_FSDP_SCALARS = 2 };
  * dtype). */
 void sr_fsdp_pool_shape(const sr_shardplan *pl, const sr_fsdp_opts *o, size_t es, size_t *slot_bytes, int *slots,
                         size_t *kept_bytes);
-bool sr_fsdp_uses_rpool(const sr_fsdp_opts *o, bool offload);
+/* Whether the gradients need no reduction and land where the optimizer
+ * reads them, the device's gradient shard (one rank: S and R 1; fp32
+ * reductions; a gradient shard on the device: not offload per_step;
+ * size-1 groups not put on NCCL by SHARDRUN_TEST_NCCL_SIZE1). */
+bool sr_fsdp_direct(const sr_shardplan *pl, const sr_fsdp_opts *o, bool offload, int R);
+bool sr_fsdp_uses_rpool(const sr_fsdp_opts *o, bool offload, bool direct);
 void sr_fsdp_rslot_bytes(const sr_shardplan *pl, const sr_fsdp_opts *o, int k, size_t *grad, size_t *send,
                          size_t *recv);
 size_t sr_fsdp_stage_elements(const sr_shardplan *pl, const sr_fsdp_opts *o, sr_dtype act);

@@ -7,6 +7,7 @@
 #include "srconfig.h"
 
 #include "fsdp_impl.h"
+#include "testhook.h"
 
 #define add sr_size_add
 #define mul sr_size_mul
@@ -32,8 +33,14 @@ void sr_fsdp_pool_shape(const sr_shardplan *pl, const sr_fsdp_opts *o, size_t es
         *kept_bytes = kept;
 }
 
-bool sr_fsdp_uses_rpool(const sr_fsdp_opts *o, bool offload) {
-    return !o->grad_sync_per_step || o->reduce_dtype == SR_DT_BF16 || offload;
+bool sr_fsdp_direct(const sr_shardplan *pl, const sr_fsdp_opts *o, bool offload, int R) {
+    /* (offload per_step keeps no device gradient shard: its reductions go to the host) */
+    return pl->S == 1 && R == 1 && o->reduce_dtype == SR_DT_F32 && !(offload && o->grad_sync_per_step) &&
+           !sr_testhook()->nccl_size1;
+}
+
+bool sr_fsdp_uses_rpool(const sr_fsdp_opts *o, bool offload, bool direct) {
+    return !direct && (!o->grad_sync_per_step || o->reduce_dtype == SR_DT_BF16 || offload);
 }
 
 void sr_fsdp_rslot_bytes(const sr_shardplan *pl, const sr_fsdp_opts *o, int k, size_t *grad, size_t *send,
@@ -58,21 +65,22 @@ size_t sr_fsdp_stage_elements(const sr_shardplan *pl, const sr_fsdp_opts *o, sr_
     return largest;
 }
 
-sr_status sr_fsdp_plan(const sr_shardplan *pl, const sr_fsdp_opts *o, sr_dtype act, bool separate_memory,
+sr_status sr_fsdp_plan(const sr_shardplan *pl, const sr_fsdp_opts *o, int R, sr_dtype act, bool separate_memory,
                        sr_fsdp_bytes *out) {
     *out = (sr_fsdp_bytes){0};
     size_t *d = out->device, *h = out->host, f = sizeof(float), shard = mul(pl->local_size, f);
     bool off = o->offload_optimizer && separate_memory, per_step = o->grad_sync_per_step;
+    bool direct = sr_fsdp_direct(pl, o, off, R);
     size_t slot, kept;
     int slots;
     sr_fsdp_pool_shape(pl, o, sr_dtype_size(o->param_dtype), &slot, &slots, &kept);
     d[SR_MEM_FULL_UNITS] = add(kept, mul((size_t)slots, slot));
-    for (int k = 0; sr_fsdp_uses_rpool(o, off) && k < RS_SLOTS; k++) {
+    for (int k = 0; sr_fsdp_uses_rpool(o, off, direct) && k < RS_SLOTS; k++) {
         size_t g, s, r;
         sr_fsdp_rslot_bytes(pl, o, k, &g, &s, &r);
         d[SR_MEM_COMM] = add(d[SR_MEM_COMM], add(add(g, s), r));
     }
-    d[SR_MEM_ACCUM] = per_step ? mul(pl->accum_size, f) : 0;
+    d[SR_MEM_ACCUM] = per_step && !direct ? mul(pl->accum_size, f) : 0; /* direct: the gradient shard is it */
     d[SR_MEM_OTHER] = add(mul(sr_fsdp_stage_elements(pl, o, act), f), SR_FSDP_SCALARS * sizeof(double));
     /* the shard (the device's copy with offload, none with offload.params),
      * the gradient shard (none with offload per_step: reductions land in

@@ -128,11 +128,13 @@ sr_ledger_cost sr_lc_encoder_forward(int B, int T, int C, int es, bool wpe) {
     return (sr_ledger_cost){wpe ? BTC : 0, es * (2 * BTC + (wpe ? (double)T * C : 0)) + 4 * BT};
 }
 
-sr_ledger_cost sr_lc_encoder_backward(int B, int T, int C, int es, bool wpe) {
+sr_ledger_cost sr_lc_encoder_backward(int B, int T, int C, int es, bool wpe, bool add_wpe) {
     double BT = (double)B * T, BTC = BT * C;
-    /* dout read; dwte's rows (and dwpe) read and written in float; the
-     * (token, position) keys sorted: written and read twice */
-    return (sr_ledger_cost){BTC * (wpe ? 2 : 1), es * BTC + 8 * BTC + (wpe ? 8 * (double)T * C : 0) + 4 * 4 * BT};
+    /* dout read; dwte's rows read and written in float, dwpe written (and
+     * read: add_wpe); the (token, position) keys sorted: written and read
+     * twice */
+    return (sr_ledger_cost){BTC * (wpe ? 2 : 1),
+                            es * BTC + 8 * BTC + (wpe ? (add_wpe ? 8 : 4) * (double)T * C : 0) + 4 * 4 * BT};
 }
 
 sr_ledger_cost sr_lc_norm_forward(int N, int C, int es, bool mean_and_bias) {
@@ -142,12 +144,12 @@ sr_ledger_cost sr_lc_norm_forward(int N, int C, int es, bool mean_and_bias) {
                             es * (2 * NC + (mean_and_bias ? 2 : 1) * (double)C) + (mean_and_bias ? 8 : 4) * (double)N};
 }
 
-sr_ledger_cost sr_lc_norm_backward(int N, int C, int es, bool mean_and_bias) {
+sr_ledger_cost sr_lc_norm_backward(int N, int C, int es, bool mean_and_bias, bool add_dinp, bool add_dw) {
     double NC = (double)N * C;
-    /* dout and input read, dinp read and written (+=), weight read; dw (and
-     * db) read and written in float; the statistics read */
-    return (sr_ledger_cost){(mean_and_bias ? 14 : 11) * NC, es * (4 * NC + (double)C) +
-                                                                8 * (mean_and_bias ? 2 : 1) * (double)C +
+    /* dout and input read, dinp written (and read: add_dinp), weight read;
+     * dw (and db) written in float (and read: add_dw); the statistics read */
+    return (sr_ledger_cost){(mean_and_bias ? 14 : 11) * NC, es * ((add_dinp ? 4 : 3) * NC + (double)C) +
+                                                                (add_dw ? 8 : 4) * (mean_and_bias ? 2 : 1) * (double)C +
                                                                 (mean_and_bias ? 8 : 4) * (double)N};
 }
 
@@ -155,9 +157,9 @@ sr_ledger_cost sr_lc_elementwise(size_t n, int es, int reads, int writes, double
     return (sr_ledger_cost){flops_per * (double)n, (double)es * (double)n * (reads + writes)};
 }
 
-sr_ledger_cost sr_lc_bias_backward(int N, int OC, int es) {
+sr_ledger_cost sr_lc_bias_backward(int N, int OC, int es, bool add) {
     double NO = (double)N * OC;
-    return (sr_ledger_cost){NO, es * NO + 8 * (double)OC};
+    return (sr_ledger_cost){NO, es * NO + (add ? 8 : 4) * (double)OC};
 }
 
 sr_ledger_cost sr_lc_softmax(long long rows, int T, int es, bool backward) {

@@ -158,11 +158,11 @@ void sr_ledger_collective(bool allreduce, double bytes, int size);
 /* The launchers' costs: each launcher of kernels/ enters with its own
  * (es: element bytes of its activations, 2 for bf16, 4 for f32). */
 sr_ledger_cost sr_lc_encoder_forward(int B, int T, int C, int es, bool wpe);
-sr_ledger_cost sr_lc_encoder_backward(int B, int T, int C, int es, bool wpe);
+sr_ledger_cost sr_lc_encoder_backward(int B, int T, int C, int es, bool wpe, bool add_wpe);
 sr_ledger_cost sr_lc_norm_forward(int N, int C, int es, bool mean_and_bias);
-sr_ledger_cost sr_lc_norm_backward(int N, int C, int es, bool mean_and_bias);
+sr_ledger_cost sr_lc_norm_backward(int N, int C, int es, bool mean_and_bias, bool add_dinp, bool add_dw);
 sr_ledger_cost sr_lc_elementwise(size_t n, int es, int reads, int writes, double flops_per);
-sr_ledger_cost sr_lc_bias_backward(int N, int OC, int es);
+sr_ledger_cost sr_lc_bias_backward(int N, int OC, int es, bool add);
 sr_ledger_cost sr_lc_softmax(long long rows, int T, int es, bool backward);
 sr_ledger_cost sr_lc_gqa(int T, int NKV, int R, int hs, int es, bool reduce);
 sr_ledger_cost sr_lc_crossentropy(int N, int V, int es, bool backward);

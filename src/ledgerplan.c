@@ -28,6 +28,7 @@
 #include "model.h"
 #include "plane.h"
 #include "preempt.h"
+#include "vec.h"
 
 typedef struct {
     const sr_config *cfg;
@@ -93,10 +94,11 @@ static sr_status rank_steps(rank_arg *a, sr_dev *dev) {
                 st = sr_fsdp_backward(f, (float)dloss, k == a->accum - 1);
         }
         double loss = 0, norm = 0;
+        sr_fsdp_update early = {s + 1, cfg->lr, &job.adamw, cfg->grad_clip}; /* as the run's step (train.c) */
         if (st == SR_OK)
-            st = sr_fsdp_finish_grads(f, &loss, &norm);
+            st = sr_fsdp_finish_grads(f, &loss, &norm, &early);
         if (st == SR_OK)
-            sr_fsdp_optimizer_step(f, s + 1, cfg->lr, &job.adamw, 1.0f);
+            sr_fsdp_optimizer_step(f, s + 1, cfg->lr, &job.adamw, sr_vec_clip_scale(norm, cfg->grad_clip));
         sr_ledger_bind(NULL);
     }
     if (in)
@@ -397,8 +399,20 @@ sr_status sr_ledgerplan_json(const sr_ledgerplan *p, FILE *out) {
                           "saved_activation", p->saved_name ? p->saved_name : "", "saved_blocks",
                           (json_int_t)p->saved_blocks, "ranks", p->ranks, "micro_batch", p->mb, "accum_steps", p->accum,
                           "seq_len", p->T, "gemm_tflops", p->gemm_tflops, "hbm_tbps", p->hbm_tbps);
-    if (o)
+    /* every operation the step made, a row each (a launcher, a GEMM kind, the copies, the memsets) */
+    json_t *ops = o ? json_array() : NULL;
+    for (int i = 0; ops && i < SR_LEDGER_NROWS; i++) {
+        json_t *r = p->l.row[i].calls ? sr_ledgerplan_row_json(sr_ledger_row_name(i), &p->l.row[i], false) : NULL;
+        if (r) {
+            json_object_set_new(r, "family", json_string(sr_ledger_family_names[sr_ledger_row_family(i)]));
+            json_object_set_new(r, "calls", json_integer((json_int_t)p->l.row[i].calls));
+            json_array_append_new(ops, r);
+        }
+    }
+    if (o) {
+        json_object_set_new(o, "ops", ops ? ops : json_null());
         json_object_set_new(o, "attention", json_string(p->flash ? "flash" : "materialized"));
+    }
     if (o && p->calibrated)
         json_object_set_new(o, "predicted_ms", json_real(p->predicted_s * 1e3));
     char *text = o ? json_dumps(o, JSON_PRESERVE_ORDER) : NULL;

@@ -68,7 +68,7 @@ static sr_status plan_categories(sr_memplan *p, sr_memplan *offloaded, const sr_
         st = sr_shardplan_init(&pl, m.layer_offset, d->L, o->blocks_per_unit, mesh->S);
     sr_fsdp_bytes e;
     if (st == SR_OK)
-        st = sr_fsdp_plan(&pl, o, ops->act, separate_memory, &e);
+        st = sr_fsdp_plan(&pl, o, mesh->R, ops->act, separate_memory, &e);
     if (st != SR_OK) {
         sr_shardplan_free(&pl);
         sr_model_free(&m);

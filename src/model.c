@@ -264,7 +264,7 @@ static sr_status alloc_activations(sr_model *m, int max_B) {
     m->loss_acc = dev->alloc(dev, dev->state_space, SR_MEM_OTHER, sizeof(double));
     if (!m->loss_acc)
         return SR_ERR_INTERNAL;
-    dev->memset(dev, SR_STREAM_COMPUTE, m->loss_acc, 0, sizeof(double));
+    dev->memset(dev, SR_STREAM_COMPUTE, m->loss_acc, 0, sizeof(double)); /* a take before any forward reads 0 */
     if (sr_family_get(m->d.arch)->learned_positions)
         return SR_OK;
     /* the rotary table, built on the host once and uploaded */
@@ -366,8 +366,15 @@ static sr_param_view layer_params(sr_model *m, const sr_param_source *src, int l
     return (sr_param_view){m->params + m->layer_offset[l], SR_DT_F32};
 }
 
-static float *layer_grads(sr_model *m, const sr_param_source *src, int l) {
-    return src ? src->grads(src->ctx, l) : m->grads + m->layer_offset[l];
+/* The layer's gradients, and in *gbeta the parameter gradients' beta
+ * (ops.h): 0 when the source says the buffer held nothing when this pass
+ * began (the tensor's first write overwrites), else 1 (m->grads: the
+ * caller zeroes and the pass adds). */
+static float *layer_grads(sr_model *m, const sr_param_source *src, int l, float *gbeta) {
+    bool fresh = false;
+    float *g = src ? src->grads(src->ctx, l, &fresh) : m->grads + m->layer_offset[l];
+    *gbeta = fresh ? 0.0f : 1.0f;
+    return g;
 }
 
 static void done_forward(const sr_param_source *src, int l) {
@@ -485,7 +492,7 @@ static void llama_block_forward(sr_model *m, const block_view *p, int l, int B, 
 
 /* Block l's backward: dresidual holds the gradient of its output and
  * becomes the gradient of its input. */
-static void llama_block_backward(sr_model *m, const block_view *p, const block_view *g, int l, int B) {
+static void llama_block_backward(sr_model *m, const block_view *p, const block_view *g, int l, int B, float gb) {
     const sr_ops *o = m->ops;
     sr_dev *dev = m->dev;
     const sr_model_dims *d = &m->d;
@@ -498,20 +505,60 @@ static void llama_block_backward(sr_model *m, const block_view *p, const block_v
      * down projection).  Each input gradient below is its buffer's first
      * and only contribution: written in the overwrite form (beta 0), no
      * memset first; the norms' += into dresidual stays (the residual
-     * stream's two branches meet there) */
-    o->matmul_backward(m->dfch_gelu, g->t[SR_LL_DOWN], NULL, m->dresidual, a.fchg, p->t[SR_LL_DOWN], BT, F, C, 0.0f);
+     * stream's two branches meet there).  Each parameter gradient is
+     * written once per pass: gb (0 for a fresh buffer) */
+    o->matmul_backward(m->dfch_gelu, g->t[SR_LL_DOWN], NULL, m->dresidual, a.fchg, p->t[SR_LL_DOWN], BT, F, C, 0.0f,
+                       gb);
     o->swiglu_backward(m->dfch, m->dfch_gelu, a.fch, BT, F, 0.0f);
-    o->matmul_backward(m->dln, g->t[SR_LL_GATE_UP], NULL, m->dfch, a.ln2, p->t[SR_LL_GATE_UP], BT, C, 2 * F, 0.0f);
-    o->rmsnorm_backward(m->dresidual, g->t[SR_LL_MLP_NORM], m->dln, a.res2, p->t[SR_LL_MLP_NORM], a.ln2_rstd, BT, C);
+    o->matmul_backward(m->dln, g->t[SR_LL_GATE_UP], NULL, m->dfch, a.ln2, p->t[SR_LL_GATE_UP], BT, C, 2 * F, 0.0f, gb);
+    o->rmsnorm_backward(m->dresidual, g->t[SR_LL_MLP_NORM], m->dln, a.res2, p->t[SR_LL_MLP_NORM], a.ln2_rstd, BT, C,
+                        1.0f, gb);
     /* attention: dresidual is now the gradient of res2's inputs */
-    o->matmul_backward(m->datty, g->t[SR_LL_O], NULL, m->dresidual, a.atty, p->t[SR_LL_O], BT, C, C, 0.0f);
+    o->matmul_backward(m->datty, g->t[SR_LL_O], NULL, m->dresidual, a.atty, p->t[SR_LL_O], BT, C, C, 0.0f, gb);
     if (!o->attention_backward_assigns)
         dev->memset(dev, cs, m->dqkv, 0, (size_t)BT * QKV * es);
     o->gqa_attention_backward(m->dqkv, m->datty, a.atty, a.qkv, a.att, B, T, NH, NKV, hs);
     o->rope_backward(m->dqkv, m->rope_cs, B, T, NH, NKV, hs);
-    o->matmul_backward(m->dln, g->t[SR_LL_QKV], NULL, m->dqkv, a.ln1, p->t[SR_LL_QKV], BT, C, QKV, 0.0f);
+    o->matmul_backward(m->dln, g->t[SR_LL_QKV], NULL, m->dqkv, a.ln1, p->t[SR_LL_QKV], BT, C, QKV, 0.0f, gb);
     o->rmsnorm_backward(m->dresidual, g->t[SR_LL_ATTN_NORM], m->dln, a.residual, p->t[SR_LL_ATTN_NORM], a.ln1_rstd, BT,
-                        C);
+                        C, 1.0f, gb);
+}
+
+/* GPT-2's block l backward, as llama_block_backward (gb: the parameter
+ * gradients' beta). */
+static void gpt2_block_backward(sr_model *m, const block_view *p, const block_view *g, int l, int B, float gb) {
+    const sr_ops *o = m->ops;
+    sr_dev *dev = m->dev;
+    int C = m->d.C, T = m->d.T, NH = m->d.NH;
+    size_t BT = (size_t)B * T, BTC = BT * C, es = sr_dtype_size(o->act);
+    const sr_stream cs = SR_STREAM_COMPUTE;
+    block_acts a = acts_of(m, l, B);
+    const void *residual = a.residual;
+    void *ln1 = a.ln1, *qkv = a.qkv, *atty = a.atty, *att = a.att, *res2 = a.res2, *ln2 = a.ln2, *fch = a.fch,
+         *fchg = a.fchg;
+    /* MLP: dresidual is the gradient of both res3's inputs (res2 and
+     * fcproj); the input and parameter gradients' forms as in the Llama
+     * block */
+    o->matmul_backward(m->dfch_gelu, g->t[SR_FCPROJW], g->t[SR_FCPROJB], m->dresidual, fchg, p->t[SR_FCPROJW], (int)BT,
+                       4 * C, C, 0.0f, gb);
+    o->gelu_backward(m->dfch, fch, m->dfch_gelu, 4 * BTC, 0.0f);
+    o->matmul_backward(m->dln, g->t[SR_FCW], g->t[SR_FCB], m->dfch, ln2, p->t[SR_FCW], (int)BT, C, 4 * C, 0.0f, gb);
+    o->layernorm_backward(m->dresidual, g->t[SR_LN2W], g->t[SR_LN2B], m->dln, res2, p->t[SR_LN2W], a.ln2_mean,
+                          a.ln2_rstd, (int)BT, C, 1.0f, gb);
+    /* attention: dresidual is now the gradient of res2's inputs */
+    o->matmul_backward(m->datty, g->t[SR_ATTPROJW], g->t[SR_ATTPROJB], m->dresidual, atty, p->t[SR_ATTPROJW], (int)BT,
+                       C, C, 0.0f, gb);
+    if (!o->attention_backward_assigns)
+        dev->memset(dev, cs, m->dqkv, 0, 3 * BTC * es);
+    o->attention_backward(m->dqkv, m->datty, atty, qkv, att, B, T, C, NH);
+    o->matmul_backward(m->dln, g->t[SR_QKVW], g->t[SR_QKVB], m->dqkv, ln1, p->t[SR_QKVW], (int)BT, C, 3 * C, 0.0f, gb);
+    /* The key bias adds q.b_k to every score of a row, which softmax
+     * ignores: its gradient is exactly zero, and what the arithmetic
+     * leaves is rounding noise that Adam would blow up to lr-sized steps
+     * (differently on every world size).  Keep it the exact zero. */
+    dev->memset(dev, cs, (float *)g->t[SR_QKVB] + C, 0, (size_t)C * sizeof(float));
+    o->layernorm_backward(m->dresidual, g->t[SR_LN1W], g->t[SR_LN1B], m->dln, residual, p->t[SR_LN1W], a.ln1_mean,
+                          a.ln1_rstd, (int)BT, C, 1.0f, gb);
 }
 
 static void block_forward(sr_model *m, const block_view *p, int l, int B, bool output) {
@@ -592,30 +639,37 @@ sr_status sr_model_forward_train(sr_model *m, const sr_param_source *src, const 
         o->crossentropy_fused(m->losses, m->lse, m->logits, m->targets, dloss, (int)BT, V, Vp);
     else
         o->crossentropy_forward(m->losses, m->lse, m->logits, m->targets, (int)BT, V, Vp);
-    dev->loss_sum(dev, SR_STREAM_COMPUTE, m->loss_acc, m->losses, BT);
+    /* the first forward since the last take writes the sum: no memset */
+    dev->loss_sum(dev, SR_STREAM_COMPUTE, m->loss_acc, m->losses, BT, !m->loss_taken);
+    m->loss_taken = false;
     done_forward(src, L);
     return o->take_error ? o->take_error() : SR_OK;
 }
 
 sr_status sr_model_take_loss_sum(sr_model *m, double *sum) {
+    if (m->loss_taken) { /* no forward since the last take: the sum restarted at zero */
+        *sum = 0.0;
+        return SR_OK;
+    }
     sr_dev *dev = m->dev;
     sr_event done = {0};
     dev->record(dev, &done, SR_STREAM_COMPUTE);
     sr_dev_wait(dev, SR_STREAM_D2H, &done, "loss_ready");
     sr_status st = sr_dev_download_step(dev, sum, m->loss_acc, sizeof(double), "eval_loss");
-    dev->memset(dev, SR_STREAM_COMPUTE, m->loss_acc, 0, sizeof(double));
+    m->loss_taken = true; /* (the host waited for the read: the next forward may write) */
     return st;
 }
 
 sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss) {
     const sr_ops *o = m->ops;
     sr_dev *dev = m->dev;
-    int B = m->B, L = m->d.L, NH = m->d.NH, C = m->d.C, T = m->d.T, V = m->d.V, Vp = m->d.Vp;
-    size_t BT = (size_t)B * T, BTC = BT * C, es = sr_dtype_size(o->act);
+    int B = m->B, L = m->d.L, C = m->d.C, T = m->d.T, V = m->d.V, Vp = m->d.Vp;
+    size_t BT = (size_t)B * T, BTC = BT * C;
     const sr_stream cs = SR_STREAM_COMPUTE;
 
+    float rgb = 1.0f, gb = 1.0f; /* the root's and a block's parameter-gradient beta (layer_grads) */
     sr_param_view lp = layer_params(m, src, L);
-    float *lg = lp.ptr ? layer_grads(m, src, L) : NULL;
+    float *lg = lp.ptr ? layer_grads(m, src, L, &rgb) : NULL;
     NEED_VIEW(lp);
     NEED(lg);
     root_view rp = view_root(m, lp.ptr, lp.dt), rg = view_root(m, lg, SR_DT_F32);
@@ -628,60 +682,39 @@ sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss
                         "the backward's dloss %g is not the %g the fused classifier wrote dlogits with", (double)dloss,
                         (double)m->fused_dloss);
     m->fused_dloss = 0.0f;
-    o->matmul_backward(m->dln, rg.t[head], NULL, m->logits, m->lnf, rp.t[head], (int)BT, C, Vp, 0.0f);
-    dev->memset(dev, cs, m->dresidual, 0, BTC * es);
+    o->matmul_backward(m->dln, rg.t[head], NULL, m->logits, m->lnf, rp.t[head], (int)BT, C, Vp, 0.0f, rgb);
+    /* the final norm's input gradient starts the residual stream's: written (beta 0) */
     if (llama)
         o->rmsnorm_backward(m->dresidual, rg.t[norm], m->dln, ACT(m->residual3, (size_t)(L - 1) * BTC), rp.t[norm],
-                            m->lnf_rstd, (int)BT, C);
+                            m->lnf_rstd, (int)BT, C, 0.0f, rgb);
     else
         o->layernorm_backward(m->dresidual, rg.t[norm], rg.t[SR_LNFB], m->dln, ACT(m->residual3, (size_t)(L - 1) * BTC),
-                              rp.t[norm], m->lnf_mean, m->lnf_rstd, (int)BT, C);
+                              rp.t[norm], m->lnf_mean, m->lnf_rstd, (int)BT, C, 0.0f, rgb);
 
     for (int l = L - 1; l >= 0; l--) {
         lp = layer_params(m, src, l);
-        lg = lp.ptr ? layer_grads(m, src, l) : NULL;
+        lg = lp.ptr ? layer_grads(m, src, l, &gb) : NULL;
         NEED_VIEW(lp);
         NEED(lg);
         block_view p = view_block(m, lp.ptr, lp.dt), g = view_block(m, lg, SR_DT_F32);
         if (m->d.recompute == SR_RECOMPUTE_BLOCKS)
             block_forward(m, &p, l, B, false);
-        if (llama) {
-            llama_block_backward(m, &p, &g, l, B);
-            done_backward(src, l);
-            continue;
-        }
-        block_acts a = acts_of(m, l, B);
-        const void *residual = a.residual;
-        void *ln1 = a.ln1, *qkv = a.qkv, *atty = a.atty, *att = a.att, *res2 = a.res2, *ln2 = a.ln2, *fch = a.fch,
-             *fchg = a.fchg;
-        /* MLP: dresidual is the gradient of both res3's inputs (res2 and fcproj) */
-        /* (the input gradients in the overwrite form, as in the Llama block) */
-        o->matmul_backward(m->dfch_gelu, g.t[SR_FCPROJW], g.t[SR_FCPROJB], m->dresidual, fchg, p.t[SR_FCPROJW], (int)BT,
-                           4 * C, C, 0.0f);
-        o->gelu_backward(m->dfch, fch, m->dfch_gelu, 4 * BTC, 0.0f);
-        o->matmul_backward(m->dln, g.t[SR_FCW], g.t[SR_FCB], m->dfch, ln2, p.t[SR_FCW], (int)BT, C, 4 * C, 0.0f);
-        o->layernorm_backward(m->dresidual, g.t[SR_LN2W], g.t[SR_LN2B], m->dln, res2, p.t[SR_LN2W], a.ln2_mean,
-                              a.ln2_rstd, (int)BT, C);
-        /* attention: dresidual is now the gradient of res2's inputs */
-        o->matmul_backward(m->datty, g.t[SR_ATTPROJW], g.t[SR_ATTPROJB], m->dresidual, atty, p.t[SR_ATTPROJW], (int)BT,
-                           C, C, 0.0f);
-        if (!o->attention_backward_assigns)
-            dev->memset(dev, cs, m->dqkv, 0, 3 * BTC * es);
-        o->attention_backward(m->dqkv, m->datty, atty, qkv, att, B, T, C, NH);
-        o->matmul_backward(m->dln, g.t[SR_QKVW], g.t[SR_QKVB], m->dqkv, ln1, p.t[SR_QKVW], (int)BT, C, 3 * C, 0.0f);
-        /* The key bias adds q.b_k to every score of a row, which softmax
-         * ignores: its gradient is exactly zero, and what the arithmetic
-         * leaves is rounding noise that Adam would blow up to lr-sized steps
-         * (differently on every world size).  Keep it the exact zero. */
-        dev->memset(dev, cs, (float *)g.t[SR_QKVB] + C, 0, (size_t)C * sizeof(float));
-        o->layernorm_backward(m->dresidual, g.t[SR_LN1W], g.t[SR_LN1B], m->dln, residual, p.t[SR_LN1W], a.ln1_mean,
-                              a.ln1_rstd, (int)BT, C);
+        if (llama)
+            llama_block_backward(m, &p, &g, l, B, gb);
+        else
+            gpt2_block_backward(m, &p, &g, l, B, gb);
         done_backward(src, l);
     }
-    lg = layer_grads(m, src, L);
+    float again;
+    lg = layer_grads(m, src, L, &again); /* (the pass's beta is the one its first call gave) */
     NEED(lg);
     rg = view_root(m, lg, SR_DT_F32);
-    o->encoder_backward(rg.t[wte], llama ? NULL : rg.t[SR_WPE], m->dresidual, m->inputs, B, T, C);
+    /* a tied embedding holds the head's gradient: the tokens' rows add to
+     * it; an untied one in a fresh buffer is zeroed first (a scatter over
+     * token ids has no overwrite form: absent tokens' rows stay zero) */
+    if (rgb == 0.0f && rg.t[wte] != rg.t[head])
+        dev->memset(dev, cs, rg.t[wte], 0, (size_t)Vp * C * sizeof(float));
+    o->encoder_backward(rg.t[wte], llama ? NULL : rg.t[SR_WPE], m->dresidual, m->inputs, B, T, C, rgb);
     done_backward(src, L);
     return o->take_error ? o->take_error() : SR_OK;
 }

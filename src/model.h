@@ -179,12 +179,17 @@ typedef struct {
  * device table's memory; NULL means the source failed (it keeps the
  * reason) and ends the pass.  A source whose parameters are produced on
  * another stream makes the compute stream wait for them before it returns
- * (it does not block the host).  The done_* hooks (may be NULL) tell the
- * owner a layer is finished, so it can reshard parameters or
- * reduce-scatter gradients. */
+ * (it does not block the host).  `grads` sets *fresh when the layer's
+ * gradient buffer held no contribution when this backward pass began (the
+ * same answer for every call of the pass): the model then writes each
+ * parameter gradient's first contribution of the pass in the overwrite
+ * form (ops.h gbeta 0) instead of adding to zeros, and the buffer needs
+ * no zeroing; false: the pass adds to what the buffer holds.  The done_*
+ * hooks (may be NULL) tell the owner a layer is finished, so it can
+ * reshard parameters or reduce-scatter gradients. */
 typedef struct {
     sr_param_view (*params)(void *ctx, int layer);
-    float *(*grads)(void *ctx, int layer);
+    float *(*grads)(void *ctx, int layer, bool *fresh);
     void (*done_forward)(void *ctx, int layer);
     void (*done_backward)(void *ctx, int layer);
     void *ctx;
@@ -213,6 +218,7 @@ typedef struct sr_model {
     void *dresidual, *dln, *dqkv, *datty, *dfch, *dfch_gelu;
     void *op_ws;      /* the ops' workspace (ops.h workspace_bytes), or NULL */
     double *loss_acc; /* per-token losses summed since the last take (SR_MEM_OTHER) */
+    bool loss_taken;  /* loss_acc was read (taken): the next forward writes it instead of adding */
     size_t act_bytes;
     /* the dloss the last forward's fused classifier (ops.h
      * crossentropy_fused) wrote dlogits with; 0: the logits are intact
@@ -284,9 +290,9 @@ sr_status sr_model_forward_train(sr_model *m, const sr_param_source *src, const 
  * device sum restarts at zero. */
 sr_status sr_model_take_loss_sum(sr_model *m, double *sum);
 /* Backward of the last forward; accumulates d(loss_sum * dloss)/dparam into
- * the gradients, where loss_sum is the sum of the per-token losses (pass
- * dloss = 1/(tokens in the global batch) for the mean).  Returns as
- * sr_model_forward. */
+ * the gradients (writes them, in a buffer the source calls fresh), where
+ * loss_sum is the sum of the per-token losses (pass dloss = 1/(tokens in
+ * the global batch) for the mean).  Returns as sr_model_forward. */
 sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss);
 
 /* FLOPs of one forward+backward per token: 6N + 12 L T NH hs, N the

@@ -197,7 +197,7 @@ sr_status sr_offload_grads(sr_fsdp *f, double *loss_sum) {
     sr_dev *d = f->dev;
     sr_event loss_ready = {0}, comm_done = {0};
     d->copy(d, SR_STREAM_COMPUTE, f->sumsq + 1, f->m->loss_acc, sizeof(double));
-    d->memset(d, SR_STREAM_COMPUTE, f->m->loss_acc, 0, sizeof(double));
+    f->m->loss_taken = true; /* the next forward writes it (after this copy, on the same stream) */
     d->record(d, &loss_ready, SR_STREAM_COMPUTE);
     sr_dev_wait(d, SR_STREAM_COMM, &loss_ready, "offload_scalars");
     d->copy(d, SR_STREAM_COMM, f->hscalars, f->sumsq + 1, sizeof(double));

@@ -7,11 +7,14 @@
  * then inputs, then sizes; backward functions ACCUMULATE (+=) into every
  * gradient they write, so callers zero gradients they do not want summed
  * (the classifier's backward alone overwrites: logits become dlogits),
- * except where an op takes a `beta` (0 or 1, the last argument):
- * matmul_backward's input gradient, gelu_backward and swiglu_backward
- * compute out = beta out + gradient, and with beta 0 never read `out`
- * (whatever it holds, NaN included, is overwritten), so a buffer with no
- * earlier contribution needs no zeroing first (ARCHITECTURE.md §3a).
+ * except where an op takes a `beta` (0 or 1): the input gradient of
+ * matmul_backward, layernorm_backward and rmsnorm_backward, gelu_backward
+ * and swiglu_backward compute out = beta out + gradient, and with beta 0
+ * never read `out` (whatever it holds, NaN included, is overwritten), so a
+ * buffer with no earlier contribution needs no zeroing first; `gbeta` (0
+ * or 1) is the same for the parameter gradients of matmul_backward (dw,
+ * dbias), the norms' (dw, db) and encoder_backward's dwpe — dwte, a
+ * scatter over token ids, always adds (ARCHITECTURE.md §3a).
  * Every pointer is memory of the device table the ops run with
  * (device.h); ops are stream-ordered on the compute stream.
  * Shape legend: B batch, T time, C channels, NH heads, hs = C/NH, V vocab,
@@ -37,20 +40,23 @@ typedef struct sr_ops {
     /* out[B,T,C] = wte[inp[b,t]] + wpe[t]; wpe NULL (a model without
      * learned positions): out = wte[inp[b,t]] */
     void (*encoder_forward)(void *out, const int *inp, const void *wte, const void *wpe, int B, int T, int C);
-    /* dwte[inp[b,t]] += dout[b,t]; dwpe[t] += sum_b dout[b,t] (dwpe NULL:
-     * none) */
-    void (*encoder_backward)(float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T, int C);
+    /* dwte[inp[b,t]] += dout[b,t]; dwpe[t] = gbeta dwpe[t] + sum_b
+     * dout[b,t] (dwpe NULL: none) */
+    void (*encoder_backward)(float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T, int C,
+                             float gbeta);
     /* out[N,C] = (inp - mean) * rstd * w + b; saves mean[N], rstd[N] */
     void (*layernorm_forward)(void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b, int N,
                               int C);
+    /* dinp[N,C] = beta dinp + d/dinp; dw[C] = gbeta dw + sum_n dout *
+     * (inp - mean) * rstd, db[C] = gbeta db + sum_n dout (fixed order) */
     void (*layernorm_backward)(void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w,
-                               const float *mean, const float *rstd, int N, int C);
+                               const float *mean, const float *rstd, int N, int C, float beta, float gbeta);
     /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL) */
     void (*matmul_forward)(void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC);
-    /* dinp[N,C] = beta dinp + dout @ w (beta 0 or 1); dw[OC,C] += dout^T @
-     * inp; dbias[OC] += sum_n dout (dbias may be NULL) */
+    /* dinp[N,C] = beta dinp + dout @ w; dw[OC,C] = gbeta dw + dout^T @ inp;
+     * dbias[OC] = gbeta dbias + sum_n dout (dbias may be NULL) */
     void (*matmul_backward)(void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w,
-                            int N, int C, int OC, float beta);
+                            int N, int C, int OC, float beta, float gbeta);
     /* qkv[B,T,3C] (q, k, v each C wide, heads contiguous) -> out[B,T,C];
      * saves what the backward needs in `att`, attention_save_bytes(B, T, NH)
      * bytes that the op owns the layout of (the CPU op and materialized
@@ -101,10 +107,10 @@ typedef struct sr_ops {
     /* out[N,C] = inp * rstd * w with rstd = 1 / sqrt(mean(inp^2) + eps)
      * over each row (float sums); saves rstd[N] */
     void (*rmsnorm_forward)(void *out, float *rstd, const void *inp, const void *w, float eps, int N, int C);
-    /* dinp[N,C] += d/dinp; dw[C] += sum_n dout * inp * rstd (summed in a
-     * fixed order whatever the thread count) */
+    /* dinp[N,C] = beta dinp + d/dinp; dw[C] = gbeta dw + sum_n dout * inp
+     * * rstd (summed in a fixed order whatever the thread count) */
     void (*rmsnorm_backward)(void *dinp, float *dw, const void *dout, const void *inp, const void *w, const float *rstd,
-                             int N, int C);
+                             int N, int C, float beta, float gbeta);
     /* Rotary position embedding, in place, on the NH query heads and the
      * NKV key heads of qkv[B,T,(NH + 2 NKV) hs] (queries, keys, values,
      * heads contiguous; values untouched), Hugging Face's rotate-half

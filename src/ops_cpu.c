@@ -432,13 +432,19 @@ static void encoder_forward(float *out, const int *inp, const float *wte, const 
     }
 }
 
-static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C) {
+static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C,
+                             float gbeta) {
     /* Split by channel: each thread owns columns [c0, c1) of dwte and dwpe,
-     * so scattered token rows never collide and the order is fixed. */
+     * so scattered token rows never collide and the order is fixed.  The
+     * overwrite form zeroes its dwpe columns first: the same sums as a
+     * zeroed buffer's, bit for bit. */
 #pragma omp parallel
     {
         int c0, c1;
         split_range(C, thread_id(), team_size(), 16, &c0, &c1);
+        if (c1 > c0 && dwpe && gbeta == 0.0f)
+            for (int t = 0; t < T; t++)
+                memset(dwpe + (size_t)t * C + c0, 0, (size_t)(c1 - c0) * sizeof(float));
         if (c1 > c0)
             for (int b = 0; b < B; b++)
                 for (int t = 0; t < T; t++) {
@@ -459,17 +465,30 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
         ln_fwd_row(out + (size_t)n * C, &mean[n], &rstd[n], inp + (size_t)n * C, w, b, C);
 }
 
+/* The overwrite forms (ops.h: beta, gbeta 0) zero what they write first:
+ * the same sums as a zeroed buffer's, bit for bit. */
+static void zero_if(float *p, size_t n, float beta) {
+    if (beta == 0.0f)
+        memset(p, 0, n * sizeof(float));
+}
+
 static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                               const float *mean, const float *rstd, int N, int C) {
+                               const float *mean, const float *rstd, int N, int C, float beta, float gbeta) {
 #pragma omp parallel
     {
         /* Pass 1, by row: the input gradient. */
 #pragma omp for
-        for (int n = 0; n < N; n++)
+        for (int n = 0; n < N; n++) {
+            zero_if(dinp + (size_t)n * C, (size_t)C, beta);
             ln_bwd_row(dinp + (size_t)n * C, inp + (size_t)n * C, dout + (size_t)n * C, w, mean[n], rstd[n], C);
+        }
         /* Pass 2, by column block: weight and bias gradients. */
         int c0, c1;
         split_range(C, thread_id(), team_size(), 16, &c0, &c1);
+        if (c1 > c0) {
+            zero_if(dw + c0, (size_t)(c1 - c0), gbeta);
+            zero_if(db + c0, (size_t)(c1 - c0), gbeta);
+        }
         if (c1 > c0)
             for (int n = 0; n < N; n++)
                 ln_bwd_cols(dw + c0, db + c0, inp + (size_t)n * C + c0, dout + (size_t)n * C + c0, mean[n], rstd[n],
@@ -507,7 +526,7 @@ static void matmul_forward(float *out, const float *inp, const float *w, const f
 }
 
 static void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
-                            int N, int C, int OC, float beta) {
+                            int N, int C, int OC, float beta, float gbeta) {
 #pragma omp parallel
     {
         int id = thread_id(), nt = team_size();
@@ -518,11 +537,14 @@ static void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
         if (n1 > n0 && dinp)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n1 - n0, C, OC, 1.0f, dout + (size_t)n0 * OC, OC, w,
                         C, beta != 0.0f ? 1.0f : 0.0f, dinp + (size_t)n0 * C, C);
-        /* dw[OC,C] += dout^T @ inp, split by rows of OC */
+        /* dw[OC,C] = gbeta dw + dout^T @ inp, split by rows of OC (BLAS
+         * zeroes C first when beta is 0: the same sums) */
         split_range(OC, id, nt, 16, &o0, &o1);
         if (o1 > o0)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o1 - o0, C, N, 1.0f, dout + o0, OC, inp, C, 1.0f,
-                        dw + (size_t)o0 * C, C);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o1 - o0, C, N, 1.0f, dout + o0, OC, inp, C,
+                        gbeta != 0.0f ? 1.0f : 0.0f, dw + (size_t)o0 * C, C);
+        if (dbias && o1 > o0)
+            zero_if(dbias + o0, (size_t)(o1 - o0), gbeta);
         if (dbias && o1 > o0)
             for (int n = 0; n < N; n++)
                 acc1(dbias + o0, dout + (size_t)n * OC + o0, (size_t)(o1 - o0));
@@ -613,18 +635,22 @@ static void rmsnorm_forward(void *out_, float *rstd, const void *inp_, const voi
 }
 
 static void rmsnorm_backward(void *dinp_, float *dw, const void *dout_, const void *inp_, const void *w_,
-                             const float *rstd, int N, int C) {
+                             const float *rstd, int N, int C, float beta, float gbeta) {
     float *dinp = dinp_;
     const float *dout = dout_, *inp = inp_, *w = w_;
 #pragma omp parallel
     {
         /* Pass 1, by row: the input gradient. */
 #pragma omp for
-        for (int n = 0; n < N; n++)
+        for (int n = 0; n < N; n++) {
+            zero_if(dinp + (size_t)n * C, (size_t)C, beta);
             rms_bwd_row(dinp + (size_t)n * C, inp + (size_t)n * C, dout + (size_t)n * C, w, rstd[n], C);
+        }
         /* Pass 2, by column block: the weight gradient, rows in order. */
         int c0, c1;
         split_range(C, thread_id(), team_size(), 16, &c0, &c1);
+        if (c1 > c0)
+            zero_if(dw + c0, (size_t)(c1 - c0), gbeta);
         if (c1 > c0)
             for (int n = 0; n < N; n++)
                 rms_bwd_cols(dw + c0, inp + (size_t)n * C + c0, dout + (size_t)n * C + c0, rstd[n], c1 - c0);
@@ -740,23 +766,24 @@ static size_t attention_save_bytes(int B, int T, int NH) { return (size_t)B * NH
 static void encoder_forward_t(void *out, const int *inp, const void *wte, const void *wpe, int B, int T, int C) {
     encoder_forward(out, inp, wte, wpe, B, T, C);
 }
-static void encoder_backward_t(float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T, int C) {
-    encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+static void encoder_backward_t(float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T, int C,
+                               float gbeta) {
+    encoder_backward(dwte, dwpe, dout, inp, B, T, C, gbeta);
 }
 static void layernorm_forward_t(void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b,
                                 int N, int C) {
     layernorm_forward(out, mean, rstd, inp, w, b, N, C);
 }
 static void layernorm_backward_t(void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w,
-                                 const float *mean, const float *rstd, int N, int C) {
-    layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+                                 const float *mean, const float *rstd, int N, int C, float beta, float gbeta) {
+    layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, beta, gbeta);
 }
 static void matmul_forward_t(void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC) {
     matmul_forward(out, inp, w, bias, N, C, OC);
 }
 static void matmul_backward_t(void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w,
-                              int N, int C, int OC, float beta) {
-    matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, beta);
+                              int N, int C, int OC, float beta, float gbeta) {
+    matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, beta, gbeta);
 }
 static void attention_forward_t(void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
     attention_forward(out, att, qkv, B, T, C, NH);

@@ -150,11 +150,12 @@ static void encoder_forward(int bf16, void *out, const int *inp, const void *wte
              B, T, C);
 }
 
-static void encoder_backward(int bf16, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T,
-                             int C) {
+static void encoder_backward(int bf16, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T, int C,
+                             float gbeta) {
     sr_cuda_ctx *c = ctx_ws("encoder_backward");
     if (c)
-        done(c, sr_k_encoder_backward(c->stream, dwte, dwpe, dout, inp, B, T, C, bf16, c->ws, c->ws_bytes),
+        done(c,
+             sr_k_encoder_backward(c->stream, dwte, dwpe, dout, inp, B, T, C, bf16, c->ws, c->ws_bytes, gbeta != 0.0f),
              "encoder_backward", "B=%d T=%d C=%d", B, T, C);
 }
 
@@ -167,10 +168,13 @@ static void layernorm_forward(int bf16, void *out, float *mean, float *rstd, con
 }
 
 static void layernorm_backward(int bf16, void *dinp, float *dw, float *db, const void *dout, const void *inp,
-                               const void *w, const float *mean, const float *rstd, int N, int C) {
+                               const void *w, const float *mean, const float *rstd, int N, int C, float beta,
+                               float gbeta) {
     sr_cuda_ctx *c = ctx_ws("layernorm_backward");
     if (c)
-        done(c, sr_k_layernorm_backward(c->stream, dinp, dw, db, dout, inp, w, mean, rstd, N, C, bf16, c->ws),
+        done(c,
+             sr_k_layernorm_backward(c->stream, dinp, dw, db, dout, inp, w, mean, rstd, N, C, bf16, c->ws, beta != 0.0f,
+                                     gbeta != 0.0f),
              "layernorm_backward", "N=%d C=%d", N, C);
 }
 
@@ -195,7 +199,7 @@ static void matmul_forward(int bf16, void *out, const void *inp, const void *w, 
 }
 
 static void matmul_backward(int bf16, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
-                            const void *w, int N, int C, int OC, float beta) {
+                            const void *w, int N, int C, int OC, float beta, float gbeta) {
     sr_cuda_ctx *c = dbias ? ctx_ws("matmul_backward (dbias)") : ctx();
     if (!c)
         return;
@@ -205,13 +209,15 @@ static void matmul_backward(int bf16, void *dinp, float *dw, float *dbias, const
               rm_gemm(c, bf16, 0, 0, N, C, OC, dout, OC, 0, w, C, 0, dinp, C, 0, 1, 1.0f, beta != 0.0f, false,
                       SR_LF_GEMM_LINEAR),
               "matmul_backward (dinp)");
-    /* dW[OC,C] += dout^T inp, into float */
-    gemm_done(
-        c, rm_gemm(c, bf16, 1, 0, OC, C, N, dout, OC, 0, inp, C, 0, dw, C, 0, 1, 1.0f, true, true, SR_LF_GEMM_LINEAR),
-        "matmul_backward (dW)");
+    /* dW[OC,C] = gbeta dW + dout^T inp, into float (gbeta 0: cuBLASLt's beta
+     * 0, dW not read) */
+    gemm_done(c,
+              rm_gemm(c, bf16, 1, 0, OC, C, N, dout, OC, 0, inp, C, 0, dw, C, 0, 1, 1.0f, gbeta != 0.0f, true,
+                      SR_LF_GEMM_LINEAR),
+              "matmul_backward (dW)");
     if (dbias)
-        done(c, sr_k_bias_backward(c->stream, dbias, dout, N, OC, bf16, c->ws), "matmul_backward (dbias)", "N=%d OC=%d",
-             N, OC);
+        done(c, sr_k_bias_backward(c->stream, dbias, dout, N, OC, bf16, c->ws, gbeta != 0.0f),
+             "matmul_backward (dbias)", "N=%d OC=%d", N, OC);
 }
 
 /* Causal attention over qkv rows of W = (NH + 2 NKV) hs (queries, keys,
@@ -395,11 +401,13 @@ static void rmsnorm_forward(int bf16, void *out, float *rstd, const void *inp, c
 }
 
 static void rmsnorm_backward(int bf16, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
-                             const float *rstd, int N, int C) {
+                             const float *rstd, int N, int C, float beta, float gbeta) {
     sr_cuda_ctx *c = ctx_ws("rmsnorm_backward");
     if (c)
-        done(c, sr_k_rmsnorm_backward(c->stream, dinp, dw, dout, inp, w, rstd, N, C, bf16, c->ws), "rmsnorm_backward",
-             "N=%d C=%d", N, C);
+        done(c,
+             sr_k_rmsnorm_backward(c->stream, dinp, dw, dout, inp, w, rstd, N, C, bf16, c->ws, beta != 0.0f,
+                                   gbeta != 0.0f),
+             "rmsnorm_backward", "N=%d C=%d", N, C);
 }
 
 static void rope(int bf16, int back, void *qkv, const float *cs, int B, int T, int NH, int NKV, int hs) {
@@ -493,23 +501,24 @@ static void bind_workspace(void *ws, size_t bytes) {
     static void encoder_forward_##SUF(void *o, const int *i, const void *e, const void *p, int B, int T, int C) {      \
         encoder_forward(BF, o, i, e, p, B, T, C);                                                                      \
     }                                                                                                                  \
-    static void encoder_backward_##SUF(float *a, float *b, const void *d, const int *i, int B, int T, int C) {         \
-        encoder_backward(BF, a, b, d, i, B, T, C);                                                                     \
+    static void encoder_backward_##SUF(float *a, float *b, const void *d, const int *i, int B, int T, int C,           \
+                                       float gb) {                                                                     \
+        encoder_backward(BF, a, b, d, i, B, T, C, gb);                                                                 \
     }                                                                                                                  \
     static void layernorm_forward_##SUF(void *o, float *m, float *r, const void *i, const void *w, const void *b,      \
                                         int N, int C) {                                                                \
         layernorm_forward(BF, o, m, r, i, w, b, N, C);                                                                 \
     }                                                                                                                  \
     static void layernorm_backward_##SUF(void *di, float *dw, float *db, const void *d, const void *i, const void *w,  \
-                                         const float *m, const float *r, int N, int C) {                               \
-        layernorm_backward(BF, di, dw, db, d, i, w, m, r, N, C);                                                       \
+                                         const float *m, const float *r, int N, int C, float beta, float gb) {         \
+        layernorm_backward(BF, di, dw, db, d, i, w, m, r, N, C, beta, gb);                                             \
     }                                                                                                                  \
     static void matmul_forward_##SUF(void *o, const void *i, const void *w, const void *b, int N, int C, int OC) {     \
         matmul_forward(BF, o, i, w, b, N, C, OC);                                                                      \
     }                                                                                                                  \
     static void matmul_backward_##SUF(void *di, float *dw, float *db, const void *d, const void *i, const void *w,     \
-                                      int N, int C, int OC, float beta) {                                              \
-        matmul_backward(BF, di, dw, db, d, i, w, N, C, OC, beta);                                                      \
+                                      int N, int C, int OC, float beta, float gb) {                                    \
+        matmul_backward(BF, di, dw, db, d, i, w, N, C, OC, beta, gb);                                                  \
     }                                                                                                                  \
     static void attention_forward_##SUF(void *o, void *a, const void *q, int B, int T, int C, int NH) {                \
         attention_forward(BF, o, a, q, B, T, C, NH);                                                                   \
@@ -524,8 +533,8 @@ static void bind_workspace(void *ws, size_t bytes) {
         rmsnorm_forward(BF, o, r, i, w, e, N, C);                                                                      \
     }                                                                                                                  \
     static void rmsnorm_backward_##SUF(void *di, float *dw, const void *d, const void *i, const void *w,               \
-                                       const float *r, int N, int C) {                                                 \
-        rmsnorm_backward(BF, di, dw, d, i, w, r, N, C);                                                                \
+                                       const float *r, int N, int C, float beta, float gb) {                           \
+        rmsnorm_backward(BF, di, dw, d, i, w, r, N, C, beta, gb);                                                      \
     }                                                                                                                  \
     static void rope_forward_##SUF(void *q, const float *cs, int B, int T, int NH, int NKV, int hs) {                  \
         rope(BF, 0, q, cs, B, T, NH, NKV, hs);                                                                         \

@@ -61,6 +61,14 @@ void sr_optim_step(sr_optim *opt, float *params, const float *grads, int64_t ste
     opt->dev->adamw(opt->dev, SR_STREAM_COMPUTE, &l);
 }
 
+void sr_optim_step_clipped(sr_optim *opt, float *params, const float *grads, int64_t step, double lr,
+                           const sr_adamw_opts *o, const double *sumsq, double clip) {
+    sr_adamw_launch l = sr_optim_launch(opt, params, grads, step, lr, o, 1.0f);
+    l.sumsq = sumsq;
+    l.clip = clip;
+    opt->dev->adamw(opt->dev, SR_STREAM_COMPUTE, &l);
+}
+
 sr_adamw_launch sr_optim_launch(const sr_optim *opt, float *params, const float *grads, int64_t step, double lr,
                                 const sr_adamw_opts *o, float grad_scale) {
     return (sr_adamw_launch){.params = params,

@@ -57,6 +57,13 @@ void sr_optim_free(sr_optim *opt);
 void sr_optim_step(sr_optim *opt, float *params, const float *grads, int64_t step, double lr, const sr_adamw_opts *o,
                    float grad_scale);
 
+/* sr_optim_step with the clipping scale computed where the step runs
+ * (device.h sr_adamw_launch.sumsq): from the sum of squares *sumsq, a
+ * double in the optimizer table's memory written earlier on its compute
+ * stream, and the clipping threshold `clip` (0: none). */
+void sr_optim_step_clipped(sr_optim *opt, float *params, const float *grads, int64_t step, double lr,
+                           const sr_adamw_opts *o, const double *sumsq, double clip);
+
 /* The launch sr_optim_step makes (every segment), for a caller that runs
  * it in parts (the offload pipeline: a unit's segments at a time). */
 sr_adamw_launch sr_optim_launch(const sr_optim *opt, float *params, const float *grads, int64_t step, double lr,

@@ -34,6 +34,7 @@
 #include "starts.h"
 #include "testhook.h"
 #include "trace.h"
+#include "vec.h"
 
 /* ------------------------------------------------------------------------ */
 /* setup and teardown */
@@ -294,8 +295,14 @@ static sr_status micro_batches(sr_run *r, int64_t s, double *loss_sum, sr_step_o
             SR_TRACE_PHASE("backward", st = sr_fsdp_backward(r->fsdp, (float)dloss, a == r->accum - 1));
     }
     o->norm = 0.0;
+    /* AdamW ahead of the host wait where the engine can (one rank): the
+     * loss and norm are still checked before the next forward
+     * (sr_run_step_agree); not under the oracle, which reads the
+     * gradients and the parameters before the update */
+    sr_fsdp_update early = {s + 1, sr_lr_at(&r->job.schedule, s), &r->job.adamw, cfg->grad_clip};
     if (st == SR_OK) /* the step's one host wait */
-        SR_TRACE_PHASE("gradients (reductions, norm)", st = sr_fsdp_finish_grads(r->fsdp, loss_sum, &o->norm));
+        SR_TRACE_PHASE("gradients (reductions, norm)",
+                       st = sr_fsdp_finish_grads(r->fsdp, loss_sum, &o->norm, sr_oracle_on(r, s) ? NULL : &early));
     return st;
 }
 
@@ -304,7 +311,7 @@ static sr_status micro_batches(sr_run *r, int64_t s, double *loss_sum, sr_step_o
  * device once per step. */
 static sr_status optimize(sr_run *r, int64_t s, const sr_step_clock *c, sr_step_out *o) {
     const sr_config *cfg = r->cfg;
-    float scale = cfg->grad_clip > 0 && o->norm > cfg->grad_clip ? (float)(cfg->grad_clip / o->norm) : 1.0f;
+    float scale = sr_vec_clip_scale(o->norm, cfg->grad_clip);
     o->lr = sr_lr_at(&r->job.schedule, s);
     sr_status st;
     if (sr_oracle_on(r, s) && (st = sr_oracle_step(r, o)) != SR_OK)

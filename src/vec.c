@@ -86,6 +86,8 @@ static inline SR_ISA_INLINE void adamw_body(float *restrict p, const float *rest
 SR_ISA_KERNEL(adamw, (float *p, const float *g, float *m, float *v, size_t n, const sr_adamw_args *a),
               (p, g, m, v, n, a))
 
+float sr_vec_clip_scale(double norm, double clip) { return clip > 0 && norm > clip ? (float)(clip / norm) : 1.0f; }
+
 void sr_vec_f32_to_bf16_par(uint16_t *dst, const float *src, size_t n) {
 #pragma omp parallel if (n > PAR_MIN)
     {

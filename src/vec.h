@@ -37,6 +37,12 @@ typedef struct {
     float b1, b2, eps, bc1, bc2, lr, decay, grad_scale;
 } sr_adamw_args;
 void sr_vec_adamw_par(float *params, const float *grads, float *m, float *v, size_t n, const sr_adamw_args *a);
+/* The grad_scale of clipping to `clip` (0: no clipping) at gradient norm
+ * `norm`: clip / norm in double, rounded to float, when norm exceeds clip,
+ * else 1 (a NaN norm: 1).  The one formula: the host's step (train.c) and
+ * the tables' adamw from a sum of squares (device.h; kernels/adamw.cu
+ * repeats it in device code, the same IEEE operations). */
+float sr_vec_clip_scale(double norm, double clip);
 /* The same on the calling thread alone (the caller parallelises around it:
  * device_cpu.c splits a whole shard's segments into one contiguous range
  * per thread).  Every element is the same expression in both, so any split

@@ -11,7 +11,10 @@
 # time; make install refuses the tree; a Llama job (llama-tiny, 2 layers)
 # 8 steps against the CPU, its memory what `shardrun plan` says, to the
 # byte, and with model.attention: flash (bf16) 2 steps, its memory the
-# plan's to the byte, and so at head dim 128 with attention auto (flash).
+# plan's to the byte, and so at head dim 128 with attention auto (flash);
+# one rank with 2 accumulation steps per micro-batch: its gradients in the
+# gradient shard itself (no accumulation buffer or reduction slot, the
+# plan's memory the run's), 3 steps against the CPU.
 # The long tier adds 20 steps bf16 with flash
 # attention (auto) and with materialized attention (each 3e-2 absolute at
 # step 20) and the exact run's checkpoint resumed on the CPU and back
@@ -122,6 +125,27 @@ plan_matches llama-fl128 --set device=cuda $L128 --set train.steps=2
 check "  ...shardrun plan of it (attention flash) equals its peaks, all 9 categories to the byte" \
     sh -c "[ $? -eq 0 ] && grep -q 'attention flash' llama-fl128.plan"
 diag "$(cat llama-fl128.plandiff llama-fl128.plan.err)"
+# one rank writes its gradients straight into the gradient shard, the
+# first micro-batch's overwriting (issue 63): 2 accumulation steps (the
+# 20-step run above is per_step at one), per_micro_batch, the losses within
+# 1e-4 of the CPU's, no accumulation buffer or reduction slot, and the
+# plan's memory the run's to the byte
+for gs in per_micro_batch; do
+    ACC="--set train.steps=3 --set train.micro_batch=4 --set sharding.grad_sync=$gs"
+    # shellcheck disable=SC2086
+    train acc-cpu-$gs --set device=cpu $F32 $ACC
+    # shellcheck disable=SC2086
+    train acc-gpu-$gs --set device=cuda $F32 $ACC
+    check "one rank, 2 accumulation steps, grad_sync $gs: 3 steps on the emulated GPU (status $rc)" test "$rc" -eq 0
+    losses_close acc-gpu-$gs acc-cpu-$gs 1e-4 >acc-$gs.txt
+    check "  ...every step's loss within 1e-4 of the CPU's" test $? -eq 0
+    diag "$(cat acc-$gs.txt)"
+    # shellcheck disable=SC2086
+    plan_matches acc-gpu-$gs --set device=cuda $F32 $ACC
+    check "  ...the gradients in the shard itself: grad_accum and comm 0, the plan the run's peaks to the byte" \
+        sh -c "[ $? -eq 0 ] && grep -Eq '^  grad_accum +- +0 ' acc-gpu-$gs.plan && grep -Eq '^  comm +- +0 ' acc-gpu-$gs.plan"
+    diag "$(cat acc-gpu-$gs.plandiff acc-gpu-$gs.plan.err)"
+done
 check "  ...and the CPU run's say nothing of it" sh -c '! grep -q "cuda-emulated" cpu.jsonl && ! grep -q "^shardrun: \[" cpu.err'
 
 # log.trace_steps on the emulated GPU: the streams' spans (the blocks'

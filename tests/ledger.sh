@@ -11,6 +11,8 @@
 #      attention GEMM, 4 kernels a layer, the causal FLOPs, the LSE saved;
 #      the JSON's fields and sums, the text's totals; Llama-3.2-1B at T 2048
 #      in well under 1 GiB of memory; a collective family at 4 ranks only;
+#      the ops' rows: no memset but the key biases' zeros (none feeds an
+#      accumulation), one classifier kernel, no gradient copy at one rank;
 #      the refusals (device: cpu, offload, a range, --json alone, 2000 ranks)
 #   3. calibrations: the defaults are tests/gpu/calibration/h200.json's, a
 #      file's efficiencies predict (bound / efficiency), --gemm-tflops moves
@@ -163,6 +165,38 @@ EOF
     rc=$?
     check "  ...with flash attention (auto): no attention GEMM, 4 kernels a layer, the causal FLOPs, the bytes at their minimum ($(tail -1 gf.arith))" \
         test $rc -eq 0 || diag "$(cat gf.arith gf.err)"
+    # issue 63: the ops' rows sum to the total; nothing feeds an
+    # accumulation from a memset (the key biases' exact zeros, C floats a
+    # layer a micro-batch, are the only memsets), one classifier kernel, and
+    # at one rank no gradient copy, fold or add (the gradient shard is the
+    # model's own buffer); at 2 ranks of 2 accumulation steps the same memsets
+    ledger g2 gpt2-124m 16 1024 --set train.micro_batch=4 --ranks 2
+    py gf.json g2.json 12 768 >ops.arith 2>&1 <<'EOF'
+import json, sys
+d, d2 = (json.load(open(p)) for p in sys.argv[1:3])
+L, C = map(int, sys.argv[3:])
+bad = []
+for j, what in ((d, "1 rank"), (d2, "2 ranks")):
+    ops = {x["name"]: x for x in j["ops"]}
+    for k in ("launches", "gemm_calls", "gb"):
+        s = sum(x[k] for x in j["ops"])
+        if abs(s - j["total"][k]) > 1e-9 * max(1, j["total"][k]):
+            bad.append(f"{what}: the ops' {k} sum to {s}, the total says {j['total'][k]}")
+    mb = 1 if j is d else 2
+    ms = ops.get("memset", {"calls": 0, "gb": 0})
+    if ms["calls"] != L * mb or abs(ms["gb"] - L * mb * C * 4 / 1e9) > 1e-12:
+        bad.append(f"{what}: memsets {ms['calls']} of {ms['gb']} GB (expected the key biases': {L * mb} of C floats)")
+    if "crossentropy_fused" not in ops or ops["crossentropy_fused"]["calls"] != mb or "crossentropy_backward" in ops:
+        bad.append(f"{what}: the classifier is not one fused kernel a micro-batch: {sorted(ops)}")
+ops = {x["name"]: x for x in d["ops"]}
+if "add_f32" in ops or "fold_bf16" in ops or ops.get("copy_device", {"gb": 0})["gb"] > 16 / 1e9:
+    bad.append(f"1 rank: a gradient copy or fold: {[(n, ops[n]['gb']) for n in ('add_f32', 'fold_bf16', 'copy_device') if n in ops]}")
+print("\n".join(bad) or f"1 rank: {ops['memset']['calls']} memsets, copies {ops.get('copy_device', {'gb': 0})['gb'] * 1e9:.0f} bytes")
+sys.exit(1 if bad else 0)
+EOF
+    rc=$?
+    check "  ...no memset feeds an accumulation, one classifier kernel, at one rank no gradient copy ($(tail -1 ops.arith))" \
+        test $rc -eq 0 || diag "$(cat ops.arith g2.err)"
     /usr/bin/time -f '%M' -o l1b.rss "$S" plan --ledger --json /dev/null --set device=cuda --set model.preset=llama-3.2-1b \
         --set model.seq_len=2048 --set train.batch_size=8 --set train.micro_batch=8 $BF16 >l1b.json 2>l1b.err
     rc=$?

@@ -64,15 +64,20 @@ P=$(last none.jsonl mem_param_shard) G=$(last none.jsonl mem_grad_shard) O=$(las
 dev0=$(last none.jsonl mem_device_total_peak) comm0=$(last none.jsonl mem_comm_peak)
 dev1=$(last opt.jsonl mem_device_total_peak) comm1=$(last opt.jsonl mem_comm_peak)
 dev2=$(last optp.jsonl mem_device_total_peak) comm2=$(last optp.jsonl mem_comm_peak)
-diag "device peak: none $dev0, optimizer $dev1, +params $dev2 (param $P, grad $G, optim $O; landing slots $((comm1 - comm0)))"
-check "offload.optimizer: the device drops the gradient and optimizer shards, gains the 3 landing slots" \
-    test "$dev1" -eq $((dev0 - G - O + comm1 - comm0))
+# (one rank without offload accumulates in the gradient shard itself; with
+# offload per_step the shard is on the host: the accumulation buffer returns)
+acc0=$(last none.jsonl mem_grad_accum_peak) acc1=$(last opt.jsonl mem_grad_accum_peak)
+acc2=$(last optp.jsonl mem_grad_accum_peak)
+diag "device peak: none $dev0, optimizer $dev1, +params $dev2 (param $P, grad $G, optim $O; landing slots $((comm1 - comm0)); accumulation $acc0 -> $acc1)"
+check "offload.optimizer: the device drops the gradient and optimizer shards, gains the 3 landing slots and the accumulation buffer" \
+    test "$acc0" -eq 0 -a "$dev1" -eq $((dev0 - G - O + comm1 - comm0 + acc1 - acc0))
 check "  ...pinned host memory holds the master and the gradient shard (+ the loss scalar)" \
     test "$(last opt.jsonl mem_pinned_total)" -ge $((P + G)) -a "$(last opt.jsonl mem_pinned_total)" -le $((P + G + 64))
 check "  ...host memory holds Adam m and v" test "$(last opt.jsonl mem_host_total)" -eq "$O"
 check "  ...the device keeps a copy of the parameter shard (param_shard counts both)" \
     test "$(last opt.jsonl mem_param_shard)" -eq $((2 * P))
-check "offload.params: the device also drops the parameter shard" test "$dev2" -eq $((dev0 - P - G - O + comm2 - comm0))
+check "offload.params: the device also drops the parameter shard" \
+    test "$dev2" -eq $((dev0 - P - G - O + comm2 - comm0 + acc2 - acc0))
 
 # 3. bf16 and per_micro_batch
 BF="--set sharding.mixed_precision.param_dtype=bf16 --set sharding.mixed_precision.reduce_dtype=bf16"

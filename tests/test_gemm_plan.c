@@ -109,7 +109,7 @@ static void linear(int N, int C, int OC) {
     memcpy(dinp, dinp_ref, (size_t)N * C * 4);
     memcpy(dw, dw_ref, (size_t)OC * C * 4);
     sr_ops_cpu.matmul_forward(out_ref, inp, w, NULL, N, C, OC);
-    sr_ops_cpu.matmul_backward(dinp_ref, dw_ref, NULL, dout, inp, w, N, C, OC, 1.0f);
+    sr_ops_cpu.matmul_backward(dinp_ref, dw_ref, NULL, dout, inp, w, N, C, OC, 1.0f, 1.0f);
     /* as ops_cuda.c issues them; the key's A is the row-major B */
     sr_gemm_key f = sr_cuda_rm_key(0, 1, N, OC, C, C, 0, C, 0, OC, 0, 1, false, false, false);
     emulate(&f, w, inp, out, 1.0f);

@@ -224,10 +224,15 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     float *gwte = rnd((size_t)Vp * C, 4, 1.0f), *gwpe = rnd((size_t)T * C, 5, 1.0f);
     float *gwte0 = copy_of(gwte, (size_t)Vp * C), *gwpe0 = copy_of(gwpe, (size_t)T * C);
     float *dgwte = up(gwte, (size_t)Vp * C, 0), *dgwpe = up(gwpe, (size_t)T * C, 0);
-    cpu->encoder_backward(gwte, gwpe, dout, inp, B, T, C);
-    o->encoder_backward(dgwte, dgwpe, ddout, dinp_ids, B, T, C);
+    cpu->encoder_backward(gwte, gwpe, dout, inp, B, T, C, 1.0f);
+    o->encoder_backward(dgwte, dgwpe, ddout, dinp_ids, B, T, C, 1.0f);
     check_added("encoder_backward dwte", dgwte, gwte, gwte0, (size_t)Vp * C, bf16, 0, t_ew);
     check_added("encoder_backward dwpe", dgwpe, gwpe, gwpe0, (size_t)T * C, bf16, 0, t_ew);
+    /* dwpe's overwrite form (gbeta 0): written into NaN */
+    float *owpe = malloc((size_t)T * C * 4), *dowpe = out_nan((size_t)T * C, 0);
+    cpu->encoder_backward(gwte, owpe, dout, inp, B, T, C, 0.0f);
+    o->encoder_backward(dgwte, dowpe, ddout, dinp_ids, B, T, C, 0.0f);
+    check("encoder_backward dwpe (gbeta 0, into NaN)", dowpe, owpe, (size_t)T * C, bf16, 0, t_ew);
 
     /* layernorm: out, mean and rstd written; backward from the CPU's statistics */
     float *x = rnd(NC, 6, 1.0f), *w = rnd((size_t)C, 7, 1.0f), *b = rnd((size_t)C, 8, 0.5f);
@@ -247,11 +252,20 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     float *gx0 = copy_of(gx, NC), *gw0 = copy_of(gw, (size_t)C), *gb0 = copy_of(gb, (size_t)C);
     void *dgx = up(gx, NC, bf16);
     float *dgw = up(gw, (size_t)C, 0), *dgb = up(gb, (size_t)C, 0);
-    cpu->layernorm_backward(gx, gw, gb, dout, x, w, mean, rstd, N, C);
-    o->layernorm_backward(dgx, dgw, dgb, ddout, dx, dw, mean_in, rstd_in, N, C);
+    cpu->layernorm_backward(gx, gw, gb, dout, x, w, mean, rstd, N, C, 1.0f, 1.0f);
+    o->layernorm_backward(dgx, dgw, dgb, ddout, dx, dw, mean_in, rstd_in, N, C, 1.0f, 1.0f);
     check_added("layernorm_backward dinp", dgx, gx, gx0, NC, bf16, 1, t_ln);
     check_added("layernorm_backward dw", dgw, gw, gw0, (size_t)C, bf16, 0, t_ln);
     check_added("layernorm_backward db", dgb, gb, gb0, (size_t)C, bf16, 0, t_ln);
+    /* the overwrite forms (beta, gbeta 0): every output written into NaN */
+    float *ogx = malloc(NC * 4), *ogw = malloc((size_t)C * 4), *ogb = malloc((size_t)C * 4);
+    void *dogx = out_nan(NC, bf16);
+    float *dogw = out_nan((size_t)C, 0), *dogb = out_nan((size_t)C, 0);
+    cpu->layernorm_backward(ogx, ogw, ogb, dout, x, w, mean, rstd, N, C, 0.0f, 0.0f);
+    o->layernorm_backward(dogx, dogw, dogb, ddout, dx, dw, mean_in, rstd_in, N, C, 0.0f, 0.0f);
+    check("layernorm_backward dinp (beta 0, into NaN)", dogx, ogx, NC, bf16, 1, t_ln);
+    check("layernorm_backward dw (gbeta 0, into NaN)", dogw, ogw, (size_t)C, bf16, 0, t_ln);
+    check("layernorm_backward db (gbeta 0, into NaN)", dogb, ogb, (size_t)C, bf16, 0, t_ln);
 
     /* matmul with bias: out[N,3C], the bias 16-byte aligned (the BIAS
      * epilogue) and not (the bias kernel after the GEMM) */
@@ -280,18 +294,21 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     float *mdin0 = copy_of(mdin, NC), *mdw0 = copy_of(mdw, (size_t)OC * C), *mdb0 = copy_of(mdb, (size_t)OC);
     void *dmdin = up(mdin, NC, bf16);
     float *dmdw = up(mdw, (size_t)OC * C, 0), *dmdb = up(mdb, (size_t)OC, 0);
-    cpu->matmul_backward(mdin, mdw, mdb, mdout, x, W, N, C, OC, 1.0f);
-    o->matmul_backward(dmdin, dmdw, dmdb, dmdout, dx, dW, N, C, OC, 1.0f);
+    cpu->matmul_backward(mdin, mdw, mdb, mdout, x, W, N, C, OC, 1.0f, 1.0f);
+    o->matmul_backward(dmdin, dmdw, dmdb, dmdout, dx, dW, N, C, OC, 1.0f, 1.0f);
     check_added("matmul_backward dinp (beta 1)", dmdin, mdin, mdin0, NC, bf16, 1, t_mm);
     check_added("matmul_backward dW", dmdw, mdw, mdw0, (size_t)OC * C, bf16, 0, t_mm);
     check_added("matmul_backward dbias", dmdb, mdb, mdb0, (size_t)OC, bf16, 0, t_mm);
-    /* the overwrite form (beta 0): dinp written into NaN, nothing of it read */
-    float *wdin = malloc(NC * 4), *wdw = calloc((size_t)OC * C, 4);
+    /* the overwrite forms (beta, gbeta 0): dinp, dW and dbias written
+     * into NaN, nothing of them read */
+    float *wdin = malloc(NC * 4), *wdw = malloc((size_t)OC * C * 4), *wdb = malloc((size_t)OC * 4);
     void *dwdin = out_nan(NC, bf16);
-    float *dwdw = up(wdw, (size_t)OC * C, 0);
-    cpu->matmul_backward(wdin, wdw, NULL, mdout, x, W, N, C, OC, 0.0f);
-    o->matmul_backward(dwdin, dwdw, NULL, dmdout, dx, dW, N, C, OC, 0.0f);
+    float *dwdw = out_nan((size_t)OC * C, 0), *dwdb = out_nan((size_t)OC, 0);
+    cpu->matmul_backward(wdin, wdw, wdb, mdout, x, W, N, C, OC, 0.0f, 0.0f);
+    o->matmul_backward(dwdin, dwdw, dwdb, dmdout, dx, dW, N, C, OC, 0.0f, 0.0f);
     check("matmul_backward dinp (beta 0, into NaN)", dwdin, wdin, NC, bf16, 1, t_mm);
+    check("matmul_backward dW (gbeta 0, into NaN)", dwdw, wdw, (size_t)OC * C, bf16, 0, t_mm);
+    check("matmul_backward dbias (gbeta 0, into NaN)", dwdb, wdb, (size_t)OC, bf16, 0, t_mm);
 
     /* the lm head: no bias, OC = Vp (ldd = Vp), and its backward with
      * dbias == NULL, over the padded vocabulary */
@@ -308,8 +325,8 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     float *ldin0 = copy_of(ldin, NC), *ldw0 = copy_of(ldw, (size_t)Vp * C);
     void *dldin = up(ldin, NC, bf16);
     float *dldw = up(ldw, (size_t)Vp * C, 0);
-    cpu->matmul_backward(ldin, ldw, NULL, ldout, x, wte, N, C, Vp, 1.0f);
-    o->matmul_backward(dldin, dldw, NULL, dldout, dx, dwte_p, N, C, Vp, 1.0f);
+    cpu->matmul_backward(ldin, ldw, NULL, ldout, x, wte, N, C, Vp, 1.0f, 1.0f);
+    o->matmul_backward(dldin, dldw, NULL, dldout, dx, dwte_p, N, C, Vp, 1.0f, 1.0f);
     check_added("matmul_backward dinp (lm head, dbias NULL)", dldin, ldin, ldin0, NC, bf16, 1, t_mm);
     check_added("matmul_backward dW (lm head, dbias NULL)", dldw, ldw, ldw0, (size_t)Vp * C, bf16, 0, t_mm);
 
@@ -387,7 +404,7 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     free(gb0), free(W), free(bias), free(bias_shifted), free(mo), free(mdout), free(mdin), free(mdw), free(mdb);
     free(mdin0), free(mdw0), free(mdb0), free(lh), free(ldout), free(ldin), free(ldw), free(ldin0), free(ldw0);
     free(att), free(ao), free(dq), free(dq0), free(gi), free(go), free(gd), free(gg), free(gg0), free(lg), free(tg);
-    free(wdin), free(wdw), free(wgg);
+    free(wdin), free(wdw), free(wdb), free(wgg), free(owpe), free(ogx), free(ogw), free(ogb);
     free(loss), free(lse);
 }
 
@@ -439,12 +456,21 @@ static void llama_ops_at(int bf16, int B, int T, int NH, int NKV, int hs, int F)
     float *gx0 = copy_of(gx, NC), *gw0 = copy_of(gw, (size_t)C);
     void *dgx = up(gx, NC, bf16);
     float *dgw = up(gw, (size_t)C, 0);
-    cpu->rmsnorm_backward(gx, gw, dout, x, w, rstd, N, C);
-    o->rmsnorm_backward(dgx, dgw, ddout, dx, dw, rstd_in, N, C);
+    cpu->rmsnorm_backward(gx, gw, dout, x, w, rstd, N, C, 1.0f, 1.0f);
+    o->rmsnorm_backward(dgx, dgw, ddout, dx, dw, rstd_in, N, C, 1.0f, 1.0f);
     check_added("rmsnorm_backward dinp", dgx, gx, gx0, NC, bf16, 1, t_ln);
     check_added("rmsnorm_backward dw", dgw, gw, gw0, (size_t)C, bf16, 0, t_ln);
-    cpu->encoder_backward(gwte, NULL, dout, tok, B, T, C);
-    o->encoder_backward(dgwte, NULL, ddout, dtok, B, T, C);
+    /* the overwrite forms (beta, gbeta 0): written into NaN */
+    float *ogx = malloc(NC * 4), *ogw = malloc((size_t)C * 4);
+    void *dogx = out_nan(NC, bf16);
+    float *dogw = out_nan((size_t)C, 0);
+    cpu->rmsnorm_backward(ogx, ogw, dout, x, w, rstd, N, C, 0.0f, 0.0f);
+    o->rmsnorm_backward(dogx, dogw, ddout, dx, dw, rstd_in, N, C, 0.0f, 0.0f);
+    check("rmsnorm_backward dinp (beta 0, into NaN)", dogx, ogx, NC, bf16, 1, t_ln);
+    check("rmsnorm_backward dw (gbeta 0, into NaN)", dogw, ogw, (size_t)C, bf16, 0, t_ln);
+    free(ogx), free(ogw);
+    cpu->encoder_backward(gwte, NULL, dout, tok, B, T, C, 1.0f);
+    o->encoder_backward(dgwte, NULL, ddout, dtok, B, T, C, 1.0f);
     check_added("encoder_backward dwte (dwpe NULL)", dgwte, gwte, gwte0, (size_t)V * C, bf16, 0, t_ew);
 
     /* RoPE with Llama-3.2's scaling (factor 32, 1/4, 8192; theta 500000),
@@ -668,10 +694,17 @@ static void primitives(void) {
     double hl = 1.5, gl;
     dev->memset(dev, SR_STREAM_COMPUTE, ds, 0, sizeof(double));
     sr_dev_upload(dev, ds, &hl, sizeof hl, "upload");
-    cpu->loss_sum(cpu, SR_STREAM_COMPUTE, &hl, a, n);
-    dev->loss_sum(dev, SR_STREAM_COMPUTE, ds, da, n);
+    cpu->loss_sum(cpu, SR_STREAM_COMPUTE, &hl, a, n, true);
+    dev->loss_sum(dev, SR_STREAM_COMPUTE, ds, da, n, true);
     fetch(&gl, ds, sizeof gl);
     tap_is_close(gl, hl, 1e-9, 1e-9, "loss_sum adds to the accumulator: %.17g vs host %.17g", gl, hl);
+    double nan_acc = NAN, hw = NAN, gw;
+    sr_dev_upload(dev, ds, &nan_acc, sizeof nan_acc, "upload");
+    cpu->loss_sum(cpu, SR_STREAM_COMPUTE, &hw, a, n, false);
+    dev->loss_sum(dev, SR_STREAM_COMPUTE, ds, da, n, false);
+    fetch(&gw, ds, sizeof gw);
+    tap_is_close(gw, hw, 1e-9, 1e-9, "loss_sum's overwrite form (add false) writes over NaN: %.17g vs host %.17g", gw,
+                 hw);
     /* AdamW: bitwise, decaying and not */
     float *p = rnd(n, 32, 1.0f), *g = rnd(n, 33, 0.01f), *m = rnd(n, 34, 0.001f), *v = rnd(n, 35, 1e-4f);
     for (size_t i = 0; i < n; i++)

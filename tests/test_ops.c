@@ -60,12 +60,21 @@ static void test_encoder(void) {
     fill(c.wte, (size_t)c.V * c.C, 1, 1);
     fill(c.wpe, (size_t)c.T * c.C, 2, 1);
     fill(c.R, BTC, 3, 1);
-    float *dwte = fnew((size_t)c.V * c.C), *dwpe = fnew((size_t)c.T * c.C);
-    o->encoder_backward(dwte, dwpe, c.R, c.inp, c.B, c.T, c.C);
+    /* dwpe's overwrite form (gbeta 0) into NaN; dwte always adds */
+    float *dwte = fnew((size_t)c.V * c.C), *dwpe = fnan((size_t)c.T * c.C);
+    o->encoder_backward(dwte, dwpe, c.R, c.inp, c.B, c.T, c.C, 0.0f);
     tap_ok(fd_check("encoder dwte", c.wte, (size_t)c.V * c.C, dwte, enc_J, &c, 1e-2f) < 1e-3,
            "encoder: dwte matches finite differences");
     tap_ok(fd_check("encoder dwpe", c.wpe, (size_t)c.T * c.C, dwpe, enc_J, &c, 1e-2f) < 1e-3,
-           "encoder: dwpe matches finite differences");
+           "encoder: dwpe (gbeta 0, written into NaN) matches finite differences");
+    /* the += form (gbeta 1) adds onto what both held */
+    size_t VC = (size_t)c.V * c.C, TC = (size_t)c.T * c.C;
+    float *dwte1, *prte = fprior(VC, 6, &dwte1), *dwpe1, *prpe = fprior(TC, 7, &dwpe1);
+    o->encoder_backward(dwte1, dwpe1, c.R, c.inp, c.B, c.T, c.C, 1.0f);
+    tap_ok(fd_check("encoder dwte", c.wte, VC, fminus(dwte1, prte, VC), enc_J, &c, 1e-2f) < 1e-3 &&
+               fd_check("encoder dwpe", c.wpe, TC, fminus(dwpe1, prpe, TC), enc_J, &c, 1e-2f) < 1e-3,
+           "encoder: the += form (gbeta 1) adds what finite differences say to dwte and dwpe");
+    free(dwte1), free(prte), free(dwpe1), free(prpe);
     free(c.wte), free(c.wpe), free(c.out), free(c.R), free(dwte), free(dwpe);
 }
 
@@ -88,18 +97,31 @@ static void test_layernorm(void) {
     fill(c.w, c.C, 2, 1);
     fill(c.b, c.C, 3, 1);
     fill(c.R, NC, 4, 1);
-    float *di = fnew(NC), *dw = fnew(c.C), *db = fnew(c.C);
+    /* the overwrite forms (beta, gbeta 0) into NaN: nothing of them read */
+    float *di = fnan(NC), *dw = fnan(c.C), *db = fnan(c.C);
     ln_J(&c);
-    o->layernorm_backward(di, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C);
+    o->layernorm_backward(di, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C, 0.0f, 0.0f);
     tap_ok(fd_check("layernorm dinp", c.inp, NC, di, ln_J, &c, 1e-2f) < 2e-3,
-           "layernorm: dinp matches finite differences");
-    tap_ok(fd_check("layernorm dw", c.w, c.C, dw, ln_J, &c, 1e-2f) < 2e-3, "layernorm: dw matches finite differences");
-    tap_ok(fd_check("layernorm db", c.b, c.C, db, ln_J, &c, 1e-2f) < 2e-3, "layernorm: db matches finite differences");
+           "layernorm: dinp (beta 0, written into NaN) matches finite differences");
+    tap_ok(fd_check("layernorm dw", c.w, c.C, dw, ln_J, &c, 1e-2f) < 2e-3,
+           "layernorm: dw (gbeta 0, written into NaN) matches finite differences");
+    tap_ok(fd_check("layernorm db", c.b, c.C, db, ln_J, &c, 1e-2f) < 2e-3,
+           "layernorm: db (gbeta 0, written into NaN) matches finite differences");
+    /* the += forms: onto prior values, what finite differences say */
+    float *dip, *pri = fprior(NC, 5, &dip), *dwp, *prw = fprior((size_t)c.C, 6, &dwp), *dbp,
+                *prb = fprior((size_t)c.C, 7, &dbp);
+    ln_J(&c);
+    o->layernorm_backward(dip, dwp, dbp, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C, 1.0f, 1.0f);
+    tap_ok(fd_check("layernorm dinp", c.inp, NC, fminus(dip, pri, NC), ln_J, &c, 1e-2f) < 2e-3 &&
+               fd_check("layernorm dw", c.w, c.C, fminus(dwp, prw, (size_t)c.C), ln_J, &c, 1e-2f) < 2e-3 &&
+               fd_check("layernorm db", c.b, c.C, fminus(dbp, prb, (size_t)c.C), ln_J, &c, 1e-2f) < 2e-3,
+           "layernorm: the += forms (beta, gbeta 1) add what finite differences say");
+    free(dip), free(pri), free(dwp), free(prw), free(dbp), free(prb);
     /* accumulation: a second backward doubles the gradients */
     float *di2 = fnew(NC), *dw2 = fnew(c.C), *db2 = fnew(c.C);
     ln_J(&c);
-    o->layernorm_backward(di2, dw2, db2, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C);
-    o->layernorm_backward(di2, dw2, db2, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C);
+    o->layernorm_backward(di2, dw2, db2, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C, 1.0f, 1.0f);
+    o->layernorm_backward(di2, dw2, db2, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C, 1.0f, 1.0f);
     double e = 0;
     for (int i = 0; i < c.C; i++)
         e = fmax(e, fabs(dw2[i] - 2 * dw[i]) + fabs(db2[i] - 2 * db[i]));
@@ -128,21 +150,26 @@ static void test_matmul(int N, int C, int OC) {
     fill(c.w, OCC, 2, 1);
     fill(c.bias, OC, 3, 1);
     fill(c.R, NO, 4, 1);
-    /* dinp's overwrite form (beta 0) into NaN: nothing of it read */
-    float *di = fnan(NCs), *dw = fnew(OCC), *db = fnew(OC);
-    o->matmul_backward(di, dw, db, c.R, c.inp, c.w, N, C, OC, 0.0f);
+    /* the overwrite forms (beta, gbeta 0) into NaN: nothing of them read */
+    float *di = fnan(NCs), *dw = fnan(OCC), *db = fnan(OC);
+    o->matmul_backward(di, dw, db, c.R, c.inp, c.w, N, C, OC, 0.0f, 0.0f);
     char what[64];
     snprintf(what, sizeof what, "matmul %dx%dx%d", N, C, OC);
     tap_ok(fd_check(what, c.inp, NCs, di, mm_J, &c, 1e-2f) < 1e-3,
            "%s: dinp (beta 0, written into NaN) matches finite differences", what);
-    /* its += form (beta 1) adds the same onto what dinp held */
-    float *di1, *pr = fprior(NCs, 5, &di1), *dw1 = fnew(OCC), *db1 = fnew(OC);
-    o->matmul_backward(di1, dw1, db1, c.R, c.inp, c.w, N, C, OC, 1.0f);
+    /* the += forms (beta, gbeta 1) add the same onto what the buffers held */
+    float *di1, *pr = fprior(NCs, 5, &di1), *dw1, *prw = fprior(OCC, 6, &dw1), *db1, *prb = fprior(OC, 7, &db1);
+    o->matmul_backward(di1, dw1, db1, c.R, c.inp, c.w, N, C, OC, 1.0f, 1.0f);
     tap_ok(fd_check(what, c.inp, NCs, fminus(di1, pr, NCs), mm_J, &c, 1e-2f) < 1e-3,
            "%s: dinp's += form (beta 1) adds what finite differences say", what);
-    free(di1), free(pr), free(dw1), free(db1);
-    tap_ok(fd_check(what, c.w, OCC, dw, mm_J, &c, 1e-2f) < 1e-3, "%s: dweight matches finite differences", what);
-    tap_ok(fd_check(what, c.bias, OC, db, mm_J, &c, 1e-2f) < 1e-3, "%s: dbias matches finite differences", what);
+    tap_ok(fd_check(what, c.w, OCC, fminus(dw1, prw, OCC), mm_J, &c, 1e-2f) < 1e-3 &&
+               fd_check(what, c.bias, OC, fminus(db1, prb, OC), mm_J, &c, 1e-2f) < 1e-3,
+           "%s: dweight's and dbias's += form (gbeta 1) adds what finite differences say", what);
+    free(di1), free(pr), free(dw1), free(prw), free(db1), free(prb);
+    tap_ok(fd_check(what, c.w, OCC, dw, mm_J, &c, 1e-2f) < 1e-3,
+           "%s: dweight (gbeta 0, written into NaN) matches finite differences", what);
+    tap_ok(fd_check(what, c.bias, OC, db, mm_J, &c, 1e-2f) < 1e-3,
+           "%s: dbias (gbeta 0, written into NaN) matches finite differences", what);
     /* forward against a naive triple loop in double */
     mm_J(&c);
     double e = 0;
@@ -501,7 +528,7 @@ static int case_encoder(const backend *b, float **out, size_t *n) {
     void *o1 = up_act(b, NULL, (size_t)CN * CC), *dR = up_act(b, R, (size_t)CN * CC);
     float *gwte = zeros_f32(b, (size_t)CVP * CC), *gwpe = zeros_f32(b, (size_t)CT * CC);
     b->ops->encoder_forward(o1, dinp, dwte, dwpe, CB, CT, CC);
-    b->ops->encoder_backward(gwte, gwpe, dR, dinp, CB, CT, CC);
+    b->ops->encoder_backward(gwte, gwpe, dR, dinp, CB, CT, CC, 1.0f);
     out[0] = down_act(b, o1, (size_t)CN * CC), n[0] = (size_t)CN * CC;
     out[1] = down_f32(b, gwte, (size_t)CVP * CC), n[1] = (size_t)CVP * CC;
     out[2] = down_f32(b, gwpe, (size_t)CT * CC), n[2] = (size_t)CT * CC;
@@ -517,7 +544,7 @@ static int case_layernorm(const backend *b, float **out, size_t *n) {
     void *y = up_act(b, NULL, NC), *dxg = zeros_act(b, NC);
     float *mean = up_f32(b, NULL, CN), *rstd = up_f32(b, NULL, CN), *gw = zeros_f32(b, CC), *gb = zeros_f32(b, CC);
     b->ops->layernorm_forward(y, mean, rstd, dx, dw, db, CN, CC);
-    b->ops->layernorm_backward(dxg, gw, gb, dR, dx, dw, mean, rstd, CN, CC);
+    b->ops->layernorm_backward(dxg, gw, gb, dR, dx, dw, mean, rstd, CN, CC, 1.0f, 1.0f);
     out[0] = down_act(b, y, NC), n[0] = NC;
     out[1] = down_act(b, dxg, NC), n[1] = NC;
     out[2] = down_f32(b, gw, CC), n[2] = CC;
@@ -536,7 +563,7 @@ static int case_matmul(const backend *b, float **out, size_t *n) {
     void *dR = up_act(b, R, (size_t)N * OC), *y = up_act(b, NULL, (size_t)N * OC), *gx = zeros_act(b, (size_t)N * C);
     float *gw = zeros_f32(b, (size_t)OC * C), *gb = zeros_f32(b, OC);
     b->ops->matmul_forward(y, dx, dw, dbias, N, C, OC);
-    b->ops->matmul_backward(gx, gw, gb, dR, dx, dw, N, C, OC, 1.0f);
+    b->ops->matmul_backward(gx, gw, gb, dR, dx, dw, N, C, OC, 1.0f, 1.0f);
     out[0] = down_act(b, y, (size_t)N * OC), n[0] = (size_t)N * OC;
     out[1] = down_act(b, gx, (size_t)N * C), n[1] = (size_t)N * C;
     out[2] = down_f32(b, gw, (size_t)OC * C), n[2] = (size_t)OC * C;
@@ -617,8 +644,8 @@ static int case_primitives(const backend *b, float **out, size_t *n) {
     double *sums = up(b, NULL, 2, SR_DT_F64);
     d->memset(d, SR_STREAM_COMPUTE, sums, 0, 2 * sizeof(double));
     d->sum_squares(d, SR_STREAM_COMPUTE, &sums[0], dx, N);
-    d->loss_sum(d, SR_STREAM_COMPUTE, &sums[1], dy, N);
-    d->loss_sum(d, SR_STREAM_COMPUTE, &sums[1], dx, 100); /* += */
+    d->loss_sum(d, SR_STREAM_COMPUTE, &sums[1], dy, N, true);
+    d->loss_sum(d, SR_STREAM_COMPUTE, &sums[1], dx, 100, true); /* += */
     sr_event done = {0};
     d->record(d, &done, SR_STREAM_COMPUTE);
     bool events_ok = d->host_wait(d, &done) == SR_OK && d->sync(d, SR_STREAM_COMPUTE) == SR_OK;
@@ -792,12 +819,15 @@ static void test_cpu_primitives(void) {
     tap_ok(e == 0.0, "cpu table: bf16 fold += is exact f32 addition");
     double ss = 0, ls = 0.5, ref_ss = 0, ref_ls = 0.5;
     d->sum_squares(d, SR_STREAM_COMPUTE, &ss, x, N);
-    d->loss_sum(d, SR_STREAM_COMPUTE, &ls, x, N);
+    d->loss_sum(d, SR_STREAM_COMPUTE, &ls, x, N, true);
+    double lw = NAN;
+    d->loss_sum(d, SR_STREAM_COMPUTE, &lw, x, N, false); /* the overwrite form: NaN not read */
     for (size_t i = 0; i < N; i++)
         ref_ss += (double)x[i] * x[i], ref_ls += x[i];
-    tap_ok(fabs(ss - ref_ss) <= 1e-12 * ref_ss && fabs(ls - ref_ls) <= 1e-9 * (1 + fabs(ref_ls)),
-           "cpu table: sum of squares and loss sum (+=) equal double-precision sums (%.3g, %.3g)", ss - ref_ss,
-           ls - ref_ls);
+    tap_ok(fabs(ss - ref_ss) <= 1e-12 * ref_ss && fabs(ls - ref_ls) <= 1e-9 * (1 + fabs(ref_ls)) &&
+               fabs(lw + 0.5 - ref_ls) <= 1e-9 * (1 + fabs(ref_ls)),
+           "cpu table: sum of squares and loss sum (+=, and written over NaN) equal double-precision sums (%.3g, %.3g)",
+           ss - ref_ss, ls - ref_ls);
     /* AdamW against the previous release's loop */
     float *p = hrand(N, 8, 1), *g = hrand(N, 9, 1), *m = hrand(N, 10, 0.1f), *v = hrand(N, 11, 0.1f);
     for (size_t i = 0; i < N; i++)

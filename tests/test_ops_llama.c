@@ -62,15 +62,25 @@ static void test_rmsnorm(void) {
             e = fmax(e, fabs(c.inp[n * c.C + k] * r * c.w[k] - c.out[n * c.C + k]));
     }
     tap_ok(e < 1e-5, "rmsnorm: forward is x / sqrt(mean(x^2) + eps) * w (err %.2g)", e);
-    float *di = fnew(NC), *dw = fnew(c.C);
-    o->rmsnorm_backward(di, dw, c.R, c.inp, c.w, c.rstd, c.N, c.C);
+    /* the overwrite forms (beta, gbeta 0) into NaN: nothing of them read */
+    float *di = fnan(NC), *dw = fnan(c.C);
+    o->rmsnorm_backward(di, dw, c.R, c.inp, c.w, c.rstd, c.N, c.C, 0.0f, 0.0f);
     tap_ok(fd_check("rmsnorm dinp", c.inp, NC, di, rms_J, &c, 1e-2f) < 2e-3,
-           "rmsnorm: dinp matches finite differences");
-    tap_ok(fd_check("rmsnorm dw", c.w, c.C, dw, rms_J, &c, 1e-2f) < 2e-3, "rmsnorm: dw matches finite differences");
+           "rmsnorm: dinp (beta 0, written into NaN) matches finite differences");
+    tap_ok(fd_check("rmsnorm dw", c.w, c.C, dw, rms_J, &c, 1e-2f) < 2e-3,
+           "rmsnorm: dw (gbeta 0, written into NaN) matches finite differences");
+    /* the += forms onto prior values: what finite differences say */
+    float *dip, *pri = fprior(NC, 5, &dip), *dwp, *prw = fprior((size_t)c.C, 6, &dwp);
+    rms_J(&c);
+    o->rmsnorm_backward(dip, dwp, c.R, c.inp, c.w, c.rstd, c.N, c.C, 1.0f, 1.0f);
+    tap_ok(fd_check("rmsnorm dinp", c.inp, NC, fminus(dip, pri, NC), rms_J, &c, 1e-2f) < 2e-3 &&
+               fd_check("rmsnorm dw", c.w, c.C, fminus(dwp, prw, (size_t)c.C), rms_J, &c, 1e-2f) < 2e-3,
+           "rmsnorm: the += forms (beta, gbeta 1) add what finite differences say");
+    free(dip), free(pri), free(dwp), free(prw);
     float *di2 = fnew(NC), *dw2 = fnew(c.C);
     rms_J(&c);
-    o->rmsnorm_backward(di2, dw2, c.R, c.inp, c.w, c.rstd, c.N, c.C);
-    o->rmsnorm_backward(di2, dw2, c.R, c.inp, c.w, c.rstd, c.N, c.C);
+    o->rmsnorm_backward(di2, dw2, c.R, c.inp, c.w, c.rstd, c.N, c.C, 1.0f, 1.0f);
+    o->rmsnorm_backward(di2, dw2, c.R, c.inp, c.w, c.rstd, c.N, c.C, 1.0f, 1.0f);
     double acc = 0;
     for (size_t i = 0; i < NC; i++)
         acc = fmax(acc, fabs(di2[i] - 2 * di[i]));
@@ -80,7 +90,7 @@ static void test_rmsnorm(void) {
     /* the weight gradient's sum does not depend on the thread count */
     float *dw1 = fnew(c.C), *di1 = fnew(NC);
     sr_ops_set_threads(1);
-    o->rmsnorm_backward(di1, dw1, c.R, c.inp, c.w, c.rstd, c.N, c.C);
+    o->rmsnorm_backward(di1, dw1, c.R, c.inp, c.w, c.rstd, c.N, c.C, 0.0f, 0.0f);
     sr_ops_set_threads(2);
     tap_ok(memcmp(dw1, dw, sizeof(float) * c.C) == 0 && memcmp(di1, di, sizeof(float) * NC) == 0,
            "rmsnorm: gradients are bitwise the same on 1 and 2 threads");
@@ -258,7 +268,7 @@ static void test_encoder_no_positions(void) {
     for (int i = 0; i < B * T; i++)
         same = same && memcmp(out + i * C, wte + inp[i] * C, sizeof(float) * C) == 0;
     tap_ok(same, "encoder: without positions it is the embedding lookup");
-    o->encoder_backward(dwte, NULL, dout, inp, B, T, C);
+    o->encoder_backward(dwte, NULL, dout, inp, B, T, C, 0.0f); /* (gbeta: dwpe alone) */
     double e = 0;
     for (int v = 0; v < V; v++)
         for (int k = 0; k < C; k++) {

@@ -57,6 +57,7 @@
 #include "preempt.h"
 #include "rng.h"
 #include "tap.h"
+#include "vec.h"
 #include "world.h"
 
 enum { GLOBAL = 12, T = 32, V = 256 };
@@ -69,6 +70,8 @@ typedef struct {
     const char *device; /* "cpu" (default), "fake" or "cuda" (one GPU shared by every virtual rank) */
     int preempt_rank;   /* this rank's own preemption flag is raised at step 5 (-1: none) */
     bool llama;         /* the Llama family (grouped heads, untied head) instead of GPT-2 */
+    double clip;        /* the gradient clipping threshold (0: 1.0) */
+    bool host_clip;     /* AdamW after the host wait, the host's scale (else ahead of it where the engine can) */
 } run_opts;
 
 typedef struct {
@@ -80,6 +83,7 @@ typedef struct {
     double loss_last; /* the last step's global mean loss (every rank) */
     size_t param_shard_bytes;
     bool saw_preempt; /* sr_preempt_pending() on this rank's thread at the end */
+    int clipped;      /* steps whose norm exceeded the clip */
 } rank_arg;
 
 static void tokens(int64_t step, int seq, int *in, int *tg) {
@@ -190,14 +194,18 @@ static void *rank_main(void *p) {
         if (st == SR_OK)
             st = sr_fsdp_backward(f, dloss, true);
         double loss = 0, norm = 0;
+        /* (clipped: at one rank on the device, before the host wait) */
+        double clip = o->clip > 0 ? o->clip : 1.0;
+        sr_fsdp_update early = {s + 1, sr_lr_at(&sch, s), &ad, clip};
         if (st == SR_OK)
-            st = sr_fsdp_finish_grads(f, &loss, &norm);
+            st = sr_fsdp_finish_grads(f, &loss, &norm, o->host_clip ? NULL : &early);
+        a->clipped += norm > clip;
         /* every replica computed its own slice's loss: sum over the world */
         if (st == SR_OK)
             st = sr_allreduce(world_g, &loss, 1, SR_DT_F64, SR_OP_SUM, NULL);
         a->loss_last = loss / (GLOBAL * T);
         if (st == SR_OK)
-            sr_fsdp_optimizer_step(f, s + 1, sr_lr_at(&sch, s), &ad, norm > 1.0 ? (float)(1.0 / norm) : 1.0f);
+            sr_fsdp_optimizer_step(f, s + 1, sr_lr_at(&sch, s), &ad, sr_vec_clip_scale(norm, clip));
     }
     a->param_shard_bytes = sr_mem_current(SR_MEM_PARAM_SHARD);
     a->saw_preempt = sr_preempt_pending();
@@ -409,6 +417,35 @@ int main(int argc, char **argv) {
         }
         free(d.data);
     }
+    /* one rank enqueues AdamW ahead of its host wait, the clipping scale
+     * computed on the device from the sum of squares: bitwise the host's
+     * scale after the wait (clip 0.05: every step clips) */
+    char pe[64], ph[64];
+    snprintf(pe, sizeof pe, "%s/early", dir);
+    snprintf(ph, sizeof ph, "%s/host", dir);
+    run_opts eo = {.S = 1,
+                   .R = 1,
+                   .steps = steps,
+                   .pdt = SR_DT_F32,
+                   .rdt = SR_DT_F32,
+                   .timeout_s = 60,
+                   .dump = pe,
+                   .device = device,
+                   .preempt_rank = -1,
+                   .clip = 0.05};
+    run_opts ho = eo;
+    ho.dump = ph;
+    ho.host_clip = true;
+    rank_arg ea[1], ha[1];
+    dump de = {0}, dh = {0};
+    bool same = run(&eo, ea) == 0 && run(&ho, ha) == 0 && load(pe, &de) && load(ph, &dh) && de.total == dh.total &&
+                memcmp(de.data, dh.data, de.total * sizeof(float)) == 0 && ea[0].loss_last == ha[0].loss_last;
+    tap_ok(same && ea[0].clipped == steps,
+           "1 rank: AdamW ahead of the host wait, its clipping scale from the device's sum of squares, is bitwise the "
+           "host's after the wait (clipped %d of %d steps)",
+           ea[0].clipped, steps);
+    unlink(pe), unlink(ph);
+    free(de.data), free(dh.data);
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 2; b++)
             free(refs[a][b].data);
