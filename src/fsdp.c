@@ -358,8 +358,18 @@ static float *hook_grads(void *ctx, int layer, bool *fresh) {
     } else {
         if (u->rs_pending)
             finish_reduce(f, u); /* the previous micro-batch's reduction of this unit */
-        if (u->rslot < 0 && !take_rslot(f, u))
-            return NULL;
+        if (u->rslot < 0) {
+            slot *sl = take_rslot(f, u);
+            if (!sl)
+                return NULL;
+            /* the model writes the unit's n elements; the padding to S*P is
+             * reduced too and must be zero: only a larger unit's earlier
+             * gradients there need clearing (units of one size: never) */
+            if (sl->grad_dirty > u->p->n)
+                f->dev->memset(f->dev, SR_STREAM_COMPUTE, sl->grad + u->p->n, 0,
+                               (sl->grad_dirty - u->p->n) * sizeof(float));
+            sl->grad_dirty = u->p->n;
+        }
         g = f->rpool[u->rslot].grad;
         *fresh = true;
     }
@@ -418,8 +428,8 @@ static sr_status create_groups(sr_fsdp *f, sr_group *ngroups[2]) {
  * all are) — exactly the memory contract's bound; and the reduction pool:
  * a root slot and two block slots, each the full gradient
  * (per_micro_batch), the bf16 cast (bf16 reductions) and the reduced
- * shard (unless fp32 per_step reductions, which need none).  Nothing is
- * allocated on the step path. */
+ * shard (unless fp32 per_step reductions, which need none; none at all in
+ * direct mode).  Nothing is allocated on the step path. */
 static sr_status alloc_pools(sr_fsdp *f) {
     size_t es = sr_dtype_size(f->pdt), largest;
     sr_fsdp_pool_shape(&f->plan, &f->o, es, &largest, &f->npool, NULL);
@@ -452,6 +462,8 @@ static sr_status alloc_pools(sr_fsdp *f) {
             continue;
         if (g && !(sl->grad = sr_fsdp_alloc(f, f->dev->state_space, SR_MEM_COMM, g)))
             return SR_ERR_INTERNAL;
+        if (g) /* the padding past a unit's gradients is reduced with them: zero */
+            f->dev->memset(f->dev, SR_STREAM_COMPUTE, sl->grad, 0, g);
         if (s && !(sl->send = sr_fsdp_alloc(f, f->dev->state_space, SR_MEM_COMM, s)))
             return SR_ERR_INTERNAL;
         if (!(sl->recv = sr_fsdp_alloc(f, f->dev->state_space, SR_MEM_COMM, r)))

@@ -55,7 +55,8 @@ typedef struct {
 sr_status sr_fsdp_init(sr_fsdp **out, sr_model *model, const sr_mesh *mesh, const sr_fsdp_opts *o, sr_plane *plane);
 void sr_fsdp_free(sr_fsdp *f);
 
-/* Step protocol: begin_step zeroes gradients; for each micro-batch
+/* Step protocol: begin_step starts a step (nothing is zeroed: the
+ * step's first writes overwrite); for each micro-batch
  * sr_fsdp_forward then sr_fsdp_backward (last = the step's last
  * micro-batch); finish_grads waits for every reduction and returns the
  * global gradient norm and this rank's summed per-token losses since the

@@ -19,6 +19,7 @@
 typedef struct {
     void *buf;         /* full pool: the largest block unit in the param dtype */
     float *grad;       /* reduction pool, per_micro_batch: the full gradient (S*P fp32) */
+    size_t grad_dirty; /* ...its elements past which it holds zeros (the model writes a unit's n) */
     void *send, *recv; /* reduction pool: the bf16 cast (S*P), the reduced shard (P of the reduce dtype) */
     int unit;          /* the unit in it, or -1 */
     sr_event released;
@@ -107,7 +108,7 @@ struct sr_fsdp {
     bool stepped;  /* finish_grads enqueued this step's AdamW (sr_fsdp_update) */
     slot *pool;    /* full-unit pool: 1 + max prefetch slots (none when every block is kept) */
     int npool;
-    slot rpool[RS_SLOTS]; /* reduction pool (unused with fp32 per_step reductions) */
+    slot rpool[RS_SLOTS]; /* reduction pool (unused with fp32 per_step reductions and in direct mode) */
     bool use_rpool;
     int *order, norder, pos;
     bool backward, last_mb;

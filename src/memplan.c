@@ -198,8 +198,10 @@ static const char *cheapest_fix(const sr_memplan *p) {
     if (p->bytes[SR_MEM_FULL_UNITS] > shards)
         return "set sharding.reshard_after_forward to true and lower sharding.prefetch, or raise "
                "sharding.blocks_per_unit no further";
-    return "run on more ranks (the shards shrink with the shard group), or sharding.grad_sync: per_micro_batch "
-           "(no full-size accumulation buffer)";
+    return p->bytes[SR_MEM_ACCUM]
+               ? "run on more ranks (the shards shrink with the shard group), or sharding.grad_sync: per_micro_batch "
+                 "(no full-size accumulation buffer)"
+               : "run on more ranks (the shards shrink with the shard group)";
 }
 
 static sr_status check_host(const sr_memplan *p, int local_size) {
