@@ -62,9 +62,9 @@ static int flash_time(sr_dev *dev, sr_cuda_ctx *c, cudaEvent_t e0, cudaEvent_t e
                       int T, int NH, int hs, float ms[13]) {
     for (int r = 0; r < 13; r++) {
         cudaEventRecord(e0, c->stream);
-        int e = what == 0
-                    ? sr_k_flash_forward(c->stream, buf[1], buf[2], buf[0], B, T, NH, NH, hs)
-                    : sr_k_flash_backward(c->stream, buf[3], buf[4], buf[1], buf[0], buf[2], B, T, NH, NH, hs, buf[5]);
+        int e = what == 0 ? sr_k_flash_forward(c->stream, buf[1], buf[2], buf[0], B, T, NH, NH, hs)
+                          : sr_k_flash_backward(c->stream, buf[3], buf[4], buf[1], buf[0], buf[2], B, T, NH, NH, hs,
+                                                buf[5], NULL, 0);
         cudaEventRecord(e1, c->stream);
         if (e != 0 || dev->sync(dev, SR_STREAM_COMPUTE) != SR_OK) {
             fprintf(stderr, "gpu_gemm: flash %s: %s\n", what ? "backward" : "forward",
@@ -92,7 +92,7 @@ static int flash_rates(sr_dev *dev, sr_cuda_ctx *c, cudaEvent_t e0, cudaEvent_t 
                         dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, rows * 4),
                         dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, qkv),
                         dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, o),
-                        dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, sr_cuda_flash_ws_bytes(B, T, NH))};
+                        dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, sr_cuda_flash_ws_bytes(B, T, NH, NH, hs))};
         for (int k = 0; k < 6; k++)
             if (!buf[k])
                 return -1;

@@ -87,6 +87,77 @@ __device__ inline float sr_ld(const __nv_bfloat16 *p) { return __bfloat162float(
 __device__ inline void sr_st(float *p, float v) { *p = v; }
 __device__ inline void sr_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
+/* ---- packed access: 16 bytes a load or store --------------------------- */
+
+/* Elements of T in one 16-byte access: 8 bf16, 4 float.  A kernel
+ * templated on V (this, or 1) reads and writes V elements at a time; its
+ * launcher picks the pack when the row width is a multiple of it and every
+ * pointer is 16-byte aligned (sr_aligned16), else 1 (scalar accesses, the
+ * same arithmetic: the same bits). */
+template <typename T> constexpr int sr_pack() { return 16 / (int)sizeof(T); }
+inline bool sr_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+__device__ inline float sr_bits_f32(uint32_t u) {
+    union {
+        uint32_t u;
+        float f;
+    } v;
+    v.u = u;
+    return v.f;
+}
+/* x as T stores it, read back: the bf16 rounding (to nearest even, as
+ * sr_st) or x itself */
+template <typename T> __device__ inline float sr_rounded(float x) {
+    if constexpr (sizeof(T) == 2)
+        return sr_bits_f32((uint32_t)sr_bf16_bits_rne(x) << 16);
+    else
+        return x;
+}
+
+/* f[0..V) = the V elements at p, as floats */
+template <int V> __device__ inline void sr_ldv(const float *p, float *f) {
+    if constexpr (V == 4) {
+        float4 q = *reinterpret_cast<const float4 *>(p);
+        f[0] = q.x, f[1] = q.y, f[2] = q.z, f[3] = q.w;
+    } else {
+        for (int k = 0; k < V; k++)
+            f[k] = p[k];
+    }
+}
+template <int V> __device__ inline void sr_ldv(const __nv_bfloat16 *p, float *f) {
+    if constexpr (V == 8) {
+        uint4 q = *reinterpret_cast<const uint4 *>(p);
+        uint32_t w[4] = {q.x, q.y, q.z, q.w};
+        for (int k = 0; k < 4; k++) {
+            f[2 * k] = sr_bits_f32(w[k] << 16); /* (little-endian: the lower address in the low half) */
+            f[2 * k + 1] = sr_bits_f32(w[k] & 0xffff0000u);
+        }
+    } else {
+        for (int k = 0; k < V; k++)
+            f[k] = sr_ld(p + k);
+    }
+}
+/* the V elements at p = f[0..V), rounded to T (to nearest even) */
+template <int V> __device__ inline void sr_stv(float *p, const float *f) {
+    if constexpr (V == 4) {
+        *reinterpret_cast<float4 *>(p) = make_float4(f[0], f[1], f[2], f[3]);
+    } else {
+        for (int k = 0; k < V; k++)
+            p[k] = f[k];
+    }
+}
+template <int V> __device__ inline void sr_stv(__nv_bfloat16 *p, const float *f) {
+    if constexpr (V == 8) {
+        uint32_t w[4];
+        for (int k = 0; k < 4; k++)
+            w[k] = (uint32_t)sr_bf16_bits_rne(f[2 * k]) | ((uint32_t)sr_bf16_bits_rne(f[2 * k + 1]) << 16);
+        *reinterpret_cast<uint4 *>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+    } else {
+        for (int k = 0; k < V; k++)
+            sr_st(p + k, f[k]);
+    }
+}
+
 /* Unrolls the loop that follows under nvcc (a register array indexed by
  * its counter stays in registers, not local memory); nothing in the
  * emulator's host compiler. */
@@ -160,6 +231,24 @@ __global__ static void sr_colsum_finish_k(float *acc, const float *partial, int 
     for (int k = 0; k < chunks; k++)
         sum += partial[(size_t)k * stride + c];
     acc[c] = add ? acc[c] + sum : sum; /* add 0: the overwrite form, acc not read */
+}
+
+/* The same for up to four column sums laid side by side in each chunk's
+ * partial row (stride `stride`): output j (o[j] non-NULL) is the sum of
+ * columns [j width, (j + 1) width), added (add bit j) or written; one
+ * launch for a norm's dw, db and the input gradient's sums. */
+__global__ static void sr_colsum_finish4_k(float *o0, float *o1, float *o2, float *o3, int add, const float *partial,
+                                           int chunks, int width, int stride) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x, j = i / (width > 0 ? width : 1), c = i - j * width;
+    if (j > 3)
+        return;
+    float *o = j == 0 ? o0 : j == 1 ? o1 : j == 2 ? o2 : o3;
+    if (!o)
+        return;
+    float sum = 0.0f;
+    for (int k = 0; k < chunks; k++)
+        sum += partial[(size_t)k * stride + (size_t)j * width + c];
+    o[c] = (add >> j) & 1 ? o[c] + sum : sum;
 }
 
 /* ---- launches ---------------------------------------------------------- */

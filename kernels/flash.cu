@@ -223,6 +223,36 @@ __device__ inline void fa_store(bf16 *dst, long long ld, const float (&x)[D / 8]
         }
 }
 
+/* With `part` (the backward's bias gradient): part[0..D) = the column
+ * sums of the block's FA_ROWS rows from row0 (those < T) of the D columns
+ * at src (row stride ld), which the block's fa_store calls just wrote:
+ * after a barrier (the block's stores are then visible to it), a thread
+ * per column adds its rows in order, reading them back from the cache
+ * (summing the accumulators' fragments instead took registers that
+ * dK/dV's kernel at D 128 does not have).  Every thread calls it. */
+__device__ inline void fa_colsum(float *part, const bf16 *src, long long ld, int row0, int T, int D) {
+    if (!part)
+        return;
+    __syncthreads();
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        float sum = 0.0f;
+        for (int r = row0; r < row0 + FA_ROWS && r < T; r++)
+            sum += __bfloat162float(src[(long long)r * ld + c]);
+        part[c] = sum;
+    }
+}
+
+/* dK/dV's kernel's two: its key and value head's columns of its
+ * (sequence, tile) row of partials, from what it stored. */
+template <int D> __device__ __noinline__ void fa_colsum_kv(float *part, const bf16 *dqkv, int T, int NH, int NKV) {
+    long long W = (long long)(NH + 2 * NKV) * D;
+    int kv = blockIdx.x, b = blockIdx.y, kt = blockIdx.z;
+    float *pr = part + ((long long)b * gridDim.z + kt) * W; /* the (sequence, tile) row */
+    const bf16 *db = dqkv + (long long)b * T * W;
+    fa_colsum(pr + (NH + kv) * D, db + (NH + kv) * D, W, kt * FA_ROWS, T, D);
+    fa_colsum(pr + (NH + NKV + kv) * D, db + (NH + NKV + kv) * D, W, kt * FA_ROWS, T, D);
+}
+
 /* The forward at head dim D, MT row tiles of 16 per warp: a block of 64
  * MT query rows (fa_fwd_mt: the tile shape per head dim). */
 template <int D, int MT>
@@ -364,7 +394,7 @@ __device__ inline void fa_dkv_stage(S sq, S sdo, SF sl, SF sd, const bf16 *base,
 
 template <int D>
 __global__ void dkv_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *Dv, int T, int NH,
-                      int NKV, float scale) {
+                      int NKV, float scale, float *part) {
     typedef fa_shape<D> F;
     SR_SHARED_DYN(bf16, smem); /* K, V, then (Q, dO) twice */
     SR_SHARED(float, sl, 2 * FA_ROWS);
@@ -426,11 +456,13 @@ __global__ void dkv_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float
     bf16 *db = dqkv + (long long)b * T * W;
     fa_store<D>(db + (NH + kv) * D, W, dk, k0 + warp * 16, T, scale);
     fa_store<D>(db + (NH + NKV + kv) * D, W, dv, k0 + warp * 16, T, 1.0f);
+    if (part) /* (everything from the parameters again: at D 128 the loop holds every register) */
+        fa_colsum_kv<D>(part, dqkv, T, NH, NKV);
 }
 
 template <int D>
 __global__ void dq_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *Dv, int T, int NH,
-                     int NKV, float scale) {
+                     int NKV, float scale, float *part) {
     typedef fa_shape<D> F;
     SR_SHARED_DYN(bf16, smem); /* Q, dO, then (K, V) twice */
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
@@ -487,6 +519,8 @@ __global__ void dq_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float 
         __syncthreads(); /* every warp is done with this stage before the next prefetch refills it */
     }
     fa_store<D>(dqkv + (long long)b * T * W + h * D, W, dq, q0 + warp * 16, T, scale);
+    fa_colsum(part ? part + ((long long)b * gridDim.z + qt) * W + h * D : nullptr, dqkv + (long long)b * T * W + h * D,
+              W, q0, T, D);
 }
 
 /* Shapes flash attention runs (the ops' choice checks the same:
@@ -495,6 +529,10 @@ static bool fa_shape_ok(int B, int T, int NH, int NKV, int hs) {
     return B > 0 && B <= 65535 && T > 0 && (T + FA_ROWS - 1) / FA_ROWS <= 65535 && NH > 0 && NKV > 0 && NH % NKV == 0 &&
            (hs == 64 || hs == 128); /* (the grid's y and z limits) */
 }
+
+/* The row statistic's floats in the backward's workspace, rounded up to
+ * 64 (256 bytes: the partial rows after it stay aligned). */
+static size_t fa_stat_floats(int B, int T, int NH) { return ((size_t)B * NH * T + 63) / 64 * 64; }
 
 /* A kernel's dynamic shared memory: its attribute first (past 48 KiB a
  * launch fails without it; a failure shows at the launch), not on a dry
@@ -532,34 +570,54 @@ extern "C" int sr_k_flash_forward(cudaStream_t s, void *out, float *lse, const v
 
 template <int D>
 static int fa_backward(cudaStream_t s, void *dqkv, const void *dout, const void *out, const void *qkv, const float *lse,
-                       int B, int T, int NH, int NKV, float *ws) {
+                       int B, int T, int NH, int NKV, float *ws, float *dbias, int add_bias) {
     long long rows = (long long)B * T * NH;
     float scale = 1.0f / sqrtf((float)D);
+    unsigned tiles = (unsigned)((T + FA_ROWS - 1) / FA_ROWS);
+    int W = (NH + 2 * NKV) * D;
+    /* the workspace: the row statistic, then the bias gradient's partial
+     * rows, one per (sequence, 64-row tile) */
+    float *part = dbias ? ws + fa_stat_floats(B, T, NH) : nullptr;
     int rc = SR_LAUNCH(rowdot_k<D>, (unsigned)((rows + 7) / 8), 256, 0, s, ws, (const bf16 *)dout, (const bf16 *)out, B,
                        T, NH);
-    unsigned tiles = (unsigned)((T + FA_ROWS - 1) / FA_ROWS);
     if (rc == 0) {
         size_t sh = fa_smem(dkv_k<D>, 6, D);
         rc = SR_LAUNCH(dkv_k<D>, dim3(NKV, B, tiles), FA_THREADS, sh, s, (bf16 *)dqkv, (const bf16 *)dout,
-                       (const bf16 *)qkv, lse, (const float *)ws, T, NH, NKV, scale);
+                       (const bf16 *)qkv, lse, (const float *)ws, T, NH, NKV, scale, part);
     }
     if (rc == 0) {
         size_t sh = fa_smem(dq_k<D>, 6, D);
         rc = SR_LAUNCH(dq_k<D>, dim3(NH, B, tiles), FA_THREADS, sh, s, (bf16 *)dqkv, (const bf16 *)dout,
-                       (const bf16 *)qkv, lse, (const float *)ws, T, NH, NKV, scale);
+                       (const bf16 *)qkv, lse, (const float *)ws, T, NH, NKV, scale, part);
     }
+    if (rc == 0 && dbias) /* the rows' partials in order */
+        rc = SR_LAUNCH(sr_colsum_finish_k, (W + 255) / 256, 256, 0, s, dbias, part, B * (int)tiles, W, W, add_bias);
     return rc;
 }
 
-extern "C" int sr_k_flash_backward(cudaStream_t s, void *dqkv, const void *dout, const void *out, const void *qkv,
-                                   const float *lse, int B, int T, int NH, int NKV, int hs, float *ws) {
-    SR_ENTER(flash_backward, sr_lc_flash(B, T, NH, NKV, hs, true));
-    if (!fa_shape_ok(B, T, NH, NKV, hs))
-        return (int)cudaErrorInvalidValue;
-    return hs == 64 ? fa_backward<64>(s, dqkv, dout, out, qkv, lse, B, T, NH, NKV, ws)
-                    : fa_backward<128>(s, dqkv, dout, out, qkv, lse, B, T, NH, NKV, ws);
+/* The bias gradient's extra cost: each (sequence, tile) row of partials
+ * written and read, the gradient written (and read: add) in float. */
+static sr_ledger_cost fa_bias_cost(sr_ledger_cost c, int B, int T, int W, bool dbias, bool add) {
+    double rows = (double)B * ((T + FA_ROWS - 1) / FA_ROWS);
+    if (dbias) {
+        c.flops += (double)B * T * W;
+        c.bytes += 8 * rows * W + (add ? 8 : 4) * (double)W;
+    }
+    return c;
 }
 
-extern "C" size_t sr_cuda_flash_ws_bytes(int B, int T, int NH) {
-    return ((size_t)B * NH * T * sizeof(float) + 255) / 256 * 256;
+extern "C" int sr_k_flash_backward(cudaStream_t s, void *dqkv, const void *dout, const void *out, const void *qkv,
+                                   const float *lse, int B, int T, int NH, int NKV, int hs, float *ws, float *dbias,
+                                   int add_bias) {
+    SR_ENTER(flash_backward,
+             fa_bias_cost(sr_lc_flash(B, T, NH, NKV, hs, true), B, T, (NH + 2 * NKV) * hs, dbias, add_bias));
+    if (!fa_shape_ok(B, T, NH, NKV, hs))
+        return (int)cudaErrorInvalidValue;
+    return hs == 64 ? fa_backward<64>(s, dqkv, dout, out, qkv, lse, B, T, NH, NKV, ws, dbias, add_bias)
+                    : fa_backward<128>(s, dqkv, dout, out, qkv, lse, B, T, NH, NKV, ws, dbias, add_bias);
+}
+
+extern "C" size_t sr_cuda_flash_ws_bytes(int B, int T, int NH, int NKV, int hs) {
+    size_t tiles = (size_t)(T + FA_ROWS - 1) / FA_ROWS;
+    return (fa_stat_floats(B, T, NH) + (size_t)B * tiles * (size_t)(NH + 2 * NKV) * hs) * sizeof(float);
 }

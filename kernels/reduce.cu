@@ -34,12 +34,14 @@ extern "C" int sr_cuda_skipped(int l) {
 
 extern "C" size_t sr_cuda_ws_att_bytes(int T, int NH) { return ((size_t)NH * T * T * sizeof(float) + 255) / 256 * 256; }
 
+extern "C" int sr_cuda_colsum_chunks(int N) { return sr_colsum_chunks(N); }
+
 extern "C" size_t sr_cuda_ws_bytes(int B, int T, int C, int NH, size_t sort_bytes, int flash) {
     size_t BT = (size_t)B * T;
     /* attention, per sequence: the score gradient [NH, T, T], then
      * grouped-query attention's two [T, C] buffers (expanded heads, the
      * per-head key/value gradients); flash attention: its row statistic */
-    size_t att = flash ? sr_cuda_flash_ws_bytes(B, T, NH)
+    size_t att = flash ? sr_cuda_flash_ws_bytes(B, T, NH, NH, C / NH) /* (the widest qkv row: NKV <= NH) */
                        : sr_cuda_ws_att_bytes(T, NH) + 2 * (((size_t)T * C * sizeof(float) + 255) / 256 * 256);
     size_t cols = (size_t)sr_colsum_chunks((int)BT) * 4 * C * sizeof(float); /* LayerNorm / bias partials */
     size_t sort = sort_bytes ? sort_bytes : 2 * BT * 8 + ((size_t)1 << 20);  /* encoder keys + CUB's storage */

@@ -64,6 +64,9 @@ int sr_cuda_launch_end(cudaStream_t stream, int rc);
  * (no score gradient: sr_cuda_flash_ws_bytes).  `sort_bytes` is what the encoder's
  * radix sort asked for (sr_cuda_sort_bytes; 0 before it is known). */
 size_t sr_cuda_ws_bytes(int B, int T, int C, int NH, size_t sort_bytes, int flash);
+/* The row chunks of the fixed-order column sums for N rows (common.cuh
+ * sr_colsum_chunks): each chunk's partial row is in the workspace. */
+int sr_cuda_colsum_chunks(int N);
 /* The attention backward's part of the workspace: one sequence's score
  * gradient [NH, T, T] at its start, this many bytes (rounded up to 256);
  * grouped-query attention's two [T, C] buffers (expanded heads, per-head
@@ -82,17 +85,27 @@ int sr_k_encoder_forward(cudaStream_t s, void *out, const int *inp, const void *
 int sr_k_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const void *dout, const int *inp, int B, int T,
                           int C, int bf16, void *ws, size_t ws_bytes, int add_wpe);
 
-/* layernorm.cu: one warp per row; backward adds (add_dinp) or writes dinp
- * and, through fixed row chunks in ws, adds (add_dw) or writes dw and db. */
+/* layernorm.cu: one warp per row; the residual form writes res = a + b
+ * and normalises it (bitwise residual_forward then layernorm_forward; res
+ * may be a); backward adds (add_dinp) or writes dinp and, through fixed
+ * row chunks in ws, adds (add_dw) or writes dw and db, and the column sums
+ * of dinp as it comes in (sum_in) and as stored (sum_out), added (add_sum)
+ * or written. */
 int sr_k_layernorm_forward(cudaStream_t s, void *out, float *mean, float *rstd, const void *inp, const void *w,
                            const void *b, int N, int C, int bf16);
-int sr_k_layernorm_backward(cudaStream_t s, void *dinp, float *dw, float *db, const void *dout, const void *inp,
-                            const void *w, const float *mean, const float *rstd, int N, int C, int bf16, void *ws,
-                            int add_dinp, int add_dw);
+int sr_k_residual_layernorm_forward(cudaStream_t s, void *res, void *out, float *mean, float *rstd, const void *a,
+                                    const void *b, const void *w, const void *bias, int N, int C, int bf16);
+int sr_k_layernorm_backward(cudaStream_t s, void *dinp, float *dw, float *db, float *sum_in, float *sum_out,
+                            const void *dout, const void *inp, const void *w, const float *mean, const float *rstd,
+                            int N, int C, int bf16, void *ws, int add_dinp, int add_dw, int add_sum);
 
-/* gelu.cu: GELU (tanh) forward, backward (+=), residual out = a + b. */
+/* gelu.cu: GELU (tanh) forward, backward (acc: +=; with dbias, its column
+ * sums of dinp as stored over rows of OC (n a multiple of OC), added
+ * (add_bias) or written, through fixed row chunks in ws), residual out =
+ * a + b. */
 int sr_k_gelu_forward(cudaStream_t s, void *out, const void *inp, size_t n, int bf16);
-int sr_k_gelu_backward(cudaStream_t s, void *dinp, const void *inp, const void *dout, size_t n, int acc, int bf16);
+int sr_k_gelu_backward(cudaStream_t s, void *dinp, const void *inp, const void *dout, size_t n, int acc, int bf16,
+                       float *dbias, int OC, int add_bias, void *ws);
 int sr_k_residual_forward(cudaStream_t s, void *out, const void *a, const void *b, size_t n, int bf16);
 
 /* bias.cu: dbias[OC] (add ? += : =) sum_n dout[n, OC], in fixed row chunks through ws;
@@ -127,8 +140,10 @@ int sr_k_crossentropy_fused(cudaStream_t s, float *losses, float *lse, void *log
 /* rmsnorm.cu: one warp per row, float rstd[N] (eps from the model); the
  * backward adds (add_dinp) or writes dinp and, through fixed row chunks in
  * ws, adds (add_dw) or writes dw. */
-int sr_k_rmsnorm_forward(cudaStream_t s, void *out, float *rstd, const void *inp, const void *w, float eps, int N, int C,
-                         int bf16);
+int sr_k_rmsnorm_forward(cudaStream_t s, void *out, float *rstd, const void *inp, const void *w, float eps, int N,
+                         int C, int bf16);
+int sr_k_residual_rmsnorm_forward(cudaStream_t s, void *res, void *out, float *rstd, const void *a, const void *b,
+                                  const void *w, float eps, int N, int C, int bf16);
 int sr_k_rmsnorm_backward(cudaStream_t s, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
                           const float *rstd, int N, int C, int bf16, void *ws, int add_dinp, int add_dw);
 
@@ -143,11 +158,25 @@ int sr_k_rope_backward(cudaStream_t s, void *dqkv, const float *cs, int B, int T
 int sr_k_swiglu_forward(cudaStream_t s, void *out, const void *gu, int N, int F, int bf16);
 int sr_k_swiglu_backward(cudaStream_t s, void *dgu, const void *dout, const void *gu, int N, int F, int acc, int bf16);
 
-/* adamw.cu (compiled with -fmad=false): the host's AdamW, bitwise; with
- * sumsq (device memory) the scale is clipping's to `clip` from it
- * (vec.h sr_vec_clip_scale), grad_scale unused. */
-int sr_k_adamw(cudaStream_t s, float *p, const float *g, float *m, float *v, size_t n, float b1, float b2, float eps,
-               float bc1, float bc2, float lr, float decay, float grad_scale, const double *sumsq, double clip);
+/* adamw.cu (compiled with -fmad=false): the host's AdamW, bitwise, over
+ * a list of segments in one launch: segment k updates elements [off, off +
+ * n) of p, g, m, v (64-bit offsets), with weight decay `decay` when its
+ * flag is set (else 0); `start` is the elements of the segments before it
+ * (the list laid end to end: block b takes elements [b E, b E + E) of that
+ * sequence, E = SR_CUDA_ADAMW_ELEMS; `total` the sum of the n).  The
+ * layout mirrors device.h's sr_adamw_segment (device_cuda.c asserts it);
+ * the list is in device memory.  With p16 (bf16) each updated element's
+ * bf16, rounded to nearest even, is written there too.  With sumsq (device
+ * memory) the scale is clipping's to `clip` from it (vec.h
+ * sr_vec_clip_scale), grad_scale unused. */
+typedef struct {
+    unsigned long long off, n, start;
+    unsigned char decay;
+} sr_cuda_adamw_seg;
+#define SR_CUDA_ADAMW_ELEMS 2048
+int sr_k_adamw(cudaStream_t s, float *p, const float *g, float *m, float *v, void *p16, const sr_cuda_adamw_seg *segs,
+               int nsegs, unsigned long long total, float b1, float b2, float eps, float bc1, float bc2, float lr,
+               float decay, float grad_scale, const double *sumsq, double clip);
 
 /* reduce.cu: casts, folds and fixed-order reductions.  `partial` holds
  * SR_CUDA_REDUCE_BLOCKS doubles. */
@@ -183,11 +212,15 @@ int sr_k_tile_gemm_bf16(cudaStream_t s, float *C, const void *A, const void *B, 
  * T] (f32, the log-sum-exp of each row's scaled scores: what the backward
  * keeps).  Backward: dqkv += the gradient, from dout, the forward's out
  * and lse and qkv, deterministic (no atomics); ws holds
- * sr_cuda_flash_ws_bytes(B, T, NH) (the row statistic D). */
+ * sr_cuda_flash_ws_bytes(B, T, NH, NKV, hs) (the row statistic D, then
+ * the bias gradient's partial rows).  With dbias (float, (NH + 2 NKV) hs):
+ * the column sums of dqkv as stored, added (add_bias) or written — the qkv
+ * projection's bias gradient, summed as the kernels write dqkv (per block
+ * of 64 rows, then those rows in order: no atomics). */
 int sr_k_flash_forward(cudaStream_t s, void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV, int hs);
 int sr_k_flash_backward(cudaStream_t s, void *dqkv, const void *dout, const void *out, const void *qkv,
-                        const float *lse, int B, int T, int NH, int NKV, int hs, float *ws);
-size_t sr_cuda_flash_ws_bytes(int B, int T, int NH);
+                        const float *lse, int B, int T, int NH, int NKV, int hs, float *ws, float *dbias, int add_bias);
+size_t sr_cuda_flash_ws_bytes(int B, int T, int NH, int NKV, int hs);
 
 #ifdef __cplusplus
 }

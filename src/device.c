@@ -290,6 +290,8 @@ void sr_dev_hb_adamw(sr_dev *d, sr_stream s, const sr_adamw_launch *l) {
         hb_wr(d, s, l->m + g->off, g->n * 4, "adamw (m)");
         hb_rd(d, s, l->v + g->off, g->n * 4, "adamw (v)");
         hb_wr(d, s, l->v + g->off, g->n * 4, "adamw (v)");
+        if (l->params16)
+            hb_wr(d, s, (uint16_t *)l->params16 + g->off, g->n * 2, "adamw (the parameters' bf16 copy)");
     }
 }
 

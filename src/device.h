@@ -71,15 +71,24 @@ typedef struct {
 } sr_event;
 
 /* One contiguous run of the shard that AdamW updates: elements [off, off+n)
- * of params/grads/m/v, with weight decay or not. */
+ * of params/grads/m/v, with weight decay or not; `start` is the elements of
+ * the launch's segments before it (the segments laid end to end: what one
+ * launch over the whole list divides among its blocks).  The layout is
+ * also the device's (kernels/sr_cuda.h sr_cuda_adamw_seg mirrors it; a
+ * static assertion in device_cuda.c holds them equal). */
 typedef struct {
-    size_t off, n;
+    size_t off, n, start;
     bool decay;
 } sr_adamw_segment;
 
 /* One AdamW launch over a list of segments (sr_optim builds it).  `a`
  * carries the step's constants; a.decay is replaced per segment by
- * weight_decay (decaying segments) or 0.  With `sumsq` (a double in the
+ * weight_decay (decaying segments) or 0.  `dsegs` is the same list in the
+ * table's memory (sr_optim uploads it once; NULL: the table reads `segs`,
+ * as the cpu tables always do): the cuda table's one launch reads it.
+ * With `params16` (bf16, laid out as params) each updated element's bf16
+ * (round to nearest even, as cast_f32_bf16) is written there too: the copy
+ * the next forward gathers, with no separate cast.  With `sumsq` (a double in the
  * table's memory: the gradients' sum of squares, written earlier on the
  * stream) the clipping scale is computed where the launch runs, as
  * sr_vec_clip_scale(sqrt(*sumsq), clip) (vec.h), in place of a.grad_scale: the
@@ -87,8 +96,9 @@ typedef struct {
 typedef struct {
     float *params, *m, *v;
     const float *grads;
-    const sr_adamw_segment *segs;
+    const sr_adamw_segment *segs, *dsegs;
     int nsegs;
+    void *params16;
     sr_adamw_args a;
     float weight_decay;
     const double *sumsq;

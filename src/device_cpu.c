@@ -154,6 +154,8 @@ static void adamw_segments(const sr_adamw_launch *l) {
             a.decay = g->decay ? l->weight_decay : 0.0f;
             size_t o = g->off + from;
             sr_vec_adamw(l->params + o, l->grads + o, l->m + o, l->v + o, to - from, &a);
+            for (size_t i = o; l->params16 && i < o + (to - from); i++) /* the bf16 copy, from the updated range */
+                ((uint16_t *)l->params16)[i] = sr_f32_to_bf16(l->params[i]);
         }
     }
 }

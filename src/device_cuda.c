@@ -635,19 +635,31 @@ static void cuda_loss_sum(sr_dev *d, sr_stream s, double *acc, const float *loss
     sr_dev_hb_loss_sum(d, s, acc, losses, n, add);
     keep(c, sr_k_loss_sum(c->st[s], acc, losses, n, c->partial[s], add), "loss_sum");
 }
+/* the host's segment list is the kernel's table (sr_cuda.h) */
+_Static_assert(sizeof(sr_adamw_segment) == sizeof(sr_cuda_adamw_seg) &&
+                   offsetof(sr_adamw_segment, off) == offsetof(sr_cuda_adamw_seg, off) &&
+                   offsetof(sr_adamw_segment, n) == offsetof(sr_cuda_adamw_seg, n) &&
+                   offsetof(sr_adamw_segment, start) == offsetof(sr_cuda_adamw_seg, start) &&
+                   offsetof(sr_adamw_segment, decay) == offsetof(sr_cuda_adamw_seg, decay),
+               "sr_adamw_segment and sr_cuda_adamw_seg differ");
+
 static void cuda_adamw(sr_dev *d, sr_stream s, const sr_adamw_launch *l) {
     cuda_dev *c = cd(d);
     begin(c, s, "adamw");
     sr_dev_hb_adamw(d, s, l);
     const sr_adamw_args *a = &l->a;
-    for (int i = 0; i < l->nsegs; i++) {
-        const sr_adamw_segment *g = &l->segs[i];
-        keep(c,
-             sr_k_adamw(c->st[s], l->params + g->off, l->grads + g->off, l->m + g->off, l->v + g->off, g->n, a->b1,
-                        a->b2, a->eps, a->bc1, a->bc2, a->lr, g->decay ? l->weight_decay : 0.0f, a->grad_scale,
-                        l->sumsq, l->clip),
-             "adamw");
+    if (l->nsegs <= 0)
+        return;
+    if (!l->dsegs) { /* (sr_optim uploads the list; a launch without it is a bug) */
+        keep(c, (int)cudaErrorInvalidValue, "adamw (no segment list in device memory)");
+        return;
     }
+    const sr_adamw_segment *last = &l->segs[l->nsegs - 1];
+    keep(c,
+         sr_k_adamw(c->st[s], l->params, l->grads, l->m, l->v, l->params16, (const sr_cuda_adamw_seg *)l->dsegs,
+                    l->nsegs, last->start + last->n, a->b1, a->b2, a->eps, a->bc1, a->bc2, a->lr, l->weight_decay,
+                    a->grad_scale, l->sumsq, l->clip),
+         "adamw");
 }
 
 /* ------------------------------------------------------------------------ */

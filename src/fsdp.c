@@ -63,6 +63,12 @@ static void issue_gather(sr_fsdp *f, unit *u, bool prefetch) {
         return;
     sr_dev *d = f->dev;
     size_t P = u->p->P, es = sr_dtype_size(f->pdt);
+    if (f->alias) { /* no gather; compute orders after comm's past as a gather's wait would (fsdp_impl.h) */
+        u->full = (uint16_t *)f->pshard16 + u->p->local;
+        d->record(d, &u->ready, SR_STREAM_COMM);
+        u->ag_pending = true;
+        return;
+    }
     sr_event *released = NULL;
     if (u->own) {
         u->full = u->own;
@@ -111,9 +117,12 @@ static void issue_gather(sr_fsdp *f, unit *u, bool prefetch) {
         st = sr_plane_collective(f->plane, SR_COLL_ALLGATHER, "all-gather", f->shard_g, u->full, full_bytes,
                                  f->pshard + u->p->local, P * 4, P, SR_DT_F32, &u->ready);
     } else {
-        /* in place: this rank's part of the full buffer is the send buffer */
-        void *mine = (char *)u->full + (size_t)sr_group_rank(f->shard_g) * P * 2;
-        d->cast_f32_bf16(d, SR_STREAM_COMM, mine, f->pshard + u->p->local, P);
+        /* from the bf16 copy AdamW wrote with the update (no cast); with
+         * offload, cast from the device's f32 copy into this rank's part */
+        void *mine = f->pshard16 ? (void *)((uint16_t *)f->pshard16 + u->p->local)
+                                 : (char *)u->full + (size_t)sr_group_rank(f->shard_g) * P * 2;
+        if (!f->pshard16)
+            d->cast_f32_bf16(d, SR_STREAM_COMM, mine, f->pshard + u->p->local, P);
         st = sr_plane_collective(f->plane, SR_COLL_ALLGATHER, "all-gather (bf16)", f->shard_g, u->full, full_bytes,
                                  mine, P * 2, P, SR_DT_BF16, &u->ready);
     }
@@ -139,7 +148,7 @@ static void free_full(sr_fsdp *f, unit *u) {
         return;
     wait_gather(f, u, SR_STREAM_COMPUTE);
     sr_dev *d = f->dev;
-    if (u->slot >= 0) {
+    if (u->slot >= 0) { /* (an aliased unit has no slot: its own_released is recorded, never waited for) */
         slot *sl = &f->pool[u->slot];
         d->record(d, &sl->released, SR_STREAM_COMPUTE);
         sl->ever = true;
@@ -433,11 +442,12 @@ static sr_status create_groups(sr_fsdp *f, sr_group *ngroups[2]) {
 static sr_status alloc_pools(sr_fsdp *f) {
     size_t es = sr_dtype_size(f->pdt), largest;
     sr_fsdp_pool_shape(&f->plan, &f->o, es, &largest, &f->npool, NULL);
+    f->npool = f->alias ? 0 : f->npool;
     for (int ui = 0; ui < f->nunits; ui++) {
         unit *u = &f->units[ui];
         size_t full = (size_t)f->S * u->p->P * es;
         u->slot = u->rslot = -1;
-        if ((u->p->root || u->reshard == SR_RESHARD_FALSE) &&
+        if (!f->alias && (u->p->root || u->reshard == SR_RESHARD_FALSE) &&
             !(u->own = sr_fsdp_alloc(f, f->dev->state_space, SR_MEM_FULL_UNITS, full)))
             return SR_ERR_INTERNAL;
         if (u->reshard >= 2 &&
@@ -481,6 +491,9 @@ static sr_status alloc_buffers(sr_fsdp *f) {
      * read; none with offload.params) and gradient shard (none with
      * offload per_step: reductions land in slots) */
     if (!f->offp && !(f->pshard = sr_fsdp_alloc(f, f->dev->state_space, SR_MEM_PARAM_SHARD, local * sizeof(float))))
+        return SR_ERR_INTERNAL;
+    if (sr_fsdp_copy16(&f->o, f->off) &&
+        !(f->pshard16 = sr_fsdp_alloc(f, f->dev->state_space, SR_MEM_PARAM_SHARD, local * sr_dtype_size(SR_DT_BF16))))
         return SR_ERR_INTERNAL;
     if (!(f->off && f->per_step) &&
         !(f->gshard = sr_fsdp_alloc(f, f->dev->state_space, SR_MEM_GRAD_SHARD, local * sizeof(float))))
@@ -534,7 +547,9 @@ static sr_status init_master(sr_fsdp *f) {
     free(piece);
     if (st == SR_OK) {
         st = sr_optim_init_slices(&f->opt, f->m, f->off ? f->hdev : f->dev, slices, ns, f->local_size);
+        f->opt.params16 = f->pshard16;
         f->opt_ok = true;
+        sr_fsdp_refresh16(f);
     }
     if (st == SR_OK && f->off) {
         /* the device copy, and the host waits for it: a resume writes
@@ -577,6 +592,7 @@ sr_status sr_fsdp_init(sr_fsdp **out, sr_model *m, const sr_mesh *mesh, const sr
         return st;
     f->nunits = f->plan.nunits;
     f->direct = sr_fsdp_direct(&f->plan, &f->o, f->off, f->R);
+    f->alias = sr_fsdp_alias(&f->plan, &f->o, f->off);
     f->units = sr_calloc((size_t)f->nunits, sizeof(unit));
     f->order = sr_malloc(sizeof(int) * (size_t)(2 * f->nunits + 2));
     if (!f->units || !f->order)
@@ -628,6 +644,7 @@ void sr_fsdp_free(sr_fsdp *f) {
         sr_fsdp_release(f, &f->hparams16);
         sr_fsdp_release(f, (void **)&f->hscalars);
         sr_fsdp_release(f, (void **)&f->pshard);
+        sr_fsdp_release(f, &f->pshard16);
         sr_fsdp_release(f, (void **)&f->gshard);
         sr_fsdp_release(f, (void **)&f->accum);
         sr_fsdp_release(f, (void **)&f->stage);

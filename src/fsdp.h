@@ -131,7 +131,8 @@ sr_status sr_fsdp_state_write(sr_fsdp *f, int k, size_t local, size_t n, const f
 void *sr_fsdp_host_alloc(sr_fsdp *f, sr_mem_cat cat, size_t bytes);
 void sr_fsdp_host_free(sr_fsdp *f, void *p);
 /* After state was written: refreshes what derives from the master shard
- * (with offload, the device copy of the parameters; nothing otherwise). */
+ * (with offload, the device copy of the parameters; with bf16 parameters,
+ * the bf16 copy the gathers read). */
 sr_status sr_fsdp_state_loaded(sr_fsdp *f);
 
 /* The full model (n_params floats, unit-major) into `full` on every rank:

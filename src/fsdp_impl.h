@@ -67,6 +67,15 @@ struct sr_fsdp {
     unit *units;
     float *pshard, *gshard; /* device: the parameter shard (with offload: its copy, or NULL), the gradient shard */
     size_t local_size;
+    /* bf16 parameters without offload (sr_fsdp_copy16): the shard's bf16
+     * copy, written by AdamW with each update (and cast from the master
+     * after a load), the all-gathers' send buffer; at a shard group of one
+     * (`alias`, sr_fsdp_alias) each unit's full buffer is its part of it:
+     * no pool, no gather — but the unit's `ready` is still recorded on the
+     * comm stream and waited for by compute, as a gather's would be: the
+     * reductions there read the buffers the unit's backward writes next */
+    void *pshard16;
+    bool alias;
     /* sharding.offload: the fp32 master and the gradient shard in host
      * memory (hspace), AdamW on the host table hdev; hrecv lands bf16
      * reductions; hparams16 is the bf16 copy each gather uploads when the
@@ -156,10 +165,20 @@ void sr_fsdp_pool_shape(const sr_shardplan *pl, const sr_fsdp_opts *o, size_t es
  * reductions; a gradient shard on the device: not offload per_step;
  * size-1 groups not put on NCCL by SHARDRUN_TEST_NCCL_SIZE1). */
 bool sr_fsdp_direct(const sr_shardplan *pl, const sr_fsdp_opts *o, bool offload, int R);
+/* Whether the engine keeps the shard's bf16 copy (bf16 parameters, no
+ * offload: the offloaded optimizer keeps its own on the host); and whether
+ * the full units alias it (that, a shard group of one, no N-way shares,
+ * size-1 groups not put on NCCL by SHARDRUN_TEST_NCCL_SIZE1). */
+bool sr_fsdp_copy16(const sr_fsdp_opts *o, bool offload);
+bool sr_fsdp_alias(const sr_shardplan *pl, const sr_fsdp_opts *o, bool offload);
 bool sr_fsdp_uses_rpool(const sr_fsdp_opts *o, bool offload, bool direct);
 void sr_fsdp_rslot_bytes(const sr_shardplan *pl, const sr_fsdp_opts *o, int k, size_t *grad, size_t *send,
                          size_t *recv);
 size_t sr_fsdp_stage_elements(const sr_shardplan *pl, const sr_fsdp_opts *o, sr_dtype act);
+
+/* fsdp_state.c: the bf16 copy cast from the master (set-up, after a load;
+ * ordered before the next gathers); nothing without one. */
+void sr_fsdp_refresh16(sr_fsdp *f);
 
 /* offload.c (sharding.offload.optimizer): the host buffers (zeroed), the
  * optimizer thread started and pinned; stopped; whether unit ui's master

@@ -39,6 +39,13 @@ bool sr_fsdp_direct(const sr_shardplan *pl, const sr_fsdp_opts *o, bool offload,
            !sr_testhook()->nccl_size1;
 }
 
+bool sr_fsdp_copy16(const sr_fsdp_opts *o, bool offload) { return o->param_dtype == SR_DT_BF16 && !offload; }
+
+bool sr_fsdp_alias(const sr_shardplan *pl, const sr_fsdp_opts *o, bool offload) {
+    return pl->S == 1 && sr_fsdp_copy16(o, offload) && o->reshard_blocks < 2 && o->reshard_root < 2 &&
+           !sr_testhook()->nccl_size1;
+}
+
 bool sr_fsdp_uses_rpool(const sr_fsdp_opts *o, bool offload, bool direct) {
     return !direct && (!o->grad_sync_per_step || o->reduce_dtype == SR_DT_BF16 || offload);
 }
@@ -74,7 +81,8 @@ sr_status sr_fsdp_plan(const sr_shardplan *pl, const sr_fsdp_opts *o, int R, sr_
     size_t slot, kept;
     int slots;
     sr_fsdp_pool_shape(pl, o, sr_dtype_size(o->param_dtype), &slot, &slots, &kept);
-    d[SR_MEM_FULL_UNITS] = add(kept, mul((size_t)slots, slot));
+    /* (aliased: every unit's full buffer is its part of the bf16 copy) */
+    d[SR_MEM_FULL_UNITS] = sr_fsdp_alias(pl, o, off) ? 0 : add(kept, mul((size_t)slots, slot));
     for (int k = 0; sr_fsdp_uses_rpool(o, off, direct) && k < RS_SLOTS; k++) {
         size_t g, s, r;
         sr_fsdp_rslot_bytes(pl, o, k, &g, &s, &r);
@@ -86,6 +94,8 @@ sr_status sr_fsdp_plan(const sr_shardplan *pl, const sr_fsdp_opts *o, int R, sr_
      * the gradient shard (none with offload per_step: reductions land in
      * slots), the optimizer's m and v (on the host with offload) */
     d[SR_MEM_PARAM_SHARD] = off && o->offload_params ? 0 : shard;
+    if (sr_fsdp_copy16(o, off)) /* the bf16 copy AdamW writes and the gathers read */
+        d[SR_MEM_PARAM_SHARD] = add(d[SR_MEM_PARAM_SHARD], mul(pl->local_size, sr_dtype_size(SR_DT_BF16)));
     d[SR_MEM_GRAD_SHARD] = off && per_step ? 0 : shard;
     d[SR_MEM_OPTIM_SHARD] = off ? 0 : mul(shard, 2);
     out->state_shard = shard;

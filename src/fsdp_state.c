@@ -89,7 +89,24 @@ void sr_fsdp_host_free(sr_fsdp *f, void *p) {
         sr_mem_free(p);
 }
 
-sr_status sr_fsdp_state_loaded(sr_fsdp *f) { return f->off ? sr_offload_refresh(f) : SR_OK; }
+void sr_fsdp_refresh16(sr_fsdp *f) {
+    if (!f->pshard16)
+        return;
+    /* on compute, after the master's uploads (each waited for by the
+     * host); the gathers (comm) wait for it as for an AdamW */
+    sr_dev *d = f->dev;
+    d->cast_f32_bf16(d, SR_STREAM_COMPUTE, f->pshard16, f->pshard, f->local_size);
+    sr_event cast = {0};
+    d->record(d, &cast, SR_STREAM_COMPUTE);
+    sr_dev_wait(d, SR_STREAM_COMM, &cast, "params_updated");
+}
+
+sr_status sr_fsdp_state_loaded(sr_fsdp *f) {
+    if (f->off)
+        return sr_offload_refresh(f);
+    sr_fsdp_refresh16(f);
+    return SR_OK;
+}
 
 sr_status sr_fsdp_gather_params(sr_fsdp *f, float *full) {
     sr_offload_wait_all(f);

@@ -137,20 +137,37 @@ sr_ledger_cost sr_lc_encoder_backward(int B, int T, int C, int es, bool wpe, boo
                             es * BTC + 8 * BTC + (wpe ? (add_wpe ? 8 : 4) * (double)T * C : 0) + 4 * 4 * BT};
 }
 
-sr_ledger_cost sr_lc_norm_forward(int N, int C, int es, bool mean_and_bias) {
+sr_ledger_cost sr_lc_norm_forward(int N, int C, int es, bool mean_and_bias, bool residual) {
     double NC = (double)N * C;
-    /* input read, output written, weight (and bias) read; rstd (and mean) written */
-    return (sr_ledger_cost){(mean_and_bias ? 8 : 6) * NC,
-                            es * (2 * NC + (mean_and_bias ? 2 : 1) * (double)C) + (mean_and_bias ? 8 : 4) * (double)N};
+    /* input read, output written, weight (and bias) read; rstd (and mean)
+     * written; the residual form reads two inputs and writes their sum too
+     * (what residual_forward and the norm would move, less the norm's read
+     * of the sum) */
+    return (sr_ledger_cost){(mean_and_bias ? 8 : 6) * NC + (residual ? NC : 0),
+                            es * ((residual ? 4 : 2) * NC + (mean_and_bias ? 2 : 1) * (double)C) +
+                                (mean_and_bias ? 8 : 4) * (double)N};
 }
 
-sr_ledger_cost sr_lc_norm_backward(int N, int C, int es, bool mean_and_bias, bool add_dinp, bool add_dw) {
+sr_ledger_cost sr_lc_norm_backward(int N, int C, int es, bool mean_and_bias, bool add_dinp, bool add_dw, int sums,
+                                   bool add_sum) {
     double NC = (double)N * C;
     /* dout and input read, dinp written (and read: add_dinp), weight read;
-     * dw (and db) written in float (and read: add_dw); the statistics read */
-    return (sr_ledger_cost){(mean_and_bias ? 14 : 11) * NC, es * ((add_dinp ? 4 : 3) * NC + (double)C) +
-                                                                (add_dw ? 8 : 4) * (mean_and_bias ? 2 : 1) * (double)C +
-                                                                (mean_and_bias ? 8 : 4) * (double)N};
+     * dw (and db) written in float (and read: add_dw); the statistics read;
+     * `sums` column sums of the input gradient (as it came in, as it
+     * leaves) written (and read: add_sum), summed as dinp is read and
+     * written */
+    return (sr_ledger_cost){(mean_and_bias ? 14 : 11) * NC + sums * NC,
+                            es * ((add_dinp ? 4 : 3) * NC + (double)C) +
+                                (add_dw ? 8 : 4) * (mean_and_bias ? 2 : 1) * (double)C +
+                                sums * (add_sum ? 8 : 4) * (double)C + (mean_and_bias ? 8 : 4) * (double)N};
+}
+
+sr_ledger_cost sr_lc_gelu_backward(size_t n, int OC, int es, bool acc, bool dbias, bool add_bias) {
+    /* inp and dout read, dinp written (and read: acc); with the bias: its
+     * column sums of dinp written (and read: add_bias) in float, summed as
+     * dinp is written (what bias_backward's read of dinp cost before) */
+    return (sr_ledger_cost){16 * (double)n + (dbias ? (double)n : 0),
+                            (double)es * (double)n * (acc ? 4 : 3) + (dbias ? (add_bias ? 8 : 4) * (double)OC : 0)};
 }
 
 sr_ledger_cost sr_lc_elementwise(size_t n, int es, int reads, int writes, double flops_per) {
@@ -207,9 +224,10 @@ sr_ledger_cost sr_lc_swiglu(int N, int F, int es, int pass) {
     return (sr_ledger_cost){10 * NF, es * (pass == 2 ? 7 : 5) * NF};
 }
 
-sr_ledger_cost sr_lc_adamw(size_t n) {
-    /* parameter, gradient, m and v read; parameter, m and v written; float */
-    return (sr_ledger_cost){15 * (double)n, 28 * (double)n};
+sr_ledger_cost sr_lc_adamw(size_t n, bool copy16) {
+    /* parameter, gradient, m and v read; parameter, m and v written; float;
+     * the bf16 copy written */
+    return (sr_ledger_cost){15 * (double)n, (copy16 ? 30 : 28) * (double)n};
 }
 
 sr_ledger_cost sr_lc_tile_gemm(int M, int N, int K) {

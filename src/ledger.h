@@ -75,6 +75,7 @@ typedef struct {
     X(encoder_backward, SR_LF_OTHER)                                                                                   \
     X(layernorm_forward, SR_LF_NORM)                                                                                   \
     X(layernorm_backward, SR_LF_NORM)                                                                                  \
+    X(residual_layernorm_forward, SR_LF_NORM)                                                                          \
     X(gelu_forward, SR_LF_ELEMENTWISE)                                                                                 \
     X(gelu_backward, SR_LF_ELEMENTWISE)                                                                                \
     X(residual_forward, SR_LF_ELEMENTWISE)                                                                             \
@@ -89,6 +90,7 @@ typedef struct {
     X(crossentropy_fused, SR_LF_CLASSIFIER)                                                                            \
     X(rmsnorm_forward, SR_LF_NORM)                                                                                     \
     X(rmsnorm_backward, SR_LF_NORM)                                                                                    \
+    X(residual_rmsnorm_forward, SR_LF_NORM)                                                                            \
     X(rope_forward, SR_LF_ATTENTION_OTHER)                                                                             \
     X(rope_backward, SR_LF_ATTENTION_OTHER)                                                                            \
     X(swiglu_forward, SR_LF_ELEMENTWISE)                                                                               \
@@ -159,8 +161,10 @@ void sr_ledger_collective(bool allreduce, double bytes, int size);
  * (es: element bytes of its activations, 2 for bf16, 4 for f32). */
 sr_ledger_cost sr_lc_encoder_forward(int B, int T, int C, int es, bool wpe);
 sr_ledger_cost sr_lc_encoder_backward(int B, int T, int C, int es, bool wpe, bool add_wpe);
-sr_ledger_cost sr_lc_norm_forward(int N, int C, int es, bool mean_and_bias);
-sr_ledger_cost sr_lc_norm_backward(int N, int C, int es, bool mean_and_bias, bool add_dinp, bool add_dw);
+sr_ledger_cost sr_lc_norm_forward(int N, int C, int es, bool mean_and_bias, bool residual);
+sr_ledger_cost sr_lc_norm_backward(int N, int C, int es, bool mean_and_bias, bool add_dinp, bool add_dw, int sums,
+                                   bool add_sum);
+sr_ledger_cost sr_lc_gelu_backward(size_t n, int OC, int es, bool acc, bool dbias, bool add_bias);
 sr_ledger_cost sr_lc_elementwise(size_t n, int es, int reads, int writes, double flops_per);
 sr_ledger_cost sr_lc_bias_backward(int N, int OC, int es, bool add);
 sr_ledger_cost sr_lc_softmax(long long rows, int T, int es, bool backward);
@@ -169,7 +173,7 @@ sr_ledger_cost sr_lc_crossentropy(int N, int V, int es, bool backward);
 sr_ledger_cost sr_lc_crossentropy_fused(int N, int V, int Vp, int es);
 sr_ledger_cost sr_lc_rope(int B, int T, int NH, int NKV, int hs, int es);
 sr_ledger_cost sr_lc_swiglu(int N, int F, int es, int pass);
-sr_ledger_cost sr_lc_adamw(size_t n);
+sr_ledger_cost sr_lc_adamw(size_t n, bool copy16);
 /* tile_gemm.cu's C[M, N] (f32) = A[M, K] B[N, K]^T (bf16) */
 sr_ledger_cost sr_lc_tile_gemm(int M, int N, int K);
 /* flash.cu's attention of B sequences of T tokens, NH query and NKV

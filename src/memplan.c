@@ -16,6 +16,7 @@
 #include "fsdp.h"
 #include "line.h"
 #include "ops.h"
+#include "optim.h"
 #include "plane.h"
 #include "shardplan.h"
 #include "testhook.h"
@@ -80,6 +81,12 @@ static sr_status plan_categories(sr_memplan *p, sr_memplan *offloaded, const sr_
             offloaded->bytes[c] = e.host[c];
     }
     p->state_shard = e.state_shard;
+    /* the optimizer's segment list (optim.h), where its moments are */
+    size_t segs = sr_optim_table_bytes(m.n_tensors, pl.nunits);
+    if (!(separate_memory && o->offload_optimizer))
+        p->bytes[SR_MEM_OPTIM_SHARD] = add(p->bytes[SR_MEM_OPTIM_SHARD], segs);
+    else if (offloaded)
+        offloaded->bytes[SR_MEM_OPTIM_SHARD] = add(offloaded->bytes[SR_MEM_OPTIM_SHARD], segs);
     p->bytes[SR_MEM_ACTIVATIONS] = sr_model_activation_bytes(d, ops, micro_batch);
     p->bytes[SR_MEM_OTHER] = add(p->bytes[SR_MEM_OTHER], sr_model_other_bytes(d));
     if (mesh->S > 1 && !nccl) {

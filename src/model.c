@@ -21,8 +21,9 @@
 static sr_status ops_support(const sr_model_dims *d, const sr_ops *ops) {
     if (d->arch != SR_ARCH_LLAMA)
         return SR_OK;
-    if (!ops->rmsnorm_forward || !ops->rmsnorm_backward || !ops->rope_forward || !ops->rope_backward ||
-        !ops->swiglu_forward || !ops->swiglu_backward || !ops->gqa_attention_forward || !ops->gqa_attention_backward)
+    if (!ops->rmsnorm_forward || !ops->rmsnorm_backward || !ops->residual_rmsnorm_forward || !ops->rope_forward ||
+        !ops->rope_backward || !ops->swiglu_forward || !ops->swiglu_backward || !ops->gqa_attention_forward ||
+        !ops->gqa_attention_backward)
         return sr_error(SR_ERR_CONFIG,
                         "model.arch llama on the %s ops: not implemented yet: the Llama kernels (RMSNorm, RoPE, "
                         "SwiGLU, grouped-query attention) (hint: device: cpu, or model.arch: gpt2)",
@@ -268,7 +269,7 @@ static sr_status alloc_activations(sr_model *m, int max_B) {
     if (sr_family_get(m->d.arch)->learned_positions)
         return SR_OK;
     /* the rotary table, built on the host once and uploaded */
-    size_t bytes = sr_model_other_bytes(&m->d) - sizeof(double);
+    size_t bytes = sr_model_rope_bytes(&m->d);
     float *host = sr_malloc(bytes);
     m->rope_cs = host ? dev->alloc(dev, dev->state_space, SR_MEM_OTHER, bytes) : NULL;
     if (!m->rope_cs) {
@@ -434,7 +435,7 @@ static root_view view_root(const sr_model *m, void *base, sr_dtype dt) {
 /* Pointers to block l's activations: slot l of each per-block row, or
  * slot 0 when the model recomputes blocks (the rows hold one block). */
 typedef struct {
-    const void *residual; /* the block's input */
+    void *residual; /* the block's input (written by its first norm when the block before left its add pending) */
     void *ln1, *qkv, *atty, *att, *res2, *ln2, *fch, *fchg, *res3;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
 } block_acts;
@@ -468,26 +469,29 @@ static block_acts acts_of(const sr_model *m, int l, int B) {
  * recomputation before backward; the output, the next block's input, is
  * still in residual3).  The ops are deterministic, so a recomputation
  * writes the same bits the forward wrote. */
-static void llama_block_forward(sr_model *m, const block_view *p, int l, int B, bool output) {
+static void llama_block_forward(sr_model *m, const block_view *p, int l, int B, bool output, bool pending) {
     const sr_ops *o = m->ops;
     const sr_model_dims *d = &m->d;
     int C = d->C, NH = d->NH, NKV = d->NKV, T = d->T, F = d->F, hs = C / NH;
     int BT = B * T;
-    size_t BTC = (size_t)BT * C;
     block_acts a = acts_of(m, l, B);
-    o->rmsnorm_forward(a.ln1, a.ln1_rstd, a.residual, p->t[SR_LL_ATTN_NORM], (float)d->norm_eps, BT, C);
+    float eps = (float)d->norm_eps;
+    if (pending) /* the previous block's output, res2 + its down projection, written as this norm reads it */
+        o->residual_rmsnorm_forward(a.residual, a.ln1, a.ln1_rstd, acts_of(m, l - 1, B).res2, m->scratch,
+                                    p->t[SR_LL_ATTN_NORM], eps, BT, C);
+    else
+        o->rmsnorm_forward(a.ln1, a.ln1_rstd, a.residual, p->t[SR_LL_ATTN_NORM], eps, BT, C);
     o->matmul_forward(a.qkv, a.ln1, p->t[SR_LL_QKV], NULL, BT, C, (int)sr_model_qkv_rows(d));
     o->rope_forward(a.qkv, m->rope_cs, B, T, NH, NKV, hs);
     o->gqa_attention_forward(a.atty, a.att, a.qkv, B, T, NH, NKV, hs);
     o->matmul_forward(m->scratch, a.atty, p->t[SR_LL_O], NULL, BT, C, C);
-    o->residual_forward(a.res2, a.residual, m->scratch, BTC);
-    o->rmsnorm_forward(a.ln2, a.ln2_rstd, a.res2, p->t[SR_LL_MLP_NORM], (float)d->norm_eps, BT, C);
+    o->residual_rmsnorm_forward(a.res2, a.ln2, a.ln2_rstd, a.residual, m->scratch, p->t[SR_LL_MLP_NORM], eps, BT, C);
     o->matmul_forward(a.fch, a.ln2, p->t[SR_LL_GATE_UP], NULL, BT, C, 2 * F);
     o->swiglu_forward(a.fchg, a.fch, BT, F);
     if (!output)
         return;
+    /* res3 = res2 + this, written by the norm that reads it next */
     o->matmul_forward(m->scratch, a.fchg, p->t[SR_LL_DOWN], NULL, BT, F, C);
-    o->residual_forward(a.res3, a.res2, m->scratch, BTC);
 }
 
 /* Block l's backward: dresidual holds the gradient of its output and
@@ -538,50 +542,64 @@ static void gpt2_block_backward(sr_model *m, const block_view *p, const block_vi
          *fchg = a.fchg;
     /* MLP: dresidual is the gradient of both res3's inputs (res2 and
      * fcproj); the input and parameter gradients' forms as in the Llama
-     * block */
-    o->matmul_backward(m->dfch_gelu, g->t[SR_FCPROJW], g->t[SR_FCPROJB], m->dresidual, fchg, p->t[SR_FCPROJW], (int)BT,
-                       4 * C, C, 0.0f, gb);
-    o->gelu_backward(m->dfch, fch, m->dfch_gelu, 4 * BTC, 0.0f);
-    o->matmul_backward(m->dln, g->t[SR_FCW], g->t[SR_FCB], m->dfch, ln2, p->t[SR_FCW], (int)BT, C, 4 * C, 0.0f, gb);
+     * block.  Each bias gradient is summed by a kernel that reads or
+     * writes its output's gradient anyway: fc's by GELU's backward,
+     * fcproj's and attproj's by ln2's (dresidual as it comes in, and as it
+     * leaves), qkv's by attention's */
+    o->matmul_backward(m->dfch_gelu, g->t[SR_FCPROJW], NULL, m->dresidual, fchg, p->t[SR_FCPROJW], (int)BT, 4 * C, C,
+                       0.0f, gb);
+    o->gelu_backward(m->dfch, fch, m->dfch_gelu, 4 * BTC, 0.0f, g->t[SR_FCB], 4 * C, gb);
+    o->matmul_backward(m->dln, g->t[SR_FCW], NULL, m->dfch, ln2, p->t[SR_FCW], (int)BT, C, 4 * C, 0.0f, gb);
     o->layernorm_backward(m->dresidual, g->t[SR_LN2W], g->t[SR_LN2B], m->dln, res2, p->t[SR_LN2W], a.ln2_mean,
-                          a.ln2_rstd, (int)BT, C, 1.0f, gb);
+                          a.ln2_rstd, (int)BT, C, 1.0f, gb, g->t[SR_FCPROJB], g->t[SR_ATTPROJB], gb);
     /* attention: dresidual is now the gradient of res2's inputs */
-    o->matmul_backward(m->datty, g->t[SR_ATTPROJW], g->t[SR_ATTPROJB], m->dresidual, atty, p->t[SR_ATTPROJW], (int)BT,
-                       C, C, 0.0f, gb);
+    o->matmul_backward(m->datty, g->t[SR_ATTPROJW], NULL, m->dresidual, atty, p->t[SR_ATTPROJW], (int)BT, C, C, 0.0f,
+                       gb);
     if (!o->attention_backward_assigns)
         dev->memset(dev, cs, m->dqkv, 0, 3 * BTC * es);
-    o->attention_backward(m->dqkv, m->datty, atty, qkv, att, B, T, C, NH);
-    o->matmul_backward(m->dln, g->t[SR_QKVW], g->t[SR_QKVB], m->dqkv, ln1, p->t[SR_QKVW], (int)BT, C, 3 * C, 0.0f, gb);
+    o->attention_backward(m->dqkv, m->datty, atty, qkv, att, B, T, C, NH, g->t[SR_QKVB], gb);
+    o->matmul_backward(m->dln, g->t[SR_QKVW], NULL, m->dqkv, ln1, p->t[SR_QKVW], (int)BT, C, 3 * C, 0.0f, gb);
     /* The key bias adds q.b_k to every score of a row, which softmax
      * ignores: its gradient is exactly zero, and what the arithmetic
      * leaves is rounding noise that Adam would blow up to lr-sized steps
      * (differently on every world size).  Keep it the exact zero. */
     dev->memset(dev, cs, (float *)g->t[SR_QKVB] + C, 0, (size_t)C * sizeof(float));
     o->layernorm_backward(m->dresidual, g->t[SR_LN1W], g->t[SR_LN1B], m->dln, residual, p->t[SR_LN1W], a.ln1_mean,
-                          a.ln1_rstd, (int)BT, C, 1.0f, gb);
+                          a.ln1_rstd, (int)BT, C, 1.0f, gb, NULL, NULL, 0.0f);
 }
 
-static void block_forward(sr_model *m, const block_view *p, int l, int B, bool output) {
+/* Block l's forward.  The residual add that ends a block is fused into
+ * the norm that reads its sum next (ops.h residual_*norm_forward): a
+ * block with `output` leaves its last projection in m->scratch and its
+ * output (res3) unwritten; with `pending` the block before did, and this
+ * block's first norm writes that output as it normalises it (the final
+ * norm does the last block's, sr_model_forward_train).  Either way each
+ * norm's parameters are its own unit's.  The recomputation before
+ * backward (no output, no pending) reads the stored res3. */
+static void block_forward(sr_model *m, const block_view *p, int l, int B, bool output, bool pending) {
     const sr_ops *o = m->ops;
     if (m->d.arch == SR_ARCH_LLAMA) {
-        llama_block_forward(m, p, l, B, output);
+        llama_block_forward(m, p, l, B, output, pending);
         return;
     }
     int C = m->d.C, NH = m->d.NH, T = m->d.T;
     size_t BT = (size_t)B * T, BTC = BT * C;
     block_acts a = acts_of(m, l, B);
-    o->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.residual, p->t[SR_LN1W], p->t[SR_LN1B], (int)BT, C);
+    if (pending)
+        o->residual_layernorm_forward(a.residual, a.ln1, a.ln1_mean, a.ln1_rstd, acts_of(m, l - 1, B).res2, m->scratch,
+                                      p->t[SR_LN1W], p->t[SR_LN1B], (int)BT, C);
+    else
+        o->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.residual, p->t[SR_LN1W], p->t[SR_LN1B], (int)BT, C);
     o->matmul_forward(a.qkv, a.ln1, p->t[SR_QKVW], p->t[SR_QKVB], (int)BT, C, 3 * C);
     o->attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
     o->matmul_forward(m->scratch, a.atty, p->t[SR_ATTPROJW], p->t[SR_ATTPROJB], (int)BT, C, C);
-    o->residual_forward(a.res2, a.residual, m->scratch, BTC);
-    o->layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p->t[SR_LN2W], p->t[SR_LN2B], (int)BT, C);
+    o->residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual, m->scratch, p->t[SR_LN2W],
+                                  p->t[SR_LN2B], (int)BT, C);
     o->matmul_forward(a.fch, a.ln2, p->t[SR_FCW], p->t[SR_FCB], (int)BT, C, 4 * C);
     o->gelu_forward(a.fchg, a.fch, 4 * BTC);
     if (!output)
         return;
     o->matmul_forward(m->scratch, a.fchg, p->t[SR_FCPROJW], p->t[SR_FCPROJB], (int)BT, 4 * C, C);
-    o->residual_forward(a.res3, a.res2, m->scratch, BTC);
 }
 
 sr_status sr_model_forward(sr_model *m, const sr_param_source *src, const int *inputs, const int *targets, int B) {
@@ -619,18 +637,20 @@ sr_status sr_model_forward_train(sr_model *m, const sr_param_source *src, const 
         lp = layer_params(m, src, l);
         NEED_VIEW(lp);
         block_view p = view_block(m, lp.ptr, lp.dt);
-        block_forward(m, &p, l, B, true);
+        block_forward(m, &p, l, B, true, l > 0);
         done_forward(src, l);
     }
     lp = layer_params(m, src, L);
     NEED_VIEW(lp);
     root = view_root(m, lp.ptr, lp.dt);
+    /* the last block's output, res2 + its last projection, written as the final norm reads it */
+    void *out = ACT(m->residual3, (size_t)(L - 1) * BTC), *res2 = acts_of(m, L - 1, B).res2;
     if (llama)
-        o->rmsnorm_forward(m->lnf, m->lnf_rstd, ACT(m->residual3, (size_t)(L - 1) * BTC), root.t[norm],
-                           (float)m->d.norm_eps, (int)BT, C);
+        o->residual_rmsnorm_forward(out, m->lnf, m->lnf_rstd, res2, m->scratch, root.t[norm], (float)m->d.norm_eps,
+                                    (int)BT, C);
     else
-        o->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, ACT(m->residual3, (size_t)(L - 1) * BTC), root.t[norm],
-                             root.t[SR_LNFB], (int)BT, C);
+        o->residual_layernorm_forward(out, m->lnf, m->lnf_mean, m->lnf_rstd, res2, m->scratch, root.t[norm],
+                                      root.t[SR_LNFB], (int)BT, C);
     o->matmul_forward(m->logits, m->lnf, root.t[head], NULL, (int)BT, C, Vp);
     /* the training forward's classifier in one op where the table has it:
      * the logits become dlogits here, and the backward starts past them */
@@ -689,7 +709,7 @@ sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss
                             m->lnf_rstd, (int)BT, C, 0.0f, rgb);
     else
         o->layernorm_backward(m->dresidual, rg.t[norm], rg.t[SR_LNFB], m->dln, ACT(m->residual3, (size_t)(L - 1) * BTC),
-                              rp.t[norm], m->lnf_mean, m->lnf_rstd, (int)BT, C, 0.0f, rgb);
+                              rp.t[norm], m->lnf_mean, m->lnf_rstd, (int)BT, C, 0.0f, rgb, NULL, NULL, 0.0f);
 
     for (int l = L - 1; l >= 0; l--) {
         lp = layer_params(m, src, l);
@@ -698,7 +718,7 @@ sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss
         NEED(lg);
         block_view p = view_block(m, lp.ptr, lp.dt), g = view_block(m, lg, SR_DT_F32);
         if (m->d.recompute == SR_RECOMPUTE_BLOCKS)
-            block_forward(m, &p, l, B, false);
+            block_forward(m, &p, l, B, false, false);
         if (llama)
             llama_block_backward(m, &p, &g, l, B, gb);
         else

@@ -236,8 +236,10 @@ size_t sr_model_n_params(const sr_model_dims *d);
  * them. */
 size_t sr_model_activation_bytes(const sr_model_dims *d, const sr_ops *ops, int max_B);
 /* Bytes sr_model_init allocates in SR_MEM_OTHER with activations: the
- * loss accumulator, and a Llama model's rotary table. */
+ * loss accumulator, and a Llama model's rotary table (sr_model_rope_bytes;
+ * 0 with learned positions). */
 size_t sr_model_other_bytes(const sr_model_dims *d);
+size_t sr_model_rope_bytes(const sr_model_dims *d);
 /* The largest activation forward saves for backward, per block (a
  * block's tensor of micro-batches of max_B sequences with `ops`: the
  * attention scores B x NH x T x T where attention materialises them), in

@@ -125,8 +125,11 @@ double sr_model_flops_per_token(const sr_model *m) {
 }
 
 size_t sr_model_other_bytes(const sr_model_dims *d) {
+    return sizeof(double) + sr_model_rope_bytes(d); /* the loss accumulator, the rotary table */
+}
+
+size_t sr_model_rope_bytes(const sr_model_dims *d) {
     if (sr_family_get(d->arch)->learned_positions)
-        return sizeof(double);
-    /* the loss accumulator and the rotary table */
-    return sizeof(double) + (size_t)d->T * (size_t)(d->C / d->NH) * sizeof(float);
+        return 0;
+    return (size_t)d->T * (size_t)(d->C / d->NH) * sizeof(float);
 }

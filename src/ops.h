@@ -47,10 +47,24 @@ typedef struct sr_ops {
     /* out[N,C] = (inp - mean) * rstd * w + b; saves mean[N], rstd[N] */
     void (*layernorm_forward)(void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b, int N,
                               int C);
+    /* The residual add and the norm after it in one op: res[N,C] = a + b
+     * (rounded to the activation dtype, as residual_forward), then out,
+     * mean and rstd as layernorm_forward of res writes them: the same bits
+     * as the two ops.  res may be a. */
+    void (*residual_layernorm_forward)(void *res, void *out, float *mean, float *rstd, const void *a, const void *b,
+                                       const void *w, const void *bias, int N, int C);
     /* dinp[N,C] = beta dinp + d/dinp; dw[C] = gbeta dw + sum_n dout *
-     * (inp - mean) * rstd, db[C] = gbeta db + sum_n dout (fixed order) */
+     * (inp - mean) * rstd, db[C] = gbeta db + sum_n dout (fixed order).
+     * The residual stream's bias gradients, with no pass of their own
+     * (each NULL: none; rows in order, each = sbeta itself + the sums):
+     * sum_in = the column sums of dinp as it comes in (beta 1: the
+     * gradient already there; beta 0 reads none: no rows), sum_out =
+     * those of dinp as the op leaves it
+     * (as stored).  GPT-2's second norm: the MLP projection's bias
+     * gradient comes in, the attention projection's goes out. */
     void (*layernorm_backward)(void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w,
-                               const float *mean, const float *rstd, int N, int C, float beta, float gbeta);
+                               const float *mean, const float *rstd, int N, int C, float beta, float gbeta,
+                               float *sum_in, float *sum_out, float sbeta);
     /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL) */
     void (*matmul_forward)(void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC);
     /* dinp[N,C] = beta dinp + dout @ w; dw[OC,C] = gbeta dw + dout^T @ inp;
@@ -63,10 +77,13 @@ typedef struct sr_ops {
      * attention: the causal softmax [B,NH,T,T], zero above the diagonal;
      * flash attention: the log-sum-exp of each row, [B,NH,T] f32).  The
      * backward is also given `out`, the forward's output (flash attention
-     * reads it for rowsum(dout o out); the others ignore it). */
+     * reads it for rowsum(dout o out); the others ignore it), and dbias
+     * (NULL: none) = gbeta dbias + the column sums of dqkv[B T, 3C] as
+     * left (as stored; the qkv projection's bias gradient, summed as dqkv
+     * is written where the table can: flash attention). */
     void (*attention_forward)(void *out, void *att, const void *qkv, int B, int T, int C, int NH);
     void (*attention_backward)(void *dqkv, const void *dout, const void *out, const void *qkv, const void *att, int B,
-                               int T, int C, int NH);
+                               int T, int C, int NH, float *dbias, float gbeta);
     /* Bytes attention_forward saves per layer for B sequences of T tokens
      * (gqa_attention_forward saves the same for its NH query heads). */
     size_t (*attention_save_bytes)(int B, int T, int NH);
@@ -76,8 +93,12 @@ typedef struct sr_ops {
     int attention_backward_assigns;
     /* GELU, tanh approximation */
     void (*gelu_forward)(void *out, const void *inp, size_t n);
-    /* dinp = beta dinp + gelu'(inp) dout (beta 0 or 1) */
-    void (*gelu_backward)(void *dinp, const void *inp, const void *dout, size_t n, float beta);
+    /* dinp = beta dinp + gelu'(inp) dout (beta 0 or 1); dbias (NULL: none)
+     * = gbeta dbias + the column sums of dinp as left (as stored) viewed as
+     * [n / OC, OC], rows in order: the bias gradient of the projection GELU
+     * follows, with no pass of its own */
+    void (*gelu_backward)(void *dinp, const void *inp, const void *dout, size_t n, float beta, float *dbias, int OC,
+                          float gbeta);
     /* out = a + b */
     void (*residual_forward)(void *out, const void *a, const void *b, size_t n);
     /* Softmax cross-entropy over the first V of Vp logits.  Leaves
@@ -107,6 +128,10 @@ typedef struct sr_ops {
     /* out[N,C] = inp * rstd * w with rstd = 1 / sqrt(mean(inp^2) + eps)
      * over each row (float sums); saves rstd[N] */
     void (*rmsnorm_forward)(void *out, float *rstd, const void *inp, const void *w, float eps, int N, int C);
+    /* residual_layernorm_forward's RMSNorm: res = a + b, then
+     * rmsnorm_forward of res, bitwise the two ops (res may be a) */
+    void (*residual_rmsnorm_forward)(void *res, void *out, float *rstd, const void *a, const void *b, const void *w,
+                                     float eps, int N, int C);
     /* dinp[N,C] = beta dinp + d/dinp; dw[C] = gbeta dw + sum_n dout * inp
      * * rstd (summed in a fixed order whatever the thread count) */
     void (*rmsnorm_backward)(void *dinp, float *dw, const void *dout, const void *inp, const void *w, const float *rstd,

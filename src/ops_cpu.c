@@ -472,10 +472,30 @@ static void zero_if(float *p, size_t n, float beta) {
         memset(p, 0, n * sizeof(float));
 }
 
+/* Inside a parallel region: sum[c] = beta sum[c] + x[0][c] + x[1][c] + ...
+ * over N rows of width W, for this thread's columns (16 at a time), each
+ * row added in order: matmul_backward's bias sum, whatever the team. */
+static void colsum_part(float *sum, const float *x, int N, int W, float beta) {
+    int c0, c1;
+    split_range(W, thread_id(), team_size(), 16, &c0, &c1);
+    if (c1 <= c0)
+        return;
+    zero_if(sum + c0, (size_t)(c1 - c0), beta);
+    for (int n = 0; n < N; n++)
+        acc1(sum + c0, x + (size_t)n * W + c0, (size_t)(c1 - c0));
+}
+
 static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                               const float *mean, const float *rstd, int N, int C, float beta, float gbeta) {
+                               const float *mean, const float *rstd, int N, int C, float beta, float gbeta,
+                               float *sum_in, float *sum_out, float sbeta) {
 #pragma omp parallel
     {
+        /* Pass 0 (sum_in): the column sums of dinp as it came in, before
+         * pass 1 writes it */
+        if (sum_in) {
+            colsum_part(sum_in, dinp, beta != 0.0f ? N : 0, C, sbeta); /* (beta 0: dinp not read, no rows) */
+#pragma omp barrier
+        }
         /* Pass 1, by row: the input gradient. */
 #pragma omp for
         for (int n = 0; n < N; n++) {
@@ -493,6 +513,10 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
             for (int n = 0; n < N; n++)
                 ln_bwd_cols(dw + c0, db + c0, inp + (size_t)n * C + c0, dout + (size_t)n * C + c0, mean[n], rstd[n],
                             c1 - c0);
+        /* Pass 3 (sum_out): the input gradient's column sums, pass 1
+         * done (the barrier of its loop) */
+        if (sum_out)
+            colsum_part(sum_out, dinp, N, C, sbeta);
     }
 }
 
@@ -711,13 +735,18 @@ static void gelu_forward(float *out, const float *inp, size_t n) {
     }
 }
 
-static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n, float beta) {
+static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n, float beta, float *dbias, int OC,
+                          float gbeta) {
     int acc = beta != 0.0f;
 #pragma omp parallel
     {
         size_t lo, hi;
         my_range(n, &lo, &hi);
         gelu_bwd(dinp + lo, inp + lo, dout + lo, hi - lo, acc);
+        if (dbias) {
+#pragma omp barrier
+            colsum_part(dbias, dinp, (int)(n / (size_t)OC), OC, gbeta);
+        }
     }
 }
 
@@ -774,9 +803,21 @@ static void layernorm_forward_t(void *out, float *mean, float *rstd, const void 
                                 int N, int C) {
     layernorm_forward(out, mean, rstd, inp, w, b, N, C);
 }
+/* the fused forms: the two ops in turn (bitwise) */
+static void residual_layernorm_forward_t(void *res, void *out, float *mean, float *rstd, const void *a, const void *b,
+                                         const void *w, const void *bias, int N, int C) {
+    residual_forward(res, a, b, (size_t)N * C);
+    layernorm_forward(out, mean, rstd, res, w, bias, N, C);
+}
+static void residual_rmsnorm_forward_t(void *res, void *out, float *rstd, const void *a, const void *b, const void *w,
+                                       float eps, int N, int C) {
+    residual_forward(res, a, b, (size_t)N * C);
+    rmsnorm_forward(out, rstd, res, w, eps, N, C);
+}
 static void layernorm_backward_t(void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w,
-                                 const float *mean, const float *rstd, int N, int C, float beta, float gbeta) {
-    layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, beta, gbeta);
+                                 const float *mean, const float *rstd, int N, int C, float beta, float gbeta,
+                                 float *sum_in, float *sum_out, float sbeta) {
+    layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, beta, gbeta, sum_in, sum_out, sbeta);
 }
 static void matmul_forward_t(void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC) {
     matmul_forward(out, inp, w, bias, N, C, OC);
@@ -789,13 +830,18 @@ static void attention_forward_t(void *out, void *att, const void *qkv, int B, in
     attention_forward(out, att, qkv, B, T, C, NH);
 }
 static void attention_backward_t(void *dqkv, const void *dout, const void *out, const void *qkv, const void *att, int B,
-                                 int T, int C, int NH) {
+                                 int T, int C, int NH, float *dbias, float gbeta) {
     (void)out;
     attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
+    if (dbias) {
+#pragma omp parallel
+        colsum_part(dbias, dqkv, B * T, 3 * C, gbeta);
+    }
 }
 static void gelu_forward_t(void *out, const void *inp, size_t n) { gelu_forward(out, inp, n); }
-static void gelu_backward_t(void *dinp, const void *inp, const void *dout, size_t n, float beta) {
-    gelu_backward(dinp, inp, dout, n, beta);
+static void gelu_backward_t(void *dinp, const void *inp, const void *dout, size_t n, float beta, float *dbias, int OC,
+                            float gbeta) {
+    gelu_backward(dinp, inp, dout, n, beta, dbias, OC, gbeta);
 }
 static void residual_forward_t(void *out, const void *a, const void *b, size_t n) { residual_forward(out, a, b, n); }
 
@@ -805,6 +851,7 @@ const sr_ops sr_ops_cpu = {
     .encoder_forward = encoder_forward_t,
     .encoder_backward = encoder_backward_t,
     .layernorm_forward = layernorm_forward_t,
+    .residual_layernorm_forward = residual_layernorm_forward_t,
     .layernorm_backward = layernorm_backward_t,
     .matmul_forward = matmul_forward_t,
     .matmul_backward = matmul_backward_t,
@@ -819,6 +866,7 @@ const sr_ops sr_ops_cpu = {
     .crossentropy_fused = crossentropy_fused,
     .rmsnorm_forward = rmsnorm_forward,
     .rmsnorm_backward = rmsnorm_backward,
+    .residual_rmsnorm_forward = residual_rmsnorm_forward_t,
     .rope_forward = rope_forward,
     .rope_backward = rope_backward,
     .swiglu_forward = swiglu_forward,

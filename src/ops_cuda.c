@@ -167,14 +167,35 @@ static void layernorm_forward(int bf16, void *out, float *mean, float *rstd, con
              "N=%d C=%d", N, C);
 }
 
+static void residual_layernorm_forward(int bf16, void *res, void *out, float *mean, float *rstd, const void *a,
+                                       const void *b, const void *w, const void *bias, int N, int C) {
+    sr_cuda_ctx *c = ctx();
+    if (c)
+        done(c, sr_k_residual_layernorm_forward(c->stream, res, out, mean, rstd, a, b, w, bias, N, C, bf16),
+             "residual_layernorm_forward", "N=%d C=%d", N, C);
+}
+
+/* The column-sum partials of N rows of W floats fit the bound workspace
+ * (sr_cuda_ws_bytes sizes it for the model's widest: 4 C), else an
+ * internal error naming the op. */
+static bool partials_fit(sr_cuda_ctx *c, int N, int W, const char *op) {
+    size_t need = (size_t)sr_cuda_colsum_chunks(N) * (size_t)W * sizeof(float);
+    if (need <= c->ws_bytes)
+        return true;
+    if (op_error == SR_OK)
+        op_error = sr_error(SR_ERR_INTERNAL, "%s needs %zu bytes of workspace for N=%d rows of %d, %zu bound", op, need,
+                            N, W, c->ws_bytes);
+    return false;
+}
+
 static void layernorm_backward(int bf16, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                                const void *w, const float *mean, const float *rstd, int N, int C, float beta,
-                               float gbeta) {
+                               float gbeta, float *sum_in, float *sum_out, float sbeta) {
     sr_cuda_ctx *c = ctx_ws("layernorm_backward");
-    if (c)
+    if (c && partials_fit(c, N, 4 * C, "layernorm_backward"))
         done(c,
-             sr_k_layernorm_backward(c->stream, dinp, dw, db, dout, inp, w, mean, rstd, N, C, bf16, c->ws, beta != 0.0f,
-                                     gbeta != 0.0f),
+             sr_k_layernorm_backward(c->stream, dinp, dw, db, sum_in, sum_out, dout, inp, w, mean, rstd, N, C, bf16,
+                                     c->ws, beta != 0.0f, gbeta != 0.0f, sbeta != 0.0f),
              "layernorm_backward", "N=%d C=%d", N, C);
 }
 
@@ -374,14 +395,18 @@ static void flash_forward(void *out, void *att, const void *qkv, int B, int T, i
              "B=%d T=%d NH=%d NKV=%d hs=%d", B, T, NH, NKV, hs);
 }
 
-static void flash_backward(void *dqkv, const void *dout, const void *out, const void *qkv, const void *att, int B,
-                           int T, int NH, int NKV, int hs) {
+static void flash_backward_bias(void *dqkv, const void *dout, const void *out, const void *qkv, const void *att, int B,
+                                int T, int NH, int NKV, int hs, float *dbias, float gbeta) {
     sr_cuda_ctx *c = ctx_ws("attention_backward");
     if (c)
-        done(
-            c,
-            sr_k_flash_backward(c->stream, dqkv, dout, out, qkv, (const float *)att, B, T, NH, NKV, hs, (float *)c->ws),
-            "attention_backward (flash)", "B=%d T=%d NH=%d NKV=%d hs=%d", B, T, NH, NKV, hs);
+        done(c,
+             sr_k_flash_backward(c->stream, dqkv, dout, out, qkv, (const float *)att, B, T, NH, NKV, hs, (float *)c->ws,
+                                 dbias, gbeta != 0.0f),
+             "attention_backward (flash)", "B=%d T=%d NH=%d NKV=%d hs=%d", B, T, NH, NKV, hs);
+}
+static void flash_backward(void *dqkv, const void *dout, const void *out, const void *qkv, const void *att, int B,
+                           int T, int NH, int NKV, int hs) {
+    flash_backward_bias(dqkv, dout, out, qkv, att, B, T, NH, NKV, hs, NULL, 0.0f);
 }
 
 static void attention_forward(int bf16, void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
@@ -389,8 +414,13 @@ static void attention_forward(int bf16, void *out, void *att, const void *qkv, i
 }
 
 static void attention_backward(int bf16, void *dqkv, const void *dout, const void *qkv, const void *att, int B, int T,
-                               int C, int NH) {
+                               int C, int NH, float *dbias, float gbeta) {
     gqa_backward(bf16, dqkv, dout, qkv, att, B, T, NH, NH, C / NH);
+    sr_cuda_ctx *c = dbias && op_error == SR_OK ? ctx_ws("attention_backward (dbias)") : NULL;
+    if (c &&
+        partials_fit(c, B * T, 3 * C, "attention_backward (dbias)")) /* (the materialised path: a pass over dqkv) */
+        done(c, sr_k_bias_backward(c->stream, dbias, dqkv, B * T, 3 * C, bf16, c->ws, gbeta != 0.0f),
+             "attention_backward (dbias)", "N=%d OC=%d", B * T, 3 * C);
 }
 
 static void rmsnorm_forward(int bf16, void *out, float *rstd, const void *inp, const void *w, float eps, int N, int C) {
@@ -400,6 +430,13 @@ static void rmsnorm_forward(int bf16, void *out, float *rstd, const void *inp, c
              C);
 }
 
+static void residual_rmsnorm_forward(int bf16, void *res, void *out, float *rstd, const void *a, const void *b,
+                                     const void *w, float eps, int N, int C) {
+    sr_cuda_ctx *c = ctx();
+    if (c)
+        done(c, sr_k_residual_rmsnorm_forward(c->stream, res, out, rstd, a, b, w, eps, N, C, bf16),
+             "residual_rmsnorm_forward", "N=%d C=%d", N, C);
+}
 static void rmsnorm_backward(int bf16, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
                              const float *rstd, int N, int C, float beta, float gbeta) {
     sr_cuda_ctx *c = ctx_ws("rmsnorm_backward");
@@ -437,10 +474,12 @@ static void gelu_forward(int bf16, void *out, const void *inp, size_t n) {
     if (c)
         done(c, sr_k_gelu_forward(c->stream, out, inp, n, bf16), "gelu_forward", "n=%zu", n);
 }
-static void gelu_backward(int bf16, void *dinp, const void *inp, const void *dout, size_t n, float beta) {
-    sr_cuda_ctx *c = ctx();
-    if (c)
-        done(c, sr_k_gelu_backward(c->stream, dinp, inp, dout, n, beta != 0.0f, bf16), "gelu_backward", "n=%zu", n);
+static void gelu_backward(int bf16, void *dinp, const void *inp, const void *dout, size_t n, float beta, float *dbias,
+                          int OC, float gbeta) {
+    sr_cuda_ctx *c = dbias ? ctx_ws("gelu_backward (dbias)") : ctx();
+    if (c && (!dbias || (OC > 0 && partials_fit(c, (int)(n / (size_t)OC), OC, "gelu_backward (dbias)"))))
+        done(c, sr_k_gelu_backward(c->stream, dinp, inp, dout, n, beta != 0.0f, bf16, dbias, OC, gbeta != 0.0f, c->ws),
+             "gelu_backward", "n=%zu OC=%d", n, OC);
 }
 static void residual_forward(int bf16, void *out, const void *a, const void *b, size_t n) {
     sr_cuda_ctx *c = ctx();
@@ -509,9 +548,14 @@ static void bind_workspace(void *ws, size_t bytes) {
                                         int N, int C) {                                                                \
         layernorm_forward(BF, o, m, r, i, w, b, N, C);                                                                 \
     }                                                                                                                  \
+    static void residual_layernorm_forward_##SUF(void *rs, void *o, float *m, float *r, const void *a, const void *b,  \
+                                                 const void *w, const void *bi, int N, int C) {                        \
+        residual_layernorm_forward(BF, rs, o, m, r, a, b, w, bi, N, C);                                                \
+    }                                                                                                                  \
     static void layernorm_backward_##SUF(void *di, float *dw, float *db, const void *d, const void *i, const void *w,  \
-                                         const float *m, const float *r, int N, int C, float beta, float gb) {         \
-        layernorm_backward(BF, di, dw, db, d, i, w, m, r, N, C, beta, gb);                                             \
+                                         const float *m, const float *r, int N, int C, float beta, float gb,           \
+                                         float *si, float *so, float sb) {                                             \
+        layernorm_backward(BF, di, dw, db, d, i, w, m, r, N, C, beta, gb, si, so, sb);                                 \
     }                                                                                                                  \
     static void matmul_forward_##SUF(void *o, const void *i, const void *w, const void *b, int N, int C, int OC) {     \
         matmul_forward(BF, o, i, w, b, N, C, OC);                                                                      \
@@ -524,9 +568,9 @@ static void bind_workspace(void *ws, size_t bytes) {
         attention_forward(BF, o, a, q, B, T, C, NH);                                                                   \
     }                                                                                                                  \
     static void attention_backward_##SUF(void *dq, const void *d, const void *o, const void *q, const void *a, int B,  \
-                                         int T, int C, int NH) {                                                       \
+                                         int T, int C, int NH, float *db, float gb) {                                  \
         (void)o;                                                                                                       \
-        attention_backward(BF, dq, d, q, a, B, T, C, NH);                                                              \
+        attention_backward(BF, dq, d, q, a, B, T, C, NH, db, gb);                                                      \
     }                                                                                                                  \
     static size_t attention_save_##SUF(int B, int T, int NH) { return attention_save(BF, B, T, NH); }                  \
     static void rmsnorm_forward_##SUF(void *o, float *r, const void *i, const void *w, float e, int N, int C) {        \
@@ -535,6 +579,10 @@ static void bind_workspace(void *ws, size_t bytes) {
     static void rmsnorm_backward_##SUF(void *di, float *dw, const void *d, const void *i, const void *w,               \
                                        const float *r, int N, int C, float beta, float gb) {                           \
         rmsnorm_backward(BF, di, dw, d, i, w, r, N, C, beta, gb);                                                      \
+    }                                                                                                                  \
+    static void residual_rmsnorm_forward_##SUF(void *rs, void *o, float *r, const void *a, const void *b,              \
+                                               const void *w, float e, int N, int C) {                                 \
+        residual_rmsnorm_forward(BF, rs, o, r, a, b, w, e, N, C);                                                      \
     }                                                                                                                  \
     static void rope_forward_##SUF(void *q, const float *cs, int B, int T, int NH, int NKV, int hs) {                  \
         rope(BF, 0, q, cs, B, T, NH, NKV, hs);                                                                         \
@@ -555,8 +603,9 @@ static void bind_workspace(void *ws, size_t bytes) {
         gqa_backward(BF, dq, d, q, a, B, T, NH, NKV, hs);                                                              \
     }                                                                                                                  \
     static void gelu_forward_##SUF(void *o, const void *i, size_t n) { gelu_forward(BF, o, i, n); }                    \
-    static void gelu_backward_##SUF(void *di, const void *i, const void *d, size_t n, float beta) {                    \
-        gelu_backward(BF, di, i, d, n, beta);                                                                          \
+    static void gelu_backward_##SUF(void *di, const void *i, const void *d, size_t n, float beta, float *db, int OC,   \
+                                    float gb) {                                                                        \
+        gelu_backward(BF, di, i, d, n, beta, db, OC, gb);                                                              \
     }                                                                                                                  \
     static void residual_forward_##SUF(void *o, const void *a, const void *b, size_t n) {                              \
         residual_forward(BF, o, a, b, n);                                                                              \
@@ -576,6 +625,7 @@ static void bind_workspace(void *ws, size_t bytes) {
         .encoder_forward = encoder_forward_##SUF,                                                                      \
         .encoder_backward = encoder_backward_##SUF,                                                                    \
         .layernorm_forward = layernorm_forward_##SUF,                                                                  \
+        .residual_layernorm_forward = residual_layernorm_forward_##SUF,                                                \
         .layernorm_backward = layernorm_backward_##SUF,                                                                \
         .matmul_forward = matmul_forward_##SUF,                                                                        \
         .matmul_backward = matmul_backward_##SUF,                                                                      \
@@ -590,6 +640,7 @@ static void bind_workspace(void *ws, size_t bytes) {
         .crossentropy_fused = crossentropy_fused_##SUF,                                                                \
         .rmsnorm_forward = rmsnorm_forward_##SUF,                                                                      \
         .rmsnorm_backward = rmsnorm_backward_##SUF,                                                                    \
+        .residual_rmsnorm_forward = residual_rmsnorm_forward_##SUF,                                                    \
         .rope_forward = rope_forward_##SUF,                                                                            \
         .rope_backward = rope_backward_##SUF,                                                                          \
         .swiglu_forward = swiglu_forward_##SUF,                                                                        \
@@ -610,8 +661,8 @@ static void flash_forward_mha(void *o, void *a, const void *q, int B, int T, int
     flash_forward(o, a, q, B, T, NH, NH, C / NH);
 }
 static void flash_backward_mha(void *dq, const void *d, const void *o, const void *q, const void *a, int B, int T,
-                               int C, int NH) {
-    flash_backward(dq, d, o, q, a, B, T, NH, NH, C / NH);
+                               int C, int NH, float *dbias, float gbeta) {
+    flash_backward_bias(dq, d, o, q, a, B, T, NH, NH, C / NH, dbias, gbeta);
 }
 const sr_ops sr_ops_cuda_bf16_flash = {
     .name = "cuda-bf16-flash",
@@ -619,6 +670,7 @@ const sr_ops sr_ops_cuda_bf16_flash = {
     .encoder_forward = encoder_forward_bf16,
     .encoder_backward = encoder_backward_bf16,
     .layernorm_forward = layernorm_forward_bf16,
+    .residual_layernorm_forward = residual_layernorm_forward_bf16,
     .layernorm_backward = layernorm_backward_bf16,
     .matmul_forward = matmul_forward_bf16,
     .matmul_backward = matmul_backward_bf16,
@@ -634,6 +686,7 @@ const sr_ops sr_ops_cuda_bf16_flash = {
     .crossentropy_fused = crossentropy_fused_bf16,
     .rmsnorm_forward = rmsnorm_forward_bf16,
     .rmsnorm_backward = rmsnorm_backward_bf16,
+    .residual_rmsnorm_forward = residual_rmsnorm_forward_bf16,
     .rope_forward = rope_forward_bf16,
     .rope_backward = rope_backward_bf16,
     .swiglu_forward = swiglu_forward_bf16,

@@ -17,6 +17,7 @@ sr_status sr_optim_init_slices(sr_optim *opt, const sr_model *model, sr_dev *dev
     opt->slices = sr_malloc(sizeof *slices * (size_t)(n > 0 ? n : 1));
     /* a slice meets at most every tensor: n * n_tensors segments at most */
     opt->segs = sr_malloc(sizeof *opt->segs * (size_t)(n > 0 ? n : 1) * (size_t)model->n_tensors);
+    size_t total = 0; /* the elements of the segments so far (each one's start) */
     if (!opt->slices || !opt->segs)
         return sr_error_oom("the optimizer's tables");
     opt->m = dev->alloc(dev, dev->state_space, SR_MEM_OPTIM_SHARD, local_size * sizeof(float));
@@ -33,11 +34,27 @@ sr_status sr_optim_init_slices(sr_optim *opt, const sr_model *model, sr_dev *dev
             const sr_tensor *t = &model->tensors[ti];
             size_t lo = t->offset > sl->begin ? t->offset : sl->begin;
             size_t hi = t->offset + t->numel < sl->end ? t->offset + t->numel : sl->end;
-            if (lo < hi)
-                opt->segs[opt->nsegs++] = (sr_adamw_segment){lo - sl->begin + sl->local, hi - lo, t->ndim >= 2};
+            if (lo < hi) {
+                opt->segs[opt->nsegs] = (sr_adamw_segment){lo - sl->begin + sl->local, hi - lo, total, t->ndim >= 2};
+                opt->nsegs++;
+                total += hi - lo;
+            }
         }
     }
-    return SR_OK;
+    /* the list in the table's memory, the one launch's table (its
+     * capacity sr_optim_table_bytes: what the plan counts; on every table,
+     * so a fake-device run's memory is the CPU run's) */
+    size_t bytes = sr_optim_table_bytes(model->n_tensors, n);
+    if (!(opt->dsegs = dev->alloc(dev, dev->state_space, SR_MEM_OPTIM_SHARD, bytes)))
+        return SR_ERR_INTERNAL;
+    return opt->nsegs ? sr_dev_upload(dev, opt->dsegs, opt->segs, sizeof *opt->segs * (size_t)opt->nsegs, "upload")
+                      : SR_OK;
+}
+
+size_t sr_optim_table_bytes(int n_tensors, int nslices) {
+    /* slices are disjoint and tensors are disjoint: their intersections
+     * number at most one per tensor plus one per slice boundary */
+    return sizeof(sr_adamw_segment) * ((size_t)n_tensors + (size_t)(nslices > 0 ? nslices : 1));
 }
 
 sr_status sr_optim_init(sr_optim *opt, const sr_model *model, sr_dev *dev, size_t begin, size_t end) {
@@ -49,6 +66,7 @@ void sr_optim_free(sr_optim *opt) {
     if (opt->dev) {
         opt->dev->free(opt->dev, opt->m);
         opt->dev->free(opt->dev, opt->v);
+        opt->dev->free(opt->dev, opt->dsegs);
     }
     free(opt->segs);
     free(opt->slices);
@@ -76,7 +94,9 @@ sr_adamw_launch sr_optim_launch(const sr_optim *opt, float *params, const float 
                              .m = opt->m,
                              .v = opt->v,
                              .segs = opt->segs,
+                             .dsegs = opt->dsegs,
                              .nsegs = opt->nsegs,
+                             .params16 = opt->params16,
                              .a = {.b1 = (float)o->beta1,
                                    .b2 = (float)o->beta2,
                                    .eps = (float)o->eps,

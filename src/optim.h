@@ -36,17 +36,25 @@ typedef struct {
     float *m, *v;           /* Adam moments, laid out like the shard (SR_MEM_OPTIM_SHARD, on dev) */
     sr_adamw_segment *segs; /* the slices cut at tensor boundaries, with each tensor's decay rule */
     int nsegs;
+    sr_adamw_segment *dsegs; /* the same in the table's memory (SR_MEM_OPTIM_SHARD): what a device's launch reads */
+    void *params16;          /* the parameters' bf16 copy each step writes too (device.h), or NULL: the owner sets it */
     const sr_model *model;
     sr_dev *dev;
 } sr_optim;
 
 /* Allocates zeroed moments on `dev` for a shard of `local_size` floats
- * made of the given slices (copied).  sr_optim_init is the one-slice form
+ * made of the given slices (copied), and the segment list in its memory
+ * (sr_optim_table_bytes of the model's tensors and the slices: what one
+ * AdamW launch on a device reads).  sr_optim_init is the one-slice form
  * for [begin, end).  Returns SR_ERR_INTERNAL when out of memory.  Free
  * with sr_optim_free (also after a failed init). */
 sr_status sr_optim_init_slices(sr_optim *opt, const sr_model *model, sr_dev *dev, const sr_slice *slices, int n,
                                size_t local_size);
 sr_status sr_optim_init(sr_optim *opt, const sr_model *model, sr_dev *dev, size_t begin, size_t end);
+/* The bytes of the device's segment list for a model of n_tensors tensors
+ * and a shard of nslices slices (the list's capacity; the memory plan
+ * counts the same, SR_MEM_OPTIM_SHARD on a device). */
+size_t sr_optim_table_bytes(int n_tensors, int nslices);
 void sr_optim_free(sr_optim *opt);
 
 /* One AdamW step (1-based `step` for bias correction) at learning rate lr

@@ -203,6 +203,10 @@ typedef struct {
     line fam[SR_LF_COUNT], rows[SR_LEDGER_NROWS], total;
     int nf, nr;
     double wall_ms, busy_ms, ops_ms;
+    /* the launch gap: the step's wall time less the sum of its operations'
+     * times, its share of the step, per operation launched (µs); above
+     * SR_PROFILE_GAP_SHARE the lines advise CUDA graphs */
+    double gap_ms, gap_share, gap_us_per_op;
     const char *whose; /* whose device times these are */
 } tables;
 
@@ -244,6 +248,23 @@ static void build_tables(sr_profile *p, tables *t) {
         sr_ledger_row_add(&tot, &t->fam[i].r);
     t->total = (line){"total", NULL, tot};
     t->whose = p->dev->emulated ? "the CUDA emulator's (not a GPU's)" : "the GPU's";
+    t->gap_ms = t->wall_ms - t->ops_ms;
+    t->gap_share = t->wall_ms > 0 ? t->gap_ms / t->wall_ms : 0.0;
+    t->gap_us_per_op = tot.calls > 0 ? 1e3 * t->gap_ms / (double)tot.calls : 0.0;
+}
+
+/* The launch gap's sentence (the log, profile.md): its size, and past
+ * SR_PROFILE_GAP_SHARE of the step, what would remove it. */
+static void gap_line(const tables *t, char *buf, size_t n) {
+    int k = snprintf(buf, n,
+                     "the launch gap (the step's wall time less the sum of its operations' times) %.3f ms, %.1f%% of "
+                     "the step, %.2f us per operation",
+                     t->gap_ms, 100 * t->gap_share, t->gap_us_per_op);
+    if (k > 0 && (size_t)k < n && t->gap_share > SR_PROFILE_GAP_SHARE)
+        snprintf(buf + k, n - (size_t)k,
+                 "; above %.0f%%: one CUDA graph per step (captured once, replayed: no host launch between "
+                 "operations) would remove it",
+                 100 * SR_PROFILE_GAP_SHARE);
 }
 
 /* The tables (family, launcher) as Markdown. */
@@ -270,6 +291,9 @@ static char *markdown(const sr_profile *p, const tables *t, size_t *len) {
             "%.3f ms (%.1f%%): host bubbles and launch gaps.\n",
             t->wall_ms, t->busy_ms, t->ops_ms, t->wall_ms - t->busy_ms,
             t->wall_ms > 0 ? 100 * (t->wall_ms - t->busy_ms) / t->wall_ms : 0.0);
+    char gap[400];
+    gap_line(t, gap, sizeof gap);
+    fprintf(f, "\nThe step's operations: %lld; %s.\n", t->total.r.calls, gap);
     if (fclose(f) != 0) {
         free(text);
         return NULL;
@@ -295,6 +319,9 @@ static void log_tables(const sr_profile *p, const tables *t) {
                 "counts overlapping streams twice); the gap, %.3f ms (%.1f%%), is host bubbles and launch gaps%s",
                 t->wall_ms, t->busy_ms, t->ops_ms, gap, t->wall_ms > 0 ? 100 * gap / t->wall_ms : 0.0,
                 p->untimed ? "; some operations untimed (the event pool ran out)" : "");
+    char line[400];
+    gap_line(t, line, sizeof line);
+    sr_log_info("profile: %s", line);
 }
 
 /* Rank 0's files in the profile directory: profile.md, calibration.json
@@ -348,6 +375,12 @@ static sr_status report(sr_profile *p, sr_metrics *metrics) {
         "wall_ms", t.wall_ms, "busy_ms", t.busy_ms, "ops_ms", t.ops_ms, "gap_ms", t.wall_ms - t.busy_ms, "untimed",
         (json_int_t)((double)p->untimed / (double)p->count + 0.5), "gemm_tflops", SR_LEDGER_GEMM_TFLOPS, "hbm_tbps",
         SR_LEDGER_HBM_TBPS, "families", jf, "launchers", jl, "total", row_json(&t.total, t.wall_ms));
+    if (o && json_object_update_new(o, json_pack("{sf sf sf sb}", "launch_gap_ms", t.gap_ms, "launch_gap_share",
+                                                 t.gap_share, "launch_gap_us_per_op", t.gap_us_per_op,
+                                                 "cuda_graphs_advised", t.gap_share > SR_PROFILE_GAP_SHARE)) != 0) {
+        json_decref(o);
+        o = NULL;
+    }
     if (!o || !eff) {
         json_decref(eff);
         json_decref(o);

@@ -12,7 +12,9 @@
  * achieved TFLOP/s and GB/s from the ledger, the ledger's roofline bound
  * and the efficiency (bound / measured), and the gap between the sum of
  * the operations' times and the step's wall time (host bubbles, launch
- * gaps); writes profile.json (the ledger's JSON fields plus `ms`, per
+ * gaps: profile.json's launch_gap_ms, its share of the step and per
+ * operation, and past SR_PROFILE_GAP_SHARE the advice that CUDA graphs
+ * would remove it); writes profile.json (the ledger's JSON fields plus `ms`, per
  * family and per launcher) and calibration.json (`plan --ledger
  * --calibration` reads it) into the run's diagnostics directory
  * (<checkpoint.dir>/profile/<job>.<restart>, else ./shardrun-profile.<job>),
@@ -35,6 +37,9 @@
 /* Timing-event pairs per profiled step: one step's operations (a step of
  * Llama-3.2-1B issues about 2,400); more are counted untimed. */
 #define SR_PROFILE_PAIRS 16384
+/* The launch gap's share of the step above which the profile advises one
+ * CUDA graph per step (cuda_graphs_advised in profile.json). */
+#define SR_PROFILE_GAP_SHARE 0.05
 
 typedef struct sr_profile sr_profile;
 

@@ -95,7 +95,11 @@ for n in 1 2 4; do
     shard=$(((4 * P_blk + P_root) * 4))
     got=$(last r$n.jsonl mem_param_shard)
     check "param shard on $n rank(s) is total/$n + padding ($got = $shard bytes)" test "$got" -eq "$shard"
-    check "grad and Adam shards follow ($n ranks)" test "$(last r$n.jsonl mem_grad_shard)" -eq "$shard" -a "$(last r$n.jsonl mem_optim_shard)" -eq $((2 * shard))
+    # (optim_shard: Adam's m and v, and AdamW's segment list: a 32-byte
+    # entry per tensor and per slice, optim.h sr_optim_table_bytes; tiny
+    # GPT-2: 12 tensors a block and 4 in the root, 5 units)
+    segs=$(((12 * 4 + 4 + 5) * 32))
+    check "grad and Adam shards follow ($n ranks)" test "$(last r$n.jsonl mem_grad_shard)" -eq "$shard" -a "$(last r$n.jsonl mem_optim_shard)" -eq $((2 * shard + segs))
     bound=$(((n * P_root + 2 * n * P_blk) * 4))
     peak=$(last r$n.jsonl mem_full_units_peak)
     check "peak full parameters ($peak) = kept root + (1 + prefetch) x block unit ($bound) exactly: the pools, $n ranks" \

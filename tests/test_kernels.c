@@ -157,6 +157,27 @@ static void check_added(const char *what, const void *dgot, const float *ref, co
     free(g), free(dg), free(dr);
 }
 
+/* Whether two device buffers hold the same bytes. */
+static bool same_bits(const void *da, const void *db, size_t bytes) {
+    char *a = malloc(bytes), *b = malloc(bytes);
+    fetch(a, da, bytes);
+    fetch(b, db, bytes);
+    bool same = memcmp(a, b, bytes) == 0;
+    free(a), free(b);
+    return same;
+}
+
+/* A copy of device buffer d (n elements) at one element past a 16-byte
+ * boundary: the kernels' scalar path (no 16-byte packs).  Free with
+ * unshift_free. */
+static void *shifted(const void *d, size_t n, int bf16) {
+    size_t es = bf16 ? 2 : 4;
+    char *p = dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, (n + 8) * es);
+    dev->copy(dev, SR_STREAM_COMPUTE, p + es, d, n * es);
+    return p + es;
+}
+static void unshift_free(void *p, int bf16) { dev->free(dev, (char *)p - (bf16 ? 2 : 4)); }
+
 static float *copy_of(const float *x, size_t n) {
     float *c = malloc(n * 4);
     memcpy(c, x, n * 4);
@@ -252,20 +273,72 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     float *gx0 = copy_of(gx, NC), *gw0 = copy_of(gw, (size_t)C), *gb0 = copy_of(gb, (size_t)C);
     void *dgx = up(gx, NC, bf16);
     float *dgw = up(gw, (size_t)C, 0), *dgb = up(gb, (size_t)C, 0);
-    cpu->layernorm_backward(gx, gw, gb, dout, x, w, mean, rstd, N, C, 1.0f, 1.0f);
-    o->layernorm_backward(dgx, dgw, dgb, ddout, dx, dw, mean_in, rstd_in, N, C, 1.0f, 1.0f);
+    float *gs = rnd((size_t)C, 23, 0.1f), *gs0 = copy_of(gs, (size_t)C), *dgs = up(gs, (size_t)C, 0);
+    float *si = rnd((size_t)C, 27, 0.1f), *si0 = copy_of(si, (size_t)C), *dsi = up(si, (size_t)C, 0);
+    long long ln_launches = sr_cuda_calls[SR_CUDA_L_layernorm_backward];
+    cpu->layernorm_backward(gx, gw, gb, dout, x, w, mean, rstd, N, C, 1.0f, 1.0f, si, gs, 1.0f);
+    o->layernorm_backward(dgx, dgw, dgb, ddout, dx, dw, mean_in, rstd_in, N, C, 1.0f, 1.0f, dsi, dgs, 1.0f);
     check_added("layernorm_backward dinp", dgx, gx, gx0, NC, bf16, 1, t_ln);
     check_added("layernorm_backward dw", dgw, gw, gw0, (size_t)C, bf16, 0, t_ln);
     check_added("layernorm_backward db", dgb, gb, gb0, (size_t)C, bf16, 0, t_ln);
-    /* the overwrite forms (beta, gbeta 0): every output written into NaN */
+    check_added("layernorm_backward sum_in (dinp's column sums as it came in)", dsi, si, si0, (size_t)C, bf16, 0, t_ln);
+    check_added("layernorm_backward sum_out (dinp's column sums as left)", dgs, gs, gs0, (size_t)C, bf16, 0, t_ln);
+    tap_ok(sr_cuda_calls[SR_CUDA_L_layernorm_backward] - ln_launches == 1,
+           "layernorm_backward: input gradient, dw, db and both sums from one launcher call");
+    free(si), free(si0);
+    dev->free(dev, dsi);
+    /* the overwrite forms (beta, gbeta, sbeta 0): every output written into NaN */
     float *ogx = malloc(NC * 4), *ogw = malloc((size_t)C * 4), *ogb = malloc((size_t)C * 4);
+    float *ogs = malloc((size_t)C * 4);
     void *dogx = out_nan(NC, bf16);
-    float *dogw = out_nan((size_t)C, 0), *dogb = out_nan((size_t)C, 0);
-    cpu->layernorm_backward(ogx, ogw, ogb, dout, x, w, mean, rstd, N, C, 0.0f, 0.0f);
-    o->layernorm_backward(dogx, dogw, dogb, ddout, dx, dw, mean_in, rstd_in, N, C, 0.0f, 0.0f);
+    float *dogw = out_nan((size_t)C, 0), *dogb = out_nan((size_t)C, 0), *dogs = out_nan((size_t)C, 0);
+    cpu->layernorm_backward(ogx, ogw, ogb, dout, x, w, mean, rstd, N, C, 0.0f, 0.0f, NULL, ogs, 0.0f);
+    o->layernorm_backward(dogx, dogw, dogb, ddout, dx, dw, mean_in, rstd_in, N, C, 0.0f, 0.0f, NULL, dogs, 0.0f);
     check("layernorm_backward dinp (beta 0, into NaN)", dogx, ogx, NC, bf16, 1, t_ln);
     check("layernorm_backward dw (gbeta 0, into NaN)", dogw, ogw, (size_t)C, bf16, 0, t_ln);
     check("layernorm_backward db (gbeta 0, into NaN)", dogb, ogb, (size_t)C, bf16, 0, t_ln);
+    check("layernorm_backward sum_out (sbeta 0, into NaN)", dogs, ogs, (size_t)C, bf16, 0, t_ln);
+    /* run to run: the same bits; and the scalar path (buffers off a 16-byte
+     * boundary) against the CPU too */
+    void *dogx2 = out_nan(NC, bf16);
+    float *dogw2 = out_nan((size_t)C, 0), *dogb2 = out_nan((size_t)C, 0), *dogs2 = out_nan((size_t)C, 0);
+    o->layernorm_backward(dogx2, dogw2, dogb2, ddout, dx, dw, mean_in, rstd_in, N, C, 0.0f, 0.0f, NULL, dogs2, 0.0f);
+    tap_ok(same_bits(dogx, dogx2, NC * (bf16 ? 2 : 4)) && same_bits(dogw, dogw2, (size_t)C * 4) &&
+               same_bits(dogb, dogb2, (size_t)C * 4) && same_bits(dogs, dogs2, (size_t)C * 4),
+           "%s layernorm_backward: a second run is bitwise the first (dinp, dw, db, sum_out)", bf16 ? "bf16" : "f32");
+    void *sdout = shifted(ddout, NC, bf16);
+    o->layernorm_backward(dogx2, dogw2, dogb2, sdout, dx, dw, mean_in, rstd_in, N, C, 0.0f, 0.0f, NULL, dogs2, 0.0f);
+    check("layernorm_backward dinp (scalar path)", dogx2, ogx, NC, bf16, 1, t_ln);
+    check("layernorm_backward dw (scalar path)", dogw2, ogw, (size_t)C, bf16, 0, t_ln);
+    check("layernorm_backward sum_out (scalar path)", dogs2, ogs, (size_t)C, bf16, 0, t_ln);
+    unshift_free(sdout, bf16);
+    /* the residual form: bitwise residual_forward then layernorm_forward on this table */
+    {
+        float *ra = rnd(NC, 24, 1.0f);
+        round_to(ra, NC, bf16);
+        void *dra = up(ra, NC, bf16), *res1 = out_nan(NC, bf16), *res2 = out_nan(NC, bf16);
+        void *y1 = out_nan(NC, bf16), *y2 = out_nan(NC, bf16);
+        float *m1 = out_nan((size_t)N, 0), *m2 = out_nan((size_t)N, 0), *r1 = out_nan((size_t)N, 0),
+              *r2 = out_nan((size_t)N, 0);
+        o->residual_forward(res1, dra, dx, NC);
+        o->layernorm_forward(y1, m1, r1, res1, dw, db, N, C);
+        o->residual_layernorm_forward(res2, y2, m2, r2, dra, dx, dw, db, N, C);
+        tap_ok(same_bits(res1, res2, NC * (bf16 ? 2 : 4)) && same_bits(y1, y2, NC * (bf16 ? 2 : 4)) &&
+                   same_bits(m1, m2, (size_t)N * 4) && same_bits(r1, r2, (size_t)N * 4),
+               "%s residual_layernorm_forward: bitwise residual_forward then layernorm_forward (sum, output, mean, "
+               "rstd)",
+               bf16 ? "bf16" : "f32");
+        float *cres = malloc(NC * 4), *cy = malloc(NC * 4), *cm = malloc((size_t)N * 4), *cr = malloc((size_t)N * 4);
+        cpu->residual_layernorm_forward(cres, cy, cm, cr, ra, x, w, b, N, C);
+        check("residual_layernorm_forward out", y2, cy, NC, bf16, 1, t_ln);
+        void *sa = shifted(dra, NC, bf16);
+        o->residual_layernorm_forward(res2, y2, m2, r2, sa, dx, dw, db, N, C);
+        check("residual_layernorm_forward out (scalar path)", y2, cy, NC, bf16, 1, t_ln);
+        unshift_free(sa, bf16);
+        free(ra), free(cres), free(cy), free(cm), free(cr);
+        dev->free(dev, dra), dev->free(dev, res1), dev->free(dev, res2), dev->free(dev, y1), dev->free(dev, y2);
+        dev->free(dev, m1), dev->free(dev, m2), dev->free(dev, r1), dev->free(dev, r2);
+    }
 
     /* matmul with bias: out[N,3C], the bias 16-byte aligned (the BIAS
      * epilogue) and not (the bias kernel after the GEMM) */
@@ -347,9 +420,12 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     round_to(dq, (size_t)N * OC, bf16);
     float *dq0 = copy_of(dq, (size_t)N * OC);
     void *ddq = up(dq, (size_t)N * OC, bf16);
-    cpu->attention_backward(dq, dout, NULL, mo, att, B, T, C, NH);
-    o->attention_backward(ddq, ddout, NULL, dqkv_in, att_in, B, T, C, NH);
+    float *qb = rnd((size_t)OC, 26, 0.1f), *qb0 = copy_of(qb, (size_t)OC), *dqb = up(qb, (size_t)OC, 0);
+    cpu->attention_backward(dq, dout, NULL, mo, att, B, T, C, NH, qb, 1.0f);
+    o->attention_backward(ddq, ddout, NULL, dqkv_in, att_in, B, T, C, NH, dqb, 1.0f);
     check_added("attention_backward", ddq, dq, dq0, (size_t)N * OC, bf16, 1, t_ln);
+    check_added("attention_backward: the qkv bias gradient (gbeta 1)", dqb, qb, qb0, (size_t)OC, bf16, 0, t_ln);
+    free(qb), free(qb0);
 
     /* gelu, residual */
     size_t n4 = 4 * NC;
@@ -360,14 +436,50 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     cpu->gelu_forward(go, gi, n4);
     o->gelu_forward(dgo, dgi, n4);
     check("gelu_forward", dgo, go, n4, bf16, 1, t_ew);
-    cpu->gelu_backward(gg, gi, gd, n4, 1.0f);
-    o->gelu_backward(dgg, dgi, dgd, n4, 1.0f);
+    cpu->gelu_backward(gg, gi, gd, n4, 1.0f, NULL, 0, 0.0f);
+    o->gelu_backward(dgg, dgi, dgd, n4, 1.0f, NULL, 0, 0.0f);
     check_added("gelu_backward (beta 1)", dgg, gg, gg0, n4, bf16, 1, t_ew);
     float *wgg = malloc(n4 * 4);
     void *dwgg = out_nan(n4, bf16);
-    cpu->gelu_backward(wgg, gi, gd, n4, 0.0f);
-    o->gelu_backward(dwgg, dgi, dgd, n4, 0.0f);
+    cpu->gelu_backward(wgg, gi, gd, n4, 0.0f, NULL, 0, 0.0f);
+    o->gelu_backward(dwgg, dgi, dgd, n4, 0.0f, NULL, 0, 0.0f);
     check("gelu_backward (beta 0, into NaN)", dwgg, wgg, n4, bf16, 1, t_ew);
+    {
+        /* the scalar path: the same bits (element-wise) */
+        void *sgd = shifted(dgd, n4, bf16), *sout = shifted(dwgg, n4, bf16);
+        o->gelu_backward(sout, dgi, sgd, n4, 0.0f, NULL, 0, 0.0f);
+        void *back = out_nan(n4, bf16);
+        dev->copy(dev, SR_STREAM_COMPUTE, back, sout, n4 * (bf16 ? 2 : 4));
+        tap_ok(same_bits(back, dwgg, n4 * (bf16 ? 2 : 4)), "%s gelu_backward: the scalar path's bits are the packed's",
+               bf16 ? "bf16" : "f32");
+        unshift_free(sgd, bf16), unshift_free(sout, bf16), dev->free(dev, back);
+        /* with the bias gradient of the layer before (rows of 4C): added
+         * (beta 1, gbeta 1) and written into NaN (0, 0) */
+        int OC4 = 4 * C;
+        float *bg = rnd((size_t)OC4, 25, 0.1f), *bg0 = copy_of(bg, (size_t)OC4), *dbg = up(bg, (size_t)OC4, 0);
+        float *hg = copy_of(gg0, n4);
+        void *dhg = up(gg0, n4, bf16);
+        cpu->gelu_backward(hg, gi, gd, n4, 1.0f, bg, OC4, 1.0f);
+        o->gelu_backward(dhg, dgi, dgd, n4, 1.0f, dbg, OC4, 1.0f);
+        check_added("gelu_backward (beta 1) with the bias gradient: dinp", dhg, hg, gg0, n4, bf16, 1, t_ew);
+        check_added("gelu_backward (gbeta 1): the bias gradient", dbg, bg, bg0, (size_t)OC4, bf16, 0, t_ln);
+        float *obg = malloc((size_t)OC4 * 4), *dobg = out_nan((size_t)OC4, 0), *dobg2 = out_nan((size_t)OC4, 0);
+        void *dog = out_nan(n4, bf16), *dog2 = out_nan(n4, bf16);
+        cpu->gelu_backward(hg, gi, gd, n4, 0.0f, obg, OC4, 0.0f);
+        o->gelu_backward(dog, dgi, dgd, n4, 0.0f, dobg, OC4, 0.0f);
+        check("gelu_backward (beta 0) with the bias gradient: dinp, into NaN", dog, hg, n4, bf16, 1, t_ew);
+        check("gelu_backward (gbeta 0): the bias gradient, into NaN", dobg, obg, (size_t)OC4, bf16, 0, t_ln);
+        void *sgd2 = shifted(dgd, n4, bf16);
+        o->gelu_backward(dog2, dgi, sgd2, n4, 0.0f, dobg2, OC4, 0.0f);
+        tap_ok(same_bits(dog, dog2, n4 * (bf16 ? 2 : 4)) && same_bits(dobg, dobg2, (size_t)OC4 * 4),
+               "%s gelu_backward with the bias gradient: the scalar path's bits are the packed's (rows summed in "
+               "order either way)",
+               bf16 ? "bf16" : "f32");
+        unshift_free(sgd2, bf16);
+        free(bg), free(bg0), free(hg), free(obg);
+        dev->free(dev, dbg), dev->free(dev, dhg), dev->free(dev, dobg), dev->free(dev, dobg2), dev->free(dev, dog);
+        dev->free(dev, dog2);
+    }
     void *dro = out_nan(n4, bf16);
     cpu->residual_forward(go, gi, gd, n4);
     o->residual_forward(dro, dgi, dgd, n4);
@@ -404,7 +516,8 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     free(gb0), free(W), free(bias), free(bias_shifted), free(mo), free(mdout), free(mdin), free(mdw), free(mdb);
     free(mdin0), free(mdw0), free(mdb0), free(lh), free(ldout), free(ldin), free(ldw), free(ldin0), free(ldw0);
     free(att), free(ao), free(dq), free(dq0), free(gi), free(go), free(gd), free(gg), free(gg0), free(lg), free(tg);
-    free(wdin), free(wdw), free(wdb), free(wgg), free(owpe), free(ogx), free(ogw), free(ogb);
+    free(wdin), free(wdw), free(wdb), free(wgg), free(owpe), free(ogx), free(ogw), free(ogb), free(ogs), free(gs),
+        free(gs0);
     free(loss), free(lse);
 }
 
@@ -468,6 +581,37 @@ static void llama_ops_at(int bf16, int B, int T, int NH, int NKV, int hs, int F)
     o->rmsnorm_backward(dogx, dogw, ddout, dx, dw, rstd_in, N, C, 0.0f, 0.0f);
     check("rmsnorm_backward dinp (beta 0, into NaN)", dogx, ogx, NC, bf16, 1, t_ln);
     check("rmsnorm_backward dw (gbeta 0, into NaN)", dogw, ogw, (size_t)C, bf16, 0, t_ln);
+    {
+        /* run to run, the scalar path, the residual form */
+        void *dogx2 = out_nan(NC, bf16);
+        float *dogw2 = out_nan((size_t)C, 0);
+        o->rmsnorm_backward(dogx2, dogw2, ddout, dx, dw, rstd_in, N, C, 0.0f, 0.0f);
+        tap_ok(same_bits(dogx, dogx2, NC * (bf16 ? 2 : 4)) && same_bits(dogw, dogw2, (size_t)C * 4),
+               "%s rmsnorm_backward: a second run is bitwise the first (dinp, dw)", bf16 ? "bf16" : "f32");
+        void *sdout = shifted(ddout, NC, bf16);
+        o->rmsnorm_backward(dogx2, dogw2, sdout, dx, dw, rstd_in, N, C, 0.0f, 0.0f);
+        check("rmsnorm_backward dinp (scalar path)", dogx2, ogx, NC, bf16, 1, t_ln);
+        check("rmsnorm_backward dw (scalar path)", dogw2, ogw, (size_t)C, bf16, 0, t_ln);
+        unshift_free(sdout, bf16);
+        float *ra = rnd(NC, 36, 1.0f);
+        round_to(ra, NC, bf16);
+        void *dra = up(ra, NC, bf16), *res1 = out_nan(NC, bf16), *res2 = out_nan(NC, bf16);
+        void *y1 = out_nan(NC, bf16), *y2 = out_nan(NC, bf16);
+        float *r1 = out_nan((size_t)N, 0), *r2 = out_nan((size_t)N, 0);
+        o->residual_forward(res1, dra, dx, NC);
+        o->rmsnorm_forward(y1, r1, res1, dw, 1e-5f, N, C);
+        o->residual_rmsnorm_forward(res2, y2, r2, dra, dx, dw, 1e-5f, N, C);
+        tap_ok(same_bits(res1, res2, NC * (bf16 ? 2 : 4)) && same_bits(y1, y2, NC * (bf16 ? 2 : 4)) &&
+                   same_bits(r1, r2, (size_t)N * 4),
+               "%s residual_rmsnorm_forward: bitwise residual_forward then rmsnorm_forward (sum, output, rstd)",
+               bf16 ? "bf16" : "f32");
+        float *cres = malloc(NC * 4), *cy = malloc(NC * 4), *cr = malloc((size_t)N * 4);
+        cpu->residual_rmsnorm_forward(cres, cy, cr, ra, x, w, 1e-5f, N, C);
+        check("residual_rmsnorm_forward out", y2, cy, NC, bf16, 1, t_ln);
+        free(ra), free(cres), free(cy), free(cr);
+        dev->free(dev, dra), dev->free(dev, res1), dev->free(dev, res2), dev->free(dev, y1), dev->free(dev, y2);
+        dev->free(dev, r1), dev->free(dev, r2), dev->free(dev, dogx2), dev->free(dev, dogw2);
+    }
     free(ogx), free(ogw);
     cpu->encoder_backward(gwte, NULL, dout, tok, B, T, C, 1.0f);
     o->encoder_backward(dgwte, NULL, ddout, dtok, B, T, C, 1.0f);
@@ -514,6 +658,27 @@ static void llama_ops_at(int bf16, int B, int T, int NH, int NKV, int hs, int F)
     cpu->swiglu_backward(wsg, sd, gu, N, F, 0.0f);
     o->swiglu_backward(dwsg, dsd, dgu, N, F, 0.0f);
     check("swiglu_backward (gate and up, beta 0, into NaN)", dwsg, wsg, 2 * NF, bf16, 1, t_ew);
+    {
+        /* the scalar path (buffers off a 16-byte boundary) writes the
+         * packed path's bits, and a second run the first's: SwiGLU both
+         * ways, RoPE (in place) on a shifted copy of the queries */
+        void *sdsd = shifted(dsd, NF, bf16), *sw = shifted(dwsg, 2 * NF, bf16), *back = out_nan(2 * NF, bf16);
+        o->swiglu_backward(sw, sdsd, dgu, N, F, 0.0f);
+        dev->copy(dev, SR_STREAM_COMPUTE, back, sw, 2 * NF * (bf16 ? 2 : 4));
+        void *dwsg2 = out_nan(2 * NF, bf16);
+        o->swiglu_backward(dwsg2, dsd, dgu, N, F, 0.0f);
+        tap_ok(same_bits(back, dwsg, 2 * NF * (bf16 ? 2 : 4)) && same_bits(dwsg2, dwsg, 2 * NF * (bf16 ? 2 : 4)),
+               "%s swiglu_backward: the scalar path's bits are the packed path's, a second run's the first's",
+               bf16 ? "bf16" : "f32");
+        void *rq1 = up(qkv, NW, bf16), *rq2 = shifted(rq1, NW, bf16), *rq3 = out_nan(NW, bf16);
+        o->rope_forward(rq1, dcs, B, T, NH, NKV, hs);
+        o->rope_forward(rq2, dcs, B, T, NH, NKV, hs);
+        dev->copy(dev, SR_STREAM_COMPUTE, rq3, rq2, NW * (bf16 ? 2 : 4));
+        tap_ok(same_bits(rq1, rq3, NW * (bf16 ? 2 : 4)),
+               "%s rope_forward: the scalar path's bits are the packed path's", bf16 ? "bf16" : "f32");
+        unshift_free(sdsd, bf16), unshift_free(sw, bf16), unshift_free(rq2, bf16);
+        dev->free(dev, back), dev->free(dev, dwsg2), dev->free(dev, rq1), dev->free(dev, rq3);
+    }
 
     /* grouped-query attention: out and the saved probabilities written;
      * the backward from the CPU's probabilities, into dqkv (+=) */
@@ -610,10 +775,13 @@ static void flash_at(int B, int T, int NH, int NKV, bool mha, int hs) {
     cpu->gqa_attention_backward(dq, dout, NULL, qkv, att, B, T, NH, NKV, hs);
     void *g[2];
     tap_ok(o->attention_backward_assigns, "flash attention's backward assigns dqkv (the model zeroes nothing)");
+    /* GPT-2's entry sums the qkv bias gradient as it writes dqkv: written
+     * into NaN the first time, added the second */
+    float *hbias = calloc((size_t)W, 4), *dbias[2] = {out_nan((size_t)W, 0), out_nan((size_t)W, 0)};
     for (int k = 0; k < 2; k++) {
         g[k] = out_nan(NW, 1);
         if (mha)
-            o->attention_backward(g[k], ddout, dao, dqkv, dlse, B, T, C, NH);
+            o->attention_backward(g[k], ddout, dao, dqkv, dlse, B, T, C, NH, dbias[k], 0.0f);
         else
             o->gqa_attention_backward(g[k], ddout, dao, dqkv, dlse, B, T, NH, NKV, hs);
     }
@@ -622,6 +790,22 @@ static void flash_at(int B, int T, int NH, int NKV, bool mha, int hs) {
     fetch(b0, g[0], NW * 2);
     fetch(b1, g[1], NW * 2);
     tap_ok(memcmp(b0, b1, NW * 2) == 0, "flash attention backward: a second run is bitwise the first");
+    if (mha) {
+        for (size_t r = 0; r < (size_t)B * T; r++)
+            for (int j = 0; j < W; j++)
+                hbias[j] += dq[r * W + j];
+        check("flash attention backward: the qkv bias gradient (gbeta 0, into NaN)", dbias[0], hbias, (size_t)W, 1, 0,
+              tol);
+        tap_ok(same_bits(dbias[0], dbias[1], (size_t)W * 4), "...bitwise the same on a second run");
+        float *twice = malloc((size_t)W * 4);
+        for (int j = 0; j < W; j++)
+            twice[j] = 2 * hbias[j];
+        o->attention_backward(g[1], ddout, dao, dqkv, dlse, B, T, C, NH, dbias[1], 1.0f);
+        check("flash attention backward: the qkv bias gradient's += form (gbeta 1) doubles it", dbias[1], twice,
+              (size_t)W, 1, 0, tol);
+        free(twice);
+    }
+    dev->free(dev, dbias[0]), dev->free(dev, dbias[1]), free(hbias);
     sr_status st = o->take_error();
     tap_ok(st == SR_OK, "flash attention: no CUDA error (%s)", st == SR_OK ? "none" : sr_error_message());
     free(qkv), free(dout), free(dq), free(att), free(ao), free(lse), free(b0), free(b1);
@@ -710,17 +894,54 @@ static void primitives(void) {
     for (size_t i = 0; i < n; i++)
         v[i] = fabsf(v[i]);
     float *dp = up(p, n, 0), *dg = up(g, n, 0), *dm = up(m, n, 0), *dv = up(v, n, 0);
-    sr_adamw_segment segs[2] = {{0, n / 3, true}, {n / 3, n - n / 3, false}};
-    sr_adamw_launch hl_ = {p, m, v, g, segs, 2, {0.9f, 0.95f, 1e-8f, 0.19f, 0.0975f, 6e-4f, 0, 0.7f}, 0.1f};
-    sr_adamw_launch dl_ = {dp, dm, dv, dg, segs, 2, hl_.a, 0.1f};
+    /* the shard's shape: many small segments (biases, norms) and large
+     * ones, decaying and not, blocks spanning several segments, a gap of
+     * padding that stays untouched; one launch over all of them */
+    size_t lens[9] = {768, 768, 2359296 / 64, 2304, 768, 5000, 17, n / 2, 0}, gap = 100;
+    sr_adamw_segment segs[9];
+    int ns = 0;
+    size_t off = 0, start = 0;
+    for (int i = 0; i < 8 && off + lens[i] <= n; i++) {
+        if (i == 6)
+            off += gap; /* padding before the 17-element segment */
+        if (off + lens[i] > n)
+            break;
+        segs[ns++] = (sr_adamw_segment){off, lens[i], start, i % 3 != 1};
+        off += lens[i];
+        start += lens[i];
+    }
+    sr_adamw_segment *dsegs = dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, sizeof segs);
+    sr_dev_upload(dev, dsegs, segs, sizeof segs, "upload");
+    uint16_t *h16 = calloc(n, 2), *g16 = malloc(n * 2);
+    void *d16 = dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, n * 2);
+    dev->memset(dev, SR_STREAM_COMPUTE, d16, 0, n * 2);
+    sr_adamw_launch hl_ = {.params = p,
+                           .grads = g,
+                           .m = m,
+                           .v = v,
+                           .segs = segs,
+                           .nsegs = ns,
+                           .params16 = h16,
+                           .a = {0.9f, 0.95f, 1e-8f, 0.19f, 0.0975f, 6e-4f, 0, 0.7f},
+                           .weight_decay = 0.1f};
+    sr_adamw_launch dl_ = hl_;
+    dl_.params = dp, dl_.grads = dg, dl_.m = dm, dl_.v = dv, dl_.dsegs = dsegs, dl_.params16 = d16;
+    long long launches = sr_cuda_calls[SR_CUDA_L_adamw];
     cpu->adamw(cpu, SR_STREAM_COMPUTE, &hl_);
     dev->adamw(dev, SR_STREAM_COMPUTE, &dl_);
+    tap_ok(sr_cuda_calls[SR_CUDA_L_adamw] - launches == 1, "adamw: %d segments of the shard in one launch (%lld)", ns,
+           sr_cuda_calls[SR_CUDA_L_adamw] - launches);
     float *gp = malloc(n * 4), *gm = malloc(n * 4), *gv = malloc(n * 4);
     fetch(gp, dp, n * 4);
     fetch(gm, dm, n * 4);
     fetch(gv, dv, n * 4);
+    fetch(g16, d16, n * 2);
     tap_ok(memcmp(gp, p, n * 4) == 0 && memcmp(gm, m, n * 4) == 0 && memcmp(gv, v, n * 4) == 0,
-           "adamw (-fmad=false): params, m and v bitwise the host's");
+           "adamw (-fmad=false): params, m and v bitwise the host's, the padding between segments untouched");
+    tap_ok(memcmp(g16, h16, n * 2) == 0, "adamw: the bf16 copy it writes is bitwise the host's cast of the update "
+                                         "(the padding's zeros untouched)");
+    dev->free(dev, dsegs), dev->free(dev, d16);
+    free(h16), free(g16);
     /* events order streams */
     sr_event ev = {0};
     dev->memset(dev, SR_STREAM_COMM, da, 0, n * 4);

@@ -88,6 +88,19 @@ static double ln_J(void *p) {
     o->layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C);
     return dot(c->out, c->R, (size_t)c->N * c->C);
 }
+/* J of the norm's input x0 + bias (the bias broadcast over rows) */
+typedef struct {
+    ln_ctx *c;
+    const float *x0;
+    float *bias;
+} lnb_ctx;
+static double lnb_J(void *p) {
+    lnb_ctx *b = p;
+    for (int r = 0; r < b->c->N; r++)
+        for (int j = 0; j < b->c->C; j++)
+            b->c->inp[(size_t)r * b->c->C + j] = b->x0[(size_t)r * b->c->C + j] + b->bias[j];
+    return ln_J(b->c);
+}
 static void test_layernorm(void) {
     ln_ctx c = {5, 24, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     size_t NC = (size_t)c.N * c.C;
@@ -100,7 +113,7 @@ static void test_layernorm(void) {
     /* the overwrite forms (beta, gbeta 0) into NaN: nothing of them read */
     float *di = fnan(NC), *dw = fnan(c.C), *db = fnan(c.C);
     ln_J(&c);
-    o->layernorm_backward(di, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C, 0.0f, 0.0f);
+    o->layernorm_backward(di, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C, 0.0f, 0.0f, NULL, NULL, 0.0f);
     tap_ok(fd_check("layernorm dinp", c.inp, NC, di, ln_J, &c, 1e-2f) < 2e-3,
            "layernorm: dinp (beta 0, written into NaN) matches finite differences");
     tap_ok(fd_check("layernorm dw", c.w, c.C, dw, ln_J, &c, 1e-2f) < 2e-3,
@@ -111,7 +124,7 @@ static void test_layernorm(void) {
     float *dip, *pri = fprior(NC, 5, &dip), *dwp, *prw = fprior((size_t)c.C, 6, &dwp), *dbp,
                 *prb = fprior((size_t)c.C, 7, &dbp);
     ln_J(&c);
-    o->layernorm_backward(dip, dwp, dbp, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C, 1.0f, 1.0f);
+    o->layernorm_backward(dip, dwp, dbp, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C, 1.0f, 1.0f, NULL, NULL, 0.0f);
     tap_ok(fd_check("layernorm dinp", c.inp, NC, fminus(dip, pri, NC), ln_J, &c, 1e-2f) < 2e-3 &&
                fd_check("layernorm dw", c.w, c.C, fminus(dwp, prw, (size_t)c.C), ln_J, &c, 1e-2f) < 2e-3 &&
                fd_check("layernorm db", c.b, c.C, fminus(dbp, prb, (size_t)c.C), ln_J, &c, 1e-2f) < 2e-3,
@@ -120,14 +133,68 @@ static void test_layernorm(void) {
     /* accumulation: a second backward doubles the gradients */
     float *di2 = fnew(NC), *dw2 = fnew(c.C), *db2 = fnew(c.C);
     ln_J(&c);
-    o->layernorm_backward(di2, dw2, db2, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C, 1.0f, 1.0f);
-    o->layernorm_backward(di2, dw2, db2, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C, 1.0f, 1.0f);
+    o->layernorm_backward(di2, dw2, db2, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C, 1.0f, 1.0f, NULL, NULL, 0.0f);
+    o->layernorm_backward(di2, dw2, db2, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C, 1.0f, 1.0f, NULL, NULL, 0.0f);
     double e = 0;
     for (int i = 0; i < c.C; i++)
         e = fmax(e, fabs(dw2[i] - 2 * dw[i]) + fabs(db2[i] - 2 * db[i]));
     for (size_t i = 0; i < NC; i++)
         e = fmax(e, fabs(di2[i] - 2 * di[i]));
     tap_ok(e < 1e-5, "layernorm: backward accumulates into gradients (err %.2g)", e);
+    /* dsum: the gradient of a bias added to the norm's input (the layer
+     * before it in the residual stream), by finite differences of that
+     * bias, written into NaN (sbeta 0); added (sbeta 1) it is exactly the
+     * column sums of the input gradient the op leaves (beta 1: the prior
+     * included), rows in order */
+    {
+        float *bias = fnew(c.C), *x0 = fnew(NC), *ds = fnan(c.C), *dd = fnan(NC), *dwx = fnan(c.C), *dbx = fnan(c.C);
+        memcpy(x0, c.inp, NC * 4);
+        ln_J(&c);
+        float *si0 = fnan(c.C);
+        o->layernorm_backward(dd, dwx, dbx, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C, 0.0f, 0.0f, si0, ds, 0.0f);
+        lnb_ctx bc = {&c, x0, bias};
+        tap_ok(fd_check("layernorm sum_out", bias, (size_t)c.C, ds, lnb_J, &bc, 1e-2f) < 2e-3,
+               "layernorm: sum_out (sbeta 0, into NaN) is the gradient of a bias on its input (finite differences)");
+        bool zero = true;
+        for (int j = 0; j < c.C; j++)
+            zero = zero && si0[j] == 0.0f;
+        tap_ok(zero, "layernorm: sum_in with beta 0 reads no dinp: zeros (sbeta 0, into NaN)");
+        memcpy(c.inp, x0, NC * 4);
+        float *ddp, *prd = fprior(NC, 8, &ddp), *dsp, *prs = fprior((size_t)c.C, 9, &dsp), *dip,
+                    *pri = fprior((size_t)c.C, 10, &dip);
+        float *came = fnew(NC);
+        memcpy(came, ddp, NC * 4);
+        ln_J(&c);
+        o->layernorm_backward(ddp, dwx, dbx, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C, 1.0f, 1.0f, dip, dsp, 1.0f);
+        bool exact = true;
+        for (int j = 0; j < c.C; j++) {
+            float out = prs[j], in = pri[j]; /* (the CPU's order: onto the prior, row by row) */
+            for (int r = 0; r < c.N; r++) {
+                out += ddp[(size_t)r * c.C + j];
+                in += came[(size_t)r * c.C + j];
+            }
+            exact = exact && dsp[j] == out && dip[j] == in;
+        }
+        tap_ok(exact, "layernorm: the += forms (sbeta 1) add the column sums of dinp as it came in (sum_in) and as "
+                      "left (sum_out, beta 1), rows in order");
+        free(bias), free(x0), free(ds), free(dd), free(dwx), free(dbx), free(ddp), free(prd), free(dsp), free(prs);
+        free(si0), free(dip), free(pri), free(came);
+    }
+    /* the residual form: bitwise residual_forward then layernorm_forward */
+    {
+        float *a = fnew(NC), *res = fnan(NC), *y2 = fnan(NC), *m2 = fnan(c.N), *r2 = fnan(c.N), *res1 = fnew(NC);
+        fill(a, NC, 11, 1);
+        o->residual_forward(res1, a, c.inp, NC);
+        o->layernorm_forward(c.out, c.mean, c.rstd, res1, c.w, c.b, c.N, c.C);
+        o->residual_layernorm_forward(res, y2, m2, r2, a, c.inp, c.w, c.b, c.N, c.C);
+        tap_ok(memcmp(res, res1, NC * 4) == 0 && memcmp(y2, c.out, NC * 4) == 0 && memcmp(m2, c.mean, c.N * 4) == 0 &&
+                   memcmp(r2, c.rstd, c.N * 4) == 0,
+               "layernorm: residual_layernorm_forward is bitwise residual_forward then layernorm_forward");
+        o->residual_layernorm_forward(a, y2, m2, r2, a, c.inp, c.w, c.b, c.N, c.C);
+        tap_ok(memcmp(a, res1, NC * 4) == 0 && memcmp(y2, c.out, NC * 4) == 0,
+               "layernorm: ... and in place (res the same buffer as a)");
+        free(a), free(res), free(y2), free(m2), free(r2), free(res1);
+    }
     free(c.inp), free(c.w), free(c.b), free(c.out), free(c.R), free(c.mean), free(c.rstd);
     free(di), free(dw), free(db), free(di2), free(dw2), free(db2);
 }
@@ -217,9 +284,31 @@ static void test_attention(void) {
         }
     tap_ok(e < 1e-6, "attention: causal softmax rows sum to 1 with nothing above the diagonal (err %.2g)", e);
     float *dqkv = fnew(3 * BTC);
-    o->attention_backward(dqkv, c.R, NULL, c.qkv, c.att, c.B, c.T, c.C, c.NH);
+    o->attention_backward(dqkv, c.R, NULL, c.qkv, c.att, c.B, c.T, c.C, c.NH, NULL, 0.0f);
     tap_ok(fd_check("attention dqkv", c.qkv, 3 * BTC, dqkv, at_J, &c, 1e-2f) < 2e-3,
            "attention: dqkv matches finite differences");
+    {
+        /* dbias: the column sums of dqkv as left (the qkv projection's bias
+         * gradient: a bias on qkv moves every row), rows in order onto the
+         * prior (gbeta 1) or from zero into NaN (gbeta 0) */
+        float *d2 = fnew(3 * BTC), *bias = fnan(3 * (size_t)c.C), *bias1 = fnew(3 * (size_t)c.C);
+        fill(bias1, 3 * (size_t)c.C, 12, 1);
+        float *prior = fnew(3 * (size_t)c.C);
+        memcpy(prior, bias1, 3 * (size_t)c.C * 4);
+        o->attention_backward(d2, c.R, NULL, c.qkv, c.att, c.B, c.T, c.C, c.NH, bias, 0.0f);
+        o->attention_backward(d2, c.R, NULL, c.qkv, c.att, c.B, c.T, c.C, c.NH, bias1, 1.0f);
+        bool exact = true;
+        for (int j = 0; j < 3 * c.C; j++) {
+            float s0 = 0.0f, s1 = prior[j];
+            for (int r = 0; r < c.B * c.T; r++) {
+                s0 += dqkv[(size_t)r * 3 * c.C + j];
+                s1 += d2[(size_t)r * 3 * c.C + j];
+            }
+            exact = exact && bias[j] == s0 && bias1[j] == s1;
+        }
+        tap_ok(exact, "attention: dbias is the column sums of dqkv as left, written (gbeta 0) or added (gbeta 1)");
+        free(d2), free(bias), free(bias1), free(prior);
+    }
     /* future tokens do not influence the past: perturb the last position */
     float *out0 = fnew(BTC);
     at_J(&c);
@@ -245,17 +334,29 @@ static double ge_J(void *p) {
     o->gelu_forward(c->out, c->inp, c->n);
     return dot(c->out, c->R, c->n);
 }
+typedef struct {
+    ge_ctx *c;
+    const float *x0;
+    float *bias;
+    int OC;
+} geb_ctx;
+static double geb_J(void *p) {
+    geb_ctx *b = p;
+    for (size_t i = 0; i < b->c->n; i++)
+        b->c->inp[i] = b->x0[i] + b->bias[i % (size_t)b->OC];
+    return ge_J(b->c);
+}
 static void test_gelu(void) {
     ge_ctx c = {64, NULL, NULL, NULL};
     c.inp = fnew(c.n), c.out = fnew(c.n), c.R = fnew(c.n);
     fill(c.inp, c.n, 1, 2);
     fill(c.R, c.n, 2, 1);
     float *d = fnan(c.n);
-    o->gelu_backward(d, c.inp, c.R, c.n, 0.0f);
+    o->gelu_backward(d, c.inp, c.R, c.n, 0.0f, NULL, 0, 0.0f);
     tap_ok(fd_check("gelu", c.inp, c.n, d, ge_J, &c, 1e-2f) < 1e-3,
            "gelu: dinp (beta 0, written into NaN) matches finite differences");
     float *d1, *pr = fprior(c.n, 5, &d1);
-    o->gelu_backward(d1, c.inp, c.R, c.n, 1.0f);
+    o->gelu_backward(d1, c.inp, c.R, c.n, 1.0f, NULL, 0, 0.0f);
     tap_ok(fd_check("gelu +=", c.inp, c.n, fminus(d1, pr, c.n), ge_J, &c, 1e-2f) < 1e-3,
            "gelu: the += form (beta 1) adds what finite differences say");
     free(d1), free(pr);
@@ -267,6 +368,30 @@ static void test_gelu(void) {
         e = fmax(e, fabs(ref - c.out[i]));
     }
     tap_ok(e < 1e-6, "gelu: forward is the tanh approximation (err %.2g)", e);
+    /* dbias: the gradient of a bias on GELU's input (rows of OC 16: the
+     * projection before it), by finite differences; gbeta 1 adds the
+     * column sums of dinp as left, bitwise */
+    {
+        const int OC = 16, rows = (int)(c.n / OC);
+        float *bias = fnew(OC), *x0 = fnew(c.n), *db = fnan(OC), *dd = fnan(c.n);
+        memcpy(x0, c.inp, c.n * 4);
+        o->gelu_backward(dd, c.inp, c.R, c.n, 0.0f, db, OC, 0.0f);
+        geb_ctx bc = {&c, x0, bias, OC};
+        tap_ok(fd_check("gelu dbias", bias, OC, db, geb_J, &bc, 1e-2f) < 1e-3,
+               "gelu: dbias (gbeta 0, into NaN) is the gradient of a bias on its input (finite differences)");
+        memcpy(c.inp, x0, c.n * 4);
+        float *ddp, *prd = fprior(c.n, 8, &ddp), *dbp, *prb = fprior(OC, 9, &dbp);
+        o->gelu_backward(ddp, c.inp, c.R, c.n, 1.0f, dbp, OC, 1.0f);
+        bool exact = true;
+        for (int j = 0; j < OC; j++) {
+            float sum = prb[j]; /* (the CPU's order: onto the prior, row by row) */
+            for (int r = 0; r < rows; r++)
+                sum += ddp[(size_t)r * OC + j];
+            exact = exact && dbp[j] == sum;
+        }
+        tap_ok(exact, "gelu: dbias's += form (gbeta 1) adds the column sums of dinp as left (beta 1), rows in order");
+        free(bias), free(x0), free(db), free(dd), free(ddp), free(prd), free(dbp), free(prb);
+    }
     free(c.inp), free(c.out), free(c.R), free(d);
 }
 
@@ -508,7 +633,7 @@ static float *down(const backend *b, void *p, size_t n, sr_dtype dt) {
 static float *down_act(const backend *b, void *p, size_t n) { return down(b, p, n, b->ops->act); }
 static float *down_f32(const backend *b, void *p, size_t n) { return down(b, p, n, SR_DT_F32); }
 
-#define MAX_OUT 4
+#define MAX_OUT 6
 /* One case: runs an op (or primitive) on back end b from fixed inputs and
  * returns its outputs as host floats (out[k] of n[k] elements); returns
  * how many. */
@@ -543,16 +668,24 @@ static int case_layernorm(const backend *b, float **out, size_t *n) {
     void *dx = up_act(b, x, NC), *dw = up_act(b, w, CC), *db = up_act(b, bb, CC), *dR = up_act(b, R, NC);
     void *y = up_act(b, NULL, NC), *dxg = zeros_act(b, NC);
     float *mean = up_f32(b, NULL, CN), *rstd = up_f32(b, NULL, CN), *gw = zeros_f32(b, CC), *gb = zeros_f32(b, CC);
-    b->ops->layernorm_forward(y, mean, rstd, dx, dw, db, CN, CC);
-    b->ops->layernorm_backward(dxg, gw, gb, dR, dx, dw, mean, rstd, CN, CC, 1.0f, 1.0f);
+    float *gs = zeros_f32(b, CC);
+    void *res = up_act(b, NULL, NC);
+    /* the residual form's output: the norm of x + R; the input gradient's
+     * column sums as it came in (dxg starts as x) and as left */
+    b->dev->copy(b->dev, SR_STREAM_COMPUTE, dxg, dx, NC * sr_dtype_size(b->ops->act));
+    b->ops->residual_layernorm_forward(res, y, mean, rstd, dx, dR, dw, db, CN, CC);
+    float *gi = zeros_f32(b, CC);
+    b->ops->layernorm_backward(dxg, gw, gb, dR, res, dw, mean, rstd, CN, CC, 1.0f, 1.0f, gi, gs, 1.0f);
     out[0] = down_act(b, y, NC), n[0] = NC;
     out[1] = down_act(b, dxg, NC), n[1] = NC;
     out[2] = down_f32(b, gw, CC), n[2] = CC;
     out[3] = down_f32(b, gb, CC), n[3] = CC;
+    out[4] = down_f32(b, gs, CC), n[4] = CC;
+    out[5] = down_f32(b, gi, CC), n[5] = CC;
     b->dev->free(b->dev, dx), b->dev->free(b->dev, dw), b->dev->free(b->dev, db), b->dev->free(b->dev, dR);
-    b->dev->free(b->dev, mean), b->dev->free(b->dev, rstd);
+    b->dev->free(b->dev, mean), b->dev->free(b->dev, rstd), b->dev->free(b->dev, res);
     free(x), free(w), free(bb), free(R);
-    return 4;
+    return 6;
 }
 
 static int case_matmul(const backend *b, float **out, size_t *n) {
@@ -580,7 +713,7 @@ static int case_attention(const backend *b, float **out, size_t *n) {
     void *att = b->dev->alloc(b->dev, b->dev->state_space, SR_MEM_OTHER, b->ops->attention_save_bytes(CB, CT, CNH));
     void *g = zeros_act(b, 3 * BTC);
     b->ops->attention_forward(y, att, dq, CB, CT, CC, CNH);
-    b->ops->attention_backward(g, dR, NULL, dq, att, CB, CT, CC, CNH);
+    b->ops->attention_backward(g, dR, NULL, dq, att, CB, CT, CC, CNH, NULL, 0.0f);
     out[0] = down_act(b, y, BTC), n[0] = BTC;
     out[1] = down_act(b, g, 3 * BTC), n[1] = 3 * BTC;
     b->dev->free(b->dev, dq), b->dev->free(b->dev, dR), b->dev->free(b->dev, att);
@@ -594,14 +727,16 @@ static int case_gelu_residual(const backend *b, float **out, size_t *n) {
     void *dx = up_act(b, x, N), *dR = up_act(b, R, N), *y = up_act(b, NULL, N), *g = zeros_act(b, N);
     void *r = up_act(b, NULL, N);
     b->ops->gelu_forward(y, dx, N);
-    b->ops->gelu_backward(g, dx, dR, N, 1.0f);
+    float *gbias = zeros_f32(b, CC);
+    b->ops->gelu_backward(g, dx, dR, N, 1.0f, gbias, CC, 1.0f);
     b->ops->residual_forward(r, dx, dR, N);
     out[0] = down_act(b, y, N), n[0] = N;
     out[1] = down_act(b, g, N), n[1] = N;
     out[2] = down_act(b, r, N), n[2] = N;
+    out[3] = down_f32(b, gbias, CC), n[3] = CC;
     b->dev->free(b->dev, dx), b->dev->free(b->dev, dR);
     free(x), free(R);
-    return 3;
+    return 4;
 }
 
 static int case_crossentropy(const backend *b, float **out, size_t *n) {
@@ -657,13 +792,19 @@ static int case_primitives(const backend *b, float **out, size_t *n) {
     for (size_t i = 0; i < N; i++)
         v[i] = v[i] * v[i];
     float *dp = up_f32(b, p, N), *dg = up_f32(b, g, N), *dm = up_f32(b, m, N), *dv = up_f32(b, v, N);
-    sr_adamw_segment segs[2] = {{0, 3000, true}, {3100, 1900, false}};
+    sr_adamw_segment segs[2] = {{0, 3000, 0, true}, {3100, 1900, 3000, false}};
+    sr_adamw_segment *dsegs = (sr_adamw_segment *)up(b, NULL, sizeof segs, SR_DT_BYTE);
+    sr_dev_upload(d, dsegs, segs, sizeof segs, "upload");
+    void *p16 = up(b, NULL, N, SR_DT_BF16);
+    d->memset(d, SR_STREAM_COMPUTE, p16, 0, N * 2);
     sr_adamw_launch l = {.params = dp,
                          .grads = dg,
                          .m = dm,
                          .v = dv,
                          .segs = segs,
+                         .dsegs = dsegs,
                          .nsegs = 2,
+                         .params16 = p16,
                          .a = {0.9f, 0.95f, 1e-8f, 0.19f, 0.0975f, 3e-4f, 0.0f, 0.5f},
                          .weight_decay = 0.1f};
     d->adamw(d, SR_STREAM_COMPUTE, &l);
@@ -672,9 +813,18 @@ static int case_primitives(const backend *b, float **out, size_t *n) {
     out[2] = fnew(3), n[2] = 3; /* the sums, and whether the waits completed */
     out[2][0] = (float)hs[0], out[2][1] = (float)hs[1], out[2][2] = events_ok ? 1.0f : 0.0f;
     out[3] = down_f32(b, dp, N), n[3] = N;
+    /* the bf16 copy AdamW writes: each updated parameter's cast, the padding's zero untouched */
+    uint16_t *c16 = malloc(N * 2);
+    sr_dev_download(d, c16, p16, N * 2, "download");
+    out[4] = fnew(N), n[4] = N;
+    for (size_t i = 0; i < N; i++)
+        out[4][i] =
+            (i >= 3000 && i < 3100) ? (c16[i] == 0 ? 0.0f : 1.0f) : (c16[i] == sr_f32_to_bf16(out[3][i]) ? 0.0f : 1.0f);
+    free(c16);
     d->free(d, dx), d->free(d, dy), d->free(d, cp), d->free(d, h), d->free(d, dg), d->free(d, dm), d->free(d, dv);
+    d->free(d, dsegs), d->free(d, p16);
     free(x), free(y), free(p), free(g), free(m), free(v);
-    return 4;
+    return 5;
 }
 
 /* Per-op tolerances: max|got - ref| / max|ref| per output (doc/ARCHITECTURE.md §3c, exact
@@ -685,10 +835,10 @@ static const struct {
     double tol, tol_bf16;
 } cases[] = {
     {"encoder forward/backward", case_encoder, 2e-6, 1e-2},
-    {"layernorm forward/backward", case_layernorm, 1e-5, 2e-2},
+    {"layernorm (residual form) forward/backward (the input gradient's sums)", case_layernorm, 1e-5, 2e-2},
     {"matmul forward/backward", case_matmul, 1e-5, 1e-2},
     {"attention forward/backward", case_attention, 1e-5, 2e-2},
-    {"gelu forward/backward, residual", case_gelu_residual, 2e-6, 1e-2},
+    {"gelu forward/backward (dbias), residual", case_gelu_residual, 2e-6, 1e-2},
     {"crossentropy forward/backward", case_crossentropy, 1e-5, 2e-2},
     {"primitives (copy, memset, casts, folds, sums, AdamW, events)", case_primitives, 1e-6, 1e-6},
 };
@@ -834,7 +984,7 @@ static void test_cpu_primitives(void) {
         v[i] *= v[i];
     float *p2 = fnew(N), *m2 = fnew(N), *v2 = fnew(N);
     memcpy(p2, p, N * 4), memcpy(m2, m, N * 4), memcpy(v2, v, N * 4);
-    sr_adamw_segment segs[2] = {{0, 60000, true}, {60000, N - 60000, false}};
+    sr_adamw_segment segs[2] = {{0, 60000, 0, true}, {60000, N - 60000, 60000, false}};
     sr_adamw_launch l = {.params = p,
                          .grads = g,
                          .m = m,

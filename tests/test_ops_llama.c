@@ -249,7 +249,7 @@ static void test_gqa(void) {
     o->gqa_attention_forward(o1, xatt, q, m.B, m.T, m.NH, m.NKV, m.hs);
     o->gqa_attention_backward(d1, c.R, NULL, q, xatt, m.B, m.T, m.NH, m.NKV, m.hs);
     o->attention_forward(o2, xatt, q, m.B, m.T, C, m.NH);
-    o->attention_backward(d2, c.R, NULL, q, xatt, m.B, m.T, C, m.NH);
+    o->attention_backward(d2, c.R, NULL, q, xatt, m.B, m.T, C, m.NH, NULL, 0.0f);
     tap_ok(memcmp(o1, o2, nout * sizeof(float)) == 0 && memcmp(d1, d2, nm * sizeof(float)) == 0,
            "gqa: with n_kv_head = n_head it is GPT-2's attention op, bitwise");
     free(c.qkv), free(c.out), free(c.att), free(c.R), free(x), free(xo), free(xatt), free(dqkv);

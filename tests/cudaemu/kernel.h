@@ -27,6 +27,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
