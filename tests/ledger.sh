@@ -417,12 +417,21 @@ p = json.load(open(sys.argv[1]))
 bad = [f["name"] for f in p["families"] if not f["ms"] > 0 or "efficiency" not in f]
 ok = not bad and p["steps"] == [3, 3] and p["emulated"] and "emulator" in p["times"] and p["wall_ms"] > 0
 ok = ok and 0 < p["busy_ms"] <= p["ops_ms"] + 1e-6 and len(p["launchers"]) > 0 and p["total"]["ms"] > 0
-print(f"families without time: {bad}; wall {p['wall_ms']} ms, busy {p['busy_ms']}, ops {p['ops_ms']}; times: {p['times']}")
+# issue 64: the launch gap, the wall less the operations' sum, its share,
+# per operation, and the CUDA-graph advice past 5 % of the step
+g = p.get("launch_gap_ms")
+ok = ok and g is not None and abs(g - (p["wall_ms"] - p["ops_ms"])) <= 1e-6 * max(1, p["wall_ms"])
+ok = ok and abs(p["launch_gap_share"] - g / p["wall_ms"]) <= 1e-9 and p["launch_gap_us_per_op"] != 0
+ok = ok and p["cuda_graphs_advised"] == (p["launch_gap_share"] > 0.05)
+print(f"families without time: {bad}; wall {p['wall_ms']} ms, busy {p['busy_ms']}, ops {p['ops_ms']}, launch gap "
+      f"{g} ms ({p.get('launch_gap_share')}; graphs advised {p.get('cuda_graphs_advised')}); times: {p['times']}")
 sys.exit(0 if ok else 1)
 EOF
         rc=$?
-        check "  ...device ms for every family and launcher, the wall, busy and gap times, the emulator's times said so" \
+        check "  ...device ms for every family and launcher, the wall, busy and gap times, the launch gap and the CUDA-graph advice, the emulator's times said so" \
             test $rc -eq 0 || diag "$(cat prof.out)"
+        check "  ...the run's lines give the launch gap's share of the step" \
+            grep -q "profile: the launch gap (the step's wall time less the sum of its operations' times) .* of the step" p.err
         check "  ...profile.md's tables and calibration.json beside it" \
             sh -c "grep -q '^| family | calls | ms | share | achieved | bound ms | efficiency |' '$dir/profile.md' && grep -q '\"efficiency\"' '$dir/calibration.json'"
         "$S" plan --ledger $TJ --calibration "$dir/calibration.json" >pc.txt 2>&1

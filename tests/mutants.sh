@@ -57,6 +57,9 @@ GPU="--set device=cuda"
 cfgA="--set train.micro_batch=2 --set checkpoint.dir=$T/ck --set checkpoint.every_steps=2"
 cfgB="--set train.micro_batch=1 --set sharding.grad_sync=per_micro_batch --set sharding.mixed_precision.param_dtype=bf16 --set sharding.mixed_precision.reduce_dtype=bf16 --set checkpoint.dir=$T/ckB --set checkpoint.every_steps=3"
 cfgD="--set sharding.offload.optimizer=true --set train.micro_batch=2"
+# (E, exact mode: one rank's units are gathered (a copy on comm) from the
+# shard AdamW wrote; in bf16 they are the shard's bf16 copy, no gather)
+cfgE="--set sharding.mixed_precision.param_dtype=fp32 --set train.micro_batch=2"
 fresh() { rm -rf "$T/ck" "$T/ckB"; }
 : >mutants.txt
 row() { printf '%-44s | %-50s | %s\n' "$1" "$2" "$3" >>mutants.txt; }
@@ -125,7 +128,7 @@ if group --long "the mutation suite on the emulated GPU"; then
     for site in $sites; do
         case $site in kept_ready | reduce_done) continue ;; esac
         found=""
-        for c in A B D; do
+        for c in A B D E; do
             fresh
             eval "cfg=\$cfg$c"
             # shellcheck disable=SC2086

@@ -853,6 +853,16 @@ static void primitives(void) {
     cpu->cast_f32_bf16(cpu, SR_STREAM_COMM, hb, a, n);
     fetch(gb, db16, n * 2);
     tap_ok(memcmp(hb, gb, n * 2) == 0, "cast_f32_bf16: bitwise the host's rounding");
+    {
+        /* off a 16-byte boundary: the element path, the same bits */
+        float *sa = shifted(da, n, 0);
+        void *sb = dev->alloc(dev, SR_SPACE_DEVICE, SR_MEM_OTHER, n * 2);
+        dev->cast_f32_bf16(dev, SR_STREAM_COMPUTE, sb, sa, n); /* (on the stream that made the copy) */
+        fetch(gb, sb, n * 2);
+        tap_ok(memcmp(hb, gb, n * 2) == 0, "cast_f32_bf16 from an unaligned source: bitwise the host's rounding");
+        unshift_free(sa, 0);
+        dev->free(dev, sb);
+    }
     float *acc = malloc(n * 4), *gacc = malloc(n * 4);
     memcpy(acc, c, n * 4);
     cpu->fold_bf16(cpu, SR_STREAM_COMM, acc, hb, n, true);

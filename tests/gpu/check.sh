@@ -921,10 +921,15 @@ st_memory() {
     # (one rank without offload accumulates in the gradient shard itself;
     # offload per_step keeps that shard on the host: the accumulation buffer comes)
     a=$(($(field "$LOGS/mem-big-o.jsonl" mem_grad_accum_peak | tail -1) - $(field "$LOGS/mem-big-n.jsonl" mem_grad_accum_peak | tail -1)))
-    if [ "$do_" -eq $((dn - g - opt + c + a)) ]; then
-        pass memory.offload-device "device peak $dn -> $do_ bytes: the gradient ($g) and optimizer ($opt) shards left, $c of landing slots and $a of accumulation buffer came"
+    # (bf16 parameters without offload keep the shard's bf16 copy, and at
+    # one rank the units are that copy: offload drops the copy and brings
+    # the full-unit pool back)
+    p16=$(($(field "$LOGS/mem-big-n.jsonl" mem_param_shard | tail -1) - $(field "$LOGS/mem-big-o.jsonl" mem_param_shard | tail -1)))
+    u=$(($(field "$LOGS/mem-big-o.jsonl" mem_full_units_peak | tail -1) - $(field "$LOGS/mem-big-n.jsonl" mem_full_units_peak | tail -1)))
+    if [ "$do_" -eq $((dn - g - opt - p16 + c + a + u)) ]; then
+        pass memory.offload-device "device peak $dn -> $do_ bytes: the gradient ($g) and optimizer ($opt) shards and the bf16 copy ($p16) left, $c of landing slots, $a of accumulation buffer and $u of full units came"
     else
-        fail memory.offload-device "device peak $dn -> $do_ bytes, expected $((dn - g - opt + c + a))"
+        fail memory.offload-device "device peak $dn -> $do_ bytes, expected $((dn - g - opt - p16 + c + a + u))"
     fi
     pass memory.step-ms "median step (reported, not asserted): none $n ms, offload $o ms ($(awk -v a="$o" -v b="$n" 'BEGIN { printf "%.2f", a / b }')x), recompute $r ms ($(awk -v a="$r" -v b="$n" 'BEGIN { printf "%.2f", a / b }')x)"
     if [ $rehearse = 1 ]; then
