@@ -3,7 +3,9 @@
  * wpe NULL (rotary positions, the Llama family): out = wte[tok] alone, and
  * the backward, given dwpe NULL, sums dwte only.
  *
- * Forward: one thread per (b, t, c).  Backward: dwpe[t, c] sums its B
+ * Forward: a block per token row, a thread per 16-byte pack of channels
+ * (8 bf16 or 4 floats where C and the tables allow; else one channel: the
+ * same sums).  Backward: dwpe[t, c] sums its B
  * rows in order (one thread per (t, c)); dwte is deterministic without
  * float atomics: the (token, position) keys are radix-sorted (CUB, stable,
  * on unique keys so the order is total), then one block per run of equal
@@ -14,24 +16,41 @@
 
 #include "common.cuh"
 
-template <typename T>
-__global__ void encoder_fwd_k(T *out, const int *inp, const T *wte, const T *wpe, int BT, int T_, int C) {
-    size_t n = (size_t)BT * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        int bt = (int)(i / C), c = (int)(i % C), t = bt % T_;
-        float v = sr_ld(wte + (size_t)inp[bt] * C + c);
-        if (wpe)
-            v += sr_ld(wpe + (size_t)t * C + c);
-        sr_st(out + i, v);
+template <typename T, int V>
+__global__ void encoder_fwd_k(T *out, const int *inp, const T *wte, const T *wpe, int T_, int C) {
+    int bt = blockIdx.x;
+    const T *e = wte + (size_t)inp[bt] * C, *p = wpe ? wpe + (size_t)(bt % T_) * C : nullptr;
+    T *o = out + (size_t)bt * C;
+    for (int c = threadIdx.x * V; c < C; c += blockDim.x * V) {
+        float v[V], w[V];
+        sr_ldv<V>(e + c, v);
+        if (p) {
+            sr_ldv<V>(p + c, w);
+            SR_UNROLL
+            for (int k = 0; k < V; k++)
+                v[k] += w[k];
+        }
+        sr_stv<V>(o + c, v);
     }
 }
 
 template <typename T>
 static int encoder_fwd(cudaStream_t s, void *out, const int *inp, const void *wte, const void *wpe, int B, int T_,
                        int C) {
-    size_t n = (size_t)B * T_ * C;
-    return SR_LAUNCH(encoder_fwd_k<T>, sr_grid_1d(n, 256, 65535u * 8), 256, 0, s, (T *)out, inp, (const T *)wte,
-                     (const T *)wpe, B * T_, T_, C);
+    const int P = sr_pack<T>();
+    long long rows = (long long)B * T_;
+    if (rows <= 0)
+        return 0;
+    if (rows > 0x7fffffffLL)
+        return (int)cudaErrorInvalidValue;
+    bool vec = C % P == 0 && sr_aligned16(out) && sr_aligned16(wte) && sr_aligned16(wpe);
+    int V = vec ? P : 1, threads = (C / V + 31) / 32 * 32;
+    threads = threads > 256 ? 256 : threads < 32 ? 32 : threads;
+    if (vec)
+        return SR_LAUNCH((encoder_fwd_k<T, P>), (unsigned)rows, threads, 0, s, (T *)out, inp, (const T *)wte,
+                         (const T *)wpe, T_, C);
+    return SR_LAUNCH((encoder_fwd_k<T, 1>), (unsigned)rows, threads, 0, s, (T *)out, inp, (const T *)wte,
+                     (const T *)wpe, T_, C);
 }
 
 extern "C" int sr_k_encoder_forward(cudaStream_t s, void *out, const int *inp, const void *wte, const void *wpe, int B,

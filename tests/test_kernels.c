@@ -239,6 +239,14 @@ static void ops_at(int bf16, int B, int T, int C, int NH, int V) {
     void *denc = out_nan(NC, bf16);
     o->encoder_forward(denc, dinp_ids, dwte_p, dwpe_p, B, T, C);
     check("encoder_forward", denc, enc, NC, bf16, 1, t_ew);
+    {
+        /* the scalar path (the token table off a 16-byte boundary): the same bits */
+        void *swte = shifted(dwte_p, (size_t)Vp * C, bf16), *denc2 = out_nan(NC, bf16);
+        o->encoder_forward(denc2, dinp_ids, swte, dwpe_p, B, T, C);
+        tap_ok(same_bits(denc, denc2, NC * (bf16 ? 2 : 4)),
+               "%s encoder_forward: the scalar path's bits are the packed's", bf16 ? "bf16" : "f32");
+        unshift_free(swte, bf16), dev->free(dev, denc2);
+    }
     float *dout = rnd(NC, 3, 1.0f);
     round_to(dout, NC, bf16);
     void *ddout = up(dout, NC, bf16);

@@ -922,9 +922,10 @@ st_memory() {
     # offload per_step keeps that shard on the host: the accumulation buffer comes)
     a=$(($(field "$LOGS/mem-big-o.jsonl" mem_grad_accum_peak | tail -1) - $(field "$LOGS/mem-big-n.jsonl" mem_grad_accum_peak | tail -1)))
     # (bf16 parameters without offload keep the shard's bf16 copy, and at
-    # one rank the units are that copy: offload drops the copy and brings
-    # the full-unit pool back)
-    p16=$(($(field "$LOGS/mem-big-n.jsonl" mem_param_shard | tail -1) - $(field "$LOGS/mem-big-o.jsonl" mem_param_shard | tail -1)))
+    # one rank the units are that copy: offload drops the copy, what the
+    # parameter shard holds beyond its f32 master (the gradient shard's
+    # size), and brings the full-unit pool back)
+    p16=$(($(field "$LOGS/mem-big-n.jsonl" mem_param_shard | tail -1) - g))
     u=$(($(field "$LOGS/mem-big-o.jsonl" mem_full_units_peak | tail -1) - $(field "$LOGS/mem-big-n.jsonl" mem_full_units_peak | tail -1)))
     if [ "$do_" -eq $((dn - g - opt - p16 + c + a + u)) ]; then
         pass memory.offload-device "device peak $dn -> $do_ bytes: the gradient ($g) and optimizer ($opt) shards and the bf16 copy ($p16) left, $c of landing slots, $a of accumulation buffer and $u of full units came"
