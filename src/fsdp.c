@@ -52,8 +52,8 @@
 /* The gather of a unit: into its own buffer or a free slot of the pool
  * (none free: a prefetch is skipped; the unit the model asks for always
  * finds one, by the pool's size); on the comm stream, once the buffer's
- * last reader is done, cast the shard into this rank's part (bf16), then
- * the all-gather; `ready` is its completion. */
+ * last reader is done, the all-gather (bf16: from the bf16 copy; aliased
+ * units are their part of it, fsdp_impl.h); `ready` is its completion. */
 static void issue_gather(sr_fsdp *f, unit *u, bool prefetch) {
     if (u->full || sr_fsdp_failed(f))
         return;
