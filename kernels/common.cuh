@@ -96,6 +96,12 @@ __device__ inline void sr_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_
  * same arithmetic: the same bits). */
 template <typename T> constexpr int sr_pack() { return 16 / (int)sizeof(T); }
 inline bool sr_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+/* Threads of a block that gives each thread one of `packs` packs: whole
+ * warps, at least one, at most `cap` (more packs loop). */
+inline int sr_pack_threads(int packs, int cap) {
+    int t = (packs + 31) / 32 * 32;
+    return t < 32 ? 32 : t > cap ? cap : t;
+}
 
 __device__ inline float sr_bits_f32(uint32_t u) {
     union {

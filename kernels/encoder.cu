@@ -44,8 +44,7 @@ static int encoder_fwd(cudaStream_t s, void *out, const int *inp, const void *wt
     if (rows > 0x7fffffffLL)
         return (int)cudaErrorInvalidValue;
     bool vec = C % P == 0 && sr_aligned16(out) && sr_aligned16(wte) && sr_aligned16(wpe);
-    int V = vec ? P : 1, threads = (C / V + 31) / 32 * 32;
-    threads = threads > 256 ? 256 : threads < 32 ? 32 : threads;
+    int threads = sr_pack_threads(C / (vec ? P : 1), 256);
     if (vec)
         return SR_LAUNCH((encoder_fwd_k<T, P>), (unsigned)rows, threads, 0, s, (T *)out, inp, (const T *)wte,
                          (const T *)wpe, T_, C);

@@ -131,8 +131,7 @@ static int gelu_bwd(cudaStream_t s, void *dinp, const void *inp, const void *dou
     }
     int N = (int)(n / (size_t)OC), chunks = sr_colsum_chunks(N), e;
     float *partial = (float *)ws;
-    int threads = (OC / (vec && OC % P == 0 ? P : 1) + 31) / 32 * 32;
-    threads = threads < 32 ? 32 : threads > 1024 ? 1024 : threads;
+    int threads = sr_pack_threads(OC / (vec && OC % P == 0 ? P : 1), 1024);
     if (vec && OC % P == 0)
         e = SR_LAUNCH((gelu_bwd_cols_k<T, P>), chunks, threads, 0, s, (T *)dinp, partial, (const T *)inp,
                       (const T *)dout, N, OC, acc);

@@ -163,13 +163,6 @@ __global__ void ln_bwd_k(T *dinp, float *partial, const T *dout, const T *inp, c
     }
 }
 
-/* Threads of the backward's block: a pack of columns each, in whole warps,
- * at most 1024 (wider rows loop). */
-static int cols_threads(int C, int V) {
-    int t = (C / V + 31) / 32 * 32;
-    return t < 32 ? 32 : t > 1024 ? 1024 : t;
-}
-
 template <typename T>
 static int ln_fwd(cudaStream_t s, void *out, float *mean, float *rstd, const void *inp, const void *a, void *res,
                   const void *w, const void *b, int N, int C) {
@@ -193,10 +186,10 @@ static int ln_bwd(cudaStream_t s, void *dinp, float *dw, float *db, float *sum_i
     bool vec = C % P == 0 && sr_aligned16(dinp) && sr_aligned16(dout) && sr_aligned16(inp) && sr_aligned16(w);
     int sums = (sum_in ? 1 : 0) | (sum_out ? 2 : 0);
     if (vec)
-        e = SR_LAUNCH((ln_bwd_k<T, P>), chunks, cols_threads(C, P), 0, s, (T *)dinp, partial, (const T *)dout,
+        e = SR_LAUNCH((ln_bwd_k<T, P>), chunks, sr_pack_threads(C / P, 1024), 0, s, (T *)dinp, partial, (const T *)dout,
                       (const T *)inp, (const T *)w, mean, rstd, N, C, add_dinp, sums);
     else
-        e = SR_LAUNCH((ln_bwd_k<T, 1>), chunks, cols_threads(C, 1), 0, s, (T *)dinp, partial, (const T *)dout,
+        e = SR_LAUNCH((ln_bwd_k<T, 1>), chunks, sr_pack_threads(C, 1024), 0, s, (T *)dinp, partial, (const T *)dout,
                       (const T *)inp, (const T *)w, mean, rstd, N, C, add_dinp, sums);
     if (e)
         return e;

@@ -108,11 +108,6 @@ __global__ void rms_bwd_k(T *dinp, float *partial, const T *dout, const T *inp, 
     }
 }
 
-static int cols_threads(int C, int V) {
-    int t = (C / V + 31) / 32 * 32;
-    return t < 32 ? 32 : t > 1024 ? 1024 : t;
-}
-
 template <typename T>
 static int rms_fwd(cudaStream_t s, void *out, float *rstd, const void *inp, const void *a, void *res, const void *w,
                    float eps, int N, int C) {
@@ -131,10 +126,10 @@ static int rms_bwd(cudaStream_t s, void *dinp, float *dw, const void *dout, cons
     int chunks = sr_colsum_chunks(N), e;
     float *partial = (float *)ws;
     if (C % P == 0 && sr_aligned16(dinp) && sr_aligned16(dout) && sr_aligned16(inp) && sr_aligned16(w))
-        e = SR_LAUNCH((rms_bwd_k<T, P>), chunks, cols_threads(C, P), 0, s, (T *)dinp, partial, (const T *)dout,
-                      (const T *)inp, (const T *)w, rstd, N, C, add_dinp);
+        e = SR_LAUNCH((rms_bwd_k<T, P>), chunks, sr_pack_threads(C / P, 1024), 0, s, (T *)dinp, partial,
+                      (const T *)dout, (const T *)inp, (const T *)w, rstd, N, C, add_dinp);
     else
-        e = SR_LAUNCH((rms_bwd_k<T, 1>), chunks, cols_threads(C, 1), 0, s, (T *)dinp, partial, (const T *)dout,
+        e = SR_LAUNCH((rms_bwd_k<T, 1>), chunks, sr_pack_threads(C, 1024), 0, s, (T *)dinp, partial, (const T *)dout,
                       (const T *)inp, (const T *)w, rstd, N, C, add_dinp);
     if (e)
         return e;

@@ -48,8 +48,7 @@ static int rope(cudaStream_t s, void *qkv, const float *cs, int B, int T_, int N
     if (rows > 0x7fffffffLL)
         return (int)cudaErrorInvalidValue;
     bool vec = (hs / 2) % P == 0 && W % P == 0 && sr_aligned16(qkv);
-    int per = vec ? hs / 2 / P : hs / 2, threads = (heads * per + 31) / 32 * 32;
-    threads = threads > 256 ? 256 : threads < 32 ? 32 : threads;
+    int per = vec ? hs / 2 / P : hs / 2, threads = sr_pack_threads(heads * per, 256);
     if (vec)
         return SR_LAUNCH((rope_k<T, P>), (unsigned)rows, threads, 0, s, (T *)qkv, cs, T_, heads, W, hs, sign);
     return SR_LAUNCH((rope_k<T, 1>), (unsigned)rows, threads, 0, s, (T *)qkv, cs, T_, heads, W, hs, sign);

@@ -49,18 +49,13 @@ template <typename T, int V> __global__ void swiglu_bwd_k(T *dgu, const T *dout,
     }
 }
 
-static int row_threads(int F, int V) {
-    int t = (F / V + 31) / 32 * 32;
-    return t > 256 ? 256 : t < 32 ? 32 : t;
-}
-
 template <typename T> static int swiglu_fwd(cudaStream_t s, void *out, const void *gu, int N, int F) {
     const int P = sr_pack<T>();
     if (N <= 0)
         return 0;
     if (F % P == 0 && sr_aligned16(out) && sr_aligned16(gu))
-        return SR_LAUNCH((swiglu_fwd_k<T, P>), N, row_threads(F, P), 0, s, (T *)out, (const T *)gu, F);
-    return SR_LAUNCH((swiglu_fwd_k<T, 1>), N, row_threads(F, 1), 0, s, (T *)out, (const T *)gu, F);
+        return SR_LAUNCH((swiglu_fwd_k<T, P>), N, sr_pack_threads(F / P, 256), 0, s, (T *)out, (const T *)gu, F);
+    return SR_LAUNCH((swiglu_fwd_k<T, 1>), N, sr_pack_threads(F, 256), 0, s, (T *)out, (const T *)gu, F);
 }
 template <typename T>
 static int swiglu_bwd(cudaStream_t s, void *dgu, const void *dout, const void *gu, int N, int F, int acc) {
@@ -68,10 +63,10 @@ static int swiglu_bwd(cudaStream_t s, void *dgu, const void *dout, const void *g
     if (N <= 0)
         return 0;
     if (F % P == 0 && sr_aligned16(dgu) && sr_aligned16(dout) && sr_aligned16(gu))
-        return SR_LAUNCH((swiglu_bwd_k<T, P>), N, row_threads(F, P), 0, s, (T *)dgu, (const T *)dout, (const T *)gu, F,
-                         acc);
-    return SR_LAUNCH((swiglu_bwd_k<T, 1>), N, row_threads(F, 1), 0, s, (T *)dgu, (const T *)dout, (const T *)gu, F,
-                     acc);
+        return SR_LAUNCH((swiglu_bwd_k<T, P>), N, sr_pack_threads(F / P, 256), 0, s, (T *)dgu, (const T *)dout,
+                         (const T *)gu, F, acc);
+    return SR_LAUNCH((swiglu_bwd_k<T, 1>), N, sr_pack_threads(F, 256), 0, s, (T *)dgu, (const T *)dout, (const T *)gu,
+                     F, acc);
 }
 
 extern "C" int sr_k_swiglu_forward(cudaStream_t s, void *out, const void *gu, int N, int F, int bf16) {
