@@ -62,7 +62,7 @@ for r in $(seq "$ROUNDS"); do
     for t in 1 2; do
         cores=0
         [ "$t" = 2 ] && cores=0,1
-        taskset -c $cores "$S" sample "$d/gpt2" --prompt-tokens 50256 --tokens "$TOKENS" --top-k 1 --threads $t \
+        taskset -c $cores "$S" sample "$d/gpt2" --prompt-tokens 50256 --no-echo --tokens "$TOKENS" --top-k 1 --threads $t \
             >"$d/sr.ids" 2>"$d/sr.err" || { cat "$d/sr.err"; exit 1; }
         # shardrun's rate counts the prompt too: tokens generated / time
         srs=$(sed -n 's/.*, \([0-9.]*\) tokens\/s$/\1/p' "$d/sr.err")

@@ -175,10 +175,29 @@ int sr_ckpt_scan(int dirfd, int64_t *steps, int max, char *odd, size_t odd_len) 
 }
 
 static void log_config_changes(const sr_ckpt *c, const sr_manifest *mf, const char *path) {
+    /* train.steps: the schedule is stretched over the new number of steps,
+     * so the next step's learning rate moves (one warning, with both) */
+    const sr_lr_schedule *now = &c->o->schedule;
+    bool steps_changed = mf->steps > 0 && (int64_t)mf->steps != now->steps;
+    if (steps_changed) {
+        sr_lr_schedule was = *now;
+        was.steps = (int64_t)mf->steps;
+        int64_t next = (int64_t)mf->step; /* the next step's index (0-based) */
+        double before = sr_lr_at(&was, next), after = sr_lr_at(now, next);
+        sr_log_warn("resume: train.steps changed since %s: %llu -> %lld; train.schedule %s is stretched over the new "
+                    "steps: the learning rate of step %lld is %.3g (it was to be %.3g)%s",
+                    path, (unsigned long long)mf->steps, (long long)now->steps,
+                    c->o->schedule_name ? c->o->schedule_name : "", (long long)next + 1, after, before,
+                    before == after ? ""
+                                    : " (hint: to extend a run without moving its learning rate, choose the "
+                                      "final train.steps at the start)");
+    }
     for (int i = 0; i < c->o->nkeys; i++) {
         const char *k = c->o->keys[i];
         if (strcmp(k, "checkpoint.resume") == 0 || strcmp(k, "model.init") == 0)
             continue; /* (a resume ignores model.init: the run says so in one line) */
+        if (steps_changed && strcmp(k, "train.steps") == 0)
+            continue; /* said above */
         for (int j = 0; j < mf->nconfig; j++)
             if (strcmp(mf->ckeys[j], k) == 0 && strcmp(mf->cvals[j], c->o->values[i]) != 0)
                 sr_log_warn("resume: %s changed since %s: %s -> %s (the new value takes effect)", k, path, mf->cvals[j],

@@ -1,10 +1,13 @@
 /* clock.c — the program's one clock (see clock.h): CLOCK_MONOTONIC and
  * CLOCK_REALTIME read in one place, in the forms the program uses
  * (seconds as double, nanoseconds as int64_t, timespecs for deadlines).
- * Async-signal-safe throughout: clock_gettime and arithmetic only. */
+ * Async-signal-safe but for the two formatters: clock_gettime and
+ * arithmetic only. */
 #include "srconfig.h"
 
 #include "clock.h"
+
+#include <stdio.h>
 
 static struct timespec now(clockid_t clk) {
     struct timespec ts;
@@ -50,4 +53,17 @@ void sr_clock_iso(double t, char *out, size_t n) {
     struct tm tm;
     gmtime_r(&tt, &tm);
     strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+void sr_clock_duration(double s, int with_seconds, char *out, size_t n) {
+    long long t = s > 0 ? (long long)(s + 0.5) : 0;
+    if (!with_seconds && t >= 60)
+        t = (t + 59) / 60 * 60; /* an estimate: whole minutes, rounded up */
+    long long h = t / 3600, m = t / 60 % 60, sec = t % 60;
+    if (t < 60)
+        snprintf(out, n, "%llds", t);
+    else if (h == 0)
+        snprintf(out, n, with_seconds ? "%lldm%02llds" : "%lldm", m, sec);
+    else
+        snprintf(out, n, with_seconds ? "%lldh%02lldm%02llds" : "%lldh%02lldm", h, m, sec);
 }

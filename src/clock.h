@@ -1,8 +1,9 @@
 /* clock.h — the program's one clock: monotonic time (durations, timeouts,
  * rates), wall time (timestamps in records, files and traces) and the
  * absolute deadlines pthread_cond_timedwait takes.  Every function but
- * sr_clock_iso is async-signal-safe (POSIX's clock read is, POSIX.1-2008
- * 2.4.3, and nothing here locks or allocates): the preemption handler
+ * the two formatters (sr_clock_iso, sr_clock_duration) is
+ * async-signal-safe (POSIX's clock read is, POSIX.1-2008 2.4.3, and
+ * nothing here locks or allocates): the preemption handler
  * (preempt.c) and the flight recorder's dump (flight.c) read it in signal
  * handlers.  The CUDA module reads it through the program's exported
  * symbols.  clock.c is the one file that reads POSIX's clocks
@@ -35,5 +36,9 @@ double sr_clock_ts_s(struct timespec ts);
  * "2026-12-05T19:04:05Z", into out[n] (n >= 21).  Not async-signal-safe
  * (gmtime_r, strftime). */
 void sr_clock_iso(double t, char *out, size_t n);
+/* A duration of `s` seconds (< 0 taken as 0) as a person reads it, into
+ * out[n] (n >= 16): with seconds "7s", "12m03s", "2h05m09s"; without
+ * (an estimate) "7s", "41m", "2h05m" (minutes rounded up). */
+void sr_clock_duration(double s, int with_seconds, char *out, size_t n);
 
 #endif

@@ -95,12 +95,15 @@ void cfg_fmt_enum(char *buf, size_t n, const char *const *names);
 sr_status cfg_set_leaf(sr_config *cfg, int ki, yaml_document_t *doc, yaml_node_t *node, const parse_ctx *ctx);
 void cfg_fmt_value(const sr_config *cfg, const sr_key *k, char *buf, size_t n);
 const char *cfg_type_name(const sr_key *k, char *buf, size_t n);
-/* The key another trainer's `name` (any case) means, or NULL. */
-const char *cfg_alias_of(const char *name);
+/* The key (or section) another trainer's `name` (any case) means, or
+ * NULL; *note (when note is not NULL) the alias's note, or NULL. */
+const char *cfg_alias_of(const char *name, const char **note);
 /* Suggests the closest key for an unknown `name` under section `prefix`
- * ("" for the top level): first among siblings, then among all leaf keys
- * whose last component matches. */
-void cfg_suggest(const char *prefix, const char *name, char *out, size_t n);
+ * ("" for the top level) into out ("" none): another trainer's name for
+ * it, else the closest among siblings, else among all leaf keys whose
+ * last component matches.  Returns the suggestion's note (how a key
+ * with no counterpart here follows from ours), or NULL. */
+const char *cfg_suggest(const char *prefix, const char *name, char *out, size_t n);
 /* Loads one YAML document from `text` under the limits every reader of
  * outside YAML uses (yamlload.h); a second document is refused.  On success
  * *doc is initialised (delete it) and *has_root false for an empty stream.

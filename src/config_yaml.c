@@ -46,12 +46,19 @@ sr_status cfg_error_at(const parse_ctx *ctx, yaml_mark_t mark, const char *fmt, 
     return sr_error(SR_ERR_CONFIG, "%s: %s", where, msg);
 }
 
-/* Names other trainers (nanoGPT, llm.c, Hugging Face, Megatron) give what
- * a key here holds: an unknown key whose last component is one of them is
- * pointed at ours. */
+/* Names other trainers (nanoGPT, llm.c, Hugging Face, Megatron,
+ * torchtitan) give what a key or section here holds: an unknown key whose
+ * last component is one of them is pointed at ours (with the note below
+ * where there is no one-to-one key). */
 static const struct {
     const char *name, *key;
 } aliases[] = {
+    {"logging", "log"},
+    {"warmup", "train.warmup_steps"},
+    {"batch", "train.batch_size"},
+    {"gradient_accumulation_steps", "train.batch_size"},
+    {"grad_accum_steps", "train.batch_size"},
+    {"accumulation_steps", "train.batch_size"},
     {"learning_rate", "train.lr"},
     {"max_lr", "train.lr"},
     {"min_learning_rate", "train.min_lr"},
@@ -116,23 +123,28 @@ static const struct {
     {"resume_from_checkpoint", "checkpoint.resume"},
 };
 
-/* The key another trainer's `name` (any case) means, or NULL. */
-const char *cfg_alias_of(const char *name) {
+/* The key (or section) another trainer's `name` (any case) means, or
+ * NULL; *note (when not NULL) its note or NULL. */
+const char *cfg_alias_of(const char *name, const char **note) {
     for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
-        if (strcasecmp(name, aliases[i].name) == 0)
+        if (strcasecmp(name, aliases[i].name) == 0) {
+            if (note) /* accumulation: no key; it follows from three */
+                *note = strcasestr(name, "accum") ? "shardrun has no accumulation key: accumulation steps = "
+                                                    "train.batch_size / (train.micro_batch x ranks), so set "
+                                                    "train.batch_size to the sequences of one optimizer step and "
+                                                    "train.micro_batch to what fits one forward pass"
+                                                  : NULL;
             return aliases[i].key;
+        }
     return NULL;
 }
 
-/* Suggests the closest key for an unknown `name` under section `prefix`
- * ("" for the top level): first among siblings, then among all leaf keys
- * whose last component matches. */
-void cfg_suggest(const char *prefix, const char *name, char *out, size_t n) {
+const char *cfg_suggest(const char *prefix, const char *name, char *out, size_t n) {
     out[0] = '\0';
-    const char *alias = cfg_alias_of(name);
+    const char *note = NULL, *alias = cfg_alias_of(name, &note);
     if (alias) {
         snprintf(out, n, "%s", alias);
-        return;
+        return note;
     }
     size_t pl = strlen(prefix);
     int best = 99;
@@ -155,7 +167,7 @@ void cfg_suggest(const char *prefix, const char *name, char *out, size_t n) {
     }
     size_t nl = strlen(name);
     if (sr_suggest_close(name, best))
-        return;
+        return NULL;
     out[0] = '\0';
     /* A key placed in the wrong section: match on the last component. */
     for (int i = 0; i < NKEYS; i++) {
@@ -163,9 +175,31 @@ void cfg_suggest(const char *prefix, const char *name, char *out, size_t n) {
         last = last ? last + 1 : cfg_keys[i].key;
         if (sr_suggest_distance(name, last) <= (nl <= 3 ? 0 : 1)) {
             snprintf(out, n, "%s", cfg_keys[i].key);
-            return;
+            return NULL;
         }
     }
+    return NULL;
+}
+
+/* The unknown key's message: the suggestion `hint` ("" none), its note,
+ * and for a section suggested in place of a mapping the key its first
+ * child names there ("logging: every:" -> log.every). */
+static sr_status unknown_key(const parse_ctx *ctx, yaml_mark_t mark, const char *path, const char *hint,
+                             const char *note, yaml_document_t *doc, yaml_node_t *node) {
+    if (!hint[0])
+        return cfg_error_at(ctx, mark, "unknown key '%s' (see shardrun config keys for the valid keys)", path);
+    char child[600] = "";
+    if (cfg_is_section(hint) && node && node->type == YAML_MAPPING_NODE &&
+        node->data.mapping.pairs.top > node->data.mapping.pairs.start) {
+        yaml_node_t *k = yaml_document_get_node(doc, node->data.mapping.pairs.start->key);
+        char full[520];
+        if (k && k->type == YAML_SCALAR_NODE &&
+            (size_t)snprintf(full, sizeof full, "%s.%s", hint, cfg_scalar_text(k)) < sizeof full &&
+            cfg_key_index(full) >= 0)
+            snprintf(child, sizeof child, " (%s.%s is %s)", path, cfg_scalar_text(k), full);
+    }
+    return cfg_error_at(ctx, mark, "unknown key '%s'; did you mean '%s'?%s%s%s%s (see shardrun config keys)", path,
+                        hint, child, note ? " (" : "", note ? note : "", note ? ")" : "");
 }
 
 static sr_status record_origin(sr_config *cfg, int ki, const parse_ctx *ctx, yaml_mark_t mark) {
@@ -199,11 +233,8 @@ static sr_status apply_at(sr_config *cfg, yaml_document_t *doc, const char *path
         return walk_mapping(cfg, doc, node, path, ctx);
     }
     char hint[300];
-    cfg_suggest(prefix, name, hint, sizeof hint);
-    if (hint[0])
-        return cfg_error_at(ctx, keymark, "unknown key '%s'; did you mean '%s'? (see shardrun config keys)", path,
-                            hint);
-    return cfg_error_at(ctx, keymark, "unknown key '%s' (see shardrun config keys for the valid keys)", path);
+    const char *note = cfg_suggest(prefix, name, hint, sizeof hint);
+    return unknown_key(ctx, keymark, path, hint, note, doc, node);
 }
 
 static sr_status walk_mapping(sr_config *cfg, yaml_document_t *doc, yaml_node_t *map, const char *prefix,
@@ -393,10 +424,20 @@ sr_status sr_config_set(sr_config *cfg, const char *assignment) {
     if (dot && prefix[0] && !cfg_is_section(prefix)) {
         /* Unknown section: another trainer's name for a key, else the
          * closest of the full key list. */
-        char hint[300] = "";
+        char hint[600] = "";
         int best = 99;
-        const char *alias = cfg_alias_of(dot + 1);
-        for (int i = 0; i < NKEYS && !alias; i++) {
+        const char *note = NULL, *alias = cfg_alias_of(dot + 1, &note);
+        /* another trainer's section: logging.every is log.every */
+        size_t first = strcspn(path, ".");
+        char head[512];
+        memcpy(head, path, first);
+        head[first] = '\0';
+        const char *sec = alias ? NULL : cfg_alias_of(head, NULL);
+        if (sec && cfg_is_section(sec) &&
+            (size_t)snprintf(hint, sizeof hint, "%s%s", sec, path + first) < sizeof hint &&
+            (cfg_key_index(hint) >= 0 || cfg_is_section(hint)))
+            best = 0;
+        for (int i = 0; i < NKEYS && !alias && best > 0; i++) {
             int d = sr_suggest_distance(path, cfg_keys[i].key);
             if (d < best) {
                 best = d;
@@ -408,9 +449,9 @@ sr_status sr_config_set(sr_config *cfg, const char *assignment) {
             best = 0;
         }
         yaml_document_delete(&doc);
-        if (best <= 3)
-            return cfg_error_at(&ctx, zero, "unknown key '%s'; did you mean '%s'?", path, hint);
-        return cfg_error_at(&ctx, zero, "unknown key '%s' (see shardrun config keys)", path);
+        if (best > 3)
+            hint[0] = '\0';
+        return unknown_key(&ctx, zero, path, hint, note, NULL, NULL);
     }
     st = apply_at(cfg, &doc, path, yaml_document_get_root_node(&doc), zero, prefix, dot ? dot + 1 : path, &ctx);
     yaml_document_delete(&doc);

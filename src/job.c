@@ -144,7 +144,13 @@ static sr_status at_key(const sr_config *cfg, const char *key, const char *fmt, 
 
 sr_status sr_job_check_world(const sr_config *cfg, int ranks, int rank, sr_mesh *mesh_out) {
     int64_t mb = sr_config_micro_batch(cfg, ranks);
-    if (mb < 1 || cfg->batch_size % (mb * ranks) != 0) {
+    if (cfg->micro_batch == 0 && (mb < 1 || cfg->batch_size % ranks != 0)) /* the keys the user set: batch_size */
+        return at_key(cfg, "train.batch_size",
+                      "train.batch_size (%lld) does not split evenly over the %d data-parallel rank%s: every rank "
+                      "takes the same whole number of sequences per step (train.micro_batch is unset) (hint: a "
+                      "batch_size that is a multiple of %d; batch_size = micro_batch x ranks x accumulation steps)",
+                      (long long)cfg->batch_size, ranks, ranks == 1 ? "" : "s", ranks);
+    if (cfg->batch_size % (mb * ranks) != 0) {
         char w2[1200];
         sr_config_where(cfg, "train.micro_batch", w2, sizeof w2);
         return at_key(cfg, "train.batch_size",

@@ -107,5 +107,19 @@ sr_status sr_job_check(sr_config *cfg, int ranks, int rank, const sr_dev *dev, s
  * set the vocabulary) unless data.embedded_any_vocab is true.  The scan
  * of every token against the vocabulary is the run's (sr_data_open). */
 sr_status sr_job_check_data(const sr_config *cfg);
+/* job_data.c: the data keys resolved (cfg finalized), before anything
+ * checks them.  A directory in data.train (or data.val) is one `data
+ * prepare` wrote: its index.json's shards of that split take its place
+ * (SR_ERR_NOINPUT without index.json or without shards of the split,
+ * SR_ERR_DATA for an index.json it did not write); data.train's also give
+ * an unset data.val their validation shards and an unset data.tokenizer
+ * the tokenizer index.json names, loaded and checked against the SHA-256
+ * it records (SR_ERR_DATA when it differs, SR_ERR_NOINPUT when it is
+ * missing).  Then with data.tokenizer and neither model.vocab_size nor a
+ * model.init config.json, the vocabulary is the tokenizer's (padded as
+ * always), unless the checkpoint the run would resume from (checkpoint.dir's
+ * newest, or checkpoint.resume's PATH) has the job's model with another
+ * vocabulary: a resume keeps the checkpoint's (an info line says so). */
+sr_status sr_job_resolve_data(sr_config *cfg);
 
 #endif

@@ -64,21 +64,21 @@ static int cmd_help(const char *sub, const cli *c);
 
 #define SAMPLE_OPTS                                                                                                    \
     (B(X_PROMPT) | B(X_PROMPT_TOKENS) | B(X_TOKENS) | B(X_TEMPERATURE) | B(X_TOP_K) | B(X_SEED) | B(X_TOKENIZER) |     \
-     B(X_THREADS))
+     B(X_THREADS) | B(X_NO_ECHO))
 #define PLAN_OPTS                                                                                                      \
     (B(X_SET) | B(X_RANKS) | B(X_GPUS_PER_NODE) | B(X_DEVICE_MEM) | B(X_HOST_MEM) | B(X_DISK_MBPS) | B(X_TFLOPS) |     \
      B(X_LEDGER) | B(X_JSON) | B(X_GEMM_TFLOPS) | B(X_HBM_TBPS) | B(X_CALIBRATION))
 
 typedef struct {
     const char *name, *sub; /* "ckpt", "export"; sub NULL: a one-word command */
-    unsigned opts;          /* the options it takes (B(X_*)); --help always */
+    uint64_t opts;          /* the options it takes (B(X_*)); --help always */
     int (*run)(const char *sub, const cli *c);
     const char *args;    /* its usage after the command words; \n continues the line */
     const char *summary; /* one line for the command list; \n continues */
 } command_row;
 
 static const command_row commands[] = {
-    {"train", NULL, B(X_SET), cmd_train, "[JOB.yaml] [--set KEY=VALUE]...",
+    {"train", NULL, B(X_SET) | B(X_VERBOSE), cmd_train, "[JOB.yaml] [--set KEY=VALUE]... [-v]",
      "train per JOB.yaml (without one: the embedded default job)"},
     {"config", "check", B(X_SET) | B(X_RANKS), cmd_config, "JOB.yaml [--ranks N] [--set KEY=VALUE]...",
      "validate a job file; exit 0 when it is valid"},
@@ -86,11 +86,11 @@ static const command_row commands[] = {
      "print the effective job with every default filled in"},
     {"config", "keys", B(X_MDOC), cmd_config, "[--mdoc]", "list every job-file key with type, default and meaning"},
     {"data", "prepare",
-     B(X_OUTPUT) | B(X_TOKENIZER) | B(X_FIELD) | B(X_DOC_TOKEN) | B(X_VAL_TOKENS) | B(X_SHARD_TOKENS) | B(X_PREFIX) |
-         B(X_THREADS),
+     B(X_OUTPUT) | B(X_TOKENIZER) | B(X_FIELD) | B(X_DOC_TOKEN) | B(X_VAL_TOKENS) | B(X_VAL_FRACTION) | B(X_SEED) |
+         B(X_SHARD_TOKENS) | B(X_PREFIX) | B(X_THREADS),
      cmd_data,
-     "[-o OUT] [--tokenizer PATH] [--field NAME] [--doc-token NAME]\n[--val-tokens N] [--shard-tokens N] "
-     "[--prefix NAME] [--threads N]\nFILE...",
+     "[-o OUT] [--tokenizer PATH] [--field NAME] [--doc-token NAME]\n[--val-fraction F [--seed S] | --val-tokens N] "
+     "[--shard-tokens N]\n[--prefix NAME] [--threads N] FILE...",
      "turn text (files, JSON Lines; gzip or not) into llm.c token\nshards: byte-level, or with a BPE tokenizer"},
     {"ckpt", "list", 0, cmd_ckpt, "DIR", "list the checkpoints of a checkpoint.dir"},
     {"ckpt", "verify", 0, cmd_ckpt, "PATH", "check every SHA-256 of a checkpoint (or of all in a dir)"},
@@ -101,7 +101,7 @@ static const command_row commands[] = {
      "model file\n(-o FILE.bin)"},
     {"sample", NULL, SAMPLE_OPTS, cmd_sample,
      "CKPT [--prompt TEXT | --prompt-tokens 1,2,3] [--tokens N]\n[--temperature T] [--top-k K] [--seed S] "
-     "[--tokenizer FILE] [--threads N]",
+     "[--tokenizer FILE] [--threads N] [--no-echo]",
      "generate text on the CPU from CKPT: a checkpoint, a\ncheckpoint.dir (its newest that verifies) or a Hugging "
      "Face\nGPT-2 or Llama directory (config.json + model.safetensors\nor its sharded index)"},
     {"report", NULL, B(X_OUTPUT), cmd_report, "METRICS.jsonl [-o REPORT.html]",
@@ -189,7 +189,7 @@ static const char *command_list(char *buf, size_t n) {
  * NULL: every command), then unless `brief` their summaries and the
  * options they take. */
 static void print_usage(FILE *f, const char *name, const char *sub, bool brief) {
-    unsigned takes = B(X_HELP);
+    uint64_t takes = B(X_HELP);
     bool first = true;
     for (int i = 0; i < NCOMMANDS; i++) {
         const command_row *r = &commands[i];
@@ -353,7 +353,7 @@ static int refuse_options(const command_row *r, const cli *c) {
         return 0;
     char words[64], takes[400], where[400];
     sr_line lt = SR_LINE(takes), lw = SR_LINE(where);
-    int k = 0, total = __builtin_popcount(r->opts);
+    int k = 0, total = __builtin_popcountll(r->opts);
     for (int x = 0; x < X_COUNT; x++)
         if (r->opts & B(x)) {
             k++;

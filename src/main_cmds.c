@@ -105,6 +105,17 @@ int cli_prepare_option(cli *c, int x, const char *arg) {
     case X_PREFIX:
         c->prepare.prefix = arg;
         break;
+    case X_VAL_FRACTION: {
+        char *end;
+        errno = 0;
+        double v = strtod(arg, &end);
+        if (!*arg || *end || errno || !(v > 0.0 && v < 1.0))
+            return cli_usage_error("--val-fraction %s: expected a fraction of the documents between 0 and 1 (e.g. "
+                                   "0.01)",
+                                   arg);
+        c->prepare.val_fraction = v;
+        break;
+    }
     case X_VAL_TOKENS:
     case X_SHARD_TOKENS: {
         char *end;
@@ -199,6 +210,8 @@ static int load_job(sr_config *cfg, const char *path, const cli *c, int ranks, b
     if (st == SR_OK)
         st = sr_config_finalize(cfg);
     if (st == SR_OK)
+        st = sr_job_resolve_data(cfg);
+    if (st == SR_OK)
         st = sr_device_check_key(cfg);
     if (st == SR_OK)
         st = sr_job_check_attention(cfg);
@@ -244,6 +257,7 @@ int cmd_train(const char *sub, const cli *c) {
         return cli_fail(st);
     }
     sr_log_set_rank(world.rank, world.size);
+    sr_log_set_verbose(c->verbose);
     cli_quiet_rank = world.rank != 0;
     sr_testhook_warn_active();
     sr_config cfg;
@@ -289,6 +303,71 @@ int cmd_config(const char *sub, const cli *c) {
     return rc;
 }
 
+/* " --set KEY=VALUE" onto l, single-quoted for a shell when VALUE holds
+ * anything but [A-Za-z0-9_./:,+@%=-]. */
+static void add_set(sr_line *l, const char *key, const char *value) {
+    bool plain = true;
+    for (const char *p = value; *p && plain; p++)
+        plain = strchr("_./:,+@%=-", *p) || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                (*p >= '0' && *p <= '9');
+    if (plain) {
+        sr_line_add(l, " --set %s=%s", key, value);
+        return;
+    }
+    sr_line_add(l, " --set '%s=", key);
+    for (const char *p = value; *p; p++)
+        if (*p == '\'')
+            sr_line_add(l, "'\\''");
+        else
+            sr_line_add(l, "%c", *p);
+    sr_line_add(l, "'");
+}
+
+/* The summary of a data prepare: what it wrote, the split, and the --set
+ * options that train on it. */
+static void data_summary(const sr_prepare_opts *o, const sr_prepare_result *r) {
+    char line[16384], path[4300];
+    sr_line l = SR_LINE(line);
+    if (!r->directory)
+        sr_line_add(&l, "wrote %s: %llu tokens (%s, uint16 llm.c shard)", r->out, (unsigned long long)r->tokens,
+                    "byte-level, vocabulary 256");
+    else
+        sr_line_add(&l,
+                    "wrote %s/: %d shard%s (%d for validation) and index.json: %llu tokens from %llu document%s "
+                    "(%.1f MB of text; %s%s)",
+                    r->out, r->shards, r->shards == 1 ? "" : "s", r->val_shards, (unsigned long long)r->tokens,
+                    (unsigned long long)r->documents, r->documents == 1 ? "" : "s", (double)r->bytes / 1e6,
+                    r->tokenizer[0] ? "tokenizer " : "byte-level, vocabulary 256", r->tokenizer[0] ? o->tokenizer : "");
+    if (o->val_fraction > 0)
+        sr_line_add(&l, "; validation: %llu of the documents (%.2f%%; --val-fraction %g, --seed %llu), %llu tokens",
+                    (unsigned long long)r->val_documents,
+                    r->documents ? 100.0 * (double)r->val_documents / (double)r->documents : 0.0, o->val_fraction,
+                    (unsigned long long)o->seed, (unsigned long long)r->val_tokens);
+    else if (o->val_tokens)
+        sr_line_add(&l, "; validation: the first %llu tokens (--val-tokens; the document where they end is cut)",
+                    (unsigned long long)r->val_tokens);
+    if (r->empty)
+        sr_line_add(&l, "; %llu empty document%s dropped", (unsigned long long)r->empty, r->empty == 1 ? "" : "s");
+    sr_line_add(&l, "; train with");
+    if (!r->directory) {
+        add_set(&l, "data.train", r->out);
+    } else {
+        const char *pre = o->prefix ? o->prefix : "data";
+        sr_fmt(path, sizeof path, "%s/%s_train_*.bin", r->out, pre);
+        add_set(&l, "data.train", path);
+        if (r->val_shards) {
+            sr_fmt(path, sizeof path, "%s/%s_val_*.bin", r->out, pre);
+            add_set(&l, "data.val", path);
+        }
+        if (r->tokenizer[0])
+            add_set(&l, "data.tokenizer", r->tokenizer);
+        sr_line_add(&l, " (or");
+        add_set(&l, "data.train", r->out);
+        sr_line_add(&l, ": index.json names the rest)");
+    }
+    fprintf(stderr, "shardrun: %s\n", line);
+}
+
 int cmd_data(const char *sub, const cli *c) {
     (void)sub;
     if (c->nargs < 1)
@@ -297,25 +376,12 @@ int cmd_data(const char *sub, const cli *c) {
     o.out = c->output;
     o.tokenizer = c->sample.tokenizer;
     o.threads = c->sample.threads;
+    o.seed = c->sample.seed;
     sr_prepare_result r;
     sr_status st = sr_prepare(&o, c->args, c->nargs, &r);
     if (st != SR_OK)
         return cli_fail(st);
-    char what[200];
-    if (o.tokenizer)
-        snprintf(what, sizeof what, "tokenizer %s", o.tokenizer);
-    else
-        snprintf(what, sizeof what, "byte-level, vocabulary 256");
-    if (r.directory)
-        fprintf(stderr,
-                "shardrun: wrote %s/: %d shard%s%s and index.json: %llu tokens from %llu document%s (%.1f MB of "
-                "text; %s)\n",
-                r.out, r.shards, r.shards == 1 ? "" : "s", o.val_tokens ? " (the first for validation)" : "",
-                (unsigned long long)r.tokens, (unsigned long long)r.documents, r.documents == 1 ? "" : "s",
-                (double)r.bytes / 1e6, what);
-    else
-        fprintf(stderr, "shardrun: wrote %s: %llu tokens (%s, uint16 llm.c shard)\n", r.out,
-                (unsigned long long)r.tokens, what);
+    data_summary(&o, &r);
     return 0;
 }
 

@@ -6,6 +6,7 @@
 #define SR_MAIN_IMPL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "plan.h"
@@ -31,6 +32,8 @@ enum {
     X_FIELD,
     X_DOC_TOKEN,
     X_VAL_TOKENS,
+    X_VAL_FRACTION,
+    X_NO_ECHO,
     X_SHARD_TOKENS,
     X_PREFIX,
     X_RANKS,
@@ -45,12 +48,13 @@ enum {
     X_HBM_TBPS,
     X_CALIBRATION,
     X_MDOC,
+    X_VERBOSE,
     X_HELP,
     X_VERSION,
     X_COUNT
 };
-#define B(x) (1u << (x))
-_Static_assert(X_COUNT <= 32, "the option sets are 32-bit masks");
+#define B(x) ((uint64_t)1 << (x))
+_Static_assert(X_COUNT <= 64, "the option sets are 64-bit masks");
 #define OPT_LONG_BASE 1000 /* getopt_long's value of an option without a letter: base + X_* */
 
 typedef struct {
@@ -68,7 +72,7 @@ typedef struct {
     char **sets;
     int nsets;
     const char *output;
-    bool mdoc, help;
+    bool mdoc, help, verbose;
     int ranks;    /* --ranks N; 0 = not given */
     int ranks_hi; /* --ranks A-B: B (ranks is A); else = ranks */
     sr_plan_opts plan;

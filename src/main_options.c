@@ -54,7 +54,10 @@ const option_row cli_options[X_COUNT] = {
     [X_TOKENS] = {"tokens", 0, "N", "sample: tokens to generate (default 256)"},
     [X_TEMPERATURE] = {"temperature", 0, "T", "sample: softmax temperature, 0 = greedy (default 0.8)"},
     [X_TOP_K] = {"top-k", 0, "K", "sample: draw among the K likeliest (default 40; 0 = off)"},
-    [X_SEED] = {"seed", 0, "S", "sample: the seed of the draws (default 1)"},
+    [X_SEED] =
+        {"seed", 0, "S",
+         "sample: the seed of the draws (default 1);\ndata prepare: the seed of --val-fraction's choice (default "
+         "1)"},
     [X_TOKENIZER] = {"tokenizer", 0, "PATH",
                      "data prepare: encode with this tokenizer (tokenizer.json,\nvocab.json + merges.txt, or "
                      "[gpt2:|llama3:]RANKS.tiktoken);\nsample: the tokenizer of --prompt and of the output (also "
@@ -66,7 +69,13 @@ const option_row cli_options[X_COUNT] = {
     [X_DOC_TOKEN] = {"doc-token", 0, "NAME",
                      "data prepare: the special token before each document\n(default <|endoftext|>; none: no "
                      "separator)"},
-    [X_VAL_TOKENS] = {"val-tokens", 0, "N", "data prepare: the first N tokens form the validation shard"},
+    [X_VAL_TOKENS] = {"val-tokens", 0, "N",
+                      "data prepare: the first N tokens form the validation shard\n(the document where they end is cut "
+                      "between the sets)"},
+    [X_VAL_FRACTION] = {"val-fraction", 0, "F",
+                        "data prepare: each document goes to validation with\nprobability F (0 < F < 1), whole, by a "
+                        "hash of --seed\nand its index"},
+    [X_NO_ECHO] = {"no-echo", 0, NULL, "sample: print only the continuation, not the prompt before it"},
     [X_SHARD_TOKENS] = {"shard-tokens", 0, "N", "data prepare: tokens per training shard (default 100000000)"},
     [X_PREFIX] = {"prefix", 0, "NAME", "data prepare: the shards' name prefix (default data)"},
     [X_RANKS] = {"ranks", 0, "N",
@@ -87,6 +96,8 @@ const option_row cli_options[X_COUNT] = {
                        "plan: rates and efficiency per op family measured on a GPU\n(tests/gpu/calibration/): the "
                        "step time predicted"},
     [X_MDOC] = {"mdoc", 0, NULL, "config keys: print the list as an mdoc section"},
+    [X_VERBOSE] = {"verbose", 'v', NULL,
+                   "train: also the lines a run seldom needs (a one-process CPU\nrun's flight-recorder line)"},
     [X_HELP] = {"help", 'h', NULL, "print this help (or a command's) and exit"},
     [X_VERSION] = {"version", 'V', NULL, "print the version and exit"},
 };
@@ -217,6 +228,9 @@ static int apply_option(cli *c, int x, int argc, char **argv) {
     case X_MDOC:
         c->mdoc = true;
         return 0;
+    case X_VERBOSE:
+        c->verbose = true;
+        return 0;
     case X_HELP:
         c->help = true;
         return 0;
@@ -249,9 +263,13 @@ static int apply_option(cli *c, int x, int argc, char **argv) {
     case X_FIELD:
     case X_DOC_TOKEN:
     case X_VAL_TOKENS:
+    case X_VAL_FRACTION:
     case X_SHARD_TOKENS:
     case X_PREFIX:
         return cli_prepare_option(c, x, optarg);
+    case X_NO_ECHO:
+        c->sample.no_echo = true;
+        return 0;
     default: /* the sample options (--tokenizer, --threads: data prepare's too) */
         return cli_sample_option(c, x, optarg);
     }
@@ -266,7 +284,7 @@ int cli_parse_options(int argc, char **argv, cli *c) {
     c->args = sr_calloc((size_t)argc + 1, sizeof *c->args);
     if (!c->sets || !c->args)
         return cli_fail(sr_error_oom("the command line"));
-    c->sample = (sr_sample_opts){NULL, NULL, 256, 0.8, 40, 1, NULL, 0};
+    c->sample = (sr_sample_opts){NULL, NULL, 256, 0.8, 40, 1, NULL, 0, false};
     struct option longopts[X_COUNT + 1];
     char shortopts[2 * X_COUNT + 2];
     getopt_tables(longopts, shortopts);

@@ -148,6 +148,7 @@ static void tb_step(sr_tb *tb, const sr_step_record *r) {
     int n = 0;
 #define TB(name, value) (tags[n] = (name), v[n++] = (value))
     TB("loss", r->loss);
+    TB("loss_mean", r->loss_mean);
     TB("lr", r->lr);
     TB("grad_norm", r->grad_norm);
     TB("tokens_per_s", r->tokens_per_s);
@@ -181,9 +182,9 @@ void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
     if (!f)
         return;
     fprintf(f,
-            "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,"
-            "\"mfu\":",
-            (long long)r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s);
+            "{\"step\":%lld,\"loss\":%.17g,\"loss_mean\":%.17g,\"loss_steps\":%lld,\"lr\":%.17g,\"grad_norm\":%.17g,"
+            "\"tokens_per_s\":%.6g,\"mfu\":",
+            (long long)r->step, r->loss, r->loss_mean, (long long)r->loss_steps, r->lr, r->grad_norm, r->tokens_per_s);
     if (isfinite(r->mfu))
         fprintf(f, "%.6g", r->mfu);
     else

@@ -46,6 +46,8 @@ void sr_rank_times_fill(sr_rank_times *t, const char *hosts, size_t host_len);
 typedef struct {
     int64_t step;
     double loss, lr, grad_norm, tokens_per_s, mfu, step_ms;
+    double loss_mean;       /* the mean of the steps' losses since the last record */
+    int64_t loss_steps;     /* how many steps that mean is over */
     double comm_exposed_ms; /* the step's time waiting on communication (device.h) */
     int64_t tokens;
     int ranks;

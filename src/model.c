@@ -757,9 +757,7 @@ struct sr_decoder {
     float *x, *ln, *qkv, *y, *o_, *h, *hg, *logits, *att, *mean, *rstd;
 };
 
-/* The cache's window: the family's limit (family.h decode_window_max)
- * or seq_len. */
-static int decode_window(const sr_model_dims *d) {
+int sr_decoder_window(const sr_model_dims *d) {
     int max = sr_family_get(d->arch)->decode_window_max;
     return max > 0 && d->T > max ? max : d->T;
 }
@@ -768,7 +766,7 @@ static int decode_window(const sr_model_dims *d) {
 static size_t decode_kv(const sr_model_dims *d) { return (size_t)d->NKV * (size_t)(d->C / d->NH); }
 
 size_t sr_decoder_bytes(const sr_model_dims *d) {
-    size_t C = (size_t)d->C, W = (size_t)decode_window(d), hs = C / (size_t)d->NH;
+    size_t C = (size_t)d->C, W = (size_t)sr_decoder_window(d), hs = C / (size_t)d->NH;
     return sizeof(float) * 2 * (size_t)d->L * W * decode_kv(d) +                      /* keys and values */
            sizeof(float) * (4 * C + sr_model_qkv_rows(d) + 2 * sr_model_mlp_rows(d) + /* the buffers, */
                             (size_t)d->Vp + (size_t)d->NH * W) +                      /* logits, attention */
@@ -803,7 +801,7 @@ sr_status sr_decoder_new(sr_decoder **out, const sr_model *m, const float *param
     *out = NULL;
     if (!g)
         return sr_error_oom("the generator");
-    g->W = decode_window(d);
+    g->W = sr_decoder_window(d);
     g->KV = (int)decode_kv(d);
     size_t cache = (size_t)d->L * (size_t)g->W * (size_t)g->KV, hs = (size_t)(d->C / d->NH);
     g->m = m;

@@ -322,5 +322,8 @@ void sr_decoder_free(sr_decoder *g);
 /* The host bytes of a decoder of a model of dims d (completed): its
  * cache, rotary table and buffers, not the parameters. */
 size_t sr_decoder_bytes(const sr_model_dims *d);
+/* The positions its cache holds: the model's context as the decoder
+ * reads it (the family's decode_window_max, else seq_len). */
+int sr_decoder_window(const sr_model_dims *d);
 
 #endif

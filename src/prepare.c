@@ -1,6 +1,6 @@
 /* prepare.c — `shardrun data prepare`: reading documents (text, JSON Lines,
- * gzip through zlib), encoding them in parallel, and writing shards and
- * index.json; see prepare.h.
+ * gzip through zlib) and encoding them in parallel; see prepare.h (the
+ * shards they are written to and index.json: prepare_out.c).
  *
  * The pipeline is a loop over batches: the main thread reads up to
  * SR_PREPARE_BATCH_BYTES of documents per thread into items (a document,
@@ -10,12 +10,11 @@
  * any number of threads. */
 #include "srconfig.h"
 
-#include "prepare.h"
+#include "prepare_impl.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -35,20 +34,9 @@
 /* ------------------------------------------------------------------------ */
 /* inputs */
 
-typedef struct {
-    const char *path;
-    gzFile gz;
-    long line; /* JSON Lines: the line last read */
-    bool eof;
-    /* bytes read and not yet handed out (text files: the tail after the
-     * last safe cut) */
-    unsigned char *pend;
-    size_t pn, pcap;
-} input;
-
 /* Opens an input as zlib reads it: gzip streams decompressed, anything else
  * read as it is. */
-static sr_status input_open(input *in, const char *path) {
+static sr_status input_open(prep_input *in, const char *path) {
     memset(in, 0, sizeof *in);
     in->path = path;
     int fd;
@@ -65,7 +53,7 @@ static sr_status input_open(input *in, const char *path) {
     return SR_OK;
 }
 
-static void input_close(input *in) {
+static void input_close(prep_input *in) {
     if (in->gz)
         gzclose(in->gz);
     in->gz = NULL;
@@ -76,7 +64,7 @@ static void input_close(input *in) {
 
 /* Reads up to `want` more bytes onto in->pend.  SR_ERR_DATA for a broken
  * gzip stream, SR_ERR_NOINPUT for a read error. */
-static sr_status input_read(input *in, size_t want) {
+static sr_status input_read(prep_input *in, size_t want) {
     if (!sr_grow((void **)&in->pend, &in->pcap, in->pn + want, 1, 1 << 20))
         return sr_error_oom("an input buffer");
     int got = gzread(in->gz, in->pend + in->pn, (unsigned)want);
@@ -176,25 +164,12 @@ static size_t next_cut(const unsigned char *p, size_t n, bool end, bool *forced)
 /* ------------------------------------------------------------------------ */
 /* batches */
 
-typedef struct {
-    size_t off, len; /* in the batch's text */
-    bool doc_start;
-    sr_tok_ids ids;
-} item;
-
-typedef struct {
-    unsigned char *text;
-    size_t n, cap;
-    item *items;
-    size_t nitems, icap;
-} batch;
-
-static sr_status batch_add(batch *b, const unsigned char *p, size_t n, bool doc_start) {
+static sr_status batch_add(prep_batch *b, const unsigned char *p, size_t n, bool doc_start) {
     if (!sr_grow((void **)&b->text, &b->cap, b->n + n, 1, 1 << 20))
         return sr_error_oom("a batch of text");
     if (b->nitems == b->icap) {
         size_t cap = b->icap ? 2 * b->icap : 256;
-        item *it = sr_realloc(b->items, cap * sizeof *it);
+        prep_item *it = sr_realloc(b->items, cap * sizeof *it);
         if (!it)
             return sr_error_oom("a batch of documents");
         memset(it + b->icap, 0, (cap - b->icap) * sizeof *it);
@@ -202,7 +177,7 @@ static sr_status batch_add(batch *b, const unsigned char *p, size_t n, bool doc_
         b->icap = cap;
     }
     memcpy(b->text + b->n, p, n);
-    item *it = &b->items[b->nitems++];
+    prep_item *it = &b->items[b->nitems++];
     it->off = b->n;
     it->len = n;
     it->doc_start = doc_start;
@@ -212,173 +187,11 @@ static sr_status batch_add(batch *b, const unsigned char *p, size_t n, bool doc_
 }
 
 /* ------------------------------------------------------------------------ */
-/* the state of a run */
-
-typedef struct {
-    const sr_prepare_opts *o;
-    char *const *files;
-    int nfiles;
-    sr_prepare_result *r;
-    sr_tokenizer *tok;
-    int64_t doc_id; /* the separator, -1: none */
-    int tok_bytes;  /* 2 or 4 */
-    int64_t vocab;
-    bool dir;
-    char outdir[4096];
-    const char *prefix;
-    /* reading */
-    int file; /* the input being read */
-    input in;
-    bool in_doc; /* a text file's document started (its first item written) */
-    bool warned_cut;
-    /* JSON Lines: the document being cut into items (its string inside
-     * doc_obj), and how much of it is handed out */
-    json_t *doc_obj;
-    const unsigned char *doc;
-    size_t doc_n, doc_off;
-    uint64_t total_in, done_in; /* compressed bytes: progress */
-    /* the shards */
-    sr_fsio_staged *staged;
-    char (*names)[4200];
-    uint64_t *counts;
-    unsigned char (*sha)[32];
-    uint64_t *sizes;
-    int nshards, scap;
-    bool open;      /* staged[nshards - 1] is being written */
-    uint64_t quota; /* of the open shard */
-    unsigned char *wbuf;
-    size_t wn;
-    /* progress */
-    double t0, last_print;
-    bool tty;
-} run;
-
-#define WBUF_BYTES (1u << 20)
-
-static sr_status shard_flush(run *x) {
-    sr_fsio_staged *s = &x->staged[x->nshards - 1];
-    if (x->wn && sr_fsio_write_all(s->fd, x->wbuf, x->wn) != 0)
-        return sr_fsio_write_error(s->path, errno);
-    x->wn = 0;
-    return SR_OK;
-}
-
-/* Closes the open shard: its header's count, its SHA-256 (read back), sync. */
-static sr_status shard_close(run *x) {
-    if (!x->open)
-        return SR_OK;
-    int i = x->nshards - 1;
-    sr_fsio_staged *s = &x->staged[i];
-    sr_status st = shard_flush(x);
-    int32_t header[SR_DATA_HEADER_INTS] = {x->tok_bytes == 2 ? SR_DATA_MAGIC_U16 : SR_DATA_MAGIC_U32,
-                                           x->tok_bytes == 2 ? 1 : 7, (int32_t)x->counts[i]};
-    if (st == SR_OK && pwrite(s->fd, header, sizeof header, 0) != (ssize_t)sizeof header)
-        st = sr_fsio_write_error(s->path, errno ? errno : EIO);
-    x->sizes[i] = sizeof header + x->counts[i] * (uint64_t)x->tok_bytes;
-    EVP_MD_CTX *md = st == SR_OK ? EVP_MD_CTX_new() : NULL;
-    if (st == SR_OK && (!md || !EVP_DigestInit_ex(md, EVP_sha256(), NULL)))
-        st = sr_error_oom("SHA-256");
-    for (uint64_t off = 0; st == SR_OK && off < x->sizes[i]; off += WBUF_BYTES) {
-        size_t n = x->sizes[i] - off < WBUF_BYTES ? (size_t)(x->sizes[i] - off) : WBUF_BYTES;
-        if (sr_fsio_pread_all(s->fd, x->wbuf, n, off) != 0)
-            st = sr_error(SR_ERR_IO, "%s: cannot read the shard back to hash it: %s", s->path,
-                          errno ? strerror(errno) : "it is shorter than written");
-        else
-            EVP_DigestUpdate(md, x->wbuf, n);
-    }
-    unsigned int dl = 32;
-    if (st == SR_OK)
-        EVP_DigestFinal_ex(md, x->sha[i], &dl);
-    EVP_MD_CTX_free(md);
-    if (st == SR_OK)
-        st = sr_fsio_stage_finish(s);
-    x->open = false;
-    return st;
-}
-
-/* Opens the next shard: the validation shard first when asked for. */
-static sr_status shard_open(run *x) {
-    if (x->nshards == x->scap) {
-        int cap = x->scap ? 2 * x->scap : 16;
-        sr_fsio_staged *s = sr_realloc(x->staged, (size_t)cap * sizeof *s);
-        if (s)
-            x->staged = s;
-        char(*n)[4200] = sr_realloc(x->names, (size_t)cap * sizeof *n);
-        if (n)
-            x->names = n;
-        uint64_t *c = sr_realloc(x->counts, (size_t)cap * sizeof *c);
-        if (c)
-            x->counts = c;
-        unsigned char(*h)[32] = sr_realloc(x->sha, (size_t)cap * sizeof *h);
-        if (h)
-            x->sha = h;
-        uint64_t *z = sr_realloc(x->sizes, (size_t)cap * sizeof *z);
-        if (z)
-            x->sizes = z;
-        if (!s || !n || !c || !h || !z)
-            return sr_error_oom("the list of shards");
-        x->scap = cap;
-    }
-    int i = x->nshards;
-    bool val = x->dir && i == 0 && x->o->val_tokens > 0;
-    if (x->dir)
-        /* llm.c's numbering: 0 is the validation shard's, training shards from 1 */
-        sr_fmt(x->names[i], sizeof x->names[i], "%s/%s_%s_%06d.bin", x->outdir, x->prefix, val ? "val" : "train",
-               x->o->val_tokens > 0 ? i : i + 1);
-    else
-        sr_fmt(x->names[i], sizeof x->names[i], "%s", x->outdir);
-    x->quota = !x->dir ? (uint64_t)INT32_MAX
-               : val   ? x->o->val_tokens
-                       : (x->o->shard_tokens ? x->o->shard_tokens : SR_PREPARE_DEFAULT_SHARD_TOKENS);
-    /* in a directory the names are the program's (never through a link);
-     * a single -o FILE is the user's */
-    sr_status st = x->dir ? sr_fsio_stage_own(x->names[i], &x->staged[i]) : sr_fsio_stage(x->names[i], &x->staged[i]);
-    if (st != SR_OK)
-        return st;
-    x->counts[i] = 0;
-    x->nshards++;
-    x->open = true;
-    int32_t header[SR_DATA_HEADER_INTS] = {0};
-    if (sr_fsio_write_all(x->staged[i].fd, header, sizeof header) != 0)
-        return sr_fsio_write_error(x->names[i], errno);
-    return SR_OK;
-}
-
-static sr_status emit(run *x, uint32_t id) {
-    sr_status st;
-    if (!x->open && (st = shard_open(x)) != SR_OK)
-        return st;
-    int i = x->nshards - 1;
-    if (x->counts[i] >= x->quota) {
-        if (!x->dir)
-            return sr_error(SR_ERR_DATA,
-                            "the inputs hold more than %d tokens, what one shard holds (hint: -o DIR/ writes "
-                            "shards of --shard-tokens each)",
-                            INT32_MAX);
-        if ((st = shard_close(x)) != SR_OK || (st = shard_open(x)) != SR_OK)
-            return st;
-        i = x->nshards - 1;
-    }
-    if (x->wn + 4 > WBUF_BYTES && (st = shard_flush(x)) != SR_OK)
-        return st;
-    if (x->tok_bytes == 2) {
-        uint16_t v = (uint16_t)id;
-        memcpy(x->wbuf + x->wn, &v, 2);
-    } else {
-        memcpy(x->wbuf + x->wn, &id, 4);
-    }
-    x->wn += (size_t)x->tok_bytes;
-    x->counts[i]++;
-    x->r->tokens++;
-    return SR_OK;
-}
-
-/* ------------------------------------------------------------------------ */
 /* reading documents into a batch */
 
 /* JSON Lines: reads one line into in->pend[0 .. *len) (without its
  * newline).  false at the end of the input. */
-static sr_status read_line(input *in, size_t *len, bool *got) {
+static sr_status read_line(prep_input *in, size_t *len, bool *got) {
     *got = false;
     size_t scanned = 0;
     for (;;) {
@@ -406,7 +219,7 @@ static sr_status read_line(input *in, size_t *len, bool *got) {
 }
 
 /* Drops in->pend[0 .. n) (and a newline after it). */
-static void consume(input *in, size_t n) {
+static void consume(prep_input *in, size_t n) {
     if (n < in->pn && in->pend[n] == '\n')
         n++;
     memmove(in->pend, in->pend + n, in->pn - n);
@@ -415,8 +228,8 @@ static void consume(input *in, size_t n) {
 
 /* A JSON Lines line in->pend[0 .. len): its document becomes x->doc (cut
  * into items by drain_doc, as a text file's is). */
-static sr_status jsonl_document(run *x, size_t len) {
-    input *in = &x->in;
+static sr_status jsonl_document(prep_run *x, size_t len) {
+    prep_input *in = &x->in;
     size_t lead = 0;
     while (lead < len && (in->pend[lead] == ' ' || in->pend[lead] == '\t' || in->pend[lead] == '\r'))
         lead++;
@@ -442,7 +255,9 @@ static sr_status jsonl_document(run *x, size_t len) {
                       : json_is_array(f)  ? "an array"
                       : json_is_object(f) ? "an object"
                                           : "a boolean");
-    else if (json_string_length(f) > 0) {
+    else if (json_string_length(f) == 0)
+        x->r->empty++; /* dropped, counted */
+    else {
         x->doc_obj = o; /* kept until drained */
         x->doc = (const unsigned char *)json_string_value(f);
         x->doc_n = json_string_length(f);
@@ -456,7 +271,7 @@ static sr_status jsonl_document(run *x, size_t len) {
 }
 
 /* One forced cut's warning, once per run. */
-static void warn_cut(run *x, const char *path) {
+static void warn_cut(prep_run *x, const char *path) {
     if (x->warned_cut)
         return;
     sr_log_warn("%s: no space or tab in %u MiB of text: cut there, so the tokens around the cut may differ from what "
@@ -467,7 +282,7 @@ static void warn_cut(run *x, const char *path) {
 
 /* Items of the JSON Lines document in x->doc into b, up to `budget` bytes
  * of the batch; the document is released when all of it is handed out. */
-static sr_status drain_doc(run *x, batch *b, size_t budget) {
+static sr_status drain_doc(prep_run *x, prep_batch *b, size_t budget) {
     while (x->doc_obj && b->n < budget) {
         bool forced;
         size_t cut = next_cut(x->doc + x->doc_off, x->doc_n - x->doc_off, true, &forced);
@@ -487,7 +302,7 @@ static sr_status drain_doc(run *x, batch *b, size_t budget) {
 
 /* Fills batch b with up to `budget` bytes of documents.  *more false when
  * every input is read. */
-static sr_status fill_batch(run *x, batch *b, size_t budget, bool *more) {
+static sr_status fill_batch(prep_run *x, prep_batch *b, size_t budget, bool *more) {
     b->n = 0;
     b->nitems = 0;
     *more = true;
@@ -507,7 +322,7 @@ static sr_status fill_batch(run *x, batch *b, size_t budget, bool *more) {
                 return st;
             x->in_doc = false;
         }
-        input *in = &x->in;
+        prep_input *in = &x->in;
         if (x->o->field) {
             size_t len;
             bool got;
@@ -541,6 +356,8 @@ static sr_status fill_batch(run *x, batch *b, size_t budget, bool *more) {
             }
             if (!in->eof)
                 continue;
+            if (!x->in_doc)
+                x->r->empty++; /* an empty text file: dropped, counted */
         }
         x->done_in += (uint64_t)gzoffset(in->gz) > 0 ? (uint64_t)gzoffset(in->gz) : 0;
         input_close(in);
@@ -553,8 +370,8 @@ static sr_status fill_batch(run *x, batch *b, size_t budget, bool *more) {
 /* encoding a batch */
 
 typedef struct {
-    run *x;
-    batch *b;
+    prep_run *x;
+    prep_batch *b;
     sr_tok_encoder *enc;
     atomic_size_t *next;
     sr_status st;
@@ -563,12 +380,12 @@ typedef struct {
 
 static void *encode_items(void *arg) {
     worker *w = arg;
-    batch *b = w->b;
+    prep_batch *b = w->b;
     for (;;) {
         size_t i = atomic_fetch_add(w->next, 1);
         if (i >= b->nitems)
             break;
-        item *it = &b->items[i];
+        prep_item *it = &b->items[i];
         it->ids.n = 0;
         sr_status st = sr_tok_encode(w->enc, b->text + it->off, it->len, &it->ids);
         if (st != SR_OK) {
@@ -580,10 +397,10 @@ static void *encode_items(void *arg) {
     return NULL;
 }
 
-static sr_status encode_batch(run *x, batch *b, worker *ws, int nw) {
+static sr_status encode_batch(prep_run *x, prep_batch *b, worker *ws, int nw) {
     if (!x->tok) {
         for (size_t i = 0; i < b->nitems; i++) {
-            item *it = &b->items[i];
+            prep_item *it = &b->items[i];
             it->ids.n = 0;
             for (size_t k = 0; k < it->len; k++) {
                 sr_status st = sr_tok_ids_push(&it->ids, b->text[it->off + k]);
@@ -615,20 +432,22 @@ static sr_status encode_batch(run *x, batch *b, worker *ws, int nw) {
     return SR_OK;
 }
 
-static sr_status write_batch(run *x, const batch *b) {
+static sr_status write_batch(prep_run *x, const prep_batch *b) {
     for (size_t i = 0; i < b->nitems; i++) {
-        const item *it = &b->items[i];
+        const prep_item *it = &b->items[i];
         sr_status st;
-        if (it->doc_start && x->doc_id >= 0 && (st = emit(x, (uint32_t)x->doc_id)) != SR_OK)
+        if (it->doc_start)
+            prep_doc_begin(x, x->out[PREP_TRAIN].documents + x->out[PREP_VAL].documents);
+        if (it->doc_start && x->doc_id >= 0 && (st = prep_emit(x, (uint32_t)x->doc_id)) != SR_OK)
             return st;
         for (size_t k = 0; k < it->ids.n; k++)
-            if ((st = emit(x, it->ids.ids[k])) != SR_OK)
+            if ((st = prep_emit(x, it->ids.ids[k])) != SR_OK)
                 return st;
     }
     return SR_OK;
 }
 
-static void progress(run *x, bool final) {
+static void progress(prep_run *x, bool final) {
     double t = sr_clock_mono_s();
     if (!x->tty || (!final && t - x->last_print < 0.5))
         return;
@@ -645,56 +464,6 @@ static void progress(run *x, bool final) {
             (double)x->r->bytes / 1e6 / dt, (double)x->r->tokens / 1e6 / dt, eta);
     if (final)
         fputc('\n', stderr);
-}
-
-/* ------------------------------------------------------------------------ */
-/* index.json */
-
-static sr_status write_index(int fd, const char *name, void *arg) {
-    run *x = arg;
-    json_t *root = json_object();
-    json_t *shards = json_array();
-    json_t *tok = x->tok ? json_object() : json_null();
-    if (x->tok) {
-        json_object_set_new(tok, "describe", json_string(sr_tokenizer_describe(x->tok)));
-        json_object_set_new(tok, "path", json_string(sr_tokenizer_spec(x->tok)));
-        json_object_set_new(tok, "sha256", json_string(sr_tokenizer_fingerprint(x->tok)));
-        json_object_set_new(tok, "pattern", json_string(sr_tokenizer_pattern(x->tok)));
-        json_object_set_new(tok, "vocab", json_integer(sr_tokenizer_vocab(x->tok)));
-    }
-    json_object_set_new(root, "format", json_string("shardrun data prepare 1"));
-    json_object_set_new(root, "tokenizer", tok);
-    json_object_set_new(root, "vocab", json_integer(x->vocab));
-    json_object_set_new(root, "token_bytes", json_integer(x->tok_bytes));
-    json_object_set_new(root, "documents", json_integer((json_int_t)x->r->documents));
-    json_object_set_new(root, "tokens", json_integer((json_int_t)x->r->tokens));
-    for (int i = 0; i < x->nshards; i++) {
-        json_t *s = json_object();
-        const char *base = strrchr(x->names[i], '/') ? strrchr(x->names[i], '/') + 1 : x->names[i];
-        char hex[65];
-        sr_hex(x->sha[i], 32, hex);
-        json_object_set_new(s, "name", json_string(base));
-        json_object_set_new(s, "split", json_string(i == 0 && x->o->val_tokens > 0 ? "val" : "train"));
-        json_object_set_new(s, "tokens", json_integer((json_int_t)x->counts[i]));
-        json_object_set_new(s, "bytes", json_integer((json_int_t)x->sizes[i]));
-        /* what a run trusts the digest by (provenance.h): the file as renamed into place */
-        struct stat sb;
-        if (stat(x->names[i], &sb) == 0)
-            json_object_set_new(s, "mtime_ns",
-                                json_integer((json_int_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec));
-        json_object_set_new(s, "sha256", json_string(hex));
-        json_array_append_new(shards, s);
-    }
-    json_object_set_new(root, "shards", shards);
-    char *text = json_dumps(root, JSON_INDENT(2));
-    json_decref(root);
-    if (!text)
-        return sr_error_oom("index.json");
-    size_t n = strlen(text);
-    text[n] = '\n'; /* json_dumps' NUL: replaced, n + 1 bytes written */
-    int rc = sr_fsio_write_all(fd, text, n + 1);
-    free(text);
-    return rc == 0 ? SR_OK : sr_fsio_write_error(name, errno);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -726,7 +495,7 @@ static int default_threads(void) {
 
 /* The prefix, the output (a file, or a directory when any sharding option
  * or a trailing '/' says so) and --doc-token's precondition. */
-static sr_status resolve_output(run *x) {
+static sr_status resolve_output(prep_run *x) {
     const sr_prepare_opts *o = x->o;
     x->prefix = o->prefix ? o->prefix : "data";
     if (!*x->prefix || strchr(x->prefix, '/') || x->prefix[0] == '.')
@@ -736,7 +505,11 @@ static sr_status resolve_output(run *x) {
                         x->prefix);
     const char *out = o->out;
     size_t ol = out ? strlen(out) : 0;
-    x->dir = o->tokenizer || o->shard_tokens || o->val_tokens || (ol && out[ol - 1] == '/');
+    if (o->val_tokens && o->val_fraction > 0)
+        return sr_error(SR_ERR_USAGE,
+                        "--val-tokens and --val-fraction both choose the validation set: give one (--val-fraction "
+                        "takes whole documents, --val-tokens the first tokens)");
+    x->dir = o->tokenizer || o->shard_tokens || o->val_tokens || o->val_fraction > 0 || (ol && out[ol - 1] == '/');
     x->r->directory = x->dir;
     if (!out)
         out = x->dir ? "." : "data.bin";
@@ -754,7 +527,7 @@ static sr_status resolve_output(run *x) {
 
 /* Every input opens (a FIFO is read as it comes), before anything is
  * written; their total size feeds the progress line. */
-static sr_status check_inputs(run *x) {
+static sr_status check_inputs(prep_run *x) {
     for (int i = 0; i < x->nfiles; i++) {
         struct stat sb;
         if (stat(x->files[i], &sb) == 0 && S_ISFIFO(sb.st_mode))
@@ -774,7 +547,7 @@ static sr_status check_inputs(run *x) {
 }
 
 /* --tokenizer: one that encodes, its token width and the separator id. */
-static sr_status load_tokenizer(run *x) {
+static sr_status load_tokenizer(prep_run *x) {
     const sr_prepare_opts *o = x->o;
     sr_status st = sr_tokenizer_load(&x->tok, o->tokenizer, "--tokenizer");
     if (st != SR_OK)
@@ -799,7 +572,7 @@ static sr_status load_tokenizer(run *x) {
 }
 
 /* The output directory exists and holds no data set of this prefix. */
-static sr_status check_outdir(const run *x) {
+static sr_status check_outdir(const prep_run *x) {
     char what[300];
     if (sr_fsio_mkdir_p(x->outdir) != 0)
         return sr_error(SR_ERR_CANTCREAT, "%s: cannot create the output directory: %s", x->outdir, strerror(errno));
@@ -812,7 +585,7 @@ static sr_status check_outdir(const run *x) {
 }
 
 /* Reads, encodes (nw workers) and writes batch after batch to the end. */
-static sr_status run_batches(run *x, batch *b, worker *ws, int nw) {
+static sr_status run_batches(prep_run *x, prep_batch *b, worker *ws, int nw) {
     sr_status st = SR_OK;
     for (int k = 0; st == SR_OK && x->tok && k < nw; k++) {
         ws[k].x = x;
@@ -830,34 +603,22 @@ static sr_status run_batches(run *x, batch *b, worker *ws, int nw) {
         progress(x, false);
     }
     if (st == SR_OK && x->r->tokens == 0)
-        st = sr_error(SR_ERR_DATA, "the inputs hold no text: nothing to write");
-    if (st == SR_OK && x->dir && x->o->val_tokens && x->nshards == 1)
-        sr_log_warn("all %llu tokens went to the validation shard (--val-tokens %llu): there is no training shard "
-                    "(hint: a smaller --val-tokens)",
-                    (unsigned long long)x->r->tokens, (unsigned long long)x->o->val_tokens);
+        st = sr_error(SR_ERR_DATA, "the inputs hold no text: nothing to write%s",
+                      x->r->empty ? " (every document is empty)" : "");
+    const prep_stream *val = &x->out[PREP_VAL], *train = &x->out[PREP_TRAIN];
+    if (st == SR_OK && x->dir && (x->o->val_tokens || x->o->val_fraction > 0) && train->tokens == 0)
+        sr_log_warn("all %llu tokens went to validation (%s): there is no training shard (hint: a smaller %s)",
+                    (unsigned long long)x->r->tokens, x->o->val_tokens ? "--val-tokens" : "--val-fraction",
+                    x->o->val_tokens ? "--val-tokens" : "--val-fraction");
+    if (st == SR_OK && x->o->val_fraction > 0 && val->documents == 0)
+        sr_log_warn("no document was chosen for validation (%llu document%s, --val-fraction %g, --seed %llu): there "
+                    "is no validation shard (hint: a larger --val-fraction, or --val-tokens N)",
+                    (unsigned long long)train->documents, train->documents == 1 ? "" : "s", x->o->val_fraction,
+                    (unsigned long long)x->o->seed);
     return st;
 }
 
-/* Every shard complete: now they appear, then the index; on failure none. */
-static sr_status commit_shards(run *x, sr_status st) {
-    if (st == SR_OK)
-        st = shard_close(x);
-    for (int i = 0; st == SR_OK && i < x->nshards; i++)
-        st = sr_fsio_stage_commit(&x->staged[i]);
-    if (st == SR_OK && x->dir) {
-        char index[4200];
-        sr_fmt(index, sizeof index, "%s/index.json", x->outdir);
-        st = sr_fsio_atomic_write_own(index, write_index, x);
-    }
-    if (st == SR_OK)
-        progress(x, true);
-    if (st != SR_OK)
-        for (int i = 0; i < x->nshards; i++)
-            sr_fsio_stage_abort(&x->staged[i]);
-    return st;
-}
-
-static void run_free(run *x, batch *b, worker *ws, int nw) {
+static void run_free(prep_run *x, prep_batch *b, worker *ws, int nw) {
     input_close(&x->in);
     json_decref(x->doc_obj);
     for (size_t i = 0; i < b->icap; i++)
@@ -867,12 +628,7 @@ static void run_free(run *x, batch *b, worker *ws, int nw) {
     for (int k = 0; ws && k < nw; k++)
         sr_tok_encoder_free(ws[k].enc);
     free(ws);
-    free(x->wbuf);
-    free(x->staged);
-    free(x->names);
-    free(x->counts);
-    free(x->sha);
-    free(x->sizes);
+    prep_out_free(x);
     sr_tokenizer_free(x->tok);
 }
 
@@ -880,7 +636,7 @@ sr_status sr_prepare(const sr_prepare_opts *o, char *const *files, int nfiles, s
     memset(r, 0, sizeof *r);
     if (nfiles < 1)
         return sr_error(SR_ERR_USAGE, "data prepare: expected at least one input FILE");
-    run x = {.o = o, .files = files, .nfiles = nfiles, .r = r, .doc_id = -1, .tok_bytes = 2, .vocab = 256};
+    prep_run x = {.o = o, .files = files, .nfiles = nfiles, .r = r, .doc_id = -1, .tok_bytes = 2, .vocab = 256};
     sr_status st = resolve_output(&x);
     if (st == SR_OK)
         st = check_inputs(&x);
@@ -896,15 +652,20 @@ sr_status sr_prepare(const sr_prepare_opts *o, char *const *files, int nfiles, s
     if (nw > 256)
         nw = 256;
     worker *ws = sr_calloc((size_t)nw, sizeof *ws);
-    batch b = {0};
-    x.wbuf = sr_malloc(WBUF_BYTES);
-    if (st == SR_OK && (!ws || !x.wbuf))
+    prep_batch b = {0};
+    if (!prep_out_init(&x) && st == SR_OK)
+        st = sr_error_oom("data prepare");
+    if (st == SR_OK && !ws)
         st = sr_error_oom("data prepare");
     if (st == SR_OK)
         st = run_batches(&x, &b, ws, nw);
-    st = commit_shards(&x, st);
+    st = prep_commit(&x, st);
+    if (st == SR_OK)
+        progress(&x, true);
     r->shards = st == SR_OK ? x.nshards : 0;
     sr_fmt(r->out, sizeof r->out, "%s", x.outdir);
+    if (x.tok)
+        sr_fmt(r->tokenizer, sizeof r->tokenizer, "%s", sr_tokenizer_spec(x.tok));
     run_free(&x, &b, ws, nw);
     return st;
 }

@@ -54,18 +54,31 @@ typedef struct {
     const char *doc_token; /* --doc-token; NULL: <|endoftext|> ("none": no separator) */
     const char *prefix;    /* --prefix; NULL: data */
     uint64_t val_tokens;   /* --val-tokens; 0: none */
+    double val_fraction;   /* --val-fraction; 0: none */
+    uint64_t seed;         /* --seed: of --val-fraction's choice */
     uint64_t shard_tokens; /* --shard-tokens; 0: not given (the default) */
     int threads;           /* --threads; 0: every core */
 } sr_prepare_opts;
 
 typedef struct {
-    bool directory;     /* the output is a directory */
-    int shards;         /* shards written */
-    uint64_t tokens;    /* tokens written, separators included */
-    uint64_t documents; /* documents read */
-    uint64_t bytes;     /* bytes of text read (after decompression) */
-    char out[4096];     /* the output file or directory (no trailing '/') */
+    bool directory;                     /* the output is a directory */
+    int shards;                         /* shards written */
+    uint64_t tokens;                    /* tokens written, separators included */
+    uint64_t documents;                 /* documents read */
+    uint64_t bytes;                     /* bytes of text read (after decompression) */
+    uint64_t empty;                     /* empty documents (no text), dropped */
+    int val_shards;                     /* of shards, the validation shards */
+    uint64_t val_tokens, val_documents; /* in them (a document cut by --val-tokens counts in both sets) */
+    char out[4096];                     /* the output file or directory (no trailing '/') */
+    char tokenizer[4200];               /* what names the tokenizer from anywhere (sr_tokenizer_spec); "": bytes */
 } sr_prepare_result;
+
+/* Whether document `index` (among the non-empty documents, in input
+ * order) goes to validation under --val-fraction f and --seed seed: a
+ * SplitMix64 hash of (seed, index), its top 53 bits as a fraction of 1,
+ * below f.  Each document is chosen on its own, so the realised fraction
+ * is f only on average. */
+bool sr_prepare_val_doc(uint64_t seed, uint64_t index, double f);
 
 /* Prepares `files` per `o`.  Every input is checked before anything is
  * written: SR_ERR_NOINPUT (66) for a missing or unreadable one,

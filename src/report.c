@@ -247,20 +247,20 @@ const char *rep_str(const json_t *o, const char *key) {
 static void state_init(state *s) {
     memset(s, 0, sizeof *s);
     const series_def base[S_MEM0] = {
-        {"loss", "training loss", palette[0], "loss", 1, false},
-        {"val_loss", "validation loss", palette[1], "loss", 1, false},
-        {"lr", "learning rate", palette[2], "lr", 1, false},
-        {"grad_norm", "gradient norm", palette[3], "grad-norm", 1, false},
-        {"tokens_per_s", "tokens/s", palette[4], "tokens-per-s", 1, false},
-        {"mfu", "MFU (%)", palette[5], "mfu", 100, false},
-        {"comm_exposed_ms", "exposed communication (ms)", palette[6], "comm", 1, false},
-        {"step_ms", "step time (ms)", palette[7], "comm", 1, false},
+        {"loss", "training loss", palette[0], "loss", 1, false, false},
+        {"val_loss", "validation loss", palette[1], "loss", 1, false, false},
+        {"lr", "learning rate", palette[2], "lr", 1, false, false},
+        {"grad_norm", "gradient norm", palette[3], "grad-norm", 1, false, false},
+        {"tokens_per_s", "tokens/s", palette[4], "tokens-per-s", 1, false, true},
+        {"mfu", "MFU (%)", palette[5], "mfu", 100, false, true},
+        {"comm_exposed_ms", "exposed communication (ms)", palette[6], "comm", 1, false, false},
+        {"step_ms", "step time (ms)", palette[7], "comm", 1, false, false},
     };
     memcpy(s->def, base, sizeof base);
     for (int c = 0; c < SR_MEM_NCAT; c++) {
         snprintf(s->memkey[c], sizeof s->memkey[c], "mem_%s_peak", sr_mem_name(c));
         s->def[S_MEM0 + c] =
-            (series_def){s->memkey[c], sr_mem_name(c), palette[c % 10], "memory", 1.0 / (1024.0 * 1024.0), true};
+            (series_def){s->memkey[c], sr_mem_name(c), palette[c % 10], "memory", 1.0 / (1024.0 * 1024.0), true, true};
     }
     for (int i = 0; i < NSERIES; i++)
         pts_init(&s->pts[i]);
@@ -284,11 +284,12 @@ static void state_free(state *s) {
     free(s->grid);
 }
 
-/* One record's busy_ms_ranks into the grid (false when out of memory). */
+/* One record's busy_ms_ranks into the grid (false when out of memory);
+ * a one-rank record has nothing to compare: no grid. */
 static bool grid_add(state *s, const json_t *o, double step) {
     const json_t *a = json_object_get(o, "busy_ms_ranks");
     double med = rep_num(o, "busy_ms_median");
-    if (!json_is_array(a) || !json_array_size(a) || !isfinite(med))
+    if (!json_is_array(a) || json_array_size(a) < 2 || !isfinite(med))
         return true;
     if (!s->grid) {
         s->grid = sr_calloc(1, sizeof *s->grid);
@@ -415,7 +416,10 @@ static void fold_run_start(state *s, const json_t *o, double time) {
     }
     s->run_max = NAN;
     s->run_preempted = false;
-    s->seg++;
+    /* a run that resumes where the last record left off continues its
+     * line; one that redoes steps (or starts over) begins a segment */
+    if (!(isfinite(resume) && resume > 0 && isfinite(s->max_step) && resume >= s->max_step))
+        s->seg++;
     s->max_before_run = s->max_step;
     json_decref(s->config);
     s->config = json_deep_copy(o);

@@ -92,6 +92,7 @@ typedef struct {
     const char *key, *label, *color, *chart;
     double scale;
     bool stacked;
+    bool from_zero; /* its chart's y axis starts at 0 (a rate, a share, a stack) */
 } series_def;
 
 enum { S_LOSS, S_VAL, S_LR, S_GN, S_TPS, S_MFU, S_COMM, S_STEPMS, S_MEM0 };

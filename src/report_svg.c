@@ -202,11 +202,12 @@ static void draw_marks(FILE *f, const box *b, const state *s) {
 /* One chart of the series whose `chart` is id; `marks` draws the events. */
 void rep_chart(FILE *f, const state *s, const char *id, const char *title, const char *ylabel, bool marks) {
     int idx[NSERIES], ns = 0;
-    bool stacked = false;
+    bool stacked = false, zero = false;
     for (int i = 0; i < NSERIES; i++)
         if (strcmp(s->def[i].chart, id) == 0 && (i < S_MEM0 || s->any_mem[i - S_MEM0])) {
             idx[ns++] = i;
             stacked = stacked || s->def[i].stacked;
+            zero = zero || s->def[i].from_zero;
         }
     int rows = (ns + LEGEND_COLS - 1) / LEGEND_COLS;
     box b = {s->xmin, s->xmax, INFINITY, -INFINITY, 24 + LEGEND_ROW * (rows ? rows : 1) + 6, 0};
@@ -229,7 +230,7 @@ void rep_chart(FILE *f, const state *s, const char *id, const char *title, const
     }
     if (!points)
         b.y0 = 0, b.y1 = 1;
-    if (stacked || (b.y0 > 0 && b.y0 < 0.2 * b.y1))
+    if (zero || (b.y0 > 0 && b.y0 < 0.2 * b.y1))
         b.y0 = fmin(b.y0, 0.0);
     double pad = (b.y1 - b.y0) * 0.05;
     if (!(pad > 0) || !isfinite(pad))

@@ -359,20 +359,65 @@ static sr_status prometheus(sr_run *r, int64_t s, const sr_step_out *o) {
     return st;
 }
 
+/* Steps per second since the last log line, and the estimate of the
+ * rest at that rate ("eta 41m"). */
+static double interval_rate(const sr_run *r, int64_t s, double now) {
+    double dt = now - r->log_time;
+    return dt > 0 ? (double)(s + 1 - r->log_step) / dt : 0.0;
+}
+
+static void rate_text(double rate, char *out, size_t n) {
+    snprintf(out, n, rate >= 10 ? "%.0f" : rate >= 1 ? "%.1f" : "%.2g", rate);
+}
+
+void sr_run_step_done(sr_run *r, int64_t s, const sr_step_out *o) {
+    r->iv_loss_sum += o->loss;
+    r->iv_loss_steps++;
+    if (!r->progress || sr_run_log_due(r, s))
+        return;
+    double now = sr_clock_mono_s();
+    /* the first step after a log line, then at most four times a second */
+    if (r->log_step != s && now - r->progress_time < 0.25)
+        return;
+    r->progress_time = now;
+    double rate = interval_rate(r, s, now);
+    char rs[32], eta[32];
+    rate_text(rate, rs, sizeof rs);
+    sr_clock_duration(rate > 0 ? (double)(r->cfg->steps - s - 1) / rate : 0.0, 0, eta, sizeof eta);
+    sr_log_progress("step %lld/%lld | loss %.4f | %s step/s | eta %s", (long long)(s + 1), (long long)r->cfg->steps,
+                    o->loss, rs, eta);
+}
+
 sr_status sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evaluated) {
     bench_counts(r, "step", s + 1);
     const sr_config *cfg = r->cfg;
-    stragglers(r, s);
+    /* the straggler report's times are gathered on logged steps only (a
+     * preemption's stop step has none) */
+    bool gathered = sr_run_log_due(r, s);
+    if (gathered)
+        stragglers(r, s);
     double tps, mfu;
     step_rates(r, o, &tps, &mfu);
-    char mfu_s[32];
+    double loss_mean = r->iv_loss_steps > 0 ? r->iv_loss_sum / (double)r->iv_loss_steps : o->loss;
+    int64_t loss_steps = r->iv_loss_steps;
+    r->iv_loss_sum = 0.0;
+    r->iv_loss_steps = 0;
+    double now = sr_clock_mono_s(), rate = interval_rate(r, s, now);
+    r->log_step = s + 1;
+    r->log_time = now;
+    char mfu_s[32], elapsed[32], rs[32], eta[32];
     snprintf(mfu_s, sizeof mfu_s, isfinite(mfu) ? "%.1f%%" : "n/a", mfu);
+    sr_clock_duration(now - r->t_start, 1, elapsed, sizeof elapsed);
+    rate_text(rate, rs, sizeof rs);
+    sr_clock_duration(rate > 0 ? (double)(cfg->steps - s - 1) / rate : 0.0, 0, eta, sizeof eta);
     sr_log_info("step %6lld/%lld | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | mfu %s | mem %.1f MiB | comm "
-                "exposed %.1f ms | %.1f ms",
+                "exposed %.1f ms | %.1f ms | loss_mean %.4f | elapsed %s | %s step/s | eta %s",
                 (long long)(s + 1), (long long)cfg->steps, o->loss, o->lr, o->norm, tps, mfu_s,
-                mib(sr_mem_total_peak()), o->comm_exposed_ms, o->seconds * 1e3);
+                mib(sr_mem_total_peak()), o->comm_exposed_ms, o->seconds * 1e3, loss_mean, elapsed, rs, eta);
     sr_step_record rec = {.step = s + 1,
                           .loss = o->loss,
+                          .loss_mean = loss_mean,
+                          .loss_steps = loss_steps,
                           .lr = o->lr,
                           .grad_norm = o->norm,
                           .tokens_per_s = tps,
@@ -384,7 +429,7 @@ sr_status sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evalu
                           .has_val = evaluated,
                           .val_loss = r->last_val,
                           .nccl = sr_plane_nccl_version(r->plane),
-                          .times = r->times.n ? &r->times : NULL};
+                          .times = gathered && r->times.n ? &r->times : NULL};
     sr_metrics_step(r->metrics, &rec);
     return prometheus(r, s, o);
 }
@@ -549,9 +594,11 @@ void sr_run_first_step_memory(const sr_run *r) {
 }
 
 /* The flight recorder's line at the end of a run: records per step and
- * the history its ring holds. */
+ * the history its ring holds; for the runs that may need a dump (several
+ * ranks, a device other than the CPU) or under --verbose. */
 static void flight_line(const sr_run *r) {
-    if (sr_flight_on() && sr_flight_steps() > 0) {
+    bool needed = r->w->size > 1 || r->dev->kind != SR_DEV_CPU || sr_log_verbose();
+    if (needed && sr_flight_on() && sr_flight_steps() > 0) {
         double per = (double)sr_flight_recorded() / (double)sr_flight_steps();
         sr_log_info("flight recorder: %llu records in %lld steps (%.1f per step; its ring of %lld holds the last %.0f "
                     "steps); dumps go to %s",

@@ -33,7 +33,7 @@
  * the bytes, else the ids separated by spaces (a space before each id when
  * `first` is false).  `escape` shows control bytes and non-ASCII as C
  * escapes (for one-line logs).  Returns 0 or -1 on a write error. */
-static int sr_sample_write(FILE *out, const int *tok, int n, int V, const sr_tokenizer *t, bool escape, bool first);
+static int sr_sample_write(FILE *out, const int *tok, int n, int V, const sr_tokenizer *t, bool first);
 
 /* Host bytes sr_sample_generate needs for model m: its full fp32
  * parameters (the caller's) and the generator's cache and buffers. */
@@ -108,31 +108,17 @@ static int sr_sample_pick(const float *logits, int V, double temperature, int to
 /* ------------------------------------------------------------------------ */
 /* showing tokens */
 
-static int put_bytes(FILE *out, const unsigned char *b, size_t n, bool escape) {
-    for (size_t i = 0; i < n; i++) {
-        int rc;
-        if (!escape || (b[i] >= 0x20 && b[i] < 0x7f && b[i] != '\\'))
-            rc = fputc(b[i], out);
-        else
-            rc = b[i] == '\n' ? fputs("\\n", out) : b[i] == '\\' ? fputs("\\\\", out) : fprintf(out, "\\x%02x", b[i]);
-        if (rc < 0)
-            return -1;
-    }
-    return 0;
-}
-
-static int sr_sample_write(FILE *out, const int *tok, int n, int V, const sr_tokenizer *t, bool escape, bool first) {
+static int sr_sample_write(FILE *out, const int *tok, int n, int V, const sr_tokenizer *t, bool first) {
     for (int i = 0; i < n; i++) {
         int rc;
         size_t len;
         const unsigned char *b = t ? sr_tokenizer_bytes(t, tok[i], &len) : NULL;
         if (b) {
-            rc = put_bytes(out, b, len, escape);
+            rc = fwrite(b, 1, len, out) == len ? 0 : -1;
         } else if (t) {
             rc = fprintf(out, "[%d]", tok[i]) < 0 ? -1 : 0;
         } else if (V == 256) {
-            unsigned char b = (unsigned char)tok[i];
-            rc = put_bytes(out, &b, 1, escape);
+            rc = fputc(tok[i], out) == EOF ? -1 : 0;
         } else {
             rc = fprintf(out, first && i == 0 ? "%d" : " %d", tok[i]) < 0 ? -1 : 0;
         }
@@ -398,14 +384,45 @@ typedef struct {
     int V;
     const sr_tokenizer *tok;
     int last;
+    bool echoed; /* the prompt was written before the first token */
 } stream_ctx;
 
 static sr_status stream_token(void *ctx, int token, long i) {
     stream_ctx *x = ctx;
     x->last = token;
-    if (sr_sample_write(x->out, &token, 1, x->V, x->tok, false, i == 0) != 0 || fflush(x->out) != 0)
+    if (sr_sample_write(x->out, &token, 1, x->V, x->tok, i == 0 && !x->echoed) != 0 || fflush(x->out) != 0)
         return sr_error(SR_ERR_IO, "write to standard output failed: %s", strerror(errno));
     return SR_OK;
+}
+
+/* The sample to sx->out: the prompt (its last window's worth, *cut the
+ * tokens before it, with a warning) echoed unless --no-echo, the tokens
+ * as drawn, and a newline to end the output (ids always; text unless its
+ * last byte is one). */
+static sr_status write_sample(const sr_sample_opts *o, const sr_model *m, const float *all, const int *prompt, int n,
+                              stream_ctx *sx, int *cut) {
+    int W = sr_decoder_window(&m->d);
+    *cut = n > W ? n - W : 0;
+    if (*cut)
+        sr_log_warn("the prompt is %d tokens, more than the model's context of %d: its first %d tokens are cut, the "
+                    "model reads the last %d",
+                    n, W, *cut, W);
+    sr_status st = SR_OK;
+    if ((o->prompt || o->prompt_tokens) && !o->no_echo) {
+        if (sr_sample_write(sx->out, prompt + *cut, n - *cut, sx->V, sx->tok, true) != 0)
+            st = sr_error(SR_ERR_IO, "write to standard output failed: %s", strerror(errno));
+        sx->echoed = true;
+    }
+    if (st == SR_OK)
+        st = sr_sample_generate(m, all, prompt + *cut, n - *cut, o, stream_token, sx);
+    bool text = sx->tok || sx->V == 256, ends_line = false;
+    size_t llen = 0;
+    const unsigned char *lb = sx->tok && sx->last >= 0 ? sr_tokenizer_bytes(sx->tok, sx->last, &llen) : NULL;
+    if (text && sx->last >= 0)
+        ends_line = sx->tok ? lb && llen > 0 && lb[llen - 1] == '\n' : sx->last == '\n';
+    if (st == SR_OK && !ends_line && fputc('\n', sx->out) == EOF)
+        st = sr_error(SR_ERR_IO, "write to standard output failed: %s", strerror(errno));
+    return st;
 }
 
 sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FILE *log) {
@@ -442,33 +459,24 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
     }
     const char *thow;
     int threads = sr_ops_set_threads(pick_threads(o, have_mf ? &mf : NULL, &thow));
-    int V = model.d.V;
+    int V = model.d.V, cut = 0;
     double t1 = sr_clock_mono_s();
-    stream_ctx sx = {out, V, tok, -1};
-    st = sr_sample_generate(&model, all, prompt, n, o, stream_token, &sx);
-    /* the output ends with a newline (ids always; text unless its last byte is one) */
-    bool text = tok || V == 256, ends_line = false;
-    int last = sx.last;
-    size_t llen = 0;
-    const unsigned char *lb = tok && last >= 0 ? sr_tokenizer_bytes(tok, last, &llen) : NULL;
-    if (text && last >= 0)
-        ends_line = tok ? lb && llen > 0 && lb[llen - 1] == '\n' : last == '\n';
-    if (st == SR_OK && !ends_line && fputc('\n', out) == EOF)
-        st = sr_error(SR_ERR_IO, "write to standard output failed: %s", strerror(errno));
+    stream_ctx sx = {out, V, tok, -1, false};
+    st = write_sample(o, &model, all, prompt, n, &sx, &cut);
     double t2 = sr_clock_mono_s();
     if (st == SR_OK) {
         char topk[32], hf_what[64];
         snprintf(topk, sizeof topk, o->top_k > 0 ? "%d" : "off", o->top_k);
         snprintf(hf_what, sizeof hf_what, " (Hugging Face %s", sr_family_get(model.d.arch)->display);
         fprintf(log,
-                "shardrun: sampled %ld tokens from %s%s, vocab %d%s) after a %d-token prompt (%s); "
+                "shardrun: sampled %ld tokens from %s%s, vocab %d%s) after a %d-token prompt (%s%s); "
                 "temperature %g, top-k %s, seed %llu; %d thread%s (%s); loaded in %.2f s, %.1f tokens/s\n",
                 o->tokens, from, have_mf ? "" : hf_what, V,
                 tok        ? ", decoded by the tokenizer"
                 : V == 256 ? ", bytes"
                            : ", token ids",
-                n, how, o->temperature, topk, (unsigned long long)o->seed, threads, threads == 1 ? "" : "s", thow,
-                t1 - t0, (double)(o->tokens + n) / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
+                n - cut, how, sx.echoed ? ", echoed" : "", o->temperature, topk, (unsigned long long)o->seed, threads,
+                threads == 1 ? "" : "s", thow, t1 - t0, (double)(o->tokens + n - cut) / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
     }
     free(prompt);
     sr_tokenizer_free(tok);
@@ -542,13 +550,19 @@ sr_status sr_sample_during_training(sr_fsdp *f, const sr_model *m, sr_ctl *ctl, 
         size_t len = 0;
         FILE *f = open_memstream(&text, &len);
         if (f) {
-            sr_sample_write(f, b.tok, b.n, d->V, tok, true, true);
+            sr_sample_write(f, b.tok, b.n, d->V, tok, true);
             fclose(f);
         }
+        /* the decoded bytes as text (a character may span tokens), escaped once */
+        size_t cap = 4 * len + 8;
+        char *shown = text ? sr_malloc(cap) : NULL;
+        if (shown)
+            sr_escape_n(text, len, shown, cap);
         sr_log_info("sample at step %lld (%d tokens, temperature 0.8, top-k 40, seed %llu, %d thread%s, %.2f s): "
                     "\"%s\"",
                     (long long)step, b.n, (unsigned long long)(seed + (uint64_t)step), threads, threads == 1 ? "" : "s",
-                    sr_clock_mono_s() - t0, text ? text : "?");
+                    sr_clock_mono_s() - t0, shown ? shown : "?");
+        free(shown);
         free(text);
     }
     return st;

@@ -33,14 +33,19 @@ typedef struct {
     uint64_t seed;
     const char *tokenizer; /* --tokenizer, or NULL: the job's data.tokenizer, if any */
     int threads;           /* compute threads; 0: the job's, else OMP_NUM_THREADS or all cores */
+    bool no_echo;          /* --no-echo: the continuation only, without the prompt before it */
 } sr_sample_opts;
 
 /* The command: `ckpt` is a checkpoint, a checkpoint.dir (its newest
  * checkpoint that verifies, sr_ckpt_tool_read_model) or a Hugging Face
  * GPT-2 directory (config.json + model.safetensors, sr_modelfile_hf_dir).
  * Threads: o->threads, else the checkpoint's `threads` key when above 0,
- * else OMP_NUM_THREADS, else every core.  Generated tokens go to `out`
- * (only them: the prompt is not echoed), one summary line to `log`.
+ * else OMP_NUM_THREADS, else every core.  A given prompt (--prompt or
+ * --prompt-tokens) goes to `out` first unless o->no_echo, decoded as the
+ * generated tokens are; a prompt longer than the decoder's window
+ * (sr_decoder_window) is cut to its last tokens, with a warning, and
+ * only those are read and echoed.  Generated tokens go to `out` as they
+ * are drawn, one summary line to `log`.
  * SR_ERR_USAGE for a prompt the vocabulary cannot take (text with a
  * non-byte vocabulary: "use --prompt-tokens"; ids out of range), the
  * model's and tokenizer's statuses otherwise. */

@@ -164,6 +164,12 @@ void sr_log_bind_rank(int rank, int world_size) {
 
 int sr_log_rank(void) { return log_rank; }
 
+static bool log_verbose;
+
+void sr_log_set_verbose(bool on) { log_verbose = on; }
+
+bool sr_log_verbose(void) { return log_verbose; }
+
 static char log_tag[40];
 
 void sr_log_set_tag(const char *tag) {
@@ -173,7 +179,31 @@ void sr_log_set_tag(const char *tag) {
         log_tag[0] = '\0';
 }
 
+/* The width of the progress line on the terminal (0: none shown). */
+static atomic_int progress_width;
+
+/* Blanks the progress line, so the next line starts at column 0. */
+static void progress_clear(void) {
+    int w = atomic_exchange(&progress_width, 0);
+    if (w > 0)
+        fprintf(stderr, "\r%*s\r", w, "");
+}
+
+void sr_log_progress(const char *fmt, ...) {
+    char line[512];
+    int n = snprintf(line, sizeof line, "\rshardrun: ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    int w = (int)strlen(line) - 1, old = atomic_load(&progress_width);
+    fprintf(stderr, "%s%*s", line, old > w ? old - w : 0, ""); /* blanks the last one's tail */
+    fflush(stderr);
+    atomic_store(&progress_width, old > w ? old : w);
+}
+
 static void log_line(const char *level, const char *fmt, va_list ap) {
+    progress_clear();
     char line[8192];
     int n = 0;
     if (log_world > 1)
@@ -223,25 +253,54 @@ void sr_log_error(const char *fmt, ...) {
     va_end(ap);
 }
 
-const char *sr_escape(const char *s, char *out, size_t n) {
+/* The length of the valid UTF-8 sequence at p[0 .. n) that is not a C1
+ * control (U+0080..U+009F), or 0: no overlong forms, no surrogates,
+ * nothing above U+10FFFF. */
+static size_t utf8_printable(const unsigned char *p, size_t n) {
+    unsigned char c = p[0];
+    size_t k = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (k == 0 || k > n)
+        return 0;
+    for (size_t i = 1; i < k; i++)
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+    if ((c == 0xE0 && p[1] < 0xA0) || (c == 0xED && p[1] >= 0xA0) || (c == 0xF0 && p[1] < 0x90) ||
+        (c == 0xF4 && p[1] >= 0x90))
+        return 0; /* overlong, a surrogate, above U+10FFFF */
+    if (c == 0xC2 && p[1] < 0xA0)
+        return 0; /* C1 controls */
+    return k;
+}
+
+const char *sr_escape_n(const void *s, size_t len, char *out, size_t n) {
+    const unsigned char *p = s;
     size_t used = 0;
     if (n == 0)
         return out;
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
+    for (size_t i = 0; i < len;) {
+        unsigned char c = p[i];
         char one[8];
-        if (c < 0x20 || c == 0x7f || c == '\\')
-            snprintf(one, sizeof one, c == '\n' ? "\\n" : c == '\\' ? "\\\\" : "\\x%02x", c);
-        else
-            one[0] = (char)c, one[1] = '\0';
-        size_t k = strlen(one);
+        size_t k = 1, take = 1;
+        if (c >= 0x80 && (take = utf8_printable(p + i, len - i)) > 0) {
+            memcpy(one, p + i, take); /* a character, as it is */
+            k = take;
+        } else if (c < 0x20 || c >= 0x7f || c == '\\') {
+            take = 1;
+            k = (size_t)snprintf(one, sizeof one, c == '\n' ? "\\n" : c == '\\' ? "\\\\" : "\\x%02x", c);
+        } else {
+            take = 1;
+            one[0] = (char)c;
+        }
         if (used + k + 4 > n) {
             snprintf(out + used, n - used, "...");
             return out;
         }
         memcpy(out + used, one, k);
         used += k;
+        i += take;
     }
     out[used] = '\0';
     return out;
 }
+
+const char *sr_escape(const char *s, char *out, size_t n) { return sr_escape_n(s, strlen(s), out, n); }

@@ -127,14 +127,26 @@ void sr_log_set_tag(const char *tag);
  * the process's again).  sr_log_rank answers it on that thread. */
 void sr_log_bind_rank(int rank, int world_size);
 int sr_log_rank(void);
+/* --verbose: the lines a run seldom needs are printed too (set once, before
+ * threads log); sr_log_verbose answers it. */
+void sr_log_set_verbose(bool on);
+bool sr_log_verbose(void);
 void sr_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void sr_log_info_all(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void sr_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void sr_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A progress line: "\rshardrun: " and the text, no newline, over the last
+ * one; the next log line blanks it first.  For a terminal (the caller
+ * checks isatty and that one rank writes to it). */
+void sr_log_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* `s` with control characters and backslashes escaped (\n, \xHH) into
- * out[0..n), cut with "..." when it does not fit: a name read from a file
- * or a directory, fit for a message on a terminal. */
+/* `s` fit for a message on a terminal, into out[0..n) (NUL-terminated),
+ * cut with "..." (between characters) when it does not fit: valid UTF-8
+ * as it is; control characters (C0, DEL and C1), bytes that are not valid
+ * UTF-8 and backslashes escaped (\n, \\, \xHH per byte).  A name read
+ * from a file or a directory, or generated text.  The one escaper:
+ * sr_escape_n takes s[0 .. len) (NULs escaped). */
 const char *sr_escape(const char *s, char *out, size_t n);
+const char *sr_escape_n(const void *s, size_t len, char *out, size_t n);
 
 #endif

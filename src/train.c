@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -471,9 +472,10 @@ static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code
                 sr_metrics_event(r->metrics, "eval", s + 1, json_pack("{sf}", "val_loss", r->last_val));
         }
     }
-    sr_status lst = sr_run_log_due(r, s) ? sr_run_log_step(r, s, o, evaluated)
-                    : evaluated          ? sr_run_log_eval(r, s, o)
-                                         : SR_OK;
+    /* logged steps, and the step a preemption stops at (its record ends the interval) */
+    sr_status lst = sr_run_log_due(r, s) || (o->stop && !last) ? sr_run_log_step(r, s, o, evaluated)
+                    : evaluated                                ? sr_run_log_eval(r, s, o)
+                                                               : SR_OK;
     if (lst != SR_OK)
         return lst;
     if (!o->stop && cfg->log_sample_every > 0 && (s + 1) % cfg->log_sample_every == 0) {
@@ -543,7 +545,9 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
             st = sr_paramdump_params(r.fsdp, &r.model, dump);
         return teardown(&r, st);
     }
-    r.t_start = r.last_save = sr_clock_mono_s();
+    r.t_start = r.last_save = r.log_time = sr_clock_mono_s();
+    r.log_step = r.start.step;
+    r.progress = w->rank == 0 && w->local_size == 1 && isatty(STDERR_FILENO);
     r.cursor = r.start.cursor;
     int exit_code = 0;
     int64_t s = r.start.step;
@@ -551,8 +555,10 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
     for (; s < cfg->steps && st == SR_OK; s++) {
         sr_step_out o = {0};
         st = train_step(&r, s, &o);
-        if (st == SR_OK)
+        if (st == SR_OK) {
+            sr_run_step_done(&r, s, &o);
             st = after_step(&r, s, &o, &exit_code);
+        }
     }
     if (st == SR_OK)
         st = finish(&r);

@@ -79,6 +79,14 @@ typedef struct {
     double end_left_s, end_lead_s; /* rank 0: time left and the lead when it said "stop" */
     /* loop state */
     double first_loss, last_loss, last_val, t_start, last_save;
+    /* the log interval (runlog.c): the steps' losses since the last record,
+     * and where and when the last log line was */
+    double iv_loss_sum;
+    int64_t iv_loss_steps;
+    int64_t log_step; /* steps done at the last log line (at start: the resume step) */
+    double log_time;  /* its monotonic time */
+    bool progress;    /* the \r progress line: stderr a terminal, one rank on this node */
+    double progress_time;
     uint64_t cursor;
     long long hb_steps, hb_step_waits; /* the happens-before checker's count of host waits in steps */
     int *oracle_in, *oracle_tg;        /* SHARDRUN_TEST_ORACLE: the first step's whole batch */
@@ -129,14 +137,22 @@ void sr_run_banner(sr_run *r);
 void sr_run_start_events(sr_run *r);
 void sr_run_checkpoint_events(sr_run *r);
 /* A logged step s (every rank calls it; `evaluated`: a validation loss was
- * measured this step): the straggler report of the interval gathered with
- * its agreement (r->times; a warning and a metrics event naming a rank
- * over log.straggler_pct for 3 intervals in a row), the step's line and
- * record, and log.prometheus's sample (every rank's gathered with one
- * all-gather, written by local rank 0 of each node for its node's ranks;
- * a failed write warns once and never fails the run).  The gather's
- * status. */
+ * measured this step), on a logged step or the step a preemption stops
+ * at (every rank calls it): the straggler report of the interval
+ * gathered with its agreement on a logged step (r->times; a warning and a
+ * metrics event naming a rank over log.straggler_pct for 3 intervals in a
+ * row), the step's line (with the interval's mean loss, the time since
+ * the start, steps per second over the interval and the estimate of the
+ * rest) and record (loss_mean and loss_steps: the mean of the steps'
+ * losses since the last record, and their number), and log.prometheus's
+ * sample (every rank's gathered with one all-gather, written by local
+ * rank 0 of each node for its node's ranks; a failed write warns once and
+ * never fails the run).  The gather's status. */
 sr_status sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evaluated);
+/* After step s's agreement: its loss into the interval's mean, and on a
+ * step that is not logged the \r progress line (r->progress: stderr a
+ * terminal and one rank on this node), at most four times a second. */
+void sr_run_step_done(sr_run *r, int64_t s, const sr_step_out *o);
 /* An evaluation at a step that is not logged: log.prometheus's sample
  * (its val_loss gauge) as sr_run_log_step writes it (every rank calls
  * it). */

@@ -56,7 +56,7 @@ check "  ...names what report takes and where --ranks applies" \
 expect_status 64 "ckpt list -o" "$S" ckpt list d -o x
 check "  ...ckpt list takes no options" grep -q "ckpt list: takes no options; -o applies to" "$T/err"
 expect_status 64 "train --ranks" "$S" train --ranks 2
-check "  ...is refused before anything runs" grep -q "train: takes --set only; --ranks applies" "$T/err"
+check "  ...is refused before anything runs" grep -q "train: takes --set and --verbose only; --ranks applies" "$T/err"
 # unknown keys: the closest key, and the names other trainers use
 for kv in learning_rate:train.lr train.max_steps:train.steps model.block_size:model.seq_len n_layers:model.n_layer \
     max_iters:train.steps training.learning_rate:train.lr; do

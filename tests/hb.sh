@@ -87,7 +87,7 @@ check "skipping gather_ready at one rank in bf16 (no gather: the units alias the
 
 check "every metrics record carries comm_exposed_ms (>= 0)" \
     sh -c "[ \$(grep -c '\"comm_exposed_ms\":[0-9.e-]*,' A.jsonl) -eq 4 ] && ! grep -q '\"comm_exposed_ms\":-' A.jsonl"
-check "  ...and the progress line says it" grep -Eq 'step +4/4 \| .* \| comm exposed [0-9.]+ ms \| [0-9.]+ ms$' cleanA.err
+check "  ...and the progress line says it" grep -Eq 'step +4/4 \| .* \| comm exposed [0-9.]+ ms \| [0-9.]+ ms \| loss_mean [0-9.]+ \| elapsed [0-9hms]+ \| [0-9.e+-]+ step/s \| eta [0-9hms]+$' cleanA.err
 
 # 3. every wait removed is reported (C, 4 ranks: HSDP 2x2 with reshard 2,
 # for the sites only several ranks use)

@@ -73,7 +73,7 @@ expect_status 78 "ckpt export to llm.c's format refuses a Llama checkpoint" \
     "$S" ckpt export refck/step_00000008 -o x.bin
 check "  ...naming the formats that work, writing nothing" \
     sh -c "grep -q 'hint: -o DIR/ for a Hugging Face directory, or -o FILE.safetensors' '$T/err' && [ ! -e x.bin ]"
-"$S" sample refck --prompt-tokens 84,104,101,32 --temperature 0 --tokens 40 >g.txt 2>g.err
+"$S" sample refck --prompt-tokens 84,104,101,32 --temperature 0 --tokens 40 --no-echo >g.txt 2>g.err
 "$PROBE" greedy ckpt:"$T/refck/step_00000008" 84,104,101,32 40 >g.ids 2>/dev/null
 check "shardrun sample of a Llama checkpoint (key/value cache) is greedy argmax of the full forward" \
     python3 -c "import sys; a=open('g.txt','rb').read(); b=bytes(int(x) for x in open('g.ids').read().split()); sys.exit(not (len(b) == 40 and a[:40] == b and a[40:] in (b'', b'\\n')))"
@@ -133,7 +133,7 @@ if [ -x "$HFPY" ] && "$HFPY" -c 'import transformers, safetensors, torch, tokeni
             py compare $m.sr.st $m.ref.st 1e-4
     done
     for m in untied tied; do
-        "$S" sample $m --prompt-tokens 5,17,250 --tokens 32 --temperature 0 >$m.sample 2>$m.sample.err
+        "$S" sample $m --prompt-tokens 5,17,250 --tokens 32 --temperature 0 --no-echo >$m.sample 2>$m.sample.err
         check "$m: shardrun sample's 32 greedy tokens (key/value cache, grouped heads) are transformers' where its top-2 gap exceeds 1e-4" \
             awk 'NR == FNR { if (FNR == 1) n = split($0, want); else split($0, gap); next }
                  { split($0, got) } END { if (n != 32) exit 1

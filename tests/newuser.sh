@@ -160,11 +160,11 @@ group "1. the export works with AutoTokenizer and generate()" && {
         got=$(js $i '" ".join(map(str, j["prompt_ids"]))')
         check "  ...the prompt's ids are shardrun's: nothing added" test "$got" = "$want" || diag "$got / $want"
         ids=$(js $i '",".join(map(str, j["prompt_ids"]))')
-        "$S" sample $dir --prompt-tokens "$ids" --tokens 20 --temperature 0 >s$i.out 2>s$i.err
+        "$S" sample $dir --prompt-tokens "$ids" --tokens 20 --temperature 0 --no-echo >s$i.out 2>s$i.err
         got=$(tr -s ' \n' ' ' <s$i.out | sed 's/ $//') want=$(js $i '" ".join(map(str, j["ids"]))')
         check "  ...generate()'s 20 greedy tokens are shardrun sample's, id for id" test "$got" = "$want" ||
             diag "shardrun: $got; transformers: $want"
-        "$S" sample $ck --prompt "$PROMPT" --tokens 20 --temperature 0 >t$i.out 2>t$i.err
+        "$S" sample $ck --prompt "$PROMPT" --tokens 20 --temperature 0 --no-echo >t$i.out 2>t$i.err
         js $i 'j["text"]' >t$i.want
         check "  ...and as text: the checkpoint's continuation of the prompt is what the tokenizer decodes" \
             sh -c "cmp -s t$i.out t$i.want || [ \"\$(cat t$i.out)\" = \"\$(cat t$i.want)\" ]" ||

@@ -59,22 +59,22 @@ fi
 check "the same seed gives the same text" cmp -s s1.txt s1b.txt
 "$S" sample $D --tokens 500 --seed 2 >s2.txt 2>/dev/null
 check "another seed another text" sh -c "! cmp -s s1.txt s2.txt"
-"$S" sample $D --prompt "The " --top-k 1 --tokens 40 >g1.txt 2>g1.err
+"$S" sample $D --prompt "The " --top-k 1 --tokens 40 --no-echo >g1.txt 2>g1.err
 "$PROBE" greedy ckpt:"$T/$D" 84,104,101,32 40 >g1.ids
 check "top-k 1 is greedy argmax of the full forward (byte-level, prompt text)" \
     python3 -c "import sys; a=open('g1.txt','rb').read(); b=bytes(int(x) for x in open('g1.ids').read().split()); sys.exit(not (a[:len(b)] == b and a[len(b):] in (b'', b'\\n') and a.endswith(b'\\n')))"
-"$S" sample $D --prompt "The " --temperature 0 --tokens 40 >g0.txt 2>/dev/null
+"$S" sample $D --prompt "The " --temperature 0 --tokens 40 --no-echo >g0.txt 2>/dev/null
 check "  ...and so is temperature 0" cmp -s g0.txt g1.txt
 
 # 2. a 300-token model (tests/hf's tiny GPT-2): ids, greedy past seq_len,
 # a tokenizer file
 "$S" train $DIMS $FROZEN --set checkpoint.dir="$T/v.ck" --set model.init="$HF/tiny/model.safetensors" >v.out 2>v.err
 V=v.ck/step_00000001
-"$S" sample $V --prompt-tokens 5,299,17 --top-k 1 --tokens 25 >v.ids 2>v.err
+"$S" sample $V --prompt-tokens 5,299,17 --top-k 1 --tokens 25 --no-echo >v.ids 2>v.err
 "$PROBE" greedy ckpt:"$T/$V" 5,299,17 25 >v.ref
 check "a non-byte vocabulary prints token ids; top-k 1 equals greedy argmax of the full forward" cmp -s v.ids v.ref ||
     diag "sample: $(cat v.ids)" "greedy: $(cat v.ref)"
-"$S" sample $V --prompt-tokens 5 --top-k 1 --tokens 100 >long.ids 2>long.err
+"$S" sample $V --prompt-tokens 5 --top-k 1 --tokens 100 --no-echo >long.ids 2>long.err
 check "generation past seq_len (32): 100 ids, the window slides" \
     test "$(wc -w <long.ids)" -eq 100
 "$PROBE" greedy ckpt:"$T/$V" 5 31 >long.ref
@@ -87,7 +87,7 @@ with open(sys.argv[1], "wb") as f:
         piece = ("<%d>" % i).encode()
         f.write(bytes([len(piece)]) + piece)
 EOF
-"$S" sample $V --prompt-tokens 5,299,17 --top-k 1 --tokens 25 --tokenizer tok.bin >tok.txt 2>tok.err
+"$S" sample $V --prompt-tokens 5,299,17 --top-k 1 --tokens 25 --no-echo --tokenizer tok.bin >tok.txt 2>tok.err
 check "a tokenizer file (llm.c format) decodes the same tokens" \
     test "$(cat tok.txt)" = "$(sed 's/\([0-9]*\)/<\1>/g; s/ //g' v.ids)"
 "$S" sample $V --tokens 3 --tokenizer tok.bin >/dev/null 2>tok0.err
@@ -124,9 +124,9 @@ check "sample of a checkpoint.dir: its newest checkpoint's text" cmp -s s1.txt d
 check "  ...with a notice naming it" grep -q "d.ck: using $D, the newest checkpoint that verifies" dir.err
 "$S" train $DIMS $FROZEN --set train.steps=2 --set checkpoint.dir="$T/two.ck" --set checkpoint.every_steps=1 \
     --set model.init="$HF/tiny/model.safetensors" >two.ck.out 2>&1
-"$S" sample two.ck/step_00000001 --prompt-tokens 5,299,17 --tokens 20 >one.ref 2>/dev/null
+"$S" sample two.ck/step_00000001 --prompt-tokens 5,299,17 --tokens 20 --no-echo >one.ref 2>/dev/null
 printf 'X' | dd of=two.ck/step_00000002/shard_00000.bin bs=1 seek=3000 conv=notrunc 2>/dev/null
-"$S" sample two.ck --prompt-tokens 5,299,17 --tokens 20 >fb.ids 2>fb.err
+"$S" sample two.ck --prompt-tokens 5,299,17 --tokens 20 --no-echo >fb.ids 2>fb.err
 check "a checkpoint.dir whose newest does not verify: the older one's text" sh -c "[ -s one.ref ] && cmp -s one.ref fb.ids"
 check "  ...with a warning naming the one skipped" grep -q "two.ck/step_00000002 does not verify" fb.err
 printf 'X' | dd of=two.ck/step_00000001/shard_00000.bin bs=1 seek=3000 conv=notrunc 2>/dev/null
@@ -138,12 +138,12 @@ expect_status 65 "a checkpoint.dir with a bad tokenizer file" "$S" sample d.ck -
 check "  ...is the tokenizer's error, not the checkpoints'" sh -c "grep -q 'not a tokenizer file' '$T/err' && ! grep -q 'verif' '$T/err'"
 "$S" ckpt export d.ck -o dexp.safetensors 2>/dev/null && "$S" ckpt export $D -o sexp.safetensors 2>/dev/null
 check "ckpt export of a checkpoint.dir writes its newest checkpoint" sh -c "[ -s dexp.safetensors ] && cmp -s dexp.safetensors sexp.safetensors"
-"$S" sample "$HF/tiny" --prompt-tokens 5,299,17 --top-k 1 --tokens 25 >hfdir.ids 2>hfdir.err
+"$S" sample "$HF/tiny" --prompt-tokens 5,299,17 --top-k 1 --tokens 25 --no-echo >hfdir.ids 2>hfdir.err
 check "sample of a Hugging Face GPT-2 directory (transformers' save_pretrained): the checkpoint's tokens" \
     cmp -s hfdir.ids v.ids || diag "$(cat hfdir.err)"
 check "  ...its summary names it" grep -q "sampled 25 tokens from $HF/tiny (Hugging Face GPT-2, vocab 300" hfdir.err
 "$S" ckpt export $V -o exp/ 2>/dev/null
-"$S" sample exp --prompt-tokens 5,299,17 --top-k 1 --tokens 25 >exp.ids 2>/dev/null
+"$S" sample exp --prompt-tokens 5,299,17 --top-k 1 --tokens 25 --no-echo >exp.ids 2>/dev/null
 check "  ...and of ckpt export -o DIR/'s output" cmp -s exp.ids v.ids
 mkdir llama && cp "$HF/tiny/model.safetensors" llama/ && sed 's/"gpt2"/"mistral"/' "$HF/tiny/config.json" >llama/config.json
 expect_status 65 "a Hugging Face directory of another architecture" "$S" sample llama

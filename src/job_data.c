@@ -1,0 +1,265 @@
+/* job_data.c — the data keys resolved before anything checks them: a
+ * directory `data prepare` wrote, named in data.train or data.val, read
+ * through its index.json (its shards of each split, its tokenizer when
+ * data.tokenizer is unset, checked by SHA-256), and the vocabulary taken
+ * from data.tokenizer when model.vocab_size is unset (a run that resumes
+ * keeps its checkpoint's).  Part of the job module (job.h). */
+#include "srconfig.h"
+
+#include "job.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "fsio.h"
+#include "manifest.h"
+#include "mem.h"
+#include "tokenizer.h"
+
+/* SR_ERR_* "<where key was set>: <message>". */
+static sr_status at(const sr_config *cfg, sr_status st, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static sr_status at(const sr_config *cfg, sr_status st, const char *key, const char *fmt, ...) {
+    char where[1200], msg[3000];
+    sr_config_where(cfg, key, where, sizeof where);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return sr_error(st, "%s: %s", where, msg);
+}
+
+static bool is_dir(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* A growing list of strings (what becomes an sr_strlist). */
+typedef struct {
+    char **items;
+    int count, cap;
+} list;
+
+static bool list_add(list *l, const char *s) {
+    if (l->count == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 8;
+        char **n = sr_realloc(l->items, (size_t)cap * sizeof *n);
+        if (!n)
+            return false;
+        l->items = n;
+        l->cap = cap;
+    }
+    return (l->items[l->count] = sr_strdup(s)) != NULL && ++l->count;
+}
+
+static void list_free(list *l) {
+    for (int i = 0; i < l->count; i++)
+        free(l->items[i]);
+    free(l->items);
+    *l = (list){0};
+}
+
+/* DIR/index.json, parsed: SR_ERR_NOINPUT when there is none, SR_ERR_DATA
+ * when it is not one `data prepare` wrote. */
+static sr_status read_index(const sr_config *cfg, const char *key, const char *dir, json_t **out) {
+    char path[4200];
+    sr_fmt(path, sizeof path, "%s/index.json", dir);
+    if (access(path, F_OK) != 0)
+        return at(cfg, SR_ERR_NOINPUT, key,
+                  "%s: not a regular file but a directory without index.json (hint: %s takes token shards, a glob, "
+                  "or the directory `shardrun data prepare -o DIR/` wrote)",
+                  dir, key);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    json_t *fmt = root ? json_object_get(root, "format") : NULL;
+    json_t *shards = root ? json_object_get(root, "shards") : NULL;
+    if (!root || !json_is_string(fmt) || strncmp(json_string_value(fmt), "shardrun data prepare ", 22) != 0 ||
+        !json_is_array(shards)) {
+        json_decref(root);
+        return at(cfg, SR_ERR_DATA, key, "%s: %s (hint: the index.json `shardrun data prepare` writes)", path,
+                  !root ? je.text : "expected an object with \"format\": \"shardrun data prepare N\" and \"shards\"");
+    }
+    *out = root;
+    return SR_OK;
+}
+
+/* The shards of `split` ("train", "val") DIR's index lists, as DIR/NAME
+ * onto l. */
+static sr_status index_shards(const sr_config *cfg, const char *key, const char *dir, json_t *root, const char *split,
+                              list *l) {
+    json_t *shards = json_object_get(root, "shards"), *s;
+    size_t i;
+    json_array_foreach(shards, i, s) {
+        const char *name = json_string_value(json_object_get(s, "name"));
+        const char *sp = json_string_value(json_object_get(s, "split"));
+        if (!name || !sp || !*name || name[0] == '.' || strchr(name, '/'))
+            return at(cfg, SR_ERR_DATA, key, "%s/index.json: shard %zu: expected a file name and a split", dir, i);
+        if (strcmp(sp, split) != 0)
+            continue;
+        char p[4400];
+        sr_fmt(p, sizeof p, "%s/%s", dir, name);
+        if (!list_add(l, p))
+            return sr_error_oom("the data's shard list");
+    }
+    return SR_OK;
+}
+
+/* DIR's tokenizer as data.tokenizer, when it is unset: the file index.json
+ * names, loaded and compared with the SHA-256 it records. */
+static sr_status index_tokenizer(sr_config *cfg, const char *key, const char *dir, json_t *root) {
+    json_t *t = json_object_get(root, "tokenizer");
+    if (!json_is_object(t) || (cfg->data_tokenizer && cfg->data_tokenizer[0]))
+        return SR_OK;
+    const char *path = json_string_value(json_object_get(t, "path"));
+    const char *sha = json_string_value(json_object_get(t, "sha256"));
+    if (!path || !sha)
+        return at(cfg, SR_ERR_DATA, key, "%s/index.json: its tokenizer has no \"path\" and \"sha256\"", dir);
+    sr_tokenizer *tok = NULL;
+    sr_status st = sr_tokenizer_load(&tok, path, "the tokenizer");
+    if (st != SR_OK) {
+        char why[1200];
+        sr_fmt(why, sizeof why, "%s", sr_error_message());
+        return at(cfg, st == SR_ERR_NOINPUT ? SR_ERR_NOINPUT : SR_ERR_DATA, key,
+                  "%s/index.json names the tokenizer the data was prepared with, %s, which %s: %s (hint: set "
+                  "data.tokenizer to it)",
+                  dir, path, st == SR_ERR_NOINPUT ? "is missing" : "does not load", why);
+    }
+    bool same = strcmp(sr_tokenizer_fingerprint(tok), sha) == 0;
+    char now[65];
+    sr_fmt(now, sizeof now, "%s", sr_tokenizer_fingerprint(tok));
+    sr_tokenizer_free(tok);
+    if (!same)
+        return at(cfg, SR_ERR_DATA, key,
+                  "%s/index.json names the tokenizer %s, which has changed since the data was prepared (SHA-256 %s, "
+                  "index.json records %s) (hint: prepare the data again, or set data.tokenizer to the tokenizer it "
+                  "was prepared with)",
+                  dir, path, now, sha);
+    free(cfg->data_tokenizer);
+    cfg->data_tokenizer = sr_strdup(path);
+    return cfg->data_tokenizer ? SR_OK : sr_error_oom("data.tokenizer");
+}
+
+/* Every directory among `paths` (data.train or data.val) read through its
+ * index.json into its shards of `split`; data.train's directories also
+ * give an unset data.val their validation shards (*val) and an unset
+ * data.tokenizer their tokenizer. */
+static sr_status expand(sr_config *cfg, const char *key, sr_strlist *paths, const char *split, list *val) {
+    bool any = false;
+    for (int i = 0; i < paths->count && !any; i++)
+        any = is_dir(paths->items[i]);
+    if (!any)
+        return SR_OK;
+    list out = {0};
+    sr_status st = SR_OK;
+    for (int i = 0; st == SR_OK && i < paths->count; i++) {
+        const char *p = paths->items[i];
+        json_t *root = NULL;
+        if (!is_dir(p)) {
+            st = list_add(&out, p) ? SR_OK : sr_error_oom("the data's shard list");
+            continue;
+        }
+        st = read_index(cfg, key, p, &root);
+        if (st == SR_OK)
+            st = index_shards(cfg, key, p, root, split, &out);
+        if (st == SR_OK && val)
+            st = index_shards(cfg, key, p, root, "val", val);
+        if (st == SR_OK && val)
+            st = index_tokenizer(cfg, key, p, root);
+        json_decref(root);
+    }
+    if (st == SR_OK && out.count == 0)
+        st = at(cfg, SR_ERR_NOINPUT, key, "the directories of %s hold no %s shards (their index.json lists none)", key,
+                split);
+    if (st != SR_OK) {
+        list_free(&out);
+        return st;
+    }
+    for (int i = 0; i < paths->count; i++)
+        free(paths->items[i]);
+    free(paths->items);
+    paths->items = out.items;
+    paths->count = out.count;
+    return SR_OK;
+}
+
+/* The vocabulary of the checkpoint a run would resume from, when the job
+ * differs from it only there (0: none, or another model). */
+static int64_t resumed_vocab(const sr_config *cfg) {
+    const char *resume = cfg->ckpt_resume && cfg->ckpt_resume[0] ? cfg->ckpt_resume : "auto";
+    if (strcmp(resume, "never") == 0)
+        return 0;
+    char path[4300] = "";
+    if (strcmp(resume, "auto") != 0) {
+        sr_fmt(path, sizeof path, "%s", resume);
+    } else if (cfg->ckpt_dir && cfg->ckpt_dir[0]) {
+        DIR *d = opendir(cfg->ckpt_dir);
+        long long best = -1, v;
+        char tail;
+        for (struct dirent *e; d && (e = readdir(d));)
+            if (sscanf(e->d_name, "step_%8lld%c", &v, &tail) == 1 && strlen(e->d_name) == 13 && v > best)
+                best = v;
+        if (d)
+            closedir(d);
+        if (best >= 0)
+            sr_fmt(path, sizeof path, "%s/step_%08lld", cfg->ckpt_dir, best);
+    }
+    int fd = path[0] ? sr_fsio_open_dir(path) : -1;
+    if (fd < 0)
+        return 0;
+    sr_manifest mf;
+    sr_status st = sr_manifest_load(fd, path, &mf);
+    close(fd);
+    if (st != SR_OK)
+        return 0; /* the resume says why */
+    sr_model_dims job = sr_job_model_dims(cfg, (int)cfg->seq_len);
+    job.V = mf.dims.V;
+    int64_t v = sr_model_dims_same(&job, &mf.dims) ? mf.dims.V : 0;
+    sr_manifest_free(&mf);
+    return v;
+}
+
+/* model.vocab_size unset: the tokenizer's, or the checkpoint's a resume
+ * keeps (a job from before the vocabulary came from the tokenizer). */
+static sr_status tokenizer_vocab(sr_config *cfg) {
+    if (!cfg->data_tokenizer || !cfg->data_tokenizer[0] || sr_config_was_set(cfg, "model.vocab_size") ||
+        cfg->model_source)
+        return SR_OK;
+    sr_tokenizer *tok = NULL;
+    sr_status st = sr_tokenizer_load(&tok, cfg->data_tokenizer, "data.tokenizer");
+    if (st != SR_OK)
+        return sr_error_wrap(st, "data.tokenizer");
+    int64_t tv = sr_tokenizer_vocab(tok);
+    sr_tokenizer_free(tok);
+    cfg->vocab_size = tv;
+    int64_t kept = resumed_vocab(cfg);
+    if (kept > 0 && kept != tv) {
+        cfg->vocab_size = kept;
+        sr_log_info("model.vocab_size %lld: the checkpoint's, which the run resumes (data.tokenizer has %lld ids; "
+                    "model.vocab_size is unset)",
+                    (long long)kept, (long long)tv);
+    }
+    return SR_OK;
+}
+
+sr_status sr_job_resolve_data(sr_config *cfg) {
+    list val = {0};
+    bool val_unset = cfg->data_val.count == 0;
+    sr_status st = expand(cfg, "data.train", &cfg->data_train, "train", val_unset ? &val : NULL);
+    if (st == SR_OK && val_unset && val.count) {
+        cfg->data_val.items = val.items;
+        cfg->data_val.count = val.count;
+        val = (list){0};
+    }
+    list_free(&val);
+    if (st == SR_OK)
+        st = expand(cfg, "data.val", &cfg->data_val, "val", NULL);
+    return st == SR_OK ? tokenizer_vocab(cfg) : st;
+}
