@@ -326,16 +326,20 @@ static void add_set(sr_line *l, const char *key, const char *value) {
 /* The summary of a data prepare: what it wrote, the split, and the --set
  * options that train on it. */
 static void data_summary(const sr_prepare_opts *o, const sr_prepare_result *r) {
-    char line[16384], path[4300];
+    char line[16384], path[4300], val[64];
     sr_line l = SR_LINE(line);
+    if (o->val_tokens) /* one validation shard, listed first */
+        sr_fmt(val, sizeof val, "the first for validation");
+    else
+        sr_fmt(val, sizeof val, "%d for validation", r->val_shards);
     if (!r->directory)
         sr_line_add(&l, "wrote %s: %llu tokens (%s, uint16 llm.c shard)", r->out, (unsigned long long)r->tokens,
                     "byte-level, vocabulary 256");
     else
         sr_line_add(&l,
-                    "wrote %s/: %d shard%s (%d for validation) and index.json: %llu tokens from %llu document%s "
-                    "(%.1f MB of text; %s%s)",
-                    r->out, r->shards, r->shards == 1 ? "" : "s", r->val_shards, (unsigned long long)r->tokens,
+                    "wrote %s/: %d shard%s (%s) and index.json: %llu tokens from %llu document%s (%.1f MB of text; "
+                    "%s%s)",
+                    r->out, r->shards, r->shards == 1 ? "" : "s", val, (unsigned long long)r->tokens,
                     (unsigned long long)r->documents, r->documents == 1 ? "" : "s", (double)r->bytes / 1e6,
                     r->tokenizer[0] ? "tokenizer " : "byte-level, vocabulary 256", r->tokenizer[0] ? o->tokenizer : "");
     if (o->val_fraction > 0)

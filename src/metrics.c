@@ -182,15 +182,16 @@ void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
     if (!f)
         return;
     fprintf(f,
-            "{\"step\":%lld,\"loss\":%.17g,\"loss_mean\":%.17g,\"loss_steps\":%lld,\"lr\":%.17g,\"grad_norm\":%.17g,"
-            "\"tokens_per_s\":%.6g,\"mfu\":",
-            (long long)r->step, r->loss, r->loss_mean, (long long)r->loss_steps, r->lr, r->grad_norm, r->tokens_per_s);
+            "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,"
+            "\"mfu\":",
+            (long long)r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s);
     if (isfinite(r->mfu))
         fprintf(f, "%.6g", r->mfu);
     else
         fputs("null", f); /* no peak known for this device */
     fprintf(f, ",\"step_ms\":%.6g,\"comm_exposed_ms\":%.6g,\"tokens\":%lld,\"ranks\":%d,\"time\":%.3f", r->step_ms,
             r->comm_exposed_ms, (long long)r->tokens, r->ranks, sr_clock_wall_s());
+    fprintf(f, ",\"loss_mean\":%.17g,\"loss_steps\":%lld", r->loss_mean, (long long)r->loss_steps);
     if (r->has_val)
         fprintf(f, ",\"val_loss\":%.17g", r->val_loss);
     if (r->nccl)

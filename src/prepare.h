@@ -73,13 +73,6 @@ typedef struct {
     char tokenizer[4200];               /* what names the tokenizer from anywhere (sr_tokenizer_spec); "": bytes */
 } sr_prepare_result;
 
-/* Whether document `index` (among the non-empty documents, in input
- * order) goes to validation under --val-fraction f and --seed seed: a
- * SplitMix64 hash of (seed, index), its top 53 bits as a fraction of 1,
- * below f.  Each document is chosen on its own, so the realised fraction
- * is f only on average. */
-bool sr_prepare_val_doc(uint64_t seed, uint64_t index, double f);
-
 /* Prepares `files` per `o`.  Every input is checked before anything is
  * written: SR_ERR_NOINPUT (66) for a missing or unreadable one,
  * SR_ERR_USAGE (64) for inconsistent options, SR_ERR_DATA (65) for a

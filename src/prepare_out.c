@@ -21,7 +21,12 @@
 
 #define WBUF_BYTES (1u << 20)
 
-bool sr_prepare_val_doc(uint64_t seed, uint64_t index, double f) {
+/* Whether document `index` (among the non-empty documents, in input
+ * order) goes to validation under --val-fraction f and --seed seed: a
+ * SplitMix64 hash of (seed, index), its top 53 bits as a fraction of 1,
+ * below f.  Each document is chosen on its own, so the realised fraction
+ * is f only on average. */
+static bool val_doc(uint64_t seed, uint64_t index, double f) {
     /* SplitMix64 (Steele, Lea, Flood 2014) of the pair, finalised twice */
     uint64_t z = seed * 0x9E3779B97F4A7C15ull + index;
     for (int k = 0; k < 2; k++) {
@@ -45,8 +50,7 @@ bool prep_out_init(prep_run *x) {
 }
 
 void prep_doc_begin(prep_run *x, uint64_t index) {
-    x->cur =
-        x->o->val_fraction > 0 && sr_prepare_val_doc(x->o->seed, index, x->o->val_fraction) ? PREP_VAL : PREP_TRAIN;
+    x->cur = x->o->val_fraction > 0 && val_doc(x->o->seed, index, x->o->val_fraction) ? PREP_VAL : PREP_TRAIN;
     if (x->o->val_tokens)
         x->cur = x->out[PREP_VAL].tokens < x->o->val_tokens ? PREP_VAL : PREP_TRAIN;
     x->out[x->cur].documents++;
@@ -221,7 +225,10 @@ static json_t *index_json(prep_run *x) {
     json_object_set_new(split, "val_documents", json_integer((json_int_t)x->out[PREP_VAL].documents));
     json_object_set_new(split, "val_tokens_written", json_integer((json_int_t)x->out[PREP_VAL].tokens));
     json_object_set_new(root, "split", split);
-    for (int i = 0; i < x->nshards; i++) {
+    for (int k = 0; k < 2 * x->nshards; k++) { /* the validation shards first */
+        int i = k % x->nshards;
+        if (x->val[i] != (k < x->nshards))
+            continue;
         json_t *s = json_object();
         const char *base = strrchr(x->names[i], '/') ? strrchr(x->names[i], '/') + 1 : x->names[i];
         char hex[65];

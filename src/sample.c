@@ -469,14 +469,15 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
         snprintf(topk, sizeof topk, o->top_k > 0 ? "%d" : "off", o->top_k);
         snprintf(hf_what, sizeof hf_what, " (Hugging Face %s", sr_family_get(model.d.arch)->display);
         fprintf(log,
-                "shardrun: sampled %ld tokens from %s%s, vocab %d%s) after a %d-token prompt (%s%s); "
+                "shardrun: sampled %ld tokens from %s%s, vocab %d%s) after a %d-token prompt (%s)%s; "
                 "temperature %g, top-k %s, seed %llu; %d thread%s (%s); loaded in %.2f s, %.1f tokens/s\n",
                 o->tokens, from, have_mf ? "" : hf_what, V,
                 tok        ? ", decoded by the tokenizer"
                 : V == 256 ? ", bytes"
                            : ", token ids",
-                n - cut, how, sx.echoed ? ", echoed" : "", o->temperature, topk, (unsigned long long)o->seed, threads,
-                threads == 1 ? "" : "s", thow, t1 - t0, (double)(o->tokens + n - cut) / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
+                n - cut, how, sx.echoed ? ", echoed before the text" : "", o->temperature, topk,
+                (unsigned long long)o->seed, threads, threads == 1 ? "" : "s", thow, t1 - t0,
+                (double)(o->tokens + n - cut) / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
     }
     free(prompt);
     sr_tokenizer_free(tok);

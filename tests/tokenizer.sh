@@ -135,7 +135,7 @@ with open('big.tiktoken', 'w') as f:
     check "the README's \"Prepare your own text\" has its three commands" test "$(wc -l <readme/cmds)" -eq 3
     (
         cd readme || exit 1
-        sed -n 1p cmds | sed "s|^\./shardrun|'$S'|; s|--val-tokens [0-9]*|--val-tokens 2000|" >c1
+        sed -n 1p cmds | sed "s|^\./shardrun|'$S'|; s|--val-fraction [0-9.]*|--val-tokens 2000|" >c1
         sed -n 2p cmds | sed "s|^\./shardrun|'$S'|; s|\$| --set train.steps=4 --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set model.seq_len=32 --set train.batch_size=2 --set log.sample_every=4 --set log.every=1 --set threads=1 --set checkpoint.every_steps=2|" >c2
         sed -n 3p cmds | sed "s|^\./shardrun|'$S'|; s|\$| --tokens 8|" >c3
         sh c1 >o1 2>e1 && sh c2 >o2 2>e2 && sh c3 >o3 2>e3
