@@ -254,6 +254,7 @@ sr_status sr_job_resolve_data(sr_config *cfg) {
     bool val_unset = cfg->data_val.count == 0;
     sr_status st = expand(cfg, "data.train", &cfg->data_train, "train", val_unset ? &val : NULL);
     if (st == SR_OK && val_unset && val.count) {
+        free(cfg->data_val.items); /* (an empty list may hold its array) */
         cfg->data_val.items = val.items;
         cfg->data_val.count = val.count;
         val = (list){0};

@@ -4,11 +4,16 @@
  * handler sees the launcher die — the first claim wins, and a later
  * claimer is told no only after the winner's message is out, so the
  * process neither prints two errors nor exits between a claim and its
- * message (tests/launcher.sh's "one message" check raced on this). */
+ * message (tests/launcher.sh's "one message" check raced on this).
+ * Then the one escaper (sr_escape, sr_escape_n): valid UTF-8 as it is,
+ * C0, DEL and C1 controls, invalid bytes (a stray continuation, a cut
+ * sequence, an overlong form, a surrogate, above U+10FFFF) and
+ * backslashes escaped, a cut only between characters. */
 #include "srconfig.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <time.h>
 
 #include "status.h"
@@ -43,5 +48,30 @@ int main(void) {
     tap_ok(!second_won, "a second witness's claim loses (it prints nothing)");
     tap_ok(second_saw_message, "...and returns only after the winner's message is out");
     tap_ok(!sr_error_final_claim(), "a claim after the message is out loses too");
+
+    static const struct {
+        const char *in, *want, *what;
+    } cases[] = {
+        {"caf\xc3\xa9 \xe2\x80\x94 \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x80\x94 \xf0\x9f\x98\x80",
+         "valid UTF-8 (2, 3, 4 bytes) as it is"},
+        {"a\nb\tc\x7f\\", "a\\nb\\x09c\\x7f\\\\", "C0 controls, DEL and the backslash escaped"},
+        {"\xc2\x85|\xc2\x9f|\xc2\xa0", "\\xc2\\x85|\\xc2\\x9f|\xc2\xa0",
+         "C1 controls escaped byte by byte, U+00A0 kept"},
+        {"\x80x\xe2\x80", "\\x80x\\xe2\\x80", "a stray continuation byte and a cut sequence escaped"},
+        {"\xc0\xaf\xe0\x80\xaf", "\\xc0\\xaf\\xe0\\x80\\xaf", "overlong forms escaped"},
+        {"\xed\xa0\x80\xf4\x90\x80\x80", "\\xed\\xa0\\x80\\xf4\\x90\\x80\\x80",
+         "a surrogate and a code point above U+10FFFF escaped"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char out[128];
+        sr_escape(cases[i].in, out, sizeof out);
+        tap_ok(strcmp(out, cases[i].want) == 0, "sr_escape: %s (got \"%s\")", cases[i].what, out);
+    }
+    char out[16];
+    sr_escape_n("a\0b", 3, out, sizeof out);
+    tap_ok(strcmp(out, "a\\x00b") == 0, "sr_escape_n: a NUL inside escaped (got \"%s\")", out);
+    sr_escape("\xe2\x80\x94\xe2\x80\x94\xe2\x80\x94\xe2\x80\x94", out, 12);
+    tap_ok(strcmp(out, "\xe2\x80\x94\xe2\x80\x94...") == 0, "a cut falls between characters, marked ... (got \"%s\")",
+           out);
     return tap_done();
 }
