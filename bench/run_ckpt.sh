@@ -111,7 +111,7 @@ for r in $(seq "$IO_REPS"); do
     wait $pid
     rc=$?
     t1=$(date +%s.%N)
-    step_ms=$(sed -n 's/.*step  *[0-9]*\/1000 |.*| \([0-9.]*\) ms$/\1/p' "$d/sig.err" | head -2 | tail -1)
+    step_ms=$(sed -n 's/.*step  *[0-9]*\/1000 |.*| \([0-9.]*\) ms | loss_mean .*/\1/p' "$d/sig.err" | head -2 | tail -1)
     save_s=$(sed -n 's/.*save of step .* took \([0-9.]*\) s.*/\1/p' "$d/sig.err")
     echo "$t0 $t1 $step_ms $save_s $rc" | awk '{ printf "%.2f %.2f %.2f %d\n", $2 - $1, $3 / 1000, $4, $5 }' >>"$d/sig"
 done

@@ -25,7 +25,7 @@ fi
 : >"$d/rows"
 r=0
 while [ $r -lt "$ROUNDS" ]; do
-    $launch "$S" train --set train.steps="$STEPS" --set log.metrics="$d/m$r.jsonl" --set log.every=1 \
+    $launch "$S" train -v --set train.steps="$STEPS" --set log.metrics="$d/m$r.jsonl" --set log.every=1 \
         --set threads=1 >"$d/out$r" 2>"$d/err$r" </dev/null || { echo "flight bench: the run failed:"; tail -3 "$d/err$r"; exit 1; }
     per=$(sed -n 's/.*flight recorder: [0-9]* records in [0-9]* steps (\([0-9.]*\) per step.*/\1/p' "$d/err$r" | head -1)
     # the median step time, without the first step (start-up)

@@ -183,14 +183,16 @@ static void log_config_changes(const sr_ckpt *c, const sr_manifest *mf, const ch
         sr_lr_schedule was = *now;
         was.steps = (int64_t)mf->steps;
         int64_t next = (int64_t)mf->step; /* the next step's index (0-based) */
-        double before = sr_lr_at(&was, next), after = sr_lr_at(now, next);
-        sr_log_warn("resume: train.steps changed since %s: %llu -> %lld; train.schedule %s is stretched over the new "
-                    "steps: the learning rate of step %lld is %.3g (it was to be %.3g)%s",
+        char before[32], after[32];
+        snprintf(before, sizeof before, "%.4g", sr_lr_at(&was, next));
+        snprintf(after, sizeof after, "%.4g", sr_lr_at(now, next));
+        sr_log_warn("resume: train.steps changed since %s: %llu -> %lld; the schedule (train.schedule %s) is stretched "
+                    "over the new steps: the learning rate of step %lld is %s (it was to be %s)%s",
                     path, (unsigned long long)mf->steps, (long long)now->steps,
-                    c->o->schedule_name ? c->o->schedule_name : "", (long long)next + 1, after, before,
-                    before == after ? ""
-                                    : " (hint: to extend a run without moving its learning rate, choose the "
-                                      "final train.steps at the start)");
+                    c->o->schedule_name ? c->o->schedule_name : "as set", (long long)next + 1, after, before,
+                    strcmp(before, after) == 0 ? ""
+                                               : " (hint: to extend a run without moving its learning rate, choose "
+                                                 "the final train.steps at the start)");
     }
     for (int i = 0; i < c->o->nkeys; i++) {
         const char *k = c->o->keys[i];

@@ -119,7 +119,12 @@ sr_status sr_job_check_data(const sr_config *cfg);
  * model.init config.json, the vocabulary is the tokenizer's (padded as
  * always), unless the checkpoint the run would resume from (checkpoint.dir's
  * newest, or checkpoint.resume's PATH) has the job's model with another
- * vocabulary: a resume keeps the checkpoint's (an info line says so). */
-sr_status sr_job_resolve_data(sr_config *cfg);
+ * vocabulary: a resume keeps the checkpoint's (an info line says so).
+ * Without `check` (config show, plan: they may run where the data is
+ * not) the tokenizer index.json names is taken without being read, and a
+ * tokenizer that does not load leaves the vocabulary as it is, with a
+ * warning; with it, a data.tokenizer the job sets that is not the one
+ * index.json records is a warning. */
+sr_status sr_job_resolve_data(sr_config *cfg, bool check);
 
 #endif

@@ -19,6 +19,7 @@
 
 #include <jansson.h>
 
+#include "ckpt.h"
 #include "fsio.h"
 #include "manifest.h"
 #include "mem.h"
@@ -113,17 +114,24 @@ static sr_status index_shards(const sr_config *cfg, const char *key, const char 
 }
 
 /* DIR's tokenizer as data.tokenizer, when it is unset: the file index.json
- * names, loaded and compared with the SHA-256 it records. */
-static sr_status index_tokenizer(sr_config *cfg, const char *key, const char *dir, json_t *root) {
+ * names, loaded and compared with the SHA-256 it records (not `check`ing:
+ * named, not read).  A data.tokenizer the job sets is compared too: a
+ * warning when it is not the one the data was prepared with. */
+static sr_status index_tokenizer(sr_config *cfg, const char *key, const char *dir, json_t *root, bool check) {
     json_t *t = json_object_get(root, "tokenizer");
-    if (!json_is_object(t) || (cfg->data_tokenizer && cfg->data_tokenizer[0]))
-        return SR_OK;
+    if (!json_is_object(t))
+        return SR_OK; /* byte-level shards */
     const char *path = json_string_value(json_object_get(t, "path"));
     const char *sha = json_string_value(json_object_get(t, "sha256"));
     if (!path || !sha)
         return at(cfg, SR_ERR_DATA, key, "%s/index.json: its tokenizer has no \"path\" and \"sha256\"", dir);
+    bool user = cfg->data_tokenizer && cfg->data_tokenizer[0];
+    if (!check && user)
+        return SR_OK;
     sr_tokenizer *tok = NULL;
-    sr_status st = sr_tokenizer_load(&tok, path, "the tokenizer");
+    sr_status st = check ? sr_tokenizer_load(&tok, user ? cfg->data_tokenizer : path, "the tokenizer") : SR_OK;
+    if (st != SR_OK && user)
+        return SR_OK; /* the data checks say why data.tokenizer does not load */
     if (st != SR_OK) {
         char why[1200];
         sr_fmt(why, sizeof why, "%s", sr_error_message());
@@ -132,10 +140,18 @@ static sr_status index_tokenizer(sr_config *cfg, const char *key, const char *di
                   "data.tokenizer to it)",
                   dir, path, st == SR_ERR_NOINPUT ? "is missing" : "does not load", why);
     }
-    bool same = strcmp(sr_tokenizer_fingerprint(tok), sha) == 0;
-    char now[65];
-    sr_fmt(now, sizeof now, "%s", sr_tokenizer_fingerprint(tok));
+    char now[65] = "";
+    if (tok)
+        sr_fmt(now, sizeof now, "%s", sr_tokenizer_fingerprint(tok));
     sr_tokenizer_free(tok);
+    bool same = !check || strcmp(now, sha) == 0;
+    if (user) {
+        if (!same)
+            sr_log_warn("data.tokenizer %s is not the tokenizer %s/index.json says the data was prepared with (%s, "
+                        "SHA-256 %s; this one's %s): the ids may stand for other text",
+                        cfg->data_tokenizer, dir, path, sha, now);
+        return SR_OK;
+    }
     if (!same)
         return at(cfg, SR_ERR_DATA, key,
                   "%s/index.json names the tokenizer %s, which has changed since the data was prepared (SHA-256 %s, "
@@ -151,7 +167,7 @@ static sr_status index_tokenizer(sr_config *cfg, const char *key, const char *di
  * index.json into its shards of `split`; data.train's directories also
  * give an unset data.val their validation shards (*val) and an unset
  * data.tokenizer their tokenizer. */
-static sr_status expand(sr_config *cfg, const char *key, sr_strlist *paths, const char *split, list *val) {
+static sr_status expand(sr_config *cfg, const char *key, sr_strlist *paths, const char *split, list *val, bool check) {
     bool any = false;
     for (int i = 0; i < paths->count && !any; i++)
         any = is_dir(paths->items[i]);
@@ -172,7 +188,7 @@ static sr_status expand(sr_config *cfg, const char *key, sr_strlist *paths, cons
         if (st == SR_OK && val)
             st = index_shards(cfg, key, p, root, "val", val);
         if (st == SR_OK && val)
-            st = index_tokenizer(cfg, key, p, root);
+            st = index_tokenizer(cfg, key, p, root, check);
         json_decref(root);
     }
     if (st == SR_OK && out.count == 0)
@@ -191,49 +207,66 @@ static sr_status expand(sr_config *cfg, const char *key, sr_strlist *paths, cons
 }
 
 /* The vocabulary of the checkpoint a run would resume from, when the job
- * differs from it only there (0: none, or another model). */
+ * differs from it only there (0: none, or another model).  As the resume
+ * chooses (ckpt.c): checkpoint.resume's PATH, else checkpoint.dir's step_*
+ * directories newest first, the first whose manifest loads (the resume
+ * verifies more; a model of another shape it refuses without trying an
+ * older one).  Every rank reads the same files. */
 static int64_t resumed_vocab(const sr_config *cfg) {
     const char *resume = cfg->ckpt_resume && cfg->ckpt_resume[0] ? cfg->ckpt_resume : "auto";
     if (strcmp(resume, "never") == 0)
         return 0;
-    char path[4300] = "";
-    if (strcmp(resume, "auto") != 0) {
-        sr_fmt(path, sizeof path, "%s", resume);
-    } else if (cfg->ckpt_dir && cfg->ckpt_dir[0]) {
-        DIR *d = opendir(cfg->ckpt_dir);
-        long long best = -1, v;
-        char tail;
-        for (struct dirent *e; d && (e = readdir(d));)
-            if (sscanf(e->d_name, "step_%8lld%c", &v, &tail) == 1 && strlen(e->d_name) == 13 && v > best)
-                best = v;
-        if (d)
-            closedir(d);
-        if (best >= 0)
-            sr_fmt(path, sizeof path, "%s/step_%08lld", cfg->ckpt_dir, best);
-    }
-    int fd = path[0] ? sr_fsio_open_dir(path) : -1;
-    if (fd < 0)
+    bool explicit_path = strcmp(resume, "auto") != 0;
+    if (!explicit_path && !(cfg->ckpt_dir && cfg->ckpt_dir[0]))
         return 0;
-    sr_manifest mf;
-    sr_status st = sr_manifest_load(fd, path, &mf);
-    close(fd);
-    if (st != SR_OK)
-        return 0; /* the resume says why */
-    sr_model_dims job = sr_job_model_dims(cfg, (int)cfg->seq_len);
-    job.V = mf.dims.V;
-    int64_t v = sr_model_dims_same(&job, &mf.dims) ? mf.dims.V : 0;
-    sr_manifest_free(&mf);
+    int64_t *steps = explicit_path ? NULL : sr_calloc(SR_CKPT_MAX_CANDIDATES, sizeof *steps);
+    int n = explicit_path ? 1 : 0;
+    if (!explicit_path) {
+        int dirfd = steps ? sr_fsio_open_dir(cfg->ckpt_dir) : -1;
+        char odd[8];
+        n = dirfd >= 0 ? sr_ckpt_scan(dirfd, steps, SR_CKPT_MAX_CANDIDATES, odd, sizeof odd) : 0;
+        if (dirfd >= 0)
+            close(dirfd);
+    }
+    int64_t v = 0;
+    for (int i = 0; i < n; i++) {
+        char path[4300];
+        if (explicit_path)
+            sr_fmt(path, sizeof path, "%s", resume);
+        else
+            sr_fmt(path, sizeof path, "%s/step_%08lld", cfg->ckpt_dir, (long long)steps[i]);
+        int fd = sr_fsio_open_dir(path);
+        sr_manifest mf;
+        sr_status st = fd >= 0 ? sr_manifest_load(fd, path, &mf) : SR_ERR_NOINPUT;
+        if (fd >= 0)
+            close(fd);
+        if (st != SR_OK)
+            continue; /* the resume skips it too (and says why) */
+        sr_model_dims job = sr_job_model_dims(cfg, (int)cfg->seq_len);
+        job.V = mf.dims.V;
+        v = sr_model_dims_same(&job, &mf.dims) ? mf.dims.V : 0;
+        sr_manifest_free(&mf);
+        break;
+    }
+    free(steps);
     return v;
 }
 
 /* model.vocab_size unset: the tokenizer's, or the checkpoint's a resume
- * keeps (a job from before the vocabulary came from the tokenizer). */
-static sr_status tokenizer_vocab(sr_config *cfg) {
+ * keeps (a job from before the vocabulary came from the tokenizer).  Not
+ * `check`ing (config show, plan): a tokenizer that cannot be read here
+ * leaves the vocabulary as it is, with a warning. */
+static sr_status tokenizer_vocab(sr_config *cfg, bool check) {
     if (!cfg->data_tokenizer || !cfg->data_tokenizer[0] || sr_config_was_set(cfg, "model.vocab_size") ||
         cfg->model_source)
         return SR_OK;
     sr_tokenizer *tok = NULL;
     sr_status st = sr_tokenizer_load(&tok, cfg->data_tokenizer, "data.tokenizer");
+    if (st != SR_OK && !check) {
+        sr_log_warn("%s: the vocabulary stays %lld (model.vocab_size unset; a run reads the tokenizer's)",
+                    sr_error_message(), (long long)cfg->vocab_size);
+        return SR_OK;
+    }
     if (st != SR_OK)
         return sr_error_wrap(st, "data.tokenizer");
     int64_t tv = sr_tokenizer_vocab(tok);
@@ -249,10 +282,10 @@ static sr_status tokenizer_vocab(sr_config *cfg) {
     return SR_OK;
 }
 
-sr_status sr_job_resolve_data(sr_config *cfg) {
+sr_status sr_job_resolve_data(sr_config *cfg, bool check) {
     list val = {0};
     bool val_unset = cfg->data_val.count == 0;
-    sr_status st = expand(cfg, "data.train", &cfg->data_train, "train", val_unset ? &val : NULL);
+    sr_status st = expand(cfg, "data.train", &cfg->data_train, "train", val_unset ? &val : NULL, check);
     if (st == SR_OK && val_unset && val.count) {
         free(cfg->data_val.items); /* (an empty list may hold its array) */
         cfg->data_val.items = val.items;
@@ -261,6 +294,6 @@ sr_status sr_job_resolve_data(sr_config *cfg) {
     }
     list_free(&val);
     if (st == SR_OK)
-        st = expand(cfg, "data.val", &cfg->data_val, "val", NULL);
-    return st == SR_OK ? tokenizer_vocab(cfg) : st;
+        st = expand(cfg, "data.val", &cfg->data_val, "val", NULL, check);
+    return st == SR_OK ? tokenizer_vocab(cfg, check) : st;
 }

@@ -210,7 +210,7 @@ static int load_job(sr_config *cfg, const char *path, const cli *c, int ranks, b
     if (st == SR_OK)
         st = sr_config_finalize(cfg);
     if (st == SR_OK)
-        st = sr_job_resolve_data(cfg);
+        st = sr_job_resolve_data(cfg, data);
     if (st == SR_OK)
         st = sr_device_check_key(cfg);
     if (st == SR_OK)
@@ -352,6 +352,10 @@ static void data_summary(const sr_prepare_opts *o, const sr_prepare_result *r) {
                     (unsigned long long)r->val_tokens);
     if (r->empty)
         sr_line_add(&l, "; %llu empty document%s dropped", (unsigned long long)r->empty, r->empty == 1 ? "" : "s");
+    if (r->directory && r->shards == r->val_shards) {
+        fprintf(stderr, "shardrun: %s; no training shard: nothing to train on\n", line);
+        return;
+    }
     sr_line_add(&l, "; train with");
     if (!r->directory) {
         add_set(&l, "data.train", r->out);

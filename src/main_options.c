@@ -76,7 +76,7 @@ const option_row cli_options[X_COUNT] = {
                         "data prepare: each document goes to validation with\nprobability F (0 < F < 1), whole, by a "
                         "hash of --seed\nand its index"},
     [X_NO_ECHO] = {"no-echo", 0, NULL, "sample: print only the continuation, not the prompt before it"},
-    [X_SHARD_TOKENS] = {"shard-tokens", 0, "N", "data prepare: tokens per training shard (default 100000000)"},
+    [X_SHARD_TOKENS] = {"shard-tokens", 0, "N", "data prepare: tokens per shard (default 100000000)"},
     [X_PREFIX] = {"prefix", 0, "NAME", "data prepare: the shards' name prefix (default data)"},
     [X_RANKS] = {"ranks", 0, "N",
                  "config check|show: also check the rules that depend on\nthe number of ranks (mesh, reshard N, batch "

@@ -606,15 +606,20 @@ static sr_status run_batches(prep_run *x, prep_batch *b, worker *ws, int nw) {
         st = sr_error(SR_ERR_DATA, "the inputs hold no text: nothing to write%s",
                       x->r->empty ? " (every document is empty)" : "");
     const prep_stream *val = &x->out[PREP_VAL], *train = &x->out[PREP_TRAIN];
+    uint64_t docs = val->documents + train->documents;
+    char few[160] = ""; /* --val-fraction draws whole documents: with few, a fraction is coarse */
+    if (x->o->val_fraction > 0 && docs < 100)
+        sr_fmt(few, sizeof few, "; with %llu document%s%s, --val-tokens N cuts the first N tokens instead",
+               (unsigned long long)docs, docs == 1 ? "" : "s", x->o->field ? "" : " (each text file is one)");
     if (st == SR_OK && x->dir && (x->o->val_tokens || x->o->val_fraction > 0) && train->tokens == 0)
-        sr_log_warn("all %llu tokens went to validation (%s): there is no training shard (hint: a smaller %s)",
+        sr_log_warn("all %llu tokens went to validation (%s): there is no training shard (hint: a smaller %s%s)",
                     (unsigned long long)x->r->tokens, x->o->val_tokens ? "--val-tokens" : "--val-fraction",
-                    x->o->val_tokens ? "--val-tokens" : "--val-fraction");
+                    x->o->val_tokens ? "--val-tokens" : "--val-fraction", few);
     if (st == SR_OK && x->o->val_fraction > 0 && val->documents == 0)
         sr_log_warn("no document was chosen for validation (%llu document%s, --val-fraction %g, --seed %llu): there "
-                    "is no validation shard (hint: a larger --val-fraction, or --val-tokens N)",
+                    "is no validation shard (hint: a larger --val-fraction%s)",
                     (unsigned long long)train->documents, train->documents == 1 ? "" : "s", x->o->val_fraction,
-                    (unsigned long long)x->o->seed);
+                    (unsigned long long)x->o->seed, few[0] ? few : ", or --val-tokens N");
     return st;
 }
 

@@ -68,7 +68,7 @@ typedef struct {
     uint64_t bytes;                     /* bytes of text read (after decompression) */
     uint64_t empty;                     /* empty documents (no text), dropped */
     int val_shards;                     /* of shards, the validation shards */
-    uint64_t val_tokens, val_documents; /* in them (a document cut by --val-tokens counts in both sets) */
+    uint64_t val_tokens, val_documents; /* in them (a document --val-tokens cuts counts as validation's) */
     char out[4096];                     /* the output file or directory (no trailing '/') */
     char tokenizer[4200];               /* what names the tokenizer from anywhere (sr_tokenizer_spec); "": bytes */
 } sr_prepare_result;

@@ -253,9 +253,11 @@ void sr_log_error(const char *fmt, ...) {
     va_end(ap);
 }
 
-/* The length of the valid UTF-8 sequence at p[0 .. n) that is not a C1
- * control (U+0080..U+009F), or 0: no overlong forms, no surrogates,
- * nothing above U+10FFFF. */
+/* The length of the valid UTF-8 sequence at p[0 .. n) that shows as what
+ * it is, or 0: no overlong forms, no surrogates, nothing above U+10FFFF,
+ * no C1 control (U+0080..U+009F), and none of the invisible characters
+ * and direction marks that could make a name read as another (U+061C,
+ * U+200B..U+200F, U+2028..U+202E, U+2060..U+2069, U+FEFF). */
 static size_t utf8_printable(const unsigned char *p, size_t n) {
     unsigned char c = p[0];
     size_t k = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
@@ -269,6 +271,12 @@ static size_t utf8_printable(const unsigned char *p, size_t n) {
         return 0; /* overlong, a surrogate, above U+10FFFF */
     if (c == 0xC2 && p[1] < 0xA0)
         return 0; /* C1 controls */
+    long cp = c & (0x7F >> k);
+    for (size_t i = 1; i < k; i++)
+        cp = cp << 6 | (p[i] & 0x3F);
+    if (cp == 0x061C || (cp >= 0x200B && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202E) ||
+        (cp >= 0x2060 && cp <= 0x2069) || cp == 0xFEFF)
+        return 0;
     return k;
 }
 

@@ -142,8 +142,10 @@ void sr_log_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 
 /* `s` fit for a message on a terminal, into out[0..n) (NUL-terminated),
  * cut with "..." (between characters) when it does not fit: valid UTF-8
- * as it is; control characters (C0, DEL and C1), bytes that are not valid
- * UTF-8 and backslashes escaped (\n, \\, \xHH per byte).  A name read
+ * as it is; control characters (C0, DEL and C1), invisible characters and
+ * direction marks (U+200B..U+200F, U+202A..U+202E and their kind), bytes
+ * that are not valid UTF-8 and backslashes escaped (\n, \\, \xHH per
+ * byte).  A name read
  * from a file or a directory, or generated text.  The one escaper:
  * sr_escape_n takes s[0 .. len) (NULs escaped). */
 const char *sr_escape(const char *s, char *out, size_t n);

@@ -123,12 +123,18 @@ group "3. the vocabulary from the tokenizer" && {
     expect_status 78 "an explicit model.vocab_size below the tokenizer's ids" "$S" train $small $set3 \
         --set model.vocab_size=256 --set train.steps=1
     check "  ...names both" grep -q "has 258 ids, more than model.vocab_size 256" "$T/err"
-    "$S" train $small $set3 --set model.vocab_size=384 --set train.steps=2 --set checkpoint.dir=ck3 >/dev/null 2>&1
+    "$S" train $small $set3 --set model.vocab_size=384 --set train.steps=2 --set checkpoint.dir=ck3 \
+        --set checkpoint.every_steps=1 >/dev/null 2>&1
+    echo 'broken: [' >ck3/step_00000002/manifest.yaml
     "$S" train $small $set3 --set train.steps=3 --set checkpoint.dir=ck3 >r3.out 2>r3.err
     rc=$?
-    check "a resume keeps the checkpoint's vocabulary (384, written before it came from the tokenizer; status $rc)" \
-        sh -c "[ $rc -eq 0 ] && grep -q 'model.vocab_size 384: the checkpoint' r3.err && grep -q 'vocab_size 384' r3.err" ||
-        diag "$(grep -E 'vocab|error' r3.err)"
+    check "a resume keeps the checkpoint's vocabulary (384, written before it came from the tokenizer; the newest broken, step 1 read; status $rc)" \
+        sh -c "[ $rc -eq 0 ] && grep -q 'model.vocab_size 384: the checkpoint' r3.err && grep -q 'vocab_size 384' r3.err && grep -q 'resume: loaded .*step_00000001' r3.err" ||
+        diag "$(grep -E 'vocab|error|resume' r3.err)"
+    "$S" config show /dev/null --set data.tokenizer=nowhere.json >cs.out 2>cs.err
+    rc=$?
+    check "config show of a job whose tokenizer is not here: the preset's vocabulary, a warning ($rc)" \
+        sh -c "[ $rc -eq 0 ] && grep -q '^  vocab_size: 256$' cs.out && grep -q 'nowhere.json.*the vocabulary stays 256' cs.err"
 }
 
 # --- 4. data prepare splits by documents ------------------------------------------
@@ -250,7 +256,7 @@ group "7. extending a run" && {
     rc=$?
     was=$(grep '"step":11,' ref7.jsonl | sed 's/.*"lr":\([^,]*\),.*/\1/')
     now=$(grep '"step":11,' ext7.jsonl | sed 's/.*"lr":\([^,]*\),.*/\1/')
-    w=$(awk -v x="$was" 'BEGIN { printf "%.3g", x }') n=$(awk -v x="$now" 'BEGIN { printf "%.3g", x }')
+    w=$(awk -v x="$was" 'BEGIN { printf "%.4g", x }') n=$(awk -v x="$now" 'BEGIN { printf "%.4g", x }')
     check "raising train.steps on resume warns once, with step 11's learning rate after ($n) and before ($w)" \
         sh -c "[ $rc -eq 0 ] && [ \$(grep -c 'train.steps' ext.err) -eq 1 ] && grep -q 'warning: resume: train.steps changed since .*: 20 -> 40; .*the learning rate of step 11 is $n (it was to be $w)' ext.err" ||
         diag "$(grep -i 'resume' ext.err)"

@@ -61,6 +61,11 @@ int main(void) {
         {"\xc0\xaf\xe0\x80\xaf", "\\xc0\\xaf\\xe0\\x80\\xaf", "overlong forms escaped"},
         {"\xed\xa0\x80\xf4\x90\x80\x80", "\\xed\\xa0\\x80\\xf4\\x90\\x80\\x80",
          "a surrogate and a code point above U+10FFFF escaped"},
+        {"a\xe2\x80\xae"
+         "b\xe2\x80\x8b"
+         "c\xef\xbb\xbf",
+         "a\\xe2\\x80\\xaeb\\xe2\\x80\\x8bc\\xef\\xbb\\xbf",
+         "a direction override, a zero-width space and U+FEFF escaped"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char out[128];
