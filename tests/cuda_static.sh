@@ -67,8 +67,10 @@ bad=""
     name=$(basename "$f" .cu)
     extra=""
     [ "$name" = adamw ] && extra=-fmad=false
+    # device code only (-cubin): ptxas's report is the same as a full -c's,
+    # in less than half the time (the host half is the build's)
     # shellcheck disable=SC2086
-    if ! "$NVCC" -O3 -Xptxas -v $extra -gencode arch=compute_90,code=sm_90 -I"$K" -c "$f" -o "$T/$name.o" \
+    if ! "$NVCC" -O3 -Xptxas -v $extra -gencode arch=compute_90,code=sm_90 -I"$K" -cubin "$f" -o "$T/$name.cubin" \
         >"$T/$name.ptxas" 2>&1; then
         bad="$bad $name(compile)"
         diag "$(tail -5 "$T/$name.ptxas")"
