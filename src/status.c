@@ -95,13 +95,18 @@ void sr_error_emit(sr_status st) {
 
 bool sr_error_emitted(void) { return error_emitted; }
 
-/* 0: no final message yet; 1: claimed, being printed; 2: printed. */
+/* 0: no final message yet; 1: claimed, being printed; 2: printed.  The
+ * claiming thread's lines are the last: another thread's (a step's log
+ * line while a witness ends the process) are dropped from then on. */
 static atomic_int final_state;
+static _Thread_local bool final_mine;
 
 bool sr_error_final_claim(void) {
     int none = 0;
-    if (atomic_compare_exchange_strong(&final_state, &none, 1))
+    if (atomic_compare_exchange_strong(&final_state, &none, 1)) {
+        final_mine = true;
         return true;
+    }
     const struct timespec tick = {0, 10 * 1000 * 1000};
     for (int i = 0; i < 200 && atomic_load(&final_state) != 2; i++)
         nanosleep(&tick, NULL);
@@ -189,7 +194,13 @@ static void progress_clear(void) {
         fprintf(stderr, "\r%*s\r", w, "");
 }
 
+/* Whether this thread may still write a line: not after another thread
+ * claimed the final message. */
+static bool may_log(void) { return final_mine || atomic_load(&final_state) == 0; }
+
 void sr_log_progress(const char *fmt, ...) {
+    if (!may_log())
+        return;
     char line[512];
     int n = snprintf(line, sizeof line, "\rshardrun: ");
     va_list ap;
@@ -203,6 +214,8 @@ void sr_log_progress(const char *fmt, ...) {
 }
 
 static void log_line(const char *level, const char *fmt, va_list ap) {
+    if (!may_log())
+        return;
     progress_clear();
     char line[8192];
     int n = 0;

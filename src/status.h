@@ -94,7 +94,9 @@ bool sr_error_emitted(void);
  * which prints and then calls sr_error_final_done; every later caller
  * gets false after waiting (up to 2 s) for that message to be out, and
  * prints nothing — so a rank's stderr ends with one error, and the
- * process never exits between a claim and its message. */
+ * process never exits between a claim and its message.  From the claim
+ * on, only the claiming thread's log lines are written (a step's line
+ * from main while a witness ends the process would follow the error). */
 bool sr_error_final_claim(void);
 void sr_error_final_done(void);
 

@@ -98,7 +98,8 @@ stop_all b
 check "b: PMIx events off, kill -9 of mpirun (the ranks' parent): both ranks end within comm.timeout_s + 12 s (${took} s; $left left)" \
     sh -c "[ $left -eq 0 ] && [ $took -le 22 ]"
 check "  ...each naming the launcher as its parent and PMIx server, nothing after it" \
-    sh -c "for r in 0 1; do tail -1 b/err.\$r | grep -q 'error: the launcher (process [0-9]*, this rank.s parent and its PMIx server) exited' || exit 1; done"
+    sh -c "for r in 0 1; do tail -1 b/err.\$r | grep -q 'error: the launcher (process [0-9]*, this rank.s parent and its PMIx server) exited' || exit 1; done" ||
+    diag "rank 0's stderr:" "$(tail -4 b/err.0)" "rank 1's stderr:" "$(tail -4 b/err.1)"
 resumes b
 
 # --- c. a wrapper shell is not the launcher -----------------------------------

@@ -13,8 +13,10 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "status.h"
 #include "tap.h"
@@ -48,6 +50,22 @@ int main(void) {
     tap_ok(!second_won, "a second witness's claim loses (it prints nothing)");
     tap_ok(second_saw_message, "...and returns only after the winner's message is out");
     tap_ok(!sr_error_final_claim(), "a claim after the message is out loses too");
+    /* another thread's line after the final message: dropped */
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *tmp = tmpfile();
+    bool quiet = false;
+    if (saved >= 0 && tmp && dup2(fileno(tmp), 2) == 2) {
+        sr_log_warn("a line after the final message");
+        fflush(stderr);
+        quiet = ftell(tmp) == 0 && lseek(2, 0, SEEK_END) == 0;
+        dup2(saved, 2);
+    }
+    if (saved >= 0)
+        close(saved);
+    if (tmp)
+        fclose(tmp);
+    tap_ok(quiet, "...and after it another thread's log line is dropped (nothing follows the final error)");
 
     static const struct {
         const char *in, *want, *what;
