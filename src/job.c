@@ -129,17 +129,22 @@ void sr_job_free(sr_job *j) {
     *j = (sr_job){0};
 }
 
+sr_status sr_job_key_verror(const sr_config *cfg, sr_status st, const char *key, const char *fmt, va_list ap) {
+    char where[1200], msg[3000];
+    sr_config_where(cfg, key, where, sizeof where);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    return sr_error(st, "%s: %s", where, msg);
+}
+
 /* SR_ERR_CONFIG "<where key was set>: <message>". */
 static sr_status at_key(const sr_config *cfg, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static sr_status at_key(const sr_config *cfg, const char *key, const char *fmt, ...) {
-    char where[1200], msg[1024];
-    sr_config_where(cfg, key, where, sizeof where);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    sr_status st = sr_job_key_verror(cfg, SR_ERR_CONFIG, key, fmt, ap);
     va_end(ap);
-    return sr_error(SR_ERR_CONFIG, "%s: %s", where, msg);
+    return st;
 }
 
 sr_status sr_job_check_world(const sr_config *cfg, int ranks, int rank, sr_mesh *mesh_out) {

@@ -13,6 +13,8 @@
 #ifndef SR_JOB_H
 #define SR_JOB_H
 
+#include <stdarg.h>
+
 #include "ckpt.h"
 #include "comm.h"
 #include "config.h"
@@ -107,6 +109,10 @@ sr_status sr_job_check(sr_config *cfg, int ranks, int rank, const sr_dev *dev, s
  * set the vocabulary) unless data.embedded_any_vocab is true.  The scan
  * of every token against the vocabulary is the run's (sr_data_open). */
 sr_status sr_job_check_data(const sr_config *cfg);
+/* st with the message "<where key was set (file:line:col, --set ...)>:
+ * <fmt ...>" (the job module's errors at a key). */
+sr_status sr_job_key_verror(const sr_config *cfg, sr_status st, const char *key, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 /* job_data.c: the data keys resolved (cfg finalized), before anything
  * checks them.  A directory in data.train (or data.val) is one `data
  * prepare` wrote: its index.json's shards of that split take its place

@@ -25,17 +25,15 @@
 #include "mem.h"
 #include "tokenizer.h"
 
-/* SR_ERR_* "<where key was set>: <message>". */
+/* st "<where key was set>: <message>" (sr_job_key_verror). */
 static sr_status at(const sr_config *cfg, sr_status st, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static sr_status at(const sr_config *cfg, sr_status st, const char *key, const char *fmt, ...) {
-    char where[1200], msg[3000];
-    sr_config_where(cfg, key, where, sizeof where);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    st = sr_job_key_verror(cfg, st, key, fmt, ap);
     va_end(ap);
-    return sr_error(st, "%s: %s", where, msg);
+    return st;
 }
 
 static bool is_dir(const char *p) {
