@@ -133,6 +133,16 @@ struct sr_nccl {
 
 static const char *const kind_names[] = {"all-gather", "reduce-scatter", "all-reduce"};
 
+/* Called with nccl_mu held, after finding the communicators aborted: the
+ * watchdog's fail_plane is ending the process with the rank's one message
+ * (it claimed it first), so this thread waits for that exit instead of
+ * returning a second, empty error that would race it. */
+static _Noreturn void await_plane_exit(sr_nccl *n) {
+    pthread_mutex_unlock(&n->nccl_mu);
+    for (;;)
+        pause();
+}
+
 /* Polls a nonblocking communicator until its pending operation resolves or
  * the deadline passes; nccl_mu is held on entry and on return, released
  * between polls. */
@@ -152,8 +162,8 @@ static ncclResult_t settle(sr_nccl *n, ncclComm_t comm, ncclResult_t r, double d
         usleep(sleep_us);
         sleep_us = sleep_us < 20000 ? sleep_us * 2 : 20000;
         pthread_mutex_lock(&n->nccl_mu);
-        if (n->aborted)
-            return ncclInternalError; /* the watchdog aborted meanwhile: the communicator is gone */
+        if (n->aborted) /* the watchdog aborted meanwhile: the communicator is gone */
+            await_plane_exit(n);
     }
     return r;
 }
@@ -238,6 +248,10 @@ static void fail_plane(sr_nccl *n, const char *what, bool remote) {
     if (__atomic_exchange_n(&plane_failing, 1, __ATOMIC_ACQ_REL))
         for (;;)
             pause();
+    /* this message is the rank's last: a main thread that meets the aborted
+     * communicators waits for the exit (await_plane_exit) rather than
+     * claiming it with an empty 69 (CI's nccl_emu.sh 41) */
+    bool mine = sr_error_final_claim();
     pthread_t th;
     bool aborted = false;
     if (pthread_create(&th, NULL, abort_wrapper, n) == 0) {
@@ -252,6 +266,8 @@ static void fail_plane(sr_nccl *n, const char *what, bool remote) {
     if (!aborted) {
         sr_flight_dump("nccl watchdog", what);
         sr_log_error("%s; ncclCommAbort did not return within 5 s: exiting", what);
+        if (mine)
+            sr_error_final_done();
         fflush(NULL);
         sr_signals_remove_temporaries(); /* what a signal would remove */
         _exit(sr_status_exit_code(SR_ERR_PEER));
@@ -266,6 +282,8 @@ static void fail_plane(sr_nccl *n, const char *what, bool remote) {
         sr_log_error("%s; communicators aborted; post-mortem: every peer's connection is alive: the plane stalled "
                      "on this rank or in NCCL, not at a lost peer (hint: NCCL_DEBUG=WARN)",
                      what);
+    if (mine)
+        sr_error_final_done();
     fflush(NULL);
     sr_signals_remove_temporaries(); /* what a signal would remove */
     _exit(sr_status_exit_code(SR_ERR_PEER));
@@ -591,10 +609,8 @@ static sr_status nccl_collective(sr_nccl *n, sr_nccl_kind kind, sr_group *g, voi
         sr_k_spin(n->stream, (long long)n->d->delay_us[SR_STREAM_COMM] * 1000);
     double deadline = sr_clock_mono_s() + n->timeout_s;
     pthread_mutex_lock(&n->nccl_mu);
-    if (n->aborted) { /* the watchdog is ending the process */
-        pthread_mutex_unlock(&n->nccl_mu);
-        return n->broken = SR_ERR_PEER;
-    }
+    if (n->aborted) /* the watchdog is ending the process */
+        await_plane_exit(n);
     ncclResult_t r;
     sr_cuda_prof_begin(n->ctx, n->stream, SR_LEDGER_ROW_COLLECTIVE);
     switch (kind) {

@@ -108,7 +108,7 @@ bool sr_error_final_claim(void) {
         return true;
     }
     const struct timespec tick = {0, 10 * 1000 * 1000};
-    for (int i = 0; i < 200 && atomic_load(&final_state) != 2; i++)
+    for (int i = 0; i < 2000 && atomic_load(&final_state) != 2; i++) /* 20 s: fail_plane's abort and post-mortem */
         nanosleep(&tick, NULL);
     return false;
 }

@@ -89,10 +89,12 @@ bool sr_error_emitted(void);
 
 /* The one message a failing process ends with, when two threads witness
  * the same failure (main reporting a peer's loss while the PMIx
- * lost-connection handler or the parent watch sees the launcher die).
+ * lost-connection handler or the parent watch sees the launcher die, or
+ * the NCCL watchdog aborts the communicators).
  * sr_error_final_claim returns true to the first caller in the process,
  * which prints and then calls sr_error_final_done; every later caller
- * gets false after waiting (up to 2 s) for that message to be out, and
+ * gets false after waiting (up to 20 s: the NCCL watchdog's claim covers
+ * its abort and post-mortem) for that message to be out, and
  * prints nothing — so a rank's stderr ends with one error, and the
  * process never exits between a claim and its message.  From the claim
  * on, only the claiming thread's log lines are written (a step's line
