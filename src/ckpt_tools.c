@@ -18,6 +18,7 @@
 #include "ckpt.h"
 #include "clock.h"
 #include "fsio.h"
+#include "goodput.h"
 #include "mem.h"
 #include "ops.h"
 #include "shardfile.h"
@@ -299,8 +300,8 @@ static void list_starts(const char *dir, int64_t next, FILE *out) {
         free(recs);
         return;
     }
-    fprintf(out, "\nstarts (%s, newest last):\n%-6s %-20s %-14s %8s %6s %12s %s\n", SR_STARTS_FILE, "start", "time",
-            "job", "restart", "ranks", "resumed from", "ended");
+    fprintf(out, "\nstarts (%s, newest last):\n%-6s %-20s %-14s %8s %6s %12s %10s %-16s %s\n", SR_STARTS_FILE, "start",
+            "time", "job", "restart", "ranks", "resumed from", "start-up", "cause", "ended");
     size_t first = n > 20 ? n - 20 : 0;
     if (first)
         fprintf(out, "(%zu older starts not shown)\n", first);
@@ -310,8 +311,13 @@ static void list_starts(const char *dir, int64_t next, FILE *out) {
             snprintf(ended, sizeof ended, "%s at step %lld", recs[i].ended, (long long)recs[i].ended_step);
         else
             snprintf(ended, sizeof ended, "%s", i + 1 == n ? "running, or failed" : "failed");
-        fprintf(out, "%-6zu %-20s %-14s %8lld %6d %12lld %s\n", i + 1, recs[i].time, recs[i].job_id, recs[i].restart,
-                recs[i].world_size, (long long)recs[i].resume_step, ended);
+        char up[24] = "-", cause[300] = "-";
+        if (recs[i].ready)
+            snprintf(up, sizeof up, "%.1f s", recs[i].startup.total);
+        if (recs[i].cause[0])
+            snprintf(cause, sizeof cause, "%s%s%s", recs[i].cause, recs[i].blamed[0] ? " " : "", recs[i].blamed);
+        fprintf(out, "%-6zu %-20s %-14s %8lld %6d %12lld %10s %-16s %s\n", i + 1, recs[i].time, recs[i].job_id,
+                recs[i].restart, recs[i].world_size, (long long)recs[i].resume_step, up, cause, ended);
     }
     int stalled = sr_starts_stalled(recs, n, next);
     if (stalled > 0)
@@ -320,6 +326,17 @@ static void list_starts(const char *dir, int64_t next, FILE *out) {
                 "refused when preemption.max_stalled_restarts is at most %d)\n",
                 stalled, stalled == 1 ? "" : "s", (long long)next, stalled);
     free(recs);
+    char metrics[4096];
+    sr_goodput g;
+    if (!sr_starts_metrics(dir, metrics, sizeof metrics))
+        fprintf(out, "goodput: no start named a metrics file (log.metrics): nothing to account the wall time with\n");
+    else if (sr_goodput_read(metrics, &g) != SR_OK)
+        fprintf(out, "goodput: %s\n", sr_error_message());
+    else {
+        fputc('\n', out);
+        sr_goodput_print(&g, out);
+        fprintf(out, "(from the metrics file %s)\n", metrics);
+    }
 }
 
 sr_status sr_ckpt_list(const char *dir, FILE *out) {

@@ -38,6 +38,7 @@
 #include "report.h"
 #include "sample.h"
 #include "signals.h"
+#include "startup.h"
 #include "status.h"
 #include "suggest.h"
 #include "testhook.h"
@@ -437,6 +438,7 @@ static int check_skip_wait(void) {
 }
 
 int main(int argc, char **argv) {
+    sr_startup_mark(); /* the start-up split's zero (startup.h) */
     sr_signals_init(); /* SIGINT, SIGTERM, SIGHUP remove temporaries; SIGPIPE, SIGXFSZ ignored */
     sr_error_set_printer(cli_print_error);
     sr_ckpt_guard_outputs();

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "ckpt_tools.h"
+#include "clock.h"
 #include "config.h"
 #include "data.h"
 #include "device.h"
@@ -30,6 +31,7 @@
 #include "report.h"
 #include "sample.h"
 #include "signals.h"
+#include "startup.h"
 #include "status.h"
 #include "suggest.h"
 #include "testhook.h"
@@ -249,7 +251,9 @@ int cmd_train(const char *sub, const cli *c) {
     if (st != SR_OK)
         return cli_fail(st);
     sr_world world;
+    double t0 = sr_clock_mono_s();
     st = sr_world_init(&world);
+    sr_startup_add(SR_PHASE_BOOTSTRAP, t0);
     if (st != SR_OK) {
         /* srun without --mpi=pmix: every task fails alike; task 0 says why */
         const char *procid = getenv("SLURM_PROCID");

@@ -27,6 +27,7 @@
 #include "profile.h"
 #include "promfile.h"
 #include "signals.h"
+#include "starts.h"
 #include "testhook.h"
 #include "trace.h"
 
@@ -208,6 +209,10 @@ static json_t *reshard_json(int64_t v) {
 }
 
 void sr_run_start_events(sr_run *r) {
+    char split[256];
+    sr_startup_format(&r->startup, split, sizeof split);
+    sr_log_info("start-up: %s", split);
+    sr_starts_ready(r->cfg->ckpt_dir, r->w, &r->startup);
     if (!r->metrics)
         return;
     long long restarts = r->w->restart;
@@ -215,7 +220,7 @@ void sr_run_start_events(sr_run *r) {
     /* the run's configuration, as the report shows it */
     sr_metrics_event(
         r->metrics, "start", r->start.step,
-        json_pack("{sI sI si ss ss sI sI sI sI sI ss ss ss si si so so sb ss ss}", "restart", (json_int_t)restarts,
+        json_pack("{sI sI si ss ss sI sI sI sI sI ss ss ss si si so so sb ss ss so}", "restart", (json_int_t)restarts,
                   "resume_step", (json_int_t)r->start.step, "world_size", r->w->size, "job_id", r->w->job_id, "preset",
                   sr_config_enum_name("model.preset", cfg->model_preset), "n_layer", (json_int_t)cfg->n_layer, "n_head",
                   (json_int_t)cfg->n_head, "n_embd", (json_int_t)cfg->n_embd, "seq_len", (json_int_t)cfg->seq_len,
@@ -226,7 +231,7 @@ void sr_run_start_events(sr_run *r) {
                   reshard_json(cfg->reshard_blocks), "reshard_root", reshard_json(cfg->reshard_root),
                   "offload_optimizer", (int)cfg->offload_optimizer, "recompute",
                   sr_config_enum_name("model.recompute", cfg->recompute), "attention",
-                  r->flash ? "flash" : "materialized"));
+                  r->flash ? "flash" : "materialized", "startup", sr_startup_json(&r->startup)));
     const char *from = sr_ckpt_resumed_from(r->ck);
     if (from)
         sr_metrics_event(r->metrics, "resume", r->start.step, json_pack("{ss}", "from", from));

@@ -1,9 +1,11 @@
 /* starts.c — the start history and the crash-loop guard; see starts.h.
  *
  * One JSON object per line (jansson), appended with one write(2) each:
- *   {"start": 3, "time": "...", "job_id": "...", "restart": 2, "world_size": 4, "resume_step": 40}
- *   {"end": 3, "how": "preempted", "step": 52}
- * An end line names the start it ends. */
+ *   {"start": 3, "time": "...", "job_id": "...", "restart": 2, "world_size": 4, "resume_step": 40,
+ *    "cause": "exit_69", "blamed": "node7", "lost_s": 12.5}     (the last three: a rerun's)
+ *   {"ready": 3, "time": "...", "startup": {"total": 4.1, "bootstrap": 0.3, ...}}
+ *   {"end": 3, "time": "...", "how": "preempted", "step": 52}
+ * A ready or end line names the start it belongs to. */
 #include "srconfig.h"
 
 #include "starts.h"
@@ -26,9 +28,10 @@
 
 static void path_of(const char *dir, char *out, size_t n) { snprintf(out, n, "%s/%s", dir, SR_STARTS_FILE); }
 
-sr_status sr_starts_read(const char *dir, sr_start_rec **recs, size_t *n) {
-    *recs = NULL;
-    *n = 0;
+/* Opens the history of dir at its newest MAX_FILE_BYTES (*f NULL when
+ * there is none). */
+static sr_status open_history(const char *dir, FILE **fp) {
+    *fp = NULL;
     char path[4096 + 32];
     path_of(dir, path, sizeof path);
     struct stat sb;
@@ -53,6 +56,19 @@ sr_status sr_starts_read(const char *dir, sr_start_rec **recs, size_t *n) {
         } else
             fseek(f, 0, SEEK_SET);
     }
+    *fp = f;
+    return SR_OK;
+}
+
+sr_status sr_starts_read(const char *dir, sr_start_rec **recs, size_t *n) {
+    *recs = NULL;
+    *n = 0;
+    char path[4096 + 32];
+    path_of(dir, path, sizeof path);
+    FILE *f;
+    sr_status ost = open_history(dir, &f);
+    if (ost != SR_OK || !f)
+        return ost;
     size_t cap = 0, bad = 0;
     char line[4096];
     sr_start_rec *v = NULL;
@@ -72,15 +88,22 @@ sr_status sr_starts_read(const char *dir, sr_start_rec **recs, size_t *n) {
             }
             sr_start_rec *r = &v[(*n)++];
             memset(r, 0, sizeof *r);
-            const char *t = "", *j = "-";
+            const char *t = "", *j = "-", *cause = "", *blamed = "";
             json_int_t restart = 0, ws = 0, step = 0;
-            json_unpack(o, "{s?s s?s s?I s?I s?I}", "time", &t, "job_id", &j, "restart", &restart, "world_size", &ws,
-                        "resume_step", &step);
+            json_unpack(o, "{s?s s?s s?I s?I s?I s?s s?s}", "time", &t, "job_id", &j, "restart", &restart, "world_size",
+                        &ws, "resume_step", &step, "cause", &cause, "blamed", &blamed);
             snprintf(r->time, sizeof r->time, "%s", t);
             snprintf(r->job_id, sizeof r->job_id, "%s", j);
+            snprintf(r->cause, sizeof r->cause, "%s", cause);
+            snprintf(r->blamed, sizeof r->blamed, "%s", blamed);
+            json_t *lost = json_object_get(o, "lost_s");
+            r->lost_s = json_is_number(lost) ? json_number_value(lost) : -1;
             r->restart = restart;
             r->world_size = (int)ws;
             r->resume_step = step;
+        } else if (o && json_unpack(o, "{sI}", "ready", &id) == 0 && *n > 0) {
+            sr_start_rec *r = &v[*n - 1];
+            r->ready = sr_startup_from_json(json_object_get(o, "startup"), &r->startup);
         } else if (o && json_unpack(o, "{sI}", "end", &id) == 0 && *n > 0) {
             const char *how = "";
             json_int_t step = 0;
@@ -131,10 +154,67 @@ static void append_line(const char *dir, json_t *o) {
     free(text);
 }
 
+bool sr_starts_metrics(const char *dir, char *out, size_t size) {
+    out[0] = '\0';
+    FILE *f;
+    if (open_history(dir, &f) != SR_OK || !f)
+        return false;
+    char line[8192];
+    while (fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        const char *m = json_string_value(json_object_get(o, "metrics"));
+        if (m && json_object_get(o, "start"))
+            snprintf(out, size, "%s", m);
+        json_decref(o);
+    }
+    fclose(f);
+    return out[0] != '\0';
+}
+
 /* the start id the next start line gets (also named by its end line) */
 static long long start_id;
 
-sr_status sr_starts_begin(const char *dir, int64_t resume_step, int64_t max_stalled, const sr_world *w, sr_ctl *ctl) {
+/* The rerun's environment variable `name`, when it holds 1 to size - 1
+ * characters of [A-Za-z0-9._,-] (a cause, host names); else "" (a value
+ * that is set but is not that warns). */
+static void restart_env(const char *name, char *out, size_t size) {
+    out[0] = '\0';
+    const char *v = getenv(name);
+    if (!v || !v[0])
+        return;
+    size_t len = strlen(v), ok = strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._,-");
+    if (ok != len || len >= size) {
+        char shown[64];
+        sr_escape_n(v, len, shown, sizeof shown);
+        sr_log_warn("%s='%s' is not recorded in the start history: expected 1 to %zu characters of letters, digits, "
+                    "'.', '_', ',' and '-' (the job template sets it when it reruns a failed step)",
+                    name, shown, size - 1);
+        return;
+    }
+    memcpy(out, v, len + 1);
+}
+
+/* Seconds from SHARDRUN_RESTART_AT (the failure's wall time) to now; -1
+ * when unset or not a time before now. */
+static double restart_lost_s(void) {
+    const char *v = getenv("SHARDRUN_RESTART_AT");
+    if (!v || !v[0])
+        return -1;
+    char *end;
+    double at = strtod(v, &end), now = sr_clock_wall_s();
+    if (*end || !(at > 0) || at > now) {
+        char shown[64];
+        sr_escape_n(v, strlen(v), shown, sizeof shown);
+        sr_log_warn("SHARDRUN_RESTART_AT='%s' is not recorded in the start history: expected the failure's time in "
+                    "seconds since the epoch, not after now (date +%%s)",
+                    shown);
+        return -1;
+    }
+    return now - at;
+}
+
+sr_status sr_starts_begin(const char *dir, int64_t resume_step, int64_t max_stalled, const char *metrics,
+                          const sr_world *w, sr_ctl *ctl) {
     if (!dir || !dir[0])
         return SR_OK;
     /* stalled starts (0 when it may start); the status of a history that
@@ -164,9 +244,24 @@ sr_status sr_starts_begin(const char *dir, int64_t resume_step, int64_t max_stal
         } else if (!verdict[1]) {
             sr_clock_iso(-1, msg, sizeof msg);
             start_id = (long long)n + 1;
-            append_line(dir, json_pack("{sI ss ss sI si sI}", "start", (json_int_t)start_id, "time", msg, "job_id",
-                                       w->job_id, "restart", (json_int_t)w->restart, "world_size", w->size,
-                                       "resume_step", (json_int_t)resume_step));
+            json_t *o = json_pack("{sI ss ss sI si sI}", "start", (json_int_t)start_id, "time", msg, "job_id",
+                                  w->job_id, "restart", (json_int_t)w->restart, "world_size", w->size, "resume_step",
+                                  (json_int_t)resume_step);
+            char cause[32], blamed[256];
+            restart_env("SHARDRUN_RESTART_CAUSE", cause, sizeof cause);
+            restart_env("SHARDRUN_RESTART_BLAMED", blamed, sizeof blamed);
+            double lost = restart_lost_s();
+            if (o && cause[0])
+                json_object_set_new(o, "cause", json_string(cause));
+            if (o && blamed[0])
+                json_object_set_new(o, "blamed", json_string(blamed));
+            if (o && lost >= 0)
+                json_object_set_new(o, "lost_s", json_real(lost));
+            char *abs = metrics && metrics[0] ? realpath(metrics, NULL) : NULL;
+            if (o && abs) /* where `ckpt list` finds the run's goodput */
+                json_object_set_new(o, "metrics", json_string(abs));
+            free(abs);
+            append_line(dir, o);
         }
         free(recs);
     }
@@ -192,8 +287,19 @@ sr_status sr_starts_begin(const char *dir, int64_t resume_step, int64_t max_stal
                     (long long)verdict[0], step, w->rank == 0 ? msg : "rank 0 names them", dir);
 }
 
+void sr_starts_ready(const char *dir, const sr_world *w, const sr_startup *s) {
+    if (!dir || !dir[0] || w->rank != 0 || start_id == 0)
+        return;
+    char t[32];
+    sr_clock_iso(-1, t, sizeof t);
+    append_line(dir, json_pack("{sI ss so}", "ready", (json_int_t)start_id, "time", t, "startup", sr_startup_json(s)));
+}
+
 void sr_starts_end(const char *dir, const sr_world *w, const char *how, int64_t step) {
     if (!dir || !dir[0] || w->rank != 0 || start_id == 0)
         return;
-    append_line(dir, json_pack("{sI ss sI}", "end", (json_int_t)start_id, "how", how, "step", (json_int_t)step));
+    char t[32];
+    sr_clock_iso(-1, t, sizeof t);
+    append_line(
+        dir, json_pack("{sI ss ss sI}", "end", (json_int_t)start_id, "time", t, "how", how, "step", (json_int_t)step));
 }

@@ -3,8 +3,13 @@
  *
  * starts owns <checkpoint.dir>/starts.jsonl: one line per start of a run
  * in the directory (time, job id, Slurm restart count, world size, the step
- * it resumed from) and one line when a start ends by completing or by a
- * preemption whose checkpoint committed.  It owns the rule: when the last
+ * it resumed from, and for a start the job template reran after a failure
+ * its cause, the host it blamed and the seconds from that failure to this
+ * start: SHARDRUN_RESTART_CAUSE, SHARDRUN_RESTART_BLAMED and
+ * SHARDRUN_RESTART_AT, the failure's time in seconds since the epoch), one
+ * when it reaches its first step (its start-up split, startup.h), and one
+ * when it ends by completing or by a preemption whose checkpoint
+ * committed.  It owns the rule: when the last
  * preemption.max_stalled_restarts starts resumed from the step this start
  * would resume from, and none of them ended that way, restarts stall (the
  * job crashes at the same point every time, and Slurm would requeue it
@@ -22,6 +27,7 @@
 #include <stdint.h>
 
 #include "ctl.h"
+#include "startup.h"
 #include "status.h"
 #include "world.h"
 
@@ -35,6 +41,11 @@ typedef struct {
     int64_t resume_step; /* 0 = fresh */
     char ended[16];      /* "" (crashed or still running), "done" or "preempted" */
     int64_t ended_step;  /* the step it ended at (when ended) */
+    char cause[32];      /* SHARDRUN_RESTART_CAUSE ("" when none) */
+    char blamed[256];    /* SHARDRUN_RESTART_BLAMED ("" when none) */
+    double lost_s;       /* the failure to this start, seconds (< 0: not known) */
+    bool ready;          /* it reached its first step: startup holds its split */
+    sr_startup startup;
 } sr_start_rec;
 
 /* Reads the history of `dir` (oldest first) into a malloc'd array (*n
@@ -47,13 +58,23 @@ sr_status sr_starts_read(const char *dir, sr_start_rec **recs, size_t *n);
 
 /* The guard and the record, collective over ctl: rank 0 reads the
  * history, refuses when the last max_stalled (> 0) starts stall at
- * resume_step, else appends this start; every rank returns the verdict:
+ * resume_step, else appends this start (with the metrics file, when one
+ * is written: `metrics`, log.metrics); every rank returns the verdict:
  * SR_OK, SR_ERR_STALLED with the message naming the step and the starts
  * (and the hint to fix the cause, then run once with
  * preemption.max_stalled_restarts: 0), or SR_ERR_CANTCREAT when the
  * history is not a regular file (the guard is never off unnoticed).  A
  * failure to append warns. */
-sr_status sr_starts_begin(const char *dir, int64_t resume_step, int64_t max_stalled, const sr_world *w, sr_ctl *ctl);
+sr_status sr_starts_begin(const char *dir, int64_t resume_step, int64_t max_stalled, const char *metrics,
+                          const sr_world *w, sr_ctl *ctl);
+
+/* The metrics file (log.metrics, as an absolute path) the newest start of
+ * dir that had one named, into out; false when none did. */
+bool sr_starts_metrics(const char *dir, char *out, size_t size);
+
+/* Rank 0 records that this start reached its first step, with its
+ * start-up split.  A failure warns. */
+void sr_starts_ready(const char *dir, const sr_world *w, const sr_startup *s);
 
 /* Rank 0 records how this start ended: `how` "done" or "preempted" at
  * `step`.  A failure warns. */

@@ -101,8 +101,11 @@ static sr_status check_fds(sr_run *r) {
  * when the data plane needs it. */
 static sr_status open_engine(sr_run *r) {
     sr_model_dims dims = sr_job_model_dims(r->cfg, r->T);
+    double t0 = sr_clock_mono_s();
     sr_status st = sr_model_init(&r->model, dims, r->ops, r->dev, r->mb, false);
     r->model_ok = true;
+    sr_startup_add(SR_PHASE_MODEL, t0);
+    t0 = sr_clock_mono_s();
     if (st == SR_OK)
         st = sr_transport_open(&r->tp, r->w, &r->job.transport);
     if (st == SR_OK)
@@ -110,8 +113,12 @@ static sr_status open_engine(sr_run *r) {
     sr_plane_opts po = {(int)r->cfg->comm_backend, r->cfg->comm_timeout_s, r->job.transport.interface};
     if (st == SR_OK)
         st = sr_plane_open(&r->plane, r->dev, r->tp, &po);
+    sr_startup_add(SR_PHASE_BOOTSTRAP, t0);
+    t0 = sr_clock_mono_s();
     if (st == SR_OK)
         st = sr_fsdp_init(&r->fsdp, &r->model, &r->mesh, &r->job.fsdp, r->plane);
+    sr_startup_add(SR_PHASE_MODEL, t0);
+    t0 = sr_clock_mono_s();
     if (st == SR_OK)
         st = check_fds(r);
     if (st == SR_OK) {
@@ -122,6 +129,7 @@ static sr_status open_engine(sr_run *r) {
         st = agree_isa(r);
     if (st == SR_OK)
         st = sr_plane_start(r->plane, r->w);
+    sr_startup_add(SR_PHASE_BOOTSTRAP, t0);
     return st;
 }
 
@@ -141,7 +149,9 @@ static sr_status precheck_init(sr_run *r) {
 /* Metrics file, signal handlers, checkpoint directory, resume. */
 static sr_status open_run_state(sr_run *r) {
     const sr_config *cfg = r->cfg;
+    double t0 = sr_clock_mono_s();
     sr_status st = precheck_init(r);
+    sr_startup_add(SR_PHASE_CHECKPOINT, t0);
     if (st != SR_OK)
         return st;
     if (r->w->rank == 0) {
@@ -156,8 +166,10 @@ static sr_status open_run_state(sr_run *r) {
     /* preemption handlers first, so a signal during the resume is kept */
     if (cfg->ckpt_dir && cfg->ckpt_dir[0])
         st = sr_preempt_install(cfg->preempt_signals.items, cfg->preempt_signals.count);
+    t0 = sr_clock_mono_s();
     if (st == SR_OK)
         st = sr_ckpt_open(&r->ck, &r->job.ckpt, r->w, r->ctl, &r->model, r->fsdp);
+    sr_startup_add(SR_PHASE_CHECKPOINT, t0);
     /* the data it trains on, recorded in and compared with checkpoints */
     if (st == SR_OK && (sr_ckpt_enabled(r->ck) || sr_ckpt_may_resume(&r->job.ckpt))) {
         st = sr_provenance_collect(&r->data_rec, r->train, r->val, r->tok, cfg->ckpt_dir, r->ctl);
@@ -165,6 +177,7 @@ static sr_status open_run_state(sr_run *r) {
             sr_ckpt_set_data(r->ck, &r->data_rec, cfg->data_allow_changed);
     }
     snprintf(r->resumed, sizeof r->resumed, "fresh");
+    t0 = sr_clock_mono_s();
     if (st == SR_OK)
         st = sr_ckpt_resume(r->ck, &r->start, r->resumed, sizeof r->resumed);
     bool init = cfg->model_init && cfg->model_init[0];
@@ -177,12 +190,13 @@ static sr_status open_run_state(sr_run *r) {
                     (long long)r->start.step);
     else if (st == SR_OK && init && !r->init.loaded)
         st = sr_modelinit_load(&r->init, cfg->model_init, r->fsdp, &r->model, r->ctl, r->w);
+    sr_startup_add(SR_PHASE_CHECKPOINT, t0);
     if (st == SR_OK && r->init.loaded) {
         sr_ckpt_set_init(r->ck, r->init.path, r->init.sha256);
         sr_fmt(r->weights, sizeof r->weights, "model.init %s", r->init.path);
     }
     if (st == SR_OK) /* the crash-loop guard; then a fresh start begins a new metrics file */
-        st = sr_starts_begin(cfg->ckpt_dir, r->start.step, cfg->preempt_max_stalled, r->w, r->ctl);
+        st = sr_starts_begin(cfg->ckpt_dir, r->start.step, cfg->preempt_max_stalled, cfg->log_metrics, r->w, r->ctl);
     if (st == SR_OK)
         st = sr_metrics_begin(r->metrics, r->start.step);
     return st;
@@ -194,23 +208,29 @@ static sr_status setup(sr_run *r) {
     r->mb = (int)sr_config_micro_batch(cfg, r->w->size);
     r->accum = (int)sr_config_accum_steps(cfg, r->w->size);
     r->T = (int)cfg->seq_len;
+    double t0 = sr_clock_mono_s();
     sr_status st = sr_device_open_run(&r->dev, cfg, r->w);
+    sr_startup_add(SR_PHASE_DEVICE, t0);
     if (st == SR_OK)
         st = sr_job_check(&r->resolved, r->w->size, r->w->rank, r->dev, &r->mesh, &r->param_auto, &r->flash);
     if (st == SR_OK) {
         r->ops = sr_device_ops(r->dev, (sr_dtype)cfg->param_dtype, r->flash);
         st = sr_job_init(&r->job, cfg);
     }
+    t0 = sr_clock_mono_s();
     if (st == SR_OK) /* before anything sized by the model is allocated */
         st = sr_memplan_run(&r->plan, cfg, &r->job, &r->mesh, r->mb, r->threads, r->ops, r->dev, r->w);
+    sr_startup_add(SR_PHASE_MODEL, t0);
     if (st == SR_OK)
         st = open_data(r);
     if (st == SR_OK)
         st = sr_run_start_observers(r);
     if (st == SR_OK)
         st = open_engine(r);
+    t0 = sr_clock_mono_s();
     if (st == SR_OK)
         st = sr_run_gather_hosts(r);
+    sr_startup_add(SR_PHASE_BOOTSTRAP, t0);
     if (st != SR_OK)
         return st;
     /* every micro-batch of a step its own slot, in memory the forward's
@@ -533,6 +553,7 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
     r.peak = sr_metrics_device_peak(r.dev, r.ops->act == SR_DT_BF16, r.threads, r.peak_how, sizeof r.peak_how);
     r.flops_tok = sr_model_flops_per_token(&r.model);
     sr_run_banner(&r);
+    r.startup = sr_startup_read();
     sr_run_start_events(&r);
     sr_run_slurm_open(&r);
     const char *dump = sr_testhook()->dump_params;

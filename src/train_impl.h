@@ -22,6 +22,7 @@
 #include "ops.h"
 #include "plane.h"
 #include "provenance.h"
+#include "startup.h"
 #include "tokenizer.h"
 #include "train.h"
 
@@ -79,6 +80,7 @@ typedef struct {
     double end_left_s, end_lead_s; /* rank 0: time left and the lead when it said "stop" */
     /* loop state */
     double first_loss, last_loss, last_val, t_start, last_save;
+    sr_startup startup; /* the seconds to the first step, per phase (read when training begins) */
     /* the log interval (runlog.c): the steps' losses since the last record,
      * and where and when the last log line was */
     double iv_loss_sum;

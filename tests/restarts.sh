@@ -49,9 +49,11 @@ group "a: refused at the fourth stalled start" && {
     snapshot >after
     check "  nothing changed in the checkpoint directory (start history included)" cmp -s before after
     "$S" ckpt list ck >list.out 2>&1
-    check "  ckpt list shows the four starts (resumed from 0, 5, 5, 5) and the guard's count" \
-        sh -c "[ \$(grep -Ec '^[1-4] +[0-9T:Z-]+ +[^ ]+ +0 +1 +(0|5) (failed|running, or failed)$' list.out) -eq 4 ] && grep -q 'the newest 3 starts began from step 5' list.out" ||
+    check "  ckpt list shows the four starts (resumed from 0, 5, 5, 5; each its seconds to the first step) and the guard's count" \
+        sh -c "[ \$(grep -Ec '^[1-4] +[0-9T:Z-]+ +[^ ]+ +0 +1 +(0|5) +[0-9]+\.[0-9] s +- +(failed|running, or failed)$' list.out) -eq 4 ] && grep -q 'the newest 3 starts began from step 5' list.out" ||
         diag "$(cat list.out)"
+    check "  ...and no goodput without a metrics file, saying so" \
+        grep -q '^goodput: no start named a metrics file (log.metrics)' list.out
 }
 
 group "b: max_stalled_restarts 0, then a fix" && {
@@ -156,4 +158,58 @@ group "f: PMI2 without Slurm's library" && {
     check "  without PMI2's environment the same build trains alone (bootstrap none; $?)" \
         sh -c "grep -q 'bootstrap none' f2.out && grep -q 'done: 2 steps' f2.out"
 }
+# g. a rerun's record and the goodput: a start that fails at step 8
+#    (checkpoint 5), then a rerun as the job templates run one
+#    (SHARDRUN_RESTART_CAUSE, _BLAMED, _AT), then one with nothing left and
+#    a cause that is not a cause; the start-up split on the start line, in
+#    the metrics' start records and starts.jsonl's ready records; ckpt list's
+#    goodput line and table, whose rows add up to the wall time
+group "g: a rerun's cause, the start-up split and the goodput" && {
+    rm -rf ck
+    fault --set log.metrics=g.jsonl
+    SHARDRUN_RESTART_CAUSE=exit_69 SHARDRUN_RESTART_BLAMED=node7,node8 SHARDRUN_RESTART_AT=$(($(date +%s) - 2)) \
+        "$S" train j.yaml --set log.metrics=g.jsonl >g.out 2>g.err
+    check "g: the rerun resumes from step 5 and completes (exit $?)" grep -q 'done: 7 steps' g.err
+    check "  ...its start line: the seconds to the first step, per phase" \
+        grep -Eq '^shardrun: start-up: [0-9.]+ s to the first step: bootstrap [0-9.]+ s, device [0-9.]+ s, model [0-9.]+ s, checkpoint [0-9.]+ s, other [0-9.]+ s$' g.err
+    SHARDRUN_RESTART_CAUSE='exit 69; rm -rf' "$S" train j.yaml --set log.metrics=g.jsonl >g3.out 2>g3.err
+    check "  a cause of other characters is one warning and not recorded; the start goes on (exit $?)" \
+        sh -c "[ \$(grep -c \"warning: SHARDRUN_RESTART_CAUSE='exit 69; rm -rf' is not recorded\" g3.err) -eq 1 ] && grep -q 'nothing left to train' g3.err"
+    python3 - ck/starts.jsonl g.jsonl >g.py.out 2>&1 <<'PY'
+import json, os, sys
+starts = [json.loads(l) for l in open(sys.argv[1])]
+s = [o for o in starts if "start" in o]
+ready = [o for o in starts if "ready" in o]
+ends = [o for o in starts if "end" in o]
+assert len(s) == 3 and len(ready) == 3, (len(s), len(ready))
+assert "cause" not in s[0] and "lost_s" not in s[0], s[0]
+assert s[1]["cause"] == "exit_69" and s[1]["blamed"] == "node7,node8", s[1]
+assert 2 <= s[1]["lost_s"] < 60, s[1]
+assert "cause" not in s[2], s[2]
+m = os.path.realpath(sys.argv[2])
+assert all(o["metrics"] == m for o in s), [o.get("metrics") for o in s]
+phases = ["bootstrap", "device", "model", "checkpoint", "other"]
+for o in ready:
+    u = o["startup"]
+    assert abs(sum(u[p] for p in phases) - u["total"]) < 1e-6 and u["total"] > 0, u
+assert all("time" in o for o in ends), ends
+recs = [json.loads(l) for l in open(sys.argv[2])]
+st = [o for o in recs if o.get("event") == "start"]
+assert len(st) == 3 and all(set(phases) < set(o["startup"]) for o in st), st
+print("ok")
+PY
+    check "  starts.jsonl: the rerun's cause, blamed hosts and seconds lost, the metrics file; a ready record per start with its split; the metrics' start records with it too" \
+        grep -qx ok g.py.out || diag "$(cat g.py.out)"
+    "$S" ckpt list ck >g.list 2>&1
+    check "  ckpt list: the rerun's cause and blamed hosts in the start history" \
+        grep -Eq '^2 +[0-9T:Z-]+ +[^ ]+ +0 +1 +5 +[0-9]+\.[0-9] s exit_69 node7,node8 +done at step 12$' g.list
+    check "  ...the goodput line: 12 steps kept over 3 starts, at least 2 redone (6 and 7: past checkpoint 5)" \
+        grep -Eq '^goodput 0\.[0-9]+: [0-9.]+ s of [0-9.]+ s in steps kept \(12 steps; 3 starts; [2-9] steps redone\)$' g.list ||
+        diag "$(sed -n '/^goodput/,$p' g.list)"
+    check "  ...and its table: kept, redone, start-up per phase, stalls, restarts, other; the rows add up to the wall time" \
+        awk '/^goodput / { wall = $6 } /^  [a-z]/ && / s +[0-9.]+%/ { for (i = 1; i <= NF; i++) if ($i == "s") { sum += $(i - 1); n++; break } }
+             END { d = sum - wall; if (d < 0) d = -d; exit !(n == 10 && wall > 0 && d <= 0.6) }' g.list ||
+        diag "$(sed -n '/^goodput/,$p' g.list)"
+}
+
 done_testing

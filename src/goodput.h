@@ -1,0 +1,62 @@
+/* goodput.h — where a run's wall time went, over its whole chain of
+ * starts (requeues, resubmissions, reruns inside the allocation), and the
+ * goodput ratio: the share of it spent on steps the run kept.
+ *
+ * goodput owns the accounting; its input is the run's metrics file
+ * (log.metrics: a resumed run appends, so one file holds every start) and
+ * its output what `shardrun ckpt list` prints.  The file is split into
+ * segments at its start records (runlog.c: each carries the start's
+ * seconds to its first step, per phase, startup.h); a segment runs from its
+ * start record to its last record.  Per segment:
+ *   - start-up: its start record's split (bootstrap, device, model,
+ *     checkpoint, other): the process start to the first step;
+ *   - checkpoint stalls: the durations of its synchronous saves (an
+ *     asynchronous save's write overlaps the steps);
+ *   - its steps' time (the rest of the segment) is split between the steps
+ *     kept (up to the step the next start resumed from) and the steps
+ *     redone (past it: lost with the failure), in proportion to the steps;
+ *   - restarts: from its last record to the next start's process start
+ *     (the step in flight when it failed, the failure's detection, the
+ *     rerun's launch; for a requeue or resubmission also the queue wait).
+ * The wall time is the first start's process start to the last record;
+ * what no category holds is "other" (a preemption's final save, clock
+ * steps).  The accounting needs no clock in common between the nodes:
+ * every time is rank 0's. */
+#ifndef SR_GOODPUT_H
+#define SR_GOODPUT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "startup.h"
+#include "status.h"
+
+typedef struct {
+    int starts;           /* start records */
+    int64_t steps_kept;   /* the last step minus the first start's resume step */
+    int64_t steps_redone; /* steps done twice (or more) */
+    double wall_s;        /* the first start's process start to the last record */
+    double kept_s, redone_s, stall_s, restart_s, other_s;
+    double startup_s[SR_PHASE_COUNT]; /* summed over the starts */
+    double ratio;                     /* kept_s / wall_s (0 when wall_s is 0) */
+} sr_goodput;
+
+/* The accounting over records[0 .. n) in file order (the metrics file's
+ * objects; records other than start, step and checkpoint are read for
+ * their time only).  Returns false, *g zeroed, when no start record is
+ * there. */
+int sr_goodput_compute(json_t *const *records, size_t n, sr_goodput *g);
+
+/* Reads the metrics file at path and computes.  SR_ERR_NOINPUT when it
+ * cannot be read, SR_ERR_DATA when it holds no start record (a line that
+ * does not parse is skipped). */
+sr_status sr_goodput_read(const char *path, sr_goodput *g);
+
+/* The goodput line and its table:
+ *   goodput 0.82: 41.3 s of 50.4 s in steps kept (120 steps; 3 starts; 14 steps redone)
+ * then one row per category (seconds, share of the wall time). */
+void sr_goodput_print(const sr_goodput *g, FILE *out);
+
+#endif
