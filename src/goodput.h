@@ -25,6 +25,8 @@
 #ifndef SR_GOODPUT_H
 #define SR_GOODPUT_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -43,16 +45,39 @@ typedef struct {
     double ratio;                     /* kept_s / wall_s (0 when wall_s is 0) */
 } sr_goodput;
 
-/* The accounting over records[0 .. n) in file order (the metrics file's
- * objects; records other than start, step and checkpoint are read for
- * their time only).  Returns false, *g zeroed, when no start record is
- * there. */
+/* The accounting as the records stream by (the report folds them with
+ * its own reading): begin, add each record in file order (records other
+ * than start, step and checkpoint are read for their time only), end.
+ * sr_goodput_end returns false, *g zeroed, when no start record came. */
+typedef struct {
+    int64_t resume, last_step; /* the open segment: the step it resumed from; its newest step record's */
+    double first_t, last_t;    /* its start record's time; its newest record's */
+    double stall_s;            /* its synchronous saves */
+    bool open;                 /* a start record came */
+    double first_process_t, last_t_all;
+    int64_t first_resume;
+    sr_goodput g;
+} sr_goodput_acc;
+
+void sr_goodput_begin(sr_goodput_acc *a);
+void sr_goodput_add(sr_goodput_acc *a, const json_t *record);
+int sr_goodput_end(sr_goodput_acc *a, sr_goodput *g);
+
+/* The three over records[0 .. n). */
 int sr_goodput_compute(json_t *const *records, size_t n, sr_goodput *g);
 
-/* Reads the metrics file at path and computes.  SR_ERR_NOINPUT when it
- * cannot be read, SR_ERR_DATA when it holds no start record (a line that
- * does not parse is skipped). */
+/* Reads the metrics file at path (streamed: memory does not grow with
+ * it) and computes.  SR_ERR_NOINPUT when it cannot be read, SR_ERR_DATA
+ * when it holds no start record (a line that does not parse is skipped). */
 sr_status sr_goodput_read(const char *path, sr_goodput *g);
+
+/* The goodput line alone (no newline) into out. */
+void sr_goodput_line(const sr_goodput *g, char *out, size_t n);
+
+/* The category i (0 .. SR_GOODPUT_ROWS - 1) of g: its name, seconds and
+ * what it holds ("" when it needs no note), in the table's order. */
+#define SR_GOODPUT_ROWS (5 + SR_PHASE_COUNT)
+double sr_goodput_row(const sr_goodput *g, int i, const char **name, const char **note);
 
 /* The goodput line and its table:
  *   goodput 0.82: 41.3 s of 50.4 s in steps kept (120 steps; 3 starts; 14 steps redone)

@@ -246,6 +246,7 @@ const char *rep_str(const json_t *o, const char *key) {
 
 static void state_init(state *s) {
     memset(s, 0, sizeof *s);
+    sr_goodput_begin(&s->gp_acc);
     const series_def base[S_MEM0] = {
         {"loss", "training loss", palette[0], "loss", 1, false, false},
         {"val_loss", "validation loss", palette[1], "loss", 1, false, false},
@@ -500,6 +501,7 @@ static bool fold_step(state *s, const json_t *o, double step) {
 
 /* One record into the state. */
 static bool fold(state *s, const json_t *o, long long lineno) {
+    sr_goodput_add(&s->gp_acc, o);
     const char *event = rep_str(o, "event");
     double step = rep_num(o, "step"), time = rep_num(o, "time");
     s->xmin = fmin(s->xmin, step);
@@ -682,6 +684,11 @@ static void print_summary(FILE *out, const char *path, const state *s, const tot
                 s->strag[i].median);
     if (s->strag_total > s->nstrag)
         fprintf(out, "  ...and %lld more straggler warnings\n", s->strag_total - s->nstrag);
+    if (s->gp_ok) {
+        char line[256];
+        sr_goodput_line(&s->gp, line, sizeof line);
+        fprintf(out, "  %s\n", line);
+    }
     if (s->profile)
         fprintf(out, "  GPU profile: step %.0f, %.3f ms per step, the device busy %.3f ms (%s)\n",
                 rep_num(s->profile, "step"), rep_num(s->profile, "wall_ms"), rep_num(s->profile, "busy_ms"),
@@ -704,6 +711,7 @@ sr_status sr_report(const char *metrics, const char *out, FILE *summary_out, FIL
         return sr_error_oom("the report");
     state_init(s);
     sr_status st = read_stream(metrics, s, err);
+    s->gp_ok = sr_goodput_end(&s->gp_acc, &s->gp);
     if (st == SR_OK && s->steps + s->events == 0)
         st = sr_error(SR_ERR_DATA,
                       "%s: no records (%lld line%s skipped) (hint: give the file a run wrote with log.metrics: PATH)",

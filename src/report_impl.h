@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "goodput.h"
 #include "mem.h"
 #include "report.h"
 
@@ -133,6 +134,9 @@ typedef struct {
     straggler strag[MAX_STRAG];
     int nstrag;
     long long strag_total;
+    sr_goodput_acc gp_acc; /* the goodput accounting, folded as the records stream by */
+    sr_goodput gp;         /* its result (gp_ok: a start record came) */
+    bool gp_ok;
 } state;
 
 typedef struct {
@@ -164,6 +168,9 @@ void rep_profile_section(FILE *f, const state *s);
  * interval's median (white at or below it, dark red at twice it and
  * above); then the stragglers named. */
 void rep_busy_chart(FILE *f, const state *s);
+/* Where the wall time went over the file's starts (goodput.h): one
+ * stacked bar, then the table. */
+void rep_goodput_section(FILE *f, const state *s);
 void rep_render(FILE *f, const char *path, const state *s, const totals *t);
 double rep_median_of(median_acc *m, bool *approx);
 

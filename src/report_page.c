@@ -88,6 +88,9 @@ void rep_render(FILE *f, const char *path, const state *s, const totals *t) {
             "<tr><th>time lost to crashes</th><td>%.1f s = %.0f steps redone &times; %.3f s + %.1f s before the next "
             "start (%d restart%s without a preemption)</td></tr>\n",
             t->lost_crash, s->redone_crash, t->step_s, s->gap_crash, s->resumes_crash, rep_plural(s->resumes_crash));
+    if (s->gp_ok)
+        fprintf(f, "<tr><th>goodput</th><td>%.2f of the wall time in steps kept (see Goodput)</td></tr>\n",
+                s->gp.ratio);
     fprintf(f, "<tr><th>records</th><td>%lld steps, %lld events, %lld lines skipped</td></tr>\n</table>\n", s->steps,
             s->events, s->skipped);
     if (s->config)
@@ -104,6 +107,7 @@ void rep_render(FILE *f, const char *path, const state *s, const totals *t) {
     rep_chart(f, s, "comm", "Exposed communication per step", "ms", false);
     rep_chart(f, s, "memory", "Memory by category (peak so far, stacked)", "MiB", false);
     rep_busy_chart(f, s);
+    rep_goodput_section(f, s);
     rep_profile_section(f, s);
 
     fputs("<h2>Events</h2>\n<table class=\"events\"><tr><th>line</th><th>step</th><th>event</th></tr>\n", f);

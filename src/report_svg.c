@@ -367,3 +367,40 @@ void rep_busy_chart(FILE *f, const state *s) {
         fputs("<tr><td></td><td>none named</td></tr>\n", f);
     fputs("</table>\n", f);
 }
+
+void rep_goodput_section(FILE *f, const state *s) {
+    if (!s->gp_ok)
+        return;
+    const sr_goodput *g = &s->gp;
+    char line[256];
+    sr_goodput_line(g, line, sizeof line);
+    fputs("<h2>Goodput</h2>\n<p>", f);
+    rep_esc(f, line);
+    fputs(". Where the wall time went over the file's starts (the first start's process start to the last "
+          "record; every time is rank 0's).</p>\n<svg class=\"goodput\" width=\"760\" height=\"34\">\n",
+          f);
+    double x = 0;
+    for (int i = 0; i < SR_GOODPUT_ROWS; i++) {
+        const char *name, *note;
+        double v = sr_goodput_row(g, i, &name, &note);
+        double w = g->wall_s > 0 && v > 0 ? 740 * v / g->wall_s : 0;
+        if (w <= 0)
+            continue;
+        fprintf(f, "<rect x=\"%.1f\" y=\"4\" width=\"%.1f\" height=\"24\" fill=\"%s\"><title>", 10 + x, w,
+                i == 0 ? "#2ca02c" : palette[i % 8]);
+        rep_esc(f, name);
+        fprintf(f, ": %.1f s (%.1f%%)</title></rect>\n", v, 100.0 * v / g->wall_s);
+        x += w;
+    }
+    fputs("</svg>\n<table class=\"goodput\"><tr><th>where</th><th>seconds</th><th>share</th><th></th></tr>\n", f);
+    for (int i = 0; i < SR_GOODPUT_ROWS; i++) {
+        const char *name, *note;
+        double v = sr_goodput_row(g, i, &name, &note);
+        fputs("<tr><td>", f);
+        rep_esc(f, name);
+        fprintf(f, "</td><td>%.1f</td><td>%.1f%%</td><td>", v, g->wall_s > 0 ? 100.0 * v / g->wall_s : 0.0);
+        rep_esc(f, note);
+        fputs("</td></tr>\n", f);
+    }
+    fputs("</table>\n", f);
+}

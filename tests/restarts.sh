@@ -210,6 +210,11 @@ PY
         awk '/^goodput / { wall = $6 } /^  [a-z]/ && / s +[0-9.]+%/ { for (i = 1; i <= NF; i++) if ($i == "s") { sum += $(i - 1); n++; break } }
              END { d = sum - wall; if (d < 0) d = -d; exit !(n == 10 && wall > 0 && d <= 0.6) }' g.list ||
         diag "$(sed -n '/^goodput/,$p' g.list)"
+    "$S" report g.jsonl -o g.html >g.rep 2>&1
+    check "  shardrun report: the same goodput line in its summary, and a Goodput section (a bar per category, the table)" \
+        sh -c "grep -q \"^  \$(grep '^goodput ' g.list)\$\" g.rep && grep -q '<h2>Goodput</h2>' g.html &&
+               [ \$(grep -c '<rect x=.*<title>\(steps kept\|start-up: model\|restarts\):' g.html) -eq 3 ] &&
+               grep -q '<tr><td>steps redone</td>' g.html" || diag "$(cat g.rep)"
 }
 
 done_testing
