@@ -19,9 +19,11 @@
 #include "clock.h"
 #include "fsio.h"
 #include "goodput.h"
+#include "line.h"
 #include "mem.h"
 #include "ops.h"
 #include "shardfile.h"
+#include "slurmjob.h"
 #include "starts.h"
 
 /* step_* directories of dirfd, newest first, in *out (free() it); returns
@@ -325,7 +327,6 @@ static void list_starts(const char *dir, int64_t next, FILE *out) {
                 "the newest %d start%s began from step %lld, the newest checkpoint, and failed (the next start is "
                 "refused when preemption.max_stalled_restarts is at most %d)\n",
                 stalled, stalled == 1 ? "" : "s", (long long)next, stalled);
-    free(recs);
     char metrics[4096];
     sr_goodput g;
     if (!sr_starts_metrics(dir, metrics, sizeof metrics))
@@ -333,10 +334,33 @@ static void list_starts(const char *dir, int64_t next, FILE *out) {
     else if (sr_goodput_read(metrics, &g) != SR_OK)
         fprintf(out, "goodput: %s\n", sr_error_message());
     else {
+        char ids[4096] = "", why[512];
+        sr_line l = SR_LINE(ids);
+        for (size_t i = 0; i < n; i++) { /* the jobs, each once, oldest first */
+            char key[80];
+            snprintf(key, sizeof key, ",%s,", recs[i].job_id);
+            char have[sizeof ids + 2];
+            snprintf(have, sizeof have, ",%s,", ids);
+            const char *id = recs[i].job_id; /* Slurm's: digits, an array's _, a het job's + */
+            if (id[0] && id[strspn(id, "0123456789_+")] == '\0' && !strstr(have, key))
+                sr_line_add(&l, "%s%s", l.len ? "," : "", recs[i].job_id);
+        }
+        double first, rest;
+        int lines;
+        if (!ids[0])
+            sr_goodput_set_queue(&g, 0, "not asked: no start ran under Slurm");
+        else if (!sr_slurmjob_queue_waits(ids, &first, &rest, &lines, why, sizeof why))
+            sr_goodput_set_queue(&g, 0, why);
+        else {
+            snprintf(why, sizeof why, "sacct: %d incarnation%s of %s; the first's %.0f s came before the run", lines,
+                     lines == 1 ? "" : "s", ids, first);
+            sr_goodput_set_queue(&g, rest, why);
+        }
         fputc('\n', out);
         sr_goodput_print(&g, out);
         fprintf(out, "(from the metrics file %s)\n", metrics);
     }
+    free(recs);
 }
 
 sr_status sr_ckpt_list(const char *dir, FILE *out) {

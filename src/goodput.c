@@ -83,7 +83,7 @@ int sr_goodput_end(sr_goodput_acc *a, sr_goodput *out) {
     sr_goodput *g = &a->g;
     g->steps_kept = a->last_step > a->first_resume ? a->last_step - a->first_resume : 0;
     g->wall_s = a->last_t_all > a->first_process_t ? a->last_t_all - a->first_process_t : 0;
-    double known = g->kept_s + g->redone_s + g->stall_s + g->restart_s;
+    double known = g->kept_s + g->redone_s + g->stall_s + g->restart_s + g->queue_s;
     for (int p = 0; p < SR_PHASE_COUNT; p++)
         known += g->startup_s[p];
     g->other_s = g->wall_s - known;
@@ -122,6 +122,15 @@ sr_status sr_goodput_read(const char *path, sr_goodput *g) {
     return SR_OK;
 }
 
+void sr_goodput_set_queue(sr_goodput *g, double queue_s, const char *note) {
+    snprintf(g->queue_note, sizeof g->queue_note, "%s", note);
+    if (queue_s <= 0)
+        return;
+    double q = queue_s < g->restart_s ? queue_s : g->restart_s;
+    g->queue_s += q;
+    g->restart_s -= q;
+}
+
 void sr_goodput_line(const sr_goodput *g, char *out, size_t n) {
     snprintf(out, n, "goodput %.2f: %.1f s of %.1f s in steps kept (%lld steps; %d start%s; %lld step%s redone)",
              g->ratio, g->kept_s, g->wall_s, (long long)g->steps_kept, g->starts, g->starts == 1 ? "" : "s",
@@ -155,6 +164,11 @@ double sr_goodput_row(const sr_goodput *g, int i, const char **name, const char 
         *name = "restarts";
         *note = "a start's last record to the next one's process start";
         return g->restart_s;
+    }
+    if (i == 2) {
+        *name = "queue wait";
+        *note = g->queue_note[0] ? g->queue_note : "not asked";
+        return g->queue_s;
     }
     *name = "other";
     return g->other_s;

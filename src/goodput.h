@@ -17,7 +17,8 @@
  *     redone (past it: lost with the failure), in proportion to the steps;
  *   - restarts: from its last record to the next start's process start
  *     (the step in flight when it failed, the failure's detection, the
- *     rerun's launch; for a requeue or resubmission also the queue wait).
+ *     rerun's launch; for a requeue or resubmission also the queue wait,
+ *     its own row when Slurm's accounting tells it: sr_goodput_set_queue).
  * The wall time is the first start's process start to the last record;
  * what no category holds is "other" (a preemption's final save, clock
  * steps).  The accounting needs no clock in common between the nodes:
@@ -40,7 +41,8 @@ typedef struct {
     int64_t steps_kept;   /* the last step minus the first start's resume step */
     int64_t steps_redone; /* steps done twice (or more) */
     double wall_s;        /* the first start's process start to the last record */
-    double kept_s, redone_s, stall_s, restart_s, other_s;
+    double kept_s, redone_s, stall_s, restart_s, queue_s, other_s;
+    char queue_note[200];             /* how the queue wait was known, or why not */
     double startup_s[SR_PHASE_COUNT]; /* summed over the starts */
     double ratio;                     /* kept_s / wall_s (0 when wall_s is 0) */
 } sr_goodput;
@@ -71,12 +73,18 @@ int sr_goodput_compute(json_t *const *records, size_t n, sr_goodput *g);
  * when it holds no start record (a line that does not parse is skipped). */
 sr_status sr_goodput_read(const char *path, sr_goodput *g);
 
+/* The queue wait inside the wall time (Slurm's accounting: requeues and
+ * resubmissions waiting between starts, slurmjob.h's sacct) moves from
+ * the restarts into its own row, at most all of them; `note` says where
+ * it came from or why it is not known (queue_s < 0). */
+void sr_goodput_set_queue(sr_goodput *g, double queue_s, const char *note);
+
 /* The goodput line alone (no newline) into out. */
 void sr_goodput_line(const sr_goodput *g, char *out, size_t n);
 
 /* The category i (0 .. SR_GOODPUT_ROWS - 1) of g: its name, seconds and
  * what it holds ("" when it needs no note), in the table's order. */
-#define SR_GOODPUT_ROWS (5 + SR_PHASE_COUNT)
+#define SR_GOODPUT_ROWS (6 + SR_PHASE_COUNT)
 double sr_goodput_row(const sr_goodput *g, int i, const char **name, const char **note);
 
 /* The goodput line and its table:

@@ -712,6 +712,8 @@ sr_status sr_report(const char *metrics, const char *out, FILE *summary_out, FIL
     state_init(s);
     sr_status st = read_stream(metrics, s, err);
     s->gp_ok = sr_goodput_end(&s->gp_acc, &s->gp);
+    if (s->gp_ok)
+        sr_goodput_set_queue(&s->gp, 0, "not asked here: shardrun ckpt list asks Slurm's accounting (sacct)");
     if (st == SR_OK && s->steps + s->events == 0)
         st = sr_error(SR_ERR_DATA,
                       "%s: no records (%lld line%s skipped) (hint: give the file a run wrote with log.metrics: PATH)",

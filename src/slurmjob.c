@@ -24,9 +24,9 @@ extern char **environ;
 #define CHILD_LIMIT_S 30.0
 
 typedef struct {
-    pid_t pid; /* 0: none */
-    int fd;    /* read end of its stdout and stderr */
-    char out[512];
+    pid_t pid;      /* 0: none */
+    int fd;         /* read end of its stdout and stderr */
+    char out[8192]; /* (sacct's lines of a long chain of requeues; the rest is dropped) */
     size_t n;
     double started;
 } child;
@@ -289,4 +289,67 @@ void sr_slurmjob_close(sr_slurmjob *j, char *warn, size_t warn_size) {
             poll_child(cs[k], true);
         }
     free(j);
+}
+
+/* "YYYY-MM-DDTHH:MM:SS" as seconds (timegm: both times of a difference
+ * read the same way); -1 when it is not that ("Unknown", "None"). */
+static double sacct_time(const char *s, size_t len) {
+    char buf[32];
+    if (len != 19 || len >= sizeof buf)
+        return -1;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    struct tm tm = {0};
+    const char *end = strptime(buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (!end || *end)
+        return -1;
+    return (double)timegm(&tm);
+}
+
+bool sr_slurmjob_queue_waits(const char *ids, double *first_s, double *rest_s, int *lines, char *why, size_t why_size) {
+    *first_s = *rest_s = 0;
+    *lines = 0;
+    char idbuf[4096];
+    snprintf(idbuf, sizeof idbuf, "%s", ids);
+    char *argv[] = {"sacct", "-n", "-P", "-X", "--duplicates", "-j", idbuf, "-o", "JobIDRaw,Eligible,Start", NULL};
+    child c = {0};
+    if (!spawn(&c, argv)) {
+        snprintf(why, why_size, "cannot run sacct: %s", strerror(errno));
+        return false;
+    }
+    int rc;
+    for (int i = 0; (rc = poll_child(&c, false)) < 0 && i < 1000; i++)
+        usleep(10000);
+    if (rc < 0) { /* 10 s */
+        kill(c.pid, SIGKILL);
+        rc = poll_child(&c, true);
+    }
+    char shown[160];
+    if (rc != 0) {
+        snprintf(why, why_size, "sacct %s (status %d): %s", rc == 127 ? "could not run" : "failed", rc,
+                 c.out[0] ? sr_escape(c.out, shown, sizeof shown) : "(no output)");
+        return false;
+    }
+    /* JobIDRaw|Eligible|Start per incarnation, oldest first per job */
+    for (const char *l = c.out; *l;) {
+        const char *nl = strchr(l, '\n'), *e = nl ? nl : l + strlen(l);
+        const char *b1 = memchr(l, '|', (size_t)(e - l)), *b2 = b1 ? memchr(b1 + 1, '|', (size_t)(e - b1 - 1)) : NULL;
+        if (b2) {
+            double el = sacct_time(b1 + 1, (size_t)(b2 - b1 - 1)), st = sacct_time(b2 + 1, (size_t)(e - b2 - 1));
+            if (el >= 0 && st >= el) {
+                if (*lines == 0)
+                    *first_s = st - el;
+                else
+                    *rest_s += st - el;
+                ++*lines;
+            }
+        }
+        l = nl ? nl + 1 : e;
+    }
+    if (*lines == 0) {
+        snprintf(why, why_size, "sacct -j %s answered no job with an eligible and a start time: %s", idbuf,
+                 c.out[0] ? sr_escape(c.out, shown, sizeof shown) : "(no output)");
+        return false;
+    }
+    return true;
 }

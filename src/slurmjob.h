@@ -3,7 +3,8 @@
  * job's comment.
  *
  * slurmjob owns the commands (`squeue -h -j JOB -o %L`, `scontrol update
- * JobId=JOB Comment=...`) and their answers.  Slurm's libraries belong to
+ * JobId=JOB Comment=...`, and for `ckpt list`'s goodput `sacct ... -o
+ * JobIDRaw,Eligible,Start`) and their answers.  Slurm's libraries belong to
  * the site's Slurm version, so shardrun never links them: the client
  * commands are the stable interface.  A command runs as a child process
  * that is never waited for on the step path: it is started, polled without
@@ -45,6 +46,16 @@ bool sr_slurmjob_set_comment(sr_slurmjob *j, const char *text, char *warn, size_
  * what is left by its PID; frees.  A failure not yet warned about is
  * described in *warn ("" otherwise). */
 void sr_slurmjob_close(sr_slurmjob *j, char *warn, size_t warn_size);
+
+/* The queue waits of the jobs `ids` (comma-separated, oldest first):
+ * `sacct -n -P -X --duplicates -j IDS -o JobIDRaw,Eligible,Start` (every
+ * incarnation of a requeued job), waiting up to 10 s.  *first_s: the first
+ * incarnation's wait (Start - Eligible; before the run's first start),
+ * *rest_s: the sum of the others' (requeues, resubmissions), *lines: the
+ * incarnations read.  False with *why set when sacct cannot run, fails
+ * (no accounting: "Slurm accounting storage is disabled") or answers
+ * nothing that parses. */
+bool sr_slurmjob_queue_waits(const char *ids, double *first_s, double *rest_s, int *lines, char *why, size_t why_size);
 
 /* Slurm's time format of squeue %L ("M:SS", "H:MM:SS", "D-HH:MM:SS",
  * also "MM", "D-HH", "D-HH:MM"), in seconds; -1 for an unlimited or

@@ -208,8 +208,35 @@ PY
         diag "$(sed -n '/^goodput/,$p' g.list)"
     check "  ...and its table: kept, redone, start-up per phase, stalls, restarts, other; the rows add up to the wall time" \
         awk '/^goodput / { wall = $6 } /^  [a-z]/ && / s +[0-9.]+%/ { for (i = 1; i <= NF; i++) if ($i == "s") { sum += $(i - 1); n++; break } }
-             END { d = sum - wall; if (d < 0) d = -d; exit !(n == 10 && wall > 0 && d <= 0.6) }' g.list ||
+             END { d = sum - wall; if (d < 0) d = -d; exit !(n == 11 && wall > 0 && d <= 0.6) }' g.list ||
         diag "$(sed -n '/^goodput/,$p' g.list)"
+    check "  ...its queue-wait row: not asked, no start ran under Slurm" \
+        grep -Eq '^  queue wait +0\.0 s +0\.0%  not asked: no start ran under Slurm$' g.list
+    # the same history as Slurm jobs 4242 (requeued once) and 4250, with a
+    # stand-in sacct: the requeue's and the resubmission's waits (1 s and
+    # 0 s) move from the restarts into the queue-wait row; the first
+    # incarnation's 30 s came before the run
+    sed -i '1,3 s/"job_id":"-"/"job_id":"4242"/; 4,$ s/"job_id":"-"/"job_id":"4250"/' ck/starts.jsonl
+    mkdir -p bin
+    cat >bin/sacct <<'SACCT'
+#!/bin/sh
+[ "$*" = "-n -P -X --duplicates -j 4242,4250 -o JobIDRaw,Eligible,Start" ] || { echo "sacct: unexpected: $*"; exit 1; }
+printf '4242|2026-12-06T10:00:00|2026-12-06T10:00:30\n4242|2026-12-06T11:00:00|2026-12-06T11:00:01\n4250|2026-12-06T11:05:00|Unknown\n4250|2026-12-06T11:06:00|2026-12-06T11:06:00\n'
+SACCT
+    chmod +x bin/sacct
+    PATH="$PWD/bin:$PATH" "$S" ckpt list ck >g.list2 2>&1
+    # (the queue wait's arithmetic against the restarts: tests/test_goodput;
+    # here the tiny model's restarts are well under a second)
+    check "  ...with Slurm's accounting (a stand-in sacct): the incarnations read, the later ones' wait taken from the restarts" \
+        awk '/^  restarts / { r[FILENAME] = $2 } /^  queue wait / { q[FILENAME] = $3 } END {
+                 d = (r["g.list2"] + q["g.list2"]) - r["g.list"]; if (d < 0) d = -d; exit !(d <= 0.11) }' g.list g.list2 &&
+        grep -q '^  queue wait .*sacct: 3 incarnations of 4242,4250; the first.s 30 s came before the run$' g.list2 ||
+        diag "$(grep -E '^  (restarts|queue)' g.list g.list2)"
+    printf '#!/bin/sh\necho "sacct: error: Slurm accounting storage is disabled"\nexit 1\n' >bin/sacct
+    PATH="$PWD/bin:$PATH" "$S" ckpt list ck >g.list3 2>&1
+    check "  ...sacct failing: the row says why, and the restarts keep the wait" \
+        sh -c "grep -q '^  queue wait .*sacct failed (status 1): sacct: error: Slurm accounting storage is disabled' g.list3 &&
+               [ \"\$(grep '^  restarts' g.list3)\" = \"\$(grep '^  restarts' g.list)\" ]"
     "$S" report g.jsonl -o g.html >g.rep 2>&1
     check "  shardrun report: the same goodput line in its summary, and a Goodput section (a bar per category, the table)" \
         sh -c "grep -q \"^  \$(grep '^goodput ' g.list)\$\" g.rep && grep -q '<h2>Goodput</h2>' g.html &&

@@ -16,7 +16,8 @@
  *   segment 2: 4.5 s, 0.4 s stalled, 4.1 s of steps, all 4 kept
  *   wall 127.5 - 100 = 27.5 s; kept 11.7 s: goodput 11.7 / 27.5
  *
- * Then: the categories add up to the wall time; a file with no start
+ * Then: the categories add up to the wall time; a queue wait moves from
+ * the restarts into its own row, at most all of them; a file with no start
  * record is refused (SR_ERR_DATA) and a missing one is SR_ERR_NOINPUT; a
  * line that does not parse is skipped; the start-up split's JSON reads
  * back as written. */
@@ -107,6 +108,20 @@ int main(void) {
     for (int p = 0; p < SR_PHASE_COUNT; p++)
         sum += g.startup_s[p];
     tap_is_close(sum, g.wall_s, 1e-12, 1e-9, "  ...the categories add up to the wall time (other %.3g s)", g.other_s);
+
+    sr_goodput q = g;
+    sr_goodput_set_queue(&q, 5, "sacct");
+    tap_ok(fabs(q.queue_s - 5) < 1e-12 && fabs(q.restart_s - 3) < 1e-12 && strcmp(q.queue_note, "sacct") == 0,
+           "a queue wait of 5 s moves from the 8 s of restarts into its own row (queue %g, restarts %g)", q.queue_s,
+           q.restart_s);
+    q = g;
+    sr_goodput_set_queue(&q, 20, "sacct");
+    tap_ok(fabs(q.queue_s - 8) < 1e-12 && q.restart_s == 0,
+           "  ...one of 20 s takes at most the restarts' 8 s (queue %g, restarts %g)", q.queue_s, q.restart_s);
+    q = g;
+    sr_goodput_set_queue(&q, 0, "sacct failed");
+    tap_ok(q.queue_s == 0 && q.restart_s == 8 && strcmp(q.queue_note, "sacct failed") == 0,
+           "  ...an unknown one changes nothing but the note");
 
     char out[4096] = "";
     FILE *mem = fmemopen(out, sizeof out - 1, "w");
