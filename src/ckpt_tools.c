@@ -334,17 +334,8 @@ static void list_starts(const char *dir, int64_t next, FILE *out) {
     else if (sr_goodput_read(metrics, &g) != SR_OK)
         fprintf(out, "goodput: %s\n", sr_error_message());
     else {
-        char ids[4096] = "", why[512];
-        sr_line l = SR_LINE(ids);
-        for (size_t i = 0; i < n; i++) { /* the jobs, each once, oldest first */
-            char key[80];
-            snprintf(key, sizeof key, ",%s,", recs[i].job_id);
-            char have[sizeof ids + 2];
-            snprintf(have, sizeof have, ",%s,", ids);
-            const char *id = recs[i].job_id; /* Slurm's: digits, an array's _, a het job's + */
-            if (id[0] && id[strspn(id, "0123456789_+")] == '\0' && !strstr(have, key))
-                sr_line_add(&l, "%s%s", l.len ? "," : "", recs[i].job_id);
-        }
+        char why[512];
+        const char *ids = g.job_ids; /* the jobs of the metrics file's own starts */
         double first, rest;
         int lines;
         if (!ids[0])
@@ -352,8 +343,11 @@ static void list_starts(const char *dir, int64_t next, FILE *out) {
         else if (!sr_slurmjob_queue_waits(ids, &first, &rest, &lines, why, sizeof why))
             sr_goodput_set_queue(&g, 0, why);
         else {
-            snprintf(why, sizeof why, "sacct: %d incarnation%s of %s; the first's %.0f s came before the run", lines,
-                     lines == 1 ? "" : "s", ids, first);
+            int jobs = 1;
+            for (const char *c = ids; *c; c++)
+                jobs += *c == ',';
+            snprintf(why, sizeof why, "sacct: %d incarnation%s of %d job%s; the first's %.0f s came before the run",
+                     lines, lines == 1 ? "" : "s", jobs, jobs == 1 ? "" : "s", first);
             sr_goodput_set_queue(&g, rest, why);
         }
         fputc('\n', out);

@@ -26,8 +26,9 @@ static void close_segment(sr_goodput_acc *a, int64_t next_resume) {
     if (done > 0) {
         g->kept_s += steps_s * (double)kept / (double)done;
         g->redone_s += steps_s * (double)(done - kept) / (double)done;
-    } else
+    } else if (next_resume >= 0)
         g->redone_s += steps_s; /* (a start that failed before its first step record) */
+    /* (else: the last start without a step: "other") */
     g->steps_redone += done - kept;
 }
 
@@ -56,6 +57,15 @@ void sr_goodput_add(sr_goodput_acc *a, const json_t *o) {
         for (int p = 0; p < SR_PHASE_COUNT; p++)
             a->g.startup_s[p] += su.s[p];
         a->g.starts++;
+        const char *id = json_string_value(json_object_get(o, "job_id")); /* Slurm's: digits, _ of an array, + */
+        if (id && id[0] && id[strspn(id, "0123456789_+")] == '\0' && strlen(id) < 64) {
+            char key[72], have[sizeof a->g.job_ids + 2];
+            snprintf(key, sizeof key, ",%s,", id);
+            snprintf(have, sizeof have, ",%s,", a->g.job_ids);
+            size_t len = strlen(a->g.job_ids);
+            if (!strstr(have, key) && len + strlen(id) + 2 < sizeof a->g.job_ids)
+                snprintf(a->g.job_ids + len, sizeof a->g.job_ids - len, "%s%s", len ? "," : "", id);
+        }
         a->resume = a->last_step = resume;
         a->first_t = a->last_t = t;
         a->stall_s = 0;
@@ -63,11 +73,12 @@ void sr_goodput_add(sr_goodput_acc *a, const json_t *o) {
     } else if (a->open) {
         if (t > a->last_t)
             a->last_t = t;
-        if (!ev && json_is_integer(json_object_get(o, "step"))) {
+        if (json_is_integer(json_object_get(o, "step"))) { /* a step, checkpoint or evaluation record's step: done */
             int64_t s = (int64_t)json_integer_value(json_object_get(o, "step"));
             if (s > a->last_step)
                 a->last_step = s;
-        } else if (ev && strcmp(ev, "checkpoint") == 0 && !json_is_true(json_object_get(o, "async")))
+        }
+        if (ev && strcmp(ev, "checkpoint") == 0 && !json_is_true(json_object_get(o, "async")))
             a->stall_s += num(o, "duration_s", 0);
     }
     if (a->open && t > a->last_t_all)
@@ -91,14 +102,6 @@ int sr_goodput_end(sr_goodput_acc *a, sr_goodput *out) {
     *out = *g;
     a->open = false; /* ended: a second end reports nothing */
     return 1;
-}
-
-int sr_goodput_compute(json_t *const *records, size_t n, sr_goodput *g) {
-    sr_goodput_acc a;
-    sr_goodput_begin(&a);
-    for (size_t i = 0; i < n; i++)
-        sr_goodput_add(&a, records[i]);
-    return sr_goodput_end(&a, g);
 }
 
 sr_status sr_goodput_read(const char *path, sr_goodput *g) {
@@ -132,9 +135,9 @@ void sr_goodput_set_queue(sr_goodput *g, double queue_s, const char *note) {
 }
 
 void sr_goodput_line(const sr_goodput *g, char *out, size_t n) {
-    snprintf(out, n, "goodput %.2f: %.1f s of %.1f s in steps kept (%lld steps; %d start%s; %lld step%s redone)",
-             g->ratio, g->kept_s, g->wall_s, (long long)g->steps_kept, g->starts, g->starts == 1 ? "" : "s",
-             (long long)g->steps_redone, g->steps_redone == 1 ? "" : "s");
+    snprintf(out, n, "goodput %.2f: %.1f s of %.1f s in steps kept (%lld step%s; %d start%s; %lld step%s redone)",
+             g->ratio, g->kept_s, g->wall_s, (long long)g->steps_kept, g->steps_kept == 1 ? "" : "s", g->starts,
+             g->starts == 1 ? "" : "s", (long long)g->steps_redone, g->steps_redone == 1 ? "" : "s");
 }
 
 double sr_goodput_row(const sr_goodput *g, int i, const char **name, const char **note) {

@@ -14,14 +14,16 @@
  *     asynchronous save's write overlaps the steps);
  *   - its steps' time (the rest of the segment) is split between the steps
  *     kept (up to the step the next start resumed from) and the steps
- *     redone (past it: lost with the failure), in proportion to the steps;
+ *     redone (past it: lost with the failure), in proportion to the steps
+ *     (the furthest step its step, checkpoint and evaluation records name);
  *   - restarts: from its last record to the next start's process start
  *     (the step in flight when it failed, the failure's detection, the
  *     rerun's launch; for a requeue or resubmission also the queue wait,
  *     its own row when Slurm's accounting tells it: sr_goodput_set_queue).
  * The wall time is the first start's process start to the last record;
- * what no category holds is "other" (a preemption's final save, clock
- * steps).  The accounting needs no clock in common between the nodes:
+ * what no category holds is "other" (the last start's time when it has no
+ * step record, such as a start with nothing left to train; negative when
+ * rank 0's clocks of two nodes disagree).  The accounting needs no clock in common between the nodes:
  * every time is rank 0's. */
 #ifndef SR_GOODPUT_H
 #define SR_GOODPUT_H
@@ -43,16 +45,17 @@ typedef struct {
     double wall_s;        /* the first start's process start to the last record */
     double kept_s, redone_s, stall_s, restart_s, queue_s, other_s;
     char queue_note[200];             /* how the queue wait was known, or why not */
+    char job_ids[1024];               /* the Slurm jobs of the file's starts, each once, oldest first */
     double startup_s[SR_PHASE_COUNT]; /* summed over the starts */
     double ratio;                     /* kept_s / wall_s (0 when wall_s is 0) */
 } sr_goodput;
 
 /* The accounting as the records stream by (the report folds them with
- * its own reading): begin, add each record in file order (records other
- * than start, step and checkpoint are read for their time only), end.
+ * its own reading): begin, add each record in file order (a record's
+ * time and step, a start's split and job, a checkpoint's stall), end.
  * sr_goodput_end returns false, *g zeroed, when no start record came. */
 typedef struct {
-    int64_t resume, last_step; /* the open segment: the step it resumed from; its newest step record's */
+    int64_t resume, last_step; /* the open segment: the step it resumed from; its furthest record's */
     double first_t, last_t;    /* its start record's time; its newest record's */
     double stall_s;            /* its synchronous saves */
     bool open;                 /* a start record came */
@@ -64,9 +67,6 @@ typedef struct {
 void sr_goodput_begin(sr_goodput_acc *a);
 void sr_goodput_add(sr_goodput_acc *a, const json_t *record);
 int sr_goodput_end(sr_goodput_acc *a, sr_goodput *g);
-
-/* The three over records[0 .. n). */
-int sr_goodput_compute(json_t *const *records, size_t n, sr_goodput *g);
 
 /* Reads the metrics file at path (streamed: memory does not grow with
  * it) and computes.  SR_ERR_NOINPUT when it cannot be read, SR_ERR_DATA

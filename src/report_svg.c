@@ -369,6 +369,10 @@ void rep_busy_chart(FILE *f, const state *s) {
 }
 
 void rep_goodput_section(FILE *f, const state *s) {
+    /* kept green, redone red, the start-up phases blues, stalls grey, restarts orange, the queue purple, other pale */
+    static const char *const colours[SR_GOODPUT_ROWS] = {"#2ca02c", "#d62728", "#1f77b4", "#4a90c8",
+                                                         "#6baed6", "#9ecae1", "#c6dbef", "#7f7f7f",
+                                                         "#ff7f0e", "#9467bd", "#dddddd"};
     if (!s->gp_ok)
         return;
     const sr_goodput *g = &s->gp;
@@ -386,8 +390,7 @@ void rep_goodput_section(FILE *f, const state *s) {
         double w = g->wall_s > 0 && v > 0 ? 740 * v / g->wall_s : 0;
         if (w <= 0)
             continue;
-        fprintf(f, "<rect x=\"%.1f\" y=\"4\" width=\"%.1f\" height=\"24\" fill=\"%s\"><title>", 10 + x, w,
-                i == 0 ? "#2ca02c" : palette[i % 8]);
+        fprintf(f, "<rect x=\"%.1f\" y=\"4\" width=\"%.1f\" height=\"24\" fill=\"%s\"><title>", 10 + x, w, colours[i]);
         rep_esc(f, name);
         fprintf(f, ": %.1f s (%.1f%%)</title></rect>\n", v, 100.0 * v / g->wall_s);
         x += w;

@@ -291,8 +291,9 @@ void sr_slurmjob_close(sr_slurmjob *j, char *warn, size_t warn_size) {
     free(j);
 }
 
-/* "YYYY-MM-DDTHH:MM:SS" as seconds (timegm: both times of a difference
- * read the same way); -1 when it is not that ("Unknown", "None"). */
+/* "YYYY-MM-DDTHH:MM:SS", the local time sacct prints, as seconds since
+ * the epoch (mktime, daylight saving time as the date has it); -1 when it
+ * is not that ("Unknown", "None"). */
 static double sacct_time(const char *s, size_t len) {
     char buf[32];
     if (len != 19 || len >= sizeof buf)
@@ -303,7 +304,9 @@ static double sacct_time(const char *s, size_t len) {
     const char *end = strptime(buf, "%Y-%m-%dT%H:%M:%S", &tm);
     if (!end || *end)
         return -1;
-    return (double)timegm(&tm);
+    tm.tm_isdst = -1;
+    time_t t = mktime(&tm);
+    return t == (time_t)-1 ? -1 : (double)t;
 }
 
 bool sr_slurmjob_queue_waits(const char *ids, double *first_s, double *rest_s, int *lines, char *why, size_t why_size) {

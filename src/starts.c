@@ -70,13 +70,15 @@ sr_status sr_starts_read(const char *dir, sr_start_rec **recs, size_t *n) {
     if (ost != SR_OK || !f)
         return ost;
     size_t cap = 0, bad = 0;
-    char line[4096];
+    long long last_id = -1;
+    char line[16384]; /* (a start line: a metrics path up to PATH_MAX, blamed hosts up to 255 bytes) */
     sr_start_rec *v = NULL;
     while (fgets(line, sizeof line, f)) {
         json_error_t je;
         json_t *o = json_loads(line, 0, &je);
         json_int_t id = -1;
         if (o && json_unpack(o, "{sI}", "start", &id) == 0) {
+            last_id = id;
             if (*n == cap) {
                 size_t nc = cap ? 2 * cap : 16;
                 sr_start_rec *g = realloc(v, nc * sizeof *g);
@@ -101,10 +103,10 @@ sr_status sr_starts_read(const char *dir, sr_start_rec **recs, size_t *n) {
             r->restart = restart;
             r->world_size = (int)ws;
             r->resume_step = step;
-        } else if (o && json_unpack(o, "{sI}", "ready", &id) == 0 && *n > 0) {
+        } else if (o && json_unpack(o, "{sI}", "ready", &id) == 0 && *n > 0 && id == last_id) {
             sr_start_rec *r = &v[*n - 1];
             r->ready = sr_startup_from_json(json_object_get(o, "startup"), &r->startup);
-        } else if (o && json_unpack(o, "{sI}", "end", &id) == 0 && *n > 0) {
+        } else if (o && json_unpack(o, "{sI}", "end", &id) == 0 && *n > 0 && id == last_id) {
             const char *how = "";
             json_int_t step = 0;
             json_unpack(o, "{s?s s?I}", "how", &how, "step", &step);

@@ -13,8 +13,6 @@ static const char *const phase_names[SR_PHASE_COUNT] = {"bootstrap", "device", "
 static double process_start; /* sr_clock_mono_s() at the mark; 0 = unmarked */
 static double phase_s[SR_PHASE_COUNT];
 
-const char *sr_phase_name(sr_phase p) { return p >= 0 && p < SR_PHASE_COUNT ? phase_names[p] : "?"; }
-
 void sr_startup_mark(void) { process_start = sr_clock_mono_s(); }
 
 void sr_startup_add(sr_phase p, double t0) {

@@ -35,10 +35,6 @@ typedef struct {
     double total;             /* the process start to now */
 } sr_startup;
 
-/* The phases' names as records and tables spell them: "bootstrap",
- * "device", "model", "checkpoint", "other". */
-const char *sr_phase_name(sr_phase p);
-
 /* Marks the process start (main(), before anything else). */
 void sr_startup_mark(void);
 
@@ -49,7 +45,9 @@ void sr_startup_add(sr_phase p, double t0);
 /* The split now. */
 sr_startup sr_startup_read(void);
 
-/* "1.92 s to the first step: bootstrap 0.21 s, device 0.00 s, model
+/* (The phases are named as records and tables spell them: "bootstrap",
+ * "device", "model", "checkpoint", "other".)
+ * "1.92 s to the first step: bootstrap 0.21 s, device 0.00 s, model
  * 0.30 s, checkpoint 1.20 s, other 0.21 s" into out. */
 void sr_startup_format(const sr_startup *s, char *out, size_t n);
 
