@@ -157,6 +157,18 @@ static int poll_child(child *c, bool block) {
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
 }
 
+/* Waits up to 10 s for c, then kills it (by its PID); its status. */
+static int wait_child(child *c) {
+    int rc;
+    for (int i = 0; (rc = poll_child(c, false)) < 0 && i < 1000; i++)
+        usleep(10000);
+    if (rc < 0) {
+        kill(c->pid, SIGKILL); /* our own child */
+        rc = poll_child(c, true);
+    }
+    return rc;
+}
+
 static bool start_query(sr_slurmjob *j) {
     char *argv[] = {"squeue", "-h", "-j", j->job, "-o", "%L", NULL};
     j->query_began = sr_clock_wall_s();
@@ -199,13 +211,7 @@ sr_slurmjob *sr_slurmjob_open(const char *job_id, bool want_end, char *why, size
         snprintf(why, why_size, "cannot run squeue: %s", strerror(errno));
         return j;
     }
-    int rc;
-    for (int i = 0; (rc = poll_child(&j->query, false)) < 0 && i < 1000; i++)
-        usleep(10000);
-    if (rc < 0) { /* 10 s: give up on this one */
-        kill(j->query.pid, SIGKILL);
-        rc = poll_child(&j->query, true);
-    }
+    int rc = wait_child(&j->query);
     take_answer(j, rc, j->query_began, why, why_size);
     return j;
 }
@@ -320,13 +326,7 @@ bool sr_slurmjob_queue_waits(const char *ids, double *first_s, double *rest_s, i
         snprintf(why, why_size, "cannot run sacct: %s", strerror(errno));
         return false;
     }
-    int rc;
-    for (int i = 0; (rc = poll_child(&c, false)) < 0 && i < 1000; i++)
-        usleep(10000);
-    if (rc < 0) { /* 10 s */
-        kill(c.pid, SIGKILL);
-        rc = poll_child(&c, true);
-    }
+    int rc = wait_child(&c);
     char shown[160];
     if (rc != 0) {
         snprintf(why, why_size, "sacct %s (status %d): %s", rc == 127 ? "could not run" : "failed", rc,
