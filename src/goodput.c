@@ -184,6 +184,8 @@ void sr_goodput_print(const sr_goodput *g, FILE *out) {
     for (int i = 0; i < SR_GOODPUT_ROWS; i++) {
         const char *name, *note;
         double v = sr_goodput_row(g, i, &name, &note);
+        if (v < 0 && v > -0.05)
+            v = 0.0; /* a residue of rounding (other's) is not printed as -0.0 */
         fprintf(out, "  %-22s %10.1f s %6.1f%%%s%s\n", name, v, g->wall_s > 0 ? 100.0 * v / g->wall_s : 0.0,
                 note[0] ? "  " : "", note);
     }

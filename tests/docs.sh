@@ -84,14 +84,24 @@ else
     check "shardrun(1) documents the signals${missing_sig:+; missing:$missing_sig}" test -z "$missing_sig"
     for k in "^SLURM" "srun --mpi=pmix" "RequeueExit=75" "scontrol requeue" "SLURM_RESTART_COUNT" "resume=" \
         "preempt_send_user_signal" "GraceTime" "srun --mpi=pmi2" "preemption.before_end" "max_stalled_restarts" \
-        "comment_every_minutes" "bootstrap pmi2"; do
+        "comment_every_minutes" "bootstrap pmi2" "RESILIENCE" "SHARDRUN_SPARE_NODES" "MAX_STEP_RESTARTS" "no-kill"; do
         grep -q -- "$k" "$T/man1.txt" || missing_sl="$missing_sl '$k'"
     done
     check "shardrun(1) has a SLURM section: launch, signals, requeue modes${missing_sl:+; missing:$missing_sl}" test -z "$missing_sl"
     for f in shardrun-gpu.sbatch shardrun-cpu.sbatch slurm.conf.shardrun; do
         check "slurm/$f exists" test -s "$SR_SRCDIR/slurm/$f"
     done
-    check "the GPU template has the options the issue names" sh -c "for o in '--gpus-per-task=1' '--requeue' '--signal=USR1@' '--open-mode=append' 'srun --mpi=\"\${SHARDRUN_MPI:-pmix}\" shardrun train' 'SLURM_RESTART_COUNT'; do grep -q -- \"\$o\" '$SR_SRCDIR/slurm/shardrun-gpu.sbatch' || exit 1; done"
+    check "the GPU template has the options the issue names" sh -c "for o in '--gpus-per-task=1' '--requeue' '--no-kill' '--signal=USR1@' '--open-mode=append' 'srun --mpi=\"\${SHARDRUN_MPI:-pmix}\"' 'shardrun train' 'SLURM_RESTART_COUNT' 'SHARDRUN_SPARE_NODES' 'MAX_STEP_RESTARTS'; do grep -q -- \"\$o\" '$SR_SRCDIR/slurm/shardrun-gpu.sbatch' || exit 1; done"
+    # the restart loop has one text, kept the same in both templates
+    blk='/^# ---- restarts inside the allocation/,/^# ---- end of the block/p'
+    sed -n "$blk" "$SR_SRCDIR/slurm/shardrun-cpu.sbatch" >"$T/loop.cpu"
+    sed -n "$blk" "$SR_SRCDIR/slurm/shardrun-gpu.sbatch" >"$T/loop.gpu"
+    check "both templates carry the same restart loop (--no-kill, spares, MAX_STEP_RESTARTS): $(wc -l <"$T/loop.cpu") lines" \
+        sh -c "[ \$(wc -l <'$T/loop.cpu') -gt 50 ] && cmp -s '$T/loop.cpu' '$T/loop.gpu' && grep -q '^#SBATCH --no-kill' '$SR_SRCDIR/slurm/shardrun-cpu.sbatch'" ||
+        diag "$(diff "$T/loop.cpu" "$T/loop.gpu" | head -10)"
+    for t in cpu gpu; do
+        check "slurm/shardrun-$t.sbatch parses (bash -n)" bash -n "$SR_SRCDIR/slurm/shardrun-$t.sbatch"
+    done
     check "slurm.conf.shardrun has the site lines" sh -c "grep -q '^RequeueExit=75' '$SR_SRCDIR/slurm/slurm.conf.shardrun' && grep -q '^PreemptMode=REQUEUE' '$SR_SRCDIR/slurm/slurm.conf.shardrun' && grep -q '^SlurmctldParameters=preempt_send_user_signal' '$SR_SRCDIR/slurm/slurm.conf.shardrun'"
 fi
 # claims that were true once and are not any more: each a phrase no page,

@@ -5,7 +5,7 @@
 # (tests/fuzz/replay_*, a replay main(); under the sanitizer tree with
 # AddressSanitizer): no crash, no sanitizer report.  Long tier: the
 # harnesses build in their own clang tree and libFuzzer runs each for
-# SHARDRUN_FUZZ_SECONDS (default 10; CI 60) with no crash, leak or timeout;
+# SHARDRUN_FUZZ_SECONDS (default 10; CI 30) with no crash, leak or timeout;
 # needs clang with libFuzzer (apt-get install clang libclang-rt-14-dev),
 # without it those checks skip unless SHARDRUN_TEST_REQUIRE lists fuzz.
 . "${SR_SRCDIR:-.}/tests/tap.sh"

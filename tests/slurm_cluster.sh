@@ -27,7 +27,8 @@
 # SlurmdPidFile, SlurmdLogFile and TmpFS (the PMIx plugin's client
 # directory) keeps the nodes apart.  Client commands run on the bridge
 # through cl (cl sbatch ...).  cluster_stop also deletes the namespaces.
-#   cluster2_start DIR TAG   as cluster_start, for node1 and node2; with
+#   cluster2_start DIR TAG   as cluster_start, for node1 and node2 (node1
+#                       to nodeN with CL_NODES=N, at most 9); with
 #                       CL_GPUS=N each node has N fake GPUs (GRES, the
 #                       same character devices: nodes share one machine)
 #   cluster2_need KIND [PROGRAM...]   its prerequisites (root, iproute2,
@@ -165,19 +166,22 @@ cluster2_need() {
 
 cluster2_start() {
     CL=$1 CL_TAG=$2
-    mkdir -p "$CL/ctld" "$CL/d/node1" "$CL/d/node2" "$CL/tmp/node1" "$CL/tmp/node2" "$CL/log" "$CL/run" "$CL/munge" ||
-        return 1
+    CL_N=${CL_NODES:-2}
+    nodes_seq=$(seq 1 "$CL_N")
+    mkdir -p "$CL/ctld" "$CL/log" "$CL/run" "$CL/munge" || return 1
+    for i in $nodes_seq; do mkdir -p "$CL/d/node$i" "$CL/tmp/node$i" || return 1; done
     chmod 0700 "$CL/munge"
     dd if=/dev/urandom of="$CL/munge/munge.key" bs=1024 count=1 status=none && chmod 0400 "$CL/munge/munge.key"
     /usr/sbin/munged --socket="$CL/munge/sock" --key-file="$CL/munge/munge.key" --pid-file="$CL/munge/pid" \
         --log-file="$CL/munge/log" --seed-file="$CL/munge/seed" --force || return 1
     br="srbr_$CL_TAG"
-    CL_NETNS="$br $(node_ns 1) $(node_ns 2)"
+    CL_NETNS="$br"
+    for i in $nodes_seq; do CL_NETNS="$CL_NETNS $(node_ns $i)"; done
     for ns in $CL_NETNS; do ip netns add "$ns" || return 1; done
     ip -n "$br" link add br0 type bridge &&
         ip -n "$br" addr add 192.168.77.1/24 dev br0 &&
         ip -n "$br" link set br0 up && ip -n "$br" link set lo up || return 1
-    for i in 1 2; do
+    for i in $nodes_seq; do
         ns=$(node_ns $i)
         ip -n "$br" link add "h$i" type veth peer name eth0 netns "$ns" &&
             ip -n "$br" link set "h$i" master br0 up &&
@@ -192,7 +196,7 @@ cluster2_start() {
         i=0
         while [ $i -lt "$CL_GPUS" ]; do mknod "$CL/gpu/gpu$i" c 1 3 || return 1; i=$((i + 1)); done
         gres="GresTypes=gpu" gpus="Gres=gpu:$CL_GPUS"
-        printf 'AutoDetect=off\nNodeName=node[1-2] Name=gpu File=%s/gpu/gpu[0-%d]\n' "$CL" $((CL_GPUS - 1)) >"$CL/gres.conf"
+        printf 'AutoDetect=off\nNodeName=node[1-%d] Name=gpu File=%s/gpu/gpu[0-%d]\n' "$CL_N" "$CL" $((CL_GPUS - 1)) >"$CL/gres.conf"
     fi
     cat >"$CL/slurm.conf" <<CONF
 ClusterName=shardruntwo
@@ -231,26 +235,27 @@ JobRequeue=1
 RequeueExit=75
 SlurmdTimeout=10
 MessageTimeout=5
-NodeName=node1 NodeAddr=192.168.77.11 CPUs=4 Sockets=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=4000 $gpus State=UNKNOWN
-NodeName=node2 NodeAddr=192.168.77.12 CPUs=4 Sockets=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=4000 $gpus State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
+    for i in $nodes_seq; do
+        echo "NodeName=node$i NodeAddr=192.168.77.1$i CPUs=4 Sockets=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=4000 $gpus State=UNKNOWN"
+    done >>"$CL/slurm.conf"
+    echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >>"$CL/slurm.conf"
     export SLURM_CONF="$CL/slurm.conf"
     cl /usr/sbin/slurmctld -f "$SLURM_CONF" || return 1
     # nsenter, not ip netns exec: that one remounts /sys, hiding the cgroup
     # file system slurmd insists on
-    for i in 1 2; do
+    for i in $nodes_seq; do
         nsenter --net="/run/netns/$(node_ns $i)" /usr/sbin/slurmd -N "node$i" -f "$SLURM_CONF" ||
             nsenter --net="/run/netns/$(node_ns $i)" unshare --uts \
                 sh -c "hostname node$i && exec /usr/sbin/slurmd -f '$SLURM_CONF'" || return 1
     done
     i=0
     while [ $i -lt 300 ]; do
-        [ "$(cl sinfo -h -N -o %T 2>/dev/null | grep -cx idle)" -eq 2 ] && return 0
+        [ "$(cl sinfo -h -N -o %T 2>/dev/null | grep -cx idle)" -eq "$CL_N" ] && return 0
         sleep 0.1
         i=$((i + 1))
     done
-    echo "# the two nodes did not become idle within 30 s" >&2
+    echo "# the $CL_N nodes did not become idle within 30 s" >&2
     return 1
 }
 

@@ -1,7 +1,7 @@
 #!/bin/sh
-# slurm_multinode.sh — shardrun on two real Slurm nodes built inside this
-# machine (tests/slurm_cluster.sh, cluster2_start: a network namespace and
-# a slurmd per node, slurmctld on a bridge in a third namespace), through
+# slurm_multinode.sh — shardrun on three real Slurm nodes built inside this
+# machine (tests/slurm_cluster.sh, cluster2_start with CL_NODES=3: a network
+# namespace and a slurmd per node, slurmctld on a bridge in another), through
 # the sbatch template slurm/shardrun-cpu.sbatch:
 #   a. 2 nodes x 2 tasks end bitwise equal to 4 tasks on one node; the
 #      start lines show node 0/1 and local ranks 0/1 on each
@@ -11,10 +11,18 @@
 #      network (the host name resolves to 127.0.0.1 here, as to 127.0.1.1
 #      on many clusters): 78 with
 #      the hint comm.interface; (a, b and d-f set comm.interface: eth0)
-#   d. a node's processes killed mid-run: the other node's ranks exit 69
-#      within comm.timeout_s + 12 s naming a rank of the lost node; the
-#      job resubmitted with --nodes=1 --ntasks=2 resumes, resharded 4 -> 2
-#   e. a node's link cut mid-run: the same
+#   d. restarts inside the allocation (the template's --no-kill loop), on
+#      three nodes: a 2 x 2 job with one spare node loses node 2 (its ranks
+#      killed) right after a checkpoint: node 1's ranks exit 69 naming a rank
+#      of node 2; the template reruns the step on node 1 and the spare, and
+#      the run ends bitwise equal to a's uninterrupted one; starts.jsonl
+#      records the cause, the blamed host and the seconds lost
+#   e. the same without a spare, node 2's link cut: the step (srun waits
+#      for the unreachable node's tasks) is ended SHARDRUN_STEP_GRACE after
+#      the first 69 and reruns on node 1 alone, 4 -> 2 ranks, within 1e-5;
+#      the paths that end the job: no healthy node left (one node), the
+#      attempts spent (MAX_STEP_RESTARTS=0), a world size that cannot keep
+#      the batch (78 naming batch_size, micro_batch and the ranks)
 #   f. the launcher lost: kill -9 of node 2's slurmstepd; its ranks exit 69
 #      naming the lost PMIx server, the others 69 naming a peer, no save;
 #      the lock is free and a resubmission resumes
@@ -24,7 +32,7 @@
 #      names the mismatch, rank 3 on host node2 (exit 2)
 #   h. the same under srun --mpi=pmi2 (Slurm's PMI2, the templates'
 #      SHARDRUN_MPI=pmi2): 2x2 preempted (SHARDRUN_TEST_PREEMPT_AT) -> 75 ->
-#      requeued -> bitwise equal to a; a node's processes killed (as d); node 2's slurmstepd killed:
+#      requeued -> bitwise equal to a; a node's processes killed (as d, no spare); node 2's slurmstepd killed:
 #      its ranks name the lost launcher (their parent, the PMI2 server)
 # This is the one test whose traffic is not on loopback: it stays between
 # the test's own namespaces, which are deleted at the end, also on failure.
@@ -37,16 +45,22 @@ cluster2_need netns
 cd "$T" || exit 99
 trap 'cluster_stop; rm -rf "$T"' EXIT
 trap 'exit 1' INT TERM
-mkdir -p bin && ln -s "$S" bin/shardrun
+# bin/shardrun: LOSE_PAUSE (d, e) pauses a rank in a job's first start only
+mkdir -p bin && cat >bin/shardrun <<EOF && chmod +x bin/shardrun
+#!/bin/sh
+[ -n "\${LOSE_PAUSE:-}" ] && [ -z "\${SHARDRUN_RESTART_CAUSE:-}" ] && export SHARDRUN_TEST_PAUSE_AT=\$LOSE_PAUSE
+exec "$S" "\$@"
+EOF
+CMP=${SR_BUILDDIR:-.}/tests/cmp_params
 export PATH="$T/bin:$PATH" OMP_WAIT_POLICY=PASSIVE
 
-if ! cluster2_start "$T/cl" "$$"; then
-    not_ok "the two-node cluster starts"
+if ! CL_NODES=3 cluster2_start "$T/cl" "$$"; then
+    not_ok "the three-node cluster starts"
     cluster_logs
     done_testing
     exit 0
 fi
-ok "two nodes start (namespaces $CL_NETNS; node1 192.168.77.11, node2 192.168.77.12)"
+ok "three nodes start (namespaces $CL_NETNS; node1 192.168.77.11, node2 .12, node3 .13)"
 
 STEPS=16
 # mkjob NAME [YAML lines...]: NAME.yaml, checkpoints in ck_NAME
@@ -56,7 +70,7 @@ mkjob() {
     {
         echo "model: {preset: tiny, n_layer: 2, n_embd: 128, n_head: 4, seq_len: 64}"
         echo "train: {steps: ${JOB_STEPS:-$STEPS}, batch_size: 8, eval_every: 0}"
-        echo "log: {every: 1}"
+        echo "log: {every: 1${JOB_METRICS:+, metrics: $JOB_METRICS}}"
         echo "threads: 1"
         echo "checkpoint: {dir: $T/ck_$name, every_steps: ${JOB_EVERY:-0}}"
         for l in "$@"; do echo "$l"; done
@@ -68,7 +82,7 @@ submit() {
     name=$1
     shift
     cl sbatch --parsable "$@" --cpus-per-task=1 -o "$T/$name.out" \
-        --export="ALL,JOB=$T/$name.yaml,SHARDRUN_TEST_DUMP_PARAMS=$T/$name.params,SHARDRUN_MPI=${MPI_TYPE:-pmix}" \
+        --export="ALL,JOB=$T/$name.yaml,SHARDRUN_TEST_DUMP_PARAMS=$T/$name.params,SHARDRUN_MPI=${MPI_TYPE:-pmix}${XEXP:+,$XEXP}" \
         "$TEMPLATES/shardrun-cpu.sbatch"
 }
 # run_job NAME SBATCH-OPTIONS...: submits and waits (300 s); state in $st
@@ -142,44 +156,100 @@ wait_line() {
         w=$((w + 1))
     done
 }
-# lose NAME HOW: a 2x2 job checkpointing every 4 steps loses node 2 (HOW:
-# kill = its ranks SIGKILLed, link = its eth0 set down) after its first
-# checkpoint; then the job goes on with --nodes=1 --ntasks=2
+# recovery NAME: the seconds from the loss ($t0) to the rerun's first step
+# (the first step record after NAME.jsonl's second start record)
+recovery() {
+    awk -v t0="$t0" '/"event":"start"/ { n++; next }
+        n == 2 && /^\{"step":/ { match($0, /"time":[0-9.]+/); printf "%.1f", substr($0, RSTART + 7, RLENGTH - 7) - t0; exit }' "$1.jsonl"
+}
+# lose NAME HOW SPARE LABEL: a job of 2 + SPARE nodes x 2 tasks (2 running,
+# SPARE kept by SHARDRUN_SPARE_NODES) checkpointing every 4 of 16 steps
+# loses node 2 (HOW: kill = its ranks SIGKILLed, link = its eth0 set down)
+# while it saves step 12 (rank 2 pauses after writing its shard, in the
+# first start only: bin/shardrun), so the newest checkpoint that verifies
+# is step 8's; the template reruns the step inside the
+# allocation: on node 1 and the spare (bitwise the uninterrupted 2 x 2 run
+# of a), or on node 1 alone (4 -> 2 ranks, within 1e-5)
 lose() {
-    name=$1 how=$2
-    JOB_STEPS=100000 JOB_EVERY=4 mkjob "$name" "$iface"
-    J=$(submit "$name" --nodes=2 --ntasks-per-node=2 --no-requeue)
-    wait_exists "$T/ck_$name/latest" 120
-    sleep 1
+    name=$1 how=$2 spare=$3
+    JOB_STEPS=16 JOB_EVERY=4 JOB_METRICS=$T/$name.jsonl mkjob "$name" "$iface"
+    XEXP="LOSE_PAUSE=after_shard_write:12@2,SHARDRUN_SPARE_NODES=$spare,SHARDRUN_STEP_GRACE=5"
+    J=$(submit "$name" --nodes=$((2 + spare)) --ntasks-per-node=2 --no-requeue)
+    XEXP=""
+    wait_line "$name.out" "rank 2 stopped at after_shard_write" 120
     if [ "$how" = kill ]; then
         kill -9 $(node_pids 2 shardrun) 2>/dev/null
     else
         ip -n "$(node_ns 2)" link set eth0 down
     fi
-    t0=$(date +%s)
-    wait_line "$name.out" "rank 0\]: error:" 40
-    wait_line "$name.out" "rank 1\]: error:" 40
-    took=$(($(date +%s) - t0))
-    check "$3: node 2 lost ($how) after step $(newest "$T/ck_$name"): ranks 0 and 1 report within comm.timeout_s + 12 s (${took} s)" \
-        sh -c "[ $took -le 22 ] && grep -q 'rank 0\]: error:' $name.out && grep -q 'rank 1\]: error:' $name.out"
-    check "  ...each naming rank 2 or 3 (of node 2)" \
-        sh -c "grep 'rank 0\]: error:' $name.out | grep -q 'rank [23]' && grep 'rank 1\]: error:' $name.out | grep -q 'rank [23]'" ||
-        diag "$(grep 'error:' $name.out | head -6)"
-    st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 120)
-    check "  ...the job ends ($st) and node 1's tasks exited 69" sh -c "grep -q 'node1: tasks 0-1: Exited with exit code 69' $name.out ||
-           { grep -q 'node1: task 0: Exited with exit code 69' $name.out && grep -q 'node1: task 1: Exited with exit code 69' $name.out; }" ||
-        diag "$name.out (srun's and the ranks' last lines):" "$(grep -E 'srun|error' $name.out | tail -12)"
-    [ "$how" = link ] && ip -n "$(node_ns 2)" link set eth0 up
-    last=$(newest "$T/ck_$name")
-    sed -i "s/steps: 100000/steps: $((last + 3))/" "$name.yaml"
-    J=$(submit "$name" --nodes=1 --ntasks=2)
-    st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 300)
-    check "  ...resubmitted with --nodes=1 --ntasks=2 it resumes from step $last and completes ($st)" \
-        sh -c "[ '$st' = COMPLETED ] && grep -q 'resume=$last' $name.out && grep -q 'resume: resharded from 4 ranks (shard 4 x replicate 1) to 2 (shard 2 x replicate 1)' $name.out" ||
+    t0=$(date +%s.%N)
+    st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 240)
+    check "$4: node 2 lost ($how) after step 8, $spare spare: node 1's ranks exit 69 naming rank 2 or 3" \
+        sh -c "grep 'rank 0\]: error:' $name.out | grep -q 'rank [23]' && grep -q 'node1: tasks\{0,1\} [0-9-]*: Exited with exit code 69' $name.out" ||
+        diag "$(grep -E 'srun|error' $name.out | head -8)"
+    check "  ...the job goes on inside its allocation, excluding node2, and completes ($st; recovery $(recovery "$name") s)" \
+        sh -c "[ '$st' = COMPLETED ] && grep -q '^== status 69 (.*, blamed node2): rerun 1 of 3 inside the allocation' $name.out &&
+               grep -q '^== step on 2 of $((2 + spare)) nodes at' $name.out &&
+               grep -q '^== step on $((1 + spare)) of $((2 + spare)) nodes (excluding node2) at' $name.out" ||
         show "$name"
+    if [ "$spare" = 1 ]; then
+        check "  ...on node1 and the spare node3, from step 8: bitwise the uninterrupted 2 x 2 run (a)" \
+            sh -c "grep -q 'rank 2/4 local 0/2 node 1 host node3 .* resume=8' $name.out && cmp -s $name.params two.params"
+    else
+        check "  ...on node1 alone from step 8, resharded 4 -> 2 ranks: within 1e-5 of the uninterrupted 2 x 2 run (a)" \
+            sh -c "grep -q 'resume: resharded from 4 ranks (shard 4 x replicate 1) to 2 (shard 2 x replicate 1)' $name.out &&
+                   '$CMP' $name.params two.params 1e-5 >/dev/null" || diag "$("$CMP" $name.params two.params 1e-5 2>&1 | tail -3)"
+    fi
+    check "  ...starts.jsonl: the second start records the cause, node2 and the seconds lost; ckpt list its goodput" \
+        sh -c "grep -q '\"start\":2,.*\"resume_step\":8,\"cause\":\"\(exit_69\|node_fail\)\",\"blamed\":\"node2\",\"lost_s\":[0-9]' '$T/ck_$name/starts.jsonl' &&
+               '$S' ckpt list '$T/ck_$name' >$name.list && grep -q '^goodput [01]\.[0-9]*: .* (16 steps; 2 starts; [0-9]* steps\{0,1\} redone)' $name.list" ||
+        diag "$(cat "$T/ck_$name/starts.jsonl" "$name.list" 2>&1 | tail -8)"
+    if [ "$how" = link ]; then
+        ip -n "$(node_ns 2)" link set eth0 up
+        w=0
+        until cl sinfo -h -n node2 -o %T | grep -qx idle || [ $w -ge 60 ]; do
+            sleep 1
+            w=$((w + 1))
+        done
+    fi
 }
-lose killed kill "d"
-lose cut link "e"
+lose killed kill 1 "d"
+lose cut link 0 "e"
+
+# --- e2. the paths that end the job: no healthy node left, the attempts
+# exhausted, a world size that cannot keep the batch -------------------------
+# rank_pid N R: the PID of node N's shardrun whose rank is R
+rank_pid() {
+    for p in $(node_pids "$1" shardrun); do
+        tr '\0' '\n' </proc/"$p"/environ | grep -qx "SLURM_PROCID=$2" && echo "$p"
+    done
+}
+# end_path NAME SHAPE [EXPORTS]: rank 1 pauses in its save of step 8 and is
+# killed; the job's state in $st
+end_path() {
+    name=$1
+    JOB_EVERY=4 mkjob "$name" "$iface"
+    [ -n "${JOB_BATCH:-}" ] && sed -i "s/batch_size: 8/batch_size: $JOB_BATCH/" "$name.yaml"
+    XEXP="LOSE_PAUSE=after_shard_write:8@1${3:+,$3}"
+    J=$(submit "$name" $2 --no-requeue)
+    XEXP=""
+    wait_line "$name.out" "rank 1 stopped at after_shard_write" 120
+    node=$(sed -n "s/.*rank 1\/[0-9]* local .* host node\([0-9]\) .*/\1/p" "$name.out" | head -1)
+    kill -9 $(rank_pid "${node:-1}" 1) 2>/dev/null
+    st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 120)
+}
+end_path none "--nodes=1 --ntasks=2"
+check "e2: 1 node x 2 tasks, rank 1 killed: no healthy node left, the job ends 69 ($st)" \
+    sh -c "[ '$st' = FAILED ] && grep -q '^== status 69 (exit_69, blamed node1): no healthy node left in the allocation' none.out &&
+           [ \$(grep -c '^== step on' none.out) = 1 ]" || show none
+end_path spent "--nodes=2 --ntasks-per-node=1" "MAX_STEP_RESTARTS=0"
+check "  ...2 nodes, rank 1 killed at MAX_STEP_RESTARTS=0: not rerun, the job ends 69 ($st)" \
+    sh -c "[ '$st' = FAILED ] && grep -q '^== status 69 after 0 restarts inside the allocation (MAX_STEP_RESTARTS=0)' spent.out &&
+           [ \$(grep -c '^== step on' spent.out) = 1 ]" || show spent
+JOB_BATCH=3 end_path split "--nodes=3 --ntasks-per-node=1"
+check "  ...3 nodes x 1 task, batch_size 3, node 2's rank killed: the rerun on 2 nodes ends 78 naming batch_size, micro_batch and the 2 ranks ($st)" \
+    sh -c "[ '$st' = FAILED ] && grep -q '^== step on 2 of 3 nodes (excluding node2)' split.out && grep -q '^== shardrun exited 78' split.out &&
+           grep 'error: .*train.batch_size (3) does not split evenly over the 2 data-parallel ranks' split.out | grep -q micro_batch" || show split
 
 # --- f. the launcher lost: slurmstepd of node 2 killed ------------------------
 # launcher_lost NAME LABEL: under srun --mpi=$MPI_TYPE (the PMIx or PMI2
@@ -230,9 +300,11 @@ EOS
 launcher_lost stepd "f"
 
 # --- g. the flight recorder across nodes ------------------------------------------
+# (a protocol error is 69, which the template would rerun on the other node:
+# MAX_STEP_RESTARTS=0 keeps the job to the one failed step)
 mkjob fl "$iface"
 J=$(cl sbatch --parsable --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 --no-requeue -o "$T/fl.out" \
-    --export="ALL,JOB=$T/fl.yaml,SHARDRUN_TEST_MISMATCH_SEQ=45@3" "$TEMPLATES/shardrun-cpu.sbatch")
+    --export="ALL,JOB=$T/fl.yaml,SHARDRUN_TEST_MISMATCH_SEQ=45@3,MAX_STEP_RESTARTS=0" "$TEMPLATES/shardrun-cpu.sbatch")
 st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 120)
 n=$(ls "$T/ck_fl/flight/$J.0" 2>/dev/null | grep -c '^rank[0-3].json$')
 check "g: rank 3 mismatches collective 45: the job fails ($st), every rank dumps its flight recorder ($n of 4)" \
@@ -265,7 +337,7 @@ else
         sh -c "grep -q 'rank 0/4 local 0/2 node 0 host node1 .* bootstrap pmi2 ' pmi2.out && grep -q 'rank 3/4 local 1/2 node 1 host node2 .* bootstrap pmi2 ' pmi2.out" ||
         diag "$(grep ' rank [0-3]/4 ' pmi2.out | head -8)"
     check "  ...final parameters bitwise those of a's uninterrupted 2 x 2 run" cmp -s pmi2.params two.params
-    lose killed2 kill "h (pmi2)"
+    lose killed2 kill 0 "h (pmi2)"
     launcher_lost stepd2 "h (pmi2)"
     unset MPI_TYPE
 fi
