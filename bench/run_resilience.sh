@@ -88,8 +88,9 @@ EOF
     awk -v t0="$t0" '
         /"event":"start"/ { n++; if (n == 2) { match($0, /"resume_step":[0-9]+/); resumed = substr($0, RSTART + 14, RLENGTH - 14) } next }
         n == 1 && /^\{"step":/ { match($0, /^\{"step":[0-9]+/); last = substr($0, 9, RLENGTH - 8) }
-        n == 2 && /^\{"step":/ { match($0, /"time":[0-9.]+/); printf "%.2f %d\n", substr($0, RSTART + 7, RLENGTH - 7) - t0, last - resumed; exit }
-    ' "$name.jsonl"
+        n == 2 && /^\{"step":/ { match($0, /"time":[0-9.]+/); printf "%.2f %d\n", substr($0, RSTART + 7, RLENGTH - 7) - t0, last - resumed; done = 1; exit }
+        END { if (!done) print "- -" }
+    ' "$name.jsonl" 2>/dev/null || echo "- -"
 }
 # stats VALUES...: "median (min..max)"
 stats() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.2f (%.2f..%.2f)", m, v[1], v[NR] }'; }
@@ -99,7 +100,7 @@ i=1
 while [ $i -le "$REPS" ]; do
     if [ $((i % 2)) = 1 ]; then order="alloc resubmit"; else order="resubmit alloc"; fi
     for how in $order; do
-        set -- $(measure "r${i}_$how" "$how")
+        set -- $(measure "r${i}_$how" "$how") - -
         if [ "$1" = - ]; then
             echo "bench-resilience: round $i, $how: the job did not recover; its log:"
             tail -15 "r${i}_$how.out"

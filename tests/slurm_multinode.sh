@@ -22,7 +22,8 @@
 #      the first 69 and reruns on node 1 alone, 4 -> 2 ranks, within 1e-5;
 #      the paths that end the job: no healthy node left (one node), the
 #      attempts spent (MAX_STEP_RESTARTS=0), a world size that cannot keep
-#      the batch (78 naming batch_size, micro_batch and the ranks)
+#      the batch (78 naming batch_size, micro_batch and the ranks); a crash
+#      (SIGABRT) is the step's own error and is not rerun
 #   f. the launcher lost: kill -9 of node 2's slurmstepd; its ranks exit 69
 #      naming the lost PMIx server, the others 69 naming a peer, no save;
 #      the lock is free and a resubmission resumes
@@ -192,6 +193,10 @@ lose() {
                grep -q '^== step on 2 of $((2 + spare)) nodes at' $name.out &&
                grep -q '^== step on $((1 + spare)) of $((2 + spare)) nodes (excluding node2) at' $name.out" ||
         show "$name"
+    if [ "$how" = link ]; then
+        check "  ...srun, waiting for the unreachable node's tasks, is ended SHARDRUN_STEP_GRACE (5 s) after node 1's 69" \
+            grep -q '^== a task exited 69 5 s ago and srun still waits for the others: ending it$' $name.out
+    fi
     if [ "$spare" = 1 ]; then
         check "  ...on node1 and the spare node3, from step 8: bitwise the uninterrupted 2 x 2 run (a)" \
             sh -c "grep -q 'rank 2/4 local 0/2 node 1 host node3 .* resume=8' $name.out && cmp -s $name.params two.params"
@@ -225,7 +230,7 @@ rank_pid() {
     done
 }
 # end_path NAME SHAPE [EXPORTS]: rank 1 pauses in its save of step 8 and is
-# killed; the job's state in $st
+# killed (SIGKILL, or SIG=ABRT: a crash); the job's state in $st
 end_path() {
     name=$1
     JOB_EVERY=4 mkjob "$name" "$iface"
@@ -235,7 +240,9 @@ end_path() {
     XEXP=""
     wait_line "$name.out" "rank 1 stopped at after_shard_write" 120
     node=$(sed -n "s/.*rank 1\/[0-9]* local .* host node\([0-9]\) .*/\1/p" "$name.out" | head -1)
-    kill -9 $(rank_pid "${node:-1}" 1) 2>/dev/null
+    pid=$(rank_pid "${node:-1}" 1)
+    kill -"${SIG:-KILL}" $pid 2>/dev/null
+    kill -CONT $pid 2>/dev/null
     st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 120)
 }
 end_path none "--nodes=1 --ntasks=2"
@@ -246,6 +253,10 @@ end_path spent "--nodes=2 --ntasks-per-node=1" "MAX_STEP_RESTARTS=0"
 check "  ...2 nodes, rank 1 killed at MAX_STEP_RESTARTS=0: not rerun, the job ends 69 ($st)" \
     sh -c "[ '$st' = FAILED ] && grep -q '^== status 69 after 0 restarts inside the allocation (MAX_STEP_RESTARTS=0)' spent.out &&
            [ \$(grep -c '^== step on' spent.out) = 1 ]" || show spent
+SIG=ABRT end_path crash "--nodes=2 --ntasks-per-node=1"
+check "  ...2 nodes, rank 1 aborts (a crash, not a lost node): the step's own error, not rerun, the job fails ($st)" \
+    sh -c "[ '$st' = FAILED ] && grep -q \"^== the step's own error (Aborted\" crash.out && [ \$(grep -c '^== step on' crash.out) = 1 ]" ||
+    show crash
 JOB_BATCH=3 end_path split "--nodes=3 --ntasks-per-node=1"
 check "  ...3 nodes x 1 task, batch_size 3, node 2's rank killed: the rerun on 2 nodes ends 78 naming batch_size, micro_batch and the 2 ranks ($st)" \
     sh -c "[ '$st' = FAILED ] && grep -q '^== step on 2 of 3 nodes (excluding node2)' split.out && grep -q '^== shardrun exited 78' split.out &&
@@ -300,15 +311,17 @@ EOS
 launcher_lost stepd "f"
 
 # --- g. the flight recorder across nodes ------------------------------------------
-# (a protocol error is 69, which the template would rerun on the other node:
-# MAX_STEP_RESTARTS=0 keeps the job to the one failed step)
+# (every rank exits 69 on the protocol error: the template knows it for the
+# step's own error and does not rerun it)
 mkjob fl "$iface"
 J=$(cl sbatch --parsable --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 --no-requeue -o "$T/fl.out" \
-    --export="ALL,JOB=$T/fl.yaml,SHARDRUN_TEST_MISMATCH_SEQ=45@3,MAX_STEP_RESTARTS=0" "$TEMPLATES/shardrun-cpu.sbatch")
+    --export="ALL,JOB=$T/fl.yaml,SHARDRUN_TEST_MISMATCH_SEQ=45@3" "$TEMPLATES/shardrun-cpu.sbatch")
 st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 120)
 n=$(ls "$T/ck_fl/flight/$J.0" 2>/dev/null | grep -c '^rank[0-3].json$')
 check "g: rank 3 mismatches collective 45: the job fails ($st), every rank dumps its flight recorder ($n of 4)" \
     sh -c "[ '$st' = FAILED ] && [ $n -eq 4 ]" || show fl
+check "  ...the template does not rerun the step: its own error (a protocol error)" \
+    sh -c "grep -q \"^== the step's own error (a protocol error): not rerun\" fl.out && [ \$(grep -c '^== step on' fl.out) = 1 ]" || show fl
 "$S" debug flight "$T/ck_fl/flight/$J.0" >fl.txt 2>&1
 rc=$?
 check "  ...shardrun debug flight names the mismatch: rank 3 on host node2 (status $rc)" \
