@@ -46,15 +46,6 @@ export PATH="$T/bin:$PATH" OMP_WAIT_POLICY=PASSIVE
 echo "bench-resilience: starting the three-node cluster"
 CL_NODES=3 cluster2_start "$T/cl" "$$" || { cluster_logs; exit 1; }
 
-# wait_line FILE PATTERN SECONDS
-wait_line() {
-    w=0
-    until grep -q "$2" "$1" 2>/dev/null; do
-        [ $w -ge $(($3 * 10)) ] && return 1
-        sleep 0.1
-        w=$((w + 1))
-    done
-}
 # measure NAME HOW: one lost node; prints "RECOVERY STEPS_LOST" or "- -"
 measure() {
     name=$1 how=$2

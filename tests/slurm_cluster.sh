@@ -13,6 +13,7 @@
 #   cluster_logs        prints the tails of the daemons' logs
 #   job_wait JOBID STATES SECONDS   waits until the job's state is one of
 #                       STATES (e.g. "COMPLETED|FAILED"); prints it; 1 on timeout
+#   wait_line FILE PATTERN SECONDS  waits until a line of FILE matches
 #
 # Two nodes on one machine (cluster2_start DIR TAG): each node a network
 # namespace (srnN_TAG) with its own slurmd started as `slurmd -N nodeN`
@@ -259,6 +260,16 @@ CONF
     return 1
 }
 
+# wait_line FILE PATTERN SECONDS: waits (bounded) until a line of FILE
+# matches PATTERN (grep's); 1 on timeout
+wait_line() {
+    w=0
+    until grep -q "$2" "$1" 2>/dev/null; do
+        [ $w -ge $(($3 * 10)) ] && return 1
+        sleep 0.1
+        w=$((w + 1))
+    done
+}
 job_state() { cl scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
 
 job_wait() {

@@ -148,15 +148,6 @@ wait_exists() {
         w=$((w + 1))
     done
 }
-# wait_line FILE PATTERN SECONDS
-wait_line() {
-    w=0
-    until grep -q "$2" "$1" 2>/dev/null; do
-        [ $w -ge $(($3 * 10)) ] && return 1
-        sleep 0.1
-        w=$((w + 1))
-    done
-}
 # recovery NAME: the seconds from the loss ($t0) to the rerun's first step
 # (the first step record after NAME.jsonl's second start record)
 recovery() {
