@@ -15,7 +15,8 @@
  * (SHARDRUN_TEST_PAUSE_AT: stops it with SIGSTOP, for a test to kill the
  * whole job there)
  * (after_shard_write, before_manifest, after_manifest, before_rename,
- * after_rename, before_latest, after_latest).  In an asynchronous save
+ * after_rename, before_latest, after_latest; memory_committed: the memory
+ * tier's commit, after the persistent sites a memory save passes too).  In an asynchronous save
  * after_shard_write is reached on the writer thread, the others at the
  * commit, on the main thread, a step or more later. */
 #include "srconfig.h"
@@ -325,6 +326,36 @@ bool sr_ckpt_take_commit(sr_ckpt *c, sr_ckpt_commit *out) {
     return true;
 }
 
+sr_status ckpt_load_agreed(sr_ckpt *c, const char *path, int dirfd, sr_ckpt_progress *p, char *how, size_t how_len,
+                           bool *any_shape) {
+    sr_manifest mf;
+    bool shape = false;
+    uint64_t verified = 0;
+    double t0 = sr_clock_mono_s();
+    sr_status mine = load_one(c, path, dirfd, &mf, &shape, &verified);
+    sr_ctl_word *all = NULL;
+    sr_status st = sr_ctl_agree(c->ctl, mine, shape, verified, mine == SR_OK ? NULL : sr_error_message(), &all);
+    *any_shape = false;
+    if (st == SR_OK) {
+        log_loaded(c, path, &mf, all, sr_clock_mono_s() - t0);
+        *p = (sr_ckpt_progress){mf.step, mf.cursor};
+        c->last_step = mf.step;
+        snprintf(how, how_len, "%lld", (long long)mf.step);
+        FMT(c->resumed_from, "%s", path);
+        FMT(c->init_path, "%s", mf.init_path);
+        FMT(c->init_sha256, "%s", mf.init_sha256);
+        sr_manifest_free(&mf);
+        free(all);
+        return SR_OK;
+    }
+    if (mine == SR_OK)
+        sr_manifest_free(&mf);
+    for (int r = 0; all && r < sr_ctl_size(c->ctl); r++)
+        *any_shape = *any_shape || all[r].flag;
+    free(all);
+    return st;
+}
+
 sr_status sr_ckpt_resume(sr_ckpt *c, sr_ckpt_progress *p, char *how, size_t how_len) {
     *p = (sr_ckpt_progress){0, 0};
     snprintf(how, how_len, "fresh");
@@ -354,35 +385,15 @@ sr_status sr_ckpt_resume(sr_ckpt *c, sr_ckpt_progress *p, char *how, size_t how_
             FMT(path, "%s", explicit_path);
         else
             FMT(path, "%s/step_%08lld", c->dir, (long long)steps[1 + i]);
-        sr_manifest mf;
-        bool shape = false;
-        uint64_t verified = 0;
-        double t0 = sr_clock_mono_s();
         int dirfd = open_candidate(c, path, explicit_path ? 0 : steps[1 + i], explicit_path != NULL);
-        sr_status mine = load_one(c, path, dirfd, &mf, &shape, &verified);
+        bool any_shape = false;
+        sr_status st = ckpt_load_agreed(c, path, dirfd, p, how, how_len, &any_shape);
         if (dirfd >= 0)
             close(dirfd);
-        sr_ctl_word *all = NULL;
-        sr_status st = sr_ctl_agree(c->ctl, mine, shape, verified, mine == SR_OK ? NULL : sr_error_message(), &all);
         if (st == SR_OK) {
-            log_loaded(c, path, &mf, all, sr_clock_mono_s() - t0);
-            *p = (sr_ckpt_progress){mf.step, mf.cursor};
-            c->last_step = mf.step;
-            snprintf(how, how_len, "%lld", (long long)mf.step);
-            FMT(c->resumed_from, "%s", path);
-            FMT(c->init_path, "%s", mf.init_path);
-            FMT(c->init_sha256, "%s", mf.init_sha256);
-            sr_manifest_free(&mf);
-            free(all);
             result = sr_fsdp_state_loaded(c->f); /* offload: the device copy of the parameters */
             break;
         }
-        if (mine == SR_OK)
-            sr_manifest_free(&mf);
-        bool any_shape = false;
-        for (int r = 0; all && r < sr_ctl_size(c->ctl); r++)
-            any_shape = any_shape || all[r].flag;
-        free(all);
         result = st;
         if (st == SR_ERR_PEER || st == SR_ERR_INTERNAL || st == SR_ERR_CONFIG) /* CONFIG: the data differs */
             break;

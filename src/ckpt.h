@@ -43,6 +43,9 @@ typedef struct {
     const char *schedule_name; /* train.schedule as written in the job */
     sr_lr_schedule schedule;
     const char *isa; /* the ISA level the ranks agreed on */
+    int64_t mem_every;    /* checkpoint.memory.every_steps (0: no memory tier) */
+    const char *mem_dir;  /* checkpoint.memory.dir, before expansion */
+    int mem_replicas;     /* checkpoint.memory.replicas: -1 auto, 0, 1 */
     int nkeys;       /* the job's key = value list, as `config show` prints it */
     const char *const *keys;
     const char *const *values;
@@ -139,6 +142,46 @@ int64_t sr_ckpt_pending_step(const sr_ckpt *c);
  * *largest_file (may be NULL) gets the largest shard file, the most one
  * rank writes. */
 uint64_t sr_ckpt_planned_bytes(const sr_shardplan *plan, int S, uint64_t *largest_file);
+
+/* The memory tier (ckpt_mem.c; checkpoint.memory.*): a second
+ * checkpointer whose directory is each node's memory directory
+ * (checkpoint.memory.dir expanded with %u %j %n %h, made 0700 by the
+ * first rank of each node).  Every checkpoint.memory.every_steps steps
+ * each rank snapshots its shard and a writer thread writes it there in the
+ * persistent format and sends it to its buddy (the same position on the
+ * next node) over the tier's own links; the buddy verifies it chunk by
+ * chunk and keeps it in its own node's directory; the leads commit once
+ * every file and replica is written and verified; at most 2 are kept.
+ *
+ * sr_ckpt_mem_open: collective; off (sr_ckpt_mem_on false) without
+ *   mem_every or checkpoint.dir; a directory it may not use (another
+ *   user's, not a directory) or a snapshot that does not fit turns the
+ *   tier off with one warning; SR_ERR_PEER when its links fail, or the
+ *   template's SR_ERR_CONFIG.  Closed with sr_ckpt_close.
+ * sr_ckpt_mem_due: whether `steps_done` is a memory step.
+ * sr_ckpt_mem_save: begins a memory save (collective); one still in
+ *   flight makes this one skipped (said so); *stall_s gets the time the
+ *   step waited.  A failure is a warning, never the run's: SR_OK, except
+ *   SR_ERR_PEER (a lost rank).
+ * sr_ckpt_mem_poll: sr_ckpt_poll for the tier, failures as warnings.
+ * sr_ckpt_mem_remove: the job's last step is done: the leads remove their
+ *   node's directory (collective).
+ * sr_ckpt_resume_tiers: checkpoint.resume auto with the tier on: every
+ *   node's lead verifies its directory's newest steps; the newest step
+ *   newer than checkpoint.dir's newest that is complete across the nodes
+ *   (own files and replicas, of the same save) is loaded after each node
+ *   fetched the manifest and the files its ranks read from the node that
+ *   holds them (rank 0 names each file's node); an incomplete or failing
+ *   step falls back to the next, the last fallback being sr_ckpt_resume
+ *   on `c`.  Otherwise exactly sr_ckpt_resume. */
+sr_status sr_ckpt_mem_open(sr_ckpt **out, const sr_ckpt_opts *o, const sr_world *w, sr_ctl *ctl, const sr_model *m,
+                           sr_fsdp *f, const sr_transport_opts *tp);
+bool sr_ckpt_mem_on(const sr_ckpt *c);
+bool sr_ckpt_mem_due(const sr_ckpt *c, int64_t steps_done);
+sr_status sr_ckpt_mem_save(sr_ckpt *c, const sr_ckpt_progress *p, double *stall_s);
+sr_status sr_ckpt_mem_poll(sr_ckpt *c, int64_t now_step, bool wait);
+sr_status sr_ckpt_mem_remove(sr_ckpt *c);
+sr_status sr_ckpt_resume_tiers(sr_ckpt *c, sr_ckpt *m, sr_ckpt_progress *p, char *how, size_t how_len);
 
 /* A committed save: the step it holds, the step at which it committed
  * (later than the first for an asynchronous save), the seconds from its

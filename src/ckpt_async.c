@@ -74,8 +74,10 @@ static void *writer_main(void *arg) {
             ;
     }
     double t0 = sr_clock_mono_s();
-    ckpt_traced_write(pd->c, &pd->p, pd->tmp, pd->proto, pd->mine, pd->c->snap, "checkpoint write (background)",
-                      pd->trace_t0);
+    ckpt_traced_write(pd->c, &pd->p, pd->tmp, pd->proto, pd->mine, pd->c->snap,
+                      pd->c->tier ? "memory checkpoint write" : "checkpoint write (background)", pd->trace_t0);
+    if (pd->c->tier) /* the replica exchange with the buddies, on this thread too */
+        ckpt_tier_replicate(pd->c, pd->p.step, pd->tmp, (int64_t)pd->rec.nchunks, pd->mine);
     pd->write_s = sr_clock_mono_s() - t0;
     atomic_store(&pd->done, true);
     return NULL;
@@ -209,8 +211,9 @@ sr_status sr_ckpt_save_async(sr_ckpt *c, const sr_ckpt_progress *p, int64_t *wai
     FMT(pd->tmp, "%s/.step_%08lld.tmp", c->dir, (long long)p->step);
     FMT(pd->final, "%s/step_%08lld", c->dir, (long long)p->step);
     c->pend = pd;
-    sr_log_info("checkpoint: saving step %lld to %s (asynchronous: a snapshot, then a background write)",
-                (long long)p->step, pd->final);
+    if (!c->tier)
+        sr_log_info("checkpoint: saving step %lld to %s (asynchronous: a snapshot, then a background write)",
+                    (long long)p->step, pd->final);
     sr_status st = ckpt_save_begin(c, pd->tmp);
     if (st == SR_OK)
         st = ckpt_records_alloc(c, pd->proto, &pd->rec, &pd->mine);
@@ -229,7 +232,7 @@ sr_status sr_ckpt_save_async(sr_ckpt *c, const sr_ckpt_progress *p, int64_t *wai
         me->status = SR_ERR_INTERNAL;
         FMT(me->msg, "%s", sr_error_message());
         atomic_store(&pd->done, true);
-    } else if (c->snap_elements == 0) {
+    } else if (c->snap_elements == 0 && !c->tier) {
         atomic_store(&pd->done, true); /* nothing to write on this rank */
     } else if ((pd->trace_t0 = sr_trace_late_begin()), pthread_create(&pd->thread, NULL, writer_thread, pd) == 0) {
         pd->thread_started = true;
@@ -262,7 +265,7 @@ sr_status sr_ckpt_poll(sr_ckpt *c, int64_t now_step, bool wait) {
     sr_ckpt_progress p = pd->p;
     if (!transport_failed) {
         st = ckpt_save_commit(c, &p, pd->tmp, pd->final, &pd->rec, st);
-        sr_status fin = sr_ctl_agree(c->ctl, sr_ctl_rank(c->ctl) == 0 ? st : SR_OK, 0, 0,
+        sr_status fin = sr_ctl_agree(c->ctl, ckpt_committer(c) ? st : SR_OK, 0, 0,
                                      st == SR_OK ? NULL : sr_error_message(), NULL);
         if (st == SR_OK)
             st = fin;
@@ -270,11 +273,15 @@ sr_status sr_ckpt_poll(sr_ckpt *c, int64_t now_step, bool wait) {
     double took = sr_clock_mono_s() - pd->t0, snap = pd->snapshot_s, write = pd->write_s;
     ckpt_pending_free(c);
     if (st != SR_OK)
-        return transport_failed
+        return transport_failed || c->tier /* the tier's caller says what it was */
                    ? st
                    : sr_error_wrap(st, "checkpoint at step %lld not saved (earlier checkpoints are untouched)",
                                    (long long)p.step);
     c->last_step = p.step;
+    if (c->tier) {
+        ckpt_tier_committed(c, p.step, now_step, total, snap, write, took);
+        return SR_OK;
+    }
     c->commit = (sr_ckpt_commit){p.step, now_step, took, total, true};
     c->have_commit = true;
     sr_log_info("checkpoint: step %lld saved (asynchronous: started at step %lld, committed at step %lld): %.1f MB; "

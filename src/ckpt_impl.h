@@ -38,7 +38,16 @@ struct sr_ckpt {
     char resumed_from[PATH_MAX]; /* the checkpoint sr_ckpt_resume loaded, or "" */
     sr_ckpt_commit commit;       /* the newest commit not yet taken (sr_ckpt_take_commit) */
     bool have_commit;
+    /* the memory tier (ckpt_mem.c): a checkpointer of its own whose dir is
+     * this node's memory directory; `lead` commits there (the first rank of
+     * each node, where the persistent one commits on rank 0) */
+    struct ckpt_tier *tier; /* NULL: the persistent checkpointer */
+    bool lead;
 };
+
+/* The rank that makes the temporary directory and commits: rank 0 of the
+ * persistent checkpointer, the lead of each node in the memory tier. */
+static inline bool ckpt_committer(const sr_ckpt *c) { return c->tier ? c->lead : sr_ctl_rank(c->ctl) == 0; }
 
 /* Paths are bounded by PATH_MAX, messages by their buffers. */
 #define FMT(buf, ...) sr_fmt(buf, sizeof buf, __VA_ARGS__)
@@ -96,5 +105,20 @@ sr_status ckpt_setup_async(sr_ckpt *c);
  * rest by renaming each to a dot name first (a crash mid-delete leaves a
  * name the loader ignores and the next run removes). */
 void ckpt_retain(sr_ckpt *c, int64_t committed);
+/* One rank's part of loading the checkpoint in `path` (dirfd, or -1 with
+ * errno), then the agreement of every rank: on success *p, `how`, the
+ * resumed-from path and the lineage are set; *any_shape says whether some
+ * rank found another model shape (no fallback then).  The agreed status;
+ * the caller then calls sr_fsdp_state_loaded. */
+sr_status ckpt_load_agreed(sr_ckpt *c, const char *path, int dirfd, sr_ckpt_progress *p, char *how, size_t how_len,
+                           bool *any_shape);
+/* The memory tier's writer, after this rank's own file (ckpt_mem.c): the
+ * replica exchange with the buddies; a failure goes into *mine. */
+void ckpt_tier_replicate(sr_ckpt *c, int64_t step, const char *tmp, int64_t nchunks, unsigned char *mine);
+/* Stops the memory tier's links, joins its writer, frees the tier. */
+void ckpt_tier_free(sr_ckpt *c);
+/* The memory tier's log line of a commit (ckpt_mem.c). */
+void ckpt_tier_committed(sr_ckpt *c, int64_t step, int64_t now_step, uint64_t total, double snap, double write,
+                         double took);
 
 #endif

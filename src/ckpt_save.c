@@ -119,7 +119,7 @@ static sr_status commit_rank0(sr_ckpt *c, const sr_ckpt_progress *p, const char 
         errno != ENOTEMPTY)
         sr_log_warn("checkpoint: cannot remove %s/%s: %s", c->dir, old_name, strerror(errno));
     ckpt_crash_site("before_latest", p->step);
-    st = update_latest(c, p->step);
+    st = c->tier ? SR_OK : update_latest(c, p->step); /* the memory tier has no `latest` */
     if (st != SR_OK)
         return st;
     ckpt_crash_site("after_latest", p->step);
@@ -130,7 +130,7 @@ static sr_status commit_rank0(sr_ckpt *c, const sr_ckpt_progress *p, const char 
 /* Phase 1: rank 0 makes the temporary directory. */
 sr_status ckpt_save_begin(sr_ckpt *c, const char *tmp) {
     sr_status st = SR_OK;
-    if (sr_ctl_rank(c->ctl) == 0) {
+    if (ckpt_committer(c)) {
         sr_fsio_remove_dir(tmp, ckpt_written_by_save, NULL, NULL, 0);
         if (mkdir(tmp, SR_FSIO_DIR_MODE) != 0)
             st = sr_fsio_create_error_ckpt(tmp, errno);
@@ -330,7 +330,7 @@ static void drop_manifest(sr_manifest *mf) {
 /* Phase 3: rank 0 commits; on failure the temporary directory goes. */
 sr_status ckpt_save_commit(sr_ckpt *c, const sr_ckpt_progress *p, const char *tmp, const char *final,
                            const records *rec, sr_status st) {
-    if (sr_ctl_rank(c->ctl) != 0)
+    if (!ckpt_committer(c))
         return st;
     if (st == SR_OK) {
         sr_manifest mf = {.state_dtype = {SR_DT_F32, SR_DT_F32, SR_DT_F32}};
@@ -371,7 +371,7 @@ sr_status sr_ckpt_save(sr_ckpt *c, const sr_ckpt_progress *p, uint64_t *bytes_ou
     st = ckpt_save_commit(c, p, tmp, final, &rec, st);
     free(rec.all);
     /* Phase 4: the final agreement: nobody exits before the commit is known */
-    sr_status fin = sr_ctl_agree(c->ctl, sr_ctl_rank(c->ctl) == 0 ? st : SR_OK, 0, 0,
+    sr_status fin = sr_ctl_agree(c->ctl, ckpt_committer(c) ? st : SR_OK, 0, 0,
                                  st == SR_OK ? NULL : sr_error_message(), NULL);
     if (st == SR_OK)
         st = fin;

@@ -62,6 +62,7 @@ typedef struct {
 struct sr_tcp {
     sr_world *world;
     double timeout_s;
+    char key[64]; /* the PMIx keys' prefix */
     int listen_fd;
     char address[96];
     peer_addr *addrs;
@@ -330,7 +331,9 @@ static sr_status listen_and_exchange(sr_tcp *t, const char *ip) {
     peer_addr mine = {0};
     snprintf(mine.ip, sizeof mine.ip, "%s", ip);
     mine.port = ntohs(a.sin_port);
-    sr_status st = sr_world_allgather(w, "shardrun.addr", &mine, sizeof mine, t->addrs, t->timeout_s);
+    char key[96];
+    snprintf(key, sizeof key, "%s.addr", t->key);
+    sr_status st = sr_world_allgather(w, key, &mine, sizeof mine, t->addrs, t->timeout_s);
     if (st != SR_OK)
         return st;
     /* The per-job secret: rank 0's random bytes, shared through PMIx only. */
@@ -341,7 +344,8 @@ static sr_status listen_and_exchange(sr_tcp *t, const char *ip) {
         free(all);
         return sr_error(SR_ERR_INTERNAL, "RAND_bytes failed");
     }
-    st = sr_world_allgather(w, "shardrun.secret", mysecret, SECRET_LEN, all, t->timeout_s);
+    snprintf(key, sizeof key, "%s.secret", t->key);
+    st = sr_world_allgather(w, key, mysecret, SECRET_LEN, all, t->timeout_s);
     if (st == SR_OK)
         memcpy(t->secret, all, SECRET_LEN);
     OPENSSL_cleanse(mysecret, sizeof mysecret);
@@ -357,6 +361,7 @@ sr_status sr_tcp_open(sr_tcp **out, sr_world *w, const sr_transport_opts *o) {
         return sr_error_oom("the transport");
     t->world = w;
     t->timeout_s = o->timeout_s;
+    snprintf(t->key, sizeof t->key, "%s", o->key ? o->key : "shardrun");
     t->listen_fd = -1;
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->cond, NULL);
@@ -442,7 +447,7 @@ sr_status sr_tcp_connect(sr_tcp *t) {
     int me = t->world->rank;
     double deadline = sr_clock_mono_s() + t->timeout_s;
     for (int p = 0; p < me; p++) {
-        if (!t->needed[p])
+        if (!t->needed[p] || t->fds[p] >= 0)
             continue;
         sr_status st = connect_peer(t, p, deadline); /* the higher rank connects */
         if (st != SR_OK)

@@ -39,6 +39,8 @@ typedef struct sr_tcp sr_tcp;
 typedef struct {
     double timeout_s;      /* deadline of every wait without progress */
     const char *interface; /* IPv4 address or interface name; "" = the host name's address */
+    const char *key;       /* the PMIx keys' prefix (NULL: "shardrun"): a second transport of the
+                            * same job (the memory checkpoint tier's own links) takes its own */
 } sr_transport_opts;
 
 /* Resolves the interface, listens (more than one rank), exchanges addresses
@@ -50,7 +52,8 @@ sr_status sr_tcp_open(sr_tcp **out, sr_world *w, const sr_transport_opts *o);
 void sr_tcp_need(sr_tcp *t, int peer);
 /* How many peers are marked (the sockets sr_tcp_connect will hold). */
 int sr_tcp_peer_count(const sr_tcp *t);
-/* Connects to (lower ranks) or waits for (higher ranks) every needed peer,
+/* Connects to (lower ranks) or waits for (higher ranks) every needed peer
+ * not yet connected (so it may be called again after more sr_tcp_need),
  * within the timeout.  SR_ERR_PEER naming a peer that did not answer. */
 sr_status sr_tcp_connect(sr_tcp *t);
 /* The first needed peer whose connection hung up or failed within wait_s

@@ -44,6 +44,7 @@ static const char *const dtype_names[] = {"fp32", "bf16", "auto", NULL};
 _Static_assert(SR_DT_F32 == 0 && SR_DT_BF16 == 1 && SR_MP_DTYPE_AUTO == 2, "dtype_names is indexed by sr_dtype");
 static const char *const gradsync_names[] = {"per_step", "per_micro_batch", NULL};
 static const char *const requeue_names[] = {"exit", "scontrol", NULL};
+static const char *const replicas_names[] = {"auto", "0", "1", NULL};
 static const char *const before_end_names[] = {"auto", "off", NULL};
 
 #define OFF(field) offsetof(sr_config, field)
@@ -126,6 +127,9 @@ const sr_key cfg_keys[] = {
  {"checkpoint.async_max_mb", T_INT, OFF(ckpt_async_max_mb), "0", 0, 1e9, NULL, "largest snapshot per rank, MiB; 0 = 25% of the node's memory divided by its ranks; a larger snapshot makes saves synchronous (with a warning)"},
  {"checkpoint.keep", T_INT, OFF(ckpt_keep), "3", 1, 1e6, NULL, "newest N checkpoints kept (the newest verified one always)"},
  {"checkpoint.keep_every", T_INT, OFF(ckpt_keep_every), "0", 0, 1e12, NULL, "also keep steps that are multiples of N; 0 = off"},
+ {"checkpoint.memory.every_steps", T_INT, OFF(ckpt_mem_every_steps), "0", 0, 1e12, NULL, "the memory tier: every N steps each rank also writes its shard (same format, checksums and commit) into checkpoint.memory.dir in its node's memory, and a replica to a buddy rank on another node, in the background; a resume takes the newest step complete in memory, the buddies' replicas or checkpoint.dir; needs checkpoint.dir; 0 = off"},
+ {"checkpoint.memory.dir", T_STR, OFF(ckpt_mem_dir), "/dev/shm/shardrun-%u-%j", 0, 0, NULL, "the memory tier's directory on each node (a tmpfs), created 0700 and refused when another user owns it; %u the user, %j the job id, %n the node's name, %h the host name, %% a percent sign; removed when the job's last step is done"},
+ {"checkpoint.memory.replicas", T_ENUM, OFF(ckpt_mem_replicas), "auto", 0, 0, replicas_names, "copies of each memory shard on another node: 1 (a buddy rank on the next node keeps one), 0 (none: a lost node's memory is lost with it), auto (1 on more than one node)"},
  {"checkpoint.resume", T_STR, OFF(ckpt_resume), "auto", 0, 0, NULL, "auto (newest checkpoint that verifies), never, or a checkpoint path"},
  {"preemption.signals", T_SIGLIST, OFF(preempt_signals), "[USR1, USR2, TERM, INT]", 0, 0, NULL, "signals that request a checkpoint and exit"},
  {"preemption.requeue", T_ENUM, OFF(preempt_requeue), "exit", 0, 0, requeue_names, "exit: exit with exit_status (for RequeueExit); scontrol: rank 0 runs scontrol requeue, all exit 0"},

@@ -99,6 +99,8 @@ typedef struct {
     bool ckpt_async;
     int64_t ckpt_async_max_mb;
     char *ckpt_resume;
+    int64_t ckpt_mem_every_steps, ckpt_mem_replicas; /* replicas: 0 auto, 1 none, 2 one (replicas_names) */
+    char *ckpt_mem_dir;
     /* preemption */
     sr_strlist preempt_signals;
     int64_t preempt_requeue, preempt_exit_status;

@@ -646,3 +646,38 @@ sr_status sr_fsio_stream_close(FILE *f, const char *name) {
         bad = true, err = errno;
     return bad ? sr_fsio_write_error(name, err ? err : EIO) : SR_OK;
 }
+
+sr_status sr_fsio_expand(const char *key, const char *tmpl, const sr_path_vars *v, char *out, size_t n) {
+    size_t used = 0;
+    char hint[160];
+    sr_fmt(hint, sizeof hint, "%s%s%s%s%%%% a percent sign", v->host ? "%h is the host name, " : "",
+           v->node ? "%n the node's name, " : "", v->job ? "%j the job id, " : "", v->user ? "%u the user, " : "");
+    for (const char *p = tmpl; *p; p++) {
+        const char *add = NULL;
+        char one[2] = {*p, 0};
+        if (*p != '%')
+            add = one;
+        else if (p[1] == '%')
+            add = "%", p++;
+        else if (p[1] == 'h' || p[1] == 'n' || p[1] == 'j' || p[1] == 'u') {
+            add = p[1] == 'h' ? v->host : p[1] == 'n' ? v->node : p[1] == 'j' ? v->job : v->user;
+            p += add != NULL;
+        }
+        if (!add)
+            return sr_error(SR_ERR_CONFIG, "%s '%s': %%%c is not a substitution (hint: %s)", key, tmpl,
+                            p[1] ? p[1] : ' ', hint);
+        size_t k = strlen(add);
+        if (used + k + 1 > n)
+            return sr_error(SR_ERR_CONFIG, "%s '%s': the expanded path is longer than %zu bytes", key, tmpl, n - 1);
+        for (size_t i = 0; i < k; i++) {
+            /* a substituted name keeps [A-Za-z0-9._-] (mpirun's job ids
+             * hold brackets and commas); the template's own text is kept */
+            char c = add[i];
+            bool ok = add == one || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '-' || c == '_' || (c == '%' && p[0] == '%');
+            out[used++] = ok ? c : '_';
+        }
+    }
+    out[used] = '\0';
+    return SR_OK;
+}

@@ -47,6 +47,16 @@
 /* Writes all n bytes (retrying short writes and EINTR).  0, or -1 with
  * errno (ENOSPC when the device accepts no more bytes). */
 int sr_fsio_write_all(int fd, const void *buf, size_t n);
+/* The one path-template expander (log.prometheus, checkpoint.memory.dir):
+ * %h the host name, %n the node's name, %j the job id, %u the user, %% a
+ * percent sign; a letter whose value is NULL is not a substitution of this
+ * key.  A substituted value keeps only [A-Za-z0-9._-], others become '_'.
+ * SR_ERR_CONFIG naming `key` for another % sequence or a result that does
+ * not fit out[n]. */
+typedef struct {
+    const char *host, *node, *job, *user;
+} sr_path_vars;
+sr_status sr_fsio_expand(const char *key, const char *tmpl, const sr_path_vars *v, char *out, size_t n);
 /* Reads exactly n bytes at off.  0, or -1 with errno (0 = the file ended). */
 int sr_fsio_pread_all(int fd, void *buf, size_t n, uint64_t off);
 /* fsync of a directory.  0, or -1 with errno. */

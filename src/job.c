@@ -68,7 +68,7 @@ sr_model_dims sr_job_model_dims(const sr_config *cfg, int T) {
 
 sr_status sr_job_init(sr_job *j, const sr_config *cfg) {
     *j = (sr_job){0};
-    j->transport = (sr_transport_opts){cfg->comm_timeout_s, cfg->comm_interface ? cfg->comm_interface : ""};
+    j->transport = (sr_transport_opts){cfg->comm_timeout_s, cfg->comm_interface ? cfg->comm_interface : "", NULL};
     j->fsdp = (sr_fsdp_opts){.blocks_per_unit = (int)cfg->blocks_per_unit,
                              .reshard_blocks = cfg->reshard_blocks,
                              .reshard_root = cfg->reshard_root,
@@ -102,6 +102,9 @@ sr_status sr_job_init(sr_job *j, const sr_config *cfg) {
                              .keep_every = cfg->ckpt_keep_every,
                              .async = cfg->ckpt_async,
                              .async_max_mb = cfg->ckpt_async_max_mb,
+                             .mem_every = cfg->ckpt_mem_every_steps,
+                             .mem_dir = cfg->ckpt_mem_dir ? cfg->ckpt_mem_dir : "",
+                             .mem_replicas = cfg->ckpt_mem_replicas == 0 ? -1 : (int)cfg->ckpt_mem_replicas - 1,
                              .seed = (uint64_t)cfg->seed,
                              .schedule_name = sr_config_enum_name("train.schedule", cfg->schedule),
                              .schedule = j->schedule,
@@ -164,6 +167,10 @@ sr_status sr_job_check_world(const sr_config *cfg, int ranks, int rank, sr_mesh 
                       "accumulation steps)",
                       (long long)cfg->batch_size, (long long)mb, ranks, w2);
     }
+    if (cfg->ckpt_mem_every_steps > 0 && !(cfg->ckpt_dir && cfg->ckpt_dir[0]))
+        return at_key(cfg, "checkpoint.memory.every_steps",
+                      "checkpoint.memory.every_steps needs checkpoint.dir: the memory tier is a faster copy beside the "
+                      "persistent checkpoints, which a lost allocation still needs (hint: set checkpoint.dir)");
     sr_mesh mesh;
     sr_status st = sr_mesh_init(&mesh, ranks, rank, cfg->mesh_shard, cfg->mesh_replicate);
     if (st != SR_OK) {

@@ -17,38 +17,8 @@
 #include "fsio.h"
 
 sr_status sr_prom_path(const char *tmpl, const char *host, const char *job, char *out, size_t n) {
-    size_t used = 0;
-    for (const char *p = tmpl; *p; p++) {
-        const char *add;
-        char one[2] = {*p, 0};
-        if (*p != '%')
-            add = one;
-        else if (p[1] == 'h')
-            add = host, p++;
-        else if (p[1] == 'j')
-            add = job, p++;
-        else if (p[1] == '%')
-            add = "%", p++;
-        else
-            return sr_error(SR_ERR_CONFIG,
-                            "log.prometheus '%s': %%%c is not a substitution (hint: %%h is the host name, %%j the job "
-                            "id, %%%% a percent sign)",
-                            tmpl, p[1] ? p[1] : ' ');
-        size_t k = strlen(add);
-        if (used + k + 1 > n)
-            return sr_error(SR_ERR_CONFIG, "log.prometheus '%s': the expanded path is longer than %zu bytes", tmpl,
-                            n - 1);
-        for (size_t i = 0; i < k; i++) {
-            /* a substituted name keeps [A-Za-z0-9._-] (mpirun's job ids
-             * hold brackets and commas); the template's own text is kept */
-            char c = add[i];
-            bool ok = add == one || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                      c == '.' || c == '-' || c == '_' || (c == '%' && p[0] == '%');
-            out[used++] = ok ? c : '_';
-        }
-    }
-    out[used] = '\0';
-    return SR_OK;
+    const sr_path_vars v = {.host = host, .job = job};
+    return sr_fsio_expand("log.prometheus", tmpl, &v, out, n);
 }
 
 /* A label value as the exposition format quotes it: \, " and newline

@@ -200,6 +200,7 @@ static const hook_row rows[] = {
     {"SHARDRUN_TEST_ISA", H_FN, 0, 0, 0, 0, 0, NULL, hook_isa},
     {"SHARDRUN_TEST_MEM_AVAILABLE", H_INT, F(mem_available), 0, 0, NOMAX, -1, "a number of bytes >= 0", NULL},
     {"SHARDRUN_TEST_NODE_MEM", H_INT, F(node_mem), 0, 1, NOMAX, -1, "a number of bytes >= 1", NULL},
+    {"SHARDRUN_TEST_NODE_RANKS", H_INT, F(node_ranks), 0, 1, 1 << 20, -1, "a number of ranks >= 1", NULL},
     {"SHARDRUN_TEST_NO_PMIX_EVENTS", H_FLAG, F(no_pmix_events), 0, 0, 0, 0, NULL, NULL},
     {"SHARDRUN_TEST_DEVICE", H_CHOICE, F(device), SIZE(device), 0, 0, 0, "fake", NULL},
     {"SHARDRUN_TEST_DEVICE_FREE_MB", H_INT, F(device_free_mb), 0, 0, (int64_t)1 << 40, -1,

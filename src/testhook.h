@@ -23,6 +23,8 @@
  *   SHARDRUN_TEST_ISA=LEVEL                    pretend the CPU supports at most LEVEL
  *   SHARDRUN_TEST_MEM_AVAILABLE=BYTES          pretend /proc/meminfo's MemAvailable is BYTES
  *   SHARDRUN_TEST_NODE_MEM=BYTES               pretend the node's physical memory is BYTES
+ *   SHARDRUN_TEST_NODE_RANKS=K                 the memory tier (checkpoint.memory) takes blocks
+ *                                              of K ranks as nodes, named node0, node1, ... (%n)
  *   SHARDRUN_TEST_NO_PMIX_EVENTS=1             register no PMIx event handler (the parent
  *                                              watch alone must notice a dead launcher)
  *   SHARDRUN_TEST_DEVICE=fake                  the fake device table (device.h)
@@ -67,7 +69,7 @@
  * (ckpt.c calls them; SHARDRUN_TEST_CRASH_AT and PAUSE_AT name one;
  * PAUSE_AT also takes before_connect, train.c's). */
 #define SR_TESTHOOK_CRASH_SITES                                                                                        \
-    "after_shard_write, before_manifest, after_manifest, before_rename, after_rename, before_latest, after_latest"
+    "after_shard_write, before_manifest, after_manifest, before_rename, after_rename, before_latest, after_latest, memory_committed"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -95,6 +97,7 @@ typedef struct {
     char isa[16];            /* "" = off */
     int64_t mem_available;   /* -1 = off */
     int64_t node_mem;        /* -1 = off */
+    int64_t node_ranks;      /* SHARDRUN_TEST_NODE_RANKS: the memory tier's nodes of K ranks; -1 = off */
     bool no_pmix_events;
     char device[8];         /* "" = off, "fake" */
     int64_t device_free_mb; /* -1 = off */

@@ -48,6 +48,7 @@ typedef struct {
     sr_fsdp *fsdp;
     sr_plane *plane; /* how the engine's collectives travel (plane.h) */
     sr_ckpt *ck;
+    sr_ckpt *mem; /* the memory tier (checkpoint.memory) */
     sr_metrics *metrics;
     int *in, *tg;
     sr_ckpt_progress start; /* where this run starts (a resume point or 0) */

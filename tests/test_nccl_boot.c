@@ -87,7 +87,7 @@ int main(int argc, char **argv) {
 
     /* 2. the group declarations */
     sr_transport *tp = NULL;
-    sr_transport_opts o = {60, "127.0.0.1"};
+    sr_transport_opts o = {60, "127.0.0.1", NULL};
     st = sr_transport_open(&tp, &w, &o);
     int *ranks = calloc((size_t)n, sizeof(int));
     sr_group *g[4] = {NULL, NULL, NULL, NULL};
