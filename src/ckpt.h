@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "comm.h"
 #include "ctl.h"
 #include "fsdp.h"
 #include "manifest.h"
@@ -153,7 +154,9 @@ uint64_t sr_ckpt_planned_bytes(const sr_shardplan *plan, int S, uint64_t *larges
  * chunk and keeps it in its own node's directory; the leads commit once
  * every file and replica is written and verified; at most 2 are kept.
  *
- * sr_ckpt_mem_open: collective; off (sr_ckpt_mem_on false) without
+ * sr_ckpt_mem_open: collective, beside the persistent checkpointer
+ *   `persist` (its options, and every memory manifest records its lineage
+ *   and data; closed with it); off (sr_ckpt_mem_on false) without
  *   mem_every or checkpoint.dir; a directory it may not use (another
  *   user's, not a directory) or a snapshot that does not fit turns the
  *   tier off with one warning; SR_ERR_PEER when its links fail, or the
@@ -164,6 +167,8 @@ uint64_t sr_ckpt_planned_bytes(const sr_shardplan *plan, int S, uint64_t *larges
  *   step waited.  A failure is a warning, never the run's: SR_OK, except
  *   SR_ERR_PEER (a lost rank).
  * sr_ckpt_mem_poll: sr_ckpt_poll for the tier, failures as warnings.
+ * sr_ckpt_mem_step: at a step boundary (not the last): the poll, then the
+ *   save when p->step is due.
  * sr_ckpt_mem_remove: the job's last step is done: the leads remove their
  *   node's directory (collective).
  * sr_ckpt_resume_tiers: checkpoint.resume auto with the tier on: every
@@ -174,12 +179,12 @@ uint64_t sr_ckpt_planned_bytes(const sr_shardplan *plan, int S, uint64_t *larges
  *   holds them (rank 0 names each file's node); an incomplete or failing
  *   step falls back to the next, the last fallback being sr_ckpt_resume
  *   on `c`.  Otherwise exactly sr_ckpt_resume. */
-sr_status sr_ckpt_mem_open(sr_ckpt **out, const sr_ckpt_opts *o, const sr_world *w, sr_ctl *ctl, const sr_model *m,
-                           sr_fsdp *f, const sr_transport_opts *tp);
+sr_status sr_ckpt_mem_open(sr_ckpt **out, sr_ckpt *persist, const sr_transport_opts *tp);
 bool sr_ckpt_mem_on(const sr_ckpt *c);
 bool sr_ckpt_mem_due(const sr_ckpt *c, int64_t steps_done);
 sr_status sr_ckpt_mem_save(sr_ckpt *c, const sr_ckpt_progress *p, double *stall_s);
 sr_status sr_ckpt_mem_poll(sr_ckpt *c, int64_t now_step, bool wait);
+sr_status sr_ckpt_mem_step(sr_ckpt *c, const sr_ckpt_progress *p);
 sr_status sr_ckpt_mem_remove(sr_ckpt *c);
 sr_status sr_ckpt_resume_tiers(sr_ckpt *c, sr_ckpt *m, sr_ckpt_progress *p, char *how, size_t how_len);
 

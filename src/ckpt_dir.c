@@ -276,6 +276,7 @@ sr_status sr_ckpt_open(sr_ckpt **out, const sr_ckpt_opts *o, const sr_world *w, 
 void sr_ckpt_close(sr_ckpt *c) {
     if (!c)
         return;
+    sr_ckpt_close(c->memtier);
     ckpt_tier_free(c);
     ckpt_pending_free(c); /* a failed run: its writer finishes; the next open removes the temporary directory */
     for (int k = 0; k < SR_NSTATE; k++)

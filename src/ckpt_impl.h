@@ -43,6 +43,7 @@ struct sr_ckpt {
      * each node, where the persistent one commits on rank 0) */
     struct ckpt_tier *tier; /* NULL: the persistent checkpointer */
     bool lead;
+    sr_ckpt *memtier; /* the persistent checkpointer's memory tier (closed with it), or NULL */
 };
 
 /* The rank that makes the temporary directory and commits: rank 0 of the

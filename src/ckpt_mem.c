@@ -48,6 +48,7 @@ struct ckpt_tier {
     char (*names)[64];  /* per node: its name (messages) */
     int buddy_out, buddy_in; /* the replica's receiver and sender (-1: none) */
     sr_tcp *tcp;        /* the tier's own links (NULL: one node) */
+    sr_ckpt *persist;   /* the persistent checkpointer: its lineage and data go in every manifest */
 };
 
 /* Frame numbers both ends compute alike: a save's exchanges from its step,
@@ -212,9 +213,47 @@ static void tier_off(sr_ckpt *c, const char *why) {
     c->dir = NULL;
 }
 
-sr_status sr_ckpt_mem_open(sr_ckpt **out, const sr_ckpt_opts *o, const sr_world *w, sr_ctl *ctl, const sr_model *m,
-                           sr_fsdp *f, const sr_transport_opts *tp) {
+/* The lead makes (or checks) the directory, the others open it; a
+ * directory the tier may not use is one warning and the tier off. */
+static sr_status open_dir_agreed(sr_ckpt *c, bool *off) {
+    sr_status st = c->lead ? open_dir_lead(c) : SR_OK;
+    st = sr_ctl_agree(c->ctl, st, 0, 0, st == SR_OK ? NULL : sr_error_message(), NULL);
+    if (st == SR_OK && !c->lead) { /* the lead made it */
+        c->dirfd = sr_fsio_open_dir(c->dir);
+        sr_status mine = c->dirfd >= 0 ? SR_OK
+                                       : sr_error(SR_ERR_CANTCREAT, "%s: cannot open checkpoint.memory.dir: %s", c->dir,
+                                                  strerror(errno));
+        st = sr_ctl_agree(c->ctl, mine, 0, 0, mine == SR_OK ? NULL : sr_error_message(), NULL);
+    } else if (st == SR_OK) {
+        st = sr_ctl_agree(c->ctl, SR_OK, 0, 0, NULL, NULL);
+    }
+    *off = st != SR_OK && st != SR_ERR_PEER;
+    if (*off)
+        tier_off(c, sr_error_message());
+    return *off ? SR_OK : st;
+}
+
+/* The tier's own links (more than one node): to the buddies now, to the
+ * fetch's peers at resume. */
+static sr_status open_links(sr_ckpt *c, struct ckpt_tier *t, const sr_transport_opts *tp) {
+    sr_transport_opts to = *tp;
+    to.key = "shardrun.memtier";
+    sr_status st = sr_tcp_open(&t->tcp, (sr_world *)c->w, &to);
+    if (st == SR_OK && t->buddy_out >= 0) {
+        sr_tcp_need(t->tcp, t->buddy_out);
+        sr_tcp_need(t->tcp, t->buddy_in);
+    }
+    if (st == SR_OK)
+        st = sr_ctl_agree(c->ctl, SR_OK, 0, 0, NULL, NULL);
+    if (st == SR_OK)
+        st = sr_tcp_connect(t->tcp);
+    return sr_ctl_agree(c->ctl, st, 0, 0, st == SR_OK ? NULL : sr_error_message(), NULL);
+}
+
+sr_status sr_ckpt_mem_open(sr_ckpt **out, sr_ckpt *persist, const sr_transport_opts *tp) {
     *out = NULL;
+    const sr_ckpt_opts *o = persist->o;
+    const sr_world *w = persist->w;
     sr_ckpt *c = sr_calloc(1, sizeof *c);
     struct ckpt_tier *t = sr_calloc(1, sizeof *t);
     if (!c || !t) {
@@ -227,11 +266,12 @@ sr_status sr_ckpt_mem_open(sr_ckpt **out, const sr_ckpt_opts *o, const sr_world 
     t->o.keep_every = 0;
     t->o.async = true;
     t->o.dir = o->mem_dir;
-    *c = (sr_ckpt){.o = &t->o, .w = w, .ctl = ctl, .model = m, .f = f, .dirfd = -1, .lock_fd = -1, .last_step = -1,
-                   .tier = t};
+    t->persist = persist;
+    *c = (sr_ckpt){.o = &t->o, .w = w, .ctl = persist->ctl, .model = persist->model, .f = persist->f, .dirfd = -1,
+                   .lock_fd = -1, .last_step = -1, .tier = t};
     t->buddy_out = t->buddy_in = -1;
-    *out = c;
-    if (o->mem_every <= 0 || !o->dir || !o->dir[0])
+    *out = persist->memtier = c;
+    if (o->mem_every <= 0 || !persist->dir)
         return SR_OK;
     char node[64], dir[PATH_MAX], user[64];
     sr_status st = number_nodes(c, t, node, sizeof node);
@@ -245,38 +285,18 @@ sr_status sr_ckpt_mem_open(sr_ckpt **out, const sr_ckpt_opts *o, const sr_world 
     st = sr_fsio_expand("checkpoint.memory.dir", o->mem_dir, &v, dir, sizeof dir);
     if (st != SR_OK)
         return st; /* the same template on every rank: every rank fails alike */
-    c->dir = sr_strdup(dir);
-    if (!c->dir)
+    if (!(c->dir = sr_strdup(dir)))
         return sr_error_oom("the memory tier's directory name");
     sr_fsdp_layout l;
-    sr_fsdp_layout_get(f, &l);
+    sr_fsdp_layout_get(c->f, &l);
     if (l.mesh->S > TIER_MAX_FILES) {
         char why[160];
         sr_fmt(why, sizeof why, "%d shard indices, above the %d it handles", l.mesh->S, TIER_MAX_FILES);
         tier_off(c, why);
         return SR_OK;
     }
-    st = c->lead ? open_dir_lead(c) : SR_OK;
-    st = sr_ctl_agree(ctl, st, 0, 0, st == SR_OK ? NULL : sr_error_message(), NULL);
-    if (st == SR_ERR_PEER)
-        return st;
-    if (st == SR_OK && !c->lead) { /* the lead made it */
-        c->dirfd = sr_fsio_open_dir(c->dir);
-        sr_status mine = c->dirfd >= 0 ? SR_OK
-                                       : sr_error(SR_ERR_CANTCREAT, "%s: cannot open checkpoint.memory.dir: %s", c->dir,
-                                                  strerror(errno));
-        st = sr_ctl_agree(ctl, mine, 0, 0, mine == SR_OK ? NULL : sr_error_message(), NULL);
-    } else if (st == SR_OK) {
-        st = sr_ctl_agree(ctl, SR_OK, 0, 0, NULL, NULL);
-    }
-    if (st == SR_ERR_PEER)
-        return st;
-    if (st != SR_OK) {
-        tier_off(c, sr_error_message());
-        return SR_OK;
-    }
-    st = ckpt_setup_async(c);
-    if (st != SR_OK)
+    bool off = false;
+    if ((st = open_dir_agreed(c, &off)) != SR_OK || off || (st = ckpt_setup_async(c)) != SR_OK)
         return st;
     if (!c->async) {
         tier_off(c, "its snapshot does not fit checkpoint.async_max_mb");
@@ -287,22 +307,8 @@ sr_status sr_ckpt_mem_open(sr_ckpt **out, const sr_ckpt_opts *o, const sr_world 
         pick_buddies(c, t);
     else if (want && w->rank == 0)
         sr_log_warn("checkpoint.memory.replicas: 1, but the job runs on one node: no replica is kept");
-    if (t->nnodes > 1) { /* the tier's own links: replicas, and fetches at resume */
-        sr_transport_opts to = *tp;
-        to.key = "shardrun.memtier";
-        st = sr_tcp_open(&t->tcp, (sr_world *)w, &to);
-        if (st == SR_OK && t->buddy_out >= 0) {
-            sr_tcp_need(t->tcp, t->buddy_out);
-            sr_tcp_need(t->tcp, t->buddy_in);
-        }
-        if (st == SR_OK)
-            st = sr_ctl_agree(ctl, SR_OK, 0, 0, NULL, NULL);
-        if (st == SR_OK)
-            st = sr_tcp_connect(t->tcp);
-        st = sr_ctl_agree(ctl, st, 0, 0, st == SR_OK ? NULL : sr_error_message(), NULL);
-        if (st != SR_OK)
-            return st;
-    }
+    if (t->nnodes > 1 && (st = open_links(c, t, tp)) != SR_OK)
+        return st;
     if (w->rank == 0)
         sr_log_info("memory tier: every %lld steps into %s on each node (0700), %s; at most 2 kept",
                     (long long)o->mem_every, c->dir,
@@ -424,6 +430,10 @@ sr_status sr_ckpt_mem_save(sr_ckpt *c, const sr_ckpt_progress *p, double *stall_
                         (long long)p->step, (long long)sr_ckpt_pending_step(c));
         return SR_OK;
     }
+    const sr_ckpt *pc = c->tier->persist; /* this save's lineage and data are the persistent ones' */
+    c->data = pc->data;
+    c->data_allow_changed = pc->data_allow_changed;
+    sr_ckpt_set_init(c, pc->init_path, pc->init_sha256);
     double t0 = sr_clock_mono_s();
     sr_status st = sr_ckpt_save_async(c, p, NULL);
     if (stall_s)
@@ -434,6 +444,13 @@ sr_status sr_ckpt_mem_save(sr_ckpt *c, const sr_ckpt_progress *p, double *stall_
         sr_log_warn("memory tier: step %lld not saved: %s (the persistent checkpoints are unaffected)",
                     (long long)p->step, sr_error_message());
     return SR_OK;
+}
+
+sr_status sr_ckpt_mem_step(sr_ckpt *c, const sr_ckpt_progress *p) {
+    sr_status st = sr_ckpt_mem_poll(c, p->step, false);
+    if (st == SR_OK && sr_ckpt_mem_due(c, p->step))
+        st = sr_ckpt_mem_save(c, p, NULL);
+    return st;
 }
 
 sr_status sr_ckpt_mem_poll(sr_ckpt *c, int64_t now_step, bool wait) {
@@ -687,6 +704,34 @@ static sr_status files_needed(sr_ckpt *c, int64_t step, unsigned char *need, cha
     return SR_OK;
 }
 
+/* Per node the slot of `step` (of save `id`) in its lead's inventory (or
+ * -1), per file the first node holding it; *nfiles; returns a node that
+ * has the step. */
+static int plan_holders(const struct ckpt_tier *t, const inventory *all, int64_t step, const unsigned char *id,
+                        int *slot, int *holder_of, int *nfiles) {
+    int any = -1;
+    for (int n = 0; n < t->nnodes; n++) {
+        const inventory *v = &all[t->lead_of_node[n]];
+        slot[n] = -1;
+        for (int k = 0; k < v->nsteps; k++)
+            if (v->step[k] == step && memcmp(v->id[k], id, 32) == 0) {
+                slot[n] = k;
+                *nfiles = v->nfiles[k];
+            }
+    }
+    /* the holder of file f: the first node whose directory has it */
+    for (int f = 0; f < *nfiles; f++) {
+        holder_of[f] = -1;
+        for (int n = 0; n < t->nnodes && holder_of[f] < 0; n++)
+            if (slot[n] >= 0 && bit(all[t->lead_of_node[n]].have[slot[n]], f))
+                holder_of[f] = n;
+    }
+    for (int n = 0; n < t->nnodes && any < 0; n++)
+        if (slot[n] >= 0)
+            any = n;
+    return any;
+}
+
 /* Tries memory step `step` (complete across the inventories): the
  * manifest and the missing files fetched into each node's directory, then
  * the load from there.  The agreed status. */
@@ -694,7 +739,7 @@ static sr_status try_memory_step(sr_ckpt *c, sr_ckpt *m, int64_t step, const inv
                                  sr_ckpt_progress *p, char *how, size_t how_len) {
     struct ckpt_tier *t = m->tier;
     const sr_world *w = m->w;
-    int W = w->size, nfiles = 0, lead = t->lead_of_node[t->node];
+    int W = w->size, nfiles = 0;
     /* per node: the slot of this step in its lead's inventory, or -1 */
     int *slot = sr_calloc((size_t)t->nnodes, sizeof(int));
     fetch_item *items = sr_calloc((size_t)t->nnodes * (TIER_MAX_FILES + 1), sizeof *items);
@@ -704,26 +749,7 @@ static sr_status try_memory_step(sr_ckpt *c, sr_ckpt *m, int64_t step, const inv
         free(slot), free(items), free(need), free(names);
         return sr_error_oom("the memory tier's fetch plan");
     }
-    for (int n = 0; n < t->nnodes; n++) {
-        const inventory *v = &all[t->lead_of_node[n]];
-        slot[n] = -1;
-        for (int k = 0; k < v->nsteps; k++)
-            if (v->step[k] == step && memcmp(v->id[k], id, 32) == 0) {
-                slot[n] = k;
-                nfiles = v->nfiles[k];
-            }
-    }
-    /* the holder of file f: the first node whose directory has it */
-    int holder_of[TIER_MAX_FILES], any = -1;
-    for (int f = 0; f < nfiles; f++) {
-        holder_of[f] = -1;
-        for (int n = 0; n < t->nnodes && holder_of[f] < 0; n++)
-            if (slot[n] >= 0 && bit(all[t->lead_of_node[n]].have[slot[n]], f))
-                holder_of[f] = n;
-    }
-    for (int n = 0; n < t->nnodes && any < 0; n++)
-        if (slot[n] >= 0)
-            any = n;
+    int holder_of[TIER_MAX_FILES], any = plan_holders(t, all, step, id, slot, holder_of, &nfiles);
     /* 1. the manifest to every node that lacks the step */
     int ni = 0;
     for (int n = 0; n < t->nnodes; n++)
@@ -762,7 +788,6 @@ static sr_status try_memory_step(sr_ckpt *c, sr_ckpt *m, int64_t step, const inv
                     "its own copy or its buddy's replica): %s; %d file%s fetched over the tier's links",
                     (long long)step, line, fetched, fetched == 1 ? "" : "s");
     }
-    (void)lead;
     free(slot), free(items), free(need), free(names);
     if (st != SR_OK)
         return st;
@@ -775,6 +800,26 @@ static sr_status try_memory_step(sr_ckpt *c, sr_ckpt *m, int64_t step, const inv
     if (dirfd >= 0)
         close(dirfd);
     return st;
+}
+
+/* The first file of `step` (save `id`) in no node's directory, or -1:
+ * the step is complete. */
+static int first_missing(const struct ckpt_tier *t, const inventory *all, int64_t step, const unsigned char *id) {
+    int nfiles = 0;
+    unsigned char have[TIER_MAX_FILES / 8] = {0};
+    for (int n = 0; n < t->nnodes; n++) {
+        const inventory *v = &all[t->lead_of_node[n]];
+        for (int k = 0; k < v->nsteps; k++)
+            if (v->step[k] == step && memcmp(v->id[k], id, 32) == 0) {
+                nfiles = v->nfiles[k];
+                for (int b = 0; b < TIER_MAX_FILES / 8; b++)
+                    have[b] |= v->have[k][b];
+            }
+    }
+    for (int f = 0; f < nfiles; f++)
+        if (!bit(have, f))
+            return f;
+    return -1;
 }
 
 sr_status sr_ckpt_resume_tiers(sr_ckpt *c, sr_ckpt *m, sr_ckpt_progress *p, char *how, size_t how_len) {
@@ -813,21 +858,7 @@ sr_status sr_ckpt_resume_tiers(sr_ckpt *c, sr_ckpt *m, sr_ckpt_progress *p, char
         }
         if (best < 0)
             break;
-        /* complete: every file in some node's directory, of the same save */
-        int nfiles = 0, missing = -1;
-        unsigned char have[TIER_MAX_FILES / 8] = {0};
-        for (int n = 0; n < t->nnodes; n++) {
-            const inventory *v = &all[t->lead_of_node[n]];
-            for (int k = 0; k < v->nsteps; k++)
-                if (v->step[k] == best && memcmp(v->id[k], id, 32) == 0) {
-                    nfiles = v->nfiles[k];
-                    for (int b = 0; b < TIER_MAX_FILES / 8; b++)
-                        have[b] |= v->have[k][b];
-                }
-        }
-        for (int f = 0; f < nfiles && missing < 0; f++)
-            if (!bit(have, f))
-                missing = f;
+        int missing = first_missing(t, all, best, id);
         sr_status tried = SR_OK;
         if (missing >= 0) {
             if (m->w->rank == 0)
@@ -840,7 +871,6 @@ sr_status sr_ckpt_resume_tiers(sr_ckpt *c, sr_ckpt *m, sr_ckpt_progress *p, char
             if (tried == SR_OK) {
                 free(all);
                 m->last_step = p->step;
-                sr_ckpt_set_init(m, c->init_path, c->init_sha256); /* the lineage goes on in both tiers */
                 return sr_fsdp_state_loaded(c->f);
             }
             if (tried == SR_ERR_PEER || tried == SR_ERR_CONFIG || tried == SR_ERR_INTERNAL) {
@@ -860,8 +890,5 @@ sr_status sr_ckpt_resume_tiers(sr_ckpt *c, sr_ckpt *m, sr_ckpt_progress *p, char
     free(all);
     if (st != SR_OK)
         return st;
-    st = sr_ckpt_resume(c, p, how, how_len);
-    if (st == SR_OK)
-        sr_ckpt_set_init(m, c->init_path, c->init_sha256);
-    return st;
+    return sr_ckpt_resume(c, p, how, how_len);
 }

@@ -167,18 +167,14 @@ static sr_status open_run_state(sr_run *r) {
     if (cfg->ckpt_dir && cfg->ckpt_dir[0])
         st = sr_preempt_install(cfg->preempt_signals.items, cfg->preempt_signals.count);
     t0 = sr_clock_mono_s();
-    if (st == SR_OK)
-        st = sr_ckpt_open(&r->ck, &r->job.ckpt, r->w, r->ctl, &r->model, r->fsdp);
-    if (st == SR_OK)
-        st = sr_ckpt_mem_open(&r->mem, &r->job.ckpt, r->w, r->ctl, &r->model, r->fsdp, &r->job.transport);
+    if (st == SR_OK && (st = sr_ckpt_open(&r->ck, &r->job.ckpt, r->w, r->ctl, &r->model, r->fsdp)) == SR_OK)
+        st = sr_ckpt_mem_open(&r->mem, r->ck, &r->job.transport); /* the memory tier, closed with r->ck */
     sr_startup_add(SR_PHASE_CHECKPOINT, t0);
     /* the data it trains on, recorded in and compared with checkpoints */
     if (st == SR_OK && (sr_ckpt_enabled(r->ck) || sr_ckpt_may_resume(&r->job.ckpt))) {
         st = sr_provenance_collect(&r->data_rec, r->train, r->val, r->tok, cfg->ckpt_dir, r->ctl);
-        if (st == SR_OK) {
+        if (st == SR_OK)
             sr_ckpt_set_data(r->ck, &r->data_rec, cfg->data_allow_changed);
-            sr_ckpt_set_data(r->mem, &r->data_rec, cfg->data_allow_changed);
-        }
     }
     snprintf(r->resumed, sizeof r->resumed, "fresh");
     t0 = sr_clock_mono_s();
@@ -197,7 +193,6 @@ static sr_status open_run_state(sr_run *r) {
     sr_startup_add(SR_PHASE_CHECKPOINT, t0);
     if (st == SR_OK && r->init.loaded) {
         sr_ckpt_set_init(r->ck, r->init.path, r->init.sha256);
-        sr_ckpt_set_init(r->mem, r->init.path, r->init.sha256);
         sr_fmt(r->weights, sizeof r->weights, "model.init %s", r->init.path);
     }
     if (st == SR_OK) /* the crash-loop guard; then a fresh start begins a new metrics file */
@@ -261,7 +256,6 @@ static sr_status teardown(sr_run *r, sr_status st) {
     sr_run_slurm_close(r);
     if (st == SR_OK || st == SR_PREEMPTED) /* for the crash-loop guard, under the directory's lock */
         sr_starts_end(r->cfg->ckpt_dir, r->w, st == SR_OK ? "done" : "preempted", sr_ckpt_last_step(r->ck));
-    sr_ckpt_close(r->mem);
     sr_ckpt_close(r->ck);
     sr_status mst = sr_metrics_close(r->metrics);
     if (st == SR_OK)
@@ -517,18 +511,12 @@ static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code
     sr_run_checkpoint_events(r);
     if (pst != SR_OK)
         return pst;
-    /* the memory tier: its save in flight commits; a due one begins */
-    pst = sr_ckpt_mem_poll(r->mem, s + 1, false);
-    if (pst == SR_OK && !last && sr_ckpt_mem_due(r->mem, s + 1)) {
-        sr_ckpt_progress now = {s + 1, r->cursor};
-        pst = sr_ckpt_mem_save(r->mem, &now, NULL);
-    }
-    if (pst != SR_OK)
+    sr_ckpt_progress now = {s + 1, r->cursor};
+    if (!last && (pst = sr_ckpt_mem_step(r->mem, &now)) != SR_OK) /* the memory tier's commit and save */
         return pst;
     bool periodic = sr_ckpt_enabled(r->ck) && !last &&
                     ((cfg->ckpt_every_steps > 0 && (s + 1) % cfg->ckpt_every_steps == 0) || o->clock_due);
     if (periodic) {
-        sr_ckpt_progress now = {s + 1, r->cursor};
         sr_status st = sr_ckpt_save_async(r->ck, &now, NULL);
         sr_run_checkpoint_events(r);
         if (st != SR_OK)
@@ -552,10 +540,8 @@ static sr_status finish(sr_run *r) {
         if (st != SR_OK)
             return st;
     }
-    /* the last step is in checkpoint.dir: the memory copies go */
-    sr_status mst = sr_ckpt_mem_remove(r->mem);
-    if (mst != SR_OK)
-        return mst;
+    if ((pst = sr_ckpt_mem_remove(r->mem)) != SR_OK) /* the last step is in checkpoint.dir: the memory copies go */
+        return pst;
     sr_run_done_lines(r, sr_clock_mono_s() - r->t_start);
     return SR_OK;
 }

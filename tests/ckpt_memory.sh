@@ -97,6 +97,16 @@ else
 fi
 fi
 
+# the Epilog line of slurm.conf.shardrun: what a killed job left goes
+u=$(id -un)
+mkdir -p "shm/shardrun-$u-77/step_00000006" shm/other && : >shm/other/keep && ln -s "$T/shm/other" "shm/shardrun-$u-78"
+: >"shm/shardrun-$u-77/step_00000006/shard_00000.bin"
+SHARDRUN_MEMORY_ROOT=$T/shm SLURM_JOB_USER=$u SLURM_JOB_ID=77 sh "$SR_SRCDIR/slurm/shardrun-epilog"
+st77=$?
+SHARDRUN_MEMORY_ROOT=$T/shm SLURM_JOB_USER=$u SLURM_JOB_ID=78 sh "$SR_SRCDIR/slurm/shardrun-epilog"
+check "the epilog removes the job's memory directory, never through a link, and exits 0" \
+    sh -c "[ $st77 -eq 0 ] && [ ! -e 'shm/shardrun-$u-77' ] && [ -e shm/other/keep ] && [ -L 'shm/shardrun-$u-78' ]"
+
 expect_status 78 "checkpoint.memory.every_steps without checkpoint.dir is 78" \
     "$S" train job.yaml --set checkpoint.dir= --set train.steps=1
 expect_status 78 "a checkpoint.memory.dir with %x is 78 naming the key" \
