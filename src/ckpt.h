@@ -156,19 +156,16 @@ uint64_t sr_ckpt_planned_bytes(const sr_shardplan *plan, int S, uint64_t *larges
  *
  * sr_ckpt_mem_open: collective, beside the persistent checkpointer
  *   `persist` (its options, and every memory manifest records its lineage
- *   and data; closed with it); off (sr_ckpt_mem_on false) without
+ *   and data; closed with it); off without
  *   mem_every or checkpoint.dir; a directory it may not use (another
  *   user's, not a directory) or a snapshot that does not fit turns the
  *   tier off with one warning; SR_ERR_PEER when its links fail, or the
  *   template's SR_ERR_CONFIG.  Closed with sr_ckpt_close.
- * sr_ckpt_mem_due: whether `steps_done` is a memory step.
- * sr_ckpt_mem_save: begins a memory save (collective); one still in
- *   flight makes this one skipped (said so); *stall_s gets the time the
- *   step waited.  A failure is a warning, never the run's: SR_OK, except
- *   SR_ERR_PEER (a lost rank).
- * sr_ckpt_mem_poll: sr_ckpt_poll for the tier, failures as warnings.
- * sr_ckpt_mem_step: at a step boundary (not the last): the poll, then the
- *   save when p->step is due.
+ * sr_ckpt_mem_step: at a step boundary but the last (collective): the
+ *   save in flight commits once every writer is done; when p->step is a
+ *   multiple of checkpoint.memory.every_steps a save begins, after waiting
+ *   for one still in flight (said, with the wait).  A failed save is a
+ *   warning, never the run's end: SR_OK, except SR_ERR_PEER (a lost rank).
  * sr_ckpt_mem_remove: the job's last step is done: the leads remove their
  *   node's directory (collective).
  * sr_ckpt_resume_tiers: checkpoint.resume auto with the tier on: every
@@ -180,10 +177,6 @@ uint64_t sr_ckpt_planned_bytes(const sr_shardplan *plan, int S, uint64_t *larges
  *   step falls back to the next, the last fallback being sr_ckpt_resume
  *   on `c`.  Otherwise exactly sr_ckpt_resume. */
 sr_status sr_ckpt_mem_open(sr_ckpt **out, sr_ckpt *persist, const sr_transport_opts *tp);
-bool sr_ckpt_mem_on(const sr_ckpt *c);
-bool sr_ckpt_mem_due(const sr_ckpt *c, int64_t steps_done);
-sr_status sr_ckpt_mem_save(sr_ckpt *c, const sr_ckpt_progress *p, double *stall_s);
-sr_status sr_ckpt_mem_poll(sr_ckpt *c, int64_t now_step, bool wait);
 sr_status sr_ckpt_mem_step(sr_ckpt *c, const sr_ckpt_progress *p);
 sr_status sr_ckpt_mem_remove(sr_ckpt *c);
 sr_status sr_ckpt_resume_tiers(sr_ckpt *c, sr_ckpt *m, sr_ckpt_progress *p, char *how, size_t how_len);

@@ -316,10 +316,12 @@ sr_status sr_ckpt_mem_open(sr_ckpt **out, sr_ckpt *persist, const sr_transport_o
     return SR_OK;
 }
 
-bool sr_ckpt_mem_on(const sr_ckpt *c) { return c && c->tier && c->dir; }
+static sr_status mem_poll(sr_ckpt *c, int64_t now_step, bool wait);
 
-bool sr_ckpt_mem_due(const sr_ckpt *c, int64_t steps_done) {
-    return sr_ckpt_mem_on(c) && steps_done % c->o->mem_every == 0;
+static bool mem_on(const sr_ckpt *c) { return c && c->tier && c->dir; }
+
+static bool mem_due(const sr_ckpt *c, int64_t steps_done) {
+    return mem_on(c) && steps_done % c->o->mem_every == 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -419,22 +421,25 @@ void ckpt_tier_committed(sr_ckpt *c, int64_t step, int64_t now_step, uint64_t to
                 (double)total / 1e6, snap, t->buddy_out >= 0 ? " and the replica" : "", write, took);
 }
 
-sr_status sr_ckpt_mem_save(sr_ckpt *c, const sr_ckpt_progress *p, double *stall_s) {
+static sr_status mem_save(sr_ckpt *c, const sr_ckpt_progress *p, double *stall_s) {
     if (stall_s)
         *stall_s = 0;
-    if (!sr_ckpt_mem_on(c))
+    if (!mem_on(c))
         return SR_OK;
-    if (c->pend) {
+    double t0 = sr_clock_mono_s();
+    if (c->pend) { /* every K steps: the save still in flight is waited for (a stall, said and counted) */
+        int64_t prev = sr_ckpt_pending_step(c);
+        sr_status st = mem_poll(c, p->step, true);
+        if (st != SR_OK)
+            return st;
         if (sr_ctl_rank(c->ctl) == 0)
-            sr_log_info("memory tier: step %lld skipped: the save of step %lld is still being written",
-                        (long long)p->step, (long long)sr_ckpt_pending_step(c));
-        return SR_OK;
+            sr_log_info("memory tier: step %lld is due while step %lld was still being written: waited %.2f s for it",
+                        (long long)p->step, (long long)prev, sr_clock_mono_s() - t0);
     }
     const sr_ckpt *pc = c->tier->persist; /* this save's lineage and data are the persistent ones' */
     c->data = pc->data;
     c->data_allow_changed = pc->data_allow_changed;
     sr_ckpt_set_init(c, pc->init_path, pc->init_sha256);
-    double t0 = sr_clock_mono_s();
     sr_status st = sr_ckpt_save_async(c, p, NULL);
     if (stall_s)
         *stall_s = sr_clock_mono_s() - t0;
@@ -446,15 +451,8 @@ sr_status sr_ckpt_mem_save(sr_ckpt *c, const sr_ckpt_progress *p, double *stall_
     return SR_OK;
 }
 
-sr_status sr_ckpt_mem_step(sr_ckpt *c, const sr_ckpt_progress *p) {
-    sr_status st = sr_ckpt_mem_poll(c, p->step, false);
-    if (st == SR_OK && sr_ckpt_mem_due(c, p->step))
-        st = sr_ckpt_mem_save(c, p, NULL);
-    return st;
-}
-
-sr_status sr_ckpt_mem_poll(sr_ckpt *c, int64_t now_step, bool wait) {
-    if (!sr_ckpt_mem_on(c) || !c->pend)
+static sr_status mem_poll(sr_ckpt *c, int64_t now_step, bool wait) {
+    if (!mem_on(c) || !c->pend)
         return SR_OK;
     int64_t step = sr_ckpt_pending_step(c);
     sr_status st = sr_ckpt_poll(c, now_step, wait);
@@ -467,6 +465,13 @@ sr_status sr_ckpt_mem_poll(sr_ckpt *c, int64_t now_step, bool wait) {
     return SR_OK;
 }
 
+sr_status sr_ckpt_mem_step(sr_ckpt *c, const sr_ckpt_progress *p) {
+    sr_status st = mem_poll(c, p->step, false);
+    if (st == SR_OK && mem_due(c, p->step))
+        st = mem_save(c, p, NULL);
+    return st;
+}
+
 /* The names the memory directory holds (its removal at the end). */
 static bool tier_owned(const char *name, void *ctx) {
     (void)ctx;
@@ -474,7 +479,7 @@ static bool tier_owned(const char *name, void *ctx) {
 }
 
 sr_status sr_ckpt_mem_remove(sr_ckpt *c) {
-    if (!sr_ckpt_mem_on(c))
+    if (!mem_on(c))
         return SR_OK;
     ckpt_pending_free(c);
     sr_status st = SR_OK;
@@ -824,7 +829,7 @@ static int first_missing(const struct ckpt_tier *t, const inventory *all, int64_
 
 sr_status sr_ckpt_resume_tiers(sr_ckpt *c, sr_ckpt *m, sr_ckpt_progress *p, char *how, size_t how_len) {
     const char *mode = c->o->resume && c->o->resume[0] ? c->o->resume : "auto";
-    if (!sr_ckpt_mem_on(m) || strcmp(mode, "auto") != 0 || !c->dir)
+    if (!mem_on(m) || strcmp(mode, "auto") != 0 || !c->dir)
         return sr_ckpt_resume(c, p, how, how_len);
     struct ckpt_tier *t = m->tier;
     int W = m->w->size;
