@@ -179,6 +179,16 @@ uint64_t sr_ckpt_planned_bytes(const sr_shardplan *plan, int S, uint64_t *larges
 sr_status sr_ckpt_mem_open(sr_ckpt **out, sr_ckpt *persist, const sr_transport_opts *tp);
 sr_status sr_ckpt_mem_step(sr_ckpt *c, const sr_ckpt_progress *p);
 sr_status sr_ckpt_mem_remove(sr_ckpt *c);
+/* The host memory one rank's memory tier takes, for a shard whose one
+ * state takes `state_bytes` on a node of `local_size` ranks in a job of
+ * `nodes` nodes: the returned snapshot (params, m and v, under
+ * sr_ckpt_snapshot_fits's rule, or 0: the tier would turn itself off) and
+ * *tmpfs, its pages in the memory directory (charged to the job's cgroup):
+ * 2 kept steps of its shard file and, with a replica, its buddy's.  0 and
+ * 0 when the tier is off.  The run's memory plan and `shardrun plan` ask
+ * it. */
+uint64_t sr_ckpt_mem_host_bytes(const sr_ckpt_opts *o, uint64_t state_bytes, int local_size, int nodes,
+                                uint64_t *tmpfs);
 sr_status sr_ckpt_resume_tiers(sr_ckpt *c, sr_ckpt *m, sr_ckpt_progress *p, char *how, size_t how_len);
 
 /* A committed save: the step it holds, the step at which it committed

@@ -318,6 +318,22 @@ sr_status sr_ckpt_mem_open(sr_ckpt **out, sr_ckpt *persist, const sr_transport_o
 
 static sr_status mem_poll(sr_ckpt *c, int64_t now_step, bool wait);
 
+uint64_t sr_ckpt_mem_host_bytes(const sr_ckpt_opts *o, uint64_t state_bytes, int local_size, int nodes,
+                                uint64_t *tmpfs) {
+    *tmpfs = 0;
+    if (o->mem_every <= 0 || !o->dir || !o->dir[0])
+        return 0;
+    sr_ckpt_opts t = *o; /* the tier's own rule: asynchronous, in its directory */
+    t.async = true;
+    uint64_t snap = 0;
+    if (!sr_ckpt_snapshot_fits(&t, state_bytes, local_size, &snap))
+        return 0; /* the tier turns itself off */
+    bool replica = o->mem_replicas < 0 ? nodes > 1 : o->mem_replicas > 0 && nodes > 1;
+    uint64_t file = SR_SHARD_HEADER_BYTES + snap;
+    *tmpfs = 2 * file * (replica ? 2 : 1);
+    return snap;
+}
+
 static bool mem_on(const sr_ckpt *c) { return c && c->tier && c->dir; }
 
 static bool mem_due(const sr_ckpt *c, int64_t steps_done) {

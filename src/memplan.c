@@ -116,11 +116,16 @@ sr_status sr_memplan_job(sr_memplan *p, sr_memplan *offloaded, const sr_config *
         return st;
     /* the asynchronous checkpoint's snapshot is host memory: part of the
      * plan where the plan is host memory */
-    uint64_t snap = 0;
-    if (!separate_memory && sr_ckpt_snapshot_fits(&job->ckpt, p->state_shard, local_size, &snap)) {
+    uint64_t snap = 0, tmpfs = 0;
+    if (!separate_memory && sr_ckpt_snapshot_fits(&job->ckpt, p->state_shard, local_size, &snap))
         p->bytes[SR_MEM_CKPT_STAGING] = (size_t)snap;
-        retotal(p);
-    }
+    /* the memory tier's snapshot, allocated as staging too (its tmpfs pages
+     * are no allocation of the process: shardrun plan counts them) */
+    uint64_t tier = sr_ckpt_mem_host_bytes(&job->ckpt, p->state_shard, local_size,
+                                           local_size > 0 ? (world_size + local_size - 1) / local_size : 1, &tmpfs);
+    if (!separate_memory && tier)
+        p->bytes[SR_MEM_CKPT_STAGING] = add(p->bytes[SR_MEM_CKPT_STAGING], (size_t)tier);
+    retotal(p);
     return SR_OK;
 }
 

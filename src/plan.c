@@ -8,6 +8,7 @@
 #include "srconfig.h"
 
 #include "plan.h"
+#include "shardfile.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -40,6 +41,7 @@
 /* One rank count planned. */
 typedef struct {
     int ranks, per_node, threads, mb, accum;
+    size_t tier_snap, tier_tmpfs; /* the memory tier's snapshot and tmpfs pages per rank (0: off) */
     sr_mesh mesh;
     bool valid;
     char why[512];                     /* when !valid */
@@ -71,9 +73,11 @@ typedef struct {
 } plan_ctx;
 
 /* Where each part of r's plan lives (r->at, r->space), with the device
- * table's own buffers and the checkpoint snapshot's `staging` bytes, and
+ * table's own buffers, the checkpoint snapshot's `staging` bytes and the
+ * memory tier's `tmpfs` pages (host memory), and
  * whether it fits the node's host memory and the device. */
-static void place_memory(const plan_ctx *x, const sr_config *cfg, int ranks, size_t staging, plan_row *r) {
+static void place_memory(const plan_ctx *x, const sr_config *cfg, int ranks, size_t staging, size_t tmpfs,
+                         plan_row *r) {
     size_t own[SR_NSPACE] = {0}; /* what the device table allocates for itself */
     sr_device_own_bytes(x->kind, own);
     r->plan.bytes[SR_MEM_OTHER] = add(r->plan.bytes[SR_MEM_OTHER], own[SR_SPACE_DEVICE]);
@@ -100,6 +104,7 @@ static void place_memory(const plan_ctx *x, const sr_config *cfg, int ranks, siz
     }
     size_t *g = &r->at[SR_MEM_CKPT_STAGING][offload ? SR_SPACE_HOST : SR_SPACE_PINNED];
     *g = add(*g, staging);
+    r->at[SR_MEM_CKPT_STAGING][SR_SPACE_HOST] = add(r->at[SR_MEM_CKPT_STAGING][SR_SPACE_HOST], tmpfs);
     r->at[SR_MEM_OTHER][SR_SPACE_PINNED] = add(r->at[SR_MEM_OTHER][SR_SPACE_PINNED], own[SR_SPACE_PINNED]);
     if (x->gpu) /* the run's token buffers, pinned on the cuda table (sr_dev_io_alloc) */
         r->at[SR_MEM_OTHER][SR_SPACE_PINNED] =
@@ -201,15 +206,23 @@ static sr_status plan_memory(const plan_ctx *x, const sr_config *cfg, int ranks,
     /* a device run's asynchronous snapshot (sr_ckpt_snapshot_fits): the
      * shard's three states in pinned buffers, or plain host memory when
      * the state is offloaded to the host already; when it fits the cap */
-    uint64_t snap = 0;
+    uint64_t snap = 0, tmpfs = 0;
     size_t staging =
         st == SR_OK && x->separate && sr_ckpt_snapshot_fits(&job.ckpt, r->plan.state_shard, r->per_node, &snap)
             ? (size_t)snap
             : 0;
+    /* the memory tier: its snapshot (a device run's is staging here, a CPU
+     * run's is in the memory plan) and its tmpfs pages, host memory */
+    uint64_t tier = st == SR_OK ? sr_ckpt_mem_host_bytes(&job.ckpt, r->plan.state_shard, r->per_node,
+                                                         (ranks + r->per_node - 1) / r->per_node, &tmpfs)
+                                : 0;
+    staging = add(staging, x->separate ? (size_t)tier : 0);
+    r->tier_snap = (size_t)tier;
+    r->tier_tmpfs = (size_t)tmpfs;
     sr_job_free(&job);
     if (st != SR_OK)
         return st;
-    place_memory(x, cfg, ranks, staging, r);
+    place_memory(x, cfg, ranks, staging, (size_t)tmpfs, r);
     return plan_compute(x, cfg, ranks, ops, r);
 }
 
@@ -359,6 +372,14 @@ static void print_one(const plan_ctx *x, const sr_config *cfg, const char *job, 
             human((double)r->ckpt_total, a, sizeof a), (unsigned long long)r->ckpt_total,
             human((double)r->ckpt_rank, b, sizeof b), (unsigned long long)r->ckpt_rank, r->save_s, x->disk_mbps,
             x->disk_how);
+    if (r->tier_snap)
+        fprintf(out,
+                "memory tier: every %lld steps, %s per rank of host memory in ckpt_staging: its snapshot %s and its "
+                "pages in checkpoint.memory.dir %s (2 steps of its shard file%s; tmpfs pages count against the "
+                "job's cgroup)\n",
+                (long long)cfg->ckpt_mem_every_steps, human((double)(r->tier_snap + r->tier_tmpfs), a, sizeof a),
+                human((double)r->tier_snap, b, sizeof b), human((double)r->tier_tmpfs, c, sizeof c),
+                r->tier_tmpfs > 2 * (r->tier_snap + SR_SHARD_HEADER_BYTES) ? " and its buddy's replica" : "");
     if (r->lead_s <= SR_PLAN_SIGNAL_MAX_S)
         fprintf(out,
                 "preemption: #SBATCH --signal=USR1@%.0f  (one step %.3g s + one save %.3g s, twice over, + %.3g s)\n",

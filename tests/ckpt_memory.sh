@@ -97,6 +97,14 @@ else
 fi
 fi
 
+# shardrun plan counts the tier: its snapshot and its tmpfs pages (2 steps
+# of the shard file), beside the asynchronous snapshot
+"$S" plan job.yaml --ranks 2 --set checkpoint.dir="$T/p" >plan1 2>&1
+"$S" plan job.yaml --ranks 2 --set checkpoint.dir="$T/p" --set checkpoint.memory.every_steps=0 >plan0 2>&1
+with=$(awk '$1 == "ckpt_staging" { print $3 }' plan1) without=$(awk '$1 == "ckpt_staging" { print $3 }' plan0)
+check "plan: the tier's snapshot and 2 steps of tmpfs pages in ckpt_staging ($without -> $with bytes), and its line" \
+    sh -c "[ -n '$without' ] && [ '$with' -eq \$((4 * $without + 128)) ] && grep -q '^memory tier: every 2 steps, .* its snapshot .* pages in checkpoint.memory.dir' plan1"
+
 # the Epilog line of slurm.conf.shardrun: what a killed job left goes
 u=$(id -un)
 mkdir -p "shm/shardrun-$u-77/step_00000006" shm/other && : >shm/other/keep && ln -s "$T/shm/other" "shm/shardrun-$u-78"
