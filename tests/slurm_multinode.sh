@@ -24,6 +24,10 @@
 #      attempts spent (MAX_STEP_RESTARTS=0), a world size that cannot keep
 #      the batch (78 naming batch_size, micro_batch and the ranks); a crash
 #      (SIGABRT) is the step's own error and is not rerun
+#   m. the memory tier (checkpoint.memory): the same 2 x 2 job with a spare
+#      loses node 2 and its memory directory after the memory save of step
+#      10; the rerun resumes from step 10 (node 1's files and its replicas
+#      of node 2's, the spare fetching what its ranks read), bitwise a
 #   f. the launcher lost: kill -9 of node 2's slurmstepd; its ranks exit 69
 #      naming the lost PMIx server, the others 69 naming a peer, no save;
 #      the lock is free and a resubmission resumes
@@ -73,7 +77,7 @@ mkjob() {
         echo "train: {steps: ${JOB_STEPS:-$STEPS}, batch_size: 8, eval_every: 0}"
         echo "log: {every: 1${JOB_METRICS:+, metrics: $JOB_METRICS}}"
         echo "threads: 1"
-        echo "checkpoint: {dir: $T/ck_$name, every_steps: ${JOB_EVERY:-0}}"
+        echo "checkpoint: {dir: $T/ck_$name, every_steps: ${JOB_EVERY:-0}${JOB_MEM:+, memory: $JOB_MEM}}"
         for l in "$@"; do echo "$l"; done
     } >"$name.yaml"
 }
@@ -211,6 +215,29 @@ lose() {
 }
 lose killed kill 1 "d"
 lose cut link 0 "e"
+
+# --- m. the memory tier: a node lost with its memory --------------------------
+# A 2 x 2 job with one spare saves to memory every 2 steps (each node's
+# directory its own, $T/mem/%n: the namespace nodes share /dev/shm) and to
+# checkpoint.dir every 8; node 2's ranks are killed after the memory save of
+# step 10 and its memory directory removed: the rerun on node 1 and the
+# spare resumes from step 10 (node 1's own files and node 2's replicas, the
+# spare fetching what its ranks read), not 8, bitwise the run of a.
+JOB_STEPS=16 JOB_EVERY=8 JOB_METRICS=$T/mtier.jsonl JOB_MEM="{every_steps: 2, dir: '$T/mem/%n'}" mkjob mtier "$iface"
+XEXP="LOSE_PAUSE=memory_committed:10@2,SHARDRUN_SPARE_NODES=1,SHARDRUN_STEP_GRACE=5"
+J=$(submit mtier --nodes=3 --ntasks-per-node=2 --no-requeue)
+XEXP=""
+wait_line mtier.out "rank 2 stopped at memory_committed" 120
+kill -9 $(node_pids 2 shardrun) 2>/dev/null
+rm -rf "$T/mem/node2"
+st=$(job_wait "$J" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 240)
+check "m: node 2 lost with its memory after the memory save of step 10: the job goes on inside its allocation ($st)" \
+    sh -c "[ '$st' = COMPLETED ] && grep -q '^== step on 2 of 3 nodes (excluding node2) at' mtier.out" || show mtier
+check "  ...from step 10 in memory, not checkpoint.dir's 8: node 2's shards from node 1's replicas, fetched by node3" \
+    sh -c "grep -q 'resume: step 10 from the memory tier .*shard_00002.bin from node1, shard_00003.bin from node1; 2 files fetched' mtier.out &&
+           grep -q 'rank 2/4 local 0/2 node 1 host node3 .* resume=10' mtier.out" || diag "$(grep -E 'resume|memory tier' mtier.out | tail -6)"
+check "  ...bitwise the uninterrupted 2 x 2 run (a); the job's end removed the memory directories" \
+    sh -c "cmp -s mtier.params two.params && [ ! -e '$T/mem/node1' ] && [ ! -e '$T/mem/node3' ]"
 
 # --- e2. the paths that end the job: no healthy node left, the attempts
 # exhausted, a world size that cannot keep the batch -------------------------
