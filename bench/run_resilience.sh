@@ -112,7 +112,7 @@ while [ $i -le "$REPS" ]; do
     echo "round $i: recovery in-allocation ${rec_alloc} s, resubmission ${rec_resubmit} s, memory tier ${rec_memory} s; steps lost ${lost_alloc}, ${lost_resubmit}, ${lost_memory}"
     ra="$ra $rec_alloc" rr="$rr $rec_resubmit" rm="$rm $rec_memory"
     la="$la $lost_alloc" lr="$lr $lost_resubmit" lm="$lm $lost_memory"
-    lratios="$lratios $(awk -v m="$lost_memory" -v a="$lost_alloc" 'BEGIN { printf "%.2f", a > 0 ? m / a : 0 }')"
+    lratios="$lratios $(awk -v m="$lost_memory" -v a="$lost_alloc" 'BEGIN { printf "%.2f", (a > 0 ? m / a : 0) }')"
     ratios="$ratios $(awk -v a="$rec_alloc" -v r="$rec_resubmit" 'BEGIN { printf "%.2f", r / a }')"
     i=$((i + 1))
 done
