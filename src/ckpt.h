@@ -184,7 +184,8 @@ sr_status sr_ckpt_mem_remove(sr_ckpt *c);
  * `nodes` nodes: the returned snapshot (params, m and v, under
  * sr_ckpt_snapshot_fits's rule, or 0: the tier would turn itself off) and
  * *tmpfs, its pages in the memory directory (charged to the job's cgroup):
- * 2 kept steps of its shard file and, with a replica, its buddy's.  0 and
+ * 3 steps of its shard file (2 kept and the one being written) and, with
+ * a replica, its buddy's.  0 and
  * 0 when the tier is off.  The run's memory plan and `shardrun plan` ask
  * it. */
 uint64_t sr_ckpt_mem_host_bytes(const sr_ckpt_opts *o, uint64_t state_bytes, int local_size, int nodes,

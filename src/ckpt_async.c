@@ -123,6 +123,8 @@ sr_status ckpt_setup_async(sr_ckpt *c) {
     if (st != SR_OK)
         return st;
     char a[32], b[32];
+    if (vals[0] > 0 && c->tier)
+        return SR_OK; /* the memory tier turns itself off, saying why */
     if (vals[0] > 0) {
         sr_log_warn("checkpoint.async: the snapshot of %s per rank does not fit checkpoint.async_max_mb (%s%s) on %.0f "
                     "rank%s: saves are synchronous (hint: raise checkpoint.async_max_mb, or use more ranks)",
@@ -219,8 +221,9 @@ sr_status sr_ckpt_save_async(sr_ckpt *c, const sr_ckpt_progress *p, int64_t *wai
         st = ckpt_records_alloc(c, pd->proto, &pd->rec, &pd->mine);
     if (st != SR_OK) {
         ckpt_pending_free(c);
-        return sr_error_wrap(st, "checkpoint at step %lld not saved (earlier checkpoints are untouched)",
-                             (long long)p->step);
+        return c->tier ? st /* the tier's caller says what it was */
+                       : sr_error_wrap(st, "checkpoint at step %lld not saved (earlier checkpoints are untouched)",
+                                       (long long)p->step);
     }
     sr_ctl_word *me = (sr_ctl_word *)pd->mine;
     int64_t ts0 = sr_trace_on() ? sr_clock_wall_ns() : 0;

@@ -180,6 +180,21 @@ static sr_status open_dir_lead(sr_ckpt *c) {
     struct stat sb;
     if (lstat(c->dir, &sb) != 0)
         return sr_error(SR_ERR_CANTCREAT, "%s: %s", c->dir, strerror(errno));
+    /* never checkpoint.dir, inside it or around it: the tier's retention
+     * and its removal at the end would take the persistent checkpoints */
+    char *real = realpath(c->dir, NULL);
+    const char *pd = c->tier->persist->dir;
+    size_t lr = real ? strlen(real) : 0, lp = pd ? strlen(pd) : 0;
+    bool nested = real && pd &&
+                  ((lr <= lp && strncmp(real, pd, lr) == 0 && (pd[lr] == '/' || pd[lr] == '\0' || lr == 1)) ||
+                   (lp <= lr && strncmp(real, pd, lp) == 0 && (real[lp] == '/' || real[lp] == '\0' || lp == 1)));
+    free(real);
+    if (nested)
+        return sr_error(SR_ERR_CANTCREAT,
+                        "checkpoint.memory.dir %s is checkpoint.dir %s, inside it or around it: the memory tier keeps "
+                        "2 steps and removes its directory at the end (hint: a directory of its own, e.g. the "
+                        "default /dev/shm/shardrun-%%u-%%j)",
+                        c->dir, pd);
     if (!S_ISDIR(sb.st_mode))
         return sr_error(SR_ERR_CANTCREAT, "checkpoint.memory.dir %s is %s, not a directory (hint: remove it)",
                         c->dir, sr_fsio_kind(sb.st_mode));
@@ -193,13 +208,27 @@ static sr_status open_dir_lead(sr_ckpt *c) {
     if ((sb.st_mode & 077) && chmod(c->dir, 0700) != 0)
         return sr_error(SR_ERR_CANTCREAT, "%s: cannot make it private (0700): %s", c->dir, strerror(errno));
     c->dirfd = sr_fsio_open_dir(c->dir);
-    if (c->dirfd < 0)
-        return sr_error(SR_ERR_CANTCREAT, "%s: cannot open checkpoint.memory.dir: %s", c->dir, strerror(errno));
+    struct stat fb;
+    if (c->dirfd < 0 || fstat(c->dirfd, &fb) != 0 || fb.st_ino != sb.st_ino || fb.st_dev != sb.st_dev)
+        return sr_error(SR_ERR_CANTCREAT, "%s: cannot open checkpoint.memory.dir: %s", c->dir,
+                        c->dirfd < 0 ? strerror(errno) : "it changed while it was checked");
+    /* leftovers: interrupted saves, and interrupted fetches' .NAME.part */
     DIR *d = sr_fsio_list_dir(c->dirfd);
     struct dirent *de;
-    while (d && (de = readdir(d)))
+    while (d && (de = readdir(d))) {
         if (strncmp(de->d_name, ".step_", 6) == 0)
             ckpt_remove_step_dir(c, de->d_name, ckpt_written_by_save, NULL);
+        int sub = strncmp(de->d_name, "step_", 5) == 0 ? sr_fsio_open_subdir(c->dirfd, de->d_name) : -1;
+        DIR *sd = sub >= 0 ? fdopendir(sub) : NULL;
+        struct dirent *e;
+        while (sd && (e = readdir(sd)))
+            if (e->d_name[0] == '.' && strstr(e->d_name, ".part"))
+                unlinkat(sub, e->d_name, 0);
+        if (sd)
+            closedir(sd);
+        else if (sub >= 0)
+            close(sub);
+    }
     if (d)
         closedir(d);
     return SR_OK;
@@ -243,8 +272,7 @@ static sr_status open_links(sr_ckpt *c, struct ckpt_tier *t, const sr_transport_
         sr_tcp_need(t->tcp, t->buddy_out);
         sr_tcp_need(t->tcp, t->buddy_in);
     }
-    if (st == SR_OK)
-        st = sr_ctl_agree(c->ctl, SR_OK, 0, 0, NULL, NULL);
+    st = sr_ctl_agree(c->ctl, st, 0, 0, st == SR_OK ? NULL : sr_error_message(), NULL);
     if (st == SR_OK)
         st = sr_tcp_connect(t->tcp);
     return sr_ctl_agree(c->ctl, st, 0, 0, st == SR_OK ? NULL : sr_error_message(), NULL);
@@ -283,8 +311,9 @@ sr_status sr_ckpt_mem_open(sr_ckpt **out, sr_ckpt *persist, const sr_transport_o
         sr_fmt(user, sizeof user, "%u", (unsigned)geteuid());
     const sr_path_vars v = {.host = w->host, .node = node, .job = w->job_id, .user = user};
     st = sr_fsio_expand("checkpoint.memory.dir", o->mem_dir, &v, dir, sizeof dir);
+    st = sr_ctl_agree(c->ctl, st, 0, 0, st == SR_OK ? NULL : sr_error_message(), NULL); /* names differ per node */
     if (st != SR_OK)
-        return st; /* the same template on every rank: every rank fails alike */
+        return st;
     if (!(c->dir = sr_strdup(dir)))
         return sr_error_oom("the memory tier's directory name");
     sr_fsdp_layout l;
@@ -296,10 +325,14 @@ sr_status sr_ckpt_mem_open(sr_ckpt **out, sr_ckpt *persist, const sr_transport_o
         return SR_OK;
     }
     bool off = false;
-    if ((st = open_dir_agreed(c, &off)) != SR_OK || off || (st = ckpt_setup_async(c)) != SR_OK)
+    if ((st = open_dir_agreed(c, &off)) != SR_OK || off)
         return st;
-    if (!c->async) {
-        tier_off(c, "its snapshot does not fit checkpoint.async_max_mb");
+    st = ckpt_setup_async(c);
+    if (st == SR_ERR_PEER)
+        return st;
+    if (st != SR_OK || !c->async) {
+        tier_off(c, st != SR_OK ? sr_error_message()
+                                : "its snapshot does not fit checkpoint.async_max_mb (hint: raise it, or use more ranks)");
         return SR_OK;
     }
     bool want = o->mem_replicas < 0 ? t->nnodes > 1 : o->mem_replicas > 0;
@@ -330,7 +363,7 @@ uint64_t sr_ckpt_mem_host_bytes(const sr_ckpt_opts *o, uint64_t state_bytes, int
         return 0; /* the tier turns itself off */
     bool replica = o->mem_replicas < 0 ? nodes > 1 : o->mem_replicas > 0 && nodes > 1;
     uint64_t file = SR_SHARD_HEADER_BYTES + snap;
-    *tmpfs = 2 * file * (replica ? 2 : 1);
+    *tmpfs = 3 * file * (replica ? 2 : 1); /* 2 kept and the one being written */
     return snap;
 }
 
@@ -377,9 +410,7 @@ void ckpt_tier_replicate(sr_ckpt *c, int64_t step, const char *tmp, int64_t roun
                              in.nchunks * 32, msg, sizeof msg);
     if (st == SR_OK && h.shard >= 0) {
         FMT(path, "%s/shard_%05d.bin", tmp, h.shard);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            h.bytes = 0; /* sent as zeros below: the buddy's check fails it */
+        fd = open(path, O_RDONLY | O_CLOEXEC); /* -1: zeros are sent, the buddy's check fails them */
     }
     if (st == SR_OK && in.shard >= 0) {
         FMT(rpath, "%s/shard_%05d.bin", tmp, in.shard);
@@ -409,8 +440,9 @@ void ckpt_tier_replicate(sr_ckpt *c, int64_t step, const char *tmp, int64_t roun
         else if (sr_fsio_write_all(rfd, rbuf, rn) != 0)
             rst = sr_fsio_write_error_ckpt(rpath, errno);
     }
-    if (st != SR_OK && msg[0])
-        st = sr_error(st, "the memory tier's link: %s", msg);
+    if (st != SR_OK) /* the save fails (a warning); a lost peer ends the run through the collectives */
+        st = sr_error(SR_ERR_IO, "the memory tier's link to rank %d or %d: %s", t->buddy_out, t->buddy_in,
+                      msg[0] ? msg : sr_error_message());
     if (fd >= 0)
         close(fd);
     if (rfd >= 0 && close(rfd) != 0 && rst == SR_OK)
@@ -475,8 +507,7 @@ static sr_status mem_poll(sr_ckpt *c, int64_t now_step, bool wait) {
     if (st == SR_ERR_PEER)
         return st;
     if (st != SR_OK && sr_ctl_rank(c->ctl) == 0)
-        sr_log_warn("memory tier: step %lld not saved: %s (the persistent checkpoints are unaffected; the memory "
-                    "directory needs room for 2 steps of its node's shards and their replicas)",
+        sr_log_warn("memory tier: step %lld not saved: %s (the persistent checkpoints are unaffected)",
                     (long long)step, sr_error_message());
     return SR_OK;
 }
@@ -497,9 +528,9 @@ static bool tier_owned(const char *name, void *ctx) {
 sr_status sr_ckpt_mem_remove(sr_ckpt *c) {
     if (!mem_on(c))
         return SR_OK;
-    ckpt_pending_free(c);
-    sr_status st = SR_OK;
-    if (c->lead) {
+    ckpt_pending_free(c); /* this rank's writer; the agreement: every rank's */
+    sr_status st = sr_ctl_agree(c->ctl, SR_OK, 0, 0, NULL, NULL);
+    if (st == SR_OK && c->lead) {
         DIR *d = sr_fsio_list_dir(c->dirfd);
         struct dirent *de;
         while (d && (de = readdir(d)))
@@ -510,9 +541,11 @@ sr_status sr_ckpt_mem_remove(sr_ckpt *c) {
         if (rmdir(c->dir) != 0)
             sr_log_warn("memory tier: cannot remove %s: %s", c->dir, strerror(errno));
     }
-    st = sr_ctl_agree(c->ctl, st, 0, 0, NULL, NULL);
+    if (st == SR_OK)
+        st = sr_ctl_agree(c->ctl, SR_OK, 0, 0, NULL, NULL);
     if (st == SR_OK && sr_ctl_rank(c->ctl) == 0)
-        sr_log_info("memory tier: the job's last step is done: removed %s on every node", c->dir);
+        sr_log_info("memory tier: the job's last step is done: removed checkpoint.memory.dir on every node (%s here)",
+                    c->dir);
     return st;
 }
 
@@ -540,8 +573,8 @@ void ckpt_tier_free(sr_ckpt *c) {
  * that fails is named in a warning and left out. */
 static void take_inventory(sr_ckpt *c, inventory *inv) {
     memset(inv, 0, sizeof *inv);
-    int64_t steps[TIER_STEPS];
-    int n = sr_ckpt_scan(c->dirfd, steps, TIER_STEPS, NULL, 0);
+    int64_t *steps = sr_calloc(MAX_CANDIDATES, sizeof *steps); /* sorted newest first, then the first few */
+    int n = steps ? sr_ckpt_scan(c->dirfd, steps, MAX_CANDIDATES, NULL, 0) : 0;
     for (int i = 0; i < n && inv->nsteps < TIER_STEPS; i++) {
         char name[32], path[PATH_MAX];
         FMT(name, "step_%08lld", (long long)steps[i]);
@@ -588,6 +621,7 @@ static void take_inventory(sr_ckpt *c, inventory *inv) {
         sr_manifest_free(&mf);
         close(sub);
     }
+    free(steps);
 }
 
 /* One transfer of the fetch: file `shard` (-2: the manifest) of `step`
@@ -635,10 +669,12 @@ static sr_status recv_file(sr_ckpt *c, int peer, int item, int64_t step, const c
     sr_status st = sr_tcp_recv(t->tcp, peer, fetch_seq(item, 0), &h, sizeof h, msg, sizeof msg);
     if (st == SR_OK && (h.magic != XFER_MAGIC || h.step != step))
         st = sr_error(SR_ERR_PEER, "rank %d sent another file than %s", peer, name);
+    sr_status wst = SR_OK; /* a local failure: the frames are still read, the streams stay in step */
     if (st == SR_OK && mkdir(dir, 0700) != 0 && errno != EEXIST)
-        st = sr_fsio_create_error_ckpt(dir, errno);
-    int fd = st == SR_OK ? open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
-    sr_status wst = st == SR_OK && fd < 0 ? sr_fsio_create_error_ckpt(part, errno) : SR_OK;
+        wst = sr_fsio_create_error_ckpt(dir, errno);
+    int fd = st == SR_OK && wst == SR_OK ? open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+    if (st == SR_OK && wst == SR_OK && fd < 0)
+        wst = sr_fsio_create_error_ckpt(part, errno);
     unsigned char *buf = st == SR_OK && h.bytes ? sr_malloc(SR_SHARD_CHUNK_BYTES) : NULL;
     for (uint64_t i = 0; st == SR_OK && i < h.nchunks; i++) {
         uint64_t off = i * SR_SHARD_CHUNK_BYTES;
@@ -849,6 +885,7 @@ sr_status sr_ckpt_resume_tiers(sr_ckpt *c, sr_ckpt *m, sr_ckpt_progress *p, char
         return sr_ckpt_resume(c, p, how, how_len);
     struct ckpt_tier *t = m->tier;
     int W = m->w->size;
+    bool loaded_some = false;
     inventory mine, *all = sr_calloc((size_t)W, sizeof *all);
     if (!all)
         return sr_error_oom("the memory tier's inventories");
@@ -859,9 +896,10 @@ sr_status sr_ckpt_resume_tiers(sr_ckpt *c, sr_ckpt *m, sr_ckpt_progress *p, char
     /* the persistent directory's newest step (rank 0's scan) */
     int64_t newest[2] = {-1, 0};
     if (st == SR_OK && m->w->rank == 0) {
-        int64_t steps[1];
-        if (sr_ckpt_scan(c->dirfd, steps, 1, NULL, 0) > 0)
+        int64_t *steps = sr_calloc(MAX_CANDIDATES, sizeof *steps); /* sorted before the first is taken */
+        if (steps && sr_ckpt_scan(c->dirfd, steps, MAX_CANDIDATES, NULL, 0) > 0)
             newest[0] = steps[0];
+        free(steps);
     }
     if (st == SR_OK)
         st = sr_ctl_broadcast(m->ctl, newest, 2, 0);
@@ -889,6 +927,7 @@ sr_status sr_ckpt_resume_tiers(sr_ckpt *c, sr_ckpt *m, sr_ckpt_progress *p, char
                             (long long)best, missing);
         } else {
             tried = try_memory_step(c, m, best, all, id, p, how, how_len);
+            loaded_some = true; /* the state may hold part of it now */
             if (tried == SR_OK) {
                 free(all);
                 m->last_step = p->step;
@@ -911,5 +950,11 @@ sr_status sr_ckpt_resume_tiers(sr_ckpt *c, sr_ckpt *m, sr_ckpt_progress *p, char
     free(all);
     if (st != SR_OK)
         return st;
-    return sr_ckpt_resume(c, p, how, how_len);
+    st = sr_ckpt_resume(c, p, how, how_len);
+    if (st == SR_OK && loaded_some && p->step == 0)
+        return sr_error(SR_ERR_DATA,
+                        "the memory tier's steps failed to load and %s holds no checkpoint: not starting fresh from a "
+                        "partly loaded state (hint: checkpoint.resume: never starts fresh)",
+                        c->dir);
+    return st;
 }

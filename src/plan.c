@@ -375,11 +375,11 @@ static void print_one(const plan_ctx *x, const sr_config *cfg, const char *job, 
     if (r->tier_snap)
         fprintf(out,
                 "memory tier: every %lld steps, %s per rank of host memory in ckpt_staging: its snapshot %s and its "
-                "pages in checkpoint.memory.dir %s (2 steps of its shard file%s; tmpfs pages count against the "
-                "job's cgroup)\n",
+                "pages in checkpoint.memory.dir %s (3 steps of its shard file%s: 2 kept and the one being "
+                "written; tmpfs pages count against the job's cgroup)\n",
                 (long long)cfg->ckpt_mem_every_steps, human((double)(r->tier_snap + r->tier_tmpfs), a, sizeof a),
                 human((double)r->tier_snap, b, sizeof b), human((double)r->tier_tmpfs, c, sizeof c),
-                r->tier_tmpfs > 2 * (r->tier_snap + SR_SHARD_HEADER_BYTES) ? " and its buddy's replica" : "");
+                r->tier_tmpfs > 3 * (r->tier_snap + SR_SHARD_HEADER_BYTES) ? " and its buddy's replica" : "");
     if (r->lead_s <= SR_PLAN_SIGNAL_MAX_S)
         fprintf(out,
                 "preemption: #SBATCH --signal=USR1@%.0f  (one step %.3g s + one save %.3g s, twice over, + %.3g s)\n",

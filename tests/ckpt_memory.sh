@@ -31,7 +31,7 @@ scenario() { rm -rf "$1" && cp -a base "$1"; }
 
 train ref2 2 r2
 check "reference: 10 steps on 2 ranks, memory saves every 2 steps, the directories removed at the end" \
-    sh -c "[ $rc -eq 0 ] && grep -q 'memory tier: step 6 saved' ref2.err && grep -q 'removed $T/r2/mem/node0 on every node' ref2.err && [ -z \"\$(ls r2/mem)\" ]"
+    sh -c "[ $rc -eq 0 ] && grep -q 'memory tier: step 6 saved' ref2.err && grep -q 'removed checkpoint.memory.dir on every node ($T/r2/mem/node0 here)' ref2.err && [ -z \"\$(ls r2/mem)\" ]"
 
 SHARDRUN_TEST_CRASH_AT=memory_committed:6@1 train kill 2 base
 check "rank 1 killed after the memory save of step 6: checkpoint.dir's newest is step 4" \
@@ -56,6 +56,10 @@ printf 'X' | dd of=d/mem/node0/step_00000006/shard_00001.bin bs=1 seek=5000 conv
 train d 2 d
 check "a corrupted replica (its owner's node lost): named, and the next copy (checkpoint.dir's step 4) resumes bitwise" \
     sh -c "[ $rc -eq 0 ] && grep -q 'node0/step_00000006/shard_00001.bin: not used: .*SHA-256' d.err && grep -q 'step 6 is incomplete: shard_00001.bin' d.err && grep -q 'resume: loaded $T/d/ck/step_00000004' d.err && cmp -s d.params ref2.params"
+
+train o 2 o --set "checkpoint.memory.dir=$T/o/ck/mem"
+check "a memory directory inside checkpoint.dir: refused with one warning, the tier off, the persistent checkpoints kept" \
+    sh -c "[ $rc -eq 0 ] && [ \$(grep -c 'checkpoint.memory.dir $T/o/ck/mem is checkpoint.dir $T/o/ck, inside it or around it' o.err) -eq 1 ] && [ -d o/ck/step_00000004 ] && [ -d o/ck/step_00000010 ] && cmp -s o.params ref2.params"
 
 if group --long "fewer ranks, a full or foreign directory"; then
 train ref1 1 r1 --set checkpoint.memory.every_steps=0
@@ -97,13 +101,14 @@ else
 fi
 fi
 
-# shardrun plan counts the tier: its snapshot and its tmpfs pages (2 steps
-# of the shard file), beside the asynchronous snapshot
+# shardrun plan counts the tier: its snapshot and its tmpfs pages (3 steps
+# of the shard file: 2 kept and the one being written), beside the
+# asynchronous snapshot
 "$S" plan job.yaml --ranks 2 --set checkpoint.dir="$T/p" >plan1 2>&1
 "$S" plan job.yaml --ranks 2 --set checkpoint.dir="$T/p" --set checkpoint.memory.every_steps=0 >plan0 2>&1
 with=$(awk '$1 == "ckpt_staging" { print $3 }' plan1) without=$(awk '$1 == "ckpt_staging" { print $3 }' plan0)
-check "plan: the tier's snapshot and 2 steps of tmpfs pages in ckpt_staging ($without -> $with bytes), and its line" \
-    sh -c "[ -n '$without' ] && [ '$with' -eq \$((4 * $without + 128)) ] && grep -q '^memory tier: every 2 steps, .* its snapshot .* pages in checkpoint.memory.dir' plan1"
+check "plan: the tier's snapshot and 3 steps of tmpfs pages in ckpt_staging ($without -> $with bytes), and its line" \
+    sh -c "[ -n '$without' ] && [ '$with' -eq \$((5 * $without + 192)) ] && grep -q '^memory tier: every 2 steps, .* its snapshot .* pages in checkpoint.memory.dir' plan1"
 
 # the Epilog line of slurm.conf.shardrun: what a killed job left goes
 u=$(id -un)
