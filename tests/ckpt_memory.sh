@@ -57,11 +57,11 @@ train d 2 d
 check "a corrupted replica (its owner's node lost): named, and the next copy (checkpoint.dir's step 4) resumes bitwise" \
     sh -c "[ $rc -eq 0 ] && grep -q 'node0/step_00000006/shard_00001.bin: not used: .*SHA-256' d.err && grep -q 'step 6 is incomplete: shard_00001.bin' d.err && grep -q 'resume: loaded $T/d/ck/step_00000004' d.err && cmp -s d.params ref2.params"
 
+if group --long "fewer ranks, a full or foreign directory"; then
 train o 2 o --set "checkpoint.memory.dir=$T/o/ck/mem"
 check "a memory directory inside checkpoint.dir: refused with one warning, the tier off, the persistent checkpoints kept" \
     sh -c "[ $rc -eq 0 ] && [ \$(grep -c 'checkpoint.memory.dir $T/o/ck/mem is checkpoint.dir $T/o/ck, inside it or around it' o.err) -eq 1 ] && [ -d o/ck/step_00000004 ] && [ -d o/ck/step_00000010 ] && cmp -s o.params ref2.params"
 
-if group --long "fewer ranks, a full or foreign directory"; then
 train ref1 1 r1 --set checkpoint.memory.every_steps=0
 check "reference: 10 steps on 1 rank" test "$rc" -eq 0
 
