@@ -75,6 +75,12 @@ typedef struct {
     int64_t step;
 } xfer_head;
 
+/* The bytes of chunk i of a file of `bytes` (0 past its end). */
+static size_t chunk_len(uint64_t bytes, uint64_t i) {
+    uint64_t off = i * SR_SHARD_CHUNK_BYTES;
+    return off >= bytes ? 0 : (size_t)(bytes - off < SR_SHARD_CHUNK_BYTES ? bytes - off : SR_SHARD_CHUNK_BYTES);
+}
+
 static bool bit(const unsigned char *b, int i) { return (b[i / 8] >> (i % 8)) & 1; }
 static void set_bit(unsigned char *b, int i) { b[i / 8] |= (unsigned char)(1u << (i % 8)); }
 
@@ -420,12 +426,7 @@ void ckpt_tier_replicate(sr_ckpt *c, int64_t step, const char *tmp, int64_t roun
     }
     for (int64_t i = 0; st == SR_OK && i < rounds; i++) {
         uint64_t off = (uint64_t)i * SR_SHARD_CHUNK_BYTES;
-        size_t sn = (uint64_t)i < h.nchunks ? (size_t)(h.bytes - off < SR_SHARD_CHUNK_BYTES ? h.bytes - off
-                                                                                             : SR_SHARD_CHUNK_BYTES)
-                                            : 0;
-        size_t rn = (uint64_t)i < in.nchunks ? (size_t)(in.bytes - off < SR_SHARD_CHUNK_BYTES ? in.bytes - off
-                                                                                              : SR_SHARD_CHUNK_BYTES)
-                                             : 0;
+        size_t sn = chunk_len(h.bytes, (uint64_t)i), rn = chunk_len(in.bytes, (uint64_t)i);
         if (sn && (fd < 0 || sr_fsio_pread_all(fd, sbuf, sn, off) != 0))
             memset(sbuf, 0, sn);
         st = sr_tcp_exchange(t->tcp, t->buddy_out, t->buddy_in, save_seq(step, 2 + i), sbuf, sn, rbuf, rn, msg,
@@ -643,12 +644,11 @@ static sr_status send_file(sr_ckpt *c, int peer, int item, int64_t step, const c
     sr_status st = sr_tcp_send(t->tcp, peer, fetch_seq(item, 0), &h, sizeof h, msg, sizeof msg);
     unsigned char *buf = st == SR_OK && h.bytes ? sr_malloc(SR_SHARD_CHUNK_BYTES) : NULL;
     for (uint64_t i = 0; st == SR_OK && i < h.nchunks; i++) {
-        uint64_t off = i * SR_SHARD_CHUNK_BYTES;
-        size_t n = (size_t)(h.bytes - off < SR_SHARD_CHUNK_BYTES ? h.bytes - off : SR_SHARD_CHUNK_BYTES);
+        size_t n = chunk_len(h.bytes, i);
         if (!buf)
             st = sr_error_oom("the fetch buffer");
         else {
-            if (sr_fsio_pread_all(fd, buf, n, off) != 0)
+            if (sr_fsio_pread_all(fd, buf, n, i * SR_SHARD_CHUNK_BYTES) != 0)
                 memset(buf, 0, n); /* the receiver's verification fails it */
             st = sr_tcp_send(t->tcp, peer, fetch_seq(item, 1 + i), buf, n, msg, sizeof msg);
         }
@@ -677,8 +677,7 @@ static sr_status recv_file(sr_ckpt *c, int peer, int item, int64_t step, const c
         wst = sr_fsio_create_error_ckpt(part, errno);
     unsigned char *buf = st == SR_OK && h.bytes ? sr_malloc(SR_SHARD_CHUNK_BYTES) : NULL;
     for (uint64_t i = 0; st == SR_OK && i < h.nchunks; i++) {
-        uint64_t off = i * SR_SHARD_CHUNK_BYTES;
-        size_t n = (size_t)(h.bytes - off < SR_SHARD_CHUNK_BYTES ? h.bytes - off : SR_SHARD_CHUNK_BYTES);
+        size_t n = chunk_len(h.bytes, i);
         if (!buf)
             st = sr_error_oom("the fetch buffer");
         else
