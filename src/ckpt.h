@@ -43,11 +43,11 @@ typedef struct {
     uint64_t seed;
     const char *schedule_name; /* train.schedule as written in the job */
     sr_lr_schedule schedule;
-    const char *isa; /* the ISA level the ranks agreed on */
-    int64_t mem_every;    /* checkpoint.memory.every_steps (0: no memory tier) */
-    const char *mem_dir;  /* checkpoint.memory.dir, before expansion */
-    int mem_replicas;     /* checkpoint.memory.replicas: -1 auto, 0, 1 */
-    int nkeys;       /* the job's key = value list, as `config show` prints it */
+    const char *isa;     /* the ISA level the ranks agreed on */
+    int64_t mem_every;   /* checkpoint.memory.every_steps (0: no memory tier) */
+    const char *mem_dir; /* checkpoint.memory.dir, before expansion */
+    int mem_replicas;    /* checkpoint.memory.replicas: -1 auto, 0, 1 */
+    int nkeys;           /* the job's key = value list, as `config show` prints it */
     const char *const *keys;
     const char *const *values;
 } sr_ckpt_opts;

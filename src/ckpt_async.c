@@ -268,8 +268,8 @@ sr_status sr_ckpt_poll(sr_ckpt *c, int64_t now_step, bool wait) {
     sr_ckpt_progress p = pd->p;
     if (!transport_failed) {
         st = ckpt_save_commit(c, &p, pd->tmp, pd->final, &pd->rec, st);
-        sr_status fin = sr_ctl_agree(c->ctl, ckpt_committer(c) ? st : SR_OK, 0, 0,
-                                     st == SR_OK ? NULL : sr_error_message(), NULL);
+        sr_status fin =
+            sr_ctl_agree(c->ctl, ckpt_committer(c) ? st : SR_OK, 0, 0, st == SR_OK ? NULL : sr_error_message(), NULL);
         if (st == SR_OK)
             st = fin;
     }

@@ -36,25 +36,27 @@
 #include "shardfile.h"
 #include "testhook.h"
 
-#define TIER_STEPS 4      /* memory steps a node reports at resume (it keeps 2) */
-#define TIER_MAX_FILES 4096 /* shard indices the tier handles (their bitmap) */
+#define TIER_STEPS 4           /* memory steps a node reports at resume (it keeps 2) */
+#define TIER_MAX_FILES 4096    /* shard indices the tier handles (their bitmap) */
 #define XFER_MAGIC 0x53524d31u /* "SRM1" */
 
 struct ckpt_tier {
-    sr_ckpt_opts o;     /* the job's policy with keep 2 and async on */
-    int node, nnodes;   /* this rank's node in the tier's numbering */
-    int *node_of;       /* per world rank */
-    int *lead_of_node;  /* per node: its first world rank */
-    char (*names)[64];  /* per node: its name (messages) */
+    sr_ckpt_opts o;          /* the job's policy with keep 2 and async on */
+    int node, nnodes;        /* this rank's node in the tier's numbering */
+    int *node_of;            /* per world rank */
+    int *lead_of_node;       /* per node: its first world rank */
+    char (*names)[64];       /* per node: its name (messages) */
     int buddy_out, buddy_in; /* the replica's receiver and sender (-1: none) */
-    sr_tcp *tcp;        /* the tier's own links (NULL: one node) */
-    sr_ckpt *persist;   /* the persistent checkpointer: its lineage and data go in every manifest */
+    sr_tcp *tcp;             /* the tier's own links (NULL: one node) */
+    sr_ckpt *persist;        /* the persistent checkpointer: its lineage and data go in every manifest */
 };
 
 /* Frame numbers both ends compute alike: a save's exchanges from its step,
  * a fetch's from the transfer's index in the plan (a failed save leaves no
  * count behind to drift). */
-static uint32_t save_seq(int64_t step, int64_t round) { return (uint32_t)((uint64_t)step * 1000003u + (uint64_t)round); }
+static uint32_t save_seq(int64_t step, int64_t round) {
+    return (uint32_t)((uint64_t)step * 1000003u + (uint64_t)round);
+}
 static uint32_t fetch_seq(int item, uint64_t chunk) { return 0x80000000u + (uint32_t)item * 65536u + (uint32_t)chunk; }
 
 /* One node's memory steps at resume: per step its id (SHA-256 of every
@@ -202,8 +204,8 @@ static sr_status open_dir_lead(sr_ckpt *c) {
                         "default /dev/shm/shardrun-%%u-%%j)",
                         c->dir, pd);
     if (!S_ISDIR(sb.st_mode))
-        return sr_error(SR_ERR_CANTCREAT, "checkpoint.memory.dir %s is %s, not a directory (hint: remove it)",
-                        c->dir, sr_fsio_kind(sb.st_mode));
+        return sr_error(SR_ERR_CANTCREAT, "checkpoint.memory.dir %s is %s, not a directory (hint: remove it)", c->dir,
+                        sr_fsio_kind(sb.st_mode));
     if (sb.st_uid != geteuid()) {
         struct passwd *pw = getpwuid(sb.st_uid);
         return sr_error(SR_ERR_CANTCREAT,
@@ -301,8 +303,15 @@ sr_status sr_ckpt_mem_open(sr_ckpt **out, sr_ckpt *persist, const sr_transport_o
     t->o.async = true;
     t->o.dir = o->mem_dir;
     t->persist = persist;
-    *c = (sr_ckpt){.o = &t->o, .w = w, .ctl = persist->ctl, .model = persist->model, .f = persist->f, .dirfd = -1,
-                   .lock_fd = -1, .last_step = -1, .tier = t};
+    *c = (sr_ckpt){.o = &t->o,
+                   .w = w,
+                   .ctl = persist->ctl,
+                   .model = persist->model,
+                   .f = persist->f,
+                   .dirfd = -1,
+                   .lock_fd = -1,
+                   .last_step = -1,
+                   .tier = t};
     t->buddy_out = t->buddy_in = -1;
     *out = persist->memtier = c;
     if (o->mem_every <= 0 || !persist->dir)
@@ -337,8 +346,9 @@ sr_status sr_ckpt_mem_open(sr_ckpt **out, sr_ckpt *persist, const sr_transport_o
     if (st == SR_ERR_PEER)
         return st;
     if (st != SR_OK || !c->async) {
-        tier_off(c, st != SR_OK ? sr_error_message()
-                                : "its snapshot does not fit checkpoint.async_max_mb (hint: raise it, or use more ranks)");
+        tier_off(c, st != SR_OK
+                        ? sr_error_message()
+                        : "its snapshot does not fit checkpoint.async_max_mb (hint: raise it, or use more ranks)");
         return SR_OK;
     }
     bool want = o->mem_replicas < 0 ? t->nnodes > 1 : o->mem_replicas > 0;
@@ -375,9 +385,7 @@ uint64_t sr_ckpt_mem_host_bytes(const sr_ckpt_opts *o, uint64_t state_bytes, int
 
 static bool mem_on(const sr_ckpt *c) { return c && c->tier && c->dir; }
 
-static bool mem_due(const sr_ckpt *c, int64_t steps_done) {
-    return mem_on(c) && steps_done % c->o->mem_every == 0;
-}
+static bool mem_due(const sr_ckpt *c, int64_t steps_done) { return mem_on(c) && steps_done % c->o->mem_every == 0; }
 
 /* ------------------------------------------------------------------------ */
 /* saving: the replica exchange on the writer thread */
@@ -466,8 +474,8 @@ void ckpt_tier_committed(sr_ckpt *c, int64_t step, int64_t now_step, uint64_t to
     sr_log_info("memory tier: step %lld saved in %s on %d node%s%s (committed at step %lld): %.1f MB; training "
                 "stalled %.3f s for the snapshot, the write%s took %.2f s, %.2f s from start to commit",
                 (long long)step, c->dir, t->nnodes, t->nnodes == 1 ? "" : "s",
-                t->buddy_out >= 0 ? ", each shard also on the next node" : "", (long long)now_step,
-                (double)total / 1e6, snap, t->buddy_out >= 0 ? " and the replica" : "", write, took);
+                t->buddy_out >= 0 ? ", each shard also on the next node" : "", (long long)now_step, (double)total / 1e6,
+                snap, t->buddy_out >= 0 ? " and the replica" : "", write, took);
 }
 
 static sr_status mem_save(sr_ckpt *c, const sr_ckpt_progress *p, double *stall_s) {
@@ -508,8 +516,8 @@ static sr_status mem_poll(sr_ckpt *c, int64_t now_step, bool wait) {
     if (st == SR_ERR_PEER)
         return st;
     if (st != SR_OK && sr_ctl_rank(c->ctl) == 0)
-        sr_log_warn("memory tier: step %lld not saved: %s (the persistent checkpoints are unaffected)",
-                    (long long)step, sr_error_message());
+        sr_log_warn("memory tier: step %lld not saved: %s (the persistent checkpoints are unaffected)", (long long)step,
+                    sr_error_message());
     return SR_OK;
 }
 
@@ -738,8 +746,7 @@ static sr_status files_needed(sr_ckpt *c, int64_t step, unsigned char *need, cha
     FMT(path, "%s/%s", c->dir, name);
     int sub = sr_fsio_open_subdir(c->dirfd, name);
     sr_manifest mf;
-    sr_status st = sub >= 0 ? sr_manifest_load(sub, path, &mf)
-                            : sr_error(SR_ERR_DATA, "%s: %s", path, strerror(errno));
+    sr_status st = sub >= 0 ? sr_manifest_load(sub, path, &mf) : sr_error(SR_ERR_DATA, "%s: %s", path, strerror(errno));
     if (sub >= 0)
         close(sub);
     if (st != SR_OK)

@@ -371,8 +371,8 @@ sr_status sr_ckpt_save(sr_ckpt *c, const sr_ckpt_progress *p, uint64_t *bytes_ou
     st = ckpt_save_commit(c, p, tmp, final, &rec, st);
     free(rec.all);
     /* Phase 4: the final agreement: nobody exits before the commit is known */
-    sr_status fin = sr_ctl_agree(c->ctl, ckpt_committer(c) ? st : SR_OK, 0, 0,
-                                 st == SR_OK ? NULL : sr_error_message(), NULL);
+    sr_status fin =
+        sr_ctl_agree(c->ctl, ckpt_committer(c) ? st : SR_OK, 0, 0, st == SR_OK ? NULL : sr_error_message(), NULL);
     if (st == SR_OK)
         st = fin;
     if (st != SR_OK)

@@ -69,7 +69,8 @@
  * (ckpt.c calls them; SHARDRUN_TEST_CRASH_AT and PAUSE_AT name one;
  * PAUSE_AT also takes before_connect, train.c's). */
 #define SR_TESTHOOK_CRASH_SITES                                                                                        \
-    "after_shard_write, before_manifest, after_manifest, before_rename, after_rename, before_latest, after_latest, memory_committed"
+    "after_shard_write, before_manifest, after_manifest, before_rename, after_rename, before_latest, after_latest, "   \
+    "memory_committed"
 
 #include <stdbool.h>
 #include <stdint.h>
