@@ -338,7 +338,9 @@ sr_status ckpt_load_agreed(sr_ckpt *c, const char *path, int dirfd, sr_ckpt_prog
     *any_shape = false;
     if (st == SR_OK) {
         log_loaded(c, path, &mf, all, sr_clock_mono_s() - t0);
-        *p = (sr_ckpt_progress){mf.step, mf.cursor};
+        p->step = mf.step;
+        p->cursor = mf.cursor;
+        p->mix = mf.mix;
         c->last_step = mf.step;
         snprintf(how, how_len, "%lld", (long long)mf.step);
         FMT(c->resumed_from, "%s", path);
@@ -357,7 +359,7 @@ sr_status ckpt_load_agreed(sr_ckpt *c, const char *path, int dirfd, sr_ckpt_prog
 }
 
 sr_status sr_ckpt_resume(sr_ckpt *c, sr_ckpt_progress *p, char *how, size_t how_len) {
-    *p = (sr_ckpt_progress){0, 0};
+    memset(p, 0, sizeof *p);
     snprintf(how, how_len, "fresh");
     const char *mode = c->o->resume && c->o->resume[0] ? c->o->resume : "auto";
     if (strcmp(mode, "never") == 0) {

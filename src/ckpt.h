@@ -52,11 +52,13 @@ typedef struct {
     const char *const *values;
 } sr_ckpt_opts;
 
-/* Where a run stands: optimizer steps done and the global data cursor
- * (sequences consumed). */
+/* Where a run stands: optimizer steps done, the global data cursor
+ * (sequences consumed) and, with data.mixture, each source's (mix.n = 0
+ * without one, or from a checkpoint written before version 4). */
 typedef struct {
     int64_t step;
     uint64_t cursor;
+    sr_mix_state mix;
 } sr_ckpt_progress;
 
 /* Opens checkpointing for a run (collective).  With a dir, rank 0 creates

@@ -262,6 +262,7 @@ static sr_status build_manifest(sr_ckpt *c, const sr_ckpt_progress *p, const rec
     const sr_ckpt_opts *o = c->o;
     mf->step = p->step;
     mf->cursor = p->cursor;
+    mf->mix = p->mix;
     mf->tokens = p->cursor * (uint64_t)c->model->d.T;
     mf->seed = o->seed;
     FMT(mf->schedule, "%s", o->schedule_name);

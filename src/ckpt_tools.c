@@ -425,6 +425,24 @@ sr_status sr_ckpt_inspect(const char *path, FILE *out) {
     fprintf(out, "step         %lld\n", (long long)mf.step);
     fprintf(out, "tokens       %llu (data cursor %llu sequences, seed %llu)\n", (unsigned long long)mf.tokens,
             (unsigned long long)mf.cursor, (unsigned long long)mf.seed);
+    if (mf.mix.n > 0) {
+        fprintf(out, "mixture      %d sources (data.mixture); the weights set at global cursor %llu\n", mf.mix.n,
+                (unsigned long long)mf.mix.origin);
+        for (int k = 0; k < mf.mix.n; k++) {
+            const char *fp = "";
+            for (int j = 0; j < mf.data.nsources; j++)
+                if (strcmp(mf.data.sources[j].name, mf.mix.src[k].name) == 0)
+                    fp = mf.data.sources[j].fingerprint;
+            fprintf(out, "  source %-12s cursor %llu sequences (%llu tokens), epoch %llu, weight %g%s%.16s\n",
+                    mf.mix.src[k].name, (unsigned long long)mf.mix.src[k].cursor,
+                    (unsigned long long)(mf.mix.src[k].cursor * (uint64_t)mf.dims.T),
+                    (unsigned long long)mf.mix.src[k].epoch, mf.mix.src[k].weight, fp[0] ? ", data fingerprint " : "",
+                    fp);
+        }
+        for (int i = 0; i < mf.mix.nhistory; i++)
+            fprintf(out, "  weights from step %lld (global cursor %llu): %s\n", (long long)mf.mix.history[i].step,
+                    (unsigned long long)mf.mix.history[i].cursor, mf.mix.history[i].weights);
+    }
     fprintf(out, "world size   %d (mesh shard %d x replicate %d)%s%s\n", mf.world, mf.mesh_shard, mf.mesh_replicate,
             mf.isa[0] ? ", CPU ISA " : "", mf.isa);
     char dims[512];
@@ -451,9 +469,13 @@ sr_status sr_ckpt_inspect(const char *path, FILE *out) {
         if (mf.data.tokenizer_sha256[0])
             fprintf(out, "tokenizer    %s (sha256 %s, pattern %s)\n", mf.data.tokenizer, mf.data.tokenizer_sha256,
                     mf.data.tokenizer_pattern[0] ? mf.data.tokenizer_pattern : "none");
-        for (int i = 0; i < mf.data.n; i++)
-            fprintf(out, "  %-5s %s, %llu bytes, sha256 %s\n", mf.data.shards[i].split, mf.data.shards[i].path,
+        for (int i = 0; i < mf.data.n; i++) {
+            char src[SR_MIX_NAME_MAX + 16] = "";
+            if (mf.data.shards[i].source[0])
+                sr_fmt(src, sizeof src, " (source %s)", mf.data.shards[i].source);
+            fprintf(out, "  %-5s %s%s, %llu bytes, sha256 %s\n", mf.data.shards[i].split, mf.data.shards[i].path, src,
                     (unsigned long long)mf.data.shards[i].bytes, mf.data.shards[i].sha256);
+        }
     } else {
         fprintf(out, "data         not recorded (a checkpoint written before shardrun recorded its data)\n");
     }

@@ -42,6 +42,26 @@ typedef struct {
     int count;
 } sr_strlist;
 
+/* data.mixture: the weighted training sources (mixture.h draws from them). */
+#define SR_MIX_MAX_SOURCES 32
+#define SR_MIX_NAME_MAX 48 /* a source name's bytes, at most */
+typedef struct {
+    char *name;       /* [A-Za-z0-9_.-], unique */
+    sr_strlist train; /* paths, globs or data prepare directories, as data.train takes */
+    double weight;    /* > 0; the sources' share is weight / the sum */
+} sr_mix_source;
+typedef struct {
+    sr_mix_source *src;
+    int count;
+} sr_mixture;
+
+/* Whether `s` is a valid data.mixture source name: 1 to SR_MIX_NAME_MAX
+ * letters, digits, '_', '.' or '-' (data prepare --name checks the same). */
+bool sr_config_mixture_name_ok(const char *s);
+
+/* data.mixture_end's values. */
+enum { SR_MIX_END_WRAP, SR_MIX_END_STOP };
+
 typedef struct {
     /* model */
     int64_t model_preset, recompute, attention;
@@ -60,6 +80,8 @@ typedef struct {
     int64_t seed, eval_every, eval_batches;
     /* data */
     sr_strlist data_train, data_val;
+    sr_mixture data_mixture;
+    int64_t data_mixture_end;
     bool data_embedded_any_vocab;
     char *data_tokenizer;
     bool data_allow_changed;

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -329,6 +330,121 @@ static sr_status set_list(const leaf *l) {
     return SR_OK;
 }
 
+/* data.mixture: a list of {name, train, weight} mappings. */
+static void free_mixture(void *f) {
+    sr_mixture *m = f;
+    for (int i = 0; i < m->count; i++) {
+        free(m->src[i].name);
+        cfg_strlist_free(&m->src[i].train);
+    }
+    free(m->src);
+    m->src = NULL;
+    m->count = 0;
+}
+
+bool sr_config_mixture_name_ok(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > SR_MIX_NAME_MAX)
+        return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' ||
+              *s == '.' || *s == '-'))
+            return false;
+    return true;
+}
+
+/* One source mapping into *out (zeroed by the caller). */
+static sr_status mixture_item(const leaf *l, yaml_node_t *item, int i, const sr_mixture *sofar, sr_mix_source *out) {
+    const char *key = l->k->key;
+    if (!item || item->type != YAML_MAPPING_NODE)
+        return cfg_error_at(l->ctx, item ? item->start_mark : l->node->start_mark,
+                            "%s: item %d: expected a mapping {name: NAME, train: PATHS, weight: W}, got %s", key, i + 1,
+                            item ? cfg_node_kind(item) : "nothing");
+    yaml_node_t *name = NULL, *train = NULL, *weight = NULL;
+    for (yaml_node_pair_t *pr = item->data.mapping.pairs.start; pr < item->data.mapping.pairs.top; pr++) {
+        yaml_node_t *k = yaml_document_get_node(l->doc, pr->key), *v = yaml_document_get_node(l->doc, pr->value);
+        const char *ks = k && k->type == YAML_SCALAR_NODE ? cfg_scalar_text(k) : "";
+        yaml_node_t **slot = strcmp(ks, "name") == 0     ? &name
+                             : strcmp(ks, "train") == 0  ? &train
+                             : strcmp(ks, "weight") == 0 ? &weight
+                                                         : NULL;
+        if (!slot)
+            return cfg_error_at(l->ctx, k ? k->start_mark : item->start_mark,
+                                "%s: item %d: unknown key '%s'; expected name, train and weight", key, i + 1, ks);
+        if (*slot)
+            return cfg_error_at(l->ctx, k->start_mark, "%s: item %d: '%s' given twice", key, i + 1, ks);
+        *slot = v;
+    }
+    const char *missing = !name ? "name" : !train ? "train" : !weight ? "weight" : NULL;
+    if (missing)
+        return cfg_error_at(l->ctx, item->start_mark,
+                            "%s: item %d: expected '%s' (each source is {name, train, weight})", key, i + 1, missing);
+    const char *ns = name->type == YAML_SCALAR_NODE ? cfg_scalar_text(name) : "";
+    if (name->type != YAML_SCALAR_NODE || !sr_config_mixture_name_ok(ns))
+        return cfg_error_at(l->ctx, name->start_mark,
+                            "%s: item %d: name '%.80s': expected 1 to %d letters, digits, '_', '.' or '-' (it names "
+                            "the source in metrics and checkpoints)",
+                            key, i + 1, ns, SR_MIX_NAME_MAX);
+    for (int j = 0; j < sofar->count; j++)
+        if (strcmp(sofar->src[j].name, ns) == 0)
+            return cfg_error_at(l->ctx, name->start_mark,
+                                "%s: item %d: the name '%s' is item %d's too; expected unique names", key, i + 1, ns,
+                                j + 1);
+    double w = 0;
+    if (weight->type != YAML_SCALAR_NODE || cfg_parse_float(cfg_scalar_text(weight), &w) != 0 || !(w > 0) ||
+        !(w <= 1e9))
+        return cfg_error_at(l->ctx, weight->start_mark, "%s: item %d (%s): weight %s: expected a number > 0 and <= 1e9",
+                            key, i + 1, ns,
+                            weight->type == YAML_SCALAR_NODE ? cfg_scalar_text(weight) : cfg_node_kind(weight));
+    /* train: what data.train takes, through the list type's own parser */
+    sr_key tk = {key, T_STRLIST, 0, NULL, 0, 0, NULL, NULL};
+    sr_config scratch = {0};
+    leaf tl = {&scratch, &tk, l->doc, train, l->ctx};
+    tk.off = offsetof(sr_config, data_train);
+    sr_status st = set_list(&tl);
+    if (st != SR_OK)
+        return st;
+    if (scratch.data_train.count == 0) {
+        cfg_strlist_free(&scratch.data_train);
+        return cfg_error_at(l->ctx, train->start_mark,
+                            "%s: item %d (%s): train is empty; expected shards, a glob or a "
+                            "data prepare directory",
+                            key, i + 1, ns);
+    }
+    out->train = scratch.data_train;
+    out->weight = w;
+    out->name = sr_strdup(ns);
+    return out->name ? SR_OK : sr_error_oom("data.mixture");
+}
+
+static sr_status set_mixture(const leaf *l) {
+    yaml_node_t *node = l->node;
+    if (node->type == YAML_SCALAR_NODE && cfg_scalar_is_null(node))
+        node = NULL; /* null: the empty list */
+    else if (node->type != YAML_SEQUENCE_NODE)
+        return LEAF_ERR(l, "%s: expected a list of {name, train, weight} mappings, got %s", l->k->key,
+                        cfg_node_kind(node));
+    int n = node ? (int)(node->data.sequence.items.top - node->data.sequence.items.start) : 0;
+    if (n > SR_MIX_MAX_SOURCES)
+        return LEAF_ERR(l, "%s: %d sources; at most %d", l->k->key, n, SR_MIX_MAX_SOURCES);
+    sr_mixture m = {sr_calloc((size_t)n + 1, sizeof *m.src), 0};
+    if (!m.src)
+        return sr_error_oom("data.mixture");
+    for (int i = 0; i < n; i++) {
+        sr_status st =
+            mixture_item(l, yaml_document_get_node(l->doc, node->data.sequence.items.start[i]), i, &m, &m.src[m.count]);
+        if (st != SR_OK) {
+            free_mixture(&m);
+            return st;
+        }
+        m.count++;
+    }
+    sr_mixture *dst = (sr_mixture *)cfg_field(l->cfg, l->k);
+    free_mixture(dst);
+    *dst = m;
+    return SR_OK;
+}
+
 /* ---- formatting values ---- */
 
 static void fmt_double(char *buf, size_t n, double v) {
@@ -448,6 +564,21 @@ static void fmt_list(const void *f, const sr_key *k, char *buf, size_t n) {
     sr_line_add(&out, "]");
 }
 
+static void fmt_mixture(const void *f, const sr_key *k, char *buf, size_t n) {
+    const sr_mixture *m = f;
+    sr_line out = sr_line_on(buf, n);
+    sr_line_add(&out, "[");
+    for (int i = 0; i < m->count && !out.cut; i++) {
+        char list[4200], w[40];
+        sr_key lk = *k;
+        lk.type = T_STRLIST;
+        fmt_list(&m->src[i].train, &lk, list, sizeof list);
+        fmt_double(w, sizeof w, m->src[i].weight);
+        sr_line_add(&out, "%s{name: %s, train: %s, weight: %s}", i ? ", " : "", m->src[i].name, list, w);
+    }
+    sr_line_add(&out, "]");
+}
+
 /* ---- describing types (config keys, shardrun.yaml(5)) ---- */
 
 static void desc_int(const sr_key *k, char *buf, size_t n) {
@@ -483,6 +614,7 @@ const value_type cfg_types[] = {
     [T_RESHARD] = {set_reshard, fmt_reshard, NULL, "true | false | N >= 2", NULL},
     [T_STRLIST] = {set_list, fmt_list, NULL, "path | glob | list", free_list},
     [T_SIGLIST] = {set_list, fmt_list, NULL, "list of signal names", free_list},
+    [T_MIXTURE] = {set_mixture, fmt_mixture, NULL, "list of {name, train, weight}", free_mixture},
 };
 
 /* Sets one leaf key from a YAML node, validating its type and range. */

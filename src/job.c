@@ -331,9 +331,12 @@ sr_status sr_job_check_data(const sr_config *cfg) {
     sr_status st = check_tokenizer(cfg);
     if (st == SR_OK)
         st = check_shards(cfg, &cfg->data_train);
+    for (int k = 0; st == SR_OK && k < cfg->data_mixture.count; k++)
+        if ((st = check_shards(cfg, &cfg->data_mixture.src[k].train)) != SR_OK)
+            st = sr_error_wrap(st, "data.mixture source %s", cfg->data_mixture.src[k].name);
     if (st == SR_OK)
         st = check_shards(cfg, &cfg->data_val);
-    if (st != SR_OK || cfg->data_train.count || cfg->vocab_size == SR_DATA_EMBEDDED_VOCAB ||
+    if (st != SR_OK || cfg->data_train.count || cfg->data_mixture.count || cfg->vocab_size == SR_DATA_EMBEDDED_VOCAB ||
         cfg->data_embedded_any_vocab)
         return st;
     return at_key(cfg, sr_config_was_set(cfg, "model.vocab_size") ? "model.vocab_size" : "model.preset",

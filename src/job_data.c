@@ -90,18 +90,41 @@ static sr_status read_index(const sr_config *cfg, const char *key, const char *d
     return SR_OK;
 }
 
+/* Whether DIR's index lists sources (`data prepare --name`), and whether
+ * one is `source`. */
+static bool index_has_source(json_t *root, const char *source, bool *any) {
+    json_t *s;
+    size_t i;
+    bool found = false;
+    *any = false;
+    json_array_foreach(json_object_get(root, "shards"), i, s) {
+        const char *src = json_string_value(json_object_get(s, "source"));
+        *any = *any || src;
+        found = found || (src && source && strcmp(src, source) == 0);
+    }
+    return found;
+}
+
 /* The shards of `split` ("train", "val") DIR's index lists, as DIR/NAME
- * onto l. */
+ * onto l; of data.mixture's source `source` only when the index lists
+ * sources (NULL: every shard of the split). */
 static sr_status index_shards(const sr_config *cfg, const char *key, const char *dir, json_t *root, const char *split,
-                              list *l) {
+                              const char *source, list *l) {
     json_t *shards = json_object_get(root, "shards"), *s;
     size_t i;
+    bool sources = false;
+    if (source && !index_has_source(root, source, &sources) && sources)
+        return at(cfg, SR_ERR_DATA, key,
+                  "%s/index.json lists no source named %s (hint: the data.mixture `data prepare` printed names each "
+                  "source as its --name)",
+                  dir, source);
     json_array_foreach(shards, i, s) {
         const char *name = json_string_value(json_object_get(s, "name"));
         const char *sp = json_string_value(json_object_get(s, "split"));
+        const char *src = json_string_value(json_object_get(s, "source"));
         if (!name || !sp || !*name || name[0] == '.' || strchr(name, '/'))
             return at(cfg, SR_ERR_DATA, key, "%s/index.json: shard %zu: expected a file name and a split", dir, i);
-        if (strcmp(sp, split) != 0)
+        if (strcmp(sp, split) != 0 || (source && sources && (!src || strcmp(src, source) != 0)))
             continue;
         char p[4400];
         sr_fmt(p, sizeof p, "%s/%s", dir, name);
@@ -165,7 +188,8 @@ static sr_status index_tokenizer(sr_config *cfg, const char *key, const char *di
  * index.json into its shards of `split`; data.train's directories also
  * give an unset data.val their validation shards (*val) and an unset
  * data.tokenizer their tokenizer. */
-static sr_status expand(sr_config *cfg, const char *key, sr_strlist *paths, const char *split, list *val, bool check) {
+static sr_status expand(sr_config *cfg, const char *key, sr_strlist *paths, const char *split, const char *source,
+                        list *val, bool check) {
     bool any = false;
     for (int i = 0; i < paths->count && !any; i++)
         any = is_dir(paths->items[i]);
@@ -182,9 +206,9 @@ static sr_status expand(sr_config *cfg, const char *key, sr_strlist *paths, cons
         }
         st = read_index(cfg, key, p, &root);
         if (st == SR_OK)
-            st = index_shards(cfg, key, p, root, split, &out);
+            st = index_shards(cfg, key, p, root, split, source, &out);
         if (st == SR_OK && val)
-            st = index_shards(cfg, key, p, root, "val", val);
+            st = index_shards(cfg, key, p, root, "val", source, val);
         if (st == SR_OK && val)
             st = index_tokenizer(cfg, key, p, root, check);
         json_decref(root);
@@ -281,9 +305,18 @@ static sr_status tokenizer_vocab(sr_config *cfg, bool check) {
 }
 
 sr_status sr_job_resolve_data(sr_config *cfg, bool check) {
+    if (cfg->data_mixture.count && cfg->data_train.count)
+        return at(cfg, SR_ERR_CONFIG, "data.mixture",
+                  "data.mixture and data.train are both set; expected one (hint: a run of one source sets data.train; "
+                  "a mixture lists every source, with its weight, in data.mixture)");
     list val = {0};
     bool val_unset = cfg->data_val.count == 0;
-    sr_status st = expand(cfg, "data.train", &cfg->data_train, "train", val_unset ? &val : NULL, check);
+    sr_status st = expand(cfg, "data.train", &cfg->data_train, "train", NULL, val_unset ? &val : NULL, check);
+    /* each source's directories: its shards (of its name, where the index
+     * lists sources), and its validation shards for an unset data.val */
+    for (int k = 0; st == SR_OK && k < cfg->data_mixture.count; k++)
+        st = expand(cfg, "data.mixture", &cfg->data_mixture.src[k].train, "train", cfg->data_mixture.src[k].name,
+                    val_unset ? &val : NULL, check);
     if (st == SR_OK && val_unset && val.count) {
         free(cfg->data_val.items); /* (an empty list may hold its array) */
         cfg->data_val.items = val.items;
@@ -292,6 +325,6 @@ sr_status sr_job_resolve_data(sr_config *cfg, bool check) {
     }
     list_free(&val);
     if (st == SR_OK)
-        st = expand(cfg, "data.val", &cfg->data_val, "val", NULL, check);
+        st = expand(cfg, "data.val", &cfg->data_val, "val", NULL, NULL, check);
     return st == SR_OK ? tokenizer_vocab(cfg, check) : st;
 }

@@ -88,14 +88,15 @@ static const command_row commands[] = {
     {"config", "keys", B(X_MDOC), cmd_config, "[--mdoc]", "list every job-file key with type, default and meaning"},
     {"data", "prepare",
      B(X_OUTPUT) | B(X_TOKENIZER) | B(X_FIELD) | B(X_DOC_TOKEN) | B(X_VAL_TOKENS) | B(X_VAL_FRACTION) | B(X_SEED) |
-         B(X_SHARD_TOKENS) | B(X_PREFIX) | B(X_THREADS),
+         B(X_SHARD_TOKENS) | B(X_PREFIX) | B(X_NAME) | B(X_THREADS),
      cmd_data,
      "[-o OUT] [--tokenizer PATH] [--field NAME] [--doc-token NAME]\n[--val-fraction F [--seed S] | --val-tokens N] "
-     "[--shard-tokens N]\n[--prefix NAME] [--threads N] FILE...",
+     "[--shard-tokens N]\n[--prefix NAME] [--name SOURCE] [--threads N] FILE...",
      "turn text (files, JSON Lines; gzip or not) into llm.c token\nshards: byte-level, or with a BPE tokenizer"},
     {"ckpt", "list", 0, cmd_ckpt, "DIR", "list the checkpoints of a checkpoint.dir"},
     {"ckpt", "verify", 0, cmd_ckpt, "PATH", "check every SHA-256 of a checkpoint (or of all in a dir)"},
     {"ckpt", "inspect", 0, cmd_ckpt, "PATH", "summarize a checkpoint's manifest"},
+    {"ckpt", "show", 0, cmd_ckpt, "PATH", "the same as inspect (a data.mixture's per-source cursors\namong the rest)"},
     {"ckpt", "export", B(X_OUTPUT) | B(X_FORMAT), cmd_ckpt, "CKPT -o DIR/|FILE.safetensors|FILE.bin [--format F]",
      "write a checkpoint's model (CKPT: a step_* directory or a\ncheckpoint.dir, its newest that verifies) for Hugging "
      "Face\n(-o DIR/: model.safetensors + config.json), as a safetensors\nfile (-o FILE.safetensors) or as an llm.c "

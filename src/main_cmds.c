@@ -107,6 +107,9 @@ int cli_prepare_option(cli *c, int x, const char *arg) {
     case X_PREFIX:
         c->prepare.prefix = arg;
         break;
+    case X_NAME:
+        c->prepare.name = arg; /* checked by sr_prepare */
+        break;
     case X_VAL_FRACTION: {
         char *end;
         errno = 0;
@@ -361,7 +364,22 @@ static void data_summary(const sr_prepare_opts *o, const sr_prepare_result *r) {
         return;
     }
     sr_line_add(&l, "; train with");
-    if (!r->directory) {
+    if (r->sources[0]) { /* --name: the mixture of every source the directory lists */
+        char mix[8192], names[sizeof r->sources];
+        sr_line m = SR_LINE(mix);
+        sr_fmt(names, sizeof names, "%s", r->sources);
+        sr_line_add(&m, "[");
+        for (char *save = NULL, *n = strtok_r(names, " ", &save); n; n = strtok_r(NULL, " ", &save))
+            sr_line_add(&m, "%s{name: %s, train: %s, weight: 1}", m.len > 1 ? ", " : "", n, r->out);
+        sr_line_add(&m, "]");
+        add_set(&l, "data.mixture", mix);
+        if (r->tokenizer[0])
+            add_set(&l, "data.tokenizer", r->tokenizer);
+        sr_line_add(&l,
+                    " (each source's shards from %s/index.json; set the weights; its validation shards serve an "
+                    "unset data.val)",
+                    r->out);
+    } else if (!r->directory) {
         add_set(&l, "data.train", r->out);
     } else {
         const char *pre = o->prefix ? o->prefix : "data";
@@ -398,7 +416,8 @@ int cmd_data(const char *sub, const cli *c) {
 }
 
 int cmd_ckpt(const char *sub, const cli *c) {
-    bool list = strcmp(sub, "list") == 0, verify = strcmp(sub, "verify") == 0, inspect = strcmp(sub, "inspect") == 0;
+    bool list = strcmp(sub, "list") == 0, verify = strcmp(sub, "verify") == 0,
+         inspect = strcmp(sub, "inspect") == 0 || strcmp(sub, "show") == 0;
     bool export = !list && !verify && !inspect;
     if (c->nargs != 1)
         return cli_usage_error("ckpt %s: expected exactly one checkpoint path", sub);

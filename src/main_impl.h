@@ -36,6 +36,7 @@ enum {
     X_NO_ECHO,
     X_SHARD_TOKENS,
     X_PREFIX,
+    X_NAME,
     X_RANKS,
     X_GPUS_PER_NODE,
     X_DEVICE_MEM,

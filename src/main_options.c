@@ -77,7 +77,10 @@ const option_row cli_options[X_COUNT] = {
                         "hash of --seed\nand its index"},
     [X_NO_ECHO] = {"no-echo", 0, NULL, "sample: print only the continuation, not the prompt before it"},
     [X_SHARD_TOKENS] = {"shard-tokens", 0, "N", "data prepare: tokens per shard (default 100000000)"},
-    [X_PREFIX] = {"prefix", 0, "NAME", "data prepare: the shards' name prefix (default data)"},
+    [X_PREFIX] = {"prefix", 0, "NAME", "data prepare: the shards' name prefix (default data, or --name)"},
+    [X_NAME] = {"name", 0, "NAME",
+                "data prepare: write these inputs as the data.mixture source NAME, added to the "
+                "sources the output directory's index.json lists"},
     [X_RANKS] = {"ranks", 0, "N",
                  "config check|show: also check the rules that depend on\nthe number of ranks (mesh, reshard N, batch "
                  "split);\nplan: the ranks to plan for (A-B: a table)"},
@@ -266,6 +269,7 @@ static int apply_option(cli *c, int x, int argc, char **argv) {
     case X_VAL_FRACTION:
     case X_SHARD_TOKENS:
     case X_PREFIX:
+    case X_NAME:
         return cli_prepare_option(c, x, optarg);
     case X_NO_ECHO:
         c->sample.no_echo = true;

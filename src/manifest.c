@@ -207,6 +207,38 @@ static void kv_dbl_short(emitter *e, const char *k, double v) {
     kv_str(e, k, b);
 }
 
+/* data.mixture's state: each source's cursor, tokens, epoch, weight and
+ * base (its cursor when the weights were set), the origin, the history. */
+static void render_mixture(emitter *e, const sr_mix_state *m, int T) {
+    e_str(e, "mixture");
+    e_map(e, true, false);
+    kv_u64(e, "origin", m->origin);
+    e_str(e, "sources");
+    e_seq(e, true, false);
+    for (int i = 0; i < m->n; i++) {
+        e_map(e, true, true);
+        kv_str(e, "name", m->src[i].name);
+        kv_u64(e, "cursor", m->src[i].cursor);
+        kv_u64(e, "tokens", m->src[i].cursor * (uint64_t)T);
+        kv_u64(e, "epoch", m->src[i].epoch);
+        kv_dbl_short(e, "weight", m->src[i].weight);
+        kv_u64(e, "base", m->src[i].base);
+        e_map(e, false, true);
+    }
+    e_seq(e, false, false);
+    e_str(e, "history");
+    e_seq(e, true, false);
+    for (int i = 0; i < m->nhistory; i++) {
+        e_map(e, true, true);
+        kv_u64(e, "step", (uint64_t)m->history[i].step);
+        kv_u64(e, "cursor", m->history[i].cursor);
+        kv_str(e, "weights", m->history[i].weights);
+        e_map(e, false, true);
+    }
+    e_seq(e, false, false);
+    e_map(e, false, false);
+}
+
 static void render_progress(emitter *e, const sr_manifest *mf) {
     kv_u64(e, "step", (uint64_t)mf->step);
     kv_u64(e, "tokens", mf->tokens);
@@ -214,6 +246,8 @@ static void render_progress(emitter *e, const sr_manifest *mf) {
     e_map(e, true, false);
     kv_u64(e, "cursor", mf->cursor);
     kv_str(e, "cursor_unit", "sequences of the global seeded order consumed; step s+1 starts here");
+    if (mf->mix.n > 0)
+        render_mixture(e, &mf->mix, (int)mf->dims.T);
     e_map(e, false, false);
     e_str(e, "rng");
     e_map(e, true, false);
@@ -350,11 +384,24 @@ static void render_data(emitter *e, const sr_data_record *d) {
         kv_str(e, "pattern", d->tokenizer_pattern);
         e_map(e, false, false);
     }
+    if (d->nsources > 0) {
+        e_str(e, "sources");
+        e_seq(e, true, false);
+        for (int i = 0; i < d->nsources; i++) {
+            e_map(e, true, true);
+            kv_str(e, "name", d->sources[i].name);
+            kv_str(e, "fingerprint", d->sources[i].fingerprint);
+            e_map(e, false, true);
+        }
+        e_seq(e, false, false);
+    }
     e_str(e, "shards");
     e_seq(e, true, false);
     for (int i = 0; i < d->n; i++) {
         e_map(e, true, true);
         kv_str(e, "split", d->shards[i].split);
+        if (d->shards[i].source[0])
+            kv_str(e, "source", d->shards[i].source);
         kv_str(e, "path", d->shards[i].path);
         kv_u64(e, "bytes", d->shards[i].bytes);
         kv_str(e, "sha256", d->shards[i].sha256);
@@ -575,7 +622,51 @@ static sr_status parse_header(pctx *p, yaml_node_t *root, sr_manifest *mf) {
     return SR_OK;
 }
 
+/* data.mixture's state (version 4; absent: one source). */
+static sr_status parse_mixture(pctx *p, yaml_node_t *mix, sr_mix_state *m) {
+    yaml_node_t *srcs = mget(p, mix, "sources"), *hist = mget(p, mix, "history");
+    if (!srcs || srcs->type != YAML_SEQUENCE_NODE || seq_len(srcs) == 0 || seq_len(srcs) > SR_MIX_MAX_SOURCES)
+        return perr(p, srcs ? srcs : mix, "data.mixture: expected a list 'sources' of 1 to %d", SR_MIX_MAX_SOURCES);
+    if (hist && (hist->type != YAML_SEQUENCE_NODE || seq_len(hist) > SR_MIX_MAX_HISTORY))
+        return perr(p, hist, "data.mixture: history: expected a list of at most %d", SR_MIX_MAX_HISTORY);
+    sr_status st = get_u64(p, mix, "origin", UINT64_MAX, &m->origin);
+    for (size_t i = 0; i < seq_len(srcs) && st == SR_OK; i++) {
+        yaml_node_t *it = seq_item(p, srcs, i);
+        st = get_str(p, it, "name", m->src[i].name, sizeof m->src[i].name);
+        if (st == SR_OK)
+            st = get_u64(p, it, "cursor", UINT64_MAX / 2, &m->src[i].cursor);
+        if (st == SR_OK)
+            st = get_u64(p, it, "epoch", UINT64_MAX / 2, &m->src[i].epoch);
+        if (st == SR_OK)
+            st = get_u64(p, it, "base", m->src[i].cursor, &m->src[i].base);
+        if (st == SR_OK)
+            st = get_dbl(p, it, "weight", &m->src[i].weight);
+        if (st == SR_OK && !(m->src[i].weight > 0))
+            st = perr(p, mget(p, it, "weight"), "data.mixture: source %s: weight: expected a number > 0",
+                      m->src[i].name);
+        m->n = (int)i + 1;
+    }
+    for (size_t i = 0; hist && i < seq_len(hist) && st == SR_OK; i++) {
+        yaml_node_t *it = seq_item(p, hist, i);
+        uint64_t step = 0;
+        st = get_u64(p, it, "step", INT64_MAX, &step);
+        m->history[i].step = (int64_t)step;
+        if (st == SR_OK)
+            st = get_u64(p, it, "cursor", UINT64_MAX, &m->history[i].cursor);
+        if (st == SR_OK)
+            st = get_str(p, it, "weights", m->history[i].weights, sizeof m->history[i].weights);
+        m->nhistory = (int)i + 1;
+    }
+    return st;
+}
+
 static sr_status parse_progress(pctx *p, yaml_node_t *root, sr_manifest *mf) {
+    yaml_node_t *mix = mf->version >= 4 ? mget(p, mget(p, root, "data"), "mixture") : NULL;
+    if (mix) {
+        sr_status mst = parse_mixture(p, mix, &mf->mix);
+        if (mst != SR_OK)
+            return mst;
+    }
     sr_status st = get_u64(p, mget(p, root, "data"), "cursor", UINT64_MAX, &mf->cursor);
     if (st == SR_OK)
         st = get_u64(p, mget(p, root, "rng"), "seed", UINT64_MAX, &mf->seed);
@@ -750,6 +841,8 @@ static sr_status parse_data(pctx *p, yaml_node_t *root, sr_manifest *mf) {
         yaml_node_t *item = seq_item(p, sh, i);
         sr_data_shard_record *r = &d->shards[i];
         st = get_str(p, item, "split", r->split, sizeof r->split);
+        if (st == SR_OK && mget(p, item, "source"))
+            st = get_str(p, item, "source", r->source, sizeof r->source);
         if (st == SR_OK)
             st = get_str(p, item, "path", r->path, sizeof r->path);
         if (st == SR_OK)
@@ -757,6 +850,16 @@ static sr_status parse_data(pctx *p, yaml_node_t *root, sr_manifest *mf) {
         if (st == SR_OK)
             st = get_str(p, item, "sha256", r->sha256, sizeof r->sha256);
         d->n = (int)i + 1;
+    }
+    yaml_node_t *srcs = st == SR_OK ? mget(p, n, "sources") : NULL;
+    if (srcs && (srcs->type != YAML_SEQUENCE_NODE || seq_len(srcs) > SR_MIX_MAX_SOURCES))
+        return perr(p, srcs, "provenance: sources: expected a list of at most %d", SR_MIX_MAX_SOURCES);
+    for (size_t i = 0; srcs && i < seq_len(srcs) && st == SR_OK; i++) {
+        yaml_node_t *item = seq_item(p, srcs, i);
+        st = get_str(p, item, "name", d->sources[i].name, sizeof d->sources[i].name);
+        if (st == SR_OK)
+            st = get_str(p, item, "fingerprint", d->sources[i].fingerprint, sizeof d->sources[i].fingerprint);
+        d->nsources = (int)i + 1;
     }
     mf->has_data = st == SR_OK;
     return st;

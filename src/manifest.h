@@ -18,13 +18,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "dtype.h"
+#include "mixture.h"
 #include "model.h"
 #include "shardplan.h"
 #include "status.h"
 
 #define SR_CKPT_FORMAT "shardrun-checkpoint"
-#define SR_MANIFEST_VERSION 3 /* written; 1 to 3 are read (1 and 2: gpt2; 3 records model.arch) */
+#define SR_MANIFEST_VERSION 4 /* written; 1 to 4 are read (1 and 2: gpt2; 3 records model.arch; 4 data.mixture) */
 #define SR_MANIFEST_NAME "manifest.yaml"
 #define SR_NSTATE 3
 
@@ -43,7 +45,8 @@ typedef struct {
  * shard in the order the run reads them, and one fingerprint over all of
  * it (64 hex digits: what `ckpt list` and `ckpt inspect` show). */
 typedef struct {
-    char split[8]; /* train | val */
+    char split[8];                    /* train | val */
+    char source[SR_MIX_NAME_MAX + 1]; /* the data.mixture source of a train shard ("": data.train) */
     char path[1024];
     uint64_t bytes;
     char sha256[65];
@@ -54,12 +57,19 @@ typedef struct {
     char fingerprint[65];
     int n;
     sr_data_shard_record *shards;
+    /* data.mixture: each source's fingerprint (its train shards' lines) */
+    int nsources;
+    struct {
+        char name[SR_MIX_NAME_MAX + 1];
+        char fingerprint[65];
+    } sources[SR_MIX_MAX_SOURCES];
 } sr_data_record;
 
 typedef struct {
     int version;
     int64_t step;
     uint64_t cursor, tokens, seed;
+    sr_mix_state mix; /* version 4; older manifests: n = 0 (one source) */
     /* lr_schedule as recorded (for people and inspect; the run's keys decide) */
     char schedule[16];
     double lr, min_lr, next_lr;

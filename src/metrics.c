@@ -196,6 +196,8 @@ void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
         fprintf(f, ",\"val_loss\":%.17g", r->val_loss);
     if (r->nccl)
         fprintf(f, ",\"nccl\":\"%s\"", r->nccl);
+    if (r->tokens_by_source)
+        fprintf(f, ",\"tokens_by_source\":%s", r->tokens_by_source);
     const sr_rank_times *t = r->times;
     if (t && t->n > 0) {
         fprintf(f,

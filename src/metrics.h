@@ -53,8 +53,9 @@ typedef struct {
     int ranks;
     bool has_val;
     double val_loss;
-    const char *nccl;           /* the NCCL version of a run over NCCL, or NULL (no key) */
-    const sr_rank_times *times; /* the straggler report's fields, or NULL */
+    const char *nccl;             /* the NCCL version of a run over NCCL, or NULL (no key) */
+    const char *tokens_by_source; /* data.mixture: {"NAME": tokens, ...} as JSON text, or NULL (no key) */
+    const sr_rank_times *times;   /* the straggler report's fields, or NULL */
 } sr_step_record;
 
 /* Opens `path` for records and prepares the TensorBoard directory

@@ -497,7 +497,13 @@ static int default_threads(void) {
  * or a trailing '/' says so) and --doc-token's precondition. */
 static sr_status resolve_output(prep_run *x) {
     const sr_prepare_opts *o = x->o;
-    x->prefix = o->prefix ? o->prefix : "data";
+    if (o->name && !sr_config_mixture_name_ok(o->name))
+        return sr_error(
+            SR_ERR_USAGE,
+            "--name %s: expected 1 to %d letters, digits, '_', '.' or '-' (it names the data.mixture source "
+            "and, without --prefix, its shards)",
+            o->name, SR_MIX_NAME_MAX);
+    x->prefix = o->prefix ? o->prefix : o->name ? o->name : "data";
     if (!*x->prefix || strchr(x->prefix, '/') || x->prefix[0] == '.')
         return sr_error(SR_ERR_USAGE,
                         "--prefix %s: expected a file-name prefix without '/' that does not start with '.' (a dot "
@@ -509,7 +515,8 @@ static sr_status resolve_output(prep_run *x) {
         return sr_error(SR_ERR_USAGE,
                         "--val-tokens and --val-fraction both choose the validation set: give one (--val-fraction "
                         "takes whole documents, --val-tokens the first tokens)");
-    x->dir = o->tokenizer || o->shard_tokens || o->val_tokens || o->val_fraction > 0 || (ol && out[ol - 1] == '/');
+    x->dir = o->tokenizer || o->shard_tokens || o->val_tokens || o->val_fraction > 0 || o->name ||
+             (ol && out[ol - 1] == '/');
     x->r->directory = x->dir;
     if (!out)
         out = x->dir ? "." : "data.bin";
@@ -571,12 +578,65 @@ static sr_status load_tokenizer(prep_run *x) {
     return SR_OK;
 }
 
-/* The output directory exists and holds no data set of this prefix. */
-static sr_status check_outdir(const prep_run *x) {
+/* --name: the output directory's index.json, when it lists sources
+ * (x->prior), and whether this one may join them: a name it lacks, the
+ * same tokenizer. */
+static sr_status prior_sources(prep_run *x, bool *joined) {
+    char path[4200];
+    sr_fmt(path, sizeof path, "%s/index.json", x->outdir);
+    *joined = false;
+    if (access(path, F_OK) != 0)
+        return SR_OK;
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    json_t *srcs = root ? json_object_get(root, "sources") : NULL;
+    if (!json_is_array(srcs)) {
+        json_decref(root);
+        return sr_error(SR_ERR_CANTCREAT,
+                        "%s: holds a data set that is not a set of named sources (no \"sources\" list) (hint: "
+                        "another -o for --name %s)",
+                        path, x->o->name);
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(srcs, i, e) {
+        const char *n = json_string_value(json_object_get(e, "name"));
+        if (n && strcmp(n, x->o->name) == 0) {
+            json_decref(root);
+            return sr_error(SR_ERR_CANTCREAT,
+                            "%s: already lists the source %s (hint: another --name, or remove its shards and the "
+                            "directory's index.json first)",
+                            path, x->o->name);
+        }
+    }
+    json_t *tok = json_object_get(root, "tokenizer");
+    const char *had = json_string_value(json_object_get(tok, "sha256"));
+    const char *now = x->tok ? sr_tokenizer_fingerprint(x->tok) : NULL;
+    if ((had || now) && (!had || !now || strcmp(had, now) != 0)) {
+        char was[300];
+        sr_fmt(was, sizeof was, "%s", had ? json_string_value(json_object_get(tok, "path")) : "none (bytes)");
+        json_decref(root);
+        return sr_error(SR_ERR_USAGE,
+                        "--name %s: %s/index.json's sources were prepared with the tokenizer %s, this one with %s: "
+                        "one mixture needs one tokenizer (hint: the same --tokenizer, or another -o)",
+                        x->o->name, x->outdir, was, now ? x->o->tokenizer : "none (bytes)");
+    }
+    x->prior = root;
+    *joined = true;
+    return SR_OK;
+}
+
+/* The output directory exists and holds no data set of this prefix (with
+ * --name, its index.json may list other sources). */
+static sr_status check_outdir(prep_run *x) {
     char what[300];
     if (sr_fsio_mkdir_p(x->outdir) != 0)
         return sr_error(SR_ERR_CANTCREAT, "%s: cannot create the output directory: %s", x->outdir, strerror(errno));
-    if (holds_data_set(x->outdir, x->prefix, what, sizeof what))
+    bool joined = false;
+    sr_status st = x->o->name ? prior_sources(x, &joined) : SR_OK;
+    if (st != SR_OK)
+        return st;
+    if (holds_data_set(x->outdir, x->prefix, what, sizeof what) && !(joined && strcmp(what, "index.json") == 0))
         return sr_error(SR_ERR_CANTCREAT,
                         "%s: already holds a prepared data set (%s) (hint: another -o or --prefix, or remove it "
                         "first)",

@@ -40,6 +40,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "status.h"
 
 #define SR_PREPARE_BATCH_BYTES (4u << 20)
@@ -52,7 +53,8 @@ typedef struct {
     const char *tokenizer; /* --tokenizer; NULL: bytes */
     const char *field;     /* --field: JSON Lines inputs; NULL: text files */
     const char *doc_token; /* --doc-token; NULL: <|endoftext|> ("none": no separator) */
-    const char *prefix;    /* --prefix; NULL: data */
+    const char *prefix;    /* --prefix; NULL: data, or --name */
+    const char *name;      /* --name: the data.mixture source these inputs are; NULL: none */
     uint64_t val_tokens;   /* --val-tokens; 0: none */
     double val_fraction;   /* --val-fraction; 0: none */
     uint64_t seed;         /* --seed: of --val-fraction's choice */
@@ -71,6 +73,7 @@ typedef struct {
     uint64_t val_tokens, val_documents; /* in them (a document --val-tokens cuts counts as validation's) */
     char out[4096];                     /* the output file or directory (no trailing '/') */
     char tokenizer[4200];               /* what names the tokenizer from anywhere (sr_tokenizer_spec); "": bytes */
+    char sources[SR_MIX_MAX_SOURCES * (SR_MIX_NAME_MAX + 1)]; /* --name: every source index.json lists, ' '-separated */
 } sr_prepare_result;
 
 /* Prepares `files` per `o`.  Every input is checked before anything is

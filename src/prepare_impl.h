@@ -70,6 +70,7 @@ typedef struct {
     bool dir;
     char outdir[4096];
     const char *prefix;
+    json_t *prior; /* --name: the output directory's index.json of the other sources, or NULL */
     /* reading */
     int file; /* the input being read */
     prep_input in;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "data.h"
+#include "line.h"
 #include "mem.h"
 
 #define WBUF_BYTES (1u << 20)
@@ -196,6 +197,28 @@ sr_status prep_emit(prep_run *x, uint32_t id) {
 
 #define PREP_INDEX_FORMAT "shardrun data prepare 2"
 
+/* --name: this run's source joins the sources of the index it found
+ * (x->prior): their shards first, the "sources" list ({name, documents,
+ * tokens, val_tokens} each), the documents and tokens summed. */
+static void add_source(prep_run *x, json_t *root) {
+    json_t *mine = json_pack("{ss sI sI sI}", "name", x->o->name, "documents", (json_int_t)x->r->documents, "tokens",
+                             (json_int_t)x->r->tokens, "val_tokens", (json_int_t)x->out[PREP_VAL].tokens);
+    json_t *sources = x->prior ? json_deep_copy(json_object_get(x->prior, "sources")) : json_array();
+    json_array_append_new(sources, mine);
+    json_object_set_new(root, "sources", sources);
+    if (!x->prior)
+        return;
+    json_t *shards = json_deep_copy(json_object_get(x->prior, "shards")),
+           *mine_shards = json_object_get(root, "shards");
+    json_array_extend(shards, mine_shards);
+    json_object_set_new(root, "shards", shards);
+    const char *keys[] = {"documents", "empty_documents", "tokens"};
+    for (int k = 0; k < 3; k++)
+        json_object_set_new(root, keys[k],
+                            json_integer(json_integer_value(json_object_get(root, keys[k])) +
+                                         json_integer_value(json_object_get(x->prior, keys[k]))));
+}
+
 static json_t *index_json(prep_run *x) {
     const sr_prepare_opts *o = x->o;
     json_t *root = json_object();
@@ -243,9 +266,13 @@ static json_t *index_json(prep_run *x) {
             json_object_set_new(s, "mtime_ns",
                                 json_integer((json_int_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec));
         json_object_set_new(s, "sha256", json_string(hex));
+        if (o->name)
+            json_object_set_new(s, "source", json_string(o->name));
         json_array_append_new(shards, s);
     }
     json_object_set_new(root, "shards", shards);
+    if (o->name)
+        add_source(x, root);
     return root;
 }
 
@@ -275,6 +302,14 @@ sr_status prep_commit(prep_run *x, sr_status st) {
     if (st != SR_OK)
         for (int i = 0; i < x->nshards; i++)
             sr_fsio_stage_abort(&x->staged[i]);
+    if (st == SR_OK && x->o->name) { /* every source the index lists, for the summary's data.mixture */
+        sr_line l = SR_LINE(x->r->sources);
+        size_t i;
+        json_t *e;
+        json_array_foreach(x->prior ? json_object_get(x->prior, "sources") : NULL, i, e)
+            sr_line_add(&l, "%s%s", l.len ? " " : "", json_string_value(json_object_get(e, "name")));
+        sr_line_add(&l, "%s%s", l.len ? " " : "", x->o->name);
+    }
     x->r->val_shards = x->out[PREP_VAL].shards;
     x->r->val_tokens = x->out[PREP_VAL].tokens;
     x->r->val_documents = x->out[PREP_VAL].documents;
@@ -282,6 +317,7 @@ sr_status prep_commit(prep_run *x, sr_status st) {
 }
 
 void prep_out_free(prep_run *x) {
+    json_decref(x->prior);
     for (int k = 0; k < PREP_NSTREAMS; k++)
         free(x->out[k].wbuf);
     free(x->staged);

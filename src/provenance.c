@@ -189,21 +189,44 @@ typedef struct {
     char pad[6];
 } digest_slot;
 
+/* A shard's line in the fingerprints: "split bytes sha256", a mixture's
+ * train shard "train:SOURCE bytes sha256" (data.train's lines, and so
+ * their fingerprints, are what they were before mixtures). */
+static int shard_line(const sr_data_shard_record *r, char *line, size_t n) {
+    return snprintf(line, n, "%s%s%s %llu %s\n", r->split, r->source[0] ? ":" : "", r->source,
+                    (unsigned long long)r->bytes, r->sha256);
+}
+
 void sr_provenance_free(sr_data_record *rec) {
     free(rec->shards);
     memset(rec, 0, sizeof *rec);
 }
 
-sr_status sr_provenance_collect(sr_data_record *rec, const sr_data *train, const sr_data *val, const sr_tokenizer *tok,
-                                const char *ckpt_dir, sr_ctl *ctl) {
+sr_status sr_provenance_collect(sr_data_record *rec, const sr_prov_source *train, int ntrain, const sr_data *val,
+                                const sr_tokenizer *tok, const char *ckpt_dir, sr_ctl *ctl) {
     memset(rec, 0, sizeof *rec);
-    int nt = sr_data_nshards(train), nv = sr_data_nshards(val), n = nt + nv;
+    int nt = 0, nv = sr_data_nshards(val);
+    for (int k = 0; k < ntrain; k++)
+        nt += sr_data_nshards(train[k].data);
+    int n = nt + nv;
     int world = sr_ctl_size(ctl), rank = sr_ctl_rank(ctl);
     rec->shards = sr_calloc((size_t)n + 1, sizeof *rec->shards);
     sr_data_shard_info *info = sr_calloc((size_t)n + 1, sizeof *info);
     digest_slot *mine = sr_calloc((size_t)n + 1, sizeof *mine);
     digest_slot *all = sr_calloc((size_t)n * (size_t)world + 1, sizeof *all);
     sr_status st = rec->shards && info && mine && all ? SR_OK : sr_error_oom("the data record");
+    /* the shards in reading order: each source's train shards, then val */
+    for (int k = 0, i = 0; st == SR_OK && k <= ntrain; k++) {
+        const sr_data *d = k < ntrain ? train[k].data : val;
+        const char *name = k < ntrain && train[k].name ? train[k].name : "";
+        for (int j = 0; j < sr_data_nshards(d); j++, i++) {
+            sr_data_shard(d, j, &info[i]);
+            sr_fmt(rec->shards[i].split, sizeof rec->shards[i].split, "%s", k < ntrain ? "train" : "val");
+            sr_fmt(rec->shards[i].source, sizeof rec->shards[i].source, "%s", name);
+        }
+        if (k < ntrain && name[0] && rec->nsources < SR_MIX_MAX_SOURCES)
+            sr_fmt(rec->sources[rec->nsources++].name, sizeof rec->sources[0].name, "%s", name);
+    }
     if (tok) {
         sr_fmt(rec->tokenizer, sizeof rec->tokenizer, "%s", sr_tokenizer_spec(tok));
         sr_fmt(rec->tokenizer_sha256, sizeof rec->tokenizer_sha256, "%s", sr_tokenizer_fingerprint(tok));
@@ -213,9 +236,7 @@ sr_status sr_provenance_collect(sr_data_record *rec, const sr_data *train, const
     int unrecorded = 0;
     uint64_t unrecorded_bytes = 0;
     for (int i = 0; st == SR_OK && i < n; i++) {
-        sr_data_shard(i < nt ? train : val, i < nt ? i : i - nt, &info[i]);
         sr_data_shard_record *r = &rec->shards[i];
-        sr_fmt(r->split, sizeof r->split, "%s", i < nt ? "train" : "val");
         sr_fmt(r->path, sizeof r->path, "%s", info[i].path);
         r->bytes = info[i].len;
         if (i % world != rank)
@@ -257,8 +278,7 @@ sr_status sr_provenance_collect(sr_data_record *rec, const sr_data *train, const
         for (int i = 0; i < n; i++) {
             const digest_slot *d = &all[(size_t)(i % world) * (size_t)n + (size_t)i];
             sr_fmt(rec->shards[i].sha256, sizeof rec->shards[i].sha256, "%s", d->sha);
-            k = snprintf(line, sizeof line, "%s %llu %s\n", rec->shards[i].split,
-                         (unsigned long long)rec->shards[i].bytes, d->sha);
+            k = shard_line(&rec->shards[i], line, sizeof line);
             EVP_DigestUpdate(md, line, (size_t)k);
             if (rank == 0 && d->hashed)
                 remember(&info[i], d->sha, ckpt_dir);
@@ -268,6 +288,17 @@ sr_status sr_provenance_collect(sr_data_record *rec, const sr_data *train, const
         EVP_DigestFinal_ex(md, fp, &dl);
         sr_hex(fp, 32, rec->fingerprint);
         rec->n = n;
+        /* each source's own: its shards' lines */
+        for (int j = 0; j < rec->nsources; j++) {
+            EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+            for (int i = 0; i < n; i++)
+                if (strcmp(rec->shards[i].source, rec->sources[j].name) == 0) {
+                    k = shard_line(&rec->shards[i], line, sizeof line);
+                    EVP_DigestUpdate(md, line, (size_t)k);
+                }
+            EVP_DigestFinal_ex(md, fp, &dl);
+            sr_hex(fp, 32, rec->sources[j].fingerprint);
+        }
     }
     EVP_MD_CTX_free(md);
     free(info);
@@ -278,13 +309,57 @@ sr_status sr_provenance_collect(sr_data_record *rec, const sr_data *train, const
     return st;
 }
 
-/* The shards of one split in a record: their indices in out[], the count. */
-static int of_split(const sr_data_record *r, const char *split, int *out) {
+/* The shards of one split and source in a record: their indices in
+ * out[], the count. */
+static int of_group(const sr_data_record *r, const char *split, const char *source, int *out) {
     int k = 0;
     for (int i = 0; i < r->n; i++)
-        if (strcmp(r->shards[i].split, split) == 0)
+        if (strcmp(r->shards[i].split, split) == 0 && strcmp(r->shards[i].source, source) == 0)
             out[k++] = i;
     return k;
+}
+
+/* The first train source of `a` that `b` lacks, or NULL. */
+static const char *source_missing(const sr_data_record *a, const sr_data_record *b) {
+    for (int i = 0; i < a->n; i++) {
+        if (strcmp(a->shards[i].split, "train") != 0)
+            continue;
+        bool found = false;
+        for (int j = 0; j < b->n && !found; j++)
+            found = strcmp(b->shards[j].split, "train") == 0 && strcmp(b->shards[j].source, a->shards[i].source) == 0;
+        if (!found)
+            return a->shards[i].source;
+    }
+    return NULL;
+}
+
+/* One group's shards compared in order: the first difference into msg. */
+static bool group_differs(const sr_data_record *now, const sr_data_record *then, const char *split, const char *src,
+                          int *a_idx, int *b_idx, char *msg, size_t n) {
+    int na = of_group(now, split, src, a_idx), nb = of_group(then, split, src, b_idx);
+    int k = na < nb ? na : nb;
+    char who[SR_MIX_NAME_MAX + 16] = "";
+    if (src[0])
+        sr_fmt(who, sizeof who, "source %s: ", src);
+    for (int i = 0; i < k; i++) {
+        const sr_data_shard_record *a = &now->shards[a_idx[i]], *b = &then->shards[b_idx[i]];
+        if (a->bytes != b->bytes || strcmp(a->sha256, b->sha256) != 0) {
+            char was[1100] = "";
+            if (strcmp(a->path, b->path) != 0)
+                sr_fmt(was, sizeof was, " (then %s)", b->path);
+            sr_fmt(msg, n, "%s%s shard %s changed: now %llu bytes, SHA-256 %.12s...; recorded%s: %llu bytes, %.12s...",
+                   who, a->split, a->path, (unsigned long long)a->bytes, a->sha256, was, (unsigned long long)b->bytes,
+                   b->sha256);
+            return true;
+        }
+    }
+    if (na > nb)
+        sr_fmt(msg, n, "%sa %s shard was added: %s (the checkpoint recorded %d %s shards, there are %d)", who, split,
+               now->shards[a_idx[k]].path, nb, split, na);
+    else if (na < nb)
+        sr_fmt(msg, n, "%sa %s shard was removed: %s (the checkpoint recorded %d %s shards, there are %d)", who, split,
+               then->shards[b_idx[k]].path, nb, split, na);
+    return na != nb;
 }
 
 bool sr_provenance_differs(const sr_data_record *now, const sr_data_record *then, char *msg, size_t n) {
@@ -297,6 +372,13 @@ bool sr_provenance_differs(const sr_data_record *now, const sr_data_record *then
                then->tokenizer_sha256, then->tokenizer_sha256[0] ? "...)" : "");
         return true;
     }
+    const char *added = source_missing(now, then), *removed = source_missing(then, now);
+    if (added || removed) {
+        const char *name = added ? added : removed;
+        sr_fmt(msg, n, "a data.mixture source was %s: %s%s", added ? "added" : "removed", name[0] ? name : "data.train",
+               name[0] ? "" : " (the one source of a run without data.mixture)");
+        return true;
+    }
     int *a_idx = sr_calloc((size_t)now->n + 1, sizeof *a_idx), *b_idx = sr_calloc((size_t)then->n + 1, sizeof *b_idx);
     if (!a_idx || !b_idx) {
         free(a_idx);
@@ -305,33 +387,12 @@ bool sr_provenance_differs(const sr_data_record *now, const sr_data_record *then
         return true;
     }
     bool differs = false;
-    const char *splits[2] = {"train", "val"};
-    for (int sp = 0; sp < 2 && !differs; sp++) {
-        int na = of_split(now, splits[sp], a_idx), nb = of_split(then, splits[sp], b_idx);
-        int k = na < nb ? na : nb;
-        for (int i = 0; i < k && !differs; i++) {
-            const sr_data_shard_record *a = &now->shards[a_idx[i]], *b = &then->shards[b_idx[i]];
-            if (a->bytes != b->bytes || strcmp(a->sha256, b->sha256) != 0) {
-                char was[1100] = "";
-                if (strcmp(a->path, b->path) != 0)
-                    sr_fmt(was, sizeof was, " (then %s)", b->path);
-                sr_fmt(msg, n,
-                       "%s shard %s changed: now %llu bytes, SHA-256 %.12s...; recorded%s: %llu bytes, %.12s...",
-                       a->split, a->path, (unsigned long long)a->bytes, a->sha256, was, (unsigned long long)b->bytes,
-                       b->sha256);
-                differs = true;
-            }
-        }
-        if (!differs && na > nb) {
-            sr_fmt(msg, n, "a %s shard was added: %s (the checkpoint recorded %d %s shards, there are %d)", splits[sp],
-                   now->shards[a_idx[k]].path, nb, splits[sp], na);
-            differs = true;
-        } else if (!differs && na < nb) {
-            sr_fmt(msg, n, "a %s shard was removed: %s (the checkpoint recorded %d %s shards, there are %d)",
-                   splits[sp], then->shards[b_idx[k]].path, nb, splits[sp], na);
-            differs = true;
-        }
-    }
+    for (int i = 0; i < now->n && !differs; i++) /* each train source, where it first appears */
+        if (strcmp(now->shards[i].split, "train") == 0 &&
+            (i == 0 || strcmp(now->shards[i - 1].source, now->shards[i].source) != 0))
+            differs = group_differs(now, then, "train", now->shards[i].source, a_idx, b_idx, msg, n);
+    if (!differs)
+        differs = group_differs(now, then, "val", "", a_idx, b_idx, msg, n);
     free(a_idx);
     free(b_idx);
     return differs;

@@ -22,21 +22,30 @@
 #include "status.h"
 #include "tokenizer.h"
 
+/* A training source: a data.mixture source's name (NULL or "" for
+ * data.train) and its shards. */
+typedef struct {
+    const char *name;
+    const sr_data *data;
+} sr_prov_source;
+
 /* Fills *rec (collective: every rank calls it, with the same data): the
- * shards of `train` then `val` (may be NULL), the tokenizer `tok` (NULL:
- * none; recorded by sr_tokenizer_spec, so it names the file from any
- * directory), the fingerprint.  `ckpt_dir` (may be NULL or
- * "") is where the cache goes when the shards' directory is read-only.
- * Rank 0 writes the caches of shards it had to hash (a failure to write
- * one is silent: the next start hashes again).  SR_ERR_PEER,
- * SR_ERR_INTERNAL.  Free with sr_provenance_free. */
-sr_status sr_provenance_collect(sr_data_record *rec, const sr_data *train, const sr_data *val, const sr_tokenizer *tok,
-                                const char *ckpt_dir, sr_ctl *ctl);
+ * shards of the `ntrain` training sources, in order, then `val` (may be
+ * NULL), the tokenizer `tok` (NULL: none; recorded by sr_tokenizer_spec,
+ * so it names the file from any directory), the fingerprint, and each
+ * named source's own.  `ckpt_dir` (may be NULL or "") is where the cache
+ * goes when the shards' directory is read-only.  Rank 0 writes the caches
+ * of shards it had to hash (a failure to write one is silent: the next
+ * start hashes again).  SR_ERR_PEER, SR_ERR_INTERNAL.  Free with
+ * sr_provenance_free. */
+sr_status sr_provenance_collect(sr_data_record *rec, const sr_prov_source *train, int ntrain, const sr_data *val,
+                                const sr_tokenizer *tok, const char *ckpt_dir, sr_ctl *ctl);
 void sr_provenance_free(sr_data_record *rec);
 
 /* Whether `now` differs from `then` (a checkpoint's record), and the first
- * difference in msg[n] ("shard X changed (SHA-256 ... was ...)", "a shard
- * was added: X", "removed: X", "another tokenizer: ..."). */
+ * difference in msg[n] ("another tokenizer: ...", "a data.mixture source
+ * was added: NAME" or "removed", "[source NAME: ]train shard X changed
+ * (SHA-256 ... was ...)", "a shard was added: X", "removed: X"). */
 bool sr_provenance_differs(const sr_data_record *now, const sr_data_record *then, char *msg, size_t n);
 
 #endif

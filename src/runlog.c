@@ -147,7 +147,14 @@ void sr_run_banner(sr_run *r) {
         sr_config_enum_name("sharding.grad_sync", cfg->grad_sync), comm);
     if (w->size > 1)
         log_groups(r);
-    sr_log_info("data %s", sr_data_describe(r->train));
+    char data[4096];
+    sr_mix_describe(r->mix, data, sizeof data);
+    for (char *line = data, *nl; line; line = nl ? nl + 1 : NULL) { /* one line per data.mixture source */
+        nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        sr_log_info("data %s", line);
+    }
     if (r->val)
         sr_log_info("val  %s", sr_data_describe(r->val));
     else if (cfg->eval_every > 0)
@@ -419,6 +426,8 @@ sr_status sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evalu
                 "exposed %.1f ms | %.1f ms | loss_mean %.4f | elapsed %s | %s step/s | eta %s",
                 (long long)(s + 1), (long long)cfg->steps, o->loss, o->lr, o->norm, tps, mfu_s,
                 mib(sr_mem_total_peak()), o->comm_exposed_ms, o->seconds * 1e3, loss_mean, elapsed, rs, eta);
+    char by_source[SR_MIX_MAX_SOURCES * (SR_MIX_NAME_MAX + 32)];
+    sr_mix_tokens_json(r->mix, by_source, sizeof by_source);
     sr_step_record rec = {.step = s + 1,
                           .loss = o->loss,
                           .loss_mean = loss_mean,
@@ -434,6 +443,7 @@ sr_status sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evalu
                           .has_val = evaluated,
                           .val_loss = r->last_val,
                           .nccl = sr_plane_nccl_version(r->plane),
+                          .tokens_by_source = by_source[0] ? by_source : NULL,
                           .times = gathered && r->times.n ? &r->times : NULL};
     sr_metrics_step(r->metrics, &rec);
     return prometheus(r, s, o);
@@ -613,13 +623,12 @@ static void flight_line(const sr_run *r) {
     }
 }
 
-void sr_run_done_lines(const sr_run *r, double seconds) {
-    const sr_config *cfg = r->cfg;
-    int64_t trained = cfg->steps - r->start.step;
+void sr_run_done_lines(const sr_run *r, int64_t end, double seconds) {
+    int64_t trained = end - r->start.step;
     if (r->start.step > 0)
         sr_log_info("done: %lld steps (%lld to %lld, resumed at %lld) in %.1f s; loss %.4f -> %.4f", (long long)trained,
-                    (long long)r->start.step + 1, (long long)cfg->steps, (long long)r->start.step, seconds,
-                    r->first_loss, r->last_loss);
+                    (long long)r->start.step + 1, (long long)end, (long long)r->start.step, seconds, r->first_loss,
+                    r->last_loss);
     else
         sr_log_info("done: %lld steps in %.1f s; loss %.4f -> %.4f", (long long)trained, seconds, r->first_loss,
                     r->last_loss);

@@ -191,6 +191,8 @@ static const hook_row rows[] = {
     {"SHARDRUN_TEST_NAN_AT_STEP", H_INT, F(nan_step), 0, 1, NOMAX, -1, "a step number >= 1", NULL},
     {"SHARDRUN_TEST_DUMP_PARAMS", H_STR, F(dump_params), SIZE(dump_params), 0, 4096, 0,
      "a path shorter than 4096 bytes", NULL},
+    {"SHARDRUN_TEST_DUMP_SEQS", H_STR, F(dump_seqs), SIZE(dump_seqs), 0, 4096, 0, "a path shorter than 4096 bytes",
+     NULL},
     {"SHARDRUN_BENCH_COUNTS", H_STR, F(bench_counts), SIZE(bench_counts), 0, 4096, 0,
      "a directory path shorter than 4096 bytes", NULL},
     {"SHARDRUN_TEST_ORACLE", H_STR, F(oracle_dir), SIZE(oracle_dir), 0, 4096 - 32, 0,
@@ -310,6 +312,8 @@ void sr_testhook_warn_active(void) {
         sr_line_add(&l, " SHARDRUN_TEST_NAN_AT_STEP=%lld", (long long)h->nan_step);
     if (h->dump_params[0])
         sr_line_add(&l, " SHARDRUN_TEST_DUMP_PARAMS=%s", h->dump_params);
+    if (h->dump_seqs[0])
+        sr_line_add(&l, " SHARDRUN_TEST_DUMP_SEQS=%s", h->dump_seqs);
     if (h->oracle_dir[0])
         sr_line_add(&l, " SHARDRUN_TEST_ORACLE=%s", h->oracle_dir);
     if (h->alloc_fail > 0)

@@ -15,6 +15,8 @@
  *                                              end of set-up, before the first step)
  *   SHARDRUN_TEST_NAN_AT_STEP=N                make the loss of step N non-finite
  *   SHARDRUN_TEST_DUMP_PARAMS=PATH             write the final full model to PATH
+ *   SHARDRUN_TEST_DUMP_SEQS=PATH               every rank appends a line per training sequence
+ *                                              it draws: "GLOBAL SOURCE INDEX WINDOW"
  *   SHARDRUN_TEST_ORACLE=DIR                   the first step's batch, a logits row, the
  *                                              full gradient and the step's constants into
  *                                              DIR (tests/gpu/oracle.py compares them with
@@ -91,6 +93,7 @@ typedef struct {
     int preempt_rank;
     int64_t nan_step;        /* -1 = off */
     char dump_params[4096];  /* "" = off */
+    char dump_seqs[4096];    /* SHARDRUN_TEST_DUMP_SEQS: "" = off */
     char bench_counts[4096]; /* SHARDRUN_BENCH_COUNTS: "" = off */
     char oracle_dir[4096];   /* SHARDRUN_TEST_ORACLE: "" = off */
     int64_t alloc_fail;      /* 0 = off */

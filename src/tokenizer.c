@@ -132,22 +132,34 @@ size_t tok_pow2_at_least(size_t n) {
     return c;
 }
 
-/* Makes room for ids below n. */
+/* Makes room for ids below n.  The arrays grow geometrically: a file
+ * listing ids one above the other near SR_TOK_MAX_ID would otherwise copy
+ * them once per line (a hostile 4 KB rank file took over 10 s). */
 static sr_status grow_ids(sr_tokenizer *t, uint32_t n) {
     if (n <= t->vocab)
         return SR_OK;
-    uint64_t *off = sr_realloc(t->off, (size_t)n * sizeof *off);
-    if (off)
-        t->off = off;
-    uint32_t *len = sr_realloc(t->len, (size_t)n * sizeof *len);
-    if (len)
-        t->len = len;
-    bool *has = sr_realloc(t->has, (size_t)n * sizeof *has);
-    if (has)
-        t->has = has;
-    if (!off || !len || !has)
-        return sr_error_oom("the tokenizer's tokens");
-    memset(t->has + t->vocab, 0, (size_t)(n - t->vocab) * sizeof *has);
+    if (n > t->id_cap) {
+        /* doubled, at least n, and past SR_TOK_MAX_ID + 1 only for n (the
+         * specials tiktoken adds after the ranks) */
+        uint32_t cap = t->id_cap < 1024 ? 1024 : t->id_cap;
+        while (cap < n && cap <= SR_TOK_MAX_ID / 2)
+            cap *= 2;
+        if (cap < n)
+            cap = n;
+        uint64_t *off = sr_realloc(t->off, (size_t)cap * sizeof *off);
+        if (off)
+            t->off = off;
+        uint32_t *len = sr_realloc(t->len, (size_t)cap * sizeof *len);
+        if (len)
+            t->len = len;
+        bool *has = sr_realloc(t->has, (size_t)cap * sizeof *has);
+        if (has)
+            t->has = has;
+        if (!off || !len || !has)
+            return sr_error_oom("the tokenizer's tokens");
+        memset(t->has + t->id_cap, 0, (size_t)(cap - t->id_cap) * sizeof *has);
+        t->id_cap = cap;
+    }
     t->vocab = n;
     return SR_OK;
 }

@@ -43,6 +43,7 @@ struct sr_tokenizer {
     pcre2_code *re;
     bool whole_piece_first; /* tiktoken, or tokenizer.json's ignore_merges */
     uint32_t vocab;         /* largest id + 1 */
+    uint32_t id_cap;        /* ids off, len and has have room for (>= vocab) */
     /* token bytes by id: blob[off[id] .. off[id] + len[id]); has[id] */
     unsigned char *blob;
     size_t blob_n, blob_cap;

@@ -47,15 +47,11 @@ static sr_status open_data(sr_run *r) {
     if (cfg->data_tokenizer && *cfg->data_tokenizer &&
         (st = sr_tokenizer_load(&r->tok, cfg->data_tokenizer, "data.tokenizer")) != SR_OK)
         return sr_error_wrap(st, "data.tokenizer");
-    if (cfg->data_train.count)
-        st = sr_data_open(&r->train, &cfg->data_train, r->T, cfg->vocab_size);
-    else
-        st = sr_data_open_embedded(&r->train, SR_DATA_TRAIN, r->T, cfg->vocab_size);
-    if (st != SR_OK)
+    if ((st = sr_mix_open(&r->mix, cfg, r->T)) != SR_OK) /* data.mixture, data.train or the embedded corpus */
         return st;
     if (cfg->data_val.count)
         st = sr_data_open(&r->val, &cfg->data_val, r->T, cfg->vocab_size);
-    else if (!cfg->data_train.count)
+    else if (!cfg->data_train.count && !cfg->data_mixture.count)
         st = sr_data_open_embedded(&r->val, SR_DATA_VAL, r->T, cfg->vocab_size);
     return st;
 }
@@ -172,7 +168,10 @@ static sr_status open_run_state(sr_run *r) {
     sr_startup_add(SR_PHASE_CHECKPOINT, t0);
     /* the data it trains on, recorded in and compared with checkpoints */
     if (st == SR_OK && (sr_ckpt_enabled(r->ck) || sr_ckpt_may_resume(&r->job.ckpt))) {
-        st = sr_provenance_collect(&r->data_rec, r->train, r->val, r->tok, cfg->ckpt_dir, r->ctl);
+        sr_prov_source src[SR_MIX_MAX_SOURCES];
+        for (int k = 0; k < sr_mix_count(r->mix); k++)
+            src[k].data = sr_mix_data(r->mix, k, &src[k].name);
+        st = sr_provenance_collect(&r->data_rec, src, sr_mix_count(r->mix), r->val, r->tok, cfg->ckpt_dir, r->ctl);
         if (st == SR_OK)
             sr_ckpt_set_data(r->ck, &r->data_rec, cfg->data_allow_changed);
     }
@@ -181,6 +180,8 @@ static sr_status open_run_state(sr_run *r) {
     if (st == SR_OK)
         st = sr_ckpt_resume_tiers(r->ck, r->mem, &r->start, r->resumed, sizeof r->resumed);
     bool init = cfg->model_init && cfg->model_init[0];
+    if (st == SR_OK) /* each source's cursor, the weights' changes */
+        sr_mix_resume(r->mix, r->start.step, r->start.cursor, &r->start.mix);
     if (st == SR_OK && r->start.step > 0)
         snprintf(r->weights, sizeof r->weights, "checkpoint step %lld", (long long)r->start.step);
     else
@@ -271,7 +272,7 @@ static sr_status teardown(sr_run *r, sr_status st) {
     sr_transport_close(r->tp);
     if (r->model_ok)
         sr_model_free(&r->model);
-    sr_data_close(r->train);
+    sr_mix_close(r->mix);
     sr_data_close(r->val);
     sr_tokenizer_free(r->tok);
     sr_provenance_free(&r->data_rec);
@@ -304,9 +305,10 @@ static sr_status micro_batches(sr_run *r, int64_t s, double *loss_sum, sr_step_o
         /* global cursor: the step owns sequences [cursor, cursor+batch)
          * (cursor = s*batch in a run that never changed batch_size);
          * rank r takes the fixed slice r*mb*accum .. of it */
-        uint64_t first = r->cursor + (uint64_t)(r->w->rank * rank_seqs) + (uint64_t)a * (uint64_t)r->mb;
+        uint64_t off = (uint64_t)(r->w->rank * rank_seqs) + (uint64_t)a * (uint64_t)r->mb;
         int *in = r->in + (size_t)a * r->mb * r->T, *tg = r->tg + (size_t)a * r->mb * r->T;
-        SR_TRACE_PHASE("data", sr_data_batch(r->train, first, r->mb, true, (uint64_t)cfg->seed, in, tg));
+        SR_TRACE_PHASE("data", sr_mix_batch(r->mix, r->cursor, (uint64_t)cfg->batch_size, off, r->mb,
+                                            (uint64_t)cfg->seed, in, tg));
         /* (the oracle reads this forward's logits: the two-op classifier) */
         SR_TRACE_PHASE("forward",
                        st = sr_fsdp_forward(r->fsdp, in, tg, r->mb, sr_oracle_on(r, s) ? 0.0f : (float)dloss));
@@ -367,6 +369,7 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
     st = micro_batches(r, s, &loss_sum, o);
     if ((st = sr_run_step_agree(r, s, loss_sum, &c, o, st)) != SR_OK || (st = optimize(r, s, &c, o)) != SR_OK)
         return st;
+    sr_mix_advance(r->mix, r->cursor, (uint64_t)r->cfg->batch_size);
     r->cursor += (uint64_t)r->cfg->batch_size;
     double tc = sr_clock_mono_s(), waited_after = (double)(r->dev->comm_wait_ns - c.comm1) / 1e9;
     r->iv_busy += tc - c.tb - waited_after;
@@ -420,58 +423,6 @@ static sr_status evaluate(sr_run *r, double *out, bool *interrupted) {
     return st;
 }
 
-/* The agreed stop after step s: save, then the exit status to use. */
-static sr_status preempt_stop(sr_run *r, int64_t s, const sr_step_out *o, int *exit_code) {
-    char ctx[64];
-    snprintf(ctx, sizeof ctx, "after step %lld", (long long)(s + 1));
-    sr_preempt_notice(r->w->rank, ctx);
-    if (o->signalled || !o->end_near)
-        sr_log_info("preemption: ranks agreed to stop after step %lld (%d of %d rank%s saw a signal)",
-                    (long long)(s + 1), o->signalled, r->w->size, r->w->size == 1 ? "" : "s");
-    else
-        sr_log_info("preemption: ranks agreed to stop after step %lld: the job's time limit is near (%.0f s left, "
-                    "lead %.0f s; preemption.before_end)",
-                    (long long)(s + 1), r->end_left_s, r->end_lead_s);
-    if (r->metrics) {
-        const char *sig = sr_preempt_signal_name();
-        sr_metrics_event(r->metrics, "preempt", s + 1,
-                         json_pack("{so si sb}", "signal", sig ? json_string(sig) : json_null(), "ranks_signalled",
-                                   o->signalled, "time_limit", o->end_near && !o->signalled));
-    }
-    uint64_t bytes = 0;
-    double ts = sr_clock_mono_s();
-    /* an asynchronous save in flight finishes and commits first */
-    int64_t inflight = sr_ckpt_pending_step(r->ck);
-    sr_status st = sr_ckpt_poll(r->ck, s + 1, true);
-    sr_run_checkpoint_events(r);
-    if (st != SR_OK)
-        return st;
-    if (inflight >= 0)
-        sr_log_info("preemption: the save of step %lld in flight finished first (%.2f s)", (long long)inflight,
-                    sr_clock_mono_s() - ts);
-    sr_ckpt_progress now = {s + 1, r->cursor};
-    if (sr_ckpt_last_step(r->ck) == s + 1) {
-        sr_log_info("preemption: step %lld is the checkpoint just committed: nothing more to save", (long long)(s + 1));
-    } else {
-        ts = sr_clock_mono_s();
-        st = sr_ckpt_save(r->ck, &now, &bytes);
-        sr_run_checkpoint_events(r);
-        if (st != SR_OK)
-            return st;
-    }
-    double tdone = sr_clock_mono_s();
-    sr_log_info("preemption: save of step %lld took %.2f s (%.1f MB, %.0f MB/s); %.2f s since the signal",
-                (long long)(s + 1), tdone - ts, (double)bytes / 1e6,
-                (double)bytes / 1e6 / (tdone - ts > 0 ? tdone - ts : 1e-9),
-                sr_preempt_pending() ? sr_preempt_since() : 0.0);
-    *exit_code = sr_preempt_exit_status(r->cfg, r->w);
-    sr_flight_dump("preempt", "preemption: the ranks agreed to stop; checkpoint committed");
-    sr_log_info("preemption: exiting with status %d (%s)", *exit_code,
-                *exit_code == 0 ? "requeue requested; checkpoint committed"
-                                : "checkpoint committed; run again to resume");
-    return SR_PREEMPTED;
-}
-
 static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code) {
     const sr_config *cfg = r->cfg;
     bool last = s + 1 == cfg->steps;
@@ -505,13 +456,14 @@ static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code
             return st;
     }
     if (o->stop && !last)
-        return preempt_stop(r, s, o, exit_code);
+        return sr_run_preempt_stop(r, s, o, exit_code);
     /* an asynchronous save in flight commits once every rank has written */
     sr_status pst = sr_ckpt_poll(r->ck, s + 1, false);
     sr_run_checkpoint_events(r);
     if (pst != SR_OK)
         return pst;
-    sr_ckpt_progress now = {s + 1, r->cursor};
+    sr_ckpt_progress now;
+    sr_run_progress(r, s + 1, &now);
     if (!last && (pst = sr_ckpt_mem_step(r->mem, &now)) != SR_OK) /* the memory tier's commit and save */
         return pst;
     bool periodic = sr_ckpt_enabled(r->ck) && !last &&
@@ -526,15 +478,17 @@ static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code
     return SR_OK;
 }
 
-/* The final checkpoint, the done line and (tests) the parameter dump. */
-static sr_status finish(sr_run *r) {
-    const sr_config *cfg = r->cfg;
-    sr_status pst = sr_ckpt_poll(r->ck, cfg->steps, true);
+/* The final checkpoint (of step `end`: train.steps, or the last a
+ * data.mixture source could feed), the done line and (tests) the
+ * parameter dump. */
+static sr_status finish(sr_run *r, int64_t end) {
+    sr_status pst = sr_ckpt_poll(r->ck, end, true);
     sr_run_checkpoint_events(r);
     if (pst != SR_OK)
         return pst;
-    if (sr_ckpt_enabled(r->ck) && sr_ckpt_last_step(r->ck) != cfg->steps) {
-        sr_ckpt_progress fin = {cfg->steps, r->cursor};
+    if (sr_ckpt_enabled(r->ck) && sr_ckpt_last_step(r->ck) != end) {
+        sr_ckpt_progress fin;
+        sr_run_progress(r, end, &fin);
         sr_status st = sr_ckpt_save(r->ck, &fin, NULL);
         sr_run_checkpoint_events(r);
         if (st != SR_OK)
@@ -542,7 +496,7 @@ static sr_status finish(sr_run *r) {
     }
     if ((pst = sr_ckpt_mem_remove(r->mem)) != SR_OK) /* the last step is in checkpoint.dir: the memory copies go */
         return pst;
-    sr_run_done_lines(r, sr_clock_mono_s() - r->t_start);
+    sr_run_done_lines(r, end, sr_clock_mono_s() - r->t_start);
     return SR_OK;
 }
 
@@ -577,7 +531,12 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
     int exit_code = 0;
     int64_t s = r.start.step;
     st = sr_run_signalled_in_setup(&r, &exit_code);
+    int64_t end = cfg->steps;
     for (; s < cfg->steps && st == SR_OK; s++) {
+        if (sr_run_mixture_ends(&r, s)) { /* data.mixture_end: stop */
+            end = s;
+            break;
+        }
         sr_step_out o = {0};
         st = train_step(&r, s, &o);
         if (st == SR_OK) {
@@ -586,12 +545,12 @@ sr_status sr_train_run(const sr_config *cfg, sr_world *w, sr_train_result *res) 
         }
     }
     if (st == SR_OK)
-        st = finish(&r);
+        st = finish(&r, end);
     if (st == SR_OK && dump[0])
         st = sr_paramdump_params(r.fsdp, &r.model, dump);
     if (res && (st == SR_OK || st == SR_PREEMPTED))
-        *res = (sr_train_result){(st == SR_OK ? cfg->steps : s) - r.start.step, r.first_loss, r.last_loss, r.last_val,
-                                 exit_code};
+        *res =
+            (sr_train_result){(st == SR_OK ? end : s) - r.start.step, r.first_loss, r.last_loss, r.last_val, exit_code};
     return teardown(&r, st);
 }
 

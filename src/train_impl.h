@@ -17,6 +17,7 @@
 #include "job.h"
 #include "memplan.h"
 #include "metrics.h"
+#include "mixture.h"
 #include "model.h"
 #include "modelinit.h"
 #include "ops.h"
@@ -38,7 +39,8 @@ typedef struct {
     const sr_ops *ops; /* the op table computing on dev (sr_device_ops) */
     bool flash;        /* attention is flash attention (sr_job_attention) */
     int threads, mb, accum, T;
-    sr_data *train, *val;
+    sr_mix *mix; /* the training data (mixture.h) */
+    sr_data *val;
     sr_tokenizer *tok;       /* data.tokenizer, or NULL */
     sr_data_record data_rec; /* what it trains on (provenance.h), when it checkpoints */
     sr_model model;
@@ -160,19 +162,34 @@ void sr_run_step_done(sr_run *r, int64_t s, const sr_step_out *o);
  * (its val_loss gauge) as sr_run_log_step writes it (every rank calls
  * it). */
 sr_status sr_run_log_eval(sr_run *r, int64_t s, const sr_step_out *o);
+
+/* train_stop.c: *out = where the run stands after `step` steps (the
+ * global cursor, the mixture's state) for a checkpoint. */
+void sr_run_progress(const sr_run *r, int64_t step, sr_ckpt_progress *out);
+/* With data.mixture_end: stop, whether the batch of step s + 1 needs a
+ * sequence a source no longer has: then rank 0 says "source NAME exhausted
+ * at step S" (and a metrics event) and the run ends after step s (every
+ * rank decides the same from the same state). */
+bool sr_run_mixture_ends(sr_run *r, int64_t s);
+/* The agreed preemption stop after step s: an asynchronous save in flight
+ * finishes, the checkpoint of step s + 1 is saved (unless it is the one
+ * just committed), the flight recorder dumps; *exit_code the status to
+ * exit with (sr_preempt_exit_status).  Returns SR_PREEMPTED, or the
+ * save's error. */
+sr_status sr_run_preempt_stop(sr_run *r, int64_t s, const sr_step_out *o, int *exit_code);
 /* What watches the run, before the planes start: the flight recorder
  * (flight.h) and its SIGQUIT handler, log.trace_steps' window (trace.h),
  * and log.prometheus's path with %h and %j expanded (SR_ERR_CONFIG naming
  * the key for a bad template); the flight recorder's line at the end
  * (done). */
 sr_status sr_run_start_observers(sr_run *r);
-/* The end of a finished run: the done line (steps, `seconds`, first and
+/* The end of a finished run (its last step `end`): the done line (steps, `seconds`, first and
  * last loss), the memory at end, the flight recorder's line (records per
  * step, the history its ring holds) and the happens-before checker's
  * verdict.  Also (SHARDRUN_BENCH_COUNTS, testhook.h) runlog appends this
  * rank's traffic counters after start-up and at every logged step to
  * DIR/rank<N>.tsv for bench/scale.sh. */
-void sr_run_done_lines(const sr_run *r, double seconds);
+void sr_run_done_lines(const sr_run *r, int64_t end, double seconds);
 /* Every rank's host name into r->hosts (one all-gather, after connect)
  * and the straggler report's per-rank arrays. */
 sr_status sr_run_gather_hosts(sr_run *r);
