@@ -411,6 +411,29 @@ sr_status sr_ckpt_list(const char *dir, FILE *out) {
     return SR_OK;
 }
 
+/* data.mixture's state: each source's cursor, tokens, epoch, weight and
+ * data fingerprint, and the weights' history. */
+static void inspect_mixture(const sr_manifest *mf, FILE *out) {
+    if (mf->mix.n > 0) {
+        fprintf(out, "mixture      %d sources (data.mixture); the weights set at global cursor %llu\n", mf->mix.n,
+                (unsigned long long)mf->mix.origin);
+        for (int k = 0; k < mf->mix.n; k++) {
+            const char *fp = "";
+            for (int j = 0; j < mf->data.nsources; j++)
+                if (strcmp(mf->data.sources[j].name, mf->mix.src[k].name) == 0)
+                    fp = mf->data.sources[j].fingerprint;
+            fprintf(out, "  source %-12s cursor %llu sequences (%llu tokens), epoch %llu, weight %g%s%.16s\n",
+                    mf->mix.src[k].name, (unsigned long long)mf->mix.src[k].cursor,
+                    (unsigned long long)(mf->mix.src[k].cursor * (uint64_t)mf->dims.T),
+                    (unsigned long long)mf->mix.src[k].epoch, mf->mix.src[k].weight, fp[0] ? ", data fingerprint " : "",
+                    fp);
+        }
+        for (int i = 0; i < mf->mix.nhistory; i++)
+            fprintf(out, "  weights from step %lld (global cursor %llu): %s\n", (long long)mf->mix.history[i].step,
+                    (unsigned long long)mf->mix.history[i].cursor, mf->mix.history[i].weights);
+    }
+}
+
 sr_status sr_ckpt_inspect(const char *path, FILE *out) {
     sr_manifest mf;
     sr_model model;
@@ -425,24 +448,7 @@ sr_status sr_ckpt_inspect(const char *path, FILE *out) {
     fprintf(out, "step         %lld\n", (long long)mf.step);
     fprintf(out, "tokens       %llu (data cursor %llu sequences, seed %llu)\n", (unsigned long long)mf.tokens,
             (unsigned long long)mf.cursor, (unsigned long long)mf.seed);
-    if (mf.mix.n > 0) {
-        fprintf(out, "mixture      %d sources (data.mixture); the weights set at global cursor %llu\n", mf.mix.n,
-                (unsigned long long)mf.mix.origin);
-        for (int k = 0; k < mf.mix.n; k++) {
-            const char *fp = "";
-            for (int j = 0; j < mf.data.nsources; j++)
-                if (strcmp(mf.data.sources[j].name, mf.mix.src[k].name) == 0)
-                    fp = mf.data.sources[j].fingerprint;
-            fprintf(out, "  source %-12s cursor %llu sequences (%llu tokens), epoch %llu, weight %g%s%.16s\n",
-                    mf.mix.src[k].name, (unsigned long long)mf.mix.src[k].cursor,
-                    (unsigned long long)(mf.mix.src[k].cursor * (uint64_t)mf.dims.T),
-                    (unsigned long long)mf.mix.src[k].epoch, mf.mix.src[k].weight, fp[0] ? ", data fingerprint " : "",
-                    fp);
-        }
-        for (int i = 0; i < mf.mix.nhistory; i++)
-            fprintf(out, "  weights from step %lld (global cursor %llu): %s\n", (long long)mf.mix.history[i].step,
-                    (unsigned long long)mf.mix.history[i].cursor, mf.mix.history[i].weights);
-    }
+    inspect_mixture(&mf, out);
     fprintf(out, "world size   %d (mesh shard %d x replicate %d)%s%s\n", mf.world, mf.mesh_shard, mf.mesh_replicate,
             mf.isa[0] ? ", CPU ISA " : "", mf.isa);
     char dims[512];

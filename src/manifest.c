@@ -1,8 +1,9 @@
-/* manifest.c — rendering (libyaml emitter) and parsing (libyaml document)
+/* manifest.c — rendering (libyaml man_emitter) and parsing (libyaml document)
  * of checkpoint manifests; see manifest.h and shardrun-checkpoint(5). */
 #include "srconfig.h"
 
 #include "manifest.h"
+#include "manifest_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -133,12 +134,7 @@ static int membuf_write(void *data, unsigned char *buffer, size_t size) {
     return 1;
 }
 
-typedef struct {
-    yaml_emitter_t em;
-    bool ok;
-} emitter;
-
-static void emit(emitter *e, yaml_event_t *ev) {
+static void emit(man_emitter *e, yaml_event_t *ev) {
     if (!e->ok) {
         yaml_event_delete(ev);
         return;
@@ -147,19 +143,19 @@ static void emit(emitter *e, yaml_event_t *ev) {
         e->ok = false;
 }
 
-static void e_str(emitter *e, const char *s) {
+void man_e_str(man_emitter *e, const char *s) {
     yaml_event_t ev;
     yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)s, (int)strlen(s), 1, 1, YAML_ANY_SCALAR_STYLE);
     emit(e, &ev);
 }
 
-static void e_u64(emitter *e, uint64_t v) {
+static void e_u64(man_emitter *e, uint64_t v) {
     char b[32];
     snprintf(b, sizeof b, "%" PRIu64, v);
-    e_str(e, b);
+    man_e_str(e, b);
 }
 
-static void e_map(emitter *e, bool start, bool flow) {
+void man_e_map(man_emitter *e, bool start, bool flow) {
     yaml_event_t ev;
     if (start)
         yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1,
@@ -169,7 +165,7 @@ static void e_map(emitter *e, bool start, bool flow) {
     emit(e, &ev);
 }
 
-static void e_seq(emitter *e, bool start, bool flow) {
+void man_e_seq(man_emitter *e, bool start, bool flow) {
     yaml_event_t ev;
     if (start)
         yaml_sequence_start_event_initialize(&ev, NULL, NULL, 1,
@@ -179,236 +175,165 @@ static void e_seq(emitter *e, bool start, bool flow) {
     emit(e, &ev);
 }
 
-static void kv_str(emitter *e, const char *k, const char *v) {
-    e_str(e, k);
-    e_str(e, v);
+void man_kv_str(man_emitter *e, const char *k, const char *v) {
+    man_e_str(e, k);
+    man_e_str(e, v);
 }
 
-static void kv_u64(emitter *e, const char *k, uint64_t v) {
-    e_str(e, k);
+void man_kv_u64(man_emitter *e, const char *k, uint64_t v) {
+    man_e_str(e, k);
     e_u64(e, v);
 }
 
-static void kv_dbl(emitter *e, const char *k, double v) {
+static void kv_dbl(man_emitter *e, const char *k, double v) {
     char b[40];
     snprintf(b, sizeof b, "%.17g", v);
-    kv_str(e, k, b);
+    man_kv_str(e, k, b);
 }
 
 /* The shortest decimal that reads back as v (the model's keys: 1e-05, not
  * 1.0000000000000001e-05). */
-static void kv_dbl_short(emitter *e, const char *k, double v) {
+void man_kv_dbl_short(man_emitter *e, const char *k, double v) {
     char b[40];
     for (int prec = 6; prec <= 17; prec++) {
         snprintf(b, sizeof b, "%.*g", prec, v);
         if (strtod(b, NULL) == v)
             break;
     }
-    kv_str(e, k, b);
+    man_kv_str(e, k, b);
 }
 
-/* data.mixture's state: each source's cursor, tokens, epoch, weight and
- * base (its cursor when the weights were set), the origin, the history. */
-static void render_mixture(emitter *e, const sr_mix_state *m, int T) {
-    e_str(e, "mixture");
-    e_map(e, true, false);
-    kv_u64(e, "origin", m->origin);
-    e_str(e, "sources");
-    e_seq(e, true, false);
-    for (int i = 0; i < m->n; i++) {
-        e_map(e, true, true);
-        kv_str(e, "name", m->src[i].name);
-        kv_u64(e, "cursor", m->src[i].cursor);
-        kv_u64(e, "tokens", m->src[i].cursor * (uint64_t)T);
-        kv_u64(e, "epoch", m->src[i].epoch);
-        kv_dbl_short(e, "weight", m->src[i].weight);
-        kv_u64(e, "base", m->src[i].base);
-        e_map(e, false, true);
-    }
-    e_seq(e, false, false);
-    e_str(e, "history");
-    e_seq(e, true, false);
-    for (int i = 0; i < m->nhistory; i++) {
-        e_map(e, true, true);
-        kv_u64(e, "step", (uint64_t)m->history[i].step);
-        kv_u64(e, "cursor", m->history[i].cursor);
-        kv_str(e, "weights", m->history[i].weights);
-        e_map(e, false, true);
-    }
-    e_seq(e, false, false);
-    e_map(e, false, false);
-}
-
-static void render_progress(emitter *e, const sr_manifest *mf) {
-    kv_u64(e, "step", (uint64_t)mf->step);
-    kv_u64(e, "tokens", mf->tokens);
-    e_str(e, "data");
-    e_map(e, true, false);
-    kv_u64(e, "cursor", mf->cursor);
-    kv_str(e, "cursor_unit", "sequences of the global seeded order consumed; step s+1 starts here");
+static void render_progress(man_emitter *e, const sr_manifest *mf) {
+    man_kv_u64(e, "step", (uint64_t)mf->step);
+    man_kv_u64(e, "tokens", mf->tokens);
+    man_e_str(e, "data");
+    man_e_map(e, true, false);
+    man_kv_u64(e, "cursor", mf->cursor);
+    man_kv_str(e, "cursor_unit", "sequences of the global seeded order consumed; step s+1 starts here");
     if (mf->mix.n > 0)
-        render_mixture(e, &mf->mix, (int)mf->dims.T);
-    e_map(e, false, false);
-    e_str(e, "rng");
-    e_map(e, true, false);
-    kv_u64(e, "seed", mf->seed);
-    kv_str(e, "kind", "counter-based: init and data order are functions of (seed, index); no other state");
-    e_map(e, false, false);
-    e_str(e, "lr_schedule");
-    e_map(e, true, false);
-    kv_str(e, "schedule", mf->schedule);
+        man_render_mixture(e, &mf->mix, (int)mf->dims.T);
+    man_e_map(e, false, false);
+    man_e_str(e, "rng");
+    man_e_map(e, true, false);
+    man_kv_u64(e, "seed", mf->seed);
+    man_kv_str(e, "kind", "counter-based: init and data order are functions of (seed, index); no other state");
+    man_e_map(e, false, false);
+    man_e_str(e, "lr_schedule");
+    man_e_map(e, true, false);
+    man_kv_str(e, "schedule", mf->schedule);
     kv_dbl(e, "lr", mf->lr);
     kv_dbl(e, "min_lr", mf->min_lr);
-    kv_u64(e, "warmup_steps", mf->warmup_steps);
-    kv_u64(e, "steps", mf->steps);
+    man_kv_u64(e, "warmup_steps", mf->warmup_steps);
+    man_kv_u64(e, "steps", mf->steps);
     kv_dbl(e, "next_lr", mf->next_lr);
-    e_map(e, false, false);
+    man_e_map(e, false, false);
 }
 
-static void render_world_model(emitter *e, const sr_manifest *mf) {
-    e_str(e, "world");
-    e_map(e, true, false);
-    kv_u64(e, "size", (uint64_t)mf->world);
-    e_str(e, "mesh");
-    e_map(e, true, true);
-    kv_u64(e, "shard", (uint64_t)mf->mesh_shard);
-    kv_u64(e, "replicate", (uint64_t)mf->mesh_replicate);
-    e_map(e, false, true);
-    kv_str(e, "isa", mf->isa);
-    e_map(e, false, false);
-    e_str(e, "model");
-    e_map(e, true, false);
+static void render_world_model(man_emitter *e, const sr_manifest *mf) {
+    man_e_str(e, "world");
+    man_e_map(e, true, false);
+    man_kv_u64(e, "size", (uint64_t)mf->world);
+    man_e_str(e, "mesh");
+    man_e_map(e, true, true);
+    man_kv_u64(e, "shard", (uint64_t)mf->mesh_shard);
+    man_kv_u64(e, "replicate", (uint64_t)mf->mesh_replicate);
+    man_e_map(e, false, true);
+    man_kv_str(e, "isa", mf->isa);
+    man_e_map(e, false, false);
+    man_e_str(e, "model");
+    man_e_map(e, true, false);
     const sr_model_dims *d = &mf->dims;
     const sr_family *f = sr_family_get(d->arch);
-    kv_str(e, "arch", f->name);
-    kv_u64(e, "n_layer", (uint64_t)d->L);
-    kv_u64(e, "n_head", (uint64_t)d->NH);
-    kv_u64(e, "n_embd", (uint64_t)d->C);
-    kv_u64(e, "vocab_size", (uint64_t)d->V);
-    kv_u64(e, "padded_vocab_size", (uint64_t)d->Vp);
-    kv_u64(e, "seq_len", (uint64_t)d->T);
+    man_kv_str(e, "arch", f->name);
+    man_kv_u64(e, "n_layer", (uint64_t)d->L);
+    man_kv_u64(e, "n_head", (uint64_t)d->NH);
+    man_kv_u64(e, "n_embd", (uint64_t)d->C);
+    man_kv_u64(e, "vocab_size", (uint64_t)d->V);
+    man_kv_u64(e, "padded_vocab_size", (uint64_t)d->Vp);
+    man_kv_u64(e, "seq_len", (uint64_t)d->T);
     /* the family's own keys */
     if (f->keys & SR_FKEY_N_KV_HEAD)
-        kv_u64(e, "n_kv_head", (uint64_t)d->NKV);
+        man_kv_u64(e, "n_kv_head", (uint64_t)d->NKV);
     if (f->keys & SR_FKEY_FFN_DIM)
-        kv_u64(e, "ffn_dim", (uint64_t)d->F);
+        man_kv_u64(e, "ffn_dim", (uint64_t)d->F);
     if (f->keys & SR_FKEY_TIE)
-        kv_str(e, "tie_embeddings", d->untied ? "false" : "true");
+        man_kv_str(e, "tie_embeddings", d->untied ? "false" : "true");
     if (f->keys & SR_FKEY_NORM_EPS)
-        kv_dbl_short(e, "norm_eps", d->norm_eps);
+        man_kv_dbl_short(e, "norm_eps", d->norm_eps);
     if (f->keys & SR_FKEY_ROPE) {
-        kv_dbl_short(e, "rope_theta", d->rope_theta);
+        man_kv_dbl_short(e, "rope_theta", d->rope_theta);
         if (d->rope.factor > 0) {
-            e_str(e, "rope_scaling");
-            e_map(e, true, true);
-            kv_dbl_short(e, "factor", d->rope.factor);
-            kv_dbl_short(e, "low_freq_factor", d->rope.low_freq_factor);
-            kv_dbl_short(e, "high_freq_factor", d->rope.high_freq_factor);
-            kv_u64(e, "original_max_position", (uint64_t)d->rope.original_max_position);
-            e_map(e, false, true);
+            man_e_str(e, "rope_scaling");
+            man_e_map(e, true, true);
+            man_kv_dbl_short(e, "factor", d->rope.factor);
+            man_kv_dbl_short(e, "low_freq_factor", d->rope.low_freq_factor);
+            man_kv_dbl_short(e, "high_freq_factor", d->rope.high_freq_factor);
+            man_kv_u64(e, "original_max_position", (uint64_t)d->rope.original_max_position);
+            man_e_map(e, false, true);
         }
     }
-    kv_u64(e, "parameters", mf->n_params);
-    kv_str(e, "hash", mf->model_hash);
+    man_kv_u64(e, "parameters", mf->n_params);
+    man_kv_str(e, "hash", mf->model_hash);
     if (mf->init_path[0]) {
-        e_str(e, "init");
-        e_map(e, true, false);
-        kv_str(e, "path", mf->init_path);
-        kv_str(e, "sha256", mf->init_sha256);
-        e_map(e, false, false);
+        man_e_str(e, "init");
+        man_e_map(e, true, false);
+        man_kv_str(e, "path", mf->init_path);
+        man_kv_str(e, "sha256", mf->init_sha256);
+        man_e_map(e, false, false);
     }
-    e_map(e, false, false);
+    man_e_map(e, false, false);
 }
 
-static void render_tensors(emitter *e, const sr_model *model, const sr_shardplan *plan) {
-    e_str(e, "tensors");
-    e_seq(e, true, false);
+static void render_tensors(man_emitter *e, const sr_model *model, const sr_shardplan *plan) {
+    man_e_str(e, "tensors");
+    man_e_seq(e, true, false);
     for (int i = 0; i < model->n_tensors; i++) {
         const sr_tensor *t = &model->tensors[i];
-        e_map(e, true, true);
-        kv_str(e, "name", t->name);
-        e_str(e, "shape");
-        e_seq(e, true, true);
+        man_e_map(e, true, true);
+        man_kv_str(e, "name", t->name);
+        man_e_str(e, "shape");
+        man_e_seq(e, true, true);
         if (t->ndim == 2)
             e_u64(e, (uint64_t)t->rows);
         e_u64(e, (uint64_t)t->cols);
-        e_seq(e, false, true);
-        kv_str(e, "dtype", "f32");
-        kv_u64(e, "unit", (uint64_t)plan->unit_of_layer[t->unit]);
-        kv_u64(e, "offset", t->offset);
-        e_map(e, false, true);
+        man_e_seq(e, false, true);
+        man_kv_str(e, "dtype", "f32");
+        man_kv_u64(e, "unit", (uint64_t)plan->unit_of_layer[t->unit]);
+        man_kv_u64(e, "offset", t->offset);
+        man_e_map(e, false, true);
     }
-    e_seq(e, false, false);
+    man_e_seq(e, false, false);
 }
 
-static void render_file(emitter *e, const sr_manifest *mf, const sr_manifest_file *f) {
-    e_map(e, true, false);
-    kv_str(e, "name", f->name);
-    kv_u64(e, "shard", (uint64_t)f->shard);
-    kv_u64(e, "bytes", f->bytes);
-    kv_u64(e, "elements", f->elements);
-    e_str(e, "sections");
-    e_map(e, true, true);
+static void render_file(man_emitter *e, const sr_manifest *mf, const sr_manifest_file *f) {
+    man_e_map(e, true, false);
+    man_kv_str(e, "name", f->name);
+    man_kv_u64(e, "shard", (uint64_t)f->shard);
+    man_kv_u64(e, "bytes", f->bytes);
+    man_kv_u64(e, "elements", f->elements);
+    man_e_str(e, "sections");
+    man_e_map(e, true, true);
     for (int k = 0; k < SR_NSTATE; k++)
-        kv_u64(e, state_names[k], sr_manifest_section(mf, f->elements, k));
-    e_map(e, false, true);
-    e_str(e, "slices");
-    e_seq(e, true, true);
+        man_kv_u64(e, state_names[k], sr_manifest_section(mf, f->elements, k));
+    man_e_map(e, false, true);
+    man_e_str(e, "slices");
+    man_e_seq(e, true, true);
     for (int s = 0; s < f->nslices; s++) {
-        e_seq(e, true, true);
+        man_e_seq(e, true, true);
         e_u64(e, f->slices[s][0]);
         e_u64(e, f->slices[s][1]);
-        e_seq(e, false, true);
+        man_e_seq(e, false, true);
     }
-    e_seq(e, false, true);
-    e_str(e, "sha256");
-    e_seq(e, true, false);
+    man_e_seq(e, false, true);
+    man_e_str(e, "sha256");
+    man_e_seq(e, true, false);
     for (uint64_t c = 0; c < f->nchunks; c++) {
         char h[65];
         sr_hex(f->sha[c], 32, h);
-        e_str(e, h);
+        man_e_str(e, h);
     }
-    e_seq(e, false, false);
-    e_map(e, false, false);
-}
-
-static void render_data(emitter *e, const sr_data_record *d) {
-    e_str(e, "provenance");
-    e_map(e, true, false);
-    kv_str(e, "fingerprint", d->fingerprint);
-    if (d->tokenizer_sha256[0]) {
-        e_str(e, "tokenizer");
-        e_map(e, true, false);
-        kv_str(e, "path", d->tokenizer);
-        kv_str(e, "sha256", d->tokenizer_sha256);
-        kv_str(e, "pattern", d->tokenizer_pattern);
-        e_map(e, false, false);
-    }
-    if (d->nsources > 0) {
-        e_str(e, "sources");
-        e_seq(e, true, false);
-        for (int i = 0; i < d->nsources; i++) {
-            e_map(e, true, true);
-            kv_str(e, "name", d->sources[i].name);
-            kv_str(e, "fingerprint", d->sources[i].fingerprint);
-            e_map(e, false, true);
-        }
-        e_seq(e, false, false);
-    }
-    e_str(e, "shards");
-    e_seq(e, true, false);
-    for (int i = 0; i < d->n; i++) {
-        e_map(e, true, true);
-        kv_str(e, "split", d->shards[i].split);
-        if (d->shards[i].source[0])
-            kv_str(e, "source", d->shards[i].source);
-        kv_str(e, "path", d->shards[i].path);
-        kv_u64(e, "bytes", d->shards[i].bytes);
-        kv_str(e, "sha256", d->shards[i].sha256);
-        e_map(e, false, true);
-    }
-    e_seq(e, false, false);
-    e_map(e, false, false);
+    man_e_seq(e, false, false);
+    man_e_map(e, false, false);
 }
 
 /* Appends the self-checksum line over everything rendered so far. */
@@ -424,9 +349,9 @@ static void append_self_sum(membuf *mb) {
 sr_status sr_manifest_render(const sr_manifest *mf, const sr_model *model, const sr_shardplan *plan, char **out,
                              size_t *out_len) {
     membuf mb = {0};
-    emitter e = {.ok = true};
+    man_emitter e = {.ok = true};
     if (!yaml_emitter_initialize(&e.em))
-        return sr_error_oom("the manifest emitter");
+        return sr_error_oom("the manifest man_emitter");
     yaml_emitter_set_output(&e.em, membuf_write, &mb);
     yaml_emitter_set_width(&e.em, 120);
     yaml_emitter_set_unicode(&e.em, 1);
@@ -435,38 +360,38 @@ sr_status sr_manifest_render(const sr_manifest *mf, const sr_model *model, const
     emit(&e, &ev);
     yaml_document_start_event_initialize(&ev, NULL, NULL, NULL, 1);
     emit(&e, &ev);
-    e_map(&e, true, false);
-    kv_str(&e, "format", SR_CKPT_FORMAT);
-    kv_u64(&e, "version", SR_MANIFEST_VERSION);
-    kv_str(&e, "created", mf->created);
-    kv_str(&e, "job", mf->job);
-    kv_str(&e, "host", mf->host);
+    man_e_map(&e, true, false);
+    man_kv_str(&e, "format", SR_CKPT_FORMAT);
+    man_kv_u64(&e, "version", SR_MANIFEST_VERSION);
+    man_kv_str(&e, "created", mf->created);
+    man_kv_str(&e, "job", mf->job);
+    man_kv_str(&e, "host", mf->host);
     render_progress(&e, mf);
     render_world_model(&e, mf);
-    e_str(&e, "config");
-    e_map(&e, true, false);
+    man_e_str(&e, "config");
+    man_e_map(&e, true, false);
     for (int i = 0; i < mf->nconfig; i++)
-        kv_str(&e, mf->ckeys[i], mf->cvals[i]);
-    e_map(&e, false, false);
+        man_kv_str(&e, mf->ckeys[i], mf->cvals[i]);
+    man_e_map(&e, false, false);
     if (mf->has_data)
-        render_data(&e, &mf->data);
+        man_render_data(&e, &mf->data);
     render_tensors(&e, model, plan);
-    kv_u64(&e, "chunk_bytes", mf->chunk_bytes);
-    e_str(&e, "state");
-    e_seq(&e, true, false);
+    man_kv_u64(&e, "chunk_bytes", mf->chunk_bytes);
+    man_e_str(&e, "state");
+    man_e_seq(&e, true, false);
     for (int k = 0; k < SR_NSTATE; k++) {
-        e_map(&e, true, true);
-        kv_str(&e, "name", state_names[k]);
-        kv_str(&e, "dtype", sr_dtype_name(mf->state_dtype[k]));
-        e_map(&e, false, true);
+        man_e_map(&e, true, true);
+        man_kv_str(&e, "name", state_names[k]);
+        man_kv_str(&e, "dtype", sr_dtype_name(mf->state_dtype[k]));
+        man_e_map(&e, false, true);
     }
-    e_seq(&e, false, false);
-    e_str(&e, "files");
-    e_seq(&e, true, false);
+    man_e_seq(&e, false, false);
+    man_e_str(&e, "files");
+    man_e_seq(&e, true, false);
     for (int i = 0; i < mf->nfiles; i++)
         render_file(&e, mf, &mf->files[i]);
-    e_seq(&e, false, false);
-    e_map(&e, false, false);
+    man_e_seq(&e, false, false);
+    man_e_map(&e, false, false);
     yaml_document_end_event_initialize(&ev, 1);
     emit(&e, &ev);
     yaml_stream_end_event_initialize(&ev);
@@ -487,13 +412,8 @@ sr_status sr_manifest_render(const sr_manifest *mf, const sr_model *model, const
 /* ------------------------------------------------------------------------ */
 /* parsing */
 
-typedef struct {
-    yaml_document_t doc;
-    const char *path;
-} pctx;
-
-static sr_status perr(pctx *p, const yaml_node_t *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static sr_status perr(pctx *p, const yaml_node_t *n, const char *fmt, ...) {
+sr_status man_perr(man_pctx *p, const yaml_node_t *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+sr_status man_perr(man_pctx *p, const yaml_node_t *n, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -504,7 +424,7 @@ static sr_status perr(pctx *p, const yaml_node_t *n, const char *fmt, ...) {
     return sr_error(SR_ERR_DATA, "%s: %s", p->path, msg);
 }
 
-static yaml_node_t *mget(pctx *p, yaml_node_t *map, const char *key) {
+yaml_node_t *man_mget(man_pctx *p, yaml_node_t *map, const char *key) {
     if (!map || map->type != YAML_MAPPING_NODE)
         return NULL;
     for (yaml_node_pair_t *pr = map->data.mapping.pairs.start; pr < map->data.mapping.pairs.top; pr++) {
@@ -519,50 +439,48 @@ static const char *sval(yaml_node_t *n) {
     return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
 }
 
-static size_t seq_len(const yaml_node_t *n) {
-    return (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
-}
+size_t man_seq_len(const yaml_node_t *n) { return (size_t)(n->data.sequence.items.top - n->data.sequence.items.start); }
 
-static yaml_node_t *seq_item(pctx *p, const yaml_node_t *n, size_t i) {
+yaml_node_t *man_seq_item(man_pctx *p, const yaml_node_t *n, size_t i) {
     return yaml_document_get_node(&p->doc, n->data.sequence.items.start[i]);
 }
 
-static sr_status get_u64(pctx *p, yaml_node_t *map, const char *key, uint64_t max, uint64_t *out) {
-    yaml_node_t *n = mget(p, map, key);
+sr_status man_get_u64(man_pctx *p, yaml_node_t *map, const char *key, uint64_t max, uint64_t *out) {
+    yaml_node_t *n = man_mget(p, map, key);
     const char *s = sval(n);
     if (!s)
-        return perr(p, n ? n : map, "expected key '%s' with a number", key);
+        return man_perr(p, n ? n : map, "expected key '%s' with a number", key);
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
     if (!*s || *s == '-' || *end || errno || v > max)
-        return perr(p, n, "%s: expected an integer 0..%" PRIu64 ", got '%s'", key, max, s);
+        return man_perr(p, n, "%s: expected an integer 0..%" PRIu64 ", got '%s'", key, max, s);
     *out = v;
     return SR_OK;
 }
 
-static sr_status get_int(pctx *p, yaml_node_t *map, const char *key, int max, int *out) {
+static sr_status get_int(man_pctx *p, yaml_node_t *map, const char *key, int max, int *out) {
     uint64_t v;
-    sr_status st = get_u64(p, map, key, (uint64_t)max, &v);
+    sr_status st = man_get_u64(p, map, key, (uint64_t)max, &v);
     if (st == SR_OK)
         *out = (int)v;
     return st;
 }
 
-static sr_status get_dbl(pctx *p, yaml_node_t *map, const char *key, double *out) {
-    yaml_node_t *n = mget(p, map, key);
+sr_status man_get_dbl(man_pctx *p, yaml_node_t *map, const char *key, double *out) {
+    yaml_node_t *n = man_mget(p, map, key);
     const char *s = sval(n);
     char *end;
     if (!s || !*s || (*out = strtod(s, &end), *end))
-        return perr(p, n ? n : map, "expected key '%s' with a number", key);
+        return man_perr(p, n ? n : map, "expected key '%s' with a number", key);
     return SR_OK;
 }
 
-static sr_status get_str(pctx *p, yaml_node_t *map, const char *key, char *out, size_t n) {
-    yaml_node_t *node = mget(p, map, key);
+sr_status man_get_str(man_pctx *p, yaml_node_t *map, const char *key, char *out, size_t n) {
+    yaml_node_t *node = man_mget(p, map, key);
     const char *s = sval(node);
     if (!s)
-        return perr(p, node ? node : map, "expected key '%s' with a string", key);
+        return man_perr(p, node ? node : map, "expected key '%s' with a string", key);
     snprintf(out, n, "%s", s);
     return SR_OK;
 }
@@ -593,105 +511,67 @@ static sr_status check_self_sum(const char *path, const char *text, size_t len, 
     return SR_OK;
 }
 
-static sr_status parse_header(pctx *p, yaml_node_t *root, sr_manifest *mf) {
+static sr_status parse_header(man_pctx *p, yaml_node_t *root, sr_manifest *mf) {
     char fmt[64];
     uint64_t ver, u;
-    sr_status st = get_str(p, root, "format", fmt, sizeof fmt);
+    sr_status st = man_get_str(p, root, "format", fmt, sizeof fmt);
     if (st != SR_OK)
         return st;
     if (strcmp(fmt, SR_CKPT_FORMAT) != 0)
-        return perr(p, mget(p, root, "format"), "format: expected '%s', got '%s'", SR_CKPT_FORMAT, fmt);
-    if ((st = get_u64(p, root, "version", 1000, &ver)) != SR_OK)
+        return man_perr(p, man_mget(p, root, "format"), "format: expected '%s', got '%s'", SR_CKPT_FORMAT, fmt);
+    if ((st = man_get_u64(p, root, "version", 1000, &ver)) != SR_OK)
         return st;
     if (ver < 1 || ver > SR_MANIFEST_VERSION)
-        return perr(p, mget(p, root, "version"), "version %" PRIu64 " is not supported (this shardrun reads 1 to %d)",
-                    ver, SR_MANIFEST_VERSION);
+        return man_perr(p, man_mget(p, root, "version"),
+                        "version %" PRIu64 " is not supported (this shardrun reads 1 to %d)", ver, SR_MANIFEST_VERSION);
     mf->version = (int)ver;
-    if ((st = get_u64(p, root, "step", (uint64_t)INT64_MAX, &u)) != SR_OK)
+    if ((st = man_get_u64(p, root, "step", (uint64_t)INT64_MAX, &u)) != SR_OK)
         return st;
     mf->step = (int64_t)u;
-    if ((st = get_u64(p, root, "tokens", UINT64_MAX, &mf->tokens)) != SR_OK)
+    if ((st = man_get_u64(p, root, "tokens", UINT64_MAX, &mf->tokens)) != SR_OK)
         return st;
     /* informational: absent or odd values do not make a checkpoint unusable */
-    if (get_str(p, root, "created", mf->created, sizeof mf->created) != SR_OK)
+    if (man_get_str(p, root, "created", mf->created, sizeof mf->created) != SR_OK)
         mf->created[0] = '\0';
-    if (get_str(p, root, "job", mf->job, sizeof mf->job) != SR_OK)
+    if (man_get_str(p, root, "job", mf->job, sizeof mf->job) != SR_OK)
         mf->job[0] = '\0';
-    if (get_str(p, root, "host", mf->host, sizeof mf->host) != SR_OK)
+    if (man_get_str(p, root, "host", mf->host, sizeof mf->host) != SR_OK)
         mf->host[0] = '\0';
     return SR_OK;
 }
 
-/* data.mixture's state (version 4; absent: one source). */
-static sr_status parse_mixture(pctx *p, yaml_node_t *mix, sr_mix_state *m) {
-    yaml_node_t *srcs = mget(p, mix, "sources"), *hist = mget(p, mix, "history");
-    if (!srcs || srcs->type != YAML_SEQUENCE_NODE || seq_len(srcs) == 0 || seq_len(srcs) > SR_MIX_MAX_SOURCES)
-        return perr(p, srcs ? srcs : mix, "data.mixture: expected a list 'sources' of 1 to %d", SR_MIX_MAX_SOURCES);
-    if (hist && (hist->type != YAML_SEQUENCE_NODE || seq_len(hist) > SR_MIX_MAX_HISTORY))
-        return perr(p, hist, "data.mixture: history: expected a list of at most %d", SR_MIX_MAX_HISTORY);
-    sr_status st = get_u64(p, mix, "origin", UINT64_MAX, &m->origin);
-    for (size_t i = 0; i < seq_len(srcs) && st == SR_OK; i++) {
-        yaml_node_t *it = seq_item(p, srcs, i);
-        st = get_str(p, it, "name", m->src[i].name, sizeof m->src[i].name);
-        if (st == SR_OK)
-            st = get_u64(p, it, "cursor", UINT64_MAX / 2, &m->src[i].cursor);
-        if (st == SR_OK)
-            st = get_u64(p, it, "epoch", UINT64_MAX / 2, &m->src[i].epoch);
-        if (st == SR_OK)
-            st = get_u64(p, it, "base", m->src[i].cursor, &m->src[i].base);
-        if (st == SR_OK)
-            st = get_dbl(p, it, "weight", &m->src[i].weight);
-        if (st == SR_OK && !(m->src[i].weight > 0))
-            st = perr(p, mget(p, it, "weight"), "data.mixture: source %s: weight: expected a number > 0",
-                      m->src[i].name);
-        m->n = (int)i + 1;
-    }
-    for (size_t i = 0; hist && i < seq_len(hist) && st == SR_OK; i++) {
-        yaml_node_t *it = seq_item(p, hist, i);
-        uint64_t step = 0;
-        st = get_u64(p, it, "step", INT64_MAX, &step);
-        m->history[i].step = (int64_t)step;
-        if (st == SR_OK)
-            st = get_u64(p, it, "cursor", UINT64_MAX, &m->history[i].cursor);
-        if (st == SR_OK)
-            st = get_str(p, it, "weights", m->history[i].weights, sizeof m->history[i].weights);
-        m->nhistory = (int)i + 1;
-    }
-    return st;
-}
-
-static sr_status parse_progress(pctx *p, yaml_node_t *root, sr_manifest *mf) {
-    yaml_node_t *mix = mf->version >= 4 ? mget(p, mget(p, root, "data"), "mixture") : NULL;
+static sr_status parse_progress(man_pctx *p, yaml_node_t *root, sr_manifest *mf) {
+    yaml_node_t *mix = mf->version >= 4 ? man_mget(p, man_mget(p, root, "data"), "mixture") : NULL;
     if (mix) {
-        sr_status mst = parse_mixture(p, mix, &mf->mix);
+        sr_status mst = man_parse_mixture(p, mix, &mf->mix);
         if (mst != SR_OK)
             return mst;
     }
-    sr_status st = get_u64(p, mget(p, root, "data"), "cursor", UINT64_MAX, &mf->cursor);
+    sr_status st = man_get_u64(p, man_mget(p, root, "data"), "cursor", UINT64_MAX, &mf->cursor);
     if (st == SR_OK)
-        st = get_u64(p, mget(p, root, "rng"), "seed", UINT64_MAX, &mf->seed);
+        st = man_get_u64(p, man_mget(p, root, "rng"), "seed", UINT64_MAX, &mf->seed);
     if (st != SR_OK)
         return st;
     /* informational (the run's own keys decide the schedule): a missing or
      * odd value leaves the field empty instead of refusing the checkpoint */
-    yaml_node_t *lr = mget(p, root, "lr_schedule");
-    if (get_str(p, lr, "schedule", mf->schedule, sizeof mf->schedule) != SR_OK)
+    yaml_node_t *lr = man_mget(p, root, "lr_schedule");
+    if (man_get_str(p, lr, "schedule", mf->schedule, sizeof mf->schedule) != SR_OK)
         mf->schedule[0] = '\0';
-    if (get_dbl(p, lr, "lr", &mf->lr) != SR_OK)
+    if (man_get_dbl(p, lr, "lr", &mf->lr) != SR_OK)
         mf->lr = 0;
-    if (get_dbl(p, lr, "min_lr", &mf->min_lr) != SR_OK)
+    if (man_get_dbl(p, lr, "min_lr", &mf->min_lr) != SR_OK)
         mf->min_lr = 0;
-    if (get_dbl(p, lr, "next_lr", &mf->next_lr) != SR_OK)
+    if (man_get_dbl(p, lr, "next_lr", &mf->next_lr) != SR_OK)
         mf->next_lr = 0;
-    if (get_u64(p, lr, "warmup_steps", UINT64_MAX, &mf->warmup_steps) != SR_OK)
+    if (man_get_u64(p, lr, "warmup_steps", UINT64_MAX, &mf->warmup_steps) != SR_OK)
         mf->warmup_steps = 0;
-    if (get_u64(p, lr, "steps", UINT64_MAX, &mf->steps) != SR_OK)
+    if (man_get_u64(p, lr, "steps", UINT64_MAX, &mf->steps) != SR_OK)
         mf->steps = 0;
     return SR_OK;
 }
 
-static sr_status parse_world(pctx *p, yaml_node_t *root, sr_manifest *mf) {
-    yaml_node_t *world = mget(p, root, "world"), *mesh = mget(p, world, "mesh");
+static sr_status parse_world(man_pctx *p, yaml_node_t *root, sr_manifest *mf) {
+    yaml_node_t *world = man_mget(p, root, "world"), *mesh = man_mget(p, world, "mesh");
     sr_status st = get_int(p, world, "size", 1 << 24, &mf->world);
     if (st == SR_OK)
         st = get_int(p, mesh, "shard", 1 << 24, &mf->mesh_shard);
@@ -701,60 +581,60 @@ static sr_status parse_world(pctx *p, yaml_node_t *root, sr_manifest *mf) {
         return st;
     if (mf->world < 1 || mf->mesh_shard < 1 || mf->mesh_replicate < 1 ||
         (int64_t)mf->mesh_shard * mf->mesh_replicate != mf->world)
-        return perr(p, world, "world: size %d is not mesh shard %d x replicate %d", mf->world, mf->mesh_shard,
-                    mf->mesh_replicate);
+        return man_perr(p, world, "world: size %d is not mesh shard %d x replicate %d", mf->world, mf->mesh_shard,
+                        mf->mesh_replicate);
     mf->isa[0] = '\0';
     if (mf->version >= 2)
-        return get_str(p, world, "isa", mf->isa, sizeof mf->isa);
+        return man_get_str(p, world, "isa", mf->isa, sizeof mf->isa);
     return SR_OK;
 }
 
 /* Version 3's model.arch and the family's own keys (a Llama model's);
  * versions 1 and 2 are GPT-2 (a zeroed arch).  Values a job file could not
  * have are refused before anything is sized by them. */
-static sr_status parse_family(pctx *p, yaml_node_t *model, sr_manifest *mf) {
+static sr_status parse_family(man_pctx *p, yaml_node_t *model, sr_manifest *mf) {
     sr_model_dims *d = &mf->dims;
     d->arch = 0;
     if (mf->version < 3)
         return SR_OK;
     char arch[16], names[64];
-    sr_status st = get_str(p, model, "arch", arch, sizeof arch);
+    sr_status st = man_get_str(p, model, "arch", arch, sizeof arch);
     if (st != SR_OK)
         return st;
     d->arch = sr_family_find(arch);
     if (d->arch < 0)
-        return perr(p, mget(p, model, "arch"), "model: arch '%s' is not a family this shardrun knows (%s)", arch,
-                    sr_family_list(0, names, sizeof names));
+        return man_perr(p, man_mget(p, model, "arch"), "model: arch '%s' is not a family this shardrun knows (%s)",
+                        arch, sr_family_list(0, names, sizeof names));
     const sr_family *f = sr_family_get(d->arch);
     if (!f->keys) /* a family has all of these keys or none (family.h); render_world_model writes them */
         return SR_OK;
     char tie[8];
     if ((st = get_int(p, model, "n_kv_head", INT32_MAX, &d->NKV)) != SR_OK ||
         (st = get_int(p, model, "ffn_dim", INT32_MAX, &d->F)) != SR_OK ||
-        (st = get_str(p, model, "tie_embeddings", tie, sizeof tie)) != SR_OK ||
-        (st = get_dbl(p, model, "norm_eps", &d->norm_eps)) != SR_OK ||
-        (st = get_dbl(p, model, "rope_theta", &d->rope_theta)) != SR_OK)
+        (st = man_get_str(p, model, "tie_embeddings", tie, sizeof tie)) != SR_OK ||
+        (st = man_get_dbl(p, model, "norm_eps", &d->norm_eps)) != SR_OK ||
+        (st = man_get_dbl(p, model, "rope_theta", &d->rope_theta)) != SR_OK)
         return st;
     d->untied = strcmp(tie, "false") == 0;
     double eps = d->norm_eps;
-    yaml_node_t *rs = mget(p, model, "rope_scaling");
-    if (rs && ((st = get_dbl(p, rs, "factor", &d->rope.factor)) != SR_OK ||
-               (st = get_dbl(p, rs, "low_freq_factor", &d->rope.low_freq_factor)) != SR_OK ||
-               (st = get_dbl(p, rs, "high_freq_factor", &d->rope.high_freq_factor)) != SR_OK ||
+    yaml_node_t *rs = man_mget(p, model, "rope_scaling");
+    if (rs && ((st = man_get_dbl(p, rs, "factor", &d->rope.factor)) != SR_OK ||
+               (st = man_get_dbl(p, rs, "low_freq_factor", &d->rope.low_freq_factor)) != SR_OK ||
+               (st = man_get_dbl(p, rs, "high_freq_factor", &d->rope.high_freq_factor)) != SR_OK ||
                (st = get_int(p, rs, "original_max_position", INT32_MAX, &d->rope.original_max_position)) != SR_OK))
         return st;
     if (d->NKV < 1 || d->NH < 1 || d->NKV > d->NH || d->NH % d->NKV != 0 || d->F < 1 || d->F > (1 << 20) ||
         !(eps > 0) || !(d->rope_theta >= 1) || (rs && !(d->rope.factor > 0)) ||
         (strcmp(tie, "true") != 0 && !d->untied))
-        return perr(p, model,
-                    "model: the %s keys (n_kv_head %d, ffn_dim %d, tie_embeddings %s, norm_eps %g, "
-                    "rope_theta %g) are not a model this shardrun builds",
-                    f->display, d->NKV, d->F, tie, eps, d->rope_theta);
+        return man_perr(p, model,
+                        "model: the %s keys (n_kv_head %d, ffn_dim %d, tie_embeddings %s, norm_eps %g, "
+                        "rope_theta %g) are not a model this shardrun builds",
+                        f->display, d->NKV, d->F, tie, eps, d->rope_theta);
     return SR_OK;
 }
 
-static sr_status parse_model(pctx *p, yaml_node_t *root, sr_manifest *mf) {
-    yaml_node_t *model = mget(p, root, "model");
+static sr_status parse_model(man_pctx *p, yaml_node_t *root, sr_manifest *mf) {
+    yaml_node_t *model = man_mget(p, root, "model");
     const struct {
         const char *key;
         int *dst;
@@ -770,103 +650,53 @@ static sr_status parse_model(pctx *p, yaml_node_t *root, sr_manifest *mf) {
     if (st == SR_OK)
         st = parse_family(p, model, mf);
     if (st == SR_OK)
-        st = get_u64(p, model, "parameters", UINT64_MAX / 16, &mf->n_params);
+        st = man_get_u64(p, model, "parameters", UINT64_MAX / 16, &mf->n_params);
     if (st == SR_OK)
-        st = get_str(p, model, "hash", mf->model_hash, sizeof mf->model_hash);
-    yaml_node_t *init = mget(p, model, "init");
+        st = man_get_str(p, model, "hash", mf->model_hash, sizeof mf->model_hash);
+    yaml_node_t *init = man_mget(p, model, "init");
     if (st == SR_OK && init)
-        st = get_str(p, init, "path", mf->init_path, sizeof mf->init_path);
+        st = man_get_str(p, init, "path", mf->init_path, sizeof mf->init_path);
     if (st == SR_OK && init)
-        st = get_str(p, init, "sha256", mf->init_sha256, sizeof mf->init_sha256);
+        st = man_get_str(p, init, "sha256", mf->init_sha256, sizeof mf->init_sha256);
     if (st != SR_OK)
         return st;
     /* a shape a job file could not have is refused before anything is sized by it */
     const sr_model_dims *d = &mf->dims;
     if (sr_config_check_model(d->L, d->NH, d->C, d->V, d->T) != SR_OK)
-        return perr(p, model, "model: %s", sr_error_message());
+        return man_perr(p, model, "model: %s", sr_error_message());
     if (!sr_family_get(d->arch)->learned_positions && (d->C / d->NH) % 2 != 0)
-        return perr(p, model, "model: a %s head size must be even (n_embd %d / n_head %d)",
-                    sr_family_get(d->arch)->display, d->C, d->NH);
+        return man_perr(p, model, "model: a %s head size must be even (n_embd %d / n_head %d)",
+                        sr_family_get(d->arch)->display, d->C, d->NH);
     char h[65];
     sr_manifest_model_hash(&mf->dims, h);
     if (strcmp(h, mf->model_hash) != 0 || sr_model_n_params(&mf->dims) != mf->n_params ||
         mf->dims.Vp != sr_model_padded_vocab(mf->dims.V))
-        return perr(p, model, "model: hash or parameter count does not match its dims");
+        return man_perr(p, model, "model: hash or parameter count does not match its dims");
     return SR_OK;
 }
 
 /* Version 1: [params, adam_m, adam_v], all f32.  Version 2: a list of
  * {name, dtype} in that order. */
-static sr_status parse_state(pctx *p, yaml_node_t *root, sr_manifest *mf) {
-    yaml_node_t *n = mget(p, root, "state");
-    if (!n || n->type != YAML_SEQUENCE_NODE || seq_len(n) != SR_NSTATE)
-        return perr(p, n ? n : root, "expected key 'state' with the %d saved states", SR_NSTATE);
+static sr_status parse_state(man_pctx *p, yaml_node_t *root, sr_manifest *mf) {
+    yaml_node_t *n = man_mget(p, root, "state");
+    if (!n || n->type != YAML_SEQUENCE_NODE || man_seq_len(n) != SR_NSTATE)
+        return man_perr(p, n ? n : root, "expected key 'state' with the %d saved states", SR_NSTATE);
     for (int k = 0; k < SR_NSTATE; k++) {
-        yaml_node_t *item = seq_item(p, n, (size_t)k);
-        const char *name = mf->version >= 2 ? sval(mget(p, item, "name")) : sval(item);
-        const char *dt = mf->version >= 2 ? sval(mget(p, item, "dtype")) : "f32";
+        yaml_node_t *item = man_seq_item(p, n, (size_t)k);
+        const char *name = mf->version >= 2 ? sval(man_mget(p, item, "name")) : sval(item);
+        const char *dt = mf->version >= 2 ? sval(man_mget(p, item, "dtype")) : "f32";
         if (!name || strcmp(name, state_names[k]) != 0)
-            return perr(p, item ? item : n, "state %d: expected '%s'", k, state_names[k]);
+            return man_perr(p, item ? item : n, "state %d: expected '%s'", k, state_names[k]);
         if (!dt || strcmp(dt, "f32") != 0)
-            return perr(p, item, "state %s: dtype %s is not one this shardrun loads (f32)", name, dt ? dt : "missing");
+            return man_perr(p, item, "state %s: dtype %s is not one this shardrun loads (f32)", name,
+                            dt ? dt : "missing");
         mf->state_dtype[k] = SR_DT_F32;
     }
     return SR_OK;
 }
 
-/* The data record: optional (checkpoints written before it have none). */
-static sr_status parse_data(pctx *p, yaml_node_t *root, sr_manifest *mf) {
-    yaml_node_t *n = mget(p, root, "provenance");
-    if (!n)
-        return SR_OK;
-    sr_data_record *d = &mf->data;
-    sr_status st = get_str(p, n, "fingerprint", d->fingerprint, sizeof d->fingerprint);
-    yaml_node_t *tok = mget(p, n, "tokenizer");
-    if (st == SR_OK && tok)
-        st = get_str(p, tok, "path", d->tokenizer, sizeof d->tokenizer);
-    if (st == SR_OK && tok)
-        st = get_str(p, tok, "sha256", d->tokenizer_sha256, sizeof d->tokenizer_sha256);
-    if (st == SR_OK && tok)
-        st = get_str(p, tok, "pattern", d->tokenizer_pattern, sizeof d->tokenizer_pattern);
-    yaml_node_t *sh = mget(p, n, "shards");
-    if (st == SR_OK && (!sh || sh->type != YAML_SEQUENCE_NODE))
-        return perr(p, sh ? sh : n, "provenance: expected a list 'shards'");
-    if (st != SR_OK)
-        return st;
-    size_t k = seq_len(sh);
-    d->shards = sr_calloc(k + 1, sizeof *d->shards);
-    if (!d->shards)
-        return sr_error_oom("the manifest's data record");
-    for (size_t i = 0; i < k && st == SR_OK; i++) {
-        yaml_node_t *item = seq_item(p, sh, i);
-        sr_data_shard_record *r = &d->shards[i];
-        st = get_str(p, item, "split", r->split, sizeof r->split);
-        if (st == SR_OK && mget(p, item, "source"))
-            st = get_str(p, item, "source", r->source, sizeof r->source);
-        if (st == SR_OK)
-            st = get_str(p, item, "path", r->path, sizeof r->path);
-        if (st == SR_OK)
-            st = get_u64(p, item, "bytes", UINT64_MAX / 2, &r->bytes);
-        if (st == SR_OK)
-            st = get_str(p, item, "sha256", r->sha256, sizeof r->sha256);
-        d->n = (int)i + 1;
-    }
-    yaml_node_t *srcs = st == SR_OK ? mget(p, n, "sources") : NULL;
-    if (srcs && (srcs->type != YAML_SEQUENCE_NODE || seq_len(srcs) > SR_MIX_MAX_SOURCES))
-        return perr(p, srcs, "provenance: sources: expected a list of at most %d", SR_MIX_MAX_SOURCES);
-    for (size_t i = 0; srcs && i < seq_len(srcs) && st == SR_OK; i++) {
-        yaml_node_t *item = seq_item(p, srcs, i);
-        st = get_str(p, item, "name", d->sources[i].name, sizeof d->sources[i].name);
-        if (st == SR_OK)
-            st = get_str(p, item, "fingerprint", d->sources[i].fingerprint, sizeof d->sources[i].fingerprint);
-        d->nsources = (int)i + 1;
-    }
-    mf->has_data = st == SR_OK;
-    return st;
-}
-
-static sr_status parse_config(pctx *p, yaml_node_t *root, sr_manifest *mf) {
-    yaml_node_t *n = mget(p, root, "config");
+static sr_status parse_config(man_pctx *p, yaml_node_t *root, sr_manifest *mf) {
+    yaml_node_t *n = man_mget(p, root, "config");
     if (!n || n->type != YAML_MAPPING_NODE)
         return SR_OK; /* informational: used for "changed since" warnings */
     size_t np = (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
@@ -892,83 +722,84 @@ static sr_status parse_config(pctx *p, yaml_node_t *root, sr_manifest *mf) {
     return SR_OK;
 }
 
-static sr_status parse_slices(pctx *p, yaml_node_t *fn, const sr_manifest *mf, sr_manifest_file *f) {
-    yaml_node_t *sl = mget(p, fn, "slices");
+static sr_status parse_slices(man_pctx *p, yaml_node_t *fn, const sr_manifest *mf, sr_manifest_file *f) {
+    yaml_node_t *sl = man_mget(p, fn, "slices");
     if (!sl || sl->type != YAML_SEQUENCE_NODE)
-        return perr(p, sl ? sl : fn, "%s: expected 'slices' as a list of [begin, count]", f->name);
-    f->nslices = (int)seq_len(sl);
+        return man_perr(p, sl ? sl : fn, "%s: expected 'slices' as a list of [begin, count]", f->name);
+    f->nslices = (int)man_seq_len(sl);
     f->slices = sr_calloc((size_t)f->nslices + 1, sizeof *f->slices);
     if (!f->slices)
         return sr_error_oom("the manifest's slices");
     uint64_t sum = 0;
     for (int s = 0; s < f->nslices; s++) {
-        yaml_node_t *pair = seq_item(p, sl, (size_t)s);
-        if (!pair || pair->type != YAML_SEQUENCE_NODE || seq_len(pair) != 2)
-            return perr(p, pair ? pair : sl, "%s: slice %d: expected [begin, count]", f->name, s);
+        yaml_node_t *pair = man_seq_item(p, sl, (size_t)s);
+        if (!pair || pair->type != YAML_SEQUENCE_NODE || man_seq_len(pair) != 2)
+            return man_perr(p, pair ? pair : sl, "%s: slice %d: expected [begin, count]", f->name, s);
         for (int q = 0; q < 2; q++) {
-            const char *v = sval(seq_item(p, pair, (size_t)q));
+            const char *v = sval(man_seq_item(p, pair, (size_t)q));
             char *end;
             if (!v || !*v || *v == '-' || (f->slices[s][q] = strtoull(v, &end, 10), *end))
-                return perr(p, pair, "%s: slice %d: expected two integers", f->name, s);
+                return man_perr(p, pair, "%s: slice %d: expected two integers", f->name, s);
         }
         if (f->slices[s][1] == 0 || f->slices[s][0] > mf->n_params || f->slices[s][1] > mf->n_params - f->slices[s][0])
-            return perr(p, pair, "%s: slice %d lies outside the %" PRIu64 " parameters", f->name, s, mf->n_params);
+            return man_perr(p, pair, "%s: slice %d lies outside the %" PRIu64 " parameters", f->name, s, mf->n_params);
         sum += f->slices[s][1];
     }
     if (sum != f->elements)
-        return perr(p, sl, "%s: slices hold %" PRIu64 " elements, elements says %" PRIu64, f->name, sum, f->elements);
+        return man_perr(p, sl, "%s: slices hold %" PRIu64 " elements, elements says %" PRIu64, f->name, sum,
+                        f->elements);
     return SR_OK;
 }
 
-static sr_status parse_hashes(pctx *p, yaml_node_t *fn, sr_manifest_file *f) {
-    yaml_node_t *sh = mget(p, fn, "sha256");
+static sr_status parse_hashes(man_pctx *p, yaml_node_t *fn, sr_manifest_file *f) {
+    yaml_node_t *sh = man_mget(p, fn, "sha256");
     f->nchunks = (f->bytes + SR_SHARD_CHUNK_BYTES - 1) / SR_SHARD_CHUNK_BYTES;
-    if (!sh || sh->type != YAML_SEQUENCE_NODE || (uint64_t)seq_len(sh) != f->nchunks)
-        return perr(p, sh ? sh : fn,
-                    "%s: expected 'sha256' with %" PRIu64 " chunk checksums (one per %" PRIu64 " bytes)", f->name,
-                    f->nchunks, SR_SHARD_CHUNK_BYTES);
+    if (!sh || sh->type != YAML_SEQUENCE_NODE || (uint64_t)man_seq_len(sh) != f->nchunks)
+        return man_perr(p, sh ? sh : fn,
+                        "%s: expected 'sha256' with %" PRIu64 " chunk checksums (one per %" PRIu64 " bytes)", f->name,
+                        f->nchunks, SR_SHARD_CHUNK_BYTES);
     f->sha = sr_malloc((size_t)f->nchunks * 32 + 1);
     if (!f->sha)
         return sr_error_oom("the manifest's checksums");
     for (uint64_t c = 0; c < f->nchunks; c++) {
-        yaml_node_t *hn = seq_item(p, sh, (size_t)c);
+        yaml_node_t *hn = man_seq_item(p, sh, (size_t)c);
         const char *hv = sval(hn);
         if (!hv || !unhex32(hv, f->sha[c]))
-            return perr(p, hn ? hn : sh, "%s: chunk %" PRIu64 ": expected 64 lowercase hex digits", f->name, c);
+            return man_perr(p, hn ? hn : sh, "%s: chunk %" PRIu64 ": expected 64 lowercase hex digits", f->name, c);
     }
     return SR_OK;
 }
 
-static sr_status parse_file(pctx *p, yaml_node_t *fn, sr_manifest *mf, int i) {
+static sr_status parse_file(man_pctx *p, yaml_node_t *fn, sr_manifest *mf, int i) {
     sr_manifest_file *f = &mf->files[i];
-    yaml_node_t *name = mget(p, fn, "name");
+    yaml_node_t *name = man_mget(p, fn, "name");
     const char *full = sval(name);
     if (!full)
-        return perr(p, name ? name : fn, "expected key 'name' with a string");
+        return man_perr(p, name ? name : fn, "expected key 'name' with a string");
     if (!sr_manifest_shard_name(full)) /* the whole name in the message, however long */
-        return perr(p, name,
-                    "files: name '%s' is not a shard file name (shard_NNNNN.bin); a manifest may not name paths "
-                    "outside its checkpoint directory",
-                    full);
+        return man_perr(p, name,
+                        "files: name '%s' is not a shard file name (shard_NNNNN.bin); a manifest may not name paths "
+                        "outside its checkpoint directory",
+                        full);
     snprintf(f->name, sizeof f->name, "%s", full);
     sr_status st; /* (a name listed twice: check_unique, once all are read) */
     if ((st = get_int(p, fn, "shard", 1 << 24, &f->shard)) != SR_OK ||
-        (st = get_u64(p, fn, "bytes", UINT64_MAX / 2, &f->bytes)) != SR_OK ||
-        (st = get_u64(p, fn, "elements", UINT64_MAX / 64, &f->elements)) != SR_OK)
+        (st = man_get_u64(p, fn, "bytes", UINT64_MAX / 2, &f->bytes)) != SR_OK ||
+        (st = man_get_u64(p, fn, "elements", UINT64_MAX / 64, &f->elements)) != SR_OK)
         return st;
     uint64_t want = sr_manifest_file_bytes(mf, f->elements);
     if (f->bytes != want)
-        return perr(p, mget(p, fn, "bytes"),
-                    "%s: bytes %" PRIu64 " disagree with elements %" PRIu64 " (expected %" PRIu64 ")", f->name,
-                    f->bytes, f->elements, want);
-    yaml_node_t *sec = mget(p, fn, "sections");
+        return man_perr(p, man_mget(p, fn, "bytes"),
+                        "%s: bytes %" PRIu64 " disagree with elements %" PRIu64 " (expected %" PRIu64 ")", f->name,
+                        f->bytes, f->elements, want);
+    yaml_node_t *sec = man_mget(p, fn, "sections");
     for (int k = 0; k < SR_NSTATE; k++) {
         uint64_t off;
-        if ((st = get_u64(p, sec, state_names[k], UINT64_MAX, &off)) != SR_OK)
+        if ((st = man_get_u64(p, sec, state_names[k], UINT64_MAX, &off)) != SR_OK)
             return st;
         if (off != sr_manifest_section(mf, f->elements, k))
-            return perr(p, sec, "%s: section %s at %" PRIu64 " disagrees with the layout", f->name, state_names[k],
-                        off);
+            return man_perr(p, sec, "%s: section %s at %" PRIu64 " disagrees with the layout", f->name, state_names[k],
+                            off);
     }
     if ((st = parse_slices(p, fn, mf, f)) != SR_OK || (st = parse_hashes(p, fn, f)) != SR_OK)
         return st;
@@ -982,7 +813,7 @@ static int cmp_slice(const void *a, const void *b) {
 }
 
 /* The slices of all files tile [0, parameters) exactly once. */
-static sr_status check_tiling(pctx *p, yaml_node_t *files, const sr_manifest *mf) {
+static sr_status check_tiling(man_pctx *p, yaml_node_t *files, const sr_manifest *mf) {
     size_t total = 0;
     for (int i = 0; i < mf->nfiles; i++)
         total += (size_t)mf->files[i].nslices;
@@ -1004,7 +835,8 @@ static sr_status check_tiling(pctx *p, yaml_node_t *files, const sr_manifest *mf
     }
     free(all);
     if (!tiled || at != mf->n_params)
-        return perr(p, files, "files: the slices do not cover the %" PRIu64 " parameters exactly once", mf->n_params);
+        return man_perr(p, files, "files: the slices do not cover the %" PRIu64 " parameters exactly once",
+                        mf->n_params);
     return SR_OK;
 }
 
@@ -1019,7 +851,7 @@ static int cmp_named(const void *a, const void *b) {
 
 /* Every shard index 0..nfiles-1 once and no name twice, in O(n log n): a
  * manifest of thousands of ranks is read by every rank at a resume. */
-static sr_status check_unique(pctx *p, yaml_node_t *n, sr_manifest *mf) {
+static sr_status check_unique(man_pctx *p, yaml_node_t *n, sr_manifest *mf) {
     int N = mf->nfiles;
     unsigned char *seen = sr_calloc((size_t)N, 1);
     named_file *order = sr_malloc(sizeof *order * (size_t)N);
@@ -1027,8 +859,8 @@ static sr_status check_unique(pctx *p, yaml_node_t *n, sr_manifest *mf) {
     for (int i = 0; i < N && st == SR_OK; i++) {
         int k = mf->files[i].shard;
         if (k < 0 || k >= N || seen[k]++)
-            st = perr(p, seq_item(p, n, (size_t)i), "files: %s: shard index %d is out of range or repeated",
-                      mf->files[i].name, k);
+            st = man_perr(p, man_seq_item(p, n, (size_t)i), "files: %s: shard index %d is out of range or repeated",
+                          mf->files[i].name, k);
         order[i] = (named_file){mf->files[i].name, i};
     }
     if (st == SR_OK) {
@@ -1036,8 +868,8 @@ static sr_status check_unique(pctx *p, yaml_node_t *n, sr_manifest *mf) {
         for (int i = 1; i < N && st == SR_OK; i++)
             if (strcmp(order[i].name, order[i - 1].name) == 0) {
                 int later = order[i].index > order[i - 1].index ? order[i].index : order[i - 1].index;
-                st = perr(p, mget(p, seq_item(p, n, (size_t)later), "name"), "files: '%s' is listed twice",
-                          mf->files[later].name);
+                st = man_perr(p, man_mget(p, man_seq_item(p, n, (size_t)later), "name"), "files: '%s' is listed twice",
+                              mf->files[later].name);
             }
     }
     free(seen);
@@ -1045,23 +877,23 @@ static sr_status check_unique(pctx *p, yaml_node_t *n, sr_manifest *mf) {
     return st;
 }
 
-static sr_status parse_files(pctx *p, yaml_node_t *root, sr_manifest *mf) {
-    sr_status st = get_u64(p, root, "chunk_bytes", (uint64_t)1 << 30, &mf->chunk_bytes);
+static sr_status parse_files(man_pctx *p, yaml_node_t *root, sr_manifest *mf) {
+    sr_status st = man_get_u64(p, root, "chunk_bytes", (uint64_t)1 << 30, &mf->chunk_bytes);
     if (st != SR_OK)
         return st;
     if (mf->chunk_bytes != SR_SHARD_CHUNK_BYTES)
-        return perr(p, mget(p, root, "chunk_bytes"), "chunk_bytes: expected %" PRIu64, SR_SHARD_CHUNK_BYTES);
-    yaml_node_t *n = mget(p, root, "files");
-    if (!n || n->type != YAML_SEQUENCE_NODE || seq_len(n) == 0)
-        return perr(p, n ? n : root, "expected key 'files' with a list of shard files");
-    mf->nfiles = (int)seq_len(n);
+        return man_perr(p, man_mget(p, root, "chunk_bytes"), "chunk_bytes: expected %" PRIu64, SR_SHARD_CHUNK_BYTES);
+    yaml_node_t *n = man_mget(p, root, "files");
+    if (!n || n->type != YAML_SEQUENCE_NODE || man_seq_len(n) == 0)
+        return man_perr(p, n ? n : root, "expected key 'files' with a list of shard files");
+    mf->nfiles = (int)man_seq_len(n);
     mf->files = sr_calloc((size_t)mf->nfiles, sizeof(sr_manifest_file));
     if (!mf->files)
         return sr_error_oom("the manifest's file list");
     if (mf->nfiles != mf->mesh_shard)
-        return perr(p, n, "files: %d shard files for a mesh of %d shards", mf->nfiles, mf->mesh_shard);
+        return man_perr(p, n, "files: %d shard files for a mesh of %d shards", mf->nfiles, mf->mesh_shard);
     for (int i = 0; i < mf->nfiles && st == SR_OK; i++)
-        st = parse_file(p, seq_item(p, n, (size_t)i), mf, i);
+        st = parse_file(p, man_seq_item(p, n, (size_t)i), mf, i);
     if (st == SR_OK)
         st = check_unique(p, n, mf);
     return st == SR_OK ? check_tiling(p, n, mf) : st;
@@ -1073,7 +905,7 @@ sr_status sr_manifest_parse(const char *text, size_t len, const char *path, sr_m
     sr_status st = check_self_sum(path, text, len, &body);
     if (st != SR_OK)
         return st;
-    pctx p = {.path = path};
+    man_pctx p = {.path = path};
     sr_yaml_error err;
     bool has_root;
     /* depth, size and duplicate keys are refused while the text is read */
@@ -1082,7 +914,7 @@ sr_status sr_manifest_parse(const char *text, size_t len, const char *path, sr_m
                        : sr_error(SR_ERR_DATA, "%s:%zu:%zu: %s", path, err.line + 1, err.column + 1, err.msg);
     yaml_node_t *root = yaml_document_get_root_node(&p.doc);
     if (!root || root->type != YAML_MAPPING_NODE)
-        st = perr(&p, root, "expected a mapping at the top");
+        st = man_perr(&p, root, "expected a mapping at the top");
     if (st == SR_OK)
         st = parse_header(&p, root, mf);
     if (st == SR_OK)
@@ -1096,7 +928,7 @@ sr_status sr_manifest_parse(const char *text, size_t len, const char *path, sr_m
     if (st == SR_OK)
         st = parse_config(&p, root, mf);
     if (st == SR_OK)
-        st = parse_data(&p, root, mf);
+        st = man_parse_data(&p, root, mf);
     if (st == SR_OK)
         st = parse_files(&p, root, mf);
     yaml_document_delete(&p.doc);

@@ -202,12 +202,21 @@ void sr_mix_resume(sr_mix *m, int64_t step, uint64_t cursor, const sr_mix_state 
     new_segment(s, step, cursor);
 }
 
-/* The plan of the batch at `cursor` (batch sequences). */
-static void plan(sr_mix *m, uint64_t cursor, uint64_t batch) {
+/* The plan of the batch at `cursor` (batch sequences).  SR_ERR_INTERNAL
+ * when out of memory (sized for train.batch_size by sr_mix_open). */
+static sr_status plan(sr_mix *m, uint64_t cursor, uint64_t batch) {
     if (m->planned && m->plan_at == cursor && m->plan_n == batch)
-        return;
-    if (batch > m->plan_cap) /* sized for train.batch_size by sr_mix_open */
-        abort();
+        return SR_OK;
+    if (batch > m->plan_cap) {
+        int *ps = sr_realloc(m->plan_src, batch * sizeof *ps);
+        if (ps)
+            m->plan_src = ps;
+        uint64_t *pi = ps ? sr_realloc(m->plan_idx, batch * sizeof *pi) : NULL;
+        if (!pi)
+            return sr_error_oom("the data mixture's plan");
+        m->plan_idx = pi;
+        m->plan_cap = batch;
+    }
     const sr_mix_state *s = &m->st;
     uint64_t fed[SR_MIX_MAX_SOURCES]; /* d_k: fed since the origin */
     for (int k = 0; k < m->n; k++)
@@ -230,6 +239,7 @@ static void plan(sr_mix *m, uint64_t cursor, uint64_t batch) {
     m->plan_at = cursor;
     m->plan_n = batch;
     m->planned = true;
+    return SR_OK;
 }
 
 /* Source s's seed: train.seed mixed with its name (each source its own
@@ -255,18 +265,18 @@ static void dump(const char *path, uint64_t global, const char *name, uint64_t i
     }
 }
 
-void sr_mix_batch(sr_mix *m, uint64_t cursor, uint64_t batch, uint64_t off, int count, uint64_t seed, int *inputs,
-                  int *targets) {
+sr_status sr_mix_batch(sr_mix *m, uint64_t cursor, uint64_t batch, uint64_t off, int count, uint64_t seed, int *inputs,
+                       int *targets) {
     const char *dumpto = sr_testhook()->dump_seqs;
     if (!m->mixture) {
         sr_data_batch(m->src[0].data, cursor + off, count, true, seed, inputs, targets);
         for (int b = 0; dumpto[0] && b < count; b++)
             dump(dumpto, cursor + off + (uint64_t)b, "", cursor + off + (uint64_t)b,
                  sr_data_window_of(m->src[0].data, cursor + off + (uint64_t)b, true, seed));
-        return;
+        return SR_OK;
     }
-    plan(m, cursor, batch);
-    for (int b = 0; b < count; b++) {
+    sr_status st = plan(m, cursor, batch);
+    for (int b = 0; st == SR_OK && b < count; b++) {
         uint64_t i = off + (uint64_t)b;
         const source *s = &m->src[m->plan_src[i]];
         uint64_t sseed = source_seed(s, seed);
@@ -274,12 +284,12 @@ void sr_mix_batch(sr_mix *m, uint64_t cursor, uint64_t batch, uint64_t off, int 
         if (dumpto[0])
             dump(dumpto, cursor + i, s->name, m->plan_idx[i], sr_data_window_of(s->data, m->plan_idx[i], true, sseed));
     }
+    return st;
 }
 
 bool sr_mix_exhausted(sr_mix *m, uint64_t cursor, uint64_t batch, const char **name) {
-    if (!m->stop)
+    if (!m->stop || plan(m, cursor, batch) != SR_OK) /* (out of memory: the batch itself fails) */
         return false;
-    plan(m, cursor, batch);
     for (uint64_t i = 0; i < batch; i++) {
         const source *s = &m->src[m->plan_src[i]];
         if (m->plan_idx[i] >= sr_data_windows(s->data)) {
@@ -290,15 +300,18 @@ bool sr_mix_exhausted(sr_mix *m, uint64_t cursor, uint64_t batch, const char **n
     return false;
 }
 
-void sr_mix_advance(sr_mix *m, uint64_t cursor, uint64_t batch) {
+sr_status sr_mix_advance(sr_mix *m, uint64_t cursor, uint64_t batch) {
     if (!m->mixture)
-        return;
-    plan(m, cursor, batch);
+        return SR_OK;
+    sr_status st = plan(m, cursor, batch);
+    if (st != SR_OK)
+        return st;
     for (uint64_t i = 0; i < batch; i++)
         m->st.src[m->plan_src[i]].cursor++;
     for (int k = 0; k < m->n; k++)
         m->st.src[k].epoch = m->st.src[k].cursor / sr_data_windows(m->src[k].data);
     m->planned = false;
+    return SR_OK;
 }
 
 void sr_mix_state_get(const sr_mix *m, sr_mix_state *out) {

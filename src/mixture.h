@@ -85,15 +85,17 @@ void sr_mix_resume(sr_mix *m, int64_t step, uint64_t cursor, const sr_mix_state 
  * off .. off + count - 1, the batch (`batch` sequences) starting at global
  * cursor `cursor`, which must be where the state stands (the last
  * sr_mix_advance).  `seed`: train.seed.  Without data.mixture exactly
- * sr_data_batch(train, cursor + off, count, shuffle). */
-void sr_mix_batch(sr_mix *m, uint64_t cursor, uint64_t batch, uint64_t off, int count, uint64_t seed, int *inputs,
-                  int *targets);
+ * sr_data_batch(train, cursor + off, count, shuffle).  SR_ERR_INTERNAL
+ * when out of memory (a batch larger than train.batch_size). */
+sr_status sr_mix_batch(sr_mix *m, uint64_t cursor, uint64_t batch, uint64_t off, int count, uint64_t seed, int *inputs,
+                       int *targets);
 /* With data.mixture_end: stop, whether the batch at `cursor` needs a
  * sequence some source no longer has (*name: that source's).  Always false
  * with wrap or without data.mixture. */
 bool sr_mix_exhausted(sr_mix *m, uint64_t cursor, uint64_t batch, const char **name);
-/* The batch at `cursor` was trained: the state moves past it. */
-void sr_mix_advance(sr_mix *m, uint64_t cursor, uint64_t batch);
+/* The batch at `cursor` was trained: the state moves past it.
+ * SR_ERR_INTERNAL when out of memory. */
+sr_status sr_mix_advance(sr_mix *m, uint64_t cursor, uint64_t batch);
 
 /* The state as checkpoints record it (n = 0 without data.mixture). */
 void sr_mix_state_get(const sr_mix *m, sr_mix_state *out);

@@ -307,8 +307,10 @@ static sr_status micro_batches(sr_run *r, int64_t s, double *loss_sum, sr_step_o
          * rank r takes the fixed slice r*mb*accum .. of it */
         uint64_t off = (uint64_t)(r->w->rank * rank_seqs) + (uint64_t)a * (uint64_t)r->mb;
         int *in = r->in + (size_t)a * r->mb * r->T, *tg = r->tg + (size_t)a * r->mb * r->T;
-        SR_TRACE_PHASE("data", sr_mix_batch(r->mix, r->cursor, (uint64_t)cfg->batch_size, off, r->mb,
-                                            (uint64_t)cfg->seed, in, tg));
+        SR_TRACE_PHASE("data", st = sr_mix_batch(r->mix, r->cursor, (uint64_t)cfg->batch_size, off, r->mb,
+                                                 (uint64_t)cfg->seed, in, tg));
+        if (st != SR_OK)
+            break;
         /* (the oracle reads this forward's logits: the two-op classifier) */
         SR_TRACE_PHASE("forward",
                        st = sr_fsdp_forward(r->fsdp, in, tg, r->mb, sr_oracle_on(r, s) ? 0.0f : (float)dloss));
@@ -369,7 +371,8 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
     st = micro_batches(r, s, &loss_sum, o);
     if ((st = sr_run_step_agree(r, s, loss_sum, &c, o, st)) != SR_OK || (st = optimize(r, s, &c, o)) != SR_OK)
         return st;
-    sr_mix_advance(r->mix, r->cursor, (uint64_t)r->cfg->batch_size);
+    if ((st = sr_mix_advance(r->mix, r->cursor, (uint64_t)r->cfg->batch_size)) != SR_OK)
+        return st;
     r->cursor += (uint64_t)r->cfg->batch_size;
     double tc = sr_clock_mono_s(), waited_after = (double)(r->dev->comm_wait_ns - c.comm1) / 1e9;
     r->iv_busy += tc - c.tb - waited_after;
