@@ -41,7 +41,7 @@ check "latest points to the newest checkpoint" test "$(readlink refck/latest)" =
 check "no temporary directory is left" sh -c "! ls -a refck | grep -q '^\.step_'"
 check "the lock file records host, pid and job" grep -q "^host .* pid [0-9]* job " refck/.lock
 M=refck/step_00000012/manifest.yaml
-for key in "format: shardrun-checkpoint" "version: 3" "arch: gpt2" "step: 12" "tokens: 3072" "cursor: 48" "seed: 1337" \
+for key in "format: shardrun-checkpoint" "version: 4" "arch: gpt2" "step: 12" "tokens: 3072" "cursor: 48" "seed: 1337" \
     "next_lr:" "size: 1" "mesh: {shard: 1, replicate: 1}" "hash: " "chunk_bytes: 4194304" \
     "name: shard_00000.bin" "train.lr:" "isa: " "{name: params, dtype: f32}" "{name: adam_m, dtype: f32}" \
     "{name: adam_v, dtype: f32}" "manifest_sha256: "; do

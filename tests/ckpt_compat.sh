@@ -29,5 +29,5 @@ check "final parameters equal the reference of the release that wrote it (per te
     test $? -eq 0 || diag "$(tail -3 cmp.txt)"
 diag "$(tail -1 cmp.txt)"
 "$S" ckpt inspect ck/step_00000006 >new.txt 2>&1
-check "the checkpoint it writes next is version 3" grep -q "version 3," new.txt
+check "the checkpoint it writes next is version 4" grep -q "version 4," new.txt
 done_testing

@@ -19,7 +19,7 @@ expect_status 64 "an unknown option is a usage error" "$S" train --frobnicate
 # the command table drives dispatch, --help and the options each command
 # takes: every usage line of --help is a command whose own --help works
 "$S" --help | sed -n 's/^\(usage:\)\{0,1\} *shardrun \([a-z][a-z]*\)\( \([a-z][a-z]*\)\)\{0,1\} .*/\2 \4/p' >"$T/cmds"
-check "--help lists the 15 usage lines of the 9 commands ($(wc -l <"$T/cmds"))" test "$(wc -l <"$T/cmds")" -eq 15
+check "--help lists the 16 usage lines of the 9 commands ($(wc -l <"$T/cmds"))" test "$(wc -l <"$T/cmds")" -eq 16
 bad=""
 while read -r cmd sub; do
     # shellcheck disable=SC2086
@@ -36,10 +36,10 @@ check "  ...names plan's options only (--gpus-per-node, not --prompt)" \
 expect_status 64 "help of an unknown command is 64" "$S" help trian
 check "  ...with a suggestion" grep -q "did you mean 'train'" "$T/err"
 expect_status 64 "ckpt alone is a usage error" "$S" ckpt
-check "  ...that lists its subcommands with their usage" sh -c "grep -q 'expected a subcommand: list, verify, inspect or export' '$T/err' &&
+check "  ...that lists its subcommands with their usage" sh -c "grep -q 'expected a subcommand: list, verify, inspect, show or export' '$T/err' &&
     grep -q 'shardrun ckpt export CKPT -o' '$T/err' && grep -q 'shardrun ckpt verify PATH' '$T/err'"
 expect_status 0 "ckpt --help prints the subcommands' usage" "$S" ckpt --help
-check "  ...every one" sh -c "[ \$(grep -c 'shardrun ckpt ' '$T/out') = 4 ]"
+check "  ...every one" sh -c "[ \$(grep -c 'shardrun ckpt ' '$T/out') = 5 ]"
 expect_status 64 "a mistyped command is 64" "$S" trian
 check "  ...suggesting the command" grep -q "unknown command 'trian'; did you mean 'train'" "$T/err"
 expect_status 64 "another tool's command word (fit)" "$S" fit job.yaml
