@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt_tools.h"
 #include "clock.h"
@@ -91,6 +92,8 @@ int cli_sample_option(cli *c, int x, const char *arg) {
     return 0;
 }
 
+_Static_assert(SR_MIX_MAX_SOURCES == 32 && SR_MIX_NAME_MAX == 48, "data prepare --name's messages say 32 and 48");
+
 /* One of `shardrun data prepare`'s own options into c->prepare. */
 int cli_prepare_option(cli *c, int x, const char *arg) {
     switch (x) {
@@ -107,8 +110,12 @@ int cli_prepare_option(cli *c, int x, const char *arg) {
     case X_PREFIX:
         c->prepare.prefix = arg;
         break;
-    case X_NAME:
-        c->prepare.name = arg; /* checked by sr_prepare */
+    case X_NAME: /* (checked by sr_prepare) a group: the inputs after it, up to the next --name */
+        if (c->nnames == SR_MIX_MAX_SOURCES)
+            return cli_usage_error("--name %s: one more source than data.mixture takes (32)", arg);
+        c->names[c->nnames] = arg;
+        c->name_first[c->nnames++] = c->nargs;
+        c->prepare.name = arg;
         break;
     case X_VAL_FRACTION: {
         char *end;
@@ -408,10 +415,41 @@ int cmd_data(const char *sub, const cli *c) {
     o.threads = c->sample.threads;
     o.seed = c->sample.seed;
     sr_prepare_result r;
-    sr_status st = sr_prepare(&o, c->args, c->nargs, &r);
-    if (st != SR_OK)
-        return cli_fail(st);
-    data_summary(&o, &r);
+    if (c->nnames <= 1) { /* one data set (one --name: every input is that source) */
+        sr_status st = sr_prepare(&o, c->args, c->nargs, &r);
+        if (st != SR_OK)
+            return cli_fail(st);
+        data_summary(&o, &r);
+        return 0;
+    }
+    /* --name groups: each a source of its own, one after the other, into
+     * the one directory; everything checked before the first is written */
+    if (c->name_first[0] > 0)
+        return cli_usage_error("data prepare: %s comes before the first --name (hint: each --name NAME is followed by "
+                               "its inputs)",
+                               c->args[0]);
+    for (int g = 0; g < c->nnames; g++) {
+        int end = g + 1 < c->nnames ? c->name_first[g + 1] : c->nargs;
+        if (end == c->name_first[g])
+            return cli_usage_error("data prepare: --name %s has no input (hint: --name NAME FILE...)", c->names[g]);
+        if (!sr_config_mixture_name_ok(c->names[g]))
+            return cli_usage_error("--name %s: expected 1 to 48 letters, digits, '_', '.' or '-'", c->names[g]);
+        for (int h = 0; h < g; h++)
+            if (strcmp(c->names[h], c->names[g]) == 0)
+                return cli_usage_error("data prepare: --name %s is given twice", c->names[g]);
+        for (int i = c->name_first[g]; i < end; i++)
+            if (access(c->args[i], R_OK) != 0)
+                return cli_fail(sr_error(SR_ERR_NOINPUT, "%s: cannot read the input of --name %s: %s", c->args[i],
+                                         c->names[g], strerror(errno)));
+    }
+    for (int g = 0; g < c->nnames; g++) {
+        int end = g + 1 < c->nnames ? c->name_first[g + 1] : c->nargs;
+        o.name = c->names[g];
+        sr_status st = sr_prepare(&o, c->args + c->name_first[g], end - c->name_first[g], &r);
+        if (st != SR_OK)
+            return cli_fail(g ? sr_error_wrap(st, "--name %s (the sources before it are written)", o.name) : st);
+        data_summary(&o, &r);
+    }
     return 0;
 }
 

@@ -79,7 +79,11 @@ typedef struct {
     sr_plan_opts plan;
     int format; /* --format: sr_export_format (SR_EXPORT_AUTO when not given) */
     sr_sample_opts sample;
-    sr_prepare_opts prepare;    /* data prepare's own options (--tokenizer, --threads: in sample) */
+    sr_prepare_opts prepare; /* data prepare's own options (--tokenizer, --threads: in sample) */
+    /* data prepare's --name groups: each name and the index in args of its
+     * first input (its inputs run to the next group's) */
+    const char *names[SR_MIX_MAX_SOURCES];
+    int name_first[SR_MIX_MAX_SOURCES], nnames;
     const char *given[X_COUNT]; /* each option given: its name for messages (option_brief), NULL: not given */
     int order[X_COUNT];         /* the argv index just after its first use */
     char **args;                /* positional arguments after the command words */

@@ -171,8 +171,9 @@ static int unknown_option(const char *given) {
 }
 
 /* getopt_long's tables from the option table. */
-static void getopt_tables(struct option longopts[X_COUNT + 1], char shortopts[2 * X_COUNT + 2]) {
+static void getopt_tables(struct option longopts[X_COUNT + 1], char shortopts[2 * X_COUNT + 3]) {
     size_t ns = 0;
+    shortopts[ns++] = '-'; /* positional arguments in order (data prepare's --name groups) */
     shortopts[ns++] = ':';
     for (int x = 0; x < X_COUNT; x++) {
         longopts[x] = (struct option){cli_options[x].name, cli_options[x].arg ? required_argument : no_argument, NULL,
@@ -290,7 +291,7 @@ int cli_parse_options(int argc, char **argv, cli *c) {
         return cli_fail(sr_error_oom("the command line"));
     c->sample = (sr_sample_opts){NULL, NULL, 256, 0.8, 40, 1, NULL, 0, false};
     struct option longopts[X_COUNT + 1];
-    char shortopts[2 * X_COUNT + 2];
+    char shortopts[2 * X_COUNT + 3];
     getopt_tables(longopts, shortopts);
     optind = 1;
     opterr = 0;
@@ -298,6 +299,10 @@ int cli_parse_options(int argc, char **argv, cli *c) {
     while ((ch = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
         if (ch == ':')
             return cli_usage_error("option '%s' needs an argument", argv[optind - 1]);
+        if (ch == 1) { /* a positional argument, where it stands */
+            c->args[c->nargs++] = optarg;
+            continue;
+        }
         int x = -1;
         for (int k = 0; k < X_COUNT && x < 0; k++)
             if (ch == (cli_options[k].letter ? cli_options[k].letter : OPT_LONG_BASE + k))

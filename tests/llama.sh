@@ -2,7 +2,7 @@
 # llama.sh — the Llama family (model.arch: llama) end to end on the CPU.
 #
 # 1. A small llama-tiny trains (the loss falls), its checkpoint records
-#    manifest version 3 with the family, samples as the full forward's
+#    manifest version 4 with the family, samples as the full forward's
 #    greedy argmax (the key/value cache), resumes bitwise, and is refused by
 #    a GPT-2 job (65) naming both models; keys that would be ignored (a
 #    Llama key on a gpt2 job, n_kv_head not dividing n_head) are refused
@@ -53,8 +53,8 @@ check "llama-tiny trains 8 steps (loss $first -> $final)" \
 check "the start line names the family and its dims" \
     grep -q "model custom (llama-tiny with n_layer, n_embd, seq_len changed): llama, n_layer 2, n_head 4, n_embd 64, vocab_size 256, seq_len 64, n_kv_head 2, ffn_dim 704, tied" ref.err
 M=refck/step_00000008/manifest.yaml
-check "the manifest is version 3 and records the family and its keys" \
-    sh -c "grep -q '^version: 3' $M && grep -q '  arch: llama' $M && grep -q '  n_kv_head: 2' $M && grep -q '  ffn_dim: 704' $M && grep -q '  tie_embeddings: true' $M && grep -q '  norm_eps: 1e-05' $M && grep -q '  rope_theta: 10000' $M"
+check "the manifest is version 4 and records the family and its keys" \
+    sh -c "grep -q '^version: 4' $M && grep -q '  arch: llama' $M && grep -q '  n_kv_head: 2' $M && grep -q '  ffn_dim: 704' $M && grep -q '  tie_embeddings: true' $M && grep -q '  norm_eps: 1e-05' $M && grep -q '  rope_theta: 10000' $M"
 "$S" ckpt inspect refck/step_00000008 >inspect.out 2>&1
 check "ckpt inspect names the family" grep -q "model        llama, n_layer 2, n_head 4, n_embd 64" inspect.out
 run resumed --set checkpoint.dir="$T/refck" --set checkpoint.resume="$T/refck/step_00000004" \

@@ -21,15 +21,18 @@ cd "$T" || exit 99
 awk 'BEGIN { for (i = 0; i < 1500; i++) printf "web page %d says hello to the world wide web\n", i }' >web.txt
 awk 'BEGIN { for (i = 0; i < 900; i++) printf "def f%d(x): return x * %d + 1\n", i, i }' >code.txt
 awk 'BEGIN { for (i = 0; i < 81; i++) printf "small line %04d\n", i }' >small.txt # 1296 bytes
-"$S" data prepare -o mix/ --name web web.txt >p1.out 2>p1.err &&
-    "$S" data prepare -o mix/ --name code --val-tokens 2000 code.txt >p2.out 2>p2.err &&
+# two input groups in one command, then a third source added to the directory
+"$S" data prepare -o mix/ --val-tokens 2000 --name web web.txt --name code code.txt >p1.out 2>p1.err &&
     "$S" data prepare -o mix/ --name small small.txt >p3.out 2>p3.err
 rc=$?
-check "data prepare --name writes three sources into mix/ (status $rc)" \
+check "data prepare --name writes two groups, then a third source, into mix/ (status $rc)" \
     sh -c "[ $rc -eq 0 ] && [ -f mix/web_train_000001.bin ] && [ -f mix/code_val_000000.bin ] && [ -f mix/small_train_000001.bin ]" ||
-    diag "$(cat p1.err p2.err p3.err)"
+    diag "$(cat p1.err p3.err)"
 check "  ...index.json lists each source and each shard's source" \
-    sh -c "grep -q '\"sources\"' mix/index.json && [ \$(grep -c '\"source\": \"web\"' mix/index.json) -eq 1 ] && [ \$(grep -c '\"source\": \"code\"' mix/index.json) -eq 2 ]"
+    sh -c "grep -q '\"sources\"' mix/index.json && [ \$(grep -c '\"source\": \"web\"' mix/index.json) -eq 2 ] && [ \$(grep -c '\"source\": \"small\"' mix/index.json) -eq 1 ]"
+"$S" data prepare -o mix2/ --name a web.txt --name b >p5.out 2>p5.err
+rc=$?
+check "  ...a --name with no input is a usage error (64) and writes nothing" sh -c "[ $rc -eq 64 ] && [ ! -e mix2 ]"
 check "  ...the summary prints the data.mixture of every source" \
     grep -q "data.mixture=\[{name: web, train: mix, weight: 1}, {name: code, train: mix, weight: 1}, {name: small, train: mix, weight: 1}\]" p3.err
 "$S" data prepare -o mix/ --name web web.txt >p4.out 2>p4.err

@@ -197,8 +197,8 @@ static void test_refusals(const char *text) {
     free(flip);
     /* behind the checksum */
     refused(text, "format: shardrun-checkpoint", "format: other", "format: expected", "another format");
-    refused(text, "version: 3", "version: 4", "version 4 is not supported", "a newer version");
-    refused(text, "version: 3", "version: 0", "not supported", "version 0");
+    refused(text, "version: 4", "version: 5", "version 5 is not supported", "a newer version");
+    refused(text, "version: 4", "version: 0", "not supported", "version 0");
     refused(text, "arch: gpt2", "arch: mamba", "arch 'mamba' is not a family", "an unknown family");
     refused(text, "step: 12", "step: -1", "expected an integer", "a negative step");
     refused(text, "step: 12", "stop: 12", "expected key 'step'", "a missing step");
@@ -231,7 +231,7 @@ static void test_refusals(const char *text) {
 /* A version-1 manifest: the state list is bare names, no ISA level, no
  * family. */
 static void test_version1(const char *text) {
-    char *a0 = replace(text, "version: 3", "version: 1");
+    char *a0 = replace(text, "version: 4", "version: 1");
     char *a = a0 ? replace(a0, "  arch: gpt2\n", "") : NULL;
     free(a0);
     char *b =
