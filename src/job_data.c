@@ -134,6 +134,34 @@ static sr_status index_shards(const sr_config *cfg, const char *key, const char 
     return SR_OK;
 }
 
+/* The first data prepare directory's tokenizer: its fingerprint ("bytes":
+ * none) and what names it, and the directory. */
+typedef struct {
+    char dir[4096], sha[65], what[4200];
+} index_tok;
+
+/* Every training directory's data in one tokenizer's ids (a mixture's
+ * sources): DIR's index against the first one's (*first, filled by it). */
+static sr_status same_tokenizer(const sr_config *cfg, const char *key, const char *dir, json_t *root,
+                                index_tok *first) {
+    json_t *t = json_object_get(root, "tokenizer");
+    const char *sha = json_string_value(json_object_get(t, "sha256"));
+    const char *path = json_string_value(json_object_get(t, "path"));
+    const char *mine = json_is_object(t) && sha ? sha : "bytes";
+    const char *what = json_is_object(t) && path ? path : "no tokenizer";
+    if (first->dir[0] && strcmp(first->sha, mine) != 0)
+        return at(cfg, SR_ERR_DATA, key,
+                  "%s/index.json's data is in the ids of %s (%.12s), %s/index.json's in those of %s (%.12s): one run "
+                  "reads one tokenizer's ids (hint: prepare every source with the same --tokenizer)",
+                  dir, what, mine, first->dir, first->what, first->sha);
+    if (!first->dir[0]) {
+        sr_fmt(first->dir, sizeof first->dir, "%s", dir);
+        sr_fmt(first->sha, sizeof first->sha, "%s", mine);
+        sr_fmt(first->what, sizeof first->what, "%s", what);
+    }
+    return SR_OK;
+}
+
 /* DIR's tokenizer as data.tokenizer, when it is unset: the file index.json
  * names, loaded and compared with the SHA-256 it records (not `check`ing:
  * named, not read).  A data.tokenizer the job sets is compared too: a
@@ -189,7 +217,7 @@ static sr_status index_tokenizer(sr_config *cfg, const char *key, const char *di
  * give an unset data.val their validation shards (*val) and an unset
  * data.tokenizer their tokenizer. */
 static sr_status expand(sr_config *cfg, const char *key, sr_strlist *paths, const char *split, const char *source,
-                        list *val, bool check) {
+                        list *val, bool check, index_tok *first) {
     bool any = false;
     for (int i = 0; i < paths->count && !any; i++)
         any = is_dir(paths->items[i]);
@@ -209,6 +237,8 @@ static sr_status expand(sr_config *cfg, const char *key, sr_strlist *paths, cons
             st = index_shards(cfg, key, p, root, split, source, &out);
         if (st == SR_OK && val)
             st = index_shards(cfg, key, p, root, "val", source, val);
+        if (st == SR_OK && first)
+            st = same_tokenizer(cfg, key, p, root, first);
         if (st == SR_OK && val)
             st = index_tokenizer(cfg, key, p, root, check);
         json_decref(root);
@@ -311,12 +341,16 @@ sr_status sr_job_resolve_data(sr_config *cfg, bool check) {
                   "a mixture lists every source, with its weight, in data.mixture)");
     list val = {0};
     bool val_unset = cfg->data_val.count == 0;
-    sr_status st = expand(cfg, "data.train", &cfg->data_train, "train", NULL, val_unset ? &val : NULL, check);
+    index_tok *first = sr_calloc(1, sizeof *first);
+    if (!first)
+        return sr_error_oom("the data keys");
+    sr_status st = expand(cfg, "data.train", &cfg->data_train, "train", NULL, val_unset ? &val : NULL, check, first);
     /* each source's directories: its shards (of its name, where the index
      * lists sources), and its validation shards for an unset data.val */
     for (int k = 0; st == SR_OK && k < cfg->data_mixture.count; k++)
         st = expand(cfg, "data.mixture", &cfg->data_mixture.src[k].train, "train", cfg->data_mixture.src[k].name,
-                    val_unset ? &val : NULL, check);
+                    val_unset ? &val : NULL, check, first);
+    free(first);
     if (st == SR_OK && val_unset && val.count) {
         free(cfg->data_val.items); /* (an empty list may hold its array) */
         cfg->data_val.items = val.items;
@@ -325,6 +359,6 @@ sr_status sr_job_resolve_data(sr_config *cfg, bool check) {
     }
     list_free(&val);
     if (st == SR_OK)
-        st = expand(cfg, "data.val", &cfg->data_val, "val", NULL, NULL, check);
+        st = expand(cfg, "data.val", &cfg->data_val, "val", NULL, NULL, check, NULL);
     return st == SR_OK ? tokenizer_vocab(cfg, check) : st;
 }

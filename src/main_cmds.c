@@ -428,6 +428,10 @@ int cmd_data(const char *sub, const cli *c) {
         return cli_usage_error("data prepare: %s comes before the first --name (hint: each --name NAME is followed by "
                                "its inputs)",
                                c->args[0]);
+    if (o.prefix)
+        return cli_usage_error("data prepare: --prefix %s with several --name groups would give every source the same "
+                               "shard names (hint: leave --prefix out: each source's shards take its name)",
+                               o.prefix);
     for (int g = 0; g < c->nnames; g++) {
         int end = g + 1 < c->nnames ? c->name_first[g + 1] : c->nargs;
         if (end == c->name_first[g])
@@ -437,10 +441,10 @@ int cmd_data(const char *sub, const cli *c) {
         for (int h = 0; h < g; h++)
             if (strcmp(c->names[h], c->names[g]) == 0)
                 return cli_usage_error("data prepare: --name %s is given twice", c->names[g]);
-        for (int i = c->name_first[g]; i < end; i++)
-            if (access(c->args[i], R_OK) != 0)
-                return cli_fail(sr_error(SR_ERR_NOINPUT, "%s: cannot read the input of --name %s: %s", c->args[i],
-                                         c->names[g], strerror(errno)));
+        o.name = c->names[g];
+        sr_status st = sr_prepare_check(&o, c->args + c->name_first[g], end - c->name_first[g]);
+        if (st != SR_OK)
+            return cli_fail(sr_error_wrap(st, "--name %s (nothing written)", o.name));
     }
     for (int g = 0; g < c->nnames; g++) {
         int end = g + 1 < c->nnames ? c->name_first[g + 1] : c->nargs;

@@ -1,4 +1,4 @@
-/* manifest.c — rendering (libyaml man_emitter) and parsing (libyaml document)
+/* manifest.c — rendering (libyaml emitter) and parsing (libyaml document)
  * of checkpoint manifests; see manifest.h and shardrun-checkpoint(5). */
 #include "srconfig.h"
 
@@ -351,7 +351,7 @@ sr_status sr_manifest_render(const sr_manifest *mf, const sr_model *model, const
     membuf mb = {0};
     man_emitter e = {.ok = true};
     if (!yaml_emitter_initialize(&e.em))
-        return sr_error_oom("the manifest man_emitter");
+        return sr_error_oom("the manifest emitter");
     yaml_emitter_set_output(&e.em, membuf_write, &mb);
     yaml_emitter_set_width(&e.em, 120);
     yaml_emitter_set_unicode(&e.em, 1);
@@ -541,13 +541,21 @@ static sr_status parse_header(man_pctx *p, yaml_node_t *root, sr_manifest *mf) {
 }
 
 static sr_status parse_progress(man_pctx *p, yaml_node_t *root, sr_manifest *mf) {
-    yaml_node_t *mix = mf->version >= 4 ? man_mget(p, man_mget(p, root, "data"), "mixture") : NULL;
-    if (mix) {
-        sr_status mst = man_parse_mixture(p, mix, &mf->mix);
-        if (mst != SR_OK)
-            return mst;
-    }
     sr_status st = man_get_u64(p, man_mget(p, root, "data"), "cursor", UINT64_MAX, &mf->cursor);
+    yaml_node_t *mix = mf->version >= 4 ? man_mget(p, man_mget(p, root, "data"), "mixture") : NULL;
+    if (st == SR_OK && mix && (st = man_parse_mixture(p, mix, &mf->mix)) == SR_OK) {
+        /* the schedule's invariant: what the sources fed since the origin is
+         * what the global cursor moved since */
+        uint64_t fed = 0;
+        for (int k = 0; k < mf->mix.n; k++)
+            fed += mf->mix.src[k].cursor - mf->mix.src[k].base;
+        if (mf->mix.origin > mf->cursor || fed != mf->cursor - mf->mix.origin)
+            return man_perr(p, mix,
+                            "data.mixture: the sources fed %llu sequences since the origin %llu, but the cursor moved "
+                            "%llu (a damaged manifest)",
+                            (unsigned long long)fed, (unsigned long long)mf->mix.origin,
+                            (unsigned long long)(mf->mix.origin > mf->cursor ? 0 : mf->cursor - mf->mix.origin));
+    }
     if (st == SR_OK)
         st = man_get_u64(p, man_mget(p, root, "rng"), "seed", UINT64_MAX, &mf->seed);
     if (st != SR_OK)

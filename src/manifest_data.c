@@ -101,9 +101,16 @@ sr_status man_parse_mixture(man_pctx *p, yaml_node_t *mix, sr_mix_state *m) {
             st = man_get_u64(p, it, "base", m->src[i].cursor, &m->src[i].base);
         if (st == SR_OK)
             st = man_get_dbl(p, it, "weight", &m->src[i].weight);
-        if (st == SR_OK && !(m->src[i].weight > 0))
+        if (st == SR_OK && !(m->src[i].weight > 0 && m->src[i].weight <= 1e9))
             st = man_perr(p, man_mget(p, it, "weight"), "data.mixture: source %s: weight: expected a number > 0",
                           m->src[i].name);
+        if (st == SR_OK && !sr_config_mixture_name_ok(m->src[i].name))
+            st = man_perr(p, man_mget(p, it, "name"), "data.mixture: a source's name '%.60s' is not one a job can give",
+                          m->src[i].name);
+        for (size_t j = 0; st == SR_OK && j < i; j++)
+            if (strcmp(m->src[j].name, m->src[i].name) == 0)
+                st = man_perr(p, man_mget(p, it, "name"), "data.mixture: the source %s is listed twice",
+                              m->src[i].name);
         m->n = (int)i + 1;
     }
     for (size_t i = 0; hist && i < man_seq_len(hist) && st == SR_OK; i++) {

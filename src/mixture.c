@@ -164,7 +164,7 @@ void sr_mix_resume(sr_mix *m, int64_t step, uint64_t cursor, const sr_mix_state 
         return;
     sr_mix_state *s = &m->st;
     bool same = prior->n == s->n;
-    char change[1024];
+    char change[SR_MIX_MAX_SOURCES * (2 * SR_MIX_NAME_MAX + 48)];
     sr_line l = sr_line_on(change, sizeof change);
     for (int k = 0; k < s->n; k++) {
         int j = find(prior, s->src[k].name);
@@ -190,11 +190,12 @@ void sr_mix_resume(sr_mix *m, int64_t step, uint64_t cursor, const sr_mix_state 
         s->origin = prior->origin;
         return;
     }
-    if (prior->n == 0)
+    bool say = sr_log_rank() <= 0; /* rank 0 says it */
+    if (say && prior->n == 0)
         sr_log_warn("data.mixture: the checkpoint of step %lld trained on one source (data.train); the mixture "
                     "starts at its cursor %llu, each source from its start",
                     (long long)step, (unsigned long long)cursor);
-    else
+    else if (say)
         sr_log_warn("data.mixture: the weights changed since the checkpoint of step %lld (%s): each source continues "
                     "from its cursor under the new weights, the schedule anew from global cursor %llu (the manifest "
                     "keeps the history)",

@@ -468,8 +468,9 @@ static void progress(prep_run *x, bool final) {
 
 /* ------------------------------------------------------------------------ */
 
-/* A directory that already holds index.json or this prefix's shards. */
-static bool holds_data_set(const char *dir, const char *prefix, char *what, size_t n) {
+/* A directory that already holds index.json (unless `joining`: a set of
+ * named sources this one joins) or this prefix's shards. */
+static bool holds_data_set(const char *dir, const char *prefix, bool joining, char *what, size_t n) {
     DIR *d = opendir(dir);
     if (!d)
         return false;
@@ -477,7 +478,7 @@ static bool holds_data_set(const char *dir, const char *prefix, char *what, size
     size_t pl = strlen(prefix);
     bool found = false;
     while (!found && (e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, "index.json") == 0 ||
+        if ((!joining && strcmp(e->d_name, "index.json") == 0) ||
             (strncmp(e->d_name, prefix, pl) == 0 &&
              (strncmp(e->d_name + pl, "_train_", 7) == 0 || strncmp(e->d_name + pl, "_val_", 5) == 0))) {
             sr_fmt(what, n, "%s", e->d_name);
@@ -597,6 +598,12 @@ static sr_status prior_sources(prep_run *x, bool *joined) {
                         "another -o for --name %s)",
                         path, x->o->name);
     }
+    if (json_array_size(srcs) >= SR_MIX_MAX_SOURCES) {
+        json_decref(root);
+        return sr_error(SR_ERR_CANTCREAT,
+                        "%s: already lists %d sources, the most a data.mixture takes (hint: another -o)", path,
+                        SR_MIX_MAX_SOURCES);
+    }
     size_t i;
     json_t *e;
     json_array_foreach(srcs, i, e) {
@@ -628,20 +635,40 @@ static sr_status prior_sources(prep_run *x, bool *joined) {
 
 /* The output directory exists and holds no data set of this prefix (with
  * --name, its index.json may list other sources). */
-static sr_status check_outdir(prep_run *x) {
+static sr_status check_outdir(prep_run *x, bool create) {
     char what[300];
-    if (sr_fsio_mkdir_p(x->outdir) != 0)
+    if (!create && access(x->outdir, F_OK) != 0)
+        return SR_OK; /* (to be created) */
+    if (create && sr_fsio_mkdir_p(x->outdir) != 0)
         return sr_error(SR_ERR_CANTCREAT, "%s: cannot create the output directory: %s", x->outdir, strerror(errno));
     bool joined = false;
     sr_status st = x->o->name ? prior_sources(x, &joined) : SR_OK;
     if (st != SR_OK)
         return st;
-    if (holds_data_set(x->outdir, x->prefix, what, sizeof what) && !(joined && strcmp(what, "index.json") == 0))
+    if (holds_data_set(x->outdir, x->prefix, joined, what, sizeof what))
         return sr_error(SR_ERR_CANTCREAT,
                         "%s: already holds a prepared data set (%s) (hint: another -o or --prefix, or remove it "
                         "first)",
                         x->outdir, what);
     return SR_OK;
+}
+
+sr_status sr_prepare_check(const sr_prepare_opts *o, char *const *files, int nfiles) {
+    sr_prepare_result r;
+    memset(&r, 0, sizeof r);
+    prep_run x = {.o = o, .files = files, .nfiles = nfiles, .r = &r, .doc_id = -1, .tok_bytes = 2, .vocab = 256};
+    sr_status st = nfiles < 1 ? sr_error(SR_ERR_USAGE, "data prepare: expected at least one input FILE") : SR_OK;
+    if (st == SR_OK)
+        st = resolve_output(&x);
+    if (st == SR_OK)
+        st = check_inputs(&x);
+    if (st == SR_OK && o->tokenizer)
+        st = load_tokenizer(&x);
+    if (st == SR_OK && x.dir)
+        st = check_outdir(&x, false);
+    json_decref(x.prior);
+    sr_tokenizer_free(x.tok);
+    return st;
 }
 
 /* Reads, encodes (nw workers) and writes batch after batch to the end. */
@@ -712,7 +739,7 @@ sr_status sr_prepare(const sr_prepare_opts *o, char *const *files, int nfiles, s
         return st;
     }
     if (x.dir)
-        st = check_outdir(&x);
+        st = check_outdir(&x, true);
     int nw = o->threads > 0 ? o->threads : default_threads();
     if (nw > 256)
         nw = 256;

@@ -87,4 +87,10 @@ typedef struct {
  * A progress line on a terminal (stderr), and a summary line at the end. */
 sr_status sr_prepare(const sr_prepare_opts *o, char *const *files, int nfiles, sr_prepare_result *r);
 
+/* What sr_prepare checks before it writes anything (the options, every
+ * input, the tokenizer, the output directory and, with o->name, the sources
+ * its index.json lists), writing nothing and creating no directory: data
+ * prepare's --name groups check every group first. */
+sr_status sr_prepare_check(const sr_prepare_opts *o, char *const *files, int nfiles);
+
 #endif

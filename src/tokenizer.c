@@ -139,10 +139,10 @@ static sr_status grow_ids(sr_tokenizer *t, uint32_t n) {
     if (n <= t->vocab)
         return SR_OK;
     if (n > t->id_cap) {
-        /* doubled, at least n, and past SR_TOK_MAX_ID + 1 only for n (the
-         * specials tiktoken adds after the ranks) */
+        /* doubled up to SR_TOK_MAX_ID + 1 (2^24), at least n; past it only
+         * n itself (the specials tiktoken adds after the ranks) */
         uint32_t cap = t->id_cap < 1024 ? 1024 : t->id_cap;
-        while (cap < n && cap <= SR_TOK_MAX_ID / 2)
+        while (cap < n && cap <= (SR_TOK_MAX_ID + 1u) / 2)
             cap *= 2;
         if (cap < n)
             cap = n;

@@ -428,7 +428,8 @@ static sr_status evaluate(sr_run *r, double *out, bool *interrupted) {
 
 static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code) {
     const sr_config *cfg = r->cfg;
-    bool last = s + 1 == cfg->steps;
+    const char *gone; /* (the last step a data.mixture source can feed is the last too) */
+    bool last = s + 1 == cfg->steps || sr_mix_exhausted(r->mix, r->cursor, (uint64_t)cfg->batch_size, &gone);
     bool evaluated = false;
     if (!o->stop && r->val && cfg->eval_every > 0 && ((s + 1) % cfg->eval_every == 0 || last)) {
         bool interrupted = false;
@@ -447,9 +448,9 @@ static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code
         }
     }
     /* logged steps, and the step a preemption stops at (its record ends the interval) */
-    sr_status lst = sr_run_log_due(r, s) || (o->stop && !last) ? sr_run_log_step(r, s, o, evaluated)
-                    : evaluated                                ? sr_run_log_eval(r, s, o)
-                                                               : SR_OK;
+    sr_status lst = sr_run_log_due(r, s) || last || o->stop ? sr_run_log_step(r, s, o, evaluated)
+                    : evaluated                             ? sr_run_log_eval(r, s, o)
+                                                            : SR_OK;
     if (lst != SR_OK)
         return lst;
     if (!o->stop && cfg->log_sample_every > 0 && (s + 1) % cfg->log_sample_every == 0) {

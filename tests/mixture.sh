@@ -123,13 +123,29 @@ rm -rf mix && mv mix.keep mix
 
 # a source that runs out: stop and wrap (small: 40 sequences, a third of each batch of 12)
 MIX4='data.mixture=[{name: web, train: mix, weight: 2}, {name: small, train: mix, weight: 1}]'
-train stop 1 stop --set "$MIX4" --set data.mixture_end=stop --set train.steps=20
+train stop 1 stop --set "$MIX4" --set data.mixture_end=stop --set train.steps=20 --set train.eval_every=100 --set log.every=3
 check "mixture_end stop: status 0 and 'source small exhausted at step 11' (4 of each 12: 10 steps fed)" \
     sh -c "[ $rc -eq 0 ] && grep -q 'source small exhausted at step 11' stop.err && grep -q 'done: 10 steps' stop.err && [ -d stop/step_00000010 ] && [ ! -d stop/step_00000011 ]" ||
     diag "$(tail -3 stop.err)"
+check "  ...its last step is the run's last: evaluated and logged (the metrics record of step 10)" \
+    sh -c "grep -q 'step 10: val_loss' stop.err && grep -q '\"step\":10,\"loss\"' stop.jsonl"
 train wrap 1 wrap --set "$MIX4" --set train.steps=12
 check "mixture_end wrap (the default): the run goes on, small's epoch counted (48 sequences of 40: epoch 1)" \
     sh -c "[ $rc -eq 0 ] && '$S' ckpt show wrap/step_00000012 | grep -q 'source small  *cursor 48 sequences (1536 tokens), epoch 1'"
+
+# a source in another tokenizer's ids: refused (65) naming both directories
+i=0
+: >ranks.tiktoken
+while [ $i -lt 256 ]; do # a rank file of the 256 bytes
+    printf '%b' "\\0$(printf %03o $i)" | base64 | tr -d '\n' >>ranks.tiktoken
+    printf ' %d\n' $i >>ranks.tiktoken
+    i=$((i + 1))
+done
+"$S" data prepare --tokenizer gpt2:ranks.tiktoken -o tok/ --name bpe small.txt >tok.out 2>tok.err
+train tokmix 1 tokmix --set 'data.mixture=[{name: web, train: mix, weight: 1}, {name: bpe, train: tok, weight: 1}]'
+check "sources prepared with different tokenizers are refused (65), naming both" \
+    sh -c "[ $rc -eq 65 ] && grep -q \"tok/index.json's data is in the ids of gpt2:.*ranks.tiktoken .*mix/index.json's in those of no tokenizer\" tokmix.err" ||
+    diag "$(tail -2 tok.err tokmix.err)"
 
 # bad values: 78 naming the place
 bad() { # NAME EXPECTED-TEXT YAML-DATA-BLOCK
