@@ -109,8 +109,8 @@ sr_status man_parse_mixture(man_pctx *p, yaml_node_t *mix, sr_mix_state *m) {
                           m->src[i].name);
         for (size_t j = 0; st == SR_OK && j < i; j++)
             if (strcmp(m->src[j].name, m->src[i].name) == 0)
-                st = man_perr(p, man_mget(p, it, "name"), "data.mixture: the source %s is listed twice",
-                              m->src[i].name);
+                st =
+                    man_perr(p, man_mget(p, it, "name"), "data.mixture: the source %s is listed twice", m->src[i].name);
         m->n = (int)i + 1;
     }
     for (size_t i = 0; hist && i < man_seq_len(hist) && st == SR_OK; i++) {
