@@ -103,6 +103,8 @@ int main(void) {
            "over 10,000 sequences every source's share is its weight's within 0.5%%");
     tap_ok(st.src[0].epoch == 5000 / 500 && st.src[2].epoch == 2000 / 200,
            "wrap: each source's epoch is its cursor over its windows (web 10, math 10)");
+    sr_mix_close(m);
+    sr_config_free(&cfg);
     /* at every point of the run, for uneven weight sets too: within two
      * sequences of each source's share */
     const char *sets[] = {"5 3 2", "1 1 1 5 5 5", "0.1 10 1 0.1 0.5 1 5 3", "1 100"};
