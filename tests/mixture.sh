@@ -111,6 +111,10 @@ check "  ...with data.allow_changed it resumes, the new source from its start (4
     sh -c "[ $rc -eq 0 ] && '$S' ckpt show a/step_00000008 | grep -q 'source small  *cursor 9 sequences'" ||
     diag "$(tail -2 add2.err)" "$(show a/step_00000008 | grep source)"
 
+train rm 1 a --set 'data.mixture=[{name: web, train: mix, weight: 1}]' --set checkpoint.resume="$T/ref/step_00000004"
+check "  ...and a source removed too (78, naming it)" \
+    sh -c "[ $rc -eq 78 ] && grep -q 'a data.mixture source was removed: code' rm.err"
+
 # a source's shard changed: the refusal names the source
 mkdir c && cp -a ref/step_00000004 c/ && cp -a mix mix.keep
 awk 'BEGIN { for (i = 0; i < 900; i++) printf "def g%d(y): return y - %d\n", i, i }' >code2.txt
