@@ -22,8 +22,7 @@
 typedef struct {
     const char *name; /* the config's ("" for data.train) */
     sr_data *data;
-    double share;  /* weight / the sum */
-    uint64_t seed; /* train.seed mixed with the name (set by sr_mix_batch) */
+    double share; /* weight / the sum */
 } source;
 
 struct sr_mix {
