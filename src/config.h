@@ -55,6 +55,19 @@ typedef struct {
     int count;
 } sr_mixture;
 
+/* data.val: the validation sets.  A list (or one path) is one set without
+ * a name; a mapping {NAME: paths} names each (val_loss/NAME in the
+ * metrics).  count 0: unset. */
+#define SR_VAL_MAX_SETS 16
+typedef struct {
+    char *name;       /* NULL: the unnamed set of the list form */
+    sr_strlist paths; /* as data.train takes them */
+} sr_valset;
+typedef struct {
+    sr_valset *set;
+    int count;
+} sr_valsets;
+
 /* Whether `s` is a valid data.mixture source name: 1 to SR_MIX_NAME_MAX
  * letters, digits, '_', '.' or '-' (data prepare --name checks the same). */
 bool sr_config_mixture_name_ok(const char *s);
@@ -79,7 +92,9 @@ typedef struct {
     double min_lr, weight_decay, beta1, beta2, eps, grad_clip;
     int64_t seed, eval_every, eval_batches;
     /* data */
-    sr_strlist data_train, data_val;
+    sr_strlist data_train;
+    sr_strlist eval_tasks; /* train.eval_tasks */
+    sr_valsets data_val;
     sr_mixture data_mixture;
     int64_t data_mixture_end;
     bool data_embedded_any_vocab;

@@ -15,7 +15,7 @@
 #include "family.h"
 #include "status.h"
 
-typedef enum { T_INT, T_FLOAT, T_BOOL, T_STR, T_ENUM, T_RESHARD, T_STRLIST, T_SIGLIST, T_MIXTURE } key_type;
+typedef enum { T_INT, T_FLOAT, T_BOOL, T_STR, T_ENUM, T_RESHARD, T_STRLIST, T_SIGLIST, T_MIXTURE, T_VALSETS } key_type;
 
 typedef struct {
     const char *key; /* dotted path */

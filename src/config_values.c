@@ -445,6 +445,82 @@ static sr_status set_mixture(const leaf *l) {
     return SR_OK;
 }
 
+/* data.val: a path or a list (one unnamed set), or {NAME: paths, ...}. */
+static void free_valsets(void *f) {
+    sr_valsets *v = f;
+    for (int i = 0; i < v->count; i++) {
+        free(v->set[i].name);
+        cfg_strlist_free(&v->set[i].paths);
+    }
+    free(v->set);
+    v->set = NULL;
+    v->count = 0;
+}
+
+/* paths as data.train takes them, through the list type's own parser */
+static sr_status valset_paths(const leaf *l, yaml_node_t *node, sr_strlist *out) {
+    sr_key tk = {l->k->key, T_STRLIST, offsetof(sr_config, data_train), NULL, 0, 0, NULL, NULL};
+    sr_config scratch = {0};
+    leaf tl = {&scratch, &tk, l->doc, node, l->ctx};
+    sr_status st = set_list(&tl);
+    *out = scratch.data_train;
+    return st;
+}
+
+static sr_status set_valsets(const leaf *l) {
+    yaml_node_t *node = l->node;
+    const char *key = l->k->key;
+    sr_valsets v = {sr_calloc(SR_VAL_MAX_SETS + 1, sizeof *v.set), 0};
+    if (!v.set)
+        return sr_error_oom("data.val");
+    sr_status st = SR_OK;
+    if (node->type != YAML_MAPPING_NODE) { /* the list form: one set without a name */
+        sr_strlist paths;
+        if ((st = valset_paths(l, node, &paths)) == SR_OK && paths.count)
+            v.set[v.count++].paths = paths;
+        else
+            cfg_strlist_free(&paths);
+    }
+    for (yaml_node_pair_t *pr = node->type == YAML_MAPPING_NODE ? node->data.mapping.pairs.start : NULL;
+         st == SR_OK && pr && pr < node->data.mapping.pairs.top; pr++) {
+        yaml_node_t *k = yaml_document_get_node(l->doc, pr->key), *val = yaml_document_get_node(l->doc, pr->value);
+        const char *ks = k && k->type == YAML_SCALAR_NODE ? cfg_scalar_text(k) : "";
+        if (!k || k->type != YAML_SCALAR_NODE || !sr_config_mixture_name_ok(ks)) {
+            st = cfg_error_at(l->ctx, k ? k->start_mark : node->start_mark,
+                              "%s: set name '%.80s': expected 1 to %d letters, digits, '_', '.' or '-' (it names the "
+                              "set's loss, val_loss/NAME)",
+                              key, ks, SR_MIX_NAME_MAX);
+            break;
+        }
+        for (int j = 0; st == SR_OK && j < v.count; j++)
+            if (strcmp(v.set[j].name, ks) == 0)
+                st = cfg_error_at(l->ctx, k->start_mark, "%s: the set '%s' is given twice; expected unique names",
+                                  key, ks);
+        if (st == SR_OK && v.count == SR_VAL_MAX_SETS)
+            st = cfg_error_at(l->ctx, k->start_mark, "%s: more than %d validation sets", key, SR_VAL_MAX_SETS);
+        sr_strlist paths = {0};
+        if (st == SR_OK && (st = valset_paths(l, val, &paths)) == SR_OK && paths.count == 0)
+            st = cfg_error_at(l->ctx, val->start_mark,
+                              "%s: the set '%s' is empty; expected shards, a glob or a data prepare directory", key,
+                              ks);
+        if (st == SR_OK) {
+            v.set[v.count].paths = paths;
+            if (!(v.set[v.count++].name = sr_strdup(ks)))
+                st = sr_error_oom("data.val");
+        } else {
+            cfg_strlist_free(&paths);
+        }
+    }
+    if (st != SR_OK) {
+        free_valsets(&v);
+        return st;
+    }
+    sr_valsets *dst = (sr_valsets *)cfg_field(l->cfg, l->k);
+    free_valsets(dst);
+    *dst = v;
+    return SR_OK;
+}
+
 /* ---- formatting values ---- */
 
 static void fmt_double(char *buf, size_t n, double v) {
@@ -579,6 +655,25 @@ static void fmt_mixture(const void *f, const sr_key *k, char *buf, size_t n) {
     sr_line_add(&out, "]");
 }
 
+static void fmt_valsets(const void *f, const sr_key *k, char *buf, size_t n) {
+    const sr_valsets *v = f;
+    sr_key lk = *k;
+    lk.type = T_STRLIST;
+    if (v->count == 0 || !v->set[0].name) { /* as the list type prints it */
+        sr_strlist none = {0};
+        fmt_list(v->count ? &v->set[0].paths : &none, &lk, buf, n);
+        return;
+    }
+    sr_line out = sr_line_on(buf, n);
+    sr_line_add(&out, "{");
+    for (int i = 0; i < v->count && !out.cut; i++) {
+        char list[4200];
+        fmt_list(&v->set[i].paths, &lk, list, sizeof list);
+        sr_line_add(&out, "%s%s: %s", i ? ", " : "", v->set[i].name, list);
+    }
+    sr_line_add(&out, "}");
+}
+
 /* ---- describing types (config keys, shardrun.yaml(5)) ---- */
 
 static void desc_int(const sr_key *k, char *buf, size_t n) {
@@ -615,6 +710,7 @@ const value_type cfg_types[] = {
     [T_STRLIST] = {set_list, fmt_list, NULL, "path | glob | list", free_list},
     [T_SIGLIST] = {set_list, fmt_list, NULL, "list of signal names", free_list},
     [T_MIXTURE] = {set_mixture, fmt_mixture, NULL, "list of {name, train, weight}", free_mixture},
+    [T_VALSETS] = {set_valsets, fmt_valsets, NULL, "path | glob | list | {NAME: paths}", free_valsets},
 };
 
 /* Sets one leaf key from a YAML node, validating its type and range. */

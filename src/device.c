@@ -36,6 +36,7 @@ const sr_wait_site sr_dev_wait_sites[] = {
     {"step_scalars", "the host waits for the step's loss and gradient norm: its one host wait"},
     {"loss_ready", "d2h waits for an evaluation's loss (compute)"},
     {"eval_loss", "the host waits for an evaluation's loss"},
+    {"task_losses", "the host waits for an evaluation task's per-token losses"},
     {"dump_gathered", "the host waits for a unit's all-gather of the parameter dump"},
     {"download", "the host waits for a copy to the host (checkpoints, the parameter dump, samples)"},
     {"upload", "the host waits for a copy from the host (initialisation, resume)"},

@@ -334,8 +334,9 @@ sr_status sr_job_check_data(const sr_config *cfg) {
     for (int k = 0; st == SR_OK && k < cfg->data_mixture.count; k++)
         if ((st = check_shards(cfg, &cfg->data_mixture.src[k].train)) != SR_OK)
             st = sr_error_wrap(st, "data.mixture source %s", cfg->data_mixture.src[k].name);
-    if (st == SR_OK)
-        st = check_shards(cfg, &cfg->data_val);
+    for (int k = 0; st == SR_OK && k < cfg->data_val.count; k++)
+        if ((st = check_shards(cfg, &cfg->data_val.set[k].paths)) != SR_OK && cfg->data_val.set[k].name)
+            st = sr_error_wrap(st, "data.val set %s", cfg->data_val.set[k].name);
     if (st != SR_OK || cfg->data_train.count || cfg->data_mixture.count || cfg->vocab_size == SR_DATA_EMBEDDED_VOCAB ||
         cfg->data_embedded_any_vocab)
         return st;

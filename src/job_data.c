@@ -341,6 +341,8 @@ sr_status sr_job_resolve_data(sr_config *cfg, bool check) {
                   "a mixture lists every source, with its weight, in data.mixture)");
     list val = {0};
     bool val_unset = cfg->data_val.count == 0;
+    if (val_unset && !cfg->data_val.set && !(cfg->data_val.set = sr_calloc(1, sizeof *cfg->data_val.set)))
+        return sr_error_oom("the data keys");
     index_tok *first = sr_calloc(1, sizeof *first);
     if (!first)
         return sr_error_oom("the data keys");
@@ -351,14 +353,16 @@ sr_status sr_job_resolve_data(sr_config *cfg, bool check) {
         st = expand(cfg, "data.mixture", &cfg->data_mixture.src[k].train, "train", cfg->data_mixture.src[k].name,
                     val_unset ? &val : NULL, check, first);
     free(first);
-    if (st == SR_OK && val_unset && val.count) {
-        free(cfg->data_val.items); /* (an empty list may hold its array) */
-        cfg->data_val.items = val.items;
-        cfg->data_val.count = val.count;
+    if (st == SR_OK && val_unset && val.count) { /* one set without a name */
+        sr_valset *one = &cfg->data_val.set[0];
+        free(one->paths.items); /* (an empty list may hold its array) */
+        one->paths.items = val.items;
+        one->paths.count = val.count;
+        cfg->data_val.count = 1;
         val = (list){0};
     }
     list_free(&val);
-    if (st == SR_OK)
-        st = expand(cfg, "data.val", &cfg->data_val, "val", NULL, NULL, check, NULL);
+    for (int i = 0; st == SR_OK && i < cfg->data_val.count; i++)
+        st = expand(cfg, "data.val", &cfg->data_val.set[i].paths, "val", NULL, NULL, check, NULL);
     return st == SR_OK ? tokenizer_vocab(cfg, check) : st;
 }

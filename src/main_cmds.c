@@ -488,6 +488,22 @@ int cmd_sample(const char *sub, const cli *c) {
     return st == SR_OK ? 0 : cli_fail(st);
 }
 
+int cmd_eval(const char *sub, const cli *c) {
+    (void)sub;
+    if (c->nargs != 1)
+        return cli_usage_error("%s", "eval: expected exactly one model: a step_* directory, a checkpoint.dir or a "
+                                     "Hugging Face GPT-2 or Llama directory");
+    if (c->eval.ntasks == 0)
+        return cli_usage_error("%s", "eval: expected --task FILE (a multiple-choice task in HellaSwag's JSON Lines: "
+                                     "{\"ctx\": ..., \"endings\": [...], \"label\": N} a line)");
+    sr_eval_opts o = c->eval;
+    o.json = c->plan.json;
+    o.s = c->sample;
+    sr_testhook_warn_active();
+    sr_status st = sr_eval_run(c->args[0], &o, stdout, stderr);
+    return st == SR_OK ? 0 : cli_fail(st);
+}
+
 int cmd_report(const char *sub, const cli *c) {
     (void)sub;
     if (c->nargs != 1)

@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "plan.h"
+#include "evalcmd.h"
 #include "prepare.h"
 #include "sample.h"
 #include "status.h"
@@ -48,6 +49,9 @@ enum {
     X_GEMM_TFLOPS,
     X_HBM_TBPS,
     X_CALIBRATION,
+    X_TASK,
+    X_DEVICE,
+    X_BATCH,
     X_MDOC,
     X_VERBOSE,
     X_HELP,
@@ -80,6 +84,7 @@ typedef struct {
     int format; /* --format: sr_export_format (SR_EXPORT_AUTO when not given) */
     sr_sample_opts sample;
     sr_prepare_opts prepare; /* data prepare's own options (--tokenizer, --threads: in sample) */
+    sr_eval_opts eval;       /* eval's own (--task, --device, --batch; --json in plan, the rest in sample) */
     /* data prepare's --name groups: each name and the index in args of its
      * first input (its inputs run to the next group's) */
     const char *names[SR_MIX_MAX_SOURCES];
@@ -118,6 +123,7 @@ int cli_report_allocations(int rc);
 void cli_free(cli *c);
 int cmd_train(const char *sub, const cli *c);
 int cmd_config(const char *sub, const cli *c);
+int cmd_eval(const char *sub, const cli *c);
 int cmd_data(const char *sub, const cli *c);
 int cmd_ckpt(const char *sub, const cli *c);
 int cmd_sample(const char *sub, const cli *c);

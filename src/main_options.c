@@ -92,12 +92,19 @@ const option_row cli_options[X_COUNT] = {
                   "plan: sustained TFLOP/s per rank (default: a GPU job's\nledger bound, else 40% of peak)"},
     [X_LEDGER] = {"ledger", 0, NULL,
                   "plan: the GPU step's cost ledger per op family, counted\non the cuda table without a GPU"},
-    [X_JSON] = {"json", 0, NULL, "plan --ledger: print the ledger as one JSON object"},
+    [X_JSON] = {"json", 0, NULL,
+                "plan --ledger: print the ledger as one JSON object;\neval: each task's scores as one JSON object a "
+                "line"},
     [X_GEMM_TFLOPS] = {"gemm-tflops", 0, "T", "plan: the roofline's GEMM rate, TFLOP/s (default 782)"},
     [X_HBM_TBPS] = {"hbm-tbps", 0, "TB", "plan: the roofline's memory rate, TB/s (default 4.0)"},
     [X_CALIBRATION] = {"calibration", 0, "FILE",
                        "plan: rates and efficiency per op family measured on a GPU\n(tests/gpu/calibration/): the "
                        "step time predicted"},
+    [X_TASK] = {"task", 0, "FILE",
+                 "eval: a multiple-choice task file (HellaSwag's JSON Lines:\nctx, endings, label), repeatable"},
+    [X_DEVICE] = {"device", 0, "D",
+                  "eval: cpu, cuda or auto (default: a GPU when one is usable,\nelse the CPU)"},
+    [X_BATCH] = {"batch", 0, "N", "eval: sequences per forward (default: up to 64, as 1 GiB\nof activations allows)"},
     [X_MDOC] = {"mdoc", 0, NULL, "config keys: print the list as an mdoc section"},
     [X_VERBOSE] = {"verbose", 'v', NULL,
                    "train: also the lines a run seldom needs (a one-process CPU\nrun's flight-recorder line)"},
@@ -272,6 +279,29 @@ static int apply_option(cli *c, int x, int argc, char **argv) {
     case X_PREFIX:
     case X_NAME:
         return cli_prepare_option(c, x, optarg);
+    case X_TASK:
+        if (c->eval.ntasks == SR_EVAL_MAX_TASKS)
+            return cli_usage_error("--task %s: at most 32 task files", optarg);
+        c->eval.tasks[c->eval.ntasks++] = optarg;
+        return 0;
+    case X_DEVICE:
+        if (strcmp(optarg, "auto") == 0)
+            c->eval.device = SR_DEVICE_AUTO;
+        else if (strcmp(optarg, "cpu") == 0)
+            c->eval.device = SR_DEVICE_CPU;
+        else if (strcmp(optarg, "cuda") == 0)
+            c->eval.device = SR_DEVICE_CUDA;
+        else
+            return cli_usage_error("--device %s: expected cpu, cuda or auto", optarg);
+        return 0;
+    case X_BATCH: {
+        char *end;
+        long v = strtol(optarg, &end, 10);
+        if (!*optarg || *end || v < 1 || v > 4096)
+            return cli_usage_error("--batch %s: expected a number of sequences from 1 to 4096", optarg);
+        c->eval.batch = (int)v;
+        return 0;
+    }
     case X_NO_ECHO:
         c->sample.no_echo = true;
         return 0;

@@ -192,8 +192,13 @@ void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
     fprintf(f, ",\"step_ms\":%.6g,\"comm_exposed_ms\":%.6g,\"tokens\":%lld,\"ranks\":%d,\"time\":%.3f", r->step_ms,
             r->comm_exposed_ms, (long long)r->tokens, r->ranks, sr_clock_wall_s());
     fprintf(f, ",\"loss_mean\":%.17g,\"loss_steps\":%lld", r->loss_mean, (long long)r->loss_steps);
-    if (r->has_val)
+    if (r->has_val && isfinite(r->val_loss))
         fprintf(f, ",\"val_loss\":%.17g", r->val_loss);
+    const sr_eval_scores *e = r->has_val ? r->evals : NULL;
+    for (int i = 0; e && i < e->nsets; i++)
+        fprintf(f, ",\"val_loss/%s\":%.17g", e->set[i], e->set_loss[i]);
+    for (int i = 0; e && i < e->ntasks; i++)
+        fprintf(f, ",\"acc/%s\":%.17g,\"acc_norm/%s\":%.17g", e->task[i], e->acc[i], e->task[i], e->acc_norm[i]);
     if (r->nccl)
         fprintf(f, ",\"nccl\":\"%s\"", r->nccl);
     if (r->tokens_by_source)
@@ -252,14 +257,19 @@ void sr_metrics_event(sr_metrics *m, const char *kind, int64_t step, json_t *fie
             char tag[64];
             snprintf(tag, sizeof tag, "event/%s", kind);
             sr_tb_text(m->tb, step, tag, line);
-            /* every evaluation's loss is a scalar at its own step, logged
-             * step or not */
-            json_t *vl = json_object_get(o, "val_loss");
-            if (strcmp(kind, "eval") == 0 && json_is_number(vl)) {
-                const char *tags[1] = {"val_loss"};
-                double v[1] = {json_number_value(vl)};
-                sr_tb_scalars(m->tb, step, 1, tags, v);
-            }
+            /* every evaluation's numbers (val_loss, val_loss/NAME,
+             * acc/TASK, acc_norm/TASK) are scalars at its own step,
+             * logged step or not */
+            const char *key;
+            json_t *vl;
+            if (strcmp(kind, "eval") == 0)
+                json_object_foreach(fields ? fields : o, key, vl) {
+                    if (!json_is_number(vl) || strcmp(key, "step") == 0 || strcmp(key, "time") == 0)
+                        continue;
+                    const char *tags[1] = {key};
+                    double v[1] = {json_number_value(vl)};
+                    sr_tb_scalars(m->tb, step, 1, tags, v);
+                }
         }
         free(line);
     }

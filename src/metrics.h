@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "promfile.h"
 #include "status.h"
 
 typedef struct sr_metrics sr_metrics;
@@ -53,6 +54,7 @@ typedef struct {
     int ranks;
     bool has_val;
     double val_loss;
+    const sr_eval_scores *evals;  /* with has_val: val_loss/NAME, acc/TASK, acc_norm/TASK keys; NULL: none */
     const char *nccl;             /* the NCCL version of a run over NCCL, or NULL (no key) */
     const char *tokens_by_source; /* data.mixture: {"NAME": tokens, ...} as JSON text, or NULL (no key) */
     const sr_rank_times *times;   /* the straggler report's fields, or NULL */

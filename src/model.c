@@ -680,6 +680,14 @@ sr_status sr_model_take_loss_sum(sr_model *m, double *sum) {
     return st;
 }
 
+sr_status sr_model_read_losses(sr_model *m, float *dst, int B) {
+    sr_dev *dev = m->dev;
+    sr_event done = {0};
+    dev->record(dev, &done, SR_STREAM_COMPUTE);
+    sr_dev_wait(dev, SR_STREAM_D2H, &done, "loss_ready");
+    return sr_dev_download(dev, dst, m->losses, (size_t)B * (size_t)m->d.T * sizeof(float), "task_losses");
+}
+
 sr_status sr_model_backward(sr_model *m, const sr_param_source *src, float dloss) {
     const sr_ops *o = m->ops;
     sr_dev *dev = m->dev;

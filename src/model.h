@@ -291,6 +291,10 @@ sr_status sr_model_forward_train(sr_model *m, const sr_param_source *src, const 
  * read back from the device (the one read of a step), into *sum; the
  * device sum restarts at zero. */
 sr_status sr_model_take_loss_sum(sr_model *m, double *sum);
+/* The per-token losses (-log p(target)) of the last forward's first B
+ * sequences, [B, T] floats, downloaded into dst (the evaluation tasks'
+ * read, evaltask.h); waits for the forward. */
+sr_status sr_model_read_losses(sr_model *m, float *dst, int B);
 /* Backward of the last forward; accumulates d(loss_sum * dloss)/dparam into
  * the gradients (writes them, in a buffer the source calls fresh), where
  * loss_sum is the sum of the per-token losses (pass dloss = 1/(tokens in

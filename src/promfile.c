@@ -82,6 +82,27 @@ static sr_status fill(int fd, const char *name, void *ctx) {
     if (isfinite(s->val_loss))
         per_rank(f, s, "shardrun_val_loss", "Mean per-token validation loss of the newest evaluation.", s->val_loss,
                  NULL);
+    const sr_eval_scores *e = s->evals;
+    static const char *const fam[3][2] = {
+        {"shardrun_val_loss", NULL},
+        {"shardrun_eval_acc", "Accuracy of the newest evaluation on a train.eval_tasks task (0 to 1)."},
+        {"shardrun_eval_acc_norm",
+         "Accuracy by log-likelihood per byte of the ending (acc_norm) of the newest evaluation on a task."}};
+    for (int g = 0; e && g < 3; g++) {
+        int n = g == 0 ? e->nsets : e->ntasks;
+        if (n == 0)
+            continue;
+        if (g > 0) /* (val_loss's help and type are above) */
+            family(f, fam[g][0], fam[g][1]);
+        else if (!isfinite(s->val_loss))
+            family(f, fam[0][0], "Mean per-token validation loss of the newest evaluation.");
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < s->n; i++) {
+                fputs(fam[g][0], f);
+                labels(f, s, &s->ranks[i], g == 0 ? "set" : "task", g == 0 ? e->set[j] : e->task[j]);
+                fprintf(f, " %.17g\n", g == 0 ? e->set_loss[j] : g == 1 ? e->acc[j] : e->acc_norm[j]);
+            }
+    }
     family(f, "shardrun_memory_bytes", "Accounted memory of the rank by space (host, pinned, device), now.");
     for (int i = 0; i < s->n; i++)
         for (int sp = 0; sp < SR_NSPACE; sp++) {

@@ -26,6 +26,18 @@ typedef struct {
     double comm_exposed_s;       /* the logged step's exposed communication */
 } sr_prom_rank;
 
+/* The newest evaluation's named results (the run's; metrics.h writes them
+ * too): each named data.val set's loss, each train.eval_tasks task's
+ * accuracies (acc, acc_norm: ratios). */
+typedef struct {
+    int nsets;
+    const char *const *set;
+    const double *set_loss;
+    int ntasks;
+    const char *const *task;
+    const double *acc, *acc_norm;
+} sr_eval_scores;
+
 /* What one write says; the run-wide facts are the same for every rank. */
 typedef struct {
     const char *job;     /* the Slurm job id, or "-" */
@@ -33,6 +45,7 @@ typedef struct {
     double loss, tokens_per_s;
     double mfu;        /* a ratio; NaN when no peak is known (no sample) */
     double val_loss;   /* the newest evaluation's loss; NaN before the first (no sample) */
+    const sr_eval_scores *evals; /* its named sets and tasks (samples labelled set=, task=); NULL: none */
     int64_t ckpt_step; /* the newest committed checkpoint; -1 none (no samples) */
     double ckpt_age_s; /* seconds since it was committed */
     double time_s;     /* the write's wall time (shardrun_last_update_timestamp_seconds) */

@@ -202,10 +202,12 @@ void sr_provenance_free(sr_data_record *rec) {
     memset(rec, 0, sizeof *rec);
 }
 
-sr_status sr_provenance_collect(sr_data_record *rec, const sr_prov_source *train, int ntrain, const sr_data *val,
-                                const sr_tokenizer *tok, const char *ckpt_dir, sr_ctl *ctl) {
+sr_status sr_provenance_collect(sr_data_record *rec, const sr_prov_source *train, int ntrain, sr_data *const *val,
+                                int nval, const sr_tokenizer *tok, const char *ckpt_dir, sr_ctl *ctl) {
     memset(rec, 0, sizeof *rec);
-    int nt = 0, nv = sr_data_nshards(val);
+    int nt = 0, nv = 0;
+    for (int k = 0; k < nval; k++)
+        nv += sr_data_nshards(val[k]);
     for (int k = 0; k < ntrain; k++)
         nt += sr_data_nshards(train[k].data);
     int n = nt + nv;
@@ -215,9 +217,10 @@ sr_status sr_provenance_collect(sr_data_record *rec, const sr_prov_source *train
     digest_slot *mine = sr_calloc((size_t)n + 1, sizeof *mine);
     digest_slot *all = sr_calloc((size_t)n * (size_t)world + 1, sizeof *all);
     sr_status st = rec->shards && info && mine && all ? SR_OK : sr_error_oom("the data record");
-    /* the shards in reading order: each source's train shards, then val */
-    for (int k = 0, i = 0; st == SR_OK && k <= ntrain; k++) {
-        const sr_data *d = k < ntrain ? train[k].data : val;
+    /* the shards in reading order: each source's train shards, then each
+     * validation set's */
+    for (int k = 0, i = 0; st == SR_OK && k < ntrain + nval; k++) {
+        const sr_data *d = k < ntrain ? train[k].data : val[k - ntrain];
         const char *name = k < ntrain && train[k].name ? train[k].name : "";
         for (int j = 0; j < sr_data_nshards(d); j++, i++) {
             sr_data_shard(d, j, &info[i]);

@@ -30,15 +30,16 @@ typedef struct {
 } sr_prov_source;
 
 /* Fills *rec (collective: every rank calls it, with the same data): the
- * shards of the `ntrain` training sources, in order, then `val` (may be
- * NULL), the tokenizer `tok` (NULL: none; recorded by sr_tokenizer_spec,
+ * shards of the `ntrain` training sources, in order, then those of the
+ * `nval` validation sets val[] (data.val's, in order), the tokenizer `tok` (NULL: none; recorded by sr_tokenizer_spec,
  * so it names the file from any directory), the fingerprint, and each
  * named source's own.  `ckpt_dir` (may be NULL or "") is where the cache
  * goes when the shards' directory is read-only.  Rank 0 writes the caches
  * of shards it had to hash (a failure to write one is silent: the next
  * start hashes again).  SR_ERR_PEER, SR_ERR_INTERNAL.  Free with
  * sr_provenance_free. */
-sr_status sr_provenance_collect(sr_data_record *rec, const sr_prov_source *train, int ntrain, const sr_data *val,
+sr_status sr_provenance_collect(sr_data_record *rec, const sr_prov_source *train, int ntrain, sr_data *const *val,
+                                int nval,
                                 const sr_tokenizer *tok, const char *ckpt_dir, sr_ctl *ctl);
 void sr_provenance_free(sr_data_record *rec);
 

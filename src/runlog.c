@@ -155,9 +155,15 @@ void sr_run_banner(sr_run *r) {
             *nl = '\0';
         sr_log_info("data %s", line);
     }
-    if (r->val)
-        sr_log_info("val  %s", sr_data_describe(r->val));
-    else if (cfg->eval_every > 0)
+    for (int i = 0; i < r->nval; i++)
+        if (r->set_name[i])
+            sr_log_info("val  %s: %s", r->set_name[i], sr_data_describe(r->val[i]));
+        else
+            sr_log_info("val  %s", sr_data_describe(r->val[i]));
+    for (int k = 0; k < r->ntasks; k++)
+        sr_log_info("task %s: %s, %d items, %d sequences (%s)", r->tasks[k].name, r->tasks[k].path, r->tasks[k].n,
+                    r->tenc[k].nseq, r->tok ? "encoded by data.tokenizer" : "UTF-8 bytes");
+    if (cfg->eval_every > 0 && r->nval == 0 && r->ntasks == 0)
         sr_log_warn("train.eval_every is %lld but data.val is empty: no evaluation (set data.val to validation shards)",
                     (long long)cfg->eval_every);
     sr_log_info("mfu peak: %s", r->peak_how);
@@ -354,6 +360,7 @@ static sr_status prometheus(sr_run *r, int64_t s, const sr_step_out *o) {
                              .tokens_per_s = tps,
                              .mfu = mfu / 100.0,
                              .val_loss = r->last_val,
+                             .evals = &r->scores,
                              .ckpt_step = sr_ckpt_last_step(r->ck),
                              .ckpt_age_s = now - ckpt_time,
                              .time_s = now,
@@ -442,6 +449,7 @@ sr_status sr_run_log_step(sr_run *r, int64_t s, const sr_step_out *o, bool evalu
                           .ranks = r->w->size,
                           .has_val = evaluated,
                           .val_loss = r->last_val,
+                          .evals = &r->scores,
                           .nccl = sr_plane_nccl_version(r->plane),
                           .tokens_by_source = by_source[0] ? by_source : NULL,
                           .times = gathered && r->times.n ? &r->times : NULL};

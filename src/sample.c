@@ -263,58 +263,68 @@ typedef struct {
     const char **how;
 } prompt_check;
 
-/* The tokenizer for vocabulary V: --tokenizer, else the job's
- * data.tokenizer (`job_tok`, may be NULL: a warning and token ids when it
- * cannot be read).  An llm.c file must cover V; one that encodes must not
- * exceed it. */
-static sr_status check_prompt_v(prompt_check *pc, int V, const char *job_tok) {
-    sr_tokenizer_free(*pc->tok);
-    *pc->tok = NULL;
-    free(*pc->prompt);
-    *pc->prompt = NULL;
+sr_status sr_sample_tokenizer(const char *opt, const char *job_tok, int V, sr_tokenizer **tok) {
+    sr_tokenizer_free(*tok);
+    *tok = NULL;
     sr_status st = SR_OK;
-    if (pc->o->tokenizer) {
-        st = sr_tokenizer_load(pc->tok, pc->o->tokenizer, "--tokenizer");
+    if (opt) {
+        st = sr_tokenizer_load(tok, opt, "--tokenizer");
     } else if (job_tok && *job_tok) {
-        if (sr_tokenizer_load(pc->tok, job_tok, "the job's data.tokenizer") != SR_OK)
+        if (sr_tokenizer_load(tok, job_tok, "the job's data.tokenizer") != SR_OK)
             sr_log_warn("%s (printing token ids; hint: --tokenizer PATH)", sr_error_message());
     }
-    sr_tokenizer *t = *pc->tok;
-    const char *name = pc->o->tokenizer ? pc->o->tokenizer : job_tok;
+    sr_tokenizer *t = *tok;
+    const char *name = opt ? opt : job_tok;
     int64_t tv = t ? sr_tokenizer_vocab(t) : 0;
     if (st == SR_OK && t && sr_tokenizer_can_encode(t) && tv > V)
         st = sr_error(SR_ERR_DATA, "%s: the tokenizer has %lld ids; the model's vocabulary has %d", name, (long long)tv,
                       V);
     if (st == SR_OK && t && !sr_tokenizer_can_encode(t) && tv < V)
         st = sr_error(SR_ERR_DATA, "%s: %lld tokens; the model's vocabulary has %d", name, (long long)tv, V);
-    return st == SR_OK ? make_prompt(pc->o, V, t, pc->prompt, pc->n, pc->how) : st;
+    return st;
 }
 
-/* The job's tokenizer: the one the checkpoint's data record names (an
- * absolute path, and its fingerprint: another file there is warned
- * about), else the data.tokenizer key as the job gave it. */
-static sr_status check_prompt(const sr_manifest *mf, void *ctx) {
-    prompt_check *pc = ctx;
-    char job_tok[PATH_MAX + 64] = "";
+/* The tokenizer for vocabulary V (sr_sample_tokenizer), then the prompt. */
+static sr_status check_prompt_v(prompt_check *pc, int V, const char *job_tok) {
+    free(*pc->prompt);
+    *pc->prompt = NULL;
+    sr_status st = sr_sample_tokenizer(pc->o->tokenizer, job_tok, V, pc->tok);
+    return st == SR_OK ? make_prompt(pc->o, V, *pc->tok, pc->prompt, pc->n, pc->how) : st;
+}
+
+void sr_sample_job_tokenizer(const sr_manifest *mf, char *job_tok, size_t n) {
+    job_tok[0] = '\0';
     if (mf->has_data && mf->data.tokenizer_sha256[0])
-        sr_fmt(job_tok, sizeof job_tok, "%s", mf->data.tokenizer);
+        sr_fmt(job_tok, n, "%s", mf->data.tokenizer);
     for (int i = 0; !job_tok[0] && i < mf->nconfig; i++)
-        if (strcmp(mf->ckeys[i], "data.tokenizer") == 0 && !sr_config_unquote(mf->cvals[i], job_tok, sizeof job_tok))
+        if (strcmp(mf->ckeys[i], "data.tokenizer") == 0 && !sr_config_unquote(mf->cvals[i], job_tok, n))
             job_tok[0] = '\0';
-    sr_status st = check_prompt_v(pc, mf->dims.V, job_tok);
-    if (st == SR_OK && !pc->o->tokenizer && *pc->tok && mf->has_data && mf->data.tokenizer_sha256[0] &&
-        (strcmp(sr_tokenizer_fingerprint(*pc->tok), mf->data.tokenizer_sha256) != 0 ||
-         strcmp(sr_tokenizer_pattern(*pc->tok), mf->data.tokenizer_pattern) != 0))
+}
+
+void sr_sample_tokenizer_warn(const sr_manifest *mf, const sr_tokenizer *tok, const char *job_tok) {
+    if (tok && mf->has_data && mf->data.tokenizer_sha256[0] &&
+        (strcmp(sr_tokenizer_fingerprint(tok), mf->data.tokenizer_sha256) != 0 ||
+         strcmp(sr_tokenizer_pattern(tok), mf->data.tokenizer_pattern) != 0))
         sr_log_warn("%s is not the tokenizer the checkpoint was trained with (fingerprint %.12s..., recorded "
                     "%.12s...): its text may be wrong (hint: --tokenizer PATH)",
-                    job_tok, sr_tokenizer_fingerprint(*pc->tok), mf->data.tokenizer_sha256);
+                    job_tok, sr_tokenizer_fingerprint(tok), mf->data.tokenizer_sha256);
+}
+
+/* The job's tokenizer (sr_sample_job_tokenizer) and the prompt. */
+static sr_status check_prompt(const sr_manifest *mf, void *ctx) {
+    prompt_check *pc = ctx;
+    char job_tok[PATH_MAX + 64];
+    sr_sample_job_tokenizer(mf, job_tok, sizeof job_tok);
+    sr_status st = check_prompt_v(pc, mf->dims.V, job_tok);
+    if (st == SR_OK && !pc->o->tokenizer)
+        sr_sample_tokenizer_warn(mf, *pc->tok, job_tok);
     return st;
 }
 
 /* The threads of `shardrun sample`: --threads, else the job's `threads`
  * key as the checkpoint recorded it (when above 0), else OMP_NUM_THREADS,
  * else every core this process may use.  *how names the source. */
-static int pick_threads(const sr_sample_opts *o, const sr_manifest *mf, const char **how) {
+int sr_sample_threads(const sr_sample_opts *o, const sr_manifest *mf, const char **how) {
     if (o->threads > 0) {
         *how = "--threads";
         return o->threads;
@@ -338,15 +348,13 @@ static int pick_threads(const sr_sample_opts *o, const sr_manifest *mf, const ch
     return 0;
 }
 
-/* A Hugging Face directory (GPT-2 or Llama): its dims, the prompt checked
- * against them, its weights read whole. */
-static sr_status read_hf(const char *dir, sr_model *model, float **all, prompt_check *pc) {
+sr_status sr_sample_read_hf(const char *dir, sr_model *model, float **all, sr_sample_hf_check check, void *ctx) {
     sr_model_dims d;
     char weights[PATH_MAX];
     *all = NULL;
     sr_status st = sr_modelfile_hf_dir(dir, &d, weights, sizeof weights);
-    if (st == SR_OK)
-        st = check_prompt_v(pc, d.V, NULL);
+    if (st == SR_OK && check)
+        st = check(ctx, d.V, dir);
     if (st != SR_OK)
         return st;
     st = sr_model_init(model, d, &sr_ops_cpu, NULL, 0, false);
@@ -376,6 +384,11 @@ static sr_status read_hf(const char *dir, sr_model *model, float **all, prompt_c
         sr_model_free(model);
     }
     return st;
+}
+
+static sr_status check_prompt_hf(void *ctx, int V, const char *dir) {
+    (void)dir;
+    return check_prompt_v(ctx, V, NULL);
 }
 
 /* `shardrun sample`'s writer: each token to `out` as it is drawn. */
@@ -441,7 +454,7 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
     prompt_check pc = {o, &tok, &prompt, &n, &how};
     sr_status st;
     if (sr_modelfile_is_hf_dir(ckpt)) {
-        st = read_hf(ckpt, &model, &all, &pc);
+        st = sr_sample_read_hf(ckpt, &model, &all, check_prompt_hf, &pc);
         sr_fmt(from, sizeof from, "%s", ckpt);
     } else {
         char used[PATH_MAX];
@@ -458,7 +471,7 @@ sr_status sr_sample_run(const char *ckpt, const sr_sample_opts *o, FILE *out, FI
         return st;
     }
     const char *thow;
-    int threads = sr_ops_set_threads(pick_threads(o, have_mf ? &mf : NULL, &thow));
+    int threads = sr_ops_set_threads(sr_sample_threads(o, have_mf ? &mf : NULL, &thow));
     int V = model.d.V, cut = 0;
     double t1 = sr_clock_mono_s();
     stream_ctx sx = {out, V, tok, -1, false};

@@ -49,11 +49,7 @@ static sr_status open_data(sr_run *r) {
         return sr_error_wrap(st, "data.tokenizer");
     if ((st = sr_mix_open(&r->mix, cfg, r->T)) != SR_OK) /* data.mixture, data.train or the embedded corpus */
         return st;
-    if (cfg->data_val.count)
-        st = sr_data_open(&r->val, &cfg->data_val, r->T, cfg->vocab_size);
-    else if (!cfg->data_train.count && !cfg->data_mixture.count)
-        st = sr_data_open_embedded(&r->val, SR_DATA_VAL, r->T, cfg->vocab_size);
-    return st;
+    return sr_run_open_evals(r); /* data.val's sets, train.eval_tasks */
 }
 
 /* The lowest ISA level any rank supports becomes every rank's (isa.h). */
@@ -171,7 +167,8 @@ static sr_status open_run_state(sr_run *r) {
         sr_prov_source src[SR_MIX_MAX_SOURCES];
         for (int k = 0; k < sr_mix_count(r->mix); k++)
             src[k].data = sr_mix_data(r->mix, k, &src[k].name);
-        st = sr_provenance_collect(&r->data_rec, src, sr_mix_count(r->mix), r->val, r->tok, cfg->ckpt_dir, r->ctl);
+        st = sr_provenance_collect(&r->data_rec, src, sr_mix_count(r->mix), r->val, r->nval, r->tok, cfg->ckpt_dir,
+                                   r->ctl);
         if (st == SR_OK)
             sr_ckpt_set_data(r->ck, &r->data_rec, cfg->data_allow_changed);
     }
@@ -273,7 +270,7 @@ static sr_status teardown(sr_run *r, sr_status st) {
     if (r->model_ok)
         sr_model_free(&r->model);
     sr_mix_close(r->mix);
-    sr_data_close(r->val);
+    sr_run_close_evals(r);
     sr_tokenizer_free(r->tok);
     sr_provenance_free(&r->data_rec);
     sr_job_free(&r->job);
@@ -393,48 +390,15 @@ static sr_status train_step(sr_run *r, int64_t s, sr_step_out *o) {
 /* ------------------------------------------------------------------------ */
 /* after a step */
 
-/* Validation loss: eval_batches global batches of the validation set in
- * file order; each rank evaluates its slice, the sums meet in the control
- * plane.  Before every micro-batch the ranks agree whether a preemption
- * signal has arrived anywhere (every rank runs the same number of
- * micro-batches); if so the evaluation stops on all ranks and
- * *interrupted is set. */
-static sr_status evaluate(sr_run *r, double *out, bool *interrupted) {
-    const sr_config *cfg = r->cfg;
-    *interrupted = false;
-    int64_t total = cfg->eval_batches * cfg->batch_size, per_rank = total / r->w->size;
-    double sum = 0.0;
-    sr_status st = SR_OK;
-    for (int64_t done = 0; done < per_rank && st == SR_OK; done += r->mb) {
-        double flag = sr_preempt_pending() ? 1.0 : 0.0;
-        st = sr_ctl_sum(r->ctl, &flag, 1);
-        if (st != SR_OK)
-            break;
-        if (flag > 0) {
-            *interrupted = true;
-            break;
-        }
-        int n = (int)(per_rank - done < r->mb ? per_rank - done : r->mb);
-        sr_data_batch(r->val, (uint64_t)(r->w->rank * per_rank + done), n, false, 0, r->in, r->tg);
-        st = sr_fsdp_eval(r->fsdp, r->in, r->tg, n);
-    }
-    if (st == SR_OK)
-        st = sr_fsdp_take_loss_sum(r->fsdp, &sum);
-    if (st == SR_OK && !*interrupted)
-        st = sr_ctl_sum(r->ctl, &sum, 1);
-    *out = sum / ((double)total * r->T);
-    return st;
-}
-
 static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code) {
     const sr_config *cfg = r->cfg;
     const char *gone; /* (the last step a data.mixture source can feed is the last too) */
     bool last = s + 1 == cfg->steps || sr_mix_exhausted(r->mix, r->cursor, (uint64_t)cfg->batch_size, &gone);
     bool evaluated = false;
-    if (!o->stop && r->val && cfg->eval_every > 0 && ((s + 1) % cfg->eval_every == 0 || last)) {
+    if (!o->stop && (r->nval || r->ntasks) && cfg->eval_every > 0 && ((s + 1) % cfg->eval_every == 0 || last)) {
         bool interrupted = false;
         sr_status st;
-        SR_TRACE_PHASE("evaluation", st = evaluate(r, &r->last_val, &interrupted));
+        SR_TRACE_PHASE("evaluation", st = sr_run_evaluate(r, s, &interrupted));
         if (st != SR_OK)
             return st;
         if (interrupted) {
@@ -442,9 +406,6 @@ static sr_status after_step(sr_run *r, int64_t s, sr_step_out *o, int *exit_code
             sr_log_info("step %lld: evaluation interrupted by a preemption signal", (long long)(s + 1));
         } else {
             evaluated = true;
-            sr_log_info("step %lld: val_loss %.4f", (long long)(s + 1), r->last_val);
-            if (r->metrics)
-                sr_metrics_event(r->metrics, "eval", s + 1, json_pack("{sf}", "val_loss", r->last_val));
         }
     }
     /* logged steps, and the step a preemption stops at (its record ends the interval) */

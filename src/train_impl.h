@@ -17,6 +17,8 @@
 #include "job.h"
 #include "memplan.h"
 #include "metrics.h"
+#include "evalcmd.h"
+#include "evaltask.h"
 #include "mixture.h"
 #include "model.h"
 #include "modelinit.h"
@@ -40,7 +42,17 @@ typedef struct {
     bool flash;        /* attention is flash attention (sr_job_attention) */
     int threads, mb, accum, T;
     sr_mix *mix; /* the training data (mixture.h) */
-    sr_data *val;
+    /* the evaluations (train_eval.c): data.val's sets, train.eval_tasks'
+     * tasks, and the newest evaluation's scores */
+    sr_data *val[SR_VAL_MAX_SETS];
+    int nval;
+    sr_task *tasks;
+    sr_task_enc *tenc;
+    int ntasks;
+    float *task_losses; /* [mb, T] */
+    const char *set_name[SR_VAL_MAX_SETS], *task_name[SR_EVAL_MAX_TASKS];
+    double set_loss[SR_VAL_MAX_SETS], task_acc[SR_EVAL_MAX_TASKS], task_acc_norm[SR_EVAL_MAX_TASKS];
+    sr_eval_scores scores; /* points at the above (named sets only) */
     sr_tokenizer *tok;       /* data.tokenizer, or NULL */
     sr_data_record data_rec; /* what it trains on (provenance.h), when it checkpoints */
     sr_model model;
@@ -96,6 +108,19 @@ typedef struct {
     long long hb_steps, hb_step_waits; /* the happens-before checker's count of host waits in steps */
     int *oracle_in, *oracle_tg;        /* SHARDRUN_TEST_ORACLE: the first step's whole batch */
 } sr_run;
+
+/* train_eval.c: data.val's sets (each its own sr_data) and
+ * train.eval_tasks' tasks (read, checked and encoded for the run's
+ * context and tokenizer: SR_ERR_DATA naming FILE:LINE), at setup; closed
+ * at teardown (safe on a partly opened run). */
+sr_status sr_run_open_evals(sr_run *r);
+void sr_run_close_evals(sr_run *r);
+/* One evaluation after step s (collective): each set's loss over
+ * train.eval_batches global batches, each task's accuracies (every rank
+ * scores its share of the items), r->last_val the first set's loss, the
+ * log line and the metrics event.  A preemption signal seen between
+ * micro-batches stops it on every rank (*interrupted). */
+sr_status sr_run_evaluate(sr_run *r, int64_t s, bool *interrupted);
 
 /* Bytes of one rank's host name in sr_run.hosts. */
 #define RANK_HOST_LEN 64
