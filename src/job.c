@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "data.h"
+#include "evalcmd.h"
+#include "evaltask.h"
 #include "mem.h"
 #include "modelfile.h"
 #include "tokenizer.h"
@@ -327,8 +329,36 @@ static sr_status check_shards(const sr_config *cfg, const sr_strlist *paths) {
     return st;
 }
 
+/* train.eval_tasks: at most SR_EVAL_MAX_TASKS files that read as tasks
+ * (SR_ERR_DATA naming FILE:LINE), with distinct names (their metrics'). */
+static sr_status check_tasks(const sr_config *cfg) {
+    const sr_strlist *l = &cfg->eval_tasks;
+    if (l->count > SR_EVAL_MAX_TASKS)
+        return at_key(cfg, "train.eval_tasks", "%d task files; at most %d", l->count, SR_EVAL_MAX_TASKS);
+    for (int i = 0; i < l->count; i++) {
+        char a[SR_TASK_NAME_MAX + 1], b[SR_TASK_NAME_MAX + 1];
+        sr_task_name(l->items[i], a);
+        for (int j = 0; j < i; j++) {
+            sr_task_name(l->items[j], b);
+            if (strcmp(a, b) == 0)
+                return at_key(cfg, "train.eval_tasks",
+                              "%s and %s both go by the name %s (acc/%s in the metrics); expected distinct file "
+                              "names (hint: rename one)",
+                              l->items[j], l->items[i], a, a);
+        }
+        sr_task t;
+        sr_status st = sr_task_load(&t, l->items[i]);
+        sr_task_free(&t);
+        if (st != SR_OK)
+            return sr_error_wrap(st, "train.eval_tasks");
+    }
+    return SR_OK;
+}
+
 sr_status sr_job_check_data(const sr_config *cfg) {
-    sr_status st = check_tokenizer(cfg);
+    sr_status st = check_tasks(cfg);
+    if (st == SR_OK)
+        st = check_tokenizer(cfg);
     if (st == SR_OK)
         st = check_shards(cfg, &cfg->data_train);
     for (int k = 0; st == SR_OK && k < cfg->data_mixture.count; k++)

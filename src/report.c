@@ -17,7 +17,10 @@
  *    where they coincide, one shape per kind) and rows of the events
  *    table; later ones are counted per step bucket;
  *  - the median step time is exact over the first MAX_EXACT steps, then
- *    read from a log-scale histogram (0.1 % bins).
+ *    read from a log-scale histogram (0.1 % bins);
+ *  - the evaluation results the file names (val_loss/NAME, acc/TASK,
+ *    acc_norm/TASK) are series of their own, made at a name's first value,
+ *    at most MAX_SETS sets and MAX_TASKS tasks (the rest counted).
  * Every string from the file is escaped for where it lands (text or
  * attribute), cut to MAX_STR bytes, control characters replaced.
  *
@@ -225,6 +228,7 @@ double rep_median_of(median_acc *m, bool *approx) {
 /* what the stream folds into */
 
 const char *const kind_names[NKIND] = {"start", "checkpoint", "preempt", "resume", "eval", "other"};
+const char *const named_prefix[NNAMED] = {"val_loss/", "acc/", "acc_norm/"};
 const char *const palette[10] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                  "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 
@@ -272,9 +276,23 @@ static void state_init(state *s) {
     s->max_before_run = NAN;
 }
 
+/* Drops every named series (the step records' copies, once an eval event
+ * comes, or at the end). */
+static void named_reset(state *s) {
+    for (int i = 0; i < s->nnamed; i++) {
+        free(s->named[i].key);
+        free(s->named[i].pts.b);
+    }
+    s->nnamed = 0;
+    memset(s->named_count, 0, sizeof s->named_count);
+    s->named_dropped = 0;
+}
+
 static void state_free(state *s) {
     for (int i = 0; i < NSERIES; i++)
         free(s->pts[i].b);
+    named_reset(s);
+    free(s->named);
     for (int i = 0; i < s->nmarks; i++)
         free(s->marks[i].title);
     free(s->marks);
@@ -353,6 +371,72 @@ static void strag_add(state *s, const json_t *o, double step) {
     snprintf(g->host, sizeof g->host, "%.*s", MAX_STR, rep_str(o, "host") ? rep_str(o, "host") : "?");
 }
 
+/* s cut to at most max bytes at a character boundary, "..." added where
+ * cut, into out (max + 4 bytes at least); returns out. */
+static const char *cut_text(char *out, const char *s, size_t max) {
+    size_t n = strlen(s);
+    if (n <= max) {
+        memcpy(out, s, n + 1);
+        return out;
+    }
+    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
+        max--;
+    memcpy(out, s, max);
+    memcpy(out + max, "...", 4);
+    return out;
+}
+
+/* A key's named kind (N_SET, N_ACC, N_NORM; -1: none) and, through *name,
+ * the set or task past its prefix (never empty). */
+static int named_kind(const char *key, const char **name) {
+    for (int k = 0; k < NNAMED; k++) {
+        size_t n = strlen(named_prefix[k]);
+        if (strncmp(key, named_prefix[k], n) == 0 && key[n]) {
+            *name = key + n;
+            return k;
+        }
+    }
+    return -1;
+}
+
+static int named_cap(int kind) { return kind == N_SET ? MAX_SETS : MAX_TASKS; }
+
+/* An eval event's detail: its val_loss (when it has one), then each
+ * val_loss/NAME, acc/TASK and acc_norm/TASK key in the file's order with
+ * its value (accuracies in percent), keys cut to MAX_STR; past a kind's
+ * cap the rest only counted. */
+static void eval_title(FILE *f, const json_t *o) {
+    double val = rep_num(o, "val_loss");
+    const char *sep = ": ", *key, *name;
+    if (isfinite(val)) {
+        fprintf(f, ": val_loss %.4f", val);
+        sep = ", ";
+    }
+    int shown[NNAMED] = {0};
+    long long more = 0;
+    char cut[MAX_STR + 8];
+    json_t *v;
+    json_object_foreach((json_t *)o, key, v) {
+        int k = named_kind(key, &name);
+        if (k < 0 || !json_is_number(v))
+            continue;
+        if (shown[k] >= named_cap(k)) {
+            more++;
+            continue;
+        }
+        shown[k]++;
+        double x = json_number_value(v);
+        fprintf(f, "%s%s ", sep, cut_text(cut, key, MAX_STR));
+        if (k == N_SET)
+            fprintf(f, "%.4f", x);
+        else
+            fprintf(f, "%.2f%%", 100 * x);
+        sep = ", ";
+    }
+    if (more)
+        fprintf(f, "%s%lld more", sep, more);
+}
+
 /* A marker's title: what the event says, strings cut to MAX_STR. */
 static char *event_title(const json_t *o, const char *event, double step) {
     char *text = NULL;
@@ -376,7 +460,7 @@ static char *event_title(const json_t *o, const char *event, double step) {
     else if (strcmp(event, "resume") == 0)
         fprintf(f, ": from %s", CUT(rep_str(o, "from")));
     else if (strcmp(event, "eval") == 0)
-        fprintf(f, ": val_loss %.4f", rep_num(o, "val_loss"));
+        eval_title(f, o);
     else if (strcmp(event, "profile") == 0)
         fprintf(f, ": steps %.0f to %.0f, %.3f ms per step, the device busy %.3f ms (%s)",
                 rep_nth(json_object_get(o, "steps"), 0), step, rep_num(o, "wall_ms"), rep_num(o, "busy_ms"),
@@ -437,6 +521,7 @@ static bool fold_val(state *s, const json_t *o, int kind, const char *event, dou
             s->eval_events = true;
             free(s->pts[S_VAL].b);
             pts_init(&s->pts[S_VAL]);
+            named_reset(s);
         }
     } else if (!event && !s->eval_events)
         val = rep_num(o, "val_loss");
@@ -449,6 +534,80 @@ static bool fold_val(state *s, const json_t *o, int kind, const char *event, dou
         s->best_val_step = step;
     }
     return add_point(s, S_VAL, step, val);
+}
+
+/* The named series of `key` (kind k), made at its first value (its label
+ * cut to MAX_LABEL, its colour its place in its chart); NULL when new
+ * and its kind is at its cap, or (*oom set) when out of memory. */
+static named_series *named_get(state *s, const char *key, int k, bool *oom) {
+    for (int i = 0; i < s->nnamed; i++)
+        if (strcmp(s->named[i].key, key) == 0)
+            return &s->named[i];
+    if (s->named_count[k] >= named_cap(k))
+        return NULL;
+    size_t len = strlen(key);
+    char *copy = sr_malloc(len + 1);
+    if (!copy || (!s->named && !(s->named = sr_calloc(MAX_NAMED, sizeof *s->named)))) {
+        free(copy);
+        *oom = true;
+        return NULL;
+    }
+    memcpy(copy, key, len + 1);
+    int place = k == N_SET ? s->named_count[N_SET] : s->named_count[N_ACC] + s->named_count[N_NORM];
+    named_series *n = &s->named[s->nnamed++];
+    s->named_count[k]++;
+    *n = (named_series){.key = copy, .name = copy + strlen(named_prefix[k]), .kind = k};
+    char label[MAX_STR + 16];
+    snprintf(label, sizeof label, "%s%.*s", k == N_SET ? "" : k == N_ACC ? "acc " : "acc_norm ", MAX_STR, n->name);
+    cut_text(n->label, label, MAX_LABEL);
+    n->def =
+        (series_def){n->key, n->label,  palette[place % 10], k == N_SET ? "val-sets" : "accuracy", k == N_SET ? 1 : 100,
+                     false,  k != N_SET};
+    pts_init(&n->pts);
+    n->final = n->final_step = n->best = n->best_step = NAN;
+    return n;
+}
+
+/* The named series of one record: an eval event's, or a step record's
+ * while no eval event came (fold_val's rule); each val_loss/NAME,
+ * acc/TASK and acc_norm/TASK key with a finite number, its final and best
+ * value kept; a new name past its kind's cap counted in named_dropped. */
+static bool fold_named(state *s, const json_t *o, int kind, const char *event, double step) {
+    if (kind != K_EVAL && (event || s->eval_events))
+        return true;
+    const char *key, *name;
+    json_t *v;
+    json_object_foreach((json_t *)o, key, v) {
+        int k = named_kind(key, &name);
+        if (k < 0 || !json_is_number(v) || !isfinite(json_number_value(v)))
+            continue;
+        bool oom = false;
+        named_series *n = named_get(s, key, k, &oom);
+        if (oom)
+            return false;
+        if (!n) {
+            s->named_dropped++;
+            continue;
+        }
+        double y = json_number_value(v) * n->def.scale;
+        n->final = y;
+        n->final_step = step;
+        if (!isfinite(n->best) || (k == N_SET ? y < n->best : y > n->best)) {
+            n->best = y;
+            n->best_step = step;
+        }
+        if (!pts_add(&n->pts, step, y, s->seg * 2 + (s->redoing ? 1 : 0)))
+            return false;
+    }
+    return true;
+}
+
+/* The named series of `kind` whose name is `name` (NULL: none). */
+const named_series *rep_named_find(const state *s, int kind, const char *name) {
+    for (int i = 0; i < s->nnamed; i++)
+        if (s->named[i].kind == kind && strcmp(s->named[i].name, name) == 0)
+            return &s->named[i];
+    return NULL;
 }
 
 /* An event's marker (its class is the event name, made CSS-safe); past
@@ -542,7 +701,7 @@ static bool fold(state *s, const json_t *o, long long lineno) {
         s->redoing = isfinite(s->max_before_run) && step <= s->max_before_run;
     if (!isfinite(s->max_step) || step > s->max_step)
         s->max_step = step;
-    if (!fold_val(s, o, kind, event, step))
+    if (!fold_val(s, o, kind, event, step) || !fold_named(s, o, kind, event, step))
         return false;
     return event ? fold_mark(s, o, kind, event, step, lineno) : fold_step(s, o, step);
 }
@@ -645,6 +804,35 @@ static totals totals_of(state *s) {
 
 const char *rep_plural(double n) { return n == 1 ? "" : "s"; }
 
+/* The named series' lines: each set's final and best loss, each task's
+ * final accuracies (percent) with their steps, names escaped for a
+ * terminal; then what was dropped. */
+static void print_named(FILE *out, const state *s) {
+    char esc[MAX_STR + 8];
+    for (int i = 0; i < s->nnamed; i++) {
+        const named_series *n = &s->named[i];
+        if (n->kind == N_SET) {
+            fprintf(out, "  validation loss (%s): final %.4f (step %.0f), best %.4f (step %.0f)\n",
+                    sr_escape(n->name, esc, sizeof esc), n->final, n->final_step, n->best, n->best_step);
+            continue;
+        }
+        const named_series *acc = n->kind == N_ACC ? n : rep_named_find(s, N_ACC, n->name);
+        const named_series *norm = n->kind == N_NORM ? n : rep_named_find(s, N_NORM, n->name);
+        if (n != acc && acc)
+            continue; /* with its acc */
+        fprintf(out, "  accuracy (%s):", sr_escape(n->name, esc, sizeof esc));
+        if (acc)
+            fprintf(out, " acc final %.2f%% (step %.0f)", acc->final, acc->final_step);
+        if (norm)
+            fprintf(out, "%s acc_norm final %.2f%% (step %.0f)", acc ? "," : "", norm->final, norm->final_step);
+        fputc('\n', out);
+    }
+    if (s->named_dropped)
+        fprintf(out,
+                "  ...and %lld value%s of more validation sets or tasks, not charted (at most %d sets, %d tasks)\n",
+                s->named_dropped, rep_plural((double)s->named_dropped), MAX_SETS, MAX_TASKS);
+}
+
 static void print_summary(FILE *out, const char *path, const state *s, const totals *t) {
     fprintf(out,
             "report: %s: %lld step record%s, %lld event%s (%lld start%s, %lld resume%s, %lld preemption%s, %lld "
@@ -659,6 +847,7 @@ static void print_summary(FILE *out, const char *path, const state *s, const tot
                 s->final_val_step, s->best_val, s->best_val_step);
     else
         fprintf(out, "  validation loss: none recorded (train.eval_every and data.val)\n");
+    print_named(out, s);
     if (isfinite(s->final_loss))
         fprintf(out, "  training loss: final %.4f\n", s->final_loss);
     if (isfinite(s->tokens))

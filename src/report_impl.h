@@ -25,6 +25,9 @@ enum {
     GRID_RANKS = 256,  /* ranks of the busy-time grid drawn (the first ones) */
     GRID_COLS = 96,    /* its columns: log intervals, merged in pairs when full */
     MAX_STRAG = 50,    /* straggler events listed */
+    MAX_SETS = 16,     /* named validation sets charted (val_loss/NAME) */
+    MAX_TASKS = 32,    /* tasks charted (acc/TASK, acc_norm/TASK: each up to this many) */
+    MAX_LABEL = 26,    /* bytes of a named series' legend label (its column is LEGEND_W wide) */
 };
 
 /* Busy time per rank and log interval (the straggler report's records):
@@ -99,6 +102,29 @@ typedef struct {
 enum { S_LOSS, S_VAL, S_LR, S_GN, S_TPS, S_MFU, S_COMM, S_STEPMS, S_MEM0 };
 #define NSERIES (S_MEM0 + SR_MEM_NCAT)
 
+/* The series the file names (evaluation results): a named validation
+ * set's loss (val_loss/NAME), a task's accuracy (acc/TASK) and its
+ * length-normalized accuracy (acc_norm/TASK); the accuracies charted and
+ * summed up in percent. */
+enum { N_SET, N_ACC, N_NORM, NNAMED };
+#define MAX_NAMED (MAX_SETS + 2 * MAX_TASKS)
+
+/* the named kinds' key prefixes ("val_loss/", "acc/", "acc_norm/") (report.c) */
+extern const char *const named_prefix[NNAMED];
+
+/* One named series: created at its key's first finite value, in the
+ * order the file names them.  def's key is `key`, its label `label`. */
+typedef struct {
+    char *key;        /* the key as the file spells it (a line's bytes at most) */
+    const char *name; /* the set or task: the key past its prefix */
+    int kind;         /* N_SET, N_ACC, N_NORM */
+    char label[MAX_LABEL + 8];
+    series_def def;
+    series_pts pts;
+    double final, final_step; /* the newest value (in percent for accuracies) and its step */
+    double best, best_step;   /* the lowest loss, the highest accuracy */
+} named_series;
+
 typedef struct {
     /* counts */
     long long lines, steps, events, skipped, kinds[NKIND];
@@ -106,7 +132,10 @@ typedef struct {
     series_def def[NSERIES];
     char memkey[SR_MEM_NCAT][48];
     series_pts pts[NSERIES];
-    bool eval_events; /* val_loss from eval events (else from step records) */
+    bool eval_events;    /* val_loss from eval events (else from step records) */
+    named_series *named; /* MAX_NAMED of them once one is seen (NULL before) */
+    int nnamed, named_count[NNAMED];
+    long long named_dropped; /* values of sets and tasks past the caps, not charted */
     bool any_mem[SR_MEM_NCAT];
     /* the x range */
     double xmin, xmax;
@@ -155,8 +184,17 @@ double rep_num(const json_t *o, const char *key);
 double rep_nth(const json_t *a, size_t i);
 const char *rep_str(const json_t *o, const char *key);
 const char *rep_plural(double n);
-/* One chart of the series whose `chart` is id; `marks` draws the events. */
+/* One chart of the series whose `chart` is id (the named ones with their
+ * points); `marks` draws the events. */
 void rep_chart(FILE *f, const state *s, const char *id, const char *title, const char *ylabel, bool marks);
+/* The named series' charts, each drawn only when it has a series: the
+ * validation loss by set, the downstream accuracy (percent). */
+void rep_named_charts(FILE *f, const state *s);
+/* The named series' summary rows: each set's final and best loss, each
+ * task's final accuracies (percent) with their steps, what was dropped. */
+void rep_named_rows(FILE *f, const state *s);
+/* The named series of `kind` whose name is `name` (NULL: none). */
+const named_series *rep_named_find(const state *s, int kind, const char *name);
 /* The newest start event's configuration as table rows. */
 void rep_config_rows(FILE *f, const json_t *o);
 /* The newest per-op profile (SHARDRUN_CUDA_PROFILE): the step's time per

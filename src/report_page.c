@@ -45,6 +45,33 @@ void rep_config_rows(FILE *f, const json_t *o) {
     }
     fputs("</table>\n", f);
 }
+/* The named series' summary rows: each set's final and best loss, each
+ * task's final accuracies (percent) with their steps, what was dropped. */
+void rep_named_rows(FILE *f, const state *s) {
+    for (int i = 0; i < s->nnamed; i++) {
+        const named_series *n = &s->named[i];
+        const named_series *acc = n->kind == N_ACC ? n : rep_named_find(s, N_ACC, n->name);
+        const named_series *norm = n->kind == N_NORM ? n : rep_named_find(s, N_NORM, n->name);
+        if (n->kind != N_SET && n != acc && acc)
+            continue; /* in its acc's row */
+        fputs(n->kind == N_SET ? "<tr><th>validation loss (" : "<tr><th>accuracy (", f);
+        rep_esc_n(f, n->name, MAX_STR);
+        fputs(")</th><td>", f);
+        if (n->kind == N_SET)
+            fprintf(f, "final %.4f (step %.0f), best %.4f (step %.0f)", n->final, n->final_step, n->best, n->best_step);
+        if (n->kind != N_SET && acc)
+            fprintf(f, "acc final %.2f%% (step %.0f)", acc->final, acc->final_step);
+        if (n->kind != N_SET && norm)
+            fprintf(f, "%sacc_norm final %.2f%% (step %.0f)", acc ? ", " : "", norm->final, norm->final_step);
+        fputs("</td></tr>\n", f);
+    }
+    if (s->named_dropped)
+        fprintf(f,
+                "<tr><th>not charted</th><td>%lld value%s of more validation sets or tasks (at most %d sets, %d "
+                "tasks)</td></tr>\n",
+                s->named_dropped, rep_plural((double)s->named_dropped), MAX_SETS, MAX_TASKS);
+}
+
 void rep_render(FILE *f, const char *path, const state *s, const totals *t) {
     fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>shardrun report: ", f);
     rep_esc(f, path);
@@ -74,6 +101,7 @@ void rep_render(FILE *f, const char *path, const state *s, const totals *t) {
     if (isfinite(s->final_val))
         fprintf(f, "<tr><th>validation loss</th><td>final %.4f (step %.0f), best %.4f (step %.0f)</td></tr>\n",
                 s->final_val, s->final_val_step, s->best_val, s->best_val_step);
+    rep_named_rows(f, s);
     if (isfinite(s->final_loss))
         fprintf(f, "<tr><th>training loss</th><td>final %.4f</td></tr>\n", s->final_loss);
     if (isfinite(s->tokens))
@@ -100,6 +128,7 @@ void rep_render(FILE *f, const char *path, const state *s, const totals *t) {
           "lines: steps a run redid after a crash or preemption.</p>\n",
           f);
     rep_chart(f, s, "loss", "Loss", "loss", true);
+    rep_named_charts(f, s);
     rep_chart(f, s, "lr", "Learning rate", "lr", false);
     rep_chart(f, s, "grad-norm", "Gradient norm (before clipping)", "norm", false);
     rep_chart(f, s, "tokens-per-s", "Throughput", "tokens/s", false);

@@ -103,6 +103,17 @@ static int bucket_xy(const bucket *k, double xy[2][2]) {
     return n;
 }
 
+/* A series' key as a class name's tail: letters, digits, - and _ (any
+ * other byte as _), at most MAX_STR bytes. */
+static void put_class(FILE *f, const char *key) {
+    for (size_t i = 0; key[i] && i < MAX_STR; i++) {
+        char c = key[i];
+        fputc((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ? c
+                                                                                                                 : '_',
+              f);
+    }
+}
+
 /* The series' path: "M" at each segment's first point, then "L"; redone
  * segments (odd) in a second path drawn dashed; with `fill`, each segment
  * closed down to y = 0 instead. */
@@ -113,11 +124,15 @@ static void draw_series(FILE *f, const box *b, const series_pts *p, const series
             any = (p->b[i].seg & 1) == redone;
         if (!any)
             continue;
+        fputs(fill ? "<path class=\"fill fill-" : "<path class=\"series series-", f);
+        put_class(f, d->key);
         if (fill)
-            fprintf(f, "<path class=\"fill fill-%s\" fill=\"%s\" d=\"", d->key, d->color);
-        else
-            fprintf(f, "<path class=\"series series-%s%s\" data-series=\"%s\" stroke=\"%s\" d=\"", d->key,
-                    redone ? " redone" : "", d->key, d->color);
+            fprintf(f, "\" fill=\"%s\" d=\"", d->color);
+        else {
+            fprintf(f, "%s\" data-series=\"", redone ? " redone" : "");
+            rep_esc_n(f, d->key, MAX_STR);
+            fprintf(f, "\" stroke=\"%s\" d=\"", d->color);
+        }
         int seg = -1;
         double first_x = 0, last_x = 0;
         for (int i = 0; i < p->n; i++) {
@@ -199,22 +214,40 @@ static void draw_marks(FILE *f, const box *b, const state *s) {
     }
 }
 
-/* One chart of the series whose `chart` is id; `marks` draws the events. */
+/* The series of chart id, in the order drawn, into defs and pts (room for
+ * NSERIES + MAX_NAMED): the fixed ones (a memory category once it was
+ * above 0), then the named ones that have points.  Returns how many. */
+static int chart_series(const state *s, const char *id, const series_def **defs, const series_pts **pts) {
+    int ns = 0;
+    for (int i = 0; i < NSERIES + s->nnamed; i++) {
+        bool named = i >= NSERIES;
+        const series_def *d = named ? &s->named[i - NSERIES].def : &s->def[i];
+        const series_pts *p = named ? &s->named[i - NSERIES].pts : &s->pts[i];
+        if (strcmp(d->chart, id) != 0 || (named && !p->count) || (!named && i >= S_MEM0 && !s->any_mem[i - S_MEM0]))
+            continue;
+        defs[ns] = d;
+        pts[ns++] = p;
+    }
+    return ns;
+}
+
+/* One chart of the series whose `chart` is id (the named ones with their
+ * points); `marks` draws the events. */
 void rep_chart(FILE *f, const state *s, const char *id, const char *title, const char *ylabel, bool marks) {
-    int idx[NSERIES], ns = 0;
+    const series_def *defs[NSERIES + MAX_NAMED];
+    const series_pts *pts[NSERIES + MAX_NAMED];
+    int ns = chart_series(s, id, defs, pts);
     bool stacked = false, zero = false;
-    for (int i = 0; i < NSERIES; i++)
-        if (strcmp(s->def[i].chart, id) == 0 && (i < S_MEM0 || s->any_mem[i - S_MEM0])) {
-            idx[ns++] = i;
-            stacked = stacked || s->def[i].stacked;
-            zero = zero || s->def[i].from_zero;
-        }
+    for (int k = 0; k < ns; k++) {
+        stacked = stacked || defs[k]->stacked;
+        zero = zero || defs[k]->from_zero;
+    }
     int rows = (ns + LEGEND_COLS - 1) / LEGEND_COLS;
     box b = {s->xmin, s->xmax, INFINITY, -INFINITY, 24 + LEGEND_ROW * (rows ? rows : 1) + 6, 0};
     b.h = b.mt + PH + MB;
     long long points = 0;
     for (int k = 0; k < ns; k++) {
-        const series_pts *p = &s->pts[idx[k]];
+        const series_pts *p = pts[k];
         points += p->count;
         if (p->count) {
             b.y0 = fmin(b.y0, p->ymin);
@@ -248,9 +281,9 @@ void rep_chart(FILE *f, const state *s, const char *id, const char *title, const
     axes(f, &b, title, ylabel);
     if (stacked) /* filled bands: the top layer first, each lower one over it */
         for (int k = ns - 1; k >= 0; k--)
-            draw_series(f, &b, &s->pts[idx[k]], &s->def[idx[k]], true);
+            draw_series(f, &b, pts[k], defs[k], true);
     for (int k = 0; k < ns; k++)
-        draw_series(f, &b, &s->pts[idx[k]], &s->def[idx[k]], false);
+        draw_series(f, &b, pts[k], defs[k], false);
     if (marks)
         draw_marks(f, &b, s);
     /* the legend, in its own rows between the title and the plot */
@@ -259,11 +292,20 @@ void rep_chart(FILE *f, const state *s, const char *id, const char *title, const
         fprintf(f,
                 "<rect class=\"swatch\" x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%d\" "
                 "y=\"%d\" class=\"legend\">",
-                x, y, s->def[idx[k]].color, x + 14, y + 9);
-        rep_esc(f, s->def[idx[k]].label);
+                x, y, defs[k]->color, x + 14, y + 9);
+        rep_esc(f, defs[k]->label);
         fputs("</text>\n", f);
     }
     fputs("</svg>\n</section>\n", f);
+}
+
+/* The named series' charts, each drawn only when it has a series: the
+ * validation loss by set, the downstream accuracy (percent). */
+void rep_named_charts(FILE *f, const state *s) {
+    if (s->named_count[N_SET])
+        rep_chart(f, s, "val-sets", "Validation loss by set", "loss", false);
+    if (s->named_count[N_ACC] + s->named_count[N_NORM])
+        rep_chart(f, s, "accuracy", "Downstream accuracy (acc/TASK, acc_norm/TASK)", "% correct", false);
 }
 
 /* The newest per-op profile (SHARDRUN_CUDA_PROFILE): the step's time per

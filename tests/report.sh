@@ -21,6 +21,13 @@
 #      events, plus a 1 MB line: at most 4,096 points per series, 1,000
 #      markers, no segment stepping back, a page under 4 MiB, memory within
 #      64 MiB of a tiny file's; crashes and preemptions counted apart
+#   7. evaluation results (eval events and step records with val_loss/NAME,
+#      acc/TASK, acc_norm/TASK): one series per set and task with a point
+#      per record, the summary's rows and lines (final and best loss per set,
+#      final accuracies per task in percent), the eval events' titles, the
+#      caps (16 sets, 32 tasks, the rest counted), hostile names escaped and
+#      inert, no NaN where val_loss is missing, and a file without them gives
+#      the page it gave before (no new chart, no new row)
 # (The same checks run on a file made under real Slurm with a requeue: slurm.sh.)
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 S=$SHARDRUN
@@ -262,4 +269,202 @@ $S report >u.out 2>u.err
 check "no argument: usage error 64" test $? -eq 64
 $S report m.jsonl --ranks 2 >u.out 2>u.err
 check "  an option of another command: 64" sh -c "[ $? = 64 ] && grep -q 'report: takes -o only' u.err"
+
+# 7. evaluation results: named validation sets and tasks
+cat >evalcheck.py <<'EOF'
+import html, json, re, sys
+NAMED = re.compile(r"(val_loss|acc|acc_norm)/.")
+CAPS = {"val_loss": 16, "acc": 32, "acc_norm": 32}
+
+
+def gen(path, kind):
+    out = open(path, "w")
+    sets, tasks = ["readme", "other"], ["hellaswag", "piqa"]
+    if kind == "hostile":
+        sets = ["<script>alert(1)</script>", '"><img src=x onerror=alert(1)>', "a&amp;b" + "\u00e9" * 100]
+        tasks = ["t'<b>\"&", "bell\u0007esc\u001b[31m", "<style>body{display:none}</style>"]
+    if kind == "caps":
+        sets, tasks = ["s%02d" % i for i in range(20)], ["t%02d" % i for i in range(40)]
+    t = 100.0
+    out.write(json.dumps({"event": "start", "step": 0, "time": t, "resume_step": 0, "restart": 0, "world_size": 1}) + "\n")
+    for s in range(1, 31):
+        t += 1
+        r = {"step": s, "loss": 5 - s / 10, "lr": 1e-3, "grad_norm": 1, "tokens_per_s": 1e4, "step_ms": 10,
+             "comm_exposed_ms": 1, "time": t, "tokens": 1024 * s}
+        r.update({"mem_%s_peak" % c: 1000 for c in ("param_shard", "grad_shard", "optim_shard", "grad_accum",
+                                                    "full_units", "activations", "comm", "ckpt_staging", "other")})
+        ev = None
+        if s % 10 == 0:
+            ev = {} if kind == "tasks" else {"val_loss": 4 - s / 100}
+            for i, n in enumerate(sets if kind != "tasks" else []):
+                ev["val_loss/" + n] = 4 + i / 10 - s / 100 + (0.15 if s == 30 else 0)  # the best at step 20
+            for i, n in enumerate(tasks):
+                ev["acc/" + n] = 0.25 + i / 100 + s / 1000
+                ev["acc_norm/" + n] = 0.3 + i / 100 + s / 1000
+            if kind == "plain":
+                ev = {k: v for k, v in ev.items() if not NAMED.match(k)}
+            r.update(ev)
+        event = ev is not None and kind != "steps" and json.dumps(dict({"event": "eval", "step": s, "time": t}, **ev))
+        if event and s != 10:  # at step 10 the step record's copies come first
+            out.write(event + "\n")
+        out.write(json.dumps(r) + "\n")
+        if event and s == 10:
+            out.write(event + "\n")
+
+
+def ctl(s):
+    return "".join("\ufffd" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in s)
+
+
+def esc_cut(s, n=64):  # rep_esc_n: the characters that begin before byte n, then an ellipsis
+    out, at = "", 0
+    for c in s:
+        if at >= n:
+            return out + "\u2026"
+        out, at = out + c, at + len(c.encode())
+    return out
+
+
+def cut(s, n=64):  # cut_text: at most n bytes at a character boundary, then "..."
+    b = s.encode()
+    if len(b) <= n:
+        return s
+    while n > 0 and (b[n] & 0xC0) == 0x80:
+        n -= 1
+    return b[:n].decode() + "..."
+
+
+def check(metrics, page, summary):
+    recs = [json.loads(line) for line in open(metrics)]
+    raw = open(page, encoding="utf-8").read()
+    text = html.unescape(raw)
+    summ = open(summary, encoding="utf-8").read()
+    evals = [r for r in recs if r.get("event") == "eval"]
+    src = evals or [r for r in recs if "event" not in r]
+    keys, seen, dropped = [], {k: 0 for k in CAPS}, 0
+    for r in src:
+        for k in r:
+            if NAMED.match(k) and k not in keys:
+                kind = k.split("/")[0]
+                seen[kind] += 1
+                if seen[kind] <= CAPS[kind]:
+                    keys.append(k)
+        dropped += sum(1 for k in r if NAMED.match(k) and k not in keys)
+    bad = []
+    paths = {}
+    for m in re.finditer(r'<path class="series [^"]*" data-series="([^"]*)" stroke="[^"]*" d="([^"]*)"', raw):
+        paths.setdefault(html.unescape(m.group(1)), []).append(m.group(2))
+    charted = {k for k in paths if NAMED.match(k)}
+    if charted != {ctl(esc_cut(k)) for k in keys}:
+        bad.append("charted %s, want %s" % (sorted(charted), sorted(ctl(esc_cut(k)) for k in keys)))
+    for k in keys:
+        vals = [(r["step"], r[k]) for r in src if k in r]
+        n = sum(len(re.findall(r"[ML]", d)) for d in paths.get(ctl(esc_cut(k)), []))
+        if n != len(vals):
+            bad.append("%r: %d points, %d records" % (k, n, len(vals)))
+        kind, name = k.split("/", 1)
+        if kind == "val_loss":
+            best = min(vals, key=lambda v: v[1])
+            want = "<tr><th>validation loss (%s)</th><td>final %.4f (step %d), best %.4f (step %d)</td></tr>" % (
+                ctl(esc_cut(name)), vals[-1][1], vals[-1][0], best[1], best[0])
+            line = "  validation loss (%s): final %.4f (step %d), best %.4f (step %d)\n" % (
+                name, vals[-1][1], vals[-1][0], best[1], best[0])
+        else:
+            acc = [(r["step"], r["acc/" + name]) for r in src if "acc/" + name in r]
+            norm = [(r["step"], r["acc_norm/" + name]) for r in src if "acc_norm/" + name in r]
+            row = "acc final %.2f%% (step %d), acc_norm final %.2f%% (step %d)" % (
+                100 * acc[-1][1], acc[-1][0], 100 * norm[-1][1], norm[-1][0])
+            want = "<tr><th>accuracy (%s)</th><td>%s</td></tr>" % (ctl(esc_cut(name)), row)
+            line = "  accuracy (%s): %s\n" % (name, row)
+        if want not in text:
+            bad.append("no summary row %r" % want)
+        if re.fullmatch(r"[ -~]*", name) and line not in summ:
+            bad.append("no summary line %r" % line)
+        label = ("" if kind == "val_loss" else kind + " ") + name
+        if re.fullmatch(r"[a-z0-9 _]*", label) and ('class="legend">%s</text>' % label) not in raw:
+            bad.append("no legend %r" % label)
+    for r in evals:
+        parts = ["val_loss %.4f" % r["val_loss"]] if "val_loss" in r else []
+        shown, more = {k: 0 for k in CAPS}, 0
+        for k, v in r.items():
+            if not NAMED.match(k):
+                continue
+            kind = k.split("/")[0]
+            shown[kind] += 1
+            if shown[kind] > CAPS[kind]:
+                more += 1
+            else:
+                parts.append("%s %.4f" % (cut(k), v) if kind == "val_loss" else "%s %.2f%%" % (cut(k), 100 * v))
+        if more:
+            parts.append("%d more" % more)
+        want = ctl("eval at step %d" % r["step"] + (": " + ", ".join(parts) if parts else ""))
+        if "<title>%s</title>" % want not in text or "<td>%s</td>" % want not in text:
+            bad.append("no event title %r" % want)
+    if dropped and ("<tr><th>not charted</th><td>%d values of more validation sets or tasks" % dropped) not in text:
+        bad.append("dropped: want %d values" % dropped)
+    if not dropped and "not charted" in text:
+        bad.append("a 'not charted' row, nothing was dropped")
+    for chart, kinds in (("val-sets", ("val_loss",)), ("accuracy", ("acc", "acc_norm"))):
+        has = any(k.split("/")[0] in kinds for k in keys)
+        if has != ('id="chart-%s"' % chart in raw):
+            bad.append("chart-%s %s" % (chart, "missing" if has else "drawn without a series"))
+    if re.search(r"\bnan\b", raw + summ, re.I):
+        bad.append("NaN in the page or the summary")
+    return bad
+
+
+def strip_named(page):
+    """The page without what the named series add: their rows, charts and
+    title parts (names of letters only)."""
+    t = open(page, encoding="utf-8").read()
+    t = re.sub(r"<tr><th>(validation loss|accuracy) \([^)]*\)</th>.*\n", "", t)
+    t = re.sub(r'<section class="chart" id="chart-(val-sets|accuracy)">.*?</section>\n', "", t, flags=re.S)
+    return re.sub(r", (val_loss|acc|acc_norm)/[a-z]+ [0-9.]+%?", "", t)
+
+
+if sys.argv[1] == "gen":
+    gen(sys.argv[2], sys.argv[3])
+elif sys.argv[1] == "same":
+    sys.exit(0 if strip_named(sys.argv[2]) == open(sys.argv[3], encoding="utf-8").read() else 1)
+else:
+    bad = check(sys.argv[2], sys.argv[3], sys.argv[4])
+    print("\n".join(bad)) if bad else None
+    sys.exit(1 if bad else 0)
+EOF
+EV="python3 $T/evalcheck.py"
+for k in named tasks steps hostile caps plain; do
+    mkdir ev_$k && $EV gen ev_$k/m.jsonl $k && (cd ev_$k && $S report m.jsonl -o m.html >sum.out 2>err.out) || echo "$k: status $?" >>ev.err
+done
+check "evaluation results: every report ends well" test ! -s ev.err
+check "  named sets and tasks: a series each (one point per eval event), the summary's rows and lines, the events' titles" \
+    $EV check ev_named/m.jsonl ev_named/m.html ev_named/sum.out
+check "  ...the charts 'validation loss by set' and 'downstream accuracy' with their legends" \
+    sh -c "grep -q 'id=\"chart-val-sets\"' ev_named/m.html && grep -q 'id=\"chart-accuracy\"' ev_named/m.html &&
+    grep -q 'class=\"legend\">readme</text>' ev_named/m.html && grep -q 'class=\"legend\">acc_norm hellaswag</text>' ev_named/m.html"
+check "  ...the other series and events as before" sh -c "$CHECK points ev_named/m.jsonl ev_named/m.html && $CHECK events ev_named/m.jsonl ev_named/m.html"
+check "  tasks only (no val_loss): no NaN, no set chart, the accuracy chart" $EV check ev_tasks/m.jsonl ev_tasks/m.html ev_tasks/sum.out
+check "  ...the summary says no validation loss" grep -q 'validation loss: none recorded' ev_tasks/sum.out
+check "  from step records alone (no eval event)" $EV check ev_steps/m.jsonl ev_steps/m.html ev_steps/sum.out
+check "  20 sets and 40 tasks: 16 sets and 32 tasks charted, the other values counted" \
+    $EV check ev_caps/m.jsonl ev_caps/m.html ev_caps/sum.out
+check "  ...and the summary says so" grep -q '\.\.\.and 60 values of more validation sets or tasks, not charted' ev_caps/sum.out
+check "  hostile names (<, \", ', &, control characters, 200 bytes): escaped, cut, in the page" \
+    $EV check ev_hostile/m.jsonl ev_hostile/m.html ev_hostile/sum.out
+check "  ...none becomes markup; class names only letters, digits, - and _; no control character" \
+    sh -c "! grep -Eq '<script|<img|<style>body|$esc|$(printf '\007')' ev_hostile/m.html &&
+    ! grep -o 'class=\"[^\"]*\"' ev_hostile/m.html | grep -vq '^class=\"[A-Za-z0-9_ -]*\"\$' &&
+    grep -q 'validation loss (&lt;script&gt;alert(1)&lt;/script&gt;)' ev_hostile/m.html"
+check "  ...and the terminal's summary shows control characters escaped" grep -q 'accuracy (bell\\x07esc\\x1b\[31m)' ev_hostile/sum.out
+if command -v chromium >/dev/null 2>&1; then
+    HOME=$T timeout 120 chromium --headless --no-sandbox --disable-gpu --virtual-time-budget=3000 --dump-dom \
+        "file://$T/ev_hostile/m.html" >ev_hostile.dom 2>chromium.err
+    check "  ...Chromium's DOM of that page: only the elements and attributes the report writes" \
+        $CHECK dom ev_hostile/m.html ev_hostile.dom
+else
+    skip_or_fail chromium "chromium not found (apt-get install chromium): the DOM check of hostile names"
+fi
+check "  a file without them: no new chart and no new row" \
+    sh -c "! grep -Eq 'chart-val-sets|chart-accuracy|<th>(validation loss|accuracy) \(|not charted' ev_plain/m.html"
+check "  ...the page the same file with them gives, less their rows, charts and title parts" \
+    $EV same ev_named/m.html ev_plain/m.html
 done_testing
