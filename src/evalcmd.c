@@ -138,6 +138,48 @@ static sr_status runner_open(runner *r, const sr_eval_opts *o, const sr_model_di
     return st;
 }
 
+/* The context the tasks need: their longest window's inputs, rounded up
+ * to a multiple of 64 (at most the model's T). */
+static int context_needed(const sr_task_enc *enc, int n, int T) {
+    int need = 1;
+    for (int i = 0; i < n; i++)
+        for (int s = 0; s < enc[i].nseq; s++)
+            need = enc[i].len[s] - 1 > need ? enc[i].len[s] - 1 : need;
+    need = (need + 63) / 64 * 64;
+    return need < T ? need : T;
+}
+
+/* The model `table` (its tensor table and fp32 parameters `all`) for a
+ * context of T' < T: the same tensors, each of the first of its elements
+ * (the position embedding's first T' rows; every other tensor whole),
+ * into *out (malloc'd) and *d2.  A forward at positions < T' computes
+ * what the full model does there, on T' columns instead of T. */
+static sr_status shrink(const sr_model *table, const float *all, int T2, sr_model_dims *d2, float **out) {
+    sr_model small;
+    *d2 = table->d;
+    d2->T = T2;
+    sr_status st = sr_model_init(&small, *d2, &sr_ops_cpu, NULL, 0, false);
+    if (st != SR_OK)
+        return st;
+    *out = sr_calloc(small.n_params, sizeof(float));
+    if (!*out || small.n_tensors != table->n_tensors)
+        st = *out ? sr_error(SR_ERR_INTERNAL, "the model's tensors change with its context") : sr_error_oom("the model");
+    for (int i = 0; st == SR_OK && i < small.n_tensors; i++) {
+        const sr_tensor *a = &table->tensors[i], *b = &small.tensors[i];
+        if (b->numel > a->numel || (b->numel < a->numel && strstr(a->name, "wpe") == NULL))
+            st = sr_error(SR_ERR_INTERNAL, "%s: %zu elements at a context of %d, %zu at %d", a->name, b->numel, T2,
+                          a->numel, table->d.T);
+        else
+            memcpy(*out + b->offset, all + a->offset, b->numel * sizeof(float));
+    }
+    sr_model_free(&small);
+    if (st != SR_OK) {
+        free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
 /* One task's logprobs [e->nseq], batch after batch. */
 static sr_status score(runner *r, const sr_task_enc *e, double *logprob) {
     sr_param_source src = {layer_view, NULL, NULL, NULL, r};
@@ -189,10 +231,21 @@ sr_status sr_eval_run(const char *ckpt, const sr_eval_opts *o, FILE *out, FILE *
         if (enc[i].nseq > max_seqs)
             max_seqs = enc[i].nseq;
     }
+    /* the context the tasks need: a shorter one costs what it needs */
+    float *shrunk = NULL;
+    int T2 = st == SR_OK ? context_needed(enc, o->ntasks, d.T) : d.T;
+    if (st == SR_OK && T2 < d.T) {
+        sr_model_dims d2;
+        if ((st = shrink(&table, all, T2, &d2, &shrunk)) == SR_OK) {
+            d = d2;
+            for (int i = 0; i < o->ntasks; i++)
+                enc[i].T = T2; /* (every window fits: T2 covers the longest) */
+        }
+    }
     runner r;
     bool opened = false;
     if (st == SR_OK) {
-        st = runner_open(&r, o, &d, all, max_seqs);
+        st = runner_open(&r, o, &d, shrunk ? shrunk : all, max_seqs);
         opened = st == SR_OK;
     }
     double t1 = sr_clock_mono_s();
@@ -214,13 +267,14 @@ sr_status sr_eval_run(const char *ckpt, const sr_eval_opts *o, FILE *out, FILE *
     if (st == SR_OK)
         fprintf(log,
                 "shardrun: eval of %s: %d task%s, %ld sequences of up to %d tokens (%s) in %.2f s, %.1f sequences/s; "
-                "batch %d on %s (%s), %d thread%s (%s); loaded in %.2f s\n",
-                from, o->ntasks, o->ntasks == 1 ? "" : "s", seqs, d.T,
+                "batch %d of %d positions on %s (%s), %d thread%s (%s); loaded in %.2f s\n",
+                from, o->ntasks, o->ntasks == 1 ? "" : "s", seqs, table.d.T,
                 pick.tok ? "encoded by the tokenizer" : "UTF-8 bytes", t2 - t1,
-                (double)seqs / (t2 - t1 > 0 ? t2 - t1 : 1e-9), r.B, r.dev->name, sr_dtype_name(r.dt), threads,
+                (double)seqs / (t2 - t1 > 0 ? t2 - t1 : 1e-9), r.B, d.T, r.dev->name, sr_dtype_name(r.dt), threads,
                 threads == 1 ? "" : "s", thow, t1 - t0);
     if (opened)
         runner_free(&r);
+    free(shrunk);
     for (int i = 0; i < o->ntasks; i++) {
         sr_task_enc_free(&enc[i]);
         sr_task_free(&tasks[i]);

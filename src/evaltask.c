@@ -240,9 +240,9 @@ sr_status sr_task_encode(const sr_task *t, const sr_tokenizer *tok, int V, int T
                 break;
             if (x.n > (size_t)T) {
                 st = sr_error(SR_ERR_DATA,
-                              "%s:%ld: ending %d is %zu tokens, more than the model's context of %d less the one "
-                              "token of context it is scored after",
-                              t->path, it->line, k, x.n, T - 1 < 0 ? 0 : T - 1);
+                              "%s:%ld: ending %d is %zu tokens; the model's context of %d positions scores at most %d "
+                              "(after one token of context)",
+                              t->path, it->line, k, x.n, T, T);
                 break;
             }
             size_t keep = c.n < (size_t)T + 1 - x.n ? c.n : (size_t)T + 1 - x.n; /* the context's last tokens */

@@ -65,7 +65,8 @@ void sr_task_name(const char *path, char name[SR_TASK_NAME_MAX + 1]);
  * item order.  Sequence s is ids[off[s] .. off[s] + len[s]) (len <= T + 1:
  * the context's last tokens, then the ending's nend[s] tokens); item[s]
  * and ending[s] say whose; first[i] is item i's first sequence (first[n]
- * = nseq). */
+ * = nseq).  T is the row length of the batches sr_task_fill writes; it
+ * may be lowered to any value >= the longest len - 1 (a shorter forward). */
 typedef struct {
     int T, nseq, nitems;
     int *item, *ending, *len, *nend, *first;
@@ -99,7 +100,8 @@ void sr_task_count(const sr_task *t, const sr_task_enc *e, const double *logprob
 /* The command's outputs: one line ("NAME: N items, acc A, acc_norm B"),
  * or with `json` one object {"task", "file", "n", "acc", "acc_norm",
  * "items": [{"label", "pred", "pred_norm", "logprobs": [...], "tokens":
- * [...]}]} (tokens: each ending's tokens), on one line.  -1 on a write
+ * [...]}]} (tokens: each ending's token count, its leading space's
+ * included), on one line.  -1 on a write
  * error. */
 int sr_task_write(FILE *out, const sr_task *t, const sr_task_enc *e, const double *logprob, bool json);
 

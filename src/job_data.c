@@ -10,6 +10,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <glob.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,7 +335,48 @@ static sr_status tokenizer_vocab(sr_config *cfg, bool check) {
     return SR_OK;
 }
 
+/* train.eval_tasks' globs (an item with *, ? or [) into their matches,
+ * sorted; one that matches nothing is SR_ERR_NOINPUT at the key. */
+static sr_status expand_tasks(sr_config *cfg) {
+    sr_strlist *l = &cfg->eval_tasks;
+    bool any = false;
+    for (int i = 0; i < l->count; i++)
+        any = any || strpbrk(l->items[i], "*?[") != NULL;
+    if (!any)
+        return SR_OK;
+    list out = {0};
+    sr_status st = SR_OK;
+    for (int i = 0; st == SR_OK && i < l->count; i++) {
+        if (!strpbrk(l->items[i], "*?[")) {
+            st = list_add(&out, l->items[i]) ? SR_OK : sr_error_oom("train.eval_tasks");
+            continue;
+        }
+        glob_t g;
+        int rc = glob(l->items[i], GLOB_ERR, NULL, &g);
+        if (rc != 0)
+            st = at(cfg, SR_ERR_NOINPUT, "train.eval_tasks", "%s: %s", l->items[i],
+                    rc == GLOB_NOMATCH ? "no task file matches" : strerror(errno));
+        for (size_t j = 0; st == SR_OK && j < g.gl_pathc; j++)
+            st = list_add(&out, g.gl_pathv[j]) ? SR_OK : sr_error_oom("train.eval_tasks");
+        if (rc == 0)
+            globfree(&g);
+    }
+    if (st != SR_OK) {
+        list_free(&out);
+        return st;
+    }
+    for (int i = 0; i < l->count; i++)
+        free(l->items[i]);
+    free(l->items);
+    l->items = out.items;
+    l->count = out.count;
+    return SR_OK;
+}
+
 sr_status sr_job_resolve_data(sr_config *cfg, bool check) {
+    sr_status tst = check ? expand_tasks(cfg) : SR_OK;
+    if (tst != SR_OK)
+        return tst;
     if (cfg->data_mixture.count && cfg->data_train.count)
         return at(cfg, SR_ERR_CONFIG, "data.mixture",
                   "data.mixture and data.train are both set; expected one (hint: a run of one source sets data.train; "

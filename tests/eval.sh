@@ -5,7 +5,7 @@
 # transformers on the same random model (tests/hf/eval_ref.py, the Python
 # of tests/hf/setup-venv.sh): the same log-likelihoods within 1e-4, the
 # same choices and accuracies, byte-level and with a BPE tokenizer the
-# checkpoint recorded.  Hostile task files (a label out of range, an
+# checkpoint recorded (the long tier).  Hostile task files (a label out of range, an
 # empty ending, a 10 MB context, bad JSON, ...) are 65 naming FILE:LINE
 # with nothing written.  In the loop (train.eval_tasks) 1 and 2 ranks give
 # the same accuracies, which are `shardrun eval`'s on the same step; named
@@ -31,6 +31,11 @@ with open("t.jsonl", "w") as f:
         f.write(json.dumps({"ctx": ctx, "endings": ends, "label": random.randrange(len(ends)), "split": "val", "id": i}) + "\n")
         if i == 10:
             f.write("\n")  # a blank line is skipped
+# contexts longer than a 256-position model: cut from the left
+with open("long.jsonl", "w") as f:
+    for i in range(6):
+        ctx = " ".join(random.choice(w) for _ in range(150))
+        f.write(json.dumps({"ctx": ctx, "endings": [random.choice(w), random.choice(w) + " " + random.choice(w)], "label": i % 2}) + "\n")
 PYEOF
 
 # close A.json B.json TOL: the same items, choices, token counts and
@@ -48,17 +53,17 @@ PYEOF
 }
 
 group "a: shardrun eval" && {
-    tiny_job job.yaml train.steps=30 checkpoint.dir=ck checkpoint.every_steps=15 log.every=10
+    tiny_job job.yaml train.steps=12 checkpoint.dir=ck checkpoint.every_steps=6 log.every=6 model.seq_len=256
     "$S" train job.yaml >tr.out 2>tr.err
-    check "a tiny byte-level model trains (status $?)" test -d ck/step_00000030 || diag "$(tail -3 tr.err)"
+    check "a tiny byte-level model trains (status $?)" test -d ck/step_00000012 || diag "$(tail -3 tr.err)"
     expect_status 0 "shardrun eval CKPT_DIR --task t.jsonl" "$S" eval ck --task t.jsonl
     check "  ...one line: NAME: N items, acc A, acc_norm B" grep -Eqx 't: 40 items, acc 0\.[0-9]{4}, acc_norm 0\.[0-9]{4}' "$T/out" ||
         diag "$(cat "$T/out")"
-    check "  ...the summary names the newest step, the bytes, the batch and the throughput" \
-        grep -q "eval of ck/step_00000030 (step 30): 1 task, 132 sequences .*UTF-8 bytes.* sequences/s; batch" "$T/err" ||
+    check "  ...the summary names the newest step, the bytes, the batch, the 128 positions its windows need, the throughput" \
+        grep -q "eval of ck/step_00000012 (step 12): 1 task, 132 sequences of up to 256 tokens (UTF-8 bytes).* sequences/s; batch 64 of 128 positions" "$T/err" ||
         diag "$(cat "$T/err")"
     "$S" eval ck --task t.jsonl --json >dir.json 2>/dev/null
-    "$S" eval ck/step_00000030 --task t.jsonl --json >step.json 2>/dev/null
+    "$S" eval ck/step_00000012 --task t.jsonl --json >step.json 2>/dev/null
     check "--json on the checkpoint.dir and on its newest step: the same object" cmp -s dir.json step.json
     python3 - dir.json >shape.out 2>&1 <<'PYEOF'
 import json, sys
@@ -93,6 +98,12 @@ PYEOF
         close dir.json ref.json 1e-4 >cmp.out 2>&1
         check "transformers on the same model: the same log-likelihoods (within 1e-4), choices and accuracies $(head -1 cmp.out)" \
             close dir.json ref.json 1e-4 || diag "$(cat cmp.out ref.err | tail -5)"
+        "$S" eval ck --task long.jsonl --json >long.json 2>long.err
+        "$HFPY" "$REF" hf long.jsonl >lref.json 2>lref.err
+        close long.json lref.json 1e-4 >lcmp.out 2>&1
+        lrc=$?
+        check "  ...and with contexts cut from the left to the 256 positions $(head -1 lcmp.out)" \
+            sh -c "[ $lrc -eq 0 ] && grep -q 'of 256 positions' long.err" || diag "$(cat lcmp.out lref.err long.err | tail -5)"
     else
         skip_or_fail transformers "shardrun eval against transformers: $HFPY cannot import transformers (tests/hf/setup-venv.sh; SHARDRUN_HF_PYTHON)"
     fi
@@ -143,6 +154,9 @@ PYEOF
     check "  ...naming label.jsonl:3" grep -q "train.eval_tasks: label.jsonl:3: \"label\" is out of range" "$T/err" ||
         diag "$(cat "$T/err")"
     mkdir x && cp t.jsonl x/t.jsonl
+    expect_status 0 "train.eval_tasks takes a glob" "$S" config check job.yaml --set 'train.eval_tasks=[x/*.jsonl]'
+    expect_status 66 "  ...one that matches nothing: 66" "$S" config check job.yaml --set 'train.eval_tasks=[x/*.json]'
+    check "  ...saying so" grep -q "x/\*.json: no task file matches" "$T/err" || diag "$(cat "$T/err")"
     expect_status 78 "two task files of one name: 78" "$S" config check job.yaml --set 'train.eval_tasks=[t.jsonl, x/t.jsonl]'
 }
 
@@ -250,7 +264,7 @@ group "d: bad data.val sets" && {
 }
 
 if $have_hf; then
-    group "e: a BPE tokenizer, recorded by the checkpoint" && {
+    group --long "e: a BPE tokenizer, recorded by the checkpoint" && {
         "$HFPY" "$SR_SRCDIR/tests/tok/ref.py" corpus c 60000 >/dev/null 2>&1 && "$HFPY" "$SR_SRCDIR/tests/tok/ref.py" train c >/dev/null 2>&1
         "$S" data prepare --tokenizer c/tokenizer.json --val-tokens 2000 -o bpe/ c/docs/*.txt >/dev/null 2>&1
         tiny_job bpe.yaml train.steps=6 data.train=bpe/ checkpoint.dir=ckb checkpoint.every_steps=6 model.seq_len=64
