@@ -42,7 +42,7 @@ static sr_status usable(tok_pick *p, int V) {
 static sr_status pick_mf(const sr_manifest *mf, void *ctx) {
     tok_pick *p = ctx;
     sr_sample_job_tokenizer(mf, p->job_tok, sizeof p->job_tok);
-    sr_status st = sr_sample_tokenizer(p->o->s.tokenizer, p->job_tok, mf->dims.V, &p->tok);
+    sr_status st = sr_sample_tokenizer(p->o->s.tokenizer, p->job_tok, "the job's data.tokenizer", mf->dims.V, &p->tok);
     if (st == SR_OK && !p->o->s.tokenizer)
         sr_sample_tokenizer_warn(mf, p->tok, p->job_tok);
     return st == SR_OK ? usable(p, mf->dims.V) : st;
@@ -55,7 +55,7 @@ static sr_status pick_hf(void *ctx, int V, const char *dir) {
     sr_fmt(p->job_tok, sizeof p->job_tok, "%s/tokenizer.json", dir);
     if (stat(p->job_tok, &sb) != 0)
         p->job_tok[0] = '\0';
-    sr_status st = sr_sample_tokenizer(p->o->s.tokenizer, p->job_tok, V, &p->tok);
+    sr_status st = sr_sample_tokenizer(p->o->s.tokenizer, p->job_tok, "the directory's tokenizer.json", V, &p->tok);
     return st == SR_OK ? usable(p, V) : st;
 }
 
@@ -88,9 +88,10 @@ static void runner_free(runner *r) {
         if (r->params)
             r->dev->free(r->dev, r->params);
     }
+    if (r->dev)
+        sr_dev_io_free(r->dev, r->losses);
     if (r->m_init)
         sr_model_free(&r->m);
-    free(r->losses);
     if (r->dev)
         sr_device_close(r->dev);
 }
@@ -116,7 +117,7 @@ static sr_status runner_open(runner *r, const sr_eval_opts *o, const sr_model_di
     size_t n = r->m.n_params, bt = (size_t)B * (size_t)d->T;
     r->in = st == SR_OK ? sr_dev_io_alloc(r->dev, bt * sizeof(int)) : NULL;
     r->tg = st == SR_OK ? sr_dev_io_alloc(r->dev, bt * sizeof(int)) : NULL;
-    r->losses = st == SR_OK ? sr_malloc(bt * sizeof(float)) : NULL;
+    r->losses = st == SR_OK ? sr_dev_io_alloc(r->dev, bt * sizeof(float)) : NULL;
     if (st == SR_OK && (!r->in || !r->tg || !r->losses))
         st = sr_error_oom("the evaluation's batch");
     if (st == SR_OK && r->dev->kind != SR_DEV_CPU) { /* the parameters on the device, in its dtype */
@@ -150,9 +151,10 @@ static int context_needed(const sr_task_enc *enc, int n, int T) {
 }
 
 /* The model `table` (its tensor table and fp32 parameters `all`) for a
- * context of T' < T: the same tensors, each of the first of its elements
- * (the position embedding's first T' rows; every other tensor whole),
- * into *out (malloc'd) and *d2.  A forward at positions < T' computes
+ * context of T' < T: *d2, and the same tensors, each of the first of its
+ * elements (the position embedding's first T' rows; every other tensor
+ * whole), into *out (malloc'd; NULL when the parameters are the same at
+ * T': a model without learned positions).  A forward at positions < T' computes
  * what the full model does there, on T' columns instead of T. */
 static sr_status shrink(const sr_model *table, const float *all, int T2, sr_model_dims *d2, float **out) {
     sr_model small;
@@ -161,6 +163,11 @@ static sr_status shrink(const sr_model *table, const float *all, int T2, sr_mode
     sr_status st = sr_model_init(&small, *d2, &sr_ops_cpu, NULL, 0, false);
     if (st != SR_OK)
         return st;
+    *out = NULL;
+    if (small.n_params == table->n_params) { /* (rotary positions: only the context changes) */
+        sr_model_free(&small);
+        return SR_OK;
+    }
     *out = sr_calloc(small.n_params, sizeof(float));
     if (!*out || small.n_tensors != table->n_tensors)
         st = *out ? sr_error(SR_ERR_INTERNAL, "the model's tensors change with its context") : sr_error_oom("the model");
@@ -196,6 +203,63 @@ static sr_status score(runner *r, const sr_task_enc *e, double *logprob) {
     return st;
 }
 
+/* The model and where it came from. */
+typedef struct {
+    tok_pick pick;
+    sr_manifest mf;
+    bool have_mf, loaded;
+    sr_model table; /* the tensor table of the model as read (its dims) */
+    float *all;     /* its fp32 parameters, or those of a shorter context (fit) */
+    char from[PATH_MAX + 64];
+} source;
+
+static sr_status load(source *m, const char *ckpt) {
+    sr_status st;
+    if (sr_modelfile_is_hf_dir(ckpt)) {
+        st = sr_sample_read_hf(ckpt, &m->table, &m->all, pick_hf, &m->pick);
+        sr_fmt(m->from, sizeof m->from, "%s (Hugging Face)", ckpt);
+    } else {
+        char used[PATH_MAX];
+        st = sr_ckpt_tool_read_model(ckpt, &m->mf, &m->table, &m->all, pick_mf, &m->pick, used, sizeof used);
+        m->have_mf = st == SR_OK;
+        if (m->have_mf)
+            sr_fmt(m->from, sizeof m->from, "%s (step %lld)", used, (long long)m->mf.step);
+    }
+    m->loaded = st == SR_OK;
+    return st;
+}
+
+static void unload(source *m) {
+    sr_tokenizer_free(m->pick.tok);
+    if (m->loaded) {
+        free(m->all);
+        sr_model_free(&m->table);
+    }
+    if (m->have_mf)
+        sr_manifest_free(&m->mf);
+}
+
+/* The dims *d the forwards run at: the model's, with the context the
+ * tasks need (the encodings' rows shortened to it, and m->all replaced by
+ * the parameters of that context where they differ). */
+static sr_status fit(source *m, sr_task_enc *enc, int n, sr_model_dims *d) {
+    *d = m->table.d;
+    int T2 = context_needed(enc, n, d->T);
+    if (T2 == d->T)
+        return SR_OK;
+    float *shrunk = NULL;
+    sr_status st = shrink(&m->table, m->all, T2, d, &shrunk);
+    if (st != SR_OK)
+        return st;
+    if (shrunk) {
+        free(m->all);
+        m->all = shrunk;
+    }
+    for (int i = 0; i < n; i++)
+        enc[i].T = T2; /* (every window fits: T2 covers the longest) */
+    return SR_OK;
+}
+
 sr_status sr_eval_run(const char *ckpt, const sr_eval_opts *o, FILE *out, FILE *log) {
     sr_task tasks[SR_EVAL_MAX_TASKS];
     sr_task_enc enc[SR_EVAL_MAX_TASKS];
@@ -204,61 +268,30 @@ sr_status sr_eval_run(const char *ckpt, const sr_eval_opts *o, FILE *out, FILE *
     sr_status st = SR_OK;
     for (int i = 0; st == SR_OK && i < o->ntasks; i++)
         st = sr_task_load(&tasks[i], o->tasks[i]);
-    tok_pick pick = {o, NULL, ""};
-    sr_manifest mf;
-    bool have_mf = false;
-    sr_model table;
-    float *all = NULL;
-    char from[PATH_MAX + 64] = "";
+    source m = {.pick = {o, NULL, ""}};
     double t0 = sr_clock_mono_s();
-    if (st == SR_OK && sr_modelfile_is_hf_dir(ckpt)) {
-        st = sr_sample_read_hf(ckpt, &table, &all, pick_hf, &pick);
-        sr_fmt(from, sizeof from, "%s (Hugging Face)", ckpt);
-    } else if (st == SR_OK) {
-        char used[PATH_MAX];
-        st = sr_ckpt_tool_read_model(ckpt, &mf, &table, &all, pick_mf, &pick, used, sizeof used);
-        have_mf = st == SR_OK;
-        if (have_mf)
-            sr_fmt(from, sizeof from, "%s (step %lld)", used, (long long)mf.step);
-    }
-    bool loaded = st == SR_OK;
-    sr_model_dims d = loaded ? table.d : (sr_model_dims){0};
+    if (st == SR_OK)
+        st = load(&m, ckpt);
+    sr_model_dims d = m.loaded ? m.table.d : (sr_model_dims){0};
     const char *thow = "";
-    int threads = loaded ? sr_ops_set_threads(sr_sample_threads(&o->s, have_mf ? &mf : NULL, &thow)) : 0;
+    int threads = m.loaded ? sr_ops_set_threads(sr_sample_threads(&o->s, m.have_mf ? &m.mf : NULL, &thow)) : 0;
     int max_seqs = 1;
     for (int i = 0; st == SR_OK && i < o->ntasks; i++) {
-        st = sr_task_encode(&tasks[i], pick.tok, d.V, d.T, &enc[i]);
-        if (enc[i].nseq > max_seqs)
-            max_seqs = enc[i].nseq;
+        st = sr_task_encode(&tasks[i], m.pick.tok, d.V, d.T, &enc[i]);
+        max_seqs = enc[i].nseq > max_seqs ? enc[i].nseq : max_seqs;
     }
-    /* the context the tasks need: a shorter one costs what it needs */
-    float *shrunk = NULL;
-    int T2 = st == SR_OK ? context_needed(enc, o->ntasks, d.T) : d.T;
-    if (st == SR_OK && T2 < d.T) {
-        sr_model_dims d2;
-        if ((st = shrink(&table, all, T2, &d2, &shrunk)) == SR_OK) {
-            d = d2;
-            for (int i = 0; i < o->ntasks; i++)
-                enc[i].T = T2; /* (every window fits: T2 covers the longest) */
-        }
-    }
+    if (st == SR_OK) /* a shorter context costs what the tasks need */
+        st = fit(&m, enc, o->ntasks, &d);
     runner r;
     bool opened = false;
-    if (st == SR_OK) {
-        st = runner_open(&r, o, &d, shrunk ? shrunk : all, max_seqs);
-        opened = st == SR_OK;
-    }
+    if (st == SR_OK)
+        opened = (st = runner_open(&r, o, &d, m.all, max_seqs)) == SR_OK;
     double t1 = sr_clock_mono_s();
     long seqs = 0;
     for (int i = 0; st == SR_OK && i < o->ntasks; i++) {
         double *lp = sr_calloc((size_t)enc[i].nseq, sizeof(double));
-        if (!lp)
-            st = sr_error_oom("the task's scores");
-        if (st == SR_OK)
-            st = score(&r, &enc[i], lp);
-        if (st == SR_OK && sr_task_write(out, &tasks[i], &enc[i], lp, o->json) != 0)
-            st = sr_error(SR_ERR_IO, "write to standard output failed");
-        if (st == SR_OK && fflush(out) != 0)
+        st = lp ? score(&r, &enc[i], lp) : sr_error_oom("the task's scores");
+        if (st == SR_OK && (sr_task_write(out, &tasks[i], &enc[i], lp, o->json) != 0 || fflush(out) != 0))
             st = sr_error(SR_ERR_IO, "write to standard output failed");
         seqs += enc[i].nseq;
         free(lp);
@@ -268,23 +301,16 @@ sr_status sr_eval_run(const char *ckpt, const sr_eval_opts *o, FILE *out, FILE *
         fprintf(log,
                 "shardrun: eval of %s: %d task%s, %ld sequences of up to %d tokens (%s) in %.2f s, %.1f sequences/s; "
                 "batch %d of %d positions on %s (%s), %d thread%s (%s); loaded in %.2f s\n",
-                from, o->ntasks, o->ntasks == 1 ? "" : "s", seqs, table.d.T,
-                pick.tok ? "encoded by the tokenizer" : "UTF-8 bytes", t2 - t1,
+                m.from, o->ntasks, o->ntasks == 1 ? "" : "s", seqs, m.table.d.T,
+                m.pick.tok ? "encoded by the tokenizer" : "UTF-8 bytes", t2 - t1,
                 (double)seqs / (t2 - t1 > 0 ? t2 - t1 : 1e-9), r.B, d.T, r.dev->name, sr_dtype_name(r.dt), threads,
                 threads == 1 ? "" : "s", thow, t1 - t0);
     if (opened)
         runner_free(&r);
-    free(shrunk);
     for (int i = 0; i < o->ntasks; i++) {
         sr_task_enc_free(&enc[i]);
         sr_task_free(&tasks[i]);
     }
-    sr_tokenizer_free(pick.tok);
-    if (loaded) {
-        free(all);
-        sr_model_free(&table);
-    }
-    if (have_mf)
-        sr_manifest_free(&mf);
+    unload(&m);
     return st;
 }

@@ -304,7 +304,9 @@ void sr_task_take(const sr_task_enc *e, int s0, int n, const float *losses, doub
     }
 }
 
-void sr_task_choose(const sr_task_enc *e, int i, const double *logprob, int *pred, int *pred_norm) {
+/* Item i's choices from its sequences' logprobs: *pred the largest
+ * logprob, *pred_norm the largest logprob per byte (ties: the first). */
+static void choose(const sr_task_enc *e, int i, const double *logprob, int *pred, int *pred_norm) {
     int a = e->first[i], b = e->first[i + 1];
     *pred = *pred_norm = 0;
     for (int s = a + 1; s < b; s++) {
@@ -318,7 +320,7 @@ void sr_task_choose(const sr_task_enc *e, int i, const double *logprob, int *pre
 void sr_task_count(const sr_task *t, const sr_task_enc *e, const double *logprob, int lo, int hi, double c[2]) {
     for (int i = lo; i < hi; i++) {
         int p, pn;
-        sr_task_choose(e, i, logprob, &p, &pn);
+        choose(e, i, logprob, &p, &pn);
         c[0] += p == t->items[i].label;
         c[1] += pn == t->items[i].label;
     }
@@ -333,7 +335,7 @@ int sr_task_write(FILE *out, const sr_task *t, const sr_task_enc *e, const doubl
     json_t *items = json_array();
     for (int i = 0; items && i < t->n; i++) {
         int p, pn;
-        sr_task_choose(e, i, logprob, &p, &pn);
+        choose(e, i, logprob, &p, &pn);
         json_t *lp = json_array(), *tk = json_array();
         for (int s = e->first[i]; lp && tk && s < e->first[i + 1]; s++) {
             json_array_append_new(lp, json_real(logprob[s]));

@@ -90,10 +90,8 @@ void sr_task_fill(const sr_task_enc *e, int s0, int n, int *inputs, int *targets
  * zeroed). */
 void sr_task_take(const sr_task_enc *e, int s0, int n, const float *losses, double *logprob);
 
-/* Item i's choices from its sequences' logprobs: *pred the largest
- * logprob, *pred_norm the largest logprob per byte (ties: the first). */
-void sr_task_choose(const sr_task_enc *e, int i, const double *logprob, int *pred, int *pred_norm);
-/* Items [lo, hi) right by each measure, counted into c[0] (acc) and c[1]
+/* Items [lo, hi) right by each measure (acc: the ending of the largest
+ * logprob; acc_norm: of the largest logprob per byte; ties: the first), counted into c[0] (acc) and c[1]
  * (acc_norm). */
 void sr_task_count(const sr_task *t, const sr_task_enc *e, const double *logprob, int lo, int hi, double c[2]);
 

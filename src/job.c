@@ -346,6 +346,11 @@ static sr_status check_tasks(const sr_config *cfg) {
                               "names (hint: rename one)",
                               l->items[j], l->items[i], a, a);
         }
+        if (cfg->vocab_size != 256 && (!cfg->data_tokenizer || !*cfg->data_tokenizer))
+            return at_key(cfg, "train.eval_tasks",
+                          "the model's vocabulary is %lld tokens and data.tokenizer is unset, so the tasks' text "
+                          "cannot be encoded (hint: set data.tokenizer to the data's tokenizer)",
+                          (long long)cfg->vocab_size);
         sr_task t;
         sr_status st = sr_task_load(&t, l->items[i]);
         sr_task_free(&t);

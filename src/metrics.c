@@ -173,6 +173,14 @@ static void tb_step(sr_tb *tb, const sr_step_record *r) {
     sr_tb_scalars(tb, r->step, n, tags, v);
 }
 
+/* v as a JSON number (%.17g), or null when it is not finite. */
+static void json_num(FILE *f, double v) {
+    if (isfinite(v))
+        fprintf(f, "%.17g", v);
+    else
+        fputs("null", f);
+}
+
 void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
     if (!m)
         return;
@@ -195,8 +203,12 @@ void sr_metrics_step(sr_metrics *m, const sr_step_record *r) {
     if (r->has_val && isfinite(r->val_loss))
         fprintf(f, ",\"val_loss\":%.17g", r->val_loss);
     const sr_eval_scores *e = r->has_val ? r->evals : NULL;
-    for (int i = 0; e && i < e->nsets; i++)
-        fprintf(f, ",\"val_loss/%s\":%.17g", e->set[i], e->set_loss[i]);
+    /* (the names are [A-Za-z0-9_.-]: config.h, evaltask.h; a loss that
+     * is not finite is null, as JSON has no NaN) */
+    for (int i = 0; e && i < e->nsets; i++) {
+        fprintf(f, ",\"val_loss/%s\":", e->set[i]);
+        json_num(f, e->set_loss[i]);
+    }
     for (int i = 0; e && i < e->ntasks; i++)
         fprintf(f, ",\"acc/%s\":%.17g,\"acc_norm/%s\":%.17g", e->task[i], e->acc[i], e->task[i], e->acc_norm[i]);
     if (r->nccl)

@@ -293,7 +293,8 @@ sr_status sr_model_forward_train(sr_model *m, const sr_param_source *src, const 
 sr_status sr_model_take_loss_sum(sr_model *m, double *sum);
 /* The per-token losses (-log p(target)) of the last forward's first B
  * sequences, [B, T] floats, downloaded into dst (the evaluation tasks'
- * read, evaltask.h); waits for the forward. */
+ * read, evaltask.h): host memory of sr_dev_io_alloc (pinned on the cuda
+ * table, so the host's wait keeps its deadline); waits for the forward. */
 sr_status sr_model_read_losses(sr_model *m, float *dst, int B);
 /* Backward of the last forward; accumulates d(loss_sum * dloss)/dparam into
  * the gradients (writes them, in a buffer the source calls fresh), where

@@ -263,14 +263,14 @@ typedef struct {
     const char **how;
 } prompt_check;
 
-sr_status sr_sample_tokenizer(const char *opt, const char *job_tok, int V, sr_tokenizer **tok) {
+sr_status sr_sample_tokenizer(const char *opt, const char *job_tok, const char *what, int V, sr_tokenizer **tok) {
     sr_tokenizer_free(*tok);
     *tok = NULL;
     sr_status st = SR_OK;
     if (opt) {
         st = sr_tokenizer_load(tok, opt, "--tokenizer");
     } else if (job_tok && *job_tok) {
-        if (sr_tokenizer_load(tok, job_tok, "the job's data.tokenizer") != SR_OK)
+        if (sr_tokenizer_load(tok, job_tok, what) != SR_OK)
             sr_log_warn("%s (printing token ids; hint: --tokenizer PATH)", sr_error_message());
     }
     sr_tokenizer *t = *tok;
@@ -288,7 +288,7 @@ sr_status sr_sample_tokenizer(const char *opt, const char *job_tok, int V, sr_to
 static sr_status check_prompt_v(prompt_check *pc, int V, const char *job_tok) {
     free(*pc->prompt);
     *pc->prompt = NULL;
-    sr_status st = sr_sample_tokenizer(pc->o->tokenizer, job_tok, V, pc->tok);
+    sr_status st = sr_sample_tokenizer(pc->o->tokenizer, job_tok, "the job's data.tokenizer", V, pc->tok);
     return st == SR_OK ? make_prompt(pc->o, V, *pc->tok, pc->prompt, pc->n, pc->how) : st;
 }
 

@@ -56,10 +56,11 @@ struct sr_model;
 /* The offline commands' pieces (sample, eval).  The tokenizer for a model
  * of vocabulary V into *tok (freed first; NULL: none): `opt` (the
  * --tokenizer given; its failure is returned), else `job_tok` (may be
- * NULL or empty: none; a warning when it cannot be read), checked against
+ * NULL or empty: none; a warning naming it as `what` when it cannot be
+ * read), checked against
  * V: an encoding tokenizer with more ids than V, or a decoding one (llm.c's
  * file) with fewer, is SR_ERR_DATA. */
-sr_status sr_sample_tokenizer(const char *opt, const char *job_tok, int V, sr_tokenizer **tok);
+sr_status sr_sample_tokenizer(const char *opt, const char *job_tok, const char *what, int V, sr_tokenizer **tok);
 /* The tokenizer a checkpoint names: the data record's (its absolute path,
  * when it has a fingerprint), else the data.tokenizer key as the job gave
  * it, into job_tok[n] ("" for none). */
@@ -67,14 +68,14 @@ void sr_sample_job_tokenizer(const sr_manifest *mf, char *job_tok, size_t n);
 /* A warning when `tok` (loaded from job_tok) is not the tokenizer the
  * checkpoint's data record fingerprinted. */
 void sr_sample_tokenizer_warn(const sr_manifest *mf, const sr_tokenizer *tok, const char *job_tok);
-/* A Hugging Face directory (GPT-2 or Llama): its dims (the model's tensor
- * table in *model, no activations), `check` (may be NULL; its failure is
- * returned before any weight is read) told the vocabulary, then the
- * weights read whole into *all (malloc'd).  On failure nothing is left. */
 /* The threads of an offline command: o->threads, else the checkpoint's
  * `threads` key when above 0 (mf may be NULL), else OMP_NUM_THREADS, else
  * 0 (every core); *how names the source. */
 int sr_sample_threads(const sr_sample_opts *o, const sr_manifest *mf, const char **how);
+/* A Hugging Face directory (GPT-2 or Llama): its dims (the model's tensor
+ * table in *model, no activations), `check` (may be NULL; its failure is
+ * returned before any weight is read) told the vocabulary, then the
+ * weights read whole into *all (malloc'd).  On failure nothing is left. */
 typedef sr_status (*sr_sample_hf_check)(void *ctx, int V, const char *dir);
 sr_status sr_sample_read_hf(const char *dir, struct sr_model *model, float **all, sr_sample_hf_check check, void *ctx);
 /* log.sample_every's sample at `step` (collective: every rank calls it

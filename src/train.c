@@ -225,6 +225,8 @@ static sr_status setup(sr_run *r) {
         st = sr_run_start_observers(r);
     if (st == SR_OK)
         st = open_engine(r);
+    if (st == SR_OK)
+        st = sr_run_agree_evals(r);
     t0 = sr_clock_mono_s();
     if (st == SR_OK)
         st = sr_run_gather_hosts(r);

@@ -40,7 +40,8 @@ sr_status sr_run_open_evals(sr_run *r) {
         return st;
     r->tasks = sr_calloc((size_t)n, sizeof *r->tasks);
     r->tenc = sr_calloc((size_t)n, sizeof *r->tenc);
-    r->task_losses = sr_malloc((size_t)r->mb * (size_t)r->T * sizeof(float));
+    /* (pinned on the cuda table: the download's host wait keeps its deadline) */
+    r->task_losses = sr_dev_io_alloc(r->dev, (size_t)r->mb * (size_t)r->T * sizeof(float));
     if (!r->tasks || !r->tenc || !r->task_losses)
         return sr_error_oom("train.eval_tasks");
     if (!r->tok && cfg->vocab_size != 256)
@@ -48,15 +49,63 @@ sr_status sr_run_open_evals(sr_run *r) {
                         "train.eval_tasks: the model's vocabulary is %lld tokens and data.tokenizer is unset, so the "
                         "tasks' text cannot be encoded (hint: set data.tokenizer to the data's tokenizer)",
                         (long long)cfg->vocab_size);
+    int most = 0;
     for (int k = 0; st == SR_OK && k < n; k++) {
         st = sr_task_load(&r->tasks[k], cfg->eval_tasks.items[k]);
         if (st == SR_OK) {
             r->ntasks = k + 1;
             st = sr_task_encode(&r->tasks[k], r->tok, (int)cfg->vocab_size, r->T, &r->tenc[k]);
             r->task_name[k] = r->tasks[k].name;
+            most = st == SR_OK && r->tenc[k].nseq > most ? r->tenc[k].nseq : most;
         }
     }
-    return st == SR_OK ? st : sr_error_wrap(st, "train.eval_tasks");
+    if (st != SR_OK)
+        return sr_error_wrap(st, "train.eval_tasks");
+    if (!(r->task_lp = sr_calloc((size_t)most + 1, sizeof(double))))
+        return sr_error_oom("train.eval_tasks");
+    return SR_OK;
+}
+
+sr_status sr_run_agree_evals(sr_run *r) {
+    /* every rank read the same tasks (a node's stale copy would give other
+     * forward counts, and the ranks would wait on each other): rank 0's
+     * items, sequences and tokens of each task broadcast, each rank's
+     * verdict summed, so all refuse together */
+    int n = r->ntasks;
+    if (n == 0)
+        return SR_OK;
+    int64_t *mine = sr_calloc((size_t)n * 6, sizeof(int64_t));
+    if (!mine)
+        return sr_error_oom("train.eval_tasks");
+    int64_t *first = mine + 3 * n;
+    for (int k = 0; k < n; k++) {
+        mine[3 * k] = r->tasks[k].n;
+        mine[3 * k + 1] = r->tenc[k].nseq;
+        mine[3 * k + 2] = (int64_t)r->tenc[k].nids;
+    }
+    memcpy(first, mine, (size_t)n * 3 * sizeof(int64_t));
+    sr_status st = sr_ctl_broadcast(r->ctl, first, (size_t)n * 3, 0);
+    int bad = -1;
+    for (int k = 0; st == SR_OK && k < n && bad < 0; k++)
+        if (memcmp(mine + 3 * k, first + 3 * k, 3 * sizeof(int64_t)) != 0)
+            bad = k;
+    double differ = bad >= 0 ? 1.0 : 0.0;
+    if (st == SR_OK)
+        st = sr_ctl_sum(r->ctl, &differ, 1);
+    if (st == SR_OK && differ > 0)
+        st = bad >= 0 ? sr_error(SR_ERR_CONFIG,
+                                 "train.eval_tasks: %s differs between the ranks (%lld items, %lld sequences, %lld "
+                                 "tokens here; rank 0 reads %lld, %lld, %lld); every rank must read the same file "
+                                 "(hint: a node-local copy out of date?)",
+                                 r->tasks[bad].path, (long long)mine[3 * bad], (long long)mine[3 * bad + 1],
+                                 (long long)mine[3 * bad + 2], (long long)first[3 * bad],
+                                 (long long)first[3 * bad + 1], (long long)first[3 * bad + 2])
+                      : sr_error(SR_ERR_CONFIG,
+                                 "train.eval_tasks: %.0f rank%s read other tasks than rank 0; every rank must read the "
+                                 "same files",
+                                 differ, differ == 1 ? "" : "s");
+    free(mine);
+    return st;
 }
 
 void sr_run_close_evals(sr_run *r) {
@@ -68,7 +117,9 @@ void sr_run_close_evals(sr_run *r) {
     }
     free(r->tasks);
     free(r->tenc);
-    free(r->task_losses);
+    free(r->task_lp);
+    if (r->task_losses)
+        sr_dev_io_free(r->dev, r->task_losses);
 }
 
 /* Whether any rank saw a preemption signal (collective). */
@@ -119,19 +170,21 @@ static sr_status task_scores(sr_run *r, int k, double c[2], bool *interrupted) {
         int nb = (b - a + mb - 1) / mb;
         batches = nb > batches ? nb : batches;
     }
-    double *lp = sr_calloc((size_t)e->nseq + 1, sizeof(double));
-    if (!lp)
-        return sr_error_oom("an evaluation task's scores");
+    double *lp = r->task_lp;
+    memset(lp, 0, (size_t)e->nseq * sizeof(double));
     sr_status st = SR_OK;
+    bool padding = false;
     for (int b = 0; b < batches && st == SR_OK; b++) {
         if ((st = preempt_seen(r, interrupted)) != SR_OK || *interrupted)
             break;
         int s = s0 + b * mb, n = s1 - s < mb ? s1 - s : mb;
         if (n > 0) {
             sr_task_fill(e, s, n, r->in, r->tg);
-        } else { /* this rank's share is done: a forward the gathers need, its losses dropped */
+        } else if (!padding) { /* this rank's share is done: forwards the gathers need, their losses dropped
+                                * (the buffers written once, after the last host wait) */
             memset(r->in, 0, (size_t)r->T * sizeof(int));
             memset(r->tg, 0, (size_t)r->T * sizeof(int));
+            padding = true;
         }
         st = sr_fsdp_eval(r->fsdp, r->in, r->tg, n > 0 ? n : 1);
         if (st == SR_OK && n > 0 && (st = sr_model_read_losses(&r->model, r->task_losses, n)) == SR_OK)
@@ -142,7 +195,6 @@ static sr_status task_scores(sr_run *r, int k, double c[2], bool *interrupted) {
         st = sr_fsdp_take_loss_sum(r->fsdp, &dropped);
     c[0] = c[1] = 0.0;
     sr_task_count(t, e, lp, lo, hi, c);
-    free(lp);
     if (st == SR_OK && !*interrupted)
         st = sr_ctl_sum(r->ctl, c, 2);
     c[0] /= t->n;

@@ -49,7 +49,8 @@ typedef struct {
     sr_task *tasks;
     sr_task_enc *tenc;
     int ntasks;
-    float *task_losses; /* [mb, T] */
+    float *task_losses; /* [mb, T], sr_dev_io_alloc */
+    double *task_lp;    /* the largest task's logprobs */
     const char *set_name[SR_VAL_MAX_SETS], *task_name[SR_EVAL_MAX_TASKS];
     double set_loss[SR_VAL_MAX_SETS], task_acc[SR_EVAL_MAX_TASKS], task_acc_norm[SR_EVAL_MAX_TASKS];
     sr_eval_scores scores; /* points at the above (named sets only) */
@@ -114,6 +115,10 @@ typedef struct {
  * context and tokenizer: SR_ERR_DATA naming FILE:LINE), at setup; closed
  * at teardown (safe on a partly opened run). */
 sr_status sr_run_open_evals(sr_run *r);
+/* Collective, once the control plane is up: every rank read the same
+ * tasks (each task's items, sequences and tokens alike), else
+ * SR_ERR_CONFIG naming the file on every rank that differs. */
+sr_status sr_run_agree_evals(sr_run *r);
 void sr_run_close_evals(sr_run *r);
 /* One evaluation after step s (collective): each set's loss over
  * train.eval_batches global batches, each task's accuracies (every rank

@@ -19,7 +19,7 @@ expect_status 64 "an unknown option is a usage error" "$S" train --frobnicate
 # the command table drives dispatch, --help and the options each command
 # takes: every usage line of --help is a command whose own --help works
 "$S" --help | sed -n 's/^\(usage:\)\{0,1\} *shardrun \([a-z][a-z]*\)\( \([a-z][a-z]*\)\)\{0,1\} .*/\2 \4/p' >"$T/cmds"
-check "--help lists the 16 usage lines of the 9 commands ($(wc -l <"$T/cmds"))" test "$(wc -l <"$T/cmds")" -eq 16
+check "--help lists the 17 usage lines of the 10 commands ($(wc -l <"$T/cmds"))" test "$(wc -l <"$T/cmds")" -eq 17
 bad=""
 while read -r cmd sub; do
     # shellcheck disable=SC2086

@@ -153,6 +153,9 @@ PYEOF
         --set 'train.eval_tasks=[label.jsonl]'
     check "  ...naming label.jsonl:3" grep -q "train.eval_tasks: label.jsonl:3: \"label\" is out of range" "$T/err" ||
         diag "$(cat "$T/err")"
+    expect_status 78 "train.eval_tasks for a model of 512 tokens without data.tokenizer: 78 from config check" \
+        "$S" config check job.yaml --set 'train.eval_tasks=[t.jsonl]' --set model.vocab_size=512 --set data.embedded_any_vocab=true
+    check "  ...saying why" grep -q "data.tokenizer is unset, so the tasks' text cannot be encoded" "$T/err" || diag "$(cat "$T/err")"
     mkdir x && cp t.jsonl x/t.jsonl
     expect_status 0 "train.eval_tasks takes a glob" "$S" config check job.yaml --set 'train.eval_tasks=[x/*.jsonl]'
     expect_status 66 "  ...one that matches nothing: 66" "$S" config check job.yaml --set 'train.eval_tasks=[x/*.json]'
@@ -249,6 +252,8 @@ group "d: bad data.val sets" && {
     printf 'data:\n  val:\n    web: []\n' >b3.yaml
     expect_status 78 "an empty set: 78" "$S" config check b3.yaml
     check "  ...at its place" grep -q "b3.yaml:3:.*the set 'web' is empty" "$T/err" || diag "$(cat "$T/err")"
+    printf 'data:\n  val: {}\n' >b6.yaml
+    expect_status 78 "an empty mapping: 78 (not the default silently)" "$S" config check b6.yaml
     python3 -c 'print("data:\n  val: {" + ", ".join("s%d: web/" % i for i in range(17)) + "}")' >b4.yaml
     expect_status 78 "17 sets: 78" "$S" config check b4.yaml
     printf 'data:\n  val: {web: web/, code: nothere/*.bin}\n' >b5.yaml
@@ -261,6 +266,25 @@ group "d: bad data.val sets" && {
     sed -n 's/^  val: //p' show.out >shown.txt
     "$S" config show --set "data.val=$(cat shown.txt)" 2>&1 | sed -n 's/^  val: //p' >shown2.txt
     check "  ...which reads back as itself" cmp -s shown.txt shown2.txt
+}
+
+group "f: on the emulated GPU" && {
+    if emulator_tree; then
+        "$S" eval ck --task t.jsonl --json --device cuda >gpu.json 2>gpu.err
+        python3 - gpu.json dir.json >gpu.cmp 2>&1 <<'PYEOF'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+rel = max(abs(x - y) / abs(y) for p, q in zip(a["items"], b["items"]) for x, y in zip(p["logprobs"], q["logprobs"]))
+same = sum(p["pred"] == q["pred"] for p, q in zip(a["items"], b["items"]))
+print("max relative logprob difference %.3g, %d of %d choices the same" % (rel, same, a["n"]))
+sys.exit(0 if rel <= 0.03 and same >= 0.9 * a["n"] else 1)
+PYEOF
+        grc=$?
+        check "--device cuda (bf16, the emulated GPU): the CPU's log-likelihoods within 3%, its choices ($(tail -n 1 gpu.cmp))" \
+            sh -c "[ $grc -eq 0 ] && grep -q 'on cuda (bf16)' gpu.err" || diag "$(tail -n 3 gpu.err)"
+    else
+        skip "--device cuda: not a CUDA emulator tree (configure --with-cuda=emulator; the sanitizer tree of .ci/run)"
+    fi
 }
 
 if $have_hf; then

@@ -20,7 +20,10 @@ CMP=${SR_BUILDDIR:-.}/tests/cmp_params
 cd "$T" || exit 99
 export SHARDRUN_TEST_HB=1
 
-tiny_job job.yaml model.seq_len=32 train.steps=4 train.batch_size=4 train.eval_every=2 train.eval_batches=1
+# (train.eval_tasks: the task forwards' per-token losses, read by the host)
+printf '{"ctx": "The cat", "endings": ["sat", "ran off"], "label": 0}\n{"ctx": "A dog", "endings": ["barks", "flies"], "label": 0}\n' >task.jsonl
+tiny_job job.yaml model.seq_len=32 train.steps=4 train.batch_size=4 train.eval_every=2 train.eval_batches=1 \
+    "train.eval_tasks=[$T/task.jsonl]"
 # configurations that between them use every wait site (D: offload on
 # the fake device)
 cfgA="--set train.micro_batch=2 --set checkpoint.dir=$T/ck --set checkpoint.every_steps=2"
