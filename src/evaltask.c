@@ -118,6 +118,13 @@ sr_status sr_task_load(sr_task *t, const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f)
         return sr_error(SR_ERR_NOINPUT, "%s: cannot open the task file: %s", path, strerror(errno));
+    sr_status st = sr_task_read(t, path, f);
+    fclose(f);
+    return st;
+}
+
+sr_status sr_task_read(sr_task *t, const char *path, FILE *f) {
+    memset(t, 0, sizeof *t);
     sr_status st = SR_OK;
     char *buf = sr_malloc((size_t)SR_TASK_LINE_MAX + 1);
     size_t cap = 0;
@@ -166,7 +173,6 @@ sr_status sr_task_load(sr_task *t, const char *path) {
         if (st == SR_OK)
             t->n++;
     }
-    fclose(f);
     free(buf);
     if (st == SR_OK && t->n == 0)
         st = sr_error(SR_ERR_DATA, "%s: no item in the file %s", path, HINT);

@@ -55,6 +55,8 @@ typedef struct {
  * says) for the first bad item, or for a file without an item.  On
  * failure *t is left empty (sr_task_free is safe either way). */
 sr_status sr_task_load(sr_task *t, const char *path);
+/* The same from an open stream f (left open), named `path` in messages. */
+sr_status sr_task_read(sr_task *t, const char *path, FILE *f);
 void sr_task_free(sr_task *t);
 /* The name a task's scores go by (metrics acc/NAME): the file's base name
  * without .jsonl or .json, cut to SR_TASK_NAME_MAX; characters other than

@@ -10,7 +10,7 @@
 # without it those checks skip unless SHARDRUN_TEST_REQUIRE lists fuzz.
 . "${SR_SRCDIR:-.}/tests/tap.sh"
 B=$(cd "${SR_BUILDDIR:-.}" && pwd)
-HARNESSES="fuzz_config fuzz_manifest fuzz_shardfile fuzz_token_shard fuzz_transport fuzz_env fuzz_safetensors fuzz_tokenizer"
+HARNESSES="fuzz_config fuzz_manifest fuzz_shardfile fuzz_token_shard fuzz_transport fuzz_env fuzz_safetensors fuzz_tokenizer fuzz_task"
 
 if group "corpus replay"; then
     for h in $HARNESSES; do

@@ -21,7 +21,7 @@ set -u
 src=${SR_SRCDIR:?}
 secs=${FUZZ_SECONDS:-60}
 jobs=${FUZZ_JOBS:-2}
-all="fuzz_config fuzz_manifest fuzz_shardfile fuzz_token_shard fuzz_transport fuzz_env fuzz_safetensors fuzz_tokenizer"
+all="fuzz_config fuzz_manifest fuzz_shardfile fuzz_token_shard fuzz_transport fuzz_env fuzz_safetensors fuzz_tokenizer fuzz_task"
 only=${FUZZ_ONLY:-$all}
 CLANG=${FUZZ_CC:-clang}
 command -v "$CLANG" >/dev/null 2>&1 || { echo "fuzz: $CLANG not found (apt-get install clang libclang-rt-14-dev)"; exit 77; }
