@@ -34,7 +34,7 @@ def main():
         r = json.loads(line)
         if "event" in r:
             kinds.add(r["event"])
-            if r["event"] == "eval":
+            if r["event"] == "eval" and "val_loss" in r:  # (a run with eval tasks alone has none)
                 evals[r["step"]] = {"val_loss": r["val_loss"]}
         else:
             last[r["step"]] = r
