@@ -494,17 +494,17 @@ static sr_status set_valsets(const leaf *l) {
         }
         for (int j = 0; st == SR_OK && j < v.count; j++)
             if (strcmp(v.set[j].name, ks) == 0)
-                st = cfg_error_at(l->ctx, k->start_mark, "%s: the set '%s' is given twice; expected unique names",
-                                  key, ks);
+                st = cfg_error_at(l->ctx, k->start_mark, "%s: the set '%s' is given twice; expected unique names", key,
+                                  ks);
         if (st == SR_OK && v.count == SR_VAL_MAX_SETS)
             st = cfg_error_at(l->ctx, k->start_mark, "%s: more than %d validation sets", key, SR_VAL_MAX_SETS);
         sr_strlist paths = {0};
         if (st == SR_OK && !val)
             st = cfg_error_at(l->ctx, k->start_mark, "%s: the set '%s' has no value", key, ks);
         if (st == SR_OK && (st = valset_paths(l, val, &paths)) == SR_OK && paths.count == 0)
-            st = cfg_error_at(l->ctx, val->start_mark,
-                              "%s: the set '%s' is empty; expected shards, a glob or a data prepare directory", key,
-                              ks);
+            st =
+                cfg_error_at(l->ctx, val->start_mark,
+                             "%s: the set '%s' is empty; expected shards, a glob or a data prepare directory", key, ks);
         if (st == SR_OK) {
             v.set[v.count].paths = paths;
             if (!(v.set[v.count++].name = sr_strdup(ks)))
@@ -514,8 +514,9 @@ static sr_status set_valsets(const leaf *l) {
         }
     }
     if (st == SR_OK && node->type == YAML_MAPPING_NODE && v.count == 0)
-        st = LEAF_ERR(l, "%s: an empty mapping names no validation set; expected {NAME: shards, ...} (hint: leave "
-                         "data.val out for the default)",
+        st = LEAF_ERR(l,
+                      "%s: an empty mapping names no validation set; expected {NAME: shards, ...} (hint: leave "
+                      "data.val out for the default)",
                       key);
     if (st != SR_OK) {
         free_valsets(&v);

@@ -96,8 +96,7 @@ static void runner_free(runner *r) {
         sr_device_close(r->dev);
 }
 
-static sr_status runner_open(runner *r, const sr_eval_opts *o, const sr_model_dims *d, const float *all,
-                             int max_seqs) {
+static sr_status runner_open(runner *r, const sr_eval_opts *o, const sr_model_dims *d, const float *all, int max_seqs) {
     memset(r, 0, sizeof *r);
     r->host = all;
     sr_status st = sr_device_open(&r->dev, o->device, 1, 0, 1);
@@ -170,7 +169,8 @@ static sr_status shrink(const sr_model *table, const float *all, int T2, sr_mode
     }
     *out = sr_calloc(small.n_params, sizeof(float));
     if (!*out || small.n_tensors != table->n_tensors)
-        st = *out ? sr_error(SR_ERR_INTERNAL, "the model's tensors change with its context") : sr_error_oom("the model");
+        st =
+            *out ? sr_error(SR_ERR_INTERNAL, "the model's tensors change with its context") : sr_error_oom("the model");
     for (int i = 0; st == SR_OK && i < small.n_tensors; i++) {
         const sr_tensor *a = &table->tensors[i], *b = &small.tensors[i];
         if (b->numel > a->numel || (b->numel < a->numel && strstr(a->name, "wpe") == NULL))

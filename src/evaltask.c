@@ -26,8 +26,8 @@ void sr_task_name(const char *path, char name[SR_TASK_NAME_MAX + 1]) {
         n = SR_TASK_NAME_MAX;
     for (size_t i = 0; i < n; i++) {
         char c = b[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                  c == '.' || c == '-';
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+                  c == '-';
         name[i] = ok ? c : '_';
     }
     name[n] = '\0';
@@ -68,24 +68,30 @@ static sr_status parse_item(const char *path, long line, const char *buf, size_t
         st = sr_error(SR_ERR_DATA, "%s:%ld: \"ctx\" %s; expected a string %s", path, line,
                       ctx ? "is not a string" : "is missing", HINT);
     else if (json_string_length(ctx) == 0)
-        st = sr_error(SR_ERR_DATA, "%s:%ld: \"ctx\" is empty: an ending needs a context to be scored after", path,
-                      line);
+        st =
+            sr_error(SR_ERR_DATA, "%s:%ld: \"ctx\" is empty: an ending needs a context to be scored after", path, line);
     else if (!json_is_array(ends) || json_array_size(ends) < 2 || json_array_size(ends) > SR_TASK_ENDINGS_MAX)
         st = sr_error(SR_ERR_DATA, "%s:%ld: \"endings\" %s; expected a list of 2 to %d strings %s", path, line,
-                      !ends ? "is missing" : !json_is_array(ends) ? "is not a list" : "has the wrong length",
+                      !ends                  ? "is missing"
+                      : !json_is_array(ends) ? "is not a list"
+                                             : "has the wrong length",
                       SR_TASK_ENDINGS_MAX, HINT);
     else if (!json_is_integer(lab) || json_integer_value(lab) < 0 ||
              json_integer_value(lab) >= (json_int_t)json_array_size(ends))
-        st = sr_error(SR_ERR_DATA, "%s:%ld: \"label\" %s; expected an integer from 0 to %zu (an index into \"endings\")",
-                      path, line, !lab ? "is missing" : !json_is_integer(lab) ? "is not an integer" : "is out of range",
+        st = sr_error(SR_ERR_DATA,
+                      "%s:%ld: \"label\" %s; expected an integer from 0 to %zu (an index into \"endings\")", path, line,
+                      !lab                    ? "is missing"
+                      : !json_is_integer(lab) ? "is not an integer"
+                                              : "is out of range",
                       json_array_size(ends) - 1);
     for (size_t k = 0; st == SR_OK && k < json_array_size(ends); k++) {
         json_t *e = json_array_get(ends, k);
         if (!json_is_string(e))
             st = sr_error(SR_ERR_DATA, "%s:%ld: \"endings\"[%zu] is not a string %s", path, line, k, HINT);
         else if (json_string_length(e) == 0)
-            st = sr_error(SR_ERR_DATA, "%s:%ld: \"endings\"[%zu] is empty: an empty ending has no likelihood to compare",
-                          path, line, k);
+            st =
+                sr_error(SR_ERR_DATA, "%s:%ld: \"endings\"[%zu] is empty: an empty ending has no likelihood to compare",
+                         path, line, k);
     }
     if (st == SR_OK) {
         it->label = (int)json_integer_value(lab);
@@ -147,8 +153,9 @@ sr_status sr_task_read(sr_task *t, const char *path, FILE *f) {
             }
         }
         if (over) {
-            st = sr_error(SR_ERR_DATA, "%s:%ld: the line is longer than %d bytes (an item's context and endings "
-                                       "together; a task file holds one item a line)",
+            st = sr_error(SR_ERR_DATA,
+                          "%s:%ld: the line is longer than %d bytes (an item's context and endings "
+                          "together; a task file holds one item a line)",
                           path, line, SR_TASK_LINE_MAX);
             break;
         }

@@ -44,8 +44,8 @@ typedef struct {
 } sr_task_item;
 
 typedef struct {
-    char *path;                       /* as given */
-    char name[SR_TASK_NAME_MAX + 1];  /* the file's name without its directory and .jsonl / .json */
+    char *path;                      /* as given */
+    char name[SR_TASK_NAME_MAX + 1]; /* the file's name without its directory and .jsonl / .json */
     sr_task_item *items;
     int n;
 } sr_task;

@@ -107,7 +107,8 @@ static const command_row commands[] = {
      "generate text on the CPU from CKPT: a checkpoint, a\ncheckpoint.dir (its newest that verifies) or a Hugging "
      "Face\nGPT-2 or Llama directory (config.json + model.safetensors\nor its sharded index)"},
     {"eval", NULL, B(X_TASK) | B(X_JSON) | B(X_TOKENIZER) | B(X_THREADS) | B(X_DEVICE) | B(X_BATCH), cmd_eval,
-     "CKPT --task FILE [--task FILE]... [--json] [--tokenizer FILE]\n[--threads N] [--device cpu|cuda|auto] [--batch N]",
+     "CKPT --task FILE [--task FILE]... [--json] [--tokenizer FILE]\n[--threads N] [--device cpu|cuda|auto] [--batch "
+     "N]",
      "score multiple-choice tasks (HellaSwag's JSON Lines) by the\nlog-likelihood CKPT gives each ending: acc and "
      "acc_norm;\nCKPT: a checkpoint, a checkpoint.dir (its newest that\nverifies) or a Hugging Face directory"},
     {"report", NULL, B(X_OUTPUT), cmd_report, "METRICS.jsonl [-o REPORT.html]",

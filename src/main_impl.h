@@ -9,8 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "plan.h"
 #include "evalcmd.h"
+#include "plan.h"
 #include "prepare.h"
 #include "sample.h"
 #include "status.h"

@@ -101,9 +101,8 @@ const option_row cli_options[X_COUNT] = {
                        "plan: rates and efficiency per op family measured on a GPU\n(tests/gpu/calibration/): the "
                        "step time predicted"},
     [X_TASK] = {"task", 0, "FILE",
-                 "eval: a multiple-choice task file (HellaSwag's JSON Lines:\nctx, endings, label), repeatable"},
-    [X_DEVICE] = {"device", 0, "D",
-                  "eval: cpu, cuda or auto (default: a GPU when one is usable,\nelse the CPU)"},
+                "eval: a multiple-choice task file (HellaSwag's JSON Lines:\nctx, endings, label), repeatable"},
+    [X_DEVICE] = {"device", 0, "D", "eval: cpu, cuda or auto (default: a GPU when one is usable,\nelse the CPU)"},
     [X_BATCH] = {"batch", 0, "N", "eval: sequences per forward (default: up to 64, as 1 GiB\nof activations allows)"},
     [X_MDOC] = {"mdoc", 0, NULL, "config keys: print the list as an mdoc section"},
     [X_VERBOSE] = {"verbose", 'v', NULL,

@@ -43,12 +43,12 @@ typedef struct {
     const char *job;     /* the Slurm job id, or "-" */
     int64_t step, steps; /* steps done, steps planned */
     double loss, tokens_per_s;
-    double mfu;        /* a ratio; NaN when no peak is known (no sample) */
-    double val_loss;   /* the newest evaluation's loss; NaN before the first (no sample) */
+    double mfu;                  /* a ratio; NaN when no peak is known (no sample) */
+    double val_loss;             /* the newest evaluation's loss; NaN before the first (no sample) */
     const sr_eval_scores *evals; /* its named sets and tasks (samples labelled set=, task=); NULL: none */
-    int64_t ckpt_step; /* the newest committed checkpoint; -1 none (no samples) */
-    double ckpt_age_s; /* seconds since it was committed */
-    double time_s;     /* the write's wall time (shardrun_last_update_timestamp_seconds) */
+    int64_t ckpt_step;           /* the newest committed checkpoint; -1 none (no samples) */
+    double ckpt_age_s;           /* seconds since it was committed */
+    double time_s;               /* the write's wall time (shardrun_last_update_timestamp_seconds) */
     int n;
     const sr_prom_rank *ranks;
 } sr_prom_sample;

@@ -39,8 +39,7 @@ typedef struct {
  * start hashes again).  SR_ERR_PEER, SR_ERR_INTERNAL.  Free with
  * sr_provenance_free. */
 sr_status sr_provenance_collect(sr_data_record *rec, const sr_prov_source *train, int ntrain, sr_data *const *val,
-                                int nval,
-                                const sr_tokenizer *tok, const char *ckpt_dir, sr_ctl *ctl);
+                                int nval, const sr_tokenizer *tok, const char *ckpt_dir, sr_ctl *ctl);
 void sr_provenance_free(sr_data_record *rec);
 
 /* Whether `now` differs from `then` (a checkpoint's record), and the first

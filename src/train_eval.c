@@ -98,8 +98,8 @@ sr_status sr_run_agree_evals(sr_run *r) {
                                  "tokens here; rank 0 reads %lld, %lld, %lld); every rank must read the same file "
                                  "(hint: a node-local copy out of date?)",
                                  r->tasks[bad].path, (long long)mine[3 * bad], (long long)mine[3 * bad + 1],
-                                 (long long)mine[3 * bad + 2], (long long)first[3 * bad],
-                                 (long long)first[3 * bad + 1], (long long)first[3 * bad + 2])
+                                 (long long)mine[3 * bad + 2], (long long)first[3 * bad], (long long)first[3 * bad + 1],
+                                 (long long)first[3 * bad + 2])
                       : sr_error(SR_ERR_CONFIG,
                                  "train.eval_tasks: %.0f rank%s read other tasks than rank 0; every rank must read the "
                                  "same files",
@@ -217,8 +217,8 @@ sr_status sr_run_evaluate(sr_run *r, int64_t s, bool *interrupted) {
         return st;
     r->last_val = r->nval ? r->set_loss[0] : NAN;
     bool named = r->nval && r->set_name[0];
-    r->scores = (sr_eval_scores){named ? r->nval : 0, r->set_name, r->set_loss, r->ntasks,
-                                 r->task_name, r->task_acc, r->task_acc_norm};
+    r->scores = (sr_eval_scores){named ? r->nval : 0, r->set_name, r->set_loss,     r->ntasks,
+                                 r->task_name,        r->task_acc, r->task_acc_norm};
     /* the log line: val_loss 2.1034 (web 2.1034, code 1.8871); hellaswag acc 0.2600 acc_norm 0.2800 */
     char line[4096];
     sr_line l = sr_line_on(line, sizeof line);

@@ -13,12 +13,12 @@
 #include "ctl.h"
 #include "data.h"
 #include "device.h"
+#include "evalcmd.h"
+#include "evaltask.h"
 #include "fsdp.h"
 #include "job.h"
 #include "memplan.h"
 #include "metrics.h"
-#include "evalcmd.h"
-#include "evaltask.h"
 #include "mixture.h"
 #include "model.h"
 #include "modelinit.h"
@@ -53,7 +53,7 @@ typedef struct {
     double *task_lp;    /* the largest task's logprobs */
     const char *set_name[SR_VAL_MAX_SETS], *task_name[SR_EVAL_MAX_TASKS];
     double set_loss[SR_VAL_MAX_SETS], task_acc[SR_EVAL_MAX_TASKS], task_acc_norm[SR_EVAL_MAX_TASKS];
-    sr_eval_scores scores; /* points at the above (named sets only) */
+    sr_eval_scores scores;   /* points at the above (named sets only) */
     sr_tokenizer *tok;       /* data.tokenizer, or NULL */
     sr_data_record data_rec; /* what it trains on (provenance.h), when it checkpoints */
     sr_model model;
