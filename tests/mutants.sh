@@ -52,7 +52,10 @@ cd "$T" || exit 99
 # report folder (.ci/run counts the reports there)
 [ -n "${ASAN_OPTIONS:-}" ] && ASAN_OPTIONS="$ASAN_OPTIONS:log_path=stderr" && export ASAN_OPTIONS
 export SHARDRUN_TEST_HB=1
-tiny_job job.yaml model.seq_len=32 train.steps=4 train.batch_size=4 train.eval_every=2 train.eval_batches=1
+# (train.eval_tasks: the task forwards' per-token losses, read by the host)
+printf '{"ctx": "The cat", "endings": ["sat", "ran off"], "label": 0}\n{"ctx": "A dog", "endings": ["barks", "flies"], "label": 0}\n' >task.jsonl
+tiny_job job.yaml model.seq_len=32 train.steps=4 train.batch_size=4 train.eval_every=2 train.eval_batches=1 \
+    "train.eval_tasks=[$T/task.jsonl]"
 GPU="--set device=cuda"
 cfgA="--set train.micro_batch=2 --set checkpoint.dir=$T/ck --set checkpoint.every_steps=2"
 cfgB="--set train.micro_batch=1 --set sharding.grad_sync=per_micro_batch --set sharding.mixed_precision.param_dtype=bf16 --set sharding.mixed_precision.reduce_dtype=bf16 --set checkpoint.dir=$T/ckB --set checkpoint.every_steps=3"
