@@ -124,7 +124,7 @@ PYEOF
         check "--device cuda (bf16, the emulated GPU): the CPU's log-likelihoods within 3%, its choices ($(tail -n 1 gpu.cmp))" \
             sh -c "[ $grc -eq 0 ] && grep -q 'on cuda-emulated (bf16)' gpu.err" || diag "$(tail -n 3 gpu.err)"
     else
-        skip "--device cuda: not a CUDA emulator tree (configure --with-cuda=emulator; the sanitizer tree of .ci/run)"
+        skip_or_fail cudaemu "--device cuda: not a CUDA emulator tree (configure --with-cuda=emulator; the sanitizer tree of .ci/run)"
     fi
     # usage and model errors
     expect_status 64 "eval without --task: 64" "$S" eval ck
@@ -287,8 +287,8 @@ group "d: bad data.val sets" && {
     check "  ...which reads back as itself" cmp -s shown.txt shown2.txt
 }
 
-if $have_hf; then
-    group --long "e: a BPE tokenizer, recorded by the checkpoint" && {
+if group --long "e: a BPE tokenizer, recorded by the checkpoint"; then
+    if $have_hf; then
         "$HFPY" "$SR_SRCDIR/tests/tok/ref.py" corpus c 60000 >/dev/null 2>&1 && "$HFPY" "$SR_SRCDIR/tests/tok/ref.py" train c >/dev/null 2>&1
         "$S" data prepare --tokenizer c/tokenizer.json --val-tokens 2000 -o bpe/ c/docs/*.txt >/dev/null 2>&1
         tiny_job bpe.yaml train.steps=6 data.train=bpe/ checkpoint.dir=ckb checkpoint.every_steps=6 model.seq_len=64
@@ -302,7 +302,9 @@ if $have_hf; then
         close bpe.json bperef.json 1e-4 >bcmp.out 2>&1
         check "transformers with the tokenizers package: the same log-likelihoods (within 1e-4) and choices $(head -1 bcmp.out)" \
             close bpe.json bperef.json 1e-4 || diag "$(cat bcmp.out bperef.err | tail -5)"
-    }
+    else
+        skip_or_fail transformers "a BPE tokenizer against transformers: $HFPY cannot import transformers and tokenizers (tests/hf/setup-venv.sh; SHARDRUN_HF_PYTHON)"
+    fi
 fi
 
 done_testing
